@@ -1,0 +1,190 @@
+//! Journal events. Every state change, halt, lockout, unlock, refusal and discarded message is one.
+
+use crate::{
+    AgentKey, AgentRole, AgentState, ChatMessage, DelegationRefusal, Priority, TerminationReason,
+    WorkRefusal,
+};
+use serde::{Deserialize, Serialize};
+
+/// One journaled event about one agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Position in the journal, assigned by the journal (0 before it is appended).
+    pub seq: u64,
+    /// Wall-clock time, milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    pub agent: AgentKey,
+    pub kind: EventKind,
+}
+
+/// Which breaker tripped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Breaker {
+    /// `safety.breakers.max_consecutive_errors` failed tool/LLM calls in a row (the emergency stop).
+    ConsecutiveErrors,
+}
+
+/// Who or what halted an agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "by", rename_all = "snake_case")]
+pub enum HaltCause {
+    /// An operator (CLI, API, embedding code).
+    Operator { operator: String },
+    /// The agent's delegator was halted; cancellation propagates down the delegation tree.
+    Parent { parent: AgentKey },
+    /// The supervisor halted every agent.
+    HaltAll,
+    /// The supervisor gave up restarting a crashing agent.
+    RestartIntensity { restarts: u32, within_ms: u64 },
+}
+
+/// A queued message cleared by a halt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiscardedMessage {
+    /// Mailbox-assigned message id.
+    pub id: u64,
+    pub priority: Priority,
+    /// What it was (`user_event`, `tick`, `delegated_task`, …).
+    pub kind: String,
+}
+
+/// How a delegation ended. Every ending releases the delegator's slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum DelegationOutcome {
+    Completed,
+    Failed {
+        error: String,
+    },
+    TimedOut {
+        after_ms: u64,
+    },
+    /// The delegate dropped the task (halted, crashed, shut down) before answering.
+    Abandoned,
+    /// The delegator stopped waiting (it was halted or its turn was cancelled).
+    Cancelled,
+}
+
+/// The result of one turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnOutcome {
+    pub reason: TerminationReason,
+    pub iterations: u32,
+    /// The final answer, when the model gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+}
+
+/// What happened. Variants that change an agent's [`crate::AgentRecord`] say so.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    /// Record: created (role, parent, thresholds).
+    Spawned {
+        role: AgentRole,
+        parent: Option<AgentKey>,
+        max_consecutive_errors: u32,
+    },
+    /// Record: `state = to`.
+    StateChanged {
+        from: AgentState,
+        to: AgentState,
+        cause: String,
+    },
+    /// An illegal transition was asked for and refused. No change.
+    TransitionRefused {
+        from: AgentState,
+        to: AgentState,
+        cause: String,
+    },
+    /// Record: `consecutive_errors = consecutive_errors`.
+    ErrorCounted {
+        consecutive_errors: u32,
+        error: String,
+    },
+    /// Record: `consecutive_errors = 0` (a success after failures).
+    ErrorsReset,
+    /// Record: `emergency_stop = true` with this lockout. The state change is its own event.
+    LockedOut {
+        breaker: Breaker,
+        reason: String,
+        consecutive_errors: u32,
+    },
+    /// Record: lockout cleared, `consecutive_errors = 0`.
+    Unlocked {
+        operator: String,
+    },
+    /// Record: conversation history cleared.
+    HistoryReset {
+        operator: String,
+    },
+    /// Record: paused / unpaused (ordinary lane not read while paused).
+    Paused {
+        operator: String,
+    },
+    Unpaused {
+        operator: String,
+    },
+    /// Record: `halts += 1`, `discarded_by_halt += discarded`. Durable before the halt is acknowledged.
+    Halted {
+        cause: HaltCause,
+        discarded: u64,
+    },
+    /// The messages a halt cleared, each listed. No change.
+    MessagesDiscarded {
+        messages: Vec<DiscardedMessage>,
+    },
+    /// Work refused by a locked-out or stopped agent. No change.
+    WorkRefused {
+        work: String,
+        refusal: WorkRefusal,
+    },
+    /// Record: history gains `message`.
+    HistoryAppended {
+        message: ChatMessage,
+    },
+    /// Record: `turns += 1`.
+    TurnFinished {
+        outcome: TurnOutcome,
+    },
+    ToolStarted {
+        call_id: String,
+        tool: String,
+    },
+    ToolFinished {
+        call_id: String,
+        tool: String,
+        ok: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// A tool call refused because a halt was requested. No change.
+    ToolRefused {
+        call_id: String,
+        tool: String,
+        reason: String,
+    },
+    DelegationRequested {
+        id: u64,
+        to: AgentKey,
+        hops: u32,
+    },
+    DelegationRefused {
+        to: AgentKey,
+        refusal: DelegationRefusal,
+    },
+    DelegationEnded {
+        id: u64,
+        to: AgentKey,
+        outcome: DelegationOutcome,
+    },
+    /// The actor died outside a clean stop (a panic in its own code).
+    Crashed {
+        state: AgentState,
+    },
+    /// Record: `restarts += 1`. Safety state is kept.
+    Restarted {
+        restarts: u32,
+    },
+}

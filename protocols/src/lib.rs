@@ -1,0 +1,40 @@
+//! warden's protocol: the typed vocabulary that the actors, the journal, the CLI and the HTTP API share.
+//!
+//! Everything here is plain data with serde derives — no actor runtime, no I/O — so that a journal written
+//! by one process can be replayed by another, and so that the wire format is reviewed in one place.
+//!
+//! * [`Priority`] — the four mailbox lanes, ordered (`SystemHalt` < `Control` < `Supervision` < `Ordinary`).
+//! * [`AgentState`] — the lifecycle, with every legal transition in one table ([`TRANSITIONS`]).
+//! * [`Event`] / [`EventKind`] — everything that happens to an agent. [`AgentRecord::apply`] folds events
+//!   into state; the live agent changes its record *only* by applying the events it journals, so a record
+//!   rebuilt from the journal is the record the agent had.
+//! * [`AgentStatus`] — the JSON status snapshot.
+//! * [`ChatMessage`], [`ToolCall`], [`ToolSpec`] — Chat Completions wire types.
+//! * [`WardenConfig`] — the configuration file, with defaults and validation.
+
+mod config;
+mod event;
+mod priority;
+mod record;
+mod refusal;
+mod state;
+mod status;
+mod wire;
+
+pub use config::{
+    ConfigError, DelegationConfig, ExecutionConfig, MailboxConfig, RestartConfig, RestartStrategy,
+    SafetyBreakersConfig, SafetyConfig, SafetyLoopConfig, SafetyTimeoutConfig, SupervisorConfig,
+    ToolsConfig, WardenConfig,
+};
+pub use event::{
+    Breaker, DelegationOutcome, DiscardedMessage, Event, EventKind, HaltCause, TurnOutcome,
+};
+pub use priority::Priority;
+pub use record::{AgentRecord, Lockout};
+pub use refusal::{DelegationRefusal, WorkRefusal};
+pub use state::{AgentState, IllegalTransition, TRANSITIONS};
+pub use status::{AgentStatus, QueueDepths};
+pub use wire::{
+    AgentKey, AgentRole, ChatMessage, ChatRole, FinishReason, FunctionCall, TerminationReason,
+    ToolCall, ToolCategory, ToolSpec, Usage,
+};

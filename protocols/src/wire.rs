@@ -1,0 +1,237 @@
+//! Chat Completions wire types and small identity types.
+
+use serde::{Deserialize, Serialize};
+use std::{fmt, sync::Arc};
+
+/// An agent's unique key. Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AgentKey(Arc<str>);
+
+impl AgentKey {
+    pub fn new(key: impl AsRef<str>) -> Self {
+        AgentKey(Arc::from(key.as_ref()))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for AgentKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for AgentKey {
+    fn from(s: &str) -> Self {
+        AgentKey::new(s)
+    }
+}
+
+impl From<String> for AgentKey {
+    fn from(s: String) -> Self {
+        AgentKey(Arc::from(s))
+    }
+}
+
+impl std::borrow::Borrow<str> for AgentKey {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Which role an agent plays. One actor type serves both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentRole {
+    /// Talks to users; may delegate.
+    #[default]
+    Assistant,
+    /// Receives delegated tasks (and may delegate further, within the hop limit).
+    SubAgent,
+}
+
+/// Chat Completions roles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatRole {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// One message of a conversation, in Chat Completions format.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: ChatRole,
+    /// Text content; `None` for an assistant message that only calls tools.
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// Internal messages (continuations, system alerts) are sent to the model but never shown to users.
+    /// Not part of the Chat Completions format: providers strip it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub internal: bool,
+}
+
+impl ChatMessage {
+    fn text(role: ChatRole, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role,
+            content: Some(content.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            internal: false,
+        }
+    }
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::text(ChatRole::System, content)
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::text(ChatRole::User, content)
+    }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::text(ChatRole::Assistant, content)
+    }
+    /// An assistant message that calls tools.
+    pub fn assistant_tool_calls(content: Option<String>, tool_calls: Vec<ToolCall>) -> Self {
+        ChatMessage {
+            role: ChatRole::Assistant,
+            content,
+            tool_calls,
+            tool_call_id: None,
+            internal: false,
+        }
+    }
+    /// The result of tool call `call_id`.
+    pub fn tool_result(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role: ChatRole::Tool,
+            content: Some(content.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: Some(call_id.into()),
+            internal: false,
+        }
+    }
+    /// Marks the message internal (sent to the model, never shown to users).
+    pub fn internal(mut self) -> Self {
+        self.internal = true;
+        self
+    }
+}
+
+/// A tool call requested by the model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type", default = "function_type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+fn function_type() -> String {
+    "function".to_owned()
+}
+
+impl ToolCall {
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: &serde_json::Value,
+    ) -> Self {
+        ToolCall {
+            id: id.into(),
+            kind: function_type(),
+            function: FunctionCall {
+                name: name.into(),
+                arguments: arguments.to_string(),
+            },
+        }
+    }
+}
+
+/// The function half of a tool call; `arguments` is the JSON text the model produced (maybe invalid).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// Token usage of one LLM call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// `true` when the server sent no usage and warden estimated it.
+    #[serde(default)]
+    pub estimated: bool,
+}
+
+impl Usage {
+    pub fn total(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+}
+
+/// Why the model stopped generating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    #[default]
+    Stop,
+    ToolCalls,
+    Length,
+    ContentFilter,
+    Other,
+}
+
+/// What a tool does to the world, which decides what the ReAct loop does after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ToolCategory {
+    /// Read-only or cheap: the loop may chain another iteration after it.
+    #[default]
+    SafeChain,
+    /// Communication (say, page): the turn ends and the agent waits for a response.
+    Terminal,
+    /// Changes state: at most one per tick, the turn ends after it.
+    Dangerous,
+}
+
+/// A tool as the model sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON schema of the arguments object.
+    pub parameters: serde_json::Value,
+    pub category: ToolCategory,
+}
+
+/// Why a turn's ReAct loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TerminationReason {
+    /// The model answered without calling a tool.
+    Noop,
+    /// A TERMINAL tool ran.
+    TerminalTool,
+    /// A DANGEROUS tool ran (one per tick).
+    DangerousTool,
+    /// The context is at or above the critical threshold.
+    CriticalTokens,
+    /// `execution.max_iterations_per_tick` reached.
+    MaxIterations,
+    /// The model call failed.
+    LlmError,
+    /// The model's output could not be parsed.
+    ParseError,
+    /// A breaker tripped; the agent is in SAFETY_LOCKOUT.
+    SafetyLockout,
+    /// A SystemHalt stopped the turn.
+    Halted,
+}
