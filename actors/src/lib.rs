@@ -1,1 +1,6 @@
-pub fn _x() {}
+//! warden's actors.
+mod provider;
+
+pub use provider::{
+    LlmRequest, LlmResponse, Provider, ProviderError, ScriptStep, ScriptedProvider,
+};

@@ -1,0 +1,80 @@
+//! LLM providers: the [`Provider`] trait the agent's ReAct loop calls, and its implementations.
+//!
+//! A provider call is a future the agent spawns (never `ctx.wait`s on); a halt drops it, which drops
+//! the HTTP request and closes its connection. Retries live inside the future, so a dropped future
+//! also stops retrying — a halted agent is never retried.
+
+mod scripted;
+
+pub use scripted::{ScriptStep, ScriptedProvider};
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use warden_protocols::{AgentKey, ChatMessage, FinishReason, ToolSpec, Usage};
+
+/// One chat-completion request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmRequest {
+    pub agent: AgentKey,
+    /// The conversation, system prompt first, in Chat Completions format.
+    pub messages: Vec<ChatMessage>,
+    /// Tools the model may call; empty for a tool-less turn (e.g. a wrap-up).
+    pub tools: Vec<ToolSpec>,
+}
+
+/// The model's reply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmResponse {
+    /// An assistant message: text, tool calls, or both.
+    pub message: ChatMessage,
+    pub finish_reason: FinishReason,
+    pub usage: Usage,
+}
+
+/// Why a provider call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "error", rename_all = "snake_case")]
+pub enum ProviderError {
+    #[error("llm call timed out after {after_ms} ms")]
+    Timeout { after_ms: u64 },
+    #[error("connection error: {message}")]
+    Connection { message: String },
+    #[error("http status {status}: {body}")]
+    Http { status: u16, body: String },
+    /// The server answered, but not with something we can use (invalid JSON, missing fields).
+    #[error("malformed response: {message}")]
+    Malformed { message: String },
+    /// A panic inside the provider's future, caught by the agent.
+    #[error("provider panicked: {message}")]
+    Panicked { message: String },
+    /// A scripted provider ran out of steps.
+    #[error("script exhausted after {calls} calls")]
+    ScriptExhausted { calls: u64 },
+    #[error("{message}")]
+    Other { message: String },
+}
+
+impl ProviderError {
+    /// Whether another attempt may succeed: timeouts, connection errors, 408, 429 and 5xx.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ProviderError::Timeout { .. } | ProviderError::Connection { .. } => true,
+            ProviderError::Http { status, .. } => {
+                *status == 408 || *status == 429 || (500..=599).contains(status)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A chat-completions backend.
+pub trait Provider: Send + Sync + 'static {
+    /// A short name for logs and status (`scripted`, `openai-compatible:gpt-4o`).
+    fn name(&self) -> &str;
+
+    /// Sends one request (with the provider's own retries). Dropping the future abandons the call.
+    fn complete(
+        &self,
+        request: LlmRequest,
+    ) -> BoxFuture<'static, Result<LlmResponse, ProviderError>>;
+}

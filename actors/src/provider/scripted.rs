@@ -1,0 +1,215 @@
+//! A provider whose answers are given in advance: for tests, the demo and the load tests.
+
+use super::{LlmRequest, LlmResponse, Provider, ProviderError};
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use serde_json::Value;
+use std::{
+    collections::VecDeque,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+use warden_protocols::{ChatMessage, FinishReason, ToolCall, Usage};
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum ScriptStep {
+    /// A final text answer (no tool call).
+    Reply(String),
+    /// One tool call.
+    CallTool { name: String, args: Value },
+    /// A raw response, for anything the shorthands do not cover.
+    Respond(LlmResponse),
+    /// The call fails.
+    Fail(ProviderError),
+    /// Waits (on tokio's clock: pausable in tests), then does `then`.
+    Delay {
+        after: Duration,
+        then: Box<ScriptStep>,
+    },
+    /// Panics inside the returned future (the agent catches it and counts an error).
+    Panic(String),
+    /// Panics in `complete` itself, before any future exists: a crash of the agent's own handler,
+    /// which the supervisor's restart policy handles.
+    Crash(String),
+}
+
+impl ScriptStep {
+    pub fn reply(text: impl Into<String>) -> Self {
+        ScriptStep::Reply(text.into())
+    }
+    pub fn call(name: impl Into<String>, args: Value) -> Self {
+        ScriptStep::CallTool {
+            name: name.into(),
+            args,
+        }
+    }
+    pub fn fail(message: impl Into<String>) -> Self {
+        ScriptStep::Fail(ProviderError::Other {
+            message: message.into(),
+        })
+    }
+    pub fn delayed(self, after: Duration) -> Self {
+        ScriptStep::Delay {
+            after,
+            then: Box::new(self),
+        }
+    }
+}
+
+type Fallback = Arc<dyn Fn(&LlmRequest) -> ScriptStep + Send + Sync>;
+
+/// Plays [`ScriptStep`]s in order; when they run out, asks the fallback, or fails with
+/// [`ProviderError::ScriptExhausted`].
+pub struct ScriptedProvider {
+    steps: Mutex<VecDeque<ScriptStep>>,
+    fallback: Option<Fallback>,
+    stats: Arc<ScriptStats>,
+}
+
+/// What happened to the calls (shared, so a test can keep it after handing the provider away).
+#[derive(Debug, Default)]
+pub struct ScriptStats {
+    /// `complete` was called.
+    pub calls: AtomicU64,
+    /// A call's future ran to its end.
+    pub completed: AtomicU64,
+    /// A call's future was dropped before its end (a halt aborted it).
+    pub dropped_in_flight: AtomicU64,
+}
+
+impl ScriptedProvider {
+    pub fn new(steps: impl IntoIterator<Item = ScriptStep>) -> Self {
+        ScriptedProvider {
+            steps: Mutex::new(steps.into_iter().collect()),
+            fallback: None,
+            stats: Arc::default(),
+        }
+    }
+
+    /// Answers with `fallback` once the script is used up.
+    pub fn with_fallback(
+        mut self,
+        fallback: impl Fn(&LlmRequest) -> ScriptStep + Send + Sync + 'static,
+    ) -> Self {
+        self.fallback = Some(Arc::new(fallback));
+        self
+    }
+
+    /// Appends steps.
+    pub fn push(&self, steps: impl IntoIterator<Item = ScriptStep>) {
+        self.steps.lock().extend(steps);
+    }
+
+    pub fn stats(&self) -> Arc<ScriptStats> {
+        self.stats.clone()
+    }
+
+    fn estimate(request: &LlmRequest, text_len: usize) -> Usage {
+        let prompt_chars: usize = request
+            .messages
+            .iter()
+            .map(|m| m.content.as_deref().map_or(0, str::len))
+            .sum();
+        Usage {
+            prompt_tokens: (prompt_chars / 4 + 1) as u64,
+            completion_tokens: (text_len / 4 + 1) as u64,
+            estimated: true,
+        }
+    }
+
+    fn respond(request: &LlmRequest, step: ScriptStep, call_no: u64) -> ScriptOutcome {
+        match step {
+            ScriptStep::Reply(text) => {
+                let usage = Self::estimate(request, text.len());
+                ScriptOutcome::Ready(Ok(LlmResponse {
+                    message: ChatMessage::assistant(text),
+                    finish_reason: FinishReason::Stop,
+                    usage,
+                }))
+            }
+            ScriptStep::CallTool { name, args } => {
+                let call = ToolCall::new(format!("call_{call_no}"), name, &args);
+                let usage = Self::estimate(request, call.function.arguments.len());
+                ScriptOutcome::Ready(Ok(LlmResponse {
+                    message: ChatMessage::assistant_tool_calls(None, vec![call]),
+                    finish_reason: FinishReason::ToolCalls,
+                    usage,
+                }))
+            }
+            ScriptStep::Respond(response) => ScriptOutcome::Ready(Ok(response)),
+            ScriptStep::Fail(error) => ScriptOutcome::Ready(Err(error)),
+            ScriptStep::Delay { after, then } => ScriptOutcome::Delay(after, then),
+            ScriptStep::Panic(message) => ScriptOutcome::Panic(message),
+            ScriptStep::Crash(message) => panic!("scripted crash: {message}"),
+        }
+    }
+}
+
+enum ScriptOutcome {
+    Ready(Result<LlmResponse, ProviderError>),
+    Delay(Duration, Box<ScriptStep>),
+    Panic(String),
+}
+
+/// Counts a future dropped before its end.
+struct InFlight {
+    stats: Arc<ScriptStats>,
+    done: bool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let counter = if self.done {
+            &self.stats.completed
+        } else {
+            &self.stats.dropped_in_flight
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Provider for ScriptedProvider {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+
+    fn complete(
+        &self,
+        request: LlmRequest,
+    ) -> BoxFuture<'static, Result<LlmResponse, ProviderError>> {
+        let call_no = self.stats.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let step = self.steps.lock().pop_front();
+        let step = match (step, &self.fallback) {
+            (Some(step), _) => step,
+            (None, Some(fallback)) => fallback(&request),
+            (None, None) => ScriptStep::Fail(ProviderError::ScriptExhausted { calls: call_no }),
+        };
+        let mut outcome = Self::respond(&request, step, call_no);
+        let mut guard = InFlight {
+            stats: self.stats.clone(),
+            done: false,
+        };
+        Box::pin(async move {
+            loop {
+                match outcome {
+                    ScriptOutcome::Ready(result) => {
+                        guard.done = true;
+                        return result;
+                    }
+                    ScriptOutcome::Delay(after, then) => {
+                        tokio::time::sleep(after).await;
+                        outcome = Self::respond(&request, *then, call_no);
+                    }
+                    ScriptOutcome::Panic(message) => {
+                        guard.done = true;
+                        panic!("scripted panic: {message}");
+                    }
+                }
+            }
+        })
+    }
+}
