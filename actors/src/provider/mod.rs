@@ -6,7 +6,7 @@
 
 mod scripted;
 
-pub use scripted::{ScriptStep, ScriptedProvider};
+pub use scripted::{ScriptStats, ScriptStep, ScriptedProvider};
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};

@@ -189,11 +189,13 @@ impl Provider for ScriptedProvider {
             (None, None) => ScriptStep::Fail(ProviderError::ScriptExhausted { calls: call_no }),
         };
         let mut outcome = Self::respond(&request, step, call_no);
-        let mut guard = InFlight {
+        let guard = InFlight {
             stats: self.stats.clone(),
             done: false,
         };
         Box::pin(async move {
+            // Move the whole guard in (edition 2021 would otherwise capture only `guard.done`).
+            let mut guard = guard;
             loop {
                 match outcome {
                     ScriptOutcome::Ready(result) => {
