@@ -1,6 +1,24 @@
-//! warden's actors.
-mod provider;
+//! warden's actors: the priority mailbox, the agent, the supervisor, providers and tools.
+//!
+//! Where to look:
+//! * [`mailbox`] — four priority lanes on top of actix (halt › control › supervision › ordinary).
+//! * `agent` — the agent actor, its shared cell and its turn (the ReAct loop); [`AgentHandle`].
+//! * `supervisor` — [`Supervisor`]: registry, delegation budgets, halt propagation, restarts.
+//! * `provider` — the [`Provider`] trait and the [`ScriptedProvider`].
+//! * `tools` — the [`Tool`] trait and [`ToolRegistry`].
+//! * `journal` — the [`Journal`] trait and [`MemoryJournal`].
 
+mod agent;
+mod journal;
+pub mod mailbox;
+mod provider;
+mod supervisor;
+mod tools;
+
+pub use agent::{AgentHandle, ControlError, ControlOp, EventSendError, HaltAck, TaskError};
+pub use journal::{now_ms, Journal, MemoryJournal, NullJournal};
 pub use provider::{
-    LlmRequest, LlmResponse, Provider, ProviderError, ScriptStep, ScriptedProvider,
+    LlmRequest, LlmResponse, Provider, ProviderError, ScriptStats, ScriptStep, ScriptedProvider,
 };
+pub use supervisor::{AgentSpec, DelegationError, SpawnError, Supervisor, UnknownAgent};
+pub use tools::{FnTool, Tool, ToolContext, ToolError, ToolRegistry};

@@ -159,7 +159,7 @@ impl Default for MailboxConfig {
 }
 
 /// `[supervisor]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SupervisorConfig {
     /// Actix arbiters (threads) agents are spread over. 0 = one per core. Default 0.
@@ -167,14 +167,6 @@ pub struct SupervisorConfig {
     pub restart: RestartConfig,
 }
 
-impl Default for SupervisorConfig {
-    fn default() -> Self {
-        SupervisorConfig {
-            arbiters: 0,
-            restart: RestartConfig::default(),
-        }
-    }
-}
 
 /// OTP restart strategies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -213,7 +205,7 @@ impl Default for RestartConfig {
 }
 
 fn seconds(key: &'static str, value: f64) -> Result<(), ConfigError> {
-    if value.is_finite() && value >= 0.0 && value <= 31_536_000.0 {
+    if (0.0..=31_536_000.0).contains(&value) {
         Ok(())
     } else {
         Err(ConfigError::Invalid {

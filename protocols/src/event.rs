@@ -179,6 +179,11 @@ pub enum EventKind {
         to: AgentKey,
         outcome: DelegationOutcome,
     },
+    /// A delegate this agent was waiting on tripped a breaker (the owner is notified). No change.
+    DelegateLockedOut {
+        delegate: AgentKey,
+        reason: String,
+    },
     /// The actor died outside a clean stop (a panic in its own code).
     Crashed {
         state: AgentState,

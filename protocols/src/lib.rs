@@ -36,5 +36,5 @@ pub use state::{AgentState, IllegalTransition, TRANSITIONS};
 pub use status::{AgentStatus, QueueDepths};
 pub use wire::{
     AgentKey, AgentRole, ChatMessage, ChatRole, FinishReason, FunctionCall, TerminationReason,
-    ToolCall, ToolCategory, ToolSpec, Usage,
+    ToolCall, ToolCategory, ToolSpec, Usage, UserEvent,
 };

@@ -104,6 +104,7 @@ impl AgentRecord {
             | EventKind::DelegationRequested { .. }
             | EventKind::DelegationRefused { .. }
             | EventKind::DelegationEnded { .. }
+            | EventKind::DelegateLockedOut { .. }
             | EventKind::Crashed { .. } => {}
         }
     }

@@ -235,3 +235,28 @@ pub enum TerminationReason {
     /// A SystemHalt stopped the turn.
     Halted,
 }
+
+/// Something that happened that an agent should react to: a chat line, a game event, a user request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserEvent {
+    /// Where it came from (`say`, `whisper`, `channel:ooc`, `api`, …).
+    #[serde(default = "default_source")]
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender: Option<String>,
+    pub content: String,
+}
+
+fn default_source() -> String {
+    "api".to_owned()
+}
+
+impl UserEvent {
+    pub fn new(content: impl Into<String>) -> Self {
+        UserEvent {
+            source: default_source(),
+            sender: None,
+            content: content.into(),
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! The actix actor that drives one agent.
+//!
+//! It owns no state of its own beyond the handle of the running turn: everything lives in the
+//! [`AgentCell`], so a restarted actor picks up exactly where the crashed one was (queue included).
+//!
+//! Reading order on every [`Wake`]: the most urgent lane first, one message at a time. While a turn runs
+//! (or the agent is paused) only lanes 0–2 are read; ordinary work waits. The turn is spawned with
+//! `ctx.spawn` and its [`SpawnHandle`] kept, so a halt can cancel it; nothing here ever `ctx.wait`s.
+
+use super::{
+    cell::AgentCell, send_halt, turn, AgentMsg, ControlError, ControlOp, ControlRequest, HaltAck,
+    HaltRequest, Signal, TaskError, TaskReply, Work,
+};
+use crate::mailbox::Wake;
+use actix::{
+    Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, SpawnHandle,
+    WrapFuture,
+};
+use std::sync::Arc;
+use warden_protocols::{
+    AgentState, DiscardedMessage, EventKind, HaltCause, Priority, TerminationReason, TurnOutcome,
+    WorkRefusal,
+};
+
+/// Messages read per wake before yielding to the arbiter.
+const BATCH: usize = 64;
+
+pub(crate) struct AgentActor {
+    cell: Arc<AgentCell>,
+    turn: Option<SpawnHandle>,
+    /// Set only by a deliberate [`Shutdown`]; any other end of the actor is a crash.
+    clean_stop: bool,
+}
+
+/// Stops the actor deliberately (supervisor restarts of healthy agents, shutdown).
+pub(crate) struct Shutdown;
+
+impl Message for Shutdown {
+    type Result = ();
+}
+
+impl AgentActor {
+    pub fn new(cell: Arc<AgentCell>) -> Self {
+        AgentActor {
+            cell,
+            turn: None,
+            clean_stop: false,
+        }
+    }
+
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        for _ in 0..BATCH {
+            let busy = self.turn.is_some() || self.cell.lock().paused;
+            let next = if busy {
+                self.cell.mailbox.pop_urgent()
+            } else {
+                self.cell.mailbox.pop()
+            };
+            let Some(envelope) = next else {
+                return;
+            };
+            match envelope.msg {
+                AgentMsg::Halt(request) => self.on_halt(request, ctx),
+                AgentMsg::Control(request) => self.on_control(request),
+                AgentMsg::Signal(signal) => self.on_signal(signal),
+                AgentMsg::Work(work) => self.on_work(work, ctx),
+            }
+        }
+        // Batch used up: continue on a fresh wake so other actors on this arbiter get a turn.
+        self.cell.mailbox.mark_wake_pending();
+        ctx.notify(Wake);
+    }
+
+    fn on_work(&mut self, work: Work, ctx: &mut Context<Self>) {
+        {
+            let mut rec = self.cell.lock();
+            let refusal = match rec.state {
+                AgentState::SafetyLockout => Some(WorkRefusal::LockedOut {
+                    cause: rec
+                        .lockout
+                        .as_ref()
+                        .map(|l| l.reason.clone())
+                        .unwrap_or_default(),
+                }),
+                AgentState::Stopped => Some(WorkRefusal::Stopped),
+                _ => None,
+            };
+            if let Some(refusal) = refusal {
+                self.cell.emit(
+                    &mut rec,
+                    EventKind::WorkRefused {
+                        work: work.kind().into(),
+                        refusal: refusal.clone(),
+                    },
+                );
+                drop(rec);
+                if let Work::Delegated(task) = work {
+                    let _ = task.reply.send(Err(TaskError::Refused(refusal)));
+                }
+                return;
+            }
+            let cause = format!("{} received", work.kind());
+            if self
+                .cell
+                .transition(&mut rec, AgentState::Executing, &cause)
+                .is_err()
+            {
+                return;
+            }
+        }
+        let future = turn::run(self.cell.clone(), work).into_actor(self).map(
+            |(outcome, reply), act, ctx| {
+                act.turn = None;
+                act.finish_turn(outcome, reply);
+                act.pump(ctx);
+            },
+        );
+        self.turn = Some(ctx.spawn(future));
+    }
+
+    fn finish_turn(&mut self, outcome: TurnOutcome, reply: Option<TaskReply>) {
+        let mut rec = self.cell.lock();
+        // A halt seen by the turn before the actor read it: the halt message will do the rest.
+        if self.cell.halt_requested() {
+            return;
+        }
+        if rec.state == AgentState::Executing {
+            let cause = format!("turn finished: {:?}", outcome.reason);
+            let _ = self
+                .cell
+                .transition(&mut rec, AgentState::WaitingForEvent, &cause);
+        }
+        let lockout = rec.lockout.as_ref().map(|l| l.reason.clone());
+        self.cell.emit(
+            &mut rec,
+            EventKind::TurnFinished {
+                outcome: outcome.clone(),
+            },
+        );
+        drop(rec);
+        if let Some(reply) = reply {
+            let result = match (outcome.answer, lockout) {
+                (Some(answer), _) => Ok(answer),
+                (None, Some(reason)) if outcome.reason == TerminationReason::SafetyLockout => {
+                    Err(TaskError::LockedOut(reason))
+                }
+                (None, _) => Err(TaskError::NoAnswer(outcome.reason)),
+            };
+            let _ = reply.send(result);
+        }
+    }
+
+    fn on_halt(&mut self, request: HaltRequest, ctx: &mut Context<Self>) {
+        // Cancellation propagates down the delegation tree: collect before the turn is dropped.
+        let delegates = self.cell.running_delegates();
+        if let Some(turn) = self.turn.take() {
+            ctx.cancel_future(turn);
+        }
+        let discarded = self.cell.mailbox.take_ordinary();
+        let ack = {
+            let mut rec = self.cell.lock();
+            if rec.state != AgentState::Stopped {
+                let _ = self
+                    .cell
+                    .transition(&mut rec, AgentState::Stopped, "system halt");
+            }
+            self.cell.emit(
+                &mut rec,
+                EventKind::Halted {
+                    cause: request.cause.clone(),
+                    discarded: discarded.len() as u64,
+                },
+            );
+            HaltAck {
+                agent: self.cell.key.clone(),
+                state: rec.state,
+                discarded: discarded.len() as u64,
+            }
+        };
+        if let Some(tx) = request.ack {
+            let _ = tx.send(ack);
+        }
+        if !discarded.is_empty() {
+            let messages = discarded
+                .iter()
+                .map(|e| DiscardedMessage {
+                    id: e.id,
+                    priority: Priority::Ordinary,
+                    kind: match &e.msg {
+                        AgentMsg::Work(w) => w.kind().into(),
+                        _ => "other".into(),
+                    },
+                })
+                .collect();
+            self.cell.note(EventKind::MessagesDiscarded { messages });
+        }
+        // Dropping the queue drops the reply channels of delegated tasks: their delegators see the
+        // task abandoned and release their slots.
+        drop(discarded);
+        for delegate in delegates {
+            drop(send_halt(
+                &delegate,
+                HaltCause::Parent {
+                    parent: self.cell.key.clone(),
+                },
+            ));
+        }
+    }
+
+    fn on_control(&mut self, request: ControlRequest) {
+        let ControlRequest { op, reply } = request;
+        let result = {
+            let mut rec = self.cell.lock();
+            let cell = &self.cell;
+            match op {
+                ControlOp::Unlock { operator } | ControlOp::ClearEmergency { operator } => {
+                    if rec.state == AgentState::SafetyLockout {
+                        cell.emit(
+                            &mut rec,
+                            EventKind::Unlocked {
+                                operator: operator.clone(),
+                            },
+                        );
+                        let cause = format!("unlocked by {operator}");
+                        let _ = cell.transition(&mut rec, AgentState::WaitingForEvent, &cause);
+                        Ok(())
+                    } else {
+                        Err(ControlError::NotActive)
+                    }
+                }
+                ControlOp::ResetHistory { operator } => {
+                    cell.emit(
+                        &mut rec,
+                        EventKind::HistoryReset {
+                            operator: operator.clone(),
+                        },
+                    );
+                    if rec.state == AgentState::SafetyLockout {
+                        cell.emit(
+                            &mut rec,
+                            EventKind::Unlocked {
+                                operator: operator.clone(),
+                            },
+                        );
+                        let cause = format!("history reset by {operator}");
+                        let _ = cell.transition(&mut rec, AgentState::WaitingForEvent, &cause);
+                    } else if rec.consecutive_errors > 0 {
+                        cell.emit(&mut rec, EventKind::ErrorsReset);
+                    }
+                    Ok(())
+                }
+                ControlOp::Pause { operator } => {
+                    if !rec.paused {
+                        cell.emit(&mut rec, EventKind::Paused { operator });
+                    }
+                    Ok(())
+                }
+                ControlOp::Resume { operator } => {
+                    let mut did = false;
+                    if rec.paused {
+                        cell.emit(
+                            &mut rec,
+                            EventKind::Unpaused {
+                                operator: operator.clone(),
+                            },
+                        );
+                        did = true;
+                    }
+                    if rec.state == AgentState::Stopped {
+                        cell.clear_halt();
+                        let cause = format!("resumed by {operator}");
+                        let _ = cell.transition(&mut rec, AgentState::WaitingForEvent, &cause);
+                        did = true;
+                    }
+                    if did {
+                        Ok(())
+                    } else {
+                        Err(ControlError::NotStopped)
+                    }
+                }
+            }
+        };
+        let _ = reply.send(result);
+    }
+
+    fn on_signal(&mut self, signal: Signal) {
+        match signal {
+            Signal::DelegateLockedOut { delegate, reason } => {
+                tracing::info!(agent = %self.cell.key, %delegate, %reason, "delegate locked out");
+                self.cell
+                    .note(EventKind::DelegateLockedOut { delegate, reason });
+            }
+        }
+    }
+}
+
+impl Actor for AgentActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.cell.mailbox.attach(ctx.address().recipient());
+    }
+}
+
+impl Drop for AgentActor {
+    fn drop(&mut self) {
+        if !self.clean_stop {
+            tracing::error!(agent = %self.cell.key, "agent actor crashed");
+            self.cell.report_crash();
+        }
+    }
+}
+
+impl Handler<Wake> for AgentActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Wake, ctx: &mut Context<Self>) {
+        self.cell.mailbox.begin_drain();
+        self.pump(ctx);
+    }
+}
+
+impl Handler<Shutdown> for AgentActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
+        self.clean_stop = true;
+        ctx.stop();
+    }
+}

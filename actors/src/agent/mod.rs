@@ -1,0 +1,350 @@
+//! The agent: one actor type for both roles (assistant and sub-agent).
+//!
+//! * [`cell`] — the shared state (record, mailbox, provider, tools), which outlives actor restarts.
+//! * [`actor`] — the actix actor that drains the priority mailbox and spawns turns (never `ctx.wait`).
+//! * [`turn`] — one turn: the ReAct loop against the [`crate::Provider`], tools, breakers.
+//! * [`AgentHandle`] — what callers hold: send work, halt, unlock, read status.
+
+pub(crate) mod actor;
+pub(crate) mod cell;
+pub(crate) mod turn;
+
+use crate::mailbox::{Prioritized, TrySendError};
+use cell::AgentCell;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+use warden_protocols::{
+    AgentKey, AgentRecord, AgentState, AgentStatus, HaltCause, Priority, TerminationReason,
+    UserEvent, WorkRefusal,
+};
+
+/// Everything that travels through an agent's priority mailbox.
+pub(crate) enum AgentMsg {
+    /// Priority 0.
+    Halt(HaltRequest),
+    /// Priority 1.
+    Control(ControlRequest),
+    /// Priority 2.
+    Signal(Signal),
+    /// Priority 3.
+    Work(Work),
+}
+
+impl Prioritized for AgentMsg {
+    fn priority(&self) -> Priority {
+        match self {
+            AgentMsg::Halt(_) => Priority::SystemHalt,
+            AgentMsg::Control(_) => Priority::Control,
+            AgentMsg::Signal(_) => Priority::Supervision,
+            AgentMsg::Work(_) => Priority::Ordinary,
+        }
+    }
+}
+
+pub(crate) struct HaltRequest {
+    pub cause: HaltCause,
+    pub ack: Option<oneshot::Sender<HaltAck>>,
+}
+
+pub(crate) struct ControlRequest {
+    pub op: ControlOp,
+    pub reply: oneshot::Sender<Result<(), ControlError>>,
+}
+
+/// Supervision and safety signals.
+pub(crate) enum Signal {
+    /// A delegate this agent is waiting on tripped a breaker.
+    DelegateLockedOut { delegate: AgentKey, reason: String },
+}
+
+/// Ordinary work.
+pub(crate) enum Work {
+    Event(UserEvent),
+    Tick,
+    Delegated(DelegatedTask),
+}
+
+impl Work {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Work::Event(_) => "user_event",
+            Work::Tick => "tick",
+            Work::Delegated(_) => "delegated_task",
+        }
+    }
+}
+
+pub(crate) type TaskReply = oneshot::Sender<Result<String, TaskError>>;
+
+pub(crate) struct DelegatedTask {
+    pub task: String,
+    /// The chain including this delegate, root first.
+    pub lineage: Arc<[AgentKey]>,
+    pub reply: TaskReply,
+}
+
+/// An operator action, read from the control lane (priority 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlOp {
+    /// `SAFETY_LOCKOUT → WAITING_FOR_EVENT`, counters reset.
+    Unlock { operator: String },
+    /// The design's `clear_emergency_stop`: same effect as unlock.
+    ClearEmergency { operator: String },
+    /// Clears the conversation history, the error count and any lockout.
+    ResetHistory { operator: String },
+    /// Stops reading ordinary work (queued work stays queued).
+    Pause { operator: String },
+    /// Undoes a pause, and brings a STOPPED agent back to `WAITING_FOR_EVENT`.
+    Resume { operator: String },
+}
+
+/// Why an operator action did nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    #[error("emergency stop is not active")]
+    NotActive,
+    #[error("agent is neither paused nor stopped")]
+    NotStopped,
+    #[error("agent is shut down")]
+    Closed,
+}
+
+/// A halt's acknowledgement: the agent is `STOPPED` and its ordinary queue is cleared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HaltAck {
+    pub agent: AgentKey,
+    pub state: AgentState,
+    /// Ordinary messages this halt cleared (each journaled).
+    pub discarded: u64,
+}
+
+/// Why a delegated task produced no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    #[error("task refused: {0}")]
+    Refused(WorkRefusal),
+    #[error("turn ended without an answer ({0:?})")]
+    NoAnswer(TerminationReason),
+    #[error("delegate locked out: {0}")]
+    LockedOut(String),
+}
+
+/// A user event that could not be queued, handed back with the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{refusal}")]
+pub struct EventSendError {
+    pub event: UserEvent,
+    pub refusal: WorkRefusal,
+}
+
+/// A cheap, cloneable handle on one agent. Stays valid across restarts of its actor.
+#[derive(Clone)]
+pub struct AgentHandle {
+    pub(crate) cell: Arc<AgentCell>,
+}
+
+impl std::fmt::Debug for AgentHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentHandle")
+            .field("key", &self.cell.key)
+            .finish()
+    }
+}
+
+impl AgentHandle {
+    pub fn key(&self) -> &AgentKey {
+        &self.cell.key
+    }
+
+    /// The status snapshot.
+    pub fn status(&self) -> AgentStatus {
+        self.cell.status()
+    }
+
+    pub fn state(&self) -> AgentState {
+        self.cell.state()
+    }
+
+    /// A copy of the durable record (state, counters, history).
+    pub fn record(&self) -> AgentRecord {
+        self.cell.record()
+    }
+
+    fn refusal_now(&self) -> Option<WorkRefusal> {
+        match self.cell.state() {
+            AgentState::SafetyLockout => Some(WorkRefusal::LockedOut {
+                cause: self
+                    .cell
+                    .lock()
+                    .lockout
+                    .as_ref()
+                    .map(|l| l.reason.clone())
+                    .unwrap_or_default(),
+            }),
+            AgentState::Stopped => Some(WorkRefusal::Stopped),
+            _ => None,
+        }
+    }
+
+    fn refuse(&self, event: UserEvent, refusal: WorkRefusal) -> EventSendError {
+        self.cell.note(warden_protocols::EventKind::WorkRefused {
+            work: "user_event".into(),
+            refusal: refusal.clone(),
+        });
+        EventSendError { event, refusal }
+    }
+
+    fn unwrap_event(err: TrySendError<AgentMsg>) -> Option<UserEvent> {
+        match err.into_inner() {
+            AgentMsg::Work(Work::Event(event)) => Some(event),
+            _ => None,
+        }
+    }
+
+    /// Queues an event without waiting. Refused while locked out or stopped, or when the ordinary lane
+    /// is full; the event is handed back.
+    pub fn try_send_event(&self, event: UserEvent) -> Result<u64, EventSendError> {
+        if let Some(refusal) = self.refusal_now() {
+            return Err(self.refuse(event, refusal));
+        }
+        match self
+            .cell
+            .mailbox
+            .try_send(AgentMsg::Work(Work::Event(event)))
+        {
+            Ok(id) => Ok(id),
+            Err(err) => {
+                let refusal = match &err {
+                    TrySendError::Full(_) => WorkRefusal::MailboxFull {
+                        capacity: self.cell.mailbox.capacity(),
+                    },
+                    TrySendError::Closed(_) => WorkRefusal::Closed,
+                };
+                let event = Self::unwrap_event(err).unwrap_or_else(|| UserEvent::new(""));
+                Err(EventSendError { event, refusal })
+            }
+        }
+    }
+
+    /// Queues an event, waiting for room in the ordinary lane (backpressure).
+    pub async fn send_event(&self, event: UserEvent) -> Result<u64, EventSendError> {
+        if let Some(refusal) = self.refusal_now() {
+            return Err(self.refuse(event, refusal));
+        }
+        self.cell
+            .mailbox
+            .send(AgentMsg::Work(Work::Event(event)))
+            .await
+            .map_err(|err| EventSendError {
+                event: match err.0 {
+                    AgentMsg::Work(Work::Event(event)) => event,
+                    _ => UserEvent::new(""),
+                },
+                refusal: WorkRefusal::Closed,
+            })
+    }
+
+    /// Queues an autonomous tick (a turn with no new event).
+    pub fn try_tick(&self) -> Result<u64, WorkRefusal> {
+        if let Some(refusal) = self.refusal_now() {
+            return Err(refusal);
+        }
+        self.cell
+            .mailbox
+            .try_send(AgentMsg::Work(Work::Tick))
+            .map_err(|err| match err {
+                TrySendError::Full(_) => WorkRefusal::MailboxFull {
+                    capacity: self.cell.mailbox.capacity(),
+                },
+                TrySendError::Closed(_) => WorkRefusal::Closed,
+            })
+    }
+
+    /// SystemHalt (priority 0). Resolves when the agent has acknowledged `STOPPED`.
+    ///
+    /// The halt is visible to the running turn at once (its LLM call is dropped, no tool starts), even
+    /// before the actor reads the halt message. Halting an agent also halts the delegates of the
+    /// delegations it is running.
+    pub async fn halt(&self, cause: HaltCause) -> HaltAck {
+        let rx = send_halt(&self.cell, cause);
+        match rx.await {
+            Ok(ack) => ack,
+            // The actor is gone for good (shut down): report what the record says.
+            Err(_) => HaltAck {
+                agent: self.cell.key.clone(),
+                state: self.cell.state(),
+                discarded: 0,
+            },
+        }
+    }
+
+    async fn control(&self, op: ControlOp) -> Result<(), ControlError> {
+        let (reply, rx) = oneshot::channel();
+        self.cell
+            .mailbox
+            .try_send(AgentMsg::Control(ControlRequest { op, reply }))
+            .map_err(|_| ControlError::Closed)?;
+        rx.await.unwrap_or(Err(ControlError::Closed))
+    }
+
+    /// Authenticated unlock: `SAFETY_LOCKOUT → WAITING_FOR_EVENT`. `operator` is journaled. Callers
+    /// (the CLI, the admin API) authenticate the operator before calling this; nothing an agent or a
+    /// model produces can reach it.
+    pub async fn unlock(&self, operator: &str) -> Result<(), ControlError> {
+        self.control(ControlOp::Unlock {
+            operator: operator.into(),
+        })
+        .await
+    }
+
+    /// The design's emergency clear (same effect as [`AgentHandle::unlock`]).
+    pub async fn clear_emergency(&self, operator: &str) -> Result<(), ControlError> {
+        self.control(ControlOp::ClearEmergency {
+            operator: operator.into(),
+        })
+        .await
+    }
+
+    /// Clears history, the error count and any lockout.
+    pub async fn reset_history(&self, operator: &str) -> Result<(), ControlError> {
+        self.control(ControlOp::ResetHistory {
+            operator: operator.into(),
+        })
+        .await
+    }
+
+    pub async fn pause(&self, operator: &str) -> Result<(), ControlError> {
+        self.control(ControlOp::Pause {
+            operator: operator.into(),
+        })
+        .await
+    }
+
+    /// Undoes a pause, and brings a STOPPED agent back to `WAITING_FOR_EVENT`.
+    pub async fn resume(&self, operator: &str) -> Result<(), ControlError> {
+        self.control(ControlOp::Resume {
+            operator: operator.into(),
+        })
+        .await
+    }
+}
+
+/// Marks the halt visible and queues it in lane 0. The receiver resolves on the acknowledgement.
+pub(crate) fn send_halt(cell: &AgentCell, cause: HaltCause) -> oneshot::Receiver<HaltAck> {
+    cell.request_halt();
+    let (ack, rx) = oneshot::channel();
+    let request = HaltRequest {
+        cause,
+        ack: Some(ack),
+    };
+    if let Err(err) = cell.mailbox.try_send(AgentMsg::Halt(request)) {
+        if let AgentMsg::Halt(HaltRequest { ack: Some(ack), .. }) = err.into_inner() {
+            let _ = ack.send(HaltAck {
+                agent: cell.key.clone(),
+                state: cell.state(),
+                discarded: 0,
+            });
+        }
+    }
+    rx
+}

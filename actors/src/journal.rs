@@ -1,0 +1,90 @@
+//! The [`Journal`] every agent hands its events to, and an in-memory implementation.
+//!
+//! Agents journal an event *before* they act on its consequence (see `AgentCell::emit`), so a journal
+//! that is durable on `append` gives crash-safe state: [`warden_protocols::AgentRecord::replay`] rebuilds
+//! any agent from it.
+
+use parking_lot::Mutex;
+use std::{
+    sync::atomic::{AtomicU64, Ordering},
+    time::{SystemTime, UNIX_EPOCH},
+};
+use warden_protocols::{AgentKey, Event, EventKind};
+
+/// Where events go. Implementations must be cheap to call from an actor (no blocking on I/O per event
+/// unless the event must be durable before it is acknowledged).
+pub trait Journal: Send + Sync + 'static {
+    /// Appends one event and returns its sequence number.
+    fn append(&self, agent: &AgentKey, kind: EventKind) -> u64;
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Keeps every event in memory.
+#[derive(Default)]
+pub struct MemoryJournal {
+    events: Mutex<Vec<Event>>,
+    seq: AtomicU64,
+}
+
+impl MemoryJournal {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A copy of every event, in order.
+    pub fn events(&self) -> Vec<Event> {
+        self.events.lock().clone()
+    }
+
+    /// A copy of the events of one agent, in order.
+    pub fn events_of(&self, agent: &str) -> Vec<Event> {
+        self.events
+            .lock()
+            .iter()
+            .filter(|e| e.agent.as_str() == agent)
+            .cloned()
+            .collect()
+    }
+
+    /// Number of events.
+    pub fn len(&self) -> usize {
+        self.events.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Journal for MemoryJournal {
+    fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
+        let mut events = self.events.lock();
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        events.push(Event {
+            seq,
+            at_ms: now_ms(),
+            agent: agent.clone(),
+            kind,
+        });
+        seq
+    }
+}
+
+/// Drops every event (for benchmarks that measure the mailbox alone).
+#[derive(Default)]
+pub struct NullJournal {
+    seq: AtomicU64,
+}
+
+impl Journal for NullJournal {
+    fn append(&self, _agent: &AgentKey, _kind: EventKind) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}

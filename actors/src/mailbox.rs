@@ -1,0 +1,355 @@
+//! The priority mailbox: four FIFO lanes shared by every sender and the owning actor, with actix's own
+//! (FIFO) mailbox carrying nothing but coalesced [`Wake`] signals.
+//!
+//! # Invariants
+//! * The reader always takes the most urgent non-empty lane ([`Priority`] order), so a message in the
+//!   `SystemHalt` lane is read before any ordinary message, whatever the ordinary backlog.
+//! * Only the ordinary lane is bounded. Halt, control and supervision lanes never refuse a message, so a
+//!   full ordinary lane cannot block a halt.
+//! * Wake-ups are coalesced: a sender posts a `Wake` only when it flips `wake_scheduled` from false to
+//!   true; the reader clears the flag *before* it reads ([`PriorityMailbox::begin_drain`]), so a message
+//!   pushed after the clear posts a new wake and none is missed.
+//! * `depth[i]` is incremented after a push and decremented after a pop, both under lane `i`'s lock, so it
+//!   is exact whenever no lock is held and never undercounts a visible message.
+//!
+//! # Lock order
+//! Each lane lock is a leaf: it is never held while taking another lock or posting a wake.
+
+use actix::{Message, Recipient};
+use parking_lot::Mutex;
+use std::{
+    collections::VecDeque,
+    sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+};
+use tokio::sync::Notify;
+use warden_protocols::{Priority, QueueDepths};
+
+/// The only message that travels through actix's mailbox: "your lanes may have work".
+#[derive(Debug, Clone, Copy)]
+pub struct Wake;
+
+impl Message for Wake {
+    type Result = ();
+}
+
+/// A message that knows its lane.
+pub trait Prioritized {
+    fn priority(&self) -> Priority;
+}
+
+/// A message with the id the mailbox gave it.
+#[derive(Debug)]
+pub struct Envelope<M> {
+    pub id: u64,
+    pub msg: M,
+}
+
+/// A `try_send` that could not enqueue; the message is handed back.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TrySendError<M> {
+    #[error("ordinary lane is full")]
+    Full(M),
+    #[error("mailbox is closed")]
+    Closed(M),
+}
+
+impl<M> TrySendError<M> {
+    pub fn into_inner(self) -> M {
+        match self {
+            TrySendError::Full(m) | TrySendError::Closed(m) => m,
+        }
+    }
+}
+
+/// A `send` on a closed mailbox; the message is handed back.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("mailbox is closed")]
+pub struct SendError<M>(pub M);
+
+/// Four priority lanes. See the module docs for the invariants.
+pub struct PriorityMailbox<M> {
+    lanes: [Mutex<VecDeque<Envelope<M>>>; Priority::COUNT],
+    depth: [AtomicUsize; Priority::COUNT],
+    capacity: usize,
+    next_id: AtomicU64,
+    closed: AtomicBool,
+    /// Senders parked in [`PriorityMailbox::send`] waiting for ordinary space.
+    waiting_senders: AtomicUsize,
+    space: Notify,
+    wake_scheduled: AtomicBool,
+    waker: Mutex<Option<Recipient<Wake>>>,
+}
+
+impl<M: Prioritized> PriorityMailbox<M> {
+    /// A mailbox whose ordinary lane holds at most `capacity` messages.
+    pub fn new(capacity: usize) -> Self {
+        PriorityMailbox {
+            lanes: Default::default(),
+            depth: Default::default(),
+            capacity: capacity.max(1),
+            next_id: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+            waiting_senders: AtomicUsize::new(0),
+            space: Notify::new(),
+            wake_scheduled: AtomicBool::new(false),
+            waker: Mutex::new(None),
+        }
+    }
+
+    /// Ordinary-lane capacity.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Enqueues without waiting. Only the ordinary lane can be `Full`.
+    pub fn try_send(&self, msg: M) -> Result<u64, TrySendError<M>> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(TrySendError::Closed(msg));
+        }
+        let lane = msg.priority().index();
+        let id = {
+            let mut q = self.lanes[lane].lock();
+            if lane == Priority::Ordinary.index() && q.len() >= self.capacity {
+                return Err(TrySendError::Full(msg));
+            }
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            q.push_back(Envelope { id, msg });
+            self.depth[lane].fetch_add(1, Ordering::Release);
+            id
+        };
+        self.schedule_wake();
+        Ok(id)
+    }
+
+    /// Enqueues, waiting for space in the ordinary lane (backpressure).
+    pub async fn send(&self, mut msg: M) -> Result<u64, SendError<M>> {
+        loop {
+            let notified = self.space.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            self.waiting_senders.fetch_add(1, Ordering::SeqCst);
+            let attempt = self.try_send(msg);
+            match attempt {
+                Ok(id) => {
+                    self.waiting_senders.fetch_sub(1, Ordering::SeqCst);
+                    return Ok(id);
+                }
+                Err(TrySendError::Closed(m)) => {
+                    self.waiting_senders.fetch_sub(1, Ordering::SeqCst);
+                    return Err(SendError(m));
+                }
+                Err(TrySendError::Full(m)) => {
+                    msg = m;
+                    notified.await;
+                    self.waiting_senders.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+
+    /// Asks the reader to drain (posts one `Wake` unless one is already pending).
+    pub fn schedule_wake(&self) {
+        if self.wake_scheduled.load(Ordering::Acquire) {
+            return;
+        }
+        if !self.wake_scheduled.swap(true, Ordering::AcqRel) {
+            if let Some(waker) = self.waker.lock().as_ref() {
+                waker.do_send(Wake);
+            }
+        }
+    }
+
+    /// Connects (or reconnects, after a restart) the reader. Queued messages stay; a wake is posted.
+    pub fn attach(&self, waker: Recipient<Wake>) {
+        *self.waker.lock() = Some(waker.clone());
+        self.wake_scheduled.store(true, Ordering::Release);
+        waker.do_send(Wake);
+    }
+
+    /// Called by the reader before it reads, on every `Wake`.
+    pub fn begin_drain(&self) {
+        self.wake_scheduled.store(false, Ordering::Release);
+    }
+
+    /// Marks a wake as pending without posting one (the reader re-notifies itself).
+    pub fn mark_wake_pending(&self) {
+        self.wake_scheduled.store(true, Ordering::Release);
+    }
+
+    fn pop_lane(&self, lane: usize) -> Option<Envelope<M>> {
+        if self.depth[lane].load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let env = {
+            let mut q = self.lanes[lane].lock();
+            let env = q.pop_front()?;
+            self.depth[lane].fetch_sub(1, Ordering::Release);
+            env
+        };
+        if lane == Priority::Ordinary.index() && self.waiting_senders.load(Ordering::SeqCst) > 0 {
+            self.space.notify_waiters();
+        }
+        Some(env)
+    }
+
+    /// The next message of the most urgent non-empty lane.
+    pub fn pop(&self) -> Option<Envelope<M>> {
+        (0..Priority::COUNT).find_map(|lane| self.pop_lane(lane))
+    }
+
+    /// The next message from a lane more urgent than `Ordinary` (used while the reader is busy).
+    pub fn pop_urgent(&self) -> Option<Envelope<M>> {
+        (0..Priority::Ordinary.index()).find_map(|lane| self.pop_lane(lane))
+    }
+
+    /// Takes the whole ordinary lane at once (O(1)); used by a halt.
+    pub fn take_ordinary(&self) -> VecDeque<Envelope<M>> {
+        let lane = Priority::Ordinary.index();
+        let taken = {
+            let mut q = self.lanes[lane].lock();
+            let taken = std::mem::take(&mut *q);
+            self.depth[lane].fetch_sub(taken.len(), Ordering::Release);
+            taken
+        };
+        if self.waiting_senders.load(Ordering::SeqCst) > 0 {
+            self.space.notify_waiters();
+        }
+        taken
+    }
+
+    /// Whether a lane more urgent than `Ordinary` has a message.
+    pub fn has_urgent(&self) -> bool {
+        (0..Priority::Ordinary.index()).any(|lane| self.depth[lane].load(Ordering::Acquire) > 0)
+    }
+
+    /// Messages queued per lane.
+    pub fn depths(&self) -> QueueDepths {
+        let d = |p: Priority| self.depth[p.index()].load(Ordering::Acquire);
+        QueueDepths {
+            system_halt: d(Priority::SystemHalt),
+            control: d(Priority::Control),
+            supervision: d(Priority::Supervision),
+            ordinary: d(Priority::Ordinary),
+        }
+    }
+
+    /// Refuses all further sends (queued messages stay readable). Wakes parked senders.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.space.notify_waiters();
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, Eq)]
+    struct M(Priority, u32);
+    impl Prioritized for M {
+        fn priority(&self) -> Priority {
+            self.0
+        }
+    }
+
+    #[test]
+    fn most_urgent_lane_first_fifo_within_a_lane() {
+        let mb = PriorityMailbox::new(16);
+        mb.try_send(M(Priority::Ordinary, 1)).unwrap();
+        mb.try_send(M(Priority::Supervision, 2)).unwrap();
+        mb.try_send(M(Priority::Ordinary, 3)).unwrap();
+        mb.try_send(M(Priority::Control, 4)).unwrap();
+        mb.try_send(M(Priority::SystemHalt, 5)).unwrap();
+        mb.try_send(M(Priority::Control, 6)).unwrap();
+        let order: Vec<u32> = std::iter::from_fn(|| mb.pop()).map(|e| e.msg.1).collect();
+        assert_eq!(order, vec![5, 4, 6, 2, 1, 3]);
+    }
+
+    #[test]
+    fn full_ordinary_lane_hands_the_message_back_and_never_blocks_urgent_lanes() {
+        let mb = PriorityMailbox::new(2);
+        mb.try_send(M(Priority::Ordinary, 1)).unwrap();
+        mb.try_send(M(Priority::Ordinary, 2)).unwrap();
+        assert_eq!(
+            mb.try_send(M(Priority::Ordinary, 3)),
+            Err(TrySendError::Full(M(Priority::Ordinary, 3)))
+        );
+        for i in 0..1000 {
+            mb.try_send(M(Priority::SystemHalt, i)).unwrap();
+            mb.try_send(M(Priority::Control, i)).unwrap();
+        }
+        let d = mb.depths();
+        assert_eq!((d.system_halt, d.control, d.ordinary), (1000, 1000, 2));
+    }
+
+    #[test]
+    fn pop_urgent_leaves_ordinary_work_queued() {
+        let mb = PriorityMailbox::new(4);
+        mb.try_send(M(Priority::Ordinary, 1)).unwrap();
+        assert!(mb.pop_urgent().is_none());
+        mb.try_send(M(Priority::Control, 2)).unwrap();
+        assert_eq!(mb.pop_urgent().map(|e| e.msg.1), Some(2));
+        assert_eq!(mb.depths().ordinary, 1);
+    }
+
+    #[test]
+    fn take_ordinary_empties_the_lane_and_counts_stay_exact() {
+        let mb = PriorityMailbox::new(100);
+        for i in 0..10 {
+            mb.try_send(M(Priority::Ordinary, i)).unwrap();
+        }
+        let taken = mb.take_ordinary();
+        assert_eq!(taken.len(), 10);
+        assert_eq!(mb.depths().ordinary, 0);
+        assert!(mb.pop().is_none());
+        let ids: Vec<u64> = taken.iter().map(|e| e.id).collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 10, "ids are unique");
+    }
+
+    #[test]
+    fn closed_mailbox_hands_the_message_back() {
+        let mb = PriorityMailbox::new(4);
+        mb.close();
+        assert_eq!(
+            mb.try_send(M(Priority::SystemHalt, 1)),
+            Err(TrySendError::Closed(M(Priority::SystemHalt, 1)))
+        );
+    }
+
+    #[tokio::test]
+    async fn send_waits_for_space_and_completes_when_the_reader_pops() {
+        let mb = std::sync::Arc::new(PriorityMailbox::new(1));
+        mb.try_send(M(Priority::Ordinary, 1)).unwrap();
+        let mb2 = mb.clone();
+        let sender = tokio::spawn(async move { mb2.send(M(Priority::Ordinary, 2)).await.is_ok() });
+        tokio::task::yield_now().await;
+        assert!(
+            !sender.is_finished(),
+            "send must wait while the lane is full"
+        );
+        assert_eq!(mb.pop().map(|e| e.msg.1), Some(1));
+        assert!(sender.await.unwrap());
+        assert_eq!(mb.pop().map(|e| e.msg.1), Some(2));
+    }
+
+    #[tokio::test]
+    async fn a_parked_sender_gets_its_message_back_when_the_mailbox_closes() {
+        let mb = std::sync::Arc::new(PriorityMailbox::new(1));
+        mb.try_send(M(Priority::Ordinary, 1)).unwrap();
+        let mb2 = mb.clone();
+        let sender = tokio::spawn(async move { mb2.send(M(Priority::Ordinary, 2)).await });
+        tokio::task::yield_now().await;
+        mb.close();
+        assert_eq!(
+            sender.await.unwrap(),
+            Err(SendError(M(Priority::Ordinary, 2)))
+        );
+    }
+}

@@ -1,0 +1,764 @@
+//! The supervisor: owns the agents, enforces delegation budgets, propagates halts, restarts crashes.
+//!
+//! # Invariants
+//! * Every delegation holds a [`Slot`] for its whole life. The slot's `Drop` releases the delegator's
+//!   budget, unlinks the pair and journals `DelegationEnded` — so success, failure, timeout, halt,
+//!   abandonment and panic all release it, and `active_sub_agents` counts running delegations exactly.
+//! * A refusal is decided before anything is queued, and journaled on the delegator.
+//! * A restart reuses the agent's [`AgentCell`]: record (state, lockout, counters, history) and mailbox
+//!   survive. A locked-out agent comes back locked out.
+//!
+//! # Lock order
+//! Registry shard (dashmap) → agent record. Never a record while holding another agent's record, except
+//! the breaker's leaf notification (delegate record → delegator's mailbox lane).
+
+use crate::{
+    agent::{
+        actor::{AgentActor, Shutdown},
+        cell::{AgentCell, AgentSettings},
+        send_halt, AgentHandle, AgentMsg, DelegatedTask, HaltAck, TaskError, Work,
+    },
+    journal::Journal,
+    mailbox::PriorityMailbox,
+    provider::Provider,
+    tools::{Tool, ToolContext, ToolError, ToolRegistry},
+};
+use actix::{Actor, Addr, Arbiter, ArbiterHandle};
+use dashmap::DashMap;
+use futures::future::{join_all, BoxFuture};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::{
+    collections::VecDeque,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        Arc, Weak,
+    },
+    time::Duration,
+};
+use tokio::{sync::oneshot, time::Instant};
+use warden_protocols::{
+    AgentKey, AgentRecord, AgentRole, AgentState, AgentStatus, DelegationOutcome,
+    DelegationRefusal, EventKind, HaltCause, RestartStrategy, ToolCategory, ToolSpec, WardenConfig,
+};
+
+/// What to spawn.
+pub struct AgentSpec {
+    key: AgentKey,
+    role: AgentRole,
+    parent: Option<AgentKey>,
+    system_prompt: Option<String>,
+    provider: Arc<dyn Provider>,
+    tools: ToolRegistry,
+    can_delegate: bool,
+    restored: Option<AgentRecord>,
+}
+
+impl AgentSpec {
+    /// An assistant (may delegate).
+    pub fn assistant(key: impl Into<AgentKey>, provider: Arc<dyn Provider>) -> Self {
+        AgentSpec {
+            key: key.into(),
+            role: AgentRole::Assistant,
+            parent: None,
+            system_prompt: None,
+            provider,
+            tools: ToolRegistry::new(),
+            can_delegate: true,
+            restored: None,
+        }
+    }
+
+    /// A sub-agent owned by `parent` (may delegate further, within the hop limit).
+    pub fn sub_agent(
+        key: impl Into<AgentKey>,
+        parent: impl Into<AgentKey>,
+        provider: Arc<dyn Provider>,
+    ) -> Self {
+        AgentSpec {
+            role: AgentRole::SubAgent,
+            parent: Some(parent.into()),
+            ..AgentSpec::assistant(key, provider)
+        }
+    }
+
+    pub fn with_system_prompt(mut self, prompt: impl Into<String>) -> Self {
+        self.system_prompt = Some(prompt.into());
+        self
+    }
+
+    pub fn with_tool(mut self, tool: impl Tool) -> Self {
+        self.tools.register(Arc::new(tool));
+        self
+    }
+
+    pub fn with_tool_arc(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.tools.register(tool);
+        self
+    }
+
+    /// No `delegate` tool.
+    pub fn without_delegation(mut self) -> Self {
+        self.can_delegate = false;
+        self
+    }
+
+    /// Starts from a record rebuilt from a journal instead of a fresh one (state, lockout, counters and
+    /// history are kept as they were).
+    pub fn restored_from(mut self, record: AgentRecord) -> Self {
+        self.restored = Some(record);
+        self
+    }
+}
+
+/// Why a spawn failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpawnError {
+    #[error("an agent with key {0} already exists")]
+    DuplicateKey(AgentKey),
+    #[error("restored record is for {found}, not {expected}")]
+    RecordMismatch { expected: AgentKey, found: AgentKey },
+}
+
+/// No agent with that key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown agent {0}")]
+pub struct UnknownAgent(pub AgentKey);
+
+/// How a delegation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DelegationError {
+    #[error("delegation refused: {0}")]
+    Refused(DelegationRefusal),
+    #[error("delegation failed: {0}")]
+    Failed(TaskError),
+    #[error("delegate timed out after {0} ms")]
+    TimedOut(u64),
+    #[error("delegate dropped the task (halted, crashed or shut down)")]
+    Abandoned,
+}
+
+struct AgentEntry {
+    cell: Arc<AgentCell>,
+    addr: Mutex<Option<Addr<AgentActor>>>,
+    arbiter: Option<ArbiterHandle>,
+    /// Restart times inside the intensity window.
+    restarts: Mutex<VecDeque<Instant>>,
+}
+
+struct SupervisorShared {
+    config: WardenConfig,
+    journal: Arc<dyn Journal>,
+    agents: DashMap<AgentKey, Arc<AgentEntry>>,
+    /// Spawn order (for `rest_for_one` and stable listings).
+    order: Mutex<Vec<AgentKey>>,
+    arbiters: Vec<ArbiterHandle>,
+    next_arbiter: AtomicUsize,
+    next_delegation: AtomicU64,
+    crash_tx: tokio::sync::mpsc::UnboundedSender<AgentKey>,
+    shutting_down: AtomicBool,
+}
+
+/// Owns a team of agents. Cheap to clone. Must be created inside a running actix `System`.
+#[derive(Clone)]
+pub struct Supervisor {
+    shared: Arc<SupervisorShared>,
+}
+
+impl Supervisor {
+    /// Agents spread over `supervisor.arbiters` new arbiters (0 = one per core).
+    pub fn new(config: WardenConfig, journal: Arc<dyn Journal>) -> Self {
+        let n = match config.supervisor.arbiters {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let arbiters = (0..n).map(|_| Arbiter::new().handle()).collect();
+        Self::build(config, journal, arbiters)
+    }
+
+    /// Every agent on the current arbiter (deterministic tests, paused time, embedding in one thread).
+    pub fn on_current_arbiter(config: WardenConfig, journal: Arc<dyn Journal>) -> Self {
+        Self::build(config, journal, Vec::new())
+    }
+
+    fn build(
+        config: WardenConfig,
+        journal: Arc<dyn Journal>,
+        arbiters: Vec<ArbiterHandle>,
+    ) -> Self {
+        let (crash_tx, mut crash_rx) = tokio::sync::mpsc::unbounded_channel();
+        let shared = Arc::new(SupervisorShared {
+            config,
+            journal,
+            agents: DashMap::new(),
+            order: Mutex::new(Vec::new()),
+            arbiters,
+            next_arbiter: AtomicUsize::new(0),
+            next_delegation: AtomicU64::new(1),
+            crash_tx,
+            shutting_down: AtomicBool::new(false),
+        });
+        let weak = Arc::downgrade(&shared);
+        actix_rt::spawn(async move {
+            while let Some(key) = crash_rx.recv().await {
+                let Some(shared) = weak.upgrade() else { break };
+                Supervisor { shared }.on_crash(key).await;
+            }
+        });
+        Supervisor { shared }
+    }
+
+    pub fn config(&self) -> &WardenConfig {
+        &self.shared.config
+    }
+
+    /// Spawns an agent and starts its actor.
+    pub fn spawn(&self, spec: AgentSpec) -> Result<AgentHandle, SpawnError> {
+        let config = &self.shared.config;
+        let AgentSpec {
+            key,
+            role,
+            parent,
+            system_prompt,
+            provider,
+            mut tools,
+            can_delegate,
+            restored,
+        } = spec;
+        if self.shared.agents.contains_key(&key) {
+            return Err(SpawnError::DuplicateKey(key));
+        }
+        if can_delegate {
+            tools.register(Arc::new(DelegateTool {
+                supervisor: Arc::downgrade(&self.shared),
+                chain_timeout: config.safety.timeout.chain_seconds,
+            }));
+        }
+        let fresh = restored.is_none();
+        let record = match restored {
+            Some(record) if record.key != key => {
+                return Err(SpawnError::RecordMismatch {
+                    expected: key,
+                    found: record.key,
+                })
+            }
+            Some(record) => record,
+            None => AgentRecord::new(key.clone()),
+        };
+        let settings = AgentSettings {
+            max_iterations_per_tick: config.execution.max_iterations_per_tick,
+            multi_action: config.execution.multi_action_enabled,
+            tool_timeout: Duration::from_secs_f64(config.tools.timeout_seconds),
+            sub_agent_budget: config.delegation.sub_agent_budget,
+        };
+        let cell = Arc::new(AgentCell::new(
+            record,
+            PriorityMailbox::new(config.mailbox.ordinary_capacity.get()),
+            provider,
+            tools,
+            system_prompt,
+            settings,
+            self.shared.journal.clone(),
+            Some(self.shared.crash_tx.clone()),
+        ));
+        if fresh {
+            cell.note(EventKind::Spawned {
+                role,
+                parent,
+                max_consecutive_errors: config.safety.breakers.max_consecutive_errors.get(),
+            });
+        }
+        let arbiter = (!self.shared.arbiters.is_empty()).then(|| {
+            let i = self.shared.next_arbiter.fetch_add(1, Ordering::Relaxed);
+            self.shared.arbiters[i % self.shared.arbiters.len()].clone()
+        });
+        let entry = Arc::new(AgentEntry {
+            cell: cell.clone(),
+            addr: Mutex::new(None),
+            arbiter,
+            restarts: Mutex::new(VecDeque::new()),
+        });
+        match self.shared.agents.entry(key.clone()) {
+            dashmap::mapref::entry::Entry::Occupied(_) => {
+                return Err(SpawnError::DuplicateKey(key))
+            }
+            dashmap::mapref::entry::Entry::Vacant(v) => {
+                v.insert(entry.clone());
+            }
+        }
+        self.shared.order.lock().push(key);
+        start_actor(&entry);
+        Ok(AgentHandle { cell })
+    }
+
+    pub fn get(&self, key: &str) -> Option<AgentHandle> {
+        self.shared.agents.get(key).map(|e| AgentHandle {
+            cell: e.cell.clone(),
+        })
+    }
+
+    /// Every agent, in spawn order.
+    pub fn agents(&self) -> Vec<AgentHandle> {
+        let order = self.shared.order.lock().clone();
+        order.iter().filter_map(|k| self.get(k.as_str())).collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.shared.agents.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.shared.agents.is_empty()
+    }
+
+    /// Status of every agent, in spawn order.
+    pub fn statuses(&self) -> Vec<AgentStatus> {
+        self.agents().iter().map(AgentHandle::status).collect()
+    }
+
+    /// Halts `key` and every delegate it is running (transitively). Resolves when all of them have
+    /// acknowledged `STOPPED`; the first ack is `key`'s.
+    pub async fn halt(&self, key: &str, cause: HaltCause) -> Result<Vec<HaltAck>, UnknownAgent> {
+        let handle = self.get(key).ok_or_else(|| UnknownAgent(key.into()))?;
+        // Collect the subtree before halting: the halt ends the delegations that link it.
+        let mut subtree = Vec::new();
+        let mut stack = vec![handle.cell.clone()];
+        while let Some(cell) = stack.pop() {
+            if subtree
+                .iter()
+                .any(|c: &Arc<AgentCell>| Arc::ptr_eq(c, &cell))
+            {
+                continue;
+            }
+            stack.extend(cell.running_delegates());
+            subtree.push(cell);
+        }
+        let receivers: Vec<_> = subtree
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| {
+                let cause = if i == 0 {
+                    cause.clone()
+                } else {
+                    HaltCause::Parent {
+                        parent: handle.key().clone(),
+                    }
+                };
+                (cell.clone(), send_halt(cell, cause))
+            })
+            .collect();
+        Ok(collect_acks(receivers).await)
+    }
+
+    /// SystemHalt to every agent. Resolves once every agent has acknowledged `STOPPED`.
+    pub async fn halt_all(&self) -> Vec<HaltAck> {
+        let cells: Vec<Arc<AgentCell>> = self
+            .shared
+            .agents
+            .iter()
+            .map(|e| e.value().cell.clone())
+            .collect();
+        let receivers: Vec<_> = cells
+            .into_iter()
+            .map(|cell| {
+                let rx = send_halt(&cell, HaltCause::HaltAll);
+                (cell, rx)
+            })
+            .collect();
+        collect_acks(receivers).await
+    }
+
+    /// Stops every actor deliberately (no restarts). Queued work stays in the records' mailboxes.
+    pub async fn shutdown(&self) {
+        self.shared.shutting_down.store(true, Ordering::SeqCst);
+        let addrs: Vec<_> = self
+            .shared
+            .agents
+            .iter()
+            .filter_map(|e| e.addr.lock().clone())
+            .collect();
+        join_all(addrs.iter().map(|a| a.send(Shutdown))).await;
+        for e in self.shared.agents.iter() {
+            e.cell.mailbox.close();
+        }
+    }
+
+    // ---- delegation -------------------------------------------------------------------------------
+
+    /// Runs `task` on `to` for `from`, within the budgets. `lineage` is `from`'s current chain.
+    pub(crate) async fn delegate(
+        &self,
+        from: &Arc<AgentCell>,
+        to: &AgentKey,
+        task: String,
+        lineage: &[AgentKey],
+    ) -> Result<String, DelegationError> {
+        let config = &self.shared.config;
+        let refuse = |refusal: DelegationRefusal| {
+            from.note(EventKind::DelegationRefused {
+                to: to.clone(),
+                refusal: refusal.clone(),
+            });
+            DelegationError::Refused(refusal)
+        };
+        if from.state().refuses_work() {
+            return Err(refuse(DelegationRefusal::DelegatorNotRunning {
+                delegator: from.key.clone(),
+            }));
+        }
+        let Some(delegate) = self.shared.agents.get(to).map(|e| e.cell.clone()) else {
+            return Err(refuse(DelegationRefusal::UnknownDelegate {
+                delegate: to.clone(),
+            }));
+        };
+        if lineage.contains(to) {
+            let mut chain = lineage.to_vec();
+            chain.push(to.clone());
+            return Err(refuse(DelegationRefusal::Cycle { chain }));
+        }
+        let hops = lineage.len() as u32;
+        let max = config.safety.loop_.max_agent_hops;
+        if hops > max {
+            return Err(refuse(DelegationRefusal::HopLimit { hops, max }));
+        }
+        {
+            let rec = delegate.lock();
+            if rec.emergency_stop || rec.state.refuses_work() {
+                let state = rec.state;
+                drop(rec);
+                return Err(refuse(DelegationRefusal::EmergencyStop {
+                    delegate: to.clone(),
+                    state,
+                }));
+            }
+        }
+        let budget = from.settings.sub_agent_budget;
+        if let Err(active) = from.try_acquire_slot(budget) {
+            return Err(refuse(DelegationRefusal::SubAgentBudget { active, budget }));
+        }
+        let id = self.shared.next_delegation.fetch_add(1, Ordering::Relaxed);
+        let mut slot = Slot::new(from.clone(), delegate.clone(), id);
+        from.note(EventKind::DelegationRequested {
+            id,
+            to: to.clone(),
+            hops,
+        });
+        let (reply, rx) = oneshot::channel();
+        let mut chain = lineage.to_vec();
+        chain.push(to.clone());
+        let task = AgentMsg::Work(Work::Delegated(DelegatedTask {
+            task,
+            lineage: Arc::from(chain),
+            reply,
+        }));
+        if let Err(err) = delegate.mailbox.try_send(task) {
+            let refusal = match err {
+                crate::mailbox::TrySendError::Full(_) => {
+                    warden_protocols::WorkRefusal::MailboxFull {
+                        capacity: delegate.mailbox.capacity(),
+                    }
+                }
+                crate::mailbox::TrySendError::Closed(_) => warden_protocols::WorkRefusal::Closed,
+            };
+            slot.outcome = Some(DelegationOutcome::Failed {
+                error: refusal.to_string(),
+            });
+            drop(slot);
+            return Err(refuse(DelegationRefusal::DelegateRefused {
+                delegate: to.clone(),
+                refusal,
+            }));
+        }
+        let chain_seconds = config.safety.timeout.chain_seconds;
+        let answer = if chain_seconds > 0.0 {
+            let limit = Duration::from_secs_f64(chain_seconds);
+            match tokio::time::timeout(limit, rx).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    let after_ms = limit.as_millis() as u64;
+                    slot.outcome = Some(DelegationOutcome::TimedOut { after_ms });
+                    return Err(DelegationError::TimedOut(after_ms));
+                }
+            }
+        } else {
+            rx.await
+        };
+        match answer {
+            Ok(Ok(answer)) => {
+                slot.outcome = Some(DelegationOutcome::Completed);
+                Ok(answer)
+            }
+            Ok(Err(error)) => {
+                slot.outcome = Some(DelegationOutcome::Failed {
+                    error: error.to_string(),
+                });
+                Err(DelegationError::Failed(error))
+            }
+            Err(_) => {
+                slot.outcome = Some(DelegationOutcome::Abandoned);
+                Err(DelegationError::Abandoned)
+            }
+        }
+    }
+
+    // ---- restarts ---------------------------------------------------------------------------------
+
+    async fn on_crash(&self, key: AgentKey) {
+        if self.shared.shutting_down.load(Ordering::SeqCst) {
+            return;
+        }
+        let Some(entry) = self.shared.agents.get(&key).map(|e| e.clone()) else {
+            return;
+        };
+        entry.cell.note(EventKind::Crashed {
+            state: entry.cell.state(),
+        });
+        let policy = &self.shared.config.supervisor.restart;
+        let window = Duration::from_secs_f64(policy.within_seconds);
+        let now = Instant::now();
+        let gave_up = {
+            let mut times = entry.restarts.lock();
+            while times
+                .front()
+                .is_some_and(|t| now.duration_since(*t) > window)
+            {
+                times.pop_front();
+            }
+            if times.len() as u32 >= policy.max_restarts {
+                Some(times.len() as u32)
+            } else {
+                times.push_back(now);
+                None
+            }
+        };
+        if let Some(restarts) = gave_up {
+            tracing::error!(agent = %key, restarts, "restart intensity exceeded; giving up");
+            give_up(&entry.cell, restarts, window);
+            return;
+        }
+        let victims: Vec<AgentKey> = match policy.strategy {
+            RestartStrategy::OneForOne => vec![key.clone()],
+            RestartStrategy::OneForAll => self.shared.order.lock().clone(),
+            RestartStrategy::RestForOne => {
+                let order = self.shared.order.lock();
+                let from = order.iter().position(|k| *k == key).unwrap_or(0);
+                order[from..].to_vec()
+            }
+        };
+        for victim in victims {
+            let Some(v) = self.shared.agents.get(&victim).map(|e| e.clone()) else {
+                continue;
+            };
+            let crashed = victim == key;
+            if !crashed {
+                let addr = v.addr.lock().clone();
+                if let Some(addr) = addr {
+                    let _ = addr.send(Shutdown).await;
+                }
+            }
+            recover(&v.cell, crashed);
+            start_actor(&v);
+        }
+    }
+}
+
+/// Waits for every ack; an agent whose actor is gone reports its record's state.
+async fn collect_acks(
+    receivers: Vec<(Arc<AgentCell>, oneshot::Receiver<HaltAck>)>,
+) -> Vec<HaltAck> {
+    join_all(receivers.into_iter().map(|(cell, rx)| async move {
+        rx.await.unwrap_or_else(|_| HaltAck {
+            agent: cell.key.clone(),
+            state: cell.state(),
+            discarded: 0,
+        })
+    }))
+    .await
+}
+
+fn start_actor(entry: &Arc<AgentEntry>) {
+    let cell = entry.cell.clone();
+    let addr = match &entry.arbiter {
+        Some(arbiter) => AgentActor::start_in_arbiter(arbiter, move |_| AgentActor::new(cell)),
+        None => AgentActor::new(cell).start(),
+    };
+    *entry.addr.lock() = Some(addr);
+}
+
+/// Brings a record whose actor died mid-turn back to a consistent state. A crash counts as a failed
+/// call; reaching the threshold trips the emergency stop. Locked-out and stopped agents stay so.
+fn recover(cell: &AgentCell, crashed: bool) {
+    let mut rec = cell.lock();
+    if matches!(
+        rec.state,
+        AgentState::WaitingForTool | AgentState::WaitingForInput
+    ) {
+        let _ = cell.transition(&mut rec, AgentState::Executing, "actor restarted");
+    }
+    if rec.state == AgentState::Executing {
+        let mut tripped = false;
+        if crashed {
+            let n = rec.consecutive_errors.saturating_add(1);
+            cell.emit(
+                &mut rec,
+                EventKind::ErrorCounted {
+                    consecutive_errors: n,
+                    error: "agent crashed during a turn".into(),
+                },
+            );
+            if n >= rec.max_consecutive_errors {
+                cell.trip(
+                    &mut rec,
+                    warden_protocols::Breaker::ConsecutiveErrors,
+                    format!("Critical error in tick loop after {n} failures"),
+                );
+                tripped = true;
+            }
+        }
+        if !tripped {
+            let _ = cell.transition(&mut rec, AgentState::WaitingForEvent, "actor restarted");
+        }
+    }
+    let restarts = rec.restarts + 1;
+    cell.emit(&mut rec, EventKind::Restarted { restarts });
+}
+
+/// The restart intensity was exceeded: the agent is stopped for good, its queue discarded.
+fn give_up(cell: &AgentCell, restarts: u32, window: Duration) {
+    let discarded = cell.mailbox.take_ordinary();
+    cell.request_halt();
+    let mut rec = cell.lock();
+    if matches!(
+        rec.state,
+        AgentState::WaitingForTool | AgentState::WaitingForInput
+    ) {
+        let _ = cell.transition(&mut rec, AgentState::Executing, "actor crashed");
+    }
+    if rec.state != AgentState::Stopped {
+        let _ = cell.transition(&mut rec, AgentState::Stopped, "restart intensity exceeded");
+    }
+    cell.emit(
+        &mut rec,
+        EventKind::Halted {
+            cause: HaltCause::RestartIntensity {
+                restarts,
+                within_ms: window.as_millis() as u64,
+            },
+            discarded: discarded.len() as u64,
+        },
+    );
+    drop(rec);
+    cell.mailbox.close();
+    // Pending halts can never be read now: answer them.
+    while let Some(envelope) = cell.mailbox.pop() {
+        if let AgentMsg::Halt(request) = envelope.msg {
+            if let Some(ack) = request.ack {
+                let _ = ack.send(HaltAck {
+                    agent: cell.key.clone(),
+                    state: AgentState::Stopped,
+                    discarded: 0,
+                });
+            }
+        }
+    }
+}
+
+/// One running delegation. Dropping it — on any ending — releases the delegator's slot.
+struct Slot {
+    from: Arc<AgentCell>,
+    to: Arc<AgentCell>,
+    id: u64,
+    outcome: Option<DelegationOutcome>,
+}
+
+impl Slot {
+    /// The slot is already acquired on `from`.
+    fn new(from: Arc<AgentCell>, to: Arc<AgentCell>, id: u64) -> Self {
+        from.add_delegation(id, to.clone());
+        to.add_delegator(id, &from);
+        Slot {
+            from,
+            to,
+            id,
+            outcome: None,
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.from.remove_delegation(self.id);
+        self.to.remove_delegator(self.id);
+        self.from.release_slot();
+        self.from.note(EventKind::DelegationEnded {
+            id: self.id,
+            to: self.to.key.clone(),
+            outcome: self.outcome.take().unwrap_or(DelegationOutcome::Cancelled),
+        });
+    }
+}
+
+/// The built-in `delegate` tool.
+struct DelegateTool {
+    supervisor: Weak<SupervisorShared>,
+    chain_timeout: f64,
+}
+
+impl Tool for DelegateTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "delegate".into(),
+            description: "Hand a task to another agent and wait for its answer.".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "agent": {"type": "string", "description": "key of the agent to delegate to"},
+                    "task": {"type": "string", "description": "what it should do"}
+                },
+                "required": ["agent", "task"]
+            }),
+            category: ToolCategory::SafeChain,
+        }
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        // The delegation enforces `safety.timeout.chain_seconds` itself; the tool timeout must not
+        // cut it short.
+        Some(if self.chain_timeout > 0.0 {
+            Duration::from_secs_f64(self.chain_timeout + 1.0)
+        } else {
+            Duration::from_secs(100 * 365 * 86_400)
+        })
+    }
+
+    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> {
+        let supervisor = self.supervisor.clone();
+        Box::pin(async move {
+            let field = |name: &str| {
+                args.get(name)
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .ok_or_else(|| {
+                        ToolError::InvalidArguments(format!("`{name}` must be a string"))
+                    })
+            };
+            let to = AgentKey::from(field("agent")?);
+            let task = field("task")?;
+            let shared = supervisor
+                .upgrade()
+                .ok_or_else(|| ToolError::Failed("supervisor is gone".into()))?;
+            let supervisor = Supervisor { shared };
+            let from = supervisor
+                .shared
+                .agents
+                .get(&ctx.agent)
+                .map(|e| e.cell.clone())
+                .ok_or_else(|| ToolError::Failed(format!("unknown delegator {}", ctx.agent)))?;
+            let answer = supervisor
+                .delegate(&from, &to, task, &ctx.lineage)
+                .await
+                .map_err(|e| ToolError::Failed(e.to_string()))?;
+            Ok(json!({"agent": to, "answer": answer}))
+        })
+    }
+}

@@ -1,0 +1,135 @@
+//! Tools: the [`Tool`] trait, the per-agent [`ToolRegistry`], and the errors a tool call can end with.
+//!
+//! A tool's future runs inside the agent's turn. The agent checks for a pending halt immediately before
+//! starting it (so no tool starts after a halt), bounds it with a timeout, and catches a panic inside it
+//! (counted as a failed call).
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use std::{collections::HashMap, sync::Arc, time::Duration};
+use warden_protocols::{AgentKey, ToolCategory, ToolSpec};
+
+/// What a tool knows about the call.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The calling agent.
+    pub agent: AgentKey,
+    pub call_id: String,
+    /// The delegation chain of the task being worked on, root first, ending with `agent`.
+    pub lineage: Arc<[AgentKey]>,
+}
+
+/// Why a tool call failed. The model sees the message as the tool's result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    #[error("{0}")]
+    Failed(String),
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(String),
+    #[error("unknown tool `{0}`")]
+    Unknown(String),
+    #[error("tool timed out after {after_ms} ms")]
+    Timeout { after_ms: u64 },
+    #[error("tool panicked: {0}")]
+    Panicked(String),
+}
+
+/// A tool an agent can call.
+pub trait Tool: Send + Sync + 'static {
+    /// Name, description, JSON-schema parameters and category.
+    fn spec(&self) -> ToolSpec;
+
+    /// Runs the tool. `args` is the parsed arguments object.
+    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>>;
+
+    /// Per-call timeout; `None` uses `tools.timeout_seconds`.
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// A tool made from a closure (for embedding code, tests and the demo).
+pub struct FnTool<F> {
+    spec: ToolSpec,
+    f: F,
+}
+
+impl<F, Fut> FnTool<F>
+where
+    F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Value, ToolError>> + Send + 'static,
+{
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        category: ToolCategory,
+        f: F,
+    ) -> Self {
+        FnTool {
+            spec: ToolSpec {
+                name: name.into(),
+                description: description.into(),
+                parameters: serde_json::json!({"type": "object"}),
+                category,
+            },
+            f,
+        }
+    }
+
+    /// Sets the JSON schema of the arguments.
+    pub fn with_parameters(mut self, schema: Value) -> Self {
+        self.spec.parameters = schema;
+        self
+    }
+}
+
+impl<F, Fut> Tool for FnTool<F>
+where
+    F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Value, ToolError>> + Send + 'static,
+{
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> {
+        Box::pin((self.f)(args, ctx))
+    }
+}
+
+/// The tools of one agent, by name.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: HashMap<String, (ToolSpec, Arc<dyn Tool>)>,
+}
+
+impl ToolRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds (or replaces) a tool under its spec's name.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) {
+        let spec = tool.spec();
+        self.tools.insert(spec.name.clone(), (spec, tool));
+    }
+
+    pub fn get(&self, name: &str) -> Option<(&ToolSpec, &Arc<dyn Tool>)> {
+        self.tools.get(name).map(|(s, t)| (s, t))
+    }
+
+    /// Specs sorted by name (a stable prompt).
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        let mut specs: Vec<ToolSpec> = self.tools.values().map(|(s, _)| s.clone()).collect();
+        specs.sort_by(|a, b| a.name.cmp(&b.name));
+        specs
+    }
+
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}
