@@ -1,1 +1,37 @@
+//! **warden** — an actor-model supervisor for teams of LLM agents.
+//!
+//! Every agent (assistant or sub-agent) is an actix actor with a priority mailbox: a `SystemHalt` is
+//! acted on before any queued work and aborts the in-flight LLM call. A [`Supervisor`] owns the agents,
+//! enforces delegation budgets, propagates halts down delegation trees and restarts crashed actors
+//! without losing their safety state.
+//!
+//! This crate is the facade: the types below are all a user needs. The pieces live in
+//! `warden-protocols` (typed messages, states, events, config; no runtime) and `warden-actors`.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use warden::{AgentSpec, MemoryJournal, ScriptStep, ScriptedProvider, Supervisor, UserEvent, WardenConfig};
+//!
+//! # async fn run() {
+//! let journal = Arc::new(MemoryJournal::new());
+//! let team = Supervisor::on_current_arbiter(WardenConfig::default(), journal);
+//! let model = Arc::new(ScriptedProvider::new([ScriptStep::reply("hello!")]));
+//! let npc = team.spawn(AgentSpec::assistant("innkeeper", model)).unwrap();
+//! npc.try_send_event(UserEvent::new("hi there")).unwrap();
+//! # }
+//! ```
 
+pub mod demo;
+
+pub use warden_actors::{
+    mailbox, now_ms, AgentHandle, AgentSpec, ControlError, ControlOp, DelegationError,
+    EventSendError, FnTool, HaltAck, Journal, LlmRequest, LlmResponse, MemoryJournal, NullJournal,
+    Provider, ProviderError, ScriptStats, ScriptStep, ScriptedProvider, SpawnError, Supervisor,
+    TaskError, Tool, ToolContext, ToolError, ToolRegistry, UnknownAgent,
+};
+pub use warden_protocols as protocols;
+pub use warden_protocols::{
+    AgentKey, AgentRecord, AgentRole, AgentState, AgentStatus, ChatMessage, ConfigError, Event,
+    EventKind, HaltCause, Priority, TerminationReason, ToolCategory, UserEvent, WardenConfig,
+    WorkRefusal,
+};

@@ -167,7 +167,6 @@ pub struct SupervisorConfig {
     pub restart: RestartConfig,
 }
 
-
 /// OTP restart strategies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]

@@ -260,21 +260,25 @@ impl AgentHandle {
             })
     }
 
-    /// SystemHalt (priority 0). Resolves when the agent has acknowledged `STOPPED`.
+    /// SystemHalt (priority 0). The halt is requested when this is *called* (not when the future is
+    /// first polled); the future resolves when the agent has acknowledged `STOPPED`.
     ///
     /// The halt is visible to the running turn at once (its LLM call is dropped, no tool starts), even
     /// before the actor reads the halt message. Halting an agent also halts the delegates of the
     /// delegations it is running.
-    pub async fn halt(&self, cause: HaltCause) -> HaltAck {
+    pub fn halt(&self, cause: HaltCause) -> impl std::future::Future<Output = HaltAck> + 'static {
         let rx = send_halt(&self.cell, cause);
-        match rx.await {
-            Ok(ack) => ack,
-            // The actor is gone for good (shut down): report what the record says.
-            Err(_) => HaltAck {
-                agent: self.cell.key.clone(),
-                state: self.cell.state(),
-                discarded: 0,
-            },
+        let cell = self.cell.clone();
+        async move {
+            match rx.await {
+                Ok(ack) => ack,
+                // The actor is gone for good (shut down): report what the record says.
+                Err(_) => HaltAck {
+                    agent: cell.key.clone(),
+                    state: cell.state(),
+                    discarded: 0,
+                },
+            }
         }
     }
 

@@ -1,0 +1,93 @@
+//! Shared test support. Everything is deterministic: agents run on the test's own arbiter
+//! (`Supervisor::on_current_arbiter`), time is paused, and waiting means yielding to the runtime until a
+//! condition holds — never sleeping on the wall clock.
+#![allow(dead_code)]
+
+use std::{
+    future::Future,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+};
+use warden::{
+    AgentState, FnTool, MemoryJournal, Supervisor, ToolCategory, ToolError, WardenConfig,
+};
+
+/// Yields to the runtime until `cond` holds. Panics (naming `what`) if it never does, instead of
+/// hanging the test run.
+pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..200_000 {
+        if cond() {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("condition never held: {what}");
+}
+
+/// Yields `n` times (lets every ready actor run).
+pub async fn settle(n: usize) {
+    for _ in 0..n {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// A team on the current arbiter with an in-memory journal.
+pub fn team(config: WardenConfig) -> (Supervisor, Arc<MemoryJournal>) {
+    let journal = Arc::new(MemoryJournal::new());
+    (
+        Supervisor::on_current_arbiter(config, journal.clone()),
+        journal,
+    )
+}
+
+/// A tool that counts its calls and succeeds (or fails when `fail`).
+pub fn counting_tool(
+    name: &str,
+    category: ToolCategory,
+    fail: bool,
+) -> (
+    FnTool<
+        impl Fn(
+                serde_json::Value,
+                warden::ToolContext,
+            ) -> std::future::Ready<Result<serde_json::Value, ToolError>>
+            + Send
+            + Sync
+            + 'static,
+    >,
+    Arc<AtomicUsize>,
+) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let tool = FnTool::new(name, "test tool", category, move |_args, _ctx| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(if fail {
+            Err(ToolError::Failed("tool failed on purpose".into()))
+        } else {
+            Ok(serde_json::json!({"success": true}))
+        })
+    });
+    (tool, calls)
+}
+
+pub fn count(c: &AtomicUsize) -> usize {
+    c.load(Ordering::SeqCst)
+}
+
+/// Awaits `fut` while letting the runtime run; panics if it does not finish within `n` yields.
+pub async fn within<F: Future>(what: &str, n: usize, fut: F) -> F::Output {
+    tokio::pin!(fut);
+    for _ in 0..n {
+        if let std::task::Poll::Ready(out) = futures::poll!(fut.as_mut()) {
+            return out;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("did not finish: {what}");
+}
+
+pub fn is_state(s: AgentState) -> impl Fn(&warden::AgentHandle) -> bool {
+    move |h| h.state() == s
+}
