@@ -14,14 +14,18 @@ use warden::{
     AgentState, FnTool, MemoryJournal, Supervisor, ToolCategory, ToolError, WardenConfig,
 };
 
-/// Yields to the runtime until `cond` holds. Panics (naming `what`) if it never does, instead of
-/// hanging the test run.
+/// Yields to the runtime until `cond` holds; every 16th try it sleeps 100 ms of (paused, virtual)
+/// time, so timers can fire. Panics (naming `what`) if it never holds, instead of hanging the run.
 pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..200_000 {
+    for i in 0..200_000u32 {
         if cond() {
             return;
         }
-        tokio::task::yield_now().await;
+        if i % 16 == 15 {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        } else {
+            tokio::task::yield_now().await;
+        }
     }
     panic!("condition never held: {what}");
 }
