@@ -48,6 +48,18 @@ pub trait Tool: Send + Sync + 'static {
     }
 }
 
+impl<T: Tool + ?Sized> Tool for Arc<T> {
+    fn spec(&self) -> ToolSpec {
+        (**self).spec()
+    }
+    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> {
+        (**self).call(args, ctx)
+    }
+    fn timeout(&self) -> Option<Duration> {
+        (**self).timeout()
+    }
+}
+
 /// A tool made from a closure (for embedding code, tests and the demo).
 pub struct FnTool<F> {
     spec: ToolSpec,

@@ -11,7 +11,7 @@ use std::{
     },
 };
 use warden::{
-    AgentState, FnTool, MemoryJournal, Supervisor, ToolCategory, ToolError, WardenConfig,
+    AgentState, FnTool, MemoryJournal, Supervisor, Tool, ToolCategory, ToolError, WardenConfig,
 };
 
 /// Yields to the runtime until `cond` holds; every 16th try it sleeps 100 ms of (paused, virtual)
@@ -51,18 +51,7 @@ pub fn counting_tool(
     name: &str,
     category: ToolCategory,
     fail: bool,
-) -> (
-    FnTool<
-        impl Fn(
-                serde_json::Value,
-                warden::ToolContext,
-            ) -> std::future::Ready<Result<serde_json::Value, ToolError>>
-            + Send
-            + Sync
-            + 'static,
-    >,
-    Arc<AtomicUsize>,
-) {
+) -> (Arc<dyn Tool>, Arc<AtomicUsize>) {
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = calls.clone();
     let tool = FnTool::new(name, "test tool", category, move |_args, _ctx| {
@@ -73,7 +62,7 @@ pub fn counting_tool(
             Ok(serde_json::json!({"success": true}))
         })
     });
-    (tool, calls)
+    (Arc::new(tool), calls)
 }
 
 pub fn count(c: &AtomicUsize) -> usize {

@@ -346,3 +346,76 @@ impl AgentCell {
         self.lock().clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{journal::MemoryJournal, provider::ScriptedProvider};
+
+    fn cell(journal: Arc<MemoryJournal>) -> AgentCell {
+        AgentCell::new(
+            AgentRecord::new("a".into()),
+            PriorityMailbox::new(8),
+            Arc::new(ScriptedProvider::new([])),
+            ToolRegistry::new(),
+            None,
+            AgentSettings {
+                max_iterations_per_tick: 5,
+                multi_action: true,
+                tool_timeout: Duration::from_secs(30),
+                sub_agent_budget: 3,
+            },
+            journal,
+            None,
+        )
+    }
+
+    #[test]
+    fn an_illegal_transition_is_refused_journaled_and_not_applied() {
+        let journal = Arc::new(MemoryJournal::new());
+        let cell = cell(journal.clone());
+        let mut rec = cell.lock();
+        let err = cell
+            .transition(&mut rec, AgentState::SafetyLockout, "test")
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "illegal transition WAITING_FOR_EVENT -> SAFETY_LOCKOUT"
+        );
+        assert_eq!(rec.state, AgentState::WaitingForEvent);
+        drop(rec);
+        assert_eq!(cell.state(), AgentState::WaitingForEvent);
+        let events = journal.events();
+        assert!(matches!(
+            events.last().map(|e| &e.kind),
+            Some(EventKind::TransitionRefused {
+                from: AgentState::WaitingForEvent,
+                to: AgentState::SafetyLockout,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_failure_outside_a_turn_counts_but_cannot_trip_into_lockout() {
+        let journal = Arc::new(MemoryJournal::new());
+        let cell = cell(journal);
+        for _ in 0..10 {
+            assert_eq!(cell.record_failure("x"), Counted::Below);
+        }
+        assert_eq!(cell.state(), AgentState::WaitingForEvent);
+    }
+
+    #[test]
+    fn slots_are_counted_exactly_against_the_budget() {
+        let cell = cell(Arc::new(MemoryJournal::new()));
+        assert!(cell.try_acquire_slot(2).is_ok());
+        assert!(cell.try_acquire_slot(2).is_ok());
+        assert_eq!(cell.try_acquire_slot(2), Err(2));
+        cell.release_slot();
+        assert_eq!(cell.active_delegations(), 1);
+        cell.release_slot();
+        cell.release_slot();
+        assert_eq!(cell.active_delegations(), 0, "release never underflows");
+    }
+}

@@ -1,0 +1,451 @@
+//! The agent: consecutive-error emergency stop, lockout refusals, authenticated unlock and the other
+//! operator controls, and the journal replaying to the live record.
+mod common;
+use common::*;
+use serde_json::json;
+use std::{num::NonZeroU32, sync::Arc, time::Duration};
+use warden::*;
+
+fn replay_matches(journal: &MemoryJournal, agent: &AgentHandle) {
+    assert_eq!(
+        AgentRecord::replay(agent.key().clone(), &journal.events()),
+        agent.record(),
+        "journal replay differs from the live record"
+    );
+}
+
+/// One failing LLM call per event.
+async fn fail_n_turns(agent: &AgentHandle, n: u64) {
+    let before = agent.status().turns;
+    for i in 0..n {
+        agent
+            .try_send_event(UserEvent::new(format!("e{i}")))
+            .unwrap();
+        until("turn done", || {
+            agent.status().turns == before + i + 1 || agent.state() == AgentState::SafetyLockout
+        })
+        .await;
+    }
+}
+
+#[actix_rt::test]
+async fn consecutive_errors_trip_exactly_at_the_threshold_not_one_before() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    let model =
+        Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("model down")));
+    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    fail_n_turns(&a, 4).await;
+    let s = a.status();
+    assert_eq!(
+        (s.state, s.consecutive_errors, s.emergency_stop),
+        (AgentState::WaitingForEvent, 4, false)
+    );
+
+    a.try_send_event(UserEvent::new("fifth")).unwrap();
+    until("locked out", || a.state() == AgentState::SafetyLockout).await;
+    let s = a.status();
+    assert_eq!(
+        (
+            s.consecutive_errors,
+            s.max_consecutive_errors,
+            s.emergency_stop
+        ),
+        (5, 5, true)
+    );
+    let lockout = s.lockout.unwrap();
+    assert_eq!(lockout.reason, "Maximum consecutive errors reached (5)");
+    // The trip went EXECUTING → SAFETY_LOCKOUT and was journaled with its reason.
+    let events = journal.events_of("a");
+    assert!(events.iter().any(|e| matches!(
+        &e.kind,
+        EventKind::StateChanged {
+            from: AgentState::Executing,
+            to: AgentState::SafetyLockout,
+            ..
+        }
+    )));
+    assert!(events.iter().any(|e| matches!(
+        &e.kind,
+        EventKind::LockedOut {
+            consecutive_errors: 5,
+            ..
+        }
+    )));
+    replay_matches(&journal, &a);
+}
+
+#[actix_rt::test]
+async fn threshold_is_configurable() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.safety.breakers.max_consecutive_errors = NonZeroU32::new(2).unwrap();
+    let (team, _journal) = team(config);
+    let model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("down")));
+    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    fail_n_turns(&a, 1).await;
+    assert_eq!(a.state(), AgentState::WaitingForEvent);
+    fail_n_turns(&a, 1).await;
+    assert_eq!(a.state(), AgentState::SafetyLockout);
+}
+
+#[actix_rt::test]
+async fn a_successful_action_resets_the_count() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    let (ok_tool, _) = counting_tool("ok", ToolCategory::SafeChain, false);
+    let model = Arc::new(ScriptedProvider::new([
+        ScriptStep::fail("1"),
+        ScriptStep::fail("2"),
+        ScriptStep::fail("3"),
+        ScriptStep::call("ok", json!({})),
+        ScriptStep::reply("done"),
+    ]));
+    let a = team
+        .spawn(AgentSpec::assistant("a", model).with_tool(ok_tool))
+        .unwrap();
+    fail_n_turns(&a, 3).await;
+    assert_eq!(a.status().consecutive_errors, 3);
+    a.try_send_event(UserEvent::new("try the tool")).unwrap();
+    until("turn", || a.status().turns == 4).await;
+    assert_eq!(a.status().consecutive_errors, 0);
+    replay_matches(&journal, &a);
+}
+
+#[actix_rt::test]
+async fn failing_tool_calls_count_and_an_llm_success_that_only_calls_a_tool_does_not_reset() {
+    tokio::time::pause();
+    let (team, _journal) = team(WardenConfig::default());
+    let (bad, calls) = counting_tool("bad", ToolCategory::SafeChain, true);
+    // The model keeps calling a failing tool: every LLM call succeeds, every tool call fails.
+    let model = Arc::new(
+        ScriptedProvider::new([]).with_fallback(|_| ScriptStep::call("bad", json!({"path": "x"}))),
+    );
+    let a = team
+        .spawn(AgentSpec::assistant("a", model).with_tool(bad))
+        .unwrap();
+    a.try_send_event(UserEvent::new("go")).unwrap();
+    until("locked out", || a.state() == AgentState::SafetyLockout).await;
+    assert_eq!(count(&calls), 5, "exactly five failing calls trip the stop");
+    assert_eq!(a.status().consecutive_errors, 5);
+}
+
+#[actix_rt::test]
+async fn unknown_tools_invalid_arguments_and_tool_panics_each_count_one_error() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    let panicking = FnTool::new(
+        "boom",
+        "panics",
+        ToolCategory::SafeChain,
+        |_a, _c| async move {
+            if true {
+                panic!("tool blew up");
+            }
+            Ok(json!({}))
+        },
+    );
+    let model = Arc::new(ScriptedProvider::new([
+        ScriptStep::call("no_such_tool", json!({})),
+        ScriptStep::Respond(LlmResponse {
+            message: ChatMessage::assistant_tool_calls(
+                None,
+                vec![warden::protocols::ToolCall {
+                    id: "bad_json".into(),
+                    kind: "function".into(),
+                    function: warden::protocols::FunctionCall {
+                        name: "boom".into(),
+                        arguments: "{not json".into(),
+                    },
+                }],
+            ),
+            finish_reason: warden::protocols::FinishReason::ToolCalls,
+            usage: Default::default(),
+        }),
+        ScriptStep::call("boom", json!({})),
+        ScriptStep::Panic("provider blew up".into()),
+    ]));
+    let a = team
+        .spawn(AgentSpec::assistant("a", model).with_tool(panicking))
+        .unwrap();
+    a.try_send_event(UserEvent::new("go")).unwrap();
+    until("turn ended", || a.status().turns == 1).await;
+    let s = a.status();
+    assert_eq!(
+        s.consecutive_errors, 4,
+        "unknown tool + invalid args + tool panic + provider panic"
+    );
+    assert_eq!(s.state, AgentState::WaitingForEvent);
+    assert_eq!(s.restarts, 0, "caught panics do not crash the actor");
+    // The model saw each error as a tool result.
+    let history = a.record().history;
+    let tool_results: Vec<_> = history
+        .iter()
+        .filter(|m| m.role == warden::protocols::ChatRole::Tool)
+        .collect();
+    assert_eq!(tool_results.len(), 3);
+    assert!(tool_results[0]
+        .content
+        .as_deref()
+        .unwrap()
+        .contains("unknown tool `no_such_tool`"));
+    assert!(tool_results[1]
+        .content
+        .as_deref()
+        .unwrap()
+        .contains("invalid arguments"));
+    assert!(tool_results[2]
+        .content
+        .as_deref()
+        .unwrap()
+        .contains("tool panicked: tool blew up"));
+    replay_matches(&journal, &a);
+}
+
+#[actix_rt::test]
+async fn tool_timeout_counts_as_a_failure() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.tools.timeout_seconds = 2.0;
+    let (team, _journal) = team(config);
+    let slow = FnTool::new(
+        "slow",
+        "never answers in time",
+        ToolCategory::SafeChain,
+        |_a, _c| async move {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            Ok(json!({}))
+        },
+    );
+    let model = Arc::new(ScriptedProvider::new([
+        ScriptStep::call("slow", json!({})),
+        ScriptStep::reply("gave up"),
+    ]));
+    let a = team
+        .spawn(AgentSpec::assistant("a", model).with_tool(slow))
+        .unwrap();
+    a.try_send_event(UserEvent::new("go")).unwrap();
+    until("turn", || a.status().turns == 1).await;
+    let history = a.record().history;
+    assert!(history.iter().any(|m| m
+        .content
+        .as_deref()
+        .is_some_and(|c| c.contains("tool timed out after 2000 ms"))));
+}
+
+#[actix_rt::test]
+async fn lockout_refuses_all_work_until_an_authenticated_unlock() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    let model = Arc::new(
+        ScriptedProvider::new((0..5).map(|_| ScriptStep::fail("down")))
+            .with_fallback(|_| ScriptStep::reply("back")),
+    );
+    let stats = model.stats();
+    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    fail_n_turns(&a, 5).await;
+    assert_eq!(a.state(), AgentState::SafetyLockout);
+
+    let err = a.try_send_event(UserEvent::new("hello?")).unwrap_err();
+    assert_eq!(
+        err.refusal,
+        WorkRefusal::LockedOut {
+            cause: "Maximum consecutive errors reached (5)".into()
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "agent is in SAFETY_LOCKOUT: Maximum consecutive errors reached (5)"
+    );
+    assert_eq!(a.try_tick().unwrap_err(), err.refusal);
+    // A chat message asking for an unlock is only data: still refused, nothing reaches the model.
+    assert!(a.try_send_event(UserEvent::new("admin:unlock")).is_err());
+    assert_eq!(stats.calls.load(std::sync::atomic::Ordering::SeqCst), 5);
+
+    a.unlock("alice").await.unwrap();
+    let s = a.status();
+    assert_eq!(
+        (s.state, s.emergency_stop, s.consecutive_errors),
+        (AgentState::WaitingForEvent, false, 0)
+    );
+    assert!(journal
+        .events_of("a")
+        .iter()
+        .any(|e| matches!(&e.kind, EventKind::Unlocked { operator } if operator == "alice")));
+    a.try_send_event(UserEvent::new("again")).unwrap();
+    until("answered", || a.status().turns == 6).await;
+    assert_eq!(
+        a.record().history.last().unwrap().content.as_deref(),
+        Some("back")
+    );
+    replay_matches(&journal, &a);
+}
+
+#[actix_rt::test]
+async fn clearing_or_unlocking_an_agent_that_is_not_stopped_is_a_clear_error() {
+    tokio::time::pause();
+    let (team, _journal) = team(WardenConfig::default());
+    let a = team
+        .spawn(AgentSpec::assistant(
+            "a",
+            Arc::new(ScriptedProvider::new([])),
+        ))
+        .unwrap();
+    let err = a.clear_emergency("op").await.unwrap_err();
+    assert_eq!(err, ControlError::NotActive);
+    assert_eq!(err.to_string(), "emergency stop is not active");
+    assert_eq!(a.unlock("op").await.unwrap_err(), ControlError::NotActive);
+    assert_eq!(a.resume("op").await.unwrap_err(), ControlError::NotStopped);
+}
+
+#[actix_rt::test]
+async fn history_reset_clears_history_errors_and_lockout() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    let model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("down")));
+    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    fail_n_turns(&a, 5).await;
+    assert_eq!(a.state(), AgentState::SafetyLockout);
+    assert!(a.status().history_len > 0);
+    a.reset_history("op").await.unwrap();
+    let s = a.status();
+    assert_eq!(
+        (
+            s.state,
+            s.emergency_stop,
+            s.consecutive_errors,
+            s.history_len
+        ),
+        (AgentState::WaitingForEvent, false, 0, 0)
+    );
+    replay_matches(&journal, &a);
+}
+
+#[actix_rt::test]
+async fn a_halted_agent_resumes_only_by_operator() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    let model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("hi")));
+    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    a.halt(HaltCause::Operator {
+        operator: "op".into(),
+    })
+    .await;
+    assert_eq!(
+        a.try_send_event(UserEvent::new("x")).unwrap_err().refusal,
+        WorkRefusal::Stopped
+    );
+    a.resume("op").await.unwrap();
+    assert_eq!(a.state(), AgentState::WaitingForEvent);
+    a.try_send_event(UserEvent::new("x")).unwrap();
+    until("answered", || a.status().turns == 1).await;
+    replay_matches(&journal, &a);
+}
+
+#[actix_rt::test]
+async fn terminal_and_dangerous_tools_end_the_turn() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    let (say, say_calls) = counting_tool("say", ToolCategory::Terminal, false);
+    let (rm, rm_calls) = counting_tool("rm", ToolCategory::Dangerous, false);
+    let model = Arc::new(ScriptedProvider::new([
+        ScriptStep::call("say", json!({"text": "hi"})),
+        ScriptStep::call("rm", json!({})),
+        ScriptStep::call("rm", json!({})),
+    ]));
+    let a = team
+        .spawn(
+            AgentSpec::assistant("a", model)
+                .with_tool(say)
+                .with_tool(rm),
+        )
+        .unwrap();
+    a.try_send_event(UserEvent::new("1")).unwrap();
+    until("t1", || a.status().turns == 1).await;
+    a.try_send_event(UserEvent::new("2")).unwrap();
+    until("t2", || a.status().turns == 2).await;
+    assert_eq!(
+        (count(&say_calls), count(&rm_calls)),
+        (1, 1),
+        "one DANGEROUS tool per tick"
+    );
+    let reasons: Vec<_> = journal
+        .events_of("a")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::TurnFinished { outcome } => Some(outcome.reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            TerminationReason::TerminalTool,
+            TerminationReason::DangerousTool
+        ]
+    );
+}
+
+#[actix_rt::test]
+async fn the_react_loop_stops_at_max_iterations_per_tick() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.execution.max_iterations_per_tick = 3;
+    let (team, journal) = team(config);
+    let (look, calls) = counting_tool("look", ToolCategory::SafeChain, false);
+    let model =
+        Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::call("look", json!({}))));
+    let a = team
+        .spawn(AgentSpec::assistant("a", model).with_tool(look))
+        .unwrap();
+    a.try_send_event(UserEvent::new("go")).unwrap();
+    until("turn", || a.status().turns == 1).await;
+    assert_eq!(count(&calls), 3);
+    let outcome = journal
+        .events_of("a")
+        .into_iter()
+        .find_map(|e| match e.kind {
+            EventKind::TurnFinished { outcome } => Some(outcome),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        (outcome.reason, outcome.iterations),
+        (TerminationReason::MaxIterations, 3)
+    );
+}
+
+#[actix_rt::test]
+async fn status_snapshot_serialises_with_the_documented_fields() {
+    tokio::time::pause();
+    let (team, _journal) = team(WardenConfig::default());
+    let a = team
+        .spawn(AgentSpec::sub_agent(
+            "helper",
+            "boss",
+            Arc::new(ScriptedProvider::new([])),
+        ))
+        .unwrap();
+    let json = serde_json::to_value(a.status()).unwrap();
+    for key in [
+        "key",
+        "role",
+        "state",
+        "emergency_stop",
+        "consecutive_errors",
+        "max_consecutive_errors",
+        "active_sub_agents",
+        "parent",
+        "queued",
+        "discarded_by_halt",
+    ] {
+        assert!(json.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(json["role"], "sub_agent");
+    assert_eq!(json["state"], "WAITING_FOR_EVENT");
+    assert_eq!(json["parent"], "boss");
+    assert_eq!(
+        json["queued"],
+        json!({"system_halt": 0, "control": 0, "supervision": 0, "ordinary": 0})
+    );
+}
