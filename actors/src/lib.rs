@@ -2,5 +2,7 @@
 mod provider;
 
 pub use provider::{
-    LlmRequest, LlmResponse, Provider, ProviderError, ScriptStep, ScriptedProvider,
+    AttemptObserver, FailedAttempt, LlmRequest, LlmResponse, OpenAiCompatible, OpenAiConfig,
+    OpenAiSetupError, Provider, ProviderError, RetryPolicy, ScriptStats, ScriptStep,
+    ScriptedProvider, StreamEvent, ToolFormat,
 };
