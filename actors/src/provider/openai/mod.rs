@@ -323,11 +323,9 @@ fn from_reqwest(error: &reqwest::Error, timeout: Duration) -> ProviderError {
         message.push_str(&cause.to_string());
         source = cause.source();
     }
-    if error.is_decode() {
-        ProviderError::Malformed { message }
-    } else {
-        ProviderError::Connection { message }
-    }
+    // JSON is decoded by us, not by reqwest, so anything else here is a transport problem (reqwest
+    // also labels a body cut mid-way as a "decode" error).
+    ProviderError::Connection { message }
 }
 
 /// Sends the request and checks the status; a non-2xx answer becomes an [`AttemptError`] carrying
