@@ -192,26 +192,6 @@ impl fmt::Debug for OpenAiCompatible {
 
 impl OpenAiCompatible {
     pub fn new(config: OpenAiConfig) -> Result<Self, OpenAiSetupError> {
-        Self::build(config, None)
-    }
-
-    /// Like [`OpenAiCompatible::new`], with the API key from environment variable `var`.
-    pub fn from_env(config: OpenAiConfig, var: &str) -> Result<Self, OpenAiSetupError> {
-        Self::new(config.with_api_key_from_env(var)?)
-    }
-
-    /// Reports every failed attempt to `observer` (see [`AttemptObserver`] for how to count them).
-    pub fn with_attempt_observer(
-        self,
-        observer: AttemptObserver,
-    ) -> Result<Self, OpenAiSetupError> {
-        Self::build(self.inner.config.clone(), Some(observer))
-    }
-
-    fn build(
-        config: OpenAiConfig,
-        observer: Option<AttemptObserver>,
-    ) -> Result<Self, OpenAiSetupError> {
         let client = reqwest::Client::builder()
             .connect_timeout(config.request_timeout)
             .build()
@@ -224,9 +204,28 @@ impl OpenAiCompatible {
                 endpoint: config.endpoint(),
                 config,
                 client,
-                observer,
+                observer: None,
             }),
         })
+    }
+
+    /// Like [`OpenAiCompatible::new`], with the API key from environment variable `var`.
+    pub fn from_env(config: OpenAiConfig, var: &str) -> Result<Self, OpenAiSetupError> {
+        Self::new(config.with_api_key_from_env(var)?)
+    }
+
+    /// Reports every failed attempt to `observer` (see [`AttemptObserver`] for how to count them).
+    pub fn with_attempt_observer(self, observer: AttemptObserver) -> Self {
+        let inner = &self.inner;
+        OpenAiCompatible {
+            inner: Arc::new(Inner {
+                config: inner.config.clone(),
+                name: inner.name.clone(),
+                endpoint: inner.endpoint.clone(),
+                client: inner.client.clone(),
+                observer: Some(observer),
+            }),
+        }
     }
 
     pub fn config(&self) -> &OpenAiConfig {
@@ -553,5 +552,32 @@ pub(crate) mod duration_secs {
         let secs = f64::deserialize(d)?;
         Duration::try_from_secs_f64(secs)
             .map_err(|_| D::Error::custom(format!("invalid duration {secs} (seconds, >= 0)")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_key_is_read_from_the_environment() {
+        // Only this test touches this variable.
+        let var = "WARDEN_UNIT_TEST_OPENAI_KEY_91c2";
+        std::env::set_var(var, " sk-from-env \n");
+        let config = OpenAiConfig::default().with_api_key_from_env(var).unwrap();
+        assert_eq!(config.api_key.as_deref(), Some("sk-from-env"));
+        assert!(!format!("{config:?}").contains("sk-from-env"));
+        std::env::set_var(var, "  ");
+        assert_eq!(
+            OpenAiConfig::default().with_api_key_from_env(var),
+            Err(OpenAiSetupError::MissingApiKey { var: var.into() })
+        );
+        std::env::remove_var(var);
+    }
+
+    #[test]
+    fn endpoint_tolerates_a_trailing_slash() {
+        let config = OpenAiConfig::new("http://h:1/v1/", "m");
+        assert_eq!(config.endpoint(), "http://h:1/v1/chat/completions");
     }
 }
