@@ -18,7 +18,9 @@ mod tools;
 pub use agent::{AgentHandle, ControlError, ControlOp, EventSendError, HaltAck, TaskError};
 pub use journal::{now_ms, Journal, MemoryJournal, NullJournal};
 pub use provider::{
-    LlmRequest, LlmResponse, Provider, ProviderError, ScriptStats, ScriptStep, ScriptedProvider,
+    AttemptObserver, FailedAttempt, LlmRequest, LlmResponse, OpenAiCompatible, OpenAiConfig,
+    OpenAiSetupError, Provider, ProviderError, RetryPolicy, ScriptStats, ScriptStep,
+    ScriptedProvider, StreamEvent, ToolFormat,
 };
 pub use supervisor::{AgentSpec, DelegationError, SpawnError, Supervisor, UnknownAgent};
 pub use tools::{FnTool, Tool, ToolContext, ToolError, ToolRegistry};

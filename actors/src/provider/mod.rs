@@ -4,8 +4,13 @@
 //! the HTTP request and closes its connection. Retries live inside the future, so a dropped future
 //! also stops retrying — a halted agent is never retried.
 
+mod openai;
 mod scripted;
 
+pub use openai::{
+    AttemptObserver, FailedAttempt, OpenAiCompatible, OpenAiConfig, OpenAiSetupError, RetryPolicy,
+    StreamEvent, ToolFormat,
+};
 pub use scripted::{ScriptStats, ScriptStep, ScriptedProvider};
 
 use futures::future::BoxFuture;

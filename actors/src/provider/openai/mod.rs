@@ -1,0 +1,583 @@
+//! An OpenAI-compatible Chat Completions provider (OpenAI, vLLM, llama.cpp, Ollama, ...), over
+//! reqwest with rustls.
+//!
+//! Guarantees:
+//! - **Tool formats.** [`ToolFormat::Native`] sends `tools` and reads `tool_calls`;
+//!   [`ToolFormat::JsonFallback`] describes the tools in a system message and reads a
+//!   `{"tool": name, "parameters": {...}}` object from the model's text. Either way the
+//!   [`LlmResponse`] and the conversation warden keeps are in native Chat Completions form; the
+//!   fallback form exists only on the wire. Warden-only fields (`ChatMessage::internal`) are never
+//!   sent.
+//! - **Retries** follow [`RetryPolicy`] (see its module docs) and happen inside the returned future
+//!   or stream: dropping it stops them. Every failed attempt is reported to the
+//!   [`AttemptObserver`], if any.
+//! - **Streaming teardown.** A stream from [`OpenAiCompatible::stream`] yields exactly one
+//!   [`StreamEvent::Finished`], as its last item, for every call: normal end (`data: [DONE]`),
+//!   error before or during the body, idle timeout, malformed chunk, or a body that ends without
+//!   `[DONE]` (then a warning is logged and the outcome is built from what was received, with the
+//!   finish reason inferred). The only exception is a consumer that drops the stream first: then the
+//!   HTTP response is dropped at once, which closes its connection, and nothing more is read.
+//!   Streams are retried only until the response headers arrive; an error after that finishes the
+//!   stream (deltas already handed out cannot be taken back).
+//! - **Finish reasons** are passed through (`"length"` is
+//!   [`FinishReason::Length`](warden_protocols::FinishReason::Length); max-tokens
+//!   recovery is the agent's job). Missing `usage` is estimated at 4 characters per token and marked
+//!   `estimated`.
+//! - **No panics on server data**: anything unusable is [`ProviderError::Malformed`].
+//! - **Timeouts.** Without streaming, [`OpenAiConfig::request_timeout`] bounds each attempt (send
+//!   and the whole body). With streaming it bounds the wait for the response headers, and then
+//!   each wait for the next piece of the body (an idle timeout), so long generations are not cut.
+//! - The API key is sent as a bearer token and is never logged, serialized or shown by `Debug`.
+
+mod retry;
+mod sse;
+mod wire;
+
+pub use retry::{AttemptObserver, FailedAttempt, RetryPolicy};
+
+use crate::provider::{LlmRequest, LlmResponse, Provider, ProviderError};
+use futures::{future::BoxFuture, stream::BoxStream, FutureExt, StreamExt};
+use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE, RETRY_AFTER};
+use retry::{parse_retry_after, run_with_retries, AttemptError};
+use serde::{Deserialize, Serialize};
+use std::{collections::VecDeque, fmt, sync::Arc, time::Duration};
+use wire::Draft;
+
+/// How tools are offered to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolFormat {
+    /// The Chat Completions `tools` / `tool_calls` fields.
+    #[default]
+    Native,
+    /// Tools described in a system message; calls read from JSON in the model's text.
+    JsonFallback,
+}
+
+/// Configuration of an [`OpenAiCompatible`] provider. Durations are seconds (fractions allowed) in
+/// config files. `api_key` may be read from a file but is never serialized back.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpenAiConfig {
+    /// The API root, e.g. `http://127.0.0.1:8080/v1`; requests go to `{base_url}/chat/completions`.
+    pub base_url: String,
+    pub model: String,
+    /// Sent as `Authorization: Bearer ...`. Never logged, serialized or shown by `Debug`.
+    #[serde(skip_serializing)]
+    pub api_key: Option<String>,
+    /// Per-attempt timeout (see the module docs for streaming).
+    #[serde(with = "duration_secs")]
+    pub request_timeout: Duration,
+    pub tool_format: ToolFormat,
+    /// Use server-sent events for [`Provider::complete`].
+    pub stream: bool,
+    pub retry: RetryPolicy,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+}
+
+impl Default for OpenAiConfig {
+    fn default() -> Self {
+        OpenAiConfig {
+            base_url: "http://127.0.0.1:8080/v1".into(),
+            model: "default".into(),
+            api_key: None,
+            request_timeout: Duration::from_secs(60),
+            tool_format: ToolFormat::Native,
+            stream: false,
+            retry: RetryPolicy::default(),
+            max_tokens: None,
+            temperature: None,
+        }
+    }
+}
+
+impl fmt::Debug for OpenAiConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAiConfig")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("request_timeout", &self.request_timeout)
+            .field("tool_format", &self.tool_format)
+            .field("stream", &self.stream)
+            .field("retry", &self.retry)
+            .field("max_tokens", &self.max_tokens)
+            .field("temperature", &self.temperature)
+            .finish()
+    }
+}
+
+impl OpenAiConfig {
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        OpenAiConfig {
+            base_url: base_url.into(),
+            model: model.into(),
+            ..OpenAiConfig::default()
+        }
+    }
+
+    /// Sets the API key from environment variable `var`; unset or empty is an error.
+    pub fn with_api_key_from_env(mut self, var: &str) -> Result<Self, OpenAiSetupError> {
+        match std::env::var(var) {
+            Ok(key) if !key.trim().is_empty() => {
+                self.api_key = Some(key.trim().to_owned());
+                Ok(self)
+            }
+            _ => Err(OpenAiSetupError::MissingApiKey {
+                var: var.to_owned(),
+            }),
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("{}/chat/completions", self.base_url.trim_end_matches('/'))
+    }
+}
+
+/// Why an [`OpenAiCompatible`] could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpenAiSetupError {
+    #[error("environment variable {var} holds no api key")]
+    MissingApiKey { var: String },
+    #[error("cannot build http client: {message}")]
+    Client { message: String },
+}
+
+/// One item of [`OpenAiCompatible::stream`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    /// A piece of the model's text (in fallback mode, tool-call JSON arrives as text too).
+    Delta(String),
+    /// A piece of native tool call `index`: `id` and `name` usually come first, `arguments` are
+    /// pieces of JSON text to concatenate.
+    ToolCallDelta {
+        index: u32,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: String,
+    },
+    /// The end of the stream, always its last item, exactly once.
+    Finished {
+        outcome: Result<LlmResponse, ProviderError>,
+        /// HTTP attempts made (retries included).
+        attempts: u32,
+    },
+}
+
+struct Inner {
+    config: OpenAiConfig,
+    name: String,
+    endpoint: String,
+    client: reqwest::Client,
+    observer: Option<AttemptObserver>,
+}
+
+/// A [`Provider`] for any OpenAI-compatible `/chat/completions` endpoint. Cheap to clone.
+#[derive(Clone)]
+pub struct OpenAiCompatible {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for OpenAiCompatible {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAiCompatible")
+            .field("config", &self.inner.config)
+            .field("observer", &self.inner.observer)
+            .finish()
+    }
+}
+
+impl OpenAiCompatible {
+    pub fn new(config: OpenAiConfig) -> Result<Self, OpenAiSetupError> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.request_timeout)
+            .build()
+            .map_err(|e| OpenAiSetupError::Client {
+                message: e.to_string(),
+            })?;
+        Ok(OpenAiCompatible {
+            inner: Arc::new(Inner {
+                name: format!("openai-compatible:{}", config.model),
+                endpoint: config.endpoint(),
+                config,
+                client,
+                observer: None,
+            }),
+        })
+    }
+
+    /// Like [`OpenAiCompatible::new`], with the API key from environment variable `var`.
+    pub fn from_env(config: OpenAiConfig, var: &str) -> Result<Self, OpenAiSetupError> {
+        Self::new(config.with_api_key_from_env(var)?)
+    }
+
+    /// Reports every failed attempt to `observer` (see [`AttemptObserver`] for how to count them).
+    pub fn with_attempt_observer(self, observer: AttemptObserver) -> Self {
+        let inner = &self.inner;
+        OpenAiCompatible {
+            inner: Arc::new(Inner {
+                config: inner.config.clone(),
+                name: inner.name.clone(),
+                endpoint: inner.endpoint.clone(),
+                client: inner.client.clone(),
+                observer: Some(observer),
+            }),
+        }
+    }
+
+    pub fn config(&self) -> &OpenAiConfig {
+        &self.inner.config
+    }
+
+    /// Streams one call (always with `stream: true`, whatever [`OpenAiConfig::stream`] says).
+    ///
+    /// The stream ends with exactly one [`StreamEvent::Finished`]. Dropping it drops the HTTP
+    /// response (closing its connection) and any pending retry.
+    pub fn stream(&self, request: LlmRequest) -> BoxStream<'static, StreamEvent> {
+        let state = StreamState {
+            inner: self.inner.clone(),
+            phase: Phase::Start(request),
+            pending: VecDeque::new(),
+        };
+        futures::stream::unfold(state, StreamState::next)
+            .fuse()
+            .boxed()
+    }
+
+    async fn complete_plain(
+        inner: Arc<Inner>,
+        request: LlmRequest,
+    ) -> Result<LlmResponse, ProviderError> {
+        let body = wire::request_body(&inner.config, &request, false);
+        let timeout = inner.config.request_timeout;
+        let (result, _attempts) =
+            run_with_retries(&inner.config.retry, inner.observer.as_ref(), |_| {
+                let inner = &inner;
+                let body = &body;
+                async move {
+                    let bytes = tokio::time::timeout(timeout, async {
+                        let response = send(inner, body, false).await?;
+                        response
+                            .bytes()
+                            .await
+                            .map_err(|e| AttemptError::from(from_reqwest(&e, timeout)))
+                    })
+                    .await
+                    .map_err(|_| timeout_error(timeout))??;
+                    Ok(wire::parse_completion(&bytes)?)
+                }
+            })
+            .await;
+        result?.finish(inner.config.tool_format, wire::prompt_chars(&request))
+    }
+}
+
+impl Provider for OpenAiCompatible {
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    fn complete(
+        &self,
+        request: LlmRequest,
+    ) -> BoxFuture<'static, Result<LlmResponse, ProviderError>> {
+        if self.inner.config.stream {
+            let mut events = self.stream(request);
+            async move {
+                while let Some(event) = events.next().await {
+                    if let StreamEvent::Finished { outcome, .. } = event {
+                        return outcome;
+                    }
+                }
+                Err(ProviderError::Other {
+                    message: "stream ended without a finished marker".into(),
+                })
+            }
+            .boxed()
+        } else {
+            Self::complete_plain(self.inner.clone(), request).boxed()
+        }
+    }
+}
+
+fn timeout_error(after: Duration) -> AttemptError {
+    ProviderError::Timeout {
+        after_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
+    }
+    .into()
+}
+
+fn from_reqwest(error: &reqwest::Error, timeout: Duration) -> ProviderError {
+    if error.is_timeout() {
+        return timeout_error(timeout).error;
+    }
+    // The source chain says what actually went wrong (refused, reset, incomplete body, ...).
+    let mut message = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    // JSON is decoded by us, not by reqwest, so anything else here is a transport problem (reqwest
+    // also labels a body cut mid-way as a "decode" error).
+    ProviderError::Connection { message }
+}
+
+/// Sends the request and checks the status; a non-2xx answer becomes an [`AttemptError`] carrying
+/// the server's `Retry-After`.
+async fn send(
+    inner: &Inner,
+    body: &serde_json::Value,
+    stream: bool,
+) -> Result<reqwest::Response, AttemptError> {
+    let timeout = inner.config.request_timeout;
+    let mut builder = inner.client.post(&inner.endpoint).json(body);
+    if stream {
+        builder = builder.header(ACCEPT, "text/event-stream");
+    }
+    if let Some(key) = &inner.config.api_key {
+        builder = builder.bearer_auth(key);
+    }
+    let response = builder
+        .send()
+        .await
+        .map_err(|e| from_reqwest(&e, timeout))?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let retry_after = retry_after(response.headers());
+    // The error body is informative only: a failure to read it must not hide the status.
+    let text = response.text().await.unwrap_or_default();
+    Err(AttemptError {
+        error: ProviderError::Http {
+            status: status.as_u16(),
+            body: wire::truncate_body(&text),
+        },
+        retry_after,
+    })
+}
+
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    headers
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_retry_after)
+}
+
+enum Phase {
+    Start(LlmRequest),
+    Body(Box<Body>),
+    Done,
+}
+
+struct Body {
+    bytes: BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    lines: sse::LineDecoder,
+    draft: Draft,
+    attempts: u32,
+    prompt_chars: usize,
+}
+
+struct StreamState {
+    inner: Arc<Inner>,
+    phase: Phase,
+    pending: VecDeque<StreamEvent>,
+}
+
+impl StreamState {
+    async fn next(mut self) -> Option<(StreamEvent, Self)> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some((event, self));
+            }
+            match std::mem::replace(&mut self.phase, Phase::Done) {
+                Phase::Done => return None,
+                Phase::Start(request) => self.start(request).await,
+                Phase::Body(body) => self.read(body).await,
+            }
+        }
+    }
+
+    fn finish(&mut self, outcome: Result<LlmResponse, ProviderError>, attempts: u32) {
+        self.phase = Phase::Done;
+        self.pending
+            .push_back(StreamEvent::Finished { outcome, attempts });
+    }
+
+    /// Sends the request (with retries) up to the response headers.
+    async fn start(&mut self, request: LlmRequest) {
+        let inner = self.inner.clone();
+        let body = wire::request_body(&inner.config, &request, true);
+        let prompt_chars = wire::prompt_chars(&request);
+        let timeout = inner.config.request_timeout;
+        let (result, attempts) =
+            run_with_retries(&inner.config.retry, inner.observer.as_ref(), |_| {
+                let inner = &inner;
+                let body = &body;
+                async move {
+                    tokio::time::timeout(timeout, send(inner, body, true))
+                        .await
+                        .map_err(|_| timeout_error(timeout))?
+                }
+            })
+            .await;
+        let response = match result {
+            Ok(response) => response,
+            Err(error) => return self.finish(Err(error), attempts),
+        };
+        let is_sse = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if !is_sse {
+            // Some servers ignore `stream: true` and answer with one JSON body.
+            let outcome = match tokio::time::timeout(timeout, response.bytes()).await {
+                Err(_) => Err(timeout_error(timeout).error),
+                Ok(Err(e)) => Err(from_reqwest(&e, timeout)),
+                Ok(Ok(bytes)) => wire::parse_completion(&bytes)
+                    .and_then(|draft| draft.finish(inner.config.tool_format, prompt_chars)),
+            };
+            if let Ok(response) = &outcome {
+                if let Some(text) = response.message.content.clone().filter(|t| !t.is_empty()) {
+                    self.pending.push_back(StreamEvent::Delta(text));
+                }
+            }
+            return self.finish(outcome, attempts);
+        }
+        self.phase = Phase::Body(Box::new(Body {
+            bytes: response.bytes_stream().boxed(),
+            lines: sse::LineDecoder::default(),
+            draft: Draft::default(),
+            attempts,
+            prompt_chars,
+        }));
+    }
+
+    /// Reads the next piece of the body. Whenever this finishes the stream, `body` (and with it the
+    /// HTTP response) is dropped before returning.
+    async fn read(&mut self, mut body: Box<Body>) {
+        let timeout = self.inner.config.request_timeout;
+        let format = self.inner.config.tool_format;
+        let attempts = body.attempts;
+        match tokio::time::timeout(timeout, body.bytes.next()).await {
+            Err(_) => self.finish(Err(timeout_error(timeout).error), attempts),
+            Ok(Some(Err(e))) => {
+                let error = from_reqwest(&e, timeout);
+                tracing::warn!(%error, "llm stream broke off");
+                self.finish(Err(error), attempts)
+            }
+            Ok(None) => {
+                let mut ended = false;
+                if let Some(line) = body.lines.finish() {
+                    ended = self.handle_line(
+                        &line,
+                        &mut body.draft,
+                        format,
+                        body.prompt_chars,
+                        attempts,
+                    );
+                }
+                if !ended {
+                    tracing::warn!(
+                        model = %self.inner.config.model,
+                        "llm stream closed without [DONE]; finishing with what was received"
+                    );
+                    let Body {
+                        draft,
+                        prompt_chars,
+                        ..
+                    } = *body;
+                    let outcome = draft.finish(format, prompt_chars);
+                    self.finish(outcome, attempts);
+                }
+            }
+            Ok(Some(Ok(bytes))) => {
+                for line in body.lines.push(&bytes) {
+                    if self.handle_line(&line, &mut body.draft, format, body.prompt_chars, attempts)
+                    {
+                        return;
+                    }
+                }
+                self.phase = Phase::Body(body);
+            }
+        }
+    }
+
+    /// Handles one SSE line; returns `true` when it finished the stream.
+    fn handle_line(
+        &mut self,
+        line: &str,
+        draft: &mut Draft,
+        format: ToolFormat,
+        prompt_chars: usize,
+        attempts: u32,
+    ) -> bool {
+        match sse::classify(line) {
+            sse::SseLine::Ignore => false,
+            sse::SseLine::Done => {
+                let outcome = std::mem::take(draft).finish(format, prompt_chars);
+                self.finish(outcome, attempts);
+                true
+            }
+            sse::SseLine::Data(data) => match sse::apply_chunk(draft, data) {
+                Ok(events) => {
+                    self.pending.extend(events);
+                    false
+                }
+                Err(error) => {
+                    self.finish(Err(error), attempts);
+                    true
+                }
+            },
+        }
+    }
+}
+
+/// `Duration` as seconds (`f64`) in config files.
+pub(crate) mod duration_secs {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let secs = f64::deserialize(d)?;
+        Duration::try_from_secs_f64(secs)
+            .map_err(|_| D::Error::custom(format!("invalid duration {secs} (seconds, >= 0)")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_key_is_read_from_the_environment() {
+        // Only this test touches this variable.
+        let var = "WARDEN_UNIT_TEST_OPENAI_KEY_91c2";
+        std::env::set_var(var, " sk-from-env \n");
+        let config = OpenAiConfig::default().with_api_key_from_env(var).unwrap();
+        assert_eq!(config.api_key.as_deref(), Some("sk-from-env"));
+        assert!(!format!("{config:?}").contains("sk-from-env"));
+        std::env::set_var(var, "  ");
+        assert_eq!(
+            OpenAiConfig::default().with_api_key_from_env(var),
+            Err(OpenAiSetupError::MissingApiKey { var: var.into() })
+        );
+        std::env::remove_var(var);
+    }
+
+    #[test]
+    fn endpoint_tolerates_a_trailing_slash() {
+        let config = OpenAiConfig::new("http://h:1/v1/", "m");
+        assert_eq!(config.endpoint(), "http://h:1/v1/chat/completions");
+    }
+}

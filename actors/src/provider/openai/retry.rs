@@ -1,0 +1,318 @@
+//! Retries with exponential backoff for the OpenAI-compatible provider.
+//!
+//! - Retried: timeouts, connection errors, HTTP 408, 429 and 5xx (exactly
+//!   [`ProviderError::is_retryable`]). Never retried: other 4xx (400, 401, 403, 404, ...) and
+//!   malformed responses.
+//! - The delay before attempt `n + 1` is `base * multiplier^(n - 1)`, capped at `max`; with `jitter`
+//!   it is drawn uniformly from 50 % to 100 % of that value.
+//! - A `Retry-After` header in the seconds form replaces the computed delay (no jitter), capped at
+//!   [`RetryPolicy::retry_after_cap`] (60 s by default) so a misbehaving server cannot park an agent
+//!   for hours. The HTTP-date form is ignored (the computed delay is used).
+//! - Waiting uses `tokio::time::sleep`, so it follows a paused test clock, and dropping the future
+//!   stops the retries.
+
+use super::duration_secs;
+use crate::provider::ProviderError;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use std::{fmt, future::Future, sync::Arc, time::Duration};
+
+/// How often and how patiently a failed call is retried.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetryPolicy {
+    /// Total attempts, the first one included (`1` disables retries; `0` is treated as `1`).
+    pub max_attempts: u32,
+    /// Delay before the second attempt (seconds in config files).
+    #[serde(with = "duration_secs")]
+    pub base: Duration,
+    /// Upper bound of the computed delay (seconds in config files).
+    #[serde(with = "duration_secs")]
+    pub max: Duration,
+    /// Growth factor of the delay per attempt.
+    pub multiplier: f64,
+    /// Randomise each computed delay to 50–100 % of its value, against thundering herds.
+    pub jitter: bool,
+    /// Upper bound of a server's `Retry-After` (seconds in config files).
+    #[serde(with = "duration_secs")]
+    pub retry_after_cap: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 4,
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(10),
+            multiplier: 2.0,
+            jitter: true,
+            retry_after_cap: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries: one attempt only.
+    pub fn none() -> Self {
+        RetryPolicy {
+            max_attempts: 1,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// The delay after failed attempt `attempt` (1-based), given the server's `Retry-After`.
+    pub fn delay_after(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
+        if let Some(wait) = retry_after {
+            return wait.min(self.retry_after_cap);
+        }
+        let multiplier = if self.multiplier.is_finite() && self.multiplier >= 1.0 {
+            self.multiplier
+        } else {
+            1.0
+        };
+        let exponent = i32::try_from(attempt.saturating_sub(1)).unwrap_or(i32::MAX);
+        let raw = self.base.as_secs_f64() * multiplier.powi(exponent);
+        let capped = if raw.is_finite() {
+            raw.min(self.max.as_secs_f64())
+        } else {
+            self.max.as_secs_f64()
+        };
+        let secs = if self.jitter {
+            capped * rand::thread_rng().gen_range(0.5..=1.0)
+        } else {
+            capped
+        };
+        Duration::try_from_secs_f64(secs).unwrap_or(self.max)
+    }
+}
+
+/// One failed attempt, as reported to an [`AttemptObserver`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailedAttempt {
+    /// 1-based number of the attempt that failed.
+    pub attempt: u32,
+    pub error: ProviderError,
+    /// `Some(delay)` when another attempt follows after `delay`; `None` when this failure is the
+    /// call's final outcome.
+    pub retry_in: Option<Duration>,
+}
+
+/// Called once for every failed attempt of a call, including the last one.
+///
+/// For breakers: a call that failed, was retried and then succeeded is **not** an error for the
+/// consecutive-error breaker — only a call's final outcome (what `complete` returns, or the
+/// `Finished` event of a stream) counts there. Each failed attempt is still reported here, so the
+/// agent can count attempts (e.g. toward a rate or cost breaker) and show them in its status.
+///
+/// The observer runs inline in the provider's future: keep it short and non-blocking.
+#[derive(Clone)]
+pub struct AttemptObserver(Arc<dyn Fn(&FailedAttempt) + Send + Sync>);
+
+impl AttemptObserver {
+    pub fn new(f: impl Fn(&FailedAttempt) + Send + Sync + 'static) -> Self {
+        AttemptObserver(Arc::new(f))
+    }
+
+    pub(super) fn report(&self, failed: &FailedAttempt) {
+        (self.0)(failed)
+    }
+}
+
+impl fmt::Debug for AttemptObserver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AttemptObserver(..)")
+    }
+}
+
+/// An attempt's failure with the server's `Retry-After`, if any.
+#[derive(Debug)]
+pub(super) struct AttemptError {
+    pub error: ProviderError,
+    pub retry_after: Option<Duration>,
+}
+
+impl From<ProviderError> for AttemptError {
+    fn from(error: ProviderError) -> Self {
+        AttemptError {
+            error,
+            retry_after: None,
+        }
+    }
+}
+
+/// Parses a `Retry-After` value in the seconds form (`"120"`); the HTTP-date form gives `None`.
+pub(super) fn parse_retry_after(value: &str) -> Option<Duration> {
+    value.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// Runs `attempt` until it succeeds, fails for good, or `policy.max_attempts` is reached.
+/// Returns the outcome and the number of attempts made.
+pub(super) async fn run_with_retries<T, F, Fut>(
+    policy: &RetryPolicy,
+    observer: Option<&AttemptObserver>,
+    mut attempt: F,
+) -> (Result<T, ProviderError>, u32)
+where
+    F: FnMut(u32) -> Fut,
+    Fut: Future<Output = Result<T, AttemptError>>,
+{
+    let max_attempts = policy.max_attempts.max(1);
+    let mut number = 1;
+    loop {
+        match attempt(number).await {
+            Ok(value) => return (Ok(value), number),
+            Err(AttemptError { error, retry_after }) => {
+                let retry_in = (error.is_retryable() && number < max_attempts)
+                    .then(|| policy.delay_after(number, retry_after));
+                let failed = FailedAttempt {
+                    attempt: number,
+                    error,
+                    retry_in,
+                };
+                if let Some(observer) = observer {
+                    observer.report(&failed);
+                }
+                match retry_in {
+                    None => return (Err(failed.error), number),
+                    Some(delay) => {
+                        tracing::warn!(
+                            attempt = number,
+                            max_attempts,
+                            delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                            error = %failed.error,
+                            "llm call failed, retrying"
+                        );
+                        tokio::time::sleep(delay).await;
+                        number += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parking_lot::Mutex;
+
+    fn fixed(base_ms: u64, max_ms: u64) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: 4,
+            base: Duration::from_millis(base_ms),
+            max: Duration::from_millis(max_ms),
+            multiplier: 2.0,
+            jitter: false,
+            retry_after_cap: Duration::from_secs(60),
+        }
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let p = fixed(1000, 10_000);
+        let delays: Vec<_> = (1..=6)
+            .map(|n| p.delay_after(n, None).as_millis())
+            .collect();
+        assert_eq!(delays, vec![1000, 2000, 4000, 8000, 10_000, 10_000]);
+    }
+
+    #[test]
+    fn jitter_stays_within_half_and_full() {
+        let p = RetryPolicy::default();
+        for _ in 0..200 {
+            let d = p.delay_after(2, None);
+            assert!(
+                d >= Duration::from_secs(1) && d <= Duration::from_secs(2),
+                "{d:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn retry_after_replaces_backoff_and_is_capped() {
+        let p = fixed(1000, 10_000);
+        assert_eq!(
+            p.delay_after(1, Some(Duration::from_secs(30))),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            p.delay_after(1, Some(Duration::from_secs(3600))),
+            Duration::from_secs(60)
+        );
+        assert_eq!(parse_retry_after(" 7 "), Some(Duration::from_secs(7)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+    }
+
+    #[test]
+    fn absurd_multiplier_does_not_panic() {
+        let mut p = fixed(1000, 10_000);
+        p.multiplier = f64::INFINITY;
+        assert_eq!(p.delay_after(3, None), Duration::from_secs(1));
+        p.multiplier = 1e308;
+        assert_eq!(p.delay_after(u32::MAX, None), Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_on_tokio_clock_and_reports_every_failure() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let observer = {
+            let seen = seen.clone();
+            AttemptObserver::new(move |f| seen.lock().push(f.clone()))
+        };
+        let start = tokio::time::Instant::now();
+        let (result, attempts) =
+            run_with_retries(&fixed(1000, 10_000), Some(&observer), |n| async move {
+                match n {
+                    1 => Err(AttemptError {
+                        error: ProviderError::Http {
+                            status: 429,
+                            body: String::new(),
+                        },
+                        retry_after: Some(Duration::from_secs(5)),
+                    }),
+                    2 => Err(ProviderError::Timeout { after_ms: 1 }.into()),
+                    _ => Ok(n),
+                }
+            })
+            .await;
+        assert_eq!(result, Ok(3));
+        assert_eq!(attempts, 3);
+        // 5 s from Retry-After, then 2 s of backoff after the second attempt.
+        assert_eq!(start.elapsed(), Duration::from_secs(7));
+        let seen = seen.lock();
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0].retry_in, Some(Duration::from_secs(5)));
+        assert_eq!(seen[1].retry_in, Some(Duration::from_secs(2)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gives_up_after_max_attempts_and_never_retries_client_errors() {
+        let calls = Mutex::new(0u32);
+        let (result, attempts) = run_with_retries::<(), _, _>(&fixed(10, 100), None, |_| {
+            *calls.lock() += 1;
+            async {
+                Err(ProviderError::Connection {
+                    message: "x".into(),
+                }
+                .into())
+            }
+        })
+        .await;
+        assert!(matches!(result, Err(ProviderError::Connection { .. })));
+        assert_eq!((attempts, *calls.lock()), (4, 4));
+
+        let (result, attempts) = run_with_retries::<(), _, _>(&fixed(10, 100), None, |_| async {
+            Err(ProviderError::Http {
+                status: 401,
+                body: String::new(),
+            }
+            .into())
+        })
+        .await;
+        assert!(matches!(
+            result,
+            Err(ProviderError::Http { status: 401, .. })
+        ));
+        assert_eq!(attempts, 1);
+    }
+}

@@ -1,0 +1,911 @@
+//! The OpenAI-compatible provider against a real HTTP/1.1 server on 127.0.0.1.
+//!
+//! The server is hand-written on a tokio `TcpListener` so each test controls the bytes exactly:
+//! chunked SSE bodies, connections cut mid-body, stalls, and noticing when the client hangs up.
+//! Each accepted connection serves one request and plays the next script in line.
+
+use futures::StreamExt;
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::{collections::VecDeque, net::SocketAddr, sync::Arc, time::Duration};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    sync::mpsc,
+};
+use warden_actors::{
+    AttemptObserver, FailedAttempt, LlmRequest, OpenAiCompatible, OpenAiConfig, OpenAiSetupError,
+    Provider, ProviderError, RetryPolicy, StreamEvent, ToolFormat,
+};
+use warden_protocols::{AgentKey, ChatMessage, FinishReason, ToolCall, ToolCategory, ToolSpec};
+
+/// Generous bound so a broken property shows up as a failure, never as a hang.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// What the server does on one connection, in order, after reading the request.
+#[derive(Debug, Clone)]
+enum Step {
+    /// A complete response with `Content-Length` and `Connection: close`.
+    Respond {
+        status: u16,
+        headers: Vec<(&'static str, String)>,
+        body: String,
+    },
+    /// `200` headers of a chunked `text/event-stream` body.
+    SseHead,
+    /// One HTTP chunk with these bytes.
+    Chunk(String),
+    /// The terminating zero-length chunk.
+    EndChunks,
+    Pause(Duration),
+    /// Reads until the client closes the connection, then reports it.
+    AwaitClose,
+}
+
+fn ok_json(body: Value) -> Step {
+    Step::Respond {
+        status: 200,
+        headers: vec![],
+        body: body.to_string(),
+    }
+}
+
+fn status(status: u16, body: &str) -> Step {
+    Step::Respond {
+        status,
+        headers: vec![],
+        body: body.into(),
+    }
+}
+
+/// A request as the server saw it.
+#[derive(Debug, Clone)]
+struct Recorded {
+    head: String,
+    body: Value,
+}
+
+struct Server {
+    addr: SocketAddr,
+    requests: Arc<Mutex<Vec<Recorded>>>,
+    closed: mpsc::UnboundedReceiver<()>,
+}
+
+impl Server {
+    async fn start(scripts: Vec<Vec<Step>>) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let (closed_tx, closed) = mpsc::unbounded_channel();
+        let scripts = Arc::new(Mutex::new(VecDeque::from(scripts)));
+        {
+            let requests = requests.clone();
+            tokio::spawn(async move {
+                while let Ok((socket, _)) = listener.accept().await {
+                    let script = scripts
+                        .lock()
+                        .pop_front()
+                        .unwrap_or_else(|| vec![status(599, "no script left")]);
+                    tokio::spawn(serve(socket, script, requests.clone(), closed_tx.clone()));
+                }
+            });
+        }
+        Server {
+            addr,
+            requests,
+            closed,
+        }
+    }
+
+    fn config(&self) -> OpenAiConfig {
+        OpenAiConfig {
+            request_timeout: Duration::from_secs(5),
+            retry: RetryPolicy {
+                max_attempts: 3,
+                base: Duration::from_millis(10),
+                max: Duration::from_millis(50),
+                multiplier: 2.0,
+                jitter: false,
+                ..RetryPolicy::default()
+            },
+            ..OpenAiConfig::new(format!("http://{}/v1", self.addr), "test-model")
+        }
+    }
+
+    fn requests(&self) -> Vec<Recorded> {
+        self.requests.lock().clone()
+    }
+
+    /// Waits until the server saw a client close a connection it was holding open.
+    async fn client_closed(&mut self) {
+        tokio::time::timeout(PATIENCE, self.closed.recv())
+            .await
+            .expect("the client never closed the connection")
+            .expect("server gone");
+    }
+}
+
+async fn read_request(socket: &mut TcpStream) -> Option<Recorded> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break pos + 4;
+        }
+        let n = socket.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    while buf.len() < head_end + length {
+        let n = socket.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let body = serde_json::from_slice(&buf[head_end..head_end + length]).unwrap_or(Value::Null);
+    Some(Recorded { head, body })
+}
+
+async fn serve(
+    mut socket: TcpStream,
+    script: Vec<Step>,
+    requests: Arc<Mutex<Vec<Recorded>>>,
+    closed: mpsc::UnboundedSender<()>,
+) {
+    let Some(request) = read_request(&mut socket).await else {
+        return;
+    };
+    requests.lock().push(request);
+    for step in script {
+        let bytes = match step {
+            Step::Respond {
+                status,
+                headers,
+                body,
+            } => {
+                let mut head = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n\
+                     content-length: {}\r\nconnection: close\r\n",
+                    body.len()
+                );
+                for (name, value) in headers {
+                    head.push_str(&format!("{name}: {value}\r\n"));
+                }
+                format!("{head}\r\n{body}")
+            }
+            Step::SseHead => "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                              transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+                .to_owned(),
+            Step::Chunk(data) => format!("{:x}\r\n{data}\r\n", data.len()),
+            Step::EndChunks => "0\r\n\r\n".to_owned(),
+            Step::Pause(d) => {
+                tokio::time::sleep(d).await;
+                continue;
+            }
+            Step::AwaitClose => {
+                let mut sink = [0u8; 1024];
+                loop {
+                    match socket.read(&mut sink).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
+                let _ = closed.send(());
+                return;
+            }
+        };
+        if socket.write_all(bytes.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+    // Dropping the socket closes the connection (mid-body if the script stopped there).
+}
+
+fn sse(data: Value) -> Step {
+    Step::Chunk(format!("data: {data}\n\n"))
+}
+
+fn text_delta(text: &str) -> Value {
+    json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]})
+}
+
+fn done() -> Step {
+    Step::Chunk("data: [DONE]\n\n".into())
+}
+
+fn look_tool() -> ToolSpec {
+    ToolSpec {
+        name: "look".into(),
+        description: "Look in a direction".into(),
+        parameters: json!({"type": "object", "properties": {"dir": {"type": "string"}}}),
+        category: ToolCategory::SafeChain,
+    }
+}
+
+/// A history with a tool call, its result, and an internal message.
+fn request_with_history() -> LlmRequest {
+    LlmRequest {
+        agent: AgentKey::new("alice"),
+        messages: vec![
+            ChatMessage::system("You are alice."),
+            ChatMessage::user("What is north?"),
+            ChatMessage::assistant_tool_calls(
+                None,
+                vec![ToolCall::new("call_1", "look", &json!({"dir": "north"}))],
+            ),
+            ChatMessage::tool_result("call_1", "a door"),
+            ChatMessage::user("Continue.").internal(),
+        ],
+        tools: vec![look_tool()],
+    }
+}
+
+fn simple_request() -> LlmRequest {
+    LlmRequest {
+        agent: AgentKey::new("bob"),
+        messages: vec![ChatMessage::system("sys"), ChatMessage::user("hello there")],
+        tools: vec![],
+    }
+}
+
+fn text_reply(text: &str) -> Value {
+    json!({
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2},
+    })
+}
+
+fn recording_observer() -> (AttemptObserver, Arc<Mutex<Vec<FailedAttempt>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    (
+        AttemptObserver::new(move |f| sink.lock().push(f.clone())),
+        seen,
+    )
+}
+
+async fn collect(provider: &OpenAiCompatible, request: LlmRequest) -> Vec<StreamEvent> {
+    tokio::time::timeout(PATIENCE, provider.stream(request).collect::<Vec<_>>())
+        .await
+        .expect("stream did not end")
+}
+
+/// Asserts exactly one `Finished`, as the last event, and returns its outcome.
+fn single_finish(events: &[StreamEvent]) -> Result<warden_actors::LlmResponse, ProviderError> {
+    let finished: Vec<_> = events
+        .iter()
+        .filter(|e| matches!(e, StreamEvent::Finished { .. }))
+        .collect();
+    assert_eq!(finished.len(), 1, "events: {events:?}");
+    match events.last() {
+        Some(StreamEvent::Finished { outcome, .. }) => outcome.clone(),
+        other => panic!("last event is not Finished: {other:?}"),
+    }
+}
+
+fn messages(body: &Value) -> &Vec<Value> {
+    body["messages"].as_array().expect("messages array")
+}
+
+#[tokio::test]
+async fn native_tool_call_round_trip() {
+    let server = Server::start(vec![vec![ok_json(json!({
+        "id": "cmpl-1",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": null,
+            "tool_calls": [{"id": "call_2", "type": "function",
+                            "function": {"name": "look", "arguments": "{\"dir\":\"south\"}"}}]}}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 3},
+    }))]])
+    .await;
+    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    assert_eq!(provider.name(), "openai-compatible:test-model");
+    let response = provider.complete(request_with_history()).await.unwrap();
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert!(requests[0].head.starts_with("post /v1/chat/completions "));
+    let body = &requests[0].body;
+    assert_eq!(body["model"], "test-model");
+    assert!(body.get("stream").is_none());
+    assert_eq!(
+        body["tools"],
+        json!([{"type": "function", "function": {
+            "name": "look", "description": "Look in a direction",
+            "parameters": look_tool().parameters}}])
+    );
+    let sent = messages(body);
+    assert_eq!(sent.len(), 5);
+    assert!(sent.iter().all(|m| m.get("internal").is_none()), "{sent:?}");
+    assert_eq!(sent[2]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(sent[2]["tool_calls"][0]["function"]["name"], "look");
+    assert_eq!(sent[3]["role"], "tool");
+    assert_eq!(sent[3]["tool_call_id"], "call_1");
+    assert_eq!(sent[3]["content"], "a door");
+    assert_eq!(sent[4], json!({"role": "user", "content": "Continue."}));
+
+    assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+    assert_eq!(
+        response.message.tool_calls,
+        vec![ToolCall::new("call_2", "look", &json!({"dir": "south"}))]
+    );
+    assert_eq!(response.usage.prompt_tokens, 12);
+    assert_eq!(response.usage.completion_tokens, 3);
+    assert!(!response.usage.estimated);
+}
+
+#[tokio::test]
+async fn fallback_format_round_trip() {
+    let reply =
+        "Let me look.\n```json\n{\"tool\": \"look\", \"parameters\": {\"dir\": \"south\"}}\n```";
+    let server = Server::start(vec![vec![ok_json(json!({
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": reply}}],
+        "usage": {"prompt_tokens": 40, "completion_tokens": 9},
+    }))]])
+    .await;
+    let config = OpenAiConfig {
+        tool_format: ToolFormat::JsonFallback,
+        ..server.config()
+    };
+    let provider = OpenAiCompatible::new(config).unwrap();
+    let response = provider.complete(request_with_history()).await.unwrap();
+
+    let body = &server.requests()[0].body;
+    assert!(body.get("tools").is_none(), "{body}");
+    let sent = messages(body);
+    let roles: Vec<_> = sent.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(
+        roles,
+        ["system", "system", "user", "assistant", "user", "user"]
+    );
+    assert_eq!(sent[0]["content"], "You are alice.");
+    let tools_prompt = sent[1]["content"].as_str().unwrap();
+    assert!(tools_prompt.contains("- look: Look in a direction"));
+    assert!(tools_prompt.contains(r#"{"tool": "<tool name>", "parameters""#));
+    let call: Value = serde_json::from_str(sent[3]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        call,
+        json!({"tool": "look", "parameters": {"dir": "north"}})
+    );
+    assert_eq!(sent[4]["content"], "[TOOL RESULT: look]\na door");
+    assert_eq!(sent[5]["content"], "Continue.");
+    for m in sent {
+        assert!(m.get("tool_calls").is_none() && m.get("tool_call_id").is_none());
+        assert!(m.get("internal").is_none());
+    }
+
+    // The reply comes back in native form.
+    assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+    let calls = &response.message.tool_calls;
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].function.name, "look");
+    assert!(calls[0].id.starts_with("call_"));
+    let args: Value = serde_json::from_str(&calls[0].function.arguments).unwrap();
+    assert_eq!(args, json!({"dir": "south"}));
+    assert_eq!(response.message.content.as_deref(), Some("Let me look."));
+}
+
+#[tokio::test]
+async fn fallback_plain_text_is_a_plain_answer() {
+    let server = Server::start(vec![vec![ok_json(text_reply("Nothing to do."))]]).await;
+    let config = OpenAiConfig {
+        tool_format: ToolFormat::JsonFallback,
+        ..server.config()
+    };
+    let response = OpenAiCompatible::new(config)
+        .unwrap()
+        .complete(request_with_history())
+        .await
+        .unwrap();
+    assert!(response.message.tool_calls.is_empty());
+    assert_eq!(response.message.content.as_deref(), Some("Nothing to do."));
+    assert_eq!(response.finish_reason, FinishReason::Stop);
+}
+
+#[tokio::test]
+async fn rate_limit_retry_after_is_honoured_then_succeeds() {
+    let server = Server::start(vec![
+        vec![Step::Respond {
+            status: 429,
+            headers: vec![("retry-after", "1".into())],
+            body: r#"{"error":{"message":"slow down"}}"#.into(),
+        }],
+        vec![ok_json(text_reply("hi"))],
+    ])
+    .await;
+    let (observer, seen) = recording_observer();
+    let provider = OpenAiCompatible::new(server.config())
+        .unwrap()
+        .with_attempt_observer(observer);
+    let response = provider.complete(simple_request()).await.unwrap();
+    assert_eq!(response.message.content.as_deref(), Some("hi"));
+    assert_eq!(server.requests().len(), 2);
+    let seen = seen.lock();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].attempt, 1);
+    assert!(
+        matches!(&seen[0].error, ProviderError::Http { status: 429, body } if body.contains("slow down"))
+    );
+    // The policy's own backoff is 10 ms: a 1 s wait can only come from the header. (That the
+    // provider sleeps exactly `retry_in` on tokio's clock is proven by the retry module's
+    // paused-clock unit test.)
+    assert_eq!(seen[0].retry_in, Some(Duration::from_secs(1)));
+}
+
+#[tokio::test]
+async fn server_error_500_is_retried_then_succeeds() {
+    let server = Server::start(vec![
+        vec![status(500, "boom")],
+        vec![status(503, "busy")],
+        vec![ok_json(text_reply("recovered"))],
+    ])
+    .await;
+    let (observer, seen) = recording_observer();
+    let provider = OpenAiCompatible::new(server.config())
+        .unwrap()
+        .with_attempt_observer(observer);
+    let response = provider.complete(simple_request()).await.unwrap();
+    assert_eq!(response.message.content.as_deref(), Some("recovered"));
+    assert_eq!(server.requests().len(), 3);
+    let seen = seen.lock();
+    let summary: Vec<_> = seen
+        .iter()
+        .map(|f| (f.attempt, f.error.clone(), f.retry_in))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (
+                1,
+                ProviderError::Http {
+                    status: 500,
+                    body: "boom".into()
+                },
+                Some(Duration::from_millis(10))
+            ),
+            (
+                2,
+                ProviderError::Http {
+                    status: 503,
+                    body: "busy".into()
+                },
+                Some(Duration::from_millis(20))
+            ),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn client_errors_are_not_retried() {
+    for code in [400u16, 401, 403, 404] {
+        let server = Server::start(vec![
+            vec![status(code, "nope")],
+            vec![ok_json(text_reply("must not be reached"))],
+        ])
+        .await;
+        let (observer, seen) = recording_observer();
+        let provider = OpenAiCompatible::new(server.config())
+            .unwrap()
+            .with_attempt_observer(observer);
+        let error = provider.complete(simple_request()).await.unwrap_err();
+        assert_eq!(
+            error,
+            ProviderError::Http {
+                status: code,
+                body: "nope".into()
+            }
+        );
+        assert_eq!(server.requests().len(), 1, "status {code} was retried");
+        let seen = seen.lock();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].retry_in, None);
+    }
+}
+
+#[tokio::test]
+async fn timeout_is_retried_then_reported() {
+    let mut server = Server::start(vec![vec![Step::AwaitClose], vec![Step::AwaitClose]]).await;
+    let config = OpenAiConfig {
+        request_timeout: Duration::from_millis(200),
+        retry: RetryPolicy {
+            max_attempts: 2,
+            ..server.config().retry
+        },
+        ..server.config()
+    };
+    let error = OpenAiCompatible::new(config)
+        .unwrap()
+        .complete(simple_request())
+        .await
+        .unwrap_err();
+    assert_eq!(error, ProviderError::Timeout { after_ms: 200 });
+    assert_eq!(server.requests().len(), 2);
+    // Both abandoned attempts closed their connections.
+    server.client_closed().await;
+    server.client_closed().await;
+}
+
+#[tokio::test]
+async fn connection_refused_is_a_retried_connection_error() {
+    let addr = {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        listener.local_addr().unwrap()
+    };
+    let (observer, seen) = recording_observer();
+    let config = OpenAiConfig {
+        retry: RetryPolicy {
+            max_attempts: 2,
+            base: Duration::from_millis(5),
+            jitter: false,
+            ..RetryPolicy::default()
+        },
+        ..OpenAiConfig::new(format!("http://{addr}/v1"), "m")
+    };
+    let provider = OpenAiCompatible::new(config)
+        .unwrap()
+        .with_attempt_observer(observer);
+    let error = provider.complete(simple_request()).await.unwrap_err();
+    assert!(
+        matches!(error, ProviderError::Connection { .. }),
+        "{error:?}"
+    );
+    let seen = seen.lock();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].retry_in, None);
+}
+
+#[tokio::test]
+async fn malformed_json_body_is_not_retried() {
+    let server = Server::start(vec![
+        vec![status(200, "{\"choices\": [oops")],
+        vec![ok_json(text_reply("must not be reached"))],
+    ])
+    .await;
+    let error = OpenAiCompatible::new(server.config())
+        .unwrap()
+        .complete(simple_request())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, ProviderError::Malformed { message } if message.contains("not a chat completion")),
+        "{error:?}"
+    );
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn missing_choices_is_malformed() {
+    let server = Server::start(vec![
+        vec![ok_json(json!({"id": "x", "object": "chat.completion"}))],
+        vec![ok_json(json!({"choices": []}))],
+        vec![ok_json(json!({"error": {"message": "model not loaded"}}))],
+    ])
+    .await;
+    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    for expected in ["no `choices`", "empty `choices`", "model not loaded"] {
+        let error = provider.complete(simple_request()).await.unwrap_err();
+        assert!(
+            matches!(&error, ProviderError::Malformed { message } if message.contains(expected)),
+            "{error:?}"
+        );
+    }
+    assert_eq!(server.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn missing_usage_is_estimated() {
+    let server = Server::start(vec![vec![ok_json(json!({
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": "abcdefgh"}}],
+    }))]])
+    .await;
+    let response = OpenAiCompatible::new(server.config())
+        .unwrap()
+        .complete(simple_request())
+        .await
+        .unwrap();
+    assert!(response.usage.estimated);
+    // "sys" + "hello there" = 14 chars -> 4 tokens; "abcdefgh" = 8 chars -> 2 tokens.
+    assert_eq!(response.usage.prompt_tokens, 4);
+    assert_eq!(response.usage.completion_tokens, 2);
+}
+
+#[tokio::test]
+async fn stream_accumulates_text_and_tool_calls() {
+    let first_call = json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": 0, "id": "call_9", "type": "function",
+         "function": {"name": "look", "arguments": "{\"di"}}]}}]});
+    let rest_call = json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": 0, "function": {"arguments": "r\":\"up\"}"}}]}, "finish_reason": "tool_calls"}]});
+    let first = format!(
+        "data: {}\n\ndata: {}\n\n",
+        text_delta("Hel"),
+        text_delta("lo")
+    );
+    // Lines split across HTTP chunks anywhere, even inside `data:`.
+    let (a, b) = first.split_at(7);
+    let call_line = format!("data: {first_call}\n\n");
+    let (c, d) = call_line.split_at(call_line.len() / 2);
+    let server = Server::start(vec![vec![
+        Step::SseHead,
+        Step::Chunk(a.into()),
+        Step::Pause(Duration::from_millis(20)),
+        Step::Chunk(b.into()),
+        Step::Chunk(": keep-alive\n\n".into()),
+        Step::Chunk(c.into()),
+        Step::Pause(Duration::from_millis(20)),
+        Step::Chunk(d.into()),
+        sse(rest_call),
+        sse(json!({"choices": [], "usage": {"prompt_tokens": 21, "completion_tokens": 8}})),
+        done(),
+        Step::EndChunks,
+    ]])
+    .await;
+    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    let events = collect(&provider, request_with_history()).await;
+
+    let body = &server.requests()[0].body;
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["stream_options"], json!({"include_usage": true}));
+    assert!(server.requests()[0]
+        .head
+        .contains("accept: text/event-stream"));
+
+    let deltas: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::Delta(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, ["Hel", "lo"]);
+    let call_deltas: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::ToolCallDelta {
+                index, arguments, ..
+            } => Some((*index, arguments.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(call_deltas, [(0, "{\"di"), (0, "r\":\"up\"}")]);
+    let response = single_finish(&events).unwrap();
+    assert_eq!(response.message.content.as_deref(), Some("Hello"));
+    assert_eq!(
+        response.message.tool_calls,
+        vec![ToolCall::new("call_9", "look", &json!({"dir": "up"}))]
+    );
+    assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+    assert_eq!(
+        (
+            response.usage.prompt_tokens,
+            response.usage.completion_tokens
+        ),
+        (21, 8)
+    );
+    assert!(!response.usage.estimated);
+    assert!(matches!(
+        events.last(),
+        Some(StreamEvent::Finished { attempts: 1, .. })
+    ));
+}
+
+#[tokio::test]
+async fn stream_length_finish_maps_to_length() {
+    let server = Server::start(vec![vec![
+        Step::SseHead,
+        sse(text_delta("cut sh")),
+        sse(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})),
+        done(),
+        Step::EndChunks,
+    ]])
+    .await;
+    let config = OpenAiConfig {
+        stream: true,
+        ..server.config()
+    };
+    // `complete` in streaming mode runs on the same machinery.
+    let response = OpenAiCompatible::new(config)
+        .unwrap()
+        .complete(simple_request())
+        .await
+        .unwrap();
+    assert_eq!(server.requests()[0].body["stream"], true);
+    assert_eq!(response.finish_reason, FinishReason::Length);
+    assert_eq!(response.message.content.as_deref(), Some("cut sh"));
+    assert!(response.usage.estimated);
+}
+
+#[tokio::test]
+async fn stream_cut_midway_finishes_once_with_error() {
+    let server = Server::start(vec![
+        vec![Step::SseHead, sse(text_delta("Hel"))],
+        vec![
+            Step::SseHead,
+            sse(text_delta("must not be reached")),
+            done(),
+        ],
+    ])
+    .await;
+    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    let events = collect(&provider, simple_request()).await;
+    assert_eq!(events[0], StreamEvent::Delta("Hel".into()));
+    let outcome = single_finish(&events);
+    assert!(
+        matches!(outcome, Err(ProviderError::Connection { .. })),
+        "{outcome:?}"
+    );
+    assert_eq!(events.len(), 2);
+    // Deltas were handed out: the stream is not retried.
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn stream_without_done_finishes_once_with_content() {
+    let server = Server::start(vec![vec![
+        Step::SseHead,
+        sse(text_delta("Hel")),
+        sse(text_delta("lo")),
+        Step::EndChunks,
+    ]])
+    .await;
+    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    let events = collect(&provider, simple_request()).await;
+    let response = single_finish(&events).unwrap();
+    assert_eq!(response.message.content.as_deref(), Some("Hello"));
+    assert_eq!(response.finish_reason, FinishReason::Stop);
+    assert!(response.usage.estimated);
+    assert_eq!(events.len(), 3);
+}
+
+#[tokio::test]
+async fn stream_malformed_chunk_finishes_once_with_error() {
+    let server = Server::start(vec![vec![
+        Step::SseHead,
+        sse(text_delta("ok")),
+        Step::Chunk("data: {broken\n\n".into()),
+        sse(text_delta("never seen")),
+        done(),
+        Step::EndChunks,
+    ]])
+    .await;
+    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    let events = collect(&provider, simple_request()).await;
+    assert!(matches!(
+        single_finish(&events),
+        Err(ProviderError::Malformed { .. })
+    ));
+    assert_eq!(events.len(), 2, "{events:?}");
+}
+
+#[tokio::test]
+async fn stream_error_status_finishes_once_after_retries() {
+    let server = Server::start(vec![
+        vec![status(502, "bad gateway")],
+        vec![status(502, "bad gateway")],
+        vec![status(502, "bad gateway")],
+    ])
+    .await;
+    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    let events = collect(&provider, simple_request()).await;
+    assert_eq!(events.len(), 1);
+    assert!(matches!(
+        &events[0],
+        StreamEvent::Finished {
+            outcome: Err(ProviderError::Http { status: 502, .. }),
+            attempts: 3
+        }
+    ));
+    assert_eq!(server.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn stalled_stream_times_out_once_and_hangs_up() {
+    let mut server = Server::start(vec![vec![
+        Step::SseHead,
+        sse(text_delta("Hel")),
+        Step::AwaitClose,
+    ]])
+    .await;
+    let config = OpenAiConfig {
+        request_timeout: Duration::from_millis(800),
+        ..server.config()
+    };
+    let provider = OpenAiCompatible::new(config).unwrap();
+    let events = collect(&provider, simple_request()).await;
+    assert_eq!(events.len(), 2);
+    assert_eq!(
+        single_finish(&events),
+        Err(ProviderError::Timeout { after_ms: 800 })
+    );
+    server.client_closed().await;
+}
+
+#[tokio::test]
+async fn dropping_a_stream_closes_the_connection() {
+    let mut server = Server::start(vec![vec![
+        Step::SseHead,
+        sse(text_delta("Hel")),
+        // Stall: the server only reads, waiting for the client to hang up.
+        Step::AwaitClose,
+    ]])
+    .await;
+    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    let mut stream = provider.stream(simple_request());
+    let first = tokio::time::timeout(PATIENCE, stream.next()).await.unwrap();
+    assert_eq!(first, Some(StreamEvent::Delta("Hel".into())));
+    // The agent halts: the consumer drops the stream. The server must see the connection close
+    // (while the provider is kept alive), which fails if anything kept reading the body.
+    drop(stream);
+    server.client_closed().await;
+    assert_eq!(server.requests().len(), 1);
+    drop(provider);
+}
+
+#[tokio::test]
+async fn api_key_is_sent_but_never_shown() {
+    let server = Server::start(vec![vec![ok_json(text_reply("hi"))]]).await;
+    let config = OpenAiConfig {
+        api_key: Some("sk-secret-123".into()),
+        ..server.config()
+    };
+    let provider = OpenAiCompatible::new(config).unwrap();
+    provider.complete(simple_request()).await.unwrap();
+    assert!(server.requests()[0]
+        .head
+        .contains("authorization: bearer sk-secret-123"));
+
+    let config = provider.config();
+    assert!(!format!("{config:?}").contains("sk-secret"));
+    assert!(!format!("{provider:?}").contains("sk-secret"));
+    assert!(!serde_json::to_string(config).unwrap().contains("sk-secret"));
+
+    // (The success path of reading the key from the environment is a unit test in the module, to
+    // keep `set_var` out of this multi-threaded test binary.)
+    assert_eq!(
+        OpenAiCompatible::from_env(OpenAiConfig::default(), "WARDEN_TEST_UNSET_VAR_7f3a")
+            .unwrap_err(),
+        OpenAiSetupError::MissingApiKey {
+            var: "WARDEN_TEST_UNSET_VAR_7f3a".into()
+        }
+    );
+}
+
+#[test]
+fn config_defaults_and_serde() {
+    let config = OpenAiConfig::default();
+    assert_eq!(config.request_timeout, Duration::from_secs(60));
+    assert_eq!(config.retry, RetryPolicy::default());
+    assert_eq!(config.retry.max_attempts, 4);
+    assert_eq!(config.retry.base, Duration::from_secs(1));
+    assert_eq!(config.retry.max, Duration::from_secs(10));
+    let parsed: OpenAiConfig = serde_json::from_value(json!({
+        "base_url": "http://localhost:11434/v1",
+        "model": "qwen",
+        "api_key": "k",
+        "request_timeout": 2.5,
+        "tool_format": "json_fallback",
+        "stream": true,
+        "retry": {"max_attempts": 2, "base": 0.5},
+    }))
+    .unwrap();
+    assert_eq!(parsed.request_timeout, Duration::from_millis(2500));
+    assert_eq!(parsed.tool_format, ToolFormat::JsonFallback);
+    assert_eq!(parsed.retry.base, Duration::from_millis(500));
+    assert_eq!(parsed.retry.max, Duration::from_secs(10));
+    assert_eq!(parsed.api_key.as_deref(), Some("k"));
+    let back: OpenAiConfig =
+        serde_json::from_str(&serde_json::to_string(&parsed).unwrap()).unwrap();
+    assert_eq!(back.api_key, None);
+    assert_eq!(back.retry, parsed.retry);
+}
