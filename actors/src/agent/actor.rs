@@ -180,23 +180,27 @@ impl AgentActor {
         if let Some(tx) = request.ack {
             let _ = tx.send(ack);
         }
+        // Listing and dropping the backlog is O(N): it runs as its own task after the ack, so the halt
+        // is acknowledged in O(1) whatever the backlog. Dropping the queue drops the reply channels of
+        // delegated tasks: their delegators see the task abandoned and release their slots.
         if !discarded.is_empty() {
-            let messages = discarded
-                .iter()
-                .map(|e| DiscardedMessage {
-                    id: e.id,
-                    priority: Priority::Ordinary,
-                    kind: match &e.msg {
-                        AgentMsg::Work(w) => w.kind().into(),
-                        _ => "other".into(),
-                    },
-                })
-                .collect();
-            self.cell.note(EventKind::MessagesDiscarded { messages });
+            let cell = self.cell.clone();
+            actix_rt::spawn(async move {
+                let messages = discarded
+                    .iter()
+                    .map(|e| DiscardedMessage {
+                        id: e.id,
+                        priority: Priority::Ordinary,
+                        kind: match &e.msg {
+                            AgentMsg::Work(w) => w.kind().into(),
+                            _ => "other".into(),
+                        },
+                    })
+                    .collect();
+                cell.note(EventKind::MessagesDiscarded { messages });
+                drop(discarded);
+            });
         }
-        // Dropping the queue drops the reply channels of delegated tasks: their delegators see the
-        // task abandoned and release their slots.
-        drop(discarded);
         for delegate in delegates {
             drop(send_halt(
                 &delegate,

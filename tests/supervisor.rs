@@ -1,0 +1,1830 @@
+//! The supervisor: every delegation refusal (typed, journaled on the delegator, counted as a failed
+//! tool call), slot release on every way a delegation can end, halt propagation down delegation
+//! trees, restarts (strategies, kept safety state, restart intensity) and halt-all on a mixed team.
+//!
+//! Everything runs on the test's arbiter with paused time; nothing sleeps on the wall clock.
+mod common;
+use common::*;
+use serde_json::json;
+use std::{
+    num::{NonZeroU32, NonZeroUsize},
+    sync::Arc,
+    time::Duration,
+};
+use warden::protocols::{
+    DelegationOutcome, DelegationRefusal, FinishReason, Lockout, RestartStrategy, ToolCall, Usage,
+};
+use warden::*;
+
+/// An LLM call that never finishes within a test (the tests halt or time out long before).
+const SLOW: Duration = Duration::from_secs(10_000);
+
+// ---- helpers ------------------------------------------------------------------------------------
+
+fn delegate(to: &str, task: &str) -> ScriptStep {
+    ScriptStep::call("delegate", json!({"agent": to, "task": task}))
+}
+
+fn model(steps: impl IntoIterator<Item = ScriptStep>) -> Arc<ScriptedProvider> {
+    Arc::new(ScriptedProvider::new(steps))
+}
+
+fn op() -> HaltCause {
+    HaltCause::Operator {
+        operator: "ops".into(),
+    }
+}
+
+fn parent(key: &str) -> HaltCause {
+    HaltCause::Parent { parent: key.into() }
+}
+
+fn key(k: &str) -> AgentKey {
+    AgentKey::from(k)
+}
+
+/// A config whose turns are one LLM call (and its tool calls) long, so a failed delegation leaves the
+/// delegator's error count where the refusal put it.
+fn one_step_config() -> WardenConfig {
+    let mut config = WardenConfig::default();
+    config.execution.max_iterations_per_tick = 1;
+    config
+}
+
+fn replay_matches(journal: &MemoryJournal, agent: &AgentHandle) {
+    assert_eq!(
+        AgentRecord::replay(agent.key().clone(), &journal.events()),
+        agent.record(),
+        "journal replay of {} differs from its live record",
+        agent.key()
+    );
+}
+
+fn refusals(journal: &MemoryJournal, agent: &str) -> Vec<(AgentKey, DelegationRefusal)> {
+    journal
+        .events_of(agent)
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::DelegationRefused { to, refusal } => Some((to, refusal)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn endings(journal: &MemoryJournal, agent: &str) -> Vec<(AgentKey, DelegationOutcome)> {
+    journal
+        .events_of(agent)
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::DelegationEnded { to, outcome, .. } => Some((to, outcome)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn requested(journal: &MemoryJournal, agent: &str) -> Vec<(u64, AgentKey, u32)> {
+    journal
+        .events_of(agent)
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::DelegationRequested { id, to, hops } => Some((id, to, hops)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn halt_causes(journal: &MemoryJournal, agent: &str) -> Vec<HaltCause> {
+    journal
+        .events_of(agent)
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Halted { cause, .. } => Some(cause),
+            _ => None,
+        })
+        .collect()
+}
+
+fn count_events(journal: &MemoryJournal, agent: &str, pred: impl Fn(&EventKind) -> bool) -> usize {
+    journal
+        .events_of(agent)
+        .iter()
+        .filter(|e| pred(&e.kind))
+        .count()
+}
+
+/// The refused delegation was a failed `delegate` tool call: right after the `DelegationRefused`, the
+/// tool finished with the refusal as its error and the error count went to `errors_after`.
+fn assert_refusal_counted(
+    journal: &MemoryJournal,
+    delegator: &str,
+    refusal: &DelegationRefusal,
+    errors_after: u32,
+) {
+    let events = journal.events_of(delegator);
+    let at = events
+        .iter()
+        .position(
+            |e| matches!(&e.kind, EventKind::DelegationRefused { refusal: r, .. } if r == refusal),
+        )
+        .unwrap_or_else(|| panic!("no DelegationRefused {refusal:?} on {delegator}"));
+    let message = format!("delegation refused: {refusal}");
+    let finished = events[at..]
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::ToolFinished {
+                tool, ok, error, ..
+            } if tool == "delegate" => Some((*ok, error.clone())),
+            _ => None,
+        })
+        .expect("the delegate tool call finished");
+    assert_eq!(finished, (false, Some(message.clone())));
+    let counted = events[at..]
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::ErrorCounted {
+                consecutive_errors,
+                error,
+            } => Some((*consecutive_errors, error.clone())),
+            _ => None,
+        })
+        .expect("the refusal was counted as an error");
+    assert_eq!(
+        counted,
+        (errors_after, format!("tool delegate failed: {message}"))
+    );
+}
+
+/// Sends one event and waits for the turn it starts to finish.
+async fn turn(agent: &AgentHandle, text: &str) {
+    let before = agent.status().turns;
+    agent.try_send_event(UserEvent::new(text)).unwrap();
+    until("turn finished", || agent.status().turns == before + 1).await;
+}
+
+/// One failing LLM call per event until the agent is locked out.
+async fn lock_out(agent: &AgentHandle) {
+    while agent.state() != AgentState::SafetyLockout {
+        let before = agent.status().turns;
+        agent.try_send_event(UserEvent::new("fail")).unwrap();
+        until("failing turn finished", || {
+            agent.status().turns == before + 1
+        })
+        .await;
+    }
+}
+
+// ---- 1. refusals ----------------------------------------------------------------------------------
+
+#[actix_rt::test]
+async fn delegating_to_a_locked_out_agent_is_refused_as_emergency_stop() {
+    tokio::time::pause();
+    let mut config = one_step_config();
+    config.safety.breakers.max_consecutive_errors = NonZeroU32::new(2).unwrap();
+    let (team, journal) = team(config);
+    let a = team
+        .spawn(AgentSpec::assistant("a", model([delegate("b", "help")])))
+        .unwrap();
+    let pb = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("down")));
+    let b_stats = pb.stats();
+    let b = team.spawn(AgentSpec::sub_agent("b", "a", pb)).unwrap();
+    lock_out(&b).await;
+    assert_eq!(b_stats.calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    let b_events = journal.events_of("b").len();
+
+    turn(&a, "ask b").await;
+
+    let refusal = DelegationRefusal::EmergencyStop {
+        delegate: key("b"),
+        state: AgentState::SafetyLockout,
+    };
+    assert_eq!(refusals(&journal, "a"), vec![(key("b"), refusal.clone())]);
+    assert_refusal_counted(&journal, "a", &refusal, 1);
+    assert!(requested(&journal, "a").is_empty(), "no slot was taken");
+    assert!(endings(&journal, "a").is_empty());
+    let s = a.status();
+    assert_eq!((s.consecutive_errors, s.active_sub_agents), (1, 0));
+    assert_eq!(s.state, AgentState::WaitingForEvent);
+    // Nothing reached b: no model call, no event at all.
+    assert_eq!(b_stats.calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(journal.events_of("b").len(), b_events);
+    replay_matches(&journal, &a);
+    replay_matches(&journal, &b);
+}
+
+#[actix_rt::test]
+async fn delegating_to_a_halted_agent_is_refused_with_state_stopped() {
+    tokio::time::pause();
+    let (team, journal) = team(one_step_config());
+    let a = team
+        .spawn(AgentSpec::assistant("a", model([delegate("b", "help")])))
+        .unwrap();
+    let b = team
+        .spawn(AgentSpec::sub_agent("b", "a", model([])))
+        .unwrap();
+    let ack = within("halt b", 1000, b.halt(op())).await;
+    assert_eq!(ack.state, AgentState::Stopped);
+
+    turn(&a, "ask b").await;
+
+    let refusal = DelegationRefusal::EmergencyStop {
+        delegate: key("b"),
+        state: AgentState::Stopped,
+    };
+    assert_eq!(refusals(&journal, "a"), vec![(key("b"), refusal.clone())]);
+    assert_refusal_counted(&journal, "a", &refusal, 1);
+    assert_eq!(a.status().consecutive_errors, 1);
+    assert_eq!(a.status().active_sub_agents, 0);
+    assert_eq!(b.state(), AgentState::Stopped);
+    replay_matches(&journal, &a);
+}
+
+#[actix_rt::test]
+async fn delegating_to_an_unknown_agent_is_refused() {
+    tokio::time::pause();
+    let (team, journal) = team(one_step_config());
+    let a = team
+        .spawn(AgentSpec::assistant("a", model([delegate("ghost", "boo")])))
+        .unwrap();
+    turn(&a, "ask ghost").await;
+    let refusal = DelegationRefusal::UnknownDelegate {
+        delegate: key("ghost"),
+    };
+    assert_eq!(
+        refusals(&journal, "a"),
+        vec![(key("ghost"), refusal.clone())]
+    );
+    assert_refusal_counted(&journal, "a", &refusal, 1);
+    assert_eq!(a.status().consecutive_errors, 1);
+    assert_eq!(a.status().active_sub_agents, 0);
+    // The model saw the refusal as the tool's result.
+    let history = a.record().history;
+    let last = history.last().unwrap();
+    assert_eq!(last.role, warden::protocols::ChatRole::Tool);
+    assert_eq!(
+        last.content.as_deref(),
+        Some(
+            json!({"success": false, "error": "delegation refused: unknown delegate ghost"})
+                .to_string()
+                .as_str()
+        )
+    );
+    replay_matches(&journal, &a);
+}
+
+#[actix_rt::test]
+async fn the_hop_limit_allows_a_to_b_and_refuses_b_to_c() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.safety.loop_.max_agent_hops = 1;
+    let (team, journal) = team(config);
+    let a = team
+        .spawn(AgentSpec::assistant(
+            "a",
+            model([delegate("b", "go deeper"), ScriptStep::reply("a done")]),
+        ))
+        .unwrap();
+    let b = team
+        .spawn(AgentSpec::sub_agent(
+            "b",
+            "a",
+            model([delegate("c", "deeper"), ScriptStep::reply("c unreachable")]),
+        ))
+        .unwrap();
+    let pc = model([ScriptStep::reply("never")]);
+    let c_stats = pc.stats();
+    let c = team.spawn(AgentSpec::sub_agent("c", "b", pc)).unwrap();
+
+    turn(&a, "start").await;
+
+    // a → b is hop 1: allowed, and it completed.
+    assert_eq!(
+        requested(&journal, "a")
+            .into_iter()
+            .map(|(_, to, hops)| (to, hops))
+            .collect::<Vec<_>>(),
+        vec![(key("b"), 1)]
+    );
+    assert_eq!(
+        endings(&journal, "a"),
+        vec![(key("b"), DelegationOutcome::Completed)]
+    );
+    assert!(refusals(&journal, "a").is_empty());
+    // b → c would be hop 2: refused on b, counted as b's failed tool call.
+    let refusal = DelegationRefusal::HopLimit { hops: 2, max: 1 };
+    assert_eq!(refusals(&journal, "b"), vec![(key("c"), refusal.clone())]);
+    assert_refusal_counted(&journal, "b", &refusal, 1);
+    assert!(requested(&journal, "b").is_empty());
+    assert_eq!(c_stats.calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(c.status().turns, 0);
+    for h in [&a, &b] {
+        assert_eq!(h.status().active_sub_agents, 0);
+        replay_matches(&journal, h);
+    }
+}
+
+#[actix_rt::test]
+async fn zero_hops_forbids_delegation() {
+    tokio::time::pause();
+    let mut config = one_step_config();
+    config.safety.loop_.max_agent_hops = 0;
+    let (team, journal) = team(config);
+    let a = team
+        .spawn(AgentSpec::assistant("a", model([delegate("b", "x")])))
+        .unwrap();
+    team.spawn(AgentSpec::sub_agent("b", "a", model([])))
+        .unwrap();
+    turn(&a, "start").await;
+    let refusal = DelegationRefusal::HopLimit { hops: 1, max: 0 };
+    assert_eq!(refusals(&journal, "a"), vec![(key("b"), refusal.clone())]);
+    assert_refusal_counted(&journal, "a", &refusal, 1);
+    assert_eq!(a.status().consecutive_errors, 1);
+}
+
+#[actix_rt::test]
+async fn a_delegation_back_to_the_root_is_refused_as_a_cycle() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    let a = team
+        .spawn(AgentSpec::assistant(
+            "a",
+            model([delegate("b", "help"), ScriptStep::reply("a done")]),
+        ))
+        .unwrap();
+    let b = team
+        .spawn(AgentSpec::sub_agent(
+            "b",
+            "a",
+            model([delegate("a", "help me back"), ScriptStep::reply("b done")]),
+        ))
+        .unwrap();
+    turn(&a, "start").await;
+    let refusal = DelegationRefusal::Cycle {
+        chain: vec![key("a"), key("b"), key("a")],
+    };
+    assert_eq!(refusals(&journal, "b"), vec![(key("a"), refusal.clone())]);
+    assert_refusal_counted(&journal, "b", &refusal, 1);
+    assert_eq!(
+        refusal.to_string(),
+        "delegation cycle: a -> b -> a",
+        "the chain is named in order"
+    );
+    assert_eq!(
+        endings(&journal, "a"),
+        vec![(key("b"), DelegationOutcome::Completed)]
+    );
+    assert_eq!(a.status().turns, 1, "a was not re-entered");
+    for h in [&a, &b] {
+        assert_eq!(h.status().active_sub_agents, 0);
+        replay_matches(&journal, h);
+    }
+}
+
+#[actix_rt::test]
+async fn delegating_to_oneself_is_a_cycle() {
+    tokio::time::pause();
+    let (team, journal) = team(one_step_config());
+    let a = team
+        .spawn(AgentSpec::assistant("a", model([delegate("a", "me")])))
+        .unwrap();
+    turn(&a, "start").await;
+    let refusal = DelegationRefusal::Cycle {
+        chain: vec![key("a"), key("a")],
+    };
+    assert_eq!(refusals(&journal, "a"), vec![(key("a"), refusal.clone())]);
+    assert_refusal_counted(&journal, "a", &refusal, 1);
+    assert_eq!(a.status().consecutive_errors, 1);
+}
+
+#[actix_rt::test]
+async fn a_zero_budget_refuses_every_delegation() {
+    tokio::time::pause();
+    let mut config = one_step_config();
+    config.delegation.sub_agent_budget = 0;
+    let (team, journal) = team(config);
+    let a = team
+        .spawn(AgentSpec::assistant("a", model([delegate("b", "x")])))
+        .unwrap();
+    let b = team
+        .spawn(AgentSpec::sub_agent("b", "a", model([])))
+        .unwrap();
+    turn(&a, "start").await;
+    let refusal = DelegationRefusal::SubAgentBudget {
+        active: 0,
+        budget: 0,
+    };
+    assert_eq!(refusals(&journal, "a"), vec![(key("b"), refusal.clone())]);
+    assert_refusal_counted(&journal, "a", &refusal, 1);
+    assert_eq!(a.status().active_sub_agents, 0);
+    assert_eq!(a.status().sub_agent_budget, 0);
+    assert_eq!(b.status().turns, 0);
+}
+
+#[actix_rt::test]
+async fn a_budget_of_one_holds_one_slot_while_running_and_frees_it_for_the_next() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.delegation.sub_agent_budget = 1;
+    let (team, journal) = team(config);
+    let a = team
+        .spawn(AgentSpec::assistant(
+            "a",
+            model([
+                delegate("b", "one"),
+                delegate("c", "two"),
+                ScriptStep::reply("both done"),
+            ]),
+        ))
+        .unwrap();
+    let b = team
+        .spawn(AgentSpec::sub_agent(
+            "b",
+            "a",
+            model([ScriptStep::reply("b").delayed(Duration::from_secs(10))]),
+        ))
+        .unwrap();
+    let c = team
+        .spawn(AgentSpec::sub_agent(
+            "c",
+            "a",
+            model([ScriptStep::reply("c").delayed(Duration::from_secs(10))]),
+        ))
+        .unwrap();
+    a.try_send_event(UserEvent::new("go")).unwrap();
+    until("b working", || b.state() == AgentState::Executing).await;
+    let s = a.status();
+    assert_eq!((s.active_sub_agents, s.sub_agent_budget), (1, 1));
+    assert_eq!(s.state, AgentState::WaitingForTool);
+    until("c working", || c.state() == AgentState::Executing).await;
+    assert_eq!(a.status().active_sub_agents, 1, "b's slot was released");
+    until("a done", || a.status().turns == 1).await;
+    assert!(refusals(&journal, "a").is_empty());
+    assert_eq!(
+        endings(&journal, "a"),
+        vec![
+            (key("b"), DelegationOutcome::Completed),
+            (key("c"), DelegationOutcome::Completed)
+        ]
+    );
+    assert_eq!(a.status().active_sub_agents, 0);
+    replay_matches(&journal, &a);
+}
+
+/// One model response carrying `n` `delegate` calls (parallel tool calls, as Chat Completions allows).
+fn parallel_delegations(n: usize) -> ScriptStep {
+    let calls = (0..n)
+        .map(|i| {
+            ToolCall::new(
+                format!("call_{i}"),
+                "delegate",
+                &json!({"agent": format!("d{i}"), "task": "work"}),
+            )
+        })
+        .collect();
+    ScriptStep::Respond(LlmResponse {
+        message: ChatMessage::assistant_tool_calls(None, calls),
+        finish_reason: FinishReason::ToolCalls,
+        usage: Usage::default(),
+    })
+}
+
+/// `n` delegations asked for at once with `budget` slots: `budget` run together, the rest are refused.
+async fn budget_is_reached_by_concurrent_delegations(budget: u32, n: usize) {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.delegation.sub_agent_budget = budget;
+    config.safety.timeout.chain_seconds = 0.0;
+    let (team, journal) = team(config);
+    let a = team
+        .spawn(AgentSpec::assistant(
+            "a",
+            model([parallel_delegations(n), ScriptStep::reply("done")]),
+        ))
+        .unwrap();
+    for i in 0..n {
+        team.spawn(AgentSpec::sub_agent(
+            format!("d{i}").as_str(),
+            "a",
+            model([ScriptStep::reply("ok").delayed(Duration::from_secs(10))]),
+        ))
+        .unwrap();
+    }
+    a.try_send_event(UserEvent::new("fan out")).unwrap();
+    let mut peak = 0;
+    until("a done", || {
+        peak = peak.max(a.status().active_sub_agents);
+        a.status().turns == 1
+    })
+    .await;
+    assert_eq!(peak, budget, "delegations running at once");
+    let refused: Vec<_> = refusals(&journal, "a");
+    assert_eq!(
+        refused.len(),
+        n - budget as usize,
+        "refused beyond the budget"
+    );
+    for (_, refusal) in refused {
+        assert_eq!(
+            refusal,
+            DelegationRefusal::SubAgentBudget {
+                active: budget,
+                budget
+            }
+        );
+    }
+    assert_eq!(a.status().active_sub_agents, 0);
+}
+
+#[actix_rt::test]
+#[ignore = "bug: sub_agent_budget > 0 is never reached — a turn runs its tool calls one after the other \
+            (turn.rs `for call in &calls { run_tool(..).await }`) and an agent runs one turn at a time, so \
+            one agent never has more than 1 delegation running; with budget 1 and two delegate calls in one \
+            response the second is not refused but runs after the first (peak active_sub_agents = 1)"]
+async fn budget_one_refuses_a_second_delegation_while_the_first_runs() {
+    budget_is_reached_by_concurrent_delegations(1, 2).await;
+}
+
+#[actix_rt::test]
+#[ignore = "bug: sub_agent_budget > 1 is unreachable — delegate calls of one response run sequentially \
+            (turn.rs `run_tool(..).await` in a loop), so with budget 2 and three delegate calls the peak of \
+            active_sub_agents is 1 and the third is never refused with SubAgentBudget{active:2,budget:2}"]
+async fn budget_two_runs_exactly_two_at_once_and_refuses_the_third() {
+    budget_is_reached_by_concurrent_delegations(2, 3).await;
+}
+
+#[actix_rt::test]
+async fn a_delegate_with_a_full_mailbox_refuses_the_task_and_the_slot_is_released() {
+    tokio::time::pause();
+    let mut config = one_step_config();
+    config.mailbox.ordinary_capacity = NonZeroUsize::new(1).unwrap();
+    let (team, journal) = team(config);
+    let a = team
+        .spawn(AgentSpec::assistant("a", model([delegate("b", "x")])))
+        .unwrap();
+    let b = team
+        .spawn(AgentSpec::sub_agent(
+            "b",
+            "a",
+            model([ScriptStep::reply("slow").delayed(SLOW)]),
+        ))
+        .unwrap();
+    b.try_send_event(UserEvent::new("busy")).unwrap();
+    until("b busy", || b.state() == AgentState::Executing).await;
+    b.try_send_event(UserEvent::new("queued")).unwrap();
+    assert_eq!(b.status().queued.ordinary, 1);
+
+    turn(&a, "ask b").await;
+
+    let refusal = DelegationRefusal::DelegateRefused {
+        delegate: key("b"),
+        refusal: WorkRefusal::MailboxFull { capacity: 1 },
+    };
+    assert_eq!(refusals(&journal, "a"), vec![(key("b"), refusal.clone())]);
+    assert_refusal_counted(&journal, "a", &refusal, 1);
+    // The slot had been taken, so its ending is journaled too.
+    assert_eq!(requested(&journal, "a").len(), 1);
+    assert_eq!(
+        endings(&journal, "a"),
+        vec![(
+            key("b"),
+            DelegationOutcome::Failed {
+                error: "ordinary mailbox is full (1 messages)".into()
+            }
+        )]
+    );
+    assert_eq!(a.status().active_sub_agents, 0);
+    assert_eq!(a.status().consecutive_errors, 1);
+    assert_eq!(b.status().queued.ordinary, 1, "b's queue untouched");
+    replay_matches(&journal, &a);
+}
+
+// ---- 2. every ending releases the slot -------------------------------------------------------------
+
+/// a delegates to b once (one-step turns); returns after a's turn.
+async fn one_delegation(
+    b_steps: Vec<ScriptStep>,
+) -> (Supervisor, Arc<MemoryJournal>, AgentHandle, AgentHandle) {
+    let (team, journal) = team(one_step_config());
+    let a = team
+        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
+        .unwrap();
+    let b = team
+        .spawn(AgentSpec::sub_agent("b", "a", model(b_steps)))
+        .unwrap();
+    turn(&a, "go").await;
+    (team, journal, a, b)
+}
+
+#[actix_rt::test]
+async fn a_completed_delegation_releases_its_slot() {
+    tokio::time::pause();
+    let (_team, journal, a, b) = one_delegation(vec![ScriptStep::reply("42")]).await;
+    assert_eq!(
+        endings(&journal, "a"),
+        vec![(key("b"), DelegationOutcome::Completed)]
+    );
+    let s = a.status();
+    assert_eq!((s.active_sub_agents, s.consecutive_errors), (0, 0));
+    let last = a.record().history.pop().unwrap();
+    assert_eq!(
+        last.content.as_deref(),
+        Some(json!({"agent": "b", "answer": "42"}).to_string().as_str())
+    );
+    // b's task arrived as a user message and was answered.
+    let bh = b.record().history;
+    assert_eq!(bh[0].content.as_deref(), Some("task"));
+    assert_eq!(bh[1].content.as_deref(), Some("42"));
+    replay_matches(&journal, &a);
+    replay_matches(&journal, &b);
+}
+
+#[actix_rt::test]
+async fn a_failed_delegate_turn_ends_the_delegation_failed() {
+    tokio::time::pause();
+    let (_team, journal, a, b) = one_delegation(vec![ScriptStep::fail("model down")]).await;
+    assert_eq!(
+        endings(&journal, "a"),
+        vec![(
+            key("b"),
+            DelegationOutcome::Failed {
+                error: "turn ended without an answer (LlmError)".into()
+            }
+        )]
+    );
+    let s = a.status();
+    assert_eq!((s.active_sub_agents, s.consecutive_errors), (0, 1));
+    assert_eq!(b.status().consecutive_errors, 1);
+    replay_matches(&journal, &a);
+    replay_matches(&journal, &b);
+}
+
+#[actix_rt::test]
+async fn a_delegate_that_locks_out_mid_task_fails_the_delegation_and_notifies_the_delegator() {
+    tokio::time::pause();
+    let mut config = one_step_config();
+    config.safety.breakers.max_consecutive_errors = NonZeroU32::new(1).unwrap();
+    let (team, journal) = team(config);
+    let a = team
+        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
+        .unwrap();
+    let b = team
+        .spawn(AgentSpec::sub_agent(
+            "b",
+            "a",
+            model([ScriptStep::fail("down")]),
+        ))
+        .unwrap();
+    a.try_send_event(UserEvent::new("go")).unwrap();
+    until("a's turn over", || {
+        a.status().turns == 1 || a.state() == AgentState::SafetyLockout
+    })
+    .await;
+    let reason = "Maximum consecutive errors reached (1)".to_string();
+    assert_eq!(b.state(), AgentState::SafetyLockout);
+    assert_eq!(
+        endings(&journal, "a"),
+        vec![(
+            key("b"),
+            DelegationOutcome::Failed {
+                error: format!("delegate locked out: {reason}")
+            }
+        )]
+    );
+    assert_eq!(a.status().active_sub_agents, 0);
+    // The failed delegation tripped a too (threshold 1).
+    assert_eq!(a.state(), AgentState::SafetyLockout);
+    settle(100).await;
+    assert_eq!(
+        count_events(&journal, "a", |k| matches!(
+            k,
+            EventKind::DelegateLockedOut { delegate, reason: r } if delegate.as_str() == "b" && *r == reason
+        )),
+        1,
+        "the delegator was told its delegate locked out"
+    );
+    replay_matches(&journal, &a);
+    replay_matches(&journal, &b);
+}
+
+#[actix_rt::test]
+async fn a_task_queued_behind_a_lockout_is_refused_and_the_delegation_fails() {
+    tokio::time::pause();
+    let mut config = one_step_config();
+    config.safety.breakers.max_consecutive_errors = NonZeroU32::new(2).unwrap();
+    let (team, journal) = team(config);
+    let a = team
+        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
+        .unwrap();
+    let b = team
+        .spawn(AgentSpec::sub_agent(
+            "b",
+            "a",
+            model([
+                ScriptStep::fail("one"),
+                ScriptStep::fail("two").delayed(Duration::from_secs(5)),
+            ]),
+        ))
+        .unwrap();
+    turn(&b, "first failure").await;
+    b.try_send_event(UserEvent::new("second failure, slow"))
+        .unwrap();
+    until("b busy", || b.state() == AgentState::Executing).await;
+    // b is busy but not locked out: the task is accepted and queued; then b trips.
+    a.try_send_event(UserEvent::new("go")).unwrap();
+    until("a done", || a.status().turns == 1).await;
+    let reason = "Maximum consecutive errors reached (2)";
+    assert_eq!(b.state(), AgentState::SafetyLockout);
+    assert_eq!(
+        endings(&journal, "a"),
+        vec![(
+            key("b"),
+            DelegationOutcome::Failed {
+                error: format!("task refused: agent is in SAFETY_LOCKOUT: {reason}")
+            }
+        )]
+    );
+    assert_eq!(a.status().active_sub_agents, 0);
+    assert_eq!(
+        count_events(&journal, "b", |k| matches!(
+            k,
+            EventKind::WorkRefused { work, refusal: WorkRefusal::LockedOut { .. } } if work == "delegated_task"
+        )),
+        1
+    );
+    assert_eq!(
+        count_events(&journal, "a", |k| matches!(
+            k,
+            EventKind::DelegateLockedOut { .. }
+        )),
+        1
+    );
+    replay_matches(&journal, &a);
+    replay_matches(&journal, &b);
+}
+
+#[actix_rt::test]
+async fn a_chain_timeout_ends_the_delegation_timed_out() {
+    tokio::time::pause();
+    let mut config = one_step_config();
+    config.safety.timeout.chain_seconds = 2.0;
+    let (team, journal) = team(config);
+    let a = team
+        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
+        .unwrap();
+    let b = team
+        .spawn(AgentSpec::sub_agent(
+            "b",
+            "a",
+            model([ScriptStep::reply("too late").delayed(Duration::from_secs(30))]),
+        ))
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    a.try_send_event(UserEvent::new("go")).unwrap();
+    until("b busy", || b.state() == AgentState::Executing).await;
+    assert_eq!(a.status().active_sub_agents, 1);
+    until("a done", || a.status().turns == 1).await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(3),
+        "timed out after {waited:?}"
+    );
+    assert_eq!(
+        endings(&journal, "a"),
+        vec![(key("b"), DelegationOutcome::TimedOut { after_ms: 2000 })]
+    );
+    assert_eq!(a.status().active_sub_agents, 0);
+    assert_eq!(a.status().consecutive_errors, 1);
+    // b finishes later; its answer goes nowhere and changes nothing on a.
+    until("b done", || b.status().turns == 1).await;
+    assert_eq!(endings(&journal, "a").len(), 1);
+    replay_matches(&journal, &a);
+    replay_matches(&journal, &b);
+}
+
+#[actix_rt::test]
+async fn halting_the_delegator_mid_delegation_cancels_it() {
+    tokio::time::pause();
+    let (team, journal) = team(one_step_config());
+    let a = team
+        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
+        .unwrap();
+    let b = team
+        .spawn(AgentSpec::sub_agent(
+            "b",
+            "a",
+            model([ScriptStep::reply("never").delayed(SLOW)]),
+        ))
+        .unwrap();
+    a.try_send_event(UserEvent::new("go")).unwrap();
+    until("b busy", || b.state() == AgentState::Executing).await;
+    assert_eq!(a.status().active_sub_agents, 1);
+    let ack = within("halt a", 1000, a.halt(op())).await;
+    assert_eq!(ack.state, AgentState::Stopped);
+    until("slot released", || a.status().active_sub_agents == 0).await;
+    assert_eq!(
+        endings(&journal, "a"),
+        vec![(key("b"), DelegationOutcome::Cancelled)]
+    );
+    until("b halted too", || b.state() == AgentState::Stopped).await;
+    assert_eq!(halt_causes(&journal, "b"), vec![parent("a")]);
+    replay_matches(&journal, &a);
+    replay_matches(&journal, &b);
+}
+
+#[actix_rt::test]
+async fn halting_the_delegate_mid_task_abandons_the_delegation() {
+    tokio::time::pause();
+    let (team, journal) = team(one_step_config());
+    let a = team
+        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
+        .unwrap();
+    let b = team
+        .spawn(AgentSpec::sub_agent(
+            "b",
+            "a",
+            model([ScriptStep::reply("never").delayed(SLOW)]),
+        ))
+        .unwrap();
+    a.try_send_event(UserEvent::new("go")).unwrap();
+    until("b busy", || b.state() == AgentState::Executing).await;
+    let ack = within("halt b", 1000, b.halt(op())).await;
+    assert_eq!(ack.state, AgentState::Stopped);
+    until("a done", || a.status().turns == 1).await;
+    assert_eq!(
+        endings(&journal, "a"),
+        vec![(key("b"), DelegationOutcome::Abandoned)]
+    );
+    let s = a.status();
+    assert_eq!(
+        (s.active_sub_agents, s.consecutive_errors, s.state),
+        (0, 1, AgentState::WaitingForEvent),
+        "the delegator is not halted by its delegate's halt"
+    );
+    assert!(halt_causes(&journal, "a").is_empty());
+    replay_matches(&journal, &a);
+    replay_matches(&journal, &b);
+}
+
+#[actix_rt::test]
+async fn halting_a_delegate_that_has_the_task_still_queued_abandons_it() {
+    tokio::time::pause();
+    let (team, journal) = team(one_step_config());
+    let a = team
+        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
+        .unwrap();
+    let b = team
+        .spawn(AgentSpec::sub_agent(
+            "b",
+            "a",
+            model([ScriptStep::reply("own work").delayed(SLOW)]),
+        ))
+        .unwrap();
+    b.try_send_event(UserEvent::new("own work")).unwrap();
+    until("b busy", || b.state() == AgentState::Executing).await;
+    a.try_send_event(UserEvent::new("go")).unwrap();
+    until("task queued", || b.status().queued.ordinary == 1).await;
+    let ack = within("halt b", 1000, b.halt(op())).await;
+    assert_eq!((ack.state, ack.discarded), (AgentState::Stopped, 1));
+    until("a done", || a.status().turns == 1).await;
+    assert_eq!(
+        endings(&journal, "a"),
+        vec![(key("b"), DelegationOutcome::Abandoned)]
+    );
+    assert_eq!(a.status().active_sub_agents, 0);
+    replay_matches(&journal, &a);
+    replay_matches(&journal, &b);
+}
+
+#[actix_rt::test]
+async fn a_delegate_crash_mid_task_abandons_the_delegation() {
+    tokio::time::pause();
+    let (team, journal) = team(one_step_config());
+    let a = team
+        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
+        .unwrap();
+    let b = team
+        .spawn(AgentSpec::sub_agent(
+            "b",
+            "a",
+            model([ScriptStep::Crash("boom".into())]),
+        ))
+        .unwrap();
+    turn(&a, "go").await;
+    assert_eq!(
+        endings(&journal, "a"),
+        vec![(key("b"), DelegationOutcome::Abandoned)]
+    );
+    assert_eq!(a.status().active_sub_agents, 0);
+    until("b restarted", || b.status().restarts == 1).await;
+    let s = b.status();
+    assert_eq!(
+        (s.state, s.consecutive_errors),
+        (AgentState::WaitingForEvent, 1)
+    );
+    replay_matches(&journal, &a);
+    replay_matches(&journal, &b);
+}
+
+#[actix_rt::test]
+async fn a_waiting_delegator_restarted_by_one_for_all_cancels_its_delegation() {
+    tokio::time::pause();
+    let mut config = one_step_config();
+    config.supervisor.restart.strategy = RestartStrategy::OneForAll;
+    let (team, journal) = team(config);
+    let a = team
+        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
+        .unwrap();
+    let b = team
+        .spawn(AgentSpec::sub_agent(
+            "b",
+            "a",
+            model([ScriptStep::reply("never").delayed(SLOW)]),
+        ))
+        .unwrap();
+    let x = team
+        .spawn(AgentSpec::assistant(
+            "x",
+            model([ScriptStep::Crash("boom".into())]),
+        ))
+        .unwrap();
+    a.try_send_event(UserEvent::new("go")).unwrap();
+    until("b busy", || b.state() == AgentState::Executing).await;
+    assert_eq!(a.status().active_sub_agents, 1);
+    x.try_send_event(UserEvent::new("crash")).unwrap();
+    until("all restarted", || {
+        [&a, &b, &x].iter().all(|h| h.status().restarts == 1)
+    })
+    .await;
+    assert_eq!(
+        endings(&journal, "a"),
+        vec![(key("b"), DelegationOutcome::Cancelled)]
+    );
+    for h in [&a, &b, &x] {
+        let s = h.status();
+        assert_eq!(s.active_sub_agents, 0);
+        assert_eq!(s.state, AgentState::WaitingForEvent, "{}", h.key());
+        replay_matches(&journal, h);
+    }
+    // Only the crashed one counts an error.
+    assert_eq!(a.status().consecutive_errors, 0);
+    assert_eq!(b.status().consecutive_errors, 0);
+    assert_eq!(x.status().consecutive_errors, 1);
+}
+
+#[actix_rt::test]
+async fn many_mixed_endings_always_bring_active_sub_agents_back_to_zero() {
+    tokio::time::pause();
+    let mut config = one_step_config();
+    config.safety.timeout.chain_seconds = 5.0;
+    config.safety.breakers.max_consecutive_errors = NonZeroU32::new(1000).unwrap();
+    config.supervisor.restart.max_restarts = 1000;
+    let (team, journal) = team(config);
+    let pa = model([]);
+    let pb = model([]);
+    let a = team.spawn(AgentSpec::assistant("a", pa.clone())).unwrap();
+    let b = team
+        .spawn(AgentSpec::sub_agent("b", "a", pb.clone()).without_delegation())
+        .unwrap();
+    let mut expected = Vec::new();
+    for round in 0..3 {
+        for kind in 0..7 {
+            let what = format!("round {round} kind {kind}");
+            let a_turns = a.status().turns;
+            let b_turns = b.status().turns;
+            let b_restarts = b.status().restarts;
+            match kind {
+                0 => {
+                    pa.push([delegate("b", "ok")]);
+                    pb.push([ScriptStep::reply("fine")]);
+                    turn(&a, &what).await;
+                    expected.push(DelegationOutcome::Completed);
+                }
+                1 => {
+                    pa.push([delegate("b", "fail")]);
+                    pb.push([ScriptStep::fail("down")]);
+                    turn(&a, &what).await;
+                    expected.push(DelegationOutcome::Failed {
+                        error: "turn ended without an answer (LlmError)".into(),
+                    });
+                }
+                2 => {
+                    pa.push([delegate("b", "slow")]);
+                    pb.push([ScriptStep::reply("late").delayed(Duration::from_secs(20))]);
+                    turn(&a, &what).await;
+                    expected.push(DelegationOutcome::TimedOut { after_ms: 5000 });
+                    until("b's late turn", || b.status().turns == b_turns + 1).await;
+                }
+                3 => {
+                    pa.push([delegate("b", "crash")]);
+                    pb.push([ScriptStep::Crash("boom".into())]);
+                    turn(&a, &what).await;
+                    expected.push(DelegationOutcome::Abandoned);
+                    until("b restarted", || b.status().restarts == b_restarts + 1).await;
+                }
+                4 => {
+                    pa.push([delegate("nobody", "x")]);
+                    turn(&a, &what).await;
+                }
+                5 => {
+                    pa.push([delegate("b", "halt me")]);
+                    pb.push([ScriptStep::reply("never").delayed(SLOW)]);
+                    a.try_send_event(UserEvent::new(what.clone())).unwrap();
+                    until("b busy", || b.state() == AgentState::Executing).await;
+                    within("halt b", 1000, b.halt(op())).await;
+                    until("a done", || a.status().turns == a_turns + 1).await;
+                    expected.push(DelegationOutcome::Abandoned);
+                    b.resume("ops").await.unwrap();
+                }
+                _ => {
+                    pa.push([delegate("b", "halt my delegator")]);
+                    pb.push([ScriptStep::reply("never").delayed(SLOW)]);
+                    a.try_send_event(UserEvent::new(what.clone())).unwrap();
+                    until("b busy", || b.state() == AgentState::Executing).await;
+                    within("halt a", 1000, a.halt(op())).await;
+                    until("b halted", || b.state() == AgentState::Stopped).await;
+                    expected.push(DelegationOutcome::Cancelled);
+                    a.resume("ops").await.unwrap();
+                    b.resume("ops").await.unwrap();
+                }
+            }
+            until(&what, || a.status().active_sub_agents == 0).await;
+            let got: Vec<_> = endings(&journal, "a").into_iter().map(|(_, o)| o).collect();
+            assert_eq!(got, expected, "{what}");
+            assert_eq!(a.status().active_sub_agents, 0, "{what}");
+            assert_eq!(a.state(), AgentState::WaitingForEvent, "{what}");
+            assert_eq!(b.state(), AgentState::WaitingForEvent, "{what}");
+        }
+    }
+    // Every started delegation ended exactly once.
+    let mut started: Vec<u64> = requested(&journal, "a").iter().map(|r| r.0).collect();
+    let mut ended: Vec<u64> = journal
+        .events_of("a")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::DelegationEnded { id, .. } => Some(id),
+            _ => None,
+        })
+        .collect();
+    started.sort_unstable();
+    ended.sort_unstable();
+    assert_eq!(started.len(), 18);
+    assert_eq!(started, ended);
+    assert_eq!(refusals(&journal, "a").len(), 3);
+    replay_matches(&journal, &a);
+    replay_matches(&journal, &b);
+}
+
+// ---- 3. halting a parent halts its running sub-agents ----------------------------------------------
+
+/// a → b → c, all waiting; d idle and e busy, both unrelated.
+async fn chain_of_three(
+    config: WardenConfig,
+) -> (Supervisor, Arc<MemoryJournal>, Vec<AgentHandle>) {
+    let (team, journal) = team(config);
+    let a = team
+        .spawn(AgentSpec::assistant("a", model([delegate("b", "1")])))
+        .unwrap();
+    let b = team
+        .spawn(AgentSpec::sub_agent("b", "a", model([delegate("c", "2")])))
+        .unwrap();
+    let c = team
+        .spawn(AgentSpec::sub_agent(
+            "c",
+            "b",
+            model([ScriptStep::reply("never").delayed(SLOW)]),
+        ))
+        .unwrap();
+    let d = team.spawn(AgentSpec::assistant("d", model([]))).unwrap();
+    let e = team
+        .spawn(AgentSpec::assistant(
+            "e",
+            model([ScriptStep::reply("slow").delayed(SLOW)]),
+        ))
+        .unwrap();
+    e.try_send_event(UserEvent::new("busy")).unwrap();
+    a.try_send_event(UserEvent::new("go")).unwrap();
+    until("chain running", || {
+        c.state() == AgentState::Executing
+            && b.state() == AgentState::WaitingForTool
+            && a.state() == AgentState::WaitingForTool
+            && e.state() == AgentState::Executing
+    })
+    .await;
+    (team, journal, vec![a, b, c, d, e])
+}
+
+#[actix_rt::test]
+async fn supervisor_halt_stops_the_running_subtree_transitively() {
+    tokio::time::pause();
+    let (team, journal, h) = chain_of_three(WardenConfig::default()).await;
+    let (a, b, c, d, e) = (&h[0], &h[1], &h[2], &h[3], &h[4]);
+    let acks = within("halt a", 10_000, team.halt("a", op()))
+        .await
+        .unwrap();
+    assert_eq!(
+        acks,
+        ["a", "b", "c"]
+            .iter()
+            .map(|k| HaltAck {
+                agent: key(k),
+                state: AgentState::Stopped,
+                discarded: 0
+            })
+            .collect::<Vec<_>>(),
+        "one ack per agent of the subtree, a first"
+    );
+    for x in [a, b, c] {
+        assert_eq!(x.state(), AgentState::Stopped, "{}", x.key());
+    }
+    settle(200).await;
+    assert_eq!(halt_causes(&journal, "a"), vec![op()]);
+    for k in ["b", "c"] {
+        let causes = halt_causes(&journal, k);
+        assert!(!causes.is_empty(), "{k} journaled its halt");
+        assert!(
+            causes.iter().all(|c| matches!(c, HaltCause::Parent { .. })),
+            "{k} halted by its parent: {causes:?}"
+        );
+    }
+    // Slots released along the chain.
+    for x in [a, b] {
+        assert_eq!(x.status().active_sub_agents, 0, "{}", x.key());
+    }
+    assert_eq!(
+        endings(&journal, "a"),
+        vec![(key("b"), DelegationOutcome::Cancelled)]
+    );
+    assert_eq!(
+        endings(&journal, "b"),
+        vec![(key("c"), DelegationOutcome::Cancelled)]
+    );
+    // Unrelated agents are untouched.
+    assert_eq!(d.state(), AgentState::WaitingForEvent);
+    assert_eq!(e.state(), AgentState::Executing);
+    assert!(halt_causes(&journal, "d").is_empty());
+    assert!(halt_causes(&journal, "e").is_empty());
+    assert_eq!(d.status().halts, 0);
+    for x in &h {
+        replay_matches(&journal, x);
+    }
+}
+
+#[actix_rt::test]
+#[ignore = "bug: one Supervisor::halt(a) of a running chain a→b→c journals `Halted` twice on b \
+            ([Parent a, Parent a]) and three times on c ([Parent a, Parent b, Parent b]), so status().halts \
+            is 1/2/3 instead of 1/1/1: Supervisor::halt already halts the whole subtree, and each actor's \
+            on_halt (actor.rs) sends one more halt to every delegate still in its `delegations` map (the \
+            turn is only cancelled lazily, so the map is not yet emptied when a second queued halt is read); \
+            on_halt of an agent that is already STOPPED re-emits `Halted` (halts += 1) instead of only acking"]
+async fn one_halt_is_journaled_once_per_agent() {
+    tokio::time::pause();
+    let (team, journal, h) = chain_of_three(WardenConfig::default()).await;
+    within("halt a", 10_000, team.halt("a", op()))
+        .await
+        .unwrap();
+    settle(200).await;
+    assert_eq!(halt_causes(&journal, "a"), vec![op()]);
+    assert_eq!(halt_causes(&journal, "b"), vec![parent("a")]);
+    assert_eq!(halt_causes(&journal, "c").len(), 1);
+    for x in &h[..3] {
+        assert_eq!(x.status().halts, 1, "{}", x.key());
+    }
+}
+
+#[actix_rt::test]
+async fn halting_a_parent_through_its_handle_halts_the_chain_below_it() {
+    tokio::time::pause();
+    let (_team, journal, h) = chain_of_three(WardenConfig::default()).await;
+    let (a, b, c, d, e) = (&h[0], &h[1], &h[2], &h[3], &h[4]);
+    let ack = within("halt a", 1000, a.halt(op())).await;
+    assert_eq!(
+        ack,
+        HaltAck {
+            agent: key("a"),
+            state: AgentState::Stopped,
+            discarded: 0
+        }
+    );
+    until("b and c stopped", || {
+        b.state() == AgentState::Stopped && c.state() == AgentState::Stopped
+    })
+    .await;
+    settle(200).await;
+    assert_eq!(halt_causes(&journal, "b"), vec![parent("a")]);
+    assert_eq!(halt_causes(&journal, "c"), vec![parent("b")]);
+    for x in [a, b, c] {
+        assert_eq!(x.status().active_sub_agents, 0);
+    }
+    assert_eq!(d.state(), AgentState::WaitingForEvent);
+    assert_eq!(e.state(), AgentState::Executing);
+    for x in &h {
+        replay_matches(&journal, x);
+    }
+}
+
+#[actix_rt::test]
+async fn halting_an_idle_agent_through_the_supervisor_acks_only_it() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    team.spawn(AgentSpec::assistant("a", model([]))).unwrap();
+    let b = team.spawn(AgentSpec::assistant("b", model([]))).unwrap();
+    let acks = within("halt", 1000, team.halt("a", op())).await.unwrap();
+    assert_eq!(
+        acks,
+        vec![HaltAck {
+            agent: key("a"),
+            state: AgentState::Stopped,
+            discarded: 0
+        }]
+    );
+    assert_eq!(b.state(), AgentState::WaitingForEvent);
+    assert!(halt_causes(&journal, "b").is_empty());
+    assert_eq!(
+        within("halt ghost", 10, team.halt("ghost", op())).await,
+        Err(UnknownAgent(key("ghost")))
+    );
+}
+
+// ---- 4. restarts -----------------------------------------------------------------------------------
+
+#[actix_rt::test]
+async fn a_crash_mid_turn_is_restarted_and_the_agent_works_again() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    let a = team
+        .spawn(AgentSpec::assistant(
+            "a",
+            model([ScriptStep::Crash("boom".into()), ScriptStep::reply("back")]),
+        ))
+        .unwrap();
+    a.try_send_event(UserEvent::new("first")).unwrap();
+    until("restarted", || a.status().restarts == 1).await;
+    let s = a.status();
+    assert_eq!(
+        (s.state, s.consecutive_errors, s.restarts, s.turns),
+        (AgentState::WaitingForEvent, 1, 1, 0)
+    );
+    let events = journal.events_of("a");
+    let crashed = events
+        .iter()
+        .position(|e| {
+            e.kind
+                == EventKind::Crashed {
+                    state: AgentState::Executing,
+                }
+        })
+        .expect("Crashed journaled");
+    let restarted = events
+        .iter()
+        .position(|e| e.kind == EventKind::Restarted { restarts: 1 })
+        .expect("Restarted journaled");
+    assert!(crashed < restarted);
+    assert_eq!(
+        count_events(&journal, "a", |k| matches!(k, EventKind::Crashed { .. })),
+        1
+    );
+    assert!(events[crashed..restarted].iter().any(|e| e.kind
+        == EventKind::ErrorCounted {
+            consecutive_errors: 1,
+            error: "agent crashed during a turn".into()
+        }));
+
+    turn(&a, "second").await;
+    let s = a.status();
+    assert_eq!(
+        (s.state, s.consecutive_errors, s.restarts, s.turns),
+        (AgentState::WaitingForEvent, 0, 1, 1)
+    );
+    let history: Vec<_> = a
+        .record()
+        .history
+        .into_iter()
+        .map(|m| m.content.unwrap_or_default())
+        .collect();
+    assert_eq!(history, vec!["[api] first", "[api] second", "back"]);
+    replay_matches(&journal, &a);
+}
+
+#[actix_rt::test]
+async fn a_crash_adds_to_the_error_count_and_keeps_the_history() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    let a = team
+        .spawn(AgentSpec::assistant(
+            "a",
+            model([
+                ScriptStep::fail("1"),
+                ScriptStep::fail("2"),
+                ScriptStep::Crash("boom".into()),
+            ]),
+        ))
+        .unwrap();
+    turn(&a, "one").await;
+    turn(&a, "two").await;
+    assert_eq!(a.status().consecutive_errors, 2);
+    let history_before = a.record().history;
+    a.try_send_event(UserEvent::new("three")).unwrap();
+    until("restarted", || a.status().restarts == 1).await;
+    let s = a.status();
+    assert_eq!(
+        (s.state, s.consecutive_errors, s.restarts),
+        (AgentState::WaitingForEvent, 3, 1)
+    );
+    let history = a.record().history;
+    assert_eq!(history.len(), history_before.len() + 1);
+    assert_eq!(history[..history_before.len()], history_before[..]);
+    assert_eq!(
+        history.last().unwrap().content.as_deref(),
+        Some("[api] three")
+    );
+    replay_matches(&journal, &a);
+}
+
+#[actix_rt::test]
+async fn a_crash_at_one_below_the_threshold_comes_back_locked_out() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.safety.breakers.max_consecutive_errors = NonZeroU32::new(3).unwrap();
+    let (team, journal) = team(config);
+    let a = team
+        .spawn(AgentSpec::assistant(
+            "a",
+            model([
+                ScriptStep::fail("1"),
+                ScriptStep::fail("2"),
+                ScriptStep::Crash("boom".into()),
+            ]),
+        ))
+        .unwrap();
+    turn(&a, "one").await;
+    turn(&a, "two").await;
+    a.try_send_event(UserEvent::new("three")).unwrap();
+    until("restarted", || a.status().restarts == 1).await;
+    let reason = "Critical error in tick loop after 3 failures".to_string();
+    let s = a.status();
+    assert_eq!(
+        (s.state, s.consecutive_errors, s.emergency_stop),
+        (AgentState::SafetyLockout, 3, true)
+    );
+    assert_eq!(
+        s.lockout,
+        Some(Lockout {
+            breaker: warden::protocols::Breaker::ConsecutiveErrors,
+            reason: reason.clone()
+        })
+    );
+    assert_eq!(
+        count_events(&journal, "a", |k| matches!(
+            k,
+            EventKind::LockedOut { consecutive_errors: 3, reason: r, .. } if *r == reason
+        )),
+        1
+    );
+    let err = a.try_send_event(UserEvent::new("four")).unwrap_err();
+    assert_eq!(err.refusal, WorkRefusal::LockedOut { cause: reason });
+    // Still an operator can unlock it: the restarted actor reads its control lane.
+    within("unlock", 1000, a.unlock("ops")).await.unwrap();
+    assert_eq!(a.state(), AgentState::WaitingForEvent);
+    replay_matches(&journal, &a);
+}
+
+#[actix_rt::test]
+async fn one_for_all_brings_a_locked_out_agent_back_locked_out() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.supervisor.restart.strategy = RestartStrategy::OneForAll;
+    config.safety.breakers.max_consecutive_errors = NonZeroU32::new(2).unwrap();
+    let (team, journal) = team(config);
+    let l = team
+        .spawn(AgentSpec::assistant(
+            "l",
+            Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("down"))),
+        ))
+        .unwrap();
+    let x = team
+        .spawn(AgentSpec::assistant(
+            "x",
+            model([ScriptStep::Crash("boom".into())]),
+        ))
+        .unwrap();
+    lock_out(&l).await;
+    let before = l.status();
+    let reason = "Maximum consecutive errors reached (2)".to_string();
+    assert_eq!(before.lockout.as_ref().unwrap().reason, reason);
+
+    x.try_send_event(UserEvent::new("crash")).unwrap();
+    until("both restarted", || {
+        l.status().restarts == 1 && x.status().restarts == 1
+    })
+    .await;
+    let after = l.status();
+    assert_eq!(after.state, AgentState::SafetyLockout);
+    assert!(after.emergency_stop);
+    assert_eq!(after.lockout, before.lockout);
+    assert_eq!(after.consecutive_errors, 2);
+    assert_eq!(after.history_len, before.history_len);
+    assert_eq!(after.turns, before.turns);
+    assert_eq!(
+        AgentStatus {
+            restarts: 0,
+            ..after.clone()
+        },
+        before,
+        "nothing but the restart count changed"
+    );
+    assert_eq!(
+        count_events(&journal, "l", |k| matches!(k, EventKind::Crashed { .. })),
+        0,
+        "l did not crash, it was restarted"
+    );
+    let err = l.try_send_event(UserEvent::new("work")).unwrap_err();
+    assert_eq!(err.refusal, WorkRefusal::LockedOut { cause: reason });
+    assert_eq!(x.state(), AgentState::WaitingForEvent);
+    assert_eq!(x.status().consecutive_errors, 1);
+    replay_matches(&journal, &l);
+    replay_matches(&journal, &x);
+}
+
+async fn restart_counts_after_crash_of_q(strategy: RestartStrategy) -> Vec<u32> {
+    let mut config = WardenConfig::default();
+    config.supervisor.restart.strategy = strategy;
+    let (team, journal) = team(config);
+    let keys = ["p", "q", "r", "s"];
+    let handles: Vec<AgentHandle> = keys
+        .iter()
+        .map(|k| {
+            let steps = if *k == "q" {
+                vec![ScriptStep::Crash("boom".into())]
+            } else {
+                vec![]
+            };
+            team.spawn(AgentSpec::assistant(*k, model(steps))).unwrap()
+        })
+        .collect();
+    handles[1].try_send_event(UserEvent::new("crash")).unwrap();
+    until("q restarted", || handles[1].status().restarts == 1).await;
+    settle(500).await;
+    for h in &handles {
+        assert_eq!(h.state(), AgentState::WaitingForEvent, "{}", h.key());
+        replay_matches(&journal, h);
+    }
+    assert_eq!(
+        count_events(&journal, "q", |k| matches!(k, EventKind::Crashed { .. })),
+        1
+    );
+    // Every restarted agent still works.
+    for h in &handles {
+        if h.key().as_str() != "q" {
+            assert!(h.try_tick().is_ok());
+        }
+    }
+    handles.iter().map(|h| h.status().restarts).collect()
+}
+
+#[actix_rt::test]
+async fn rest_for_one_restarts_the_crashed_agent_and_those_spawned_after_it() {
+    tokio::time::pause();
+    assert_eq!(
+        restart_counts_after_crash_of_q(RestartStrategy::RestForOne).await,
+        vec![0, 1, 1, 1]
+    );
+}
+
+#[actix_rt::test]
+async fn one_for_one_restarts_only_the_crashed_agent() {
+    tokio::time::pause();
+    assert_eq!(
+        restart_counts_after_crash_of_q(RestartStrategy::OneForOne).await,
+        vec![0, 1, 0, 0]
+    );
+}
+
+#[actix_rt::test]
+async fn one_for_all_restarts_every_agent() {
+    tokio::time::pause();
+    assert_eq!(
+        restart_counts_after_crash_of_q(RestartStrategy::OneForAll).await,
+        vec![1, 1, 1, 1]
+    );
+}
+
+#[actix_rt::test]
+async fn too_many_crashes_inside_the_window_give_up_and_stop_the_agent() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.supervisor.restart.max_restarts = 2;
+    config.supervisor.restart.within_seconds = 5.0;
+    let (team, journal) = team(config);
+    let pa =
+        Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::Crash("again".into())));
+    let a = team.spawn(AgentSpec::assistant("a", pa)).unwrap();
+    let other = team
+        .spawn(AgentSpec::assistant(
+            "other",
+            model([ScriptStep::reply("hi")]),
+        ))
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    for n in 1..=2 {
+        a.try_send_event(UserEvent::new(format!("crash {n}")))
+            .unwrap();
+        until("restarted", || a.status().restarts == n).await;
+        assert_eq!(a.state(), AgentState::WaitingForEvent);
+    }
+    a.try_send_event(UserEvent::new("crash 3")).unwrap();
+    until("gave up", || a.state() == AgentState::Stopped).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "inside the window"
+    );
+    let s = a.status();
+    assert_eq!((s.restarts, s.halts), (2, 1));
+    assert_eq!(
+        halt_causes(&journal, "a"),
+        vec![HaltCause::RestartIntensity {
+            restarts: 2,
+            within_ms: 5000
+        }]
+    );
+    assert_eq!(
+        count_events(&journal, "a", |k| matches!(k, EventKind::Crashed { .. })),
+        3
+    );
+    assert_eq!(
+        count_events(&journal, "a", |k| matches!(k, EventKind::Restarted { .. })),
+        2
+    );
+    // Stopped for good: further work is refused as Stopped.
+    let err = a.try_send_event(UserEvent::new("more")).unwrap_err();
+    assert_eq!(err.refusal, WorkRefusal::Stopped);
+    assert_eq!(a.try_tick(), Err(WorkRefusal::Stopped));
+    // And a halt of the given-up agent is still acknowledged.
+    let ack = within("halt", 1000, a.halt(op())).await;
+    assert_eq!(ack.state, AgentState::Stopped);
+    settle(200).await;
+    assert_eq!(a.status().restarts, 2, "no restart after giving up");
+    // The other agent is unaffected.
+    turn(&other, "hello").await;
+    assert_eq!(other.state(), AgentState::WaitingForEvent);
+    replay_matches(&journal, &a);
+}
+
+#[actix_rt::test]
+async fn crashes_spread_beyond_the_window_keep_being_restarted() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.supervisor.restart.max_restarts = 2;
+    config.supervisor.restart.within_seconds = 5.0;
+    config.safety.breakers.max_consecutive_errors = NonZeroU32::new(100).unwrap();
+    let (team, journal) = team(config);
+    let pa =
+        Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::Crash("again".into())));
+    let a = team.spawn(AgentSpec::assistant("a", pa)).unwrap();
+    for n in 1..=6 {
+        a.try_send_event(UserEvent::new(format!("crash {n}")))
+            .unwrap();
+        until("restarted", || a.status().restarts == n).await;
+        assert_eq!(a.state(), AgentState::WaitingForEvent, "crash {n}");
+        tokio::time::advance(Duration::from_secs(6)).await;
+    }
+    let s = a.status();
+    assert_eq!((s.restarts, s.consecutive_errors, s.halts), (6, 6, 0));
+    assert!(halt_causes(&journal, "a").is_empty());
+    replay_matches(&journal, &a);
+}
+
+#[actix_rt::test]
+async fn two_crashes_in_the_window_then_a_pause_then_two_more_still_restart() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.supervisor.restart.max_restarts = 2;
+    config.supervisor.restart.within_seconds = 5.0;
+    let (team, journal) = team(config);
+    let pa =
+        Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::Crash("again".into())));
+    let a = team.spawn(AgentSpec::assistant("a", pa)).unwrap();
+    for n in 1..=4u32 {
+        a.try_send_event(UserEvent::new(format!("crash {n}")))
+            .unwrap();
+        until("restarted", || a.status().restarts == n).await;
+        if n == 2 {
+            tokio::time::advance(Duration::from_secs(6)).await;
+        }
+    }
+    assert_eq!(a.state(), AgentState::WaitingForEvent);
+    assert!(halt_causes(&journal, "a").is_empty());
+    replay_matches(&journal, &a);
+}
+
+// ---- 5. halt-all -----------------------------------------------------------------------------------
+
+#[actix_rt::test]
+async fn halt_all_stops_a_mixed_team() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.safety.breakers.max_consecutive_errors = NonZeroU32::new(2).unwrap();
+    let (team, journal) = team(config);
+    let idle = team.spawn(AgentSpec::assistant("idle", model([]))).unwrap();
+    let busy_model = model([ScriptStep::reply("slow").delayed(SLOW)]);
+    let busy_stats = busy_model.stats();
+    let busy = team
+        .spawn(AgentSpec::assistant("busy", busy_model))
+        .unwrap();
+    let waiting = team
+        .spawn(AgentSpec::assistant(
+            "waiting",
+            model([delegate("delegate", "work")]),
+        ))
+        .unwrap();
+    let delegate_h = team
+        .spawn(AgentSpec::sub_agent(
+            "delegate",
+            "waiting",
+            model([ScriptStep::reply("slow").delayed(SLOW)]),
+        ))
+        .unwrap();
+    let locked = team
+        .spawn(AgentSpec::assistant(
+            "locked",
+            Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("down"))),
+        ))
+        .unwrap();
+    lock_out(&locked).await;
+    busy.try_send_event(UserEvent::new("think")).unwrap();
+    waiting.try_send_event(UserEvent::new("delegate")).unwrap();
+    until("mixed states", || {
+        busy.state() == AgentState::Executing
+            && waiting.state() == AgentState::WaitingForTool
+            && delegate_h.state() == AgentState::Executing
+    })
+    .await;
+    // Something queued behind the busy agent's turn is discarded by the halt.
+    busy.try_send_event(UserEvent::new("queued")).unwrap();
+    assert_eq!(idle.state(), AgentState::WaitingForEvent);
+    assert_eq!(locked.state(), AgentState::SafetyLockout);
+
+    let mut acks = within("halt all", 10_000, team.halt_all()).await;
+    acks.sort_by(|x, y| x.agent.cmp(&y.agent));
+    let expected: Vec<HaltAck> = [
+        ("busy", 1),
+        ("delegate", 0),
+        ("idle", 0),
+        ("locked", 0),
+        ("waiting", 0),
+    ]
+    .iter()
+    .map(|(k, discarded)| HaltAck {
+        agent: key(k),
+        state: AgentState::Stopped,
+        discarded: *discarded,
+    })
+    .collect();
+    assert_eq!(acks, expected, "one ack per agent, all STOPPED");
+    settle(200).await;
+    for s in team.statuses() {
+        assert_eq!(s.state, AgentState::Stopped, "{}", s.key);
+        assert_eq!(s.active_sub_agents, 0, "{}", s.key);
+        assert_eq!(s.queued.ordinary, 0, "{}", s.key);
+    }
+    for h in team.agents() {
+        assert!(
+            halt_causes(&journal, h.key().as_str()).contains(&HaltCause::HaltAll),
+            "{} journaled the halt-all",
+            h.key()
+        );
+        replay_matches(&journal, &h);
+    }
+    // The busy agent's LLM call was aborted, not awaited.
+    assert_eq!(
+        busy_stats
+            .dropped_in_flight
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    assert_eq!(endings(&journal, "waiting").len(), 1);
+    // The locked-out agent keeps its lockout record while stopped.
+    assert!(locked.status().emergency_stop);
+}
+
+#[actix_rt::test]
+#[ignore = "bug: when the restart intensity is exceeded, give_up (supervisor.rs) clears the ordinary queue and \
+            journals Halted{RestartIntensity, discarded: 1} but no `MessagesDiscarded` listing the cleared \
+            messages, unlike a SystemHalt (actor.rs on_halt) — the journal promises every discarded message \
+            is an event"]
+async fn giving_up_journals_the_messages_it_discards() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.supervisor.restart.max_restarts = 0;
+    let (team, journal) = team(config);
+    let pa =
+        Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::Crash("again".into())));
+    let a = team.spawn(AgentSpec::assistant("a", pa)).unwrap();
+    a.try_send_event(UserEvent::new("crash")).unwrap();
+    a.try_send_event(UserEvent::new("queued behind the crash"))
+        .unwrap();
+    until("gave up", || a.state() == AgentState::Stopped).await;
+    settle(200).await;
+    assert_eq!(
+        halt_causes(&journal, "a"),
+        vec![HaltCause::RestartIntensity {
+            restarts: 0,
+            within_ms: 5000
+        }]
+    );
+    assert_eq!(a.status().discarded_by_halt, 1);
+    let listed: Vec<Vec<String>> = journal
+        .events_of("a")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::MessagesDiscarded { messages } => {
+                Some(messages.into_iter().map(|m| m.kind).collect())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(listed, vec![vec!["user_event".to_string()]]);
+}
+
+async fn two_agents_crash_at_once(strategy: RestartStrategy) {
+    let mut config = WardenConfig::default();
+    config.supervisor.restart.strategy = strategy;
+    config.supervisor.restart.max_restarts = 3;
+    let (team, journal) = team(config);
+    let x = team
+        .spawn(AgentSpec::assistant(
+            "x",
+            model([ScriptStep::Crash("x".into())]),
+        ))
+        .unwrap();
+    let y = team
+        .spawn(AgentSpec::assistant(
+            "y",
+            model([ScriptStep::Crash("y".into())]),
+        ))
+        .unwrap();
+    // Both crash in the same tick of the arbiter.
+    x.try_send_event(UserEvent::new("crash")).unwrap();
+    y.try_send_event(UserEvent::new("crash")).unwrap();
+    until("both restarted", || {
+        x.status().restarts >= 1 && y.status().restarts >= 1
+    })
+    .await;
+    settle(500).await;
+    tokio::time::advance(Duration::from_secs(1)).await;
+    settle(500).await;
+    for (h, k) in [(&x, "x"), (&y, "y")] {
+        let crashed: Vec<_> = journal
+            .events_of(k)
+            .into_iter()
+            .filter_map(|e| match e.kind {
+                EventKind::Crashed { state } => Some(state),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            crashed,
+            vec![AgentState::Executing],
+            "{k} crashed once, in its turn"
+        );
+        let s = h.status();
+        assert_eq!(
+            (s.state, s.consecutive_errors),
+            (AgentState::WaitingForEvent, 1),
+            "{k}: its crash is counted once and it is running"
+        );
+        replay_matches(&journal, h);
+    }
+}
+
+#[actix_rt::test]
+async fn two_simultaneous_crashes_under_one_for_one() {
+    tokio::time::pause();
+    two_agents_crash_at_once(RestartStrategy::OneForOne).await;
+}
+
+#[actix_rt::test]
+#[ignore = "bug: two agents crashing in the same tick under rest_for_one: y (spawned after x) ends STOPPED by \
+            RestartIntensity{restarts:3} with 4 `Crashed{state: WAITING_FOR_EVENT}` events and \
+            consecutive_errors 0, though it crashed once. on_crash(x) treats y as a healthy victim: \
+            `addr.send(Shutdown)` to y's dead actor fails and is ignored, recover(y, crashed=false) moves y to \
+            WAITING_FOR_EVENT without counting its crash, and a new actor y1 is started. Then on_crash(y) \
+            starts y2 and overwrites entry.addr without stopping y1; y1 loses its last Addr/Recipient, actix \
+            stops it, and AgentActor::drop (clean_stop=false) reports it as a crash — a spurious crash loop \
+            until the restart intensity gives up"]
+async fn two_simultaneous_crashes_under_rest_for_one() {
+    tokio::time::pause();
+    two_agents_crash_at_once(RestartStrategy::RestForOne).await;
+}
+
+#[actix_rt::test]
+#[ignore = "bug: two agents crashing in the same tick under one_for_all: y (spawned after x) ends STOPPED by \
+            RestartIntensity{restarts:3} with 4 `Crashed{state: WAITING_FOR_EVENT}` events and \
+            consecutive_errors 0, though it crashed once. on_crash(x) treats y as a healthy victim: \
+            `addr.send(Shutdown)` to y's dead actor fails and is ignored, recover(y, crashed=false) moves y to \
+            WAITING_FOR_EVENT without counting its crash, and a new actor y1 is started. Then on_crash(y) \
+            starts y2 and overwrites entry.addr without stopping y1; y1 loses its last Addr/Recipient, actix \
+            stops it, and AgentActor::drop (clean_stop=false) reports it as a crash — a spurious crash loop \
+            until the restart intensity gives up"]
+async fn two_simultaneous_crashes_under_one_for_all() {
+    tokio::time::pause();
+    two_agents_crash_at_once(RestartStrategy::OneForAll).await;
+}
