@@ -202,14 +202,17 @@ fn halt_latency(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 sys.block_on(async move {
                     let mut config = WardenConfig::default();
-                    config.mailbox.ordinary_capacity = NonZeroUsize::new(backlog + 1).unwrap_or(NonZeroUsize::MIN);
+                    config.mailbox.ordinary_capacity =
+                        NonZeroUsize::new(backlog + 1).unwrap_or(NonZeroUsize::MIN);
                     // The agent runs on its own arbiter (thread), as in production: the operator's
                     // task observes the ack without waiting for the agent thread's other work.
                     config.supervisor.arbiters = 1;
                     let team = Supervisor::new(config, Arc::new(NullJournal::default()));
                     let mut total = Duration::ZERO;
                     for i in 0..iters {
-                        let model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("ok")));
+                        let model = Arc::new(
+                            ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("ok")),
+                        );
                         let agent = team
                             .spawn(AgentSpec::assistant(format!("a{i}"), model))
                             .expect("fresh key");

@@ -1,1 +1,308 @@
-//! demo placeholder
+//! `warden demo`: a small team on the built-in scripted model. No API key, no network.
+//!
+//! Act 1 — an assistant delegates to two sub-agents and answers.
+//! Act 2 — a sub-agent's tool keeps failing: the consecutive-error breaker trips it into SAFETY_LOCKOUT;
+//!          the assistant's next delegation to it is refused.
+//! Act 3 — an operator unlocks it; delegation works again.
+//! Act 4 — a SystemHalt reaches a busy agent behind a 10,000-message backlog: acted on first, the
+//!          in-flight LLM call dropped, the backlog cleared and counted, nothing processed after it.
+
+use crate::{
+    AgentHandle, AgentSpec, AgentState, AgentStatus, FnTool, HaltCause, MemoryJournal, ScriptStep,
+    ScriptedProvider, Supervisor, ToolCategory, ToolError, UserEvent, WardenConfig,
+};
+use serde_json::json;
+use std::{
+    io::{self, Write},
+    num::NonZeroUsize,
+    sync::{atomic::Ordering, Arc},
+    time::Duration,
+};
+use warden_protocols::EventKind;
+
+/// What the demo showed (checked by the test suite).
+#[derive(Debug, Clone)]
+pub struct DemoReport {
+    pub act1_answer: Option<String>,
+    pub lockout_reason: Option<String>,
+    pub refusal: Option<String>,
+    pub unlocked_and_answered: bool,
+    pub halt_backlog: u64,
+    pub halt_discarded: u64,
+    pub processed_after_halt: u64,
+    pub llm_calls_dropped_by_halt: u64,
+    pub statuses: Vec<AgentStatus>,
+}
+
+/// Polls `cond` every 2 ms for up to 10 s.
+async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) -> io::Result<()> {
+    for _ in 0..5000 {
+        if cond() {
+            return Ok(());
+        }
+        actix_rt::time::sleep(Duration::from_millis(2)).await;
+    }
+    Err(io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("demo: timed out waiting for {what}"),
+    ))
+}
+
+fn last_answer(agent: &AgentHandle) -> Option<String> {
+    agent
+        .record()
+        .history
+        .iter()
+        .rev()
+        .find(|m| m.role == warden_protocols::ChatRole::Assistant && m.tool_calls.is_empty())
+        .and_then(|m| m.content.clone())
+}
+
+/// Runs the demo, narrating to `out`. Must run inside an actix `System`.
+pub async fn run(out: &mut dyn Write) -> io::Result<DemoReport> {
+    let mut config = WardenConfig::default();
+    config.supervisor.arbiters = 2;
+    config.mailbox.ordinary_capacity = NonZeroUsize::new(20_000).unwrap_or(NonZeroUsize::MIN);
+    let journal = Arc::new(MemoryJournal::new());
+    let team = Supervisor::new(config, journal.clone());
+
+    let concierge_model = Arc::new(ScriptedProvider::new([
+        // Act 1
+        ScriptStep::call(
+            "delegate",
+            json!({"agent": "researcher", "task": "When does the library open?"}),
+        ),
+        ScriptStep::call(
+            "delegate",
+            json!({"agent": "scribe", "task": "Note: the library opens at 9."}),
+        ),
+        ScriptStep::reply("The library opens at 9 — I've noted it for you."),
+        // Act 2
+        ScriptStep::call(
+            "delegate",
+            json!({"agent": "researcher", "task": "And the museum?"}),
+        ),
+        ScriptStep::reply("My researcher is unavailable right now."),
+        // Act 3
+        ScriptStep::call(
+            "delegate",
+            json!({"agent": "researcher", "task": "And the museum?"}),
+        ),
+        ScriptStep::reply("The museum opens at 10."),
+    ]));
+    let researcher_model = Arc::new(ScriptedProvider::new(
+        [
+            ScriptStep::call(
+                "fetch_page",
+                json!({"url": "https://library.example/hours"}),
+            ),
+            ScriptStep::reply("Opens at 9am."),
+        ]
+        .into_iter()
+        .chain(
+            (0..5)
+                .map(|_| ScriptStep::call("fetch_page", json!({"url": "https://broken.example/"}))),
+        )
+        .chain([
+            ScriptStep::call("fetch_page", json!({"url": "https://museum.example/hours"})),
+            ScriptStep::reply("Opens at 10am."),
+        ]),
+    ));
+    let scribe_model = Arc::new(
+        ScriptedProvider::new([
+            ScriptStep::call("write_note", json!({"text": "library opens at 9"})),
+            ScriptStep::reply("Noted."),
+            // Act 4: a slow call that the halt will drop.
+            ScriptStep::reply("slow answer").delayed(Duration::from_secs(30)),
+        ])
+        .with_fallback(|_| ScriptStep::reply("processed")),
+    );
+    let scribe_stats = scribe_model.stats();
+
+    let fetch_page = FnTool::new(
+        "fetch_page",
+        "Fetch a web page",
+        ToolCategory::SafeChain,
+        |args, _ctx| async move {
+            let url = args
+                .get("url")
+                .and_then(|u| u.as_str())
+                .unwrap_or_default()
+                .to_owned();
+            if url.contains("broken") {
+                Err(ToolError::Failed(format!("{url}: connection reset")))
+            } else {
+                Ok(json!({"url": url, "body": "Opening hours: 9–17"}))
+            }
+        },
+    );
+    let write_note = FnTool::new(
+        "write_note",
+        "Write a note",
+        ToolCategory::SafeChain,
+        |_args, _ctx| async move { Ok(json!({"saved": true})) },
+    );
+
+    let concierge = team
+        .spawn(
+            AgentSpec::assistant("concierge", concierge_model)
+                .with_system_prompt("You are a helpful concierge."),
+        )
+        .map_err(io::Error::other)?;
+    let researcher = team
+        .spawn(
+            AgentSpec::sub_agent("researcher", "concierge", researcher_model).with_tool(fetch_page),
+        )
+        .map_err(io::Error::other)?;
+    let scribe = team
+        .spawn(AgentSpec::sub_agent("scribe", "concierge", scribe_model).with_tool(write_note))
+        .map_err(io::Error::other)?;
+
+    writeln!(out, "== Act 1: the concierge delegates to two sub-agents")?;
+    concierge
+        .try_send_event(UserEvent::new(
+            "When does the library open? Please note it.",
+        ))
+        .map_err(io::Error::other)?;
+    wait_for("act 1", || concierge.status().turns == 1).await?;
+    let act1_answer = last_answer(&concierge);
+    writeln!(
+        out,
+        "   concierge: {}",
+        act1_answer.as_deref().unwrap_or("(no answer)")
+    )?;
+
+    writeln!(out, "\n== Act 2: the researcher's tool keeps failing")?;
+    researcher
+        .try_send_event(UserEvent::new("Check https://broken.example/ please"))
+        .map_err(io::Error::other)?;
+    wait_for("lockout", || {
+        researcher.state() == AgentState::SafetyLockout
+    })
+    .await?;
+    let status = researcher.status();
+    let lockout_reason = status.lockout.as_ref().map(|l| l.reason.clone());
+    writeln!(
+        out,
+        "   researcher: {} after {} consecutive errors — {}",
+        status.state,
+        status.consecutive_errors,
+        lockout_reason.as_deref().unwrap_or("")
+    )?;
+    concierge
+        .try_send_event(UserEvent::new("And when does the museum open?"))
+        .map_err(io::Error::other)?;
+    wait_for("act 2 answer", || concierge.status().turns == 2).await?;
+    let refusal = journal
+        .events_of("concierge")
+        .into_iter()
+        .find_map(|e| match e.kind {
+            EventKind::DelegationRefused { refusal, .. } => Some(refusal.to_string()),
+            _ => None,
+        });
+    writeln!(
+        out,
+        "   delegation refused: {}",
+        refusal.as_deref().unwrap_or("(none!)")
+    )?;
+    writeln!(
+        out,
+        "   concierge: {}",
+        last_answer(&concierge).unwrap_or_default()
+    )?;
+
+    writeln!(out, "\n== Act 3: an operator unlocks the researcher")?;
+    researcher
+        .unlock("demo-operator")
+        .await
+        .map_err(io::Error::other)?;
+    writeln!(out, "   researcher: {}", researcher.state())?;
+    concierge
+        .try_send_event(UserEvent::new("Try the museum again?"))
+        .map_err(io::Error::other)?;
+    wait_for("act 3 answer", || concierge.status().turns == 3).await?;
+    let act3 = last_answer(&concierge);
+    writeln!(out, "   concierge: {}", act3.as_deref().unwrap_or_default())?;
+    let unlocked_and_answered = act3.as_deref() == Some("The museum opens at 10.");
+
+    writeln!(out, "\n== Act 4: SystemHalt behind a backlog")?;
+    let backlog = 10_000u64;
+    scribe
+        .try_send_event(UserEvent::new("Take a long note"))
+        .map_err(io::Error::other)?;
+    wait_for("scribe busy", || {
+        scribe_stats.calls.load(Ordering::SeqCst) == 3
+    })
+    .await?;
+    for i in 0..backlog {
+        scribe
+            .try_send_event(UserEvent::new(format!("note {i}")))
+            .map_err(io::Error::other)?;
+    }
+    let turns_before = scribe.status().turns;
+    let queued = scribe.status().queued.ordinary;
+    writeln!(
+        out,
+        "   scribe is {} with {queued} ordinary messages queued",
+        scribe.state()
+    )?;
+    let ack = scribe
+        .halt(HaltCause::Operator {
+            operator: "demo-operator".into(),
+        })
+        .await;
+    // Give anything that could still run a chance to (nothing should).
+    actix_rt::time::sleep(Duration::from_millis(50)).await;
+    let processed_after_halt = scribe.status().turns - turns_before;
+    let dropped = scribe_stats.dropped_in_flight.load(Ordering::SeqCst);
+    writeln!(
+        out,
+        "   halt acknowledged: {} — {} queued messages discarded, {} processed after the halt, {} in-flight LLM call dropped",
+        ack.state, ack.discarded, processed_after_halt, dropped
+    )?;
+
+    let statuses = team.statuses();
+    writeln!(out, "\n== Final status")?;
+    write_status_table(out, &statuses)?;
+    team.shutdown().await;
+    Ok(DemoReport {
+        act1_answer,
+        lockout_reason,
+        refusal,
+        unlocked_and_answered,
+        halt_backlog: backlog,
+        halt_discarded: ack.discarded,
+        processed_after_halt,
+        llm_calls_dropped_by_halt: dropped,
+        statuses,
+    })
+}
+
+/// A fixed-width table of statuses.
+pub fn write_status_table(out: &mut dyn Write, statuses: &[AgentStatus]) -> io::Result<()> {
+    writeln!(
+        out,
+        "{:<12} {:<10} {:<18} {:>9} {:>7} {:>5} {:>7} {:>10} {:>6}",
+        "agent", "role", "state", "emergency", "errors", "subs", "queued", "discarded", "turns"
+    )?;
+    for s in statuses {
+        let role = match s.role {
+            warden_protocols::AgentRole::Assistant => "assistant",
+            warden_protocols::AgentRole::SubAgent => "sub-agent",
+        };
+        writeln!(
+            out,
+            "{:<12} {:<10} {:<18} {:>9} {:>7} {:>5} {:>7} {:>10} {:>6}",
+            s.key.as_str(),
+            role,
+            s.state.as_str(),
+            s.emergency_stop,
+            format!("{}/{}", s.consecutive_errors, s.max_consecutive_errors),
+            format!("{}/{}", s.active_sub_agents, s.sub_agent_budget),
+            s.queued.ordinary,
+            s.discarded_by_halt,
+            s.turns
+        )?;
+    }
+    Ok(())
+}

@@ -155,7 +155,7 @@ struct SupervisorShared {
     arbiters: Vec<ArbiterHandle>,
     next_arbiter: AtomicUsize,
     next_delegation: AtomicU64,
-    crash_tx: tokio::sync::mpsc::UnboundedSender<AgentKey>,
+    crash_tx: tokio::sync::mpsc::UnboundedSender<(AgentKey, u64)>,
     shutting_down: AtomicBool,
 }
 
@@ -200,9 +200,9 @@ impl Supervisor {
         });
         let weak = Arc::downgrade(&shared);
         actix_rt::spawn(async move {
-            while let Some(key) = crash_rx.recv().await {
+            while let Some((key, generation)) = crash_rx.recv().await {
                 let Some(shared) = weak.upgrade() else { break };
-                Supervisor { shared }.on_crash(key).await;
+                Supervisor { shared }.on_crash(key, generation).await;
             }
         });
         Supervisor { shared }
@@ -503,13 +503,17 @@ impl Supervisor {
 
     // ---- restarts ---------------------------------------------------------------------------------
 
-    async fn on_crash(&self, key: AgentKey) {
+    async fn on_crash(&self, key: AgentKey, generation: u64) {
         if self.shared.shutting_down.load(Ordering::SeqCst) {
             return;
         }
         let Some(entry) = self.shared.agents.get(&key).map(|e| e.clone()) else {
             return;
         };
+        if generation != entry.cell.generation() {
+            // That actor was already replaced (restarted along with another agent's crash).
+            return;
+        }
         entry.cell.note(EventKind::Crashed {
             state: entry.cell.state(),
         });
@@ -549,11 +553,17 @@ impl Supervisor {
             let Some(v) = self.shared.agents.get(&victim).map(|e| e.clone()) else {
                 continue;
             };
-            let crashed = victim == key;
+            let mut crashed = victim == key;
             if !crashed {
                 let addr = v.addr.lock().clone();
                 if let Some(addr) = addr {
-                    let _ = addr.send(Shutdown).await;
+                    // A victim whose actor is already dead crashed at the same time: count it.
+                    crashed = addr.send(Shutdown).await.is_err();
+                    if crashed {
+                        v.cell.note(EventKind::Crashed {
+                            state: v.cell.state(),
+                        });
+                    }
                 }
             }
             recover(&v.cell, crashed);
@@ -578,9 +588,12 @@ async fn collect_acks(
 
 fn start_actor(entry: &Arc<AgentEntry>) {
     let cell = entry.cell.clone();
+    let generation = cell.next_generation();
     let addr = match &entry.arbiter {
-        Some(arbiter) => AgentActor::start_in_arbiter(arbiter, move |_| AgentActor::new(cell)),
-        None => AgentActor::new(cell).start(),
+        Some(arbiter) => {
+            AgentActor::start_in_arbiter(arbiter, move |_| AgentActor::new(cell, generation))
+        }
+        None => AgentActor::new(cell, generation).start(),
     };
     *entry.addr.lock() = Some(addr);
 }
@@ -588,6 +601,7 @@ fn start_actor(entry: &Arc<AgentEntry>) {
 /// Brings a record whose actor died mid-turn back to a consistent state. A crash counts as a failed
 /// call; reaching the threshold trips the emergency stop. Locked-out and stopped agents stay so.
 fn recover(cell: &AgentCell, crashed: bool) {
+    cell.reset_tools_in_flight();
     let mut rec = cell.lock();
     if matches!(
         rec.state,
@@ -648,6 +662,7 @@ fn give_up(cell: &AgentCell, restarts: u32, window: Duration) {
         },
     );
     drop(rec);
+    crate::agent::actor::discard_backlog(cell, discarded);
     cell.mailbox.close();
     // Pending halts can never be read now: answer them.
     while let Some(envelope) = cell.mailbox.pop() {

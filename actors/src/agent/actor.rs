@@ -11,11 +11,12 @@ use super::{
     cell::AgentCell, send_halt, turn, AgentMsg, ControlError, ControlOp, ControlRequest, HaltAck,
     HaltRequest, Signal, TaskError, TaskReply, Work,
 };
-use crate::mailbox::Wake;
+use crate::mailbox::{Envelope, Wake};
 use actix::{
     Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, SpawnHandle,
     WrapFuture,
 };
+use std::collections::VecDeque;
 use std::sync::Arc;
 use warden_protocols::{
     AgentState, DiscardedMessage, EventKind, HaltCause, Priority, TerminationReason, TurnOutcome,
@@ -28,6 +29,7 @@ const BATCH: usize = 64;
 pub(crate) struct AgentActor {
     cell: Arc<AgentCell>,
     turn: Option<SpawnHandle>,
+    generation: u64,
     /// Set only by a deliberate [`Shutdown`]; any other end of the actor is a crash.
     clean_stop: bool,
 }
@@ -40,17 +42,20 @@ impl Message for Shutdown {
 }
 
 impl AgentActor {
-    pub fn new(cell: Arc<AgentCell>) -> Self {
+    pub fn new(cell: Arc<AgentCell>, generation: u64) -> Self {
         AgentActor {
             cell,
             turn: None,
+            generation,
             clean_stop: false,
         }
     }
 
     fn pump(&mut self, ctx: &mut Context<Self>) {
         for _ in 0..BATCH {
-            let busy = self.turn.is_some() || self.cell.lock().paused;
+            // While a halt is requested but not yet read, ordinary work must stay queued: the halt
+            // flag is set (and the turn cancelled) a moment before the halt message reaches lane 0.
+            let busy = self.turn.is_some() || self.cell.halt_requested() || self.cell.lock().paused;
             let next = if busy {
                 self.cell.mailbox.pop_urgent()
             } else {
@@ -99,6 +104,7 @@ impl AgentActor {
                 }
                 return;
             }
+            self.cell.reset_tools_in_flight();
             let cause = format!("{} received", work.kind());
             if self
                 .cell
@@ -156,21 +162,27 @@ impl AgentActor {
         if let Some(turn) = self.turn.take() {
             ctx.cancel_future(turn);
         }
+        self.cell.reset_tools_in_flight();
         let discarded = self.cell.mailbox.take_ordinary();
         let ack = {
             let mut rec = self.cell.lock();
-            if rec.state != AgentState::Stopped {
+            let already_stopped = rec.state == AgentState::Stopped;
+            if !already_stopped {
                 let _ = self
                     .cell
                     .transition(&mut rec, AgentState::Stopped, "system halt");
             }
-            self.cell.emit(
-                &mut rec,
-                EventKind::Halted {
-                    cause: request.cause.clone(),
-                    discarded: discarded.len() as u64,
-                },
-            );
+            // A second halt of a stopped agent (e.g. the supervisor and the parent both propagating
+            // down a tree) is acknowledged but journaled only if it cleared something.
+            if !already_stopped || !discarded.is_empty() {
+                self.cell.emit(
+                    &mut rec,
+                    EventKind::Halted {
+                        cause: request.cause.clone(),
+                        discarded: discarded.len() as u64,
+                    },
+                );
+            }
             HaltAck {
                 agent: self.cell.key.clone(),
                 state: rec.state,
@@ -181,25 +193,10 @@ impl AgentActor {
             let _ = tx.send(ack);
         }
         // Listing and dropping the backlog is O(N): it runs as its own task after the ack, so the halt
-        // is acknowledged in O(1) whatever the backlog. Dropping the queue drops the reply channels of
-        // delegated tasks: their delegators see the task abandoned and release their slots.
+        // is acknowledged in O(1) whatever the backlog.
         if !discarded.is_empty() {
             let cell = self.cell.clone();
-            actix_rt::spawn(async move {
-                let messages = discarded
-                    .iter()
-                    .map(|e| DiscardedMessage {
-                        id: e.id,
-                        priority: Priority::Ordinary,
-                        kind: match &e.msg {
-                            AgentMsg::Work(w) => w.kind().into(),
-                            _ => "other".into(),
-                        },
-                    })
-                    .collect();
-                cell.note(EventKind::MessagesDiscarded { messages });
-                drop(discarded);
-            });
+            actix_rt::spawn(async move { discard_backlog(&cell, discarded) });
         }
         for delegate in delegates {
             drop(send_halt(
@@ -298,6 +295,27 @@ impl AgentActor {
     }
 }
 
+/// Journals every cleared message (id and kind), then drops them. Dropping the reply channels of
+/// delegated tasks tells their delegators the task was abandoned, which releases their slots.
+pub(crate) fn discard_backlog(cell: &AgentCell, discarded: VecDeque<Envelope<AgentMsg>>) {
+    if discarded.is_empty() {
+        return;
+    }
+    let messages = discarded
+        .iter()
+        .map(|e| DiscardedMessage {
+            id: e.id,
+            priority: Priority::Ordinary,
+            kind: match &e.msg {
+                AgentMsg::Work(w) => w.kind().into(),
+                _ => "other".into(),
+            },
+        })
+        .collect();
+    cell.note(EventKind::MessagesDiscarded { messages });
+    drop(discarded);
+}
+
 impl Actor for AgentActor {
     type Context = Context<Self>;
 
@@ -310,7 +328,7 @@ impl Drop for AgentActor {
     fn drop(&mut self) {
         if !self.clean_stop {
             tracing::error!(agent = %self.cell.key, "agent actor crashed");
-            self.cell.report_crash();
+            self.cell.report_crash(self.generation);
         }
     }
 }

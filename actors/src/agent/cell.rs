@@ -24,7 +24,7 @@ use parking_lot::{Mutex, MutexGuard};
 use std::{
     collections::HashMap,
     sync::{
-        atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering},
+        atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering},
         Arc, Weak,
     },
     time::Duration,
@@ -69,7 +69,13 @@ pub(crate) struct AgentCell {
     /// Agents running a delegation to this one now: id → the delegator (notified when this one trips).
     delegators: Mutex<HashMap<u64, Weak<AgentCell>>>,
     active_delegations: AtomicU32,
-    crash_tx: Option<UnboundedSender<AgentKey>>,
+    /// Tool calls running now (several when a response's calls run in parallel). Changed under the
+    /// record lock.
+    tools_in_flight: AtomicU32,
+    crash_tx: Option<UnboundedSender<(AgentKey, u64)>>,
+    /// Incremented for each actor started on this cell; crash reports carry it, so a report from an
+    /// actor that was already replaced is recognised as stale.
+    generation: AtomicU64,
 }
 
 fn state_index(s: AgentState) -> u8 {
@@ -86,7 +92,7 @@ impl AgentCell {
         system_prompt: Option<String>,
         settings: AgentSettings,
         journal: Arc<dyn Journal>,
-        crash_tx: Option<UnboundedSender<AgentKey>>,
+        crash_tx: Option<UnboundedSender<(AgentKey, u64)>>,
     ) -> Self {
         let halted = record.state == AgentState::Stopped;
         AgentCell {
@@ -104,7 +110,9 @@ impl AgentCell {
             delegations: Mutex::new(HashMap::new()),
             delegators: Mutex::new(HashMap::new()),
             active_delegations: AtomicU32::new(0),
+            tools_in_flight: AtomicU32::new(0),
             crash_tx,
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -307,11 +315,43 @@ impl AgentCell {
         self.delegations.lock().values().cloned().collect()
     }
 
+    // ---- tools in flight --------------------------------------------------------------------------
+
+    pub fn tools_in_flight(&self) -> u32 {
+        self.tools_in_flight.load(Ordering::Acquire)
+    }
+
+    /// No tool runs now: a turn starts, or its calls were dropped (halt, crash).
+    pub fn reset_tools_in_flight(&self) {
+        self.tools_in_flight.store(0, Ordering::Release);
+    }
+
+    pub fn tool_started(&self) {
+        self.tools_in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Returns how many are still running.
+    pub fn tool_finished(&self) -> u32 {
+        self.tools_in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .map_or(0, |n| n - 1)
+    }
+
     // ---- crash ------------------------------------------------------------------------------------
 
-    pub fn report_crash(&self) {
+    /// The generation of the next actor to start on this cell.
+    pub fn next_generation(&self) -> u64 {
+        self.generation.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// The generation of the actor started last.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    pub fn report_crash(&self, generation: u64) {
         if let Some(tx) = &self.crash_tx {
-            let _ = tx.send(self.key.clone());
+            let _ = tx.send((self.key.clone(), generation));
         }
     }
 

@@ -120,9 +120,36 @@ async fn react(
             let answer = response.message.content.unwrap_or_default();
             return outcome(TerminationReason::Noop, iteration, Some(answer));
         }
+        // Calls of one response that are all SAFE_CHAIN run concurrently (a model's parallel tool
+        // calls, e.g. several delegations); otherwise one after the other. Results are accounted in
+        // call order either way.
+        let parallel = calls.len() > 1
+            && calls.iter().all(|c| {
+                cell.tools
+                    .get(&c.function.name)
+                    .is_some_and(|(spec, _)| spec.category == ToolCategory::SafeChain)
+            });
+        let mut steps = Vec::with_capacity(calls.len());
+        if parallel {
+            let executed =
+                futures::future::join_all(calls.iter().map(|c| execute(cell, token, c, &lineage)))
+                    .await;
+            for (call, executed) in calls.iter().zip(executed) {
+                steps.push(account(cell, call, executed));
+            }
+        } else {
+            for call in &calls {
+                let step = account(cell, call, execute(cell, token, call, &lineage).await);
+                let stop = !matches!(step, ToolStep::Done(_));
+                steps.push(step);
+                if stop {
+                    break;
+                }
+            }
+        }
         let mut ended_by = None;
-        for call in &calls {
-            match run_tool(cell, token, call, &lineage).await {
+        for step in steps {
+            match step {
                 ToolStep::Halted => return outcome(TerminationReason::Halted, iteration, None),
                 ToolStep::Tripped => {
                     return outcome(TerminationReason::SafetyLockout, iteration, None)
@@ -171,36 +198,41 @@ fn tool_error_message(error: &ToolError) -> String {
     serde_json::json!({"success": false, "error": error.to_string()}).to_string()
 }
 
-/// Runs one tool call, records its result in the history and the error count.
-async fn run_tool(
+/// What happened to one tool call.
+enum Executed {
+    /// A halt stopped it (before it started, or while it ran).
+    Halted,
+    /// It ran, or was rejected before starting (`category` is `None` then).
+    Ran {
+        category: Option<ToolCategory>,
+        result: Result<Value, ToolError>,
+    },
+}
+
+/// Runs one tool call: validation, the halt gate, timeout, panic catching. Records nothing in the
+/// history or the error count (see [`account`]).
+async fn execute(
     cell: &Arc<AgentCell>,
     token: &CancellationToken,
     call: &ToolCall,
     lineage: &Arc<[AgentKey]>,
-) -> ToolStep {
+) -> Executed {
     let name = call.function.name.as_str();
-    let prepared: Result<(ToolCategory, Value), ToolError> = match cell.tools.get(name) {
-        None => Err(ToolError::Unknown(name.to_owned())),
-        Some((spec, _)) => {
-            let raw = if call.function.arguments.trim().is_empty() {
-                "{}"
-            } else {
-                call.function.arguments.as_str()
-            };
-            serde_json::from_str::<Value>(raw)
-                .map_err(|e| ToolError::InvalidArguments(e.to_string()))
-                .map(|args| (spec.category, args))
-        }
+    let Some((spec, tool)) = cell.tools.get(name) else {
+        return rejected(cell, call, ToolError::Unknown(name.to_owned()));
     };
-    let (category, args) = match prepared {
-        Ok(ok) => ok,
-        Err(error) => return finish_failed_before_start(cell, call, error),
+    let raw = if call.function.arguments.trim().is_empty() {
+        "{}"
+    } else {
+        call.function.arguments.as_str()
     };
-    let Some((_, tool)) = cell.tools.get(name) else {
-        return finish_failed_before_start(cell, call, ToolError::Unknown(name.to_owned()));
+    let args = match serde_json::from_str::<Value>(raw) {
+        Ok(args) => args,
+        Err(e) => return rejected(cell, call, ToolError::InvalidArguments(e.to_string())),
     };
+    let category = spec.category;
     if !cell.begin_tool(&call.id, name) {
-        return ToolStep::Halted;
+        return Executed::Halted;
     }
     let ctx = ToolContext {
         agent: cell.key.clone(),
@@ -214,7 +246,7 @@ async fn run_tool(
         Ok(future) => {
             let guarded = tokio::time::timeout(timeout, AssertUnwindSafe(future).catch_unwind());
             match unless_halted(token, guarded).await {
-                None => return ToolStep::Halted,
+                None => return Executed::Halted,
                 Some(Err(_elapsed)) => Err(ToolError::Timeout {
                     after_ms: timeout.as_millis() as u64,
                 }),
@@ -228,51 +260,59 @@ async fn run_tool(
         name,
         result.as_ref().err().map(ToString::to_string),
     );
-    match result {
-        Ok(value) => {
-            cell.append_history(ChatMessage::tool_result(&call.id, value.to_string()));
-            cell.record_success();
-            ToolStep::Done(Some(category))
-        }
-        Err(error) => {
-            cell.append_history(ChatMessage::tool_result(
-                &call.id,
-                tool_error_message(&error),
-            ));
-            match cell.record_failure(&format!("tool {name} failed: {error}")) {
-                Counted::Tripped => ToolStep::Tripped,
-                Counted::Below => ToolStep::Done(Some(category)),
-            }
-        }
+    Executed::Ran {
+        category: Some(category),
+        result,
     }
 }
 
-/// A call that failed before it could start (unknown tool, bad arguments): the model sees the error.
-fn finish_failed_before_start(cell: &AgentCell, call: &ToolCall, error: ToolError) -> ToolStep {
+/// A call rejected before it could start (unknown tool, unparsable arguments).
+fn rejected(cell: &AgentCell, call: &ToolCall, error: ToolError) -> Executed {
     cell.note(EventKind::ToolFinished {
         call_id: call.id.clone(),
         tool: call.function.name.clone(),
         ok: false,
         error: Some(error.to_string()),
     });
-    cell.append_history(ChatMessage::tool_result(
-        &call.id,
-        tool_error_message(&error),
-    ));
-    match cell.record_failure(&format!(
-        "tool call {} rejected: {error}",
-        call.function.name
-    )) {
-        Counted::Tripped => ToolStep::Tripped,
-        Counted::Below => ToolStep::Done(None),
+    Executed::Ran {
+        category: None,
+        result: Err(error),
+    }
+}
+
+/// Puts a call's result in the history (the model sees errors as the tool's result) and counts it.
+fn account(cell: &AgentCell, call: &ToolCall, executed: Executed) -> ToolStep {
+    let (category, result) = match executed {
+        Executed::Halted => return ToolStep::Halted,
+        Executed::Ran { category, result } => (category, result),
+    };
+    match result {
+        Ok(value) => {
+            cell.append_history(ChatMessage::tool_result(&call.id, value.to_string()));
+            cell.record_success();
+            ToolStep::Done(category)
+        }
+        Err(error) => {
+            cell.append_history(ChatMessage::tool_result(
+                &call.id,
+                tool_error_message(&error),
+            ));
+            let name = &call.function.name;
+            match cell.record_failure(&format!("tool {name} failed: {error}")) {
+                Counted::Tripped => ToolStep::Tripped,
+                Counted::Below => ToolStep::Done(category),
+            }
+        }
     }
 }
 
 impl AgentCell {
-    /// Starts a tool unless a halt is requested: `EXECUTING → WAITING_FOR_TOOL`.
+    /// Starts a tool unless a halt is requested: `EXECUTING → WAITING_FOR_TOOL` for the first of
+    /// the calls running at once.
     pub(crate) fn begin_tool(&self, call_id: &str, tool: &str) -> bool {
         let mut rec = self.lock();
-        if self.halt_requested() || rec.state != AgentState::Executing {
+        let parallel = rec.state == AgentState::WaitingForTool && self.tools_in_flight() > 0;
+        if self.halt_requested() || !(rec.state == AgentState::Executing || parallel) {
             self.emit(
                 &mut rec,
                 EventKind::ToolRefused {
@@ -283,12 +323,14 @@ impl AgentCell {
             );
             return false;
         }
-        if self
-            .transition(&mut rec, AgentState::WaitingForTool, tool)
-            .is_err()
+        if !parallel
+            && self
+                .transition(&mut rec, AgentState::WaitingForTool, tool)
+                .is_err()
         {
             return false;
         }
+        self.tool_started();
         self.emit(
             &mut rec,
             EventKind::ToolStarted {
@@ -299,10 +341,10 @@ impl AgentCell {
         true
     }
 
-    /// `WAITING_FOR_TOOL → EXECUTING`, and the tool's ending journaled.
+    /// `WAITING_FOR_TOOL → EXECUTING` when the last running call ends, and the tool's ending journaled.
     pub(crate) fn end_tool(&self, call_id: &str, tool: &str, error: Option<String>) {
         let mut rec = self.lock();
-        if rec.state == AgentState::WaitingForTool {
+        if self.tool_finished() == 0 && rec.state == AgentState::WaitingForTool {
             let _ = self.transition(&mut rec, AgentState::Executing, "tool finished");
         }
         self.emit(
