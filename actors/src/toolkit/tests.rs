@@ -506,3 +506,17 @@ fn parse_arguments_accepts_blank_and_reports_bad_json() {
         Err(ToolError::InvalidArguments(m)) if m.starts_with("arguments are not valid JSON: ")
     ));
 }
+
+#[test]
+fn runner_is_shareable_and_its_future_is_send() {
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+    let runner = ToolRunner::default();
+    send_sync(&runner);
+    let reg = ToolRegistry::new();
+    let fut = runner.run(&reg, "x", json!({}), ctx(), TIMEOUT);
+    send(&fut);
+    if let Admission::Ready(call) = runner.admit(&reg, "x", json!({})) {
+        send(&call.execute(ctx(), TIMEOUT));
+    };
+}
