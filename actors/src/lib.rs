@@ -9,13 +9,16 @@
 //! * `journal` — the [`Journal`] trait and [`MemoryJournal`].
 
 mod agent;
+pub mod context;
 mod journal;
 pub mod mailbox;
 mod provider;
 mod supervisor;
+pub mod toolkit;
 mod tools;
 
 pub use agent::{AgentHandle, ControlError, ControlOp, EventSendError, HaltAck, TaskError};
+pub use context::{Advisory, ContextStrategy, Trimmed};
 pub use journal::{now_ms, Journal, MemoryJournal, NullJournal};
 pub use provider::{
     AttemptObserver, FailedAttempt, LlmRequest, LlmResponse, OpenAiCompatible, OpenAiConfig,
@@ -23,4 +26,8 @@ pub use provider::{
     ScriptedProvider, StreamEvent, ToolFormat,
 };
 pub use supervisor::{AgentSpec, DelegationError, SpawnError, Supervisor, UnknownAgent};
+pub use toolkit::{
+    Admission, CachePolicy, CacheScope, CircuitConfig, CircuitStep, PendingCall, ToolPolicy,
+    ToolResultCache, ToolRun, ToolRunner,
+};
 pub use tools::{FnTool, Tool, ToolContext, ToolError, ToolRegistry};

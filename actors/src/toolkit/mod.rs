@@ -1,0 +1,375 @@
+//! The tool-call pipeline: [`ToolRunner`] puts a circuit breaker, argument validation and a result
+//! cache in front of a [`Tool`].
+//!
+//! Order of one call ([`ToolRunner::run`], or [`ToolRunner::admit`] then [`PendingCall::execute`]):
+//!
+//! 1. look the tool up (unknown ⇒ [`ToolError::Unknown`]; the circuit is not consulted);
+//! 2. **circuit check** — an open circuit (or a half-open one whose probe is running) refuses the call
+//!    at once with a [`ToolError::Failed`] carrying the [`CircuitRejection`] text;
+//! 3. **schema validation** of the arguments against the spec's `parameters` — a violation is a
+//!    [`ToolError::InvalidArguments`] listing every problem; it is the model's mistake, so it does *not*
+//!    count against the tool's circuit;
+//! 4. **cache lookup** (cacheable tools only) — a hit returns the stored value, `cached: true`, without
+//!    running the tool and without recording anything on the circuit;
+//! 5. **execution** with a timeout (`Tool::timeout()` or the caller's default), catching a panic both in
+//!    the synchronous `Tool::call` and inside its future ([`ToolError::Panicked`]);
+//! 6. **circuit record** — success closes/keeps closed; [`ToolError::Failed`], [`ToolError::Timeout`] and
+//!    [`ToolError::Panicked`] count as failures; an [`ToolError::InvalidArguments`] or
+//!    [`ToolError::Unknown`] returned *by the tool* is the model's mistake and records nothing;
+//! 7. **cache store** of a successful result (cacheable tools only).
+//!
+//! Invariants: nothing here panics on model-influenced data; a call's future can be dropped at any
+//! await (a halt) without leaving a circuit stuck — an unrecorded probe frees its slot; the runner
+//! uses tokio's clock and timer only, no runtime handle.
+
+pub mod cache;
+pub mod circuit;
+pub mod schema;
+
+pub use cache::{canonical_json, CachePolicy, CacheScope, ToolResultCache};
+pub use circuit::{
+    CircuitConfig, CircuitPermit, CircuitRejection, CircuitState, CircuitTransition, ToolCircuits,
+};
+pub use schema::{validate, SchemaErrors, SchemaViolation};
+
+use crate::tools::{Tool, ToolContext, ToolError, ToolRegistry};
+use futures::FutureExt;
+use serde_json::Value;
+use std::{collections::HashMap, panic::AssertUnwindSafe, sync::Arc, time::Duration};
+use warden_protocols::ToolCategory;
+
+/// How the runner treats one tool. The default: validate arguments, use the circuit, do not cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolPolicy {
+    pub cache: CachePolicy,
+    /// Check the arguments against the spec's `parameters` before running.
+    pub validate_arguments: bool,
+    /// Put the tool behind a circuit breaker.
+    pub circuit_breaker: bool,
+}
+
+impl Default for ToolPolicy {
+    fn default() -> Self {
+        ToolPolicy {
+            cache: CachePolicy::disabled(),
+            validate_arguments: true,
+            circuit_breaker: true,
+        }
+    }
+}
+
+impl ToolPolicy {
+    /// The default policy with `cache`.
+    pub fn cached(cache: CachePolicy) -> Self {
+        ToolPolicy {
+            cache,
+            ..Self::default()
+        }
+    }
+}
+
+/// What the circuit did for one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CircuitStep {
+    /// Not consulted: unknown tool, or the tool's policy has no circuit breaker.
+    NotChecked,
+    /// Refused; the tool did not run. `ToolRun::result` is the refusal as a [`ToolError::Failed`].
+    Rejected(CircuitRejection),
+    /// Let through (`probe`: as the single half-open probe); `transition` is the state change its
+    /// outcome caused, if any (none when the outcome was not recorded: invalid arguments, cache hit).
+    Admitted {
+        probe: bool,
+        transition: Option<CircuitTransition>,
+    },
+}
+
+/// The outcome of one tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolRun {
+    pub result: Result<Value, ToolError>,
+    /// The value came from the cache; the tool did not run.
+    pub cached: bool,
+    /// The tool's `call` was actually invoked.
+    pub executed: bool,
+    pub circuit: CircuitStep,
+    /// The tool's category; `None` for an unknown tool.
+    pub category: Option<ToolCategory>,
+}
+
+impl ToolRun {
+    /// Whether the circuit refused the call.
+    pub fn rejected_by_circuit(&self) -> bool {
+        matches!(self.circuit, CircuitStep::Rejected(_))
+    }
+
+    /// The tool message content the model sees: the value's JSON, or
+    /// `{"success":false,"error":"…"}` (the same shape the agent's turn uses today).
+    pub fn content(&self) -> String {
+        match &self.result {
+            Ok(value) => value.to_string(),
+            Err(error) => {
+                serde_json::json!({"success": false, "error": error.to_string()}).to_string()
+            }
+        }
+    }
+}
+
+/// Parses the model's argument text; blank text is `{}`.
+pub fn parse_arguments(raw: &str) -> Result<Value, ToolError> {
+    let raw = raw.trim();
+    if raw.is_empty() {
+        return Ok(Value::Object(serde_json::Map::new()));
+    }
+    serde_json::from_str(raw)
+        .map_err(|e| ToolError::InvalidArguments(format!("arguments are not valid JSON: {e}")))
+}
+
+/// Result of [`ToolRunner::admit`].
+pub enum Admission<'a> {
+    /// Everything before execution passed: run it with [`PendingCall::execute`] (or drop it).
+    Ready(PendingCall<'a>),
+    /// Decided without running the tool: unknown tool, circuit refusal, invalid arguments, cache hit.
+    Finished(ToolRun),
+}
+
+/// A call that passed the circuit, validation and the cache, and may now run.
+pub struct PendingCall<'a> {
+    runner: &'a ToolRunner,
+    name: String,
+    tool: Arc<dyn Tool>,
+    category: ToolCategory,
+    args: Value,
+    policy: ToolPolicy,
+    permit: Option<CircuitPermit<'a>>,
+}
+
+impl std::fmt::Debug for PendingCall<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingCall")
+            .field("name", &self.name)
+            .field("category", &self.category)
+            .field("probe", &self.is_probe())
+            .finish_non_exhaustive()
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
+}
+
+/// Whether an error the tool itself returned says something about the tool's health.
+fn counts_against_circuit(error: &ToolError) -> bool {
+    matches!(
+        error,
+        ToolError::Failed(_) | ToolError::Timeout { .. } | ToolError::Panicked(_)
+    )
+}
+
+impl PendingCall<'_> {
+    pub fn tool_name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn category(&self) -> ToolCategory {
+        self.category
+    }
+
+    /// Whether this call is its circuit's half-open probe.
+    pub fn is_probe(&self) -> bool {
+        self.permit.as_ref().is_some_and(CircuitPermit::is_probe)
+    }
+
+    /// Runs the tool (timeout: `Tool::timeout()` or `default_timeout`), records the outcome on the
+    /// circuit and stores a successful result in the cache.
+    pub async fn execute(self, ctx: ToolContext, default_timeout: Duration) -> ToolRun {
+        let PendingCall {
+            runner,
+            name,
+            tool,
+            category,
+            args,
+            policy,
+            permit,
+        } = self;
+        let probe = permit.as_ref().map(CircuitPermit::is_probe);
+        let cache_args = policy.cache.cacheable.then(|| args.clone());
+        let timeout = tool.timeout().unwrap_or(default_timeout);
+        let started = std::panic::catch_unwind(AssertUnwindSafe(|| tool.call(args, ctx)));
+        let result = match started {
+            Err(payload) => Err(ToolError::Panicked(panic_message(payload))),
+            Ok(future) => {
+                match tokio::time::timeout(timeout, AssertUnwindSafe(future).catch_unwind()).await {
+                    Err(_elapsed) => Err(ToolError::Timeout {
+                        after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                    }),
+                    Ok(Err(payload)) => Err(ToolError::Panicked(panic_message(payload))),
+                    Ok(Ok(result)) => result,
+                }
+            }
+        };
+        let transition = match (permit, &result) {
+            (None, _) => None,
+            (Some(permit), Ok(_)) => permit.succeeded(),
+            (Some(permit), Err(error)) if counts_against_circuit(error) => permit.failed(),
+            (Some(permit), Err(_)) => {
+                drop(permit);
+                None
+            }
+        };
+        if let Some(args) = cache_args {
+            runner.cache.store(&name, &args, &result, &policy.cache);
+        }
+        ToolRun {
+            result,
+            cached: false,
+            executed: true,
+            circuit: match probe {
+                None => CircuitStep::NotChecked,
+                Some(probe) => CircuitStep::Admitted { probe, transition },
+            },
+            category: Some(category),
+        }
+    }
+}
+
+/// Circuit breakers, argument validation and a result cache for one agent's tools.
+#[derive(Debug, Default)]
+pub struct ToolRunner {
+    circuits: ToolCircuits,
+    cache: ToolResultCache,
+    policies: HashMap<String, ToolPolicy>,
+    default_policy: ToolPolicy,
+}
+
+impl ToolRunner {
+    /// A runner whose circuits use `circuit`; every tool gets the default [`ToolPolicy`].
+    pub fn new(circuit: CircuitConfig) -> Self {
+        ToolRunner {
+            circuits: ToolCircuits::new(circuit),
+            ..Self::default()
+        }
+    }
+
+    /// Sets `tool`'s policy.
+    pub fn with_policy(mut self, tool: impl Into<String>, policy: ToolPolicy) -> Self {
+        self.policies.insert(tool.into(), policy);
+        self
+    }
+
+    /// Sets the policy of tools without their own.
+    pub fn with_default_policy(mut self, policy: ToolPolicy) -> Self {
+        self.default_policy = policy;
+        self
+    }
+
+    /// Replaces the (empty) cache, e.g. to change its capacity.
+    pub fn with_cache(mut self, cache: ToolResultCache) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    pub fn policy(&self, tool: &str) -> ToolPolicy {
+        self.policies
+            .get(tool)
+            .copied()
+            .unwrap_or(self.default_policy)
+    }
+
+    pub fn circuits(&self) -> &ToolCircuits {
+        &self.circuits
+    }
+
+    pub fn cache(&self) -> &ToolResultCache {
+        &self.cache
+    }
+
+    /// Ends a tick: drops `Tick`-scoped cache entries.
+    pub fn clear_tick(&self) {
+        self.cache.clear_tick();
+    }
+
+    /// Steps 1–4: decides whether `name` may run with `args`, without running it.
+    pub fn admit(&self, registry: &ToolRegistry, name: &str, args: Value) -> Admission<'_> {
+        let Some((spec, tool)) = registry.get(name) else {
+            return Admission::Finished(ToolRun {
+                result: Err(ToolError::Unknown(name.to_owned())),
+                cached: false,
+                executed: false,
+                circuit: CircuitStep::NotChecked,
+                category: None,
+            });
+        };
+        let category = spec.category;
+        let policy = self.policy(name);
+        let finished = |result, cached, circuit| {
+            Admission::Finished(ToolRun {
+                result,
+                cached,
+                executed: false,
+                circuit,
+                category: Some(category),
+            })
+        };
+        let permit = if policy.circuit_breaker {
+            match self.circuits.try_acquire(name) {
+                Ok(permit) => Some(permit),
+                Err(rejection) => {
+                    let error = ToolError::Failed(rejection.to_string());
+                    return finished(Err(error), false, CircuitStep::Rejected(rejection));
+                }
+            }
+        } else {
+            None
+        };
+        // From here on an early return drops the permit unrecorded.
+        let admitted = |permit: &Option<CircuitPermit<'_>>| match permit {
+            None => CircuitStep::NotChecked,
+            Some(p) => CircuitStep::Admitted {
+                probe: p.is_probe(),
+                transition: None,
+            },
+        };
+        if policy.validate_arguments {
+            if let Err(errors) = schema::validate(&spec.parameters, &args) {
+                let error = ToolError::InvalidArguments(errors.to_string());
+                return finished(Err(error), false, admitted(&permit));
+            }
+        }
+        if policy.cache.cacheable {
+            if let Some(value) = self.cache.get(name, &args) {
+                return finished(Ok(value), true, admitted(&permit));
+            }
+        }
+        Admission::Ready(PendingCall {
+            runner: self,
+            name: name.to_owned(),
+            tool: tool.clone(),
+            category,
+            args,
+            policy,
+            permit,
+        })
+    }
+
+    /// The whole pipeline: [`ToolRunner::admit`], then [`PendingCall::execute`] if admitted.
+    pub async fn run(
+        &self,
+        registry: &ToolRegistry,
+        name: &str,
+        args: Value,
+        ctx: ToolContext,
+        default_timeout: Duration,
+    ) -> ToolRun {
+        match self.admit(registry, name, args) {
+            Admission::Finished(run) => run,
+            Admission::Ready(call) => call.execute(ctx, default_timeout).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
