@@ -1,0 +1,33 @@
+//! The demo shows what the README says it shows.
+#[test]
+fn the_demo_trips_refuses_unlocks_and_halts_behind_a_backlog() {
+    let mut out = Vec::new();
+    let report = actix_rt::System::new()
+        .block_on(async { warden::demo::run(&mut out).await })
+        .expect("demo runs");
+    let text = String::from_utf8(out).expect("utf-8");
+    assert_eq!(
+        report.act1_answer.as_deref(),
+        Some("The library opens at 9 — I've noted it for you.")
+    );
+    assert_eq!(
+        report.lockout_reason.as_deref(),
+        Some("Maximum consecutive errors reached (5)")
+    );
+    assert_eq!(
+        report.refusal.as_deref(),
+        Some("delegate researcher is emergency-stopped (state SAFETY_LOCKOUT)")
+    );
+    assert!(report.unlocked_and_answered);
+    assert_eq!(report.halt_discarded, report.halt_backlog);
+    assert_eq!(report.processed_after_halt, 0);
+    assert_eq!(report.llm_calls_dropped_by_halt, 1);
+    assert!(text.contains("== Final status"));
+    let scribe = report
+        .statuses
+        .iter()
+        .find(|s| s.key.as_str() == "scribe")
+        .expect("scribe");
+    assert_eq!(scribe.state, warden::AgentState::Stopped);
+    assert_eq!(scribe.discarded_by_halt, 10_000);
+}
