@@ -7,11 +7,14 @@
 //! * `provider` — the [`Provider`] trait and the [`ScriptedProvider`].
 //! * `tools` — the [`Tool`] trait and [`ToolRegistry`].
 //! * `journal` — the [`Journal`] trait and [`MemoryJournal`].
+//! * [`safety`] — breakers, budgets, fingerprints and the limit checkpoint ([`AgentBreakers`],
+//!   [`LimitCheckpoint`]).
 
 mod agent;
 mod journal;
 pub mod mailbox;
 mod provider;
+pub mod safety;
 mod supervisor;
 mod tools;
 
@@ -21,6 +24,10 @@ pub use provider::{
     AttemptObserver, FailedAttempt, LlmRequest, LlmResponse, OpenAiCompatible, OpenAiConfig,
     OpenAiSetupError, Provider, ProviderError, RetryPolicy, ScriptStats, ScriptStep,
     ScriptedProvider, StreamEvent, ToolFormat,
+};
+pub use safety::{
+    AgentBreakers, ChannelInterventionBus, Fingerprint, InterventionBus, LimitCheckpoint,
+    LimitContext, TeamBudget, Verdict,
 };
 pub use supervisor::{AgentSpec, DelegationError, SpawnError, Supervisor, UnknownAgent};
 pub use tools::{FnTool, Tool, ToolContext, ToolError, ToolRegistry};
