@@ -236,3 +236,251 @@ pub fn limit_refusal_message(
         decision.reason,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::safety::intervention::{BusError, ChannelInterventionBus};
+    use futures::future::BoxFuture;
+
+    fn ctx(run: &str, kind: LimitKind) -> LimitContext {
+        LimitContext {
+            run_id: run.into(),
+            agent: "a".into(),
+            kind,
+            current: 51.0,
+            configured: 50.0,
+            partial_results: true,
+        }
+    }
+
+    fn checkpoint(
+        mode: OnLimitMode,
+        times: u32,
+        timeout: f64,
+        bus: Option<Arc<dyn InterventionBus>>,
+    ) -> LimitCheckpoint {
+        LimitCheckpoint::new(
+            SafetyOnLimitConfig {
+                mode,
+                auto_extend_times: times,
+                ask_timeout_seconds: timeout,
+            },
+            bus,
+        )
+    }
+
+    fn allowed(extension: u32, reason: LimitReason) -> LimitDecision {
+        LimitDecision {
+            allow: true,
+            extension,
+            reason,
+        }
+    }
+
+    #[tokio::test]
+    async fn unattended_refuses_without_asking() {
+        let bus = Arc::new(ChannelInterventionBus::new());
+        let cp = checkpoint(OnLimitMode::Unattended, 5, 0.0, Some(bus.clone()));
+        let d = cp
+            .handle_limit_exceeded(&ctx("r", LimitKind::AgentHops))
+            .await;
+        assert_eq!(d, LimitDecision::refuse(LimitReason::Unattended));
+        assert!(bus.pending().is_empty());
+    }
+
+    #[tokio::test]
+    async fn auto_extend_counts_exactly_per_run_and_kind() {
+        let cp = checkpoint(OnLimitMode::AutoExtend, 2, 0.0, None);
+        let iter = ctx("r1", LimitKind::IterationsPerTask);
+        assert_eq!(
+            cp.handle_limit_exceeded(&iter).await,
+            allowed(1, LimitReason::AutoExtended)
+        );
+        assert_eq!(
+            cp.handle_limit_exceeded(&iter).await,
+            allowed(2, LimitReason::AutoExtended)
+        );
+        let exhausted = LimitDecision::refuse(LimitReason::AutoExtendExhausted);
+        assert_eq!(cp.handle_limit_exceeded(&iter).await, exhausted);
+        assert_eq!(cp.handle_limit_exceeded(&iter).await, exhausted);
+        assert_eq!(cp.granted("r1", LimitKind::IterationsPerTask), 2);
+        // Another kind in the same run, and the same kind in another run, have their own counts.
+        assert_eq!(
+            cp.handle_limit_exceeded(&ctx("r1", LimitKind::ChainWait))
+                .await,
+            allowed(1, LimitReason::AutoExtended)
+        );
+        assert_eq!(
+            cp.handle_limit_exceeded(&ctx("r2", LimitKind::IterationsPerTask))
+                .await,
+            allowed(1, LimitReason::AutoExtended)
+        );
+        cp.forget_run("r1");
+        assert_eq!(cp.granted("r1", LimitKind::IterationsPerTask), 0);
+        assert_eq!(cp.granted("r2", LimitKind::IterationsPerTask), 1);
+
+        let none = checkpoint(OnLimitMode::AutoExtend, 0, 0.0, None);
+        assert_eq!(none.handle_limit_exceeded(&iter).await, exhausted);
+    }
+
+    #[tokio::test]
+    async fn interactive_without_a_bus_refuses() {
+        let cp = checkpoint(OnLimitMode::Interactive, 1, 0.0, None);
+        assert_eq!(
+            cp.handle_limit_exceeded(&ctx("r", LimitKind::Steps)).await,
+            LimitDecision::refuse(LimitReason::NoBus)
+        );
+    }
+
+    async fn interactive_answer(answer: Answer) -> (LimitDecision, Intervention) {
+        let bus = Arc::new(ChannelInterventionBus::new());
+        let cp = checkpoint(OnLimitMode::Interactive, 1, 0.0, Some(bus.clone()));
+        let operator = {
+            let bus = bus.clone();
+            tokio::spawn(async move {
+                let iv = bus.next_pending().await;
+                bus.answer(iv.id, answer).unwrap();
+                iv
+            })
+        };
+        let d = cp
+            .handle_limit_exceeded(&ctx("r", LimitKind::IterationsPerTask))
+            .await;
+        (d, operator.await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn interactive_allows_only_on_yes() {
+        let (d, iv) = interactive_answer(Answer::Yes).await;
+        assert_eq!(d, allowed(1, LimitReason::UserApproved));
+        assert_eq!(iv.kind, LimitKind::IterationsPerTask);
+        assert_eq!(iv.config_key, "safety.loop.max_iterations_per_task");
+        assert_eq!((iv.current, iv.configured), (51.0, 50.0));
+        assert_eq!(
+            iv.question,
+            "Agent a reached its limit on iterations per task: 51 against a configured 50 (`safety.loop.max_iterations_per_task`). Allow it to continue for another 50? (yes/no)"
+        );
+        let refused = LimitDecision::refuse(LimitReason::UserRefused);
+        assert_eq!(interactive_answer(Answer::No).await.0, refused);
+        assert_eq!(interactive_answer(Answer::parse("maybe")).await.0, refused);
+    }
+
+    struct BrokenBus;
+    impl InterventionBus for BrokenBus {
+        fn ask(&self, _: Intervention) -> BoxFuture<'_, Result<Answer, BusError>> {
+            Box::pin(async { Err(BusError::Closed) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bus_error_refuses() {
+        let cp = checkpoint(OnLimitMode::Interactive, 1, 0.0, Some(Arc::new(BrokenBus)));
+        assert_eq!(
+            cp.handle_limit_exceeded(&ctx("r", LimitKind::AgentHops))
+                .await,
+            LimitDecision::refuse(LimitReason::UserRefused)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_ask_times_out_and_is_withdrawn() {
+        tokio::time::pause();
+        let bus = Arc::new(ChannelInterventionBus::new());
+        let cp = Arc::new(checkpoint(
+            OnLimitMode::Interactive,
+            1,
+            30.0,
+            Some(bus.clone()),
+        ));
+        let started = tokio::time::Instant::now();
+        let task = {
+            let cp = cp.clone();
+            tokio::spawn(async move {
+                cp.handle_limit_exceeded(&ctx("r", LimitKind::ChainWait))
+                    .await
+            })
+        };
+        let iv = bus.next_pending().await;
+        tokio::time::sleep(std::time::Duration::from_millis(29_999)).await;
+        assert!(!task.is_finished(), "not before the timeout");
+        assert_eq!(
+            task.await.unwrap(),
+            LimitDecision::refuse(LimitReason::AskTimeout)
+        );
+        let waited = started.elapsed();
+        assert!(
+            waited >= std::time::Duration::from_secs(30)
+                && waited <= std::time::Duration::from_millis(30_002),
+            "{waited:?}"
+        );
+        assert!(bus.pending().is_empty());
+        assert!(
+            bus.answer(iv.id, Answer::Yes).is_err(),
+            "a late answer is refused"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_zero_timeout_waits_forever() {
+        tokio::time::pause();
+        let bus = Arc::new(ChannelInterventionBus::new());
+        let cp = Arc::new(checkpoint(
+            OnLimitMode::Interactive,
+            1,
+            0.0,
+            Some(bus.clone()),
+        ));
+        let task = {
+            let cp = cp.clone();
+            tokio::spawn(async move {
+                cp.handle_limit_exceeded(&ctx("r", LimitKind::ChainWait))
+                    .await
+            })
+        };
+        let iv = bus.next_pending().await;
+        tokio::time::sleep(std::time::Duration::from_secs(365 * 24 * 3600)).await;
+        assert!(!task.is_finished(), "still waiting after a year");
+        bus.answer(iv.id, Answer::Yes).unwrap();
+        assert_eq!(task.await.unwrap(), allowed(1, LimitReason::UserApproved));
+    }
+
+    #[test]
+    fn the_refusal_message_is_decision_enabling() {
+        let c = ctx("r", LimitKind::IterationsPerTask);
+        assert_eq!(
+            limit_refusal_message(&c, &LimitDecision::refuse(LimitReason::Unattended), 1),
+            "Stopped: the limit on iterations per task was reached (51 against a configured 50) and not extended (unattended). To allow more, raise `safety.loop.max_iterations_per_task` above 50, or set `safety.on_limit.mode` to \"interactive\" (ask an operator) or \"auto_extend\" (extend automatically). Partial results are available."
+        );
+        let c = LimitContext {
+            kind: LimitKind::TaskWallClock,
+            current: 120.5,
+            configured: 120.0,
+            partial_results: false,
+            ..c
+        };
+        assert_eq!(
+            limit_refusal_message(
+                &c,
+                &LimitDecision::refuse(LimitReason::AutoExtendExhausted),
+                2
+            ),
+            "Stopped: the limit on task wall-clock time was reached (120.5s against a configured 120s) and not extended (auto_extend_exhausted). To allow more, raise `safety.timeout.task_seconds` above 120s, raise `safety.on_limit.auto_extend_times` (now 2), or set `safety.on_limit.mode = \"interactive\"` to be asked. No partial results are available."
+        );
+        assert_eq!(
+            limit_refusal_message(&c, &LimitDecision::refuse(LimitReason::AskTimeout), 1),
+            "Stopped: the limit on task wall-clock time was reached (120.5s against a configured 120s) and not extended (ask_timeout). To allow more, raise `safety.timeout.task_seconds` above 120s, raise `safety.on_limit.ask_timeout_seconds` (0 waits forever), or set `safety.on_limit.mode = \"auto_extend\"` to extend automatically. No partial results are available."
+        );
+        let hops = LimitContext {
+            kind: LimitKind::AgentHops,
+            current: 4.0,
+            configured: 3.0,
+            partial_results: true,
+            ..c
+        };
+        assert_eq!(
+            limit_refusal_message(&hops, &LimitDecision::refuse(LimitReason::NoBus), 1),
+            "Stopped: the limit on delegation hops was reached (4 against a configured 3) and not extended (no_bus). To allow more, raise `safety.loop.max_agent_hops` above 3, attach an operator (intervention bus) for `safety.on_limit.mode = \"interactive\"`, or set `safety.on_limit.mode = \"auto_extend\"` to extend automatically. Partial results are available."
+        );
+    }
+}
