@@ -7,12 +7,15 @@
 //! * `provider` — the [`Provider`] trait and the [`ScriptedProvider`].
 //! * `tools` — the [`Tool`] trait and [`ToolRegistry`].
 //! * `journal` — the [`Journal`] trait and [`MemoryJournal`].
+//! * [`safety`] — breakers, budgets, fingerprints and the limit checkpoint ([`AgentBreakers`],
+//!   [`LimitCheckpoint`]).
 
 mod agent;
 pub mod context;
 mod journal;
 pub mod mailbox;
 mod provider;
+pub mod safety;
 mod supervisor;
 pub mod toolkit;
 mod tools;
@@ -24,6 +27,10 @@ pub use provider::{
     AttemptObserver, FailedAttempt, LlmRequest, LlmResponse, OpenAiCompatible, OpenAiConfig,
     OpenAiSetupError, Provider, ProviderError, RetryPolicy, ScriptStats, ScriptStep,
     ScriptedProvider, StreamEvent, ToolFormat,
+};
+pub use safety::{
+    AgentBreakers, ChannelInterventionBus, Fingerprint, InterventionBus, LimitCheckpoint,
+    LimitContext, TeamBudget, Verdict,
 };
 pub use supervisor::{AgentSpec, DelegationError, SpawnError, Supervisor, UnknownAgent};
 pub use toolkit::{

@@ -1,7 +1,9 @@
 //! The configuration file (TOML). Every section and key has a documented default; unknown keys are
 //! errors; invalid values are refused with the key, the value and what is allowed.
 
+use crate::OnLimitMode;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::num::{NonZeroU32, NonZeroUsize};
 
 /// A configuration that could not be used.
@@ -35,23 +37,56 @@ pub struct WardenConfig {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SafetyConfig {
+    pub on_limit: SafetyOnLimitConfig,
     #[serde(rename = "loop")]
     pub loop_: SafetyLoopConfig,
     pub timeout: SafetyTimeoutConfig,
     pub breakers: SafetyBreakersConfig,
+    pub budget: SafetyBudgetConfig,
+}
+
+/// `[safety.on_limit]`: what happens when a checkpointed limit (iterations, steps, hops, sub-agents,
+/// wall clock, chain wait, LLM call time) is hit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SafetyOnLimitConfig {
+    /// `interactive` (ask an operator), `auto_extend` or `unattended` (refuse). Default `interactive`.
+    pub mode: OnLimitMode,
+    /// Extensions granted per (run, limit kind) in `auto_extend` mode, 0 to 1000. Default 1.
+    pub auto_extend_times: u32,
+    /// How long an interactive ask waits for an answer before refusing. 0 = forever. Default 0.
+    pub ask_timeout_seconds: f64,
+}
+
+impl Default for SafetyOnLimitConfig {
+    fn default() -> Self {
+        SafetyOnLimitConfig {
+            mode: OnLimitMode::Interactive,
+            auto_extend_times: 1,
+            ask_timeout_seconds: 0.0,
+        }
+    }
 }
 
 /// `[safety.loop]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SafetyLoopConfig {
+    /// Loop iterations within one task before the limit checkpoint, 1 to 1000000. Default 50.
+    pub max_iterations_per_task: u32,
+    /// Loop iterations of one agent over its life before the limit checkpoint. 0 = off. Default 0.
+    pub max_steps: u64,
     /// Longest delegation chain (assistant → sub-agent is hop 1). 0 forbids delegation. Default 3.
     pub max_agent_hops: u32,
 }
 
 impl Default for SafetyLoopConfig {
     fn default() -> Self {
-        SafetyLoopConfig { max_agent_hops: 3 }
+        SafetyLoopConfig {
+            max_iterations_per_task: 50,
+            max_steps: 0,
+            max_agent_hops: 3,
+        }
     }
 }
 
@@ -63,6 +98,8 @@ pub struct SafetyTimeoutConfig {
     pub llm_call_seconds: f64,
     /// How long a delegator waits for its delegate's answer. 0 = forever. Default 60.
     pub chain_seconds: f64,
+    /// Wall clock of one task (checked at the start of each loop iteration). 0 = off. Default 0.
+    pub task_seconds: f64,
 }
 
 impl Default for SafetyTimeoutConfig {
@@ -70,6 +107,7 @@ impl Default for SafetyTimeoutConfig {
         SafetyTimeoutConfig {
             llm_call_seconds: 60.0,
             chain_seconds: 60.0,
+            task_seconds: 0.0,
         }
     }
 }
@@ -80,13 +118,92 @@ impl Default for SafetyTimeoutConfig {
 pub struct SafetyBreakersConfig {
     /// Failed tool/LLM calls in a row that trigger the emergency stop (SAFETY_LOCKOUT). Default 5.
     pub max_consecutive_errors: NonZeroU32,
+    /// Identical failing tool calls in a row that inject the "repeating a failed action" alert; the
+    /// next identical failure locks the agent out. 1 to 1000. Default 3.
+    pub repeated_failure_threshold: u32,
+    /// Identical successful tool calls in a row that stop the agent as stuck. 1 to 1000. Default 3.
+    pub max_repeated_tool_steps: u32,
+    /// Operations (LLM calls and tool calls) in the error-cascade sliding window, 1 to 1000.
+    /// Default 10.
+    pub error_window: u32,
+    /// Failures/anomalies within the window that lock the agent out, 1 to `error_window`. Default 8.
+    pub error_window_threshold: u32,
+    /// String argument values longer than this are truncated in tool-call fingerprints, 1 to
+    /// 1000000. Default 200.
+    pub fingerprint_value_chars: u32,
 }
 
 impl Default for SafetyBreakersConfig {
     fn default() -> Self {
         SafetyBreakersConfig {
             max_consecutive_errors: NonZeroU32::new(5).unwrap_or(NonZeroU32::MIN),
+            repeated_failure_threshold: 3,
+            max_repeated_tool_steps: 3,
+            error_window: 10,
+            error_window_threshold: 8,
+            fingerprint_value_chars: 200,
         }
+    }
+}
+
+/// Price of one model, per 1000 tokens (any currency; budgets use the same one).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPrice {
+    pub prompt_per_1k: f64,
+    pub completion_per_1k: f64,
+}
+
+impl ModelPrice {
+    /// The cost of `prompt` and `completion` tokens.
+    pub fn cost(&self, prompt: u64, completion: u64) -> f64 {
+        (prompt as f64 * self.prompt_per_1k + completion as f64 * self.completion_per_1k) / 1000.0
+    }
+}
+
+/// `[safety.budget]`: token and cost budgets, checked before every LLM call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SafetyBudgetConfig {
+    /// Tokens (prompt + completion) one agent may use. 0 = off. Default 100000.
+    pub tokens_per_agent: u64,
+    /// Tokens the whole team may use. 0 = off. Default 0.
+    pub tokens_per_team: u64,
+    /// Cost one agent may incur (priced by `prices`). 0 = off. Default 0.
+    pub cost_per_agent: f64,
+    /// Cost the whole team may incur. 0 = off. Default 0.
+    pub cost_per_team: f64,
+    /// Remaining tokens at or below which a one-time near-budget warning is given. Default 512.
+    pub reserve_tokens: u64,
+    /// Fraction of a cost budget at or below which (remaining) the warning is given, 0 to 1.
+    /// Default 0.1.
+    pub reserve_cost_fraction: f64,
+    /// Model name → price. A model missing here costs nothing unless a `"*"` entry is present.
+    /// Default empty.
+    pub prices: BTreeMap<String, ModelPrice>,
+}
+
+impl Default for SafetyBudgetConfig {
+    fn default() -> Self {
+        SafetyBudgetConfig {
+            tokens_per_agent: 100_000,
+            tokens_per_team: 0,
+            cost_per_agent: 0.0,
+            cost_per_team: 0.0,
+            reserve_tokens: 512,
+            reserve_cost_fraction: 0.1,
+            prices: BTreeMap::new(),
+        }
+    }
+}
+
+impl SafetyBudgetConfig {
+    /// The price of `model`: its entry, else the `"*"` entry, else `None` (unpriced).
+    pub fn price(&self, model: &str) -> Option<ModelPrice> {
+        self.prices
+            .get(model)
+            .or_else(|| self.prices.get("*"))
+            .copied()
     }
 }
 
@@ -215,9 +332,66 @@ fn seconds(key: &'static str, value: f64) -> Result<(), ConfigError> {
     }
 }
 
+fn range_u64(
+    key: &'static str,
+    value: u64,
+    lo: u64,
+    hi: u64,
+    allowed: &'static str,
+) -> Result<(), ConfigError> {
+    if (lo..=hi).contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            key,
+            value: value.to_string(),
+            allowed,
+        })
+    }
+}
+
+fn non_negative(key: &'static str, value: f64) -> Result<(), ConfigError> {
+    if value.is_finite() && value >= 0.0 {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            key,
+            value: value.to_string(),
+            allowed: "a finite number of 0 or more",
+        })
+    }
+}
+
+/// String-valued enums are checked before typed parsing so that a bad spelling is reported with its
+/// key (serde's own message would not name it).
+fn precheck(text: &str) -> Result<(), ConfigError> {
+    let Ok(doc) = text.parse::<toml::Table>() else {
+        return Ok(()); // the typed parse reports the syntax error
+    };
+    let mode = doc
+        .get("safety")
+        .and_then(|v| v.get("on_limit"))
+        .and_then(|v| v.get("mode"));
+    let bad = match mode {
+        None => None,
+        Some(toml::Value::String(mode)) if OnLimitMode::parse(mode).is_some() => None,
+        Some(toml::Value::String(mode)) => Some(format!("{mode:?}")),
+        Some(other) => Some(other.to_string()),
+    };
+    match bad {
+        None => Ok(()),
+        Some(value) => Err(ConfigError::Invalid {
+            key: "safety.on_limit.mode",
+            value,
+            allowed: "interactive, auto_extend, unattended",
+        }),
+    }
+}
+
 impl WardenConfig {
     /// Parses and validates a TOML document.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        precheck(text)?;
         let config: WardenConfig =
             toml::from_str(text).map_err(|e| ConfigError::Parse(e.message().to_owned()))?;
         config.validate()?;
@@ -254,6 +428,81 @@ impl WardenConfig {
             "safety.timeout.chain_seconds",
             self.safety.timeout.chain_seconds,
         )?;
+        seconds(
+            "safety.timeout.task_seconds",
+            self.safety.timeout.task_seconds,
+        )?;
+        seconds(
+            "safety.on_limit.ask_timeout_seconds",
+            self.safety.on_limit.ask_timeout_seconds,
+        )?;
+        range_u64(
+            "safety.on_limit.auto_extend_times",
+            self.safety.on_limit.auto_extend_times.into(),
+            0,
+            1000,
+            "0 to 1000",
+        )?;
+        range_u64(
+            "safety.loop.max_iterations_per_task",
+            self.safety.loop_.max_iterations_per_task.into(),
+            1,
+            1_000_000,
+            "1 to 1000000",
+        )?;
+        let b = &self.safety.breakers;
+        range_u64(
+            "safety.breakers.repeated_failure_threshold",
+            b.repeated_failure_threshold.into(),
+            1,
+            1000,
+            "1 to 1000",
+        )?;
+        range_u64(
+            "safety.breakers.max_repeated_tool_steps",
+            b.max_repeated_tool_steps.into(),
+            1,
+            1000,
+            "1 to 1000",
+        )?;
+        range_u64(
+            "safety.breakers.error_window",
+            b.error_window.into(),
+            1,
+            1000,
+            "1 to 1000",
+        )?;
+        range_u64(
+            "safety.breakers.error_window_threshold",
+            b.error_window_threshold.into(),
+            1,
+            b.error_window.into(),
+            "1 to the value of safety.breakers.error_window",
+        )?;
+        range_u64(
+            "safety.breakers.fingerprint_value_chars",
+            b.fingerprint_value_chars.into(),
+            1,
+            1_000_000,
+            "1 to 1000000",
+        )?;
+        let budget = &self.safety.budget;
+        non_negative("safety.budget.cost_per_agent", budget.cost_per_agent)?;
+        non_negative("safety.budget.cost_per_team", budget.cost_per_team)?;
+        if !(0.0..=1.0).contains(&budget.reserve_cost_fraction) {
+            return Err(ConfigError::Invalid {
+                key: "safety.budget.reserve_cost_fraction",
+                value: budget.reserve_cost_fraction.to_string(),
+                allowed: "a fraction from 0 to 1",
+            });
+        }
+        for price in budget.prices.values() {
+            non_negative("safety.budget.prices.*.prompt_per_1k", price.prompt_per_1k)?;
+            non_negative(
+                "safety.budget.prices.*.completion_per_1k",
+                price.completion_per_1k,
+            )?;
+        }
         seconds("tools.timeout_seconds", self.tools.timeout_seconds)?;
         seconds(
             "supervisor.restart.within_seconds",
@@ -326,6 +575,152 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "invalid config: invalid value: integer `0`, expected a nonzero u32"
+        );
+    }
+
+    fn err(text: &str) -> String {
+        WardenConfig::from_toml(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn safety_defaults_are_the_documented_ones() {
+        let s = WardenConfig::default().safety;
+        assert_eq!(s.on_limit.mode, OnLimitMode::Interactive);
+        assert_eq!(s.on_limit.auto_extend_times, 1);
+        assert_eq!(s.on_limit.ask_timeout_seconds, 0.0);
+        assert_eq!(s.loop_.max_iterations_per_task, 50);
+        assert_eq!(s.loop_.max_steps, 0);
+        assert_eq!(s.timeout.task_seconds, 0.0);
+        assert_eq!(s.breakers.repeated_failure_threshold, 3);
+        assert_eq!(s.breakers.max_repeated_tool_steps, 3);
+        assert_eq!(s.breakers.error_window, 10);
+        assert_eq!(s.breakers.error_window_threshold, 8);
+        assert_eq!(s.breakers.fingerprint_value_chars, 200);
+        assert_eq!(s.budget.tokens_per_agent, 100_000);
+        assert_eq!(s.budget.tokens_per_team, 0);
+        assert_eq!(s.budget.cost_per_agent, 0.0);
+        assert_eq!(s.budget.cost_per_team, 0.0);
+        assert_eq!(s.budget.reserve_tokens, 512);
+        assert_eq!(s.budget.reserve_cost_fraction, 0.1);
+        assert!(s.budget.prices.is_empty());
+    }
+
+    #[test]
+    fn a_full_safety_section_parses() {
+        let c = WardenConfig::from_toml(
+            r#"
+[safety.on_limit]
+mode = "auto_extend"
+auto_extend_times = 2
+ask_timeout_seconds = 30.0
+
+[safety.loop]
+max_iterations_per_task = 20
+max_steps = 500
+
+[safety.timeout]
+task_seconds = 120.0
+
+[safety.breakers]
+error_window = 6
+error_window_threshold = 6
+
+[safety.budget]
+tokens_per_team = 1000000
+cost_per_agent = 2.5
+
+[safety.budget.prices."gpt-4o-mini"]
+prompt_per_1k = 0.00015
+completion_per_1k = 0.0006
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.safety.on_limit.mode, OnLimitMode::AutoExtend);
+        assert_eq!(c.safety.on_limit.auto_extend_times, 2);
+        assert_eq!(c.safety.loop_.max_steps, 500);
+        assert_eq!(c.safety.loop_.max_agent_hops, 3);
+        assert_eq!(c.safety.timeout.task_seconds, 120.0);
+        assert_eq!(c.safety.breakers.error_window_threshold, 6);
+        let price = c.safety.budget.price("gpt-4o-mini").unwrap();
+        assert_eq!(price.completion_per_1k, 0.0006);
+        assert_eq!(c.safety.budget.price("other"), None);
+        let text = toml::to_string_pretty(&c).unwrap();
+        assert_eq!(WardenConfig::from_toml(&text), Ok(c));
+    }
+
+    #[test]
+    fn bad_safety_values_name_key_value_and_what_is_allowed() {
+        assert_eq!(
+            err("[safety.on_limit]\nmode = \"forever\"\n"),
+            "invalid value for `safety.on_limit.mode`: \"forever\" (allowed: interactive, auto_extend, unattended)"
+        );
+        assert_eq!(
+            err("[safety.breakers]\nerror_window = 10\nerror_window_threshold = 11\n"),
+            "invalid value for `safety.breakers.error_window_threshold`: 11 (allowed: 1 to the value of safety.breakers.error_window)"
+        );
+        assert_eq!(
+            err("[safety.breakers]\nerror_window = 4\n"),
+            "invalid value for `safety.breakers.error_window_threshold`: 8 (allowed: 1 to the value of safety.breakers.error_window)"
+        );
+        assert_eq!(
+            err("[safety.breakers]\nerror_window = 0\n"),
+            "invalid value for `safety.breakers.error_window`: 0 (allowed: 1 to 1000)"
+        );
+        assert_eq!(
+            err("[safety.breakers]\nrepeated_failure_threshold = 0\n"),
+            "invalid value for `safety.breakers.repeated_failure_threshold`: 0 (allowed: 1 to 1000)"
+        );
+        assert_eq!(
+            err("[safety.loop]\nmax_iterations_per_task = 0\n"),
+            "invalid value for `safety.loop.max_iterations_per_task`: 0 (allowed: 1 to 1000000)"
+        );
+        assert_eq!(
+            err("[safety.on_limit]\nask_timeout_seconds = -5.0\n"),
+            "invalid value for `safety.on_limit.ask_timeout_seconds`: -5 (allowed: a number of seconds from 0 to 31536000)"
+        );
+        assert_eq!(
+            err("[safety.timeout]\ntask_seconds = nan\n"),
+            "invalid value for `safety.timeout.task_seconds`: NaN (allowed: a number of seconds from 0 to 31536000)"
+        );
+        assert_eq!(
+            err("[safety.budget]\nreserve_cost_fraction = 1.5\n"),
+            "invalid value for `safety.budget.reserve_cost_fraction`: 1.5 (allowed: a fraction from 0 to 1)"
+        );
+        assert_eq!(
+            err("[safety.budget]\ncost_per_team = -1.0\n"),
+            "invalid value for `safety.budget.cost_per_team`: -1 (allowed: a finite number of 0 or more)"
+        );
+        assert_eq!(
+            err("[safety.budget.prices.m]\nprompt_per_1k = -0.5\ncompletion_per_1k = 1.0\n"),
+            "invalid value for `safety.budget.prices.*.prompt_per_1k`: -0.5 (allowed: a finite number of 0 or more)"
+        );
+        assert_eq!(
+            err("[execution]\nmax_iterations_per_tick = 0\n"),
+            "invalid value for `execution.max_iterations_per_tick`: 0 (allowed: 1 to 10)"
+        );
+    }
+
+    #[test]
+    fn unknown_safety_keys_are_errors() {
+        assert_eq!(
+            err("[safety.on_limit]\nmode = \"unattended\"\nauto_extend = 3\n"),
+            "invalid config: unknown field `auto_extend`, expected one of `mode`, `auto_extend_times`, `ask_timeout_seconds`"
+        );
+        assert_eq!(
+            err("[safety.budget.prices.m]\nprompt_per_1k = 1.0\ncompletion_per_1k = 1.0\ncached_per_1k = 0.1\n"),
+            "invalid config: unknown field `cached_per_1k`, expected `prompt_per_1k` or `completion_per_1k`"
+        );
+        assert_eq!(
+            err("[safety.breakers]\nerror_windows = 3\n"),
+            "invalid config: unknown field `error_windows`, expected one of `max_consecutive_errors`, `repeated_failure_threshold`, `max_repeated_tool_steps`, `error_window`, `error_window_threshold`, `fingerprint_value_chars`"
+        );
+    }
+
+    #[test]
+    fn a_mode_of_the_wrong_type_is_refused_with_its_key() {
+        assert_eq!(
+            err("[safety.on_limit]\nmode = 3\n"),
+            "invalid value for `safety.on_limit.mode`: 3 (allowed: interactive, auto_extend, unattended)"
         );
     }
 }

@@ -23,6 +23,16 @@ pub struct Event {
 pub enum Breaker {
     /// `safety.breakers.max_consecutive_errors` failed tool/LLM calls in a row (the emergency stop).
     ConsecutiveErrors,
+    /// A token or cost budget (`safety.budget.*`) would be exceeded; the agent is STOPPED.
+    BudgetExceeded,
+    /// The same failing tool call was repeated after the "repeating a failed action" alert.
+    Repetition,
+    /// The same successful tool call was repeated `safety.breakers.max_repeated_tool_steps` times.
+    Stuck,
+    /// `safety.breakers.error_window_threshold` failures within the last `error_window` operations.
+    ErrorCascade,
+    /// A loop limit was refused by the limit checkpoint.
+    LoopCap,
 }
 
 /// Who or what halted an agent.

@@ -17,14 +17,15 @@ mod event;
 mod priority;
 mod record;
 mod refusal;
+mod safety;
 mod state;
 mod status;
 mod wire;
 
 pub use config::{
-    ConfigError, DelegationConfig, ExecutionConfig, MailboxConfig, RestartConfig, RestartStrategy,
-    SafetyBreakersConfig, SafetyConfig, SafetyLoopConfig, SafetyTimeoutConfig, SupervisorConfig,
-    ToolsConfig, WardenConfig,
+    ConfigError, DelegationConfig, ExecutionConfig, MailboxConfig, ModelPrice, RestartConfig,
+    RestartStrategy, SafetyBreakersConfig, SafetyBudgetConfig, SafetyConfig, SafetyLoopConfig,
+    SafetyOnLimitConfig, SafetyTimeoutConfig, SupervisorConfig, ToolsConfig, WardenConfig,
 };
 pub use event::{
     Breaker, DelegationOutcome, DiscardedMessage, Event, EventKind, HaltCause, TurnOutcome,
@@ -32,6 +33,10 @@ pub use event::{
 pub use priority::Priority;
 pub use record::{AgentRecord, Lockout};
 pub use refusal::{DelegationRefusal, WorkRefusal};
+pub use safety::{
+    AnomalyKind, Answer, FleetView, Intervention, LimitDecision, LimitKind, LimitReason,
+    LlmOutcome, OnLimitMode, ToolOutcome,
+};
 pub use state::{AgentState, IllegalTransition, TRANSITIONS};
 pub use status::{AgentStatus, QueueDepths};
 pub use wire::{

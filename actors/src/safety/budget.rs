@@ -1,0 +1,259 @@
+//! The team budget: tokens and cost shared by every agent of a supervisor, and the fleet view.
+//!
+//! # Invariants
+//! * Thread-safe: totals are atomics, the per-agent table is behind one `parking_lot` mutex that is
+//!   never held across an await or while calling out.
+//! * The check before an LLM call and the accounting after it are separate steps, so agents running
+//!   concurrently may each pass the check and together overshoot the team budget by at most one call
+//!   per agent. After that every agent is stopped at its next check.
+//! * The near-budget warning for the team is given once (to whichever agent sees it first).
+//! * Cost is kept in integer nano-units (1e-9 of the price currency) so that it can be an atomic.
+
+use parking_lot::Mutex;
+use std::{
+    collections::BTreeMap,
+    sync::atomic::{AtomicBool, AtomicU64, Ordering},
+};
+use warden_protocols::{AgentKey, FleetView, SafetyBudgetConfig};
+
+const NANOS: f64 = 1e9;
+
+fn to_nanos(cost: f64) -> u64 {
+    if cost.is_finite() && cost > 0.0 {
+        (cost * NANOS).round() as u64 // saturates
+    } else {
+        0
+    }
+}
+
+/// Token and cost totals of one agent.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct UsageTotals {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cost: f64,
+    /// Tokens of models that have no price (they cost nothing in `cost`).
+    pub unpriced_tokens: u64,
+}
+
+impl UsageTotals {
+    pub fn tokens(&self) -> u64 {
+        self.prompt_tokens.saturating_add(self.completion_tokens)
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Member {
+    tokens: u64,
+    cost_nanos: u64,
+    locked_out: bool,
+}
+
+/// Why a team budget check failed, or a warning.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum TeamCheck {
+    Ok,
+    Warn(String),
+    Exceeded(String),
+}
+
+/// Tokens and cost of the whole team. Share it with `Arc`.
+#[derive(Debug)]
+pub struct TeamBudget {
+    token_limit: u64,
+    cost_limit: f64,
+    reserve_tokens: u64,
+    reserve_cost_fraction: f64,
+    tokens: AtomicU64,
+    cost_nanos: AtomicU64,
+    warned: AtomicBool,
+    members: Mutex<BTreeMap<AgentKey, Member>>,
+}
+
+impl TeamBudget {
+    /// A team budget with `safety.budget.tokens_per_team` / `cost_per_team` (0 = off).
+    pub fn new(config: &SafetyBudgetConfig) -> Self {
+        TeamBudget {
+            token_limit: config.tokens_per_team,
+            cost_limit: config.cost_per_team,
+            reserve_tokens: config.reserve_tokens,
+            reserve_cost_fraction: config.reserve_cost_fraction,
+            tokens: AtomicU64::new(0),
+            cost_nanos: AtomicU64::new(0),
+            warned: AtomicBool::new(false),
+            members: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Adds an agent to the fleet (idempotent).
+    pub fn register(&self, agent: &AgentKey) {
+        self.members.lock().entry(agent.clone()).or_default();
+    }
+
+    /// Removes an agent from the fleet view (its spending stays in the totals).
+    pub fn deregister(&self, agent: &AgentKey) {
+        self.members.lock().remove(agent);
+    }
+
+    /// Marks an agent locked out (or not) in the fleet view.
+    pub fn set_locked_out(&self, agent: &AgentKey, locked_out: bool) {
+        self.members
+            .lock()
+            .entry(agent.clone())
+            .or_default()
+            .locked_out = locked_out;
+    }
+
+    /// Adds one call's tokens and cost.
+    pub fn record(&self, agent: &AgentKey, tokens: u64, cost: f64) {
+        let nanos = to_nanos(cost);
+        let _ = self
+            .tokens
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                Some(t.saturating_add(tokens))
+            });
+        let _ = self
+            .cost_nanos
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                Some(c.saturating_add(nanos))
+            });
+        let mut members = self.members.lock();
+        let m = members.entry(agent.clone()).or_default();
+        m.tokens = m.tokens.saturating_add(tokens);
+        m.cost_nanos = m.cost_nanos.saturating_add(nanos);
+    }
+
+    pub fn tokens(&self) -> u64 {
+        self.tokens.load(Ordering::Acquire)
+    }
+
+    pub fn cost(&self) -> f64 {
+        self.cost_nanos.load(Ordering::Acquire) as f64 / NANOS
+    }
+
+    /// Whether a call of about `tokens` more tokens and `cost` more cost fits the team budget.
+    pub(crate) fn check(&self, tokens: u64, cost: f64) -> TeamCheck {
+        let used = self.tokens();
+        let after = used.saturating_add(tokens);
+        if self.token_limit > 0 && after > self.token_limit {
+            return TeamCheck::Exceeded(format!(
+                "team token budget exhausted: {used} used + about {tokens} for this call > {} (safety.budget.tokens_per_team)",
+                self.token_limit
+            ));
+        }
+        let used_cost = self.cost();
+        let after_cost = used_cost + cost;
+        if self.cost_limit > 0.0 && after_cost > self.cost_limit {
+            return TeamCheck::Exceeded(format!(
+                "team cost budget exhausted: {used_cost:.4} used + about {cost:.4} for this call > {} (safety.budget.cost_per_team)",
+                self.cost_limit
+            ));
+        }
+        let near_tokens = self.token_limit > 0 && self.token_limit - after <= self.reserve_tokens;
+        let near_cost = self.cost_limit > 0.0
+            && self.cost_limit - after_cost
+                <= (self.reserve_cost_fraction + super::breakers::COST_EPSILON) * self.cost_limit;
+        if (near_tokens || near_cost) && !self.warned.swap(true, Ordering::AcqRel) {
+            return TeamCheck::Warn(format!(
+                "team budget nearly exhausted: {after} of {} tokens, {after_cost:.4} of {} cost",
+                self.token_limit, self.cost_limit
+            ));
+        }
+        TeamCheck::Ok
+    }
+
+    /// What the monitor shows.
+    pub fn fleet_view(&self) -> FleetView {
+        let members = self.members.lock();
+        let locked_out: Vec<AgentKey> = members
+            .iter()
+            .filter(|(_, m)| m.locked_out)
+            .map(|(k, _)| k.clone())
+            .collect();
+        FleetView {
+            tokens: self.tokens(),
+            cost: self.cost(),
+            token_limit: self.token_limit,
+            cost_limit: self.cost_limit,
+            agents_total: members.len(),
+            agents_locked_out: locked_out.len(),
+            locked_out,
+        }
+    }
+
+    /// One agent's share, as `(tokens, cost)`.
+    pub fn agent_usage(&self, agent: &AgentKey) -> Option<(u64, f64)> {
+        self.members
+            .lock()
+            .get(agent)
+            .map(|m| (m.tokens, m.cost_nanos as f64 / NANOS))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn config(tokens: u64, cost: f64) -> SafetyBudgetConfig {
+        SafetyBudgetConfig {
+            tokens_per_team: tokens,
+            cost_per_team: cost,
+            ..SafetyBudgetConfig::default()
+        }
+    }
+
+    #[test]
+    fn totals_are_exact_under_concurrent_recording() {
+        let team = Arc::new(TeamBudget::new(&config(0, 0.0)));
+        let threads: Vec<_> = (0..4)
+            .map(|i| {
+                let team = team.clone();
+                std::thread::spawn(move || {
+                    let key = AgentKey::new(format!("a{i}"));
+                    team.register(&key);
+                    for _ in 0..1000 {
+                        team.record(&key, 3, 0.001);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(team.tokens(), 12_000);
+        assert!((team.cost() - 4.0).abs() < 1e-9);
+        let view = team.fleet_view();
+        assert_eq!(view.agents_total, 4);
+        assert_eq!(team.agent_usage(&"a1".into()), Some((3000, 1.0)));
+    }
+
+    #[test]
+    fn the_fleet_view_counts_locked_out_agents() {
+        let team = TeamBudget::new(&config(0, 0.0));
+        for k in ["b", "a", "c"] {
+            team.register(&k.into());
+        }
+        team.set_locked_out(&"c".into(), true);
+        team.set_locked_out(&"a".into(), true);
+        team.set_locked_out(&"c".into(), false);
+        let view = team.fleet_view();
+        assert_eq!((view.agents_total, view.agents_locked_out), (3, 1));
+        assert_eq!(view.locked_out, vec![AgentKey::new("a")]);
+    }
+
+    #[test]
+    fn the_team_check_warns_once_then_refuses_over_the_limit() {
+        let team = TeamBudget::new(&config(2000, 0.0));
+        assert_eq!(team.check(1000, 0.0), TeamCheck::Ok);
+        team.record(&"a".into(), 1400, 0.0);
+        assert!(matches!(team.check(100, 0.0), TeamCheck::Warn(_)));
+        assert_eq!(team.check(100, 0.0), TeamCheck::Ok, "warned once only");
+        assert_eq!(
+            team.check(600, 0.0),
+            TeamCheck::Ok,
+            "exactly at the limit fits"
+        );
+        assert!(matches!(team.check(601, 0.0), TeamCheck::Exceeded(_)));
+    }
+}

@@ -1,0 +1,365 @@
+//! Shared safety vocabulary: limit kinds, limit-checkpoint decisions and reasons, operator
+//! interventions, tool-call outcomes and the fleet view of the team budget.
+//!
+//! Plain serde data. The state machines that produce these values live in `warden_actors::safety`.
+//!
+//! # Invariants
+//! * Every [`LimitKind`] names exactly one config key ([`LimitKind::config_key`]); the refusal message
+//!   and the operator's question quote that key, so an operator always knows what to change.
+//! * A [`LimitDecision`] with `allow == false` always has `extension == 0`.
+//! * Only [`Answer::Yes`] allows; anything else an operator says refuses (fail closed).
+
+use crate::AgentKey;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// What `safety.on_limit.mode` does when a limit is hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OnLimitMode {
+    /// Ask an operator through the intervention bus; refuse on no, timeout or no bus. The default.
+    #[default]
+    Interactive,
+    /// Extend automatically up to `safety.on_limit.auto_extend_times` per (run, limit kind).
+    AutoExtend,
+    /// Refuse at once; never ask.
+    Unattended,
+}
+
+impl OnLimitMode {
+    /// Every mode, in documentation order.
+    pub const ALL: [OnLimitMode; 3] = [
+        OnLimitMode::Interactive,
+        OnLimitMode::AutoExtend,
+        OnLimitMode::Unattended,
+    ];
+
+    /// The config spelling (`interactive`, `auto_extend`, `unattended`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnLimitMode::Interactive => "interactive",
+            OnLimitMode::AutoExtend => "auto_extend",
+            OnLimitMode::Unattended => "unattended",
+        }
+    }
+
+    /// Parses the config spelling.
+    pub fn parse(text: &str) -> Option<Self> {
+        OnLimitMode::ALL.into_iter().find(|m| m.as_str() == text)
+    }
+}
+
+impl fmt::Display for OnLimitMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A bounded operation that flows through the limit checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitKind {
+    /// Loop iterations within one task (`safety.loop.max_iterations_per_task`).
+    IterationsPerTask,
+    /// LLM iterations within one tick (`execution.max_iterations_per_tick`).
+    IterationsPerTick,
+    /// Loop iterations of the agent over its life (`safety.loop.max_steps`).
+    Steps,
+    /// Delegation chain length (`safety.loop.max_agent_hops`).
+    AgentHops,
+    /// Concurrent delegations of one agent (`delegation.sub_agent_budget`).
+    SubAgentBudget,
+    /// Wall clock of one task — the design's "phase wall clock" (`safety.timeout.task_seconds`).
+    TaskWallClock,
+    /// How long a delegator waits for its delegate (`safety.timeout.chain_seconds`).
+    ChainWait,
+    /// One LLM request (`safety.timeout.llm_call_seconds`).
+    LlmCallTimeout,
+}
+
+impl LimitKind {
+    /// Every kind.
+    pub const ALL: [LimitKind; 8] = [
+        LimitKind::IterationsPerTask,
+        LimitKind::IterationsPerTick,
+        LimitKind::Steps,
+        LimitKind::AgentHops,
+        LimitKind::SubAgentBudget,
+        LimitKind::TaskWallClock,
+        LimitKind::ChainWait,
+        LimitKind::LlmCallTimeout,
+    ];
+
+    /// The wire name (`iterations_per_task`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitKind::IterationsPerTask => "iterations_per_task",
+            LimitKind::IterationsPerTick => "iterations_per_tick",
+            LimitKind::Steps => "steps",
+            LimitKind::AgentHops => "agent_hops",
+            LimitKind::SubAgentBudget => "sub_agent_budget",
+            LimitKind::TaskWallClock => "task_wall_clock",
+            LimitKind::ChainWait => "chain_wait",
+            LimitKind::LlmCallTimeout => "llm_call_timeout",
+        }
+    }
+
+    /// The config key that sets this limit.
+    pub fn config_key(self) -> &'static str {
+        match self {
+            LimitKind::IterationsPerTask => "safety.loop.max_iterations_per_task",
+            LimitKind::IterationsPerTick => "execution.max_iterations_per_tick",
+            LimitKind::Steps => "safety.loop.max_steps",
+            LimitKind::AgentHops => "safety.loop.max_agent_hops",
+            LimitKind::SubAgentBudget => "delegation.sub_agent_budget",
+            LimitKind::TaskWallClock => "safety.timeout.task_seconds",
+            LimitKind::ChainWait => "safety.timeout.chain_seconds",
+            LimitKind::LlmCallTimeout => "safety.timeout.llm_call_seconds",
+        }
+    }
+
+    /// A short human description ("iterations per task", …).
+    pub fn describe(self) -> &'static str {
+        match self {
+            LimitKind::IterationsPerTask => "iterations per task",
+            LimitKind::IterationsPerTick => "iterations per tick",
+            LimitKind::Steps => "total loop steps",
+            LimitKind::AgentHops => "delegation hops",
+            LimitKind::SubAgentBudget => "concurrent sub-agents",
+            LimitKind::TaskWallClock => "task wall-clock time",
+            LimitKind::ChainWait => "delegation wait time",
+            LimitKind::LlmCallTimeout => "LLM call time",
+        }
+    }
+
+    /// The unit of `current` / `configured` values of this kind: `""` for counts, `"s"` for seconds.
+    pub fn unit(self) -> &'static str {
+        match self {
+            LimitKind::TaskWallClock | LimitKind::ChainWait | LimitKind::LlmCallTimeout => "s",
+            _ => "",
+        }
+    }
+}
+
+impl fmt::Display for LimitKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why the limit checkpoint decided as it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitReason {
+    /// `mode = unattended`: refused without asking.
+    Unattended,
+    /// `mode = auto_extend`, within `auto_extend_times`: allowed.
+    AutoExtended,
+    /// `mode = auto_extend`, `auto_extend_times` already granted for this (run, kind): refused.
+    /// (The design doc reports this as `unattended`; warden names it so the operator knows that raising
+    /// `safety.on_limit.auto_extend_times` would help.)
+    AutoExtendExhausted,
+    /// `mode = interactive`, the operator said yes.
+    UserApproved,
+    /// `mode = interactive`, the operator said no (or anything but yes), or the bus failed.
+    UserRefused,
+    /// `mode = interactive`, `ask_timeout_seconds` elapsed without an answer.
+    AskTimeout,
+    /// `mode = interactive` but no intervention bus is wired (headless run).
+    NoBus,
+}
+
+impl LimitReason {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitReason::Unattended => "unattended",
+            LimitReason::AutoExtended => "auto_extended",
+            LimitReason::AutoExtendExhausted => "auto_extend_exhausted",
+            LimitReason::UserApproved => "user_approved",
+            LimitReason::UserRefused => "user_refused",
+            LimitReason::AskTimeout => "ask_timeout",
+            LimitReason::NoBus => "no_bus",
+        }
+    }
+}
+
+impl fmt::Display for LimitReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The answer of the limit checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitDecision {
+    /// `true`: the limit is extended once by its configured amount and the operation continues.
+    pub allow: bool,
+    /// When allowed, how many extensions have now been granted for this (run, kind), this one
+    /// included (1 for the first). 0 when refused.
+    pub extension: u32,
+    pub reason: LimitReason,
+}
+
+impl LimitDecision {
+    pub fn refuse(reason: LimitReason) -> Self {
+        LimitDecision {
+            allow: false,
+            extension: 0,
+            reason,
+        }
+    }
+}
+
+/// A yes/no question to an operator about a limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Intervention {
+    /// Unique within the process; the operator answers by this id.
+    pub id: u64,
+    pub agent: AgentKey,
+    /// The run (task) the limit was hit in.
+    pub run_id: String,
+    pub kind: LimitKind,
+    /// The value reached (count, or seconds).
+    pub current: f64,
+    /// The configured limit (count, or seconds), extensions included.
+    pub configured: f64,
+    /// The key to raise (`LimitKind::config_key`).
+    pub config_key: String,
+    /// The question shown to the operator.
+    pub question: String,
+}
+
+/// An operator's answer. Only `Yes` allows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Answer {
+    Yes,
+    No,
+    /// Anything else the operator said; treated as no.
+    Other(String),
+}
+
+impl Answer {
+    /// `yes`/`y` → `Yes`, `no`/`n` → `No` (trimmed, case-insensitive), anything else → `Other`.
+    pub fn parse(text: &str) -> Self {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "yes" | "y" => Answer::Yes,
+            "no" | "n" => Answer::No,
+            _ => Answer::Other(text.to_owned()),
+        }
+    }
+}
+
+/// Why a tool call or a model output was malformed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnomalyKind {
+    /// The model's output or tool arguments were not valid JSON.
+    InvalidJson,
+    /// The model called a tool that does not exist.
+    UnknownTool,
+    /// The arguments did not fit the tool.
+    BadArguments,
+}
+
+/// How one tool call ended, as the breakers see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "outcome", content = "kind", rename_all = "snake_case")]
+pub enum ToolOutcome {
+    Ok,
+    /// The tool ran and failed (error, timeout, panic).
+    Failed,
+    /// The call could not be made.
+    Anomaly(AnomalyKind),
+}
+
+/// How one LLM call ended, as the breakers see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "outcome", content = "kind", rename_all = "snake_case")]
+pub enum LlmOutcome {
+    /// A final answer (no tool calls): a productive success.
+    Answer,
+    /// The model asked for tools: neither a failure nor a productive success.
+    ToolCalls,
+    /// The call failed (provider error, timeout, panic).
+    Failed,
+    /// The output could not be used (e.g. invalid JSON).
+    Anomaly(AnomalyKind),
+}
+
+/// The team budget as the monitor shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetView {
+    pub tokens: u64,
+    pub cost: f64,
+    /// `safety.budget.tokens_per_team` (0 = off).
+    pub token_limit: u64,
+    /// `safety.budget.cost_per_team` (0 = off).
+    pub cost_limit: f64,
+    pub agents_total: usize,
+    pub agents_locked_out: usize,
+    /// Keys of the locked-out agents, sorted.
+    pub locked_out: Vec<AgentKey>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_round_trip_their_spelling() {
+        for m in OnLimitMode::ALL {
+            assert_eq!(OnLimitMode::parse(m.as_str()), Some(m));
+            assert_eq!(
+                serde_json::to_string(&m).unwrap(),
+                format!("\"{}\"", m.as_str())
+            );
+        }
+        assert_eq!(OnLimitMode::parse("Interactive"), None);
+    }
+
+    #[test]
+    fn kinds_serialize_as_their_wire_name() {
+        for k in LimitKind::ALL {
+            assert_eq!(
+                serde_json::to_string(&k).unwrap(),
+                format!("\"{}\"", k.as_str())
+            );
+        }
+        for r in [
+            LimitReason::Unattended,
+            LimitReason::AutoExtended,
+            LimitReason::AutoExtendExhausted,
+            LimitReason::UserApproved,
+            LimitReason::UserRefused,
+            LimitReason::AskTimeout,
+            LimitReason::NoBus,
+        ] {
+            assert_eq!(
+                serde_json::to_string(&r).unwrap(),
+                format!("\"{}\"", r.as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn only_yes_allows() {
+        assert_eq!(Answer::parse(" YES "), Answer::Yes);
+        assert_eq!(Answer::parse("y"), Answer::Yes);
+        assert_eq!(Answer::parse("No"), Answer::No);
+        assert_eq!(Answer::parse("sure"), Answer::Other("sure".into()));
+    }
+
+    #[test]
+    fn outcomes_have_a_tagged_wire_form() {
+        assert_eq!(
+            serde_json::to_string(&ToolOutcome::Anomaly(AnomalyKind::UnknownTool)).unwrap(),
+            r#"{"outcome":"anomaly","kind":"unknown_tool"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&ToolOutcome::Ok).unwrap(),
+            r#"{"outcome":"ok"}"#
+        );
+    }
+}
