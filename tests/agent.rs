@@ -117,10 +117,13 @@ async fn failing_tool_calls_count_and_an_llm_success_that_only_calls_a_tool_does
     tokio::time::pause();
     let (team, _journal) = team(WardenConfig::default());
     let (bad, calls) = counting_tool("bad", ToolCategory::SafeChain, true);
-    // The model keeps calling a failing tool: every LLM call succeeds, every tool call fails.
-    let model = Arc::new(
-        ScriptedProvider::new([]).with_fallback(|_| ScriptStep::call("bad", json!({"path": "x"}))),
-    );
+    // The model keeps calling a failing tool (with different arguments, so this is not repetition):
+    // every LLM call succeeds, every tool call fails.
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    let model = Arc::new(ScriptedProvider::new([]).with_fallback(move |_| {
+        let i = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        ScriptStep::call("bad", json!({"path": format!("file{i}")}))
+    }));
     let a = team
         .spawn(AgentSpec::assistant("a", model).with_tool(bad))
         .unwrap();
@@ -393,8 +396,15 @@ async fn the_react_loop_stops_at_max_iterations_per_tick() {
     config.execution.max_iterations_per_tick = 3;
     let (team, journal) = team(config);
     let (look, calls) = counting_tool("look", ToolCategory::SafeChain, false);
-    let model =
-        Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::call("look", json!({}))));
+    // Different arguments each time (identical successful steps would be "stuck").
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    let model = Arc::new(ScriptedProvider::new([]).with_fallback(move |req| {
+        if req.tools.is_empty() {
+            return ScriptStep::reply("wrap-up: looked three times");
+        }
+        let i = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        ScriptStep::call("look", json!({"at": i}))
+    }));
     let a = team
         .spawn(AgentSpec::assistant("a", model).with_tool(look))
         .unwrap();
@@ -412,6 +422,13 @@ async fn the_react_loop_stops_at_max_iterations_per_tick() {
     assert_eq!(
         (outcome.reason, outcome.iterations),
         (TerminationReason::MaxIterations, 3)
+    );
+    // The cap went through the limit checkpoint (interactive by default, no bus: refused) and the
+    // turn ended with the forced wrap-up.
+    assert!(outcome.limit_stopped);
+    assert_eq!(
+        outcome.answer.as_deref(),
+        Some("wrap-up: looked three times")
     );
 }
 

@@ -15,12 +15,18 @@
 use crate::{
     agent::{
         actor::{AgentActor, Shutdown},
-        cell::{AgentCell, AgentSettings},
+        cell::{AgentCell, AgentSettings, CellParts},
         send_halt, AgentHandle, AgentMsg, DelegatedTask, HaltAck, TaskError, Work,
     },
+    context::ContextStrategy,
     journal::Journal,
     mailbox::PriorityMailbox,
     provider::Provider,
+    safety::{
+        GetSafetyReport, InterventionBus, LimitCheckpoint, LimitContext, SafetyMonitor,
+        SafetyReport, TeamBudget, TeamSafety,
+    },
+    toolkit::{CircuitConfig, ToolPolicy, ToolRunner},
     tools::{Tool, ToolContext, ToolError, ToolRegistry},
 };
 use actix::{Actor, Addr, Arbiter, ArbiterHandle};
@@ -38,8 +44,9 @@ use std::{
 };
 use tokio::{sync::oneshot, time::Instant};
 use warden_protocols::{
-    AgentKey, AgentRecord, AgentRole, AgentState, AgentStatus, DelegationOutcome,
-    DelegationRefusal, EventKind, HaltCause, RestartStrategy, ToolCategory, ToolSpec, WardenConfig,
+    AgentKey, AgentRecord, AgentRole, AgentState, AgentStatus, ContextStrategyConfig,
+    DelegationOutcome, DelegationRefusal, EventKind, FleetView, HaltCause, LimitKind,
+    RestartStrategy, ToolCategory, ToolSpec, WardenConfig,
 };
 
 /// What to spawn.
@@ -157,6 +164,64 @@ struct SupervisorShared {
     next_delegation: AtomicU64,
     crash_tx: tokio::sync::mpsc::UnboundedSender<(AgentKey, u64)>,
     shutting_down: AtomicBool,
+    safety: Arc<TeamSafety>,
+}
+
+/// Builds a [`Supervisor`]. Must be used inside a running actix `System`.
+pub struct SupervisorBuilder {
+    config: WardenConfig,
+    journal: Arc<dyn Journal>,
+    bus: Option<Arc<dyn InterventionBus>>,
+    current_arbiter: bool,
+    safety_checks: bool,
+}
+
+impl SupervisorBuilder {
+    /// The operator channel for `safety.on_limit.mode = "interactive"` (without one, interactive
+    /// asks are refused with `no_bus`).
+    pub fn intervention_bus(mut self, bus: Arc<dyn InterventionBus>) -> Self {
+        self.bus = Some(bus);
+        self
+    }
+
+    /// Every agent on the current arbiter (deterministic tests, paused time, one-thread embedding)
+    /// instead of `supervisor.arbiters` new ones.
+    pub fn current_arbiter(mut self) -> Self {
+        self.current_arbiter = true;
+        self
+    }
+
+    /// `false` turns the SafetyMonitor's checks off (budgets, loop caps, repetition, error cascade),
+    /// for overhead comparisons in load tests. The consecutive-error stop and halts stay on.
+    pub fn safety_checks(mut self, on: bool) -> Self {
+        self.safety_checks = on;
+        self
+    }
+
+    pub fn build(self) -> Supervisor {
+        let arbiters = if self.current_arbiter {
+            Vec::new()
+        } else {
+            let n = match self.config.supervisor.arbiters {
+                0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                n => n,
+            };
+            (0..n).map(|_| Arbiter::new().handle()).collect()
+        };
+        let team = Arc::new(TeamBudget::new(&self.config.safety.budget));
+        let monitor = SafetyMonitor::new(team.clone()).start();
+        let safety = Arc::new(TeamSafety {
+            config: self.config.safety.clone(),
+            checkpoint: Arc::new(LimitCheckpoint::new(
+                self.config.safety.on_limit.clone(),
+                self.bus,
+            )),
+            team,
+            monitor: Some(monitor),
+            checks: self.safety_checks,
+        });
+        Supervisor::build(self.config, self.journal, arbiters, safety)
+    }
 }
 
 /// Owns a team of agents. Cheap to clone. Must be created inside a running actix `System`.
@@ -166,25 +231,32 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
+    /// A builder (intervention bus, arbiters, safety checks).
+    pub fn builder(config: WardenConfig, journal: Arc<dyn Journal>) -> SupervisorBuilder {
+        SupervisorBuilder {
+            config,
+            journal,
+            bus: None,
+            current_arbiter: false,
+            safety_checks: true,
+        }
+    }
+
     /// Agents spread over `supervisor.arbiters` new arbiters (0 = one per core).
     pub fn new(config: WardenConfig, journal: Arc<dyn Journal>) -> Self {
-        let n = match config.supervisor.arbiters {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
-        };
-        let arbiters = (0..n).map(|_| Arbiter::new().handle()).collect();
-        Self::build(config, journal, arbiters)
+        Self::builder(config, journal).build()
     }
 
     /// Every agent on the current arbiter (deterministic tests, paused time, embedding in one thread).
     pub fn on_current_arbiter(config: WardenConfig, journal: Arc<dyn Journal>) -> Self {
-        Self::build(config, journal, Vec::new())
+        Self::builder(config, journal).current_arbiter().build()
     }
 
     fn build(
         config: WardenConfig,
         journal: Arc<dyn Journal>,
         arbiters: Vec<ArbiterHandle>,
+        safety: Arc<TeamSafety>,
     ) -> Self {
         let (crash_tx, mut crash_rx) = tokio::sync::mpsc::unbounded_channel();
         let shared = Arc::new(SupervisorShared {
@@ -197,6 +269,7 @@ impl Supervisor {
             next_delegation: AtomicU64::new(1),
             crash_tx,
             shutting_down: AtomicBool::new(false),
+            safety,
         });
         let weak = Arc::downgrade(&shared);
         actix_rt::spawn(async move {
@@ -206,6 +279,17 @@ impl Supervisor {
             }
         });
         Supervisor { shared }
+    }
+
+    /// The team's token/cost totals and locked-out share (synchronous).
+    pub fn fleet_view(&self) -> FleetView {
+        self.shared.safety.team.fleet_view()
+    }
+
+    /// The SafetyMonitor's report: fleet view, trips by breaker, recent trips.
+    pub async fn safety_report(&self) -> Option<SafetyReport> {
+        let monitor = self.shared.safety.monitor.clone()?;
+        monitor.send(GetSafetyReport).await.ok()
     }
 
     pub fn config(&self) -> &WardenConfig {
@@ -250,17 +334,37 @@ impl Supervisor {
             multi_action: config.execution.multi_action_enabled,
             tool_timeout: Duration::from_secs_f64(config.tools.timeout_seconds),
             sub_agent_budget: config.delegation.sub_agent_budget,
+            max_context_tokens: config.execution.max_context_tokens,
+            context_strategy: match config.execution.context_strategy {
+                ContextStrategyConfig::SlidingWindow => ContextStrategy::SlidingWindow,
+                ContextStrategyConfig::Compact => ContextStrategy::Compact,
+            },
+            max_tokens_recoveries: config.execution.max_tokens_recoveries,
         };
-        let cell = Arc::new(AgentCell::new(
+        let mut runner = ToolRunner::new(CircuitConfig {
+            failure_threshold: config.tools.circuit_failure_threshold.get(),
+            cool_down: Duration::from_secs_f64(config.tools.circuit_cool_down_seconds),
+        });
+        for spec in tools.specs() {
+            if let Some((_, tool)) = tools.get(&spec.name) {
+                let cache = tool.cache_policy();
+                if cache.cacheable {
+                    runner = runner.with_policy(spec.name.clone(), ToolPolicy::cached(cache));
+                }
+            }
+        }
+        let cell = Arc::new(AgentCell::new(CellParts {
             record,
-            PriorityMailbox::new(config.mailbox.ordinary_capacity.get()),
+            mailbox: PriorityMailbox::new(config.mailbox.ordinary_capacity.get()),
             provider,
             tools,
+            runner,
             system_prompt,
             settings,
-            self.shared.journal.clone(),
-            Some(self.shared.crash_tx.clone()),
-        ));
+            journal: self.shared.journal.clone(),
+            crash_tx: Some(self.shared.crash_tx.clone()),
+            safety: self.shared.safety.clone(),
+        }));
         if fresh {
             cell.note(EventKind::Spawned {
                 role,
@@ -418,7 +522,11 @@ impl Supervisor {
         }
         let hops = lineage.len() as u32;
         let max = config.safety.loop_.max_agent_hops;
-        if hops > max {
+        if hops > max
+            && !self
+                .limit_allows(from, LimitKind::AgentHops, f64::from(hops), f64::from(max))
+                .await
+        {
             return Err(refuse(DelegationRefusal::HopLimit { hops, max }));
         }
         {
@@ -434,7 +542,17 @@ impl Supervisor {
         }
         let budget = from.settings.sub_agent_budget;
         if let Err(active) = from.try_acquire_slot(budget) {
-            return Err(refuse(DelegationRefusal::SubAgentBudget { active, budget }));
+            let allowed = self
+                .limit_allows(
+                    from,
+                    LimitKind::SubAgentBudget,
+                    f64::from(active + 1),
+                    f64::from(budget),
+                )
+                .await;
+            if !allowed || from.try_acquire_slot(active + 1).is_err() {
+                return Err(refuse(DelegationRefusal::SubAgentBudget { active, budget }));
+            }
         }
         let id = self.shared.next_delegation.fetch_add(1, Ordering::Relaxed);
         let mut slot = Slot::new(from.clone(), delegate.clone(), id);
@@ -472,12 +590,27 @@ impl Supervisor {
         let chain_seconds = config.safety.timeout.chain_seconds;
         let answer = if chain_seconds > 0.0 {
             let limit = Duration::from_secs_f64(chain_seconds);
-            match tokio::time::timeout(limit, rx).await {
-                Ok(answer) => answer,
-                Err(_) => {
-                    let after_ms = limit.as_millis() as u64;
-                    slot.outcome = Some(DelegationOutcome::TimedOut { after_ms });
-                    return Err(DelegationError::TimedOut(after_ms));
+            let mut rx = rx;
+            let mut waited = Duration::ZERO;
+            loop {
+                match tokio::time::timeout(limit, &mut rx).await {
+                    Ok(answer) => break answer,
+                    Err(_) => {
+                        waited += limit;
+                        let allowed = self
+                            .limit_allows(
+                                from,
+                                LimitKind::ChainWait,
+                                waited.as_secs_f64(),
+                                chain_seconds,
+                            )
+                            .await;
+                        if !allowed {
+                            let after_ms = waited.as_millis() as u64;
+                            slot.outcome = Some(DelegationOutcome::TimedOut { after_ms });
+                            return Err(DelegationError::TimedOut(after_ms));
+                        }
+                    }
                 }
             }
         } else {
@@ -499,6 +632,41 @@ impl Supervisor {
                 Err(DelegationError::Abandoned)
             }
         }
+    }
+
+    /// Routes a delegation limit through the team's checkpoint (`safety.on_limit`). With the safety
+    /// checks off, limits are plain refusals.
+    async fn limit_allows(
+        &self,
+        from: &AgentCell,
+        kind: LimitKind,
+        current: f64,
+        configured: f64,
+    ) -> bool {
+        if !self.shared.safety.checks {
+            return false;
+        }
+        let ctx = LimitContext {
+            run_id: from.current_run_id(),
+            agent: from.key.clone(),
+            kind,
+            current,
+            configured,
+            partial_results: false,
+        };
+        let decision = self
+            .shared
+            .safety
+            .checkpoint
+            .handle_limit_exceeded(&ctx)
+            .await;
+        from.note(EventKind::LimitDecided {
+            kind,
+            current,
+            configured,
+            decision,
+        });
+        decision.allow
     }
 
     // ---- restarts ---------------------------------------------------------------------------------
@@ -635,6 +803,9 @@ fn recover(cell: &AgentCell, crashed: bool) {
     }
     let restarts = rec.restarts + 1;
     cell.emit(&mut rec, EventKind::Restarted { restarts });
+    let errors = rec.consecutive_errors;
+    drop(rec);
+    cell.breakers_restore(errors);
 }
 
 /// The restart intensity was exceeded: the agent is stopped for good, its queue discarded.

@@ -46,6 +46,12 @@ pub trait Tool: Send + Sync + 'static {
     fn timeout(&self) -> Option<Duration> {
         None
     }
+
+    /// Whether successful results may be cached (scope `tick` or `session`, TTL). Default: never.
+    /// Never make a TERMINAL or DANGEROUS tool cacheable: a cache hit skips its side effect.
+    fn cache_policy(&self) -> crate::toolkit::CachePolicy {
+        crate::toolkit::CachePolicy::disabled()
+    }
 }
 
 impl<T: Tool + ?Sized> Tool for Arc<T> {
@@ -57,6 +63,9 @@ impl<T: Tool + ?Sized> Tool for Arc<T> {
     }
     fn timeout(&self) -> Option<Duration> {
         (**self).timeout()
+    }
+    fn cache_policy(&self) -> crate::toolkit::CachePolicy {
+        (**self).cache_policy()
     }
 }
 

@@ -215,6 +215,24 @@ pub struct ExecutionConfig {
     pub multi_action_enabled: bool,
     /// LLM iterations per tick in the ReAct loop, 1 to 10. Default 5.
     pub max_iterations_per_tick: u32,
+    /// The model's context window in tokens, for trimming and the 60 % / 80 % advisories. 0 = no
+    /// context management. Default 0.
+    pub max_context_tokens: u64,
+    /// How the history is fitted into `max_context_tokens`: `sliding_window` drops the oldest
+    /// messages, `compact` keeps the first message and the newest ones with a marker. Default
+    /// `sliding_window`.
+    pub context_strategy: ContextStrategyConfig,
+    /// Automatic continuations of an answer cut by `finish_reason: length`. 0 = off. Default 2.
+    pub max_tokens_recoveries: u32,
+}
+
+/// `execution.context_strategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextStrategyConfig {
+    #[default]
+    SlidingWindow,
+    Compact,
 }
 
 impl Default for ExecutionConfig {
@@ -222,6 +240,9 @@ impl Default for ExecutionConfig {
         ExecutionConfig {
             multi_action_enabled: true,
             max_iterations_per_tick: 5,
+            max_context_tokens: 0,
+            context_strategy: ContextStrategyConfig::SlidingWindow,
+            max_tokens_recoveries: 2,
         }
     }
 }
@@ -248,12 +269,18 @@ impl Default for DelegationConfig {
 pub struct ToolsConfig {
     /// Per-call timeout of a tool, unless the tool sets its own. Default 30.
     pub timeout_seconds: f64,
+    /// Consecutive failures of one tool that open its circuit (calls rejected at once). Default 5.
+    pub circuit_failure_threshold: NonZeroU32,
+    /// How long an open circuit rejects calls before one probe call is let through. Default 30.
+    pub circuit_cool_down_seconds: f64,
 }
 
 impl Default for ToolsConfig {
     fn default() -> Self {
         ToolsConfig {
             timeout_seconds: 30.0,
+            circuit_failure_threshold: NonZeroU32::new(5).unwrap_or(NonZeroU32::MIN),
+            circuit_cool_down_seconds: 30.0,
         }
     }
 }
@@ -414,6 +441,17 @@ impl WardenConfig {
             });
         }
         seconds(
+            "tools.circuit_cool_down_seconds",
+            self.tools.circuit_cool_down_seconds,
+        )?;
+        if self.execution.max_tokens_recoveries > 10 {
+            return Err(ConfigError::Invalid {
+                key: "execution.max_tokens_recoveries",
+                value: self.execution.max_tokens_recoveries.to_string(),
+                allowed: "0 to 10",
+            });
+        }
+        seconds(
             "safety.timeout.llm_call_seconds",
             self.safety.timeout.llm_call_seconds,
         )?;
@@ -564,7 +602,7 @@ mod tests {
         let err = WardenConfig::from_toml("[execution]\nmax_iteration_per_tick = 3\n").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid config: unknown field `max_iteration_per_tick`, expected `multi_action_enabled` or `max_iterations_per_tick`"
+            "invalid config: unknown field `max_iteration_per_tick`, expected one of `multi_action_enabled`, `max_iterations_per_tick`, `max_context_tokens`, `context_strategy`, `max_tokens_recoveries`"
         );
     }
 

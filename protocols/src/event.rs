@@ -81,9 +81,18 @@ pub enum DelegationOutcome {
 pub struct TurnOutcome {
     pub reason: TerminationReason,
     pub iterations: u32,
-    /// The final answer, when the model gave one.
+    /// The final answer, when the model gave one (for a refused limit: the wrap-up).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
+    /// `true` when a refused limit ended the task (the answer, if any, is the forced wrap-up).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub limit_stopped: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_kind: Option<crate::LimitKind>,
+    /// A decision-enabling error when the turn ended without an answer it could give (for a refused
+    /// limit whose wrap-up failed: which limit, its value, the key to raise, the mode to set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// What happened. Variants that change an agent's [`crate::AgentRecord`] say so.
@@ -193,6 +202,39 @@ pub enum EventKind {
     DelegateLockedOut {
         delegate: AgentKey,
         reason: String,
+    },
+    /// Record: `stopped_by = {breaker, reason}` — a breaker (budget) stopped the agent. The state change
+    /// to STOPPED is its own event.
+    BreakerStopped {
+        breaker: Breaker,
+        reason: String,
+    },
+    /// The repetition alert (or another system-level message) was injected into the context. No change.
+    SafetyAlert {
+        message: String,
+    },
+    /// The near-budget warning (given once). No change.
+    BudgetWarning {
+        message: String,
+    },
+    /// A limit went through the checkpoint. No change.
+    LimitDecided {
+        kind: crate::LimitKind,
+        current: f64,
+        configured: f64,
+        decision: crate::LimitDecision,
+    },
+    /// A refused limit ends the task (before the wrap-up turn). No change.
+    LimitDenied {
+        kind: crate::LimitKind,
+        current: f64,
+        configured: f64,
+        reason: crate::LimitReason,
+    },
+    /// A tool's circuit breaker changed state (`opened`, `reopened`, `closed`). No change.
+    ToolCircuitChanged {
+        tool: String,
+        transition: String,
     },
     /// The actor died outside a clean stop (a panic in its own code).
     Crashed {

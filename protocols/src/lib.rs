@@ -23,9 +23,10 @@ mod status;
 mod wire;
 
 pub use config::{
-    ConfigError, DelegationConfig, ExecutionConfig, MailboxConfig, ModelPrice, RestartConfig,
-    RestartStrategy, SafetyBreakersConfig, SafetyBudgetConfig, SafetyConfig, SafetyLoopConfig,
-    SafetyOnLimitConfig, SafetyTimeoutConfig, SupervisorConfig, ToolsConfig, WardenConfig,
+    ConfigError, ContextStrategyConfig, DelegationConfig, ExecutionConfig, MailboxConfig,
+    ModelPrice, RestartConfig, RestartStrategy, SafetyBreakersConfig, SafetyBudgetConfig,
+    SafetyConfig, SafetyLoopConfig, SafetyOnLimitConfig, SafetyTimeoutConfig, SupervisorConfig,
+    ToolsConfig, WardenConfig,
 };
 pub use event::{
     Breaker, DelegationOutcome, DiscardedMessage, Event, EventKind, HaltCause, TurnOutcome,

@@ -23,6 +23,9 @@ pub struct AgentRecord {
     /// `true` while locked out (any breaker). Delegation to such an agent is refused.
     pub emergency_stop: bool,
     pub lockout: Option<Lockout>,
+    /// Why a breaker (not an operator) stopped the agent; cleared when it is resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<Lockout>,
     pub consecutive_errors: u32,
     pub max_consecutive_errors: u32,
     pub paused: bool,
@@ -43,6 +46,7 @@ impl AgentRecord {
             state: AgentState::WaitingForEvent,
             emergency_stop: false,
             lockout: None,
+            stopped_by: None,
             consecutive_errors: 0,
             max_consecutive_errors: 5,
             paused: false,
@@ -66,7 +70,18 @@ impl AgentRecord {
                 self.parent = parent.clone();
                 self.max_consecutive_errors = *max_consecutive_errors;
             }
-            EventKind::StateChanged { to, .. } => self.state = *to,
+            EventKind::StateChanged { to, .. } => {
+                self.state = *to;
+                if *to == AgentState::WaitingForEvent {
+                    self.stopped_by = None;
+                }
+            }
+            EventKind::BreakerStopped { breaker, reason } => {
+                self.stopped_by = Some(Lockout {
+                    breaker: *breaker,
+                    reason: reason.clone(),
+                });
+            }
             EventKind::ErrorCounted {
                 consecutive_errors, ..
             } => self.consecutive_errors = *consecutive_errors,
@@ -105,6 +120,11 @@ impl AgentRecord {
             | EventKind::DelegationRefused { .. }
             | EventKind::DelegationEnded { .. }
             | EventKind::DelegateLockedOut { .. }
+            | EventKind::SafetyAlert { .. }
+            | EventKind::BudgetWarning { .. }
+            | EventKind::LimitDecided { .. }
+            | EventKind::LimitDenied { .. }
+            | EventKind::ToolCircuitChanged { .. }
             | EventKind::Crashed { .. } => {}
         }
     }

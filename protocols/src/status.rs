@@ -19,6 +19,9 @@ pub struct AgentStatus {
     pub emergency_stop: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lockout: Option<Lockout>,
+    /// Why a breaker stopped the agent (budget), if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<Lockout>,
     pub consecutive_errors: u32,
     pub max_consecutive_errors: u32,
     /// Delegations this agent is running now.
@@ -34,4 +37,7 @@ pub struct AgentStatus {
     pub turns: u64,
     pub restarts: u32,
     pub history_len: usize,
+    /// Tokens used (prompt + completion) and their cost, per the price table.
+    pub tokens_used: u64,
+    pub cost_used: f64,
 }

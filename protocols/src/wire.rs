@@ -234,6 +234,11 @@ pub enum TerminationReason {
     SafetyLockout,
     /// A SystemHalt stopped the turn.
     Halted,
+    /// A token or cost budget stopped the agent (STOPPED) before the call.
+    BudgetExceeded,
+    /// A limit (iterations per task or per tick, wall clock) was refused; the turn ended with a
+    /// wrap-up.
+    LimitStopped,
 }
 
 /// Something that happened that an agent should react to: a chat line, a game event, a user request.

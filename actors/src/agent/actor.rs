@@ -224,6 +224,7 @@ impl AgentActor {
                         );
                         let cause = format!("unlocked by {operator}");
                         let _ = cell.transition(&mut rec, AgentState::WaitingForEvent, &cause);
+                        cell.breakers_cleared();
                         Ok(())
                     } else {
                         Err(ControlError::NotActive)
@@ -248,6 +249,7 @@ impl AgentActor {
                     } else if rec.consecutive_errors > 0 {
                         cell.emit(&mut rec, EventKind::ErrorsReset);
                     }
+                    cell.breakers_cleared();
                     Ok(())
                 }
                 ControlOp::Pause { operator } => {
@@ -271,6 +273,7 @@ impl AgentActor {
                         cell.clear_halt();
                         let cause = format!("resumed by {operator}");
                         let _ = cell.transition(&mut rec, AgentState::WaitingForEvent, &cause);
+                        cell.breakers_cleared();
                         did = true;
                     }
                     if did {

@@ -15,9 +15,12 @@
 
 use crate::{
     agent::{AgentMsg, Signal},
-    journal::Journal,
+    context::ContextStrategy,
+    journal::{now_ms, Journal},
     mailbox::PriorityMailbox,
     provider::Provider,
+    safety::{AgentBreakers, TeamSafety, TripNotice, Verdict},
+    toolkit::ToolRunner,
     tools::ToolRegistry,
 };
 use parking_lot::{Mutex, MutexGuard};
@@ -43,13 +46,45 @@ pub(crate) struct AgentSettings {
     pub multi_action: bool,
     pub tool_timeout: Duration,
     pub sub_agent_budget: u32,
+    /// 0 = no context management.
+    pub max_context_tokens: u64,
+    pub context_strategy: ContextStrategy,
+    pub max_tokens_recoveries: u32,
 }
 
-/// Whether a failure tripped the consecutive-error breaker.
+/// The task (event or delegated task) the agent is working on: loop caps and the wall clock count
+/// across the ticks of one task.
+#[derive(Debug)]
+pub(crate) struct TaskProgress {
+    pub run_id: String,
+    pub iterations: u32,
+    pub started: tokio::time::Instant,
+    seq: u64,
+}
+
+/// Everything a cell is made of.
+pub(crate) struct CellParts {
+    pub record: AgentRecord,
+    pub mailbox: PriorityMailbox<AgentMsg>,
+    pub provider: Arc<dyn Provider>,
+    pub tools: ToolRegistry,
+    pub runner: ToolRunner,
+    pub system_prompt: Option<String>,
+    pub settings: AgentSettings,
+    pub journal: Arc<dyn Journal>,
+    pub crash_tx: Option<UnboundedSender<(AgentKey, u64)>>,
+    pub safety: Arc<TeamSafety>,
+}
+
+/// What a hook's verdict did to the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Counted {
+    /// Nothing stops the turn.
     Below,
+    /// A breaker tripped: `EXECUTING → SAFETY_LOCKOUT`.
     Tripped,
+    /// A budget stopped the agent: `EXECUTING → STOPPED`.
+    Stopped,
 }
 
 pub(crate) struct AgentCell {
@@ -57,8 +92,13 @@ pub(crate) struct AgentCell {
     pub mailbox: PriorityMailbox<AgentMsg>,
     pub provider: Arc<dyn Provider>,
     pub tools: ToolRegistry,
+    pub runner: ToolRunner,
     pub system_prompt: Option<String>,
     pub settings: AgentSettings,
+    pub safety: Arc<TeamSafety>,
+    /// The synchronous breakers (lock order: `record` → `breakers`; never held across an await).
+    breakers: Mutex<AgentBreakers>,
+    task: Mutex<TaskProgress>,
     record: Mutex<AgentRecord>,
     state_mirror: AtomicU8,
     halt_requested: AtomicBool,
@@ -83,18 +123,30 @@ fn state_index(s: AgentState) -> u8 {
 }
 
 impl AgentCell {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        record: AgentRecord,
-        mailbox: PriorityMailbox<AgentMsg>,
-        provider: Arc<dyn Provider>,
-        tools: ToolRegistry,
-        system_prompt: Option<String>,
-        settings: AgentSettings,
-        journal: Arc<dyn Journal>,
-        crash_tx: Option<UnboundedSender<(AgentKey, u64)>>,
-    ) -> Self {
+    pub fn new(parts: CellParts) -> Self {
+        let CellParts {
+            record,
+            mailbox,
+            provider,
+            tools,
+            runner,
+            system_prompt,
+            settings,
+            journal,
+            crash_tx,
+            safety,
+        } = parts;
         let halted = record.state == AgentState::Stopped;
+        let mut breakers = AgentBreakers::new(
+            record.key.clone(),
+            &safety.config,
+            provider.model().to_owned(),
+            Some(safety.team.clone()),
+        );
+        breakers.restore_consecutive_errors(record.consecutive_errors);
+        if record.emergency_stop {
+            safety.team.set_locked_out(&record.key, true);
+        }
         AgentCell {
             key: record.key.clone(),
             state_mirror: AtomicU8::new(state_index(record.state)),
@@ -102,8 +154,17 @@ impl AgentCell {
             mailbox,
             provider,
             tools,
+            runner,
             system_prompt,
             settings,
+            safety,
+            breakers: Mutex::new(breakers),
+            task: Mutex::new(TaskProgress {
+                run_id: String::new(),
+                iterations: 0,
+                started: tokio::time::Instant::now(),
+                seq: 0,
+            }),
             halt_requested: AtomicBool::new(halted),
             halt_token: Mutex::new(CancellationToken::new()),
             journal,
@@ -201,9 +262,10 @@ impl AgentCell {
 
     // ---- errors and breakers ----------------------------------------------------------------------
 
-    /// A failed tool or LLM call (or a panic in one): `consecutive_errors += 1`; at the threshold the
-    /// emergency stop trips, `EXECUTING → SAFETY_LOCKOUT`.
-    pub fn record_failure(&self, error: &str) -> Counted {
+    /// A failed operation with the breakers' verdict on it: counts it, obeys the verdict (a breaker's
+    /// lockout or stop wins over the consecutive-error stop, whose reason would be less specific), and
+    /// trips the emergency stop at `max_consecutive_errors`.
+    pub fn fail(&self, error: &str, verdict: Verdict) -> Counted {
         let mut rec = self.lock();
         let n = rec.consecutive_errors.saturating_add(1);
         self.emit(
@@ -213,7 +275,14 @@ impl AgentCell {
                 error: error.to_owned(),
             },
         );
-        if n >= rec.max_consecutive_errors && rec.state == AgentState::Executing {
+        if rec.state != AgentState::Executing {
+            return Counted::Below;
+        }
+        let counted = self.obey_locked(&mut rec, verdict);
+        if counted != Counted::Below {
+            return counted;
+        }
+        if n >= rec.max_consecutive_errors {
             self.trip(
                 &mut rec,
                 Breaker::ConsecutiveErrors,
@@ -224,7 +293,85 @@ impl AgentCell {
         Counted::Below
     }
 
-    /// Locks the agent out: journals the lockout, then `EXECUTING → SAFETY_LOCKOUT`.
+    /// A successful action: resets the count, then obeys the breakers' verdict (e.g. stuck).
+    pub fn succeed(&self, verdict: Verdict) -> Counted {
+        let mut rec = self.lock();
+        if rec.consecutive_errors > 0 {
+            self.emit(&mut rec, EventKind::ErrorsReset);
+        }
+        self.obey_locked(&mut rec, verdict)
+    }
+
+    /// Obeys a verdict that is neither a success nor a failure (budget check, loop start).
+    pub fn obey(&self, verdict: Verdict) -> Counted {
+        if matches!(verdict, Verdict::Continue) {
+            return Counted::Below;
+        }
+        let mut rec = self.lock();
+        self.obey_locked(&mut rec, verdict)
+    }
+
+    fn obey_locked(&self, rec: &mut AgentRecord, verdict: Verdict) -> Counted {
+        match verdict {
+            Verdict::Continue | Verdict::Limit { .. } => Counted::Below,
+            Verdict::Warn { message } => {
+                tracing::warn!(agent = %self.key, %message, "near budget");
+                self.emit(rec, EventKind::BudgetWarning { message });
+                Counted::Below
+            }
+            Verdict::Alert { message } => {
+                self.emit(
+                    rec,
+                    EventKind::SafetyAlert {
+                        message: message.clone(),
+                    },
+                );
+                self.emit(
+                    rec,
+                    EventKind::HistoryAppended {
+                        message: ChatMessage::system(message).internal(),
+                    },
+                );
+                Counted::Below
+            }
+            Verdict::Stop {
+                breaker: Breaker::BudgetExceeded,
+                reason,
+            } => {
+                if rec.state != AgentState::Executing {
+                    return Counted::Below;
+                }
+                tracing::warn!(agent = %self.key, %reason, "budget exceeded");
+                self.emit(
+                    rec,
+                    EventKind::BreakerStopped {
+                        breaker: Breaker::BudgetExceeded,
+                        reason: reason.clone(),
+                    },
+                );
+                let _ = self.transition(rec, AgentState::Stopped, &reason);
+                self.safety.notify(TripNotice {
+                    agent: self.key.clone(),
+                    breaker: Breaker::BudgetExceeded,
+                    reason,
+                    lockout: false,
+                    at_ms: now_ms(),
+                });
+                Counted::Stopped
+            }
+            // Every other stop (stuck) and every lockout is a trip into SAFETY_LOCKOUT.
+            Verdict::Stop { breaker, reason } | Verdict::Lockout { breaker, reason } => {
+                if rec.state != AgentState::Executing {
+                    return Counted::Below;
+                }
+                self.trip(rec, breaker, reason);
+                Counted::Tripped
+            }
+        }
+    }
+
+    /// Locks the agent out: journals the lockout, then `EXECUTING → SAFETY_LOCKOUT`; tells the monitor
+    /// and every agent waiting on a delegation to this one.
     pub fn trip(&self, rec: &mut AgentRecord, breaker: Breaker, reason: String) {
         tracing::warn!(agent = %self.key, ?breaker, %reason, "breaker tripped");
         let consecutive_errors = rec.consecutive_errors;
@@ -237,6 +384,13 @@ impl AgentCell {
             },
         );
         let _ = self.transition(rec, AgentState::SafetyLockout, &reason);
+        self.safety.notify(TripNotice {
+            agent: self.key.clone(),
+            breaker,
+            reason: reason.clone(),
+            lockout: true,
+            at_ms: now_ms(),
+        });
         for delegator in self.delegators.lock().values().filter_map(Weak::upgrade) {
             let _ = delegator
                 .mailbox
@@ -247,12 +401,63 @@ impl AgentCell {
         }
     }
 
-    /// A successful action resets the consecutive-error count.
-    pub fn record_success(&self) {
-        let mut rec = self.lock();
-        if rec.consecutive_errors > 0 {
-            self.emit(&mut rec, EventKind::ErrorsReset);
-        }
+    /// Runs `f` on the breakers (only when the team's safety checks are on).
+    pub fn breakers<R>(&self, f: impl FnOnce(&mut AgentBreakers) -> R) -> Option<R> {
+        self.safety.checks.then(|| f(&mut self.breakers.lock()))
+    }
+
+    /// Usage is always accounted (status, team totals), even with the checks off.
+    pub fn record_usage(&self, usage: warden_protocols::Usage) {
+        self.breakers
+            .lock()
+            .record_usage(usage, self.provider.model());
+    }
+
+    /// After an unlock / history reset / resume: the breakers start clean.
+    pub fn breakers_cleared(&self) {
+        let mut b = self.breakers.lock();
+        b.on_unlock();
+        b.restore_consecutive_errors(0);
+        drop(b);
+        self.safety.cleared(&self.key);
+    }
+
+    /// After a restart: the breakers' count follows the record's.
+    pub fn breakers_restore(&self, consecutive_errors: u32) {
+        self.breakers
+            .lock()
+            .restore_consecutive_errors(consecutive_errors);
+    }
+
+    // ---- task progress ------------------------------------------------------------------------------
+
+    /// A new task (event or delegated task) starts: loop caps and the wall clock restart.
+    pub fn begin_task(&self) -> String {
+        let mut task = self.task.lock();
+        task.seq += 1;
+        task.run_id = format!("{}#{}", self.key, task.seq);
+        task.iterations = 0;
+        task.started = tokio::time::Instant::now();
+        self.breakers.lock().begin_task();
+        task.run_id.clone()
+    }
+
+    /// One more loop iteration of the current task: (iteration number in the task, elapsed).
+    pub fn task_iteration(&self) -> (u32, Duration, String) {
+        let mut task = self.task.lock();
+        task.iterations = task.iterations.saturating_add(1);
+        (task.iterations, task.started.elapsed(), task.run_id.clone())
+    }
+
+    /// The current task's run id (auto-extensions are counted per run).
+    pub fn current_run_id(&self) -> String {
+        self.task.lock().run_id.clone()
+    }
+
+    /// Takes back an iteration that a refused limit did not let run.
+    pub fn task_iteration_undo(&self) {
+        let mut task = self.task.lock();
+        task.iterations = task.iterations.saturating_sub(1);
     }
 
     // ---- history ----------------------------------------------------------------------------------
@@ -358,6 +563,10 @@ impl AgentCell {
     // ---- status -----------------------------------------------------------------------------------
 
     pub fn status(&self) -> AgentStatus {
+        let (tokens_used, cost_used) = {
+            let breakers = self.breakers.lock();
+            (breakers.tokens_used(), breakers.cost_used())
+        };
         let rec = self.lock();
         AgentStatus {
             key: rec.key.clone(),
@@ -378,6 +587,9 @@ impl AgentCell {
             turns: rec.turns,
             restarts: rec.restarts,
             history_len: rec.history.len(),
+            stopped_by: rec.stopped_by.clone(),
+            tokens_used,
+            cost_used,
         }
     }
 
@@ -393,21 +605,37 @@ mod tests {
     use crate::{journal::MemoryJournal, provider::ScriptedProvider};
 
     fn cell(journal: Arc<MemoryJournal>) -> AgentCell {
-        AgentCell::new(
-            AgentRecord::new("a".into()),
-            PriorityMailbox::new(8),
-            Arc::new(ScriptedProvider::new([])),
-            ToolRegistry::new(),
-            None,
-            AgentSettings {
+        let config = warden_protocols::WardenConfig::default();
+        let team = Arc::new(crate::safety::TeamBudget::new(&config.safety.budget));
+        AgentCell::new(CellParts {
+            record: AgentRecord::new("a".into()),
+            mailbox: PriorityMailbox::new(8),
+            provider: Arc::new(ScriptedProvider::new([])),
+            tools: ToolRegistry::new(),
+            runner: ToolRunner::default(),
+            system_prompt: None,
+            settings: AgentSettings {
                 max_iterations_per_tick: 5,
                 multi_action: true,
                 tool_timeout: Duration::from_secs(30),
                 sub_agent_budget: 3,
+                max_context_tokens: 0,
+                context_strategy: ContextStrategy::SlidingWindow,
+                max_tokens_recoveries: 2,
             },
             journal,
-            None,
-        )
+            crash_tx: None,
+            safety: Arc::new(TeamSafety {
+                config: config.safety.clone(),
+                checkpoint: Arc::new(crate::safety::LimitCheckpoint::new(
+                    config.safety.on_limit.clone(),
+                    None,
+                )),
+                team,
+                monitor: None,
+                checks: true,
+            }),
+        })
     }
 
     #[test]
@@ -441,7 +669,7 @@ mod tests {
         let journal = Arc::new(MemoryJournal::new());
         let cell = cell(journal);
         for _ in 0..10 {
-            assert_eq!(cell.record_failure("x"), Counted::Below);
+            assert_eq!(cell.fail("x", Verdict::Continue), Counted::Below);
         }
         assert_eq!(cell.state(), AgentState::WaitingForEvent);
     }

@@ -1,28 +1,43 @@
-//! One turn: the ReAct loop for one piece of work.
+//! One turn: the ReAct loop for one piece of work, with every safety hook in its place.
+//!
+//! ```text
+//! per iteration:  halt? → on_loop_start (loop caps, wall clock → checkpoint) → fit context
+//!                 → before_llm_call (budgets) → LLM call → record usage → after_llm_call
+//!                 → no tool call: answer (or max-tokens continuation)
+//!                 → tool calls: validate, circuit, cache, run → after_tool_execution each
+//! ```
 //!
 //! The turn runs as a future spawned by the actor. Every await is raced (`biased`) against the agent's
 //! halt token, and [`AgentCell::begin_tool`] refuses to start a tool once a halt is requested, so after a
 //! halt no LLM call continues and no tool starts — even before the actor has read the halt message.
 //!
-//! Counting (design 000): a failed LLM call, a failed tool call, an unknown tool, invalid tool
-//! arguments, a tool timeout, and a panic inside a provider's or tool's future each add 1 to
-//! `consecutive_errors`. A *successful action* resets it: a tool call that succeeds, or a final answer.
-//! A successful LLM call that only asks for a tool does not reset it — otherwise a model that keeps
-//! calling a failing tool would alternate 0,1,0,1 and never trip the emergency stop.
+//! Counting (design 000): a failed LLM call, an unparsable response, a failed tool call, an unknown
+//! tool, invalid arguments, a tool rejected by its open circuit, a tool timeout, and a panic inside a
+//! provider's or tool's future each add 1 to `consecutive_errors`. A *successful action* resets it: a
+//! tool call that succeeds, or a final answer. A successful LLM call that only asks for a tool does not
+//! reset it — otherwise a model that keeps calling a failing tool would alternate 0,1,0,1 and never trip.
+//! An LLM call that failed and was retried successfully inside the provider counts as a success.
 
 use super::{cell::AgentCell, cell::Counted, DelegatedTask, TaskReply, Work};
 use crate::{
+    context,
     provider::{LlmRequest, LlmResponse, ProviderError},
+    safety::{limit_refusal_message, LimitContext, Verdict},
+    toolkit::{self, Admission, CircuitStep, CircuitTransition, ToolRun},
     tools::{ToolContext, ToolError},
 };
 use futures::FutureExt;
-use serde_json::Value;
 use std::{panic::AssertUnwindSafe, sync::Arc};
 use tokio_util::sync::CancellationToken;
 use warden_protocols::{
-    AgentKey, AgentState, ChatMessage, EventKind, TerminationReason, ToolCall, ToolCategory,
+    AgentKey, AgentState, AnomalyKind, ChatMessage, ChatRole, EventKind, FinishReason,
+    LimitDecision, LimitKind, LlmOutcome, TerminationReason, ToolCall, ToolCategory, ToolOutcome,
     TurnOutcome,
 };
+
+/// The internal message that asks the model to continue an answer cut by `finish_reason: length`.
+pub const CONTINUE_PROMPT: &str =
+    "Your previous reply was cut off by the length limit. Continue exactly where you left off, without repeating anything.";
 
 /// Awaits `fut` unless the halt token fires first.
 async fn unless_halted<F: std::future::Future>(
@@ -49,15 +64,27 @@ fn outcome(reason: TerminationReason, iterations: u32, answer: Option<String>) -
         reason,
         iterations,
         answer,
+        limit_stopped: false,
+        limit_kind: None,
+        error: None,
     }
 }
 
-/// Runs one turn. The agent is `EXECUTING` on entry and is `EXECUTING` or `SAFETY_LOCKOUT` on return
-/// (or anything, if a halt was requested: the actor's halt handling takes over).
+fn stopped(counted: Counted, iterations: u32) -> Option<TurnOutcome> {
+    match counted {
+        Counted::Below => None,
+        Counted::Tripped => Some(outcome(TerminationReason::SafetyLockout, iterations, None)),
+        Counted::Stopped => Some(outcome(TerminationReason::BudgetExceeded, iterations, None)),
+    }
+}
+
+/// Runs one turn. The agent is `EXECUTING` on entry; on return it is `EXECUTING`, `SAFETY_LOCKOUT` or
+/// `STOPPED` (or anything, if a halt was requested: the actor's halt handling takes over).
 pub(crate) async fn run(cell: Arc<AgentCell>, work: Work) -> (TurnOutcome, Option<TaskReply>) {
     let token = cell.halt_token();
     let (lineage, reply): (Arc<[AgentKey]>, Option<TaskReply>) = match work {
         Work::Event(event) => {
+            cell.begin_task();
             let from = event
                 .sender
                 .as_deref()
@@ -69,17 +96,20 @@ pub(crate) async fn run(cell: Arc<AgentCell>, work: Work) -> (TurnOutcome, Optio
             )));
             (Arc::from(vec![cell.key.clone()]), None)
         }
+        // A tick continues the current task (its loop count and wall clock keep running).
         Work::Tick => (Arc::from(vec![cell.key.clone()]), None),
         Work::Delegated(DelegatedTask {
             task,
             lineage,
             reply,
         }) => {
+            cell.begin_task();
             cell.append_history(ChatMessage::user(task));
             (lineage, Some(reply))
         }
     };
     let result = react(&cell, &token, lineage).await;
+    cell.runner.clear_tick();
     (result, reply)
 }
 
@@ -88,38 +118,145 @@ async fn react(
     token: &CancellationToken,
     lineage: Arc<[AgentKey]>,
 ) -> TurnOutcome {
-    let max_iterations = if cell.settings.multi_action {
+    let mut max_iterations = if cell.settings.multi_action {
         cell.settings.max_iterations_per_tick.max(1)
     } else {
         1
     };
-    for iteration in 1..=max_iterations {
+    let mut recoveries = 0;
+    let mut partial = String::new();
+    let mut last_was_parse_error = false;
+    let mut iteration = 0;
+    loop {
+        iteration += 1;
         if cell.halt_requested() {
             return outcome(TerminationReason::Halted, iteration - 1, None);
         }
+        if iteration > max_iterations {
+            let configured = f64::from(max_iterations);
+            let kind = LimitKind::IterationsPerTick;
+            let (_, _, run_id) = cell.task_iteration();
+            cell.task_iteration_undo();
+            match checkpoint(cell, token, &run_id, kind, configured, configured).await {
+                None => return outcome(TerminationReason::Halted, iteration - 1, None),
+                Some((decision, _)) if decision.allow => {
+                    max_iterations += cell.settings.max_iterations_per_tick.max(1);
+                }
+                Some((decision, ctx)) => {
+                    if last_was_parse_error {
+                        return outcome(TerminationReason::ParseError, iteration - 1, None);
+                    }
+                    return wrap_up(cell, token, &ctx, &decision, iteration - 1).await;
+                }
+            }
+        }
+        // Loop caps and the task's wall clock.
+        let (task_iteration, elapsed, run_id) = cell.task_iteration();
+        let verdict = cell
+            .breakers(|b| b.on_loop_start(task_iteration, elapsed))
+            .unwrap_or(Verdict::Continue);
+        if let Verdict::Limit {
+            kind,
+            current,
+            configured,
+        } = verdict
+        {
+            match checkpoint(cell, token, &run_id, kind, current, configured).await {
+                None => return outcome(TerminationReason::Halted, iteration - 1, None),
+                Some((decision, _)) if decision.allow => {
+                    cell.breakers(|b| b.extend(kind));
+                }
+                Some((decision, ctx)) => {
+                    cell.task_iteration_undo();
+                    return wrap_up(cell, token, &ctx, &decision, iteration - 1).await;
+                }
+            }
+        } else if let Some(done) = stopped(cell.obey(verdict), iteration - 1) {
+            return done;
+        }
+
+        // The request: the history fitted into the context window, budget-checked.
+        let mut messages = cell.conversation();
+        if cell.settings.max_context_tokens > 0 {
+            context::fit(
+                &mut messages,
+                cell.settings.max_context_tokens,
+                cell.settings.context_strategy,
+            );
+        }
+        let estimate = context::estimate_tokens(&messages);
+        let verdict = cell
+            .breakers(|b| b.before_llm_call(estimate))
+            .unwrap_or(Verdict::Continue);
+        if let Some(done) = stopped(cell.obey(verdict), iteration - 1) {
+            return done;
+        }
         let request = LlmRequest {
             agent: cell.key.clone(),
-            messages: cell.conversation(),
+            messages,
             tools: cell.tools.specs(),
         };
         let response = match call_provider(cell, token, request).await {
             None => return outcome(TerminationReason::Halted, iteration, None),
             Some(Ok(response)) => response,
+            Some(Err(ProviderError::Malformed { message })) => {
+                // Unparsable output: an anomaly; the model gets a correcting message and another try.
+                let verdict = cell
+                    .breakers(|b| b.after_llm_call(LlmOutcome::Anomaly(AnomalyKind::InvalidJson)))
+                    .unwrap_or(Verdict::Continue);
+                let error = format!("unparsable model output: {message}");
+                if let Some(done) = stopped(cell.fail(&error, verdict), iteration) {
+                    return done;
+                }
+                cell.append_history(
+                    ChatMessage::user(format!(
+                        "Your last reply could not be parsed ({message}). Reply with plain text, or call one of the tools with a JSON object of arguments."
+                    ))
+                    .internal(),
+                );
+                last_was_parse_error = true;
+                continue;
+            }
             Some(Err(error)) => {
-                let reason = match cell.record_failure(&format!("llm call failed: {error}")) {
-                    Counted::Tripped => TerminationReason::SafetyLockout,
-                    Counted::Below => TerminationReason::LlmError,
-                };
-                return outcome(reason, iteration, None);
+                let verdict = cell
+                    .breakers(|b| b.after_llm_call(LlmOutcome::Failed))
+                    .unwrap_or(Verdict::Continue);
+                let counted = cell.fail(&format!("llm call failed: {error}"), verdict);
+                return stopped(counted, iteration)
+                    .unwrap_or_else(|| outcome(TerminationReason::LlmError, iteration, None));
             }
         };
+        cell.record_usage(response.usage);
         let calls = response.message.tool_calls.clone();
+        let llm_outcome = if calls.is_empty() {
+            LlmOutcome::Answer
+        } else {
+            LlmOutcome::ToolCalls
+        };
+        let verdict = cell
+            .breakers(|b| b.after_llm_call(llm_outcome))
+            .unwrap_or(Verdict::Continue);
         cell.append_history(response.message.clone());
         if calls.is_empty() {
-            cell.record_success();
-            let answer = response.message.content.unwrap_or_default();
-            return outcome(TerminationReason::Noop, iteration, Some(answer));
+            let text = response.message.content.unwrap_or_default();
+            if response.finish_reason == FinishReason::Length
+                && recoveries < cell.settings.max_tokens_recoveries
+            {
+                recoveries += 1;
+                partial.push_str(&text);
+                cell.append_history(ChatMessage::user(CONTINUE_PROMPT).internal());
+                continue;
+            }
+            if let Some(done) = stopped(cell.succeed(verdict), iteration) {
+                return done;
+            }
+            partial.push_str(&text);
+            return outcome(TerminationReason::Noop, iteration, Some(partial));
         }
+        if let Some(done) = stopped(cell.obey(verdict), iteration) {
+            return done;
+        }
+
         // Calls of one response that are all SAFE_CHAIN run concurrently (a model's parallel tool
         // calls, e.g. several delegations); otherwise one after the other. Results are accounted in
         // call order either way.
@@ -140,7 +277,7 @@ async fn react(
         } else {
             for call in &calls {
                 let step = account(cell, call, execute(cell, token, call, &lineage).await);
-                let stop = !matches!(step, ToolStep::Done(_));
+                let stop = !matches!(step, ToolStep::Done { .. });
                 steps.push(step);
                 if stop {
                     break;
@@ -148,28 +285,157 @@ async fn react(
             }
         }
         let mut ended_by = None;
+        let mut all_anomalies = true;
+        let mut critical = false;
         for step in steps {
             match step {
                 ToolStep::Halted => return outcome(TerminationReason::Halted, iteration, None),
-                ToolStep::Tripped => {
-                    return outcome(TerminationReason::SafetyLockout, iteration, None)
+                ToolStep::Stopped(counted) => {
+                    return stopped(counted, iteration).unwrap_or_else(|| {
+                        outcome(TerminationReason::SafetyLockout, iteration, None)
+                    })
                 }
-                ToolStep::Done(category) => match category {
-                    Some(ToolCategory::Terminal) => {
-                        ended_by.get_or_insert(TerminationReason::TerminalTool);
+                ToolStep::Done {
+                    category,
+                    anomaly,
+                    critical: c,
+                } => {
+                    all_anomalies &= anomaly;
+                    critical |= c;
+                    match category {
+                        Some(ToolCategory::Terminal) => {
+                            ended_by.get_or_insert(TerminationReason::TerminalTool);
+                        }
+                        Some(ToolCategory::Dangerous) => {
+                            ended_by = Some(TerminationReason::DangerousTool);
+                        }
+                        _ => {}
                     }
-                    Some(ToolCategory::Dangerous) => {
-                        ended_by = Some(TerminationReason::DangerousTool);
-                    }
-                    _ => {}
-                },
+                }
             }
         }
+        last_was_parse_error = all_anomalies;
         if let Some(reason) = ended_by {
             return outcome(reason, iteration, None);
         }
+        if critical {
+            return outcome(TerminationReason::CriticalTokens, iteration, None);
+        }
     }
-    outcome(TerminationReason::MaxIterations, max_iterations, None)
+}
+
+/// Routes an exceeded limit through the team's checkpoint. In interactive mode the agent waits in
+/// `WAITING_FOR_INPUT`, and a halt still preempts the ask. `None` = halted.
+async fn checkpoint(
+    cell: &AgentCell,
+    token: &CancellationToken,
+    run_id: &str,
+    kind: LimitKind,
+    current: f64,
+    configured: f64,
+) -> Option<(LimitDecision, LimitContext)> {
+    let ctx = LimitContext {
+        run_id: run_id.to_owned(),
+        agent: cell.key.clone(),
+        kind,
+        current,
+        configured,
+        partial_results: cell.lock().history.iter().any(|m| {
+            m.role == ChatRole::Tool || (m.role == ChatRole::Assistant && m.content.is_some())
+        }),
+    };
+    let asks = cell.safety.checkpoint.mode() == warden_protocols::OnLimitMode::Interactive;
+    if asks {
+        let mut rec = cell.lock();
+        let _ = cell.transition(&mut rec, AgentState::WaitingForInput, kind.as_str());
+    }
+    let decision = unless_halted(token, cell.safety.checkpoint.handle_limit_exceeded(&ctx)).await;
+    if asks && decision.is_some() {
+        let mut rec = cell.lock();
+        if rec.state == AgentState::WaitingForInput {
+            let _ = cell.transition(&mut rec, AgentState::Executing, "operator answered");
+        }
+    }
+    let decision = decision?;
+    cell.note(EventKind::LimitDecided {
+        kind,
+        current,
+        configured,
+        decision,
+    });
+    Some((decision, ctx))
+}
+
+/// A refused limit: journal `limit_denied`, then one final tool-less LLM turn that summarises what
+/// was done, where the outputs are and what remains, delivered as the answer with `limit_stopped`. If
+/// that fails or is empty, the turn ends with a decision-enabling error instead.
+async fn wrap_up(
+    cell: &AgentCell,
+    token: &CancellationToken,
+    ctx: &LimitContext,
+    decision: &LimitDecision,
+    iterations: u32,
+) -> TurnOutcome {
+    cell.note(EventKind::LimitDenied {
+        kind: ctx.kind,
+        current: ctx.current,
+        configured: ctx.configured,
+        reason: decision.reason,
+    });
+    let cause = format!(
+        "You must stop now: the limit on {} was reached and not extended ({}). Do not call any tool. In a few sentences, say what you have accomplished, where any outputs are, and what remains to be done.",
+        ctx.kind.describe(),
+        decision.reason
+    );
+    // The stop cause goes into the system prompt (some providers reject a user turn right after a
+    // tool result).
+    let mut messages = cell.conversation();
+    match messages.first_mut() {
+        Some(first) if first.role == ChatRole::System => {
+            let prompt = first.content.take().unwrap_or_default();
+            first.content = Some(format!("{prompt}\n\n{cause}"));
+        }
+        _ => messages.insert(0, ChatMessage::system(cause)),
+    }
+    let request = LlmRequest {
+        agent: cell.key.clone(),
+        messages,
+        tools: Vec::new(),
+    };
+    let text = match call_provider(cell, token, request).await {
+        None => return outcome(TerminationReason::Halted, iterations, None),
+        Some(Ok(response)) => {
+            cell.record_usage(response.usage);
+            response
+                .message
+                .content
+                .filter(|t| !t.trim().is_empty() && response.message.tool_calls.is_empty())
+        }
+        Some(Err(_)) => None,
+    };
+    // The per-tick cap keeps the design's own termination reason; the others are limit stops.
+    let reason = if ctx.kind == LimitKind::IterationsPerTick {
+        TerminationReason::MaxIterations
+    } else {
+        TerminationReason::LimitStopped
+    };
+    let mut out = outcome(reason, iterations, None);
+    out.limit_stopped = true;
+    out.limit_kind = Some(ctx.kind);
+    match text {
+        Some(text) => {
+            cell.append_history(ChatMessage::assistant(text.clone()));
+            out.answer = Some(text);
+        }
+        None => {
+            out.error = Some(limit_refusal_message(
+                ctx,
+                decision,
+                cell.safety.config.on_limit.auto_extend_times,
+            ))
+        }
+    }
+    out
 }
 
 async fn call_provider(
@@ -189,28 +455,27 @@ async fn call_provider(
 }
 
 enum ToolStep {
-    Done(Option<ToolCategory>),
-    Tripped,
+    Done {
+        category: Option<ToolCategory>,
+        /// Unknown tool or unusable arguments (a parse error of the model's).
+        anomaly: bool,
+        /// The context reached the critical advisory threshold.
+        critical: bool,
+    },
+    Stopped(Counted),
     Halted,
-}
-
-fn tool_error_message(error: &ToolError) -> String {
-    serde_json::json!({"success": false, "error": error.to_string()}).to_string()
 }
 
 /// What happened to one tool call.
 enum Executed {
     /// A halt stopped it (before it started, or while it ran).
     Halted,
-    /// It ran, or was rejected before starting (`category` is `None` then).
-    Ran {
-        category: Option<ToolCategory>,
-        result: Result<Value, ToolError>,
-    },
+    Ran(ToolRun, Option<AnomalyKind>),
 }
 
-/// Runs one tool call: validation, the halt gate, timeout, panic catching. Records nothing in the
-/// history or the error count (see [`account`]).
+/// Runs one tool call through the agent's [`toolkit::ToolRunner`]: circuit breaker, JSON-schema
+/// validation, cache, the halt gate, timeout, panic catching. Records nothing in the history or the
+/// error count (see [`account`]).
 async fn execute(
     cell: &Arc<AgentCell>,
     token: &CancellationToken,
@@ -218,19 +483,43 @@ async fn execute(
     lineage: &Arc<[AgentKey]>,
 ) -> Executed {
     let name = call.function.name.as_str();
-    let Some((spec, tool)) = cell.tools.get(name) else {
-        return rejected(cell, call, ToolError::Unknown(name.to_owned()));
-    };
-    let raw = if call.function.arguments.trim().is_empty() {
-        "{}"
-    } else {
-        call.function.arguments.as_str()
-    };
-    let args = match serde_json::from_str::<Value>(raw) {
+    let args = match toolkit::parse_arguments(&call.function.arguments) {
         Ok(args) => args,
-        Err(e) => return rejected(cell, call, ToolError::InvalidArguments(e.to_string())),
+        Err(error) => {
+            return rejected(
+                cell,
+                call,
+                ToolRun {
+                    result: Err(error),
+                    cached: false,
+                    executed: false,
+                    circuit: CircuitStep::NotChecked,
+                    category: cell.tools.get(name).map(|(s, _)| s.category),
+                },
+                Some(AnomalyKind::InvalidJson),
+            )
+        }
     };
-    let category = spec.category;
+    let pending = match cell.runner.admit(&cell.tools, name, args) {
+        Admission::Finished(run) => {
+            let anomaly = match &run.result {
+                Err(ToolError::Unknown(_)) => Some(AnomalyKind::UnknownTool),
+                Err(ToolError::InvalidArguments(_)) => Some(AnomalyKind::BadArguments),
+                _ => None,
+            };
+            if run.cached {
+                cell.note(EventKind::ToolFinished {
+                    call_id: call.id.clone(),
+                    tool: name.to_owned(),
+                    ok: true,
+                    error: None,
+                });
+                return Executed::Ran(run, None);
+            }
+            return rejected(cell, call, run, anomaly);
+        }
+        Admission::Ready(pending) => pending,
+    };
     if !cell.begin_tool(&call.id, name) {
         return Executed::Halted;
     }
@@ -239,70 +528,109 @@ async fn execute(
         call_id: call.id.clone(),
         lineage: lineage.clone(),
     };
-    let timeout = tool.timeout().unwrap_or(cell.settings.tool_timeout);
-    let started = std::panic::catch_unwind(AssertUnwindSafe(|| tool.call(args, ctx)));
-    let result: Result<Value, ToolError> = match started {
-        Err(payload) => Err(ToolError::Panicked(panic_message(payload))),
-        Ok(future) => {
-            let guarded = tokio::time::timeout(timeout, AssertUnwindSafe(future).catch_unwind());
-            match unless_halted(token, guarded).await {
-                None => return Executed::Halted,
-                Some(Err(_elapsed)) => Err(ToolError::Timeout {
-                    after_ms: timeout.as_millis() as u64,
-                }),
-                Some(Ok(Err(payload))) => Err(ToolError::Panicked(panic_message(payload))),
-                Some(Ok(Ok(result))) => result,
-            }
-        }
+    let Some(run) = unless_halted(token, pending.execute(ctx, cell.settings.tool_timeout)).await
+    else {
+        return Executed::Halted;
     };
     cell.end_tool(
         &call.id,
         name,
-        result.as_ref().err().map(ToString::to_string),
+        run.result.as_ref().err().map(ToString::to_string),
     );
-    Executed::Ran {
-        category: Some(category),
-        result,
+    if let CircuitStep::Admitted {
+        transition: Some(transition),
+        ..
+    } = &run.circuit
+    {
+        let transition = match transition {
+            CircuitTransition::Opened { failures } => format!("opened after {failures} failures"),
+            CircuitTransition::Reopened { failures } => {
+                format!("reopened after {failures} failures")
+            }
+            CircuitTransition::Closed => "closed".to_owned(),
+        };
+        cell.note(EventKind::ToolCircuitChanged {
+            tool: name.to_owned(),
+            transition,
+        });
     }
+    Executed::Ran(run, None)
 }
 
-/// A call rejected before it could start (unknown tool, unparsable arguments).
-fn rejected(cell: &AgentCell, call: &ToolCall, error: ToolError) -> Executed {
+/// A call that did not start (unknown tool, unparsable or invalid arguments, open circuit).
+fn rejected(
+    cell: &AgentCell,
+    call: &ToolCall,
+    run: ToolRun,
+    anomaly: Option<AnomalyKind>,
+) -> Executed {
     cell.note(EventKind::ToolFinished {
         call_id: call.id.clone(),
         tool: call.function.name.clone(),
         ok: false,
-        error: Some(error.to_string()),
+        error: run.result.as_ref().err().map(ToString::to_string),
     });
-    Executed::Ran {
-        category: None,
-        result: Err(error),
-    }
+    Executed::Ran(run, anomaly)
 }
 
-/// Puts a call's result in the history (the model sees errors as the tool's result) and counts it.
+/// Puts a call's result in the history (the model sees errors as the tool's result, with the context
+/// advisory appended), and runs the breakers on it.
 fn account(cell: &AgentCell, call: &ToolCall, executed: Executed) -> ToolStep {
-    let (category, result) = match executed {
+    let (run, anomaly) = match executed {
         Executed::Halted => return ToolStep::Halted,
-        Executed::Ran { category, result } => (category, result),
+        Executed::Ran(run, anomaly) => (run, anomaly),
     };
-    match result {
-        Ok(value) => {
-            cell.append_history(ChatMessage::tool_result(&call.id, value.to_string()));
-            cell.record_success();
-            ToolStep::Done(category)
+    let mut content = match (&run.result, &anomaly) {
+        (Err(ToolError::Unknown(_)), _) => {
+            let known: Vec<String> = cell.tools.specs().into_iter().map(|s| s.name).collect();
+            serde_json::json!({
+                "success": false,
+                "error": format!("unknown tool `{}`; available tools: {}", call.function.name, known.join(", ")),
+            })
+            .to_string()
         }
+        _ => run.content(),
+    };
+    let mut critical = false;
+    if cell.settings.max_context_tokens > 0 {
+        let max = cell.settings.max_context_tokens;
+        let estimate = context::estimate_tokens(&cell.conversation())
+            + context::estimate_message_tokens(&ChatMessage::tool_result(&call.id, &content));
+        critical = context::advisory(estimate, max).is_critical();
+        content = context::append_advisory(&content, estimate, max);
+    }
+    cell.append_history(ChatMessage::tool_result(&call.id, content));
+    let tool_outcome = match (&run.result, anomaly) {
+        (Ok(_), _) => ToolOutcome::Ok,
+        (Err(_), Some(kind)) => ToolOutcome::Anomaly(kind),
+        (Err(_), None) => ToolOutcome::Failed,
+    };
+    let verdict = cell
+        .breakers(|b| {
+            let fingerprint = b.fingerprint(call);
+            b.after_tool_execution(fingerprint, tool_outcome)
+        })
+        .unwrap_or(Verdict::Continue);
+    let counted = match &run.result {
+        Ok(_) => cell.succeed(verdict),
         Err(error) => {
-            cell.append_history(ChatMessage::tool_result(
-                &call.id,
-                tool_error_message(&error),
-            ));
             let name = &call.function.name;
-            match cell.record_failure(&format!("tool {name} failed: {error}")) {
-                Counted::Tripped => ToolStep::Tripped,
-                Counted::Below => ToolStep::Done(category),
-            }
+            cell.fail(&format!("tool {name} failed: {error}"), verdict)
         }
+    };
+    if counted != Counted::Below {
+        return ToolStep::Stopped(counted);
+    }
+    ToolStep::Done {
+        // A call that ran counts for its category (one DANGEROUS attempt per tick, success or not);
+        // one that never started does not.
+        category: if run.executed || run.cached {
+            run.category
+        } else {
+            None
+        },
+        anomaly: anomaly.is_some(),
+        critical,
     }
 }
 

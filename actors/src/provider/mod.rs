@@ -77,6 +77,11 @@ pub trait Provider: Send + Sync + 'static {
     /// A short name for logs and status (`scripted`, `openai-compatible:gpt-4o`).
     fn name(&self) -> &str;
 
+    /// The model name, for the price table (`safety.budget.prices`). Defaults to [`Provider::name`].
+    fn model(&self) -> &str {
+        self.name()
+    }
+
     /// Sends one request (with the provider's own retries). Dropping the future abandons the call.
     fn complete(
         &self,

@@ -23,9 +23,12 @@ mod budget;
 mod fingerprint;
 mod intervention;
 mod limits;
+mod monitor;
 
 pub use breakers::{AgentBreakers, Verdict, REPETITION_ALERT};
 pub use budget::{TeamBudget, UsageTotals};
 pub use fingerprint::{canonical_call, Fingerprint};
 pub use intervention::{AnswerError, BusError, ChannelInterventionBus, InterventionBus};
 pub use limits::{limit_question, limit_refusal_message, LimitCheckpoint, LimitContext};
+pub(crate) use monitor::TeamSafety;
+pub use monitor::{Cleared, GetSafetyReport, SafetyMonitor, SafetyReport, TripNotice};

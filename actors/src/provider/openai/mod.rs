@@ -280,6 +280,10 @@ impl Provider for OpenAiCompatible {
         &self.inner.name
     }
 
+    fn model(&self) -> &str {
+        &self.inner.config.model
+    }
+
     fn complete(
         &self,
         request: LlmRequest,
