@@ -12,7 +12,7 @@ fn the_demo_trips_refuses_unlocks_and_halts_behind_a_backlog() {
     );
     assert_eq!(
         report.lockout_reason.as_deref(),
-        Some("Maximum consecutive errors reached (5)")
+        Some("repeated a failed action after the system alert (4 identical failures in a row)")
     );
     assert_eq!(
         report.refusal.as_deref(),

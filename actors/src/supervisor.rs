@@ -345,6 +345,17 @@ impl Supervisor {
             failure_threshold: config.tools.circuit_failure_threshold.get(),
             cool_down: Duration::from_secs_f64(config.tools.circuit_cool_down_seconds),
         });
+        if can_delegate {
+            // Per-delegate safety is the supervisor's (refusals of locked-out delegates): one failing
+            // delegate must not open a circuit that blocks delegation to every other agent.
+            runner = runner.with_policy(
+                "delegate",
+                ToolPolicy {
+                    circuit_breaker: false,
+                    ..ToolPolicy::default()
+                },
+            );
+        }
         for spec in tools.specs() {
             if let Some((_, tool)) = tools.get(&spec.name) {
                 let cache = tool.cache_policy();

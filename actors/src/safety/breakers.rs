@@ -413,6 +413,12 @@ impl AgentBreakers {
     pub fn begin_task(&mut self) {
         self.extensions.remove(&LimitKind::IterationsPerTask);
         self.extensions.remove(&LimitKind::TaskWallClock);
+        // Repetition and stuck detection look within one task: the same successful call in a new
+        // task (a player asking the same thing twice) is not a loop. The error window and the
+        // consecutive count run on across tasks.
+        self.failing = None;
+        self.alerted = false;
+        self.succeeding = None;
     }
 
     /// After the limit checkpoint allowed `kind`: its limit grows by one configured amount.
