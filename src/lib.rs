@@ -22,12 +22,16 @@
 //! ```
 
 pub mod demo;
+pub mod run;
+pub mod team;
 
 pub use warden_actors::{
-    mailbox, now_ms, AgentHandle, AgentSpec, ControlError, ControlOp, DelegationError,
-    EventSendError, FnTool, HaltAck, Journal, LlmRequest, LlmResponse, MemoryJournal, NullJournal,
-    Provider, ProviderError, ScriptStats, ScriptStep, ScriptedProvider, SpawnError, Supervisor,
-    TaskError, Tool, ToolContext, ToolError, ToolRegistry, UnknownAgent,
+    context, mailbox, now_ms, safety, toolkit, AgentHandle, AgentSpec, ChannelInterventionBus,
+    ControlError, ControlOp, DelegationError, EventSendError, FnTool, HaltAck, InterventionBus,
+    Journal, LlmRequest, LlmResponse, MemoryJournal, NullJournal, OpenAiCompatible, OpenAiConfig,
+    Provider, ProviderError, RetryPolicy, ScriptStats, ScriptStep, ScriptedProvider, SpawnError,
+    Supervisor, SupervisorBuilder, TaskError, Tool, ToolContext, ToolError, ToolFormat,
+    ToolRegistry, UnknownAgent,
 };
 pub use warden_protocols as protocols;
 pub use warden_protocols::{

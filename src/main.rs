@@ -1,6 +1,6 @@
 //! The `warden` command: a thin clap layer over the library.
 use clap::{Parser, Subcommand};
-use std::{path::PathBuf, process::ExitCode};
+use std::{io::IsTerminal, path::PathBuf, process::ExitCode};
 use warden::WardenConfig;
 
 #[derive(Parser)]
@@ -19,6 +19,18 @@ enum Command {
     /// Run a small team on the built-in scripted model: a breaker trip, a refused delegation, an
     /// unlock and a SystemHalt behind a backlog. No API key, no network.
     Demo,
+    /// Start a team from a team file and talk to it: events from --event, or one per input line.
+    Run {
+        /// Team file: config sections plus [providers.NAME] and [[agents]].
+        #[arg(long)]
+        config: PathBuf,
+        /// The agent to talk to (default: the first assistant).
+        #[arg(long)]
+        agent: Option<String>,
+        /// An event to send (repeatable); without any, each line of standard input is one.
+        #[arg(long = "event")]
+        events: Vec<String>,
+    },
     /// Validate or print configuration files.
     Config {
         #[command(subcommand)]
@@ -28,7 +40,7 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ConfigAction {
-    /// Check a TOML config file; prints the first error (key, value, what is allowed).
+    /// Check a config or team file; prints the first error (key, value, what is allowed).
     Check { file: PathBuf },
     /// Print the full default configuration.
     Defaults,
@@ -57,6 +69,42 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Run {
+            config,
+            agent,
+            events,
+        } => {
+            let text = match std::fs::read_to_string(&config) {
+                Ok(text) => text,
+                Err(err) => {
+                    eprintln!("error: cannot read {}: {err}", config.display());
+                    return ExitCode::FAILURE;
+                }
+            };
+            let file = match warden::team::TeamFile::from_toml(&text) {
+                Ok(file) => file,
+                Err(err) => {
+                    eprintln!("{}: {err}", config.display());
+                    return ExitCode::FAILURE;
+                }
+            };
+            // Standard input carries events (when no --event is given) and answers to limit asks;
+            // it is read only when it is a terminal or when no --event was given.
+            let read_stdin = events.is_empty() || std::io::stdin().is_terminal();
+            let input = read_stdin.then(stdin_lines);
+            let options = warden::run::RunOptions { agent, events };
+            let result = actix_rt::System::new().block_on(async move {
+                let mut stdout = std::io::stdout();
+                warden::run::run(file, options, input, &mut stdout).await
+            });
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Config { action } => match action {
             ConfigAction::Defaults => {
                 print!("{}", WardenConfig::defaults_toml());
@@ -70,7 +118,7 @@ fn main() -> ExitCode {
                         return ExitCode::FAILURE;
                     }
                 };
-                match WardenConfig::from_toml(&text) {
+                match warden::team::TeamFile::from_toml(&text) {
                     Ok(_) => {
                         println!("{}: ok", file.display());
                         ExitCode::SUCCESS
@@ -83,4 +131,18 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// Lines of standard input, read on their own thread.
+fn stdin_lines() -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }

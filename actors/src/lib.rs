@@ -32,7 +32,9 @@ pub use safety::{
     AgentBreakers, ChannelInterventionBus, Fingerprint, InterventionBus, LimitCheckpoint,
     LimitContext, TeamBudget, Verdict,
 };
-pub use supervisor::{AgentSpec, DelegationError, SpawnError, Supervisor, UnknownAgent};
+pub use supervisor::{
+    AgentSpec, DelegationError, SpawnError, Supervisor, SupervisorBuilder, UnknownAgent,
+};
 pub use toolkit::{
     Admission, CachePolicy, CacheScope, CircuitConfig, CircuitStep, PendingCall, ToolPolicy,
     ToolResultCache, ToolRun, ToolRunner,

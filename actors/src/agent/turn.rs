@@ -221,9 +221,13 @@ async fn react(
                 let verdict = cell
                     .breakers(|b| b.after_llm_call(LlmOutcome::Failed))
                     .unwrap_or(Verdict::Continue);
-                let counted = cell.fail(&format!("llm call failed: {error}"), verdict);
-                return stopped(counted, iteration)
-                    .unwrap_or_else(|| outcome(TerminationReason::LlmError, iteration, None));
+                let error = format!("llm call failed: {error}");
+                let counted = cell.fail(&error, verdict);
+                return stopped(counted, iteration).unwrap_or_else(|| {
+                    let mut out = outcome(TerminationReason::LlmError, iteration, None);
+                    out.error = Some(error);
+                    out
+                });
             }
         };
         cell.record_usage(response.usage);

@@ -1,0 +1,127 @@
+//! `warden run --config FILE`: start a team and talk to it.
+//!
+//! Events come from `--event` flags, or else one per line of standard input. While an agent waits on
+//! an interactive limit ask (`safety.on_limit.mode = "interactive"`), the next input line answers it
+//! (`yes`/`no`). Without input (no terminal, no `--event` left) asks are refused (`no_bus`).
+
+use crate::{
+    demo::write_status_table, team::TeamFile, AgentRole, ChannelInterventionBus, MemoryJournal,
+    Supervisor, UserEvent,
+};
+use std::{
+    io::{self, Write},
+    sync::Arc,
+    time::Duration,
+};
+use tokio::sync::mpsc::UnboundedReceiver;
+use warden_protocols::{Answer, EventKind};
+
+/// Options of `warden run`.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// The agent to talk to (default: the first assistant).
+    pub agent: Option<String>,
+    /// Events to send, in order; when empty, lines of `input` are the events.
+    pub events: Vec<String>,
+}
+
+fn io_err(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// Runs the team until the events (or the input lines) are used up, then halts it and prints the
+/// final status. `input` also answers interactive asks. Must run inside an actix `System`.
+pub async fn run(
+    file: TeamFile,
+    options: RunOptions,
+    mut input: Option<UnboundedReceiver<String>>,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    if file.agents.is_empty() {
+        return Err(io_err(
+            "no agents configured: add [providers.NAME] and [[agents]] sections (see README, \"warden run\")",
+        ));
+    }
+    let journal = Arc::new(MemoryJournal::new());
+    let bus = Arc::new(ChannelInterventionBus::new());
+    let mut builder = Supervisor::builder(file.config.clone(), journal.clone());
+    if input.is_some() {
+        builder = builder.intervention_bus(bus.clone());
+    }
+    let team = builder.build();
+    file.spawn_agents(&team).map_err(io_err)?;
+    let target = match &options.agent {
+        Some(key) => team
+            .get(key)
+            .ok_or_else(|| io_err(format!("no agent `{key}` in the team file")))?,
+        None => team
+            .agents()
+            .into_iter()
+            .find(|a| a.status().role == AgentRole::Assistant)
+            .ok_or_else(|| io_err("no assistant in the team file"))?,
+    };
+    writeln!(out, "talking to {} ({} agents)", target.key(), team.len())?;
+    let mut scripted = options.events.into_iter();
+    loop {
+        let line = match scripted.next() {
+            Some(line) => Some(line),
+            None if scripted.len() == 0 && input.is_some() => match &mut input {
+                Some(rx) => rx.recv().await,
+                None => None,
+            },
+            None => None,
+        };
+        let Some(line) = line else { break };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let turns = target.status().turns;
+        if let Err(err) = target.try_send_event(UserEvent {
+            source: "cli".into(),
+            sender: Some("operator".into()),
+            content: line,
+        }) {
+            writeln!(out, "refused: {err}")?;
+            continue;
+        }
+        let mut asked = None;
+        while target.status().turns == turns && !target.state().refuses_work() {
+            if let Some(ask) = bus.pending().into_iter().next() {
+                if asked != Some(ask.id) {
+                    writeln!(out, "? {}", ask.question)?;
+                    out.flush()?;
+                    asked = Some(ask.id);
+                    let answer = match &mut input {
+                        Some(rx) => rx.recv().await.unwrap_or_default(),
+                        None => String::new(),
+                    };
+                    let _ = bus.answer(ask.id, Answer::parse(&answer));
+                }
+            }
+            actix_rt::time::sleep(Duration::from_millis(5)).await;
+        }
+        let finished = journal
+            .events_of(target.key().as_str())
+            .into_iter()
+            .rev()
+            .find_map(|e| match e.kind {
+                EventKind::TurnFinished { outcome } => Some(outcome),
+                _ => None,
+            });
+        match finished {
+            Some(outcome) => match (outcome.answer, outcome.error) {
+                (Some(answer), _) => writeln!(out, "{}: {answer}", target.key())?,
+                (None, Some(error)) => writeln!(out, "{}: [error] {error}", target.key())?,
+                (None, None) => {
+                    writeln!(out, "{}: [turn ended: {:?}]", target.key(), outcome.reason)?
+                }
+            },
+            None => writeln!(out, "{}: [{}]", target.key(), target.state())?,
+        }
+    }
+    team.halt_all().await;
+    writeln!(out)?;
+    write_status_table(out, &team.statuses())?;
+    team.shutdown().await;
+    Ok(())
+}

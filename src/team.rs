@@ -1,0 +1,305 @@
+//! Team files: the configuration (`[safety]`, `[execution]`, …) plus the models (`[providers.NAME]`)
+//! and the agents (`[[agents]]`) that `warden run` starts.
+//!
+//! ```toml
+//! [providers.local]
+//! kind = "openai_compatible"          # or "scripted"
+//! base_url = "http://127.0.0.1:8080/v1"
+//! model = "qwen2.5-7b-instruct"
+//! api_key_env = "OPENAI_API_KEY"      # optional; the key itself never goes in the file
+//! tool_format = "native"              # or "json_fallback"
+//!
+//! [[agents]]
+//! key = "concierge"
+//! provider = "local"
+//! system_prompt = "You are a helpful concierge."
+//!
+//! [[agents]]
+//! key = "researcher"
+//! role = "sub_agent"
+//! parent = "concierge"
+//! provider = "local"
+//! ```
+
+use crate::{AgentSpec, Provider, ScriptStep, ScriptedProvider, Supervisor, WardenConfig};
+use serde::Deserialize;
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use warden_actors::{OpenAiCompatible, OpenAiConfig, ToolFormat};
+use warden_protocols::{AgentRole, ConfigError};
+
+/// One model endpoint.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ProviderSpec {
+    /// Any OpenAI-compatible chat-completions server (OpenAI, vLLM, llama.cpp, Ollama, LM Studio).
+    OpenaiCompatible {
+        base_url: String,
+        model: String,
+        /// Name of the environment variable holding the API key.
+        #[serde(default)]
+        api_key_env: Option<String>,
+        #[serde(default)]
+        tool_format: ToolFormat,
+        #[serde(default)]
+        stream: bool,
+        #[serde(default)]
+        max_tokens: Option<u32>,
+        #[serde(default)]
+        temperature: Option<f32>,
+    },
+    /// The built-in scripted model: answers with `replies` in turn, then with the last one.
+    Scripted {
+        #[serde(default)]
+        replies: Vec<String>,
+    },
+}
+
+/// One agent.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentFileSpec {
+    pub key: String,
+    #[serde(default)]
+    pub role: AgentRole,
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// A key of `[providers]`.
+    pub provider: String,
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    /// Whether the agent gets the `delegate` tool. Default true.
+    #[serde(default = "yes")]
+    pub delegate: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A parsed team file.
+#[derive(Debug, Clone)]
+pub struct TeamFile {
+    pub config: WardenConfig,
+    pub providers: BTreeMap<String, ProviderSpec>,
+    pub agents: Vec<AgentFileSpec>,
+}
+
+/// Why a team could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum TeamError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(
+        "agent `{agent}` names provider `{provider}`, which is not in [providers] (have: {have})"
+    )]
+    UnknownProvider {
+        agent: String,
+        provider: String,
+        have: String,
+    },
+    #[error("provider `{provider}`: {message}")]
+    Provider { provider: String, message: String },
+    #[error("{0}")]
+    Spawn(#[from] warden_actors::SpawnError),
+}
+
+impl TeamFile {
+    /// Parses a team file: `[providers.*]` and `[[agents]]`, and everything else as [`WardenConfig`]
+    /// (unknown keys are errors there too).
+    pub fn from_toml(text: &str) -> Result<Self, TeamError> {
+        let mut table: toml::Table =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(e.message().to_owned()))?;
+        let providers = match table.remove("providers") {
+            None => BTreeMap::new(),
+            Some(value) => value
+                .try_into::<BTreeMap<String, ProviderSpec>>()
+                .map_err(|e| ConfigError::Parse(format!("[providers]: {}", e.message())))?,
+        };
+        let agents = match table.remove("agents") {
+            None => Vec::new(),
+            Some(value) => value
+                .try_into::<Vec<AgentFileSpec>>()
+                .map_err(|e| ConfigError::Parse(format!("[[agents]]: {}", e.message())))?,
+        };
+        let rest = toml::to_string(&table).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let config = WardenConfig::from_toml(&rest)?;
+        for agent in &agents {
+            if !providers.contains_key(&agent.provider) {
+                return Err(TeamError::UnknownProvider {
+                    agent: agent.key.clone(),
+                    provider: agent.provider.clone(),
+                    have: providers.keys().cloned().collect::<Vec<_>>().join(", "),
+                });
+            }
+        }
+        Ok(TeamFile {
+            config,
+            providers,
+            agents,
+        })
+    }
+
+    /// Builds one provider.
+    pub fn provider(&self, name: &str) -> Result<Arc<dyn Provider>, TeamError> {
+        let spec = self
+            .providers
+            .get(name)
+            .ok_or_else(|| TeamError::UnknownProvider {
+                agent: String::new(),
+                provider: name.to_owned(),
+                have: self
+                    .providers
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })?;
+        Ok(match spec {
+            ProviderSpec::OpenaiCompatible {
+                base_url,
+                model,
+                api_key_env,
+                tool_format,
+                stream,
+                max_tokens,
+                temperature,
+            } => {
+                let mut config = OpenAiConfig::new(base_url.clone(), model.clone());
+                config.tool_format = *tool_format;
+                config.stream = *stream;
+                config.max_tokens = *max_tokens;
+                config.temperature = *temperature;
+                config.request_timeout =
+                    Duration::from_secs_f64(self.config.safety.timeout.llm_call_seconds);
+                let provider = match api_key_env {
+                    Some(var) => OpenAiCompatible::from_env(config, var),
+                    None => OpenAiCompatible::new(config),
+                }
+                .map_err(|e| TeamError::Provider {
+                    provider: name.to_owned(),
+                    message: e.to_string(),
+                })?;
+                Arc::new(provider)
+            }
+            ProviderSpec::Scripted { replies } => {
+                let last = replies
+                    .last()
+                    .cloned()
+                    .unwrap_or_else(|| "(no reply scripted)".into());
+                Arc::new(
+                    ScriptedProvider::new(replies.iter().cloned().map(ScriptStep::Reply))
+                        .with_fallback(move |_| ScriptStep::reply(last.clone())),
+                )
+            }
+        })
+    }
+
+    /// Spawns every agent on `team`.
+    pub fn spawn_agents(&self, team: &Supervisor) -> Result<(), TeamError> {
+        for agent in &self.agents {
+            let provider = self.provider(&agent.provider)?;
+            let mut spec = match (agent.role, &agent.parent) {
+                (AgentRole::SubAgent, Some(parent)) => {
+                    AgentSpec::sub_agent(agent.key.as_str(), parent.as_str(), provider)
+                }
+                _ => AgentSpec::assistant(agent.key.as_str(), provider),
+            };
+            if let Some(prompt) = &agent.system_prompt {
+                spec = spec.with_system_prompt(prompt.clone());
+            }
+            if !agent.delegate {
+                spec = spec.without_delegation();
+            }
+            team.spawn(spec)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"
+[execution]
+max_iterations_per_tick = 3
+
+[providers.local]
+kind = "openai_compatible"
+base_url = "http://127.0.0.1:8080/v1"
+model = "qwen"
+tool_format = "json_fallback"
+
+[providers.canned]
+kind = "scripted"
+replies = ["hello"]
+
+[[agents]]
+key = "a"
+provider = "local"
+
+[[agents]]
+key = "b"
+role = "sub_agent"
+parent = "a"
+provider = "canned"
+delegate = false
+"#;
+
+    #[test]
+    fn a_team_file_parses_config_providers_and_agents() {
+        let team = TeamFile::from_toml(FILE).unwrap();
+        assert_eq!(team.config.execution.max_iterations_per_tick, 3);
+        assert_eq!(team.providers.len(), 2);
+        assert_eq!(team.agents.len(), 2);
+        assert_eq!(team.agents[1].role, AgentRole::SubAgent);
+        assert!(!team.agents[1].delegate);
+        assert_eq!(team.provider("local").unwrap().model(), "qwen");
+    }
+
+    #[test]
+    fn an_unknown_provider_is_named() {
+        let text = FILE.replace("provider = \"canned\"", "provider = \"nope\"");
+        let err = TeamFile::from_toml(&text).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "agent `b` names provider `nope`, which is not in [providers] (have: canned, local)"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_in_each_part_are_errors() {
+        let err =
+            TeamFile::from_toml(&FILE.replace("model = \"qwen\"", "model = \"qwen\"\nmodle = 1"))
+                .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("invalid config: [providers]: unknown field `modle`"),
+            "{err}"
+        );
+        let err = TeamFile::from_toml(&FILE.replace("delegate = false", "delegates = false"))
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("invalid config: [[agents]]: unknown field `delegates`"),
+            "{err}"
+        );
+        let err = TeamFile::from_toml(&format!("{FILE}\n[mailbox]\ncapacity = 3\n")).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown field `capacity`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_missing_api_key_variable_is_a_clear_error() {
+        let text = FILE.replace(
+            "tool_format = \"json_fallback\"",
+            "tool_format = \"json_fallback\"\napi_key_env = \"WARDEN_TEST_NO_SUCH_VAR\"",
+        );
+        let team = TeamFile::from_toml(&text).unwrap();
+        let err = team.provider("local").map(|_| ()).unwrap_err();
+        assert!(err.to_string().starts_with("provider `local`:"), "{err}");
+        assert!(err.to_string().contains("WARDEN_TEST_NO_SUCH_VAR"), "{err}");
+    }
+}
