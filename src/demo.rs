@@ -6,10 +6,14 @@
 //! Act 3 — an operator unlocks it; delegation works again.
 //! Act 4 — a SystemHalt reaches a busy agent behind a 10,000-message backlog: acted on first, the
 //!          in-flight LLM call dropped, the backlog cleared and counted, nothing processed after it.
+//! Act 5 — a verbose agent runs into its token budget: STOPPED before the call that would exceed it.
+//! Act 6 — an agent reaches its loop cap; the operator is asked (at the terminal, or auto-denied
+//!          without one) and the refused agent ends with a forced wrap-up.
 
 use crate::{
-    AgentHandle, AgentSpec, AgentState, AgentStatus, FnTool, HaltCause, MemoryJournal, ScriptStep,
-    ScriptedProvider, Supervisor, ToolCategory, ToolError, UserEvent, WardenConfig,
+    AgentHandle, AgentSpec, AgentState, AgentStatus, ChannelInterventionBus, FnTool, HaltCause,
+    MemoryJournal, ScriptStep, ScriptedProvider, Supervisor, ToolCategory, ToolError, UserEvent,
+    WardenConfig,
 };
 use serde_json::json;
 use std::{
@@ -31,8 +35,18 @@ pub struct DemoReport {
     pub halt_discarded: u64,
     pub processed_after_halt: u64,
     pub llm_calls_dropped_by_halt: u64,
+    pub alert_injected: bool,
+    pub budget_stop: Option<String>,
+    pub budget_calls_made: u64,
+    pub ask_question: Option<String>,
+    pub ask_answer: String,
+    pub wrap_up: Option<String>,
     pub statuses: Vec<AgentStatus>,
 }
+
+/// Answers the operator's limit asks: `Some(line)` from a terminal, `None` when there is none (the
+/// ask is then answered "no").
+pub type Asker<'a> = &'a mut dyn FnMut(&str) -> Option<String>;
 
 /// Polls `cond` every 2 ms for up to 10 s.
 async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) -> io::Result<()> {
@@ -59,12 +73,18 @@ fn last_answer(agent: &AgentHandle) -> Option<String> {
 }
 
 /// Runs the demo, narrating to `out`. Must run inside an actix `System`.
-pub async fn run(out: &mut dyn Write) -> io::Result<DemoReport> {
+pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport> {
     let mut config = WardenConfig::default();
     config.supervisor.arbiters = 2;
     config.mailbox.ordinary_capacity = NonZeroUsize::new(20_000).unwrap_or(NonZeroUsize::MIN);
+    config.safety.budget.tokens_per_agent = 5_000;
+    config.safety.loop_.max_iterations_per_task = 6;
+    config.execution.max_iterations_per_tick = 10;
     let journal = Arc::new(MemoryJournal::new());
-    let team = Supervisor::new(config, journal.clone());
+    let bus = Arc::new(ChannelInterventionBus::new());
+    let team = Supervisor::builder(config, journal.clone())
+        .intervention_bus(bus.clone())
+        .build();
 
     let concierge_model = Arc::new(ScriptedProvider::new([
         // Act 1
@@ -172,7 +192,10 @@ pub async fn run(out: &mut dyn Write) -> io::Result<DemoReport> {
         act1_answer.as_deref().unwrap_or("(no answer)")
     )?;
 
-    writeln!(out, "\n== Act 2: the researcher's tool keeps failing")?;
+    writeln!(
+        out,
+        "\n== Act 2: the researcher keeps repeating a failing call"
+    )?;
     researcher
         .try_send_event(UserEvent::new("Check https://broken.example/ please"))
         .map_err(io::Error::other)?;
@@ -182,11 +205,22 @@ pub async fn run(out: &mut dyn Write) -> io::Result<DemoReport> {
     .await?;
     let status = researcher.status();
     let lockout_reason = status.lockout.as_ref().map(|l| l.reason.clone());
+    let alert_injected = researcher
+        .record()
+        .history
+        .iter()
+        .any(|m| m.internal && m.content.as_deref() == Some(crate::safety::REPETITION_ALERT));
+    if alert_injected {
+        writeln!(
+            out,
+            "   injected after 3 identical failures: \"{}\"",
+            crate::safety::REPETITION_ALERT
+        )?;
+    }
     writeln!(
         out,
-        "   researcher: {} after {} consecutive errors — {}",
+        "   researcher: {} — {}",
         status.state,
-        status.consecutive_errors,
         lockout_reason.as_deref().unwrap_or("")
     )?;
     concierge
@@ -261,6 +295,116 @@ pub async fn run(out: &mut dyn Write) -> io::Result<DemoReport> {
         ack.state, ack.discarded, processed_after_halt, dropped
     )?;
 
+    writeln!(
+        out,
+        "\n== Act 5: a token budget (safety.budget.tokens_per_agent = 5000)"
+    )?;
+    let poet_model = Arc::new(
+        ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("la ".repeat(2_000))),
+    );
+    let poet_stats = poet_model.stats();
+    let poet = team
+        .spawn(AgentSpec::assistant("poet", poet_model).without_delegation())
+        .map_err(io::Error::other)?;
+    for i in 0..5 {
+        if poet.state() == AgentState::Stopped {
+            break;
+        }
+        poet.try_send_event(UserEvent::new(format!("another long poem, please ({i})")))
+            .map_err(io::Error::other)?;
+        wait_for("poet", || {
+            poet.status().turns == i + 1 || poet.state() == AgentState::Stopped
+        })
+        .await?;
+    }
+    let poet_status = poet.status();
+    let budget_stop = poet_status.stopped_by.as_ref().map(|s| s.reason.clone());
+    let budget_calls_made = poet_stats.calls.load(Ordering::SeqCst);
+    writeln!(
+        out,
+        "   poet: {} after {} LLM calls and {} tokens — {}",
+        poet_status.state,
+        budget_calls_made,
+        poet_status.tokens_used,
+        budget_stop.as_deref().unwrap_or("(not stopped!)")
+    )?;
+
+    writeln!(
+        out,
+        "\n== Act 6: a loop cap (safety.loop.max_iterations_per_task = 6), interactive mode"
+    )?;
+    let counter = std::sync::atomic::AtomicU64::new(0);
+    let surveyor_model = Arc::new(ScriptedProvider::new([]).with_fallback(move |req| {
+        if req.tools.is_empty() {
+            return ScriptStep::reply(
+                "I surveyed plots 1 to 6 (notes in the survey log); plots 7 and up remain.",
+            );
+        }
+        let plot = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        ScriptStep::call("survey", json!({"plot": plot}))
+    }));
+    let survey = FnTool::new(
+        "survey",
+        "Survey a plot",
+        ToolCategory::SafeChain,
+        |args, _ctx| async move {
+            Ok(json!({"plot": args.get("plot").cloned().unwrap_or_default(), "ok": true}))
+        },
+    );
+    let surveyor = team
+        .spawn(
+            AgentSpec::assistant("surveyor", surveyor_model)
+                .with_tool(survey)
+                .without_delegation(),
+        )
+        .map_err(io::Error::other)?;
+    surveyor
+        .try_send_event(UserEvent::new("Survey every plot in the valley."))
+        .map_err(io::Error::other)?;
+    wait_for("the ask", || !bus.pending().is_empty()).await?;
+    let ask = bus.pending().into_iter().next();
+    let ask_question = ask.as_ref().map(|a| a.question.clone());
+    writeln!(out, "   surveyor is {}", surveyor.state())?;
+    writeln!(out, "   ? {}", ask_question.as_deref().unwrap_or_default())?;
+    let ask_answer = match asker(ask_question.as_deref().unwrap_or_default()) {
+        Some(line) => line,
+        None => {
+            writeln!(out, "   (no terminal: answering no)")?;
+            "no".to_owned()
+        }
+    };
+    if let Some(ask) = &ask {
+        let _ = bus.answer(ask.id, warden_protocols::Answer::parse(&ask_answer));
+    }
+    wait_for("surveyor", || surveyor.status().turns == 1).await?;
+    let finished = journal
+        .events_of("surveyor")
+        .into_iter()
+        .rev()
+        .find_map(|e| match e.kind {
+            EventKind::TurnFinished { outcome } => Some(outcome),
+            _ => None,
+        });
+    let wrap_up = finished
+        .as_ref()
+        .and_then(|o| o.limit_stopped.then(|| o.answer.clone()).flatten());
+    match &finished {
+        Some(o) if o.limit_stopped => writeln!(
+            out,
+            "   refused; forced wrap-up: {}",
+            o.answer
+                .as_deref()
+                .or(o.error.as_deref())
+                .unwrap_or_default()
+        )?,
+        Some(o) => writeln!(
+            out,
+            "   approved; the surveyor went on and ended with {:?}",
+            o.reason
+        )?,
+        None => {}
+    }
+
     let statuses = team.statuses();
     writeln!(out, "\n== Final status")?;
     write_status_table(out, &statuses)?;
@@ -274,6 +418,12 @@ pub async fn run(out: &mut dyn Write) -> io::Result<DemoReport> {
         halt_discarded: ack.discarded,
         processed_after_halt,
         llm_calls_dropped_by_halt: dropped,
+        alert_injected,
+        budget_stop,
+        budget_calls_made,
+        ask_question,
+        ask_answer,
+        wrap_up,
         statuses,
     })
 }
@@ -282,8 +432,17 @@ pub async fn run(out: &mut dyn Write) -> io::Result<DemoReport> {
 pub fn write_status_table(out: &mut dyn Write, statuses: &[AgentStatus]) -> io::Result<()> {
     writeln!(
         out,
-        "{:<12} {:<10} {:<18} {:>9} {:>7} {:>5} {:>7} {:>10} {:>6}",
-        "agent", "role", "state", "emergency", "errors", "subs", "queued", "discarded", "turns"
+        "{:<12} {:<10} {:<18} {:>9} {:>7} {:>5} {:>7} {:>10} {:>6} {:>7}",
+        "agent",
+        "role",
+        "state",
+        "emergency",
+        "errors",
+        "subs",
+        "queued",
+        "discarded",
+        "turns",
+        "tokens"
     )?;
     for s in statuses {
         let role = match s.role {
@@ -292,7 +451,7 @@ pub fn write_status_table(out: &mut dyn Write, statuses: &[AgentStatus]) -> io::
         };
         writeln!(
             out,
-            "{:<12} {:<10} {:<18} {:>9} {:>7} {:>5} {:>7} {:>10} {:>6}",
+            "{:<12} {:<10} {:<18} {:>9} {:>7} {:>5} {:>7} {:>10} {:>6} {:>7}",
             s.key.as_str(),
             role,
             s.state.as_str(),
@@ -301,7 +460,8 @@ pub fn write_status_table(out: &mut dyn Write, statuses: &[AgentStatus]) -> io::
             format!("{}/{}", s.active_sub_agents, s.sub_agent_budget),
             s.queued.ordinary,
             s.discarded_by_halt,
-            s.turns
+            s.turns,
+            s.tokens_used
         )?;
     }
     Ok(())

@@ -57,9 +57,20 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Demo => {
+            let terminal = std::io::stdin().is_terminal();
+            let mut asker = move |_question: &str| -> Option<String> {
+                if !terminal {
+                    return None;
+                }
+                print!("   your answer (yes/no): ");
+                let _ = std::io::Write::flush(&mut std::io::stdout());
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line).ok()?;
+                Some(line.trim().to_owned())
+            };
             let result = actix_rt::System::new().block_on(async {
                 let mut stdout = std::io::stdout();
-                warden::demo::run(&mut stdout).await
+                warden::demo::run(&mut stdout, &mut asker).await
             });
             match result {
                 Ok(_) => ExitCode::SUCCESS,

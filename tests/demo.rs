@@ -3,7 +3,7 @@
 fn the_demo_trips_refuses_unlocks_and_halts_behind_a_backlog() {
     let mut out = Vec::new();
     let report = actix_rt::System::new()
-        .block_on(async { warden::demo::run(&mut out).await })
+        .block_on(async { warden::demo::run(&mut out, &mut |_q: &str| None).await })
         .expect("demo runs");
     let text = String::from_utf8(out).expect("utf-8");
     assert_eq!(
@@ -23,6 +23,35 @@ fn the_demo_trips_refuses_unlocks_and_halts_behind_a_backlog() {
     assert_eq!(report.processed_after_halt, 0);
     assert_eq!(report.llm_calls_dropped_by_halt, 1);
     assert!(text.contains("== Final status"));
+    // Act 2: the alert came before the lockout.
+    assert!(report.alert_injected);
+    // Act 5: stopped by the budget before the call that would exceed it.
+    assert_eq!(
+        report
+            .budget_stop
+            .as_deref()
+            .map(|r| r.starts_with("token budget")),
+        Some(true),
+        "{:?}",
+        report.budget_stop
+    );
+    let poet = report
+        .statuses
+        .iter()
+        .find(|s| s.key.as_str() == "poet")
+        .expect("poet");
+    assert_eq!(poet.state, warden::AgentState::Stopped);
+    assert!(poet.tokens_used <= 5_000, "{}", poet.tokens_used);
+    // Act 6: asked, auto-denied without a terminal, wrapped up.
+    assert!(report
+        .ask_question
+        .as_deref()
+        .is_some_and(|q| q.contains("safety.loop.max_iterations_per_task")));
+    assert_eq!(report.ask_answer, "no");
+    assert_eq!(
+        report.wrap_up.as_deref(),
+        Some("I surveyed plots 1 to 6 (notes in the survey log); plots 7 and up remain.")
+    );
     let scribe = report
         .statuses
         .iter()
