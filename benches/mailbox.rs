@@ -6,7 +6,8 @@
 //!   work per message (add its payload to a sum), same run. Compare the three as ratios.
 //! * `halt_latency/*` — from `AgentHandle::halt` to the agent's acknowledgement of STOPPED, with 0, 10k
 //!   and 1M ordinary messages queued (the backlog is built outside the measurement). The agent runs on
-//!   its own arbiter and is paused while the backlog is built, so nothing drains it.
+//!   its own arbiter and is paused while the backlog is built, so nothing drains it; each measurement
+//!   starts with the agent's thread idle.
 //!
 //! With `CI` set, sizes are smaller so the bench runs quickly.
 use actix::{Actor, AsyncContext, Context, Handler, Message};
@@ -221,6 +222,9 @@ fn halt_latency(c: &mut Criterion) {
                         for j in 0..backlog {
                             let _ = agent.try_send_event(UserEvent::new(format!("e{j}")));
                         }
+                        // Every backlog size starts from the same place: the agent's thread idle
+                        // (parked), as it is whenever an operator's halt arrives out of the blue.
+                        actix_rt::time::sleep(Duration::from_millis(5)).await;
                         let start = Instant::now();
                         let ack = agent
                             .halt(HaltCause::Operator {

@@ -466,3 +466,56 @@ async fn status_snapshot_serialises_with_the_documented_fields() {
         json!({"system_halt": 0, "control": 0, "supervision": 0, "ordinary": 0})
     );
 }
+
+/// Every assistant tool call in `messages` has a `tool` result after it.
+fn every_call_answered(messages: &[ChatMessage]) -> bool {
+    messages.iter().enumerate().all(|(i, m)| {
+        m.tool_calls.iter().all(|c| {
+            messages[i + 1..]
+                .iter()
+                .any(|r| r.tool_call_id.as_deref() == Some(c.id.as_str()))
+        })
+    })
+}
+
+#[actix_rt::test]
+async fn a_turn_interrupted_mid_tool_leaves_no_unanswered_call_for_the_next_request() {
+    tokio::time::pause();
+    let (team, _journal) = team(WardenConfig::default());
+    let valid = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = valid.clone();
+    let model = Arc::new(
+        ScriptedProvider::new([ScriptStep::call("slow", json!({}))]).with_fallback(move |req| {
+            seen.lock()
+                .unwrap()
+                .push(every_call_answered(&req.messages));
+            ScriptStep::reply("ok")
+        }),
+    );
+    let slow = FnTool::new(
+        "slow",
+        "slow",
+        ToolCategory::SafeChain,
+        |_a, _c| async move {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok(json!({}))
+        },
+    );
+    let a = team
+        .spawn(AgentSpec::assistant("a", model).with_tool(slow))
+        .unwrap();
+    a.try_send_event(UserEvent::new("go")).unwrap();
+    until("tool running", || a.state() == AgentState::WaitingForTool).await;
+    a.halt(HaltCause::Operator {
+        operator: "op".into(),
+    })
+    .await;
+    a.resume("op").await.unwrap();
+    a.try_send_event(UserEvent::new("again")).unwrap();
+    until("answered", || a.status().turns == 1).await;
+    assert_eq!(
+        *valid.lock().unwrap(),
+        vec![true],
+        "the next request had an unanswered tool call"
+    );
+}

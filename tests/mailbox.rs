@@ -59,8 +59,14 @@ async fn halt_before_backlog(n: usize) {
     assert_eq!(status.discarded_by_halt, n as u64);
     assert_eq!(status.turns, 0);
 
-    // Each cleared message is journaled, by id and kind.
-    settle(10).await;
+    // Each cleared message is journaled, by id and kind (the listing follows the ack shortly).
+    until("discarded messages listed", || {
+        journal
+            .events_of("a")
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::MessagesDiscarded { .. }))
+    })
+    .await;
     let events = journal.events_of("a");
     let listed: usize = events
         .iter()

@@ -639,7 +639,7 @@ async fn a_failed_delegate_turn_ends_the_delegation_failed() {
         vec![(
             key("b"),
             DelegationOutcome::Failed {
-                error: "turn ended without an answer (LlmError)".into()
+                error: "llm call failed: model down".into()
             }
         )]
     );
@@ -996,7 +996,7 @@ async fn many_mixed_endings_always_bring_active_sub_agents_back_to_zero() {
                     pb.push([ScriptStep::fail("down")]);
                     turn(&a, &what).await;
                     expected.push(DelegationOutcome::Failed {
-                        error: "turn ended without an answer (LlmError)".into(),
+                        error: "llm call failed: down".into(),
                     });
                 }
                 2 => {

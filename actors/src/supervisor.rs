@@ -315,7 +315,6 @@ impl Supervisor {
         if can_delegate {
             tools.register(Arc::new(DelegateTool {
                 supervisor: Arc::downgrade(&self.shared),
-                chain_timeout: config.safety.timeout.chain_seconds,
             }));
         }
         let fresh = restored.is_none();
@@ -613,7 +612,7 @@ impl Supervisor {
                                 from,
                                 LimitKind::ChainWait,
                                 waited.as_secs_f64(),
-                                chain_seconds,
+                                waited.as_secs_f64(),
                             )
                             .await;
                         if !allowed {
@@ -658,6 +657,11 @@ impl Supervisor {
             return false;
         }
         let ctx = LimitContext {
+            // Hops and sub-agents are allowed one at a time; a wait by one more period.
+            extension: match kind {
+                LimitKind::ChainWait => self.shared.config.safety.timeout.chain_seconds,
+                _ => 1.0,
+            },
             run_id: from.current_run_id(),
             agent: from.key.clone(),
             kind,
@@ -898,7 +902,6 @@ impl Drop for Slot {
 /// The built-in `delegate` tool.
 struct DelegateTool {
     supervisor: Weak<SupervisorShared>,
-    chain_timeout: f64,
 }
 
 impl Tool for DelegateTool {
@@ -919,13 +922,9 @@ impl Tool for DelegateTool {
     }
 
     fn timeout(&self) -> Option<Duration> {
-        // The delegation enforces `safety.timeout.chain_seconds` itself; the tool timeout must not
-        // cut it short.
-        Some(if self.chain_timeout > 0.0 {
-            Duration::from_secs_f64(self.chain_timeout + 1.0)
-        } else {
-            Duration::from_secs(100 * 365 * 86_400)
-        })
+        // The delegation enforces `safety.timeout.chain_seconds` itself, through the limit checkpoint
+        // (which may extend the wait); a tool timeout must never cut it short.
+        Some(Duration::from_secs(100 * 365 * 86_400))
     }
 
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> {

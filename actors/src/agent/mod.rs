@@ -127,6 +127,10 @@ pub enum TaskError {
     NoAnswer(TerminationReason),
     #[error("delegate locked out: {0}")]
     LockedOut(String),
+    /// The turn ended with an error it could explain (an LLM failure, a refused limit whose wrap-up
+    /// failed: the decision-enabling text).
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// A user event that could not be queued, handed back with the reason.

@@ -39,6 +39,38 @@ use warden_protocols::{
 pub const CONTINUE_PROMPT: &str =
     "Your previous reply was cut off by the length limit. Continue exactly where you left off, without repeating anything.";
 
+/// The result given to a tool call that was not run (after a DANGEROUS tool or a trip in the same
+/// response, or when a halt interrupted the turn).
+const NOT_RUN_RESULT: &str = r#"{"success":false,"error":"not run: only one DANGEROUS tool per tick, or the turn was stopped; call it again if still needed"}"#;
+
+/// Gives every tool call left without a result (a turn interrupted by a halt or a crash) a `not run`
+/// result, so the next request is a valid conversation.
+fn answer_dangling_calls(cell: &AgentCell) {
+    let dangling: Vec<String> = {
+        let rec = cell.lock();
+        let Some(pos) = rec
+            .history
+            .iter()
+            .rposition(|m| m.role == ChatRole::Assistant && !m.tool_calls.is_empty())
+        else {
+            return;
+        };
+        let answered: Vec<&str> = rec.history[pos + 1..]
+            .iter()
+            .filter_map(|m| m.tool_call_id.as_deref())
+            .collect();
+        rec.history[pos]
+            .tool_calls
+            .iter()
+            .filter(|c| !answered.contains(&c.id.as_str()))
+            .map(|c| c.id.clone())
+            .collect()
+    };
+    for id in dangling {
+        cell.append_history(ChatMessage::tool_result(id, NOT_RUN_RESULT));
+    }
+}
+
 /// Awaits `fut` unless the halt token fires first.
 async fn unless_halted<F: std::future::Future>(
     token: &CancellationToken,
@@ -82,6 +114,7 @@ fn stopped(counted: Counted, iterations: u32) -> Option<TurnOutcome> {
 /// `STOPPED` (or anything, if a halt was requested: the actor's halt handling takes over).
 pub(crate) async fn run(cell: Arc<AgentCell>, work: Work) -> (TurnOutcome, Option<TaskReply>) {
     let token = cell.halt_token();
+    answer_dangling_calls(&cell);
     let (lineage, reply): (Arc<[AgentKey]>, Option<TaskReply>) = match work {
         Work::Event(event) => {
             cell.begin_task();
@@ -137,7 +170,12 @@ async fn react(
             let kind = LimitKind::IterationsPerTick;
             let (_, _, run_id) = cell.task_iteration();
             cell.task_iteration_undo();
-            match checkpoint(cell, token, &run_id, kind, configured, configured).await {
+            let extension = f64::from(cell.settings.max_iterations_per_tick.max(1));
+            match checkpoint(
+                cell, token, &run_id, kind, configured, configured, extension,
+            )
+            .await
+            {
                 None => return outcome(TerminationReason::Halted, iteration - 1, None),
                 Some((decision, _)) if decision.allow => {
                     max_iterations += cell.settings.max_iterations_per_tick.max(1);
@@ -161,7 +199,14 @@ async fn react(
             configured,
         } = verdict
         {
-            match checkpoint(cell, token, &run_id, kind, current, configured).await {
+            let loops = &cell.safety.config.loop_;
+            let extension = match kind {
+                LimitKind::IterationsPerTask => f64::from(loops.max_iterations_per_task),
+                LimitKind::Steps => loops.max_steps as f64,
+                LimitKind::TaskWallClock => cell.safety.config.timeout.task_seconds,
+                _ => configured,
+            };
+            match checkpoint(cell, token, &run_id, kind, current, configured, extension).await {
                 None => return outcome(TerminationReason::Halted, iteration - 1, None),
                 Some((decision, _)) if decision.allow => {
                     cell.breakers(|b| b.extend(kind));
@@ -279,11 +324,20 @@ async fn react(
                 steps.push(account(cell, call, executed));
             }
         } else {
-            for call in &calls {
+            for (i, call) in calls.iter().enumerate() {
                 let step = account(cell, call, execute(cell, token, call, &lineage).await);
-                let stop = !matches!(step, ToolStep::Done { .. });
+                let stop = match &step {
+                    ToolStep::Done { category, .. } => *category == Some(ToolCategory::Dangerous),
+                    ToolStep::Stopped(_) => true,
+                    ToolStep::Halted => return outcome(TerminationReason::Halted, iteration, None),
+                };
                 steps.push(step);
                 if stop {
+                    // One DANGEROUS tool per tick; nothing after a trip. Every call still gets a
+                    // result, so the conversation stays valid for the next request.
+                    for skipped in &calls[i + 1..] {
+                        cell.append_history(ChatMessage::tool_result(&skipped.id, NOT_RUN_RESULT));
+                    }
                     break;
                 }
             }
@@ -330,6 +384,7 @@ async fn react(
 
 /// Routes an exceeded limit through the team's checkpoint. In interactive mode the agent waits in
 /// `WAITING_FOR_INPUT`, and a halt still preempts the ask. `None` = halted.
+#[allow(clippy::too_many_arguments)]
 async fn checkpoint(
     cell: &AgentCell,
     token: &CancellationToken,
@@ -337,8 +392,10 @@ async fn checkpoint(
     kind: LimitKind,
     current: f64,
     configured: f64,
+    extension: f64,
 ) -> Option<(LimitDecision, LimitContext)> {
     let ctx = LimitContext {
+        extension,
         run_id: run_id.to_owned(),
         agent: cell.key.clone(),
         kind,
@@ -597,8 +654,11 @@ fn account(cell: &AgentCell, call: &ToolCall, executed: Executed) -> ToolStep {
     };
     let mut critical = false;
     if cell.settings.max_context_tokens > 0 {
+        // Measured on what the model will be sent (the fitted conversation), not the full history.
         let max = cell.settings.max_context_tokens;
-        let estimate = context::estimate_tokens(&cell.conversation())
+        let mut sent = cell.conversation();
+        context::fit(&mut sent, max, cell.settings.context_strategy);
+        let estimate = context::estimate_tokens(&sent)
             + context::estimate_message_tokens(&ChatMessage::tool_result(&call.id, &content));
         critical = context::advisory(estimate, max).is_critical();
         content = context::append_advisory(&content, estimate, max);

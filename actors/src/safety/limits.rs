@@ -52,6 +52,8 @@ pub struct LimitContext {
     pub configured: f64,
     /// Whether the run has produced something usable so far.
     pub partial_results: bool,
+    /// What one extension grants (count, or seconds): the question promises exactly this.
+    pub extension: f64,
 }
 
 /// The checkpoint: the `safety.on_limit` policy, an optional bus and the extension counts.
@@ -191,7 +193,7 @@ pub fn limit_question(ctx: &LimitContext) -> String {
         value(ctx.kind, ctx.current),
         value(ctx.kind, ctx.configured),
         ctx.kind.config_key(),
-        value(ctx.kind, ctx.configured),
+        value(ctx.kind, ctx.extension),
     )
 }
 
@@ -251,6 +253,7 @@ mod tests {
             current: 51.0,
             configured: 50.0,
             partial_results: true,
+            extension: 50.0,
         }
     }
 
