@@ -20,7 +20,6 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use warden_protocols::{
     AgentState, DiscardedMessage, EventKind, HaltCause, Priority, TerminationReason, TurnOutcome,
-    WorkRefusal,
 };
 
 /// Messages read per wake before yielding to the arbiter.
@@ -79,17 +78,7 @@ impl AgentActor {
     fn on_work(&mut self, work: Work, ctx: &mut Context<Self>) {
         {
             let mut rec = self.cell.lock();
-            let refusal = match rec.state {
-                AgentState::SafetyLockout => Some(WorkRefusal::LockedOut {
-                    cause: rec
-                        .lockout
-                        .as_ref()
-                        .map(|l| l.reason.clone())
-                        .unwrap_or_default(),
-                }),
-                AgentState::Stopped => Some(WorkRefusal::Stopped),
-                _ => None,
-            };
+            let refusal = super::refusal_for(&rec);
             if let Some(refusal) = refusal {
                 self.cell.emit(
                     &mut rec,
@@ -299,13 +288,9 @@ impl AgentActor {
     }
 }
 
-/// Journals every cleared message (id and kind), then drops them. Dropping the reply channels of
-/// delegated tasks tells their delegators the task was abandoned, which releases their slots.
-pub(crate) fn discard_backlog(cell: &AgentCell, discarded: VecDeque<Envelope<AgentMsg>>) {
-    if discarded.is_empty() {
-        return;
-    }
-    let messages = discarded
+/// Each cleared message by id and kind.
+fn listing(discarded: &VecDeque<Envelope<AgentMsg>>) -> Vec<DiscardedMessage> {
+    discarded
         .iter()
         .map(|e| DiscardedMessage {
             id: e.id,
@@ -315,8 +300,18 @@ pub(crate) fn discard_backlog(cell: &AgentCell, discarded: VecDeque<Envelope<Age
                 _ => "other".into(),
             },
         })
-        .collect();
-    cell.note(EventKind::MessagesDiscarded { messages });
+        .collect()
+}
+
+/// Journals every cleared message (id and kind), then drops them. Dropping the reply channels of
+/// delegated tasks tells their delegators the task was abandoned, which releases their slots.
+pub(crate) fn discard_backlog(cell: &AgentCell, discarded: VecDeque<Envelope<AgentMsg>>) {
+    if discarded.is_empty() {
+        return;
+    }
+    cell.note(EventKind::MessagesDiscarded {
+        messages: listing(&discarded),
+    });
     drop(discarded);
 }
 
@@ -329,18 +324,9 @@ pub(crate) fn discard_backlog(cell: &AgentCell, discarded: VecDeque<Envelope<Age
 async fn discard_backlog_gently(cell: &AgentCell, mut discarded: VecDeque<Envelope<AgentMsg>>) {
     const CHUNK: usize = 4096;
     tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    let messages = discarded
-        .iter()
-        .map(|e| DiscardedMessage {
-            id: e.id,
-            priority: Priority::Ordinary,
-            kind: match &e.msg {
-                AgentMsg::Work(w) => w.kind().into(),
-                _ => "other".into(),
-            },
-        })
-        .collect();
-    cell.note(EventKind::MessagesDiscarded { messages });
+    cell.note(EventKind::MessagesDiscarded {
+        messages: listing(&discarded),
+    });
     while !discarded.is_empty() {
         let n = discarded.len().min(CHUNK);
         discarded.drain(..n);

@@ -175,18 +175,11 @@ impl AgentHandle {
     }
 
     fn refusal_now(&self) -> Option<WorkRefusal> {
-        match self.cell.state() {
-            AgentState::SafetyLockout => Some(WorkRefusal::LockedOut {
-                cause: self
-                    .cell
-                    .lock()
-                    .lockout
-                    .as_ref()
-                    .map(|l| l.reason.clone())
-                    .unwrap_or_default(),
-            }),
-            AgentState::Stopped => Some(WorkRefusal::Stopped),
-            _ => None,
+        // Lock-free fast path: only a refusing state needs the record.
+        if self.cell.state().refuses_work() {
+            refusal_for(&self.cell.lock())
+        } else {
+            None
         }
     }
 
@@ -334,6 +327,21 @@ impl AgentHandle {
             operator: operator.into(),
         })
         .await
+    }
+}
+
+/// The typed refusal of a locked-out or stopped agent, `None` while it takes work.
+pub(crate) fn refusal_for(rec: &AgentRecord) -> Option<WorkRefusal> {
+    match rec.state {
+        AgentState::SafetyLockout => Some(WorkRefusal::LockedOut {
+            cause: rec
+                .lockout
+                .as_ref()
+                .map(|l| l.reason.clone())
+                .unwrap_or_default(),
+        }),
+        AgentState::Stopped => Some(WorkRefusal::Stopped),
+        _ => None,
     }
 }
 

@@ -23,7 +23,7 @@ use crate::{
     context,
     provider::{LlmRequest, LlmResponse, ProviderError},
     safety::{limit_refusal_message, LimitContext, Verdict},
-    toolkit::{self, Admission, CircuitStep, CircuitTransition, ToolRun},
+    toolkit::{self, panic_message, Admission, CircuitStep, CircuitTransition, ToolRun},
     tools::{ToolContext, ToolError},
 };
 use futures::FutureExt;
@@ -81,14 +81,6 @@ async fn unless_halted<F: std::future::Future>(
         _ = token.cancelled() => None,
         out = fut => Some(out),
     }
-}
-
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".to_owned())
 }
 
 fn outcome(reason: TerminationReason, iterations: u32, answer: Option<String>) -> TurnOutcome {

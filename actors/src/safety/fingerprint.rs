@@ -69,6 +69,14 @@ fn write_json_string(out: &mut String, s: &str) {
     out.push_str(&serde_json::to_string(s).unwrap_or_default());
 }
 
+/// `value` as compact JSON with every object's keys sorted (recursively) and strings cut at
+/// `max_chars` characters (`usize::MAX`: not cut). Shared by fingerprints and the tool-result cache.
+pub(crate) fn canonical_json_cut(value: &Value, max_chars: usize) -> String {
+    let mut out = String::new();
+    write_canonical(&mut out, value, max_chars);
+    out
+}
+
 fn write_canonical(out: &mut String, value: &Value, max_chars: usize) {
     match value {
         Value::Null | Value::Bool(_) | Value::Number(_) => out.push_str(&value.to_string()),

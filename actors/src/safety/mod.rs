@@ -27,6 +27,7 @@ mod monitor;
 
 pub use breakers::{AgentBreakers, Verdict, REPETITION_ALERT};
 pub use budget::{TeamBudget, UsageTotals};
+pub(crate) use fingerprint::canonical_json_cut;
 pub use fingerprint::{canonical_call, Fingerprint};
 pub use intervention::{AnswerError, BusError, ChannelInterventionBus, InterventionBus};
 pub use limits::{limit_question, limit_refusal_message, LimitCheckpoint, LimitContext};
