@@ -1077,6 +1077,9 @@ enum Reply {
     Json(Value),
     /// Never answers; reports when the client closes the connection.
     Stall,
+    /// Starts an SSE stream (headers and one chunk with the beginning of a tool call), then stalls;
+    /// reports when the client closes the connection.
+    StreamThenStall,
 }
 
 /// A tiny HTTP/1.1 server: each connection carries one request, answered by the next scripted reply.
@@ -1171,6 +1174,25 @@ async fn serve(
     bodies.lock().push(body);
     let (status, text) = match reply {
         Some(Reply::Json(value)) => (200, value.to_string()),
+        Some(Reply::StreamThenStall) => {
+            let chunk = json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
+                "id": "call_s1", "type": "function",
+                "function": {"name": "lookup", "arguments": "{\"key\":"}}]}}]});
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                        transfer-encoding: chunked\r\n\r\n";
+            let event = format!("data: {chunk}\n\n");
+            let body = format!("{:x}\r\n{event}\r\n", event.len());
+            let _ = socket.write_all(head.as_bytes()).await;
+            let _ = socket.write_all(body.as_bytes()).await;
+            let mut sink = [0u8; 1024];
+            while let Ok(n) = socket.read(&mut sink).await {
+                if n == 0 {
+                    break;
+                }
+            }
+            let _ = closed.send(());
+            return;
+        }
         Some(Reply::Stall) => {
             let mut sink = [0u8; 1024];
             while let Ok(n) = socket.read(&mut sink).await {
@@ -1432,4 +1454,41 @@ async fn openai_halt_while_the_server_stalls_closes_the_connection_and_runs_no_t
     );
     assert_eq!(server.bodies().len(), 1, "no retry after the halt");
     assert_eq!(a.status().tokens_used, 0);
+}
+
+/// Issue 4: a halt during a slow *stream* — the stream already delivered the start of a tool call —
+/// closes the connection, and the half-received tool call never runs.
+#[actix_rt::test]
+async fn openai_halt_during_a_slow_stream_closes_the_connection_and_runs_no_tool() {
+    let mut server = Server::start(vec![Reply::StreamThenStall]).await;
+    let (team, _journal) = team(WardenConfig::default());
+    let args_seen = Arc::new(Mutex::new(Vec::new()));
+    let config = OpenAiConfig {
+        stream: true,
+        ..server.config(ToolFormat::Native)
+    };
+    let provider = Arc::new(OpenAiCompatible::new(config).unwrap());
+    let a = team
+        .spawn(AgentSpec::assistant("a", provider).with_tool_arc(lookup_tool(args_seen.clone())))
+        .unwrap();
+    a.try_send_event(UserEvent::new("is the door open?"))
+        .unwrap();
+    bounded(
+        "request reached the server",
+        until("request seen", || server.bodies().len() == 1),
+    )
+    .await;
+    assert_eq!(server.bodies()[0]["stream"], json!(true));
+    bounded(
+        "halt",
+        a.halt(HaltCause::Operator {
+            operator: "op".into(),
+        }),
+    )
+    .await;
+    server.client_closed().await;
+    assert_eq!(a.state(), AgentState::Stopped);
+    assert!(args_seen.lock().is_empty(), "no tool ran");
+    assert!(a.record().history.iter().all(|m| m.tool_calls.is_empty()));
+    assert_eq!(server.bodies().len(), 1, "no retry after the halt");
 }
