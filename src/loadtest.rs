@@ -684,9 +684,10 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
     // ---- halt all
     let halt_start = Instant::now();
     let acks = team.halt_all().await;
+    let halted_at = Instant::now();
     let halt_all = HaltAll {
         agents: acks.len() as u64,
-        ms: halt_start.elapsed().as_secs_f64() * 1000.0,
+        ms: (halted_at - halt_start).as_secs_f64() * 1000.0,
     };
     drop(acks);
     // The halts' deferred clean-ups list what they cleared; wait for the accounting to settle.
@@ -696,7 +697,8 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
         actix_rt::time::sleep(Duration::from_millis(1)).await;
     }
     if scenario == Scenario::HaltStorm {
-        duration = drive_start.elapsed().min(duration + halt_start.elapsed());
+        // The drive phase ends when the storm's halts are acknowledged.
+        duration = halted_at - drive_start;
     }
 
     let statuses = team.statuses();
@@ -707,6 +709,9 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
         .sum();
     drop(statuses);
     team.shutdown().await;
+    // The probes measure a quiet system: let the fleet's actors stop and free it first.
+    drop(team);
+    actix_rt::time::sleep(Duration::from_millis(10)).await;
 
     let halt = if options.halt_probes > 0 {
         halt_probe(&options).await
