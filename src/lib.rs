@@ -22,6 +22,7 @@
 //! ```
 
 pub mod demo;
+pub mod loadtest;
 pub mod run;
 pub mod team;
 

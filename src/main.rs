@@ -31,11 +31,59 @@ enum Command {
         #[arg(long = "event")]
         events: Vec<String>,
     },
+    /// Load-test a fleet of agents (delegation trees on the scripted model) and print a report.
+    Loadtest(LoadtestArgs),
     /// Validate or print configuration files.
     Config {
         #[command(subcommand)]
         action: ConfigAction,
     },
+}
+
+#[derive(clap::Args)]
+struct LoadtestArgs {
+    /// Preset: idle | steady | cascade (failures at the leaves) | halt-storm.
+    #[arg(long, value_enum, default_value_t = warden::loadtest::Scenario::Steady)]
+    scenario: warden::loadtest::Scenario,
+    /// Agents in the fleet (roots × tree; the last tree is cut short).
+    #[arg(long, default_value_t = 100)]
+    agents: usize,
+    /// Children per inner agent.
+    #[arg(long, default_value_t = 3)]
+    fanout: usize,
+    /// Levels below each root.
+    #[arg(long, default_value_t = 2)]
+    depth: usize,
+    /// Tasks sent to every root (each cascades down its tree).
+    #[arg(long, default_value_t = 5)]
+    tasks_per_agent: usize,
+    /// Probability that a model or tool call fails.
+    #[arg(long, default_value_t = 0.0)]
+    fail_rate: f64,
+    /// Probability that a tool call panics.
+    #[arg(long, default_value_t = 0.0)]
+    panic_rate: f64,
+    /// Mean simulated model latency in ms (jittered ×0.5–1.5).
+    #[arg(long, default_value_t = 0.0)]
+    llm_latency_ms: f64,
+    /// RNG seed (same seed, same counts when the latency is 0).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Halt probe: ordinary messages queued on a paused agent before it is halted.
+    #[arg(long, default_value_t = 1000)]
+    backlog: usize,
+    /// Halt probes to run (0 = none).
+    #[arg(long, default_value_t = 11)]
+    halt_probes: usize,
+    /// Turn the SafetyMonitor's checks off (overhead comparison).
+    #[arg(long)]
+    no_safety: bool,
+    /// Stop waiting for the fleet after this many seconds.
+    #[arg(long, default_value_t = 300.0)]
+    timeout_s: f64,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -116,6 +164,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Loadtest(args) => loadtest(args),
         Command::Config { action } => match action {
             ConfigAction::Defaults => {
                 print!("{}", WardenConfig::defaults_toml());
@@ -142,6 +191,72 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+fn loadtest(args: LoadtestArgs) -> ExitCode {
+    let rates = [
+        ("--fail-rate", args.fail_rate),
+        ("--panic-rate", args.panic_rate),
+    ];
+    for (name, p) in rates {
+        if !(0.0..=1.0).contains(&p) {
+            eprintln!("error: {name} must be between 0 and 1, not {p}");
+            return ExitCode::FAILURE;
+        }
+    }
+    if !(args.llm_latency_ms >= 0.0 && args.timeout_s > 0.0) {
+        eprintln!("error: --llm-latency-ms must be >= 0 and --timeout-s > 0");
+        return ExitCode::FAILURE;
+    }
+    // Injected panics are expected: keep them off stderr, report any other.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let injected = info
+            .payload()
+            .downcast_ref::<String>()
+            .is_some_and(|m| m.contains(warden::loadtest::INJECTED_PANIC));
+        if !injected {
+            default_hook(info);
+        }
+    }));
+    let options = warden::loadtest::LoadtestOptions {
+        scenario: args.scenario,
+        agents: args.agents,
+        fanout: args.fanout,
+        depth: args.depth,
+        tasks_per_agent: args.tasks_per_agent,
+        fail_rate: args.fail_rate,
+        panic_rate: args.panic_rate,
+        llm_latency_ms: args.llm_latency_ms,
+        seed: args.seed,
+        backlog: args.backlog,
+        halt_probes: args.halt_probes,
+        safety: !args.no_safety,
+        timeout: std::time::Duration::from_secs_f64(args.timeout_s),
+    };
+    let report = warden::loadtest::run_loadtest(options);
+    let printed = if args.json {
+        serde_json::to_string(&report)
+            .map_err(std::io::Error::other)
+            .and_then(|json| {
+                use std::io::Write;
+                writeln!(std::io::stdout(), "{json}")
+            })
+    } else {
+        warden::loadtest::write_report(&mut std::io::stdout(), &report)
+    };
+    if let Err(err) = printed {
+        eprintln!("error: {err}");
+        return ExitCode::FAILURE;
+    }
+    if report.lost_events > 0 || report.leaked_slots > 0 || report.halt.processed_after_halt > 0 {
+        eprintln!(
+            "loadtest: invariant violated (lost_events {}, leaked_slots {}, processed_after_halt {})",
+            report.lost_events, report.leaked_slots, report.halt.processed_after_halt
+        );
+        return ExitCode::from(2);
+    }
+    ExitCode::SUCCESS
 }
 
 /// Lines of standard input, read on their own thread.

@@ -1,0 +1,848 @@
+//! `warden loadtest`: spawns a fleet of agents as delegation trees, drives it with the scripted model
+//! (jittered latency, injected failures and panics, all from a seeded RNG) and reports throughput,
+//! delegation outcomes, halt latency, memory and the harness's own accounting.
+//!
+//! # Fleet shape
+//! `agents` agents in trees of fanout `fanout` and depth `depth` (a tree has
+//! `1 + F + F² + … + F^D` agents; the last tree is cut short so the fleet has exactly `agents`).
+//! Agent keys are `a{root}` for roots and `a{root}.{i}.{j}…` below them, so a key's depth is its number
+//! of dots. Every root receives `tasks_per_agent` tasks; an inner agent delegates each task to all of
+//! its children at once, a leaf calls its `work` tool and answers — so without refusals every agent
+//! runs `tasks_per_agent` turns.
+//!
+//! # Scenarios
+//! * `idle` — spawn, measure spawn time and memory, halt all. No tasks.
+//! * `steady` — the fleet runs every task to its end, then is halted.
+//! * `cascade` — as `steady`, but the leaves fail (model and tool) at `max(fail_rate, 0.8)`: their
+//!   breakers trip, they are locked out and their parents' delegations to them are refused. The table
+//!   shows lockouts by depth (how far the failure spread).
+//! * `halt-storm` — as `steady`, but every agent is halted while the fleet is at work.
+//!
+//! # The harness's own accounting
+//! `lost_events` and `leaked_slots` are counted by the harness from the journal it hands to the
+//! supervisor, independently of the supervisor's own counters: every task it sends and every
+//! delegated task must end exactly once (a `TurnFinished`, a `WorkRefused`, a listing in
+//! `MessagesDiscarded`, or a halt/crash of the turn that ran it); every `DelegationRequested` id must be
+//! matched by exactly one `DelegationEnded`; and every agent must end with `active_sub_agents == 0`.
+//! The harness journal keeps counts, not events, so a million idle agents are not measured with a
+//! million stored `Spawned` events.
+
+use crate::{
+    AgentSpec, ChatMessage, FnTool, HaltCause, Journal, LlmResponse, NullJournal, ScriptStats,
+    ScriptStep, ScriptedProvider, Supervisor, ToolCategory, ToolError, UserEvent, WardenConfig,
+};
+use parking_lot::Mutex;
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use serde::Serialize;
+use serde_json::json;
+use std::{
+    collections::{HashMap, HashSet},
+    io::{self, Write},
+    num::NonZeroUsize,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+use warden_protocols::{
+    AgentKey, AgentState, ChatRole, DelegationRefusal, EventKind, FinishReason, ToolCall,
+    WorkRefusal,
+};
+
+/// Marker in the message of every injected panic (the CLI's panic hook keeps them quiet).
+pub const INJECTED_PANIC: &str = "loadtest: injected panic";
+
+/// A preset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    Idle,
+    Steady,
+    Cascade,
+    HaltStorm,
+}
+
+impl Scenario {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scenario::Idle => "idle",
+            Scenario::Steady => "steady",
+            Scenario::Cascade => "cascade",
+            Scenario::HaltStorm => "halt-storm",
+        }
+    }
+}
+
+impl std::fmt::Display for Scenario {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct LoadtestOptions {
+    pub scenario: Scenario,
+    /// Agents in the fleet (roots × tree, the last tree cut short).
+    pub agents: usize,
+    pub fanout: usize,
+    pub depth: usize,
+    /// Tasks sent to every root (each cascades down its tree).
+    pub tasks_per_agent: usize,
+    /// Probability that a model call or a tool call fails.
+    pub fail_rate: f64,
+    /// Probability that a tool call panics.
+    pub panic_rate: f64,
+    /// Mean simulated model latency; each call waits `mean × U(0.5, 1.5)`. 0 = no wait.
+    pub llm_latency_ms: f64,
+    pub seed: u64,
+    /// Halt probe: ordinary messages queued on a paused agent before it is halted.
+    pub backlog: usize,
+    /// Halt probes to run (latency percentiles are over these).
+    pub halt_probes: usize,
+    /// `false` turns the SafetyMonitor's checks off (`--no-safety`).
+    pub safety: bool,
+    /// Give up waiting for the fleet after this long (what is still open is reported as lost).
+    pub timeout: Duration,
+}
+
+impl LoadtestOptions {
+    pub fn new(scenario: Scenario) -> Self {
+        LoadtestOptions {
+            scenario,
+            agents: 100,
+            fanout: 3,
+            depth: 2,
+            tasks_per_agent: 5,
+            fail_rate: 0.0,
+            panic_rate: 0.0,
+            llm_latency_ms: 0.0,
+            seed: 1,
+            backlog: 1_000,
+            halt_probes: 11,
+            safety: true,
+            timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Delegations, counted from the journal. `requested` is every attempt:
+/// `requested == accepted + refused_budget + refused_hops + refused_locked + refused_cycle`
+/// (+ [`LoadReport::refused_other`], which is not part of the JSON contract and 0 in every scenario).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DelegationCounts {
+    pub requested: u64,
+    pub accepted: u64,
+    pub refused_budget: u64,
+    pub refused_hops: u64,
+    /// The delegate was locked out or stopped (or the delegator itself was not running).
+    pub refused_locked: u64,
+    pub refused_cycle: u64,
+}
+
+/// The halt probe's figures.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct HaltProbe {
+    pub backlog: u64,
+    pub latency_us_p50: u64,
+    pub latency_us_p99: u64,
+    pub latency_us_max: u64,
+    pub processed_after_halt: u64,
+}
+
+/// `halt_all` of the whole fleet.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct HaltAll {
+    pub agents: u64,
+    pub ms: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Memory {
+    /// Peak resident set (`VmHWM` of `/proc/self/status`); 0 where unavailable.
+    pub rss_peak_bytes: u64,
+    /// Resident-set growth over spawning the fleet, divided by the fleet's size.
+    pub bytes_per_agent: u64,
+}
+
+/// The report. Its JSON form is a stable contract (see the README's "Load testing").
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LoadReport {
+    pub scenario: String,
+    pub seed: u64,
+    pub agents: u64,
+    /// Wall time of the drive phase (first task sent → every task ended or halted).
+    pub duration_s: f64,
+    pub spawn_ns_per_agent: u64,
+    /// Model calls made by the fleet.
+    pub steps: u64,
+    pub steps_per_sec: f64,
+    /// Tool calls started (delegations not included).
+    pub tool_calls: u64,
+    pub delegations: DelegationCounts,
+    /// Agents locked out by a breaker (`LockedOut` events).
+    pub lockouts: u64,
+    /// Agents STOPPED (by a breaker) before the final halt.
+    pub stopped: u64,
+    pub restarts: u64,
+    pub halt: HaltProbe,
+    pub halt_all: HaltAll,
+    pub memory: Memory,
+    pub lost_events: u64,
+    pub leaked_slots: u64,
+    /// Not in the JSON contract: lockouts by depth (index = depth).
+    #[serde(skip)]
+    pub lockouts_by_depth: Vec<u64>,
+    /// Not in the JSON contract: delegation refusals of other kinds (unknown delegate, full mailbox).
+    #[serde(skip)]
+    pub refused_other: u64,
+    /// Not in the JSON contract: tasks the harness sent to roots, and how many were refused at once.
+    #[serde(skip)]
+    pub tasks_sent: u64,
+    #[serde(skip)]
+    pub tasks_refused: u64,
+}
+
+// ---- the harness journal ------------------------------------------------------------------------
+
+#[derive(Default)]
+struct Tally {
+    /// Per agent: work items accepted minus work items ended.
+    balance: HashMap<AgentKey, i64>,
+    /// Agents running a work item (entered EXECUTING from WAITING_FOR_EVENT, not yet ended).
+    in_progress: HashSet<AgentKey>,
+    /// Sum of `balance`.
+    outstanding: i64,
+    /// Per delegation id: requested (+1) minus ended (−1).
+    open: HashMap<u64, i64>,
+    delegations: DelegationCounts,
+    refused_other: u64,
+    tool_calls: u64,
+    turns: u64,
+    lockouts: u64,
+    lockouts_by_depth: Vec<u64>,
+}
+
+impl Tally {
+    fn add(&mut self, agent: &AgentKey, n: i64) {
+        *self.balance.entry(agent.clone()).or_default() += n;
+        self.outstanding += n;
+    }
+
+    fn end_in_progress(&mut self, agent: &AgentKey) {
+        if self.in_progress.remove(agent) {
+            self.add(agent, -1);
+        }
+    }
+}
+
+/// The journal the harness hands to the supervisor: counts, independently of the supervisor's own
+/// counters, what it needs for the report.
+#[derive(Default)]
+struct HarnessJournal {
+    seq: std::sync::atomic::AtomicU64,
+    tally: Mutex<Tally>,
+}
+
+fn depth_of(key: &str) -> usize {
+    key.bytes().filter(|b| *b == b'.').count()
+}
+
+impl Journal for HarnessJournal {
+    fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
+        let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let mut t = self.tally.lock();
+        match kind {
+            EventKind::StateChanged { from, to, .. }
+                if from == AgentState::WaitingForEvent && to == AgentState::Executing =>
+            {
+                t.in_progress.insert(agent.clone());
+            }
+            EventKind::TurnFinished { .. } => {
+                t.turns += 1;
+                t.end_in_progress(agent);
+            }
+            // The turn running when the halt came was cancelled (no TurnFinished will come).
+            EventKind::Halted { .. } | EventKind::Crashed { .. } => t.end_in_progress(agent),
+            EventKind::WorkRefused { work, .. }
+                if work == "user_event" || work == "delegated_task" =>
+            {
+                t.add(agent, -1);
+            }
+            EventKind::MessagesDiscarded { messages } => {
+                let n = messages
+                    .iter()
+                    .filter(|m| m.kind == "user_event" || m.kind == "delegated_task")
+                    .count() as i64;
+                t.add(agent, -n);
+            }
+            EventKind::ToolStarted { tool, .. } if tool != "delegate" => t.tool_calls += 1,
+            EventKind::LockedOut { .. } => {
+                t.lockouts += 1;
+                let d = depth_of(agent.as_str());
+                if t.lockouts_by_depth.len() <= d {
+                    t.lockouts_by_depth.resize(d + 1, 0);
+                }
+                t.lockouts_by_depth[d] += 1;
+            }
+            EventKind::DelegationRequested { id, to, .. } => {
+                t.delegations.requested += 1;
+                t.delegations.accepted += 1;
+                *t.open.entry(id).or_default() += 1;
+                t.add(&to, 1);
+            }
+            EventKind::DelegationEnded { id, .. } => {
+                *t.open.entry(id).or_default() -= 1;
+            }
+            EventKind::DelegationRefused { to, refusal } => match refusal {
+                // Refused after it was requested: the task was never queued on `to`.
+                DelegationRefusal::DelegateRefused { refusal, .. } => {
+                    t.delegations.accepted -= 1;
+                    t.add(&to, -1);
+                    match refusal {
+                        WorkRefusal::LockedOut { .. } | WorkRefusal::Stopped => {
+                            t.delegations.refused_locked += 1
+                        }
+                        _ => t.refused_other += 1,
+                    }
+                }
+                other => {
+                    t.delegations.requested += 1;
+                    match other {
+                        DelegationRefusal::SubAgentBudget { .. } => {
+                            t.delegations.refused_budget += 1
+                        }
+                        DelegationRefusal::HopLimit { .. } => t.delegations.refused_hops += 1,
+                        DelegationRefusal::EmergencyStop { .. }
+                        | DelegationRefusal::DelegatorNotRunning { .. } => {
+                            t.delegations.refused_locked += 1
+                        }
+                        DelegationRefusal::Cycle { .. } => t.delegations.refused_cycle += 1,
+                        _ => t.refused_other += 1,
+                    }
+                }
+            },
+            _ => {}
+        }
+        seq
+    }
+}
+
+// ---- the simulated model --------------------------------------------------------------------------
+
+fn agent_seed(seed: u64, index: usize) -> u64 {
+    // splitmix64 of (seed, index)
+    let mut z = seed ^ (index as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[derive(Clone, Copy)]
+struct Faults {
+    fail: f64,
+    panic: f64,
+    latency_ms: f64,
+}
+
+fn jitter(rng: &mut SmallRng, mean_ms: f64, step: ScriptStep) -> ScriptStep {
+    if mean_ms <= 0.0 {
+        return step;
+    }
+    let ms = mean_ms * rng.gen_range(0.5..1.5);
+    step.delayed(Duration::from_secs_f64(ms / 1000.0))
+}
+
+/// The model of one agent: delegates each task to all `children` at once (a leaf calls `work`), then
+/// answers once the results are in.
+fn node_model(children: Vec<AgentKey>, faults: Faults, seed: u64) -> Arc<ScriptedProvider> {
+    let rng = Mutex::new(SmallRng::seed_from_u64(seed));
+    let item = std::sync::atomic::AtomicU64::new(0);
+    Arc::new(ScriptedProvider::new([]).with_fallback(move |req| {
+        let mut rng = rng.lock();
+        let failed = faults.fail > 0.0 && rng.gen_bool(faults.fail.min(1.0));
+        let step = if failed {
+            ScriptStep::fail("loadtest: injected model failure")
+        } else if req
+            .messages
+            .last()
+            .is_some_and(|m| m.role == ChatRole::Tool)
+        {
+            ScriptStep::reply("done")
+        } else if children.is_empty() {
+            let i = item.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            ScriptStep::call("work", json!({ "item": i }))
+        } else {
+            let calls = children
+                .iter()
+                .enumerate()
+                .map(|(i, child)| {
+                    ToolCall::new(
+                        format!("d{i}"),
+                        "delegate",
+                        &json!({"agent": child.as_str(), "task": "work"}),
+                    )
+                })
+                .collect();
+            ScriptStep::Respond(LlmResponse {
+                message: ChatMessage::assistant_tool_calls(None, calls),
+                finish_reason: FinishReason::ToolCalls,
+                usage: Default::default(),
+            })
+        };
+        jitter(&mut rng, faults.latency_ms, step)
+    }))
+}
+
+/// The leaves' tool: fails or panics at the configured rates.
+fn work_tool(faults: Faults, seed: u64) -> impl crate::Tool {
+    let rng = Mutex::new(SmallRng::seed_from_u64(seed ^ 0x5A5A_5A5A));
+    FnTool::new(
+        "work",
+        "Do one unit of work",
+        ToolCategory::SafeChain,
+        move |_args, _ctx| {
+            let (fail, panic) = {
+                let mut rng = rng.lock();
+                let roll: f64 = rng.gen();
+                (
+                    roll < faults.fail,
+                    roll >= faults.fail && roll < faults.fail + faults.panic,
+                )
+            };
+            async move {
+                if panic {
+                    panic!("{INJECTED_PANIC}");
+                }
+                if fail {
+                    Err(ToolError::Failed("loadtest: injected tool failure".into()))
+                } else {
+                    Ok(json!({"ok": true}))
+                }
+            }
+        },
+    )
+}
+
+// ---- measurements -------------------------------------------------------------------------------
+
+/// A field of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`); 0 where unavailable.
+pub fn proc_status_bytes(field: &str) -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/self/status") else {
+        return 0;
+    };
+    text.lines()
+        .find_map(|line| {
+            let rest = line.strip_prefix(field)?.strip_prefix(':')?;
+            let kb: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
+            Some(kb * 1024)
+        })
+        .unwrap_or(0)
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Halt probes on their own one-agent teams: pause, queue `backlog` events, halt; latency is from the
+/// halt request to its acknowledgement; messages processed after it are counted (must be 0).
+async fn halt_probe(options: &LoadtestOptions) -> HaltProbe {
+    let backlog = options.backlog;
+    let mut config = WardenConfig::default();
+    config.mailbox.ordinary_capacity =
+        NonZeroUsize::new(backlog.max(1)).unwrap_or(NonZeroUsize::MIN);
+    let mut latencies = Vec::new();
+    let mut processed_after_halt = 0;
+    for i in 0..options.halt_probes {
+        let team = Supervisor::builder(config.clone(), Arc::new(NullJournal::default()))
+            .current_arbiter()
+            .build();
+        let model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("ok")));
+        let Ok(agent) = team.spawn(AgentSpec::assistant(format!("probe{i}"), model)) else {
+            continue;
+        };
+        if agent.pause("loadtest").await.is_err() {
+            continue;
+        }
+        for n in 0..backlog {
+            if agent
+                .try_send_event(UserEvent::new(format!("m{n}")))
+                .is_err()
+            {
+                break;
+            }
+        }
+        let turns_before = agent.status().turns;
+        let start = Instant::now();
+        let ack = agent
+            .halt(HaltCause::Operator {
+                operator: "loadtest".into(),
+            })
+            .await;
+        latencies.push(start.elapsed().as_micros() as u64);
+        // Give anything that could still run the chance to (nothing should), and the backlog's
+        // deferred clean-up the time to free it.
+        actix_rt::time::sleep(Duration::from_millis(5)).await;
+        let status = agent.status();
+        processed_after_halt += status.turns - turns_before;
+        if ack.state != AgentState::Stopped {
+            processed_after_halt += 1;
+        }
+        team.shutdown().await;
+    }
+    latencies.sort_unstable();
+    HaltProbe {
+        backlog: backlog as u64,
+        latency_us_p50: percentile(&latencies, 0.50),
+        latency_us_p99: percentile(&latencies, 0.99),
+        latency_us_max: latencies.last().copied().unwrap_or(0),
+        processed_after_halt,
+    }
+}
+
+// ---- the run ------------------------------------------------------------------------------------
+
+/// One agent of the fleet, by spawn order.
+struct Node {
+    key: AgentKey,
+    parent: Option<AgentKey>,
+    children: Vec<AgentKey>,
+}
+
+/// Trees of `fanout`/`depth`, breadth first, cut at `agents`.
+fn fleet_shape(agents: usize, fanout: usize, depth: usize) -> Vec<Node> {
+    let mut nodes: Vec<Node> = Vec::with_capacity(agents);
+    let mut root = 0;
+    while nodes.len() < agents {
+        // Breadth first within one tree: (key, parent index in `nodes`, depth).
+        let start = nodes.len();
+        nodes.push(Node {
+            key: AgentKey::from(format!("a{root}")),
+            parent: None,
+            children: Vec::new(),
+        });
+        let mut i = start;
+        while i < nodes.len() && nodes.len() < agents {
+            let d = depth_of(nodes[i].key.as_str());
+            if d < depth {
+                for c in 0..fanout {
+                    if nodes.len() >= agents {
+                        break;
+                    }
+                    let key = AgentKey::from(format!("{}.{c}", nodes[i].key.as_str()));
+                    nodes[i].children.push(key.clone());
+                    let parent = Some(nodes[i].key.clone());
+                    nodes.push(Node {
+                        key,
+                        parent,
+                        children: Vec::new(),
+                    });
+                }
+            }
+            i += 1;
+        }
+        root += 1;
+    }
+    nodes
+}
+
+/// Runs a load test in its own actix `System` (blocks the calling thread).
+pub fn run_loadtest(options: LoadtestOptions) -> LoadReport {
+    actix_rt::System::new().block_on(run_loadtest_async(options))
+}
+
+/// [`run_loadtest`] inside a running actix `System` (every agent on the current arbiter).
+pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
+    let scenario = options.scenario;
+    let mut config = WardenConfig::default();
+    config.safety.budget.tokens_per_agent = 0;
+    config.safety.loop_.max_iterations_per_task = 1_000_000;
+    let tasks = if scenario == Scenario::Idle {
+        0
+    } else {
+        options.tasks_per_agent
+    };
+    config.mailbox.ordinary_capacity =
+        NonZeroUsize::new(tasks.max(1024)).unwrap_or(NonZeroUsize::MIN);
+    let journal = Arc::new(HarnessJournal::default());
+    let team = Supervisor::builder(config, journal.clone())
+        .current_arbiter()
+        .safety_checks(options.safety)
+        .build();
+
+    let inner = Faults {
+        fail: options.fail_rate,
+        panic: options.panic_rate,
+        latency_ms: options.llm_latency_ms,
+    };
+    let leaf = if scenario == Scenario::Cascade {
+        Faults {
+            fail: options.fail_rate.max(0.8),
+            ..inner
+        }
+    } else {
+        inner
+    };
+
+    // ---- spawn
+    let shape = fleet_shape(options.agents, options.fanout, options.depth);
+    let idle_model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("ok")));
+    let rss_before = proc_status_bytes("VmRSS");
+    let mut roots = Vec::new();
+    let mut stats: Vec<Arc<ScriptStats>> = Vec::new();
+    let spawn_start = Instant::now();
+    for (index, node) in shape.into_iter().enumerate() {
+        let Node {
+            key,
+            parent,
+            children,
+        } = node;
+        let is_root = parent.is_none();
+        let seed = agent_seed(options.seed, index);
+        let spec = if scenario == Scenario::Idle {
+            // No task will reach them: one shared model, no tools (measures the agents themselves).
+            match parent {
+                None => AgentSpec::assistant(key, idle_model.clone()),
+                Some(p) => AgentSpec::sub_agent(key, p, idle_model.clone()),
+            }
+        } else {
+            let faults = if children.is_empty() { leaf } else { inner };
+            let leafy = children.is_empty();
+            let model = node_model(children, faults, seed);
+            stats.push(model.stats());
+            let spec = match parent {
+                None => AgentSpec::assistant(key, model),
+                Some(p) => AgentSpec::sub_agent(key, p, model),
+            };
+            if leafy {
+                spec.with_tool(work_tool(faults, seed)).without_delegation()
+            } else {
+                spec
+            }
+        };
+        match team.spawn(spec) {
+            Ok(handle) if is_root => roots.push(handle),
+            _ => {}
+        }
+    }
+    let agents = team.len() as u64;
+    let spawn_elapsed = spawn_start.elapsed();
+    let rss_after = proc_status_bytes("VmRSS");
+
+    // ---- drive
+    let mut tasks_sent = 0u64;
+    let mut tasks_refused = 0u64;
+    let drive_start = Instant::now();
+    for t in 0..tasks {
+        for root in &roots {
+            tasks_sent += 1;
+            match root.try_send_event(UserEvent::new(format!("task {t}"))) {
+                Ok(_) => journal.tally.lock().add(root.key(), 1),
+                Err(err) => {
+                    tasks_refused += 1;
+                    // A refusal by a locked-out or stopped agent is journaled (and counted as the
+                    // task's ending); a full or closed mailbox is not.
+                    if matches!(
+                        err.refusal,
+                        WorkRefusal::LockedOut { .. } | WorkRefusal::Stopped
+                    ) {
+                        journal.tally.lock().add(root.key(), 1);
+                    }
+                }
+            }
+        }
+    }
+    let deadline = Instant::now() + options.timeout;
+    let settled = |t: &Tally| t.outstanding == 0 && t.open.values().all(|v| *v == 0);
+    if scenario == Scenario::HaltStorm {
+        // Halt while the fleet is at work: once the roots' first tasks are through.
+        let target = roots.len() as u64;
+        while Instant::now() < deadline {
+            {
+                let t = journal.tally.lock();
+                if t.turns >= target || settled(&t) {
+                    break;
+                }
+            }
+            actix_rt::time::sleep(Duration::from_micros(200)).await;
+        }
+    } else {
+        while Instant::now() < deadline && !settled(&journal.tally.lock()) {
+            actix_rt::time::sleep(Duration::from_micros(500)).await;
+        }
+    }
+    let mut duration = drive_start.elapsed();
+
+    let statuses = team.statuses();
+    let stopped = statuses
+        .iter()
+        .filter(|s| s.state == AgentState::Stopped)
+        .count() as u64;
+    drop(statuses);
+
+    // ---- halt all
+    let halt_start = Instant::now();
+    let acks = team.halt_all().await;
+    let halted_at = Instant::now();
+    let halt_all = HaltAll {
+        agents: acks.len() as u64,
+        ms: (halted_at - halt_start).as_secs_f64() * 1000.0,
+    };
+    drop(acks);
+    // The halts' deferred clean-ups list what they cleared; wait for the accounting to settle.
+    let settle_deadline = Instant::now() + Duration::from_secs(10).min(options.timeout);
+    actix_rt::time::sleep(Duration::from_millis(5)).await;
+    while Instant::now() < settle_deadline && !settled(&journal.tally.lock()) {
+        actix_rt::time::sleep(Duration::from_millis(1)).await;
+    }
+    if scenario == Scenario::HaltStorm {
+        // The drive phase ends when the storm's halts are acknowledged.
+        duration = halted_at - drive_start;
+    }
+
+    let statuses = team.statuses();
+    let restarts: u64 = statuses.iter().map(|s| u64::from(s.restarts)).sum();
+    let active_slots: u64 = statuses
+        .iter()
+        .map(|s| u64::from(s.active_sub_agents))
+        .sum();
+    drop(statuses);
+    team.shutdown().await;
+    // The probes measure a quiet system: let the fleet's actors stop and free it first.
+    drop(team);
+    actix_rt::time::sleep(Duration::from_millis(10)).await;
+
+    let halt = if options.halt_probes > 0 {
+        halt_probe(&options).await
+    } else {
+        HaltProbe {
+            backlog: options.backlog as u64,
+            ..HaltProbe::default()
+        }
+    };
+
+    let steps: u64 = stats
+        .iter()
+        .map(|s| s.calls.load(std::sync::atomic::Ordering::SeqCst))
+        .sum();
+    let t = journal.tally.lock();
+    let lost_events: u64 = t.balance.values().map(|b| b.unsigned_abs()).sum();
+    let open_ids: u64 = t.open.values().map(|v| v.unsigned_abs()).sum();
+    let duration_s = duration.as_secs_f64();
+    LoadReport {
+        scenario: scenario.as_str().to_owned(),
+        seed: options.seed,
+        agents,
+        duration_s,
+        spawn_ns_per_agent: (spawn_elapsed.as_nanos() / u128::from(agents.max(1))) as u64,
+        steps,
+        steps_per_sec: if duration_s > 0.0 {
+            steps as f64 / duration_s
+        } else {
+            0.0
+        },
+        tool_calls: t.tool_calls,
+        delegations: t.delegations.clone(),
+        lockouts: t.lockouts,
+        stopped,
+        restarts,
+        halt,
+        halt_all,
+        memory: Memory {
+            rss_peak_bytes: proc_status_bytes("VmHWM"),
+            bytes_per_agent: rss_after.saturating_sub(rss_before) / agents.max(1),
+        },
+        lost_events,
+        leaked_slots: active_slots + open_ids,
+        lockouts_by_depth: t.lockouts_by_depth.clone(),
+        refused_other: t.refused_other,
+        tasks_sent,
+        tasks_refused,
+    }
+}
+
+/// The human-readable table.
+pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
+    let d = &r.delegations;
+    writeln!(
+        out,
+        "warden loadtest — scenario {} (seed {})",
+        r.scenario, r.seed
+    )?;
+    let rows: Vec<(&str, String)> = vec![
+        ("agents", r.agents.to_string()),
+        ("spawn", format!("{} ns/agent", r.spawn_ns_per_agent)),
+        (
+            "tasks",
+            format!("{} sent, {} refused", r.tasks_sent, r.tasks_refused),
+        ),
+        ("duration", format!("{:.3} s", r.duration_s)),
+        (
+            "steps",
+            format!("{} ({:.0}/s)", r.steps, r.steps_per_sec),
+        ),
+        ("tool calls", r.tool_calls.to_string()),
+        (
+            "delegations",
+            format!(
+                "{} requested: {} accepted, refused {} budget / {} hops / {} locked / {} cycle / {} other",
+                d.requested,
+                d.accepted,
+                d.refused_budget,
+                d.refused_hops,
+                d.refused_locked,
+                d.refused_cycle,
+                r.refused_other
+            ),
+        ),
+        (
+            "lockouts",
+            format!(
+                "{} (by depth: {})",
+                r.lockouts,
+                if r.lockouts_by_depth.is_empty() {
+                    "-".to_owned()
+                } else {
+                    r.lockouts_by_depth
+                        .iter()
+                        .enumerate()
+                        .map(|(depth, n)| format!("d{depth}={n}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                }
+            ),
+        ),
+        ("stopped", r.stopped.to_string()),
+        ("restarts", r.restarts.to_string()),
+        (
+            "halt probe",
+            format!(
+                "backlog {}: p50 {} µs, p99 {} µs, max {} µs, {} processed after halt",
+                r.halt.backlog,
+                r.halt.latency_us_p50,
+                r.halt.latency_us_p99,
+                r.halt.latency_us_max,
+                r.halt.processed_after_halt
+            ),
+        ),
+        (
+            "halt all",
+            format!("{} agents in {:.3} ms", r.halt_all.agents, r.halt_all.ms),
+        ),
+        (
+            "memory",
+            format!(
+                "peak RSS {:.1} MiB, {} bytes/agent",
+                r.memory.rss_peak_bytes as f64 / (1024.0 * 1024.0),
+                r.memory.bytes_per_agent
+            ),
+        ),
+        ("lost events", r.lost_events.to_string()),
+        ("leaked slots", r.leaked_slots.to_string()),
+    ];
+    for (name, value) in rows {
+        writeln!(out, "  {name:<13} {value}")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,263 @@
+//! `warden loadtest` on small fleets: the report's invariants in every scenario (nothing lost, no slot
+//! leaked, delegation counts that add up, nothing processed after a halt), its JSON contract and its
+//! reproducibility.
+use std::time::Duration;
+use warden::loadtest::{run_loadtest, LoadReport, LoadtestOptions, Scenario};
+
+fn small(scenario: Scenario) -> LoadtestOptions {
+    LoadtestOptions {
+        agents: 40,
+        fanout: 3,
+        depth: 2,
+        tasks_per_agent: 4,
+        backlog: 2_000,
+        halt_probes: 3,
+        timeout: Duration::from_secs(60),
+        ..LoadtestOptions::new(scenario)
+    }
+}
+
+fn check_invariants(r: &LoadReport) {
+    assert_eq!(r.lost_events, 0, "lost events: {r:#?}");
+    assert_eq!(r.leaked_slots, 0, "leaked slots: {r:#?}");
+    assert_eq!(r.halt.processed_after_halt, 0, "{r:#?}");
+    assert_eq!(r.halt.backlog, 2_000);
+    assert!(r.halt.latency_us_p50 <= r.halt.latency_us_p99);
+    assert!(r.halt.latency_us_p99 <= r.halt.latency_us_max);
+    let d = &r.delegations;
+    assert_eq!(
+        d.requested,
+        d.accepted
+            + d.refused_budget
+            + d.refused_hops
+            + d.refused_locked
+            + d.refused_cycle
+            + r.refused_other,
+        "{d:?}"
+    );
+    assert_eq!(r.refused_other, 0, "{r:#?}");
+    assert_eq!(r.agents, 40);
+    assert_eq!(r.halt_all.agents, 40);
+}
+
+#[test]
+fn idle_fleet_spawns_measures_and_halts() {
+    let r = run_loadtest(small(Scenario::Idle));
+    check_invariants(&r);
+    assert_eq!(r.steps, 0);
+    assert_eq!(r.delegations.requested, 0);
+    assert!(r.spawn_ns_per_agent > 0);
+}
+
+#[test]
+fn steady_fleet_runs_every_task_down_every_tree() {
+    let r = run_loadtest(small(Scenario::Steady));
+    check_invariants(&r);
+    // 40 agents = 3 trees of 13 + one root: 4 roots × 4 tasks; every agent runs every task in two
+    // model calls; every inner agent delegates each task to each child.
+    assert_eq!(r.tasks_sent, 16);
+    assert_eq!(r.steps, 40 * 4 * 2);
+    assert_eq!(r.delegations.accepted, 36 * 4);
+    assert_eq!(r.delegations.requested, r.delegations.accepted);
+    // 27 leaves in the full trees, and the lone fourth root is a leaf too.
+    assert_eq!(r.tool_calls, 28 * 4);
+    assert_eq!(r.lockouts, 0);
+    assert!(r.steps_per_sec > 0.0);
+}
+
+#[test]
+fn steady_fleet_with_latency_and_faults_keeps_its_accounting() {
+    let r = run_loadtest(LoadtestOptions {
+        llm_latency_ms: 2.0,
+        fail_rate: 0.1,
+        panic_rate: 0.05,
+        ..small(Scenario::Steady)
+    });
+    check_invariants(&r);
+    assert!(r.steps > 0);
+}
+
+#[test]
+fn cascade_trips_leaf_breakers_and_refuses_delegations_to_them() {
+    let r = run_loadtest(LoadtestOptions {
+        tasks_per_agent: 10,
+        ..small(Scenario::Cascade)
+    });
+    check_invariants(&r);
+    assert!(r.lockouts > 0, "{r:#?}");
+    // The failure starts at the leaves (depth 2).
+    assert!(
+        r.lockouts_by_depth.get(2).copied().unwrap_or(0) > 0,
+        "{r:#?}"
+    );
+    assert!(r.delegations.refused_locked > 0, "{r:#?}");
+}
+
+#[test]
+fn hop_limit_refusals_are_counted() {
+    // Depth 5 with fanout 1: chains of 6 agents, past safety.loop.max_agent_hops = 3.
+    let r = run_loadtest(LoadtestOptions {
+        agents: 12,
+        fanout: 1,
+        depth: 5,
+        ..small(Scenario::Steady)
+    });
+    assert_eq!(r.lost_events, 0, "{r:#?}");
+    assert_eq!(r.leaked_slots, 0, "{r:#?}");
+    assert!(r.delegations.refused_hops > 0, "{r:#?}");
+    let d = &r.delegations;
+    assert_eq!(
+        d.requested,
+        d.accepted + d.refused_budget + d.refused_hops + d.refused_locked + d.refused_cycle
+    );
+}
+
+#[test]
+fn budget_refusals_are_counted() {
+    // Fanout 5 > delegation.sub_agent_budget = 3: two delegations of every task are refused.
+    let r = run_loadtest(LoadtestOptions {
+        agents: 12,
+        fanout: 5,
+        depth: 1,
+        safety: false,
+        ..small(Scenario::Steady)
+    });
+    assert_eq!(r.lost_events, 0, "{r:#?}");
+    assert_eq!(r.leaked_slots, 0, "{r:#?}");
+    assert!(r.delegations.refused_budget > 0, "{r:#?}");
+}
+
+#[test]
+fn halt_storm_halts_a_busy_fleet_without_losing_anything() {
+    let r = run_loadtest(LoadtestOptions {
+        llm_latency_ms: 1.0,
+        tasks_per_agent: 20,
+        ..small(Scenario::HaltStorm)
+    });
+    check_invariants(&r);
+    // Halted mid-run: not every task ran to its end.
+    assert!(r.steps < 40 * 20 * 2, "{r:#?}");
+}
+
+#[test]
+fn no_safety_runs_the_same_scenario() {
+    let r = run_loadtest(LoadtestOptions {
+        safety: false,
+        ..small(Scenario::Cascade)
+    });
+    check_invariants(&r);
+}
+
+#[test]
+fn same_seed_gives_the_same_counts() {
+    let opts = LoadtestOptions {
+        fail_rate: 0.2,
+        panic_rate: 0.05,
+        seed: 42,
+        ..small(Scenario::Cascade)
+    };
+    let a = run_loadtest(opts.clone());
+    let b = run_loadtest(opts);
+    check_invariants(&a);
+    let counts = |r: &LoadReport| {
+        (
+            r.steps,
+            r.tool_calls,
+            r.delegations.clone(),
+            r.lockouts,
+            r.stopped,
+            r.restarts,
+            r.lockouts_by_depth.clone(),
+        )
+    };
+    assert_eq!(counts(&a), counts(&b));
+}
+
+#[test]
+fn json_report_has_exactly_the_contract_keys() {
+    let r = run_loadtest(small(Scenario::Steady));
+    let json = serde_json::to_value(&r).unwrap();
+    let keys = |v: &serde_json::Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    let sorted = |k: &[&str]| {
+        let mut k: Vec<String> = k.iter().map(|s| s.to_string()).collect();
+        k.sort();
+        k
+    };
+    assert_eq!(
+        keys(&json),
+        sorted(&[
+            "scenario",
+            "seed",
+            "agents",
+            "duration_s",
+            "spawn_ns_per_agent",
+            "steps",
+            "steps_per_sec",
+            "tool_calls",
+            "delegations",
+            "lockouts",
+            "stopped",
+            "restarts",
+            "halt",
+            "halt_all",
+            "memory",
+            "lost_events",
+            "leaked_slots",
+        ])
+    );
+    assert_eq!(
+        keys(&json["delegations"]),
+        sorted(&[
+            "requested",
+            "accepted",
+            "refused_budget",
+            "refused_hops",
+            "refused_locked",
+            "refused_cycle",
+        ])
+    );
+    assert_eq!(
+        keys(&json["halt"]),
+        sorted(&[
+            "backlog",
+            "latency_us_p50",
+            "latency_us_p99",
+            "latency_us_max",
+            "processed_after_halt",
+        ])
+    );
+    assert_eq!(keys(&json["halt_all"]), sorted(&["agents", "ms"]));
+    assert_eq!(
+        keys(&json["memory"]),
+        sorted(&["rss_peak_bytes", "bytes_per_agent"])
+    );
+    assert_eq!(json["scenario"], "steady");
+}
+
+#[test]
+fn cli_prints_one_json_object() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args([
+            "loadtest",
+            "--scenario",
+            "halt-storm",
+            "--agents",
+            "20",
+            "--halt-probes",
+            "2",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.trim().lines().count(), 1);
+    let json: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(json["scenario"], "halt-storm");
+    assert_eq!(json["agents"], 20);
+    assert_eq!(json["lost_events"], 0);
+}
