@@ -31,10 +31,44 @@ enum Command {
         #[arg(long = "event")]
         events: Vec<String>,
     },
+    /// Inspect a journal database (read-only; safe while warden runs on it).
+    Journal {
+        /// The journal database.
+        #[arg(long, default_value = warden::journal::DEFAULT_DB, global = true)]
+        db: PathBuf,
+        #[command(subcommand)]
+        action: JournalAction,
+    },
     /// Validate or print configuration files.
     Config {
         #[command(subcommand)]
         action: ConfigAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum JournalAction {
+    /// The last events, oldest first.
+    Tail {
+        /// How many events.
+        #[arg(short = 'n', long, default_value_t = 20)]
+        lines: usize,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One agent: its record rebuilt from the journal, and its events.
+    Show {
+        agent: String,
+        /// One JSON object `{record, events}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every event.
+    Export {
+        /// As a JSON array (the only format for now).
+        #[arg(long, required = true)]
+        json: bool,
     },
 }
 
@@ -108,6 +142,25 @@ fn main() -> ExitCode {
                 let mut stdout = std::io::stdout();
                 warden::run::run(file, options, input, &mut stdout).await
             });
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Journal { db, action } => {
+            let mut stdout = std::io::stdout().lock();
+            let result = match action {
+                JournalAction::Tail { lines, json } => {
+                    warden::journal::tail(&db, lines, json, &mut stdout)
+                }
+                JournalAction::Show { agent, json } => {
+                    warden::journal::show(&db, &agent, json, &mut stdout)
+                }
+                JournalAction::Export { json: _ } => warden::journal::export_json(&db, &mut stdout),
+            };
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {
