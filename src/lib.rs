@@ -21,6 +21,7 @@
 //! # }
 //! ```
 
+pub mod api;
 pub mod demo;
 pub mod journal;
 pub mod run;
