@@ -42,6 +42,9 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX events_agent ON events(agent, seq);",
 ];
 
+/// The cause journaled when [`SqliteJournal::recover_records`] ends a turn a crash interrupted.
+pub const RECOVERY_CAUSE: &str = "restart: turn interrupted by a crash";
+
 /// Where a journal is kept by default (`warden journal --db`).
 pub const DEFAULT_DB: &str = "./warden.db";
 
@@ -376,6 +379,37 @@ impl SqliteJournal {
         let conn = self.shared.conn.lock();
         let events = read_events(&conn, None)?;
         Ok(records_from(&events, read_agents(&conn)?))
+    }
+
+    /// The records to restart a fleet from: [`SqliteJournal::restore_records`], with every agent a
+    /// crash caught mid-turn (`EXECUTING`, `WAITING_FOR_TOOL`, `WAITING_FOR_INPUT`) brought back to
+    /// `WAITING_FOR_EVENT` along legal transitions, each journaled (cause [`RECOVERY_CAUSE`]) so the
+    /// records still equal the replay. The interrupted turn is not resumed. Locked-out and stopped
+    /// agents are left as they are.
+    pub fn recover_records(&self) -> Result<Vec<AgentRecord>, JournalError> {
+        let mut records = self.restore_records()?;
+        for record in &mut records {
+            let path: &[AgentState] = match record.state {
+                AgentState::Executing => &[AgentState::WaitingForEvent],
+                AgentState::WaitingForTool | AgentState::WaitingForInput => {
+                    &[AgentState::Executing, AgentState::WaitingForEvent]
+                }
+                AgentState::WaitingForEvent | AgentState::SafetyLockout | AgentState::Stopped => {
+                    &[]
+                }
+            };
+            for &to in path {
+                let kind = EventKind::StateChanged {
+                    from: record.state,
+                    to,
+                    cause: RECOVERY_CAUSE.into(),
+                };
+                self.append(&record.key, kind.clone());
+                record.apply(&kind);
+            }
+        }
+        self.flush();
+        Ok(records)
     }
 }
 

@@ -430,3 +430,92 @@ fn inspection_commands_print_tail_show_and_export() {
     assert!(err.to_string().contains("does not exist"));
     assert!(!missing.exists(), "inspection must not create a journal");
 }
+
+#[actix_rt::test]
+async fn an_agent_caught_mid_turn_is_recovered_to_waiting_and_takes_work_again() {
+    tokio::time::pause();
+    let db = TempDb::new("midturn");
+    {
+        // What a process killed during a tool call leaves behind.
+        let journal = SqliteJournal::open(&db.0).unwrap();
+        let a = key("a");
+        journal.append(
+            &a,
+            EventKind::Spawned {
+                role: AgentRole::Assistant,
+                parent: None,
+                max_consecutive_errors: 5,
+            },
+        );
+        for (from, to) in [
+            (AgentState::WaitingForEvent, AgentState::Executing),
+            (AgentState::Executing, AgentState::WaitingForTool),
+        ] {
+            journal.append(
+                &a,
+                EventKind::StateChanged {
+                    from,
+                    to,
+                    cause: "turn".into(),
+                },
+            );
+        }
+    }
+    let journal = Arc::new(SqliteJournal::open(&db.0).unwrap());
+    assert_eq!(
+        journal.restore_records().unwrap()[0].state,
+        AgentState::WaitingForTool
+    );
+    let records = journal.recover_records().unwrap();
+    assert_eq!(records[0].state, AgentState::WaitingForEvent);
+    // The recovery is journaled along legal transitions, so replay still equals the record.
+    assert_eq!(journal.restore_records().unwrap(), records);
+    let recovery: Vec<_> = journal
+        .events_of("a")
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::StateChanged { from, to, cause } if cause == journal::RECOVERY_CAUSE => {
+                assert!(from.can_transition_to(to));
+                Some((from, to))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        recovery,
+        [
+            (AgentState::WaitingForTool, AgentState::Executing),
+            (AgentState::Executing, AgentState::WaitingForEvent)
+        ]
+    );
+
+    let team = Supervisor::on_current_arbiter(WardenConfig::default(), journal.clone());
+    let model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("back")));
+    let a = team
+        .spawn(AgentSpec::assistant("a", model).restored_from(records[0].clone()))
+        .unwrap();
+    a.try_send_event(UserEvent::new("hello again")).unwrap();
+    until("answered", || a.status().turns == 1).await;
+    assert_eq!(journal.restore_records().unwrap()[0], a.record());
+}
+
+#[test]
+fn recovery_leaves_locked_out_and_stopped_agents_as_they_are() {
+    let journal = SqliteJournal::open(":memory:").unwrap();
+    for (agent, to) in [("l", AgentState::SafetyLockout), ("s", AgentState::Stopped)] {
+        journal.append(
+            &key(agent),
+            EventKind::StateChanged {
+                from: AgentState::Executing,
+                to,
+                cause: "x".into(),
+            },
+        );
+    }
+    let before = journal.events().unwrap().len();
+    let records = journal.recover_records().unwrap();
+    assert_eq!(records[0].state, AgentState::SafetyLockout);
+    assert_eq!(records[1].state, AgentState::Stopped);
+    assert_eq!(journal.events().unwrap().len(), before);
+}
