@@ -429,3 +429,79 @@ async fn answer_intervention(
         })?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "id": id, "answer": answer })))
 }
+
+/// Why `serve` would not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("refusing to listen on non-loopback address {0} without an admin token (set WARDEN_ADMIN_TOKEN)")]
+    NoTokenOnPublicAddress(std::net::SocketAddr),
+    #[error("listen: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Refuses a non-loopback address when no admin token is configured.
+pub fn check_listen(addr: std::net::SocketAddr, config: &ApiConfig) -> Result<(), ServeError> {
+    if config.admin_token.is_none() && !addr.ip().is_loopback() {
+        return Err(ServeError::NoTokenOnPublicAddress(addr));
+    }
+    Ok(())
+}
+
+/// Serves the API on `addr` until the server stops (must run inside an actix `System`).
+pub async fn serve(state: ApiState, addr: std::net::SocketAddr) -> Result<(), ServeError> {
+    check_listen(addr, &state.config)?;
+    actix_web::HttpServer::new(move || actix_web::App::new().configure(configure(state.clone())))
+        .workers(1)
+        .bind(addr)?
+        .run()
+        .await?;
+    Ok(())
+}
+
+/// The team `warden serve` runs when no `--config` is given: one assistant on the scripted model.
+pub const DEFAULT_TEAM: &str = r#"
+[providers.scripted]
+kind = "scripted"
+replies = ["Hello! I am a scripted assistant."]
+
+[[agents]]
+key = "assistant"
+provider = "scripted"
+"#;
+
+/// `warden serve`: opens the journal at `db`, recovers every agent recorded there
+/// ([`crate::journal::SqliteJournal::recover_records`]), spawns the team (restored agents keep their
+/// state, lockout and history) and serves the API on `addr` until stopped.
+pub async fn serve_team(
+    file: crate::team::TeamFile,
+    db: &std::path::Path,
+    addr: std::net::SocketAddr,
+    config: ApiConfig,
+) -> Result<(), Box<dyn std::error::Error>> {
+    check_listen(addr, &config)?;
+    let journal = Arc::new(crate::journal::SqliteJournal::open(db)?);
+    let records = journal.recover_records()?;
+    let bus = Arc::new(ChannelInterventionBus::new());
+    let supervisor = Supervisor::builder(file.config.clone(), journal.clone())
+        .intervention_bus(bus.clone())
+        .build();
+    file.spawn_agents_restored(&supervisor, &records)?;
+    eprintln!(
+        "warden: serving {} agents on http://{addr} (journal {}, {} restored)",
+        supervisor.len(),
+        db.display(),
+        records.len()
+    );
+    serve(
+        ApiState {
+            supervisor: supervisor.clone(),
+            bus: Some(bus),
+            config,
+        },
+        addr,
+    )
+    .await?;
+    supervisor.shutdown().await;
+    journal.close();
+    Ok(())
+}

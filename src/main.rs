@@ -31,6 +31,18 @@ enum Command {
         #[arg(long = "event")]
         events: Vec<String>,
     },
+    /// Run a team and the HTTP admin API on a durable journal (agents are restored from it).
+    Serve {
+        /// Team file (default: one assistant on the scripted model).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:7878")]
+        listen: std::net::SocketAddr,
+        /// The journal database.
+        #[arg(long, default_value = warden::journal::DEFAULT_DB)]
+        db: PathBuf,
+    },
     /// Inspect a journal database (read-only; safe while warden runs on it).
     Journal {
         /// The journal database.
@@ -142,6 +154,35 @@ fn main() -> ExitCode {
                 let mut stdout = std::io::stdout();
                 warden::run::run(file, options, input, &mut stdout).await
             });
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Serve { config, listen, db } => {
+            let text = match &config {
+                Some(path) => match std::fs::read_to_string(path) {
+                    Ok(text) => text,
+                    Err(err) => {
+                        eprintln!("error: cannot read {}: {err}", path.display());
+                        return ExitCode::FAILURE;
+                    }
+                },
+                None => warden::api::DEFAULT_TEAM.to_owned(),
+            };
+            let file = match warden::team::TeamFile::from_toml(&text) {
+                Ok(file) => file,
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let api = warden::api::ApiConfig::from_env();
+            let result = actix_rt::System::new()
+                .block_on(async move { warden::api::serve_team(file, &db, listen, api).await });
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {

@@ -498,3 +498,15 @@ async fn interventions_are_listed_and_answered_over_http() {
         .iter()
         .any(|e| matches!(e.kind, EventKind::LimitDenied { .. })));
 }
+
+#[actix_rt::test]
+async fn serve_refuses_a_public_address_without_an_admin_token() {
+    let public: std::net::SocketAddr = "0.0.0.0:7878".parse().unwrap();
+    let local: std::net::SocketAddr = "127.0.0.1:7878".parse().unwrap();
+    let err = api::check_listen(public, &ApiConfig::default()).unwrap_err();
+    assert!(err.to_string().contains("without an admin token"), "{err}");
+    assert!(api::check_listen(local, &ApiConfig::default()).is_ok());
+    assert!(api::check_listen(public, &config()).is_ok());
+    // The default team parses.
+    assert!(warden::team::TeamFile::from_toml(api::DEFAULT_TEAM).is_ok());
+}
