@@ -21,11 +21,14 @@
 //! # }
 //! ```
 
+pub mod api;
 pub mod demo;
+pub mod journal;
 pub mod loadtest;
 pub mod run;
 pub mod team;
 
+pub use journal::{JournalReader, SqliteJournal};
 pub use warden_actors::{
     context, mailbox, now_ms, safety, toolkit, AgentHandle, AgentSpec, ChannelInterventionBus,
     ControlError, ControlOp, DelegationError, EventSendError, FnTool, HaltAck, InterventionBus,

@@ -33,6 +33,26 @@ enum Command {
     },
     /// Load-test a fleet of agents (delegation trees on the scripted model) and print a report.
     Loadtest(LoadtestArgs),
+    /// Run a team and the HTTP admin API on a durable journal (agents are restored from it).
+    Serve {
+        /// Team file (default: one assistant on the scripted model).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:7878")]
+        listen: std::net::SocketAddr,
+        /// The journal database.
+        #[arg(long, default_value = warden::journal::DEFAULT_DB)]
+        db: PathBuf,
+    },
+    /// Inspect a journal database (read-only; safe while warden runs on it).
+    Journal {
+        /// The journal database.
+        #[arg(long, default_value = warden::journal::DEFAULT_DB, global = true)]
+        db: PathBuf,
+        #[command(subcommand)]
+        action: JournalAction,
+    },
     /// Validate or print configuration files.
     Config {
         #[command(subcommand)]
@@ -84,6 +104,32 @@ struct LoadtestArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Subcommand)]
+enum JournalAction {
+    /// The last events, oldest first.
+    Tail {
+        /// How many events.
+        #[arg(short = 'n', long, default_value_t = 20)]
+        lines: usize,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One agent: its record rebuilt from the journal, and its events.
+    Show {
+        agent: String,
+        /// One JSON object `{record, events}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every event.
+    Export {
+        /// As a JSON array (the only format for now).
+        #[arg(long, required = true)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -165,6 +211,54 @@ fn main() -> ExitCode {
             }
         }
         Command::Loadtest(args) => loadtest(args),
+        Command::Serve { config, listen, db } => {
+            let text = match &config {
+                Some(path) => match std::fs::read_to_string(path) {
+                    Ok(text) => text,
+                    Err(err) => {
+                        eprintln!("error: cannot read {}: {err}", path.display());
+                        return ExitCode::FAILURE;
+                    }
+                },
+                None => warden::api::DEFAULT_TEAM.to_owned(),
+            };
+            let file = match warden::team::TeamFile::from_toml(&text) {
+                Ok(file) => file,
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let api = warden::api::ApiConfig::from_env();
+            let result = actix_rt::System::new()
+                .block_on(async move { warden::api::serve_team(file, &db, listen, api).await });
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Journal { db, action } => {
+            let mut stdout = std::io::stdout().lock();
+            let result = match action {
+                JournalAction::Tail { lines, json } => {
+                    warden::journal::tail(&db, lines, json, &mut stdout)
+                }
+                JournalAction::Show { agent, json } => {
+                    warden::journal::show(&db, &agent, json, &mut stdout)
+                }
+                JournalAction::Export { json: _ } => warden::journal::export_json(&db, &mut stdout),
+            };
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Config { action } => match action {
             ConfigAction::Defaults => {
                 print!("{}", WardenConfig::defaults_toml());

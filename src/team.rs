@@ -196,6 +196,16 @@ impl TeamFile {
 
     /// Spawns every agent on `team`.
     pub fn spawn_agents(&self, team: &Supervisor) -> Result<(), TeamError> {
+        self.spawn_agents_restored(team, &[])
+    }
+
+    /// Spawns every agent on `team`, each from its record in `records` when there is one (a restart
+    /// on a journal: state, lockout, counters and history come back as they were).
+    pub fn spawn_agents_restored(
+        &self,
+        team: &Supervisor,
+        records: &[warden_protocols::AgentRecord],
+    ) -> Result<(), TeamError> {
         for agent in &self.agents {
             let provider = self.provider(&agent.provider)?;
             let mut spec = match (agent.role, &agent.parent) {
@@ -209,6 +219,9 @@ impl TeamFile {
             }
             if !agent.delegate {
                 spec = spec.without_delegation();
+            }
+            if let Some(record) = records.iter().find(|r| r.key.as_str() == agent.key) {
+                spec = spec.restored_from(record.clone());
             }
             team.spawn(spec)?;
         }
