@@ -161,17 +161,22 @@ fn decode(row: (u64, u64, String, String, String)) -> Result<Event, JournalError
     })
 }
 
+/// One `events` row: seq, at_ms, agent, kind, body.
+type EventRow = (u64, u64, String, String, String);
+
+fn event_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
+    Ok((
+        r.get::<_, i64>(0)? as u64,
+        r.get::<_, i64>(1)? as u64,
+        r.get::<_, String>(2)?,
+        r.get::<_, String>(3)?,
+        r.get::<_, String>(4)?,
+    ))
+}
+
 /// Events in `seq` order: all of them, or those of one agent.
 fn read_events(conn: &Connection, agent: Option<&str>) -> Result<Vec<Event>, JournalError> {
-    let map = |r: &rusqlite::Row<'_>| {
-        Ok((
-            r.get::<_, i64>(0)? as u64,
-            r.get::<_, i64>(1)? as u64,
-            r.get::<_, String>(2)?,
-            r.get::<_, String>(3)?,
-            r.get::<_, String>(4)?,
-        ))
-    };
+    let map = event_row;
     let rows: Vec<_> = match agent {
         Some(agent) => conn
             .prepare_cached(
@@ -194,15 +199,7 @@ fn read_tail(conn: &Connection, n: usize) -> Result<Vec<Event>, JournalError> {
             "SELECT seq, at_ms, agent, kind, body FROM
                (SELECT * FROM events ORDER BY seq DESC LIMIT ?1) ORDER BY seq",
         )?
-        .query_map(params![n as i64], |r| {
-            Ok((
-                r.get::<_, i64>(0)? as u64,
-                r.get::<_, i64>(1)? as u64,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, String>(4)?,
-            ))
-        })?
+        .query_map(params![n as i64], event_row)?
         .collect::<Result<_, _>>()?;
     rows.into_iter().map(decode).collect()
 }
