@@ -54,7 +54,7 @@ impl AgentActor {
         for _ in 0..BATCH {
             // While a halt is requested but not yet read, ordinary work must stay queued: the halt
             // flag is set (and the turn cancelled) a moment before the halt message reaches lane 0.
-            let busy = self.turn.is_some() || self.cell.halt_requested() || self.cell.lock().paused;
+            let busy = self.turn.is_some() || self.cell.halt_requested() || self.cell.paused();
             let next = if busy {
                 self.cell.mailbox.pop_urgent()
             } else {

@@ -101,6 +101,8 @@ pub(crate) struct AgentCell {
     task: Mutex<TaskProgress>,
     record: Mutex<AgentRecord>,
     state_mirror: AtomicU8,
+    /// Mirrors `record.paused` (read by the mailbox pump without the record lock).
+    paused_mirror: AtomicBool,
     halt_requested: AtomicBool,
     halt_token: Mutex<CancellationToken>,
     journal: Arc<dyn Journal>,
@@ -150,6 +152,7 @@ impl AgentCell {
         AgentCell {
             key: record.key.clone(),
             state_mirror: AtomicU8::new(state_index(record.state)),
+            paused_mirror: AtomicBool::new(record.paused),
             record: Mutex::new(record),
             mailbox,
             provider,
@@ -185,8 +188,14 @@ impl AgentCell {
     /// Applies `kind` to the record and journals it.
     pub fn emit(&self, rec: &mut AgentRecord, kind: EventKind) {
         rec.apply(&kind);
-        if let EventKind::StateChanged { to, .. } = &kind {
-            self.state_mirror.store(state_index(*to), Ordering::Release);
+        match &kind {
+            EventKind::StateChanged { to, .. } => {
+                self.state_mirror.store(state_index(*to), Ordering::Release)
+            }
+            EventKind::Paused { .. } | EventKind::Unpaused { .. } => {
+                self.paused_mirror.store(rec.paused, Ordering::Release)
+            }
+            _ => {}
         }
         self.journal.append(&self.key, kind);
     }
@@ -230,6 +239,11 @@ impl AgentCell {
                 Err(err)
             }
         }
+    }
+
+    /// Whether ordinary work is paused, without taking the record lock.
+    pub fn paused(&self) -> bool {
+        self.paused_mirror.load(Ordering::Acquire)
     }
 
     /// The current state, without taking the record lock.
