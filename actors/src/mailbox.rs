@@ -159,11 +159,19 @@ impl<M: Prioritized> PriorityMailbox<M> {
         }
     }
 
-    /// Connects (or reconnects, after a restart) the reader. Queued messages stay; a wake is posted.
+    /// Connects (or reconnects, after a restart) the reader. Queued messages stay; a wake is posted
+    /// if anything is queued or a sender flagged a wake before the reader was there.
+    ///
+    /// Race-free without a wake for an empty mailbox: the check runs under the waker lock, and a
+    /// sender that flips `wake_scheduled` afterwards takes that lock and finds the new waker.
     pub fn attach(&self, waker: Recipient<Wake>) {
-        *self.waker.lock() = Some(waker.clone());
-        self.wake_scheduled.store(true, Ordering::Release);
-        waker.do_send(Wake);
+        let mut slot = self.waker.lock();
+        let waker = slot.insert(waker);
+        let queued = self.depth.iter().any(|d| d.load(Ordering::Acquire) > 0);
+        if queued || self.wake_scheduled.load(Ordering::Acquire) {
+            self.wake_scheduled.store(true, Ordering::Release);
+            waker.do_send(Wake);
+        }
     }
 
     /// Called by the reader before it reads, on every `Wake`.

@@ -26,7 +26,7 @@ use crate::{
         GetSafetyReport, InterventionBus, LimitCheckpoint, LimitContext, SafetyMonitor,
         SafetyReport, TeamBudget, TeamSafety,
     },
-    toolkit::{CircuitConfig, ToolPolicy, ToolRunner},
+    toolkit::{CircuitConfig, ToolRunner},
     tools::{Tool, ToolContext, ToolError, ToolRegistry},
 };
 use actix::{Actor, Addr, Arbiter, ArbiterHandle};
@@ -38,7 +38,7 @@ use std::{
     collections::VecDeque,
     sync::{
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-        Arc, Weak,
+        Arc, OnceLock, Weak,
     },
     time::Duration,
 };
@@ -165,6 +165,8 @@ struct SupervisorShared {
     crash_tx: tokio::sync::mpsc::UnboundedSender<(AgentKey, u64)>,
     shutting_down: AtomicBool,
     safety: Arc<TeamSafety>,
+    /// The `delegate` tool and its spec, built once and shared by every agent that may delegate.
+    delegate_tool: OnceLock<(Arc<ToolSpec>, Arc<DelegateTool>)>,
 }
 
 /// Builds a [`Supervisor`]. Must be used inside a running actix `System`.
@@ -211,7 +213,7 @@ impl SupervisorBuilder {
         let team = Arc::new(TeamBudget::new(&self.config.safety.budget));
         let monitor = SafetyMonitor::new(team.clone()).start();
         let safety = Arc::new(TeamSafety {
-            config: self.config.safety.clone(),
+            config: Arc::new(self.config.safety.clone()),
             checkpoint: Arc::new(LimitCheckpoint::new(
                 self.config.safety.on_limit.clone(),
                 self.bus,
@@ -263,6 +265,7 @@ impl Supervisor {
             config,
             journal,
             agents: DashMap::new(),
+            delegate_tool: OnceLock::new(),
             order: Mutex::new(Vec::new()),
             arbiters,
             next_arbiter: AtomicUsize::new(0),
@@ -313,9 +316,13 @@ impl Supervisor {
             return Err(SpawnError::DuplicateKey(key));
         }
         if can_delegate {
-            tools.register(Arc::new(DelegateTool {
-                supervisor: Arc::downgrade(&self.shared),
-            }));
+            let (spec, tool) = self.shared.delegate_tool.get_or_init(|| {
+                let tool = DelegateTool {
+                    supervisor: Arc::downgrade(&self.shared),
+                };
+                (Arc::new(tool.spec()), Arc::new(tool))
+            });
+            tools.register_with_spec(spec.clone(), tool.clone());
         }
         let fresh = restored.is_none();
         let record = match restored {
@@ -340,29 +347,10 @@ impl Supervisor {
             },
             max_tokens_recoveries: config.execution.max_tokens_recoveries,
         };
-        let mut runner = ToolRunner::new(CircuitConfig {
+        let runner = ToolRunner::new(CircuitConfig {
             failure_threshold: config.tools.circuit_failure_threshold.get(),
             cool_down: Duration::from_secs_f64(config.tools.circuit_cool_down_seconds),
         });
-        if can_delegate {
-            // Per-delegate safety is the supervisor's (refusals of locked-out delegates): one failing
-            // delegate must not open a circuit that blocks delegation to every other agent.
-            runner = runner.with_policy(
-                "delegate",
-                ToolPolicy {
-                    circuit_breaker: false,
-                    ..ToolPolicy::default()
-                },
-            );
-        }
-        for spec in tools.specs() {
-            if let Some((_, tool)) = tools.get(&spec.name) {
-                let cache = tool.cache_policy();
-                if cache.cacheable {
-                    runner = runner.with_policy(spec.name.clone(), ToolPolicy::cached(cache));
-                }
-            }
-        }
         let cell = Arc::new(AgentCell::new(CellParts {
             record,
             mailbox: PriorityMailbox::new(config.mailbox.ordinary_capacity.get()),
@@ -919,6 +907,11 @@ impl Tool for DelegateTool {
             }),
             category: ToolCategory::SafeChain,
         }
+    }
+
+    fn circuit_breaker(&self) -> bool {
+        // Per-delegate safety is the supervisor's (refusals of locked-out delegates).
+        false
     }
 
     fn timeout(&self) -> Option<Duration> {

@@ -6,7 +6,7 @@
 
 use futures::future::BoxFuture;
 use serde_json::Value;
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 use warden_protocols::{AgentKey, ToolCategory, ToolSpec};
 
 /// What a tool knows about the call.
@@ -52,6 +52,13 @@ pub trait Tool: Send + Sync + 'static {
     fn cache_policy(&self) -> crate::toolkit::CachePolicy {
         crate::toolkit::CachePolicy::disabled()
     }
+
+    /// Whether the agent's per-tool circuit breaker guards this tool. Default: yes. (`delegate` says
+    /// no: one failing delegate must not open a circuit that blocks delegation to every other agent;
+    /// the supervisor refuses locked-out delegates itself.)
+    fn circuit_breaker(&self) -> bool {
+        true
+    }
 }
 
 impl<T: Tool + ?Sized> Tool for Arc<T> {
@@ -66,6 +73,9 @@ impl<T: Tool + ?Sized> Tool for Arc<T> {
     }
     fn cache_policy(&self) -> crate::toolkit::CachePolicy {
         (**self).cache_policy()
+    }
+    fn circuit_breaker(&self) -> bool {
+        (**self).circuit_breaker()
     }
 }
 
@@ -119,9 +129,13 @@ where
 }
 
 /// The tools of one agent, by name.
+///
+/// A short vector sorted by name (agents have a handful of tools; a hash map per agent would cost
+/// more memory than it saves time). Specs are shared by `Arc`, so a tool registered with many agents
+/// (the supervisor's `delegate`) keeps one copy of its JSON schema.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
-    tools: HashMap<String, (ToolSpec, Arc<dyn Tool>)>,
+    tools: Vec<(Arc<ToolSpec>, Arc<dyn Tool>)>,
 }
 
 impl ToolRegistry {
@@ -131,19 +145,36 @@ impl ToolRegistry {
 
     /// Adds (or replaces) a tool under its spec's name.
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
-        let spec = tool.spec();
-        self.tools.insert(spec.name.clone(), (spec, tool));
+        let spec = Arc::new(tool.spec());
+        self.register_with_spec(spec, tool);
+    }
+
+    /// Adds (or replaces) a tool whose spec is already built and shared.
+    pub(crate) fn register_with_spec(&mut self, spec: Arc<ToolSpec>, tool: Arc<dyn Tool>) {
+        match self.position(&spec.name) {
+            Ok(i) => self.tools[i] = (spec, tool),
+            Err(i) => self.tools.insert(i, (spec, tool)),
+        }
+    }
+
+    fn position(&self, name: &str) -> Result<usize, usize> {
+        self.tools
+            .binary_search_by(|(spec, _)| spec.name.as_str().cmp(name))
     }
 
     pub fn get(&self, name: &str) -> Option<(&ToolSpec, &Arc<dyn Tool>)> {
-        self.tools.get(name).map(|(s, t)| (s, t))
+        let i = self.position(name).ok()?;
+        self.tools.get(i).map(|(s, t)| (&**s, t))
     }
 
     /// Specs sorted by name (a stable prompt).
     pub fn specs(&self) -> Vec<ToolSpec> {
-        let mut specs: Vec<ToolSpec> = self.tools.values().map(|(s, _)| s.clone()).collect();
-        specs.sort_by(|a, b| a.name.cmp(&b.name));
-        specs
+        self.tools.iter().map(|(s, _)| (**s).clone()).collect()
+    }
+
+    /// Names sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.iter().map(|(s, _)| s.name.as_str())
     }
 
     pub fn len(&self) -> usize {

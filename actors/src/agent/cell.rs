@@ -141,7 +141,7 @@ impl AgentCell {
         let halted = record.state == AgentState::Stopped;
         let mut breakers = AgentBreakers::new(
             record.key.clone(),
-            &safety.config,
+            safety.config.clone(),
             provider.model().to_owned(),
             Some(safety.team.clone()),
         );
@@ -640,7 +640,7 @@ mod tests {
             journal,
             crash_tx: None,
             safety: Arc::new(TeamSafety {
-                config: config.safety.clone(),
+                config: Arc::new(config.safety.clone()),
                 checkpoint: Arc::new(crate::safety::LimitCheckpoint::new(
                     config.safety.on_limit.clone(),
                     None,

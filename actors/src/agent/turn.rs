@@ -635,7 +635,7 @@ fn account(cell: &AgentCell, call: &ToolCall, executed: Executed) -> ToolStep {
     };
     let mut content = match (&run.result, &anomaly) {
         (Err(ToolError::Unknown(_)), _) => {
-            let known: Vec<String> = cell.tools.specs().into_iter().map(|s| s.name).collect();
+            let known: Vec<&str> = cell.tools.names().collect();
             serde_json::json!({
                 "success": false,
                 "error": format!("unknown tool `{}`; available tools: {}", call.function.name, known.join(", ")),

@@ -73,7 +73,7 @@ impl Verdict {
 pub struct AgentBreakers {
     key: AgentKey,
     model: String,
-    config: SafetyConfig,
+    config: Arc<SafetyConfig>,
     team: Option<Arc<TeamBudget>>,
     totals: UsageTotals,
     budget_warned: bool,
@@ -95,7 +95,7 @@ impl AgentBreakers {
     /// agent there).
     pub fn new(
         key: AgentKey,
-        config: &SafetyConfig,
+        config: Arc<SafetyConfig>,
         model: impl Into<String>,
         team: Option<Arc<TeamBudget>>,
     ) -> Self {
@@ -105,8 +105,8 @@ impl AgentBreakers {
         AgentBreakers {
             key,
             model: model.into(),
-            window: VecDeque::with_capacity(config.breakers.error_window as usize),
-            config: config.clone(),
+            window: VecDeque::new(),
+            config,
             team,
             totals: UsageTotals::default(),
             budget_warned: false,
@@ -488,7 +488,7 @@ mod tests {
     }
 
     fn breakers(config: &SafetyConfig) -> AgentBreakers {
-        AgentBreakers::new("a".into(), config, "m", None)
+        AgentBreakers::new("a".into(), Arc::new(config.clone()), "m", None)
     }
 
     fn fp(n: u64) -> Fingerprint {
@@ -579,8 +579,8 @@ mod tests {
         let mut c = config();
         c.budget.tokens_per_team = 1000;
         let team = Arc::new(TeamBudget::new(&c.budget));
-        let mut a = AgentBreakers::new("a".into(), &c, "m", Some(team.clone()));
-        let mut b = AgentBreakers::new("b".into(), &c, "m", Some(team.clone()));
+        let mut a = AgentBreakers::new("a".into(), Arc::new(c.clone()), "m", Some(team.clone()));
+        let mut b = AgentBreakers::new("b".into(), Arc::new(c.clone()), "m", Some(team.clone()));
         a.record_usage(usage(300, 100), "m");
         b.record_usage(usage(300, 100), "m");
         assert_eq!(team.tokens(), 800);

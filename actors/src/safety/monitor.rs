@@ -120,7 +120,7 @@ impl Handler<GetSafetyReport> for SafetyMonitor {
 /// What every agent of a team shares: the safety config, the checkpoint, the team budget and the
 /// monitor's address.
 pub(crate) struct TeamSafety {
-    pub config: SafetyConfig,
+    pub config: Arc<SafetyConfig>,
     pub checkpoint: Arc<LimitCheckpoint>,
     pub team: Arc<TeamBudget>,
     pub monitor: Option<actix::Addr<SafetyMonitor>>,

@@ -273,11 +273,19 @@ impl ToolRunner {
         self
     }
 
-    pub fn policy(&self, tool: &str) -> ToolPolicy {
-        self.policies
-            .get(tool)
-            .copied()
-            .unwrap_or(self.default_policy)
+    /// `name`'s policy: the one set with [`ToolRunner::with_policy`], else the default policy with
+    /// the tool's own [`Tool::cache_policy`] and [`Tool::circuit_breaker`] applied.
+    pub fn policy(&self, name: &str, tool: &dyn Tool) -> ToolPolicy {
+        if let Some(policy) = self.policies.get(name) {
+            return *policy;
+        }
+        let mut policy = self.default_policy;
+        let cache = tool.cache_policy();
+        if cache.cacheable {
+            policy.cache = cache;
+        }
+        policy.circuit_breaker &= tool.circuit_breaker();
+        policy
     }
 
     pub fn circuits(&self) -> &ToolCircuits {
@@ -305,7 +313,7 @@ impl ToolRunner {
             });
         };
         let category = spec.category;
-        let policy = self.policy(name);
+        let policy = self.policy(name, &**tool);
         let finished = |result, cached, circuit| {
             Admission::Finished(ToolRun {
                 result,
