@@ -11,6 +11,10 @@ use std::{
 };
 use warden::{AgentSpec, NullJournal, ScriptStep, ScriptedProvider, Supervisor, WardenConfig};
 
+/// The allocator the `warden` binary uses (see `src/main.rs`), so the figures match `warden loadtest`.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn ci() -> bool {
     std::env::var_os("CI").is_some()
 }

@@ -16,7 +16,8 @@ use crate::{
     agent::{
         actor::{AgentActor, Shutdown},
         cell::{AgentCell, AgentSettings, CellParts},
-        send_halt, AgentHandle, AgentMsg, DelegatedTask, HaltAck, TaskError, Work,
+        send_halt, send_halt_to, AgentHandle, AgentMsg, DelegatedTask, HaltAck, HaltReply,
+        TaskError, Work,
     },
     context::ContextStrategy,
     journal::Journal,
@@ -452,7 +453,13 @@ impl Supervisor {
         Ok(collect_acks(receivers).await)
     }
 
-    /// SystemHalt to every agent. Resolves once every agent has acknowledged `STOPPED`.
+    /// SystemHalt to every agent. Resolves once every agent has acknowledged `STOPPED`; the acks come
+    /// in spawn-independent registry order, one per agent.
+    ///
+    /// Every agent's halt flag is raised (and its turn cancelled) synchronously, before the first
+    /// await. The acknowledgements are gathered on one channel rather than one oneshot and one
+    /// future per agent: that is the difference between O(agents) allocations and futures for the
+    /// caller to poll, and none.
     pub async fn halt_all(&self) -> Vec<HaltAck> {
         let cells: Vec<Arc<AgentCell>> = self
             .shared
@@ -460,14 +467,27 @@ impl Supervisor {
             .iter()
             .map(|e| e.value().cell.clone())
             .collect();
-        let receivers: Vec<_> = cells
-            .into_iter()
-            .map(|cell| {
-                let rx = send_halt(&cell, HaltCause::HaltAll);
-                (cell, rx)
-            })
-            .collect();
-        collect_acks(receivers).await
+        let (to, mut acks_rx) = tokio::sync::mpsc::unbounded_channel();
+        for (slot, cell) in cells.iter().enumerate() {
+            let reply = HaltReply::Gathered {
+                slot,
+                to: to.clone(),
+            };
+            send_halt_to(cell, HaltCause::HaltAll, Some(reply));
+        }
+        drop(to);
+        let mut acks: Vec<Option<HaltAck>> = Vec::new();
+        acks.resize_with(cells.len(), || None);
+        // Ends when every request was answered or dropped (an actor that died with it queued).
+        while let Some((slot, ack)) = acks_rx.recv().await {
+            if let Some(place) = acks.get_mut(slot) {
+                *place = Some(ack);
+            }
+        }
+        acks.into_iter()
+            .zip(&cells)
+            .map(|(ack, cell)| ack.unwrap_or_else(|| cell.halt_ack_now()))
+            .collect()
     }
 
     /// Stops every actor deliberately (no restarts). Queued work stays in the records' mailboxes.
@@ -747,13 +767,11 @@ impl Supervisor {
 async fn collect_acks(
     receivers: Vec<(Arc<AgentCell>, oneshot::Receiver<HaltAck>)>,
 ) -> Vec<HaltAck> {
-    join_all(receivers.into_iter().map(|(cell, rx)| async move {
-        rx.await.unwrap_or_else(|_| HaltAck {
-            agent: cell.key.clone(),
-            state: cell.state(),
-            discarded: 0,
-        })
-    }))
+    join_all(
+        receivers
+            .into_iter()
+            .map(|(cell, rx)| async move { rx.await.unwrap_or_else(|_| cell.halt_ack_now()) }),
+    )
     .await
 }
 
@@ -841,8 +859,8 @@ fn give_up(cell: &AgentCell, restarts: u32, window: Duration) {
     // Pending halts can never be read now: answer them.
     while let Some(envelope) = cell.mailbox.pop() {
         if let AgentMsg::Halt(request) = envelope.msg {
-            if let Some(ack) = request.ack {
-                let _ = ack.send(HaltAck {
+            if let Some(reply) = request.ack {
+                reply.send(HaltAck {
                     agent: cell.key.clone(),
                     state: AgentState::Stopped,
                     discarded: 0,

@@ -8,8 +8,8 @@
 //! `ctx.spawn` and its [`SpawnHandle`] kept, so a halt can cancel it; nothing here ever `ctx.wait`s.
 
 use super::{
-    cell::AgentCell, send_halt, turn, AgentMsg, ControlError, ControlOp, ControlRequest, HaltAck,
-    HaltRequest, Signal, TaskError, TaskReply, Work,
+    cell::AgentCell, send_halt_to, turn, AgentMsg, ControlError, ControlOp, ControlRequest,
+    HaltAck, HaltRequest, Signal, TaskError, TaskReply, Work,
 };
 use crate::mailbox::{Envelope, Wake};
 use actix::{
@@ -179,8 +179,8 @@ impl AgentActor {
                 discarded: discarded.len() as u64,
             }
         };
-        if let Some(tx) = request.ack {
-            let _ = tx.send(ack);
+        if let Some(reply) = request.ack {
+            reply.send(ack);
         }
         // Listing and dropping the backlog is O(N): it runs as its own task after the ack, so the halt
         // is acknowledged in O(1) whatever the backlog.
@@ -189,12 +189,13 @@ impl AgentActor {
             actix_rt::spawn(async move { discard_backlog_gently(&cell, discarded).await });
         }
         for delegate in delegates {
-            drop(send_halt(
+            send_halt_to(
                 &delegate,
                 HaltCause::Parent {
                     parent: self.cell.key.clone(),
                 },
-            ));
+                None,
+            );
         }
     }
 

@@ -104,7 +104,7 @@ pub(crate) struct AgentCell {
     /// Mirrors `record.paused` (read by the mailbox pump without the record lock).
     paused_mirror: AtomicBool,
     halt_requested: AtomicBool,
-    halt_token: Mutex<CancellationToken>,
+    halt_token: Mutex<Option<CancellationToken>>,
     journal: Arc<dyn Journal>,
     /// Delegations this agent runs now: id → the delegate's cell.
     delegations: Mutex<HashMap<u64, Arc<AgentCell>>>,
@@ -169,7 +169,7 @@ impl AgentCell {
                 seq: 0,
             }),
             halt_requested: AtomicBool::new(halted),
-            halt_token: Mutex::new(CancellationToken::new()),
+            halt_token: Mutex::new(None),
             journal,
             delegations: Mutex::new(HashMap::new()),
             delegators: Mutex::new(HashMap::new()),
@@ -256,21 +256,43 @@ impl AgentCell {
     /// Makes a halt visible at once to the running turn (before the actor reads the halt message).
     pub fn request_halt(&self) {
         self.halt_requested.store(true, Ordering::SeqCst);
-        self.halt_token.lock().cancel();
+        if let Some(token) = self.halt_token.lock().as_ref() {
+            token.cancel();
+        }
+    }
+
+    /// The acknowledgement of a halt that was not (or could not be) handled by the actor: the state
+    /// as it is, nothing discarded.
+    pub fn halt_ack_now(&self) -> super::HaltAck {
+        super::HaltAck {
+            agent: self.key.clone(),
+            state: self.state(),
+            discarded: 0,
+        }
     }
 
     pub fn halt_requested(&self) -> bool {
         self.halt_requested.load(Ordering::SeqCst)
     }
 
-    /// Cancelled when a halt is requested.
+    /// Cancelled when a halt is requested (already cancelled if one is pending). Created on first
+    /// use: an agent that never runs a turn never allocates one.
+    ///
+    /// Race-free with [`AgentCell::request_halt`]: that raises the flag before it takes the lock,
+    /// and this reads the flag under the lock, so either it sees the flag or the halt finds the token.
     pub fn halt_token(&self) -> CancellationToken {
-        self.halt_token.lock().clone()
+        let mut slot = self.halt_token.lock();
+        let token = slot.get_or_insert_with(CancellationToken::new);
+        if self.halt_requested.load(Ordering::SeqCst) {
+            token.cancel();
+        }
+        token.clone()
     }
 
     /// Clears a past halt request (on resume).
     pub fn clear_halt(&self) {
-        *self.halt_token.lock() = CancellationToken::new();
+        let mut slot = self.halt_token.lock();
+        *slot = None;
         self.halt_requested.store(false, Ordering::SeqCst);
     }
 

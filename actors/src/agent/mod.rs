@@ -12,7 +12,7 @@ pub(crate) mod turn;
 use crate::mailbox::{Prioritized, TrySendError};
 use cell::AgentCell;
 use std::sync::Arc;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use warden_protocols::{
     AgentKey, AgentRecord, AgentState, AgentStatus, HaltCause, Priority, TerminationReason,
     UserEvent, WorkRefusal,
@@ -43,7 +43,32 @@ impl Prioritized for AgentMsg {
 
 pub(crate) struct HaltRequest {
     pub cause: HaltCause,
-    pub ack: Option<oneshot::Sender<HaltAck>>,
+    pub ack: Option<HaltReply>,
+}
+
+/// Where a halt's acknowledgement goes.
+pub(crate) enum HaltReply {
+    /// One waiter (a single halt).
+    One(oneshot::Sender<HaltAck>),
+    /// Many halts gathered on one channel (`halt_all`): no per-agent channel or future. `slot` is
+    /// the agent's place in the caller's list.
+    Gathered {
+        slot: usize,
+        to: mpsc::UnboundedSender<(usize, HaltAck)>,
+    },
+}
+
+impl HaltReply {
+    pub fn send(self, ack: HaltAck) {
+        match self {
+            HaltReply::One(tx) => {
+                let _ = tx.send(ack);
+            }
+            HaltReply::Gathered { slot, to } => {
+                let _ = to.send((slot, ack));
+            }
+        }
+    }
 }
 
 pub(crate) struct ControlRequest {
@@ -347,20 +372,22 @@ pub(crate) fn refusal_for(rec: &AgentRecord) -> Option<WorkRefusal> {
 
 /// Marks the halt visible and queues it in lane 0. The receiver resolves on the acknowledgement.
 pub(crate) fn send_halt(cell: &AgentCell, cause: HaltCause) -> oneshot::Receiver<HaltAck> {
-    cell.request_halt();
     let (ack, rx) = oneshot::channel();
-    let request = HaltRequest {
-        cause,
-        ack: Some(ack),
-    };
+    send_halt_to(cell, cause, Some(HaltReply::One(ack)));
+    rx
+}
+
+/// [`send_halt`] with the acknowledgement sent to `reply` (none: nobody waits).
+pub(crate) fn send_halt_to(cell: &AgentCell, cause: HaltCause, reply: Option<HaltReply>) {
+    cell.request_halt();
+    let request = HaltRequest { cause, ack: reply };
     if let Err(err) = cell.mailbox.try_send(AgentMsg::Halt(request)) {
-        if let AgentMsg::Halt(HaltRequest { ack: Some(ack), .. }) = err.into_inner() {
-            let _ = ack.send(HaltAck {
-                agent: cell.key.clone(),
-                state: cell.state(),
-                discarded: 0,
-            });
+        // The mailbox is closed (the team is shutting down): acknowledge with the state as it is.
+        if let AgentMsg::Halt(HaltRequest {
+            ack: Some(reply), ..
+        }) = err.into_inner()
+        {
+            reply.send(cell.halt_ack_now());
         }
     }
-    rx
 }
