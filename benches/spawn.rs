@@ -1,6 +1,6 @@
 //! Spawn time per agent, and `halt_all` time for a fleet of idle agents (10k and 100k; 1k and 10k
 //! with `CI` set). Every agent on the current arbiter, one shared scripted model, a null journal — the
-//! figures are the supervisor's and the agents' own cost. Targets (issue 5): spawn ≤ 2 µs per agent,
+//! figures are the supervisor's and the agents' own cost (spawn time runs until every actor has started). Targets (issue 5): spawn ≤ 2 µs per agent,
 //! halt-all of 100k agents ≤ 200 ms.
 use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
@@ -29,13 +29,14 @@ fn model() -> Arc<ScriptedProvider> {
     Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("ok")))
 }
 
-/// Spawns `n` assistants; returns the time the spawns took.
-fn spawn_fleet(team: &Supervisor, model: &Arc<ScriptedProvider>, n: usize) -> Duration {
+/// Spawns `n` assistants and waits until every actor has started; returns the time that took.
+async fn spawn_fleet(team: &Supervisor, model: &Arc<ScriptedProvider>, n: usize) -> Duration {
     let start = Instant::now();
     for i in 0..n {
         team.spawn(AgentSpec::assistant(format!("a{i}"), model.clone()))
             .expect("spawn");
     }
+    team.started().await;
     start.elapsed()
 }
 
@@ -53,7 +54,7 @@ fn spawn(c: &mut Criterion) {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let team = team();
-                    total += spawn_fleet(&team, &model, n);
+                    total += spawn_fleet(&team, &model, n).await;
                     team.shutdown().await;
                 }
                 total
@@ -83,9 +84,7 @@ fn halt_all(c: &mut Criterion) {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
                         let team = team();
-                        spawn_fleet(&team, &model, n);
-                        // Let every actor start before the halt.
-                        actix_rt::time::sleep(Duration::from_millis(1)).await;
+                        spawn_fleet(&team, &model, n).await;
                         let start = Instant::now();
                         let acks = team.halt_all().await;
                         total += start.elapsed();

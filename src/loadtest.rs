@@ -626,6 +626,8 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
             _ => {}
         }
     }
+    // Spawn time and memory include the actors themselves: wait until every one has started.
+    team.started().await;
     let agents = team.len() as u64;
     let spawn_elapsed = spawn_start.elapsed();
     let rss_after = proc_status_bytes("VmRSS");

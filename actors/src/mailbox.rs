@@ -174,6 +174,11 @@ impl<M: Prioritized> PriorityMailbox<M> {
         }
     }
 
+    /// Whether a reader has attached (its actor started at least once).
+    pub fn has_reader(&self) -> bool {
+        self.waker.lock().is_some()
+    }
+
     /// Called by the reader before it reads, on every `Wake`.
     pub fn begin_drain(&self) {
         self.wake_scheduled.store(false, Ordering::Release);

@@ -414,6 +414,21 @@ impl Supervisor {
         self.shared.agents.is_empty()
     }
 
+    /// Resolves once every agent's actor has started (`spawn` returns before its actor runs: the
+    /// actor starts on its arbiter). For measurements that must include the actors' own cost.
+    pub async fn started(&self) {
+        let cells: Vec<Arc<AgentCell>> = self.agents().into_iter().map(|h| h.cell).collect();
+        // Actors start roughly in spawn order: walk forward, yielding only while the next one waits.
+        let mut next = 0;
+        while let Some(cell) = cells.get(next) {
+            if cell.mailbox.has_reader() {
+                next += 1;
+            } else {
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+
     /// Status of every agent, in spawn order.
     pub fn statuses(&self) -> Vec<AgentStatus> {
         self.agents().iter().map(AgentHandle::status).collect()
