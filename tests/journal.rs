@@ -1144,3 +1144,41 @@ async fn recovery_completes_the_lockout_stop_and_unlock_a_crash_cut_in_two() {
     until("unlocked agent answered", || handles[4].status().turns == 1).await;
     assert_eq!(stats.calls.load(Ordering::SeqCst), 1);
 }
+
+#[test]
+fn vacuum_into_backs_up_a_journal_while_it_is_written() {
+    let db = TempDb::new("backup");
+    let journal = Arc::new(SqliteJournal::open_with(&db.0, every(10)).unwrap());
+    for i in 0..500 {
+        journal.append(&key("a"), alert(i));
+    }
+    journal.flush();
+    let writer = {
+        let journal = journal.clone();
+        std::thread::spawn(move || {
+            for i in 0..2_000 {
+                journal.append(&key(["a", "b"][i % 2]), alert(i));
+            }
+        })
+    };
+    let copy = db.0.with_file_name("copy.db");
+    rusqlite::Connection::open(&db.0)
+        .unwrap()
+        .execute("VACUUM INTO ?1", [copy.to_string_lossy()])
+        .unwrap();
+    writer.join().unwrap();
+    // The copy is a consistent prefix of the log, and restores like one.
+    let reader = JournalReader::open(&copy).unwrap();
+    let copied = reader.events().unwrap();
+    let all = journal.events().unwrap();
+    assert!(copied.len() >= 500);
+    assert_eq!(copied, all[..copied.len()]);
+    let replayed: Vec<AgentRecord> = reader
+        .agents()
+        .unwrap()
+        .into_iter()
+        .map(|a| AgentRecord::replay(a, &copied))
+        .collect();
+    assert_eq!(reader.restore_records().unwrap(), replayed);
+    assert_snapshots_match_their_events(&copy, &copied, "backup");
+}
