@@ -479,7 +479,10 @@ pub async fn serve_team(
     config: ApiConfig,
 ) -> Result<(), Box<dyn std::error::Error>> {
     check_listen(addr, &config)?;
-    let journal = Arc::new(crate::journal::SqliteJournal::open(db)?);
+    let journal = Arc::new(crate::journal::SqliteJournal::open_with(
+        db,
+        crate::journal::JournalOptions::from(&file.config.journal),
+    )?);
     let records = journal.recover_records()?;
     let bus = Arc::new(ChannelInterventionBus::new());
     let supervisor = Supervisor::builder(file.config.clone(), journal.clone())

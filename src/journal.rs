@@ -1,19 +1,43 @@
-//! The durable journal: [`SqliteJournal`], an append-only event log in SQLite (WAL mode), and the
-//! read-only inspection behind `warden journal tail|show|export`.
+//! The durable journal: [`SqliteJournal`], an append-only event log in SQLite (WAL mode) with
+//! per-agent snapshots, and the read-only inspection behind `warden journal tail|show|export`.
 //!
 //! Appends are cheap: [`Journal::append`] assigns the sequence number, queues the event and returns.
 //! A writer thread drains the queue and commits everything queued so far in one transaction (group
 //! commit), so a busy fleet is not bound by one fsync per event. Events a safety decision rests on
 //! (see [`must_be_durable`]) make `append` wait until their batch is committed: a halt, lockout,
-//! unlock, breaker stop or limit decision is on disk before the agent acts on it.
+//! unlock, resume, breaker stop or limit decision is on disk before the agent acts on it.
 //!
-//! On start, [`SqliteJournal::restore_records`] rebuilds every agent with
-//! [`AgentRecord::replay`]; hand each record to [`crate::AgentSpec::restored_from`]. A locked-out or
-//! stopped agent comes back locked out or stopped.
+//! # Snapshots
+//!
+//! The `snapshots` table holds at most one row per agent: its [`AgentRecord`] as JSON at sequence
+//! number `seq`. Invariants:
+//!
+//! * a snapshot at `seq` S reflects exactly the agent's events with `seq` ≤ S (S is the agent's
+//!   last event folded into it): it is written in the same transaction as the events it covers, so it
+//!   is never ahead of or behind them, and it is only replaced by a later one;
+//! * the `events` table is never rewritten or pruned: a snapshot is derived data, the events stay the
+//!   audit truth (`warden journal show` compares the two);
+//! * a snapshot whose `format` is not [`SNAPSHOT_FORMAT`], or that cannot be decoded, is ignored: the
+//!   agent is replayed from its first event (and the restore snapshots it again);
+//! * every agent with an event has a row in `agents` (key, first seq), written with its first event,
+//!   so a restore lists agents without scanning the log.
+//!
+//! The writer counts, per agent, the events since its last snapshot (one map entry per agent that
+//! appended in this process; nothing else is kept in memory). When a batch brings an agent to
+//! [`JournalOptions::snapshot_every`] (`journal.snapshot_every`, default 1000; 0 = never), the same
+//! transaction folds the agent's latest snapshot and the events after it and writes the new snapshot.
+//!
+//! On start, [`SqliteJournal::restore_records`] rebuilds every agent from its latest snapshot and only
+//! the events after it, so a restart reads fewer than `snapshot_every` events per agent (plus one
+//! snapshot), however long the history. The result equals [`AgentRecord::replay`] of the full log
+//! (tested on random event sequences). [`SqliteJournal::recover_records`] additionally ends what a
+//! crash interrupted; hand each record to [`crate::AgentSpec::restored_from`]. A locked-out or stopped
+//! agent comes back locked out or stopped.
 
 use parking_lot::{Condvar, Mutex};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::{
+    collections::HashMap,
     io::Write,
     path::{Path, PathBuf},
     sync::{
@@ -24,10 +48,17 @@ use std::{
     time::Duration,
 };
 use warden_actors::{now_ms, Journal};
-use warden_protocols::{AgentKey, AgentRecord, AgentState, Event, EventKind};
+use warden_protocols::{AgentKey, AgentRecord, AgentState, Event, EventKind, JournalConfig};
 
 /// The schema version this build writes. [`migrate`] brings older files up to it.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The meaning of a snapshot's `record` JSON. Bump it whenever [`AgentRecord`] or
+/// [`AgentRecord::apply`] changes meaning: older snapshots are then ignored and rebuilt from events.
+pub const SNAPSHOT_FORMAT: u32 = 1;
+
+/// The default of [`JournalOptions::snapshot_every`] (`journal.snapshot_every`).
+pub const DEFAULT_SNAPSHOT_EVERY: u64 = 1000;
 
 /// `MIGRATIONS[i]` takes a database from version `i` to version `i + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -40,6 +71,21 @@ const MIGRATIONS: &[&str] = &[
         body  JSON    NOT NULL
     );
     CREATE INDEX events_agent ON events(agent, seq);",
+    // 1 → 2: the agent list and one snapshot per agent. Existing events are kept as they are; the
+    // agents get snapshots as they cross `snapshot_every` (or at the first restore).
+    "CREATE TABLE agents (
+        agent     TEXT    PRIMARY KEY,
+        first_seq INTEGER NOT NULL
+    );
+    INSERT INTO agents (agent, first_seq) SELECT agent, min(seq) FROM events GROUP BY agent;
+    CREATE INDEX agents_first ON agents(first_seq);
+    CREATE TABLE snapshots (
+        agent  TEXT    PRIMARY KEY,
+        seq    INTEGER NOT NULL,
+        format INTEGER NOT NULL,
+        at_ms  INTEGER NOT NULL,
+        record JSON    NOT NULL
+    );",
 ];
 
 /// The cause journaled when [`SqliteJournal::recover_records`] ends a turn a crash interrupted.
@@ -73,9 +119,32 @@ pub enum JournalError {
     Thread(std::io::Error),
 }
 
+/// How a [`SqliteJournal`] works.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalOptions {
+    /// Snapshot an agent when this many of its events followed its last snapshot; 0 = never.
+    pub snapshot_every: u64,
+}
+
+impl Default for JournalOptions {
+    fn default() -> Self {
+        JournalOptions {
+            snapshot_every: DEFAULT_SNAPSHOT_EVERY,
+        }
+    }
+}
+
+impl From<&JournalConfig> for JournalOptions {
+    fn from(config: &JournalConfig) -> Self {
+        JournalOptions {
+            snapshot_every: config.snapshot_every,
+        }
+    }
+}
+
 /// `true` for events that must be committed before `append` returns: the ones a safety decision
-/// rests on (a halt, a lockout and the state change into `SAFETY_LOCKOUT`/`STOPPED`, an unlock, a
-/// breaker stop, a limit decision).
+/// rests on (a halt, a lockout and the state change into `SAFETY_LOCKOUT`/`STOPPED`, an unlock and a
+/// resume with the state change out of `SAFETY_LOCKOUT`/`STOPPED`, a breaker stop, a limit decision).
 pub fn must_be_durable(kind: &EventKind) -> bool {
     matches!(
         kind,
@@ -87,6 +156,10 @@ pub fn must_be_durable(kind: &EventKind) -> bool {
             | EventKind::BreakerStopped { .. }
             | EventKind::StateChanged {
                 to: AgentState::SafetyLockout | AgentState::Stopped,
+                ..
+            }
+            | EventKind::StateChanged {
+                from: AgentState::SafetyLockout | AgentState::Stopped,
                 ..
             }
     )
@@ -204,20 +277,144 @@ fn read_tail(conn: &Connection, n: usize) -> Result<Vec<Event>, JournalError> {
     rows.into_iter().map(decode).collect()
 }
 
-/// Agent keys in order of their first event.
-fn read_agents(conn: &Connection) -> Result<Vec<AgentKey>, JournalError> {
+/// Agent keys in order of their first event: from the `agents` table (schema 2), or by scanning the
+/// log (a read-only view of a schema-1 file).
+fn read_agents(conn: &Connection, has_agents_table: bool) -> Result<Vec<AgentKey>, JournalError> {
+    let sql = if has_agents_table {
+        "SELECT agent FROM agents ORDER BY first_seq"
+    } else {
+        "SELECT agent FROM events GROUP BY agent ORDER BY min(seq)"
+    };
     let keys: Vec<String> = conn
-        .prepare_cached("SELECT agent FROM events GROUP BY agent ORDER BY min(seq)")?
+        .prepare_cached(sql)?
         .query_map([], |r| r.get::<_, String>(0))?
         .collect::<Result<_, _>>()?;
     Ok(keys.into_iter().map(AgentKey::new).collect())
 }
 
-fn records_from(events: &[Event], agents: Vec<AgentKey>) -> Vec<AgentRecord> {
-    agents
-        .into_iter()
-        .map(|key| AgentRecord::replay(key, events))
+/// One agent rebuilt by [`fold_agent`].
+struct Folded {
+    record: AgentRecord,
+    /// Seq of the last event folded in (0 if none).
+    last_seq: u64,
+    /// The snapshot it started from, if one was used.
+    snapshot_seq: Option<u64>,
+    /// Events read after the snapshot (all of the agent's events without one).
+    events_read: u64,
+}
+
+/// The agent's usable snapshot: its seq and record (`None` without one, or when it has another
+/// format, cannot be decoded or is not this agent's: then the events are replayed from the start).
+fn read_snapshot(
+    conn: &Connection,
+    agent: &AgentKey,
+) -> Result<Option<(u64, AgentRecord)>, JournalError> {
+    let row: Option<(i64, u32, String)> = conn
+        .prepare_cached("SELECT seq, format, record FROM snapshots WHERE agent = ?1")?
+        .query_row(params![agent.as_str()], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .optional()?;
+    let Some((seq, format, json)) = row else {
+        return Ok(None);
+    };
+    if format != SNAPSHOT_FORMAT {
+        tracing::info!(agent = %agent, format, "snapshot of an older format ignored");
+        return Ok(None);
+    }
+    match serde_json::from_str::<AgentRecord>(&json) {
+        Ok(record) if record.key == *agent => Ok(Some((seq as u64, record))),
+        Ok(record) => {
+            tracing::warn!(agent = %agent, found = %record.key, "snapshot of another agent ignored");
+            Ok(None)
+        }
+        Err(error) => {
+            tracing::warn!(agent = %agent, seq, %error, "unreadable snapshot ignored");
+            Ok(None)
+        }
+    }
+}
+
+/// Rebuilds one agent: its snapshot (when `snapshots`) and the events after it, folded one row at a
+/// time.
+fn fold_agent(
+    conn: &Connection,
+    agent: &AgentKey,
+    snapshots: bool,
+) -> Result<Folded, JournalError> {
+    let snapshot = if snapshots {
+        read_snapshot(conn, agent)?
+    } else {
+        None
+    };
+    let snapshot_seq = snapshot.as_ref().map(|(seq, _)| *seq);
+    let (mut record, after) = match snapshot {
+        Some((seq, record)) => (record, seq),
+        None => (AgentRecord::new(agent.clone()), 0),
+    };
+    let mut statement = conn.prepare_cached(
+        "SELECT seq, at_ms, agent, kind, body FROM events
+         WHERE agent = ?1 AND seq > ?2 ORDER BY seq",
+    )?;
+    let mut rows = statement.query(params![agent.as_str(), after as i64])?;
+    let mut last_seq = after;
+    let mut events_read = 0;
+    while let Some(row) = rows.next()? {
+        let event = decode(event_row(row)?)?;
+        record.apply(&event.kind);
+        last_seq = event.seq;
+        events_read += 1;
+    }
+    Ok(Folded {
+        record,
+        last_seq,
+        snapshot_seq,
+        events_read,
+    })
+}
+
+/// Every agent, in order of its first event, from its snapshot and the events after it.
+fn fold_all(conn: &Connection, schema: u32) -> Result<Vec<Folded>, JournalError> {
+    let snapshots = schema >= 2;
+    read_agents(conn, snapshots)?
+        .iter()
+        .map(|agent| fold_agent(conn, agent, snapshots))
         .collect()
+}
+
+/// Writes (or replaces) the agent's snapshot at `seq`.
+fn write_snapshot(
+    conn: &Connection,
+    agent: &AgentKey,
+    seq: u64,
+    record: &AgentRecord,
+) -> Result<(), rusqlite::Error> {
+    let json = serde_json::to_string(record)
+        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO snapshots (agent, seq, format, at_ms, record)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![
+        agent.as_str(),
+        seq as i64,
+        SNAPSHOT_FORMAT,
+        now_ms() as i64,
+        json
+    ])?;
+    Ok(())
+}
+
+/// How many of the agent's events follow its usable snapshot (all of them without one).
+fn events_since_snapshot(conn: &Connection, agent: &AgentKey) -> Result<u64, rusqlite::Error> {
+    conn.prepare_cached(
+        "SELECT count(*) FROM events WHERE agent = ?1 AND seq >
+           coalesce((SELECT seq FROM snapshots WHERE agent = ?1 AND format = ?2), 0)",
+    )?
+    .query_row(params![agent.as_str(), SNAPSHOT_FORMAT], |r| {
+        r.get::<_, i64>(0)
+    })
+    .map(|n| n as u64)
 }
 
 /// The queue between `append` and the writer thread.
@@ -233,16 +430,28 @@ struct Queue {
     writer_exited: bool,
 }
 
+/// The connection and what the writer keeps about snapshots (one lock for both).
+struct Store {
+    conn: Connection,
+    snapshot_every: u64,
+    /// Events of each agent since its last snapshot, for the agents seen by the writer in this
+    /// process (an absent agent is counted from the database when it next appends).
+    since_snapshot: HashMap<AgentKey, u64>,
+}
+
 struct Shared {
     queue: Mutex<Queue>,
     /// The writer waits here for work.
     work: Condvar,
     /// Appenders waiting for durability wait here.
     done: Condvar,
-    conn: Mutex<Connection>,
+    store: Mutex<Store>,
     commits: AtomicU64,
     durable_waits: AtomicU64,
     failed_batches: AtomicU64,
+    snapshots_written: AtomicU64,
+    restored_snapshots: AtomicU64,
+    restored_events: AtomicU64,
     last_error: Mutex<Option<String>>,
 }
 
@@ -257,6 +466,12 @@ pub struct JournalStats {
     pub failed_batches: u64,
     /// Highest sequence number committed.
     pub committed_seq: u64,
+    /// Snapshots written (by the writer and by restores).
+    pub snapshots_written: u64,
+    /// Snapshots restores started from.
+    pub restored_snapshots: u64,
+    /// Event rows restores read (after the snapshots).
+    pub restored_events: u64,
 }
 
 /// A durable [`Journal`] on SQLite. See the module docs.
@@ -267,9 +482,17 @@ pub struct SqliteJournal {
 }
 
 impl SqliteJournal {
-    /// Opens (creating if needed) the journal at `path`; `":memory:"` keeps it in memory. Runs the
-    /// schema migrations and starts the writer thread.
+    /// Opens (creating if needed) the journal at `path` with the default options; `":memory:"` keeps
+    /// it in memory. Runs the schema migrations and starts the writer thread.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
+        Self::open_with(path, JournalOptions::default())
+    }
+
+    /// [`SqliteJournal::open`] with `options` (e.g. `JournalOptions::from(&config.journal)`).
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: JournalOptions,
+    ) -> Result<Self, JournalError> {
         let path_str = path.as_ref().to_string_lossy().into_owned();
         let mut conn = if path_str == ":memory:" {
             Connection::open_in_memory()?
@@ -292,10 +515,17 @@ impl SqliteJournal {
             }),
             work: Condvar::new(),
             done: Condvar::new(),
-            conn: Mutex::new(conn),
+            store: Mutex::new(Store {
+                conn,
+                snapshot_every: options.snapshot_every,
+                since_snapshot: HashMap::new(),
+            }),
             commits: AtomicU64::new(0),
             durable_waits: AtomicU64::new(0),
             failed_batches: AtomicU64::new(0),
+            snapshots_written: AtomicU64::new(0),
+            restored_snapshots: AtomicU64::new(0),
+            restored_events: AtomicU64::new(0),
             last_error: Mutex::new(None),
         });
         let writer_shared = shared.clone();
@@ -337,13 +567,17 @@ impl SqliteJournal {
         }
     }
 
-    /// Counters: commits, durability waits, the committed position.
+    /// Counters: commits, durability waits, the committed position, snapshots and restore reads.
     pub fn stats(&self) -> JournalStats {
+        let load = |counter: &AtomicU64| counter.load(Ordering::SeqCst);
         JournalStats {
-            commits: self.shared.commits.load(Ordering::SeqCst),
-            durable_waits: self.shared.durable_waits.load(Ordering::SeqCst),
-            failed_batches: self.shared.failed_batches.load(Ordering::SeqCst),
+            commits: load(&self.shared.commits),
+            durable_waits: load(&self.shared.durable_waits),
+            failed_batches: load(&self.shared.failed_batches),
             committed_seq: self.shared.queue.lock().committed,
+            snapshots_written: load(&self.shared.snapshots_written),
+            restored_snapshots: load(&self.shared.restored_snapshots),
+            restored_events: load(&self.shared.restored_events),
         }
     }
 
@@ -355,47 +589,76 @@ impl SqliteJournal {
     /// Every event, in order (flushes first).
     pub fn events(&self) -> Result<Vec<Event>, JournalError> {
         self.flush();
-        read_events(&self.shared.conn.lock(), None)
+        read_events(&self.shared.store.lock().conn, None)
     }
 
     /// The events of one agent, in order (flushes first).
     pub fn events_of(&self, agent: &str) -> Result<Vec<Event>, JournalError> {
         self.flush();
-        read_events(&self.shared.conn.lock(), Some(agent))
+        read_events(&self.shared.store.lock().conn, Some(agent))
     }
 
     /// Every agent with an event, in order of its first one.
     pub fn agents(&self) -> Result<Vec<AgentKey>, JournalError> {
         self.flush();
-        read_agents(&self.shared.conn.lock())
+        read_agents(&self.shared.store.lock().conn, true)
     }
 
-    /// Every agent's record, rebuilt from its events ([`AgentRecord::replay`]).
+    /// Every agent's record (flushes first), each from its latest snapshot and the events after it;
+    /// equal to [`AgentRecord::replay`] of the whole log. An agent that needed `snapshot_every` or
+    /// more events (a file from before snapshots, a lowered `snapshot_every`, an ignored snapshot) is
+    /// snapshotted now, so the next restore is short.
     pub fn restore_records(&self) -> Result<Vec<AgentRecord>, JournalError> {
         self.flush();
-        let conn = self.shared.conn.lock();
-        let events = read_events(&conn, None)?;
-        Ok(records_from(&events, read_agents(&conn)?))
+        let mut store = self.shared.store.lock();
+        let folded = fold_all(&store.conn, SCHEMA_VERSION)?;
+        let (snapshots, events) = folded.iter().fold((0, 0), |(s, e), f| {
+            (s + u64::from(f.snapshot_seq.is_some()), e + f.events_read)
+        });
+        self.shared
+            .restored_snapshots
+            .fetch_add(snapshots, Ordering::SeqCst);
+        self.shared
+            .restored_events
+            .fetch_add(events, Ordering::SeqCst);
+        let every = store.snapshot_every;
+        let long: Vec<&Folded> = folded
+            .iter()
+            .filter(|f| every > 0 && f.events_read >= every)
+            .collect();
+        if !long.is_empty() {
+            // Best effort: a failure leaves the old snapshots, which are still correct.
+            match snapshot_restored(&mut store, &long) {
+                Ok(()) => {
+                    self.shared
+                        .snapshots_written
+                        .fetch_add(long.len() as u64, Ordering::SeqCst);
+                }
+                Err(err) => tracing::warn!("journal: snapshots after restore not written: {err}"),
+            }
+        }
+        drop(store);
+        Ok(folded.into_iter().map(|f| f.record).collect())
     }
 
-    /// The records to restart a fleet from: [`SqliteJournal::restore_records`], with every agent a
-    /// crash caught mid-turn (`EXECUTING`, `WAITING_FOR_TOOL`, `WAITING_FOR_INPUT`) brought back to
-    /// `WAITING_FOR_EVENT` along legal transitions, each journaled (cause [`RECOVERY_CAUSE`]) so the
-    /// records still equal the replay. The interrupted turn is not resumed. Locked-out and stopped
-    /// agents are left as they are.
+    /// The records to restart a fleet from: [`SqliteJournal::restore_records`], with whatever a crash
+    /// interrupted completed along legal transitions, each journaled (cause [`RECOVERY_CAUSE`]) so the
+    /// records still equal the replay:
+    ///
+    /// * a locked-out agent (`emergency_stop`) that the crash caught before its state change into
+    ///   `SAFETY_LOCKOUT` is committed is brought into `SAFETY_LOCKOUT`;
+    /// * an agent a breaker stopped (`stopped_by`) is brought into `STOPPED`;
+    /// * an agent in `SAFETY_LOCKOUT` whose unlock is journaled (no `emergency_stop`) but whose state
+    ///   change out of it is not goes to `WAITING_FOR_EVENT`, as the operator decided;
+    /// * any other agent caught mid-turn (`EXECUTING`, `WAITING_FOR_TOOL`, `WAITING_FOR_INPUT`) goes
+    ///   back to `WAITING_FOR_EVENT`. The interrupted turn is not resumed.
+    ///
+    /// Stopped agents, and locked-out agents in `SAFETY_LOCKOUT`, are left as they are. Call it before
+    /// the agents are spawned.
     pub fn recover_records(&self) -> Result<Vec<AgentRecord>, JournalError> {
         let mut records = self.restore_records()?;
         for record in &mut records {
-            let path: &[AgentState] = match record.state {
-                AgentState::Executing => &[AgentState::WaitingForEvent],
-                AgentState::WaitingForTool | AgentState::WaitingForInput => {
-                    &[AgentState::Executing, AgentState::WaitingForEvent]
-                }
-                AgentState::WaitingForEvent | AgentState::SafetyLockout | AgentState::Stopped => {
-                    &[]
-                }
-            };
-            for &to in path {
+            for &to in recovery_path(record) {
                 let kind = EventKind::StateChanged {
                     from: record.state,
                     to,
@@ -408,6 +671,40 @@ impl SqliteJournal {
         self.flush();
         Ok(records)
     }
+}
+
+/// The legal transitions that end what a crash interrupted (see
+/// [`SqliteJournal::recover_records`]); empty for a consistent record.
+pub fn recovery_path(record: &AgentRecord) -> &'static [AgentState] {
+    use AgentState::*;
+    match record.state {
+        Stopped => &[],
+        SafetyLockout if record.emergency_stop => &[],
+        SafetyLockout => &[WaitingForEvent],
+        Executing if record.emergency_stop => &[SafetyLockout],
+        WaitingForEvent | WaitingForTool | WaitingForInput if record.emergency_stop => {
+            &[Executing, SafetyLockout]
+        }
+        _ if record.stopped_by.is_some() => &[Stopped],
+        Executing => &[WaitingForEvent],
+        WaitingForTool | WaitingForInput => &[Executing, WaitingForEvent],
+        WaitingForEvent => &[],
+    }
+}
+
+/// Writes fresh snapshots of restored agents, in one transaction.
+fn snapshot_restored(store: &mut Store, folded: &[&Folded]) -> Result<(), rusqlite::Error> {
+    let tx = store.conn.transaction()?;
+    for f in folded {
+        write_snapshot(&tx, &f.record.key, f.last_seq, &f.record)?;
+    }
+    tx.commit()?;
+    for f in folded {
+        if let Some(count) = store.since_snapshot.get_mut(&f.record.key) {
+            *count = 0;
+        }
+    }
+    Ok(())
 }
 
 impl Drop for SqliteJournal {
@@ -462,9 +759,12 @@ fn writer_loop(shared: &Shared) {
         let last = batch.last().map(|e| e.seq).unwrap_or(0);
         let mut attempt = 0;
         loop {
-            match write_batch(&mut shared.conn.lock(), &batch) {
-                Ok(()) => {
+            match write_batch(&mut shared.store.lock(), &batch) {
+                Ok(snapshots) => {
                     shared.commits.fetch_add(1, Ordering::SeqCst);
+                    shared
+                        .snapshots_written
+                        .fetch_add(snapshots, Ordering::SeqCst);
                     break;
                 }
                 Err(err) if attempt < 3 => {
@@ -488,13 +788,38 @@ fn writer_loop(shared: &Shared) {
     }
 }
 
-fn write_batch(conn: &mut Connection, batch: &[Event]) -> Result<(), rusqlite::Error> {
-    let tx = conn.transaction()?;
+/// Commits one batch, with the snapshots of the agents it brings to `snapshot_every`, in one
+/// transaction. Returns how many snapshots it wrote. The in-memory counts change only on commit.
+fn write_batch(store: &mut Store, batch: &[Event]) -> Result<u64, rusqlite::Error> {
+    let Store {
+        conn,
+        snapshot_every,
+        since_snapshot,
+    } = store;
+    let mut tx = conn.transaction()?;
+    // This batch's counts, merged into `since_snapshot` once committed.
+    let mut counts: HashMap<AgentKey, u64> = HashMap::new();
     {
         let mut insert = tx.prepare_cached(
             "INSERT INTO events (seq, at_ms, agent, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)",
         )?;
         for event in batch {
+            let count = match counts.get_mut(&event.agent) {
+                Some(count) => count,
+                None => {
+                    let known = match since_snapshot.get(&event.agent) {
+                        Some(&known) => known,
+                        None => {
+                            tx.prepare_cached(
+                                "INSERT OR IGNORE INTO agents (agent, first_seq) VALUES (?1, ?2)",
+                            )?
+                            .execute(params![event.agent.as_str(), event.seq as i64])?;
+                            events_since_snapshot(&tx, &event.agent)?
+                        }
+                    };
+                    counts.entry(event.agent.clone()).or_insert(known)
+                }
+            };
             let body = serde_json::to_value(&event.kind)
                 .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
             insert.execute(params![
@@ -504,14 +829,45 @@ fn write_batch(conn: &mut Connection, batch: &[Event]) -> Result<(), rusqlite::E
                 kind_name(&body),
                 body.to_string(),
             ])?;
+            *count += 1;
         }
     }
-    tx.commit()
+    let mut written = 0;
+    if *snapshot_every > 0 {
+        for (agent, count) in counts.iter_mut() {
+            if *count < *snapshot_every {
+                continue;
+            }
+            // A snapshot that cannot be made must not cost the batch its events: it is tried in a
+            // savepoint, and again with the agent's next batch.
+            let savepoint = tx.savepoint()?;
+            let snapshot = fold_agent(&savepoint, agent, true).and_then(|folded| {
+                write_snapshot(&savepoint, agent, folded.last_seq, &folded.record)?;
+                Ok(())
+            });
+            match snapshot {
+                Ok(()) => {
+                    savepoint.commit()?;
+                    *count = 0;
+                    written += 1;
+                }
+                Err(err) => {
+                    tracing::warn!(agent = %agent, "journal: snapshot not written: {err}");
+                    drop(savepoint);
+                }
+            }
+        }
+    }
+    tx.commit()?;
+    since_snapshot.extend(counts);
+    Ok(written)
 }
 
 /// A read-only view of a journal file, for inspection while warden may be running on it.
 pub struct JournalReader {
     conn: Connection,
+    /// The file's schema version (a schema-1 file has no snapshots and no `agents` table).
+    version: u32,
 }
 
 impl JournalReader {
@@ -538,7 +894,7 @@ impl JournalReader {
         if version == 0 {
             return Err(JournalError::Missing { path: shown });
         }
-        Ok(JournalReader { conn })
+        Ok(JournalReader { conn, version })
     }
 
     pub fn events(&self) -> Result<Vec<Event>, JournalError> {
@@ -555,11 +911,26 @@ impl JournalReader {
     }
 
     pub fn agents(&self) -> Result<Vec<AgentKey>, JournalError> {
-        read_agents(&self.conn)
+        read_agents(&self.conn, self.version >= 2)
     }
 
+    /// Every agent's record from its snapshot and the events after it, read in one transaction (a
+    /// consistent view while warden writes).
     pub fn restore_records(&self) -> Result<Vec<AgentRecord>, JournalError> {
-        Ok(records_from(&self.events()?, self.agents()?))
+        let tx = self.conn.unchecked_transaction()?;
+        let folded = fold_all(&tx, self.version)?;
+        Ok(folded.into_iter().map(|f| f.record).collect())
+    }
+
+    /// The agent's usable snapshot (see the module docs), if any: its seq, and the record rebuilt
+    /// from it and the events after it.
+    pub fn snapshot_of(&self, agent: &str) -> Result<Option<(u64, AgentRecord)>, JournalError> {
+        if self.version < 2 {
+            return Ok(None);
+        }
+        let tx = self.conn.unchecked_transaction()?;
+        let folded = fold_agent(&tx, &AgentKey::new(agent), true)?;
+        Ok(folded.snapshot_seq.map(|seq| (seq, folded.record)))
     }
 }
 
@@ -610,8 +981,9 @@ pub fn tail(db: &Path, n: usize, json: bool, out: &mut dyn Write) -> Result<(), 
     Ok(())
 }
 
-/// `warden journal show AGENT`: the agent's restored record and its events (one JSON object with
-/// `json`: `{"record": …, "events": […]}`).
+/// `warden journal show AGENT`: the agent's record replayed from all its events, whether its snapshot
+/// agrees, and its events (one JSON object with `json`: `{"record": …, "snapshot": {"seq": …,
+/// "matches_replay": …} or null, "events": […]}`).
 pub fn show(db: &Path, agent: &str, json: bool, out: &mut dyn Write) -> Result<(), InspectError> {
     let reader = JournalReader::open(db)?;
     let events = reader.events_of(agent)?;
@@ -619,8 +991,14 @@ pub fn show(db: &Path, agent: &str, json: bool, out: &mut dyn Write) -> Result<(
         return Err(InspectError::UnknownAgent(agent.to_owned()));
     }
     let record = AgentRecord::replay(AgentKey::new(agent), &events);
+    // The snapshot is derived data: shown with whether it agrees with the full replay.
+    let snapshot = reader
+        .snapshot_of(agent)?
+        .map(|(seq, restored)| (seq, restored == record));
     if json {
-        let doc = serde_json::json!({ "record": record, "events": events });
+        let snapshot = snapshot
+            .map(|(seq, matches)| serde_json::json!({ "seq": seq, "matches_replay": matches }));
+        let doc = serde_json::json!({ "record": record, "snapshot": snapshot, "events": events });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(());
     }
@@ -663,6 +1041,14 @@ pub fn show(db: &Path, agent: &str, json: bool, out: &mut dyn Write) -> Result<(
         "  history              {} messages",
         record.history.len()
     )?;
+    match snapshot {
+        None => writeln!(out, "  snapshot             none")?,
+        Some((seq, true)) => writeln!(out, "  snapshot             seq {seq}, matches the replay")?,
+        Some((seq, false)) => writeln!(
+            out,
+            "  snapshot             seq {seq}, DIFFERS from the replay (the events are authoritative)"
+        )?,
+    }
     writeln!(out, "events ({}):", events.len())?;
     for event in &events {
         writeln!(out, "{}", format_event(event))?;
@@ -670,7 +1056,8 @@ pub fn show(db: &Path, agent: &str, json: bool, out: &mut dyn Write) -> Result<(
     Ok(())
 }
 
-/// `warden journal export --json`: every event, as one JSON array.
+/// `warden journal export --json`: every event, as one JSON array. Snapshots are not exported: they
+/// are derived from the events.
 pub fn export_json(db: &Path, out: &mut dyn Write) -> Result<(), InspectError> {
     let reader = JournalReader::open(db)?;
     let events = reader.events()?;

@@ -51,6 +51,16 @@ pub enum ProviderSpec {
     Scripted {
         #[serde(default)]
         replies: Vec<String>,
+        /// Each answer comes after this many milliseconds (default 0: at once).
+        #[serde(default)]
+        latency_ms: u64,
+        /// … plus 0 to `jitter_ms` more, varying from call to call (deterministically).
+        #[serde(default)]
+        jitter_ms: u64,
+        /// Every call fails with this message instead of answering (`replies` are not used): a model
+        /// that is down, for trying the emergency stop.
+        #[serde(default)]
+        error: Option<String>,
     },
 }
 
@@ -181,15 +191,46 @@ impl TeamFile {
                 })?;
                 Arc::new(provider)
             }
-            ProviderSpec::Scripted { replies } => {
-                let last = replies
-                    .last()
-                    .cloned()
-                    .unwrap_or_else(|| "(no reply scripted)".into());
-                Arc::new(
-                    ScriptedProvider::new(replies.iter().cloned().map(ScriptStep::Reply))
-                        .with_fallback(move |_| ScriptStep::reply(last.clone())),
-                )
+            ProviderSpec::Scripted {
+                replies,
+                latency_ms,
+                jitter_ms,
+                error,
+            } => {
+                let (latency_ms, jitter_ms) = (*latency_ms, *jitter_ms);
+                // Call `n` (from 0) answers after latency_ms + a deterministic 0..=jitter_ms.
+                let delayed = move |n: u64, step: ScriptStep| {
+                    let ms = latency_ms.saturating_add(jitter(n, jitter_ms));
+                    if ms == 0 {
+                        step
+                    } else {
+                        step.delayed(Duration::from_millis(ms))
+                    }
+                };
+                let (steps, last) = match error {
+                    Some(message) => (Vec::new(), ScriptStep::fail(message.clone())),
+                    None => (
+                        replies.iter().cloned().map(ScriptStep::Reply).collect(),
+                        ScriptStep::reply(
+                            replies
+                                .last()
+                                .cloned()
+                                .unwrap_or_else(|| "(no reply scripted)".into()),
+                        ),
+                    ),
+                };
+                let steps: Vec<ScriptStep> = steps
+                    .into_iter()
+                    .enumerate()
+                    .map(|(n, step)| delayed(n as u64, step))
+                    .collect();
+                let calls = std::sync::atomic::AtomicU64::new(steps.len() as u64);
+                Arc::new(ScriptedProvider::new(steps).with_fallback(move |_| {
+                    delayed(
+                        calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                        last.clone(),
+                    )
+                }))
             }
         })
     }
@@ -227,6 +268,17 @@ impl TeamFile {
         }
         Ok(())
     }
+}
+
+/// A deterministic 0..=`max` for call `n` (splitmix64), for the scripted model's jitter.
+fn jitter(n: u64, max: u64) -> u64 {
+    if max == 0 {
+        return 0;
+    }
+    let mut z = n.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) % (max + 1)
 }
 
 #[cfg(test)]
@@ -302,6 +354,52 @@ delegate = false
             err.to_string().contains("unknown field `capacity`"),
             "{err}"
         );
+    }
+
+    fn request() -> crate::LlmRequest {
+        crate::LlmRequest {
+            agent: warden_protocols::AgentKey::new("a"),
+            messages: vec![warden_protocols::ChatMessage::user("hi")],
+            tools: Vec::new(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_scripted_model_answers_after_its_latency_and_jitter() {
+        let text = "[providers.slow]\nkind = \"scripted\"\nreplies = [\"one\", \"two\"]\n\
+                    latency_ms = 200\njitter_ms = 50\n";
+        let team = TeamFile::from_toml(text).unwrap();
+        let model = team.provider("slow").unwrap();
+        let mut answers = Vec::new();
+        for _ in 0..4 {
+            let start = tokio::time::Instant::now();
+            let response = model.complete(request()).await.unwrap();
+            let took = start.elapsed();
+            assert!(
+                (Duration::from_millis(200)..=Duration::from_millis(250)).contains(&took),
+                "{took:?}"
+            );
+            answers.push(response.message.content.unwrap_or_default());
+        }
+        assert_eq!(answers, ["one", "two", "two", "two"]);
+        let delays: Vec<u64> = (0..64).map(|n| jitter(n, 50)).collect();
+        assert!(delays.iter().all(|&d| d <= 50));
+        assert!(
+            delays.iter().any(|&d| d != delays[0]),
+            "no jitter: {delays:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_scripted_model_with_an_error_fails_every_call() {
+        let text = "[providers.down]\nkind = \"scripted\"\nreplies = [\"unused\"]\n\
+                    error = \"model down\"\n";
+        let team = TeamFile::from_toml(text).unwrap();
+        let model = team.provider("down").unwrap();
+        for _ in 0..3 {
+            let err = model.complete(request()).await.unwrap_err();
+            assert!(err.to_string().contains("model down"), "{err}");
+        }
     }
 
     #[test]

@@ -1,7 +1,16 @@
-//! The crash test: `warden serve` as a child process on a journal file, killed with SIGKILL at a
-//! seed-chosen point while it works, then started again on the same file. A halt acknowledged before
-//! the kill is never lost, the halted agent refuses work after the restart, and no agent is left stuck
-//! in a mid-turn state.
+//! The crash tests: `warden serve` as a child process on a journal file, killed with SIGKILL, then
+//! started again on the same file.
+//!
+//! * At a seed-chosen point while it works: a halt acknowledged before the kill is never lost, the
+//!   halted agent refuses work after the restart, and no agent is left stuck in a mid-turn state.
+//! * Inside a turn (the scripted model answers after `latency_ms`; the kill comes once the journal
+//!   shows the turn started): acknowledged halts, lockouts and unlocks hold, locked-out and stopped
+//!   agents do no work after the restart, the agent caught mid-turn is recovered (journaled, legal
+//!   transitions) and takes work again, and the messages it had accepted are in its history in order
+//!   up to the turn that was cut, none twice. Queued messages whose turn had not started are not in the
+//!   journal (see the README, "The journal": pending events are not persisted).
+//!
+//! Waits poll with a deadline; nothing asserts a duration.
 use std::{
     io::{Read, Write},
     net::{TcpListener, TcpStream},
@@ -9,7 +18,10 @@ use std::{
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
-use warden::{journal::JournalReader, AgentState, EventKind, HaltCause};
+use warden::{
+    journal::{JournalReader, RECOVERY_CAUSE},
+    AgentRecord, AgentState, Event, EventKind, HaltCause,
+};
 
 const TOKEN: &str = "crash-test-token";
 
@@ -106,11 +118,27 @@ impl Server {
         panic!("warden serve did not come up on port {port}");
     }
 
-    fn state(&self, agent: &str) -> AgentState {
+    fn status(&self, agent: &str) -> serde_json::Value {
         let (status, body) = http(self.port, "GET", &format!("/api/agents/{agent}"), None).unwrap();
         assert_eq!(status, 200, "{body}");
-        let value: serde_json::Value = serde_json::from_str(&body).unwrap();
-        serde_json::from_value(value["state"].clone()).unwrap()
+        serde_json::from_str(&body).unwrap()
+    }
+
+    fn state(&self, agent: &str) -> AgentState {
+        serde_json::from_value(self.status(agent)["state"].clone()).unwrap()
+    }
+
+    /// `POST /api/agents/{agent}/{action}` (halt, unlock): the status code.
+    fn control(&self, agent: &str, action: &str) -> u16 {
+        let (status, body) = http(
+            self.port,
+            "POST",
+            &format!("/api/agents/{agent}/{action}"),
+            None,
+        )
+        .unwrap();
+        assert!(status == 200 || status >= 400, "{body}");
+        status
     }
 
     fn send(&self, agent: &str, content: &str) -> u16 {
@@ -139,17 +167,18 @@ impl Drop for Server {
     }
 }
 
-fn temp_dir(seed: u64) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("warden-crash-{}-{seed}", std::process::id()));
+fn temp_dir(name: &str, seed: u64, team: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("warden-crash-{}-{name}-{seed}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("team.toml"), TEAM).unwrap();
+    std::fs::write(dir.join("team.toml"), team).unwrap();
     dir
 }
 
 fn crash_and_restart(seed: u64) {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let dir = temp_dir(seed);
+    let dir = temp_dir("halt", seed, TEAM);
     let server = Server::start(&dir);
 
     // Some work for both agents, then an acknowledged halt of `a`, then more work for `b` while
@@ -208,5 +237,253 @@ fn crash_and_restart(seed: u64) {
 fn sigkill_loses_no_acknowledged_halt_and_the_halted_agent_stays_stopped() {
     for seed in [1, 2, 3, 4, 5] {
         crash_and_restart(seed);
+    }
+}
+
+/// `a` is halted, `b` is killed inside a turn (its model answers after 800 to 1200 ms), `c` is locked
+/// out, `d` is locked out and unlocked (their model is down: five failed turns trip the breaker).
+const TURN_TEAM: &str = r#"
+[providers.slow]
+kind = "scripted"
+replies = ["done"]
+latency_ms = 800
+jitter_ms = 400
+
+[providers.down]
+kind = "scripted"
+error = "model down"
+
+[[agents]]
+key = "a"
+provider = "slow"
+
+[[agents]]
+key = "b"
+provider = "slow"
+
+[[agents]]
+key = "c"
+provider = "down"
+
+[[agents]]
+key = "d"
+provider = "down"
+"#;
+
+/// Polls `cond` every 10 ms until it holds; panics with `what` after 15 s.
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The agent's events in the journal file (read-only, while warden may be writing it).
+fn events_of(db: &Path, agent: &str) -> Vec<Event> {
+    JournalReader::open(db).unwrap().events_of(agent).unwrap()
+}
+
+fn record_of(db: &Path, agent: &str) -> AgentRecord {
+    let records = JournalReader::open(db).unwrap().restore_records().unwrap();
+    records
+        .into_iter()
+        .find(|r| r.key.as_str() == agent)
+        .unwrap_or_else(|| panic!("no record of {agent}"))
+}
+
+/// The last state the journal shows for the agent.
+fn last_state(events: &[Event]) -> Option<AgentState> {
+    events.iter().rev().find_map(|e| match e.kind {
+        EventKind::StateChanged { to, .. } => Some(to),
+        _ => None,
+    })
+}
+
+/// The user messages of `record`'s history that carry `marker`.
+fn user_messages(record: &AgentRecord, marker: &str) -> Vec<String> {
+    record
+        .history
+        .iter()
+        .filter_map(|m| m.content.clone())
+        .filter(|c| c.contains(marker))
+        .collect()
+}
+
+/// Events that mean the agent worked: a turn started, a message was added, a turn ended.
+fn is_work(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::StateChanged {
+            to: AgentState::Executing,
+            ..
+        } | EventKind::HistoryAppended { .. }
+            | EventKind::TurnFinished { .. }
+            | EventKind::ToolStarted { .. }
+    )
+}
+
+fn kill_inside_a_turn_and_restart(seed: u64) {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let dir = temp_dir("turn", seed, TURN_TEAM);
+    let db = dir.join("warden.db");
+    let server = Server::start(&dir);
+
+    // c and d fail five turns in a row and lock out; d is unlocked; a is halted. Each is acknowledged.
+    for agent in ["c", "d"] {
+        for i in 0..5 {
+            assert_eq!(
+                server.send(agent, &format!("{agent}{i}")),
+                202,
+                "seed {seed}"
+            );
+        }
+    }
+    wait_for("c and d locked out", || {
+        server.state("c") == AgentState::SafetyLockout
+            && server.state("d") == AgentState::SafetyLockout
+    });
+    assert_eq!(server.control("d", "unlock"), 200, "seed {seed}");
+    assert_eq!(server.control("a", "halt"), 200, "seed {seed}");
+
+    // b accepts a few messages; the kill comes inside the first one's turn, a seed-chosen time after
+    // the journal shows it started (well before the model's 800 ms answer).
+    let marker = format!("msg-{seed}-");
+    let sent: Vec<String> = (0..1 + rng.below(3))
+        .map(|i| format!("{marker}{i}"))
+        .collect();
+    for content in &sent {
+        assert_eq!(server.send("b", content), 202, "seed {seed}");
+    }
+    wait_for("b's turn in the journal", || {
+        let events = events_of(&db, "b");
+        let started = events.iter().any(|e| match &e.kind {
+            EventKind::HistoryAppended { message } => message
+                .content
+                .as_deref()
+                .is_some_and(|c| c.contains(&sent[0])),
+            _ => false,
+        });
+        started && last_state(&events).is_some_and(AgentState::is_busy)
+    });
+    std::thread::sleep(Duration::from_millis(rng.below(300)));
+    server.kill();
+
+    // What the file holds at the kill.
+    let b_events = events_of(&db, "b");
+    assert!(
+        last_state(&b_events).is_some_and(AgentState::is_busy),
+        "seed {seed}: the kill did not land inside b's turn"
+    );
+    let killed_at = JournalReader::open(&db)
+        .unwrap()
+        .tail(1)
+        .unwrap()
+        .last()
+        .map_or(0, |e| e.seq);
+    assert!(
+        events_of(&db, "a")
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::Halted { .. })),
+        "seed {seed}: the acknowledged halt of a was lost"
+    );
+    let c = record_of(&db, "c");
+    assert!(c.emergency_stop, "seed {seed}: c's lockout was lost");
+    let d = record_of(&db, "d");
+    assert_eq!(
+        (d.state, d.emergency_stop),
+        (AgentState::WaitingForEvent, false),
+        "seed {seed}: the acknowledged unlock of d was lost"
+    );
+
+    // Restart on the same file.
+    let server = Server::start(&dir);
+    assert_eq!(server.state("a"), AgentState::Stopped, "seed {seed}");
+    let c = server.status("c");
+    assert_eq!(c["state"], "SAFETY_LOCKOUT", "seed {seed}");
+    assert_eq!(c["emergency_stop"], true, "seed {seed}");
+    let d = server.status("d");
+    assert_eq!(
+        (&d["state"], &d["emergency_stop"]),
+        (
+            &serde_json::json!("WAITING_FOR_EVENT"),
+            &serde_json::json!(false)
+        ),
+        "seed {seed}"
+    );
+    assert_eq!(
+        server.state("b"),
+        AgentState::WaitingForEvent,
+        "seed {seed}"
+    );
+
+    // b was recovered along legal transitions, journaled after the kill.
+    let recovery: Vec<(AgentState, AgentState)> = events_of(&db, "b")
+        .into_iter()
+        .filter(|e| e.seq > killed_at)
+        .filter_map(|e| match e.kind {
+            EventKind::StateChanged { from, to, cause } if cause == RECOVERY_CAUSE => {
+                Some((from, to))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !recovery.is_empty(),
+        "seed {seed}: b's recovery not journaled"
+    );
+    assert!(
+        recovery
+            .iter()
+            .all(|(from, to)| from.can_transition_to(*to)),
+        "seed {seed}: {recovery:?}"
+    );
+    assert_eq!(
+        recovery.last().map(|r| r.1),
+        Some(AgentState::WaitingForEvent)
+    );
+
+    // b's accepted messages are in its history in the order sent, up to the cut turn, none twice
+    // (the ones still queued at the kill are gone).
+    let history = user_messages(&record_of(&db, "b"), &marker);
+    assert!(
+        !history.is_empty(),
+        "seed {seed}: the started turn's message was lost"
+    );
+    assert!(history.len() <= sent.len(), "seed {seed}: {history:?}");
+    for (got, want) in history.iter().zip(&sent) {
+        assert!(
+            got.ends_with(want.as_str()),
+            "seed {seed}: {history:?} vs {sent:?}"
+        );
+    }
+
+    // The locked-out and the stopped agent refuse work; b and the unlocked d take it.
+    assert_eq!(server.send("c", "work after restart"), 409, "seed {seed}");
+    assert_eq!(server.send("a", "work after restart"), 409, "seed {seed}");
+    assert_eq!(server.send("d", "work after restart"), 202, "seed {seed}");
+    assert_eq!(server.send("b", "work after restart"), 202, "seed {seed}");
+    wait_for("b working again", || server.state("b").is_busy());
+    wait_for("d's turn journaled", || {
+        events_of(&db, "d")
+            .iter()
+            .any(|e| e.seq > killed_at && matches!(e.kind, EventKind::TurnFinished { .. }))
+    });
+    server.kill();
+    // Nothing the locked-out or the stopped agent did after the restart was work.
+    for agent in ["a", "c"] {
+        let worked: Vec<Event> = events_of(&db, agent)
+            .into_iter()
+            .filter(|e| e.seq > killed_at && is_work(&e.kind))
+            .collect();
+        assert!(worked.is_empty(), "seed {seed}: {agent} worked: {worked:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sigkill_inside_a_turn_keeps_acknowledged_decisions_and_recovers_the_turn() {
+    for seed in [11, 12, 13, 14] {
+        kill_inside_a_turn_and_restart(seed);
     }
 }

@@ -1,17 +1,22 @@
 //! The SQLite journal: round trip, group commit and the durability wait, restore after a restart
-//! (a locked-out agent stays locked out), schema migrations and the `warden journal` inspection.
+//! (a locked-out agent stays locked out), schema migrations, snapshots (restore from them equals the
+//! full replay, reads a bounded number of events, survives a migration) and the `warden journal`
+//! inspection.
 mod common;
 use common::*;
+use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::{
         atomic::{AtomicU32, Ordering},
         Arc,
     },
 };
 use warden::{
-    journal::{self, must_be_durable, JournalError, SCHEMA_VERSION},
-    protocols::Breaker,
+    journal::{
+        self, must_be_durable, JournalError, JournalOptions, RECOVERY_CAUSE, SCHEMA_VERSION,
+    },
+    protocols::{Breaker, ToolCall, TurnOutcome},
     *,
 };
 
@@ -165,6 +170,17 @@ fn safety_events_are_committed_before_append_returns() {
         EventKind::BreakerStopped {
             breaker: Breaker::BudgetExceeded,
             reason: "budget".into(),
+        },
+        // The state change of an unlock and of a resume: acknowledged only once on disk.
+        EventKind::StateChanged {
+            from: AgentState::SafetyLockout,
+            to: AgentState::WaitingForEvent,
+            cause: "unlocked by op".into(),
+        },
+        EventKind::StateChanged {
+            from: AgentState::Stopped,
+            to: AgentState::WaitingForEvent,
+            cause: "resumed by op".into(),
         },
     ];
     for (i, kind) in durable.into_iter().enumerate() {
@@ -410,6 +426,7 @@ fn inspection_commands_print_tail_show_and_export() {
     let text = String::from_utf8(out).unwrap();
     assert!(text.starts_with("agent npc"), "{text}");
     assert!(text.contains("emergency_stop       false"));
+    assert!(text.contains("snapshot             none"), "{text}");
     assert!(text.contains("events (6):"));
 
     let mut out = Vec::new();
@@ -503,6 +520,15 @@ async fn an_agent_caught_mid_turn_is_recovered_to_waiting_and_takes_work_again()
 #[test]
 fn recovery_leaves_locked_out_and_stopped_agents_as_they_are() {
     let journal = SqliteJournal::open(":memory:").unwrap();
+    // A trip journals the lockout, then the state change.
+    journal.append(
+        &key("l"),
+        EventKind::LockedOut {
+            breaker: Breaker::Stuck,
+            reason: "stuck".into(),
+            consecutive_errors: 0,
+        },
+    );
     for (agent, to) in [("l", AgentState::SafetyLockout), ("s", AgentState::Stopped)] {
         journal.append(
             &key(agent),
@@ -518,4 +544,641 @@ fn recovery_leaves_locked_out_and_stopped_agents_as_they_are() {
     assert_eq!(records[0].state, AgentState::SafetyLockout);
     assert_eq!(records[1].state, AgentState::Stopped);
     assert_eq!(journal.events().unwrap().len(), before);
+}
+
+// ---- snapshots ----------------------------------------------------------------------------------
+
+fn every(snapshot_every: u64) -> JournalOptions {
+    JournalOptions { snapshot_every }
+}
+
+/// A random event: most kinds change the record (history, state, counters, lockout, halts), some
+/// change nothing. States are random too: `apply` folds whatever was journaled.
+fn random_kind(rng: &mut SmallRng, i: usize) -> EventKind {
+    let state = |rng: &mut SmallRng| AgentState::ALL[rng.gen_range(0..AgentState::ALL.len())];
+    match rng.gen_range(0..17) {
+        0 => EventKind::Spawned {
+            role: if rng.gen() {
+                AgentRole::Assistant
+            } else {
+                AgentRole::SubAgent
+            },
+            parent: rng.gen_bool(0.5).then(|| key("boss")),
+            max_consecutive_errors: rng.gen_range(1..10),
+        },
+        1 | 2 => EventKind::StateChanged {
+            from: state(rng),
+            to: state(rng),
+            cause: format!("cause {i}"),
+        },
+        3 => EventKind::ErrorCounted {
+            consecutive_errors: rng.gen_range(0..8),
+            error: format!("error {i}"),
+        },
+        4 => EventKind::ErrorsReset,
+        5 => EventKind::LockedOut {
+            breaker: Breaker::ConsecutiveErrors,
+            reason: format!("reason {i}"),
+            consecutive_errors: 5,
+        },
+        6 => EventKind::Unlocked {
+            operator: "op".into(),
+        },
+        7 => EventKind::HistoryReset {
+            operator: "op".into(),
+        },
+        8 if rng.gen() => EventKind::Paused {
+            operator: "op".into(),
+        },
+        8 => EventKind::Unpaused {
+            operator: "op".into(),
+        },
+        9 => EventKind::Halted {
+            cause: HaltCause::HaltAll,
+            discarded: rng.gen_range(0..4),
+        },
+        10..=12 => EventKind::HistoryAppended {
+            message: match rng.gen_range(0..5) {
+                0 => ChatMessage::user(format!("[user] hello {i} — ünïcode")),
+                1 => ChatMessage::assistant(format!("answer {i}")),
+                2 => ChatMessage::assistant_tool_calls(
+                    None,
+                    vec![ToolCall::new(
+                        format!("call_{i}"),
+                        "search",
+                        &serde_json::json!({ "q": i, "deep": [1, 2.5, null] }),
+                    )],
+                ),
+                3 => ChatMessage::tool_result(format!("call_{i}"), "{\"ok\":true}"),
+                _ => ChatMessage::system(format!("alert {i}")).internal(),
+            },
+        },
+        13 => EventKind::TurnFinished {
+            outcome: TurnOutcome {
+                reason: TerminationReason::Noop,
+                iterations: rng.gen_range(1..5),
+                answer: Some(format!("answer {i}")),
+                limit_stopped: false,
+                limit_kind: None,
+                error: None,
+            },
+        },
+        14 => EventKind::Restarted {
+            restarts: rng.gen_range(0..5),
+        },
+        15 => EventKind::BreakerStopped {
+            breaker: Breaker::BudgetExceeded,
+            reason: format!("budget {i}"),
+        },
+        _ => alert(i),
+    }
+}
+
+/// A random plan: `n` events over `agents` agents.
+fn random_plan(rng: &mut SmallRng, agents: usize, n: usize) -> Vec<(AgentKey, EventKind)> {
+    (0..n)
+        .map(|i| {
+            let agent = key(&format!("agent{}", rng.gen_range(0..agents)));
+            (agent, random_kind(rng, i))
+        })
+        .collect()
+}
+
+/// Agents in order of their first event.
+fn first_seen(plan: &[(AgentKey, EventKind)]) -> Vec<AgentKey> {
+    let mut agents: Vec<AgentKey> = Vec::new();
+    for (agent, _) in plan {
+        if !agents.contains(agent) {
+            agents.push(agent.clone());
+        }
+    }
+    agents
+}
+
+/// Every snapshot row is the replay of its agent's events up to its seq, and that seq is one of the
+/// agent's events. Returns how many snapshots there are.
+fn assert_snapshots_match_their_events(db: &Path, events: &[Event], what: &str) -> usize {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let rows: Vec<(String, i64, String)> = conn
+        .prepare("SELECT agent, seq, record FROM snapshots")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for (agent, seq, json) in &rows {
+        let seq = *seq as u64;
+        let record: AgentRecord = serde_json::from_str(json).unwrap();
+        let upto = events.iter().filter(|e| e.seq <= seq);
+        assert_eq!(
+            record,
+            AgentRecord::replay(key(agent), upto),
+            "{what}: snapshot of {agent} at {seq} is not its events up to {seq}"
+        );
+        assert!(
+            events
+                .iter()
+                .any(|e| e.seq == seq && e.agent.as_str() == agent),
+            "{what}: snapshot of {agent} at {seq}, which is not one of its events"
+        );
+    }
+    rows.len()
+}
+
+/// The log holds the plan; restore (the journal's and the read-only reader's) equals the full
+/// replay; every snapshot agrees with its events. Returns the number of snapshots.
+fn check_restore(
+    journal: &SqliteJournal,
+    db: &Path,
+    plan: &[(AgentKey, EventKind)],
+    what: &str,
+) -> usize {
+    let events = journal.events().unwrap();
+    let logged: Vec<_> = events
+        .iter()
+        .map(|e| (e.agent.clone(), e.kind.clone()))
+        .collect();
+    assert_eq!(logged, plan, "{what}: the log");
+    let agents = first_seen(plan);
+    assert_eq!(journal.agents().unwrap(), agents, "{what}: the agents");
+    let replayed: Vec<AgentRecord> = agents
+        .iter()
+        .map(|a| AgentRecord::replay(a.clone(), &events))
+        .collect();
+    assert_eq!(journal.restore_records().unwrap(), replayed, "{what}");
+    let reader = JournalReader::open(db).unwrap();
+    assert_eq!(
+        reader.restore_records().unwrap(),
+        replayed,
+        "{what}: reader"
+    );
+    assert_snapshots_match_their_events(db, &events, what)
+}
+
+#[test]
+fn restore_from_snapshots_equals_the_full_replay_for_random_event_sequences() {
+    const EVERY: [u64; 7] = [0, 1, 2, 3, 5, 8, 40];
+    let mut snapshots = 0;
+    for seed in 0..24u64 {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let db = TempDb::new(&format!("random-{seed}"));
+        let agents = rng.gen_range(1..6);
+        let n = rng.gen_range(0..300);
+        let plan = random_plan(&mut rng, agents, n);
+        let mut snapshot_every = EVERY[seed as usize % EVERY.len()];
+        let mut journal = SqliteJournal::open_with(&db.0, every(snapshot_every)).unwrap();
+        for (i, (agent, kind)) in plan.iter().enumerate() {
+            journal.append(agent, kind.clone());
+            let what = format!("seed {seed}, snapshot_every {snapshot_every}, event {i}");
+            match rng.gen_range(0..60) {
+                // A restart, possibly with another `snapshot_every`.
+                0 => {
+                    drop(journal);
+                    snapshot_every = EVERY[rng.gen_range(0..EVERY.len())];
+                    journal = SqliteJournal::open_with(&db.0, every(snapshot_every)).unwrap();
+                    check_restore(&journal, &db.0, &plan[..=i], &what);
+                }
+                1 => {
+                    check_restore(&journal, &db.0, &plan[..=i], &what);
+                }
+                // Batch boundaries fall in different places.
+                2..=9 => journal.flush(),
+                _ => {}
+            }
+        }
+        let what = format!("seed {seed}, snapshot_every {snapshot_every}, end");
+        check_restore(&journal, &db.0, &plan, &what);
+        drop(journal);
+        let journal = SqliteJournal::open_with(&db.0, every(snapshot_every)).unwrap();
+        snapshots += check_restore(&journal, &db.0, &plan, &format!("{what}, reopened"));
+    }
+    assert!(snapshots > 20, "the seeds made only {snapshots} snapshots");
+}
+
+#[test]
+fn a_restore_reads_fewer_than_snapshot_every_events_per_agent_however_long_the_history() {
+    let agents = [key("a"), key("b"), key("c")];
+    let plan: Vec<(AgentKey, EventKind)> = (0..6_000)
+        .map(|i| {
+            let kind = if i % 2 == 0 {
+                EventKind::HistoryAppended {
+                    message: ChatMessage::user(format!("message {i}")),
+                }
+            } else {
+                alert(i)
+            };
+            (agents[i % 3].clone(), kind)
+        })
+        .collect();
+    let restore_reads = |snapshot_every: u64| {
+        let db = TempDb::new(&format!("bounded-{snapshot_every}"));
+        {
+            let journal = SqliteJournal::open_with(&db.0, every(snapshot_every)).unwrap();
+            for (agent, kind) in &plan {
+                journal.append(agent, kind.clone());
+            }
+        }
+        // A restart: only the restore reads.
+        let journal = SqliteJournal::open_with(&db.0, every(snapshot_every)).unwrap();
+        let before = journal.stats();
+        let records = journal.restore_records().unwrap();
+        let after = journal.stats();
+        assert_eq!(records.len(), 3);
+        assert_eq!(records[0].history.len(), 1_000);
+        let events = journal.events().unwrap();
+        for record in &records {
+            assert_eq!(record, &AgentRecord::replay(record.key.clone(), &events));
+        }
+        (
+            after.restored_snapshots - before.restored_snapshots,
+            after.restored_events - before.restored_events,
+        )
+    };
+    let (snapshots, read) = restore_reads(100);
+    assert_eq!(snapshots, 3);
+    assert!(read < 3 * 100, "{read} events read for 3 agents");
+    // Without snapshots the same history is read in full.
+    assert_eq!(restore_reads(0), (0, 6_000));
+}
+
+/// The schema-1 tables, as the previous warden created them.
+const SCHEMA_1: &str = "
+    PRAGMA journal_mode = WAL;
+    CREATE TABLE schema_version (version INTEGER NOT NULL);
+    INSERT INTO schema_version (version) VALUES (1);
+    CREATE TABLE events (
+        seq   INTEGER PRIMARY KEY,
+        at_ms INTEGER NOT NULL,
+        agent TEXT    NOT NULL,
+        kind  TEXT    NOT NULL,
+        body  JSON    NOT NULL
+    );
+    CREATE INDEX events_agent ON events(agent, seq);";
+
+#[test]
+fn a_schema_1_file_migrates_keeps_its_events_and_restores_identically() {
+    let db = TempDb::new("schema1");
+    let mut rng = SmallRng::seed_from_u64(61);
+    let plan = random_plan(&mut rng, 3, 600);
+    let events: Vec<Event> = plan
+        .iter()
+        .enumerate()
+        .map(|(i, (agent, kind))| Event {
+            seq: i as u64 + 1,
+            at_ms: 1_700_000_000_000 + i as u64,
+            agent: agent.clone(),
+            kind: kind.clone(),
+        })
+        .collect();
+    {
+        let conn = rusqlite::Connection::open(&db.0).unwrap();
+        conn.execute_batch(SCHEMA_1).unwrap();
+        for e in &events {
+            let body = serde_json::to_value(&e.kind).unwrap();
+            conn.execute(
+                "INSERT INTO events (seq, at_ms, agent, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+                rusqlite::params![
+                    e.seq as i64,
+                    e.at_ms as i64,
+                    e.agent.as_str(),
+                    journal::kind_name(&body),
+                    body.to_string()
+                ],
+            )
+            .unwrap();
+        }
+    }
+    let agents = first_seen(&plan);
+    let expected: Vec<AgentRecord> = agents
+        .iter()
+        .map(|a| AgentRecord::replay(a.clone(), &events))
+        .collect();
+    // The read-only view reads the old file as it is (it never migrates).
+    let reader = JournalReader::open(&db.0).unwrap();
+    assert_eq!(reader.restore_records().unwrap(), expected);
+    assert_eq!(reader.agents().unwrap(), agents);
+    drop(reader);
+
+    let journal = SqliteJournal::open_with(&db.0, every(50)).unwrap();
+    let conn = rusqlite::Connection::open(&db.0).unwrap();
+    assert_eq!(journal::schema_version(&conn).unwrap(), 2);
+    let listed: Vec<(String, i64)> = conn
+        .prepare("SELECT agent, first_seq FROM agents ORDER BY first_seq")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let firsts: Vec<(String, i64)> = agents
+        .iter()
+        .map(|a| {
+            let first = events.iter().find(|e| &e.agent == a).unwrap().seq as i64;
+            (a.to_string(), first)
+        })
+        .collect();
+    assert_eq!(listed, firsts);
+    assert_eq!(
+        journal.events().unwrap(),
+        events,
+        "the migration kept the events"
+    );
+    // The first restore replays every event, and snapshots the agents so the next one need not.
+    let before = journal.stats();
+    assert_eq!(journal.restore_records().unwrap(), expected);
+    let after = journal.stats();
+    assert_eq!(after.restored_events - before.restored_events, 600);
+    assert_eq!(after.snapshots_written - before.snapshots_written, 3);
+    assert_eq!(
+        assert_snapshots_match_their_events(&db.0, &events, "migrated"),
+        3
+    );
+    drop(journal);
+
+    let journal = SqliteJournal::open_with(&db.0, every(50)).unwrap();
+    let before = journal.stats();
+    assert_eq!(journal.restore_records().unwrap(), expected);
+    assert_eq!(journal.stats().restored_events - before.restored_events, 0);
+    assert_eq!(journal.append(&key("agent0"), alert(0)), 601);
+    // Migrating again is a no-op.
+    drop(journal);
+    let mut conn = rusqlite::Connection::open(&db.0).unwrap();
+    assert_eq!(journal::migrate(&mut conn, "x").unwrap(), SCHEMA_VERSION);
+}
+
+/// Appends `plan` to a fresh in-memory journal and recovers: the records, and every event after.
+fn recover(plan: &[(AgentKey, EventKind)], snapshot_every: u64) -> (Vec<AgentRecord>, Vec<Event>) {
+    let journal = SqliteJournal::open_with(":memory:", every(snapshot_every)).unwrap();
+    for (i, (agent, kind)) in plan.iter().enumerate() {
+        journal.append(agent, kind.clone());
+        if i % 7 == 0 {
+            journal.flush();
+        }
+    }
+    let records = journal.recover_records().unwrap();
+    let events = journal.events().unwrap();
+    assert_eq!(journal.restore_records().unwrap(), records);
+    (records, events)
+}
+
+#[test]
+fn recovery_gives_the_same_answer_with_and_without_snapshots() {
+    for seed in 0..16u64 {
+        let mut rng = SmallRng::seed_from_u64(1_000 + seed);
+        let agents = rng.gen_range(1..8);
+        let n = rng.gen_range(1..200);
+        let plan = random_plan(&mut rng, agents, n);
+        let (full, full_events) = recover(&plan, 0);
+        for snapshot_every in [1, 3, 10] {
+            let (snap, snap_events) = recover(&plan, snapshot_every);
+            assert_eq!(snap, full, "seed {seed}, snapshot_every {snapshot_every}");
+            let kinds = |events: &[Event]| {
+                events
+                    .iter()
+                    .map(|e| (e.seq, e.agent.clone(), e.kind.clone()))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(kinds(&snap_events), kinds(&full_events), "seed {seed}");
+        }
+        for record in &full {
+            assert!(!record.state.is_busy(), "seed {seed}: {record:?}");
+            assert!(journal::recovery_path(record).is_empty(), "seed {seed}");
+            if record.emergency_stop {
+                assert!(record.state.refuses_work(), "seed {seed}: {record:?}");
+            }
+        }
+        for e in &full_events[n..] {
+            match &e.kind {
+                EventKind::StateChanged { from, to, cause } if cause == RECOVERY_CAUSE => {
+                    assert!(
+                        from.can_transition_to(*to),
+                        "seed {seed}: {from:?} → {to:?}"
+                    )
+                }
+                other => panic!("seed {seed}: recovery journaled {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_snapshot_that_cannot_be_read_is_ignored_and_rebuilt_from_the_events() {
+    let db = TempDb::new("bad-snapshot");
+    let mut rng = SmallRng::seed_from_u64(5);
+    let plan: Vec<_> = random_plan(&mut rng, 1, 100);
+    {
+        let journal = SqliteJournal::open_with(&db.0, every(10)).unwrap();
+        for (agent, kind) in &plan {
+            journal.append(agent, kind.clone());
+            journal.flush();
+        }
+    }
+    for tamper in [
+        "UPDATE snapshots SET record = '{\"not\": \"a record\"}'",
+        "UPDATE snapshots SET format = 999",
+        "UPDATE snapshots SET record = json_set(record, '$.key', 'someone else')",
+    ] {
+        rusqlite::Connection::open(&db.0)
+            .unwrap()
+            .execute(tamper, [])
+            .unwrap();
+        let journal = SqliteJournal::open_with(&db.0, every(10)).unwrap();
+        // Replayed from the first event, and snapshotted again.
+        check_restore(&journal, &db.0, &plan, tamper);
+        let stats = journal.stats();
+        assert_eq!((stats.restored_snapshots, stats.restored_events), (0, 100));
+        assert_eq!(stats.snapshots_written, 1);
+    }
+}
+
+#[test]
+fn show_says_whether_the_snapshot_agrees_and_export_has_only_events() {
+    let db = TempDb::new("show-snapshot");
+    {
+        let journal = SqliteJournal::open_with(&db.0, every(2)).unwrap();
+        // A halt is durable: each append is its own batch, so the snapshots fall at 2 and 4.
+        for _ in 0..5 {
+            journal.append(&key("npc"), halted());
+        }
+    }
+    let show = |json: bool| {
+        let mut out = Vec::new();
+        journal::show(&db.0, "npc", json, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    assert!(
+        show(false).contains("snapshot             seq 4, matches the replay"),
+        "{}",
+        show(false)
+    );
+    let doc: serde_json::Value = serde_json::from_str(&show(true)).unwrap();
+    assert_eq!(doc["snapshot"]["seq"], 4);
+    assert_eq!(doc["snapshot"]["matches_replay"], true);
+    assert_eq!(doc["record"]["halts"], 5);
+    // A snapshot that disagrees with the events is reported; the events are shown as they are.
+    rusqlite::Connection::open(&db.0)
+        .unwrap()
+        .execute(
+            "UPDATE snapshots SET record = json_set(record, '$.halts', 99)",
+            [],
+        )
+        .unwrap();
+    assert!(show(false).contains("seq 4, DIFFERS from the replay"));
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&show(true)).unwrap()["record"]["halts"],
+        5
+    );
+    let mut out = Vec::new();
+    journal::export_json(&db.0, &mut out).unwrap();
+    let events: Vec<Event> = serde_json::from_slice(&out).unwrap();
+    assert_eq!(events.len(), 5);
+}
+
+fn state_changed(from: AgentState, to: AgentState) -> EventKind {
+    EventKind::StateChanged {
+        from,
+        to,
+        cause: "turn".into(),
+    }
+}
+
+#[actix_rt::test]
+async fn recovery_completes_the_lockout_stop_and_unlock_a_crash_cut_in_two() {
+    use AgentState::*;
+    tokio::time::pause();
+    let journal = Arc::new(SqliteJournal::open(":memory:").unwrap());
+    let locked_out = EventKind::LockedOut {
+        breaker: Breaker::ConsecutiveErrors,
+        reason: "Maximum consecutive errors reached (5)".into(),
+        consecutive_errors: 5,
+    };
+    // Each agent's events stop where a SIGKILL between two durable commits would stop them.
+    let cases: [(&str, Vec<EventKind>, AgentState); 5] = [
+        // The lockout is on disk, its state change is not.
+        (
+            "tripped",
+            vec![
+                state_changed(WaitingForEvent, Executing),
+                locked_out.clone(),
+            ],
+            SafetyLockout,
+        ),
+        // Locked out in a tool wait (the same, one step further from the lockout).
+        (
+            "tripped-in-tool",
+            vec![
+                state_changed(WaitingForEvent, Executing),
+                state_changed(Executing, WaitingForTool),
+                locked_out.clone(),
+            ],
+            SafetyLockout,
+        ),
+        // What the previous recovery left of the first case: idle, yet locked out.
+        (
+            "idle-locked",
+            vec![
+                state_changed(WaitingForEvent, Executing),
+                locked_out.clone(),
+                state_changed(Executing, WaitingForEvent),
+            ],
+            SafetyLockout,
+        ),
+        // A budget stop is on disk, its state change is not.
+        (
+            "budget",
+            vec![
+                state_changed(WaitingForEvent, Executing),
+                EventKind::BreakerStopped {
+                    breaker: Breaker::BudgetExceeded,
+                    reason: "budget".into(),
+                },
+            ],
+            Stopped,
+        ),
+        // An unlock is on disk, its state change is not: the operator's decision stands.
+        (
+            "unlocked",
+            vec![
+                state_changed(WaitingForEvent, Executing),
+                locked_out.clone(),
+                state_changed(Executing, SafetyLockout),
+                EventKind::Unlocked {
+                    operator: "alice".into(),
+                },
+            ],
+            WaitingForEvent,
+        ),
+    ];
+    for (agent, kinds, _) in &cases {
+        for kind in kinds {
+            journal.append(&key(agent), kind.clone());
+        }
+    }
+    let records = journal.recover_records().unwrap();
+    for ((agent, _, expected), record) in cases.iter().zip(&records) {
+        assert_eq!(record.state, *expected, "{agent}");
+        assert!(journal::recovery_path(record).is_empty(), "{agent}");
+    }
+    assert_eq!(journal.restore_records().unwrap(), records);
+    // The locked-out agents refuse work once spawned; the unlocked one takes it.
+    let team = Supervisor::on_current_arbiter(WardenConfig::default(), journal.clone());
+    let model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("ok")));
+    let stats = model.stats();
+    let mut handles = Vec::new();
+    for record in &records {
+        let spec = AgentSpec::assistant(record.key.as_str(), model.clone());
+        handles.push(team.spawn(spec.restored_from(record.clone())).unwrap());
+    }
+    for handle in &handles[..4] {
+        let err = handle.try_send_event(UserEvent::new("work")).unwrap_err();
+        assert!(
+            matches!(
+                err.refusal,
+                WorkRefusal::LockedOut { .. } | WorkRefusal::Stopped
+            ),
+            "{}: {:?}",
+            handle.key(),
+            err.refusal
+        );
+    }
+    handles[4].try_send_event(UserEvent::new("work")).unwrap();
+    until("unlocked agent answered", || handles[4].status().turns == 1).await;
+    assert_eq!(stats.calls.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn vacuum_into_backs_up_a_journal_while_it_is_written() {
+    let db = TempDb::new("backup");
+    let journal = Arc::new(SqliteJournal::open_with(&db.0, every(10)).unwrap());
+    for i in 0..500 {
+        journal.append(&key("a"), alert(i));
+    }
+    journal.flush();
+    let writer = {
+        let journal = journal.clone();
+        std::thread::spawn(move || {
+            for i in 0..2_000 {
+                journal.append(&key(["a", "b"][i % 2]), alert(i));
+            }
+        })
+    };
+    let copy = db.0.with_file_name("copy.db");
+    rusqlite::Connection::open(&db.0)
+        .unwrap()
+        .execute("VACUUM INTO ?1", [copy.to_string_lossy()])
+        .unwrap();
+    writer.join().unwrap();
+    // The copy is a consistent prefix of the log, and restores like one.
+    let reader = JournalReader::open(&copy).unwrap();
+    let copied = reader.events().unwrap();
+    let all = journal.events().unwrap();
+    assert!(copied.len() >= 500);
+    assert_eq!(copied, all[..copied.len()]);
+    let replayed: Vec<AgentRecord> = reader
+        .agents()
+        .unwrap()
+        .into_iter()
+        .map(|a| AgentRecord::replay(a, &copied))
+        .collect();
+    assert_eq!(reader.restore_records().unwrap(), replayed);
+    assert_snapshots_match_their_events(&copy, &copied, "backup");
 }

@@ -31,6 +31,7 @@ pub struct WardenConfig {
     pub tools: ToolsConfig,
     pub mailbox: MailboxConfig,
     pub supervisor: SupervisorConfig,
+    pub journal: JournalConfig,
 }
 
 /// `[safety]`.
@@ -347,6 +348,24 @@ impl Default for RestartConfig {
     }
 }
 
+/// `[journal]`: the durable SQLite journal of `warden serve`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JournalConfig {
+    /// Snapshot an agent's record after this many of its events since its last snapshot, so a restart
+    /// replays at most this many events per agent. 0 = never (a restart replays every event).
+    /// Default 1000.
+    pub snapshot_every: u64,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        JournalConfig {
+            snapshot_every: 1000,
+        }
+    }
+}
+
 fn seconds(key: &'static str, value: f64) -> Result<(), ConfigError> {
     if (0.0..=31_536_000.0).contains(&value) {
         Ok(())
@@ -546,6 +565,13 @@ impl WardenConfig {
             "supervisor.restart.within_seconds",
             self.supervisor.restart.within_seconds,
         )?;
+        range_u64(
+            "journal.snapshot_every",
+            self.journal.snapshot_every,
+            0,
+            100_000_000,
+            "0 (never) to 100000000",
+        )?;
         Ok(())
     }
 }
@@ -567,6 +593,7 @@ mod tests {
         assert_eq!(c.mailbox.ordinary_capacity.get(), 65_536);
         assert_eq!(c.supervisor.restart.strategy, RestartStrategy::OneForOne);
         assert_eq!(c.supervisor.restart.max_restarts, 3);
+        assert_eq!(c.journal.snapshot_every, 1000);
     }
 
     #[test]
