@@ -101,6 +101,8 @@ pub struct LoadtestOptions {
     pub safety: bool,
     /// Give up waiting for the fleet after this long (what is still open is reported as lost).
     pub timeout: Duration,
+    /// Draw a progress bar on stderr (the CLI sets it when stderr is a terminal).
+    pub progress: bool,
 }
 
 impl LoadtestOptions {
@@ -119,6 +121,7 @@ impl LoadtestOptions {
             halt_probes: 11,
             safety: true,
             timeout: Duration::from_secs(300),
+            progress: false,
         }
     }
 }
@@ -452,12 +455,13 @@ async fn halt_probe(options: &LoadtestOptions) -> HaltProbe {
     let mut config = WardenConfig::default();
     config.mailbox.ordinary_capacity =
         NonZeroUsize::new(backlog.max(1)).unwrap_or(NonZeroUsize::MIN);
+    config.supervisor.arbiters = 1;
     let mut latencies = Vec::new();
     let mut processed_after_halt = 0;
     for i in 0..options.halt_probes {
-        let team = Supervisor::builder(config.clone(), Arc::new(NullJournal::default()))
-            .current_arbiter()
-            .build();
+        // The probed agent runs on an arbiter of its own, as an agent does when an operator's halt
+        // comes from another thread (the API, the CLI).
+        let team = Supervisor::builder(config.clone(), Arc::new(NullJournal::default())).build();
         let model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("ok")));
         let Ok(agent) = team.spawn(AgentSpec::assistant(format!("probe{i}"), model)) else {
             continue;
@@ -552,8 +556,52 @@ pub fn run_loadtest(options: LoadtestOptions) -> LoadReport {
     actix_rt::System::new().block_on(run_loadtest_async(options))
 }
 
+/// The progress bar on stderr: one bar reused by each phase (hidden unless `options.progress`).
+struct Progress(indicatif::ProgressBar);
+
+impl Progress {
+    fn new(enabled: bool) -> Self {
+        if !enabled {
+            return Progress(indicatif::ProgressBar::hidden());
+        }
+        let bar = indicatif::ProgressBar::with_draw_target(
+            Some(0),
+            indicatif::ProgressDrawTarget::stderr_with_hz(10),
+        );
+        let style = indicatif::ProgressStyle::with_template(
+            "{prefix:>10} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}",
+        );
+        if let Ok(style) = style {
+            bar.set_style(style);
+        }
+        Progress(bar)
+    }
+
+    fn phase(&self, name: &'static str, len: u64) {
+        self.0.set_prefix(name);
+        self.0.set_length(len);
+        self.0.set_position(0);
+        self.0.set_message("");
+    }
+
+    fn at(&self, pos: u64) {
+        self.0.set_position(pos);
+    }
+
+    fn note(&self, message: String) {
+        self.0.set_message(message);
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.0.finish_and_clear();
+    }
+}
+
 /// [`run_loadtest`] inside a running actix `System` (every agent on the current arbiter).
 pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
+    let progress = Progress::new(options.progress);
     let scenario = options.scenario;
     let mut config = WardenConfig::default();
     config.safety.budget.tokens_per_agent = 0;
@@ -592,7 +640,11 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
     let mut roots = Vec::new();
     let mut stats: Vec<Arc<ScriptStats>> = Vec::new();
     let spawn_start = Instant::now();
+    progress.phase("spawn", shape.len() as u64);
     for (index, node) in shape.into_iter().enumerate() {
+        if index % 4096 == 0 {
+            progress.at(index as u64);
+        }
         let Node {
             key,
             parent,
@@ -627,6 +679,7 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
         }
     }
     // Spawn time and memory include the actors themselves: wait until every one has started.
+    progress.note("starting actors".into());
     team.started().await;
     let agents = team.len() as u64;
     let spawn_elapsed = spawn_start.elapsed();
@@ -636,6 +689,8 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
     let mut tasks_sent = 0u64;
     let mut tasks_refused = 0u64;
     let drive_start = Instant::now();
+    // Turns without refusals: every agent runs every task once.
+    progress.phase("drive", agents * tasks as u64);
     for t in 0..tasks {
         for root in &roots {
             tasks_sent += 1;
@@ -670,7 +725,18 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
             actix_rt::time::sleep(Duration::from_micros(200)).await;
         }
     } else {
-        while Instant::now() < deadline && !settled(&journal.tally.lock()) {
+        loop {
+            {
+                let t = journal.tally.lock();
+                if Instant::now() >= deadline || settled(&t) {
+                    break;
+                }
+                progress.at(t.turns);
+                progress.note(format!(
+                    "{} outstanding, {} lockouts",
+                    t.outstanding, t.lockouts
+                ));
+            }
             actix_rt::time::sleep(Duration::from_micros(500)).await;
         }
     }
@@ -684,6 +750,7 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
     drop(statuses);
 
     // ---- halt all
+    progress.phase("halt all", agents);
     let halt_start = Instant::now();
     let acks = team.halt_all().await;
     let halted_at = Instant::now();
@@ -716,6 +783,7 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
     actix_rt::time::sleep(Duration::from_millis(10)).await;
 
     let halt = if options.halt_probes > 0 {
+        progress.phase("halt probe", options.halt_probes as u64);
         halt_probe(&options).await
     } else {
         HaltProbe {

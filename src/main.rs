@@ -332,6 +332,7 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
         halt_probes: args.halt_probes,
         safety: !args.no_safety,
         timeout: std::time::Duration::from_secs_f64(args.timeout_s),
+        progress: std::io::stderr().is_terminal(),
     };
     let report = warden::loadtest::run_loadtest(options);
     let printed = if args.json {

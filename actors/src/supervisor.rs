@@ -505,7 +505,8 @@ impl Supervisor {
             .collect()
     }
 
-    /// Stops every actor deliberately (no restarts). Queued work stays in the records' mailboxes.
+    /// Stops every actor deliberately (no restarts), then the arbiter threads the supervisor started.
+    /// Queued work stays in the records' mailboxes.
     pub async fn shutdown(&self) {
         self.shared.shutting_down.store(true, Ordering::SeqCst);
         let addrs: Vec<_> = self
@@ -517,6 +518,11 @@ impl Supervisor {
         join_all(addrs.iter().map(|a| a.send(Shutdown))).await;
         for e in self.shared.agents.iter() {
             e.cell.mailbox.close();
+        }
+        // The arbiter threads this supervisor started end with it (the actix System keeps a handle
+        // to every arbiter, so they would otherwise idle until the System stops).
+        for arbiter in &self.shared.arbiters {
+            arbiter.stop();
         }
     }
 

@@ -290,9 +290,11 @@ impl AgentActor {
 }
 
 /// Each cleared message by id and kind.
-fn listing(discarded: &VecDeque<Envelope<AgentMsg>>) -> Vec<DiscardedMessage> {
+fn listing<'a>(
+    discarded: impl IntoIterator<Item = &'a Envelope<AgentMsg>>,
+) -> Vec<DiscardedMessage> {
     discarded
-        .iter()
+        .into_iter()
         .map(|e| DiscardedMessage {
             id: e.id,
             priority: Priority::Ordinary,
@@ -322,15 +324,19 @@ pub(crate) fn discard_backlog(cell: &AgentCell, discarded: VecDeque<Envelope<Age
 /// the operator observe the ack of a 10k–100k backlog after 0.6–3 ms instead of ~60 µs; deferred, the
 /// latency is flat from 0 to 1M queued messages. The messages are already out of the queue and counted
 /// when the ack is sent; only their listing in the journal and their memory wait.
+///
+/// Each chunk is listed (one `MessagesDiscarded` event per chunk) and freed before the next: listing
+/// a million messages at once held the arbiter thread for tens of milliseconds, delaying every other
+/// agent on it — a halt of another agent included. A chunk costs tens of microseconds.
 async fn discard_backlog_gently(cell: &AgentCell, mut discarded: VecDeque<Envelope<AgentMsg>>) {
-    const CHUNK: usize = 4096;
+    const CHUNK: usize = 1024;
     tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    cell.note(EventKind::MessagesDiscarded {
-        messages: listing(&discarded),
-    });
     while !discarded.is_empty() {
-        let n = discarded.len().min(CHUNK);
-        discarded.drain(..n);
+        let chunk: Vec<_> = discarded.drain(..discarded.len().min(CHUNK)).collect();
+        cell.note(EventKind::MessagesDiscarded {
+            messages: listing(&chunk),
+        });
+        drop(chunk);
         tokio::task::yield_now().await;
     }
 }
