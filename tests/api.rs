@@ -41,11 +41,9 @@ fn fixture(config: WardenConfig) -> Fixture {
 /// The API over `f`'s team and bus, as an in-process service.
 macro_rules! app {
     ($f:expr) => {
-        test::init_service(App::new().configure(api::configure(ApiState {
-            supervisor: $f.team.clone(),
-            bus: Some($f.bus.clone()),
-            config: config(),
-        })))
+        test::init_service(App::new().configure(api::configure(
+            ApiState::new($f.team.clone(), config()).with_bus($f.bus.clone()),
+        )))
         .await
     };
 }
@@ -141,11 +139,10 @@ async fn healthz_is_open_and_everything_under_api_needs_a_token() {
 async fn with_no_token_configured_nothing_under_api_is_reachable() {
     tokio::time::pause();
     let f = fixture(WardenConfig::default());
-    let app = test::init_service(App::new().configure(api::configure(ApiState {
-        supervisor: f.team.clone(),
-        bus: None,
-        config: ApiConfig::default(),
-    })))
+    let app = test::init_service(App::new().configure(api::configure(ApiState::new(
+        f.team.clone(),
+        ApiConfig::default(),
+    ))))
     .await;
     let (status, _) = call!(app, get("/api/agents", Some("")));
     assert_eq!(status, StatusCode::UNAUTHORIZED);
