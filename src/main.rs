@@ -63,6 +63,7 @@ enum Command {
     Status {
         /// One agent (default: all).
         key: Option<String>,
+        /// Print the raw statuses as JSON.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
