@@ -4,7 +4,8 @@
 //! Guarantees:
 //! * [`BroadcastJournal::append`] is the inner journal's append plus, **only while someone listens**,
 //!   one clone of the event kind and one `broadcast::Sender::send` of an `Arc`. With no subscriber it
-//!   adds one atomic load (`receiver_count`) and nothing else: no lock, no allocation.
+//!   adds one atomic load of the hub's own listener count and nothing else: no lock, no allocation.
+//!   (`broadcast::Sender::receiver_count` is not used on this path: it takes the channel's lock.)
 //! * An event is published after the inner journal's `append` returned, so a durable event (a halt,
 //!   a lockout, a limit decision) on the feed is already on disk.
 //! * Publishing never blocks an appender: the channel is bounded, and a subscriber that falls behind
@@ -17,8 +18,14 @@
 use crate::journal::SqliteJournal;
 use futures::future::BoxFuture;
 use serde::Serialize;
-use std::{sync::Arc, time::Duration};
-use tokio::sync::broadcast;
+use std::{
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+use tokio::sync::broadcast::{self, error::RecvError};
 use warden_actors::{
     now_ms,
     safety::{BusError, ChannelInterventionBus, InterventionBus},
@@ -145,6 +152,8 @@ impl EventLog for MemoryJournal {
 #[derive(Clone)]
 pub struct EventHub {
     tx: broadcast::Sender<Arc<FeedItem>>,
+    /// Open [`Subscription`]s (read lock-free by every append).
+    listeners: Arc<AtomicUsize>,
     log: Option<Arc<dyn EventLog>>,
     keep_alive: Duration,
     reorder_wait: Duration,
@@ -173,6 +182,7 @@ impl EventHub {
         let (tx, _) = broadcast::channel(capacity.max(1));
         EventHub {
             tx,
+            listeners: Arc::default(),
             log: None,
             keep_alive: DEFAULT_KEEP_ALIVE,
             reorder_wait: DEFAULT_REORDER_WAIT,
@@ -202,6 +212,7 @@ impl EventHub {
         BroadcastJournal {
             inner,
             tx: self.tx.clone(),
+            listeners: self.listeners.clone(),
         }
     }
 
@@ -214,13 +225,23 @@ impl EventHub {
     }
 
     /// A new subscription: every item published from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<FeedItem>> {
-        self.tx.subscribe()
+    pub fn subscribe(&self) -> Subscription {
+        // Counted before subscribing: an append that sees the count early finds no receiver yet,
+        // which is harmless; the other order could hide a receiver from an append.
+        self.listeners.fetch_add(1, Ordering::SeqCst);
+        Subscription {
+            rx: self.tx.subscribe(),
+            listeners: self.listeners.clone(),
+        }
     }
 
     /// Open subscriptions.
     pub fn subscribers(&self) -> usize {
-        self.tx.receiver_count()
+        self.listeners.load(Ordering::SeqCst)
+    }
+
+    fn listened(&self) -> bool {
+        self.listeners.load(Ordering::Relaxed) > 0
     }
 
     /// The log streams replay from, if any.
@@ -238,9 +259,28 @@ impl EventHub {
 
     /// Publishes a notice when someone listens.
     pub fn notify(&self, notice: Notice) {
-        if self.tx.receiver_count() > 0 {
+        if self.listened() {
             let _ = self.tx.send(Arc::new(FeedItem::Notice(notice)));
         }
+    }
+}
+
+/// One subscriber's end of the feed; counted by its hub while it lives.
+pub struct Subscription {
+    rx: broadcast::Receiver<Arc<FeedItem>>,
+    listeners: Arc<AtomicUsize>,
+}
+
+impl Subscription {
+    /// The next item; `Lagged(n)` when `n` items were skipped because this subscriber fell behind.
+    pub async fn recv(&mut self) -> Result<Arc<FeedItem>, RecvError> {
+        self.rx.recv().await
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.listeners.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -248,11 +288,12 @@ impl EventHub {
 pub struct BroadcastJournal {
     inner: Arc<dyn Journal>,
     tx: broadcast::Sender<Arc<FeedItem>>,
+    listeners: Arc<AtomicUsize>,
 }
 
 impl Journal for BroadcastJournal {
     fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
-        if self.tx.receiver_count() == 0 {
+        if self.listeners.load(Ordering::Relaxed) == 0 {
             return self.inner.append(agent, kind);
         }
         let published = kind.clone();

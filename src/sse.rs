@@ -17,23 +17,22 @@
 //! * Nothing is dropped silently: every skipped item is announced by `lagged` or `replay_unavailable`.
 //! * Journal events come in sequence order. An event that arrives before a lower sequence number
 //!   is held until the gap fills, for at most [`EventHub::reorder_wait`] (a durable append publishes
-//!   only after its commit). A gap that does not fill is given up on and a late event is then sent
-//!   when it arrives, out of order; the same happens to events appended while the stream opens.
+//!   only after its commit). Then the missing events are read from the hub's log when it has one;
+//!   without a log the gap is given up on, and a late event is sent when it arrives, out of order.
+//!   Events appended while the stream opens may likewise come late, or not at all when they were
+//!   appended before the subscription took effect.
 //! * Resuming with `Last-Event-ID: N` sends every event with `seq > N` from the hub's log, then the
 //!   live feed, with no event twice.
 //! * Asks already pending when the stream opens are sent first, as `intervention_asked`, once each.
 
-use crate::events::{EventHub, EventLog, FeedItem, Notice, NoticeKind};
+use crate::events::{EventHub, EventLog, FeedItem, Notice, NoticeKind, Subscription};
 use actix_web::web::{self, Bytes};
 use std::{
-    collections::{BTreeMap, HashSet, VecDeque},
+    collections::{BTreeMap, BTreeSet, HashSet, VecDeque},
     sync::Arc,
     time::Duration,
 };
-use tokio::{
-    sync::broadcast::{self, error::RecvError},
-    time::Instant,
-};
+use tokio::{sync::broadcast::error::RecvError, time::Instant};
 use warden_protocols::{AgentKey, Event, Intervention};
 
 /// Events read from the log per query while replaying.
@@ -52,6 +51,8 @@ pub struct Reorder {
     held: BTreeMap<u64, Arc<FeedItem>>,
     /// When the current gap opened.
     held_since: Option<Instant>,
+    /// Sequence numbers sent from the log to fill a gap: their live copies are dropped.
+    filled: BTreeSet<u64>,
 }
 
 impl Reorder {
@@ -68,8 +69,11 @@ impl Reorder {
         }
         let next = *self.next.get_or_insert(seq);
         if seq < next {
-            // Its place has passed (a given-up gap, or appended while the stream opened).
-            out.push(item);
+            // Its place has passed (a given-up gap, or appended while the stream opened), or it was
+            // read from the log already.
+            if !self.filled.remove(&seq) {
+                out.push(item);
+            }
             return;
         }
         if seq > next {
@@ -92,6 +96,25 @@ impl Reorder {
         } else {
             Some(now)
         };
+    }
+
+    /// Takes event `seq` read from the log to fill a gap: like [`Reorder::push`], and a live copy
+    /// arriving later is dropped.
+    pub fn fill(
+        &mut self,
+        seq: u64,
+        item: Arc<FeedItem>,
+        now: Instant,
+        out: &mut Vec<Arc<FeedItem>>,
+    ) {
+        let sent = out.len();
+        self.push(seq, item, now, out);
+        if out.len() > sent {
+            self.filled.insert(seq);
+            if self.filled.len() > MAX_HELD {
+                self.filled.pop_first();
+            }
+        }
     }
 
     /// When the current gap is given up on.
@@ -124,6 +147,13 @@ impl Reorder {
     pub fn held(&self) -> usize {
         self.held.len()
     }
+
+    /// The missing sequence numbers `[from, to)` while events are held.
+    pub fn gap(&self) -> Option<(u64, u64)> {
+        let next = self.next?;
+        let (&first, _) = self.held.first_key_value()?;
+        Some((next, first))
+    }
 }
 
 /// One SSE message. `data` is one line of JSON.
@@ -138,8 +168,8 @@ fn message(id: Option<u64>, event: &str, data: &str) -> Bytes {
 
 fn journal_message(event: &Event) -> Bytes {
     let value = serde_json::to_value(event).unwrap_or_default();
-    let kind = value["kind"]["type"].as_str().unwrap_or("event");
-    message(Some(event.seq), kind, &value.to_string())
+    let kind = crate::journal::kind_name(&value["kind"]);
+    message(Some(event.seq), &kind, &value.to_string())
 }
 
 fn notice_message(notice: &Notice) -> Bytes {
@@ -153,8 +183,10 @@ struct Replay {
 
 /// One client's stream. Build it with [`EventStream::new`], send [`EventStream::into_body`].
 pub struct EventStream {
-    rx: broadcast::Receiver<Arc<FeedItem>>,
+    rx: Subscription,
     out: VecDeque<Bytes>,
+    /// Where past events are read from (resume, gaps).
+    log: Option<Arc<dyn EventLog>>,
     replay: Option<Replay>,
     filter: Option<AgentKey>,
     reorder: Reorder,
@@ -170,7 +202,7 @@ impl EventStream {
     /// items when `filter` is set, resuming after `resume` (a `Last-Event-ID`) when given.
     pub fn new(
         hub: &EventHub,
-        rx: broadcast::Receiver<Arc<FeedItem>>,
+        rx: Subscription,
         filter: Option<AgentKey>,
         resume: Option<u64>,
         pending: Vec<Intervention>,
@@ -181,6 +213,7 @@ impl EventStream {
         let mut stream = EventStream {
             rx,
             out: VecDeque::from([Bytes::from_static(b": warden events\n\n")]),
+            log: hub.log().cloned(),
             replay: None,
             filter,
             reorder: Reorder::default(),
@@ -244,18 +277,37 @@ impl EventStream {
                 continue;
             }
             let deadline = self.reorder.deadline(self.reorder_wait);
-            tokio::select! {
-                received = self.rx.recv() => self.received(received),
-                _ = self.keep_alive.tick() => {
-                    self.out.push_back(Bytes::from_static(b": keep-alive\n\n"));
-                }
-                _ = sleep_until(deadline) => {
-                    let mut ready = Vec::new();
-                    self.reorder.give_up(&mut ready);
-                    self.send_all(ready);
+            let woke = tokio::select! {
+                received = self.rx.recv() => Woke::Received(received),
+                _ = self.keep_alive.tick() => Woke::KeepAlive,
+                _ = sleep_until(deadline) => Woke::GapTimedOut,
+            };
+            match woke {
+                Woke::Received(received) => self.received(received),
+                Woke::KeepAlive => self.out.push_back(Bytes::from_static(b": keep-alive\n\n")),
+                Woke::GapTimedOut => self.fill_gap().await,
+            }
+        }
+    }
+
+    /// The reorder wait is over: reads the missing events from the log (if any), then sends
+    /// everything held.
+    async fn fill_gap(&mut self) {
+        let mut ready = Vec::new();
+        if let (Some(log), Some((from, to))) = (self.log.clone(), self.reorder.gap()) {
+            let count = usize::try_from(to - from).unwrap_or(usize::MAX);
+            let after = from.saturating_sub(1);
+            if let Ok(Ok(events)) = web::block(move || log.events_since(after, count)).await {
+                let now = Instant::now();
+                for event in events.into_iter().filter(|e| e.seq < to) {
+                    let seq = event.seq;
+                    self.reorder
+                        .fill(seq, Arc::new(FeedItem::Journal(event)), now, &mut ready);
                 }
             }
         }
+        self.reorder.give_up(&mut ready);
+        self.send_all(ready);
     }
 
     async fn replay_page(&mut self, replay: Replay) {
@@ -328,6 +380,13 @@ impl EventStream {
     }
 }
 
+/// What woke a waiting stream.
+enum Woke {
+    Received(Result<Arc<FeedItem>, RecvError>),
+    KeepAlive,
+    GapTimedOut,
+}
+
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
@@ -398,6 +457,20 @@ mod tests {
         assert_eq!(push(&mut r, 10), Vec::<u64>::new());
         assert_eq!(push(&mut r, 12), Vec::<u64>::new());
         assert_eq!(push(&mut r, 11), [11, 12]);
+    }
+
+    #[tokio::test]
+    async fn an_event_filled_from_the_log_is_not_sent_again_when_its_live_copy_comes() {
+        let mut r = Reorder::default();
+        assert_eq!(push(&mut r, 1), [1]);
+        assert_eq!(push(&mut r, 3), Vec::<u64>::new());
+        assert_eq!(r.gap(), Some((2, 3)));
+        let mut out = Vec::new();
+        r.fill(2, item(2), Instant::now(), &mut out);
+        assert_eq!(seqs(&out), [2, 3]);
+        assert_eq!(r.gap(), None);
+        assert_eq!(push(&mut r, 2), Vec::<u64>::new(), "the live copy");
+        assert_eq!(push(&mut r, 4), [4]);
     }
 
     #[tokio::test]

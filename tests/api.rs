@@ -1496,3 +1496,36 @@ async fn the_openapi_document_matches_the_served_routes_and_responses() {
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     conforms(&doc, &error_schema, &body, "413").unwrap();
 }
+
+#[actix_rt::test]
+async fn a_gap_that_does_not_fill_is_read_from_the_log() {
+    tokio::time::pause();
+    let inner = Arc::new(MemoryJournal::new());
+    let hub = EventHub::default().with_log(inner.clone());
+    let journal = hub.journal(inner.clone());
+    let s = streaming(WardenConfig::default(), hub, Arc::new(MemoryJournal::new()));
+    let app = service!(streaming_state(&s));
+    let mut sse = Sse::new(test::call_service(&app, events_request(Some(READ)).to_request()).await);
+    let agent = AgentKey::new("x");
+    journal.append(&agent, EventKind::ErrorsReset);
+    // Journaled but never published (as when appended just before the subscription took effect).
+    inner.append(
+        &agent,
+        EventKind::HistoryReset {
+            operator: "op".into(),
+        },
+    );
+    journal.append(&agent, EventKind::ErrorsReset);
+    let got: Vec<(Option<u64>, String)> = [sse.next().await, sse.next().await, sse.next().await]
+        .into_iter()
+        .map(|m| (m.id, m.event))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Some(1), "errors_reset".to_owned()),
+            (Some(2), "history_reset".to_owned()),
+            (Some(3), "errors_reset".to_owned())
+        ]
+    );
+}
