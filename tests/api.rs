@@ -95,14 +95,6 @@ async fn json_of<B: MessageBody>(resp: ServiceResponse<B>) -> (StatusCode, Value
     (status, body)
 }
 
-fn failing() -> Arc<ScriptedProvider> {
-    Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("model down")))
-}
-
-fn chatty() -> Arc<ScriptedProvider> {
-    Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("hello")))
-}
-
 async fn lock_out(agent: &AgentHandle) {
     for i in 0..5 {
         agent
@@ -526,6 +518,16 @@ async fn serve_refuses_a_public_address_without_an_admin_token() {
     assert!(err.to_string().contains("without an admin token"), "{err}");
     assert!(api::check_listen(local, &ApiConfig::default()).is_ok());
     assert!(api::check_listen(public, &config()).is_ok());
+    // Binding a server checks the same.
+    let f = fixture(WardenConfig::default());
+    let open = ApiState::new(f.team.clone(), ApiConfig::default());
+    let err = api::bind(open, "0.0.0.0:0".parse().unwrap())
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        matches!(err, api::ServeError::NoTokenOnPublicAddress(_)),
+        "{err}"
+    );
     // The default team parses.
     assert!(warden::team::TeamFile::from_toml(api::DEFAULT_TEAM).is_ok());
 }

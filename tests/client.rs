@@ -2,7 +2,7 @@
 //! their errors and exit codes, the event stream over a socket, and the `warden` binary itself.
 //! Agents run on their own arbiter in real time; every wait is bounded by a timeout.
 mod common;
-use common::counting_tool;
+use common::{chatty, counting_tool, failing};
 use serde_json::json;
 use std::{
     process::Command,
@@ -76,14 +76,6 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
         assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-fn chatty() -> Arc<ScriptedProvider> {
-    Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("hello")))
-}
-
-fn failing() -> Arc<ScriptedProvider> {
-    Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("model down")))
 }
 
 /// A loopback URL nothing listens on.
