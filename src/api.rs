@@ -483,7 +483,8 @@ async fn events(
     let resume = match req.headers().get("last-event-id") {
         None => None,
         Some(value) => {
-            let text = value.to_str().unwrap_or("").trim();
+            let text = String::from_utf8_lossy(value.as_bytes());
+            let text = text.trim();
             if text.is_empty() {
                 None
             } else {

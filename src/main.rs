@@ -95,7 +95,7 @@ enum Command {
         /// The answer (required with ID).
         #[arg(value_parser = ["yes", "no", "y", "n"], requires = "id")]
         answer: Option<String>,
-        /// A note for the server log.
+        /// A note, echoed back and logged by the server at info level.
         #[arg(long, requires = "answer")]
         note: Option<String>,
         /// The pending asks as JSON.

@@ -9,8 +9,9 @@
 //! * `event: lagged`, `data: {"skipped": N}`: the client fell behind and `N` feed items (counted before
 //!   the agent filter) were skipped. Reconnecting with `Last-Event-ID` replays them when the server
 //!   keeps a durable journal;
-//! * `event: replay_unavailable`, `data: {"last_event_id": N, "reason": …}`: a resume could not be
-//!   replayed (no durable journal, or reading it failed); the stream goes on live;
+//! * `event: replay_unavailable`, `data: {"last_event_id": N, "reason": …}`: the events after `N`
+//!   could not be read back (a resume without a durable journal, or reading it failed, also while
+//!   filling a gap); the stream goes on live;
 //! * `: keep-alive` comment lines every [`EventHub::keep_alive`].
 //!
 //! Guarantees:
@@ -295,15 +296,19 @@ impl EventStream {
     async fn fill_gap(&mut self) {
         let mut ready = Vec::new();
         if let (Some(log), Some((from, to))) = (self.log.clone(), self.reorder.gap()) {
-            let count = usize::try_from(to - from).unwrap_or(usize::MAX);
+            let count = usize::try_from(to - from).map_or(MAX_HELD, |n| n.min(MAX_HELD));
             let after = from.saturating_sub(1);
-            if let Ok(Ok(events)) = web::block(move || log.events_since(after, count)).await {
-                let now = Instant::now();
-                for event in events.into_iter().filter(|e| e.seq < to) {
-                    let seq = event.seq;
-                    self.reorder
-                        .fill(seq, Arc::new(FeedItem::Journal(event)), now, &mut ready);
+            match web::block(move || log.events_since(after, count)).await {
+                Ok(Ok(events)) => {
+                    let now = Instant::now();
+                    for event in events.into_iter().filter(|e| e.seq < to) {
+                        let seq = event.seq;
+                        self.reorder
+                            .fill(seq, Arc::new(FeedItem::Journal(event)), now, &mut ready);
+                    }
                 }
+                Ok(Err(err)) => self.unavailable(after, &err.to_string()),
+                Err(err) => self.unavailable(after, &err.to_string()),
             }
         }
         self.reorder.give_up(&mut ready);
