@@ -1,31 +1,40 @@
 //! The authenticated HTTP admin API (actix-web).
 //!
-//! Every `/api` call needs `Authorization: Bearer TOKEN`: the read token or the admin token for `GET`,
-//! the admin token for every mutating call (401 without a valid token, 403 for the read token on a
-//! mutating call). Tokens are compared in constant time. With no token configured nothing under
-//! `/api` is reachable. `GET /healthz` is open.
+//! Every `/api` call and `/metrics` need `Authorization: Bearer TOKEN`: the read token or the admin
+//! token for `GET`, the admin token for every mutating call (401 without a valid token, 403 for the
+//! read token on a mutating call). Tokens are compared in constant time. With no token configured
+//! nothing under `/api` (nor `/metrics`) is reachable. `GET /healthz` is open.
 //!
 //! Unlock, emergency clear and history reset come only from here (or the CLI / embedding code),
 //! never from an agent's event content or model output: an event is data, delivered to the agent's
 //! mailbox (or refused while it is locked out) and never interpreted.
 //!
-//! Errors are JSON `{"error": "..."}`: 400 malformed JSON (with serde's message), 401, 403, 404
-//! unknown agent or intervention, 409 the agent refuses (locked out, stopped, not locked out), 413
-//! body larger than [`ApiConfig::body_limit`], 429 mailbox full, 503 agent shut down.
+//! Errors are JSON `{"error": "..."}`: 400 malformed JSON (with serde's message) or query, 401, 403,
+//! 404 unknown agent or intervention, 409 the agent refuses (locked out, stopped, not locked out), 413
+//! body larger than [`ApiConfig::body_limit`], 429 mailbox full, 503 agent shut down (or no event
+//! stream configured).
+//!
+//! [`ROUTES`] is the one list of what is served: [`configure`] registers exactly it, and the
+//! OpenAPI document ([`OPENAPI`], `GET /api/openapi.json`) is tested against it.
 
+use crate::{
+    events::EventHub,
+    journal::SqliteJournal,
+    metrics::{self, ApiMetrics},
+};
 use actix_web::{
     dev::Payload,
-    error::JsonPayloadError,
-    http::{header, StatusCode},
+    error::{JsonPayloadError, QueryPayloadError},
+    http::{header, Method, StatusCode},
     web, FromRequest, HttpRequest, HttpResponse, ResponseError,
 };
 use serde::{Deserialize, Serialize};
-use std::{future::Future, sync::Arc};
+use std::{future::Future, net::SocketAddr, sync::Arc};
 use warden_actors::{
     safety::{AnswerError, ChannelInterventionBus},
     ControlError, HaltAck, Supervisor,
 };
-use warden_protocols::{Answer, HaltCause, UserEvent, WorkRefusal};
+use warden_protocols::{AgentKey, Answer, HaltCause, UserEvent, WorkRefusal};
 
 /// Default request body limit (bytes).
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
@@ -57,11 +66,18 @@ impl std::fmt::Debug for ApiConfig {
 impl ApiConfig {
     /// Admin token from `WARDEN_ADMIN_TOKEN`, read token from `WARDEN_READ_TOKEN` (empty = unset).
     pub fn from_env() -> Self {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        Self::resolve(&ApiSection::default(), |name| std::env::var(name).ok())
+    }
+
+    /// A team file's `[api]` section under the environment: `WARDEN_ADMIN_TOKEN` and
+    /// `WARDEN_READ_TOKEN`, when set and not empty, win over `api.admin_token` and `api.read_token`.
+    /// `env` looks a variable up (`|name| std::env::var(name).ok()`).
+    pub fn resolve(section: &ApiSection, env: impl Fn(&str) -> Option<String>) -> Self {
+        let var = |name: &str| env(name).filter(|v| !v.is_empty());
         ApiConfig {
-            admin_token: var("WARDEN_ADMIN_TOKEN"),
-            read_token: var("WARDEN_READ_TOKEN"),
-            body_limit: DEFAULT_BODY_LIMIT,
+            admin_token: var("WARDEN_ADMIN_TOKEN").or_else(|| section.admin_token.clone()),
+            read_token: var("WARDEN_READ_TOKEN").or_else(|| section.read_token.clone()),
+            body_limit: section.max_body_bytes.unwrap_or(DEFAULT_BODY_LIMIT),
         }
     }
 
@@ -74,13 +90,122 @@ impl ApiConfig {
     }
 }
 
-/// What the handlers share.
+/// The `[api]` section of a team file. Tokens from the environment win over these.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiSection {
+    /// Full access; `WARDEN_ADMIN_TOKEN` wins over it.
+    #[serde(default)]
+    pub admin_token: Option<String>,
+    /// Read-only access; `WARDEN_READ_TOKEN` wins over it.
+    #[serde(default)]
+    pub read_token: Option<String>,
+    /// Where `warden serve` listens unless `--listen` is given.
+    #[serde(default)]
+    pub listen: Option<SocketAddr>,
+    /// Largest accepted JSON body in bytes (default [`DEFAULT_BODY_LIMIT`]).
+    #[serde(default)]
+    pub max_body_bytes: Option<usize>,
+}
+
+impl std::fmt::Debug for ApiSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiSection")
+            .field("admin_token", &self.admin_token.as_ref().map(|_| "***"))
+            .field("read_token", &self.read_token.as_ref().map(|_| "***"))
+            .field("listen", &self.listen)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .finish()
+    }
+}
+
+/// A value of `[api]` that is refused: `key: problem`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {problem}")]
+pub struct ApiSectionError {
+    pub key: &'static str,
+    pub problem: &'static str,
+}
+
+impl ApiSection {
+    /// Refuses empty tokens, tokens with surrounding whitespace (a bearer token is trimmed, so they
+    /// could never match), a read token equal to the admin token, and a zero body limit.
+    pub fn validate(&self) -> Result<(), ApiSectionError> {
+        let tokens = [
+            ("api.admin_token", &self.admin_token),
+            ("api.read_token", &self.read_token),
+        ];
+        for (key, token) in tokens {
+            let Some(token) = token else { continue };
+            let problem = if token.trim().is_empty() {
+                "must not be empty"
+            } else if token.trim() != token {
+                "must not start or end with whitespace"
+            } else {
+                continue;
+            };
+            return Err(ApiSectionError { key, problem });
+        }
+        if self.admin_token.is_some() && self.admin_token == self.read_token {
+            return Err(ApiSectionError {
+                key: "api.read_token",
+                problem: "must differ from api.admin_token",
+            });
+        }
+        if self.max_body_bytes == Some(0) {
+            return Err(ApiSectionError {
+                key: "api.max_body_bytes",
+                problem: "must be at least 1",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What the handlers share. Build it with [`ApiState::new`] and the `with_*` methods.
 #[derive(Clone)]
 pub struct ApiState {
     pub supervisor: Supervisor,
     /// The intervention bus the supervisor's limit checkpoint asks (for `/api/interventions`).
     pub bus: Option<Arc<ChannelInterventionBus>>,
     pub config: ApiConfig,
+    /// The feed `GET /api/events` streams (503 without one).
+    pub events: Option<EventHub>,
+    /// The durable journal, for its counters on `/metrics`.
+    pub journal: Option<Arc<SqliteJournal>>,
+    /// What the API measures itself (halt latency).
+    pub metrics: Arc<ApiMetrics>,
+}
+
+impl ApiState {
+    pub fn new(supervisor: Supervisor, config: ApiConfig) -> Self {
+        ApiState {
+            supervisor,
+            bus: None,
+            config,
+            events: None,
+            journal: None,
+            metrics: Arc::default(),
+        }
+    }
+
+    /// The bus behind `/api/interventions`.
+    pub fn with_bus(mut self, bus: Arc<ChannelInterventionBus>) -> Self {
+        self.bus = Some(bus);
+        self
+    }
+
+    /// The feed behind `/api/events`.
+    pub fn with_events(mut self, hub: EventHub) -> Self {
+        self.events = Some(hub);
+        self
+    }
+
+    /// The durable journal, whose counters `/metrics` shows.
+    pub fn with_journal(mut self, journal: Arc<SqliteJournal>) -> Self {
+        self.journal = Some(journal);
+        self
+    }
 }
 
 /// `a == b` without an early exit on the first differing byte.
@@ -235,6 +360,43 @@ fn json_error(err: JsonPayloadError, _req: &HttpRequest) -> actix_web::Error {
     api.into()
 }
 
+fn query_error(err: QueryPayloadError, _req: &HttpRequest) -> actix_web::Error {
+    ApiError::new(StatusCode::BAD_REQUEST, format!("bad query string: {err}")).into()
+}
+
+/// Declares [`ROUTES`] and `register` from one list, so they cannot differ.
+macro_rules! routes {
+    ($($method:ident $path:literal => $handler:path),* $(,)?) => {
+        /// Every `(method, path)` the API serves, in OpenAPI spelling (`{key}` is a path parameter).
+        /// One method per path: a second route on a served path would be answered 405 by the first.
+        pub const ROUTES: &[(&str, &str)] = &[$((stringify!($method), $path)),*];
+
+        fn register(cfg: &mut web::ServiceConfig) {
+            $(cfg.route($path, web::method(Method::$method).to($handler));)*
+        }
+    };
+}
+
+routes! {
+    GET "/healthz" => healthz,
+    GET "/metrics" => metrics_text,
+    GET "/api/openapi.json" => openapi,
+    GET "/api/agents" => list_agents,
+    GET "/api/agents/{key}" => get_agent,
+    POST "/api/agents/{key}/events" => post_event,
+    POST "/api/halt" => halt_all,
+    POST "/api/agents/{key}/halt" => halt_agent,
+    POST "/api/agents/{key}/unlock" => unlock,
+    POST "/api/agents/{key}/emergency/clear" => clear,
+    POST "/api/agents/{key}/history/reset" => reset_history,
+    GET "/api/interventions" => list_interventions,
+    POST "/api/interventions/{id}" => answer_intervention,
+    GET "/api/events" => events,
+}
+
+/// The OpenAPI 3.1 description of [`ROUTES`], served at `GET /api/openapi.json`.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
 /// Registers the routes with `state`: `App::new().configure(api::configure(state))`.
 pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg: &mut web::ServiceConfig| {
@@ -245,20 +407,8 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                     .limit(limit)
                     .error_handler(json_error),
             )
-            .route("/healthz", web::get().to(healthz))
-            .service(
-                web::scope("/api")
-                    .route("/agents", web::get().to(list_agents))
-                    .route("/agents/{key}", web::get().to(get_agent))
-                    .route("/agents/{key}/events", web::post().to(post_event))
-                    .route("/halt", web::post().to(halt_all))
-                    .route("/agents/{key}/halt", web::post().to(halt_agent))
-                    .route("/agents/{key}/unlock", web::post().to(unlock))
-                    .route("/agents/{key}/emergency/clear", web::post().to(clear))
-                    .route("/agents/{key}/history/reset", web::post().to(reset_history))
-                    .route("/interventions", web::get().to(list_interventions))
-                    .route("/interventions/{id}", web::post().to(answer_intervention)),
-            );
+            .app_data(web::QueryConfig::default().error_handler(query_error));
+        register(cfg);
     }
 }
 
@@ -266,6 +416,100 @@ type Handled = Result<HttpResponse, ApiError>;
 
 async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+}
+
+async fn openapi(_: Reader) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(OPENAPI)
+}
+
+async fn metrics_text(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
+    let journal = state.journal.as_ref().map(|j| {
+        let stats = j.stats();
+        metrics::JournalNumbers {
+            committed_seq: stats.committed_seq,
+            commits: stats.commits,
+            durable_waits: stats.durable_waits,
+            failed_batches: stats.failed_batches,
+            write_error: j.last_error().is_some(),
+        }
+    });
+    let snapshot = metrics::Snapshot {
+        statuses: state.supervisor.statuses(),
+        fleet: state.supervisor.fleet_view(),
+        trips: state.supervisor.safety_report().await.map(|r| r.trips),
+        journal,
+        interventions_pending: state.bus.as_ref().map(|b| b.pending().len()),
+        stream_subscribers: state.events.as_ref().map(EventHub::subscribers),
+        halt_agent: state.metrics.halt_agent.snapshot(),
+        halt_all: state.metrics.halt_all.snapshot(),
+    };
+    HttpResponse::Ok()
+        .content_type(metrics::CONTENT_TYPE)
+        .body(metrics::render(&snapshot))
+}
+
+/// `GET /api/events` query: `?agent=KEY` keeps one agent's events and notices.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    #[serde(default)]
+    pub agent: Option<String>,
+}
+
+async fn events(
+    _: Reader,
+    state: web::Data<ApiState>,
+    query: web::Query<EventsQuery>,
+    req: HttpRequest,
+) -> Handled {
+    let hub = state.events.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this server has no event stream (see api::ApiState::with_events)",
+        )
+    })?;
+    let filter = match query.into_inner().agent {
+        Some(key) => {
+            state
+                .supervisor
+                .get(&key)
+                .ok_or_else(|| ApiError::unknown_agent(&key))?;
+            Some(AgentKey::new(key))
+        }
+        None => None,
+    };
+    let resume = match req.headers().get("last-event-id") {
+        None => None,
+        Some(value) => {
+            let text = String::from_utf8_lossy(value.as_bytes());
+            let text = text.trim();
+            if text.is_empty() {
+                None
+            } else {
+                Some(text.parse::<u64>().map_err(|_| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        format!("Last-Event-ID must be a journal sequence number, not {text:?}"),
+                    )
+                })?)
+            }
+        }
+    };
+    // Subscribe before reading the pending asks, so none falls between the two.
+    let rx = hub.subscribe();
+    let pending = state
+        .bus
+        .as_ref()
+        .map(|bus| bus.pending())
+        .unwrap_or_default();
+    let stream = crate::sse::EventStream::new(hub, rx, filter, resume, pending);
+    Ok(HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(stream.into_body()))
 }
 
 async fn list_agents(_: Reader, state: web::Data<ApiState>) -> Handled {
@@ -333,18 +577,23 @@ fn acks(acks: Vec<HaltAck>) -> HttpResponse {
 }
 
 async fn halt_all(_: Admin, state: web::Data<ApiState>) -> Handled {
-    Ok(acks(state.supervisor.halt_all().await))
+    let started = tokio::time::Instant::now();
+    let result = state.supervisor.halt_all().await;
+    state.metrics.halt_all.observe(started.elapsed());
+    Ok(acks(result))
 }
 
 async fn halt_agent(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> Handled {
     let cause = HaltCause::Operator {
         operator: API_OPERATOR.into(),
     };
+    let started = tokio::time::Instant::now();
     let result = state
         .supervisor
         .halt(&key, cause)
         .await
         .map_err(|_| ApiError::unknown_agent(&key))?;
+    state.metrics.halt_agent.observe(started.elapsed());
     Ok(acks(result))
 }
 
@@ -395,10 +644,22 @@ async fn list_interventions(_: Reader, state: web::Data<ApiState>) -> Handled {
 }
 
 /// `POST /api/interventions/{id}` body: `{"answer": "yes"}` (`yes`/`y`, `no`/`n`; anything else is
-/// a no).
+/// a no), with an optional `note` for the server log.
 #[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AnswerBody {
     pub answer: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// What `POST /api/interventions/{id}` answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AnswerReply {
+    pub id: u64,
+    pub answer: Answer,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 async fn answer_intervention(
@@ -413,21 +674,25 @@ async fn answer_intervention(
             format!("intervention id must be a number, not {:?}", id.as_str()),
         )
     })?;
-    let bus = state.bus.as_ref().ok_or_else(|| {
+    let not_pending = |id: u64| {
         ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no pending intervention with id {id}"),
         )
-    })?;
-    let answer = Answer::parse(&body.answer);
+    };
+    let bus = state.bus.as_ref().ok_or_else(|| not_pending(id))?;
+    let AnswerBody { answer, note } = body.into_inner();
+    let answer = Answer::parse(&answer);
     bus.answer(id, answer.clone())
-        .map_err(|AnswerError::Unknown(id)| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!("no pending intervention with id {id}"),
-            )
-        })?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "id": id, "answer": answer })))
+        .map_err(|AnswerError::Unknown(id)| not_pending(id))?;
+    tracing::info!(
+        id,
+        operator = API_OPERATOR,
+        ?answer,
+        note = note.as_deref().unwrap_or(""),
+        "intervention answered"
+    );
+    Ok(HttpResponse::Ok().json(AnswerReply { id, answer, note }))
 }
 
 /// Why `serve` would not start.
@@ -447,14 +712,26 @@ pub fn check_listen(addr: std::net::SocketAddr, config: &ApiConfig) -> Result<()
     Ok(())
 }
 
-/// Serves the API on `addr` until the server stops (must run inside an actix `System`).
-pub async fn serve(state: ApiState, addr: std::net::SocketAddr) -> Result<(), ServeError> {
+/// Binds the API to `addr` (port 0 picks a free one) and returns the server, to be awaited or
+/// spawned, and the addresses it listens on. Must run inside an actix `System`.
+pub fn bind(
+    state: ApiState,
+    addr: SocketAddr,
+) -> Result<(actix_web::dev::Server, Vec<SocketAddr>), ServeError> {
     check_listen(addr, &state.config)?;
-    actix_web::HttpServer::new(move || actix_web::App::new().configure(configure(state.clone())))
-        .workers(1)
-        .bind(addr)?
-        .run()
-        .await?;
+    let server = actix_web::HttpServer::new(move || {
+        actix_web::App::new().configure(configure(state.clone()))
+    })
+    .workers(1)
+    .bind(addr)?;
+    let addrs = server.addrs();
+    Ok((server.run(), addrs))
+}
+
+/// Serves the API on `addr` until the server stops (must run inside an actix `System`).
+pub async fn serve(state: ApiState, addr: SocketAddr) -> Result<(), ServeError> {
+    let (server, _) = bind(state, addr)?;
+    server.await?;
     Ok(())
 }
 
@@ -471,39 +748,41 @@ provider = "scripted"
 
 /// `warden serve`: opens the journal at `db`, recovers every agent recorded there
 /// ([`crate::journal::SqliteJournal::recover_records`]), spawns the team (restored agents keep their
-/// state, lockout and history) and serves the API on `addr` until stopped.
+/// state, lockout and history) and serves the API on `addr` until stopped. Every event is also
+/// published to the event stream (`GET /api/events`), which replays missed events from the journal.
 pub async fn serve_team(
     file: crate::team::TeamFile,
     db: &std::path::Path,
-    addr: std::net::SocketAddr,
+    addr: SocketAddr,
     config: ApiConfig,
 ) -> Result<(), Box<dyn std::error::Error>> {
     check_listen(addr, &config)?;
-    let journal = Arc::new(crate::journal::SqliteJournal::open_with(
+    let journal = Arc::new(SqliteJournal::open_with(
         db,
         crate::journal::JournalOptions::from(&file.config.journal),
     )?);
     let records = journal.recover_records()?;
+    let hub = EventHub::default().with_log(journal.clone());
     let bus = Arc::new(ChannelInterventionBus::new());
-    let supervisor = Supervisor::builder(file.config.clone(), journal.clone())
-        .intervention_bus(bus.clone())
-        .build();
+    let supervisor =
+        Supervisor::builder(file.config.clone(), Arc::new(hub.journal(journal.clone())))
+            .intervention_bus(Arc::new(hub.intervention_bus(bus.clone())))
+            .build();
     file.spawn_agents_restored(&supervisor, &records)?;
+    let state = ApiState::new(supervisor.clone(), config)
+        .with_bus(bus)
+        .with_events(hub)
+        .with_journal(journal.clone());
+    let (server, addrs) = bind(state, addr)?;
+    let shown: Vec<String> = addrs.iter().map(|a| format!("http://{a}")).collect();
     eprintln!(
-        "warden: serving {} agents on http://{addr} (journal {}, {} restored)",
+        "warden: serving {} agents on {} (journal {}, {} restored)",
         supervisor.len(),
+        shown.join(", "),
         db.display(),
         records.len()
     );
-    serve(
-        ApiState {
-            supervisor: supervisor.clone(),
-            bus: Some(bus),
-            config,
-        },
-        addr,
-    )
-    .await?;
+    server.await?;
     supervisor.shutdown().await;
     journal.close();
     Ok(())

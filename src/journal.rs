@@ -598,6 +598,28 @@ impl SqliteJournal {
         read_events(&self.shared.store.lock().conn, Some(agent))
     }
 
+    /// At most `limit` events with `seq > after`, in order (flushes first): resuming an event stream.
+    pub fn since(&self, after: u64, limit: usize) -> Result<Vec<Event>, JournalError> {
+        self.flush();
+        let rows: Vec<_> = self
+            .shared
+            .store
+            .lock()
+            .conn
+            .prepare_cached(
+                "SELECT seq, at_ms, agent, kind, body FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+            )?
+            .query_map(
+                params![
+                    i64::try_from(after).unwrap_or(i64::MAX),
+                    i64::try_from(limit).unwrap_or(i64::MAX)
+                ],
+                event_row,
+            )?
+            .collect::<Result<_, _>>()?;
+        rows.into_iter().map(decode).collect()
+    }
+
     /// Every agent with an event, in order of its first one.
     pub fn agents(&self) -> Result<Vec<AgentKey>, JournalError> {
         self.flush();

@@ -22,10 +22,14 @@
 //! ```
 
 pub mod api;
+pub mod client;
 pub mod demo;
+pub mod events;
 pub mod journal;
 pub mod loadtest;
+pub mod metrics;
 pub mod run;
+pub mod sse;
 pub mod team;
 
 pub use journal::{JournalReader, SqliteJournal};

@@ -40,12 +40,13 @@ enum Command {
     Loadtest(LoadtestArgs),
     /// Run a team and the HTTP admin API on a durable journal (agents are restored from it).
     Serve {
-        /// Team file (default: one assistant on the scripted model).
+        /// Team file (default: one assistant on the scripted model); its [api] section sets tokens,
+        /// the listen address and the body limit (WARDEN_ADMIN_TOKEN / WARDEN_READ_TOKEN win).
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:7878")]
-        listen: std::net::SocketAddr,
+        /// Address to listen on [default: api.listen from the team file, else 127.0.0.1:7878].
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
         /// The journal database.
         #[arg(long, default_value = warden::journal::DEFAULT_DB)]
         db: PathBuf,
@@ -63,6 +64,62 @@ enum Command {
         #[command(subcommand)]
         action: ConfigAction,
     },
+    /// Status of a running server's agents (a table; --json for the raw statuses).
+    Status {
+        /// One agent (default: all).
+        key: Option<String>,
+        /// Print the raw statuses as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// SystemHalt one agent (and its delegates) on a running server, or every agent.
+    Halt {
+        /// The agent (default: all).
+        key: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Unlock a locked-out agent on a running server.
+    Unlock {
+        key: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Clear an agent's emergency stop on a running server.
+    Clear {
+        key: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// List the pending limit asks, or answer one: `warden ask ID yes|no`.
+    Ask {
+        /// The ask to answer (without it: list the pending asks).
+        id: Option<u64>,
+        /// The answer (required with ID).
+        #[arg(value_parser = ["yes", "no", "y", "n"], requires = "id")]
+        answer: Option<String>,
+        /// A note, echoed back and logged by the server at info level.
+        #[arg(long, requires = "answer")]
+        note: Option<String>,
+        /// The pending asks as JSON.
+        #[arg(long, conflicts_with = "id")]
+        json: bool,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+/// Where the server is and how to authenticate.
+#[derive(clap::Args)]
+struct ServerArgs {
+    /// The server [env: WARDEN_URL; default: http://127.0.0.1:7878].
+    #[arg(long)]
+    url: Option<String>,
+    /// Bearer token [default: WARDEN_ADMIN_TOKEN, then WARDEN_READ_TOKEN for status and ask].
+    #[arg(long)]
+    token: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -216,6 +273,29 @@ fn main() -> ExitCode {
             }
         }
         Command::Loadtest(args) => loadtest(args),
+        Command::Status { key, json, server } => {
+            client(server, warden::client::Call::Status { key, json })
+        }
+        Command::Halt { key, server } => client(server, warden::client::Call::Halt { key }),
+        Command::Unlock { key, server } => client(server, warden::client::Call::Unlock { key }),
+        Command::Clear { key, server } => client(server, warden::client::Call::Clear { key }),
+        Command::Ask {
+            id,
+            answer,
+            note,
+            json,
+            server,
+        } => {
+            let call = match (id, answer) {
+                (Some(id), Some(answer)) => warden::client::Call::Answer { id, answer, note },
+                (Some(_), None) => {
+                    eprintln!("error: warden ask ID needs an answer: yes or no");
+                    return ExitCode::from(2);
+                }
+                (None, _) => warden::client::Call::Asks { json },
+            };
+            client(server, call)
+        }
         Command::Serve { config, listen, db } => {
             let text = match &config {
                 Some(path) => match std::fs::read_to_string(path) {
@@ -234,7 +314,10 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            let api = warden::api::ApiConfig::from_env();
+            let api = file.api_config();
+            let listen = listen
+                .or(file.api.listen)
+                .unwrap_or(std::net::SocketAddr::from(([127, 0, 0, 1], 7878)));
             let result = actix_rt::System::new()
                 .block_on(async move { warden::api::serve_team(file, &db, listen, api).await });
             match result {
@@ -289,6 +372,28 @@ fn main() -> ExitCode {
                 }
             }
         },
+    }
+}
+
+/// Runs one client command against a running server; prints one `error:` line on failure.
+fn client(server: ServerArgs, call: warden::client::Call) -> ExitCode {
+    let env = |name: &str| std::env::var(name).ok();
+    let url = server
+        .url
+        .or_else(|| env("WARDEN_URL").filter(|u| !u.is_empty()))
+        .unwrap_or_else(|| warden::client::DEFAULT_URL.to_owned());
+    let token = warden::client::token_for(server.token, call.read_only(), env);
+    let result = actix_rt::System::new().block_on(async move {
+        let client = warden::client::Client::new(&url, token)?;
+        let mut stdout = std::io::stdout();
+        warden::client::run(&client, call, &mut stdout).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::from(err.exit_code())
+        }
     }
 }
 

@@ -19,9 +19,18 @@
 //! role = "sub_agent"
 //! parent = "concierge"
 //! provider = "local"
+//!
+//! [api]                               # warden serve only; the environment wins over these
+//! admin_token = "…"                   # WARDEN_ADMIN_TOKEN
+//! read_token = "…"                    # WARDEN_READ_TOKEN
+//! listen = "127.0.0.1:7878"           # unless --listen is given
+//! max_body_bytes = 65536
 //! ```
 
-use crate::{AgentSpec, Provider, ScriptStep, ScriptedProvider, Supervisor, WardenConfig};
+use crate::{
+    api::{ApiConfig, ApiSection, ApiSectionError},
+    AgentSpec, Provider, ScriptStep, ScriptedProvider, Supervisor, WardenConfig,
+};
 use serde::Deserialize;
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use warden_actors::{OpenAiCompatible, OpenAiConfig, ToolFormat};
@@ -92,6 +101,8 @@ pub struct TeamFile {
     pub config: WardenConfig,
     pub providers: BTreeMap<String, ProviderSpec>,
     pub agents: Vec<AgentFileSpec>,
+    /// `[api]`: tokens and limits for `warden serve` (validated; see [`TeamFile::api_config`]).
+    pub api: ApiSection,
 }
 
 /// Why a team could not be started.
@@ -111,11 +122,13 @@ pub enum TeamError {
     Provider { provider: String, message: String },
     #[error("{0}")]
     Spawn(#[from] warden_actors::SpawnError),
+    #[error(transparent)]
+    Api(#[from] ApiSectionError),
 }
 
 impl TeamFile {
-    /// Parses a team file: `[providers.*]` and `[[agents]]`, and everything else as [`WardenConfig`]
-    /// (unknown keys are errors there too).
+    /// Parses a team file: `[providers.*]`, `[[agents]]` and `[api]`, and everything else as
+    /// [`WardenConfig`] (unknown keys are errors there too).
     pub fn from_toml(text: &str) -> Result<Self, TeamError> {
         let mut table: toml::Table =
             toml::from_str(text).map_err(|e| ConfigError::Parse(e.message().to_owned()))?;
@@ -131,6 +144,13 @@ impl TeamFile {
                 .try_into::<Vec<AgentFileSpec>>()
                 .map_err(|e| ConfigError::Parse(format!("[[agents]]: {}", e.message())))?,
         };
+        let api = match table.remove("api") {
+            None => ApiSection::default(),
+            Some(value) => value
+                .try_into::<ApiSection>()
+                .map_err(|e| ConfigError::Parse(format!("[api]: {}", e.message())))?,
+        };
+        api.validate()?;
         let rest = toml::to_string(&table).map_err(|e| ConfigError::Parse(e.to_string()))?;
         let config = WardenConfig::from_toml(&rest)?;
         for agent in &agents {
@@ -146,7 +166,14 @@ impl TeamFile {
             config,
             providers,
             agents,
+            api,
         })
+    }
+
+    /// The API settings `warden serve` uses: `[api]`, with `WARDEN_ADMIN_TOKEN` and
+    /// `WARDEN_READ_TOKEN` (when set and not empty) winning over the file's tokens.
+    pub fn api_config(&self) -> ApiConfig {
+        ApiConfig::resolve(&self.api, |name| std::env::var(name).ok())
     }
 
     /// Builds one provider.
@@ -400,6 +427,74 @@ delegate = false
             let err = model.complete(request()).await.unwrap_err();
             assert!(err.to_string().contains("model down"), "{err}");
         }
+    }
+
+    #[test]
+    fn the_api_section_is_parsed_and_its_bad_values_are_named_exactly() {
+        let text = format!(
+            "{FILE}\n[api]\nadmin_token = \"adm\"\nread_token = \"rd\"\nlisten = \"0.0.0.0:9000\"\nmax_body_bytes = 2048\n"
+        );
+        let team = TeamFile::from_toml(&text).unwrap();
+        assert_eq!(team.api.admin_token.as_deref(), Some("adm"));
+        assert_eq!(team.api.listen, Some("0.0.0.0:9000".parse().unwrap()));
+        assert!(
+            !format!("{team:?}").contains("adm\""),
+            "tokens are not printed"
+        );
+
+        let with = |api: &str| TeamFile::from_toml(&format!("{FILE}\n[api]\n{api}\n"));
+        let cases = [
+            ("admin_token = \"\"", "api.admin_token: must not be empty"),
+            ("read_token = \"  \"", "api.read_token: must not be empty"),
+            (
+                "admin_token = \" x\"",
+                "api.admin_token: must not start or end with whitespace",
+            ),
+            (
+                "admin_token = \"same\"\nread_token = \"same\"",
+                "api.read_token: must differ from api.admin_token",
+            ),
+            (
+                "max_body_bytes = 0",
+                "api.max_body_bytes: must be at least 1",
+            ),
+        ];
+        for (api, expected) in cases {
+            assert_eq!(with(api).unwrap_err().to_string(), expected, "{api}");
+        }
+        let err = with("admin_tokn = \"x\"").unwrap_err().to_string();
+        assert!(
+            err.starts_with("invalid config: [api]: unknown field `admin_tokn`"),
+            "{err}"
+        );
+        let err = with("listen = \"nowhere\"").unwrap_err().to_string();
+        assert!(err.starts_with("invalid config: [api]: "), "{err}");
+    }
+
+    #[test]
+    fn environment_tokens_win_over_the_file() {
+        let section = ApiSection {
+            admin_token: Some("file-admin".into()),
+            read_token: Some("file-read".into()),
+            listen: None,
+            max_body_bytes: Some(100),
+        };
+        let env = |admin: Option<&'static str>| {
+            move |name: &str| match name {
+                "WARDEN_ADMIN_TOKEN" => admin.map(str::to_owned),
+                _ => None,
+            }
+        };
+        let config = ApiConfig::resolve(&section, env(Some("env-admin")));
+        assert_eq!(config.admin_token.as_deref(), Some("env-admin"));
+        assert_eq!(config.read_token.as_deref(), Some("file-read"));
+        assert_eq!(config.body_limit, 100);
+        // An empty variable counts as unset.
+        let config = ApiConfig::resolve(&section, env(Some("")));
+        assert_eq!(config.admin_token.as_deref(), Some("file-admin"));
+        let config = ApiConfig::resolve(&ApiSection::default(), env(None));
+        assert_eq!(config.admin_token, None);
+        assert_eq!(config.body_limit, crate::api::DEFAULT_BODY_LIMIT);
     }
 
     #[test]

@@ -1,12 +1,20 @@
 //! The HTTP admin API, in-process (`actix_web::test`): every endpoint's success and error paths, auth,
-//! body limits, and that event content never unlocks anything.
+//! body limits, that event content never unlocks anything, the event stream (asks and their answers,
+//! agent filter, lag notice, order, resume), the metrics exposition, and the OpenAPI document against
+//! the routes actually served.
 mod common;
-use actix_web::{body::MessageBody, dev::ServiceResponse, http::StatusCode, test, App};
+use actix_web::{
+    body::{BoxBody, MessageBody},
+    dev::ServiceResponse,
+    http::StatusCode,
+    test, App,
+};
 use common::*;
 use serde_json::{json, Value};
-use std::sync::Arc;
+use std::{collections::BTreeSet, pin::Pin, sync::Arc};
 use warden::{
     api::{self, ApiConfig, ApiState},
+    events::EventHub,
     safety::ChannelInterventionBus,
     *,
 };
@@ -41,11 +49,9 @@ fn fixture(config: WardenConfig) -> Fixture {
 /// The API over `f`'s team and bus, as an in-process service.
 macro_rules! app {
     ($f:expr) => {
-        test::init_service(App::new().configure(api::configure(ApiState {
-            supervisor: $f.team.clone(),
-            bus: Some($f.bus.clone()),
-            config: config(),
-        })))
+        test::init_service(App::new().configure(api::configure(
+            ApiState::new($f.team.clone(), config()).with_bus($f.bus.clone()),
+        )))
         .await
     };
 }
@@ -87,14 +93,6 @@ async fn json_of<B: MessageBody>(resp: ServiceResponse<B>) -> (StatusCode, Value
         })
     };
     (status, body)
-}
-
-fn failing() -> Arc<ScriptedProvider> {
-    Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("model down")))
-}
-
-fn chatty() -> Arc<ScriptedProvider> {
-    Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("hello")))
 }
 
 async fn lock_out(agent: &AgentHandle) {
@@ -141,11 +139,10 @@ async fn healthz_is_open_and_everything_under_api_needs_a_token() {
 async fn with_no_token_configured_nothing_under_api_is_reachable() {
     tokio::time::pause();
     let f = fixture(WardenConfig::default());
-    let app = test::init_service(App::new().configure(api::configure(ApiState {
-        supervisor: f.team.clone(),
-        bus: None,
-        config: ApiConfig::default(),
-    })))
+    let app = test::init_service(App::new().configure(api::configure(ApiState::new(
+        f.team.clone(),
+        ApiConfig::default(),
+    ))))
     .await;
     let (status, _) = call!(app, get("/api/agents", Some("")));
     assert_eq!(status, StatusCode::UNAUTHORIZED);
@@ -435,10 +432,9 @@ fn ask_config() -> WardenConfig {
     config
 }
 
-#[actix_rt::test]
-async fn interventions_are_listed_and_answered_over_http() {
-    tokio::time::pause();
-    let f = fixture(ask_config());
+/// An agent `key` whose model keeps calling `look` (so it reaches the iteration limit), and answers
+/// "wrap-up" when offered no tools.
+fn looking(team: &Supervisor, key: &str) -> AgentHandle {
     let n = std::sync::atomic::AtomicUsize::new(0);
     let model = Arc::new(ScriptedProvider::new([]).with_fallback(move |req| {
         if req.tools.is_empty() {
@@ -448,10 +444,15 @@ async fn interventions_are_listed_and_answered_over_http() {
         ScriptStep::call("look", json!({ "at": i }))
     }));
     let (look, _) = counting_tool("look", ToolCategory::SafeChain, false);
-    let a = f
-        .team
-        .spawn(AgentSpec::assistant("a", model).with_tool_arc(look))
-        .unwrap();
+    team.spawn(AgentSpec::assistant(key, model).with_tool_arc(look))
+        .unwrap()
+}
+
+#[actix_rt::test]
+async fn interventions_are_listed_and_answered_over_http() {
+    tokio::time::pause();
+    let f = fixture(ask_config());
+    let a = looking(&f.team, "a");
     let app = app!(f);
     let (status, body) = call!(app, get("/api/interventions", Some(READ)));
     assert_eq!((status, body), (StatusCode::OK, json!([])));
@@ -477,9 +478,19 @@ async fn interventions_are_listed_and_answered_over_http() {
         ),
     );
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    let (status, body) = call!(app, post(&path, Some(ADMIN), Some(json!({"answer": "no"}))));
+    let (status, body) = call!(
+        app,
+        post(
+            &path,
+            Some(ADMIN),
+            Some(json!({"answer": "no", "note": "enough looking"}))
+        )
+    );
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(body, json!({"id": id, "answer": "no"}));
+    assert_eq!(
+        body,
+        json!({"id": id, "answer": "no", "note": "enough looking"})
+    );
     // Answered once; a second answer finds nothing pending.
     let (status, body) = call!(
         app,
@@ -507,6 +518,1016 @@ async fn serve_refuses_a_public_address_without_an_admin_token() {
     assert!(err.to_string().contains("without an admin token"), "{err}");
     assert!(api::check_listen(local, &ApiConfig::default()).is_ok());
     assert!(api::check_listen(public, &config()).is_ok());
+    // Binding a server checks the same.
+    let f = fixture(WardenConfig::default());
+    let open = ApiState::new(f.team.clone(), ApiConfig::default());
+    let err = api::bind(open, "0.0.0.0:0".parse().unwrap())
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        matches!(err, api::ServeError::NoTokenOnPublicAddress(_)),
+        "{err}"
+    );
     // The default team parses.
     assert!(warden::team::TeamFile::from_toml(api::DEFAULT_TEAM).is_ok());
+}
+
+// ---- the event stream ---------------------------------------------------------------------------
+
+/// A team whose journal (in memory) and intervention bus publish to `hub`.
+struct Streaming {
+    team: Supervisor,
+    bus: Arc<ChannelInterventionBus>,
+    hub: EventHub,
+}
+
+fn streaming(config: WardenConfig, hub: EventHub, inner: Arc<dyn Journal>) -> Streaming {
+    let bus = Arc::new(ChannelInterventionBus::new());
+    let team = Supervisor::builder(config, Arc::new(hub.journal(inner)))
+        .intervention_bus(Arc::new(hub.intervention_bus(bus.clone())))
+        .current_arbiter()
+        .build();
+    Streaming { team, bus, hub }
+}
+
+fn streaming_state(s: &Streaming) -> ApiState {
+    ApiState::new(s.team.clone(), config())
+        .with_bus(s.bus.clone())
+        .with_events(s.hub.clone())
+}
+
+macro_rules! service {
+    ($state:expr) => {
+        test::init_service(App::new().configure(api::configure($state))).await
+    };
+}
+
+/// One SSE message.
+#[derive(Debug, Clone)]
+struct Msg {
+    id: Option<u64>,
+    event: String,
+    data: Value,
+}
+
+/// Reads SSE messages from a response body.
+struct Sse {
+    body: BoxBody,
+    buf: String,
+    /// Comment lines seen (keep-alives, the greeting).
+    comments: Vec<String>,
+}
+
+impl Sse {
+    fn new<B: MessageBody + 'static>(resp: ServiceResponse<B>) -> Self {
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(
+            resp.headers().get("content-type").unwrap(),
+            "text/event-stream"
+        );
+        Sse {
+            body: resp.into_body().boxed(),
+            buf: String::new(),
+            comments: Vec::new(),
+        }
+    }
+
+    /// The next message (comments are collected, not returned). Time is paused: an idle stream
+    /// still yields keep-alives, so this never hangs; it panics after 10 000 chunks.
+    async fn next(&mut self) -> Msg {
+        for _ in 0..10_000 {
+            while let Some(end) = self.buf.find("\n\n") {
+                let raw: String = self.buf.drain(..end + 2).collect();
+                let mut msg = Msg {
+                    id: None,
+                    event: String::new(),
+                    data: Value::Null,
+                };
+                for line in raw.lines() {
+                    if let Some(comment) = line.strip_prefix(':') {
+                        self.comments.push(comment.trim().to_owned());
+                    } else if let Some(id) = line.strip_prefix("id: ") {
+                        msg.id = Some(id.parse().unwrap());
+                    } else if let Some(event) = line.strip_prefix("event: ") {
+                        msg.event = event.to_owned();
+                    } else if let Some(data) = line.strip_prefix("data: ") {
+                        msg.data = serde_json::from_str(data).unwrap();
+                    } else if !line.is_empty() {
+                        panic!("not an SSE line: {line:?}");
+                    }
+                }
+                if !msg.event.is_empty() {
+                    return msg;
+                }
+            }
+            let chunk = futures::future::poll_fn(|cx| Pin::new(&mut self.body).poll_next(cx))
+                .await
+                .expect("the stream ended")
+                .unwrap();
+            self.buf.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+        panic!("no SSE message in 10 000 chunks");
+    }
+
+    /// Reads until a message matches; returns it and the messages before it.
+    async fn until(&mut self, what: &str, pred: impl Fn(&Msg) -> bool) -> (Msg, Vec<Msg>) {
+        let mut before = Vec::new();
+        for _ in 0..10_000 {
+            let msg = self.next().await;
+            if pred(&msg) {
+                return (msg, before);
+            }
+            before.push(msg);
+        }
+        panic!("no SSE message {what}; got {before:?}");
+    }
+}
+
+fn events_request(token: Option<&str>) -> test::TestRequest {
+    get("/api/events", token)
+}
+
+#[actix_rt::test]
+async fn the_event_stream_delivers_an_ask_and_the_answer_resolves_it() {
+    tokio::time::pause();
+    let journal = Arc::new(MemoryJournal::new());
+    let s = streaming(ask_config(), EventHub::default(), journal.clone());
+    let a = looking(&s.team, "a");
+    let app = service!(streaming_state(&s));
+    let mut sse = Sse::new(test::call_service(&app, events_request(Some(READ)).to_request()).await);
+
+    a.try_send_event(UserEvent::new("scout")).unwrap();
+    let (ask, before) = sse
+        .until("intervention_asked", |m| m.event == "intervention_asked")
+        .await;
+    assert_eq!(ask.id, None, "notices are not journaled");
+    assert_eq!(ask.data["agent"], "a");
+    assert_eq!(ask.data["kind"], "iterations_per_task");
+    let id = ask.data["id"].as_u64().unwrap();
+    assert_eq!(
+        s.bus.pending()[0].id,
+        id,
+        "the ask on the stream is answerable"
+    );
+    // Journal events come first, each with its seq as the SSE id, and the journal's content.
+    let waiting = before
+        .iter()
+        .find(|m| m.event == "state_changed" && m.data["kind"]["to"] == "WAITING_FOR_INPUT")
+        .expect("the agent waits for input");
+    assert_eq!(waiting.id, waiting.data["seq"].as_u64());
+    let ids: Vec<u64> = before.iter().filter_map(|m| m.id).collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] + 1 == w[1]),
+        "in order: {ids:?}"
+    );
+    let journaled: Vec<Event> = journal.events();
+    for m in &before {
+        let event: Event = serde_json::from_value(m.data.clone()).unwrap();
+        let same = journaled.iter().find(|e| e.seq == event.seq).unwrap();
+        assert_eq!((&same.agent, &same.kind), (&event.agent, &event.kind));
+    }
+
+    let (status, body) = call!(
+        app,
+        post(
+            &format!("/api/interventions/{id}"),
+            Some(ADMIN),
+            Some(json!({"answer": "yes"}))
+        )
+    );
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (answered, _) = sse
+        .until("intervention_answered", |m| {
+            m.event == "intervention_answered"
+        })
+        .await;
+    assert_eq!(
+        answered.data,
+        json!({"id": id, "agent": "a", "answer": "yes"})
+    );
+    // The agent resumes, then journals the decision.
+    let (decided, between) = sse
+        .until("limit_decided", |m| m.event == "limit_decided")
+        .await;
+    assert_eq!(decided.data["kind"]["decision"]["allow"], true);
+    assert_eq!(decided.data["kind"]["decision"]["reason"], "user_approved");
+    let resumed: Vec<_> = between
+        .iter()
+        .map(|m| {
+            (
+                m.event.as_str(),
+                &m.data["kind"]["from"],
+                &m.data["kind"]["to"],
+                &m.data["kind"]["cause"],
+            )
+        })
+        .collect();
+    assert_eq!(
+        resumed,
+        [(
+            "state_changed",
+            &json!("WAITING_FOR_INPUT"),
+            &json!("EXECUTING"),
+            &json!("operator answered")
+        )]
+    );
+    assert!(s.bus.pending().iter().all(|p| p.id != id), "resolved");
+}
+
+#[actix_rt::test]
+async fn an_ask_pending_when_the_stream_opens_is_sent_first_and_a_withdrawn_one_is_announced() {
+    tokio::time::pause();
+    let mut config = ask_config();
+    config.safety.on_limit.ask_timeout_seconds = 30.0;
+    let s = streaming(config, EventHub::default(), Arc::new(MemoryJournal::new()));
+    let a = looking(&s.team, "a");
+    let app = service!(streaming_state(&s));
+    a.try_send_event(UserEvent::new("scout")).unwrap();
+    until("ask", || !s.bus.pending().is_empty()).await;
+    let id = s.bus.pending()[0].id;
+
+    let mut sse =
+        Sse::new(test::call_service(&app, events_request(Some(ADMIN)).to_request()).await);
+    let first = sse.next().await;
+    assert_eq!(
+        (first.event.as_str(), first.data["id"].as_u64()),
+        ("intervention_asked", Some(id))
+    );
+    // Nobody answers: the ask times out and is withdrawn, once, and the limit is refused.
+    let (withdrawn, before) = sse
+        .until("withdrawn", |m| m.event == "intervention_withdrawn")
+        .await;
+    assert_eq!(withdrawn.data["id"], id);
+    assert!(
+        !before.iter().any(|m| m.event.starts_with("intervention")),
+        "{before:?}"
+    );
+    let (decided, _) = sse.until("decided", |m| m.event == "limit_decided").await;
+    assert_eq!(decided.data["kind"]["decision"]["reason"], "ask_timeout");
+}
+
+#[actix_rt::test]
+async fn the_event_stream_needs_a_token_a_hub_and_a_good_resume_point() {
+    tokio::time::pause();
+    let s = streaming(
+        WardenConfig::default(),
+        EventHub::default(),
+        Arc::new(MemoryJournal::new()),
+    );
+    s.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
+    let app = service!(streaming_state(&s));
+    let resp = test::call_service(&app, events_request(None).to_request()).await;
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    let (status, _) = call!(app, events_request(Some("nope")));
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, body) = call!(
+        app,
+        events_request(Some(READ)).insert_header(("Last-Event-ID", "x1"))
+    );
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        body["error"],
+        "Last-Event-ID must be a journal sequence number, not \"x1\""
+    );
+    let (status, body) = call!(app, get("/api/events?agent=nobody", Some(READ)));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("unknown agent nobody"))
+    );
+    let (status, body) = call!(app, get("/api/events?agnt=a", Some(READ)));
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("bad query string"),
+        "{body}"
+    );
+    assert_eq!(s.hub.subscribers(), 0, "refused requests do not subscribe");
+
+    // Resuming without a durable journal says so, and goes on live; an idle stream keeps alive.
+    let mut sse = Sse::new(
+        test::call_service(
+            &app,
+            events_request(Some(READ))
+                .insert_header(("Last-Event-ID", "5"))
+                .to_request(),
+        )
+        .await,
+    );
+    let msg = sse.next().await;
+    assert_eq!(msg.event, "replay_unavailable");
+    assert_eq!(msg.data["last_event_id"], 5);
+    assert_eq!(s.hub.subscribers(), 1);
+    let before = sse.comments.len();
+    let started = tokio::time::Instant::now();
+    s.team
+        .get("a")
+        .unwrap()
+        .try_send_event(UserEvent::new("hi"))
+        .unwrap();
+    sse.until("turn", |m| m.event == "turn_finished").await;
+    assert!(sse.comments.len() >= before);
+    // With nothing happening, the next thing on the wire is a keep-alive comment, on the interval.
+    let chunk = futures::future::poll_fn(|cx| Pin::new(&mut sse.body).poll_next(cx))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&chunk[..], b": keep-alive\n\n");
+    assert!(started.elapsed() >= warden::events::DEFAULT_KEEP_ALIVE);
+
+    // Without a hub: 503.
+    let plain = service!(ApiState::new(s.team.clone(), config()));
+    let (status, body) = call!(plain, events_request(Some(READ)));
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(body["error"].as_str().unwrap().contains("no event stream"));
+}
+
+#[actix_rt::test]
+async fn the_agent_filter_keeps_one_agents_events() {
+    tokio::time::pause();
+    let s = streaming(
+        WardenConfig::default(),
+        EventHub::default(),
+        Arc::new(MemoryJournal::new()),
+    );
+    let a = s.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
+    let b = s.team.spawn(AgentSpec::assistant("b", chatty())).unwrap();
+    let app = service!(streaming_state(&s));
+    let mut only_b = Sse::new(
+        test::call_service(&app, get("/api/events?agent=b", Some(READ)).to_request()).await,
+    );
+    let mut all = Sse::new(test::call_service(&app, events_request(Some(READ)).to_request()).await);
+    a.try_send_event(UserEvent::new("to a")).unwrap();
+    until("a answered", || a.status().turns == 1).await;
+    b.try_send_event(UserEvent::new("to b")).unwrap();
+    let (_, before) = only_b
+        .until("b's turn", |m| m.event == "turn_finished")
+        .await;
+    assert!(before.iter().all(|m| m.data["agent"] == "b"), "{before:?}");
+    assert!(!before.is_empty());
+    let (first_of_b, before) = all.until("b's first", |m| m.data["agent"] == "b").await;
+    assert!(before
+        .iter()
+        .any(|m| m.event == "turn_finished" && m.data["agent"] == "a"));
+    assert!(first_of_b.id.is_some());
+}
+
+#[actix_rt::test]
+async fn a_slow_client_is_told_how_many_events_it_missed() {
+    tokio::time::pause();
+    let hub = EventHub::new(4);
+    let journal = hub.journal(Arc::new(MemoryJournal::new()));
+    let s = streaming(WardenConfig::default(), hub, Arc::new(MemoryJournal::new()));
+    let app = service!(streaming_state(&s));
+    let mut sse = Sse::new(test::call_service(&app, events_request(Some(READ)).to_request()).await);
+    // Ten events while the client reads nothing: the channel keeps the last four.
+    let agent = AgentKey::new("x");
+    for _ in 0..10 {
+        journal.append(&agent, EventKind::ErrorsReset);
+    }
+    let lagged = sse.next().await;
+    assert_eq!((lagged.event.as_str(), lagged.id), ("lagged", None));
+    assert_eq!(lagged.data, json!({"skipped": 6}));
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        let msg = sse.next().await;
+        assert_eq!(msg.event, "errors_reset");
+        ids.push(msg.id.unwrap());
+    }
+    assert_eq!(ids, [7, 8, 9, 10]);
+}
+
+/// A journal that hands out the sequence numbers it is given, in that order.
+struct Numbered(parking_lot::Mutex<std::collections::VecDeque<u64>>);
+
+impl Journal for Numbered {
+    fn append(&self, _: &AgentKey, _: EventKind) -> u64 {
+        self.0.lock().pop_front().unwrap()
+    }
+}
+
+#[actix_rt::test]
+async fn events_published_out_of_order_are_streamed_in_sequence() {
+    tokio::time::pause();
+    let hub = EventHub::default();
+    let journal = hub.journal(Arc::new(Numbered(parking_lot::Mutex::new(
+        [1, 3, 4, 2, 6, 7, 5, 9].into(),
+    ))));
+    let s = streaming(WardenConfig::default(), hub, Arc::new(MemoryJournal::new()));
+    let app = service!(streaming_state(&s));
+    let mut sse = Sse::new(test::call_service(&app, events_request(Some(READ)).to_request()).await);
+    let agent = AgentKey::new("x");
+    for _ in 0..7 {
+        journal.append(&agent, EventKind::ErrorsReset);
+    }
+    let mut ids = Vec::new();
+    for _ in 0..7 {
+        ids.push(sse.next().await.id.unwrap());
+    }
+    assert_eq!(ids, [1, 2, 3, 4, 5, 6, 7]);
+    // 8 never comes: 9 is held for the reorder wait, then sent.
+    let started = tokio::time::Instant::now();
+    journal.append(&agent, EventKind::ErrorsReset);
+    assert_eq!(sse.next().await.id, Some(9));
+    assert!(started.elapsed() >= warden::events::DEFAULT_REORDER_WAIT);
+}
+
+#[actix_rt::test]
+async fn resuming_with_last_event_id_replays_the_durable_journal_without_duplicates() {
+    tokio::time::pause();
+    let sqlite = Arc::new(SqliteJournal::open(":memory:").unwrap());
+    let hub = EventHub::default().with_log(sqlite.clone());
+    let s = streaming(WardenConfig::default(), hub, sqlite.clone());
+    let a = s.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
+    a.try_send_event(UserEvent::new("one")).unwrap();
+    until("answered", || a.status().turns == 1).await;
+    let past = sqlite.events().unwrap();
+    assert!(past.len() > 4);
+    let app = service!(streaming_state(&s));
+    let resume = past[2].seq;
+    let mut sse = Sse::new(
+        test::call_service(
+            &app,
+            events_request(Some(READ))
+                .insert_header(("Last-Event-ID", resume.to_string()))
+                .to_request(),
+        )
+        .await,
+    );
+    let mut replayed = Vec::new();
+    for _ in 3..past.len() {
+        let msg = sse.next().await;
+        replayed.push(serde_json::from_value::<Event>(msg.data).unwrap());
+    }
+    assert_eq!(replayed, past[3..]);
+    // Then live, continuing the sequence.
+    a.try_send_event(UserEvent::new("two")).unwrap();
+    let (_, before) = sse
+        .until("second turn", |m| m.event == "turn_finished")
+        .await;
+    let mut ids: Vec<u64> = before.iter().filter_map(|m| m.id).collect();
+    ids.push(ids.last().unwrap() + 1);
+    let expected: Vec<u64> = (past.last().unwrap().seq + 1..).take(ids.len()).collect();
+    assert_eq!(ids, expected);
+}
+
+// ---- metrics ------------------------------------------------------------------------------------
+
+/// One sample line: name, labels, value.
+type Sample = (String, Vec<(String, String)>, f64);
+
+/// Every sample; checks HELP and TYPE precede each family once.
+fn parse_exposition(text: &str) -> Vec<Sample> {
+    let mut helps = BTreeSet::new();
+    let mut types = std::collections::BTreeMap::new();
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let name = rest.split(' ').next().unwrap();
+            assert!(helps.insert(name.to_owned()), "HELP twice: {name}");
+            assert!(rest.len() > name.len() + 1, "empty HELP: {line}");
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            assert!(helps.contains(name), "TYPE before HELP: {name}");
+            assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+            assert!(
+                types.insert(name.to_owned(), kind.to_owned()).is_none(),
+                "TYPE twice: {name}"
+            );
+            continue;
+        }
+        assert!(
+            !line.starts_with('#') && !line.is_empty(),
+            "stray line: {line:?}"
+        );
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("value of {line}"));
+        let (name, labels) = match series.split_once('{') {
+            None => (series, Vec::new()),
+            Some((name, rest)) => {
+                let inner = rest
+                    .strip_suffix('}')
+                    .unwrap_or_else(|| panic!("labels of {line}"));
+                let labels = inner
+                    .split(',')
+                    .map(|pair| {
+                        let (k, v) = pair.split_once('=').unwrap();
+                        let v = v
+                            .strip_prefix('"')
+                            .and_then(|v| v.strip_suffix('"'))
+                            .unwrap();
+                        (k.to_owned(), v.to_owned())
+                    })
+                    .collect();
+                (name, labels)
+            }
+        };
+        assert!(name.starts_with("warden_"), "{name}");
+        assert!(
+            name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "{name}"
+        );
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| {
+                name.strip_suffix(suffix)
+                    .filter(|f| types.get(*f).map(String::as_str) == Some("histogram"))
+            })
+            .unwrap_or(name);
+        let kind = types
+            .get(family)
+            .unwrap_or_else(|| panic!("no TYPE for {name}"));
+        if kind == "counter" {
+            assert!(family.ends_with("_total"), "{family}");
+        }
+        samples.push((name.to_owned(), labels, value));
+    }
+    samples
+}
+
+fn value_of(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .find(|(n, l, _)| {
+            n == name
+                && l.len() == labels.len()
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.iter().any(|(lk, lv)| lk == k && lv == v))
+        })
+        .unwrap_or_else(|| panic!("no sample {name} {labels:?}"))
+        .2
+}
+
+#[actix_rt::test]
+async fn metrics_are_prometheus_text_that_matches_the_fleet() {
+    tokio::time::pause();
+    let sqlite = Arc::new(SqliteJournal::open(":memory:").unwrap());
+    let bus = Arc::new(ChannelInterventionBus::new());
+    let team = Supervisor::builder(WardenConfig::default(), sqlite.clone())
+        .intervention_bus(bus.clone())
+        .current_arbiter()
+        .build();
+    let a = team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
+    let b = team.spawn(AgentSpec::assistant("b", failing())).unwrap();
+    let c = team.spawn(AgentSpec::assistant("c", chatty())).unwrap();
+    a.try_send_event(UserEvent::new("hi")).unwrap();
+    until("a answered", || a.status().turns == 1).await;
+    lock_out(&b).await;
+    let app = service!(ApiState::new(team.clone(), config())
+        .with_bus(bus)
+        .with_events(EventHub::default())
+        .with_journal(sqlite.clone()));
+    let (status, _) = call!(app, post("/api/agents/c/halt", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(c.state(), AgentState::Stopped);
+
+    let resp = test::call_service(&app, get("/metrics", None).to_request()).await;
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    let resp = test::call_service(&app, get("/metrics", Some(READ)).to_request()).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        resp.headers().get("content-type").unwrap(),
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    let text = String::from_utf8(test::read_body(resp).await.to_vec()).unwrap();
+    let samples = parse_exposition(&text);
+
+    for state in AgentState::ALL {
+        let expected = team.statuses().iter().filter(|s| s.state == state).count();
+        assert_eq!(
+            value_of(&samples, "warden_agents", &[("state", state.as_str())]),
+            expected as f64,
+            "{state}"
+        );
+    }
+    assert_eq!(
+        value_of(&samples, "warden_agents", &[("state", "WAITING_FOR_EVENT")]),
+        1.0
+    );
+    assert_eq!(
+        value_of(&samples, "warden_agents_emergency_stopped", &[]),
+        1.0
+    );
+    for breaker in warden::metrics::BREAKERS {
+        let name = warden::metrics::breaker_name(breaker);
+        let expected = if name == "consecutive_errors" {
+            1.0
+        } else {
+            0.0
+        };
+        assert_eq!(
+            value_of(&samples, "warden_safety_trips_total", &[("breaker", &name)]),
+            expected,
+            "{name}"
+        );
+    }
+    let fleet = team.fleet_view();
+    assert_eq!(
+        value_of(&samples, "warden_tokens_used_total", &[]),
+        fleet.tokens as f64
+    );
+    assert_eq!(
+        value_of(&samples, "warden_cost_used_total", &[]),
+        fleet.cost
+    );
+    assert_eq!(value_of(&samples, "warden_halts_total", &[]), 1.0);
+    assert_eq!(
+        value_of(&samples, "warden_turns_total", &[]),
+        6.0,
+        "a: 1, b: 5"
+    );
+    assert_eq!(value_of(&samples, "warden_restarts_total", &[]), 0.0);
+    assert_eq!(
+        value_of(&samples, "warden_halt_discarded_messages_total", &[]),
+        0.0
+    );
+    assert_eq!(value_of(&samples, "warden_interventions_pending", &[]), 0.0);
+    assert_eq!(
+        value_of(&samples, "warden_event_stream_subscribers", &[]),
+        0.0
+    );
+    let stats = sqlite.stats();
+    assert!(value_of(&samples, "warden_journal_committed_seq", &[]) > 0.0);
+    assert!(value_of(&samples, "warden_journal_committed_seq", &[]) <= stats.committed_seq as f64);
+    assert!(value_of(&samples, "warden_journal_batches_total", &[]) >= 1.0);
+    assert_eq!(value_of(&samples, "warden_journal_write_error", &[]), 0.0);
+    assert_eq!(
+        value_of(&samples, "warden_journal_failed_batches_total", &[]),
+        0.0
+    );
+    // One halt through the API, timed; none of all.
+    let h = "warden_api_halt_duration_seconds";
+    assert_eq!(
+        value_of(&samples, &format!("{h}_count"), &[("scope", "agent")]),
+        1.0
+    );
+    assert_eq!(
+        value_of(
+            &samples,
+            &format!("{h}_bucket"),
+            &[("scope", "agent"), ("le", "+Inf")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value_of(&samples, &format!("{h}_count"), &[("scope", "all")]),
+        0.0
+    );
+    let buckets: Vec<f64> = samples
+        .iter()
+        .filter(|(n, l, _)| n == &format!("{h}_bucket") && l[0].1 == "agent")
+        .map(|s| s.2)
+        .collect();
+    assert_eq!(buckets.len(), warden::metrics::HALT_BUCKETS.len() + 1);
+    assert!(
+        buckets.windows(2).all(|w| w[0] <= w[1]),
+        "cumulative: {buckets:?}"
+    );
+}
+
+// ---- the OpenAPI document -------------------------------------------------------------------------
+
+/// Follows `$ref`s within `doc`.
+fn resolve<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
+    match schema["$ref"].as_str() {
+        Some(r) => resolve(
+            doc,
+            doc.pointer(r.trim_start_matches('#'))
+                .unwrap_or_else(|| panic!("bad $ref {r}")),
+        ),
+        None => schema,
+    }
+}
+
+/// Checks `value` against the subset of JSON Schema the document uses: type, required, properties,
+/// items, enum, const, oneOf.
+fn conforms(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), String> {
+    let schema = resolve(doc, schema);
+    if let Some(options) = schema["oneOf"].as_array() {
+        return if options.iter().any(|o| conforms(doc, o, value, at).is_ok()) {
+            Ok(())
+        } else {
+            Err(format!("{at}: {value} matches no oneOf option"))
+        };
+    }
+    if let Some(expected) = schema.get("const") {
+        if expected != value {
+            return Err(format!("{at}: {value} is not {expected}"));
+        }
+    }
+    if let Some(options) = schema["enum"].as_array() {
+        if !options.contains(value) {
+            return Err(format!("{at}: {value} not in {options:?}"));
+        }
+    }
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    let type_ok = types.is_empty()
+        || types.iter().any(|t| match *t {
+            "object" => value.is_object(),
+            "array" => value.is_array(),
+            "string" => value.is_string(),
+            "integer" => value.is_u64() || value.is_i64(),
+            "number" => value.is_number(),
+            "boolean" => value.is_boolean(),
+            "null" => value.is_null(),
+            _ => false,
+        });
+    if !type_ok {
+        return Err(format!("{at}: {value} is not {types:?}"));
+    }
+    if let Some(object) = value.as_object() {
+        for field in schema["required"].as_array().into_iter().flatten() {
+            let field = field.as_str().unwrap();
+            if !object.contains_key(field) {
+                return Err(format!("{at}: missing required field {field}"));
+            }
+        }
+        if let Some(properties) = schema["properties"].as_object() {
+            for (name, sub) in properties {
+                if let Some(v) = object.get(name) {
+                    conforms(doc, sub, v, &format!("{at}.{name}"))?;
+                }
+            }
+        }
+    }
+    if let (Some(items), Some(values)) = (schema.get("items"), value.as_array()) {
+        for (i, v) in values.iter().enumerate() {
+            conforms(doc, items, v, &format!("{at}[{i}]"))?;
+        }
+    }
+    Ok(())
+}
+
+fn request(
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> test::TestRequest {
+    let mut req = test::TestRequest::default()
+        .method(actix_web::http::Method::from_bytes(method.as_bytes()).unwrap())
+        .uri(path);
+    if let Some(token) = token {
+        req = req.insert_header(("Authorization", format!("Bearer {token}")));
+    }
+    if let Some(body) = body {
+        req = req.set_json(body);
+    }
+    req
+}
+
+#[actix_rt::test]
+async fn the_openapi_document_matches_the_served_routes_and_responses() {
+    tokio::time::pause();
+    let s = streaming(
+        ask_config(),
+        EventHub::default(),
+        Arc::new(MemoryJournal::new()),
+    );
+    let asker = looking(&s.team, "asker");
+    s.team.spawn(AgentSpec::assistant("b", chatty())).unwrap();
+    let locked = s
+        .team
+        .spawn(AgentSpec::assistant("locked", failing()))
+        .unwrap();
+    lock_out(&locked).await;
+    asker.try_send_event(UserEvent::new("scout")).unwrap();
+    until("ask", || !s.bus.pending().is_empty()).await;
+    let ask_id = s.bus.pending()[0].id;
+    let app = service!(streaming_state(&s));
+
+    let (status, doc) = call!(app, get("/api/openapi.json", Some(READ)));
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert_eq!(doc, serde_json::from_str::<Value>(api::OPENAPI).unwrap());
+
+    // The documented (method, path) pairs are exactly the served ones.
+    const METHODS: [&str; 5] = ["GET", "POST", "PUT", "DELETE", "PATCH"];
+    let documented: BTreeSet<(String, String)> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object()
+                .unwrap()
+                .keys()
+                .map(move |m| (m.to_uppercase(), path.clone()))
+        })
+        .collect();
+    let served: BTreeSet<(String, String)> = api::ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(documented, served);
+    let paths: BTreeSet<&str> = api::ROUTES.iter().map(|r| r.1).collect();
+    assert_eq!(paths.len(), api::ROUTES.len(), "one method per path");
+
+    let concrete = |path: &str, found: bool| {
+        path.replace("{key}", if found { "b" } else { "nobody" })
+            .replace(
+                "{id}",
+                &if found {
+                    ask_id.to_string()
+                } else {
+                    "999999".into()
+                },
+            )
+    };
+    let body_for = |path: &str| match path {
+        "/api/agents/{key}/events" => Some(json!({"content": "hello"})),
+        "/api/interventions/{id}" => Some(json!({"answer": "no", "note": "from the test"})),
+        _ => None,
+    };
+    let routed = |status: StatusCode, body: &[u8]| {
+        status != StatusCode::METHOD_NOT_ALLOWED
+            && !(status == StatusCode::NOT_FOUND && body.is_empty())
+    };
+    let mut checked = BTreeSet::new();
+    // Halts last (they stop agents and withdraw the pending ask).
+    let mut routes = api::ROUTES.to_vec();
+    routes.sort_by_key(|(_, p)| (*p == "/api/halt", p.ends_with("/halt")));
+    for (method, path) in routes {
+        let op = &doc["paths"][path][method.to_lowercase()];
+        let secured = op.get("security").map_or(true, |s| s != &json!([]));
+        // Without a token: 401 where a token is needed, and documented.
+        let resp = test::call_service(
+            &app,
+            request(method, &concrete(path, true), None, body_for(path)).to_request(),
+        )
+        .await;
+        let expected = if secured {
+            StatusCode::UNAUTHORIZED
+        } else {
+            StatusCode::OK
+        };
+        assert_eq!(resp.status(), expected, "{method} {path} without a token");
+        // With the read token, mutating calls are 403.
+        if method == "POST" {
+            let (status, _) = call!(
+                app,
+                request(method, &concrete(path, true), Some(READ), body_for(path))
+            );
+            assert_eq!(
+                status,
+                StatusCode::FORBIDDEN,
+                "{method} {path} with the read token"
+            );
+        }
+        let variants = if path.contains('{') {
+            vec![false, true]
+        } else {
+            vec![true]
+        };
+        for found in variants {
+            let uri = concrete(path, found);
+            let resp = test::call_service(
+                &app,
+                request(method, &uri, Some(ADMIN), body_for(path)).to_request(),
+            )
+            .await;
+            let status = resp.status();
+            let streaming = resp
+                .headers()
+                .get("content-type")
+                .is_some_and(|v| v == "text/event-stream");
+            let bytes = if streaming {
+                Default::default()
+            } else {
+                test::read_body(resp).await
+            };
+            assert!(
+                routed(status, &bytes),
+                "{method} {uri} is not routed: {status}"
+            );
+            let documented = &op["responses"][status.as_str()];
+            assert!(
+                documented.is_object(),
+                "{method} {path}: {status} is not documented"
+            );
+            let json_schema = documented["content"]["application/json"]["schema"].clone();
+            if !json_schema.is_null() && !streaming {
+                let value: Value = serde_json::from_slice(&bytes).unwrap();
+                if let Err(err) = conforms(&doc, &json_schema, &value, "body") {
+                    panic!("{method} {uri} {status}: {err}\n{value}");
+                }
+                checked.insert(format!("{method} {path} {}", status.as_u16()));
+            }
+        }
+        // Undocumented methods on a documented path are not served.
+        for other in METHODS.iter().filter(|m| **m != method) {
+            let resp = test::call_service(
+                &app,
+                request(other, &concrete(path, true), Some(ADMIN), None).to_request(),
+            )
+            .await;
+            assert!(
+                [StatusCode::NOT_FOUND, StatusCode::METHOD_NOT_ALLOWED].contains(&resp.status()),
+                "{other} {path} answers {}",
+                resp.status()
+            );
+        }
+    }
+    for path in [
+        "/api",
+        "/api/nope",
+        "/api/agents/b/nope",
+        "/api/agents/b/halt/now",
+        "/metrics/x",
+    ] {
+        let resp =
+            test::call_service(&app, request("GET", path, Some(ADMIN), None).to_request()).await;
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{path}");
+    }
+    // The main bodies were checked against their schemas, success and error alike.
+    for expected in [
+        "GET /api/agents 200",
+        "GET /api/agents/{key} 200",
+        "GET /api/agents/{key} 404",
+        "POST /api/agents/{key}/events 202",
+        "POST /api/agents/{key}/halt 200",
+        "POST /api/halt 200",
+        "GET /api/interventions 200",
+        "POST /api/interventions/{id} 200",
+        "POST /api/interventions/{id} 404",
+        "POST /api/agents/{key}/unlock 409",
+        "GET /healthz 200",
+    ] {
+        assert!(
+            checked.contains(expected),
+            "{expected} not checked; checked: {checked:?}"
+        );
+    }
+    // 401, 403, 409 with a refusal, 413 bodies conform too.
+    let error_schema = json!({"$ref": "#/components/schemas/Error"});
+    let (_, body) = call!(app, get("/api/agents", None));
+    conforms(&doc, &error_schema, &body, "401").unwrap();
+    let (_, body) = call!(app, post("/api/halt", Some(READ), None));
+    conforms(&doc, &error_schema, &body, "403").unwrap();
+    let (status, body) = call!(
+        app,
+        post(
+            "/api/agents/locked/events",
+            Some(ADMIN),
+            Some(json!({"content": "x"}))
+        )
+    );
+    assert_eq!(status, StatusCode::CONFLICT);
+    conforms(
+        &doc,
+        &json!({"$ref": "#/components/schemas/Refusal"}),
+        &body,
+        "409",
+    )
+    .unwrap();
+    let (status, body) = call!(
+        app,
+        post(
+            "/api/agents/b/events",
+            Some(ADMIN),
+            Some(json!({"content": "x".repeat(4096)}))
+        )
+    );
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    conforms(&doc, &error_schema, &body, "413").unwrap();
+}
+
+#[actix_rt::test]
+async fn a_gap_that_does_not_fill_is_read_from_the_log() {
+    tokio::time::pause();
+    let inner = Arc::new(MemoryJournal::new());
+    let hub = EventHub::default().with_log(inner.clone());
+    let journal = hub.journal(inner.clone());
+    let s = streaming(WardenConfig::default(), hub, Arc::new(MemoryJournal::new()));
+    let app = service!(streaming_state(&s));
+    let mut sse = Sse::new(test::call_service(&app, events_request(Some(READ)).to_request()).await);
+    let agent = AgentKey::new("x");
+    journal.append(&agent, EventKind::ErrorsReset);
+    // Journaled but never published (as when appended just before the subscription took effect).
+    inner.append(
+        &agent,
+        EventKind::HistoryReset {
+            operator: "op".into(),
+        },
+    );
+    journal.append(&agent, EventKind::ErrorsReset);
+    let got: Vec<(Option<u64>, String)> = [sse.next().await, sse.next().await, sse.next().await]
+        .into_iter()
+        .map(|m| (m.id, m.event))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Some(1), "errors_reset".to_owned()),
+            (Some(2), "history_reset".to_owned()),
+            (Some(3), "errors_reset".to_owned())
+        ]
+    );
 }

@@ -11,7 +11,8 @@ use std::{
     },
 };
 use warden::{
-    AgentState, FnTool, MemoryJournal, Supervisor, Tool, ToolCategory, ToolError, WardenConfig,
+    AgentState, FnTool, MemoryJournal, ScriptStep, ScriptedProvider, Supervisor, Tool,
+    ToolCategory, ToolError, WardenConfig,
 };
 
 /// Yields to the runtime until `cond` holds; every 16th try it sleeps 100 ms of (paused, virtual)
@@ -63,6 +64,16 @@ pub fn counting_tool(
         })
     });
     (Arc::new(tool), calls)
+}
+
+/// A model that answers "hello" to everything.
+pub fn chatty() -> Arc<ScriptedProvider> {
+    Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("hello")))
+}
+
+/// A model whose every call fails ("model down").
+pub fn failing() -> Arc<ScriptedProvider> {
+    Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("model down")))
 }
 
 pub fn count(c: &AtomicUsize) -> usize {

@@ -1,0 +1,479 @@
+//! The client behind `warden status|halt|unlock|clear|ask`: typed calls to a running server's admin
+//! API, and their output.
+//!
+//! Guarantees:
+//! * Every failure is one [`ClientError`] whose message is one line (the server's own `error` text
+//!   for an HTTP error), and [`ClientError::exit_code`] tells the kinds apart: 3 the server cannot be
+//!   reached, 4 unauthorized (401), 5 forbidden (403), 6 not found (404), 7 refused (409), 1 anything
+//!   else.
+//! * The token travels only in the `Authorization` header; it is never put in a URL or printed.
+//! * An agent key is percent-encoded as one path segment, whatever it contains.
+
+use reqwest::{Method, Url};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::{io::Write, time::Duration};
+use warden_protocols::{AgentStatus, Intervention};
+
+use crate::api::{AnswerBody, AnswerReply, HaltAckBody};
+
+/// Where the client looks by default (`--url`, `WARDEN_URL`).
+pub const DEFAULT_URL: &str = "http://127.0.0.1:7878";
+
+/// How long one call may take.
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("invalid server url {url:?}: {reason}")]
+    Url { url: String, reason: String },
+    #[error("cannot connect to {url}: {reason}")]
+    Connect { url: String, reason: String },
+    #[error("request to {url} failed: {reason}")]
+    Request { url: String, reason: String },
+    /// The server answered with an error status; `message` is its `error` text.
+    #[error("{status} {reason}: {message}")]
+    Http {
+        status: u16,
+        reason: String,
+        message: String,
+    },
+    #[error("unexpected answer from {url}: {reason}")]
+    Decode { url: String, reason: String },
+    #[error("cannot write the output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+impl ClientError {
+    /// The process exit code for this error (see the module docs).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ClientError::Connect { .. } => 3,
+            ClientError::Http { status: 401, .. } => 4,
+            ClientError::Http { status: 403, .. } => 5,
+            ClientError::Http { status: 404, .. } => 6,
+            ClientError::Http { status: 409, .. } => 7,
+            _ => 1,
+        }
+    }
+}
+
+/// The innermost cause of an error, on one line (e.g. `Connection refused (os error 111)`).
+fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = err;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    one_line(&cause.to_string())
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The token a command uses: `--token` when given, else `WARDEN_ADMIN_TOKEN`, else (for a read-only
+/// command) `WARDEN_READ_TOKEN`. Empty values count as unset. `env` looks a variable up.
+pub fn token_for(
+    flag: Option<String>,
+    read_only: bool,
+    env: impl Fn(&str) -> Option<String>,
+) -> Option<String> {
+    let var = |name: &str| env(name).filter(|v| !v.is_empty());
+    flag.filter(|t| !t.is_empty())
+        .or_else(|| var("WARDEN_ADMIN_TOKEN"))
+        .or_else(|| read_only.then(|| var("WARDEN_READ_TOKEN")).flatten())
+}
+
+/// A connection to one server.
+pub struct Client {
+    http: reqwest::Client,
+    base: Url,
+    token: Option<String>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base.as_str())
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+impl Client {
+    /// A client of the server at `url` (`http://host:port`, optionally with a path prefix).
+    pub fn new(url: &str, token: Option<String>) -> Result<Self, ClientError> {
+        let invalid = |reason: &str| ClientError::Url {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let base = Url::parse(url).map_err(|e| invalid(&e.to_string()))?;
+        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
+            return Err(invalid("expected http://HOST:PORT or https://HOST:PORT"));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .build()
+            .map_err(|e| invalid(&root_cause(&e)))?;
+        Ok(Client { http, base, token })
+    }
+
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        // `new` refused URLs that cannot be a base, so the segments are always added.
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        url
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        segments: &[&str],
+        body: Option<Value>,
+    ) -> Result<T, ClientError> {
+        let url = self.url(segments);
+        let shown = url.to_string();
+        let mut request = self.http.request(method, url);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.map_err(|e| {
+            let reason = root_cause(&e);
+            if e.is_connect() {
+                ClientError::Connect {
+                    url: self.base.to_string(),
+                    reason,
+                }
+            } else {
+                ClientError::Request {
+                    url: shown.clone(),
+                    reason,
+                }
+            }
+        })?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|e| ClientError::Request {
+            url: shown.clone(),
+            reason: root_cause(&e),
+        })?;
+        if !status.is_success() {
+            let message = serde_json::from_slice::<Value>(&bytes)
+                .ok()
+                .and_then(|v| v["error"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| String::from_utf8_lossy(&bytes).chars().take(200).collect());
+            return Err(ClientError::Http {
+                status: status.as_u16(),
+                reason: status.canonical_reason().unwrap_or("error").to_lowercase(),
+                message: one_line(&message),
+            });
+        }
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode {
+            url: shown,
+            reason: e.to_string(),
+        })
+    }
+
+    /// Every agent's status, in spawn order.
+    pub async fn statuses(&self) -> Result<Vec<AgentStatus>, ClientError> {
+        self.call(Method::GET, &["api", "agents"], None).await
+    }
+
+    /// One agent's status.
+    pub async fn status(&self, key: &str) -> Result<AgentStatus, ClientError> {
+        self.call(Method::GET, &["api", "agents", key], None).await
+    }
+
+    /// Halts one agent (and its delegates), or every agent when `key` is `None`.
+    pub async fn halt(&self, key: Option<&str>) -> Result<Vec<HaltAckBody>, ClientError> {
+        #[derive(serde::Deserialize)]
+        struct Halted {
+            halted: Vec<HaltAckBody>,
+        }
+        let halted: Halted = match key {
+            Some(key) => {
+                self.call(Method::POST, &["api", "agents", key, "halt"], None)
+                    .await?
+            }
+            None => self.call(Method::POST, &["api", "halt"], None).await?,
+        };
+        Ok(halted.halted)
+    }
+
+    /// Unlocks a locked-out agent; its new status.
+    pub async fn unlock(&self, key: &str) -> Result<AgentStatus, ClientError> {
+        self.call(Method::POST, &["api", "agents", key, "unlock"], None)
+            .await
+    }
+
+    /// Clears an agent's emergency stop; its new status.
+    pub async fn clear(&self, key: &str) -> Result<AgentStatus, ClientError> {
+        self.call(
+            Method::POST,
+            &["api", "agents", key, "emergency", "clear"],
+            None,
+        )
+        .await
+    }
+
+    /// The pending limit asks, oldest first.
+    pub async fn interventions(&self) -> Result<Vec<Intervention>, ClientError> {
+        self.call(Method::GET, &["api", "interventions"], None)
+            .await
+    }
+
+    /// Answers pending ask `id` (`yes` allows; anything else refuses).
+    pub async fn answer(
+        &self,
+        id: u64,
+        answer: &str,
+        note: Option<&str>,
+    ) -> Result<AnswerReply, ClientError> {
+        let body = AnswerBody {
+            answer: answer.to_owned(),
+            note: note.map(str::to_owned),
+        };
+        let body = serde_json::to_value(body).map_err(|e| ClientError::Decode {
+            url: self.base.to_string(),
+            reason: e.to_string(),
+        })?;
+        let id_text = id.to_string();
+        self.call(
+            Method::POST,
+            &["api", "interventions", &id_text],
+            Some(body),
+        )
+        .await
+    }
+}
+
+/// One CLI command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// `warden status [KEY] [--json]`.
+    Status { key: Option<String>, json: bool },
+    /// `warden halt [KEY]`.
+    Halt { key: Option<String> },
+    /// `warden unlock KEY`.
+    Unlock { key: String },
+    /// `warden clear KEY`.
+    Clear { key: String },
+    /// `warden ask [--json]`: the pending asks.
+    Asks { json: bool },
+    /// `warden ask ID yes|no [--note TEXT]`.
+    Answer {
+        id: u64,
+        answer: String,
+        note: Option<String>,
+    },
+}
+
+impl Call {
+    /// Whether the read-only token is enough.
+    pub fn read_only(&self) -> bool {
+        matches!(self, Call::Status { .. } | Call::Asks { .. })
+    }
+}
+
+/// Runs `call` against `client` and writes its output to `out`.
+pub async fn run(client: &Client, call: Call, out: &mut dyn Write) -> Result<(), ClientError> {
+    match call {
+        Call::Status { key: None, json } => {
+            let statuses = client.statuses().await?;
+            if json {
+                writeln!(out, "{}", to_json(&statuses)?)?;
+            } else {
+                out.write_all(status_table(&statuses).as_bytes())?;
+            }
+        }
+        Call::Status {
+            key: Some(key),
+            json,
+        } => {
+            let status = client.status(&key).await?;
+            if json {
+                writeln!(out, "{}", to_json(&status)?)?;
+            } else {
+                out.write_all(status_table(std::slice::from_ref(&status)).as_bytes())?;
+            }
+        }
+        Call::Halt { key } => {
+            for ack in client.halt(key.as_deref()).await? {
+                writeln!(
+                    out,
+                    "halted {}: {} ({} queued messages discarded)",
+                    ack.agent, ack.state, ack.discarded
+                )?;
+            }
+        }
+        Call::Unlock { key } => {
+            let status = client.unlock(&key).await?;
+            writeln!(out, "unlocked {}: {}", status.key, status.state)?;
+        }
+        Call::Clear { key } => {
+            let status = client.clear(&key).await?;
+            writeln!(out, "cleared {}: {}", status.key, status.state)?;
+        }
+        Call::Asks { json } => {
+            let pending = client.interventions().await?;
+            if json {
+                writeln!(out, "{}", to_json(&pending)?)?;
+            } else {
+                out.write_all(interventions_list(&pending).as_bytes())?;
+            }
+        }
+        Call::Answer { id, answer, note } => {
+            let reply = client.answer(id, &answer, note.as_deref()).await?;
+            let said = match &reply.answer {
+                warden_protocols::Answer::Yes => "yes",
+                _ => "no",
+            };
+            writeln!(out, "answered intervention {}: {said}", reply.id)?;
+        }
+    }
+    Ok(())
+}
+
+fn to_json(value: &impl serde::Serialize) -> Result<String, ClientError> {
+    serde_json::to_string_pretty(value).map_err(|e| ClientError::Output(std::io::Error::other(e)))
+}
+
+/// Statuses as a table (one agent a line), then one line per lockout or breaker stop.
+pub fn status_table(statuses: &[AgentStatus]) -> String {
+    let header = [
+        "AGENT", "ROLE", "STATE", "E-STOP", "ERRORS", "QUEUED", "TURNS", "HALTS", "TOKENS",
+    ];
+    let rows: Vec<[String; 9]> = statuses
+        .iter()
+        .map(|s| {
+            let role = serde_json::to_value(s.role)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_else(|| format!("{:?}", s.role));
+            [
+                s.key.to_string(),
+                role,
+                s.state.to_string(),
+                if s.emergency_stop { "yes" } else { "no" }.to_owned(),
+                format!("{}/{}", s.consecutive_errors, s.max_consecutive_errors),
+                s.queued.ordinary.to_string(),
+                s.turns.to_string(),
+                s.halts.to_string(),
+                s.tokens_used.to_string(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut text = String::new();
+    let mut line = |cells: &[&str]| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        text.push_str(padded.join("  ").trim_end());
+        text.push('\n');
+    };
+    line(&header);
+    for row in &rows {
+        line(&row.each_ref().map(String::as_str));
+    }
+    for s in statuses {
+        if let Some(lockout) = &s.lockout {
+            text.push_str(&format!(
+                "{}: locked out by {:?}: {}\n",
+                s.key, lockout.breaker, lockout.reason
+            ));
+        }
+        if let Some(stop) = &s.stopped_by {
+            text.push_str(&format!(
+                "{}: stopped by {:?}: {}\n",
+                s.key, stop.breaker, stop.reason
+            ));
+        }
+    }
+    text
+}
+
+/// Pending asks, one a line: `ID  AGENT  QUESTION`, or a line saying there are none.
+pub fn interventions_list(pending: &[Intervention]) -> String {
+    if pending.is_empty() {
+        return "no pending interventions\n".to_owned();
+    }
+    pending
+        .iter()
+        .map(|i| format!("{}  {}  {}\n", i.id, i.agent, one_line(&i.question)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_comes_from_the_flag_then_the_admin_then_the_read_variable() {
+        let env = |name: &str| match name {
+            "WARDEN_ADMIN_TOKEN" => Some(String::new()),
+            "WARDEN_READ_TOKEN" => Some("reader".to_owned()),
+            _ => None,
+        };
+        assert_eq!(
+            token_for(Some("flag".into()), true, env).as_deref(),
+            Some("flag")
+        );
+        assert_eq!(token_for(None, true, env).as_deref(), Some("reader"));
+        assert_eq!(token_for(None, false, env), None, "reads only");
+        let admin = |name: &str| (name == "WARDEN_ADMIN_TOKEN").then(|| "adm".to_owned());
+        assert_eq!(
+            token_for(Some(String::new()), false, admin).as_deref(),
+            Some("adm")
+        );
+    }
+
+    #[test]
+    fn a_bad_url_is_refused_and_keys_are_one_encoded_segment() {
+        for url in ["", "ftp://x", "localhost:7878", "mailto:a@b"] {
+            assert!(Client::new(url, None).is_err(), "{url}");
+        }
+        let client = Client::new("http://127.0.0.1:1/prefix/", None).unwrap();
+        assert_eq!(
+            client.url(&["api", "agents", "a/b c"]).as_str(),
+            "http://127.0.0.1:1/prefix/api/agents/a%2Fb%20c"
+        );
+    }
+
+    #[test]
+    fn exit_codes_tell_the_failures_apart() {
+        let http = |status| ClientError::Http {
+            status,
+            reason: String::new(),
+            message: String::new(),
+        };
+        let connect = ClientError::Connect {
+            url: String::new(),
+            reason: String::new(),
+        };
+        let codes: Vec<u8> = [
+            connect,
+            http(401),
+            http(403),
+            http(404),
+            http(409),
+            http(500),
+        ]
+        .iter()
+        .map(ClientError::exit_code)
+        .collect();
+        assert_eq!(codes, [3, 4, 5, 6, 7, 1]);
+    }
+}

@@ -1,0 +1,373 @@
+//! The live feed behind `GET /api/events`: an [`EventHub`] that journal events and intervention
+//! notices are published to, a tee [`BroadcastJournal`] and a tee [`BroadcastBus`].
+//!
+//! Guarantees:
+//! * [`BroadcastJournal::append`] is the inner journal's append plus, **only while someone listens**,
+//!   one clone of the event kind and one `broadcast::Sender::send` of an `Arc`. With no subscriber it
+//!   adds one atomic load of the hub's own listener count and nothing else: no lock, no allocation.
+//!   (`broadcast::Sender::receiver_count` is not used on this path: it takes the channel's lock.)
+//! * An event is published after the inner journal's `append` returned, so a durable event (a halt,
+//!   a lockout, a limit decision) on the feed is already on disk.
+//! * Publishing never blocks an appender: the channel is bounded, and a subscriber that falls behind
+//!   loses the oldest items and is told how many (`RecvError::Lagged`), never silently.
+//! * Every `intervention_asked` notice is followed by exactly one `intervention_answered` or
+//!   `intervention_withdrawn` notice with the same id (when someone listens at both moments).
+//! * Sequence numbers are the inner journal's. Appends on different threads may publish out of
+//!   sequence order (a durable append waits for its commit); the event stream puts them back in order.
+
+use crate::journal::SqliteJournal;
+use futures::future::BoxFuture;
+use serde::Serialize;
+use std::{
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+use tokio::sync::broadcast::{self, error::RecvError};
+use warden_actors::{
+    now_ms,
+    safety::{BusError, ChannelInterventionBus, InterventionBus},
+    Journal, MemoryJournal,
+};
+use warden_protocols::{AgentKey, Answer, Event, EventKind, Intervention};
+
+/// Items a subscriber may fall behind by before it lags (the channel's capacity).
+pub const DEFAULT_CAPACITY: usize = 1024;
+
+/// How often an idle event stream sends a keep-alive comment.
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// How long the event stream holds events back waiting for a missing sequence number.
+pub const DEFAULT_REORDER_WAIT: Duration = Duration::from_secs(1);
+
+/// One thing on the feed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FeedItem {
+    /// A journaled event (its `seq` is the journal's).
+    Journal(Event),
+    /// Not journaled: an operator-facing notice about an intervention.
+    Notice(Notice),
+}
+
+impl FeedItem {
+    /// The agent the item is about.
+    pub fn agent(&self) -> &AgentKey {
+        match self {
+            FeedItem::Journal(event) => &event.agent,
+            FeedItem::Notice(notice) => &notice.agent,
+        }
+    }
+}
+
+/// An intervention notice: `kind` is the SSE event name, `data` its JSON.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Notice {
+    pub kind: NoticeKind,
+    pub agent: AgentKey,
+    pub data: serde_json::Value,
+}
+
+/// What a [`Notice`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeKind {
+    /// An ask is pending; `data` is the [`Intervention`] (answer it by its `id`).
+    InterventionAsked,
+    /// The ask was answered: `{"id", "agent", "answer"}`.
+    InterventionAnswered,
+    /// The ask ended without an answer (timed out, halted, bus closed): `{"id", "agent", "reason"}`.
+    InterventionWithdrawn,
+}
+
+impl NoticeKind {
+    /// The SSE event name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoticeKind::InterventionAsked => "intervention_asked",
+            NoticeKind::InterventionAnswered => "intervention_answered",
+            NoticeKind::InterventionWithdrawn => "intervention_withdrawn",
+        }
+    }
+}
+
+impl Notice {
+    /// `intervention_asked` for `intervention`.
+    pub fn asked(intervention: &Intervention) -> Self {
+        Notice {
+            kind: NoticeKind::InterventionAsked,
+            agent: intervention.agent.clone(),
+            data: serde_json::to_value(intervention).unwrap_or_default(),
+        }
+    }
+
+    fn answered(id: u64, agent: &AgentKey, answer: &Answer) -> Self {
+        Notice {
+            kind: NoticeKind::InterventionAnswered,
+            agent: agent.clone(),
+            data: serde_json::json!({ "id": id, "agent": agent, "answer": answer }),
+        }
+    }
+
+    fn withdrawn(id: u64, agent: &AgentKey, reason: &str) -> Self {
+        Notice {
+            kind: NoticeKind::InterventionWithdrawn,
+            agent: agent.clone(),
+            data: serde_json::json!({ "id": id, "agent": agent, "reason": reason }),
+        }
+    }
+}
+
+/// Why past events could not be read back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot replay the journal: {0}")]
+pub struct ReplayError(pub String);
+
+/// A journal that can read its events back, for resuming a stream with `Last-Event-ID`.
+pub trait EventLog: Send + Sync + 'static {
+    /// Events with `seq > after`, in `seq` order, at most `limit`.
+    fn events_since(&self, after: u64, limit: usize) -> Result<Vec<Event>, ReplayError>;
+}
+
+impl EventLog for SqliteJournal {
+    fn events_since(&self, after: u64, limit: usize) -> Result<Vec<Event>, ReplayError> {
+        self.since(after, limit)
+            .map_err(|e| ReplayError(e.to_string()))
+    }
+}
+
+impl EventLog for MemoryJournal {
+    fn events_since(&self, after: u64, limit: usize) -> Result<Vec<Event>, ReplayError> {
+        Ok(self
+            .events()
+            .into_iter()
+            .filter(|e| e.seq > after)
+            .take(limit)
+            .collect())
+    }
+}
+
+/// Where feed items are published; cheap to clone. See the module docs.
+#[derive(Clone)]
+pub struct EventHub {
+    tx: broadcast::Sender<Arc<FeedItem>>,
+    /// Open [`Subscription`]s (read lock-free by every append).
+    listeners: Arc<AtomicUsize>,
+    log: Option<Arc<dyn EventLog>>,
+    keep_alive: Duration,
+    reorder_wait: Duration,
+}
+
+impl std::fmt::Debug for EventHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventHub")
+            .field("subscribers", &self.subscribers())
+            .field("replay", &self.log.is_some())
+            .field("keep_alive", &self.keep_alive)
+            .field("reorder_wait", &self.reorder_wait)
+            .finish()
+    }
+}
+
+impl Default for EventHub {
+    fn default() -> Self {
+        Self::new(DEFAULT_CAPACITY)
+    }
+}
+
+impl EventHub {
+    /// A hub whose subscribers may fall `capacity` items behind (at least 1) before they lag.
+    pub fn new(capacity: usize) -> Self {
+        let (tx, _) = broadcast::channel(capacity.max(1));
+        EventHub {
+            tx,
+            listeners: Arc::default(),
+            log: None,
+            keep_alive: DEFAULT_KEEP_ALIVE,
+            reorder_wait: DEFAULT_REORDER_WAIT,
+        }
+    }
+
+    /// Streams resumed with `Last-Event-ID` replay the events they missed from `log`.
+    pub fn with_log(mut self, log: Arc<dyn EventLog>) -> Self {
+        self.log = Some(log);
+        self
+    }
+
+    /// How often an idle stream sends a keep-alive comment (default 15 s).
+    pub fn with_keep_alive(mut self, every: Duration) -> Self {
+        self.keep_alive = every;
+        self
+    }
+
+    /// How long a stream holds events back for a missing sequence number (default 1 s).
+    pub fn with_reorder_wait(mut self, wait: Duration) -> Self {
+        self.reorder_wait = wait;
+        self
+    }
+
+    /// `inner`, publishing every event it appends to this hub.
+    pub fn journal(&self, inner: Arc<dyn Journal>) -> BroadcastJournal {
+        BroadcastJournal {
+            inner,
+            tx: self.tx.clone(),
+            listeners: self.listeners.clone(),
+        }
+    }
+
+    /// `inner`, publishing every ask and its end to this hub. Answer asks on `inner`.
+    pub fn intervention_bus(&self, inner: Arc<ChannelInterventionBus>) -> BroadcastBus {
+        BroadcastBus {
+            inner,
+            hub: self.clone(),
+        }
+    }
+
+    /// A new subscription: every item published from now on.
+    pub fn subscribe(&self) -> Subscription {
+        // Counted before subscribing: an append that sees the count early finds no receiver yet,
+        // which is harmless; the other order could hide a receiver from an append.
+        self.listeners.fetch_add(1, Ordering::SeqCst);
+        Subscription {
+            rx: self.tx.subscribe(),
+            listeners: self.listeners.clone(),
+        }
+    }
+
+    /// Open subscriptions.
+    pub fn subscribers(&self) -> usize {
+        self.listeners.load(Ordering::SeqCst)
+    }
+
+    fn listened(&self) -> bool {
+        self.listeners.load(Ordering::Relaxed) > 0
+    }
+
+    /// The log streams replay from, if any.
+    pub fn log(&self) -> Option<&Arc<dyn EventLog>> {
+        self.log.as_ref()
+    }
+
+    pub fn keep_alive(&self) -> Duration {
+        self.keep_alive
+    }
+
+    pub fn reorder_wait(&self) -> Duration {
+        self.reorder_wait
+    }
+
+    /// Publishes a notice when someone listens.
+    pub fn notify(&self, notice: Notice) {
+        if self.listened() {
+            let _ = self.tx.send(Arc::new(FeedItem::Notice(notice)));
+        }
+    }
+}
+
+/// One subscriber's end of the feed; counted by its hub while it lives.
+pub struct Subscription {
+    rx: broadcast::Receiver<Arc<FeedItem>>,
+    listeners: Arc<AtomicUsize>,
+}
+
+impl Subscription {
+    /// The next item; `Lagged(n)` when `n` items were skipped because this subscriber fell behind.
+    pub async fn recv(&mut self) -> Result<Arc<FeedItem>, RecvError> {
+        self.rx.recv().await
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.listeners.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A [`Journal`] that appends to `inner` and publishes each event to an [`EventHub`].
+pub struct BroadcastJournal {
+    inner: Arc<dyn Journal>,
+    tx: broadcast::Sender<Arc<FeedItem>>,
+    listeners: Arc<AtomicUsize>,
+}
+
+impl Journal for BroadcastJournal {
+    fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
+        if self.listeners.load(Ordering::Relaxed) == 0 {
+            return self.inner.append(agent, kind);
+        }
+        let published = kind.clone();
+        let seq = self.inner.append(agent, kind);
+        // `send` fails only when every subscriber left meanwhile: nobody to tell.
+        let _ = self.tx.send(Arc::new(FeedItem::Journal(Event {
+            seq,
+            at_ms: now_ms(),
+            agent: agent.clone(),
+            kind: published,
+        })));
+        seq
+    }
+}
+
+/// An [`InterventionBus`] that asks through a [`ChannelInterventionBus`] and publishes
+/// `intervention_asked` once the ask can be answered, then `intervention_answered` or
+/// `intervention_withdrawn`.
+pub struct BroadcastBus {
+    inner: Arc<ChannelInterventionBus>,
+    hub: EventHub,
+}
+
+impl BroadcastBus {
+    /// The bus asks are answered on (`pending`, `answer`).
+    pub fn inner(&self) -> &Arc<ChannelInterventionBus> {
+        &self.inner
+    }
+}
+
+/// Publishes `intervention_withdrawn` when an ask ends (or is dropped) without an answer.
+struct WithdrawNotice<'a> {
+    hub: &'a EventHub,
+    id: u64,
+    agent: AgentKey,
+    reason: Option<String>,
+}
+
+impl Drop for WithdrawNotice<'_> {
+    fn drop(&mut self) {
+        if let Some(reason) = self.reason.take() {
+            self.hub
+                .notify(Notice::withdrawn(self.id, &self.agent, &reason));
+        }
+    }
+}
+
+impl InterventionBus for BroadcastBus {
+    fn ask(&self, intervention: Intervention) -> BoxFuture<'_, Result<Answer, BusError>> {
+        Box::pin(async move {
+            let notice = Notice::asked(&intervention);
+            let (id, agent) = (intervention.id, intervention.agent.clone());
+            let mut asked = self.inner.ask(intervention);
+            // The first poll makes the ask pending; only then can an operator answer it.
+            if let std::task::Poll::Ready(result) = futures::poll!(&mut asked) {
+                return result;
+            }
+            self.hub.notify(notice);
+            let mut withdraw = WithdrawNotice {
+                hub: &self.hub,
+                id,
+                agent,
+                reason: Some("withdrawn (timed out or halted)".into()),
+            };
+            let result = asked.await;
+            match &result {
+                Ok(answer) => {
+                    withdraw.reason = None;
+                    self.hub
+                        .notify(Notice::answered(id, &withdraw.agent, answer));
+                }
+                Err(err) => withdraw.reason = Some(err.to_string()),
+            }
+            result
+        })
+    }
+}
