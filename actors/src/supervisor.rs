@@ -415,12 +415,16 @@ impl Supervisor {
     }
 
     /// Resolves once every agent's actor has started (`spawn` returns before its actor runs: the
-    /// actor starts on its arbiter). For measurements that must include the actors' own cost.
+    /// actor starts on its arbiter). For measurements that must include the actors' own cost. Returns
+    /// at once after [`Supervisor::shutdown`].
     pub async fn started(&self) {
         let cells: Vec<Arc<AgentCell>> = self.agents().into_iter().map(|h| h.cell).collect();
         // Actors start roughly in spawn order: walk forward, yielding only while the next one waits.
         let mut next = 0;
         while let Some(cell) = cells.get(next) {
+            if self.shared.shutting_down.load(Ordering::SeqCst) {
+                return; // a stopped arbiter would never start the rest
+            }
             if cell.mailbox.has_reader() {
                 next += 1;
             } else {
