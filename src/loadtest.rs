@@ -617,6 +617,7 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
     let team = Supervisor::builder(config, journal.clone())
         .current_arbiter()
         .safety_checks(options.safety)
+        .capacity(options.agents)
         .build();
 
     let inner = Faults {

@@ -177,6 +177,7 @@ pub struct SupervisorBuilder {
     bus: Option<Arc<dyn InterventionBus>>,
     current_arbiter: bool,
     safety_checks: bool,
+    capacity: usize,
 }
 
 impl SupervisorBuilder {
@@ -191,6 +192,13 @@ impl SupervisorBuilder {
     /// instead of `supervisor.arbiters` new ones.
     pub fn current_arbiter(mut self) -> Self {
         self.current_arbiter = true;
+        self
+    }
+
+    /// Room for `agents` agents in the registry from the start (no rehashing while a large fleet is
+    /// spawned). Default 0: grows as needed.
+    pub fn capacity(mut self, agents: usize) -> Self {
+        self.capacity = agents;
         self
     }
 
@@ -223,7 +231,7 @@ impl SupervisorBuilder {
             monitor: Some(monitor),
             checks: self.safety_checks,
         });
-        Supervisor::build(self.config, self.journal, arbiters, safety)
+        Supervisor::build(self.config, self.journal, arbiters, safety, self.capacity)
     }
 }
 
@@ -242,6 +250,7 @@ impl Supervisor {
             bus: None,
             current_arbiter: false,
             safety_checks: true,
+            capacity: 0,
         }
     }
 
@@ -260,14 +269,15 @@ impl Supervisor {
         journal: Arc<dyn Journal>,
         arbiters: Vec<ArbiterHandle>,
         safety: Arc<TeamSafety>,
+        capacity: usize,
     ) -> Self {
         let (crash_tx, mut crash_rx) = tokio::sync::mpsc::unbounded_channel();
         let shared = Arc::new(SupervisorShared {
             config,
             journal,
-            agents: DashMap::new(),
+            agents: DashMap::with_capacity(capacity),
             delegate_tool: OnceLock::new(),
-            order: Mutex::new(Vec::new()),
+            order: Mutex::new(Vec::with_capacity(capacity)),
             arbiters,
             next_arbiter: AtomicUsize::new(0),
             next_delegation: AtomicU64::new(1),
