@@ -14,15 +14,33 @@ use actix::{Actor, AsyncContext, Context, Handler, Message};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::{
     num::NonZeroUsize,
-    sync::Arc,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
     time::{Duration, Instant},
 };
 use tokio::sync::oneshot;
 use warden::{
     mailbox::{Envelope, Prioritized, PriorityMailbox, Wake},
-    AgentSpec, HaltCause, NullJournal, Priority, ScriptStep, ScriptedProvider, Supervisor,
-    UserEvent, WardenConfig,
+    AgentKey, AgentSpec, EventKind, HaltCause, Journal, Priority, ScriptStep, ScriptedProvider,
+    Supervisor, UserEvent, WardenConfig,
 };
+
+/// Counts the messages halts have listed as discarded (the deferred clean-up journals them chunk by
+/// chunk, then frees the chunk): the halt bench waits for it between samples, so no sample measures a
+/// halt queued behind the previous sample's clean-up.
+#[derive(Default)]
+struct DiscardCounter(AtomicU64);
+
+impl Journal for DiscardCounter {
+    fn append(&self, _: &AgentKey, kind: EventKind) -> u64 {
+        if let EventKind::MessagesDiscarded { messages } = &kind {
+            self.0.fetch_add(messages.len() as u64, Ordering::Relaxed);
+        }
+        0
+    }
+}
 
 fn ci() -> bool {
     std::env::var_os("CI").is_some()
@@ -208,7 +226,8 @@ fn halt_latency(c: &mut Criterion) {
                     // The agent runs on its own arbiter (thread), as in production: the operator's
                     // task observes the ack without waiting for the agent thread's other work.
                     config.supervisor.arbiters = 1;
-                    let team = Supervisor::new(config, Arc::new(NullJournal::default()));
+                    let cleared = Arc::new(DiscardCounter::default());
+                    let team = Supervisor::new(config, cleared.clone());
                     let mut total = Duration::ZERO;
                     for i in 0..iters {
                         let model = Arc::new(
@@ -233,8 +252,11 @@ fn halt_latency(c: &mut Criterion) {
                             .await;
                         total += start.elapsed();
                         assert_eq!(ack.discarded, backlog as u64);
-                        // Let the deferred discard finish outside the measurement.
-                        actix_rt::time::sleep(Duration::from_millis(backlog as u64 / 20_000)).await;
+                        // Let the deferred clean-up finish outside the measurement.
+                        let expected = (i + 1) * backlog as u64;
+                        while cleared.0.load(Ordering::Relaxed) < expected {
+                            actix_rt::time::sleep(Duration::from_millis(1)).await;
+                        }
                     }
                     team.shutdown().await;
                     total
