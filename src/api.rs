@@ -524,7 +524,9 @@ async fn get_agent(_: Reader, state: web::Data<ApiState>, key: web::Path<String>
     Ok(HttpResponse::Ok().json(agent.status()))
 }
 
-/// `POST /api/agents/{key}/events` answers `202 {"id": N}` (the mailbox id) when queued.
+/// `POST /api/agents/{key}/events` answers `202 {"id": N}` (the event's id, unique in the agent's
+/// journal) once the event is queued and its acceptance is durable: after a crash it is queued again
+/// or already in the history.
 #[derive(Serialize, Deserialize)]
 pub struct Queued {
     pub id: u64,
@@ -540,7 +542,7 @@ async fn post_event(
         .supervisor
         .get(&key)
         .ok_or_else(|| ApiError::unknown_agent(&key))?;
-    match agent.try_send_event(event.into_inner()) {
+    match agent.try_send_event_durable(event.into_inner()).await {
         Ok(id) => Ok(HttpResponse::Accepted().json(Queued { id })),
         Err(err) => {
             let status = match err.refusal {

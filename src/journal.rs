@@ -33,7 +33,18 @@
 //! (tested on random event sequences). [`SqliteJournal::recover_records`] additionally ends what a
 //! crash interrupted; hand each record to [`crate::AgentSpec::restored_from`]. A locked-out or stopped
 //! agent comes back locked out or stopped.
+//!
+//! # Pending events
+//!
+//! An accepted user event is journaled (`event_queued`) and is pending in the record until exactly
+//! one of taken (`event_taken`, committed in one batch with its `history_appended`: see
+//! [`Journal::append_all`]), discarded (`halted`) or refused (`work_refused` with its id) settles it.
+//! Restored records carry their pending events (snapshots included), and `restored_from` queues them
+//! again. `event_queued` is not in [`must_be_durable`] — senders inside an actor must not wait on the
+//! disk — but [`Journal::durable`] resolves once a given seq is committed, without blocking a thread:
+//! the API waits on it before its `202`.
 
+use futures::future::BoxFuture;
 use parking_lot::{Condvar, Mutex};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::{
@@ -55,6 +66,11 @@ pub const SCHEMA_VERSION: u32 = 2;
 
 /// The meaning of a snapshot's `record` JSON. Bump it whenever [`AgentRecord`] or
 /// [`AgentRecord::apply`] changes meaning: older snapshots are then ignored and rebuilt from events.
+///
+/// Pending events (`pending`, `last_event_id`) did not bump it: both fields are omitted when empty
+/// and default to empty, and a snapshot written before them covers only events of a build that never
+/// journaled `event_queued`, whose fold has no pending events — so an old snapshot is still exactly
+/// the fold of its events under the new `apply`.
 pub const SNAPSHOT_FORMAT: u32 = 1;
 
 /// The default of [`JournalOptions::snapshot_every`] (`journal.snapshot_every`).
@@ -445,6 +461,9 @@ struct Shared {
     work: Condvar,
     /// Appenders waiting for durability wait here.
     done: Condvar,
+    /// The committed position for async waiters ([`Journal::durable`]); `u64::MAX` once the writer
+    /// has stopped.
+    committed: tokio::sync::watch::Sender<u64>,
     store: Mutex<Store>,
     commits: AtomicU64,
     durable_waits: AtomicU64,
@@ -515,6 +534,7 @@ impl SqliteJournal {
             }),
             work: Condvar::new(),
             done: Condvar::new(),
+            committed: tokio::sync::watch::Sender::new(last),
             store: Mutex::new(Store {
                 conn,
                 snapshot_every: options.snapshot_every,
@@ -735,23 +755,32 @@ impl Drop for SqliteJournal {
     }
 }
 
-impl Journal for SqliteJournal {
-    fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
-        let durable = must_be_durable(&kind);
+impl SqliteJournal {
+    /// Queues `kinds` under one lock of the queue, so the writer takes them in one batch (one
+    /// transaction); waits for that batch if one of them [`must_be_durable`]. Returns the last seq.
+    fn push(&self, agent: &AgentKey, kinds: impl IntoIterator<Item = EventKind>) -> u64 {
+        let mut durable = false;
         let mut queue = self.shared.queue.lock();
-        if queue.closed {
-            tracing::error!(agent = %agent, "journal is closed; event dropped: {kind:?}");
+        let at_ms = now_ms();
+        for kind in kinds {
             queue.assigned += 1;
-            return queue.assigned;
+            if queue.closed {
+                tracing::error!(agent = %agent, "journal is closed; event dropped: {kind:?}");
+                continue;
+            }
+            durable |= must_be_durable(&kind);
+            let seq = queue.assigned;
+            queue.pending.push(Event {
+                seq,
+                at_ms,
+                agent: agent.clone(),
+                kind,
+            });
         }
-        queue.assigned += 1;
         let seq = queue.assigned;
-        queue.pending.push(Event {
-            seq,
-            at_ms: now_ms(),
-            agent: agent.clone(),
-            kind,
-        });
+        if queue.closed {
+            return seq;
+        }
         self.shared.work.notify_one();
         if durable {
             self.shared.durable_waits.fetch_add(1, Ordering::SeqCst);
@@ -760,6 +789,27 @@ impl Journal for SqliteJournal {
             }
         }
         seq
+    }
+}
+
+impl Journal for SqliteJournal {
+    fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
+        self.push(agent, [kind])
+    }
+
+    /// One batch, one transaction: all of `kinds` are committed, or none.
+    fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
+        self.push(agent, kinds)
+    }
+
+    /// Resolves when the writer has committed `seq` (or gave up on its batch after repeated
+    /// failures, which is logged and counted in [`JournalStats::failed_batches`], or has stopped).
+    fn durable(&self, seq: u64) -> BoxFuture<'static, ()> {
+        let mut committed = self.shared.committed.subscribe();
+        Box::pin(async move {
+            // An error means the journal is gone: nothing more will be committed.
+            let _ = committed.wait_for(|&c| c >= seq).await;
+        })
     }
 }
 
@@ -774,6 +824,7 @@ fn writer_loop(shared: &Shared) {
             if queue.pending.is_empty() && queue.closed {
                 queue.writer_exited = true;
                 shared.done.notify_all();
+                shared.committed.send_replace(u64::MAX);
                 return;
             }
             std::mem::take(&mut queue.pending)
@@ -807,6 +858,7 @@ fn writer_loop(shared: &Shared) {
         let mut queue = shared.queue.lock();
         queue.committed = queue.committed.max(last);
         shared.done.notify_all();
+        shared.committed.send_replace(queue.committed);
     }
 }
 
@@ -1063,6 +1115,14 @@ pub fn show(db: &Path, agent: &str, json: bool, out: &mut dyn Write) -> Result<(
         "  history              {} messages",
         record.history.len()
     )?;
+    if record.last_event_id > 0 {
+        writeln!(
+            out,
+            "  pending events       {} (last id {})",
+            record.pending.len(),
+            record.last_event_id
+        )?;
+    }
     match snapshot {
         None => writeln!(out, "  snapshot             none")?,
         Some((seq, true)) => writeln!(out, "  snapshot             seq {seq}, matches the replay")?,

@@ -519,3 +519,268 @@ async fn a_turn_interrupted_mid_tool_leaves_no_unanswered_call_for_the_next_requ
         "the next request had an unanswered tool call"
     );
 }
+
+// ---- pending events -------------------------------------------------------------------------------
+
+fn operator() -> HaltCause {
+    HaltCause::Operator {
+        operator: "op".into(),
+    }
+}
+
+fn pending_ids(record: &AgentRecord) -> Vec<u64> {
+    record.pending.iter().map(|p| p.id).collect()
+}
+
+/// The ids the journal shows settled by `EventTaken`, in order.
+fn taken_ids(events: &[Event]) -> Vec<u64> {
+    events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::EventTaken { id } => Some(id),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The contents of the user messages in the history, `[api] ` stripped.
+fn user_contents(record: &AgentRecord) -> Vec<String> {
+    record
+        .history
+        .iter()
+        .filter(|m| m.role == protocols::ChatRole::User)
+        .filter_map(|m| m.content.as_deref())
+        .map(|c| c.trim_start_matches("[api] ").to_owned())
+        .collect()
+}
+
+/// The pending ids of the messages `a`'s halts listed as discarded.
+fn discard_listing(journal: &MemoryJournal) -> Vec<Option<u64>> {
+    journal
+        .events_of("a")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::MessagesDiscarded { messages } => {
+                Some(messages.into_iter().map(|m| m.queued))
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+fn queued(id: u64, content: &str) -> EventKind {
+    EventKind::EventQueued {
+        id,
+        event: Arc::new(UserEvent::new(content)),
+    }
+}
+
+fn changed(from: AgentState, to: AgentState) -> EventKind {
+    EventKind::StateChanged {
+        from,
+        to,
+        cause: "test".into(),
+    }
+}
+
+fn spawned() -> EventKind {
+    EventKind::Spawned {
+        role: AgentRole::Assistant,
+        parent: None,
+        max_consecutive_errors: 5,
+    }
+}
+
+/// A model that answers after `after` of (paused) time.
+fn slow_model(after: Duration) -> Arc<ScriptedProvider> {
+    Arc::new(
+        ScriptedProvider::new([]).with_fallback(move |_| ScriptStep::Delay {
+            after,
+            then: Box::new(ScriptStep::reply("ok")),
+        }),
+    )
+}
+
+#[actix_rt::test]
+async fn queued_events_are_settled_once_each_by_a_turn_or_a_halt_and_replay_equals_the_record() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    let a = team
+        .spawn(AgentSpec::assistant(
+            "a",
+            slow_model(Duration::from_secs(1)),
+        ))
+        .unwrap();
+    let ids: Vec<u64> = (0..5)
+        .map(|i| a.try_send_event(UserEvent::new(format!("e{i}"))).unwrap())
+        .collect();
+    assert_eq!(ids, [1, 2, 3, 4, 5]);
+    assert_eq!(pending_ids(&a.record()), ids, "accepted = pending at once");
+    replay_matches(&journal, &a);
+
+    // e0's turn takes it; the halt discards the other four and settles them with its `Halted`.
+    until("e0 taken", || a.record().pending.len() == 4).await;
+    assert_eq!(a.state(), AgentState::Executing);
+    let ack = a.halt(operator()).await;
+    assert_eq!(ack.discarded, 4);
+    assert!(a.record().pending.is_empty());
+    replay_matches(&journal, &a);
+    until("discarded messages listed", || {
+        !discard_listing(&journal).is_empty()
+    })
+    .await;
+    let listed = discard_listing(&journal);
+    assert_eq!(listed, [Some(2), Some(3), Some(4), Some(5)]);
+
+    // Ids keep growing after a halt; the new events run, each once.
+    a.resume("op").await.unwrap();
+    let more: Vec<u64> = ["e5", "e6"]
+        .into_iter()
+        .map(|c| a.try_send_event(UserEvent::new(c)).unwrap())
+        .collect();
+    assert_eq!(more, [6, 7]);
+    until("both answered", || a.status().turns == 2).await;
+    let record = a.record();
+    assert!(record.pending.is_empty());
+    assert_eq!(user_contents(&record), ["e0", "e5", "e6"]);
+    assert_eq!(taken_ids(&journal.events_of("a")), [1, 6, 7]);
+    replay_matches(&journal, &a);
+}
+
+#[actix_rt::test]
+async fn a_restored_agent_runs_its_pending_events_in_order_once_each_before_new_work() {
+    tokio::time::pause();
+    // A first run: e0's turn is in progress, e1..e3 wait behind it, when the process "dies".
+    let first = Arc::new(MemoryJournal::new());
+    let old_team = Supervisor::on_current_arbiter(WardenConfig::default(), first.clone());
+    let old = old_team
+        .spawn(AgentSpec::assistant(
+            "a",
+            slow_model(Duration::from_secs(3600)),
+        ))
+        .unwrap();
+    for i in 0..4 {
+        old.try_send_event(UserEvent::new(format!("e{i}"))).unwrap();
+    }
+    until("e0 taken", || old.record().pending.len() == 3).await;
+    let mut before = first.events();
+    old_team.shutdown().await;
+
+    // What `recover_records` does for an agent caught mid-turn, journaled on the new run's journal.
+    let mut record = AgentRecord::replay("a".into(), &before);
+    assert_eq!(pending_ids(&record), [2, 3, 4]);
+    let recovery = changed(AgentState::Executing, AgentState::WaitingForEvent);
+    record.apply(&recovery);
+    let (team, journal) = team(WardenConfig::default());
+    journal.append(&"a".into(), recovery);
+    let (a, calls) = spawn_restored(&team, record);
+    // Queued again before any new work, which gets the next id (unique across the restart).
+    assert_eq!(a.status().queued.ordinary, 3);
+    assert_eq!(a.try_send_event(UserEvent::new("new")).unwrap(), 5);
+    until("all answered", || a.status().turns == 4).await;
+    settle(50).await;
+
+    let live = a.record();
+    assert!(live.pending.is_empty());
+    assert_eq!(user_contents(&live), ["e0", "e1", "e2", "e3", "new"]);
+    assert_eq!(taken_ids(&journal.events_of("a")), [2, 3, 4, 5]);
+    assert_eq!(calls(), 4);
+    // The two runs' journals together replay to the live record.
+    before.extend(journal.events());
+    assert_eq!(AgentRecord::replay("a".into(), &before), live);
+}
+
+#[actix_rt::test]
+async fn a_restored_locked_out_agent_refuses_its_pending_events_and_runs_none() {
+    tokio::time::pause();
+    // Two events queued behind the turn that tripped the breaker.
+    let mut events = vec![
+        spawned(),
+        changed(AgentState::WaitingForEvent, AgentState::Executing),
+        queued(1, "one"),
+        queued(2, "two"),
+        EventKind::LockedOut {
+            breaker: protocols::Breaker::ConsecutiveErrors,
+            reason: "Maximum consecutive errors reached (5)".into(),
+            consecutive_errors: 5,
+        },
+        changed(AgentState::Executing, AgentState::SafetyLockout),
+    ];
+    let record = folded(&events);
+    assert_eq!(pending_ids(&record), [1, 2]);
+
+    let (team, journal) = team(WardenConfig::default());
+    let (a, calls) = spawn_restored(&team, record);
+    until("pending refused", || a.record().pending.is_empty()).await;
+    a.unlock("op").await.unwrap();
+    settle(100).await;
+    assert_eq!(calls(), 0);
+    let refused: Vec<Option<u64>> = journal
+        .events_of("a")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::WorkRefused {
+                refusal: WorkRefusal::LockedOut { .. },
+                queued,
+                ..
+            } => Some(queued),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused, [Some(1), Some(2)]);
+    let live = a.record();
+    assert!(live.history.is_empty() && live.turns == 0);
+    assert_eq!(a.status().queued.ordinary, 0);
+    events.extend(journal.events().into_iter().map(|e| e.kind));
+    assert_eq!(folded(&events), live);
+}
+
+#[actix_rt::test]
+async fn a_restored_stopped_agent_keeps_its_pending_events_queued_until_resumed() {
+    tokio::time::pause();
+    // A budget stop with an event queued behind the turn, cut by a crash before the actor read it.
+    let events = vec![
+        spawned(),
+        changed(AgentState::WaitingForEvent, AgentState::Executing),
+        queued(1, "one"),
+        EventKind::BreakerStopped {
+            breaker: protocols::Breaker::BudgetExceeded,
+            reason: "budget".into(),
+        },
+        changed(AgentState::Executing, AgentState::Stopped),
+    ];
+    let record = folded(&events);
+    let (team, journal) = team(WardenConfig::default());
+    let (a, calls) = spawn_restored(&team, record);
+    settle(100).await;
+    assert_eq!(calls(), 0);
+    assert_eq!(a.status().queued.ordinary, 1);
+    assert_eq!(pending_ids(&a.record()), [1]);
+
+    a.resume("op").await.unwrap();
+    until("answered", || a.status().turns == 1).await;
+    assert_eq!(user_contents(&a.record()), ["one"]);
+    assert_eq!(taken_ids(&journal.events_of("a")), [1]);
+}
+
+/// `a` restored from `record`, on a model that answers at once; and its number of model calls.
+fn spawn_restored(team: &Supervisor, record: AgentRecord) -> (AgentHandle, impl Fn() -> u64) {
+    let model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("ok")));
+    let stats = model.stats();
+    let a = team
+        .spawn(AgentSpec::assistant("a", model).restored_from(record))
+        .unwrap();
+    (a, move || {
+        stats.calls.load(std::sync::atomic::Ordering::SeqCst)
+    })
+}
+
+/// `kinds` folded into `a`'s record, as a replay of a journal holding them does.
+fn folded(kinds: &[EventKind]) -> AgentRecord {
+    let mut record = AgentRecord::new("a".into());
+    for kind in kinds {
+        record.apply(kind);
+    }
+    record
+}

@@ -552,11 +552,28 @@ fn every(snapshot_every: u64) -> JournalOptions {
     JournalOptions { snapshot_every }
 }
 
-/// A random event: most kinds change the record (history, state, counters, lockout, halts), some
-/// change nothing. States are random too: `apply` folds whatever was journaled.
+/// A random event: most kinds change the record (history, state, counters, lockout, halts, pending
+/// events), some change nothing. States and settled ids are random too: `apply` folds whatever was
+/// journaled.
 fn random_kind(rng: &mut SmallRng, i: usize) -> EventKind {
     let state = |rng: &mut SmallRng| AgentState::ALL[rng.gen_range(0..AgentState::ALL.len())];
-    match rng.gen_range(0..17) {
+    // Ids of queued events are their plan index + 1; settled ids are any of them (or none queued).
+    let some_id = |rng: &mut SmallRng| rng.gen_range(1..=i as u64 + 1);
+    match rng.gen_range(0..21) {
+        17 | 18 => EventKind::EventQueued {
+            id: i as u64 + 1,
+            event: Arc::new(UserEvent {
+                source: "say".into(),
+                sender: rng.gen_bool(0.5).then(|| format!("player {i}")),
+                content: format!("event {i} — ünïcode"),
+            }),
+        },
+        19 => EventKind::EventTaken { id: some_id(rng) },
+        20 => EventKind::WorkRefused {
+            work: "user_event".into(),
+            refusal: WorkRefusal::Stopped,
+            queued: rng.gen_bool(0.8).then(|| some_id(rng)),
+        },
         0 => EventKind::Spawned {
             role: if rng.gen() {
                 AgentRole::Assistant
@@ -1181,4 +1198,165 @@ fn vacuum_into_backs_up_a_journal_while_it_is_written() {
         .collect();
     assert_eq!(reader.restore_records().unwrap(), replayed);
     assert_snapshots_match_their_events(&copy, &copied, "backup");
+}
+
+// ---- pending events -----------------------------------------------------------------------------
+
+fn queued(id: u64) -> EventKind {
+    EventKind::EventQueued {
+        id,
+        event: Arc::new(UserEvent::new(format!("event {id}"))),
+    }
+}
+
+fn pending_ids(record: &AgentRecord) -> Vec<u64> {
+    record.pending.iter().map(|p| p.id).collect()
+}
+
+#[test]
+fn pending_events_are_in_snapshots_and_later_events_settle_the_right_ids() {
+    let db = TempDb::new("pending-snapshot");
+    let a = key("a");
+    let spawned = EventKind::Spawned {
+        role: AgentRole::Assistant,
+        parent: None,
+        max_consecutive_errors: 5,
+    };
+    // Seven events: the snapshot is taken at the seventh (snapshot_every = 7), with six pending.
+    let mut plan = vec![spawned];
+    plan.extend((1..=6).map(queued));
+    {
+        let journal = SqliteJournal::open_with(&db.0, every(7)).unwrap();
+        for kind in &plan {
+            journal.append(&a, kind.clone());
+        }
+    }
+    let reader = JournalReader::open(&db.0).unwrap();
+    let (seq, snapshot) = reader.snapshot_of("a").unwrap().expect("a snapshot");
+    assert_eq!(seq, 7);
+    assert_eq!(pending_ids(&snapshot), [1, 2, 3, 4, 5, 6]);
+    drop(reader);
+
+    // After the snapshot: one taken, one refused, one listed by a halt's discard, one more queued.
+    let after = [
+        EventKind::EventTaken { id: 1 },
+        EventKind::WorkRefused {
+            work: "user_event".into(),
+            refusal: WorkRefusal::Stopped,
+            queued: Some(3),
+        },
+        EventKind::MessagesDiscarded {
+            messages: vec![protocols::DiscardedMessage {
+                id: 40,
+                priority: Priority::Ordinary,
+                kind: "user_event".into(),
+                queued: Some(5),
+            }],
+        },
+        queued(7),
+    ];
+    {
+        let journal = SqliteJournal::open_with(&db.0, every(7)).unwrap();
+        for kind in &after {
+            journal.append(&a, kind.clone());
+        }
+    }
+    plan.extend(after);
+    let journal = SqliteJournal::open_with(&db.0, every(7)).unwrap();
+    let records = journal.restore_records().unwrap();
+    let stats = journal.stats();
+    // From the snapshot and the four events after it.
+    assert_eq!((stats.restored_snapshots, stats.restored_events), (1, 4));
+    assert_eq!(pending_ids(&records[0]), [2, 4, 6, 7]);
+    assert_eq!(records[0].pending[3].event.content, "event 7");
+    assert_eq!(records[0].next_event_id(), 8);
+    check_restore(
+        &journal,
+        &db.0,
+        &plan.into_iter().map(|k| (a.clone(), k)).collect::<Vec<_>>(),
+        "pending",
+    );
+}
+
+/// Polls `cond` (yielding, and every 16th try sleeping 1 ms) until it holds; panics after 10 s.
+async fn within_secs(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    for i in 0u64.. {
+        if cond() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "condition never held: {what}"
+        );
+        if i % 16 == 15 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        } else {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+#[actix_rt::test]
+async fn acknowledged_events_come_back_after_a_restart_and_run_once_each() {
+    // Real time: the durability waits depend on the writer thread, and paused time would jump to the
+    // model's answer while the runtime idles in them.
+    let db = TempDb::new("pending-restart");
+    let sent: Vec<String> = (0..5).map(|i| format!("event {i}")).collect();
+    {
+        // e0's turn waits on the model when the process "dies"; the others are queued behind it.
+        let journal = Arc::new(SqliteJournal::open_with(&db.0, every(3)).unwrap());
+        let team = Supervisor::on_current_arbiter(WardenConfig::default(), journal.clone());
+        let model = Arc::new(
+            ScriptedProvider::new([]).with_fallback(|_| ScriptStep::Delay {
+                after: std::time::Duration::from_secs(3600),
+                then: Box::new(ScriptStep::reply("too late")),
+            }),
+        );
+        let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+        for (i, content) in sent.iter().enumerate() {
+            let id = a
+                .try_send_event_durable(UserEvent::new(content.as_str()))
+                .await
+                .unwrap();
+            assert_eq!(id, i as u64 + 1);
+            // Acknowledged means committed: another connection already reads it.
+            let on_disk = JournalReader::open(&db.0).unwrap().events_of("a").unwrap();
+            assert!(
+                on_disk
+                    .iter()
+                    .any(|e| matches!(e.kind, EventKind::EventQueued { id: q, .. } if q == id)),
+                "event {id} acknowledged before it was durable"
+            );
+        }
+        within_secs("e0 taken", || a.record().pending.len() == 4).await;
+        // The "crash": nothing more reaches the file.
+        journal.close();
+        team.shutdown().await;
+    }
+
+    let journal = Arc::new(SqliteJournal::open_with(&db.0, every(3)).unwrap());
+    let records = journal.recover_records().unwrap();
+    assert_eq!(pending_ids(&records[0]), [2, 3, 4, 5]);
+    assert!(
+        journal.stats().restored_snapshots > 0,
+        "restored without a snapshot"
+    );
+    let team = Supervisor::on_current_arbiter(WardenConfig::default(), journal.clone());
+    let model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("ok")));
+    let a = team
+        .spawn(AgentSpec::assistant("a", model).restored_from(records[0].clone()))
+        .unwrap();
+    within_secs("the pending events answered", || a.status().turns == 4).await;
+    let live = a.record();
+    assert!(live.pending.is_empty());
+    let users: Vec<&str> = live
+        .history
+        .iter()
+        .filter(|m| m.role == protocols::ChatRole::User)
+        .filter_map(|m| m.content.as_deref())
+        .collect();
+    let expected: Vec<String> = sent.iter().map(|c| format!("[api] {c}")).collect();
+    assert_eq!(users, expected, "each acknowledged event once, in order");
+    assert_eq!(journal.restore_records().unwrap()[0], live);
 }

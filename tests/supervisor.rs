@@ -739,7 +739,7 @@ async fn a_task_queued_behind_a_lockout_is_refused_and_the_delegation_fails() {
     assert_eq!(
         count_events(&journal, "b", |k| matches!(
             k,
-            EventKind::WorkRefused { work, refusal: WorkRefusal::LockedOut { .. } } if work == "delegated_task"
+            EventKind::WorkRefused { work, refusal: WorkRefusal::LockedOut { .. }, .. } if work == "delegated_task"
         )),
         1
     );

@@ -4,6 +4,7 @@
 //! that is durable on `append` gives crash-safe state: [`warden_protocols::AgentRecord::replay`] rebuilds
 //! any agent from it.
 
+use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use std::{
     sync::atomic::{AtomicU64, Ordering},
@@ -16,6 +17,24 @@ use warden_protocols::{AgentKey, Event, EventKind};
 pub trait Journal: Send + Sync + 'static {
     /// Appends one event and returns its sequence number.
     fn append(&self, agent: &AgentKey, kind: EventKind) -> u64;
+
+    /// Appends several events of one agent, in order, so that they become durable together: a crash
+    /// keeps all of them or none (the SQLite journal commits them in one transaction). Returns the
+    /// sequence number of the last. The default appends them one by one (enough for a journal that
+    /// does not survive a crash).
+    fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
+        kinds
+            .into_iter()
+            .fold(0, |_, kind| self.append(agent, kind))
+    }
+
+    /// Resolves once the event with sequence number `seq` is durable, without blocking a thread
+    /// (for an acknowledgement that leaves the process, e.g. the API's `202`). The default resolves
+    /// at once: a journal that keeps nothing, or is durable on `append`, has nothing to wait for.
+    fn durable(&self, seq: u64) -> BoxFuture<'static, ()> {
+        let _ = seq;
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// Milliseconds since the Unix epoch.

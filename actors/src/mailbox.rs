@@ -122,29 +122,58 @@ impl<M: Prioritized> PriorityMailbox<M> {
     }
 
     /// Enqueues, waiting for space in the ordinary lane (backpressure).
-    pub async fn send(&self, mut msg: M) -> Result<u64, SendError<M>> {
+    pub async fn send(&self, msg: M) -> Result<u64, SendError<M>> {
+        let mut msg = Some(msg);
+        self.retry_while_full(|| match self.try_send(msg.take()?) {
+            Ok(id) => Some(Ok(id)),
+            Err(TrySendError::Closed(m)) => Some(Err(SendError(m))),
+            Err(TrySendError::Full(m)) => {
+                msg = Some(m);
+                None
+            }
+        })
+        .await
+    }
+
+    /// Runs `attempt` until it returns `Some`, waiting between attempts until the ordinary lane may
+    /// have room (a pop, a halt's clear, a close). `attempt` returns `None` for "full, try again":
+    /// it is a `try_send` wrapped by the caller (e.g. under a lock of its own). [`Self::send`] is this
+    /// with a bare `try_send`.
+    ///
+    /// No wake-up is missed: the waiter is registered before each attempt.
+    pub async fn retry_while_full<T>(&self, mut attempt: impl FnMut() -> Option<T>) -> T {
         loop {
             let notified = self.space.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             self.waiting_senders.fetch_add(1, Ordering::SeqCst);
-            let attempt = self.try_send(msg);
-            match attempt {
-                Ok(id) => {
-                    self.waiting_senders.fetch_sub(1, Ordering::SeqCst);
-                    return Ok(id);
-                }
-                Err(TrySendError::Closed(m)) => {
-                    self.waiting_senders.fetch_sub(1, Ordering::SeqCst);
-                    return Err(SendError(m));
-                }
-                Err(TrySendError::Full(m)) => {
-                    msg = m;
-                    notified.await;
-                    self.waiting_senders.fetch_sub(1, Ordering::SeqCst);
-                }
+            if let Some(done) = attempt() {
+                self.waiting_senders.fetch_sub(1, Ordering::SeqCst);
+                return done;
             }
+            notified.await;
+            self.waiting_senders.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+
+    /// Puts back, at the end of its lane, a message a previous process had accepted (a restart on a
+    /// journal). Unlike [`Self::try_send`] it ignores the ordinary lane's capacity — an acknowledged
+    /// message is never refused for room it had when it was accepted; new sends are refused until
+    /// the lane drains below capacity. Fails only when the mailbox is closed.
+    pub fn requeue(&self, msg: M) -> Result<u64, M> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(msg);
+        }
+        let lane = msg.priority().index();
+        let id = {
+            let mut q = self.lanes[lane].lock();
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            q.push_back(Envelope { id, msg });
+            self.depth[lane].fetch_add(1, Ordering::Release);
+            id
+        };
+        self.schedule_wake();
+        Ok(id)
     }
 
     /// Asks the reader to drain (posts one `Wake` unless one is already pending).
@@ -324,6 +353,26 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), 10, "ids are unique");
+    }
+
+    #[test]
+    fn requeue_ignores_capacity_keeps_order_and_new_sends_wait_for_room() {
+        let mb = PriorityMailbox::new(2);
+        for i in 0..4 {
+            mb.requeue(M(Priority::Ordinary, i)).unwrap();
+        }
+        assert_eq!(mb.depths().ordinary, 4);
+        assert!(matches!(
+            mb.try_send(M(Priority::Ordinary, 9)),
+            Err(TrySendError::Full(_))
+        ));
+        let order: Vec<u32> = std::iter::from_fn(|| mb.pop()).map(|e| e.msg.1).collect();
+        assert_eq!(order, [0, 1, 2, 3]);
+        mb.close();
+        assert_eq!(
+            mb.requeue(M(Priority::Ordinary, 5)),
+            Err(M(Priority::Ordinary, 5))
+        );
     }
 
     #[test]

@@ -7,6 +7,9 @@
 //! * A refusal is decided before anything is queued, and journaled on the delegator.
 //! * A restart reuses the agent's [`AgentCell`]: record (state, lockout, counters, history) and mailbox
 //!   survive. A locked-out agent comes back locked out.
+//! * An agent spawned from a restored record gets its pending events queued again, in id order, before
+//!   any new work (a locked-out one refuses them when it reads them, a stopped one keeps them queued
+//!   until resumed, as with any queued work).
 //!
 //! # Lock order
 //! Registry shard (dashmap) → agent record. Never a record while holding another agent's record, except
@@ -112,7 +115,8 @@ impl AgentSpec {
     }
 
     /// Starts from a record rebuilt from a journal instead of a fresh one (state, lockout, counters and
-    /// history are kept as they were).
+    /// history are kept as they were; its pending events are queued again, in id order, before any
+    /// new work, keeping their ids).
     pub fn restored_from(mut self, record: AgentRecord) -> Self {
         self.restored = Some(record);
         self
@@ -380,6 +384,12 @@ impl Supervisor {
                 parent,
                 max_consecutive_errors: config.safety.breakers.max_consecutive_errors.get(),
             });
+        } else {
+            // The events a previous process accepted and had not settled, before any new work.
+            let requeued = cell.requeue_pending();
+            if requeued > 0 {
+                tracing::info!(agent = %cell.key, requeued, "pending events queued again");
+            }
         }
         let arbiter = (!self.shared.arbiters.is_empty()).then(|| {
             let i = self.shared.next_arbiter.fetch_add(1, Ordering::Relaxed);
@@ -520,7 +530,8 @@ impl Supervisor {
     }
 
     /// Stops every actor deliberately (no restarts), then the arbiter threads the supervisor started.
-    /// Queued work stays in the records' mailboxes.
+    /// Queued work stays in the records' mailboxes; queued user events also stay pending in the
+    /// journal, and come back when the team is restored from it.
     pub async fn shutdown(&self) {
         self.shared.shutting_down.store(true, Ordering::SeqCst);
         let addrs: Vec<_> = self
@@ -866,9 +877,10 @@ fn recover(cell: &AgentCell, crashed: bool) {
 
 /// The restart intensity was exceeded: the agent is stopped for good, its queue discarded.
 fn give_up(cell: &AgentCell, restarts: u32, window: Duration) {
-    let discarded = cell.mailbox.take_ordinary();
     cell.request_halt();
     let mut rec = cell.lock();
+    // Under the record lock, as a halt does: `Halted` settles exactly the pending events cleared here.
+    let discarded = cell.mailbox.take_ordinary();
     if matches!(
         rec.state,
         AgentState::WaitingForTool | AgentState::WaitingForInput

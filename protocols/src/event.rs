@@ -1,10 +1,19 @@
 //! Journal events. Every state change, halt, lockout, unlock, refusal and discarded message is one.
+//!
+//! # Pending user events
+//! A user event accepted into an agent's ordinary lane is journaled as [`EventKind::EventQueued`]
+//! with an id unique over the agent's whole journal (across restarts). Invariant: an accepted event
+//! is pending in the record ([`crate::AgentRecord::pending`]) until exactly one of taken
+//! ([`EventKind::EventTaken`]), discarded by a halt ([`EventKind::Halted`], listed in
+//! [`EventKind::MessagesDiscarded`]) or refused ([`EventKind::WorkRefused`] with `queued`) settles
+//! it; a restart on the journal queues the pending ones again.
 
 use crate::{
     AgentKey, AgentRole, AgentState, ChatMessage, DelegationRefusal, Priority, TerminationReason,
-    WorkRefusal,
+    UserEvent, WorkRefusal,
 };
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// One journaled event about one agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,6 +66,10 @@ pub struct DiscardedMessage {
     pub priority: Priority,
     /// What it was (`user_event`, `tick`, `delegated_task`, …).
     pub kind: String,
+    /// The id of the pending user event it was (see [`EventKind::EventQueued`]); absent for other
+    /// work and in journals written before pending events were journaled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<u64>,
 }
 
 /// How a delegation ended. Every ending releases the delegator's slot.
@@ -145,19 +158,35 @@ pub enum EventKind {
     Unpaused {
         operator: String,
     },
-    /// Record: `halts += 1`, `discarded_by_halt += discarded`. Durable before the halt is acknowledged.
+    /// Record: `halts += 1`, `discarded_by_halt += discarded`, `pending` cleared (a halt discards the
+    /// whole ordinary lane). Durable before the halt is acknowledged.
     Halted {
         cause: HaltCause,
         discarded: u64,
     },
-    /// The messages a halt cleared, each listed. No change.
+    /// The messages a halt cleared, each listed. Record: the listed `queued` ids are settled (the
+    /// `Halted` before it already cleared them; the listing settles them on its own too).
     MessagesDiscarded {
         messages: Vec<DiscardedMessage>,
     },
-    /// Work refused by a locked-out or stopped agent. No change.
+    /// Work refused by a locked-out or stopped agent. Record: a refused pending event (`queued`) is
+    /// settled; a refusal before queueing (`queued` absent) changes nothing.
     WorkRefused {
         work: String,
         refusal: WorkRefusal,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queued: Option<u64>,
+    },
+    /// Record: `pending` gains the event, `last_event_id = id`. A user event accepted into the
+    /// ordinary lane, journaled before the sender is answered.
+    EventQueued {
+        id: u64,
+        event: Arc<UserEvent>,
+    },
+    /// Record: pending event `id` settled — a turn took it. Journaled in the same transaction as the
+    /// `HistoryAppended` of its message, so a crash keeps both or neither.
+    EventTaken {
+        id: u64,
     },
     /// Record: history gains `message`.
     HistoryAppended {

@@ -32,7 +32,7 @@ pub use event::{
     Breaker, DelegationOutcome, DiscardedMessage, Event, EventKind, HaltCause, TurnOutcome,
 };
 pub use priority::Priority;
-pub use record::{AgentRecord, Lockout};
+pub use record::{AgentRecord, Lockout, PendingEvent};
 pub use refusal::{DelegationRefusal, WorkRefusal};
 pub use safety::{
     AnomalyKind, Answer, FleetView, Intervention, LimitDecision, LimitKind, LimitReason,

@@ -1,13 +1,26 @@
 //! [`AgentRecord`]: an agent's durable state, rebuilt by folding its events.
+//!
+//! Pending events: an accepted user event is pending in the record from its `EventQueued` until
+//! exactly one of taken (`EventTaken`), discarded (`Halted` / `MessagesDiscarded`) or refused
+//! (`WorkRefused` with `queued`) settles it. Settling an id that is not pending changes nothing.
 
-use crate::{AgentKey, AgentRole, AgentState, Breaker, ChatMessage, Event, EventKind};
+use crate::{AgentKey, AgentRole, AgentState, Breaker, ChatMessage, Event, EventKind, UserEvent};
 use serde::{Deserialize, Serialize};
+use std::{collections::VecDeque, sync::Arc};
 
 /// Why an agent is locked out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lockout {
     pub breaker: Breaker,
     pub reason: String,
+}
+
+/// A user event accepted into the ordinary lane and not settled yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingEvent {
+    /// Unique over the agent's journal (see [`AgentRecord::next_event_id`]).
+    pub id: u64,
+    pub event: Arc<UserEvent>,
 }
 
 /// The durable state of one agent.
@@ -34,6 +47,16 @@ pub struct AgentRecord {
     pub turns: u64,
     pub restarts: u32,
     pub history: Vec<ChatMessage>,
+    /// Accepted user events not yet taken, discarded or refused, in the order accepted (= id order).
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub pending: VecDeque<PendingEvent>,
+    /// The highest pending-event id ever handed out (0: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub last_event_id: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl AgentRecord {
@@ -55,6 +78,23 @@ impl AgentRecord {
             turns: 0,
             restarts: 0,
             history: Vec::new(),
+            pending: VecDeque::new(),
+            last_event_id: 0,
+        }
+    }
+
+    /// The id the next accepted event gets: above every id in the journal, so ids stay unique
+    /// across restarts (a mailbox's own ids start again at 1).
+    pub fn next_event_id(&self) -> u64 {
+        self.last_event_id + 1
+    }
+
+    /// Settles pending event `id` (O(1) for the oldest, which is the one a turn takes).
+    fn settle(&mut self, id: u64) {
+        if self.pending.front().is_some_and(|p| p.id == id) {
+            self.pending.pop_front();
+        } else if let Some(at) = self.pending.iter().position(|p| p.id == id) {
+            self.pending.remove(at);
         }
     }
 
@@ -106,13 +146,29 @@ impl AgentRecord {
             EventKind::Halted { discarded, .. } => {
                 self.halts += 1;
                 self.discarded_by_halt += discarded;
+                self.pending.clear();
+            }
+            EventKind::EventQueued { id, event } => {
+                self.pending.push_back(PendingEvent {
+                    id: *id,
+                    event: event.clone(),
+                });
+                self.last_event_id = self.last_event_id.max(*id);
+            }
+            EventKind::EventTaken { id } => self.settle(*id),
+            EventKind::WorkRefused {
+                queued: Some(id), ..
+            } => self.settle(*id),
+            EventKind::MessagesDiscarded { messages } => {
+                for id in messages.iter().filter_map(|m| m.queued) {
+                    self.settle(id);
+                }
             }
             EventKind::HistoryAppended { message } => self.history.push(message.clone()),
             EventKind::TurnFinished { .. } => self.turns += 1,
             EventKind::Restarted { restarts } => self.restarts = *restarts,
             EventKind::TransitionRefused { .. }
-            | EventKind::MessagesDiscarded { .. }
-            | EventKind::WorkRefused { .. }
+            | EventKind::WorkRefused { queued: None, .. }
             | EventKind::ToolStarted { .. }
             | EventKind::ToolFinished { .. }
             | EventKind::ToolRefused { .. }
@@ -138,5 +194,145 @@ impl AgentRecord {
             }
         }
         record
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DiscardedMessage, HaltCause, Priority, WorkRefusal};
+
+    fn queued(id: u64, content: &str) -> EventKind {
+        EventKind::EventQueued {
+            id,
+            event: Arc::new(UserEvent::new(content)),
+        }
+    }
+
+    fn ids(record: &AgentRecord) -> Vec<u64> {
+        record.pending.iter().map(|p| p.id).collect()
+    }
+
+    fn events(kinds: Vec<EventKind>) -> Vec<Event> {
+        kinds
+            .into_iter()
+            .enumerate()
+            .map(|(i, kind)| Event {
+                seq: i as u64 + 1,
+                at_ms: 0,
+                agent: "a".into(),
+                kind,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_accepted_event_is_pending_until_taken_refused_or_discarded() {
+        let mut record = AgentRecord::new("a".into());
+        for id in 1..=5 {
+            record.apply(&queued(id, &format!("e{id}")));
+        }
+        assert_eq!(ids(&record), [1, 2, 3, 4, 5]);
+        assert_eq!(record.pending[2].event.content, "e3");
+
+        record.apply(&EventKind::EventTaken { id: 1 });
+        record.apply(&EventKind::WorkRefused {
+            work: "user_event".into(),
+            refusal: WorkRefusal::Stopped,
+            queued: Some(3),
+        });
+        // A refusal before queueing settles nothing.
+        record.apply(&EventKind::WorkRefused {
+            work: "user_event".into(),
+            refusal: WorkRefusal::Stopped,
+            queued: None,
+        });
+        record.apply(&EventKind::MessagesDiscarded {
+            messages: vec![DiscardedMessage {
+                id: 77,
+                priority: Priority::Ordinary,
+                kind: "user_event".into(),
+                queued: Some(4),
+            }],
+        });
+        assert_eq!(ids(&record), [2, 5]);
+        // Settling twice, or an id never queued, changes nothing.
+        let before = record.clone();
+        record.apply(&EventKind::EventTaken { id: 1 });
+        record.apply(&EventKind::EventTaken { id: 99 });
+        assert_eq!(record, before);
+
+        record.apply(&EventKind::Halted {
+            cause: HaltCause::HaltAll,
+            discarded: 2,
+        });
+        assert!(record.pending.is_empty());
+        // Ids keep growing after every event is settled.
+        assert_eq!(record.last_event_id, 5);
+        assert_eq!(record.next_event_id(), 6);
+    }
+
+    #[test]
+    fn replay_of_queued_and_settled_events_equals_applying_them() {
+        let kinds = vec![
+            queued(1, "one"),
+            queued(2, "two"),
+            EventKind::EventTaken { id: 1 },
+            queued(3, "three"),
+            EventKind::Halted {
+                cause: HaltCause::HaltAll,
+                discarded: 2,
+            },
+            queued(4, "four"),
+        ];
+        let mut live = AgentRecord::new("a".into());
+        for kind in &kinds {
+            live.apply(kind);
+        }
+        let replayed = AgentRecord::replay("a".into(), &events(kinds));
+        assert_eq!(replayed, live);
+        assert_eq!(ids(&replayed), [4]);
+        assert_eq!(replayed.next_event_id(), 5);
+    }
+
+    #[test]
+    fn journals_and_snapshots_from_before_pending_events_still_decode() {
+        let refused: EventKind = serde_json::from_str(
+            r#"{"type":"work_refused","work":"user_event","refusal":{"reason":"stopped"}}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            refused,
+            EventKind::WorkRefused { queued: None, .. }
+        ));
+        let discarded: EventKind = serde_json::from_str(
+            r#"{"type":"messages_discarded","messages":[{"id":3,"priority":"ordinary","kind":"tick"}]}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(&discarded, EventKind::MessagesDiscarded { messages } if messages[0].queued.is_none())
+        );
+        // A record without pending events serialises as before, and an old one decodes to it.
+        let record = AgentRecord::new("a".into());
+        let json = serde_json::to_value(&record).unwrap();
+        assert!(json.get("pending").is_none() && json.get("last_event_id").is_none());
+        let old: AgentRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(old, record);
+    }
+
+    #[test]
+    fn new_events_round_trip_as_snake_case_json() {
+        let kind = queued(7, "hello");
+        let json = serde_json::to_value(&kind).unwrap();
+        assert_eq!(json["type"], "event_queued");
+        assert_eq!(json["event"]["content"], "hello");
+        assert_eq!(serde_json::from_value::<EventKind>(json).unwrap(), kind);
+        let taken = serde_json::to_value(EventKind::EventTaken { id: 7 }).unwrap();
+        assert_eq!(taken, serde_json::json!({"type": "event_taken", "id": 7}));
+        let mut record = AgentRecord::new("a".into());
+        record.apply(&kind);
+        let back: AgentRecord =
+            serde_json::from_str(&serde_json::to_string(&record).unwrap()).unwrap();
+        assert_eq!(back, record);
     }
 }

@@ -80,11 +80,13 @@ impl AgentActor {
             let mut rec = self.cell.lock();
             let refusal = super::refusal_for(&rec);
             if let Some(refusal) = refusal {
+                // A refused user event is settled by its refusal (it never runs).
                 self.cell.emit(
                     &mut rec,
                     EventKind::WorkRefused {
                         work: work.kind().into(),
                         refusal: refusal.clone(),
+                        queued: work.queued(),
                     },
                 );
                 drop(rec);
@@ -103,7 +105,8 @@ impl AgentActor {
                 return;
             }
         }
-        let future = turn::run(self.cell.clone(), work).into_actor(self).map(
+        let taken = turn::take(&self.cell, work);
+        let future = turn::run(self.cell.clone(), taken).into_actor(self).map(
             |(outcome, reply), act, ctx| {
                 act.turn = None;
                 act.finish_turn(outcome, reply);
@@ -153,9 +156,13 @@ impl AgentActor {
             ctx.cancel_future(turn);
         }
         self.cell.reset_tools_in_flight();
-        let discarded = self.cell.mailbox.take_ordinary();
-        let ack = {
+        let (discarded, settled, ack) = {
             let mut rec = self.cell.lock();
+            // Cleared under the record lock: a sender queues (mailbox push and `EventQueued`) under
+            // it too, so each user event is either cleared here and settled by `Halted`, or queued
+            // after it.
+            let discarded = self.cell.mailbox.take_ordinary();
+            let mut settled = VecDeque::new();
             let already_stopped = rec.state == AgentState::Stopped;
             if !already_stopped {
                 let _ = self
@@ -165,6 +172,10 @@ impl AgentActor {
             // A second halt of a stopped agent (e.g. the supervisor and the parent both propagating
             // down a tree) is acknowledged but journaled only if it cleared something.
             if !already_stopped || !discarded.is_empty() {
+                // `Halted` clears the pending events (they are the ones in `discarded`); moving
+                // them out first changes nothing but when they are freed: after the ack, with the
+                // backlog, not O(N) under the lock.
+                settled = std::mem::take(&mut rec.pending);
                 self.cell.emit(
                     &mut rec,
                     EventKind::Halted {
@@ -173,20 +184,24 @@ impl AgentActor {
                     },
                 );
             }
-            HaltAck {
+            let ack = HaltAck {
                 agent: self.cell.key.clone(),
                 state: rec.state,
                 discarded: discarded.len() as u64,
-            }
+            };
+            (discarded, settled, ack)
         };
         if let Some(reply) = request.ack {
             reply.send(ack);
         }
         // Listing and dropping the backlog is O(N): it runs as its own task after the ack, so the halt
         // is acknowledged in O(1) whatever the backlog.
-        if !discarded.is_empty() {
+        if !discarded.is_empty() || !settled.is_empty() {
             let cell = self.cell.clone();
-            actix_rt::spawn(async move { discard_backlog_gently(&cell, discarded).await });
+            actix_rt::spawn(async move {
+                discard_backlog_gently(&cell, discarded).await;
+                drop_gently(settled).await;
+            });
         }
         for delegate in delegates {
             send_halt_to(
@@ -289,19 +304,23 @@ impl AgentActor {
     }
 }
 
-/// Each cleared message by id and kind.
+/// Each cleared message by id and kind (and a user event's pending id).
 fn listing<'a>(
     discarded: impl IntoIterator<Item = &'a Envelope<AgentMsg>>,
 ) -> Vec<DiscardedMessage> {
     discarded
         .into_iter()
-        .map(|e| DiscardedMessage {
-            id: e.id,
-            priority: Priority::Ordinary,
-            kind: match &e.msg {
-                AgentMsg::Work(w) => w.kind().into(),
-                _ => "other".into(),
-            },
+        .map(|e| {
+            let (kind, queued) = match &e.msg {
+                AgentMsg::Work(w) => (w.kind().into(), w.queued()),
+                _ => ("other".into(), None),
+            };
+            DiscardedMessage {
+                id: e.id,
+                priority: Priority::Ordinary,
+                kind,
+                queued,
+            }
         })
         .collect()
 }
@@ -329,7 +348,6 @@ pub(crate) fn discard_backlog(cell: &AgentCell, discarded: VecDeque<Envelope<Age
 /// a million messages at once held the arbiter thread for tens of milliseconds, delaying every other
 /// agent on it — a halt of another agent included. A chunk costs tens of microseconds.
 async fn discard_backlog_gently(cell: &AgentCell, mut discarded: VecDeque<Envelope<AgentMsg>>) {
-    const CHUNK: usize = 1024;
     tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     while !discarded.is_empty() {
         let chunk: Vec<_> = discarded.drain(..discarded.len().min(CHUNK)).collect();
@@ -337,6 +355,18 @@ async fn discard_backlog_gently(cell: &AgentCell, mut discarded: VecDeque<Envelo
             messages: listing(&chunk),
         });
         drop(chunk);
+        tokio::task::yield_now().await;
+    }
+}
+
+/// How many queued items a deferred clean-up lists or frees between two yields.
+const CHUNK: usize = 1024;
+
+/// Frees `items` in chunks, yielding between them.
+async fn drop_gently<T>(mut items: VecDeque<T>) {
+    while !items.is_empty() {
+        let n = items.len().min(CHUNK);
+        items.drain(..n);
         tokio::task::yield_now().await;
     }
 }

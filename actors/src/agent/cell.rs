@@ -10,11 +10,16 @@
 //!   cancels `halt_token` synchronously, so a running turn stops at its next await point and
 //!   [`AgentCell::begin_tool`] refuses to start a tool.
 //!
+//! * A user event is queued (mailbox push and `EventQueued`) under the record lock, and the actor
+//!   settles it under the record lock, so the record's pending events are the user events in the
+//!   ordinary lane (see the `agent` module docs).
+//!
 //! # Lock order
-//! `record` → journal's internal lock. `delegations` is a leaf. No lock is held across an await.
+//! `record` → journal's internal lock; `record` → a mailbox lane (a leaf). `delegations` is a leaf.
+//! No lock is held across an await.
 
 use crate::{
-    agent::{AgentMsg, Signal},
+    agent::{AgentMsg, Signal, Work},
     context::ContextStrategy,
     journal::{now_ms, Journal},
     mailbox::PriorityMailbox,
@@ -185,10 +190,24 @@ impl AgentCell {
         self.record.lock()
     }
 
-    /// Applies `kind` to the record and journals it.
-    pub fn emit(&self, rec: &mut AgentRecord, kind: EventKind) {
-        rec.apply(&kind);
-        match &kind {
+    /// Applies `kind` to the record and journals it. Returns its journal seq.
+    pub fn emit(&self, rec: &mut AgentRecord, kind: EventKind) -> u64 {
+        self.apply(rec, &kind);
+        self.journal.append(&self.key, kind)
+    }
+
+    /// [`AgentCell::emit`] for several events that must be durable together (a crash keeps all or
+    /// none of them; see [`Journal::append_all`]).
+    pub fn emit_all(&self, rec: &mut AgentRecord, kinds: Vec<EventKind>) -> u64 {
+        for kind in &kinds {
+            self.apply(rec, kind);
+        }
+        self.journal.append_all(&self.key, kinds)
+    }
+
+    fn apply(&self, rec: &mut AgentRecord, kind: &EventKind) {
+        rec.apply(kind);
+        match kind {
             EventKind::StateChanged { to, .. } => {
                 self.state_mirror.store(state_index(*to), Ordering::Release)
             }
@@ -197,7 +216,31 @@ impl AgentCell {
             }
             _ => {}
         }
-        self.journal.append(&self.key, kind);
+    }
+
+    /// The journal this agent writes to.
+    pub fn journal(&self) -> &Arc<dyn Journal> {
+        &self.journal
+    }
+
+    /// Puts the record's pending events back in the ordinary lane, in id order, before the actor
+    /// starts (a restart on a journal): they keep their ids and are not journaled again. They may
+    /// exceed the lane's capacity (see [`PriorityMailbox::requeue`]). Returns how many.
+    pub fn requeue_pending(&self) -> usize {
+        let rec = self.lock();
+        let mut pending: Vec<_> = rec.pending.iter().collect();
+        pending.sort_by_key(|p| p.id);
+        let mut requeued = 0;
+        for p in pending {
+            let work = Work::Event {
+                id: p.id,
+                event: p.event.clone(),
+            };
+            if self.mailbox.requeue(AgentMsg::Work(work)).is_ok() {
+                requeued += 1;
+            }
+        }
+        requeued
     }
 
     /// Journals an event that changes nothing in the record.

@@ -4,6 +4,16 @@
 //! * [`actor`] — the actix actor that drains the priority mailbox and spawns turns (never `ctx.wait`).
 //! * [`turn`] — one turn: the ReAct loop against the [`crate::Provider`], tools, breakers.
 //! * [`AgentHandle`] — what callers hold: send work, halt, unlock, read status.
+//!
+//! # Pending events
+//! Invariant: an accepted user event is pending in the record until exactly one of taken, discarded
+//! or refused settles it. A sender queues an event under the agent's record lock — refusal check,
+//! mailbox push, `EventQueued` journaled — and a halt clears the ordinary lane and journals `Halted`
+//! under that lock too, so the record's pending events are exactly the user events in the ordinary
+//! lane whenever the lock is free. The actor settles one when it takes it: `EventTaken` with the
+//! event's `HistoryAppended`, in one journal transaction (see [`turn::take`]), or `WorkRefused`
+//! with its id. Ticks and delegated tasks are not pending events (a delegated task belongs to the
+//! delegator's turn, which is itself journaled).
 
 pub(crate) mod actor;
 pub(crate) mod cell;
@@ -13,6 +23,7 @@ use crate::mailbox::{Prioritized, TrySendError};
 use cell::AgentCell;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
+use warden_protocols::EventKind;
 use warden_protocols::{
     AgentKey, AgentRecord, AgentState, AgentStatus, HaltCause, Priority, TerminationReason,
     UserEvent, WorkRefusal,
@@ -84,7 +95,11 @@ pub(crate) enum Signal {
 
 /// Ordinary work.
 pub(crate) enum Work {
-    Event(UserEvent),
+    /// A user event, pending in the record under `id` until the actor settles it.
+    Event {
+        id: u64,
+        event: Arc<UserEvent>,
+    },
     Tick,
     Delegated(DelegatedTask),
 }
@@ -92,9 +107,17 @@ pub(crate) enum Work {
 impl Work {
     pub fn kind(&self) -> &'static str {
         match self {
-            Work::Event(_) => "user_event",
+            Work::Event { .. } => "user_event",
             Work::Tick => "tick",
             Work::Delegated(_) => "delegated_task",
+        }
+    }
+
+    /// The pending-event id this work settles, if it is a user event.
+    pub fn queued(&self) -> Option<u64> {
+        match self {
+            Work::Event { id, .. } => Some(*id),
+            _ => None,
         }
     }
 }
@@ -166,6 +189,28 @@ pub struct EventSendError {
     pub refusal: WorkRefusal,
 }
 
+/// An event queued: its id and the journal seq of its `EventQueued`.
+struct Accepted {
+    id: u64,
+    seq: u64,
+}
+
+/// An event not queued, with the reason.
+struct Rejected {
+    event: Arc<UserEvent>,
+    refusal: WorkRefusal,
+}
+
+impl Rejected {
+    fn into_error(self) -> EventSendError {
+        EventSendError {
+            // Nothing else holds the event when it was not queued: no copy is made.
+            event: Arc::unwrap_or_clone(self.event),
+            refusal: self.refusal,
+        }
+    }
+}
+
 /// A cheap, cloneable handle on one agent. Stays valid across restarts of its actor.
 #[derive(Clone)]
 pub struct AgentHandle {
@@ -208,62 +253,81 @@ impl AgentHandle {
         }
     }
 
-    fn refuse(&self, event: UserEvent, refusal: WorkRefusal) -> EventSendError {
-        self.cell.note(warden_protocols::EventKind::WorkRefused {
-            work: "user_event".into(),
-            refusal: refusal.clone(),
-        });
-        EventSendError { event, refusal }
-    }
-
-    fn unwrap_event(err: TrySendError<AgentMsg>) -> Option<UserEvent> {
-        match err.into_inner() {
-            AgentMsg::Work(Work::Event(event)) => Some(event),
-            _ => None,
+    /// Queues a user event: under the record lock, the refusal check, the mailbox push and the
+    /// `EventQueued` (so the actor, which settles under the same lock, never sees the event before
+    /// its acceptance is journaled, and a halt's clear takes it whole or not at all). One lock, one
+    /// journal append, one `Arc` shared by the mailbox, the record and the journal.
+    fn queue(&self, event: Arc<UserEvent>) -> Result<Accepted, Rejected> {
+        let mut rec = self.cell.lock();
+        if let Some(refusal) = refusal_for(&rec) {
+            self.cell.emit(
+                &mut rec,
+                EventKind::WorkRefused {
+                    work: "user_event".into(),
+                    refusal: refusal.clone(),
+                    queued: None,
+                },
+            );
+            return Err(Rejected { event, refusal });
         }
+        let id = rec.next_event_id();
+        let work = Work::Event {
+            id,
+            event: event.clone(),
+        };
+        if let Err(err) = self.cell.mailbox.try_send(AgentMsg::Work(work)) {
+            let refusal = match &err {
+                TrySendError::Full(_) => WorkRefusal::MailboxFull {
+                    capacity: self.cell.mailbox.capacity(),
+                },
+                TrySendError::Closed(_) => WorkRefusal::Closed,
+            };
+            drop(err);
+            return Err(Rejected { event, refusal });
+        }
+        let seq = self
+            .cell
+            .emit(&mut rec, EventKind::EventQueued { id, event });
+        Ok(Accepted { id, seq })
     }
 
     /// Queues an event without waiting. Refused while locked out or stopped, or when the ordinary lane
-    /// is full; the event is handed back.
+    /// is full; the event is handed back. Returns the event's id (unique over the agent's journal,
+    /// across restarts). The acceptance is journaled (`EventQueued`) but not waited for: use
+    /// [`AgentHandle::try_send_event_durable`] when the caller acknowledges the event to someone else.
     pub fn try_send_event(&self, event: UserEvent) -> Result<u64, EventSendError> {
-        if let Some(refusal) = self.refusal_now() {
-            return Err(self.refuse(event, refusal));
-        }
-        match self
-            .cell
-            .mailbox
-            .try_send(AgentMsg::Work(Work::Event(event)))
-        {
-            Ok(id) => Ok(id),
-            Err(err) => {
-                let refusal = match &err {
-                    TrySendError::Full(_) => WorkRefusal::MailboxFull {
-                        capacity: self.cell.mailbox.capacity(),
-                    },
-                    TrySendError::Closed(_) => WorkRefusal::Closed,
-                };
-                let event = Self::unwrap_event(err).unwrap_or_else(|| UserEvent::new(""));
-                Err(EventSendError { event, refusal })
-            }
-        }
+        self.queue(Arc::new(event))
+            .map(|accepted| accepted.id)
+            .map_err(Rejected::into_error)
     }
 
-    /// Queues an event, waiting for room in the ordinary lane (backpressure).
+    /// [`AgentHandle::try_send_event`], resolving once the acceptance is durable in the journal (with
+    /// the SQLite journal: committed), so an acknowledgement sent after it (the API's `202`) survives a
+    /// crash: the event is then either queued again on restart or already in the history. The wait
+    /// blocks no thread.
+    pub async fn try_send_event_durable(&self, event: UserEvent) -> Result<u64, EventSendError> {
+        let accepted = self.queue(Arc::new(event)).map_err(Rejected::into_error)?;
+        self.cell.journal().durable(accepted.seq).await;
+        Ok(accepted.id)
+    }
+
+    /// Queues an event, waiting for room in the ordinary lane (backpressure). Returns the event's id.
     pub async fn send_event(&self, event: UserEvent) -> Result<u64, EventSendError> {
-        if let Some(refusal) = self.refusal_now() {
-            return Err(self.refuse(event, refusal));
-        }
+        let mut event = Some(Arc::new(event));
         self.cell
             .mailbox
-            .send(AgentMsg::Work(Work::Event(event)))
-            .await
-            .map_err(|err| EventSendError {
-                event: match err.0 {
-                    AgentMsg::Work(Work::Event(event)) => event,
-                    _ => UserEvent::new(""),
-                },
-                refusal: WorkRefusal::Closed,
+            .retry_while_full(|| match self.queue(event.take()?) {
+                Ok(accepted) => Some(Ok(accepted.id)),
+                Err(Rejected {
+                    event: back,
+                    refusal: WorkRefusal::MailboxFull { .. },
+                }) => {
+                    event = Some(back);
+                    None
+                }
+                Err(rejected) => Some(Err(rejected.into_error())),
             })
+            .await
     }
 
     /// Queues an autonomous tick (a turn with no new event).

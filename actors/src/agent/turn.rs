@@ -102,27 +102,49 @@ fn stopped(counted: Counted, iterations: u32) -> Option<TurnOutcome> {
     }
 }
 
-/// Runs one turn. The agent is `EXECUTING` on entry; on return it is `EXECUTING`, `SAFETY_LOCKOUT` or
-/// `STOPPED` (or anything, if a halt was requested: the actor's halt handling takes over).
-pub(crate) async fn run(cell: Arc<AgentCell>, work: Work) -> (TurnOutcome, Option<TaskReply>) {
-    let token = cell.halt_token();
-    answer_dangling_calls(&cell);
-    let (lineage, reply): (Arc<[AgentKey]>, Option<TaskReply>) = match work {
-        Work::Event(event) => {
+/// The work a turn runs on, taken from the mailbox by [`take`].
+pub(crate) struct Taken {
+    /// The delegation chain the turn runs in, root first.
+    lineage: Arc<[AgentKey]>,
+    /// Where a delegated task's answer goes.
+    reply: Option<TaskReply>,
+}
+
+/// Takes `work`, synchronously in the actor right after its transition to `EXECUTING` (before the
+/// turn is spawned, so no halt can come between): answers tool calls a cut turn left open, starts the
+/// task and puts the work's message in the history. A user event is settled in the same journal
+/// transaction as its message (`EventTaken` + `HistoryAppended`): after a crash it is either still
+/// pending (and queued again) or in the history, never both and never neither.
+pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
+    answer_dangling_calls(cell);
+    let own = || Arc::from(vec![cell.key.clone()]);
+    match work {
+        Work::Event { id, event } => {
             cell.begin_task();
             let from = event
                 .sender
                 .as_deref()
                 .map(|s| format!(" {s}:"))
                 .unwrap_or_default();
-            cell.append_history(ChatMessage::user(format!(
-                "[{}]{from} {}",
-                event.source, event.content
-            )));
-            (Arc::from(vec![cell.key.clone()]), None)
+            let message = ChatMessage::user(format!("[{}]{from} {}", event.source, event.content));
+            let mut rec = cell.lock();
+            cell.emit_all(
+                &mut rec,
+                vec![
+                    EventKind::EventTaken { id },
+                    EventKind::HistoryAppended { message },
+                ],
+            );
+            Taken {
+                lineage: own(),
+                reply: None,
+            }
         }
         // A tick continues the current task (its loop count and wall clock keep running).
-        Work::Tick => (Arc::from(vec![cell.key.clone()]), None),
+        Work::Tick => Taken {
+            lineage: own(),
+            reply: None,
+        },
         Work::Delegated(DelegatedTask {
             task,
             lineage,
@@ -130,12 +152,22 @@ pub(crate) async fn run(cell: Arc<AgentCell>, work: Work) -> (TurnOutcome, Optio
         }) => {
             cell.begin_task();
             cell.append_history(ChatMessage::user(task));
-            (lineage, Some(reply))
+            Taken {
+                lineage,
+                reply: Some(reply),
+            }
         }
-    };
-    let result = react(&cell, &token, lineage).await;
+    }
+}
+
+/// Runs one turn on work [`take`]n. The agent is `EXECUTING` on entry; on return it is `EXECUTING`,
+/// `SAFETY_LOCKOUT` or `STOPPED` (or anything, if a halt was requested: the actor's halt handling
+/// takes over).
+pub(crate) async fn run(cell: Arc<AgentCell>, taken: Taken) -> (TurnOutcome, Option<TaskReply>) {
+    let token = cell.halt_token();
+    let result = react(&cell, &token, taken.lineage).await;
     cell.runner.clear_tick();
-    (result, reply)
+    (result, taken.reply)
 }
 
 async fn react(
