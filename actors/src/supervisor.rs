@@ -163,7 +163,7 @@ struct SupervisorShared {
     journal: Arc<dyn Journal>,
     agents: DashMap<AgentKey, Arc<AgentEntry>>,
     /// Spawn order (for `rest_for_one` and stable listings).
-    order: Mutex<Vec<AgentKey>>,
+    order: Mutex<Vec<Arc<AgentEntry>>>,
     arbiters: Vec<ArbiterHandle>,
     next_arbiter: AtomicUsize,
     next_delegation: AtomicU64,
@@ -409,7 +409,7 @@ impl Supervisor {
                 v.insert(entry.clone());
             }
         }
-        self.shared.order.lock().push(key);
+        self.shared.order.lock().push(entry.clone());
         start_actor(&entry);
         Ok(AgentHandle { cell })
     }
@@ -422,8 +422,21 @@ impl Supervisor {
 
     /// Every agent, in spawn order.
     pub fn agents(&self) -> Vec<AgentHandle> {
-        let order = self.shared.order.lock().clone();
-        order.iter().filter_map(|k| self.get(k.as_str())).collect()
+        self.cells()
+            .into_iter()
+            .map(|cell| AgentHandle { cell })
+            .collect()
+    }
+
+    /// Every agent's cell, in spawn order (which is also, roughly, the order of their memory: walking
+    /// it is kinder to the caches than the registry's hash order).
+    fn cells(&self) -> Vec<Arc<AgentCell>> {
+        self.shared
+            .order
+            .lock()
+            .iter()
+            .map(|e| e.cell.clone())
+            .collect()
     }
 
     pub fn len(&self) -> usize {
@@ -438,7 +451,7 @@ impl Supervisor {
     /// actor starts on its arbiter). For measurements that must include the actors' own cost. Returns
     /// at once after [`Supervisor::shutdown`].
     pub async fn started(&self) {
-        let cells: Vec<Arc<AgentCell>> = self.agents().into_iter().map(|h| h.cell).collect();
+        let cells = self.cells();
         // Actors start roughly in spawn order: walk forward, yielding only while the next one waits.
         let mut next = 0;
         while let Some(cell) = cells.get(next) {
@@ -492,20 +505,15 @@ impl Supervisor {
         Ok(collect_acks(receivers).await)
     }
 
-    /// SystemHalt to every agent. Resolves once every agent has acknowledged `STOPPED`; the acks come
-    /// in spawn-independent registry order, one per agent.
+    /// SystemHalt to every agent. Resolves once every agent has acknowledged `STOPPED`; one ack per
+    /// agent, in spawn order.
     ///
     /// Every agent's halt flag is raised (and its turn cancelled) synchronously, before the first
     /// await. The acknowledgements are gathered on one channel rather than one oneshot and one
     /// future per agent: that is the difference between O(agents) allocations and futures for the
     /// caller to poll, and none.
     pub async fn halt_all(&self) -> Vec<HaltAck> {
-        let cells: Vec<Arc<AgentCell>> = self
-            .shared
-            .agents
-            .iter()
-            .map(|e| e.value().cell.clone())
-            .collect();
+        let cells = self.cells();
         let (to, mut acks_rx) = tokio::sync::mpsc::unbounded_channel();
         for (slot, cell) in cells.iter().enumerate() {
             let reply = HaltReply::Gathered {
@@ -779,11 +787,11 @@ impl Supervisor {
         }
         let victims: Vec<AgentKey> = match policy.strategy {
             RestartStrategy::OneForOne => vec![key.clone()],
-            RestartStrategy::OneForAll => self.shared.order.lock().clone(),
+            RestartStrategy::OneForAll => self.cells().iter().map(|c| c.key.clone()).collect(),
             RestartStrategy::RestForOne => {
                 let order = self.shared.order.lock();
-                let from = order.iter().position(|k| *k == key).unwrap_or(0);
-                order[from..].to_vec()
+                let from = order.iter().position(|e| e.cell.key == key).unwrap_or(0);
+                order[from..].iter().map(|e| e.cell.key.clone()).collect()
             }
         };
         for victim in victims {
