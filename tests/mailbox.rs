@@ -59,28 +59,46 @@ async fn halt_before_backlog(n: usize) {
     assert_eq!(status.discarded_by_halt, n as u64);
     assert_eq!(status.turns, 0);
 
-    // Each cleared message is journaled, by id and kind (the listing follows the ack shortly).
-    until("discarded messages listed", || {
+    // Each cleared message is journaled, by id and kind (the listing follows the ack shortly, in
+    // chunks), exactly once.
+    let listed = || -> Vec<u64> {
         journal
             .events_of("a")
             .iter()
-            .any(|e| matches!(e.kind, EventKind::MessagesDiscarded { .. }))
-    })
-    .await;
-    let events = journal.events_of("a");
-    let listed: usize = events
-        .iter()
-        .map(|e| match &e.kind {
-            EventKind::MessagesDiscarded { messages } => {
-                assert!(messages
-                    .iter()
-                    .all(|m| m.kind == "user_event" && m.priority == Priority::Ordinary));
-                messages.len()
-            }
-            _ => 0,
+            .flat_map(|e| match &e.kind {
+                EventKind::MessagesDiscarded { messages } => {
+                    assert!(messages
+                        .iter()
+                        .all(|m| m.kind == "user_event" && m.priority == Priority::Ordinary));
+                    messages.iter().map(|m| m.id).collect()
+                }
+                _ => Vec::new(),
+            })
+            .collect()
+    };
+    let listed_count = || -> usize {
+        journal.inspect(|events| {
+            events
+                .iter()
+                .map(|e| match &e.kind {
+                    EventKind::MessagesDiscarded { messages } if e.agent.as_str() == "a" => {
+                        messages.len()
+                    }
+                    _ => 0,
+                })
+                .sum()
         })
-        .sum();
-    assert_eq!(listed, n);
+    };
+    until("every discarded message listed", || listed_count() >= n).await;
+    let mut ids = listed();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(
+        ids.len(),
+        n,
+        "a discarded message listed twice or not at all"
+    );
+    let events = journal.events_of("a");
     assert!(!events.iter().any(|e| matches!(
         e.kind,
         EventKind::StateChanged {
@@ -89,10 +107,11 @@ async fn halt_before_backlog(n: usize) {
         }
     )));
 
-    // Nothing runs later either.
+    // Nothing runs later either, and nothing is listed twice.
     tokio::time::advance(Duration::from_secs(3600)).await;
     settle(100).await;
     assert_eq!(stats.calls.load(Ordering::SeqCst), 0);
+    assert_eq!(listed_count(), n);
     assert_eq!(
         AgentRecord::replay("a".into(), &journal.events()),
         agent.record()

@@ -62,6 +62,11 @@ impl MemoryJournal {
         self.events.lock().clone()
     }
 
+    /// Runs `f` on the events, in order, without copying them (the journal is locked meanwhile).
+    pub fn inspect<R>(&self, f: impl FnOnce(&[Event]) -> R) -> R {
+        f(&self.events.lock())
+    }
+
     /// A copy of the events of one agent, in order.
     pub fn events_of(&self, agent: &str) -> Vec<Event> {
         self.events
