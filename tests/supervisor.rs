@@ -1795,3 +1795,33 @@ async fn two_simultaneous_crashes_under_one_for_all() {
     tokio::time::pause();
     two_agents_crash_at_once(RestartStrategy::OneForAll).await;
 }
+
+/// `Supervisor::started` resolves for agents on real arbiters (and returns at once after
+/// `shutdown`); agents are listed, and `halt_all` acknowledges them, in spawn order.
+#[actix_rt::test]
+async fn started_waits_for_every_actor_on_the_arbiters() {
+    let mut config = WardenConfig::default();
+    config.supervisor.arbiters = 2;
+    let team = Supervisor::builder(config, Arc::new(MemoryJournal::new()))
+        .capacity(64)
+        .build();
+    for i in 0..64 {
+        team.spawn(AgentSpec::assistant(format!("a{i}"), chatty()))
+            .unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(30), team.started())
+        .await
+        .expect("every actor started");
+    let order: Vec<String> = team.agents().iter().map(|a| a.key().to_string()).collect();
+    let expected: Vec<String> = (0..64).map(|i| format!("a{i}")).collect();
+    assert_eq!(order, expected, "agents are listed in spawn order");
+    let acks = team.halt_all().await;
+    assert_eq!(acks.len(), 64);
+    assert!(acks.iter().all(|a| a.state == AgentState::Stopped));
+    let acked: Vec<String> = acks.iter().map(|a| a.agent.to_string()).collect();
+    assert_eq!(acked, expected, "one ack per agent, in spawn order");
+    team.shutdown().await;
+    tokio::time::timeout(Duration::from_secs(5), team.started())
+        .await
+        .expect("started() returns after shutdown");
+}
