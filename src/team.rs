@@ -126,6 +126,23 @@ pub enum TeamError {
     Api(#[from] ApiSectionError),
 }
 
+/// Deserializes one section of a team file; an error names the section and the key inside it
+/// (``[providers]: `local.modle`: unknown field `modle`, …``).
+fn section<T: serde::de::DeserializeOwned>(
+    value: toml::Value,
+    name: &str,
+) -> Result<T, ConfigError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.inner().message().to_owned();
+        if path.is_empty() || path == "." {
+            ConfigError::Parse(format!("{name}: {message}"))
+        } else {
+            ConfigError::Parse(format!("{name}: `{path}`: {message}"))
+        }
+    })
+}
+
 impl TeamFile {
     /// Parses a team file: `[providers.*]`, `[[agents]]` and `[api]`, and everything else as
     /// [`WardenConfig`] (unknown keys are errors there too).
@@ -134,21 +151,15 @@ impl TeamFile {
             toml::from_str(text).map_err(|e| ConfigError::Parse(e.message().to_owned()))?;
         let providers = match table.remove("providers") {
             None => BTreeMap::new(),
-            Some(value) => value
-                .try_into::<BTreeMap<String, ProviderSpec>>()
-                .map_err(|e| ConfigError::Parse(format!("[providers]: {}", e.message())))?,
+            Some(value) => section::<BTreeMap<String, ProviderSpec>>(value, "[providers]")?,
         };
         let agents = match table.remove("agents") {
             None => Vec::new(),
-            Some(value) => value
-                .try_into::<Vec<AgentFileSpec>>()
-                .map_err(|e| ConfigError::Parse(format!("[[agents]]: {}", e.message())))?,
+            Some(value) => section::<Vec<AgentFileSpec>>(value, "[[agents]]")?,
         };
         let api = match table.remove("api") {
             None => ApiSection::default(),
-            Some(value) => value
-                .try_into::<ApiSection>()
-                .map_err(|e| ConfigError::Parse(format!("[api]: {}", e.message())))?,
+            Some(value) => section::<ApiSection>(value, "[api]")?,
         };
         api.validate()?;
         let rest = toml::to_string(&table).map_err(|e| ConfigError::Parse(e.to_string()))?;
@@ -366,14 +377,14 @@ delegate = false
                 .unwrap_err();
         assert!(
             err.to_string()
-                .starts_with("invalid config: [providers]: unknown field `modle`"),
+                .starts_with("invalid config: [providers]: `local`: unknown field `modle`"),
             "{err}"
         );
         let err = TeamFile::from_toml(&FILE.replace("delegate = false", "delegates = false"))
             .unwrap_err();
         assert!(
             err.to_string()
-                .starts_with("invalid config: [[agents]]: unknown field `delegates`"),
+                .starts_with("invalid config: [[agents]]: `[1].delegates`: unknown field `delegates`"),
             "{err}"
         );
         let err = TeamFile::from_toml(&format!("{FILE}\n[mailbox]\ncapacity = 3\n")).unwrap_err();
@@ -464,7 +475,7 @@ delegate = false
         }
         let err = with("admin_tokn = \"x\"").unwrap_err().to_string();
         assert!(
-            err.starts_with("invalid config: [api]: unknown field `admin_tokn`"),
+            err.starts_with("invalid config: [api]: `admin_tokn`: unknown field `admin_tokn`"),
             "{err}"
         );
         let err = with("listen = \"nowhere\"").unwrap_err().to_string();

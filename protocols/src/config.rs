@@ -434,12 +434,25 @@ fn precheck(text: &str) -> Result<(), ConfigError> {
     }
 }
 
+/// Deserializes a TOML document; a type error or an unknown key names where it is
+/// (``invalid config: `safety.breakers.max_consecutive_errors`: invalid value: …``).
+pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
+    serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.inner().message().to_owned();
+        if path.is_empty() || path == "." {
+            ConfigError::Parse(message)
+        } else {
+            ConfigError::Parse(format!("`{path}`: {message}"))
+        }
+    })
+}
+
 impl WardenConfig {
     /// Parses and validates a TOML document.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         precheck(text)?;
-        let config: WardenConfig =
-            toml::from_str(text).map_err(|e| ConfigError::Parse(e.message().to_owned()))?;
+        let config: WardenConfig = parse_toml(text)?;
         config.validate()?;
         Ok(config)
     }
@@ -629,7 +642,7 @@ mod tests {
         let err = WardenConfig::from_toml("[execution]\nmax_iteration_per_tick = 3\n").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid config: unknown field `max_iteration_per_tick`, expected one of `multi_action_enabled`, `max_iterations_per_tick`, `max_context_tokens`, `context_strategy`, `max_tokens_recoveries`"
+            "invalid config: `execution.max_iteration_per_tick`: unknown field `max_iteration_per_tick`, expected one of `multi_action_enabled`, `max_iterations_per_tick`, `max_context_tokens`, `context_strategy`, `max_tokens_recoveries`"
         );
     }
 
@@ -639,7 +652,7 @@ mod tests {
             WardenConfig::from_toml("[safety.breakers]\nmax_consecutive_errors = 0\n").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid config: invalid value: integer `0`, expected a nonzero u32"
+            "invalid config: `safety.breakers.max_consecutive_errors`: invalid value: integer `0`, expected a nonzero u32"
         );
     }
 
@@ -769,15 +782,15 @@ completion_per_1k = 0.0006
     fn unknown_safety_keys_are_errors() {
         assert_eq!(
             err("[safety.on_limit]\nmode = \"unattended\"\nauto_extend = 3\n"),
-            "invalid config: unknown field `auto_extend`, expected one of `mode`, `auto_extend_times`, `ask_timeout_seconds`"
+            "invalid config: `safety.on_limit.auto_extend`: unknown field `auto_extend`, expected one of `mode`, `auto_extend_times`, `ask_timeout_seconds`"
         );
         assert_eq!(
             err("[safety.budget.prices.m]\nprompt_per_1k = 1.0\ncompletion_per_1k = 1.0\ncached_per_1k = 0.1\n"),
-            "invalid config: unknown field `cached_per_1k`, expected `prompt_per_1k` or `completion_per_1k`"
+            "invalid config: `safety.budget.prices.m.cached_per_1k`: unknown field `cached_per_1k`, expected `prompt_per_1k` or `completion_per_1k`"
         );
         assert_eq!(
             err("[safety.breakers]\nerror_windows = 3\n"),
-            "invalid config: unknown field `error_windows`, expected one of `max_consecutive_errors`, `repeated_failure_threshold`, `max_repeated_tool_steps`, `error_window`, `error_window_threshold`, `fingerprint_value_chars`"
+            "invalid config: `safety.breakers.error_windows`: unknown field `error_windows`, expected one of `max_consecutive_errors`, `repeated_failure_threshold`, `max_repeated_tool_steps`, `error_window`, `error_window_threshold`, `fingerprint_value_chars`"
         );
     }
 
