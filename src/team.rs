@@ -383,8 +383,9 @@ delegate = false
         let err = TeamFile::from_toml(&FILE.replace("delegate = false", "delegates = false"))
             .unwrap_err();
         assert!(
-            err.to_string()
-                .starts_with("invalid config: [[agents]]: `[1].delegates`: unknown field `delegates`"),
+            err.to_string().starts_with(
+                "invalid config: [[agents]]: `[1].delegates`: unknown field `delegates`"
+            ),
             "{err}"
         );
         let err = TeamFile::from_toml(&format!("{FILE}\n[mailbox]\ncapacity = 3\n")).unwrap_err();
