@@ -112,10 +112,7 @@ impl<M: Prioritized> PriorityMailbox<M> {
             if lane == Priority::Ordinary.index() && q.len() >= self.capacity {
                 return Err(TrySendError::Full(msg));
             }
-            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            q.push_back(Envelope { id, msg });
-            self.depth[lane].fetch_add(1, Ordering::Release);
-            id
+            self.push_locked(&mut q, lane, msg)
         };
         self.schedule_wake();
         Ok(id)
@@ -165,15 +162,17 @@ impl<M: Prioritized> PriorityMailbox<M> {
             return Err(msg);
         }
         let lane = msg.priority().index();
-        let id = {
-            let mut q = self.lanes[lane].lock();
-            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            q.push_back(Envelope { id, msg });
-            self.depth[lane].fetch_add(1, Ordering::Release);
-            id
-        };
+        let id = self.push_locked(&mut self.lanes[lane].lock(), lane, msg);
         self.schedule_wake();
         Ok(id)
+    }
+
+    /// Appends to `lane` (whose lock the caller holds as `q`) under a fresh id.
+    fn push_locked(&self, q: &mut VecDeque<Envelope<M>>, lane: usize, msg: M) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        q.push_back(Envelope { id, msg });
+        self.depth[lane].fetch_add(1, Ordering::Release);
+        id
     }
 
     /// Asks the reader to drain (posts one `Wake` unless one is already pending).
