@@ -389,6 +389,8 @@ routes! {
     POST "/api/agents/{key}/unlock" => unlock,
     POST "/api/agents/{key}/emergency/clear" => clear,
     POST "/api/agents/{key}/history/reset" => reset_history,
+    POST "/api/agents/{key}/pause" => pause,
+    POST "/api/agents/{key}/resume" => resume,
     GET "/api/interventions" => list_interventions,
     POST "/api/interventions/{id}" => answer_intervention,
     GET "/api/events" => events,
@@ -618,6 +620,19 @@ async fn unlock(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) ->
         &state,
         &key,
         |a| async move { a.unlock(API_OPERATOR).await },
+    )
+    .await
+}
+
+async fn pause(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> Handled {
+    control(&state, &key, |a| async move { a.pause(API_OPERATOR).await }).await
+}
+
+async fn resume(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> Handled {
+    control(
+        &state,
+        &key,
+        |a| async move { a.resume(API_OPERATOR).await },
     )
     .await
 }

@@ -211,6 +211,18 @@ impl Client {
             .await
     }
 
+    /// Pauses an agent (ordinary work stays queued); its new status.
+    pub async fn pause(&self, key: &str) -> Result<AgentStatus, ClientError> {
+        self.call(Method::POST, &["api", "agents", key, "pause"], None)
+            .await
+    }
+
+    /// Resumes a paused or stopped agent; its new status.
+    pub async fn resume(&self, key: &str) -> Result<AgentStatus, ClientError> {
+        self.call(Method::POST, &["api", "agents", key, "resume"], None)
+            .await
+    }
+
     /// Clears an agent's emergency stop; its new status.
     pub async fn clear(&self, key: &str) -> Result<AgentStatus, ClientError> {
         self.call(
@@ -263,6 +275,10 @@ pub enum Call {
     Unlock { key: String },
     /// `warden clear KEY`.
     Clear { key: String },
+    /// `warden pause KEY`.
+    Pause { key: String },
+    /// `warden resume KEY`.
+    Resume { key: String },
     /// `warden ask [--json]`: the pending asks.
     Asks { json: bool },
     /// `warden ask ID yes|no [--note TEXT]`.
@@ -318,6 +334,14 @@ pub async fn run(client: &Client, call: Call, out: &mut dyn Write) -> Result<(),
         Call::Clear { key } => {
             let status = client.clear(&key).await?;
             writeln!(out, "cleared {}: {}", status.key, status.state)?;
+        }
+        Call::Pause { key } => {
+            let status = client.pause(&key).await?;
+            writeln!(out, "paused {}: {}", status.key, status.state)?;
+        }
+        Call::Resume { key } => {
+            let status = client.resume(&key).await?;
+            writeln!(out, "resumed {}: {}", status.key, status.state)?;
         }
         Call::Asks { json } => {
             let pending = client.interventions().await?;

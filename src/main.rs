@@ -93,6 +93,18 @@ enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Pause an agent on a running server (ordinary work stays queued).
+    Pause {
+        key: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Resume a paused or halted agent on a running server.
+    Resume {
+        key: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// List the pending limit asks, or answer one: `warden ask ID yes|no`.
     Ask {
         /// The ask to answer (without it: list the pending asks).
@@ -278,6 +290,8 @@ fn main() -> ExitCode {
         }
         Command::Halt { key, server } => client(server, warden::client::Call::Halt { key }),
         Command::Unlock { key, server } => client(server, warden::client::Call::Unlock { key }),
+        Command::Pause { key, server } => client(server, warden::client::Call::Pause { key }),
+        Command::Resume { key, server } => client(server, warden::client::Call::Resume { key }),
         Command::Clear { key, server } => client(server, warden::client::Call::Clear { key }),
         Command::Ask {
             id,

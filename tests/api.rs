@@ -423,6 +423,72 @@ async fn halt_one_and_halt_all_stop_agents_and_refuse_further_events() {
     assert_eq!(b.state(), AgentState::Stopped);
 }
 
+#[actix_rt::test]
+async fn pause_holds_work_and_resume_releases_it_and_brings_a_halted_agent_back() {
+    tokio::time::pause();
+    let f = fixture(WardenConfig::default());
+    let a = f.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
+    let app = app!(f);
+
+    let (status, _) = call!(app, post("/api/agents/a/pause", Some(READ), None));
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = call!(app, post("/api/agents/nobody/pause", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body) = call!(app, post("/api/agents/a/pause", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["paused"], true, "{body}");
+
+    // Paused: an event is accepted and stays queued.
+    let (status, body) = call!(
+        app,
+        post(
+            "/api/agents/a/events",
+            Some(ADMIN),
+            Some(json!({"content": "held"}))
+        )
+    );
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    settle(50).await;
+    assert_eq!(a.status().turns, 0);
+    assert_eq!(a.status().queued.ordinary, 1);
+
+    let (status, body) = call!(app, post("/api/agents/a/resume", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK, "{body}");
+    until("the held event runs", || a.status().turns == 1).await;
+
+    // Resuming an agent that is neither paused nor stopped is a conflict.
+    let (status, body) = call!(app, post("/api/agents/a/resume", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+
+    // A halted agent comes back with resume and takes work again.
+    let (status, _) = call!(app, post("/api/agents/a/halt", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(a.state(), AgentState::Stopped);
+    let (status, body) = call!(app, post("/api/agents/a/resume", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["state"], json!(AgentState::WaitingForEvent), "{body}");
+    let (status, _) = call!(
+        app,
+        post(
+            "/api/agents/a/events",
+            Some(ADMIN),
+            Some(json!({"content": "again"}))
+        )
+    );
+    assert_eq!(status, StatusCode::ACCEPTED);
+    until("the new event runs", || a.status().turns == 2).await;
+    let operators: Vec<String> = f
+        .journal
+        .events_of("a")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Paused { operator } | EventKind::Unpaused { operator } => Some(operator),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(operators, [api::API_OPERATOR, api::API_OPERATOR]);
+}
+
 /// `max_iterations_per_task = 2` in interactive mode, with a model that keeps calling `look`.
 fn ask_config() -> WardenConfig {
     let mut config = WardenConfig::default();

@@ -172,6 +172,17 @@ async fn the_client_reads_halts_unlocks_and_clears_over_a_socket() {
     assert_eq!(acks.len(), 3);
     assert!(acks.iter().all(|a| a.state == AgentState::Stopped));
 
+    // A halted agent comes back with resume; pause is shown in its status.
+    let resumed = admin.resume("a").await.unwrap();
+    assert_eq!(resumed.state, AgentState::WaitingForEvent);
+    assert!(admin.pause("a").await.unwrap().paused);
+    assert!(!admin.resume("a").await.unwrap().paused);
+    let err = admin.resume("a").await.unwrap_err();
+    assert_eq!(
+        http_error(&err),
+        (409, "agent is neither paused nor stopped")
+    );
+
     // The read token reads, and may not mutate; a wrong token is refused; nothing listening.
     let reader = Client::new(&server.url, Some(READ.into())).unwrap();
     assert_eq!(reader.statuses().await.unwrap().len(), 3);
