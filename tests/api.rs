@@ -95,19 +95,6 @@ async fn json_of<B: MessageBody>(resp: ServiceResponse<B>) -> (StatusCode, Value
     (status, body)
 }
 
-async fn lock_out(agent: &AgentHandle) {
-    for i in 0..5 {
-        agent
-            .try_send_event(UserEvent::new(format!("e{i}")))
-            .unwrap();
-        until("turn done", || {
-            agent.status().turns == i + 1 || agent.state() == AgentState::SafetyLockout
-        })
-        .await;
-    }
-    assert_eq!(agent.state(), AgentState::SafetyLockout);
-}
-
 #[actix_rt::test]
 async fn healthz_is_open_and_everything_under_api_needs_a_token() {
     tokio::time::pause();

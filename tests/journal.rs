@@ -285,20 +285,6 @@ fn migrations_create_the_schema_once_and_refuse_a_newer_file() {
     assert!(JournalReader::open(&db.0).is_err());
 }
 
-/// One failing LLM call per event until the agent is locked out.
-async fn lock_out(agent: &AgentHandle) {
-    for i in 0..5 {
-        agent
-            .try_send_event(UserEvent::new(format!("e{i}")))
-            .unwrap();
-        until("turn done", || {
-            agent.status().turns == i + 1 || agent.state() == AgentState::SafetyLockout
-        })
-        .await;
-    }
-    assert_eq!(agent.state(), AgentState::SafetyLockout);
-}
-
 #[actix_rt::test]
 async fn restored_records_equal_the_live_records_after_a_scenario() {
     tokio::time::pause();

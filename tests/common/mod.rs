@@ -95,3 +95,18 @@ pub async fn within<F: Future>(what: &str, n: usize, fut: F) -> F::Output {
 pub fn is_state(s: AgentState) -> impl Fn(&warden::AgentHandle) -> bool {
     move |h| h.state() == s
 }
+
+/// Sends one event per turn until the agent is locked out (its model must fail every call, so the
+/// consecutive-error stop trips after 5).
+pub async fn lock_out(agent: &warden::AgentHandle) {
+    for i in 0..5 {
+        agent
+            .try_send_event(warden::UserEvent::new(format!("e{i}")))
+            .unwrap();
+        until("turn done", || {
+            agent.status().turns == i + 1 || agent.state() == AgentState::SafetyLockout
+        })
+        .await;
+    }
+    assert_eq!(agent.state(), AgentState::SafetyLockout);
+}
