@@ -291,6 +291,18 @@ pub struct BroadcastJournal {
     listeners: Arc<AtomicUsize>,
 }
 
+impl BroadcastJournal {
+    fn publish(&self, agent: &AgentKey, seq: u64, kind: EventKind) {
+        // `send` fails only when every subscriber left meanwhile: nobody to tell.
+        let _ = self.tx.send(Arc::new(FeedItem::Journal(Event {
+            seq,
+            at_ms: now_ms(),
+            agent: agent.clone(),
+            kind,
+        })));
+    }
+}
+
 impl Journal for BroadcastJournal {
     fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
         if self.listeners.load(Ordering::Relaxed) == 0 {
@@ -298,14 +310,28 @@ impl Journal for BroadcastJournal {
         }
         let published = kind.clone();
         let seq = self.inner.append(agent, kind);
-        // `send` fails only when every subscriber left meanwhile: nobody to tell.
-        let _ = self.tx.send(Arc::new(FeedItem::Journal(Event {
-            seq,
-            at_ms: now_ms(),
-            agent: agent.clone(),
-            kind: published,
-        })));
+        self.publish(agent, seq, published);
         seq
+    }
+
+    /// The inner journal's `append_all` (one transaction), then each event published with its own
+    /// sequence number (they are consecutive, ending at the returned one).
+    fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
+        if self.listeners.load(Ordering::Relaxed) == 0 {
+            return self.inner.append_all(agent, kinds);
+        }
+        let published = kinds.clone();
+        let last = self.inner.append_all(agent, kinds);
+        let first = (last + 1).saturating_sub(published.len() as u64);
+        for (kind, seq) in published.into_iter().zip(first..) {
+            self.publish(agent, seq, kind);
+        }
+        last
+    }
+
+    /// The inner journal's: the tee adds nothing to wait for.
+    fn durable(&self, seq: u64) -> BoxFuture<'static, ()> {
+        self.inner.durable(seq)
     }
 }
 

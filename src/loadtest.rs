@@ -31,6 +31,7 @@ use crate::{
     AgentSpec, ChatMessage, FnTool, HaltCause, Journal, LlmResponse, NullJournal, ScriptStats,
     ScriptStep, ScriptedProvider, Supervisor, ToolCategory, ToolError, UserEvent, WardenConfig,
 };
+use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use serde::Serialize;
@@ -248,10 +249,10 @@ fn depth_of(key: &str) -> usize {
     key.bytes().filter(|b| *b == b'.').count()
 }
 
-impl Journal for HarnessJournal {
-    fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
-        let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        let mut t = self.tally.lock();
+impl Tally {
+    /// Counts one journaled event.
+    fn count(&mut self, agent: &AgentKey, kind: EventKind) {
+        let t = self;
         match kind {
             EventKind::StateChanged { from, to, .. }
                 if from == AgentState::WaitingForEvent && to == AgentState::Executing =>
@@ -324,7 +325,27 @@ impl Journal for HarnessJournal {
             },
             _ => {}
         }
-        seq
+    }
+}
+
+impl Journal for HarnessJournal {
+    fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
+        self.append_all(agent, vec![kind])
+    }
+
+    fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
+        let n = kinds.len() as u64;
+        let mut t = self.tally.lock();
+        let last = self.seq.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
+        for kind in kinds {
+            t.count(agent, kind);
+        }
+        last
+    }
+
+    /// Keeps nothing across a crash.
+    fn durable(&self, _seq: u64) -> BoxFuture<'static, ()> {
+        crate::already_durable()
     }
 }
 

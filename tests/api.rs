@@ -958,6 +958,14 @@ impl Journal for Numbered {
     fn append(&self, _: &AgentKey, _: EventKind) -> u64 {
         self.0.lock().pop_front().unwrap()
     }
+
+    fn append_all(&self, _: &AgentKey, _: Vec<EventKind>) -> u64 {
+        unreachable!("the test appends one event at a time")
+    }
+
+    fn durable(&self, _: u64) -> futures::future::BoxFuture<'static, ()> {
+        warden::already_durable()
+    }
 }
 
 #[actix_rt::test]
@@ -984,6 +992,150 @@ async fn events_published_out_of_order_are_streamed_in_sequence() {
     journal.append(&agent, EventKind::ErrorsReset);
     assert_eq!(sse.next().await.id, Some(9));
     assert!(started.elapsed() >= warden::events::DEFAULT_REORDER_WAIT);
+}
+
+/// A journal in memory that calls its events durable only up to where the test says, and records
+/// each call it gets as the list of the kinds' tags (one entry per `append` or `append_all`).
+struct Gated {
+    inner: MemoryJournal,
+    durable_up_to: tokio::sync::watch::Sender<u64>,
+    calls: parking_lot::Mutex<Vec<Vec<String>>>,
+}
+
+impl Gated {
+    fn new() -> Self {
+        Gated {
+            inner: MemoryJournal::new(),
+            durable_up_to: tokio::sync::watch::channel(0).0,
+            calls: Default::default(),
+        }
+    }
+
+    fn record(&self, kinds: &[EventKind]) {
+        let tags = kinds
+            .iter()
+            .map(|k| {
+                serde_json::to_value(k).unwrap()["type"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        self.calls.lock().push(tags);
+    }
+
+    /// The seq of the last `event_queued` journaled.
+    fn last_queued(&self) -> u64 {
+        self.inner.inspect(|events| {
+            events
+                .iter()
+                .rev()
+                .find(|e| matches!(e.kind, EventKind::EventQueued { .. }))
+                .map(|e| e.seq)
+                .expect("an event_queued")
+        })
+    }
+
+    /// How many calls brought exactly `event_taken` then `history_appended`.
+    fn takes_in_one_call(&self) -> usize {
+        let take = ["event_taken", "history_appended"];
+        self.calls.lock().iter().filter(|c| *c == &take).count()
+    }
+}
+
+impl Journal for Gated {
+    fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
+        self.record(std::slice::from_ref(&kind));
+        self.inner.append(agent, kind)
+    }
+
+    fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
+        self.record(&kinds);
+        self.inner.append_all(agent, kinds)
+    }
+
+    fn durable(&self, seq: u64) -> futures::future::BoxFuture<'static, ()> {
+        let mut up_to = self.durable_up_to.subscribe();
+        Box::pin(async move {
+            let _ = up_to.wait_for(|&d| d >= seq).await;
+        })
+    }
+}
+
+/// Lets the runtime run until it is idle (the paused clock then jumps): `call` must still be waiting.
+async fn still_waiting<F: std::future::Future<Output = ServiceResponse<B>> + Unpin, B>(
+    what: &str,
+    call: &mut F,
+) {
+    tokio::select! {
+        biased;
+        resp = call => panic!("{what}: answered {} too early", resp.status()),
+        () = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+    }
+}
+
+/// `warden serve` journals through the event-stream tee: the tee must hand the `202`'s wait and the
+/// take's one-transaction batch to the journal under it, whether or not someone listens. (It once
+/// resolved `durable` at once and split the batch: a SIGKILL after the `202` lost the event.)
+#[actix_rt::test]
+async fn an_event_is_acknowledged_only_once_durable_under_the_event_stream_tee() {
+    tokio::time::pause();
+    let hub = EventHub::default();
+    let gated = Arc::new(Gated::new());
+    let s = streaming(WardenConfig::default(), hub.clone(), gated.clone());
+    let a = s.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
+    let app = service!(streaming_state(&s));
+    let send = |content: &str| {
+        post(
+            "/api/agents/a/events",
+            Some(ADMIN),
+            Some(json!({ "content": content })),
+        )
+        .to_request()
+    };
+
+    // Nobody listens: the tee's short path.
+    let mut call = Box::pin(test::call_service(&app, send("first")));
+    still_waiting("nothing durable yet", &mut call).await;
+    let queued = gated.last_queued();
+    gated.durable_up_to.send_replace(queued - 1);
+    still_waiting("durable up to just before the event", &mut call).await;
+    gated.durable_up_to.send_replace(queued);
+    let (status, body) = json_of(within("the 202", 1_000, call).await).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    until("first turn", || a.status().turns == 1).await;
+    assert_eq!(gated.takes_in_one_call(), 1);
+
+    // Someone listens: the publishing path.
+    let mut feed = hub.subscribe();
+    let from = gated.inner.len() as u64 + 1;
+    let mut call = Box::pin(test::call_service(&app, send("second")));
+    still_waiting("second event not durable yet", &mut call).await;
+    gated.durable_up_to.send_replace(gated.last_queued());
+    let (status, _) = json_of(within("the second 202", 1_000, call).await).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    until("second turn", || a.status().turns == 2).await;
+    assert_eq!(gated.takes_in_one_call(), 2);
+    // The feed carried every event once, with the journal's own sequence numbers.
+    let mut published = Vec::new();
+    while let Ok(Ok(item)) =
+        tokio::time::timeout(std::time::Duration::from_secs(1), feed.recv()).await
+    {
+        if let warden::events::FeedItem::Journal(e) = &*item {
+            published.push((e.seq, e.kind.clone()));
+        }
+    }
+    let journaled: Vec<_> = gated
+        .inner
+        .events()
+        .into_iter()
+        .filter(|e| e.seq >= from)
+        .map(|e| (e.seq, e.kind))
+        .collect();
+    assert!(journaled
+        .iter()
+        .any(|(_, k)| matches!(k, EventKind::EventTaken { .. })));
+    assert_eq!(published, journaled);
 }
 
 #[actix_rt::test]

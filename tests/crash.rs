@@ -213,6 +213,22 @@ fn crash_and_restart(seed: u64) {
         )),
         "seed {seed}: the acknowledged halt was lost"
     );
+    // So is every event b answered 202 to.
+    let queued: Vec<String> = reader
+        .events_of("b")
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::EventQueued { event, .. } => Some(event.content.clone()),
+            _ => None,
+        })
+        .collect();
+    for content in &acked {
+        assert!(
+            queued.contains(content),
+            "seed {seed}: {content:?} was answered 202 but is not in the journal"
+        );
+    }
     drop(reader);
 
     // Restart on the same file: `a` is still STOPPED and refuses work; `b` is not stuck mid-turn.

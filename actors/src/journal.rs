@@ -14,27 +14,30 @@ use warden_protocols::{AgentKey, Event, EventKind};
 
 /// Where events go. Implementations must be cheap to call from an actor (no blocking on I/O per event
 /// unless the event must be durable before it is acknowledged).
+///
+/// Every method is required, on purpose: a journal that wraps another (a tee, a filter) must forward
+/// [`Journal::append_all`] and [`Journal::durable`] itself. A forgotten forward compiles silently with
+/// a default and breaks crash safety: the `202` of `POST /api/agents/{key}/events` was once sent
+/// before the event was on disk because the event-stream tee resolved `durable` at once.
 pub trait Journal: Send + Sync + 'static {
     /// Appends one event and returns its sequence number.
     fn append(&self, agent: &AgentKey, kind: EventKind) -> u64;
 
     /// Appends several events of one agent, in order, so that they become durable together: a crash
-    /// keeps all of them or none (the SQLite journal commits them in one transaction). Returns the
-    /// sequence number of the last. The default appends them one by one (enough for a journal that
-    /// does not survive a crash).
-    fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
-        kinds
-            .into_iter()
-            .fold(0, |_, kind| self.append(agent, kind))
-    }
+    /// keeps all of them or none (the SQLite journal commits them in one transaction). Their sequence
+    /// numbers are consecutive; returns the last (for an empty `kinds`, the last number handed out).
+    fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64;
 
     /// Resolves once the event with sequence number `seq` is durable, without blocking a thread
-    /// (for an acknowledgement that leaves the process, e.g. the API's `202`). The default resolves
-    /// at once: a journal that keeps nothing, or is durable on `append`, has nothing to wait for.
-    fn durable(&self, seq: u64) -> BoxFuture<'static, ()> {
-        let _ = seq;
-        Box::pin(std::future::ready(()))
-    }
+    /// (for an acknowledgement that leaves the process, e.g. the API's `202`). A journal that keeps
+    /// nothing across a crash has nothing to wait for and resolves at once ([`already_durable`]).
+    fn durable(&self, seq: u64) -> BoxFuture<'static, ()>;
+}
+
+/// A [`Journal::durable`] future that is already resolved, for journals that do not survive a
+/// crash (or are durable on `append`).
+pub fn already_durable() -> BoxFuture<'static, ()> {
+    Box::pin(std::future::ready(()))
 }
 
 /// Milliseconds since the Unix epoch.
@@ -89,15 +92,26 @@ impl MemoryJournal {
 
 impl Journal for MemoryJournal {
     fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
+        self.append_all(agent, vec![kind])
+    }
+
+    /// Under one lock of the journal: the events are consecutive, in the journal and in numbering.
+    fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
         let mut events = self.events.lock();
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
-        events.push(Event {
+        let n = kinds.len() as u64;
+        let first = self.seq.fetch_add(n, Ordering::Relaxed) + 1;
+        let at_ms = now_ms();
+        events.extend(kinds.into_iter().zip(first..).map(|(kind, seq)| Event {
             seq,
-            at_ms: now_ms(),
+            at_ms,
             agent: agent.clone(),
             kind,
-        });
-        seq
+        }));
+        first + n - 1
+    }
+
+    fn durable(&self, _seq: u64) -> BoxFuture<'static, ()> {
+        already_durable()
     }
 }
 
@@ -110,5 +124,14 @@ pub struct NullJournal {
 impl Journal for NullJournal {
     fn append(&self, _agent: &AgentKey, _kind: EventKind) -> u64 {
         self.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn append_all(&self, _agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
+        let n = kinds.len() as u64;
+        self.seq.fetch_add(n, Ordering::Relaxed) + n
+    }
+
+    fn durable(&self, _seq: u64) -> BoxFuture<'static, ()> {
+        already_durable()
     }
 }

@@ -22,7 +22,7 @@ mod tools;
 
 pub use agent::{AgentHandle, ControlError, ControlOp, EventSendError, HaltAck, TaskError};
 pub use context::{Advisory, ContextStrategy, Trimmed};
-pub use journal::{now_ms, Journal, MemoryJournal, NullJournal};
+pub use journal::{already_durable, now_ms, Journal, MemoryJournal, NullJournal};
 pub use provider::{
     AttemptObserver, FailedAttempt, LlmRequest, LlmResponse, OpenAiCompatible, OpenAiConfig,
     OpenAiSetupError, Provider, ProviderError, RetryPolicy, ScriptStats, ScriptStep,
