@@ -48,7 +48,10 @@ impl Journal for DiscardCounter {
         0
     }
 
-    fn durable(&self, _: u64) -> futures::future::BoxFuture<'static, ()> {
+    fn durable(
+        &self,
+        _: u64,
+    ) -> futures::future::BoxFuture<'static, Result<(), warden::NotDurable>> {
         warden::already_durable()
     }
 }

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use std::{future::Future, net::SocketAddr, sync::Arc};
 use warden_actors::{
     safety::{AnswerError, ChannelInterventionBus},
-    ControlError, HaltAck, Supervisor,
+    ControlError, DurableSendError, HaltAck, Supervisor,
 };
 use warden_protocols::{AgentKey, Answer, HaltCause, UserEvent, WorkRefusal};
 
@@ -546,7 +546,15 @@ async fn post_event(
         .ok_or_else(|| ApiError::unknown_agent(&key))?;
     match agent.try_send_event_durable(event.into_inner()).await {
         Ok(id) => Ok(HttpResponse::Accepted().json(Queued { id })),
-        Err(err) => {
+        // Queued and running, but a crash would lose it: say so, with the id, instead of a 202.
+        Err(err @ DurableSendError::NotDurable { id, .. }) => {
+            tracing::error!(agent = %key, id, "{err}");
+            Ok(HttpResponse::InternalServerError().json(serde_json::json!({
+                "error": err.to_string(),
+                "id": id,
+            })))
+        }
+        Err(DurableSendError::Refused(err)) => {
             let status = match err.refusal {
                 WorkRefusal::LockedOut { .. } | WorkRefusal::Stopped => StatusCode::CONFLICT,
                 WorkRefusal::MailboxFull { .. } => StatusCode::TOO_MANY_REQUESTS,

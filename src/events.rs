@@ -29,7 +29,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use warden_actors::{
     now_ms,
     safety::{BusError, ChannelInterventionBus, InterventionBus},
-    Journal, MemoryJournal,
+    Journal, MemoryJournal, NotDurable,
 };
 use warden_protocols::{AgentKey, Answer, Event, EventKind, Intervention};
 
@@ -330,7 +330,7 @@ impl Journal for BroadcastJournal {
     }
 
     /// The inner journal's: the tee adds nothing to wait for.
-    fn durable(&self, seq: u64) -> BoxFuture<'static, ()> {
+    fn durable(&self, seq: u64) -> BoxFuture<'static, Result<(), NotDurable>> {
         self.inner.durable(seq)
     }
 }

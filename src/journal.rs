@@ -43,12 +43,24 @@
 //! again. `event_queued` is not in [`must_be_durable`] — senders inside an actor must not wait on the
 //! disk — but [`Journal::durable`] resolves once a given seq is committed, without blocking a thread:
 //! the API waits on it before its `202`.
+//!
+//! # Write failures
+//!
+//! The writer retries a failed batch three times (40, 80, 160 ms apart), then gives up on it, so
+//! the fleet keeps working (and halting) on a failing disk: the error is logged, counted
+//! ([`JournalStats::failed_batches`]) and kept ([`SqliteJournal::last_error`]), and the batch's
+//! sequence numbers are remembered as lost: [`Journal::durable`] answers
+//! [`NotDurable::WriteFailed`] for them (and [`NotDurable::Closed`] for events appended after
+//! [`SqliteJournal::close`]), so no acknowledgement claims a durability it does not have — the API
+//! answers `500` with the event's id instead of `202`. Appends that wait in `append` (the events of
+//! [`must_be_durable`]) are released too: the decision stands in memory, and the log says it was not
+//! written.
 
 use futures::future::BoxFuture;
 use parking_lot::{Condvar, Mutex};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     io::Write,
     path::{Path, PathBuf},
     sync::{
@@ -58,7 +70,7 @@ use std::{
     thread::JoinHandle,
     time::Duration,
 };
-use warden_actors::{now_ms, Journal};
+use warden_actors::{now_ms, Journal, NotDurable};
 use warden_protocols::{AgentKey, AgentRecord, AgentState, Event, EventKind, JournalConfig};
 
 /// The schema version this build writes. [`migrate`] brings older files up to it.
@@ -442,8 +454,67 @@ struct Queue {
     /// Highest sequence number committed (or given up on after repeated write failures).
     committed: u64,
     closed: bool,
+    /// The last sequence number handed out before the journal was closed (later ones are dropped).
+    closed_after: u64,
+    /// Batches the writer gave up on, oldest first (consecutive ones merged; at most
+    /// [`MAX_LOST_RANGES`]): what [`Journal::durable`] reports as not durable.
+    lost: VecDeque<LostRange>,
     /// The writer thread has stopped (after draining the queue).
     writer_exited: bool,
+}
+
+/// How many separate ranges of lost events the journal remembers for [`Journal::durable`]. A
+/// waiter asks right after its append, long before this many later batches failed.
+const MAX_LOST_RANGES: usize = 1024;
+
+/// Sequence numbers `first..=last`, given up on after repeated write failures.
+struct LostRange {
+    first: u64,
+    last: u64,
+    reason: String,
+}
+
+impl Queue {
+    /// Whether the event `seq`, once the writer is past it, is on disk.
+    fn fate(&self, seq: u64) -> Result<(), NotDurable> {
+        if self.closed && seq > self.closed_after {
+            return Err(NotDurable::Closed);
+        }
+        if let Some(lost) = self
+            .lost
+            .iter()
+            .rev()
+            .find(|l| (l.first..=l.last).contains(&seq))
+        {
+            return Err(NotDurable::WriteFailed {
+                reason: lost.reason.clone(),
+            });
+        }
+        if seq > self.committed {
+            // The writer stopped without reaching it.
+            return Err(NotDurable::Closed);
+        }
+        Ok(())
+    }
+
+    fn lose(&mut self, first: u64, last: u64, reason: String) {
+        match self.lost.back_mut() {
+            Some(prev) if prev.last + 1 == first => {
+                prev.last = last;
+                prev.reason = reason;
+            }
+            _ => {
+                if self.lost.len() == MAX_LOST_RANGES {
+                    self.lost.pop_front();
+                }
+                self.lost.push_back(LostRange {
+                    first,
+                    last,
+                    reason,
+                });
+            }
+        }
+    }
 }
 
 /// The connection and what the writer keeps about snapshots (one lock for both).
@@ -579,7 +650,10 @@ impl SqliteJournal {
     pub fn close(&self) {
         {
             let mut queue = self.shared.queue.lock();
-            queue.closed = true;
+            if !queue.closed {
+                queue.closed = true;
+                queue.closed_after = queue.assigned;
+            }
             self.shared.work.notify_all();
         }
         if let Some(writer) = self.writer.lock().take() {
@@ -802,13 +876,18 @@ impl Journal for SqliteJournal {
         self.push(agent, kinds)
     }
 
-    /// Resolves when the writer has committed `seq` (or gave up on its batch after repeated
-    /// failures, which is logged and counted in [`JournalStats::failed_batches`], or has stopped).
-    fn durable(&self, seq: u64) -> BoxFuture<'static, ()> {
-        let mut committed = self.shared.committed.subscribe();
+    /// Resolves when the writer has committed `seq`; with [`NotDurable::WriteFailed`] when it gave up
+    /// on its batch after repeated failures (logged and counted in [`JournalStats::failed_batches`]),
+    /// with [`NotDurable::Closed`] when the journal was closed before `seq` was handed to it.
+    fn durable(&self, seq: u64) -> BoxFuture<'static, Result<(), NotDurable>> {
+        let shared = self.shared.clone();
+        let mut settled = shared.committed.subscribe();
         Box::pin(async move {
-            // An error means the journal is gone: nothing more will be committed.
-            let _ = committed.wait_for(|&c| c >= seq).await;
+            // The sender lives in `shared`, held here: the wait ends when the writer is past `seq`
+            // (it sends `u64::MAX` when it stops).
+            let _ = settled.wait_for(|&c| c >= seq).await;
+            let fate = shared.queue.lock().fate(seq);
+            fate
         })
     }
 }
@@ -829,7 +908,9 @@ fn writer_loop(shared: &Shared) {
             }
             std::mem::take(&mut queue.pending)
         };
+        let first = batch.first().map(|e| e.seq).unwrap_or(0);
         let last = batch.last().map(|e| e.seq).unwrap_or(0);
+        let mut lost = None;
         let mut attempt = 0;
         loop {
             match write_batch(&mut shared.store.lock(), &batch) {
@@ -851,11 +932,15 @@ fn writer_loop(shared: &Shared) {
                     tracing::error!("journal write failed; {} events lost: {err}", batch.len());
                     shared.failed_batches.fetch_add(1, Ordering::SeqCst);
                     *shared.last_error.lock() = Some(err.to_string());
+                    lost = Some(err.to_string());
                     break;
                 }
             }
         }
         let mut queue = shared.queue.lock();
+        if let Some(reason) = lost {
+            queue.lose(first, last, reason);
+        }
         queue.committed = queue.committed.max(last);
         shared.done.notify_all();
         shared.committed.send_replace(queue.committed);

@@ -35,11 +35,12 @@ pub mod team;
 pub use journal::{JournalReader, SqliteJournal};
 pub use warden_actors::{
     already_durable, context, mailbox, now_ms, safety, toolkit, AgentHandle, AgentSpec,
-    ChannelInterventionBus, ControlError, ControlOp, DelegationError, EventSendError, FnTool,
-    HaltAck, InterventionBus, Journal, LlmRequest, LlmResponse, MemoryJournal, NullJournal,
-    OpenAiCompatible, OpenAiConfig, Provider, ProviderError, RetryPolicy, ScriptStats, ScriptStep,
-    ScriptedProvider, SpawnError, Supervisor, SupervisorBuilder, TaskError, Tool, ToolContext,
-    ToolError, ToolFormat, ToolRegistry, UnknownAgent,
+    ChannelInterventionBus, ControlError, ControlOp, DelegationError, DurableSendError,
+    EventSendError, FnTool, HaltAck, InterventionBus, Journal, LlmRequest, LlmResponse,
+    MemoryJournal, NotDurable, NullJournal, OpenAiCompatible, OpenAiConfig, Provider,
+    ProviderError, RetryPolicy, ScriptStats, ScriptStep, ScriptedProvider, SpawnError, Supervisor,
+    SupervisorBuilder, TaskError, Tool, ToolContext, ToolError, ToolFormat, ToolRegistry,
+    UnknownAgent,
 };
 pub use warden_protocols as protocols;
 pub use warden_protocols::{

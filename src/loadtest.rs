@@ -344,7 +344,7 @@ impl Journal for HarnessJournal {
     }
 
     /// Keeps nothing across a crash.
-    fn durable(&self, _seq: u64) -> BoxFuture<'static, ()> {
+    fn durable(&self, _seq: u64) -> BoxFuture<'static, Result<(), crate::NotDurable>> {
         crate::already_durable()
     }
 }

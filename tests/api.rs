@@ -963,7 +963,7 @@ impl Journal for Numbered {
         unreachable!("the test appends one event at a time")
     }
 
-    fn durable(&self, _: u64) -> futures::future::BoxFuture<'static, ()> {
+    fn durable(&self, _: u64) -> futures::future::BoxFuture<'static, Result<(), NotDurable>> {
         warden::already_durable()
     }
 }
@@ -1054,10 +1054,11 @@ impl Journal for Gated {
         self.inner.append_all(agent, kinds)
     }
 
-    fn durable(&self, seq: u64) -> futures::future::BoxFuture<'static, ()> {
+    fn durable(&self, seq: u64) -> futures::future::BoxFuture<'static, Result<(), NotDurable>> {
         let mut up_to = self.durable_up_to.subscribe();
         Box::pin(async move {
             let _ = up_to.wait_for(|&d| d >= seq).await;
+            Ok(())
         })
     }
 }
@@ -1136,6 +1137,58 @@ async fn an_event_is_acknowledged_only_once_durable_under_the_event_stream_tee()
         .iter()
         .any(|(_, k)| matches!(k, EventKind::EventTaken { .. })));
     assert_eq!(published, journaled);
+}
+
+/// When the journal cannot write an event's acceptance the answer is not a `202`: a `500` that
+/// says so and gives the id (the event is queued and runs; sending it again would run it twice).
+#[actix_rt::test]
+async fn an_event_the_journal_cannot_write_is_answered_500_with_its_id_and_still_runs() {
+    // Real time: the journal's writer thread retries on the wall clock before it gives up.
+    let db = TempDb::new("api-not-durable");
+    let sqlite = Arc::new(SqliteJournal::open(&db.0).unwrap());
+    let s = streaming(WardenConfig::default(), EventHub::default(), sqlite.clone());
+    let a = s.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
+    let app = service!(streaming_state(&s));
+    poison_writes(&db.0);
+
+    let (status, body) = call!(
+        app,
+        post(
+            "/api/agents/a/events",
+            Some(ADMIN),
+            Some(json!({"content": "poison pill"}))
+        ),
+    );
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    let id = body["id"].as_u64().expect("the id");
+    assert_eq!(
+        body["error"],
+        format!(
+            "event {id} was queued but is not durable: journal write failed: injected write failure"
+        )
+    );
+    let doc: Value = serde_json::from_str(api::OPENAPI).unwrap();
+    let documented = &doc["paths"]["/api/agents/{key}/events"]["post"]["responses"]["500"];
+    conforms(
+        &doc,
+        &documented["content"]["application/json"]["schema"],
+        &body,
+        "500",
+    )
+    .unwrap();
+    until("the event ran", || a.status().turns == 1).await;
+
+    // Other events are still acknowledged once durable.
+    let (status, body) = call!(
+        app,
+        post(
+            "/api/agents/a/events",
+            Some(ADMIN),
+            Some(json!({"content": "fine"}))
+        ),
+    );
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert!(sqlite.stats().failed_batches >= 1);
 }
 
 #[actix_rt::test]

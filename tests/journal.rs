@@ -6,11 +6,8 @@ mod common;
 use common::*;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::{
-    path::{Path, PathBuf},
-    sync::{
-        atomic::{AtomicU32, Ordering},
-        Arc,
-    },
+    path::Path,
+    sync::{atomic::Ordering, Arc},
 };
 use warden::{
     journal::{
@@ -19,32 +16,6 @@ use warden::{
     protocols::{Breaker, ToolCall, TurnOutcome},
     *,
 };
-
-/// A fresh database path under the system temp dir, removed (with its WAL files) on drop.
-struct TempDb(PathBuf);
-
-impl TempDb {
-    fn new(name: &str) -> Self {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "warden-journal-test-{}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst),
-            name
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDb(dir.join("warden.db"))
-    }
-}
-
-impl Drop for TempDb {
-    fn drop(&mut self) {
-        if let Some(dir) = self.0.parent() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
 
 fn key(k: &str) -> AgentKey {
     AgentKey::new(k)
@@ -1345,4 +1316,60 @@ async fn acknowledged_events_come_back_after_a_restart_and_run_once_each() {
     let expected: Vec<String> = sent.iter().map(|c| format!("[api] {c}")).collect();
     assert_eq!(users, expected, "each acknowledged event once, in order");
     assert_eq!(journal.restore_records().unwrap()[0], live);
+}
+
+// ---- what `durable` reports ---------------------------------------------------------------------
+
+fn poisoned(i: usize) -> EventKind {
+    EventKind::SafetyAlert {
+        message: format!("poison {i}"),
+    }
+}
+
+#[actix_rt::test]
+async fn durable_reports_the_batch_the_writer_gave_up_on_and_events_after_close() {
+    let db = TempDb::new("not-durable");
+    let journal = SqliteJournal::open(&db.0).unwrap();
+    let a = key("a");
+    let before = journal.append(&a, alert(1));
+    assert_eq!(journal.durable(before).await, Ok(()));
+
+    poison_writes(&db.0);
+    let lost = journal.append(&a, poisoned(1));
+    match journal.durable(lost).await {
+        Err(NotDurable::WriteFailed { reason }) => {
+            assert!(reason.contains("injected write failure"), "{reason}")
+        }
+        other => panic!("a batch that cannot be written reported as {other:?}"),
+    }
+    assert_eq!(journal.stats().failed_batches, 1);
+    assert_eq!(
+        NotDurable::WriteFailed {
+            reason: "injected write failure".into()
+        }
+        .to_string(),
+        "journal write failed: injected write failure"
+    );
+
+    // The journal goes on: later events are durable, earlier ones still are.
+    let after = journal.append(&a, alert(2));
+    assert_eq!(journal.durable(after).await, Ok(()));
+    assert_eq!(journal.durable(before).await, Ok(()));
+    assert!(journal.durable(lost).await.is_err());
+
+    journal.close();
+    let closed = journal.append(&a, alert(3));
+    assert_eq!(journal.durable(closed).await, Err(NotDurable::Closed));
+    assert_eq!(NotDurable::Closed.to_string(), "journal is closed");
+    assert_eq!(journal.durable(after).await, Ok(()));
+
+    // On disk: exactly what was reported durable.
+    let on_disk: Vec<EventKind> = journal::JournalReader::open(&db.0)
+        .unwrap()
+        .events_of("a")
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(on_disk, [alert(1), alert(2)]);
 }

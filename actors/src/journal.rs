@@ -29,15 +29,28 @@ pub trait Journal: Send + Sync + 'static {
     fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64;
 
     /// Resolves once the event with sequence number `seq` is durable, without blocking a thread
-    /// (for an acknowledgement that leaves the process, e.g. the API's `202`). A journal that keeps
+    /// (for an acknowledgement that leaves the process, e.g. the API's `202`), or with the reason it
+    /// never will be (its write failed for good, the journal was closed first). A journal that keeps
     /// nothing across a crash has nothing to wait for and resolves at once ([`already_durable`]).
-    fn durable(&self, seq: u64) -> BoxFuture<'static, ()>;
+    fn durable(&self, seq: u64) -> BoxFuture<'static, Result<(), NotDurable>>;
+}
+
+/// Why an event will never be durable. The event itself is not undone: it was appended (and acted
+/// on) in memory, it is only not on disk.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotDurable {
+    /// The journal gave up on the batch holding the event after repeated write failures.
+    #[error("journal write failed: {reason}")]
+    WriteFailed { reason: String },
+    /// The journal was closed before the event was handed to it.
+    #[error("journal is closed")]
+    Closed,
 }
 
 /// A [`Journal::durable`] future that is already resolved, for journals that do not survive a
 /// crash (or are durable on `append`).
-pub fn already_durable() -> BoxFuture<'static, ()> {
-    Box::pin(std::future::ready(()))
+pub fn already_durable() -> BoxFuture<'static, Result<(), NotDurable>> {
+    Box::pin(std::future::ready(Ok(())))
 }
 
 /// Milliseconds since the Unix epoch.
@@ -110,7 +123,7 @@ impl Journal for MemoryJournal {
         first + n - 1
     }
 
-    fn durable(&self, _seq: u64) -> BoxFuture<'static, ()> {
+    fn durable(&self, _seq: u64) -> BoxFuture<'static, Result<(), NotDurable>> {
         already_durable()
     }
 }
@@ -131,7 +144,7 @@ impl Journal for NullJournal {
         self.seq.fetch_add(n, Ordering::Relaxed) + n
     }
 
-    fn durable(&self, _seq: u64) -> BoxFuture<'static, ()> {
+    fn durable(&self, _seq: u64) -> BoxFuture<'static, Result<(), NotDurable>> {
         already_durable()
     }
 }

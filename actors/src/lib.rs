@@ -20,9 +20,11 @@ mod supervisor;
 pub mod toolkit;
 mod tools;
 
-pub use agent::{AgentHandle, ControlError, ControlOp, EventSendError, HaltAck, TaskError};
+pub use agent::{
+    AgentHandle, ControlError, ControlOp, DurableSendError, EventSendError, HaltAck, TaskError,
+};
 pub use context::{Advisory, ContextStrategy, Trimmed};
-pub use journal::{already_durable, now_ms, Journal, MemoryJournal, NullJournal};
+pub use journal::{already_durable, now_ms, Journal, MemoryJournal, NotDurable, NullJournal};
 pub use provider::{
     AttemptObserver, FailedAttempt, LlmRequest, LlmResponse, OpenAiCompatible, OpenAiConfig,
     OpenAiSetupError, Provider, ProviderError, RetryPolicy, ScriptStats, ScriptStep,

@@ -110,3 +110,41 @@ pub async fn lock_out(agent: &warden::AgentHandle) {
     }
     assert_eq!(agent.state(), AgentState::SafetyLockout);
 }
+
+/// A fresh database path under the system temp dir, removed (with its WAL files) on drop.
+pub struct TempDb(pub std::path::PathBuf);
+
+impl TempDb {
+    pub fn new(name: &str) -> Self {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "warden-journal-test-{}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst),
+            name
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDb(dir.join("warden.db"))
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Makes every insert into the journal's `events` table whose JSON body contains `poison` fail
+/// (a trigger created from a second connection): a write failure on demand, in the real journal.
+pub fn poison_writes(db: &std::path::Path) {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER poison BEFORE INSERT ON events WHEN NEW.body LIKE '%poison%'
+             BEGIN SELECT RAISE(ABORT, 'injected write failure'); END;",
+        )
+        .unwrap();
+}

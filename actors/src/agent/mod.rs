@@ -19,7 +19,10 @@ pub(crate) mod actor;
 pub(crate) mod cell;
 pub(crate) mod turn;
 
-use crate::mailbox::{Prioritized, TrySendError};
+use crate::{
+    journal::NotDurable,
+    mailbox::{Prioritized, TrySendError},
+};
 use cell::AgentCell;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
@@ -189,6 +192,18 @@ pub struct EventSendError {
     pub refusal: WorkRefusal,
 }
 
+/// Why [`AgentHandle::try_send_event_durable`] cannot acknowledge an event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurableSendError {
+    /// Not queued (handed back with the reason).
+    #[error(transparent)]
+    Refused(#[from] EventSendError),
+    /// Queued under `id` (it runs, or ran) but its acceptance is not on disk: after a crash it
+    /// would be gone. Sending it again would run it twice.
+    #[error("event {id} was queued but is not durable: {cause}")]
+    NotDurable { id: u64, cause: NotDurable },
+}
+
 /// An event queued: its id and the journal seq of its `EventQueued`.
 struct Accepted {
     id: u64,
@@ -304,11 +319,17 @@ impl AgentHandle {
     /// [`AgentHandle::try_send_event`], resolving once the acceptance is durable in the journal (with
     /// the SQLite journal: committed), so an acknowledgement sent after it (the API's `202`) survives a
     /// crash: the event is then either queued again on restart or already in the history. The wait
-    /// blocks no thread.
-    pub async fn try_send_event_durable(&self, event: UserEvent) -> Result<u64, EventSendError> {
+    /// blocks no thread. When the journal cannot make it durable the event stays queued and the
+    /// error says so ([`DurableSendError::NotDurable`]).
+    pub async fn try_send_event_durable(&self, event: UserEvent) -> Result<u64, DurableSendError> {
         let accepted = self.queue(Arc::new(event)).map_err(Rejected::into_error)?;
-        self.cell.journal().durable(accepted.seq).await;
-        Ok(accepted.id)
+        match self.cell.journal().durable(accepted.seq).await {
+            Ok(()) => Ok(accepted.id),
+            Err(cause) => Err(DurableSendError::NotDurable {
+                id: accepted.id,
+                cause,
+            }),
+        }
     }
 
     /// Queues an event, waiting for room in the ordinary lane (backpressure). Returns the event's id.
