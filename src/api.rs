@@ -760,15 +760,44 @@ pub async fn serve(state: ApiState, addr: SocketAddr) -> Result<(), ServeError> 
     Ok(())
 }
 
-/// The team `warden serve` runs when no `--config` is given: one assistant on the scripted model.
+/// The team `warden serve` runs when no `--config` is given: the demo's team on the scripted model —
+/// the `concierge` delegates every event to the `researcher` and the `scribe`, then answers.
 pub const DEFAULT_TEAM: &str = r#"
-[providers.scripted]
+[providers.concierge]
 kind = "scripted"
-replies = ["Hello! I am a scripted assistant."]
+cycle = true
+replies = [
+  { tool = "delegate", args = { agent = "researcher", task = "Find out what was asked." } },
+  { tool = "delegate", args = { agent = "scribe", task = "Note the answer." } },
+  "Done: the researcher looked it up and the scribe noted it.",
+]
+
+[providers.researcher]
+kind = "scripted"
+replies = ["Found it: the library opens at nine."]
+
+[providers.scribe]
+kind = "scripted"
+replies = ["Noted."]
 
 [[agents]]
-key = "assistant"
-provider = "scripted"
+key = "concierge"
+provider = "concierge"
+system_prompt = "You are a helpful concierge."
+
+[[agents]]
+key = "researcher"
+role = "sub_agent"
+parent = "concierge"
+provider = "researcher"
+delegate = false
+
+[[agents]]
+key = "scribe"
+role = "sub_agent"
+parent = "concierge"
+provider = "scribe"
+delegate = false
 "#;
 
 /// `warden serve`: opens the journal at `db`, recovers every agent recorded there

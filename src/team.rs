@@ -56,10 +56,15 @@ pub enum ProviderSpec {
         #[serde(default)]
         temperature: Option<f32>,
     },
-    /// The built-in scripted model: answers with `replies` in turn, then with the last one.
+    /// The built-in scripted model: answers with `replies` in turn, then with the last one (or, with
+    /// `cycle`, from the first again). A reply is a text (a final answer) or a tool call
+    /// `{ tool = "delegate", args = { agent = "researcher", task = "…" } }`.
     Scripted {
+        #[serde(default, deserialize_with = "numbered_replies")]
+        replies: Vec<ScriptedReply>,
+        /// After the last reply, start over from the first (default false: repeat the last).
         #[serde(default)]
-        replies: Vec<String>,
+        cycle: bool,
         /// Each answer comes after this many milliseconds (default 0: at once).
         #[serde(default)]
         latency_ms: u64,
@@ -71,6 +76,103 @@ pub enum ProviderSpec {
         #[serde(default)]
         error: Option<String>,
     },
+}
+
+/// One answer of a team file's scripted model: a final text, or one tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ScriptedReply {
+    Text(String),
+    Tool {
+        tool: String,
+        args: serde_json::Value,
+    },
+}
+
+impl ScriptedReply {
+    fn step(&self) -> ScriptStep {
+        match self {
+            ScriptedReply::Text(text) => ScriptStep::reply(text.clone()),
+            ScriptedReply::Tool { tool, args } => ScriptStep::call(tool.clone(), args.clone()),
+        }
+    }
+}
+
+/// The table form of [`ScriptedReply::Tool`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolReply {
+    tool: String,
+    #[serde(default = "no_args")]
+    args: serde_json::Value,
+}
+
+fn no_args() -> serde_json::Value {
+    serde_json::Value::Object(Default::default())
+}
+
+impl<'de> Deserialize<'de> for ScriptedReply {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::{self, MapAccess, Visitor};
+        struct Reply;
+        impl<'de> Visitor<'de> for Reply {
+            type Value = ScriptedReply;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a text or a tool call `{ tool = \"…\", args = { … } }`")
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<ScriptedReply, E> {
+                Ok(ScriptedReply::Text(text.to_owned()))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ScriptedReply, A::Error> {
+                let ToolReply { tool, args } =
+                    ToolReply::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                if tool.trim().is_empty() {
+                    return Err(de::Error::custom("`tool` must not be empty"));
+                }
+                if !args.is_object() {
+                    return Err(de::Error::custom("`args` must be a table"));
+                }
+                Ok(ScriptedReply::Tool { tool, args })
+            }
+        }
+        deserializer.deserialize_any(Reply)
+    }
+}
+
+/// `replies`, each error naming the reply's index (the provider's tagged enum hides the path).
+fn numbered_replies<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<ScriptedReply>, D::Error> {
+    use serde::de::{self, SeqAccess, Visitor};
+    struct Replies;
+    impl<'de> Visitor<'de> for Replies {
+        type Value = Vec<ScriptedReply>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of replies")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut replies = Vec::new();
+            loop {
+                let at = replies.len();
+                match seq.next_element::<ScriptedReply>() {
+                    Ok(Some(reply)) => replies.push(reply),
+                    Ok(None) => return Ok(replies),
+                    Err(e) => {
+                        let e = e.to_string();
+                        return Err(de::Error::custom(format_args!(
+                            "replies[{at}]: {}",
+                            e.trim_end()
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    deserializer.deserialize_seq(Replies)
 }
 
 /// One agent.
@@ -231,43 +333,34 @@ impl TeamFile {
             }
             ProviderSpec::Scripted {
                 replies,
+                cycle,
                 latency_ms,
                 jitter_ms,
                 error,
             } => {
-                let (latency_ms, jitter_ms) = (*latency_ms, *jitter_ms);
-                // Call `n` (from 0) answers after latency_ms + a deterministic 0..=jitter_ms.
-                let delayed = move |n: u64, step: ScriptStep| {
+                let (latency_ms, jitter_ms, cycle) = (*latency_ms, *jitter_ms, *cycle);
+                let script: Vec<ScriptStep> = match error {
+                    Some(message) => vec![ScriptStep::fail(message.clone())],
+                    None if replies.is_empty() => vec![ScriptStep::reply("(no reply scripted)")],
+                    None => replies.iter().map(ScriptedReply::step).collect(),
+                };
+                let calls = std::sync::atomic::AtomicU64::new(0);
+                Arc::new(ScriptedProvider::new([]).with_fallback(move |_| {
+                    // Call `n` (from 0) answers after latency_ms + a deterministic 0..=jitter_ms.
+                    let n = calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let last = script.len() - 1;
+                    let at = if cycle {
+                        (n % script.len() as u64) as usize
+                    } else {
+                        usize::try_from(n).map_or(last, |n| n.min(last))
+                    };
+                    let step = script[at].clone();
                     let ms = latency_ms.saturating_add(jitter(n, jitter_ms));
                     if ms == 0 {
                         step
                     } else {
                         step.delayed(Duration::from_millis(ms))
                     }
-                };
-                let (steps, last) = match error {
-                    Some(message) => (Vec::new(), ScriptStep::fail(message.clone())),
-                    None => (
-                        replies.iter().cloned().map(ScriptStep::Reply).collect(),
-                        ScriptStep::reply(
-                            replies
-                                .last()
-                                .cloned()
-                                .unwrap_or_else(|| "(no reply scripted)".into()),
-                        ),
-                    ),
-                };
-                let steps: Vec<ScriptStep> = steps
-                    .into_iter()
-                    .enumerate()
-                    .map(|(n, step)| delayed(n as u64, step))
-                    .collect();
-                let calls = std::sync::atomic::AtomicU64::new(steps.len() as u64);
-                Arc::new(ScriptedProvider::new(steps).with_fallback(move |_| {
-                    delayed(
-                        calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-                        last.clone(),
-                    )
                 }))
             }
         })
@@ -426,6 +519,67 @@ delegate = false
         assert!(
             delays.iter().any(|&d| d != delays[0]),
             "no jitter: {delays:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn scripted_replies_can_be_tool_calls_and_can_cycle() {
+        let text = r#"
+[providers.lead]
+kind = "scripted"
+cycle = true
+replies = [
+  { tool = "delegate", args = { agent = "mid", task = "look" } },
+  { tool = "ping" },
+  "done",
+]
+"#;
+        let team = TeamFile::from_toml(text).unwrap();
+        let model = team.provider("lead").unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..7 {
+            let message = model.complete(request()).await.unwrap().message;
+            seen.push(match message.tool_calls.first() {
+                Some(call) => format!("{} {}", call.function.name, call.function.arguments),
+                None => message.content.unwrap_or_default(),
+            });
+        }
+        let delegate = r#"delegate {"agent":"mid","task":"look"}"#;
+        assert_eq!(
+            seen,
+            [delegate, "ping {}", "done", delegate, "ping {}", "done", delegate]
+        );
+    }
+
+    #[test]
+    fn a_bad_scripted_reply_is_named_exactly() {
+        let with = |replies: &str| {
+            TeamFile::from_toml(&format!(
+                "[providers.m]\nkind = \"scripted\"\nreplies = {replies}\n"
+            ))
+            .unwrap_err()
+            .to_string()
+        };
+        assert_eq!(
+            with("[\"ok\", { tool = \"x\", arg = {} }]"),
+            "invalid config: [providers]: `m`: replies[1]: unknown field `arg`, expected `tool` or `args`"
+        );
+        assert_eq!(
+            with("[{ args = {} }]"),
+            "invalid config: [providers]: `m`: replies[0]: missing field `tool`"
+        );
+        assert_eq!(
+            with("[{ tool = \"x\", args = 3 }]"),
+            "invalid config: [providers]: `m`: replies[0]: `args` must be a table"
+        );
+        assert_eq!(
+            with("[{ tool = \" \" }]"),
+            "invalid config: [providers]: `m`: replies[0]: `tool` must not be empty"
+        );
+        assert_eq!(
+            with("[3]"),
+            "invalid config: [providers]: `m`: replies[0]: invalid type: integer `3`, \
+             expected a text or a tool call `{ tool = \"…\", args = { … } }`"
         );
     }
 

@@ -581,8 +581,47 @@ async fn serve_refuses_a_public_address_without_an_admin_token() {
         matches!(err, api::ServeError::NoTokenOnPublicAddress(_)),
         "{err}"
     );
-    // The default team parses.
-    assert!(warden::team::TeamFile::from_toml(api::DEFAULT_TEAM).is_ok());
+}
+
+/// `warden serve` without `--config` serves the demo's team: the concierge delegates each event to
+/// the researcher and the scribe, then answers.
+#[actix_rt::test]
+async fn the_default_team_delegates_to_both_sub_agents_and_answers() {
+    tokio::time::pause();
+    let file = warden::team::TeamFile::from_toml(api::DEFAULT_TEAM).unwrap();
+    let (team, journal) = common::team(file.config.clone());
+    file.spawn_agents(&team).unwrap();
+    let keys: Vec<String> = team.statuses().iter().map(|s| s.key.to_string()).collect();
+    assert_eq!(keys, ["concierge", "researcher", "scribe"]);
+    let concierge = team.get("concierge").unwrap();
+    for round in 1..=2 {
+        concierge
+            .try_send_event(UserEvent::new("When does the library open?"))
+            .unwrap();
+        until("the concierge answered", || {
+            concierge.status().turns == round
+        })
+        .await;
+        assert_eq!(
+            concierge
+                .record()
+                .history
+                .last()
+                .unwrap()
+                .content
+                .as_deref(),
+            Some("Done: the researcher looked it up and the scribe noted it.")
+        );
+        for sub in ["researcher", "scribe"] {
+            assert_eq!(team.get(sub).unwrap().status().turns, round, "{sub}");
+        }
+    }
+    let ended = journal
+        .events()
+        .into_iter()
+        .filter(|e| matches!(e.kind, EventKind::DelegationEnded { .. }))
+        .count();
+    assert_eq!(ended, 4);
 }
 
 // ---- the event stream ---------------------------------------------------------------------------
