@@ -34,7 +34,7 @@ use warden_actors::{
     safety::{AnswerError, ChannelInterventionBus},
     ControlError, DurableSendError, HaltAck, Supervisor,
 };
-use warden_protocols::{AgentKey, Answer, HaltCause, UserEvent, WorkRefusal};
+use warden_protocols::{AgentKey, Answer, HaltCause, Reply, UserEvent, WorkRefusal};
 
 /// Default request body limit (bytes).
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
@@ -669,7 +669,7 @@ async fn list_interventions(_: Reader, state: web::Data<ApiState>) -> Handled {
 }
 
 /// `POST /api/interventions/{id}` body: `{"answer": "yes"}` (`yes`/`y`, `no`/`n`; anything else is
-/// a no), with an optional `note` for the server log.
+/// a no), with an optional `note`, journaled with the decision (`limit_decided.decision.answered_by`).
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AnswerBody {
@@ -708,7 +708,8 @@ async fn answer_intervention(
     let bus = state.bus.as_ref().ok_or_else(|| not_pending(id))?;
     let AnswerBody { answer, note } = body.into_inner();
     let answer = Answer::parse(&answer);
-    bus.answer(id, answer.clone())
+    // Who answered and the note go with the answer: the agent journals them in `limit_decided`.
+    bus.reply(id, Reply::by(answer.clone(), API_OPERATOR, note.clone()))
         .map_err(|AnswerError::Unknown(id)| not_pending(id))?;
     tracing::info!(
         id,

@@ -31,7 +31,7 @@ use warden_actors::{
     safety::{BusError, ChannelInterventionBus, InterventionBus},
     Journal, MemoryJournal, NotDurable,
 };
-use warden_protocols::{AgentKey, Answer, Event, EventKind, Intervention};
+use warden_protocols::{AgentKey, Event, EventKind, Intervention, Reply};
 
 /// Items a subscriber may fall behind by before it lags (the channel's capacity).
 pub const DEFAULT_CAPACITY: usize = 1024;
@@ -75,7 +75,8 @@ pub struct Notice {
 pub enum NoticeKind {
     /// An ask is pending; `data` is the [`Intervention`] (answer it by its `id`).
     InterventionAsked,
-    /// The ask was answered: `{"id", "agent", "answer"}`.
+    /// The ask was answered: `{"id", "agent", "answer"}`, and `"answered_by": {"operator", "note"}`
+    /// when the bus said who.
     InterventionAnswered,
     /// The ask ended without an answer (timed out, halted, bus closed): `{"id", "agent", "reason"}`.
     InterventionWithdrawn,
@@ -102,11 +103,15 @@ impl Notice {
         }
     }
 
-    fn answered(id: u64, agent: &AgentKey, answer: &Answer) -> Self {
+    fn answered(id: u64, agent: &AgentKey, reply: &Reply) -> Self {
+        let mut data = serde_json::json!({ "id": id, "agent": agent, "answer": reply.answer });
+        if let Some(by) = &reply.by {
+            data["answered_by"] = serde_json::to_value(by).unwrap_or_default();
+        }
         Notice {
             kind: NoticeKind::InterventionAnswered,
             agent: agent.clone(),
-            data: serde_json::json!({ "id": id, "agent": agent, "answer": answer }),
+            data,
         }
     }
 
@@ -368,7 +373,7 @@ impl Drop for WithdrawNotice<'_> {
 }
 
 impl InterventionBus for BroadcastBus {
-    fn ask(&self, intervention: Intervention) -> BoxFuture<'_, Result<Answer, BusError>> {
+    fn ask(&self, intervention: Intervention) -> BoxFuture<'_, Result<Reply, BusError>> {
         Box::pin(async move {
             let notice = Notice::asked(&intervention);
             let (id, agent) = (intervention.id, intervention.agent.clone());

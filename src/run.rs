@@ -14,7 +14,10 @@ use std::{
     time::Duration,
 };
 use tokio::sync::mpsc::UnboundedReceiver;
-use warden_protocols::{Answer, EventKind};
+use warden_protocols::{Answer, EventKind, Reply};
+
+/// Who answers the asks `warden run` prints: the person at its terminal (journaled with the decision).
+pub const TTY_OPERATOR: &str = "tty";
 
 /// Options of `warden run`.
 #[derive(Debug, Clone, Default)]
@@ -95,7 +98,10 @@ pub async fn run(
                         Some(rx) => rx.recv().await.unwrap_or_default(),
                         None => String::new(),
                     };
-                    let _ = bus.answer(ask.id, Answer::parse(&answer));
+                    let _ = bus.reply(
+                        ask.id,
+                        Reply::by(Answer::parse(&answer), TTY_OPERATOR, None),
+                    );
                 }
             }
             actix_rt::time::sleep(Duration::from_millis(5)).await;

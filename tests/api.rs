@@ -554,13 +554,34 @@ async fn interventions_are_listed_and_answered_over_http() {
         body["error"],
         format!("no pending intervention with id {id}")
     );
-    // The "no" refused the limit: the task ends with the wrap-up.
+    // The "no" refused the limit: the task ends with the wrap-up. The journal says who refused it,
+    // and why.
     until("wrapped up", || a.status().turns == 1).await;
-    assert!(f
-        .journal
-        .events_of("a")
+    let events = f.journal.events_of("a");
+    assert!(events
         .iter()
         .any(|e| matches!(e.kind, EventKind::LimitDenied { .. })));
+    let decided: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::LimitDecided { decision, .. } => Some(decision.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        decided,
+        [
+            warden::protocols::LimitDecision::refuse(warden::protocols::LimitReason::UserRefused)
+                .answered_by(Some(warden::protocols::AnsweredBy {
+                    operator: "api:admin".into(),
+                    note: Some("enough looking".into()),
+                }))
+        ]
+    );
+    assert_eq!(
+        serde_json::to_value(&decided[0]).unwrap()["answered_by"],
+        json!({"operator": "api:admin", "note": "enough looking"})
+    );
 }
 
 #[actix_rt::test]
@@ -795,14 +816,18 @@ async fn the_event_stream_delivers_an_ask_and_the_answer_resolves_it() {
         .await;
     assert_eq!(
         answered.data,
-        json!({"id": id, "agent": "a", "answer": "yes"})
+        json!({"id": id, "agent": "a", "answer": "yes", "answered_by": {"operator": "api:admin"}})
     );
-    // The agent resumes, then journals the decision.
+    // The agent resumes, then journals the decision, with who took it.
     let (decided, between) = sse
         .until("limit_decided", |m| m.event == "limit_decided")
         .await;
     assert_eq!(decided.data["kind"]["decision"]["allow"], true);
     assert_eq!(decided.data["kind"]["decision"]["reason"], "user_approved");
+    assert_eq!(
+        decided.data["kind"]["decision"]["answered_by"],
+        json!({"operator": "api:admin"})
+    );
     let resumed: Vec<_> = between
         .iter()
         .map(|m| {

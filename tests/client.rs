@@ -302,7 +302,8 @@ async fn asks_are_listed_and_answered_with_the_client_and_streamed_over_the_sock
     let text = read_events(&mut stream, &["intervention_answered", "limit_denied"]).await;
     assert!(
         text.contains(&format!(
-            "data: {{\"agent\":\"a\",\"answer\":\"no\",\"id\":{id}}}"
+            "data: {{\"agent\":\"a\",\"answer\":\"no\",\"answered_by\":\
+             {{\"note\":\"enough\",\"operator\":\"api:admin\"}},\"id\":{id}}}"
         )),
         "{text}"
     );

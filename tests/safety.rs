@@ -182,6 +182,7 @@ fn allowed(extension: u32, reason: LimitReason) -> LimitDecision {
         allow: true,
         extension,
         reason,
+        answered_by: None,
     }
 }
 
@@ -1499,7 +1500,7 @@ async fn the_task_wall_clock_goes_through_the_checkpoint() {
     // ends at 6.001 s of paused time: the check sees 12.002 s.
     let decided = decisions(&journal, "a");
     assert_eq!(decided.len(), 1, "{decided:?}");
-    let (kind, current, configured, decision) = decided[0];
+    let (kind, current, configured, decision) = decided[0].clone();
     assert_eq!(
         (kind, configured, decision),
         (

@@ -737,13 +737,14 @@ impl Supervisor {
             .checkpoint
             .handle_limit_exceeded(&ctx)
             .await;
+        let allow = decision.allow;
         from.note(EventKind::LimitDecided {
             kind,
             current,
             configured,
             decision,
         });
-        decision.allow
+        allow
     }
 
     // ---- restarts ---------------------------------------------------------------------------------

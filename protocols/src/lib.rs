@@ -35,8 +35,8 @@ pub use priority::Priority;
 pub use record::{AgentRecord, Lockout, PendingEvent};
 pub use refusal::{DelegationRefusal, WorkRefusal};
 pub use safety::{
-    AnomalyKind, Answer, FleetView, Intervention, LimitDecision, LimitKind, LimitReason,
-    LlmOutcome, OnLimitMode, ToolOutcome,
+    AnomalyKind, Answer, AnsweredBy, FleetView, Intervention, LimitDecision, LimitKind,
+    LimitReason, LlmOutcome, OnLimitMode, Reply, ToolOutcome,
 };
 pub use state::{AgentState, IllegalTransition, TRANSITIONS};
 pub use status::{AgentStatus, QueueDepths};

@@ -191,7 +191,7 @@ impl fmt::Display for LimitReason {
 }
 
 /// The answer of the limit checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LimitDecision {
     /// `true`: the limit is extended once by its configured amount and the operation continues.
     pub allow: bool,
@@ -199,6 +199,10 @@ pub struct LimitDecision {
     /// included (1 for the first). 0 when refused.
     pub extension: u32,
     pub reason: LimitReason,
+    /// Who answered, when an operator decided (`user_approved`, `user_refused`) and the bus said
+    /// who: the audit trail of `limit_decided`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<AnsweredBy>,
 }
 
 impl LimitDecision {
@@ -207,7 +211,50 @@ impl LimitDecision {
             allow: false,
             extension: 0,
             reason,
+            answered_by: None,
         }
+    }
+
+    /// The decision, recording who answered.
+    pub fn answered_by(mut self, by: Option<AnsweredBy>) -> Self {
+        self.answered_by = by;
+        self
+    }
+}
+
+/// Who answered an ask, and the note they gave (kept in the journal with the decision).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnsweredBy {
+    /// E.g. `api:admin` (the HTTP API's admin token), `tty` (`warden run`'s terminal).
+    pub operator: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// An [`Answer`] with its author, as an intervention bus delivers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub answer: Answer,
+    /// `None`: an anonymous answer (an embedder's bus that does not say who).
+    pub by: Option<AnsweredBy>,
+}
+
+impl Reply {
+    /// `answer`, given by `operator` with an optional note.
+    pub fn by(answer: Answer, operator: impl Into<String>, note: Option<String>) -> Self {
+        Reply {
+            answer,
+            by: Some(AnsweredBy {
+                operator: operator.into(),
+                note,
+            }),
+        }
+    }
+}
+
+impl From<Answer> for Reply {
+    fn from(answer: Answer) -> Self {
+        Reply { answer, by: None }
     }
 }
 

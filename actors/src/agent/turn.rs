@@ -446,7 +446,7 @@ async fn checkpoint(
         kind,
         current,
         configured,
-        decision,
+        decision: decision.clone(),
     });
     Some((decision, ctx))
 }

@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use tokio::sync::{oneshot, Notify};
-use warden_protocols::{Answer, Intervention};
+use warden_protocols::{Answer, Intervention, Reply};
 
 /// Why an ask got no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -33,13 +33,13 @@ pub enum AnswerError {
 
 /// Somewhere an operator can answer a yes/no question (TTY, HTTP, A2A peer, test).
 pub trait InterventionBus: Send + Sync {
-    /// Asks and waits for the answer. Dropping the future withdraws the question.
-    fn ask(&self, intervention: Intervention) -> BoxFuture<'_, Result<Answer, BusError>>;
+    /// Asks and waits for the answer (and who gave it). Dropping the future withdraws the question.
+    fn ask(&self, intervention: Intervention) -> BoxFuture<'_, Result<Reply, BusError>>;
 }
 
 struct Pending {
     intervention: Intervention,
-    reply: oneshot::Sender<Answer>,
+    reply: oneshot::Sender<Reply>,
 }
 
 /// An in-process bus: pending asks can be listed and answered by id from any task.
@@ -84,8 +84,13 @@ impl ChannelInterventionBus {
             .collect()
     }
 
-    /// Answers pending ask `id`.
+    /// Answers pending ask `id`, anonymously.
     pub fn answer(&self, id: u64, answer: Answer) -> Result<(), AnswerError> {
+        self.reply(id, answer.into())
+    }
+
+    /// Answers pending ask `id`, saying who answered (journaled with the decision).
+    pub fn reply(&self, id: u64, reply: Reply) -> Result<(), AnswerError> {
         let pending = self
             .pending
             .lock()
@@ -94,7 +99,7 @@ impl ChannelInterventionBus {
         // The asker may have gone between our removal and this send: then nobody waits for it.
         pending
             .reply
-            .send(answer)
+            .send(reply)
             .map_err(|_| AnswerError::Unknown(id))
     }
 
@@ -113,7 +118,7 @@ impl ChannelInterventionBus {
 }
 
 impl InterventionBus for ChannelInterventionBus {
-    fn ask(&self, intervention: Intervention) -> BoxFuture<'_, Result<Answer, BusError>> {
+    fn ask(&self, intervention: Intervention) -> BoxFuture<'_, Result<Reply, BusError>> {
         Box::pin(async move {
             let id = intervention.id;
             let (tx, rx) = oneshot::channel();
@@ -173,7 +178,7 @@ mod tests {
                 );
             })
         };
-        assert_eq!(bus.ask(iv(7)).await, Ok(Answer::Yes));
+        assert_eq!(bus.ask(iv(7)).await, Ok(Answer::Yes.into()));
         answerer.await.unwrap();
         assert!(bus.pending().is_empty());
     }

@@ -35,7 +35,7 @@ use std::{
     time::Duration,
 };
 use warden_protocols::{
-    AgentKey, Answer, Intervention, LimitDecision, LimitKind, LimitReason, OnLimitMode,
+    AgentKey, Answer, Intervention, LimitDecision, LimitKind, LimitReason, OnLimitMode, Reply,
     SafetyOnLimitConfig,
 };
 
@@ -115,6 +115,7 @@ impl LimitCheckpoint {
             allow: true,
             extension: *n,
             reason,
+            answered_by: None,
         }
     }
 
@@ -161,8 +162,11 @@ impl LimitCheckpoint {
             },
         };
         match answer {
-            Ok(Answer::Yes) => self.grant(ctx, LimitReason::UserApproved, None),
-            Ok(Answer::No | Answer::Other(_)) => LimitDecision::refuse(LimitReason::UserRefused),
+            Ok(Reply { answer, by }) => match answer {
+                Answer::Yes => self.grant(ctx, LimitReason::UserApproved, None),
+                Answer::No | Answer::Other(_) => LimitDecision::refuse(LimitReason::UserRefused),
+            }
+            .answered_by(by),
             Err(error) => {
                 tracing::warn!(agent = %ctx.agent, %error, "intervention bus failed; refusing");
                 LimitDecision::refuse(LimitReason::UserRefused)
@@ -278,6 +282,7 @@ mod tests {
             allow: true,
             extension,
             reason,
+            answered_by: None,
         }
     }
 
@@ -371,7 +376,7 @@ mod tests {
 
     struct BrokenBus;
     impl InterventionBus for BrokenBus {
-        fn ask(&self, _: Intervention) -> BoxFuture<'_, Result<Answer, BusError>> {
+        fn ask(&self, _: Intervention) -> BoxFuture<'_, Result<Reply, BusError>> {
             Box::pin(async { Err(BusError::Closed) })
         }
     }
