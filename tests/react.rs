@@ -1419,6 +1419,26 @@ async fn openai_json_fallback_tool_calling_round_trip_through_an_agent() {
     assert_eq!(a.status().tokens_used, 30 + 12 + 50 + 4);
 }
 
+/// Halts `a` while its one request is open on `server`: the connection is closed, the agent is
+/// stopped, no tool ran and the request is not retried.
+async fn halt_cuts_the_request(
+    a: &AgentHandle,
+    server: &mut Server,
+    args_seen: &Mutex<Vec<serde_json::Value>>,
+) {
+    bounded(
+        "halt",
+        a.halt(HaltCause::Operator {
+            operator: "op".into(),
+        }),
+    )
+    .await;
+    server.client_closed().await;
+    assert_eq!(a.state(), AgentState::Stopped);
+    assert!(args_seen.lock().is_empty(), "no tool ran");
+    assert_eq!(server.bodies().len(), 1, "no retry after the halt");
+}
+
 #[actix_rt::test]
 async fn openai_halt_while_the_server_stalls_closes_the_connection_and_runs_no_tool() {
     let mut server = Server::start(vec![Reply::Stall]).await;
@@ -1437,22 +1457,12 @@ async fn openai_halt_while_the_server_stalls_closes_the_connection_and_runs_no_t
     .await;
     assert_eq!(a.state(), AgentState::Executing);
 
-    bounded(
-        "halt",
-        a.halt(HaltCause::Operator {
-            operator: "op".into(),
-        }),
-    )
-    .await;
-    server.client_closed().await;
-    assert_eq!(a.state(), AgentState::Stopped);
-    assert!(args_seen.lock().is_empty(), "no tool ran");
+    halt_cuts_the_request(&a, &mut server, &args_seen).await;
     let history = a.record().history;
     assert!(
         history.iter().all(|m| m.role == ChatRole::User),
         "nothing came back from the model: {history:#?}"
     );
-    assert_eq!(server.bodies().len(), 1, "no retry after the halt");
     assert_eq!(a.status().tokens_used, 0);
 }
 
@@ -1479,16 +1489,6 @@ async fn openai_halt_during_a_slow_stream_closes_the_connection_and_runs_no_tool
     )
     .await;
     assert_eq!(server.bodies()[0]["stream"], json!(true));
-    bounded(
-        "halt",
-        a.halt(HaltCause::Operator {
-            operator: "op".into(),
-        }),
-    )
-    .await;
-    server.client_closed().await;
-    assert_eq!(a.state(), AgentState::Stopped);
-    assert!(args_seen.lock().is_empty(), "no tool ran");
+    halt_cuts_the_request(&a, &mut server, &args_seen).await;
     assert!(a.record().history.iter().all(|m| m.tool_calls.is_empty()));
-    assert_eq!(server.bodies().len(), 1, "no retry after the halt");
 }
