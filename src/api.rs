@@ -262,7 +262,9 @@ impl ResponseError for ApiError {
 impl From<ControlError> for ApiError {
     fn from(err: ControlError) -> Self {
         let status = match err {
-            ControlError::NotActive | ControlError::NotStopped => StatusCode::CONFLICT,
+            ControlError::NotActive | ControlError::NotStopped | ControlError::LockedOut => {
+                StatusCode::CONFLICT
+            }
             ControlError::Closed => StatusCode::SERVICE_UNAVAILABLE,
         };
         ApiError::new(status, err.to_string())

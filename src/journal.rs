@@ -761,8 +761,10 @@ impl SqliteJournal {
     /// interrupted completed along legal transitions, each journaled (cause [`RECOVERY_CAUSE`]) so the
     /// records still equal the replay:
     ///
-    /// * a locked-out agent (`emergency_stop`) that the crash caught before its state change into
-    ///   `SAFETY_LOCKOUT` is committed is brought into `SAFETY_LOCKOUT`;
+    /// * a locked-out agent (`emergency_stop`) caught mid-turn before its state change into
+    ///   `SAFETY_LOCKOUT` was committed (journals of older versions: the two are now one batch) is
+    ///   brought into `SAFETY_LOCKOUT`; one locked out while `WAITING_FOR_EVENT` keeps its state and
+    ///   refuses work through its lockout (no turn is invented to reach `SAFETY_LOCKOUT`);
     /// * an agent a breaker stopped (`stopped_by`) is brought into `STOPPED`;
     /// * an agent in `SAFETY_LOCKOUT` whose unlock is journaled (no `emergency_stop`) but whose state
     ///   change out of it is not goes to `WAITING_FOR_EVENT`, as the operator decided;
@@ -791,20 +793,23 @@ impl SqliteJournal {
 
 /// The legal transitions that end what a crash interrupted (see
 /// [`SqliteJournal::recover_records`]); empty for a consistent record.
+///
+/// Recovery never invents a turn: only an agent caught in one (`EXECUTING`, `WAITING_FOR_TOOL`,
+/// `WAITING_FOR_INPUT`) passes through `EXECUTING`. A record locked out while `WAITING_FOR_EVENT`
+/// (only in journals of versions that journaled a lockout and its state change apart, or let a
+/// resume pass a lockout) is left as it is: its lockout refuses all work until an unlock.
 pub fn recovery_path(record: &AgentRecord) -> &'static [AgentState] {
     use AgentState::*;
     match record.state {
         Stopped => &[],
-        SafetyLockout if record.emergency_stop => &[],
+        SafetyLockout if record.emergency_stop() => &[],
         SafetyLockout => &[WaitingForEvent],
-        Executing if record.emergency_stop => &[SafetyLockout],
-        WaitingForEvent | WaitingForTool | WaitingForInput if record.emergency_stop => {
-            &[Executing, SafetyLockout]
-        }
+        WaitingForEvent => &[],
+        Executing if record.emergency_stop() => &[SafetyLockout],
+        WaitingForTool | WaitingForInput if record.emergency_stop() => &[Executing, SafetyLockout],
         _ if record.stopped_by.is_some() => &[Stopped],
         Executing => &[WaitingForEvent],
         WaitingForTool | WaitingForInput => &[Executing, WaitingForEvent],
-        WaitingForEvent => &[],
     }
 }
 
@@ -1167,7 +1172,7 @@ pub fn show(db: &Path, agent: &str, json: bool, out: &mut dyn Write) -> Result<(
         writeln!(out, "  parent               {parent}")?;
     }
     writeln!(out, "  state                {:?}", record.state)?;
-    writeln!(out, "  emergency_stop       {}", record.emergency_stop)?;
+    writeln!(out, "  emergency_stop       {}", record.emergency_stop())?;
     if let Some(lockout) = &record.lockout {
         writeln!(
             out,

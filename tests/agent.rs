@@ -6,14 +6,6 @@ use serde_json::json;
 use std::{num::NonZeroU32, sync::Arc, time::Duration};
 use warden::*;
 
-fn replay_matches(journal: &MemoryJournal, agent: &AgentHandle) {
-    assert_eq!(
-        AgentRecord::replay(agent.key().clone(), &journal.events()),
-        agent.record(),
-        "journal replay differs from the live record"
-    );
-}
-
 /// One failing LLM call per event.
 async fn fail_n_turns(agent: &AgentHandle, n: u64) {
     let before = agent.status().turns;

@@ -476,6 +476,72 @@ async fn pause_holds_work_and_resume_releases_it_and_brings_a_halted_agent_back(
     assert_eq!(operators, [api::API_OPERATOR, api::API_OPERATOR]);
 }
 
+/// Issue 10.1: halt + resume used to take a locked-out agent to WAITING_FOR_EVENT with
+/// `emergency_stop` still set, and it took work. A halt never lifts a lockout; a resume is refused
+/// while locked out; only the unlock lets work in again.
+#[actix_rt::test]
+async fn halt_and_resume_cannot_lift_a_lockout_only_the_unlock_does() {
+    tokio::time::pause();
+    let f = fixture(WardenConfig::default());
+    let a = f.team.spawn(AgentSpec::assistant("a", failing())).unwrap();
+    let app = app!(f);
+    lock_out(&a).await;
+    let turns = a.status().turns;
+
+    for halt in ["/api/agents/a/halt", "/api/halt"] {
+        let (status, body) = call!(app, post(halt, Some(ADMIN), None));
+        assert_eq!(status, StatusCode::OK, "{halt}: {body}");
+        assert_eq!(
+            body["halted"][0]["state"],
+            json!(AgentState::SafetyLockout),
+            "{halt}: {body}"
+        );
+        assert_eq!(a.state(), AgentState::SafetyLockout, "{halt}");
+        let (status, body) = call!(app, post("/api/agents/a/resume", Some(ADMIN), None));
+        assert_eq!(status, StatusCode::CONFLICT, "{halt}: {body}");
+        assert_eq!(body["error"], "locked out: unlock first", "{halt}: {body}");
+        let (_, body) = call!(app, get("/api/agents/a", Some(ADMIN)));
+        assert_eq!(body["state"], json!(AgentState::SafetyLockout), "{body}");
+        assert_eq!(body["emergency_stop"], true, "{body}");
+        let (status, body) = call!(
+            app,
+            post(
+                "/api/agents/a/events",
+                Some(ADMIN),
+                Some(json!({"content": "sneak in"}))
+            )
+        );
+        assert_eq!(status, StatusCode::CONFLICT, "{halt}: {body}");
+    }
+    // A pause survives a refused resume, and no turn ran.
+    let (status, _) = call!(app, post("/api/agents/a/pause", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = call!(app, post("/api/agents/a/resume", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(a.status().paused);
+    settle(50).await;
+    assert_eq!(a.status().turns, turns, "no turn ran while locked out");
+    replay_matches(&f.journal, &a);
+
+    // The unlock lifts the lockout and the earlier halt; the resume lifts the pause.
+    let (status, body) = call!(app, post("/api/agents/a/unlock", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = call!(app, post("/api/agents/a/resume", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(a.state(), AgentState::WaitingForEvent);
+    let (status, body) = call!(
+        app,
+        post(
+            "/api/agents/a/events",
+            Some(ADMIN),
+            Some(json!({"content": "after unlock"}))
+        )
+    );
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    until("a turn after the unlock", || a.status().turns == turns + 1).await;
+    replay_matches(&f.journal, &a);
+}
+
 /// `max_iterations_per_task = 2` in interactive mode, with a model that keeps calling `look`.
 fn ask_config() -> WardenConfig {
     let mut config = WardenConfig::default();

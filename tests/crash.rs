@@ -448,10 +448,10 @@ fn kill_inside_a_turn_and_restart(seed: u64) {
         "seed {seed}: the acknowledged halt of a was lost"
     );
     let c = record_of(&db, "c");
-    assert!(c.emergency_stop, "seed {seed}: c's lockout was lost");
+    assert!(c.emergency_stop(), "seed {seed}: c's lockout was lost");
     let d = record_of(&db, "d");
     assert_eq!(
-        (d.state, d.emergency_stop),
+        (d.state, d.emergency_stop()),
         (AgentState::WaitingForEvent, false),
         "seed {seed}: the acknowledged unlock of d was lost"
     );
@@ -713,7 +713,7 @@ fn kill_a_cascade_and_restart(seed: u64) -> CascadeKill {
     }
     let locked_at_kill: Vec<&str> = CASCADE
         .into_iter()
-        .filter(|agent| record_of(&db, agent).emergency_stop)
+        .filter(|agent| record_of(&db, agent).emergency_stop())
         .collect();
     let stopped_at_kill: Vec<&str> = CASCADE
         .into_iter()

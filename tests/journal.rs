@@ -78,7 +78,7 @@ fn events_round_trip_in_order_with_their_kinds() {
     assert_eq!(records.len(), 2);
     assert_eq!(records[0].halts, 1);
     assert_eq!(records[0].discarded_by_halt, 2);
-    assert!(records[1].emergency_stop);
+    assert!(records[1].emergency_stop());
 }
 
 #[test]
@@ -292,7 +292,7 @@ async fn restored_records_equal_the_live_records_after_a_scenario() {
     for (record, live) in records.iter().zip([&a, &b, &c]) {
         assert_eq!(record, &live.record(), "replay of {} differs", live.key());
     }
-    assert!(records[0].emergency_stop);
+    assert!(records[0].emergency_stop());
     assert_eq!(records[1].history.len(), 6);
     assert_eq!(records[2].state, AgentState::Stopped);
 }
@@ -343,7 +343,7 @@ async fn a_locked_out_agent_restored_from_the_file_stays_locked_out() {
     assert_eq!(a.state(), AgentState::WaitingForEvent);
     let after = journal.restore_records().unwrap();
     assert_eq!(after[0], a.record());
-    assert!(!after[0].emergency_stop);
+    assert!(!after[0].emergency_stop());
 }
 
 #[test]
@@ -916,8 +916,13 @@ fn recovery_gives_the_same_answer_with_and_without_snapshots() {
         for record in &full {
             assert!(!record.state.is_busy(), "seed {seed}: {record:?}");
             assert!(journal::recovery_path(record).is_empty(), "seed {seed}");
-            if record.emergency_stop {
-                assert!(record.state.refuses_work(), "seed {seed}: {record:?}");
+            if record.emergency_stop() {
+                // Locked out idle happens only in journals of older versions (random plans make
+                // them); recovery leaves those alone, and their lockout refuses work.
+                assert!(
+                    record.state.refuses_work() || record.state == AgentState::WaitingForEvent,
+                    "seed {seed}: {record:?}"
+                );
             }
         }
         for e in &full_events[n..] {
@@ -926,7 +931,13 @@ fn recovery_gives_the_same_answer_with_and_without_snapshots() {
                     assert!(
                         from.can_transition_to(*to),
                         "seed {seed}: {from:?} → {to:?}"
-                    )
+                    );
+                    // Recovery ends a turn a crash cut; it never starts one.
+                    assert_ne!(
+                        *from,
+                        AgentState::WaitingForEvent,
+                        "seed {seed}: recovery invented a turn"
+                    );
                 }
                 other => panic!("seed {seed}: recovery journaled {other:?}"),
             }
@@ -1046,7 +1057,8 @@ async fn recovery_completes_the_lockout_stop_and_unlock_a_crash_cut_in_two() {
             ],
             SafetyLockout,
         ),
-        // What the previous recovery left of the first case: idle, yet locked out.
+        // Idle, yet locked out (a journal of an older version): recovery invents no turn to reach
+        // SAFETY_LOCKOUT; the record keeps its state and its lockout refuses work (below).
         (
             "idle-locked",
             vec![
@@ -1054,7 +1066,7 @@ async fn recovery_completes_the_lockout_stop_and_unlock_a_crash_cut_in_two() {
                 locked_out.clone(),
                 state_changed(Executing, WaitingForEvent),
             ],
-            SafetyLockout,
+            WaitingForEvent,
         ),
         // A budget stop is on disk, its state change is not.
         (

@@ -38,15 +38,6 @@ fn key(k: &str) -> AgentKey {
     AgentKey::from(k)
 }
 
-fn replay_matches(journal: &MemoryJournal, agent: &AgentHandle) {
-    assert_eq!(
-        AgentRecord::replay(agent.key().clone(), &journal.events()),
-        agent.record(),
-        "journal replay of {} differs from its live record",
-        agent.key()
-    );
-}
-
 /// A tool call whose argument text is exactly `args` (so the key order is the test's, not serde's).
 fn raw_call(id: impl Into<String>, name: &str, args: &str) -> ToolCall {
     ToolCall {

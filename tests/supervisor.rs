@@ -51,15 +51,6 @@ fn one_step_config() -> WardenConfig {
     config
 }
 
-fn replay_matches(journal: &MemoryJournal, agent: &AgentHandle) {
-    assert_eq!(
-        AgentRecord::replay(agent.key().clone(), &journal.events()),
-        agent.record(),
-        "journal replay of {} differs from its live record",
-        agent.key()
-    );
-}
-
 fn refusals(journal: &MemoryJournal, agent: &str) -> Vec<(AgentKey, DelegationRefusal)> {
     journal
         .events_of(agent)
@@ -1661,14 +1652,27 @@ async fn halt_all_stops_a_mixed_team() {
     .iter()
     .map(|(k, discarded)| HaltAck {
         agent: key(k),
-        state: AgentState::Stopped,
+        // A halt never lifts a lockout: the locked-out agent stays SAFETY_LOCKOUT.
+        state: if *k == "locked" {
+            AgentState::SafetyLockout
+        } else {
+            AgentState::Stopped
+        },
         discarded: *discarded,
     })
     .collect();
-    assert_eq!(acks, expected, "one ack per agent, all STOPPED");
+    assert_eq!(
+        acks, expected,
+        "one ack per agent: STOPPED, the locked-out one locked out"
+    );
     settle(200).await;
     for s in team.statuses() {
-        assert_eq!(s.state, AgentState::Stopped, "{}", s.key);
+        let expected = if s.key.as_str() == "locked" {
+            AgentState::SafetyLockout
+        } else {
+            AgentState::Stopped
+        };
+        assert_eq!(s.state, expected, "{}", s.key);
         assert_eq!(s.active_sub_agents, 0, "{}", s.key);
         assert_eq!(s.queued.ordinary, 0, "{}", s.key);
     }
@@ -1688,7 +1692,7 @@ async fn halt_all_stops_a_mixed_team() {
         1
     );
     assert_eq!(endings(&journal, "waiting").len(), 1);
-    // The locked-out agent keeps its lockout record while stopped.
+    // The locked-out agent keeps its lockout.
     assert!(locked.status().emergency_stop);
 }
 

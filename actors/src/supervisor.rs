@@ -603,7 +603,7 @@ impl Supervisor {
         }
         {
             let rec = delegate.lock();
-            if rec.emergency_stop || rec.state.refuses_work() {
+            if rec.emergency_stop() || rec.state.refuses_work() {
                 let state = rec.state;
                 drop(rec);
                 return Err(refuse(DelegationRefusal::EmergencyStop {
@@ -896,7 +896,8 @@ fn give_up(cell: &AgentCell, restarts: u32, window: Duration) {
     ) {
         let _ = cell.transition(&mut rec, AgentState::Executing, "actor crashed");
     }
-    if rec.state != AgentState::Stopped {
+    // A locked-out agent stays `SAFETY_LOCKOUT` (only an unlock leaves it); it refuses work anyway.
+    if !rec.state.refuses_work() {
         let _ = cell.transition(&mut rec, AgentState::Stopped, "restart intensity exceeded");
     }
     cell.emit(
@@ -916,11 +917,7 @@ fn give_up(cell: &AgentCell, restarts: u32, window: Duration) {
     while let Some(envelope) = cell.mailbox.pop() {
         if let AgentMsg::Halt(request) = envelope.msg {
             if let Some(reply) = request.ack {
-                reply.send(HaltAck {
-                    agent: cell.key.clone(),
-                    state: AgentState::Stopped,
-                    discarded: 0,
-                });
+                reply.send(cell.halt_ack_now());
             }
         }
     }

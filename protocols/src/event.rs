@@ -137,7 +137,8 @@ pub enum EventKind {
     },
     /// Record: `consecutive_errors = 0` (a success after failures).
     ErrorsReset,
-    /// Record: `emergency_stop = true` with this lockout. The state change is its own event.
+    /// Record: `lockout` set (the emergency stop). Journaled in one batch with the state change into
+    /// `SAFETY_LOCKOUT`.
     LockedOut {
         breaker: Breaker,
         reason: String,

@@ -33,8 +33,11 @@ pub struct AgentRecord {
     pub role: AgentRole,
     pub parent: Option<AgentKey>,
     pub state: AgentState,
-    /// `true` while locked out (any breaker). Delegation to such an agent is refused.
-    pub emergency_stop: bool,
+    /// Why the agent is locked out; `Some` from its `LockedOut` until its `Unlocked`. The one source
+    /// of truth for the emergency stop ([`AgentRecord::emergency_stop`]). A lockout and the state
+    /// change into `SAFETY_LOCKOUT` are journaled in one batch (as are an unlock and the state change
+    /// out of it), so `lockout.is_some() == (state == SAFETY_LOCKOUT)` in every journal this version
+    /// writes ([`AgentRecord::lockout_consistent`]).
     pub lockout: Option<Lockout>,
     /// Why a breaker (not an operator) stopped the agent; cleared when it is resumed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,7 +70,6 @@ impl AgentRecord {
             role: AgentRole::Assistant,
             parent: None,
             state: AgentState::WaitingForEvent,
-            emergency_stop: false,
             lockout: None,
             stopped_by: None,
             consecutive_errors: 0,
@@ -81,6 +83,19 @@ impl AgentRecord {
             pending: VecDeque::new(),
             last_event_id: 0,
         }
+    }
+
+    /// `true` while locked out (any breaker): derived from [`AgentRecord::lockout`], never stored on
+    /// its own, so it cannot disagree with it. A locked-out agent refuses all work, whatever its
+    /// state says; delegation to it is refused.
+    pub fn emergency_stop(&self) -> bool {
+        self.lockout.is_some()
+    }
+
+    /// The lockout invariant: locked out exactly while in `SAFETY_LOCKOUT`. Holds for every record
+    /// folded from a journal this version wrote; scenario tests assert it on their replays.
+    pub fn lockout_consistent(&self) -> bool {
+        self.emergency_stop() == (self.state == AgentState::SafetyLockout)
     }
 
     /// The id the next accepted event gets: above every id in the journal, so ids stay unique
@@ -129,14 +144,12 @@ impl AgentRecord {
             EventKind::LockedOut {
                 breaker, reason, ..
             } => {
-                self.emergency_stop = true;
                 self.lockout = Some(Lockout {
                     breaker: *breaker,
                     reason: reason.clone(),
                 });
             }
             EventKind::Unlocked { .. } => {
-                self.emergency_stop = false;
                 self.lockout = None;
                 self.consecutive_errors = 0;
             }

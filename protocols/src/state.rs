@@ -24,8 +24,11 @@ pub enum AgentState {
 /// Every legal `(from, to)` pair. One table, read by [`AgentState::can_transition_to`].
 ///
 /// * A breaker trip is only `EXECUTING → SAFETY_LOCKOUT`: breakers are evaluated while the turn runs.
-/// * Only an unlock leaves `SAFETY_LOCKOUT`, and it goes to `WAITING_FOR_EVENT`.
-/// * A halt reaches `STOPPED` from every state.
+/// * Only an unlock leaves `SAFETY_LOCKOUT`, and it goes to `WAITING_FOR_EVENT`. A halt does not
+///   leave it either: a locked-out agent already refuses all work, and moving it to `STOPPED` would
+///   let a resume (`STOPPED → WAITING_FOR_EVENT`) lift the lockout without an unlock. A halted
+///   locked-out agent stays `SAFETY_LOCKOUT` (its queue is still cleared and its halt journaled).
+/// * A halt reaches `STOPPED` from every other state.
 /// * `STOPPED → WAITING_FOR_EVENT` is an operator's resume.
 pub const TRANSITIONS: &[(AgentState, AgentState)] = {
     use AgentState::*;
@@ -42,7 +45,6 @@ pub const TRANSITIONS: &[(AgentState, AgentState)] = {
         (WaitingForInput, Executing),
         (WaitingForInput, Stopped),
         (SafetyLockout, WaitingForEvent),
-        (SafetyLockout, Stopped),
         (Stopped, WaitingForEvent),
     ]
 };
@@ -128,16 +130,15 @@ mod tests {
     fn only_unlock_leaves_lockout_and_it_goes_to_waiting() {
         for s in AgentState::ALL {
             let legal = SafetyLockout.can_transition_to(s);
-            assert_eq!(legal, s == WaitingForEvent || s == Stopped, "{s}");
+            assert_eq!(legal, s == WaitingForEvent, "{s}");
         }
     }
 
     #[test]
-    fn halt_reaches_stopped_from_every_running_state() {
+    fn halt_reaches_stopped_from_every_state_but_lockout() {
         for s in AgentState::ALL {
-            if s != Stopped {
-                assert!(s.can_transition_to(Stopped), "{s}");
-            }
+            let legal = s.can_transition_to(Stopped);
+            assert_eq!(legal, s != Stopped && s != SafetyLockout, "{s}");
         }
     }
 

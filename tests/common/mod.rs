@@ -15,6 +15,27 @@ use warden::{
     ToolCategory, ToolError, WardenConfig,
 };
 
+/// The journal's replay of `agent` equals its live record, and the record keeps the lockout
+/// invariant (locked out exactly while in SAFETY_LOCKOUT: the state and `emergency_stop` never
+/// disagree).
+pub fn replay_matches(journal: &MemoryJournal, agent: &warden::AgentHandle) {
+    let live = agent.record();
+    assert_eq!(
+        warden::AgentRecord::replay(agent.key().clone(), &journal.events()),
+        live,
+        "journal replay of {} differs from its live record",
+        agent.key()
+    );
+    assert!(
+        live.lockout_consistent(),
+        "{}: state {} but emergency_stop {}",
+        agent.key(),
+        live.state,
+        live.emergency_stop()
+    );
+    assert_eq!(agent.status().emergency_stop, live.emergency_stop());
+}
+
 /// Yields to the runtime until `cond` holds; every 16th try it sleeps 100 ms of (paused, virtual)
 /// time, so timers can fire. Panics (naming `what`) if it never holds, instead of hanging the run.
 pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {

@@ -19,7 +19,8 @@ use actix::{
 use std::collections::VecDeque;
 use std::sync::Arc;
 use warden_protocols::{
-    AgentState, DiscardedMessage, EventKind, HaltCause, Priority, TerminationReason, TurnOutcome,
+    AgentRecord, AgentState, DiscardedMessage, EventKind, HaltCause, Priority, TerminationReason,
+    TurnOutcome,
 };
 
 /// Messages read per wake before yielding to the arbiter.
@@ -164,7 +165,10 @@ impl AgentActor {
             let discarded = self.cell.mailbox.take_ordinary();
             let mut settled = VecDeque::new();
             let already_stopped = rec.state == AgentState::Stopped;
-            if !already_stopped {
+            // A locked-out agent is not moved (its halt is journaled): it already refuses all work,
+            // and only an unlock may take it out of `SAFETY_LOCKOUT` (a `STOPPED` one could be
+            // resumed past its lockout).
+            if !already_stopped && rec.state != AgentState::SafetyLockout {
                 let _ = self
                     .cell
                     .transition(&mut rec, AgentState::Stopped, "system halt");
@@ -221,15 +225,13 @@ impl AgentActor {
             let cell = &self.cell;
             match op {
                 ControlOp::Unlock { operator } | ControlOp::ClearEmergency { operator } => {
-                    if rec.state == AgentState::SafetyLockout {
-                        cell.emit(
+                    if rec.emergency_stop() {
+                        unlock(
+                            cell,
                             &mut rec,
-                            EventKind::Unlocked {
-                                operator: operator.clone(),
-                            },
+                            &operator,
+                            &format!("unlocked by {operator}"),
                         );
-                        let cause = format!("unlocked by {operator}");
-                        let _ = cell.transition(&mut rec, AgentState::WaitingForEvent, &cause);
                         cell.breakers_cleared();
                         Ok(())
                     } else {
@@ -243,15 +245,9 @@ impl AgentActor {
                             operator: operator.clone(),
                         },
                     );
-                    if rec.state == AgentState::SafetyLockout {
-                        cell.emit(
-                            &mut rec,
-                            EventKind::Unlocked {
-                                operator: operator.clone(),
-                            },
-                        );
+                    if rec.emergency_stop() {
                         let cause = format!("history reset by {operator}");
-                        let _ = cell.transition(&mut rec, AgentState::WaitingForEvent, &cause);
+                        unlock(cell, &mut rec, &operator, &cause);
                     } else if rec.consecutive_errors > 0 {
                         cell.emit(&mut rec, EventKind::ErrorsReset);
                     }
@@ -264,6 +260,8 @@ impl AgentActor {
                     }
                     Ok(())
                 }
+                // Checked before anything changes: a refused resume leaves the pause as it is.
+                ControlOp::Resume { .. } if rec.emergency_stop() => Err(ControlError::LockedOut),
                 ControlOp::Resume { operator } => {
                     let mut did = false;
                     if rec.paused {
@@ -301,6 +299,24 @@ impl AgentActor {
                     .note(EventKind::DelegateLockedOut { delegate, reason });
             }
         }
+    }
+}
+
+/// Lifts a lockout: `Unlocked` and `SAFETY_LOCKOUT → WAITING_FOR_EVENT` in one batch, a past halt
+/// request cleared (a locked-out agent that was halted stays `SAFETY_LOCKOUT`, and the unlock is the
+/// operator's decision that it may work again).
+///
+/// A record locked out in another state (only in journals written before lockouts and state changes
+/// were journaled together) journals the unlock alone and keeps its state.
+fn unlock(cell: &AgentCell, rec: &mut AgentRecord, operator: &str, cause: &str) {
+    let unlocked = EventKind::Unlocked {
+        operator: operator.to_owned(),
+    };
+    if rec.state == AgentState::SafetyLockout {
+        cell.clear_halt();
+        let _ = cell.transition_with(rec, vec![unlocked], AgentState::WaitingForEvent, cause);
+    } else {
+        cell.emit(rec, unlocked);
     }
 }
 

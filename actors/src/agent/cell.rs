@@ -151,7 +151,7 @@ impl AgentCell {
             Some(safety.team.clone()),
         );
         breakers.restore_consecutive_errors(record.consecutive_errors);
-        if record.emergency_stop {
+        if record.emergency_stop() {
             safety.team.set_locked_out(&record.key, true);
         }
         AgentCell {
@@ -256,32 +256,46 @@ impl AgentCell {
         to: AgentState,
         cause: &str,
     ) -> Result<(), IllegalTransition> {
+        self.transition_with(rec, Vec::new(), to, cause)
+    }
+
+    /// [`AgentCell::transition`], journaling `with` first in the same batch: the events the state
+    /// change rests on (a lockout, an unlock, a breaker stop), so that a crash keeps both or neither
+    /// and a replay never sees one without the other. On an illegal transition nothing of `with` is
+    /// journaled: the refusal is.
+    pub fn transition_with(
+        &self,
+        rec: &mut AgentRecord,
+        with: Vec<EventKind>,
+        to: AgentState,
+        cause: &str,
+    ) -> Result<(), IllegalTransition> {
         let from = rec.state;
-        match from.check_transition(to) {
-            Ok(()) => {
-                self.emit(
-                    rec,
-                    EventKind::StateChanged {
-                        from,
-                        to,
-                        cause: cause.to_owned(),
-                    },
-                );
-                Ok(())
-            }
-            Err(err) => {
-                tracing::warn!(agent = %self.key, %from, %to, cause, "illegal transition refused");
-                self.emit(
-                    rec,
-                    EventKind::TransitionRefused {
-                        from,
-                        to,
-                        cause: cause.to_owned(),
-                    },
-                );
-                Err(err)
-            }
+        if let Err(err) = from.check_transition(to) {
+            tracing::warn!(agent = %self.key, %from, %to, cause, "illegal transition refused");
+            self.emit(
+                rec,
+                EventKind::TransitionRefused {
+                    from,
+                    to,
+                    cause: cause.to_owned(),
+                },
+            );
+            return Err(err);
         }
+        let change = EventKind::StateChanged {
+            from,
+            to,
+            cause: cause.to_owned(),
+        };
+        if with.is_empty() {
+            self.emit(rec, change);
+        } else {
+            let mut kinds = with;
+            kinds.push(change);
+            self.emit_all(rec, kinds);
+        }
+        Ok(())
     }
 
     /// Whether ordinary work is paused, without taking the record lock.
@@ -421,14 +435,11 @@ impl AgentCell {
                     return Counted::Below;
                 }
                 tracing::warn!(agent = %self.key, %reason, "budget exceeded");
-                self.emit(
-                    rec,
-                    EventKind::BreakerStopped {
-                        breaker: Breaker::BudgetExceeded,
-                        reason: reason.clone(),
-                    },
-                );
-                let _ = self.transition(rec, AgentState::Stopped, &reason);
+                let stopped = EventKind::BreakerStopped {
+                    breaker: Breaker::BudgetExceeded,
+                    reason: reason.clone(),
+                };
+                let _ = self.transition_with(rec, vec![stopped], AgentState::Stopped, &reason);
                 self.safety.notify(TripNotice {
                     agent: self.key.clone(),
                     breaker: Breaker::BudgetExceeded,
@@ -449,20 +460,23 @@ impl AgentCell {
         }
     }
 
-    /// Locks the agent out: journals the lockout, then `EXECUTING → SAFETY_LOCKOUT`; tells the monitor
-    /// and every agent waiting on a delegation to this one.
+    /// Locks the agent out: journals the lockout and `EXECUTING → SAFETY_LOCKOUT` in one batch; tells
+    /// the monitor and every agent waiting on a delegation to this one. Only from `EXECUTING` (a
+    /// breaker trips while a turn runs): anywhere else the transition is refused and nothing is
+    /// locked out.
     pub fn trip(&self, rec: &mut AgentRecord, breaker: Breaker, reason: String) {
         tracing::warn!(agent = %self.key, ?breaker, %reason, "breaker tripped");
-        let consecutive_errors = rec.consecutive_errors;
-        self.emit(
-            rec,
-            EventKind::LockedOut {
-                breaker,
-                reason: reason.clone(),
-                consecutive_errors,
-            },
-        );
-        let _ = self.transition(rec, AgentState::SafetyLockout, &reason);
+        let locked = EventKind::LockedOut {
+            breaker,
+            reason: reason.clone(),
+            consecutive_errors: rec.consecutive_errors,
+        };
+        if self
+            .transition_with(rec, vec![locked], AgentState::SafetyLockout, &reason)
+            .is_err()
+        {
+            return;
+        }
         self.safety.notify(TripNotice {
             agent: self.key.clone(),
             breaker,
@@ -651,7 +665,7 @@ impl AgentCell {
             key: rec.key.clone(),
             role: rec.role,
             state: rec.state,
-            emergency_stop: rec.emergency_stop,
+            emergency_stop: rec.emergency_stop(),
             lockout: rec.lockout.clone(),
             consecutive_errors: rec.consecutive_errors,
             max_consecutive_errors: rec.max_consecutive_errors,
@@ -684,6 +698,10 @@ mod tests {
     use crate::{journal::MemoryJournal, provider::ScriptedProvider};
 
     fn cell(journal: Arc<MemoryJournal>) -> AgentCell {
+        cell_on(journal)
+    }
+
+    fn cell_on(journal: Arc<dyn Journal>) -> AgentCell {
         let config = warden_protocols::WardenConfig::default();
         let team = Arc::new(crate::safety::TeamBudget::new(&config.safety.budget));
         AgentCell::new(CellParts {
@@ -740,6 +758,55 @@ mod tests {
                 to: AgentState::SafetyLockout,
                 ..
             })
+        ));
+    }
+
+    /// Records each `append`/`append_all` call as one batch.
+    #[derive(Default)]
+    struct Batches(Mutex<Vec<Vec<EventKind>>>);
+
+    impl Journal for Batches {
+        fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
+            self.append_all(agent, vec![kind])
+        }
+        fn append_all(&self, _: &AgentKey, kinds: Vec<EventKind>) -> u64 {
+            let mut batches = self.0.lock();
+            batches.push(kinds);
+            batches.len() as u64
+        }
+        fn durable(
+            &self,
+            _: u64,
+        ) -> futures::future::BoxFuture<'static, Result<(), crate::journal::NotDurable>> {
+            crate::journal::already_durable()
+        }
+    }
+
+    #[test]
+    fn a_lockout_and_its_state_change_are_one_batch_and_only_from_executing() {
+        let journal = Arc::new(Batches::default());
+        let cell = cell_on(journal.clone());
+        let mut rec = cell.lock();
+        // Not in a turn: refused, and nothing is locked out.
+        cell.trip(&mut rec, Breaker::Stuck, "stuck".into());
+        assert!(!rec.emergency_stop());
+        cell.transition(&mut rec, AgentState::Executing, "turn")
+            .unwrap();
+        journal.0.lock().clear();
+        cell.trip(&mut rec, Breaker::Stuck, "stuck".into());
+        assert!(rec.emergency_stop() && rec.lockout_consistent());
+        let batches = journal.0.lock();
+        assert_eq!(batches.len(), 1, "{batches:?}");
+        assert!(matches!(
+            batches[0].as_slice(),
+            [
+                EventKind::LockedOut { .. },
+                EventKind::StateChanged {
+                    from: AgentState::Executing,
+                    to: AgentState::SafetyLockout,
+                    ..
+                }
+            ]
         ));
     }
 

@@ -145,7 +145,8 @@ pub enum ControlOp {
     ResetHistory { operator: String },
     /// Stops reading ordinary work (queued work stays queued).
     Pause { operator: String },
-    /// Undoes a pause, and brings a STOPPED agent back to `WAITING_FOR_EVENT`.
+    /// Undoes a pause, and brings a STOPPED agent back to `WAITING_FOR_EVENT`. Refused while the
+    /// agent is locked out ([`ControlError::LockedOut`]): only an unlock lifts a lockout.
     Resume { operator: String },
 }
 
@@ -156,11 +157,15 @@ pub enum ControlError {
     NotActive,
     #[error("agent is neither paused nor stopped")]
     NotStopped,
+    /// A resume cannot lift a lockout: only an authenticated unlock can.
+    #[error("locked out: unlock first")]
+    LockedOut,
     #[error("agent is shut down")]
     Closed,
 }
 
-/// A halt's acknowledgement: the agent is `STOPPED` and its ordinary queue is cleared.
+/// A halt's acknowledgement: the agent is `STOPPED` (or stays `SAFETY_LOCKOUT`: a halt never lifts a
+/// lockout) and its ordinary queue is cleared.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HaltAck {
     pub agent: AgentKey,
@@ -441,14 +446,19 @@ impl AgentHandle {
 }
 
 /// The typed refusal of a locked-out or stopped agent, `None` while it takes work.
+///
+/// The lockout is checked first and on its own, not through the state: a record that is locked out
+/// refuses work whatever its state says (a journal written before lockouts and states were
+/// journaled together can hold a locked-out agent in `WAITING_FOR_EVENT`).
 pub(crate) fn refusal_for(rec: &AgentRecord) -> Option<WorkRefusal> {
+    if let Some(lockout) = &rec.lockout {
+        return Some(WorkRefusal::LockedOut {
+            cause: lockout.reason.clone(),
+        });
+    }
     match rec.state {
         AgentState::SafetyLockout => Some(WorkRefusal::LockedOut {
-            cause: rec
-                .lockout
-                .as_ref()
-                .map(|l| l.reason.clone())
-                .unwrap_or_default(),
+            cause: String::new(),
         }),
         AgentState::Stopped => Some(WorkRefusal::Stopped),
         _ => None,
