@@ -1829,3 +1829,192 @@ async fn started_waits_for_every_actor_on_the_arbiters() {
         .await
         .expect("started() returns after shutdown");
 }
+
+// ---- 6. a halt reaches every running delegate, in every interleaving -------------------------------
+
+/// Which entry point raises the halt.
+#[derive(Debug, Clone, Copy)]
+enum HaltVia {
+    Handle,
+    Supervisor,
+    HaltAll,
+}
+
+/// Set while a tool future is alive; cleared when it is dropped (a halt dropped the turn).
+struct Alive(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Waits on the wall clock (the agents run on arbiter threads of their own), at most 5 s.
+fn wait_real(what: &str, cond: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Issue 10.5: the halt used to cancel the delegator's turn before the halt message was queued, and
+/// the actor listed the running delegates only when it read that message. If the delegator's thread
+/// ended the cancelled turn in that gap, the delegation (and its listing) was gone and the delegate
+/// worked on. The test hook holds the gap open until the delegator's delegations have ended — the
+/// losing interleaving, every time — on a chain lead → mid → leaf where leaf runs a tool that never
+/// ends by itself, through every entry point.
+#[actix_rt::test]
+async fn a_halt_reaches_every_running_delegate_even_when_the_delegations_end_first() {
+    for (round, via) in [HaltVia::Handle, HaltVia::Supervisor, HaltVia::HaltAll]
+        .into_iter()
+        .enumerate()
+    {
+        let k = |name: &str| format!("race{round}-{name}");
+        let journal = Arc::new(MemoryJournal::new());
+        let team = Supervisor::new(WardenConfig::default(), journal.clone());
+        let alive = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = alive.clone();
+        let forever = FnTool::new(
+            "forever",
+            "never ends",
+            ToolCategory::SafeChain,
+            move |_, _| {
+                let guard = Alive(flag.clone());
+                guard.0.store(true, std::sync::atomic::Ordering::SeqCst);
+                async move {
+                    let _guard = guard;
+                    std::future::pending::<Result<serde_json::Value, ToolError>>().await
+                }
+            },
+        );
+        let lead = team
+            .spawn(AgentSpec::assistant(
+                k("lead"),
+                model([delegate(&k("mid"), "go on")]),
+            ))
+            .unwrap();
+        let mid = team
+            .spawn(AgentSpec::sub_agent(
+                k("mid"),
+                k("lead"),
+                model([delegate(&k("leaf"), "work")]),
+            ))
+            .unwrap();
+        let leaf = team
+            .spawn(
+                AgentSpec::sub_agent(
+                    k("leaf"),
+                    k("mid"),
+                    model([ScriptStep::call("forever", json!({}))]),
+                )
+                .with_tool(forever),
+            )
+            .unwrap();
+        team.started().await;
+        lead.try_send_event(UserEvent::new("start")).unwrap();
+        let running = (lead.clone(), mid.clone(), alive.clone());
+        tokio::task::spawn_blocking(move || {
+            wait_real("leaf's tool runs", || {
+                running.2.load(std::sync::atomic::Ordering::SeqCst)
+                    && running.0.status().active_sub_agents == 1
+                    && running.1.status().active_sub_agents == 1
+            })
+        })
+        .await
+        .unwrap();
+
+        // The gap: wait there until the halted agent's own thread has ended its delegations.
+        let (gap_lead, gap_mid) = (lead.clone(), mid.clone());
+        warden_actors::test_hooks::set_halt_gap(Some(Arc::new(move |agent: &AgentKey| {
+            for h in [&gap_lead, &gap_mid] {
+                if h.key() == agent {
+                    wait_real("the cancelled turn ends its delegation", || {
+                        h.status().active_sub_agents == 0
+                    });
+                }
+            }
+        })));
+        // Every entry point raises its halts before its first await (the hook runs there).
+        match via {
+            HaltVia::Handle => drop(lead.halt(op()).await),
+            HaltVia::Supervisor => drop(team.halt(lead.key().as_str(), op()).await),
+            HaltVia::HaltAll => drop(team.halt_all().await),
+        }
+        warden_actors::test_hooks::set_halt_gap(None);
+
+        let (leaf2, alive2) = (leaf.clone(), alive.clone());
+        tokio::task::spawn_blocking(move || {
+            wait_real(
+                &format!("{via:?}: leaf halted and its tool dropped"),
+                || {
+                    leaf2.state() == AgentState::Stopped
+                        && !alive2.load(std::sync::atomic::Ordering::SeqCst)
+                },
+            )
+        })
+        .await
+        .unwrap();
+        for h in [&lead, &mid, &leaf] {
+            assert_eq!(h.state(), AgentState::Stopped, "{via:?}: {}", h.key());
+        }
+        team.shutdown().await;
+    }
+}
+
+/// The other side of the same race: a halt raised after a delegation passed its checks but before
+/// it was listed on the delegator cannot see it; the delegation must then see the halt and send no
+/// task (it used to send it, and the delegate ran it for a delegator that was already halted).
+#[actix_rt::test]
+async fn a_delegation_that_the_halt_could_not_see_is_refused_before_its_task_is_sent() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    let lead = team
+        .spawn(AgentSpec::assistant(
+            "gap-lead",
+            model([delegate("gap-sub", "work")]),
+        ))
+        .unwrap();
+    let (tool, calls) = counting_tool("work", ToolCategory::SafeChain, false);
+    let sub = team
+        .spawn(
+            AgentSpec::sub_agent(
+                "gap-sub",
+                "gap-lead",
+                model([
+                    ScriptStep::call("work", json!({})),
+                    ScriptStep::reply("done"),
+                ]),
+            )
+            .with_tool_arc(tool),
+        )
+        .unwrap();
+    let halting = lead.clone();
+    warden_actors::test_hooks::set_delegation_gap(Some(Arc::new(move |agent: &AgentKey| {
+        if agent == halting.key() {
+            // Raised now (not when polled): the future only waits for the ack.
+            drop(halting.halt(op()));
+        }
+    })));
+    lead.try_send_event(UserEvent::new("start")).unwrap();
+    until("lead halted", || lead.state() == AgentState::Stopped).await;
+    warden_actors::test_hooks::set_delegation_gap(None);
+    settle(200).await;
+    assert_eq!(
+        count(&calls),
+        0,
+        "the delegate ran a task of a halted delegator"
+    );
+    assert_eq!(sub.status().turns, 0);
+    assert_eq!(sub.state(), AgentState::WaitingForEvent);
+    assert!(matches!(
+        refusals(&journal, "gap-lead").as_slice(),
+        [(_, DelegationRefusal::DelegatorNotRunning { .. })]
+    ));
+    assert_eq!(lead.status().active_sub_agents, 0);
+    replay_matches(&journal, &lead);
+    replay_matches(&journal, &sub);
+}

@@ -17,6 +17,8 @@ pub mod mailbox;
 mod provider;
 pub mod safety;
 mod supervisor;
+#[cfg(feature = "test-hooks")]
+pub mod test_hooks;
 pub mod toolkit;
 mod tools;
 

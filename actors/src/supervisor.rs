@@ -19,8 +19,8 @@ use crate::{
     agent::{
         actor::{AgentActor, Shutdown},
         cell::{AgentCell, AgentSettings, CellParts},
-        send_halt, send_halt_to, AgentHandle, AgentMsg, DelegatedTask, HaltAck, HaltReply,
-        TaskError, Work,
+        queue_halt, send_halt, AgentHandle, AgentMsg, DelegatedTask, HaltAck, HaltReply, TaskError,
+        Work,
     },
     context::ContextStrategy,
     journal::Journal,
@@ -514,13 +514,18 @@ impl Supervisor {
     /// caller to poll, and none.
     pub async fn halt_all(&self) -> Vec<HaltAck> {
         let cells = self.cells();
+        // Every flag first: each agent is halted with this cause, its delegates included (they are
+        // agents of the team), so nothing needs passing down a tree.
+        for cell in &cells {
+            let _ = cell.request_halt();
+        }
         let (to, mut acks_rx) = tokio::sync::mpsc::unbounded_channel();
         for (slot, cell) in cells.iter().enumerate() {
             let reply = HaltReply::Gathered {
                 slot,
                 to: to.clone(),
             };
-            send_halt_to(cell, HaltCause::HaltAll, Some(reply));
+            queue_halt(cell, HaltCause::HaltAll, Some(reply));
         }
         drop(to);
         let mut acks: Vec<Option<HaltAck>> = Vec::new();
@@ -627,7 +632,17 @@ impl Supervisor {
             }
         }
         let id = self.shared.next_delegation.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "test-hooks")]
+        crate::test_hooks::delegation_gap(&from.key);
         let mut slot = Slot::new(from.clone(), delegate.clone(), id);
+        // A halt raised before the delegation was listed (`Slot::new`) did not see it: refuse it
+        // here, before the task is sent (see `AgentCell::request_halt` for the ordering).
+        if from.halt_requested() {
+            drop(slot);
+            return Err(refuse(DelegationRefusal::DelegatorNotRunning {
+                delegator: from.key.clone(),
+            }));
+        }
         from.note(EventKind::DelegationRequested {
             id,
             to: to.clone(),
@@ -886,7 +901,8 @@ fn recover(cell: &AgentCell, crashed: bool) {
 
 /// The restart intensity was exceeded: the agent is stopped for good, its queue discarded.
 fn give_up(cell: &AgentCell, restarts: u32, window: Duration) {
-    cell.request_halt();
+    // The actor is gone: its turn, and with it its delegations, already ended.
+    let _ = cell.request_halt();
     let mut rec = cell.lock();
     // Under the record lock, as a halt does: `Halted` settles exactly the pending events cleared here.
     let discarded = cell.mailbox.take_ordinary();

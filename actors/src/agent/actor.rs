@@ -8,8 +8,8 @@
 //! `ctx.spawn` and its [`SpawnHandle`] kept, so a halt can cancel it; nothing here ever `ctx.wait`s.
 
 use super::{
-    cell::AgentCell, send_halt_to, turn, AgentMsg, ControlError, ControlOp, ControlRequest,
-    HaltAck, HaltRequest, Signal, TaskError, TaskReply, Work,
+    cell::AgentCell, turn, AgentMsg, ControlError, ControlOp, ControlRequest, HaltAck, HaltRequest,
+    Signal, TaskError, TaskReply, Work,
 };
 use crate::mailbox::{Envelope, Wake};
 use actix::{
@@ -19,8 +19,7 @@ use actix::{
 use std::collections::VecDeque;
 use std::sync::Arc;
 use warden_protocols::{
-    AgentRecord, AgentState, DiscardedMessage, EventKind, HaltCause, Priority, TerminationReason,
-    TurnOutcome,
+    AgentRecord, AgentState, DiscardedMessage, EventKind, Priority, TerminationReason, TurnOutcome,
 };
 
 /// Messages read per wake before yielding to the arbiter.
@@ -150,9 +149,9 @@ impl AgentActor {
         }
     }
 
+    /// The halt message (lane 0). Its delegates were already halted by whoever sent it
+    /// ([`super::send_halt_to`]), when the halt was raised.
     fn on_halt(&mut self, request: HaltRequest, ctx: &mut Context<Self>) {
-        // Cancellation propagates down the delegation tree: collect before the turn is dropped.
-        let delegates = self.cell.running_delegates();
         if let Some(turn) = self.turn.take() {
             ctx.cancel_future(turn);
         }
@@ -206,15 +205,6 @@ impl AgentActor {
                 discard_backlog_gently(&cell, discarded).await;
                 drop_gently(settled).await;
             });
-        }
-        for delegate in delegates {
-            send_halt_to(
-                &delegate,
-                HaltCause::Parent {
-                    parent: self.cell.key.clone(),
-                },
-                None,
-            );
         }
     }
 

@@ -311,11 +311,28 @@ impl AgentCell {
     // ---- halt -------------------------------------------------------------------------------------
 
     /// Makes a halt visible at once to the running turn (before the actor reads the halt message).
-    pub fn request_halt(&self) {
-        self.halt_requested.store(true, Ordering::SeqCst);
+    /// Returns the delegates of the delegations running when the halt was raised, which the caller
+    /// must halt too; empty if a halt was already requested (its caller has them).
+    ///
+    /// Order matters, and is what makes a halt reach every running delegate in every interleaving:
+    /// 1. the flag goes up first: a delegation registered after the list below is read sees it and
+    ///    is refused before its task is sent (see `Supervisor::delegate`; the `delegations` mutex
+    ///    orders the two);
+    /// 2. the running delegations are listed;
+    /// 3. only then is the turn cancelled: a cancelled turn ends its delegations and drops them from
+    ///    the list, so listing after the cancel (as the actor's halt handler once did) could find
+    ///    none while a delegate still worked.
+    pub fn request_halt(&self) -> Vec<Arc<AgentCell>> {
+        let already = self.halt_requested.swap(true, Ordering::SeqCst);
+        let delegates = if already {
+            Vec::new()
+        } else {
+            self.running_delegates()
+        };
         if let Some(token) = self.halt_token.lock().as_ref() {
             token.cancel();
         }
+        delegates
     }
 
     /// The acknowledgement of a halt that was not (or could not be) handled by the actor: the state

@@ -473,8 +473,25 @@ pub(crate) fn send_halt(cell: &AgentCell, cause: HaltCause) -> oneshot::Receiver
 }
 
 /// [`send_halt`] with the acknowledgement sent to `reply` (none: nobody waits).
+///
+/// The halt reaches the delegates of every delegation running when it is raised, transitively, here
+/// and now (see [`AgentCell::request_halt`] for why they are listed before the turn is cancelled):
+/// not in the actor's halt handler, by which time a cancelled turn may have ended them.
 pub(crate) fn send_halt_to(cell: &AgentCell, cause: HaltCause, reply: Option<HaltReply>) {
-    cell.request_halt();
+    let delegates = cell.request_halt();
+    queue_halt(cell, cause, reply);
+    for delegate in delegates {
+        let parent = HaltCause::Parent {
+            parent: cell.key.clone(),
+        };
+        send_halt_to(&delegate, parent, None);
+    }
+}
+
+/// Queues the halt message of a halt already raised ([`AgentCell::request_halt`]) in lane 0.
+pub(crate) fn queue_halt(cell: &AgentCell, cause: HaltCause, reply: Option<HaltReply>) {
+    #[cfg(feature = "test-hooks")]
+    crate::test_hooks::halt_gap(&cell.key);
     let request = HaltRequest { cause, ack: reply };
     if let Err(err) = cell.mailbox.try_send(AgentMsg::Halt(request)) {
         // The mailbox is closed (the team is shutting down): acknowledge with the state as it is.
