@@ -820,3 +820,56 @@ fn sigkill_during_a_cascade_loses_nothing_acknowledged_and_resumes_no_locked_out
     assert!(kills.iter().any(|k| k.leaf_halted), "{summary:?}");
     assert!(kills.iter().any(|k| !k.leaf_halted), "{summary:?}");
 }
+
+/// Issue 10.1 through the real binary: a locked-out agent (its model is down) is halted and then
+/// resumed over HTTP — the resume is refused, the agent stays SAFETY_LOCKOUT and refuses events —,
+/// then the process is SIGKILLed and restarted: it comes back SAFETY_LOCKOUT, recovery journals
+/// nothing for it (no invented turn), and only the unlock lets it work again.
+#[test]
+fn sigkill_after_halt_and_resume_keeps_a_lockout_and_recovery_invents_no_turn() {
+    let team = r#"
+[providers.down]
+kind = "scripted"
+replies = ["never"]
+error = "model down"
+
+[[agents]]
+key = "a"
+provider = "down"
+"#;
+    let dir = temp_dir("lockout-halt-resume", 0, team);
+    let db = dir.join("warden.db");
+    let server = Server::start(&dir);
+    for i in 0..5 {
+        assert_eq!(server.send("a", &format!("e{i}")), 202);
+    }
+    wait_for("a locked out", || {
+        server.state("a") == AgentState::SafetyLockout
+    });
+    assert_eq!(server.control("a", "halt"), 200);
+    assert_eq!(server.control("a", "resume"), 409);
+    assert_eq!(server.state("a"), AgentState::SafetyLockout);
+    assert_eq!(server.status("a")["emergency_stop"], true);
+    assert_eq!(server.send("a", "sneak in"), 409);
+    let before = last_seq(&db);
+    server.kill();
+
+    let server = Server::start(&dir);
+    assert_eq!(server.state("a"), AgentState::SafetyLockout);
+    assert_eq!(server.status("a")["emergency_stop"], true);
+    assert_eq!(server.send("a", "after restart"), 409);
+    let recovered: Vec<_> = events_of(&db, "a")
+        .into_iter()
+        .filter(|e| e.seq > before)
+        .filter(
+            |e| matches!(&e.kind, EventKind::StateChanged { cause, .. } if cause == RECOVERY_CAUSE),
+        )
+        .collect();
+    assert!(recovered.is_empty(), "recovery journaled {recovered:?}");
+    let record = record_of(&db, "a");
+    assert!(record.lockout_consistent(), "{record:?}");
+    assert_eq!(server.control("a", "unlock"), 200);
+    assert_eq!(server.send("a", "after unlock"), 202);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
