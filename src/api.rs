@@ -34,7 +34,7 @@ use warden_actors::{
     safety::{AnswerError, ChannelInterventionBus},
     ControlError, DurableSendError, HaltAck, Supervisor,
 };
-use warden_protocols::{AgentKey, Answer, HaltCause, Reply, UserEvent, WorkRefusal};
+use warden_protocols::{AgentKey, Answer, HaltCause, OperatorReply, UserEvent, WorkRefusal};
 
 /// Default request body limit (bytes).
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
@@ -711,8 +711,11 @@ async fn answer_intervention(
     let AnswerBody { answer, note } = body.into_inner();
     let answer = Answer::parse(&answer);
     // Who answered and the note go with the answer: the agent journals them in `limit_decided`.
-    bus.reply(id, Reply::by(answer.clone(), API_OPERATOR, note.clone()))
-        .map_err(|AnswerError::Unknown(id)| not_pending(id))?;
+    bus.reply(
+        id,
+        OperatorReply::by(answer.clone(), API_OPERATOR, note.clone()),
+    )
+    .map_err(|AnswerError::Unknown(id)| not_pending(id))?;
     tracing::info!(
         id,
         operator = API_OPERATOR,

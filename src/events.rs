@@ -31,7 +31,7 @@ use warden_actors::{
     safety::{BusError, ChannelInterventionBus, InterventionBus},
     Journal, MemoryJournal, NotDurable,
 };
-use warden_protocols::{AgentKey, Event, EventKind, Intervention, Reply};
+use warden_protocols::{AgentKey, Event, EventKind, Intervention, OperatorReply};
 
 /// Items a subscriber may fall behind by before it lags (the channel's capacity).
 pub const DEFAULT_CAPACITY: usize = 1024;
@@ -103,7 +103,7 @@ impl Notice {
         }
     }
 
-    fn answered(id: u64, agent: &AgentKey, reply: &Reply) -> Self {
+    fn answered(id: u64, agent: &AgentKey, reply: &OperatorReply) -> Self {
         let mut data = serde_json::json!({ "id": id, "agent": agent, "answer": reply.answer });
         if let Some(by) = &reply.by {
             data["answered_by"] = serde_json::to_value(by).unwrap_or_default();
@@ -373,7 +373,7 @@ impl Drop for WithdrawNotice<'_> {
 }
 
 impl InterventionBus for BroadcastBus {
-    fn ask(&self, intervention: Intervention) -> BoxFuture<'_, Result<Reply, BusError>> {
+    fn ask(&self, intervention: Intervention) -> BoxFuture<'_, Result<OperatorReply, BusError>> {
         Box::pin(async move {
             let notice = Notice::asked(&intervention);
             let (id, agent) = (intervention.id, intervention.agent.clone());

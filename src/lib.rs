@@ -34,17 +34,17 @@ pub mod team;
 
 pub use journal::{JournalReader, SqliteJournal};
 pub use warden_actors::{
-    already_durable, context, mailbox, now_ms, safety, toolkit, AgentHandle, AgentSpec,
+    already_durable, context, mailbox, now_ms, safety, toolkit, AgentHandle, AgentSpec, AskError,
     ChannelInterventionBus, ControlError, ControlOp, DelegationError, DurableSendError,
     EventSendError, FnTool, HaltAck, InterventionBus, Journal, LlmRequest, LlmResponse,
-    MemoryJournal, NotDurable, NullJournal, OpenAiCompatible, OpenAiConfig, Provider,
-    ProviderError, RetryPolicy, ScriptStats, ScriptStep, ScriptedProvider, SpawnError, Supervisor,
-    SupervisorBuilder, TaskError, Tool, ToolContext, ToolError, ToolFormat, ToolRegistry,
-    UnknownAgent,
+    MemoryJournal, NotDurable, NullJournal, OpenAiCompatible, OpenAiConfig, PendingReply, Provider,
+    ProviderError, Reply, RetryPolicy, ScriptStats, ScriptStep, ScriptedProvider, Settled,
+    Settlement, SpawnError, Supervisor, SupervisorBuilder, TaskError, Tool, ToolContext, ToolError,
+    ToolFormat, ToolRegistry, UnknownAgent,
 };
 pub use warden_protocols as protocols;
 pub use warden_protocols::{
     AgentKey, AgentRecord, AgentRole, AgentState, AgentStatus, ChatMessage, ConfigError, Event,
-    EventKind, HaltCause, Priority, TerminationReason, ToolCategory, UserEvent, WardenConfig,
-    WorkRefusal,
+    EventFate, EventKind, HaltCause, Priority, TerminationReason, ToolCategory, UserEvent,
+    WardenConfig, WorkRefusal,
 };

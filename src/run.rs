@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 use tokio::sync::mpsc::UnboundedReceiver;
-use warden_protocols::{Answer, EventKind, Reply};
+use warden_protocols::{Answer, EventKind, OperatorReply};
 
 /// Who answers the asks `warden run` prints: the person at its terminal (journaled with the decision).
 pub const TTY_OPERATOR: &str = "tty";
@@ -100,7 +100,7 @@ pub async fn run(
                     };
                     let _ = bus.reply(
                         ask.id,
-                        Reply::by(Answer::parse(&answer), TTY_OPERATOR, None),
+                        OperatorReply::by(Answer::parse(&answer), TTY_OPERATOR, None),
                     );
                 }
             }

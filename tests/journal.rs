@@ -588,14 +588,11 @@ fn random_kind(rng: &mut SmallRng, i: usize) -> EventKind {
             },
         },
         13 => EventKind::TurnFinished {
-            outcome: TurnOutcome {
-                reason: TerminationReason::Noop,
-                iterations: rng.gen_range(1..5),
-                answer: Some(format!("answer {i}")),
-                limit_stopped: false,
-                limit_kind: None,
-                error: None,
-            },
+            outcome: TurnOutcome::new(
+                TerminationReason::Noop,
+                rng.gen_range(1..5),
+                Some(format!("answer {i}")),
+            ),
         },
         14 => EventKind::Restarted {
             restarts: rng.gen_range(0..5),

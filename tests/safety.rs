@@ -98,10 +98,15 @@ fn outcomes(journal: &MemoryJournal, agent: &str) -> Vec<TurnOutcome> {
         .collect()
 }
 
+/// The agent's last turn outcome, without the correlation (its event ids and usage: tested in
+/// tests/agent.rs), so that tests compare what they are about.
 fn last_outcome(journal: &MemoryJournal, agent: &str) -> TurnOutcome {
-    outcomes(journal, agent)
+    let mut outcome = outcomes(journal, agent)
         .pop()
-        .expect("no TurnFinished journaled")
+        .expect("no TurnFinished journaled");
+    outcome.events.clear();
+    outcome.usage = Usage::default();
+    outcome
 }
 
 type Decided = (LimitKind, f64, f64, LimitDecision);
@@ -359,6 +364,8 @@ async fn three_identical_failures_alert_and_the_fourth_locks_out_as_repetition()
             limit_stopped: false,
             limit_kind: None,
             error: None,
+            events: Vec::new(),
+            usage: Usage::default(),
         }
     );
     replay_matches(&journal, &a);
@@ -582,6 +589,8 @@ async fn the_error_cascade_trips_when_8_of_the_last_10_operations_failed() {
             limit_stopped: false,
             limit_kind: None,
             error: None,
+            events: Vec::new(),
+            usage: Usage::default(),
         }
     );
     replay_matches(&journal, &a);
@@ -677,6 +686,8 @@ async fn the_token_budget_stops_the_call_that_would_exceed_it() {
             limit_stopped: false,
             limit_kind: None,
             error: None,
+            events: Vec::new(),
+            usage: Usage::default(),
         }
     );
     assert_eq!(
@@ -918,6 +929,8 @@ async fn unattended_refuses_the_task_cap_and_the_wrap_up_becomes_the_answer() {
             limit_stopped: true,
             limit_kind: Some(LimitKind::IterationsPerTask),
             error: None,
+            events: Vec::new(),
+            usage: Usage::default(),
         }
     );
     let wrap_ups = wrap_ups.lock().unwrap();
@@ -1033,6 +1046,8 @@ async fn a_failed_or_empty_wrap_up_ends_with_the_decision_enabling_text() {
                 limit_stopped: true,
                 limit_kind: Some(LimitKind::IterationsPerTask),
                 error: Some(UNATTENDED_FALLBACK.into()),
+                events: Vec::new(),
+                usage: Usage::default(),
             },
             "{wrap_up:?}"
         );
@@ -1127,6 +1142,8 @@ async fn auto_extend_extends_the_task_cap_once_then_refuses() {
             limit_stopped: true,
             limit_kind: Some(LimitKind::IterationsPerTask),
             error: Some("Stopped: the limit on iterations per task was reached (5 against a configured 4) and not extended (auto_extend_exhausted). To allow more, raise `safety.loop.max_iterations_per_task` above 4, raise `safety.on_limit.auto_extend_times` (now 1), or set `safety.on_limit.mode = \"interactive\"` to be asked. Partial results are available.".into()),
+            events: Vec::new(),
+            usage: Usage::default(),
         }
     );
 
@@ -1519,6 +1536,8 @@ async fn the_task_wall_clock_goes_through_the_checkpoint() {
             limit_stopped: true,
             limit_kind: Some(LimitKind::TaskWallClock),
             error: None,
+            events: Vec::new(),
+            usage: Usage::default(),
         }
     );
     replay_matches(&journal, &a);

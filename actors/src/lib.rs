@@ -23,7 +23,8 @@ pub mod toolkit;
 mod tools;
 
 pub use agent::{
-    AgentHandle, ControlError, ControlOp, DurableSendError, EventSendError, HaltAck, TaskError,
+    AgentHandle, AskError, ControlError, ControlOp, DurableSendError, EventSendError, HaltAck,
+    PendingReply, Reply, Settled, Settlement, TaskError,
 };
 pub use context::{Advisory, ContextStrategy, Trimmed};
 pub use journal::{already_durable, now_ms, Journal, MemoryJournal, NotDurable, NullJournal};

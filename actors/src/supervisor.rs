@@ -19,8 +19,9 @@ use crate::{
     agent::{
         actor::{AgentActor, Shutdown},
         cell::{AgentCell, AgentSettings, CellParts},
-        queue_halt, send_halt, AgentHandle, AgentMsg, DelegatedTask, HaltAck, HaltReply, TaskError,
-        Work,
+        queue_halt,
+        reply::{ReplyHub, Settlement},
+        send_halt, AgentHandle, AgentMsg, DelegatedTask, HaltAck, HaltReply, TaskError, Work,
     },
     context::ContextStrategy,
     journal::Journal,
@@ -49,8 +50,8 @@ use std::{
 use tokio::{sync::oneshot, time::Instant};
 use warden_protocols::{
     AgentKey, AgentRecord, AgentRole, AgentState, AgentStatus, ContextStrategyConfig,
-    DelegationOutcome, DelegationRefusal, EventKind, FleetView, HaltCause, LimitKind,
-    RestartStrategy, ToolCategory, ToolSpec, WardenConfig,
+    DelegationOutcome, DelegationRefusal, EventFate, EventKind, FleetView, HaltCause, LimitKind,
+    RestartStrategy, TerminationReason, ToolCategory, ToolSpec, WardenConfig,
 };
 
 /// What to spawn.
@@ -172,6 +173,8 @@ struct SupervisorShared {
     safety: Arc<TeamSafety>,
     /// The `delegate` tool and its spec, built once and shared by every agent that may delegate.
     delegate_tool: OnceLock<(Arc<ToolSpec>, Arc<DelegateTool>)>,
+    /// Every agent's settled events, for the host that takes the stream.
+    replies: Arc<ReplyHub>,
 }
 
 /// Builds a [`Supervisor`]. Must be used inside a running actix `System`.
@@ -288,6 +291,7 @@ impl Supervisor {
             crash_tx,
             shutting_down: AtomicBool::new(false),
             safety,
+            replies: Arc::default(),
         });
         let weak = Arc::downgrade(&shared);
         actix_rt::spawn(async move {
@@ -297,6 +301,14 @@ impl Supervisor {
             }
         });
         Supervisor { shared }
+    }
+
+    /// Every agent's settled events as one stream, in the order they settle: each answered,
+    /// refused, discarded or failed user event, waited for or not (a game server's NPC lines, a load
+    /// tester's latencies). One taker: the first call gets the stream, later calls `None`. Until it
+    /// is taken nothing is kept; once taken, settlements queue until read (unbounded: read them).
+    pub fn take_replies(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Settlement>> {
+        self.shared.replies.take()
     }
 
     /// The team's token/cost totals and locked-out share (synchronous).
@@ -377,6 +389,7 @@ impl Supervisor {
             journal: self.shared.journal.clone(),
             crash_tx: Some(self.shared.crash_tx.clone()),
             safety: self.shared.safety.clone(),
+            replies: self.shared.replies.clone(),
         }));
         if fresh {
             cell.note(EventKind::Spawned {
@@ -547,6 +560,10 @@ impl Supervisor {
     /// journal, and come back when the team is restored from it.
     pub async fn shutdown(&self) {
         self.shared.shutting_down.store(true, Ordering::SeqCst);
+        // Whoever waits for a reply is told the agent is gone (the events stay pending).
+        for e in self.shared.agents.iter() {
+            e.cell.waiters.clear();
+        }
         let addrs: Vec<_> = self
             .shared
             .agents
@@ -861,6 +878,9 @@ fn start_actor(entry: &Arc<AgentEntry>) {
 /// call; reaching the threshold trips the emergency stop. Locked-out and stopped agents stay so.
 fn recover(cell: &AgentCell, crashed: bool) {
     cell.reset_tools_in_flight();
+    // The event the lost turn had taken gets no answer.
+    let _ = cell.take_turn_usage();
+    cell.settle_taken(crashed_turn());
     let mut rec = cell.lock();
     if matches!(
         rec.state,
@@ -899,6 +919,14 @@ fn recover(cell: &AgentCell, crashed: bool) {
     cell.breakers_restore(errors);
 }
 
+/// What becomes of an event whose turn died with its actor.
+fn crashed_turn() -> EventFate {
+    EventFate::Failed {
+        reason: TerminationReason::Crashed,
+        error: Some("the agent's actor crashed (or was restarted) during the turn".into()),
+    }
+}
+
 /// The restart intensity was exceeded: the agent is stopped for good, its queue discarded.
 fn give_up(cell: &AgentCell, restarts: u32, window: Duration) {
     // The actor is gone: its turn, and with it its delegations, already ended.
@@ -906,6 +934,7 @@ fn give_up(cell: &AgentCell, restarts: u32, window: Duration) {
     let mut rec = cell.lock();
     // Under the record lock, as a halt does: `Halted` settles exactly the pending events cleared here.
     let discarded = cell.mailbox.take_ordinary();
+    let cleared: Vec<u64> = rec.pending.iter().map(|p| p.id).collect();
     if matches!(
         rec.state,
         AgentState::WaitingForTool | AgentState::WaitingForInput
@@ -927,6 +956,10 @@ fn give_up(cell: &AgentCell, restarts: u32, window: Duration) {
         },
     );
     drop(rec);
+    for id in cleared {
+        cell.settle(id, None, EventFate::Discarded);
+    }
+    cell.settle_taken(crashed_turn());
     crate::agent::actor::discard_backlog(cell, discarded);
     cell.mailbox.close();
     // Pending halts can never be read now: answer them.

@@ -10,7 +10,7 @@
 
 use crate::{
     AgentKey, AgentRole, AgentState, ChatMessage, DelegationRefusal, Priority, TerminationReason,
-    UserEvent, WorkRefusal,
+    Usage, UserEvent, WorkRefusal,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -106,6 +106,97 @@ pub struct TurnOutcome {
     /// limit whose wrap-up failed: which limit, its value, the key to raise, the mode to set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The user events (their pending-event ids) this turn took and answers: what correlates an
+    /// event with its reply. Empty for a tick or a delegated task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<u64>,
+    /// Tokens of every model call of the turn.
+    #[serde(default, skip_serializing_if = "Usage::is_zero")]
+    pub usage: Usage,
+}
+
+impl TurnOutcome {
+    /// An outcome with nothing but its reason, iteration count and answer.
+    pub fn new(reason: TerminationReason, iterations: u32, answer: Option<String>) -> Self {
+        TurnOutcome {
+            reason,
+            iterations,
+            answer,
+            limit_stopped: false,
+            limit_kind: None,
+            error: None,
+            events: Vec::new(),
+            usage: Usage::default(),
+        }
+    }
+}
+
+/// What became of one accepted user event, by its id: what `GET /api/agents/{key}/events/{id}`
+/// answers (from the journal, so after a restart too) and what a waiter is told.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum EventFate {
+    /// Queued, not taken yet.
+    Pending,
+    /// Taken by a turn that has not finished.
+    Running,
+    /// The turn that took it gave an answer.
+    Answered {
+        answer: String,
+        reason: TerminationReason,
+        usage: Usage,
+    },
+    /// The agent refused it (locked out, stopped): when it was taken, or its turn ended in a lockout.
+    Refused { refusal: WorkRefusal },
+    /// A halt cleared it from the queue or stopped the turn that had taken it.
+    Discarded,
+    /// The turn that took it ended without an answer (model failure, limit, budget stop, crash).
+    Failed {
+        reason: TerminationReason,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+}
+
+impl EventFate {
+    /// `true` once nothing more will happen to the event.
+    pub fn is_settled(&self) -> bool {
+        !matches!(self, EventFate::Pending | EventFate::Running)
+    }
+
+    /// The wire name of the status (`pending`, `answered`, …).
+    pub fn status(&self) -> &'static str {
+        match self {
+            EventFate::Pending => "pending",
+            EventFate::Running => "running",
+            EventFate::Answered { .. } => "answered",
+            EventFate::Refused { .. } => "refused",
+            EventFate::Discarded => "discarded",
+            EventFate::Failed { .. } => "failed",
+        }
+    }
+
+    /// What the turn's outcome means for the events it took: an answer, a lockout (refused), a halt
+    /// (discarded), or a failure.
+    pub fn of_turn(outcome: &TurnOutcome, lockout: Option<&str>) -> EventFate {
+        match (&outcome.answer, outcome.reason) {
+            (Some(answer), reason) => EventFate::Answered {
+                answer: answer.clone(),
+                reason,
+                usage: outcome.usage,
+            },
+            (None, TerminationReason::SafetyLockout) => EventFate::Refused {
+                refusal: WorkRefusal::LockedOut {
+                    cause: lockout.unwrap_or_default().to_owned(),
+                },
+            },
+            (None, TerminationReason::Halted) => EventFate::Discarded,
+            (None, reason) => EventFate::Failed {
+                reason,
+                error: outcome.error.clone(),
+            },
+        }
+    }
 }
 
 /// What happened. Variants that change an agent's [`crate::AgentRecord`] say so.

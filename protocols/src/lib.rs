@@ -29,14 +29,15 @@ pub use config::{
     SupervisorConfig, ToolsConfig, WardenConfig,
 };
 pub use event::{
-    Breaker, DelegationOutcome, DiscardedMessage, Event, EventKind, HaltCause, TurnOutcome,
+    Breaker, DelegationOutcome, DiscardedMessage, Event, EventFate, EventKind, HaltCause,
+    TurnOutcome,
 };
 pub use priority::Priority;
 pub use record::{AgentRecord, Lockout, PendingEvent};
 pub use refusal::{DelegationRefusal, WorkRefusal};
 pub use safety::{
     AnomalyKind, Answer, AnsweredBy, FleetView, Intervention, LimitDecision, LimitKind,
-    LimitReason, LlmOutcome, OnLimitMode, Reply, ToolOutcome,
+    LimitReason, LlmOutcome, OnLimitMode, OperatorReply, ToolOutcome,
 };
 pub use state::{AgentState, IllegalTransition, TRANSITIONS};
 pub use status::{AgentStatus, QueueDepths};

@@ -231,18 +231,19 @@ pub struct AnsweredBy {
     pub note: Option<String>,
 }
 
-/// An [`Answer`] with its author, as an intervention bus delivers it.
+/// An operator's [`Answer`] to an intervention, with its author, as an intervention bus delivers it.
+/// (Not an agent's reply to an event: that is `warden::Reply`.)
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
+pub struct OperatorReply {
     pub answer: Answer,
     /// `None`: an anonymous answer (an embedder's bus that does not say who).
     pub by: Option<AnsweredBy>,
 }
 
-impl Reply {
+impl OperatorReply {
     /// `answer`, given by `operator` with an optional note.
     pub fn by(answer: Answer, operator: impl Into<String>, note: Option<String>) -> Self {
-        Reply {
+        OperatorReply {
             answer,
             by: Some(AnsweredBy {
                 operator: operator.into(),
@@ -252,9 +253,9 @@ impl Reply {
     }
 }
 
-impl From<Answer> for Reply {
+impl From<Answer> for OperatorReply {
     fn from(answer: Answer) -> Self {
-        Reply { answer, by: None }
+        OperatorReply { answer, by: None }
     }
 }
 

@@ -175,6 +175,18 @@ impl Usage {
     pub fn total(&self) -> u64 {
         self.prompt_tokens + self.completion_tokens
     }
+
+    /// `true` for no tokens at all.
+    pub fn is_zero(&self) -> bool {
+        self.prompt_tokens == 0 && self.completion_tokens == 0
+    }
+
+    /// Adds `other` (estimated if either is).
+    pub fn add(&mut self, other: Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.estimated |= other.estimated;
+    }
 }
 
 /// Why the model stopped generating.
@@ -239,6 +251,8 @@ pub enum TerminationReason {
     /// A limit (iterations per task or per tick, wall clock) was refused; the turn ended with a
     /// wrap-up.
     LimitStopped,
+    /// The agent's actor crashed during the turn; it was restarted without finishing it.
+    Crashed,
 }
 
 /// Something that happened that an agent should react to: a chat line, a game event, a user request.

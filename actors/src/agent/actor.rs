@@ -19,7 +19,8 @@ use actix::{
 use std::collections::VecDeque;
 use std::sync::Arc;
 use warden_protocols::{
-    AgentRecord, AgentState, DiscardedMessage, EventKind, Priority, TerminationReason, TurnOutcome,
+    AgentRecord, AgentState, DiscardedMessage, EventFate, EventKind, Priority, TerminationReason,
+    TurnOutcome,
 };
 
 /// Messages read per wake before yielding to the arbiter.
@@ -28,6 +29,9 @@ const BATCH: usize = 64;
 pub(crate) struct AgentActor {
     cell: Arc<AgentCell>,
     turn: Option<SpawnHandle>,
+    /// The user event the running turn answers (id, accepted): settled when the turn finishes, or
+    /// as discarded when a halt stops it.
+    answering: Option<(u64, tokio::time::Instant)>,
     generation: u64,
     /// Set only by a deliberate [`Shutdown`]; any other end of the actor is a crash.
     clean_stop: bool,
@@ -45,6 +49,7 @@ impl AgentActor {
         AgentActor {
             cell,
             turn: None,
+            answering: None,
             generation,
             clean_stop: false,
         }
@@ -90,8 +95,15 @@ impl AgentActor {
                     },
                 );
                 drop(rec);
-                if let Work::Delegated(task) = work {
-                    let _ = task.reply.send(Err(TaskError::Refused(refusal)));
+                match work {
+                    Work::Delegated(task) => {
+                        let _ = task.reply.send(Err(TaskError::Refused(refusal)));
+                    }
+                    Work::Event { id, accepted, .. } => {
+                        self.cell
+                            .settle(id, Some(accepted), EventFate::Refused { refusal });
+                    }
+                    Work::Tick => {}
                 }
                 return;
             }
@@ -106,6 +118,7 @@ impl AgentActor {
             }
         }
         let taken = turn::take(&self.cell, work);
+        self.answering = taken.event;
         let future = turn::run(self.cell.clone(), taken).into_actor(self).map(
             |(outcome, reply), act, ctx| {
                 act.turn = None;
@@ -136,6 +149,10 @@ impl AgentActor {
             },
         );
         drop(rec);
+        if let Some((id, accepted)) = self.answering.take() {
+            let fate = EventFate::of_turn(&outcome, lockout.as_deref());
+            self.cell.settle(id, Some(accepted), fate);
+        }
         if let Some(reply) = reply {
             let result = match (outcome.answer, lockout, outcome.error) {
                 (Some(answer), _, _) => Ok(answer),
@@ -196,6 +213,13 @@ impl AgentActor {
         };
         if let Some(reply) = request.ack {
             reply.send(ack);
+        }
+        // Whoever waits on the stopped turn's event or on a cleared one is answered at once.
+        if let Some((id, accepted)) = self.answering.take() {
+            self.cell.settle(id, Some(accepted), EventFate::Discarded);
+        }
+        for pending in &settled {
+            self.cell.settle(pending.id, None, EventFate::Discarded);
         }
         // Listing and dropping the backlog is O(N): it runs as its own task after the ack, so the halt
         // is acknowledged in O(1) whatever the backlog.

@@ -19,7 +19,10 @@
 //! No lock is held across an await.
 
 use crate::{
-    agent::{AgentMsg, Signal, Work},
+    agent::{
+        reply::{ReplyHub, Waiters},
+        AgentMsg, Signal, Work,
+    },
     context::ContextStrategy,
     journal::{now_ms, Journal},
     mailbox::PriorityMailbox,
@@ -40,8 +43,8 @@ use std::{
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 use warden_protocols::{
-    AgentKey, AgentRecord, AgentState, AgentStatus, Breaker, ChatMessage, EventKind,
-    IllegalTransition,
+    AgentKey, AgentRecord, AgentState, AgentStatus, Breaker, ChatMessage, EventFate, EventKind,
+    IllegalTransition, Usage,
 };
 
 /// Per-agent settings taken from the config at spawn.
@@ -79,6 +82,7 @@ pub(crate) struct CellParts {
     pub journal: Arc<dyn Journal>,
     pub crash_tx: Option<UnboundedSender<(AgentKey, u64)>>,
     pub safety: Arc<TeamSafety>,
+    pub replies: Arc<ReplyHub>,
 }
 
 /// What a hook's verdict did to the agent.
@@ -123,6 +127,12 @@ pub(crate) struct AgentCell {
     /// Incremented for each actor started on this cell; crash reports carry it, so a report from an
     /// actor that was already replaced is recognised as stale.
     generation: AtomicU64,
+    /// Who waits for the reply to which event.
+    pub(crate) waiters: Waiters,
+    /// The team's reply stream.
+    replies: Arc<ReplyHub>,
+    /// Tokens of the running turn's model calls (reset when a turn starts).
+    turn_usage: Mutex<Usage>,
 }
 
 fn state_index(s: AgentState) -> u8 {
@@ -142,6 +152,7 @@ impl AgentCell {
             journal,
             crash_tx,
             safety,
+            replies,
         } = parts;
         let halted = record.state == AgentState::Stopped;
         let mut breakers = AgentBreakers::new(
@@ -182,6 +193,9 @@ impl AgentCell {
             tools_in_flight: AtomicU32::new(0),
             crash_tx,
             generation: AtomicU64::new(0),
+            waiters: Waiters::default(),
+            replies,
+            turn_usage: Mutex::new(Usage::default()),
         }
     }
 
@@ -235,6 +249,7 @@ impl AgentCell {
             let work = Work::Event {
                 id: p.id,
                 event: p.event.clone(),
+                accepted: tokio::time::Instant::now(),
             };
             if self.mailbox.requeue(AgentMsg::Work(work)).is_ok() {
                 requeued += 1;
@@ -518,6 +533,7 @@ impl AgentCell {
 
     /// Usage is always accounted (status, team totals), even with the checks off.
     pub fn record_usage(&self, usage: warden_protocols::Usage) {
+        self.turn_usage.lock().add(usage);
         self.breakers
             .lock()
             .record_usage(usage, self.provider.model());
@@ -537,6 +553,29 @@ impl AgentCell {
         self.breakers
             .lock()
             .restore_consecutive_errors(consecutive_errors);
+    }
+
+    /// The running turn's usage so far, reset to zero (a turn starts, or it finished).
+    pub fn take_turn_usage(&self) -> Usage {
+        std::mem::take(&mut *self.turn_usage.lock())
+    }
+
+    // ---- replies ----------------------------------------------------------------------------------
+
+    /// Settles event `id` (see [`super::reply`]): its waiter and the team's reply stream hear of it.
+    pub fn settle(&self, id: u64, accepted: Option<tokio::time::Instant>, fate: EventFate) {
+        super::reply::settle(&self.waiters, &self.replies, &self.key, id, accepted, fate);
+    }
+
+    /// Settles every waiter of an event that is no longer pending (taken by a turn that will never
+    /// finish: the actor crashed) with `fate`.
+    pub fn settle_taken(&self, fate: EventFate) {
+        let pending: Vec<u64> = self.lock().pending.iter().map(|p| p.id).collect();
+        for id in self.waiters.ids() {
+            if !pending.contains(&id) {
+                self.settle(id, None, fate.clone());
+            }
+        }
     }
 
     // ---- task progress ------------------------------------------------------------------------------
@@ -739,6 +778,7 @@ mod tests {
             },
             journal,
             crash_tx: None,
+            replies: Arc::default(),
             safety: Arc::new(TeamSafety {
                 config: Arc::new(config.safety.clone()),
                 checkpoint: Arc::new(crate::safety::LimitCheckpoint::new(

@@ -17,6 +17,7 @@
 
 pub(crate) mod actor;
 pub(crate) mod cell;
+pub(crate) mod reply;
 pub(crate) mod turn;
 
 use crate::{
@@ -24,6 +25,7 @@ use crate::{
     mailbox::{Prioritized, TrySendError},
 };
 use cell::AgentCell;
+pub use reply::{AskError, PendingReply, Reply, Settled, Settlement};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use warden_protocols::EventKind;
@@ -98,10 +100,12 @@ pub(crate) enum Signal {
 
 /// Ordinary work.
 pub(crate) enum Work {
-    /// A user event, pending in the record under `id` until the actor settles it.
+    /// A user event, pending in the record under `id` until the actor settles it; `accepted` is
+    /// when it was queued (a reply's latency).
     Event {
         id: u64,
         event: Arc<UserEvent>,
+        accepted: tokio::time::Instant,
     },
     Tick,
     Delegated(DelegatedTask),
@@ -209,10 +213,11 @@ pub enum DurableSendError {
     NotDurable { id: u64, cause: NotDurable },
 }
 
-/// An event queued: its id and the journal seq of its `EventQueued`.
+/// An event queued: its id, the journal seq of its `EventQueued`, and its reply if watched.
 struct Accepted {
     id: u64,
     seq: u64,
+    reply: Option<PendingReply>,
 }
 
 /// An event not queued, with the reason.
@@ -277,7 +282,7 @@ impl AgentHandle {
     /// `EventQueued` (so the actor, which settles under the same lock, never sees the event before
     /// its acceptance is journaled, and a halt's clear takes it whole or not at all). One lock, one
     /// journal append, one `Arc` shared by the mailbox, the record and the journal.
-    fn queue(&self, event: Arc<UserEvent>) -> Result<Accepted, Rejected> {
+    fn queue(&self, event: Arc<UserEvent>, watch: bool) -> Result<Accepted, Rejected> {
         let mut rec = self.cell.lock();
         if let Some(refusal) = refusal_for(&rec) {
             self.cell.emit(
@@ -294,6 +299,7 @@ impl AgentHandle {
         let work = Work::Event {
             id,
             event: event.clone(),
+            accepted: tokio::time::Instant::now(),
         };
         if let Err(err) = self.cell.mailbox.try_send(AgentMsg::Work(work)) {
             let refusal = match &err {
@@ -305,10 +311,12 @@ impl AgentHandle {
             drop(err);
             return Err(Rejected { event, refusal });
         }
+        // Before the event is journaled and the lock released: nothing can settle it yet.
+        let reply = watch.then(|| self.cell.waiters.add(id));
         let seq = self
             .cell
             .emit(&mut rec, EventKind::EventQueued { id, event });
-        Ok(Accepted { id, seq })
+        Ok(Accepted { id, seq, reply })
     }
 
     /// Queues an event without waiting. Refused while locked out or stopped, or when the ordinary lane
@@ -316,9 +324,56 @@ impl AgentHandle {
     /// across restarts). The acceptance is journaled (`EventQueued`) but not waited for: use
     /// [`AgentHandle::try_send_event_durable`] when the caller acknowledges the event to someone else.
     pub fn try_send_event(&self, event: UserEvent) -> Result<u64, EventSendError> {
-        self.queue(Arc::new(event))
+        self.queue(Arc::new(event), false)
             .map(|accepted| accepted.id)
             .map_err(Rejected::into_error)
+    }
+
+    /// [`AgentHandle::try_send_event`], returning the event's [`PendingReply`]: its id, and its
+    /// reply to poll without blocking ([`PendingReply::try_recv`], for a host's tick) or to await.
+    ///
+    /// # Errors
+    /// [`EventSendError`] (the event handed back) when it is refused at once: locked out, stopped,
+    /// or the ordinary lane is full.
+    ///
+    /// # Cancel safety
+    /// Dropping the [`PendingReply`] does not withdraw the event.
+    pub fn try_ask(&self, event: UserEvent) -> Result<PendingReply, EventSendError> {
+        self.queue(Arc::new(event), true)
+            .map(|accepted| accepted.reply.expect("a watched event has a reply"))
+            .map_err(Rejected::into_error)
+    }
+
+    /// Sends `event` (waiting for room in the ordinary lane, as [`AgentHandle::send_event`]) and
+    /// resolves with the agent's answer to it.
+    ///
+    /// # Errors
+    /// [`AskError`]: refused at once (the event handed back) or when the agent came to take it,
+    /// discarded by a halt, failed (the turn gave no answer), or the agent was shut down.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not withdraw the event once it is queued: it runs, and its reply is
+    /// lost to this caller (the team's reply stream still gets it).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use warden_actors::{AgentSpec, MemoryJournal, ScriptStep, ScriptedProvider, Supervisor};
+    /// # use warden_protocols::{UserEvent, WardenConfig};
+    /// # actix_rt::System::new().block_on(async {
+    /// let team = Supervisor::on_current_arbiter(WardenConfig::default(), Arc::new(MemoryJournal::new()));
+    /// let model = Arc::new(ScriptedProvider::new([ScriptStep::reply("Aye, swords are 30 gold.")]));
+    /// let smith = team.spawn(AgentSpec::assistant("smith", model)).unwrap();
+    /// let reply = smith.ask(UserEvent::new("How much for a sword?")).await.unwrap();
+    /// assert_eq!(reply.answer, "Aye, swords are 30 gold.");
+    /// # });
+    /// ```
+    pub async fn ask(&self, event: UserEvent) -> Result<Reply, AskError> {
+        let pending = self.send(event, true).await?;
+        match pending.reply {
+            Some(reply) => reply.await,
+            None => Err(AskError::AgentGone),
+        }
     }
 
     /// [`AgentHandle::try_send_event`], resolving once the acceptance is durable in the journal (with
@@ -327,7 +382,9 @@ impl AgentHandle {
     /// blocks no thread. When the journal cannot make it durable the event stays queued and the
     /// error says so ([`DurableSendError::NotDurable`]).
     pub async fn try_send_event_durable(&self, event: UserEvent) -> Result<u64, DurableSendError> {
-        let accepted = self.queue(Arc::new(event)).map_err(Rejected::into_error)?;
+        let accepted = self
+            .queue(Arc::new(event), false)
+            .map_err(Rejected::into_error)?;
         match self.cell.journal().durable(accepted.seq).await {
             Ok(()) => Ok(accepted.id),
             Err(cause) => Err(DurableSendError::NotDurable {
@@ -339,11 +396,15 @@ impl AgentHandle {
 
     /// Queues an event, waiting for room in the ordinary lane (backpressure). Returns the event's id.
     pub async fn send_event(&self, event: UserEvent) -> Result<u64, EventSendError> {
+        self.send(event, false).await.map(|accepted| accepted.id)
+    }
+
+    async fn send(&self, event: UserEvent, watch: bool) -> Result<Accepted, EventSendError> {
         let mut event = Some(Arc::new(event));
         self.cell
             .mailbox
-            .retry_while_full(|| match self.queue(event.take()?) {
-                Ok(accepted) => Some(Ok(accepted.id)),
+            .retry_while_full(|| match self.queue(event.take()?, watch) {
+                Ok(accepted) => Some(Ok(accepted)),
                 Err(Rejected {
                     event: back,
                     refusal: WorkRefusal::MailboxFull { .. },

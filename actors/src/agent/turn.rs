@@ -84,14 +84,7 @@ async fn unless_halted<F: std::future::Future>(
 }
 
 fn outcome(reason: TerminationReason, iterations: u32, answer: Option<String>) -> TurnOutcome {
-    TurnOutcome {
-        reason,
-        iterations,
-        answer,
-        limit_stopped: false,
-        limit_kind: None,
-        error: None,
-    }
+    TurnOutcome::new(reason, iterations, answer)
 }
 
 fn stopped(counted: Counted, iterations: u32) -> Option<TurnOutcome> {
@@ -108,6 +101,8 @@ pub(crate) struct Taken {
     lineage: Arc<[AgentKey]>,
     /// Where a delegated task's answer goes.
     reply: Option<TaskReply>,
+    /// The user event taken (its id and when it was accepted): what the turn answers.
+    pub event: Option<(u64, tokio::time::Instant)>,
 }
 
 /// Takes `work`, synchronously in the actor right after its transition to `EXECUTING` (before the
@@ -117,9 +112,14 @@ pub(crate) struct Taken {
 /// pending (and queued again) or in the history, never both and never neither.
 pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
     answer_dangling_calls(cell);
+    let _ = cell.take_turn_usage();
     let own = || Arc::from(vec![cell.key.clone()]);
     match work {
-        Work::Event { id, event } => {
+        Work::Event {
+            id,
+            event,
+            accepted,
+        } => {
             cell.begin_task();
             let from = event
                 .sender
@@ -138,12 +138,14 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
             Taken {
                 lineage: own(),
                 reply: None,
+                event: Some((id, accepted)),
             }
         }
         // A tick continues the current task (its loop count and wall clock keep running).
         Work::Tick => Taken {
             lineage: own(),
             reply: None,
+            event: None,
         },
         Work::Delegated(DelegatedTask {
             task,
@@ -155,6 +157,7 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
             Taken {
                 lineage,
                 reply: Some(reply),
+                event: None,
             }
         }
     }
@@ -163,10 +166,14 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
 /// Runs one turn on work [`take`]n. The agent is `EXECUTING` on entry; on return it is `EXECUTING`,
 /// `SAFETY_LOCKOUT` or `STOPPED` (or anything, if a halt was requested: the actor's halt handling
 /// takes over).
+///
+/// The outcome names the event the turn answers and carries the turn's usage.
 pub(crate) async fn run(cell: Arc<AgentCell>, taken: Taken) -> (TurnOutcome, Option<TaskReply>) {
     let token = cell.halt_token();
-    let result = react(&cell, &token, taken.lineage).await;
+    let mut result = react(&cell, &token, taken.lineage).await;
     cell.runner.clear_tick();
+    result.events.extend(taken.event.map(|(id, _)| id));
+    result.usage = cell.take_turn_usage();
     (result, taken.reply)
 }
 

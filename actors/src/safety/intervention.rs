@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use tokio::sync::{oneshot, Notify};
-use warden_protocols::{Answer, Intervention, Reply};
+use warden_protocols::{Answer, Intervention, OperatorReply};
 
 /// Why an ask got no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,12 +34,12 @@ pub enum AnswerError {
 /// Somewhere an operator can answer a yes/no question (TTY, HTTP, A2A peer, test).
 pub trait InterventionBus: Send + Sync {
     /// Asks and waits for the answer (and who gave it). Dropping the future withdraws the question.
-    fn ask(&self, intervention: Intervention) -> BoxFuture<'_, Result<Reply, BusError>>;
+    fn ask(&self, intervention: Intervention) -> BoxFuture<'_, Result<OperatorReply, BusError>>;
 }
 
 struct Pending {
     intervention: Intervention,
-    reply: oneshot::Sender<Reply>,
+    reply: oneshot::Sender<OperatorReply>,
 }
 
 /// An in-process bus: pending asks can be listed and answered by id from any task.
@@ -90,7 +90,7 @@ impl ChannelInterventionBus {
     }
 
     /// Answers pending ask `id`, saying who answered (journaled with the decision).
-    pub fn reply(&self, id: u64, reply: Reply) -> Result<(), AnswerError> {
+    pub fn reply(&self, id: u64, reply: OperatorReply) -> Result<(), AnswerError> {
         let pending = self
             .pending
             .lock()
@@ -118,7 +118,7 @@ impl ChannelInterventionBus {
 }
 
 impl InterventionBus for ChannelInterventionBus {
-    fn ask(&self, intervention: Intervention) -> BoxFuture<'_, Result<Reply, BusError>> {
+    fn ask(&self, intervention: Intervention) -> BoxFuture<'_, Result<OperatorReply, BusError>> {
         Box::pin(async move {
             let id = intervention.id;
             let (tx, rx) = oneshot::channel();

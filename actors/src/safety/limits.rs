@@ -35,8 +35,8 @@ use std::{
     time::Duration,
 };
 use warden_protocols::{
-    AgentKey, Answer, Intervention, LimitDecision, LimitKind, LimitReason, OnLimitMode, Reply,
-    SafetyOnLimitConfig,
+    AgentKey, Answer, Intervention, LimitDecision, LimitKind, LimitReason, OnLimitMode,
+    OperatorReply, SafetyOnLimitConfig,
 };
 
 /// What was exceeded, where.
@@ -162,7 +162,7 @@ impl LimitCheckpoint {
             },
         };
         match answer {
-            Ok(Reply { answer, by }) => match answer {
+            Ok(OperatorReply { answer, by }) => match answer {
                 Answer::Yes => self.grant(ctx, LimitReason::UserApproved, None),
                 Answer::No | Answer::Other(_) => LimitDecision::refuse(LimitReason::UserRefused),
             }
@@ -376,7 +376,7 @@ mod tests {
 
     struct BrokenBus;
     impl InterventionBus for BrokenBus {
-        fn ask(&self, _: Intervention) -> BoxFuture<'_, Result<Reply, BusError>> {
+        fn ask(&self, _: Intervention) -> BoxFuture<'_, Result<OperatorReply, BusError>> {
             Box::pin(async { Err(BusError::Closed) })
         }
     }
