@@ -19,7 +19,7 @@
 
 use crate::{
     events::EventHub,
-    journal::SqliteJournal,
+    journal::{EventFates, SqliteJournal},
     metrics::{self, ApiMetrics},
 };
 use actix_web::{
@@ -32,9 +32,11 @@ use serde::{Deserialize, Serialize};
 use std::{future::Future, net::SocketAddr, sync::Arc};
 use warden_actors::{
     safety::{AnswerError, ChannelInterventionBus},
-    ControlError, DurableSendError, HaltAck, Supervisor,
+    AskError, ControlError, HaltAck, Submit, SubmitError, Supervisor,
 };
-use warden_protocols::{AgentKey, Answer, HaltCause, OperatorReply, UserEvent, WorkRefusal};
+use warden_protocols::{
+    AgentKey, Answer, EventFate, HaltCause, OperatorReply, UserEvent, WorkRefusal,
+};
 
 /// Default request body limit (bytes).
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
@@ -173,6 +175,8 @@ pub struct ApiState {
     pub events: Option<EventHub>,
     /// The durable journal, for its counters on `/metrics`.
     pub journal: Option<Arc<SqliteJournal>>,
+    /// Where `GET /api/agents/{key}/events/{id}` reads what became of an event (503 without).
+    pub fates: Option<Arc<dyn EventFates>>,
     /// What the API measures itself (halt latency).
     pub metrics: Arc<ApiMetrics>,
 }
@@ -185,6 +189,7 @@ impl ApiState {
             config,
             events: None,
             journal: None,
+            fates: None,
             metrics: Arc::default(),
         }
     }
@@ -201,9 +206,16 @@ impl ApiState {
         self
     }
 
-    /// The durable journal, whose counters `/metrics` shows.
+    /// The durable journal, whose counters `/metrics` shows and from which events' fates are read.
     pub fn with_journal(mut self, journal: Arc<SqliteJournal>) -> Self {
+        self.fates = Some(journal.clone());
         self.journal = Some(journal);
+        self
+    }
+
+    /// Where events' fates are read (set by [`ApiState::with_journal`]; for an in-memory journal).
+    pub fn with_fates(mut self, fates: Arc<dyn EventFates>) -> Self {
+        self.fates = Some(fates);
         self
     }
 }
@@ -386,6 +398,7 @@ routes! {
     GET "/api/agents" => list_agents,
     GET "/api/agents/{key}" => get_agent,
     POST "/api/agents/{key}/events" => post_event,
+    GET "/api/agents/{key}/events/{id}" => get_event,
     POST "/api/halt" => halt_all,
     POST "/api/agents/{key}/halt" => halt_agent,
     POST "/api/agents/{key}/unlock" => unlock,
@@ -536,27 +549,159 @@ pub struct Queued {
     pub id: u64,
 }
 
+/// The longest `?wait=` of `POST /api/agents/{key}/events`, in seconds.
+pub const MAX_WAIT_SECONDS: f64 = 300.0;
+
+/// `POST /api/agents/{key}/events` query: `?wait=S` waits up to S seconds (0–300) for the answer.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostEventQuery {
+    #[serde(default)]
+    pub wait: Option<String>,
+}
+
+impl PostEventQuery {
+    fn wait(&self) -> Result<Option<std::time::Duration>, ApiError> {
+        let Some(text) = self.wait.as_deref() else {
+            return Ok(None);
+        };
+        match text.trim().parse::<f64>() {
+            Ok(s) if (0.0..=MAX_WAIT_SECONDS).contains(&s) => {
+                Ok((s > 0.0).then(|| std::time::Duration::from_secs_f64(s)))
+            }
+            _ => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("wait: {text:?} is not a number of seconds from 0 to {MAX_WAIT_SECONDS}"),
+            )),
+        }
+    }
+}
+
+/// The header that names an event for retries.
+pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+
+/// `{"id": …, "status": …, …}`: an event's id with its fate.
+fn fate_body(id: u64, fate: &EventFate) -> serde_json::Value {
+    let mut body = serde_json::to_value(fate).unwrap_or_else(|_| serde_json::json!({}));
+    if let Some(map) = body.as_object_mut() {
+        map.insert("id".into(), id.into());
+    }
+    body
+}
+
+/// 200 for a settled event, 202 for one still pending or running.
+fn fate_response(id: u64, fate: &EventFate, duplicate: bool) -> HttpResponse {
+    let mut body = fate_body(id, fate);
+    if duplicate {
+        body["duplicate"] = true.into();
+    }
+    if fate.is_settled() {
+        HttpResponse::Ok().json(body)
+    } else {
+        HttpResponse::Accepted().json(body)
+    }
+}
+
+/// What a waiter was told, as the event's fate.
+fn settled_fate(settled: warden_actors::Settled) -> EventFate {
+    match settled {
+        Ok(reply) => EventFate::Answered {
+            answer: reply.answer,
+            reason: reply.reason,
+            usage: reply.usage,
+        },
+        Err(AskError::Refused { refusal, .. }) => EventFate::Refused { refusal },
+        Err(AskError::Discarded { .. }) => EventFate::Discarded,
+        Err(AskError::Failed { reason, error, .. }) => EventFate::Failed { reason, error },
+        Err(AskError::NotQueued(err)) => EventFate::Refused {
+            refusal: err.refusal,
+        },
+        Err(AskError::AgentGone) => EventFate::Refused {
+            refusal: WorkRefusal::Closed,
+        },
+    }
+}
+
+/// The event's fate from the journal, on a blocking thread (a SQLite read flushes first).
+async fn fate_from_journal(
+    state: &ApiState,
+    agent: &str,
+    id: u64,
+) -> Result<Option<EventFate>, ApiError> {
+    let Some(fates) = state.fates.clone() else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this server keeps no journal to read events from (see api::ApiState::with_fates)",
+        ));
+    };
+    let agent = agent.to_owned();
+    web::block(move || fates.fate(&agent, id))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+}
+
 async fn post_event(
     _: Admin,
     state: web::Data<ApiState>,
     key: web::Path<String>,
+    query: web::Query<PostEventQuery>,
+    req: HttpRequest,
     event: web::Json<UserEvent>,
 ) -> Handled {
+    let wait = query.wait()?;
+    let idempotency_key = match req.headers().get(IDEMPOTENCY_KEY) {
+        None => None,
+        Some(value) => match value.to_str() {
+            Ok(k) if !k.trim().is_empty() && k.len() <= 256 => Some(k.trim().to_owned()),
+            _ => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "Idempotency-Key: must be 1 to 256 visible ASCII characters",
+                ))
+            }
+        },
+    };
     let agent = state
         .supervisor
         .get(&key)
         .ok_or_else(|| ApiError::unknown_agent(&key))?;
-    match agent.try_send_event_durable(event.into_inner()).await {
-        Ok(id) => Ok(HttpResponse::Accepted().json(Queued { id })),
+    let options = Submit {
+        idempotency_key,
+        watch: wait.is_some(),
+    };
+    match agent.submit(event.into_inner(), options).await {
+        Ok(submitted) => {
+            let id = submitted.id;
+            if let (Some(reply), Some(wait)) = (submitted.reply, wait) {
+                if let Ok(settled) = tokio::time::timeout(wait, reply).await {
+                    return Ok(fate_response(
+                        id,
+                        &settled_fate(settled),
+                        submitted.duplicate,
+                    ));
+                }
+            }
+            if submitted.duplicate {
+                // The first event's fate (and with it its durability: the read flushes).
+                let fate = fate_from_journal(&state, &key, id)
+                    .await?
+                    .unwrap_or(EventFate::Pending);
+                return Ok(fate_response(id, &fate, true));
+            }
+            Ok(fate_response(id, &EventFate::Pending, false))
+        }
+        Err(err @ SubmitError::KeyReused { id, .. }) => Ok(HttpResponse::Conflict()
+            .json(serde_json::json!({ "error": err.to_string(), "id": id }))),
         // Queued and running, but a crash would lose it: say so, with the id, instead of a 202.
-        Err(err @ DurableSendError::NotDurable { id, .. }) => {
+        Err(err @ SubmitError::NotDurable { id, .. }) => {
             tracing::error!(agent = %key, id, "{err}");
             Ok(HttpResponse::InternalServerError().json(serde_json::json!({
                 "error": err.to_string(),
                 "id": id,
             })))
         }
-        Err(DurableSendError::Refused(err)) => {
+        Err(SubmitError::Refused(err)) => {
             let status = match err.refusal {
                 WorkRefusal::LockedOut { .. } | WorkRefusal::Stopped => StatusCode::CONFLICT,
                 WorkRefusal::MailboxFull { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -567,6 +712,32 @@ async fn post_event(
                 "refusal": err.refusal,
             })))
         }
+    }
+}
+
+/// `GET /api/agents/{key}/events/{id}`: what became of an event, from the journal (so after a
+/// restart too).
+async fn get_event(
+    _: Reader,
+    state: web::Data<ApiState>,
+    path: web::Path<(String, String)>,
+) -> Handled {
+    let (key, id) = path.into_inner();
+    if state.supervisor.get(&key).is_none() {
+        return Err(ApiError::unknown_agent(&key));
+    }
+    let id: u64 = id.parse().map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("event id {id:?} is not a number"),
+        )
+    })?;
+    match fate_from_journal(&state, &key, id).await? {
+        Some(fate) => Ok(HttpResponse::Ok().json(fate_body(id, &fate))),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("agent {key} has no event {id}"),
+        )),
     }
 }
 

@@ -71,10 +71,12 @@ use std::{
     time::Duration,
 };
 use warden_actors::{now_ms, Journal, NotDurable};
-use warden_protocols::{AgentKey, AgentRecord, AgentState, Event, EventKind, JournalConfig};
+use warden_protocols::{
+    AgentKey, AgentRecord, AgentState, Event, EventFate, EventKind, JournalConfig,
+};
 
 /// The schema version this build writes. [`migrate`] brings older files up to it.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The meaning of a snapshot's `record` JSON. Bump it whenever [`AgentRecord`] or
 /// [`AgentRecord::apply`] changes meaning: older snapshots are then ignored and rebuilt from events.
@@ -114,10 +116,13 @@ const MIGRATIONS: &[&str] = &[
         at_ms  INTEGER NOT NULL,
         record JSON    NOT NULL
     );",
+    // 2 → 3: find a user event's `event_queued` by its id (what became of an event, by id).
+    "CREATE INDEX events_queued ON events(agent, json_extract(body, '$.id'))
+        WHERE kind = 'event_queued';",
 ];
 
 /// The cause journaled when [`SqliteJournal::recover_records`] ends a turn a crash interrupted.
-pub const RECOVERY_CAUSE: &str = "restart: turn interrupted by a crash";
+pub use warden_protocols::RECOVERY_CAUSE;
 
 /// Where a journal is kept by default (`warden journal --db`).
 pub const DEFAULT_DB: &str = "./warden.db";
@@ -291,6 +296,74 @@ fn read_events(conn: &Connection, agent: Option<&str>) -> Result<Vec<Event>, Jou
             .collect::<Result<_, _>>()?,
     };
     rows.into_iter().map(decode).collect()
+}
+
+/// What became of user event `id` of `agent` (`None`: never queued), read from its `event_queued`
+/// on, a page at a time, until it is settled or the log ends.
+fn read_fate(conn: &Connection, agent: &str, id: u64) -> Result<Option<EventFate>, JournalError> {
+    let queued: Option<i64> = conn
+        .prepare_cached(
+            "SELECT seq FROM events WHERE agent = ?1 AND kind = 'event_queued'
+             AND json_extract(body, '$.id') = ?2 ORDER BY seq LIMIT 1",
+        )?
+        .query_row(params![agent, i64::try_from(id).unwrap_or(i64::MAX)], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    let Some(mut from) = queued else {
+        return Ok(None);
+    };
+    const PAGE: i64 = 512;
+    let mut seen: Vec<Event> = Vec::new();
+    loop {
+        let rows: Vec<_> = conn
+            .prepare_cached(
+                "SELECT seq, at_ms, agent, kind, body FROM events WHERE agent = ?1 AND seq >= ?2
+                 ORDER BY seq LIMIT ?3",
+            )?
+            .query_map(params![agent, from, PAGE], event_row)?
+            .collect::<Result<_, _>>()?;
+        let n = rows.len() as i64;
+        let page = rows
+            .into_iter()
+            .map(decode)
+            .collect::<Result<Vec<_>, _>>()?;
+        from = page.last().map_or(from, |e| e.seq as i64 + 1);
+        // The fold needs the events from the `event_queued` on (the lockout reason is read on the
+        // way): keep what was read, it is bounded by how long the event stayed unsettled.
+        seen.extend(page);
+        let fate = EventFate::of_event(id, &seen);
+        if n < PAGE || fate.as_ref().is_some_and(EventFate::is_settled) {
+            return Ok(fate);
+        }
+    }
+}
+
+/// What became of an accepted user event, by its id, from a journal (the HTTP API's
+/// `GET /api/agents/{key}/events/{id}`): works after a restart, for any event still in the log.
+pub trait EventFates: Send + Sync {
+    /// `Ok(None)`: no event `id` was ever queued for `agent`.
+    ///
+    /// # Errors
+    /// The journal could not be read.
+    fn fate(&self, agent: &str, id: u64) -> Result<Option<EventFate>, JournalError>;
+}
+
+impl EventFates for SqliteJournal {
+    /// Flushes first (an event accepted a moment ago is found), then reads from its
+    /// `event_queued` on (an index finds it).
+    fn fate(&self, agent: &str, id: u64) -> Result<Option<EventFate>, JournalError> {
+        self.flush();
+        read_fate(&self.shared.store.lock().conn, agent, id)
+    }
+}
+
+impl EventFates for warden_actors::MemoryJournal {
+    fn fate(&self, agent: &str, id: u64) -> Result<Option<EventFate>, JournalError> {
+        Ok(self.inspect(|events| {
+            EventFate::of_event(id, events.iter().filter(|e| e.agent.as_str() == agent))
+        }))
+    }
 }
 
 /// The last `n` events, oldest first.

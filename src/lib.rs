@@ -39,8 +39,8 @@ pub use warden_actors::{
     EventSendError, FnTool, HaltAck, InterventionBus, Journal, LlmRequest, LlmResponse,
     MemoryJournal, NotDurable, NullJournal, OpenAiCompatible, OpenAiConfig, PendingReply, Provider,
     ProviderError, Reply, RetryPolicy, ScriptStats, ScriptStep, ScriptedProvider, Settled,
-    Settlement, SpawnError, Supervisor, SupervisorBuilder, TaskError, Tool, ToolContext, ToolError,
-    ToolFormat, ToolRegistry, UnknownAgent,
+    Settlement, SpawnError, Submit, SubmitError, Submitted, Supervisor, SupervisorBuilder,
+    TaskError, Tool, ToolContext, ToolError, ToolFormat, ToolRegistry, UnknownAgent,
 };
 pub use warden_protocols as protocols;
 pub use warden_protocols::{

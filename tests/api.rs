@@ -49,9 +49,13 @@ fn fixture(config: WardenConfig) -> Fixture {
 /// The API over `f`'s team and bus, as an in-process service.
 macro_rules! app {
     ($f:expr) => {
-        test::init_service(App::new().configure(api::configure(
-            ApiState::new($f.team.clone(), config()).with_bus($f.bus.clone()),
-        )))
+        test::init_service(
+            App::new().configure(api::configure(
+                ApiState::new($f.team.clone(), config())
+                    .with_bus($f.bus.clone())
+                    .with_fates($f.journal.clone()),
+            )),
+        )
         .await
     };
 }
@@ -474,6 +478,234 @@ async fn pause_holds_work_and_resume_releases_it_and_brings_a_halted_agent_back(
         })
         .collect();
     assert_eq!(operators, [api::API_OPERATOR, api::API_OPERATOR]);
+}
+
+// ---- replies: ?wait=, GET /events/{id}, Idempotency-Key ------------------------------------------
+
+/// A model that answers after `delay` with "answer to <the event's text>".
+fn answering(delay: std::time::Duration) -> Arc<ScriptedProvider> {
+    Arc::new(ScriptedProvider::new([]).with_fallback(move |request| {
+        let asked = request
+            .messages
+            .last()
+            .and_then(|m| m.content.clone())
+            .unwrap_or_default();
+        ScriptStep::reply(format!("answer to {asked}")).delayed(delay)
+    }))
+}
+
+fn event_body(content: &str) -> Option<Value> {
+    Some(json!({ "content": content }))
+}
+
+#[actix_rt::test]
+async fn post_with_wait_answers_200_with_the_answer_and_get_reads_it_back_from_the_journal() {
+    tokio::time::pause();
+    let f = fixture(WardenConfig::default());
+    let a = f
+        .team
+        .spawn(AgentSpec::assistant(
+            "a",
+            answering(std::time::Duration::from_millis(500)),
+        ))
+        .unwrap();
+    let app = app!(f);
+    let (status, body) = call!(
+        app,
+        post("/api/agents/a/events?wait=5", Some(ADMIN), event_body("hi"))
+    );
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "answered", "{body}");
+    assert_eq!(body["reason"], "noop", "{body}");
+    assert!(body["answer"].as_str().unwrap().ends_with("hi"), "{body}");
+    assert!(
+        body["usage"]["prompt_tokens"].as_u64().unwrap() > 0,
+        "{body}"
+    );
+    let id = body["id"].as_u64().unwrap();
+    let (status, got) = call!(app, get(&format!("/api/agents/a/events/{id}"), Some(READ)));
+    assert_eq!(status, StatusCode::OK, "{got}");
+    assert_eq!(got, body, "the journal says what the wait said");
+
+    // Without a wait: 202 pending, then running, then answered.
+    let (status, body) = call!(
+        app,
+        post("/api/agents/a/events", Some(ADMIN), event_body("later"))
+    );
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["status"], "pending", "{body}");
+    let id = body["id"].as_u64().unwrap();
+    until("running", || a.state() == AgentState::Executing).await;
+    let (_, got) = call!(app, get(&format!("/api/agents/a/events/{id}"), Some(READ)));
+    assert_eq!(got["status"], "running", "{got}");
+    until("answered", || a.status().turns == 2).await;
+    let (_, got) = call!(app, get(&format!("/api/agents/a/events/{id}"), Some(READ)));
+    assert_eq!(got["status"], "answered", "{got}");
+
+    // A wait shorter than the turn: 202 pending.
+    let (status, body) = call!(
+        app,
+        post(
+            "/api/agents/a/events?wait=0.1",
+            Some(ADMIN),
+            event_body("slow")
+        )
+    );
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["status"], "pending", "{body}");
+    replay_matches(&f.journal, &a);
+}
+
+#[actix_rt::test]
+async fn bad_waits_ids_and_unknown_events_are_clear_errors() {
+    tokio::time::pause();
+    let f = fixture(WardenConfig::default());
+    f.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
+    let app = app!(f);
+    for wait in ["301", "-1", "abc", "NaN", ""] {
+        let (status, body) = call!(
+            app,
+            post(
+                &format!("/api/agents/a/events?wait={wait}"),
+                Some(ADMIN),
+                event_body("x")
+            )
+        );
+        assert_eq!(status, StatusCode::BAD_REQUEST, "wait={wait}: {body}");
+        assert!(body["error"].as_str().unwrap().contains("wait"), "{body}");
+    }
+    let (status, _) = call!(app, get("/api/agents/a/events/999", Some(READ)));
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = call!(app, get("/api/agents/a/events/x1", Some(READ)));
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _) = call!(app, get("/api/agents/nobody/events/1", Some(READ)));
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = call!(app, get("/api/agents/a/events/1", None));
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+#[actix_rt::test]
+async fn a_halt_answers_a_waiting_caller_at_once_and_a_lockout_answers_refused() {
+    tokio::time::pause();
+    let f = fixture(WardenConfig::default());
+    let slow = f
+        .team
+        .spawn(AgentSpec::assistant(
+            "slow",
+            answering(std::time::Duration::from_secs(10_000)),
+        ))
+        .unwrap();
+    let down = f
+        .team
+        .spawn(AgentSpec::assistant("down", failing()))
+        .unwrap();
+    let app = app!(f);
+    let waiting = test::call_service(
+        &app,
+        post(
+            "/api/agents/slow/events?wait=300",
+            Some(ADMIN),
+            event_body("think"),
+        )
+        .to_request(),
+    );
+    let halting = async {
+        until("slow is running", || slow.state() == AgentState::Executing).await;
+        call!(app, post("/api/agents/slow/halt", Some(ADMIN), None))
+    };
+    let (resp, (halt_status, _)) = futures::join!(waiting, halting);
+    assert_eq!(halt_status, StatusCode::OK);
+    let (status, body) = json_of(resp).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "discarded", "{body}");
+
+    // Four failures fail; the fifth trips the lockout: refused.
+    for i in 0..5 {
+        let (status, body) = call!(
+            app,
+            post(
+                "/api/agents/down/events?wait=60",
+                Some(ADMIN),
+                event_body(&format!("e{i}"))
+            )
+        );
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let expected = if i < 4 { "failed" } else { "refused" };
+        assert_eq!(body["status"], expected, "{i}: {body}");
+    }
+    assert_eq!(down.state(), AgentState::SafetyLockout);
+}
+
+#[actix_rt::test]
+async fn an_idempotency_key_queues_once_and_refuses_another_body() {
+    tokio::time::pause();
+    let f = fixture(WardenConfig::default());
+    let a = f.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
+    let app = app!(f);
+    let keyed = |content: &str| {
+        post("/api/agents/a/events", Some(ADMIN), event_body(content))
+            .insert_header(("Idempotency-Key", "order-7"))
+    };
+    let (status, first) = call!(app, keyed("buy a sword"));
+    assert_eq!(status, StatusCode::ACCEPTED, "{first}");
+    let id = first["id"].as_u64().unwrap();
+    until("answered", || a.status().turns == 1).await;
+    let (status, again) = call!(app, keyed("buy a sword"));
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["id"], id, "{again}");
+    assert_eq!(again["duplicate"], true, "{again}");
+    assert_eq!(again["status"], "answered", "{again}");
+    let (status, body) = call!(app, keyed("buy a shield"));
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["id"], id, "{body}");
+    settle(50).await;
+    assert_eq!(a.status().turns, 1, "nothing was queued twice");
+    let queued = f
+        .journal
+        .events_of("a")
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::EventQueued { .. }))
+        .count();
+    assert_eq!(queued, 1);
+    replay_matches(&f.journal, &a);
+}
+
+#[actix_rt::test]
+async fn concurrent_waiters_on_many_agents_each_get_their_own_answer_over_http() {
+    tokio::time::pause();
+    let f = fixture(WardenConfig::default());
+    for i in 0..20 {
+        f.team
+            .spawn(AgentSpec::assistant(
+                format!("npc{i}"),
+                answering(std::time::Duration::from_millis(100 + 37 * i)),
+            ))
+            .unwrap();
+    }
+    let app = app!(f);
+    let calls = (0..20).flat_map(|i| {
+        let app = &app;
+        (0..3).map(move |j| async move {
+            let content = format!("q{i}-{j}");
+            let (status, body) = call!(
+                app,
+                post(
+                    &format!("/api/agents/npc{i}/events?wait=60"),
+                    Some(ADMIN),
+                    event_body(&content)
+                )
+            );
+            (status, body, content)
+        })
+    });
+    for (status, body, content) in futures::future::join_all(calls).await {
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(
+            body["answer"],
+            format!("answer to [api] {content}"),
+            "{body}"
+        );
+    }
 }
 
 /// Issue 10.1: halt + resume used to take a locked-out agent to WAITING_FOR_EVENT with

@@ -873,3 +873,78 @@ provider = "down"
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 12: what became of an event is read from the journal, so it survives a SIGKILL: an event
+/// answered before the kill is still `answered` (same answer) after the restart, and one whose turn
+/// the kill cut is `failed` with reason `crashed`.
+#[test]
+fn an_events_fate_is_answered_from_the_journal_after_a_sigkill() {
+    let team = r#"
+[providers.slow]
+kind = "scripted"
+replies = ["the answer"]
+latency_ms = 400
+
+[[agents]]
+key = "a"
+provider = "slow"
+"#;
+    let dir = temp_dir("fate-after-kill", 0, team);
+    let server = Server::start(&dir);
+    let body = serde_json::json!({ "content": "first" }).to_string();
+    let (status, answered) = http(
+        server.port,
+        "POST",
+        "/api/agents/a/events?wait=30",
+        Some(&body),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{answered}");
+    let answered: serde_json::Value = serde_json::from_str(&answered).unwrap();
+    assert_eq!(answered["status"], "answered", "{answered}");
+    let first = answered["id"].as_u64().unwrap();
+    let body = serde_json::json!({ "content": "second" }).to_string();
+    let (status, queued) = http(server.port, "POST", "/api/agents/a/events", Some(&body)).unwrap();
+    assert_eq!(status, 202, "{queued}");
+    let queued: serde_json::Value = serde_json::from_str(&queued).unwrap();
+    let second = queued["id"].as_u64().unwrap();
+    wait_for("the second turn runs", || {
+        let (_, body) = http(
+            server.port,
+            "GET",
+            &format!("/api/agents/a/events/{second}"),
+            None,
+        )
+        .unwrap();
+        body.contains("\"running\"")
+    });
+    server.kill();
+
+    let server = Server::start(&dir);
+    let (status, got) = http(
+        server.port,
+        "GET",
+        &format!("/api/agents/a/events/{first}"),
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{got}");
+    let got: serde_json::Value = serde_json::from_str(&got).unwrap();
+    assert_eq!(got, answered, "the same fate after the restart");
+    let (status, got) = http(
+        server.port,
+        "GET",
+        &format!("/api/agents/a/events/{second}"),
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{got}");
+    let got: serde_json::Value = serde_json::from_str(&got).unwrap();
+    assert_eq!(
+        (got["status"].as_str(), got["reason"].as_str()),
+        (Some("failed"), Some("crashed")),
+        "{got}"
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -832,7 +832,7 @@ fn a_schema_1_file_migrates_keeps_its_events_and_restores_identically() {
 
     let journal = SqliteJournal::open_with(&db.0, every(50)).unwrap();
     let conn = rusqlite::Connection::open(&db.0).unwrap();
-    assert_eq!(journal::schema_version(&conn).unwrap(), 2);
+    assert_eq!(journal::schema_version(&conn).unwrap(), SCHEMA_VERSION);
     let listed: Vec<(String, i64)> = conn
         .prepare("SELECT agent, first_seq FROM agents ORDER BY first_seq")
         .unwrap()

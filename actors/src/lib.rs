@@ -24,7 +24,7 @@ mod tools;
 
 pub use agent::{
     AgentHandle, AskError, ControlError, ControlOp, DurableSendError, EventSendError, HaltAck,
-    PendingReply, Reply, Settled, Settlement, TaskError,
+    PendingReply, Reply, Settled, Settlement, Submit, SubmitError, Submitted, TaskError,
 };
 pub use context::{Advisory, ContextStrategy, Trimmed};
 pub use journal::{already_durable, now_ms, Journal, MemoryJournal, NotDurable, NullJournal};

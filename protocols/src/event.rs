@@ -158,7 +158,79 @@ pub enum EventFate {
     },
 }
 
+/// The cause journaled on the state changes with which a restart ends what a crash interrupted.
+pub const RECOVERY_CAUSE: &str = "restart: turn interrupted by a crash";
+
 impl EventFate {
+    /// The fate of user event `id` from an agent's journal events (in order; other agents' are
+    /// skipped): `None` if it was never queued. A turn stopped by a halt discards it; a turn that
+    /// died with its actor or its process fails it (`crashed`).
+    pub fn of_event<'a>(id: u64, events: impl IntoIterator<Item = &'a Event>) -> Option<EventFate> {
+        let mut fate = None;
+        let mut agent: Option<&AgentKey> = None;
+        let mut lockout: Option<&str> = None;
+        for event in events {
+            if agent.is_some_and(|a| *a != event.agent) {
+                continue;
+            }
+            let crashed = || EventFate::Failed {
+                reason: TerminationReason::Crashed,
+                error: Some("the agent's actor or process died during the turn".into()),
+            };
+            fate = match (&event.kind, fate) {
+                (EventKind::EventQueued { id: queued, .. }, None) if *queued == id => {
+                    agent = Some(&event.agent);
+                    Some(EventFate::Pending)
+                }
+                (EventKind::LockedOut { reason, .. }, fate) => {
+                    lockout = Some(reason);
+                    fate
+                }
+                (_, None) => None,
+                (EventKind::EventTaken { id: taken }, Some(EventFate::Pending)) if *taken == id => {
+                    Some(EventFate::Running)
+                }
+                (
+                    EventKind::WorkRefused {
+                        queued: Some(refused),
+                        refusal,
+                        ..
+                    },
+                    Some(EventFate::Pending),
+                ) if *refused == id => Some(EventFate::Refused {
+                    refusal: refusal.clone(),
+                }),
+                (EventKind::Halted { .. }, Some(EventFate::Pending | EventFate::Running)) => {
+                    Some(EventFate::Discarded)
+                }
+                (EventKind::MessagesDiscarded { messages }, Some(EventFate::Pending))
+                    if messages.iter().any(|m| m.queued == Some(id)) =>
+                {
+                    Some(EventFate::Discarded)
+                }
+                (EventKind::TurnFinished { outcome }, Some(EventFate::Running))
+                    if outcome.events.contains(&id) =>
+                {
+                    Some(EventFate::of_turn(outcome, lockout))
+                }
+                (
+                    EventKind::Crashed { .. } | EventKind::Restarted { .. },
+                    Some(EventFate::Running),
+                ) => Some(crashed()),
+                (EventKind::StateChanged { cause, .. }, Some(EventFate::Running))
+                    if cause == RECOVERY_CAUSE =>
+                {
+                    Some(crashed())
+                }
+                (_, fate) => fate,
+            };
+            if fate.as_ref().is_some_and(EventFate::is_settled) {
+                break;
+            }
+        }
+        fate
+    }
+
     /// `true` once nothing more will happen to the event.
     pub fn is_settled(&self) -> bool {
         !matches!(self, EventFate::Pending | EventFate::Running)
@@ -275,6 +347,13 @@ pub enum EventKind {
         id: u64,
         event: Arc<UserEvent>,
     },
+    /// Record: `keyed` gains (`key`, `id`, the event), the oldest dropped past
+    /// [`crate::AgentRecord::KEYS_KEPT`]. The idempotency key a sender gave event `id`; journaled in
+    /// one batch with its `EventQueued`, right after it.
+    EventKeyed {
+        id: u64,
+        key: String,
+    },
     /// Record: pending event `id` settled — a turn took it. Journaled in the same transaction as the
     /// `HistoryAppended` of its message, so a crash keeps both or neither.
     EventTaken {
@@ -365,4 +444,142 @@ pub enum EventKind {
     Restarted {
         restarts: u32,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(agent: &str, kind: EventKind) -> Event {
+        Event {
+            seq: 0,
+            at_ms: 0,
+            agent: agent.into(),
+            kind,
+        }
+    }
+
+    fn queued(id: u64) -> EventKind {
+        EventKind::EventQueued {
+            id,
+            event: Arc::new(UserEvent::new("hi")),
+        }
+    }
+
+    fn finished(ids: &[u64], answer: Option<&str>, reason: TerminationReason) -> EventKind {
+        let mut outcome = TurnOutcome::new(reason, 1, answer.map(str::to_owned));
+        outcome.events = ids.to_vec();
+        EventKind::TurnFinished { outcome }
+    }
+
+    fn fate(kinds: Vec<EventKind>) -> Option<EventFate> {
+        let events: Vec<Event> = kinds.into_iter().map(|k| ev("a", k)).collect();
+        EventFate::of_event(7, &events)
+    }
+
+    #[test]
+    fn every_way_an_event_ends_is_read_from_the_journal() {
+        use TerminationReason::*;
+        let taken = || EventKind::EventTaken { id: 7 };
+        let halted = || EventKind::Halted {
+            cause: HaltCause::HaltAll,
+            discarded: 0,
+        };
+        assert_eq!(fate(vec![queued(6)]), None, "never queued");
+        assert_eq!(fate(vec![queued(7)]), Some(EventFate::Pending));
+        assert_eq!(fate(vec![queued(7), taken()]), Some(EventFate::Running));
+        assert_eq!(
+            fate(vec![queued(7), taken(), finished(&[7], Some("yes"), Noop)]),
+            Some(EventFate::Answered {
+                answer: "yes".into(),
+                reason: Noop,
+                usage: Usage::default()
+            })
+        );
+        // Another turn's end does not settle it.
+        assert_eq!(
+            fate(vec![queued(7), taken(), finished(&[6], Some("no"), Noop)]),
+            Some(EventFate::Running)
+        );
+        assert_eq!(
+            fate(vec![queued(7), taken(), finished(&[7], None, LlmError)]),
+            Some(EventFate::Failed {
+                reason: LlmError,
+                error: None
+            })
+        );
+        let lockout = EventKind::LockedOut {
+            breaker: Breaker::ConsecutiveErrors,
+            reason: "five in a row".into(),
+            consecutive_errors: 5,
+        };
+        assert_eq!(
+            fate(vec![
+                queued(7),
+                taken(),
+                lockout,
+                finished(&[7], None, SafetyLockout)
+            ]),
+            Some(EventFate::Refused {
+                refusal: WorkRefusal::LockedOut {
+                    cause: "five in a row".into()
+                }
+            })
+        );
+        let refused = EventKind::WorkRefused {
+            work: "user_event".into(),
+            refusal: WorkRefusal::Stopped,
+            queued: Some(7),
+        };
+        assert_eq!(
+            fate(vec![queued(7), refused]),
+            Some(EventFate::Refused {
+                refusal: WorkRefusal::Stopped
+            })
+        );
+        assert_eq!(fate(vec![queued(7), halted()]), Some(EventFate::Discarded));
+        assert_eq!(
+            fate(vec![queued(7), taken(), halted()]),
+            Some(EventFate::Discarded)
+        );
+        let listed = EventKind::MessagesDiscarded {
+            messages: vec![DiscardedMessage {
+                id: 1,
+                priority: Priority::Ordinary,
+                kind: "user_event".into(),
+                queued: Some(7),
+            }],
+        };
+        assert_eq!(fate(vec![queued(7), listed]), Some(EventFate::Discarded));
+        for died in [
+            EventKind::Crashed {
+                state: AgentState::Executing,
+            },
+            EventKind::Restarted { restarts: 1 },
+            EventKind::StateChanged {
+                from: AgentState::Executing,
+                to: AgentState::WaitingForEvent,
+                cause: RECOVERY_CAUSE.into(),
+            },
+        ] {
+            assert!(
+                matches!(
+                    fate(vec![queued(7), taken(), died.clone()]),
+                    Some(EventFate::Failed {
+                        reason: Crashed,
+                        ..
+                    })
+                ),
+                "{died:?}"
+            );
+        }
+        // The first settlement stands; another agent's events are not read.
+        let events = vec![
+            ev("a", queued(7)),
+            ev("b", EventKind::EventTaken { id: 7 }),
+            ev("a", halted()),
+            ev("a", EventKind::EventTaken { id: 7 }),
+        ];
+        assert_eq!(EventFate::of_event(7, &events), Some(EventFate::Discarded));
+    }
 }

@@ -30,10 +30,10 @@ pub use config::{
 };
 pub use event::{
     Breaker, DelegationOutcome, DiscardedMessage, Event, EventFate, EventKind, HaltCause,
-    TurnOutcome,
+    TurnOutcome, RECOVERY_CAUSE,
 };
 pub use priority::Priority;
-pub use record::{AgentRecord, Lockout, PendingEvent};
+pub use record::{AgentRecord, KeyedEvent, Lockout, PendingEvent};
 pub use refusal::{DelegationRefusal, WorkRefusal};
 pub use safety::{
     AnomalyKind, Answer, AnsweredBy, FleetView, Intervention, LimitDecision, LimitKind,

@@ -23,6 +23,14 @@ pub struct PendingEvent {
     pub event: Arc<UserEvent>,
 }
 
+/// An accepted event that its sender named with an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyedEvent {
+    pub key: String,
+    pub id: u64,
+    pub event: Arc<UserEvent>,
+}
+
 /// The durable state of one agent.
 ///
 /// Invariant: the live agent mutates its record only through [`AgentRecord::apply`] on the events it
@@ -56,6 +64,10 @@ pub struct AgentRecord {
     /// The highest pending-event id ever handed out (0: none).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub last_event_id: u64,
+    /// The last [`AgentRecord::KEYS_KEPT`] events accepted with an idempotency key, oldest first:
+    /// the same key again is answered with the first event's id instead of being queued.
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub keyed: VecDeque<KeyedEvent>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -82,7 +94,16 @@ impl AgentRecord {
             history: Vec::new(),
             pending: VecDeque::new(),
             last_event_id: 0,
+            keyed: VecDeque::new(),
         }
+    }
+
+    /// How many idempotency keys an agent remembers (its most recent keyed events).
+    pub const KEYS_KEPT: usize = 1024;
+
+    /// The event accepted earlier under idempotency key `key`, if it is still remembered.
+    pub fn keyed(&self, key: &str) -> Option<&KeyedEvent> {
+        self.keyed.iter().rev().find(|k| k.key == key)
     }
 
     /// `true` while locked out (any breaker): derived from [`AgentRecord::lockout`], never stored on
@@ -167,6 +188,19 @@ impl AgentRecord {
                     event: event.clone(),
                 });
                 self.last_event_id = self.last_event_id.max(*id);
+            }
+            EventKind::EventKeyed { id, key } => {
+                // Journaled right after its `EventQueued`: the event is the newest pending one.
+                if let Some(pending) = self.pending.iter().rev().find(|p| p.id == *id) {
+                    if self.keyed.len() == Self::KEYS_KEPT {
+                        self.keyed.pop_front();
+                    }
+                    self.keyed.push_back(KeyedEvent {
+                        key: key.clone(),
+                        id: *id,
+                        event: pending.event.clone(),
+                    });
+                }
             }
             EventKind::EventTaken { id } => self.settle(*id),
             EventKind::WorkRefused {
@@ -347,5 +381,32 @@ mod tests {
         let back: AgentRecord =
             serde_json::from_str(&serde_json::to_string(&record).unwrap()).unwrap();
         assert_eq!(back, record);
+    }
+
+    #[test]
+    fn idempotency_keys_name_their_events_and_only_the_newest_are_kept() {
+        let mut record = AgentRecord::new("a".into());
+        let n = AgentRecord::KEYS_KEPT as u64 + 2;
+        for id in 1..=n {
+            record.apply(&queued(id, &format!("e{id}")));
+            record.apply(&EventKind::EventKeyed {
+                id,
+                key: format!("k{id}"),
+            });
+            record.apply(&EventKind::EventTaken { id });
+        }
+        assert_eq!(record.keyed.len(), AgentRecord::KEYS_KEPT);
+        assert!(record.keyed("k1").is_none() && record.keyed("k2").is_none());
+        let last = record.keyed(&format!("k{n}")).expect("kept");
+        assert_eq!(
+            (last.id, last.event.content.as_str()),
+            (n, format!("e{n}").as_str())
+        );
+        // A key for an event that is not pending (never journaled so) names nothing.
+        record.apply(&EventKind::EventKeyed {
+            id: 999,
+            key: "stray".into(),
+        });
+        assert!(record.keyed("stray").is_none());
     }
 }

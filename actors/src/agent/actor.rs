@@ -29,9 +29,6 @@ const BATCH: usize = 64;
 pub(crate) struct AgentActor {
     cell: Arc<AgentCell>,
     turn: Option<SpawnHandle>,
-    /// The user event the running turn answers (id, accepted): settled when the turn finishes, or
-    /// as discarded when a halt stops it.
-    answering: Option<(u64, tokio::time::Instant)>,
     generation: u64,
     /// Set only by a deliberate [`Shutdown`]; any other end of the actor is a crash.
     clean_stop: bool,
@@ -49,7 +46,6 @@ impl AgentActor {
         AgentActor {
             cell,
             turn: None,
-            answering: None,
             generation,
             clean_stop: false,
         }
@@ -118,7 +114,6 @@ impl AgentActor {
             }
         }
         let taken = turn::take(&self.cell, work);
-        self.answering = taken.event;
         let future = turn::run(self.cell.clone(), taken).into_actor(self).map(
             |(outcome, reply), act, ctx| {
                 act.turn = None;
@@ -149,7 +144,7 @@ impl AgentActor {
             },
         );
         drop(rec);
-        if let Some((id, accepted)) = self.answering.take() {
+        if let Some((id, accepted)) = self.cell.take_answering() {
             let fate = EventFate::of_turn(&outcome, lockout.as_deref());
             self.cell.settle(id, Some(accepted), fate);
         }
@@ -215,7 +210,7 @@ impl AgentActor {
             reply.send(ack);
         }
         // Whoever waits on the stopped turn's event or on a cleared one is answered at once.
-        if let Some((id, accepted)) = self.answering.take() {
+        if let Some((id, accepted)) = self.cell.take_answering() {
             self.cell.settle(id, Some(accepted), EventFate::Discarded);
         }
         for pending in &settled {

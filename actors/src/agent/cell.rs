@@ -15,7 +15,8 @@
 //!   ordinary lane (see the `agent` module docs).
 //!
 //! # Lock order
-//! `record` → journal's internal lock; `record` → a mailbox lane (a leaf). `delegations` is a leaf.
+//! `record` → journal's internal lock; `record` → a mailbox lane (a leaf); `record` → `waiters`,
+//! `record` → `answering` (leaves). `delegations` is a leaf.
 //! No lock is held across an await.
 
 use crate::{
@@ -133,6 +134,9 @@ pub(crate) struct AgentCell {
     replies: Arc<ReplyHub>,
     /// Tokens of the running turn's model calls (reset when a turn starts).
     turn_usage: Mutex<Usage>,
+    /// The user event the running turn answers (id, accepted): settled when the turn finishes, as
+    /// discarded when a halt stops it, as failed when the actor crashes. Set under the record lock.
+    answering: Mutex<Option<(u64, tokio::time::Instant)>>,
 }
 
 fn state_index(s: AgentState) -> u8 {
@@ -196,6 +200,7 @@ impl AgentCell {
             waiters: Waiters::default(),
             replies,
             turn_usage: Mutex::new(Usage::default()),
+            answering: Mutex::new(None),
         }
     }
 
@@ -567,14 +572,29 @@ impl AgentCell {
         super::reply::settle(&self.waiters, &self.replies, &self.key, id, accepted, fate);
     }
 
-    /// Settles every waiter of an event that is no longer pending (taken by a turn that will never
-    /// finish: the actor crashed) with `fate`.
+    /// The running turn answers event `id` (called under the record lock, as it is taken).
+    pub fn set_answering(&self, id: u64, accepted: tokio::time::Instant) {
+        *self.answering.lock() = Some((id, accepted));
+    }
+
+    /// The event the running turn answers, if any, no longer marked (its settler takes it).
+    pub fn take_answering(&self) -> Option<(u64, tokio::time::Instant)> {
+        self.answering.lock().take()
+    }
+
+    /// `true` while event `id` is pending or its turn runs (not settled yet). Under the record lock.
+    pub fn unsettled(&self, rec: &AgentRecord, id: u64) -> bool {
+        rec.pending.iter().any(|p| p.id == id)
+            || self
+                .answering
+                .lock()
+                .is_some_and(|(running, _)| running == id)
+    }
+
+    /// Settles the event of a turn that will never finish (the actor crashed or was restarted).
     pub fn settle_taken(&self, fate: EventFate) {
-        let pending: Vec<u64> = self.lock().pending.iter().map(|p| p.id).collect();
-        for id in self.waiters.ids() {
-            if !pending.contains(&id) {
-                self.settle(id, None, fate.clone());
-            }
+        if let Some((id, accepted)) = self.take_answering() {
+            self.settle(id, Some(accepted), fate);
         }
     }
 

@@ -220,6 +220,66 @@ struct Accepted {
     reply: Option<PendingReply>,
 }
 
+/// What [`AgentHandle::queue_keyed`] did.
+enum Queued {
+    New(Accepted),
+    /// The key named event `id`, accepted earlier with the same content: nothing queued.
+    Duplicate {
+        id: u64,
+        reply: Option<PendingReply>,
+    },
+}
+
+/// Why [`AgentHandle::queue_keyed`] queued nothing.
+enum KeyedRejection {
+    Refused(Rejected),
+    /// The key names event `id`, whose content differs.
+    KeyReused {
+        id: u64,
+        event: Arc<UserEvent>,
+    },
+}
+
+/// How [`AgentHandle::submit`] sends an event.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Submit {
+    /// Names the event for retries: sent again with the same key (and the same content), it is
+    /// not queued twice.
+    pub idempotency_key: Option<String>,
+    /// Return the event's [`PendingReply`].
+    pub watch: bool,
+}
+
+/// What [`AgentHandle::submit`] did.
+#[derive(Debug)]
+pub struct Submitted {
+    /// The event's id (for a duplicate: the first event's).
+    pub id: u64,
+    /// `true` when the key named an event accepted earlier: nothing was queued.
+    pub duplicate: bool,
+    /// With [`Submit::watch`]: the reply — for a duplicate only while the first event is still
+    /// pending or running (a settled one's fate is in the journal).
+    pub reply: Option<PendingReply>,
+}
+
+/// Why [`AgentHandle::submit`] did not acknowledge an event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// Not queued (handed back with the reason).
+    #[error(transparent)]
+    Refused(#[from] EventSendError),
+    /// The idempotency key was given to event `id`, whose content differs; nothing was queued.
+    #[error("idempotency key {key:?} was used for event {id} with a different body")]
+    KeyReused {
+        key: String,
+        id: u64,
+        event: UserEvent,
+    },
+    /// Queued under `id` (it runs) but its acceptance is not on disk.
+    #[error("event {id} was queued but is not durable: {cause}")]
+    NotDurable { id: u64, cause: NotDurable },
+}
+
 /// An event not queued, with the reason.
 struct Rejected {
     event: Arc<UserEvent>,
@@ -283,7 +343,34 @@ impl AgentHandle {
     /// its acceptance is journaled, and a halt's clear takes it whole or not at all). One lock, one
     /// journal append, one `Arc` shared by the mailbox, the record and the journal.
     fn queue(&self, event: Arc<UserEvent>, watch: bool) -> Result<Accepted, Rejected> {
+        match self.queue_keyed(event, watch, None) {
+            Ok(Queued::New(accepted)) => Ok(accepted),
+            // Without a key there are no duplicates.
+            Ok(Queued::Duplicate { .. }) | Err(KeyedRejection::KeyReused { .. }) => {
+                unreachable!("no idempotency key")
+            }
+            Err(KeyedRejection::Refused(rejected)) => Err(rejected),
+        }
+    }
+
+    /// [`AgentHandle::queue`] with an optional idempotency key, checked under the same lock: a key
+    /// the agent remembers is answered with its event's id (and nothing is queued) when the event is
+    /// the same, refused when it is not. A keyed event journals its key in the same batch.
+    fn queue_keyed(
+        &self,
+        event: Arc<UserEvent>,
+        watch: bool,
+        key: Option<&str>,
+    ) -> Result<Queued, KeyedRejection> {
         let mut rec = self.cell.lock();
+        if let Some(earlier) = key.and_then(|k| rec.keyed(k)) {
+            let id = earlier.id;
+            if *earlier.event != *event {
+                return Err(KeyedRejection::KeyReused { id, event });
+            }
+            let reply = (watch && self.cell.unsettled(&rec, id)).then(|| self.cell.waiters.add(id));
+            return Ok(Queued::Duplicate { id, reply });
+        }
         if let Some(refusal) = refusal_for(&rec) {
             self.cell.emit(
                 &mut rec,
@@ -293,7 +380,7 @@ impl AgentHandle {
                     queued: None,
                 },
             );
-            return Err(Rejected { event, refusal });
+            return Err(KeyedRejection::Refused(Rejected { event, refusal }));
         }
         let id = rec.next_event_id();
         let work = Work::Event {
@@ -309,14 +396,75 @@ impl AgentHandle {
                 TrySendError::Closed(_) => WorkRefusal::Closed,
             };
             drop(err);
-            return Err(Rejected { event, refusal });
+            return Err(KeyedRejection::Refused(Rejected { event, refusal }));
         }
         // Before the event is journaled and the lock released: nothing can settle it yet.
         let reply = watch.then(|| self.cell.waiters.add(id));
-        let seq = self
-            .cell
-            .emit(&mut rec, EventKind::EventQueued { id, event });
-        Ok(Accepted { id, seq, reply })
+        let queued = EventKind::EventQueued { id, event };
+        let seq = match key {
+            None => self.cell.emit(&mut rec, queued),
+            Some(key) => {
+                let key = key.to_owned();
+                self.cell
+                    .emit_all(&mut rec, vec![queued, EventKind::EventKeyed { id, key }])
+            }
+        };
+        Ok(Queued::New(Accepted { id, seq, reply }))
+    }
+
+    /// Sends `event` as `options` say, and resolves once its acceptance is durable (as
+    /// [`AgentHandle::try_send_event_durable`]): the entry point of senders that acknowledge to
+    /// someone else and may send again (the HTTP API).
+    ///
+    /// With an idempotency key the agent remembers (its last
+    /// [`AgentRecord::KEYS_KEPT`] keyed events, kept in the journal), the same event again queues
+    /// nothing and answers the first one's id (`duplicate`); that first event's own durability is
+    /// its sender's to wait for.
+    ///
+    /// # Errors
+    /// [`SubmitError::Refused`] (the event handed back), [`SubmitError::KeyReused`] (the key names
+    /// another event), [`SubmitError::NotDurable`] (queued, but its acceptance is not on disk).
+    ///
+    /// # Cancel safety
+    /// The event is queued when this is first polled; dropping the future after that does not
+    /// withdraw it.
+    pub async fn submit(
+        &self,
+        event: UserEvent,
+        options: Submit,
+    ) -> Result<Submitted, SubmitError> {
+        let queued = self
+            .queue_keyed(
+                Arc::new(event),
+                options.watch,
+                options.idempotency_key.as_deref(),
+            )
+            .map_err(|rejection| match rejection {
+                KeyedRejection::Refused(rejected) => SubmitError::Refused(rejected.into_error()),
+                KeyedRejection::KeyReused { id, event } => SubmitError::KeyReused {
+                    key: options.idempotency_key.clone().unwrap_or_default(),
+                    id,
+                    event: Arc::unwrap_or_clone(event),
+                },
+            })?;
+        match queued {
+            Queued::Duplicate { id, reply } => Ok(Submitted {
+                id,
+                duplicate: true,
+                reply,
+            }),
+            Queued::New(accepted) => match self.cell.journal().durable(accepted.seq).await {
+                Ok(()) => Ok(Submitted {
+                    id: accepted.id,
+                    duplicate: false,
+                    reply: accepted.reply,
+                }),
+                Err(cause) => Err(SubmitError::NotDurable {
+                    id: accepted.id,
+                    cause,
+                }),
+            },
+        }
     }
 
     /// Queues an event without waiting. Refused while locked out or stopped, or when the ordinary lane

@@ -131,11 +131,6 @@ impl Waiters {
         Some(waiters.swap_remove(at).tx)
     }
 
-    /// The ids waited for now.
-    pub fn ids(&self) -> Vec<u64> {
-        self.0.lock().iter().map(|w| w.id).collect()
-    }
-
     /// Drops every waiter: each is told [`AskError::AgentGone`].
     pub fn clear(&self) {
         self.0.lock().clear();

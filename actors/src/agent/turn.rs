@@ -101,8 +101,8 @@ pub(crate) struct Taken {
     lineage: Arc<[AgentKey]>,
     /// Where a delegated task's answer goes.
     reply: Option<TaskReply>,
-    /// The user event taken (its id and when it was accepted): what the turn answers.
-    pub event: Option<(u64, tokio::time::Instant)>,
+    /// The id of the user event taken: what the turn answers.
+    event: Option<u64>,
 }
 
 /// Takes `work`, synchronously in the actor right after its transition to `EXECUTING` (before the
@@ -135,10 +135,12 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
                     EventKind::HistoryAppended { message },
                 ],
             );
+            cell.set_answering(id, accepted);
+            drop(rec);
             Taken {
                 lineage: own(),
                 reply: None,
-                event: Some((id, accepted)),
+                event: Some(id),
             }
         }
         // A tick continues the current task (its loop count and wall clock keep running).
@@ -172,7 +174,7 @@ pub(crate) async fn run(cell: Arc<AgentCell>, taken: Taken) -> (TurnOutcome, Opt
     let token = cell.halt_token();
     let mut result = react(&cell, &token, taken.lineage).await;
     cell.runner.clear_tick();
-    result.events.extend(taken.event.map(|(id, _)| id));
+    result.events.extend(taken.event);
     result.usage = cell.take_turn_usage();
     (result, taken.reply)
 }
