@@ -16,3 +16,33 @@ async fn an_event_gets_an_answer() {
     assert_eq!(rec.history.len(), 2);
     assert_eq!(AgentRecord::replay("a".into(), &journal.events()), rec);
 }
+
+/// The README's embedding example (`examples/embed.rs`, built by `cargo test` with the other
+/// examples) runs and prints the smith's answer.
+#[test]
+fn the_embedding_example_prints_the_answer() {
+    // target/debug/deps/smoke-… → target/debug/examples/embed
+    let exe = std::env::current_exe().expect("test binary path");
+    let example = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join("examples").join("embed"))
+        .expect("target dir");
+    let out = std::process::Command::new(&example)
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", example.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("innkeeper (event 1,") && stdout.contains("The smith says 40 gold."),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("innkeeper: STOPPED") && stdout.contains("smith: STOPPED"),
+        "{stdout}"
+    );
+}
