@@ -151,6 +151,30 @@ pub struct HaltProbe {
     pub processed_after_halt: u64,
 }
 
+/// Per-event latency: from a root's acceptance of a task to its answer (the reply correlated to
+/// the event's id), over the tasks that were answered.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct EventLatency {
+    /// Tasks answered (the others failed, were refused or were discarded).
+    pub answered: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl EventLatency {
+    fn of(mut micros: Vec<u64>) -> Self {
+        micros.sort_unstable();
+        let ms = |us: u64| us as f64 / 1000.0;
+        EventLatency {
+            answered: micros.len() as u64,
+            p50_ms: ms(percentile(&micros, 0.50)),
+            p99_ms: ms(percentile(&micros, 0.99)),
+            max_ms: ms(micros.last().copied().unwrap_or(0)),
+        }
+    }
+}
+
 /// `halt_all` of the whole fleet.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct HaltAll {
@@ -188,6 +212,8 @@ pub struct LoadReport {
     pub restarts: u64,
     pub halt: HaltProbe,
     pub halt_all: HaltAll,
+    /// Accepted → answered, per root task.
+    pub event_latency: EventLatency,
     pub memory: Memory,
     pub lost_events: u64,
     pub leaked_slots: u64,
@@ -640,6 +666,8 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
         .safety_checks(options.safety)
         .capacity(options.agents)
         .build();
+    // Every settled event of the fleet, correlated by id: the roots' answers give the latencies.
+    let mut replies = team.take_replies();
 
     let inner = Faults {
         fail: options.fail_rate,
@@ -763,6 +791,14 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
         }
     }
     let mut duration = drive_start.elapsed();
+    let mut latencies = Vec::new();
+    if let Some(replies) = replies.as_mut() {
+        while let Ok(settled) = replies.try_recv() {
+            if let Ok(reply) = settled.result {
+                latencies.push(reply.latency.as_micros() as u64);
+            }
+        }
+    }
 
     let statuses = team.statuses();
     let stopped = statuses
@@ -841,6 +877,7 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
         restarts,
         halt,
         halt_all,
+        event_latency: EventLatency::of(latencies),
         memory: Memory {
             rss_peak_bytes: proc_status_bytes("VmHWM"),
             bytes_per_agent: rss_after.saturating_sub(rss_before) / agents.max(1),
@@ -921,6 +958,16 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
         (
             "halt all",
             format!("{} agents in {:.3} ms", r.halt_all.agents, r.halt_all.ms),
+        ),
+        (
+            "event latency",
+            format!(
+                "{} answered: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms (accepted → answered)",
+                r.event_latency.answered,
+                r.event_latency.p50_ms,
+                r.event_latency.p99_ms,
+                r.event_latency.max_ms
+            ),
         ),
         (
             "memory",

@@ -63,6 +63,10 @@ fn steady_fleet_runs_every_task_down_every_tree() {
     assert_eq!(r.tool_calls, 28 * 4);
     assert_eq!(r.lockouts, 0);
     assert!(r.steps_per_sec > 0.0);
+    // Every root task is answered, and its latency correlated by its id.
+    let l = &r.event_latency;
+    assert_eq!(l.answered, r.tasks_sent);
+    assert!(l.p50_ms <= l.p99_ms && l.p99_ms <= l.max_ms, "{l:?}");
 }
 
 #[test]
@@ -204,6 +208,7 @@ fn json_report_has_exactly_the_contract_keys() {
             "restarts",
             "halt",
             "halt_all",
+            "event_latency",
             "memory",
             "lost_events",
             "leaked_slots",
@@ -231,6 +236,10 @@ fn json_report_has_exactly_the_contract_keys() {
         ])
     );
     assert_eq!(keys(&json["halt_all"]), sorted(&["agents", "ms"]));
+    assert_eq!(
+        keys(&json["event_latency"]),
+        sorted(&["answered", "p50_ms", "p99_ms", "max_ms"])
+    );
     assert_eq!(
         keys(&json["memory"]),
         sorted(&["rss_peak_bytes", "bytes_per_agent"])
