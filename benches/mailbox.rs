@@ -54,6 +54,10 @@ impl Journal for DiscardCounter {
     ) -> futures::future::BoxFuture<'static, Result<(), warden::NotDurable>> {
         warden::already_durable()
     }
+
+    fn degraded(&self) -> Option<String> {
+        None
+    }
 }
 
 fn ci() -> bool {

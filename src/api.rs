@@ -277,7 +277,7 @@ impl From<ControlError> for ApiError {
             ControlError::NotActive | ControlError::NotStopped | ControlError::LockedOut => {
                 StatusCode::CONFLICT
             }
-            ControlError::Closed => StatusCode::SERVICE_UNAVAILABLE,
+            ControlError::Closed | ControlError::NotDurable(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
         ApiError::new(status, err.to_string())
     }
@@ -431,8 +431,14 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
 
 type Handled = Result<HttpResponse, ApiError>;
 
-async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+/// `200 {"status": "ok"}`, or `503 {"status": "degraded", "journal": …}` while the journal cannot
+/// write (no event is accepted and no turn starts meanwhile).
+async fn healthz(state: web::Data<ApiState>) -> HttpResponse {
+    match state.supervisor.journal_degraded() {
+        None => HttpResponse::Ok().json(serde_json::json!({ "status": "ok" })),
+        Some(reason) => HttpResponse::ServiceUnavailable()
+            .json(serde_json::json!({ "status": "degraded", "journal": reason })),
+    }
 }
 
 async fn openapi(_: Reader) -> HttpResponse {
@@ -705,7 +711,9 @@ async fn post_event(
             let status = match err.refusal {
                 WorkRefusal::LockedOut { .. } | WorkRefusal::Stopped => StatusCode::CONFLICT,
                 WorkRefusal::MailboxFull { .. } => StatusCode::TOO_MANY_REQUESTS,
-                WorkRefusal::Closed => StatusCode::SERVICE_UNAVAILABLE,
+                WorkRefusal::Closed | WorkRefusal::JournalUnavailable { .. } => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
             };
             Ok(HttpResponse::build(status).json(serde_json::json!({
                 "error": err.refusal.to_string(),
@@ -749,7 +757,14 @@ pub struct HaltAckBody {
     pub discarded: u64,
 }
 
+/// `200 {"halted": […]}`; `503 {"error": "halt applied but not durable: …", "halted": […]}` when
+/// the journal could not make a halt durable (it is applied all the same: fail safe).
 fn acks(acks: Vec<HaltAck>) -> HttpResponse {
+    let not_durable = acks.iter().find_map(|a| {
+        a.not_durable
+            .as_ref()
+            .map(|cause| (a.agent.clone(), cause.clone()))
+    });
     let halted: Vec<HaltAckBody> = acks
         .into_iter()
         .map(|a| HaltAckBody {
@@ -758,7 +773,16 @@ fn acks(acks: Vec<HaltAck>) -> HttpResponse {
             discarded: a.discarded,
         })
         .collect();
-    HttpResponse::Ok().json(serde_json::json!({ "halted": halted }))
+    match not_durable {
+        None => HttpResponse::Ok().json(serde_json::json!({ "halted": halted })),
+        Some((agent, cause)) => {
+            tracing::error!(%agent, "halt applied but not durable: {cause}");
+            HttpResponse::ServiceUnavailable().json(serde_json::json!({
+                "error": format!("halt applied but not durable: {cause}"),
+                "halted": halted,
+            }))
+        }
+    }
 }
 
 async fn halt_all(_: Admin, state: web::Data<ApiState>) -> Handled {

@@ -338,6 +338,10 @@ impl Journal for BroadcastJournal {
     fn durable(&self, seq: u64) -> BoxFuture<'static, Result<(), NotDurable>> {
         self.inner.durable(seq)
     }
+
+    fn degraded(&self) -> Option<String> {
+        self.inner.degraded()
+    }
 }
 
 /// An [`InterventionBus`] that asks through a [`ChannelInterventionBus`] and publishes

@@ -60,11 +60,11 @@ use futures::future::BoxFuture;
 use parking_lot::{Condvar, Mutex};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::HashMap,
     io::Write,
     path::{Path, PathBuf},
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
     },
     thread::JoinHandle,
@@ -524,70 +524,60 @@ struct Queue {
     pending: Vec<Event>,
     /// Highest sequence number handed out.
     assigned: u64,
-    /// Highest sequence number committed (or given up on after repeated write failures).
+    /// Highest sequence number committed.
     committed: u64,
     closed: bool,
     /// The last sequence number handed out before the journal was closed (later ones are dropped).
     closed_after: u64,
-    /// Batches the writer gave up on, oldest first (consecutive ones merged; at most
-    /// [`MAX_LOST_RANGES`]): what [`Journal::durable`] reports as not durable.
-    lost: VecDeque<LostRange>,
-    /// The writer thread has stopped (after draining the queue).
+    /// Why the writer cannot commit now (`None`: healthy). Set after a batch failed
+    /// [`RETRIES`] times; cleared when it commits.
+    degraded: Option<String>,
+    /// The writer thread has stopped (after draining the queue, or giving up at close).
     writer_exited: bool,
 }
 
-/// How many separate ranges of lost events the journal remembers for [`Journal::durable`]. A
-/// waiter asks right after its append, long before this many later batches failed.
-const MAX_LOST_RANGES: usize = 1024;
+/// Quick retries of a failed batch before the journal reports itself degraded (40, 80, 160 ms).
+const RETRIES: u32 = 3;
 
-/// Sequence numbers `first..=last`, given up on after repeated write failures.
-struct LostRange {
-    first: u64,
-    last: u64,
-    reason: String,
-}
+/// While degraded, the writer tries the failed batch again this often, for as long as it takes.
+const DEGRADED_RETRY: Duration = Duration::from_millis(250);
+
+/// After `close()`, a degraded writer tries this many more times before it drops what it has.
+const CLOSE_RETRIES: u32 = 8;
 
 impl Queue {
-    /// Whether the event `seq`, once the writer is past it, is on disk.
+    /// Whether the event `seq`, once the writer has settled it for now, is on disk.
     fn fate(&self, seq: u64) -> Result<(), NotDurable> {
         if self.closed && seq > self.closed_after {
             return Err(NotDurable::Closed);
         }
-        if let Some(lost) = self
-            .lost
-            .iter()
-            .rev()
-            .find(|l| (l.first..=l.last).contains(&seq))
-        {
-            return Err(NotDurable::WriteFailed {
-                reason: lost.reason.clone(),
-            });
+        if seq <= self.committed {
+            return Ok(());
         }
-        if seq > self.committed {
+        match &self.degraded {
+            Some(reason) => Err(NotDurable::WriteFailed {
+                reason: reason.clone(),
+            }),
             // The writer stopped without reaching it.
-            return Err(NotDurable::Closed);
+            None => Err(NotDurable::Closed),
         }
-        Ok(())
     }
 
-    fn lose(&mut self, first: u64, last: u64, reason: String) {
-        match self.lost.back_mut() {
-            Some(prev) if prev.last + 1 == first => {
-                prev.last = last;
-                prev.reason = reason;
-            }
-            _ => {
-                if self.lost.len() == MAX_LOST_RANGES {
-                    self.lost.pop_front();
-                }
-                self.lost.push_back(LostRange {
-                    first,
-                    last,
-                    reason,
-                });
-            }
+    fn progress(&self) -> Progress {
+        Progress {
+            committed: self.committed,
+            degraded: self.degraded.is_some(),
+            stopped: self.writer_exited,
         }
     }
+}
+
+/// What waiters on [`Journal::durable`] watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Progress {
+    committed: u64,
+    degraded: bool,
+    stopped: bool,
 }
 
 /// The connection and what the writer keeps about snapshots (one lock for both).
@@ -605,9 +595,10 @@ struct Shared {
     work: Condvar,
     /// Appenders waiting for durability wait here.
     done: Condvar,
-    /// The committed position for async waiters ([`Journal::durable`]); `u64::MAX` once the writer
-    /// has stopped.
-    committed: tokio::sync::watch::Sender<u64>,
+    /// The writer's progress for async waiters ([`Journal::durable`]).
+    progress: tokio::sync::watch::Sender<Progress>,
+    /// Mirrors `queue.degraded.is_some()` (read on hot paths without the queue lock).
+    degraded: AtomicBool,
     store: Mutex<Store>,
     commits: AtomicU64,
     durable_waits: AtomicU64,
@@ -678,7 +669,12 @@ impl SqliteJournal {
             }),
             work: Condvar::new(),
             done: Condvar::new(),
-            committed: tokio::sync::watch::Sender::new(last),
+            progress: tokio::sync::watch::Sender::new(Progress {
+                committed: last,
+                degraded: false,
+                stopped: false,
+            }),
+            degraded: AtomicBool::new(false),
             store: Mutex::new(Store {
                 conn,
                 snapshot_every: options.snapshot_every,
@@ -713,7 +709,8 @@ impl SqliteJournal {
     pub fn flush(&self) {
         let mut queue = self.shared.queue.lock();
         let target = queue.assigned;
-        while queue.committed < target && !queue.writer_exited {
+        // A degraded journal is not waited for: reads see what is on disk.
+        while queue.committed < target && !queue.writer_exited && queue.degraded.is_none() {
             self.shared.work.notify_one();
             self.shared.done.wait(&mut queue);
         }
@@ -909,9 +906,9 @@ impl Drop for SqliteJournal {
 
 impl SqliteJournal {
     /// Queues `kinds` under one lock of the queue, so the writer takes them in one batch (one
-    /// transaction); waits for that batch if one of them [`must_be_durable`]. Returns the last seq.
+    /// transaction). Never waits for the disk: whoever must know an event is durable before acting
+    /// or acknowledging awaits [`Journal::durable`] (outside any lock). Returns the last seq.
     fn push(&self, agent: &AgentKey, kinds: impl IntoIterator<Item = EventKind>) -> u64 {
-        let mut durable = false;
         let mut queue = self.shared.queue.lock();
         let at_ms = now_ms();
         for kind in kinds {
@@ -920,7 +917,9 @@ impl SqliteJournal {
                 tracing::error!(agent = %agent, "journal is closed; event dropped: {kind:?}");
                 continue;
             }
-            durable |= must_be_durable(&kind);
+            if must_be_durable(&kind) {
+                self.shared.durable_waits.fetch_add(1, Ordering::Relaxed);
+            }
             let seq = queue.assigned;
             queue.pending.push(Event {
                 seq,
@@ -930,15 +929,8 @@ impl SqliteJournal {
             });
         }
         let seq = queue.assigned;
-        if queue.closed {
-            return seq;
-        }
-        self.shared.work.notify_one();
-        if durable {
-            self.shared.durable_waits.fetch_add(1, Ordering::SeqCst);
-            while queue.committed < seq {
-                self.shared.done.wait(&mut queue);
-            }
+        if !queue.closed {
+            self.shared.work.notify_one();
         }
         seq
     }
@@ -954,23 +946,37 @@ impl Journal for SqliteJournal {
         self.push(agent, kinds)
     }
 
-    /// Resolves when the writer has committed `seq`; with [`NotDurable::WriteFailed`] when it gave up
-    /// on its batch after repeated failures (logged and counted in [`JournalStats::failed_batches`]),
-    /// with [`NotDurable::Closed`] when the journal was closed before `seq` was handed to it.
+    /// Resolves when the writer has committed `seq`; with [`NotDurable::WriteFailed`] as soon as the
+    /// journal is degraded with `seq` not committed (the writer keeps trying, and the event may
+    /// still land: "not durable" is what holds when the answer is given), with
+    /// [`NotDurable::Closed`] when the journal was closed before `seq` was handed to it.
     fn durable(&self, seq: u64) -> BoxFuture<'static, Result<(), NotDurable>> {
         let shared = self.shared.clone();
-        let mut settled = shared.committed.subscribe();
+        let mut progress = shared.progress.subscribe();
         Box::pin(async move {
-            // The sender lives in `shared`, held here: the wait ends when the writer is past `seq`
-            // (it sends `u64::MAX` when it stops).
-            let _ = settled.wait_for(|&c| c >= seq).await;
+            // The sender lives in `shared`, held here.
+            let _ = progress
+                .wait_for(|p| p.committed >= seq || p.degraded || p.stopped)
+                .await;
             let fate = shared.queue.lock().fate(seq);
             fate
         })
     }
+
+    fn degraded(&self) -> Option<String> {
+        if !self.shared.degraded.load(Ordering::Acquire) {
+            return None;
+        }
+        self.shared.queue.lock().degraded.clone()
+    }
 }
 
 /// Drains the queue, one transaction per batch, until closed and empty.
+///
+/// A batch that fails is never dropped while the journal is open: after [`RETRIES`] quick retries
+/// the journal is degraded (waiters told at once, agents fail closed) and the writer keeps trying
+/// the same batch every [`DEGRADED_RETRY`]; later events queue behind it in order. When it commits,
+/// the file holds every event in order again — nothing to heal — and the degraded mode ends.
 fn writer_loop(shared: &Shared) {
     loop {
         let batch = {
@@ -981,47 +987,63 @@ fn writer_loop(shared: &Shared) {
             if queue.pending.is_empty() && queue.closed {
                 queue.writer_exited = true;
                 shared.done.notify_all();
-                shared.committed.send_replace(u64::MAX);
+                shared.progress.send_replace(queue.progress());
                 return;
             }
             std::mem::take(&mut queue.pending)
         };
-        let first = batch.first().map(|e| e.seq).unwrap_or(0);
         let last = batch.last().map(|e| e.seq).unwrap_or(0);
-        let mut lost = None;
         let mut attempt = 0;
-        loop {
-            match write_batch(&mut shared.store.lock(), &batch) {
+        let committed = loop {
+            let error = match write_batch(&mut shared.store.lock(), &batch) {
                 Ok(snapshots) => {
                     shared.commits.fetch_add(1, Ordering::SeqCst);
                     shared
                         .snapshots_written
                         .fetch_add(snapshots, Ordering::SeqCst);
-                    break;
+                    break true;
                 }
-                Err(err) if attempt < 3 => {
-                    attempt += 1;
-                    tracing::warn!("journal write failed (attempt {attempt}): {err}");
-                    std::thread::sleep(Duration::from_millis(20 << attempt));
-                }
-                Err(err) => {
-                    // Giving up keeps the fleet able to halt: waiters are released, the error is
-                    // kept for `last_error` and logged.
-                    tracing::error!("journal write failed; {} events lost: {err}", batch.len());
-                    shared.failed_batches.fetch_add(1, Ordering::SeqCst);
-                    *shared.last_error.lock() = Some(err.to_string());
-                    lost = Some(err.to_string());
-                    break;
-                }
+                Err(err) => err.to_string(),
+            };
+            attempt += 1;
+            if attempt <= RETRIES {
+                tracing::warn!("journal write failed (attempt {attempt}): {error}");
+                std::thread::sleep(Duration::from_millis(20 << attempt));
+                continue;
+            }
+            let mut queue = shared.queue.lock();
+            if attempt == RETRIES + 1 {
+                tracing::error!(
+                    "journal degraded: cannot write ({error}); no turn starts and no event is \
+                     accepted until it can; retrying every {DEGRADED_RETRY:?}"
+                );
+                shared.failed_batches.fetch_add(1, Ordering::SeqCst);
+                shared.degraded.store(true, Ordering::Release);
+                shared.done.notify_all();
+            }
+            *shared.last_error.lock() = Some(error.clone());
+            queue.degraded = Some(error.clone());
+            shared.progress.send_replace(queue.progress());
+            if queue.closed && attempt > RETRIES + CLOSE_RETRIES {
+                tracing::error!(
+                    "journal closed while degraded: {} events not written: {error}",
+                    batch.len()
+                );
+                break false;
+            }
+            drop(queue);
+            std::thread::sleep(DEGRADED_RETRY);
+        };
+        let mut queue = shared.queue.lock();
+        if committed {
+            queue.committed = queue.committed.max(last);
+            if queue.degraded.take().is_some() {
+                tracing::info!("journal writes again; degraded mode over");
+                shared.degraded.store(false, Ordering::Release);
             }
         }
-        let mut queue = shared.queue.lock();
-        if let Some(reason) = lost {
-            queue.lose(first, last, reason);
-        }
-        queue.committed = queue.committed.max(last);
         shared.done.notify_all();
-        shared.committed.send_replace(queue.committed);
+        shared.progress.send_replace(queue.progress());
     }
 }
 

@@ -373,6 +373,10 @@ impl Journal for HarnessJournal {
     fn durable(&self, _seq: u64) -> BoxFuture<'static, Result<(), crate::NotDurable>> {
         crate::already_durable()
     }
+
+    fn degraded(&self) -> Option<String> {
+        None
+    }
 }
 
 // ---- the simulated model --------------------------------------------------------------------------

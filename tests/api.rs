@@ -1328,6 +1328,10 @@ impl Journal for Numbered {
     fn durable(&self, _: u64) -> futures::future::BoxFuture<'static, Result<(), NotDurable>> {
         warden::already_durable()
     }
+
+    fn degraded(&self) -> Option<String> {
+        None
+    }
 }
 
 #[actix_rt::test]
@@ -1423,6 +1427,10 @@ impl Journal for Gated {
             Ok(())
         })
     }
+
+    fn degraded(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Lets the runtime run until it is idle (the paused clock then jumps): `call` must still be waiting.
@@ -1504,19 +1512,35 @@ async fn an_event_is_acknowledged_only_once_durable_under_the_event_stream_tee()
 /// When the journal cannot write an event's acceptance the answer is not a `202`: a `500` that
 /// says so and gives the id (the event is queued and runs; sending it again would run it twice).
 #[actix_rt::test]
-async fn an_event_the_journal_cannot_write_is_answered_500_with_its_id_and_still_runs() {
-    // Real time: the journal's writer thread retries on the wall clock before it gives up.
+async fn a_failing_disk_degrades_the_server_fail_closed_and_it_recovers_whole() {
+    // Real time: the journal's writer thread retries on the wall clock.
     let db = TempDb::new("api-not-durable");
     let sqlite = Arc::new(SqliteJournal::open(&db.0).unwrap());
     let s = streaming(WardenConfig::default(), EventHub::default(), sqlite.clone());
     let a = s.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
-    let app = service!(streaming_state(&s));
-    poison_writes(&db.0);
-
+    let b = s.team.spawn(AgentSpec::assistant("b", chatty())).unwrap();
+    let app = service!(streaming_state(&s).with_journal(sqlite.clone()));
+    let (status, body) = call!(app, get("/healthz", None));
+    assert_eq!((status, &body["status"]), (StatusCode::OK, &json!("ok")));
+    // An event for `a` waits behind a pause, durable, before the disk fails.
+    let (status, _) = call!(app, post("/api/agents/a/pause", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK);
     let (status, body) = call!(
         app,
         post(
             "/api/agents/a/events",
+            Some(ADMIN),
+            Some(json!({"content": "held"}))
+        ),
+    );
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    poison_writes(&db.0);
+
+    // The event that cannot be written: 500 with its id (it is queued; it will land later).
+    let (status, body) = call!(
+        app,
+        post(
+            "/api/agents/b/events",
             Some(ADMIN),
             Some(json!({"content": "poison pill"}))
         ),
@@ -1538,9 +1562,72 @@ async fn an_event_the_journal_cannot_write_is_answered_500_with_its_id_and_still
         "500",
     )
     .unwrap();
-    until("the event ran", || a.status().turns == 1).await;
 
-    // Other events are still acknowledged once durable.
+    // Degraded: health says so, new events are refused, a halt is applied but answered 503.
+    let (status, body) = call!(app, get("/healthz", None));
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["status"], "degraded", "{body}");
+    assert!(body["journal"]
+        .as_str()
+        .unwrap()
+        .contains("injected write failure"));
+    let (status, body) = call!(
+        app,
+        post(
+            "/api/agents/b/events",
+            Some(ADMIN),
+            Some(json!({"content": "fine"}))
+        ),
+    );
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["refusal"]["reason"], "journal_unavailable", "{body}");
+    let (status, body) = call!(app, post("/api/agents/b/halt", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("halt applied but not durable: journal write failed"),
+        "{body}"
+    );
+    assert_eq!(
+        body["halted"][0]["state"],
+        json!(AgentState::Stopped),
+        "{body}"
+    );
+    assert_eq!(
+        b.state(),
+        AgentState::Stopped,
+        "applied at once all the same"
+    );
+    // A resume is applied but not durable; and no turn starts while the journal cannot write:
+    // a's event waits.
+    let (status, body) = call!(app, post("/api/agents/a/resume", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("applied but not durable"),
+        "{body}"
+    );
+    assert!(!a.status().paused);
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    settle(100).await;
+    assert_eq!(a.status().turns, 0, "a turn started on a degraded journal");
+    assert_eq!(a.status().queued.ordinary, 1);
+
+    // The disk comes back: the journal is whole again, the server healthy, the event runs.
+    unpoison_writes(&db.0);
+    until("healthy again", || sqlite.degraded().is_none()).await;
+    let (status, _) = call!(app, get("/healthz", None));
+    assert_eq!(status, StatusCode::OK);
+    until("the held event ran", || a.status().turns == 1).await;
+    assert!(a
+        .record()
+        .history
+        .iter()
+        .any(|m| m.content.as_deref().is_some_and(|c| c.contains("held"))));
     let (status, body) = call!(
         app,
         post(
@@ -1550,6 +1637,18 @@ async fn an_event_the_journal_cannot_write_is_answered_500_with_its_id_and_still
         ),
     );
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    until("the second event ran", || a.status().turns == 2).await;
+    sqlite.flush();
+    let on_disk = sqlite.events().unwrap();
+    for agent in [&a, &b] {
+        let replayed = AgentRecord::replay(agent.key().clone(), &on_disk);
+        assert_eq!(
+            replayed,
+            agent.record(),
+            "{}: the file equals the live record",
+            agent.key()
+        );
+    }
     assert!(sqlite.stats().failed_batches >= 1);
 }
 

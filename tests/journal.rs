@@ -103,7 +103,7 @@ fn the_kind_column_holds_the_event_tag_and_body_is_json() {
 }
 
 #[test]
-fn safety_events_are_committed_before_append_returns() {
+fn safety_events_are_counted_and_durable_only_once_committed() {
     let db = TempDb::new("durable");
     let journal = SqliteJournal::open(&db.0).unwrap();
     // A second, independent connection sees only what is committed.
@@ -158,9 +158,11 @@ fn safety_events_are_committed_before_append_returns() {
         assert!(must_be_durable(&kind));
         let before = journal.stats();
         let seq = journal.append(&key("a"), kind);
+        // `append` does not wait for the disk; `durable` resolves only once it is there.
+        assert_eq!(futures::executor::block_on(journal.durable(seq)), Ok(()));
         assert!(
             committed(seq),
-            "event {i} acknowledged before it was committed"
+            "event {i} reported durable before it was committed"
         );
         let after = journal.stats();
         assert_eq!(after.durable_waits, before.durable_waits + 1);
@@ -201,6 +203,7 @@ fn group_commit_batches_a_burst_into_few_transactions() {
     // A durable event behind the burst commits everything before it too.
     let seq = journal.append(&key("agent0"), halted());
     assert_eq!(seq, 2001);
+    journal.flush();
     let stats = journal.stats();
     assert_eq!(stats.committed_seq, 2001);
     assert!(
@@ -977,9 +980,10 @@ fn show_says_whether_the_snapshot_agrees_and_export_has_only_events() {
     let db = TempDb::new("show-snapshot");
     {
         let journal = SqliteJournal::open_with(&db.0, every(2)).unwrap();
-        // A halt is durable: each append is its own batch, so the snapshots fall at 2 and 4.
+        // Each append its own batch (flushed), so the snapshots fall at 2 and 4.
         for _ in 0..5 {
             journal.append(&key("npc"), halted());
+            journal.flush();
         }
     }
     let show = |json: bool| {
@@ -1336,21 +1340,26 @@ fn poisoned(i: usize) -> EventKind {
 }
 
 #[actix_rt::test]
-async fn durable_reports_the_batch_the_writer_gave_up_on_and_events_after_close() {
+async fn a_failing_disk_degrades_the_journal_loses_nothing_and_recovers_whole() {
     let db = TempDb::new("not-durable");
     let journal = SqliteJournal::open(&db.0).unwrap();
     let a = key("a");
     let before = journal.append(&a, alert(1));
     assert_eq!(journal.durable(before).await, Ok(()));
+    assert_eq!(journal.degraded(), None);
 
     poison_writes(&db.0);
-    let lost = journal.append(&a, poisoned(1));
-    match journal.durable(lost).await {
+    let failing = journal.append(&a, poisoned(1));
+    // Waiters are told at once (once the quick retries fail), not when the disk comes back.
+    match journal.durable(failing).await {
         Err(NotDurable::WriteFailed { reason }) => {
             assert!(reason.contains("injected write failure"), "{reason}")
         }
         other => panic!("a batch that cannot be written reported as {other:?}"),
     }
+    assert!(journal
+        .degraded()
+        .is_some_and(|r| r.contains("injected write failure")));
     assert_eq!(journal.stats().failed_batches, 1);
     assert_eq!(
         NotDurable::WriteFailed {
@@ -1359,20 +1368,30 @@ async fn durable_reports_the_batch_the_writer_gave_up_on_and_events_after_close(
         .to_string(),
         "journal write failed: injected write failure"
     );
-
-    // The journal goes on: later events are durable, earlier ones still are.
-    let after = journal.append(&a, alert(2));
-    assert_eq!(journal.durable(after).await, Ok(()));
+    // Events behind the failing batch wait behind it, in order: not durable either, meanwhile.
+    let behind = journal.append(&a, alert(2));
+    assert!(journal.durable(behind).await.is_err());
     assert_eq!(journal.durable(before).await, Ok(()));
-    assert!(journal.durable(lost).await.is_err());
+
+    // The disk comes back: the failing batch commits first, then the rest; nothing was dropped.
+    unpoison_writes(&db.0);
+    journal.flush();
+    for _ in 0..200 {
+        if journal.degraded().is_none() && journal.stats().committed_seq >= behind {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(journal.degraded(), None);
+    assert_eq!(journal.durable(failing).await, Ok(()));
+    assert_eq!(journal.durable(behind).await, Ok(()));
 
     journal.close();
     let closed = journal.append(&a, alert(3));
     assert_eq!(journal.durable(closed).await, Err(NotDurable::Closed));
     assert_eq!(NotDurable::Closed.to_string(), "journal is closed");
-    assert_eq!(journal.durable(after).await, Ok(()));
 
-    // On disk: exactly what was reported durable.
+    // On disk: everything before the close, in order.
     let on_disk: Vec<EventKind> = journal::JournalReader::open(&db.0)
         .unwrap()
         .events_of("a")
@@ -1380,5 +1399,5 @@ async fn durable_reports_the_batch_the_writer_gave_up_on_and_events_after_close(
         .into_iter()
         .map(|e| e.kind)
         .collect();
-    assert_eq!(on_disk, [alert(1), alert(2)]);
+    assert_eq!(on_disk, [alert(1), poisoned(1), alert(2)]);
 }

@@ -1111,7 +1111,8 @@ async fn supervisor_halt_stops_the_running_subtree_transitively() {
             .map(|k| HaltAck {
                 agent: key(k),
                 state: AgentState::Stopped,
-                discarded: 0
+                discarded: 0,
+                not_durable: None,
             })
             .collect::<Vec<_>>(),
         "one ack per agent of the subtree, a first"
@@ -1179,7 +1180,8 @@ async fn halting_a_parent_through_its_handle_halts_the_chain_below_it() {
         HaltAck {
             agent: key("a"),
             state: AgentState::Stopped,
-            discarded: 0
+            discarded: 0,
+            not_durable: None,
         }
     );
     until("b and c stopped", || {
@@ -1211,7 +1213,8 @@ async fn halting_an_idle_agent_through_the_supervisor_acks_only_it() {
         vec![HaltAck {
             agent: key("a"),
             state: AgentState::Stopped,
-            discarded: 0
+            discarded: 0,
+            not_durable: None,
         }]
     );
     assert_eq!(b.state(), AgentState::WaitingForEvent);
@@ -1659,6 +1662,7 @@ async fn halt_all_stops_a_mixed_team() {
             AgentState::Stopped
         },
         discarded: *discarded,
+        not_durable: None,
     })
     .collect();
     assert_eq!(

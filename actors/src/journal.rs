@@ -33,6 +33,11 @@ pub trait Journal: Send + Sync + 'static {
     /// never will be (its write failed for good, the journal was closed first). A journal that keeps
     /// nothing across a crash has nothing to wait for and resolves at once ([`already_durable`]).
     fn durable(&self, seq: u64) -> BoxFuture<'static, Result<(), NotDurable>>;
+
+    /// `Some(reason)` while the journal cannot write (a failing disk): nothing appended now would
+    /// survive a crash. Agents start no turn and accept no event meanwhile (fail closed: work a
+    /// restart would not know about is work it could not stop). Cheap: called on hot paths.
+    fn degraded(&self) -> Option<String>;
 }
 
 /// Why an event will never be durable. The event itself is not undone: it was appended (and acted
@@ -126,6 +131,10 @@ impl Journal for MemoryJournal {
     fn durable(&self, _seq: u64) -> BoxFuture<'static, Result<(), NotDurable>> {
         already_durable()
     }
+
+    fn degraded(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Drops every event (for benchmarks that measure the mailbox alone).
@@ -146,5 +155,9 @@ impl Journal for NullJournal {
 
     fn durable(&self, _seq: u64) -> BoxFuture<'static, Result<(), NotDurable>> {
         already_durable()
+    }
+
+    fn degraded(&self) -> Option<String> {
+        None
     }
 }

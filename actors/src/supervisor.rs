@@ -311,6 +311,11 @@ impl Supervisor {
         self.shared.replies.take()
     }
 
+    /// `Some(reason)` while the team's journal cannot write (see [`Journal::degraded`]).
+    pub fn journal_degraded(&self) -> Option<String> {
+        self.shared.journal.degraded()
+    }
+
     /// The team's token/cost totals and locked-out share (synchronous).
     pub fn fleet_view(&self) -> FleetView {
         self.shared.safety.team.fleet_view()

@@ -19,6 +19,10 @@ pub enum WorkRefusal {
     /// The agent's actor is gone (shut down).
     #[error("agent is shut down")]
     Closed,
+    /// The journal cannot write (a failing disk): nothing accepted now would survive a crash, so
+    /// nothing is accepted until it can (see `Journal::degraded`).
+    #[error("journal cannot write: {cause}")]
+    JournalUnavailable { cause: String },
 }
 
 /// Why the supervisor refused a delegation. Every refusal is journaled on the delegator.

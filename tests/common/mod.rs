@@ -158,6 +158,14 @@ impl Drop for TempDb {
     }
 }
 
+/// Undoes [`poison_writes`]: the disk "comes back".
+pub fn unpoison_writes(db: &std::path::Path) {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .execute_batch("DROP TRIGGER poison;")
+        .unwrap();
+}
+
 /// Makes every insert into the journal's `events` table whose JSON body contains `poison` fail
 /// (a trigger created from a second connection): a write failure on demand, in the real journal.
 pub fn poison_writes(db: &std::path::Path) {

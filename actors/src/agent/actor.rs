@@ -16,6 +16,7 @@ use actix::{
     Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, SpawnHandle,
     WrapFuture,
 };
+use futures::FutureExt;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use warden_protocols::{
@@ -26,9 +27,14 @@ use warden_protocols::{
 /// Messages read per wake before yielding to the arbiter.
 const BATCH: usize = 64;
 
+/// While the journal is degraded, how often an agent with queued work looks again.
+const DEGRADED_RECHECK: std::time::Duration = std::time::Duration::from_millis(250);
+
 pub(crate) struct AgentActor {
     cell: Arc<AgentCell>,
     turn: Option<SpawnHandle>,
+    /// A look at queued work is scheduled (the journal was degraded).
+    recheck: bool,
     generation: u64,
     /// Set only by a deliberate [`Shutdown`]; any other end of the actor is a crash.
     clean_stop: bool,
@@ -46,16 +52,28 @@ impl AgentActor {
         AgentActor {
             cell,
             turn: None,
+            recheck: false,
             generation,
             clean_stop: false,
         }
     }
 
     fn pump(&mut self, ctx: &mut Context<Self>) {
+        // Fail closed while the journal cannot write: no turn starts (a restart would not know of
+        // it, and could not stop it); ordinary work waits, and is looked at again while it does.
+        let degraded = self.cell.journal().degraded().is_some();
+        if degraded && !self.recheck && self.cell.mailbox.depths().ordinary > 0 {
+            self.recheck = true;
+            ctx.run_later(DEGRADED_RECHECK, |act, ctx| {
+                act.recheck = false;
+                act.pump(ctx);
+            });
+        }
         for _ in 0..BATCH {
             // While a halt is requested but not yet read, ordinary work must stay queued: the halt
             // flag is set (and the turn cancelled) a moment before the halt message reaches lane 0.
-            let busy = self.turn.is_some() || self.cell.halt_requested() || self.cell.paused();
+            let busy =
+                self.turn.is_some() || self.cell.halt_requested() || self.cell.paused() || degraded;
             let next = if busy {
                 self.cell.mailbox.pop_urgent()
             } else {
@@ -203,11 +221,27 @@ impl AgentActor {
                 agent: self.cell.key.clone(),
                 state: rec.state,
                 discarded: discarded.len() as u64,
+                not_durable: None,
             };
             (discarded, settled, ack)
         };
         if let Some(reply) = request.ack {
-            reply.send(ack);
+            // The ack says whether the halt is on disk; it waits for that off every lock, and
+            // without a task when the answer is already there (an in-memory journal, a fast disk).
+            let mut durable = self.cell.durable_so_far();
+            let mut ack = ack;
+            match (&mut durable).now_or_never() {
+                Some(result) => {
+                    ack.not_durable = result.err();
+                    reply.send(ack);
+                }
+                None => {
+                    actix_rt::spawn(async move {
+                        ack.not_durable = durable.await.err();
+                        reply.send(ack);
+                    });
+                }
+            }
         }
         // Whoever waits on the stopped turn's event or on a cleared one is answered at once.
         if let Some((id, accepted)) = self.cell.take_answering() {
@@ -297,7 +331,22 @@ impl AgentActor {
                 }
             }
         };
-        let _ = reply.send(result);
+        if result.is_err() {
+            let _ = reply.send(result);
+            return;
+        }
+        // Acknowledged once what it changed is on disk (off every lock; at once when it already is).
+        let mut durable = self.cell.durable_so_far();
+        match (&mut durable).now_or_never() {
+            Some(done) => {
+                let _ = reply.send(done.map_err(ControlError::NotDurable));
+            }
+            None => {
+                actix_rt::spawn(async move {
+                    let _ = reply.send(durable.await.map_err(ControlError::NotDurable));
+                });
+            }
+        }
     }
 
     fn on_signal(&mut self, signal: Signal) {

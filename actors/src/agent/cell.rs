@@ -128,6 +128,8 @@ pub(crate) struct AgentCell {
     /// Incremented for each actor started on this cell; crash reports carry it, so a report from an
     /// actor that was already replaced is recognised as stale.
     generation: AtomicU64,
+    /// The journal seq of the last event this agent journaled.
+    last_seq: AtomicU64,
     /// Who waits for the reply to which event.
     pub(crate) waiters: Waiters,
     /// The team's reply stream.
@@ -197,6 +199,7 @@ impl AgentCell {
             tools_in_flight: AtomicU32::new(0),
             crash_tx,
             generation: AtomicU64::new(0),
+            last_seq: AtomicU64::new(0),
             waiters: Waiters::default(),
             replies,
             turn_usage: Mutex::new(Usage::default()),
@@ -212,7 +215,9 @@ impl AgentCell {
     /// Applies `kind` to the record and journals it. Returns its journal seq.
     pub fn emit(&self, rec: &mut AgentRecord, kind: EventKind) -> u64 {
         self.apply(rec, &kind);
-        self.journal.append(&self.key, kind)
+        let seq = self.journal.append(&self.key, kind);
+        self.last_seq.store(seq, Ordering::Release);
+        seq
     }
 
     /// [`AgentCell::emit`] for several events that must be durable together (a crash keeps all or
@@ -221,7 +226,17 @@ impl AgentCell {
         for kind in &kinds {
             self.apply(rec, kind);
         }
-        self.journal.append_all(&self.key, kinds)
+        let seq = self.journal.append_all(&self.key, kinds);
+        self.last_seq.store(seq, Ordering::Release);
+        seq
+    }
+
+    /// Resolves once everything this agent has journaled so far is durable (an acknowledgement
+    /// that promises durability waits on it, outside every lock), or with why it is not.
+    pub fn durable_so_far(
+        &self,
+    ) -> futures::future::BoxFuture<'static, Result<(), crate::journal::NotDurable>> {
+        self.journal.durable(self.last_seq.load(Ordering::Acquire))
     }
 
     fn apply(&self, rec: &mut AgentRecord, kind: &EventKind) {
@@ -362,6 +377,7 @@ impl AgentCell {
             agent: self.key.clone(),
             state: self.state(),
             discarded: 0,
+            not_durable: None,
         }
     }
 
@@ -856,6 +872,9 @@ mod tests {
             _: u64,
         ) -> futures::future::BoxFuture<'static, Result<(), crate::journal::NotDurable>> {
             crate::journal::already_durable()
+        }
+        fn degraded(&self) -> Option<String> {
+            None
         }
     }
 

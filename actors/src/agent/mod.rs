@@ -164,6 +164,10 @@ pub enum ControlError {
     /// A resume cannot lift a lockout: only an authenticated unlock can.
     #[error("locked out: unlock first")]
     LockedOut,
+    /// Applied (in memory, at once) but the journal could not make it durable: after a crash the
+    /// agent would come back as it was before.
+    #[error("applied but not durable: {0}")]
+    NotDurable(NotDurable),
     #[error("agent is shut down")]
     Closed,
 }
@@ -176,6 +180,9 @@ pub struct HaltAck {
     pub state: AgentState,
     /// Ordinary messages this halt cleared (each journaled).
     pub discarded: u64,
+    /// `Some` when the halt is applied (in memory, at once: fail safe) but the journal could not
+    /// make it durable: after a crash the agent would come back as it was before the halt.
+    pub not_durable: Option<NotDurable>,
 }
 
 /// Why a delegated task produced no answer.
@@ -362,6 +369,14 @@ impl AgentHandle {
         watch: bool,
         key: Option<&str>,
     ) -> Result<Queued, KeyedRejection> {
+        // Fail closed on a journal that cannot write: an event accepted now would not survive a
+        // crash, and it could not be stopped after one.
+        if let Some(cause) = self.cell.journal().degraded() {
+            return Err(KeyedRejection::Refused(Rejected {
+                event,
+                refusal: WorkRefusal::JournalUnavailable { cause },
+            }));
+        }
         let mut rec = self.cell.lock();
         if let Some(earlier) = key.and_then(|k| rec.keyed(k)) {
             let id = earlier.id;
@@ -594,11 +609,7 @@ impl AgentHandle {
             match rx.await {
                 Ok(ack) => ack,
                 // The actor is gone for good (shut down): report what the record says.
-                Err(_) => HaltAck {
-                    agent: cell.key.clone(),
-                    state: cell.state(),
-                    discarded: 0,
-                },
+                Err(_) => cell.halt_ack_now(),
             }
         }
     }
