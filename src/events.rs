@@ -162,6 +162,8 @@ pub struct EventHub {
     log: Option<Arc<dyn EventLog>>,
     keep_alive: Duration,
     reorder_wait: Duration,
+    /// `true` once [`EventHub::close`] was called: every stream ends.
+    closed: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl std::fmt::Debug for EventHub {
@@ -191,6 +193,21 @@ impl EventHub {
             log: None,
             keep_alive: DEFAULT_KEEP_ALIVE,
             reorder_wait: DEFAULT_REORDER_WAIT,
+            closed: Arc::new(tokio::sync::watch::Sender::new(false)),
+        }
+    }
+
+    /// Ends every event stream (open ones after what they already queued, new ones at once), so a
+    /// graceful shutdown is not held up by clients that would listen forever. Publishing goes on.
+    pub fn close(&self) {
+        self.closed.send_replace(true);
+    }
+
+    /// Resolves once [`EventHub::close`] was called.
+    pub fn closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.closed.subscribe();
+        async move {
+            let _ = rx.wait_for(|closed| *closed).await;
         }
     }
 

@@ -14,6 +14,9 @@
 //!   filling a gap); the stream goes on live;
 //! * `: keep-alive` comment lines every [`EventHub::keep_alive`].
 //!
+//! The stream ends when the feed is gone or the hub is closed ([`EventHub::close`]: `warden serve`
+//! closes it on SIGTERM/SIGINT, so a graceful shutdown does not wait for listening clients).
+//!
 //! Guarantees:
 //! * Nothing is dropped silently: every skipped item is announced by `lagged` or `replay_unavailable`.
 //! * Journal events come in sequence order. An event that arrives before a lower sequence number
@@ -196,6 +199,8 @@ pub struct EventStream {
     /// Asks sent from the snapshot of pending ones: their live `intervention_asked` is not repeated.
     announced: HashSet<u64>,
     closed: bool,
+    /// Resolves when the hub is closed (the server shuts down): the stream then ends.
+    shutdown: futures::future::BoxFuture<'static, ()>,
 }
 
 impl EventStream {
@@ -222,6 +227,7 @@ impl EventStream {
             keep_alive,
             announced: HashSet::new(),
             closed: false,
+            shutdown: Box::pin(hub.closed()),
         };
         if let Some(after) = resume {
             match hub.log() {
@@ -282,11 +288,13 @@ impl EventStream {
                 received = self.rx.recv() => Woke::Received(received),
                 _ = self.keep_alive.tick() => Woke::KeepAlive,
                 _ = sleep_until(deadline) => Woke::GapTimedOut,
+                _ = &mut self.shutdown => Woke::Shutdown,
             };
             match woke {
                 Woke::Received(received) => self.received(received),
                 Woke::KeepAlive => self.out.push_back(Bytes::from_static(b": keep-alive\n\n")),
                 Woke::GapTimedOut => self.fill_gap().await,
+                Woke::Shutdown => self.closed = true,
             }
         }
     }
@@ -390,6 +398,7 @@ enum Woke {
     Received(Result<Arc<FeedItem>, RecvError>),
     KeepAlive,
     GapTimedOut,
+    Shutdown,
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
