@@ -971,10 +971,14 @@ impl Drop for SqliteJournal {
 impl SqliteJournal {
     /// Queues `kinds` under one lock of the queue, so the writer takes them in one batch (one
     /// transaction); waits for that batch if one of them [`must_be_durable`]. Returns the last seq.
-    fn push(&self, agent: &AgentKey, kinds: impl IntoIterator<Item = EventKind>) -> u64 {
+    fn push(
+        &self,
+        agent: &AgentKey,
+        kinds: impl IntoIterator<Item = EventKind>,
+        at_ms: u64,
+    ) -> u64 {
         let mut durable = false;
         let mut queue = self.shared.queue.lock();
-        let at_ms = now_ms();
         for kind in kinds {
             queue.assigned += 1;
             if queue.closed {
@@ -1007,12 +1011,17 @@ impl SqliteJournal {
 
 impl Journal for SqliteJournal {
     fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
-        self.push(agent, [kind])
+        self.push(agent, [kind], now_ms())
     }
 
     /// One batch, one transaction: all of `kinds` are committed, or none.
     fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
-        self.push(agent, kinds)
+        self.push(agent, kinds, now_ms())
+    }
+
+    /// [`Journal::append_all`], the events stamped `at_ms`.
+    fn append_all_at(&self, agent: &AgentKey, kinds: Vec<EventKind>, at_ms: u64) -> u64 {
+        self.push(agent, kinds, at_ms)
     }
 
     /// Resolves when the writer has committed `seq`; with [`NotDurable::WriteFailed`] when it gave up
