@@ -779,6 +779,23 @@ pub fn check_listen(addr: std::net::SocketAddr, config: &ApiConfig) -> Result<()
     Ok(())
 }
 
+/// HTTP workers: one per core, at least two and at most eight (`WARDEN_API_WORKERS` overrides). A
+/// worker serves every connection it accepts — event streams, event ingest, halts — so with one
+/// worker a halt waited behind every stream and every flood request on it; with several, the kernel
+/// spreads the connections and schedules the workers' threads, so a halt lands on a worker that is
+/// not the only one carrying the load.
+pub fn api_workers() -> usize {
+    std::env::var("WARDEN_API_WORKERS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .clamp(2, 8)
+        })
+}
+
 /// Binds the API to `addr` (port 0 picks a free one) and returns the server, to be awaited or
 /// spawned, and the addresses it listens on. Must run inside an actix `System`.
 pub fn bind(
@@ -789,7 +806,7 @@ pub fn bind(
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new().configure(configure(state.clone()))
     })
-    .workers(1)
+    .workers(api_workers())
     .bind(addr)?;
     let addrs = server.addrs();
     Ok((server.run(), addrs))
@@ -842,7 +859,8 @@ provider = "scribe"
 delegate = false
 "#;
 
-/// `warden serve`: opens the journal at `db`, recovers every agent recorded there
+/// `warden serve`: opens the journal at `db` (taking its lock and checking its integrity: see
+/// [`SqliteJournal::open`]), recovers every agent recorded there
 /// ([`crate::journal::SqliteJournal::recover_records`]), spawns the team (restored agents keep their
 /// state, lockout and history) and serves the API on `addr` until stopped. Every event is also
 /// published to the event stream (`GET /api/events`), which replays missed events from the journal.

@@ -3,7 +3,8 @@
 //!
 //! Guarantees:
 //! * [`BroadcastJournal::append`] is the inner journal's append plus, **only while someone listens**,
-//!   one clone of the event kind and one `broadcast::Sender::send` of an `Arc`. With no subscriber it
+//!   one clock read, one clone of the event kind (in a one-element `Vec` for `append`: the tee calls
+//!   [`Journal::append_all_at`]) and one `broadcast::Sender::send` of an `Arc`. With no subscriber it
 //!   adds one atomic load of the hub's own listener count and nothing else: no lock, no allocation.
 //!   (`broadcast::Sender::receiver_count` is not used on this path: it takes the channel's lock.)
 //! * An event is published after the inner journal's `append` returned, so a durable event (a halt,

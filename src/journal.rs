@@ -7,6 +7,14 @@
 //! (see [`must_be_durable`]) make `append` wait until their batch is committed: a halt, lockout,
 //! unlock, resume, breaker stop or limit decision is on disk before the agent acts on it.
 //!
+//! # Opening
+//!
+//! A file journal is opened by one writer at a time: [`SqliteJournal::open`] takes an exclusive
+//! [`JournalLock`] on `<db>.lock` (holding the pid) before it touches the database, and keeps it
+//! until the journal is dropped; a second writer gets [`JournalError::InUse`]. Readers
+//! ([`JournalReader`]) take no lock. Then `PRAGMA quick_check` must answer `ok`, else the file is
+//! refused with [`JournalError::Corrupt`], one line naming the file and how to recover.
+//!
 //! # Snapshots
 //!
 //! The `snapshots` table holds at most one row per agent: its [`AgentRecord`] as JSON at sequence

@@ -7,8 +7,10 @@
 //!   `intervention_withdrawn`): `event:` and `data:` only. Notices are not journaled, so they carry no
 //!   `id` and do not move a client's resume point;
 //! * `event: lagged`, `data: {"skipped": N}`: the client fell behind and `N` feed items (counted before
-//!   the agent filter) were skipped. Reconnecting with `Last-Event-ID` replays them when the server
-//!   keeps a durable journal;
+//!   the agent filter) were skipped. It comes before any event it covers: when the hub has a log, the
+//!   stream then reads the missed journal events back from it, in order, and goes on live (only
+//!   notices are lost); without a log, events held for a gap are sent, and an event arriving later
+//!   whose place has passed is dropped and announced by another `lagged` (`N` = such events);
 //! * `event: replay_unavailable`, `data: {"last_event_id": N, "reason": …}`: the events after `N`
 //!   could not be read back (a resume without a durable journal, or reading it failed, also while
 //!   filling a gap); the stream goes on live;
@@ -22,7 +24,11 @@
 //! * Journal events come in sequence order. An event that arrives before a lower sequence number
 //!   is held until the gap fills, for at most [`EventHub::reorder_wait`] (a durable append publishes
 //!   only after its commit). Then the missing events are read from the hub's log when it has one;
-//!   without a log the gap is given up on, and a late event is sent when it arrives, out of order.
+//!   without a log the gap is given up on, and a late event is sent when it arrives, out of order
+//!   (except after a lag: see `lagged`). After a lag ids never go backwards.
+//! * A journal event's `data` is the same bytes live and replayed (the live copy carries the
+//!   journal's `at_ms`). Each live item is rendered once and shared by every stream
+//!   ([`crate::events::Published`]); what is ready is sent as one chunk.
 //!   Events appended while the stream opens may likewise come late, or not at all when they were
 //!   appended before the subscription took effect.
 //! * Resuming with `Last-Event-ID: N` sends every event with `seq > N` from the hub's log, then the
