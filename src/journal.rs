@@ -687,8 +687,9 @@ pub struct SqliteJournal {
     shared: Arc<Shared>,
     writer: Mutex<Option<JoinHandle<()>>>,
     path: String,
-    /// Held while open (none for `:memory:`); dropped after the writer is closed.
-    _lock: Option<JournalLock>,
+    /// Held while open (none for `:memory:`); released by [`SqliteJournal::close`], once the
+    /// writer has stopped (nothing more is written).
+    lock: Mutex<Option<JournalLock>>,
 }
 
 impl SqliteJournal {
@@ -774,7 +775,7 @@ impl SqliteJournal {
             shared,
             writer: Mutex::new(Some(writer)),
             path: path_str,
-            _lock: lock,
+            lock: Mutex::new(lock),
         })
     }
 
@@ -793,7 +794,8 @@ impl SqliteJournal {
         }
     }
 
-    /// Flushes and stops the writer. Later appends are dropped (and logged). Also done on drop.
+    /// Flushes and stops the writer, then releases the file's [`JournalLock`]. Later appends are
+    /// dropped (and logged). Also done on drop.
     pub fn close(&self) {
         {
             let mut queue = self.shared.queue.lock();
@@ -806,6 +808,8 @@ impl SqliteJournal {
         if let Some(writer) = self.writer.lock().take() {
             let _ = writer.join();
         }
+        // The writer is gone: another journal may open the file now.
+        self.lock.lock().take();
     }
 
     /// Counters: commits, durability waits, the committed position, snapshots and restore reads.

@@ -312,7 +312,7 @@ impl EventStream {
     }
 
     fn wanted(&self, agent: &AgentKey) -> bool {
-        self.filter.as_ref().map_or(true, |f| f == agent)
+        self.filter.as_ref().is_none_or(|f| f == agent)
     }
 
     fn unavailable(&mut self, after: u64, reason: &str) {

@@ -31,10 +31,17 @@ pub trait Journal: Send + Sync + 'static {
     /// [`Journal::append_all`] with the events' time given by the caller (`at_ms`, milliseconds
     /// since the epoch) instead of read from the clock, so a tee that also publishes the events (the
     /// API's event stream) shows the very `at_ms` the journal keeps. A journal that keeps no time may
-    /// ignore it (the default does).
-    fn append_all_at(&self, agent: &AgentKey, kinds: Vec<EventKind>, at_ms: u64) -> u64 {
+    /// ignore it (the default does, and appends one event with [`Journal::append`]).
+    fn append_all_at(&self, agent: &AgentKey, mut kinds: Vec<EventKind>, at_ms: u64) -> u64 {
         let _ = at_ms;
-        self.append_all(agent, kinds)
+        match (kinds.pop(), kinds.is_empty()) {
+            (Some(kind), true) => self.append(agent, kind),
+            (Some(kind), false) => {
+                kinds.push(kind);
+                self.append_all(agent, kinds)
+            }
+            (None, _) => self.append_all(agent, kinds),
+        }
     }
 
     /// Resolves once the event with sequence number `seq` is durable, without blocking a thread
