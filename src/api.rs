@@ -74,6 +74,7 @@ impl ApiConfig {
     /// A team file's `[api]` section under the environment: `WARDEN_ADMIN_TOKEN` and
     /// `WARDEN_READ_TOKEN`, when set and not empty, win over `api.admin_token` and `api.read_token`.
     /// `env` looks a variable up (`|name| std::env::var(name).ok()`).
+    /// Unvalidated: `warden serve` uses [`ApiConfig::try_resolve`].
     pub fn resolve(section: &ApiSection, env: impl Fn(&str) -> Option<String>) -> Self {
         let var = |name: &str| env(name).filter(|v| !v.is_empty());
         ApiConfig {
@@ -81,6 +82,40 @@ impl ApiConfig {
             read_token: var("WARDEN_READ_TOKEN").or_else(|| section.read_token.clone()),
             body_limit: section.max_body_bytes.unwrap_or(DEFAULT_BODY_LIMIT),
         }
+    }
+
+    /// [`ApiConfig::resolve`], and the tokens from the environment are checked with the rules of
+    /// [`ApiSection::validate`] (not empty, no surrounding whitespace, read differs from admin), the
+    /// error naming the variable (`WARDEN_ADMIN_TOKEN: must not start or end with whitespace`).
+    pub fn try_resolve(
+        section: &ApiSection,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ApiSectionError> {
+        const ADMIN: &str = "WARDEN_ADMIN_TOKEN";
+        const READ: &str = "WARDEN_READ_TOKEN";
+        let var = |name: &str| env(name).filter(|v| !v.is_empty());
+        let (admin_env, read_env) = (var(ADMIN), var(READ));
+        for (key, token) in [(ADMIN, &admin_env), (READ, &read_env)] {
+            if let Some(token) = token {
+                token_problem(token)
+                    .map_or(Ok(()), |problem| Err(ApiSectionError { key, problem }))?;
+            }
+        }
+        let config = Self::resolve(section, |name| match name {
+            ADMIN => admin_env.clone(),
+            READ => read_env.clone(),
+            _ => None,
+        });
+        if config.admin_token.is_some() && config.admin_token == config.read_token {
+            let (key, problem) = match (admin_env.is_some(), read_env.is_some()) {
+                (true, true) => (READ, "must differ from WARDEN_ADMIN_TOKEN"),
+                (true, false) => ("api.read_token", "must differ from WARDEN_ADMIN_TOKEN"),
+                (false, true) => (READ, "must differ from api.admin_token"),
+                (false, false) => ("api.read_token", "must differ from api.admin_token"),
+            };
+            return Err(ApiSectionError { key, problem });
+        }
+        Ok(config)
     }
 
     fn limit(&self) -> usize {
@@ -138,12 +173,7 @@ impl ApiSection {
             ("api.read_token", &self.read_token),
         ];
         for (key, token) in tokens {
-            let Some(token) = token else { continue };
-            let problem = if token.trim().is_empty() {
-                "must not be empty"
-            } else if token.trim() != token {
-                "must not start or end with whitespace"
-            } else {
+            let Some(problem) = token.as_deref().and_then(token_problem) else {
                 continue;
             };
             return Err(ApiSectionError { key, problem });
@@ -161,6 +191,17 @@ impl ApiSection {
             });
         }
         Ok(())
+    }
+}
+
+/// Why a token can never match a bearer token (which is trimmed), if it cannot.
+fn token_problem(token: &str) -> Option<&'static str> {
+    if token.trim().is_empty() {
+        Some("must not be empty")
+    } else if token.trim() != token {
+        Some("must not start or end with whitespace")
+    } else {
+        None
     }
 }
 
@@ -938,6 +979,23 @@ pub fn check_listen(addr: std::net::SocketAddr, config: &ApiConfig) -> Result<()
     Ok(())
 }
 
+/// HTTP workers: one per core, at least two and at most eight (`WARDEN_API_WORKERS` overrides). A
+/// worker serves every connection it accepts — event streams, event ingest, halts — so with one
+/// worker a halt waited behind every stream and every flood request on it; with several, the kernel
+/// spreads the connections and schedules the workers' threads, so a halt lands on a worker that is
+/// not the only one carrying the load.
+pub fn api_workers() -> usize {
+    std::env::var("WARDEN_API_WORKERS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .clamp(2, 8)
+        })
+}
+
 /// Binds the API to `addr` (port 0 picks a free one) and returns the server, to be awaited or
 /// spawned, and the addresses it listens on. Must run inside an actix `System`.
 pub fn bind(
@@ -948,7 +1006,7 @@ pub fn bind(
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new().configure(configure(state.clone()))
     })
-    .workers(1)
+    .workers(api_workers())
     .bind(addr)?;
     let addrs = server.addrs();
     Ok((server.run(), addrs))
@@ -1001,7 +1059,8 @@ provider = "scribe"
 delegate = false
 "#;
 
-/// `warden serve`: opens the journal at `db`, recovers every agent recorded there
+/// `warden serve`: opens the journal at `db` (taking its lock and checking its integrity: see
+/// [`SqliteJournal::open`]), recovers every agent recorded there
 /// ([`crate::journal::SqliteJournal::recover_records`]), spawns the team (restored agents keep their
 /// state, lockout and history) and serves the API on `addr` until stopped. Every event is also
 /// published to the event stream (`GET /api/events`), which replays missed events from the journal.
@@ -1012,10 +1071,19 @@ pub async fn serve_team(
     config: ApiConfig,
 ) -> Result<(), Box<dyn std::error::Error>> {
     check_listen(addr, &config)?;
+    let empty = std::fs::metadata(db).is_ok_and(|m| m.len() == 0);
+    // Takes the journal's lock (a second server is refused before it touches the file) and checks
+    // the file's integrity.
     let journal = Arc::new(SqliteJournal::open_with(
         db,
         crate::journal::JournalOptions::from(&file.config.journal),
     )?);
+    if empty {
+        eprintln!(
+            "warden: journal {} was an empty file (0 bytes): starting a fresh journal",
+            db.display()
+        );
+    }
     let records = journal.recover_records()?;
     let hub = EventHub::default().with_log(journal.clone());
     let bus = Arc::new(ChannelInterventionBus::new());
@@ -1026,9 +1094,12 @@ pub async fn serve_team(
     file.spawn_agents_restored(&supervisor, &records)?;
     let state = ApiState::new(supervisor.clone(), config)
         .with_bus(bus)
-        .with_events(hub)
+        .with_events(hub.clone())
         .with_journal(journal.clone());
     let (server, addrs) = bind(state, addr)?;
+    // actix-web stops gracefully on SIGTERM/SIGINT, waiting for open responses; an event stream
+    // never ends by itself, so end them all on the same signals.
+    actix_rt::spawn(close_streams_on_signal(hub.clone()));
     let shown: Vec<String> = addrs.iter().map(|a| format!("http://{a}")).collect();
     eprintln!(
         "warden: serving {} agents on {} (journal {}, {} restored)",
@@ -1041,4 +1112,30 @@ pub async fn serve_team(
     supervisor.shutdown().await;
     journal.close();
     Ok(())
+}
+
+/// Closes `hub` (ending every event stream) on the first SIGTERM or SIGINT.
+async fn close_streams_on_signal(hub: EventHub) {
+    #[cfg(unix)]
+    {
+        use actix_rt::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            tracing::error!("cannot listen for SIGTERM/SIGINT: event streams will not be closed");
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        if actix_rt::signal::ctrl_c().await.is_err() {
+            return;
+        }
+    }
+    hub.close();
 }

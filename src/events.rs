@@ -3,7 +3,8 @@
 //!
 //! Guarantees:
 //! * [`BroadcastJournal::append`] is the inner journal's append plus, **only while someone listens**,
-//!   one clone of the event kind and one `broadcast::Sender::send` of an `Arc`. With no subscriber it
+//!   one clock read, one clone of the event kind (in a one-element `Vec` for `append`: the tee calls
+//!   [`Journal::append_all_at`]) and one `broadcast::Sender::send` of an `Arc`. With no subscriber it
 //!   adds one atomic load of the hub's own listener count and nothing else: no lock, no allocation.
 //!   (`broadcast::Sender::receiver_count` is not used on this path: it takes the channel's lock.)
 //! * An event is published after the inner journal's `append` returned, so a durable event (a halt,
@@ -12,6 +13,9 @@
 //!   loses the oldest items and is told how many (`RecvError::Lagged`), never silently.
 //! * Every `intervention_asked` notice is followed by exactly one `intervention_answered` or
 //!   `intervention_withdrawn` notice with the same id (when someone listens at both moments).
+//! * Each published item is serialised for the event stream once, however many listen
+//!   ([`Published::sse`]); an event's `at_ms` is the one the inner journal keeps (the tee stamps it
+//!   and hands it over with [`Journal::append_all_at`]), so a live copy equals a replayed one.
 //! * Sequence numbers are the inner journal's. Appends on different threads may publish out of
 //!   sequence order (a durable append waits for its commit); the event stream puts them back in order.
 
@@ -41,6 +45,32 @@ pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// How long the event stream holds events back waiting for a missing sequence number.
 pub const DEFAULT_REORDER_WAIT: Duration = Duration::from_secs(1);
+
+/// One published [`FeedItem`] and its Server-Sent Events message, rendered once (by the first
+/// stream that sends it) and shared by every subscriber: fifty listeners cost one serialisation.
+#[derive(Debug)]
+pub struct Published {
+    item: Arc<FeedItem>,
+    sse: std::sync::OnceLock<actix_web::web::Bytes>,
+}
+
+impl Published {
+    pub fn new(item: FeedItem) -> Self {
+        Published {
+            item: Arc::new(item),
+            sse: std::sync::OnceLock::new(),
+        }
+    }
+
+    pub fn item(&self) -> &FeedItem {
+        &self.item
+    }
+
+    /// The SSE message (`id:`/`event:`/`data:`), rendered on first use.
+    pub fn sse(&self) -> &actix_web::web::Bytes {
+        self.sse.get_or_init(|| crate::sse::render(&self.item))
+    }
+}
 
 /// One thing on the feed.
 #[derive(Debug, Clone, PartialEq)]
@@ -156,12 +186,14 @@ impl EventLog for MemoryJournal {
 /// Where feed items are published; cheap to clone. See the module docs.
 #[derive(Clone)]
 pub struct EventHub {
-    tx: broadcast::Sender<Arc<FeedItem>>,
+    tx: broadcast::Sender<Arc<Published>>,
     /// Open [`Subscription`]s (read lock-free by every append).
     listeners: Arc<AtomicUsize>,
     log: Option<Arc<dyn EventLog>>,
     keep_alive: Duration,
     reorder_wait: Duration,
+    /// `true` once [`EventHub::close`] was called: every stream ends.
+    closed: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl std::fmt::Debug for EventHub {
@@ -191,6 +223,21 @@ impl EventHub {
             log: None,
             keep_alive: DEFAULT_KEEP_ALIVE,
             reorder_wait: DEFAULT_REORDER_WAIT,
+            closed: Arc::new(tokio::sync::watch::Sender::new(false)),
+        }
+    }
+
+    /// Ends every event stream (open ones after what they already queued, new ones at once), so a
+    /// graceful shutdown is not held up by clients that would listen forever. Publishing goes on.
+    pub fn close(&self) {
+        self.closed.send_replace(true);
+    }
+
+    /// Resolves once [`EventHub::close`] was called.
+    pub fn closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.closed.subscribe();
+        async move {
+            let _ = rx.wait_for(|closed| *closed).await;
         }
     }
 
@@ -262,24 +309,42 @@ impl EventHub {
         self.reorder_wait
     }
 
+    /// Publishes `item` as it is (tests: any order of sequence numbers).
+    #[cfg(test)]
+    pub(crate) fn publish(&self, item: FeedItem) {
+        let _ = self.tx.send(Arc::new(Published::new(item)));
+    }
+
     /// Publishes a notice when someone listens.
     pub fn notify(&self, notice: Notice) {
         if self.listened() {
-            let _ = self.tx.send(Arc::new(FeedItem::Notice(notice)));
+            let _ = self
+                .tx
+                .send(Arc::new(Published::new(FeedItem::Notice(notice))));
         }
     }
 }
 
 /// One subscriber's end of the feed; counted by its hub while it lives.
 pub struct Subscription {
-    rx: broadcast::Receiver<Arc<FeedItem>>,
+    rx: broadcast::Receiver<Arc<Published>>,
     listeners: Arc<AtomicUsize>,
 }
 
 impl Subscription {
     /// The next item; `Lagged(n)` when `n` items were skipped because this subscriber fell behind.
     pub async fn recv(&mut self) -> Result<Arc<FeedItem>, RecvError> {
+        self.rx.recv().await.map(|p| p.item.clone())
+    }
+
+    /// [`Subscription::recv`] with the shared rendering of the item.
+    pub async fn recv_published(&mut self) -> Result<Arc<Published>, RecvError> {
         self.rx.recv().await
+    }
+
+    /// The next item if one is waiting (`Empty` if none, `Lagged(n)` as for `recv`).
+    pub fn try_recv_published(&mut self) -> Result<Arc<Published>, broadcast::error::TryRecvError> {
+        self.rx.try_recv()
     }
 }
 
@@ -292,19 +357,23 @@ impl Drop for Subscription {
 /// A [`Journal`] that appends to `inner` and publishes each event to an [`EventHub`].
 pub struct BroadcastJournal {
     inner: Arc<dyn Journal>,
-    tx: broadcast::Sender<Arc<FeedItem>>,
+    tx: broadcast::Sender<Arc<Published>>,
     listeners: Arc<AtomicUsize>,
 }
 
 impl BroadcastJournal {
-    fn publish(&self, agent: &AgentKey, seq: u64, kind: EventKind) {
+    /// Publishes the event as journaled: `at_ms` is the time the inner journal was given
+    /// ([`Journal::append_all_at`]), so the live copy equals the one a replay reads back.
+    fn publish(&self, agent: &AgentKey, seq: u64, at_ms: u64, kind: EventKind) {
         // `send` fails only when every subscriber left meanwhile: nobody to tell.
-        let _ = self.tx.send(Arc::new(FeedItem::Journal(Event {
-            seq,
-            at_ms: now_ms(),
-            agent: agent.clone(),
-            kind,
-        })));
+        let _ = self
+            .tx
+            .send(Arc::new(Published::new(FeedItem::Journal(Event {
+                seq,
+                at_ms,
+                agent: agent.clone(),
+                kind,
+            }))));
     }
 }
 
@@ -314,8 +383,9 @@ impl Journal for BroadcastJournal {
             return self.inner.append(agent, kind);
         }
         let published = kind.clone();
-        let seq = self.inner.append(agent, kind);
-        self.publish(agent, seq, published);
+        let at_ms = now_ms();
+        let seq = self.inner.append_all_at(agent, vec![kind], at_ms);
+        self.publish(agent, seq, at_ms, published);
         seq
     }
 
@@ -326,10 +396,25 @@ impl Journal for BroadcastJournal {
             return self.inner.append_all(agent, kinds);
         }
         let published = kinds.clone();
-        let last = self.inner.append_all(agent, kinds);
+        let at_ms = now_ms();
+        let last = self.inner.append_all_at(agent, kinds, at_ms);
         let first = (last + 1).saturating_sub(published.len() as u64);
         for (kind, seq) in published.into_iter().zip(first..) {
-            self.publish(agent, seq, kind);
+            self.publish(agent, seq, at_ms, kind);
+        }
+        last
+    }
+
+    /// [`Journal::append_all`] at the caller's time.
+    fn append_all_at(&self, agent: &AgentKey, kinds: Vec<EventKind>, at_ms: u64) -> u64 {
+        if self.listeners.load(Ordering::Relaxed) == 0 {
+            return self.inner.append_all_at(agent, kinds, at_ms);
+        }
+        let published = kinds.clone();
+        let last = self.inner.append_all_at(agent, kinds, at_ms);
+        let first = (last + 1).saturating_sub(published.len() as u64);
+        for (kind, seq) in published.into_iter().zip(first..) {
+            self.publish(agent, seq, at_ms, kind);
         }
         last
     }

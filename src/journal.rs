@@ -7,6 +7,14 @@
 //! (see [`must_be_durable`]) make `append` wait until their batch is committed: a halt, lockout,
 //! unlock, resume, breaker stop or limit decision is on disk before the agent acts on it.
 //!
+//! # Opening
+//!
+//! A file journal is opened by one writer at a time: [`SqliteJournal::open`] takes an exclusive
+//! [`JournalLock`] on `<db>.lock` (holding the pid) before it touches the database, and keeps it
+//! until the journal is dropped; a second writer gets [`JournalError::InUse`]. Readers
+//! ([`JournalReader`]) take no lock. Then `PRAGMA quick_check` must answer `ok`, else the file is
+//! refused with [`JournalError::Corrupt`], one line naming the file and how to recover.
+//!
 //! # Snapshots
 //!
 //! The `snapshots` table holds at most one row per agent: its [`AgentRecord`] as JSON at sequence
@@ -150,6 +158,116 @@ pub enum JournalError {
     },
     #[error("cannot start the journal writer: {0}")]
     Thread(std::io::Error),
+    /// Another process holds the journal's lock file (see [`JournalLock`]).
+    #[error("journal {path} is in use by another warden (pid {pid})")]
+    InUse { path: String, pid: String },
+    #[error("journal {path}: cannot take the lock file {lock}: {error}")]
+    Lock {
+        path: String,
+        lock: String,
+        error: std::io::Error,
+    },
+    /// `PRAGMA quick_check` found damage, or SQLite says the file is not a database.
+    #[error(
+        "journal {path} is damaged ({detail}); warden will not serve on it. Restore a backup \
+         (made with `sqlite3 {path} \"VACUUM INTO 'copy.db'\"`), or salvage what is readable: \
+         `sqlite3 {path} .recover | sqlite3 recovered.db`, then `warden serve --db recovered.db`"
+    )]
+    Corrupt { path: String, detail: String },
+}
+
+/// The exclusive lock a writing [`SqliteJournal`] holds on its file for as long as it is open: an
+/// advisory lock (`flock`) on `<db>.lock` beside the database, which holds the pid of its owner. A
+/// second writer on the same file is refused ([`JournalError::InUse`]) before it touches the database;
+/// readers ([`JournalReader`], `warden journal tail|show|export`) do not take it. The kernel drops
+/// the lock when the process ends, however it ends (a SIGKILL included); the file itself stays.
+#[derive(Debug)]
+pub struct JournalLock {
+    _file: std::fs::File,
+    path: PathBuf,
+}
+
+impl JournalLock {
+    /// The lock file of the journal at `db`: `<db>.lock`.
+    pub fn path_for(db: &Path) -> PathBuf {
+        let mut name = db.as_os_str().to_owned();
+        name.push(".lock");
+        PathBuf::from(name)
+    }
+
+    /// Takes the lock of the journal at `db`, without waiting, and writes this process's pid into it.
+    pub fn acquire(db: &Path) -> Result<Self, JournalError> {
+        let path = Self::path_for(db);
+        let shown = db.display().to_string();
+        let lock_error = |error| JournalError::Lock {
+            path: shown.clone(),
+            lock: path.display().to_string(),
+            error,
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(lock_error)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut text = String::new();
+                let _ = std::io::Read::read_to_string(&mut file, &mut text);
+                let pid = match text.trim().parse::<u32>() {
+                    Ok(pid) => pid.to_string(),
+                    Err(_) => "unknown".to_owned(),
+                };
+                return Err(JournalError::InUse { path: shown, pid });
+            }
+            Err(std::fs::TryLockError::Error(error)) => return Err(lock_error(error)),
+        }
+        file.set_len(0).map_err(lock_error)?;
+        write!(file, "{}", std::process::id()).map_err(lock_error)?;
+        file.flush().map_err(lock_error)?;
+        Ok(JournalLock { _file: file, path })
+    }
+
+    /// Where the lock file is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// `true` when SQLite says the file is damaged or is not a database at all.
+fn is_corruption(err: &rusqlite::Error) -> bool {
+    matches!(
+        err.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+    )
+}
+
+/// `PRAGMA quick_check` (O(size), without the index-to-table cross checks of `integrity_check`):
+/// `Ok` when it answers `ok`, else [`JournalError::Corrupt`] with its first findings.
+fn quick_check(conn: &Connection, path: &str) -> Result<(), JournalError> {
+    let corrupt = |detail: String| JournalError::Corrupt {
+        path: path.to_owned(),
+        detail,
+    };
+    let findings: Vec<String> = (|| {
+        let mut stmt = conn.prepare("PRAGMA quick_check(5)")?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+        rows.collect::<Result<Vec<_>, _>>()
+    })()
+    .map_err(|e| {
+        if is_corruption(&e) {
+            corrupt(e.to_string())
+        } else {
+            JournalError::Sqlite(e)
+        }
+    })?;
+    if findings.len() == 1 && findings[0] == "ok" {
+        return Ok(());
+    }
+    let detail = findings.join("; ").replace('\n', " ");
+    Err(corrupt(format!("PRAGMA quick_check: {detail}")))
 }
 
 /// How a [`SqliteJournal`] works.
@@ -633,11 +751,17 @@ pub struct SqliteJournal {
     shared: Arc<Shared>,
     writer: Mutex<Option<JoinHandle<()>>>,
     path: String,
+    /// Held while open (none for `:memory:`); released by [`SqliteJournal::close`], once the
+    /// writer has stopped (nothing more is written).
+    lock: Mutex<Option<JournalLock>>,
 }
 
 impl SqliteJournal {
     /// Opens (creating if needed) the journal at `path` with the default options; `":memory:"` keeps
-    /// it in memory. Runs the schema migrations and starts the writer thread.
+    /// it in memory. Takes the file's [`JournalLock`] first (refused with [`JournalError::InUse`]
+    /// while another process or journal holds it), checks the file with `PRAGMA quick_check`
+    /// (refused with [`JournalError::Corrupt`]), runs the schema migrations and starts the writer
+    /// thread. A zero-length file is a new journal (logged at warn level).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
         Self::open_with(path, JournalOptions::default())
     }
@@ -648,16 +772,39 @@ impl SqliteJournal {
         options: JournalOptions,
     ) -> Result<Self, JournalError> {
         let path_str = path.as_ref().to_string_lossy().into_owned();
-        let mut conn = if path_str == ":memory:" {
-            Connection::open_in_memory()?
+        let shown = path.as_ref().display().to_string();
+        let (mut conn, lock) = if path_str == ":memory:" {
+            (Connection::open_in_memory()?, None)
         } else {
-            Connection::open(path.as_ref())?
+            // The lock first: a second writer must not touch the file at all.
+            let lock = JournalLock::acquire(path.as_ref())?;
+            if std::fs::metadata(path.as_ref()).is_ok_and(|m| m.len() == 0) {
+                tracing::warn!(journal = %shown, "the journal file is empty (0 bytes): starting a fresh journal");
+            }
+            (Connection::open(path.as_ref())?, Some(lock))
+        };
+        let corrupt = |e: rusqlite::Error| {
+            if is_corruption(&e) {
+                JournalError::Corrupt {
+                    path: shown.clone(),
+                    detail: e.to_string(),
+                }
+            } else {
+                JournalError::Sqlite(e)
+            }
         };
         // WAL: readers do not block the writer; FULL: a committed batch survives a power loss.
-        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(corrupt)?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.busy_timeout(Duration::from_secs(5))?;
-        migrate(&mut conn, &path_str)?;
+        if lock.is_some() {
+            quick_check(&conn, &shown)?;
+        }
+        migrate(&mut conn, &path_str).map_err(|e| match e {
+            JournalError::Sqlite(e) => corrupt(e),
+            other => other,
+        })?;
         let last: u64 = conn.query_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| {
             r.get::<_, i64>(0)
         })? as u64;
@@ -697,6 +844,7 @@ impl SqliteJournal {
             shared,
             writer: Mutex::new(Some(writer)),
             path: path_str,
+            lock: Mutex::new(lock),
         })
     }
 
@@ -716,7 +864,8 @@ impl SqliteJournal {
         }
     }
 
-    /// Flushes and stops the writer. Later appends are dropped (and logged). Also done on drop.
+    /// Flushes and stops the writer, then releases the file's [`JournalLock`]. Later appends are
+    /// dropped (and logged). Also done on drop.
     pub fn close(&self) {
         {
             let mut queue = self.shared.queue.lock();
@@ -729,6 +878,8 @@ impl SqliteJournal {
         if let Some(writer) = self.writer.lock().take() {
             let _ = writer.join();
         }
+        // The writer is gone: another journal may open the file now.
+        self.lock.lock().take();
     }
 
     /// Counters: commits, durability waits, the committed position, snapshots and restore reads.
@@ -908,9 +1059,13 @@ impl SqliteJournal {
     /// Queues `kinds` under one lock of the queue, so the writer takes them in one batch (one
     /// transaction). Never waits for the disk: whoever must know an event is durable before acting
     /// or acknowledging awaits [`Journal::durable`] (outside any lock). Returns the last seq.
-    fn push(&self, agent: &AgentKey, kinds: impl IntoIterator<Item = EventKind>) -> u64 {
+    fn push(
+        &self,
+        agent: &AgentKey,
+        kinds: impl IntoIterator<Item = EventKind>,
+        at_ms: u64,
+    ) -> u64 {
         let mut queue = self.shared.queue.lock();
-        let at_ms = now_ms();
         for kind in kinds {
             queue.assigned += 1;
             if queue.closed {
@@ -938,12 +1093,17 @@ impl SqliteJournal {
 
 impl Journal for SqliteJournal {
     fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
-        self.push(agent, [kind])
+        self.push(agent, [kind], now_ms())
     }
 
     /// One batch, one transaction: all of `kinds` are committed, or none.
     fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
-        self.push(agent, kinds)
+        self.push(agent, kinds, now_ms())
+    }
+
+    /// [`Journal::append_all`], the events stamped `at_ms`.
+    fn append_all_at(&self, agent: &AgentKey, kinds: Vec<EventKind>, at_ms: u64) -> u64 {
+        self.push(agent, kinds, at_ms)
     }
 
     /// Resolves when the writer has committed `seq`; with [`NotDurable::WriteFailed`] as soon as the

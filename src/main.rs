@@ -328,7 +328,13 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            let api = file.api_config();
+            let api = match file.api_config() {
+                Ok(api) => api,
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let listen = listen
                 .or(file.api.listen)
                 .unwrap_or(std::net::SocketAddr::from(([127, 0, 0, 1], 7878)));

@@ -7,33 +7,45 @@
 //!   `intervention_withdrawn`): `event:` and `data:` only. Notices are not journaled, so they carry no
 //!   `id` and do not move a client's resume point;
 //! * `event: lagged`, `data: {"skipped": N}`: the client fell behind and `N` feed items (counted before
-//!   the agent filter) were skipped. Reconnecting with `Last-Event-ID` replays them when the server
-//!   keeps a durable journal;
+//!   the agent filter) were skipped. It comes before any event it covers: when the hub has a log, the
+//!   stream then reads the missed journal events back from it, in order, and goes on live (only
+//!   notices are lost); without a log, events held for a gap are sent, and an event arriving later
+//!   whose place has passed is dropped and announced by another `lagged` (`N` = such events);
 //! * `event: replay_unavailable`, `data: {"last_event_id": N, "reason": …}`: the events after `N`
 //!   could not be read back (a resume without a durable journal, or reading it failed, also while
 //!   filling a gap); the stream goes on live;
 //! * `: keep-alive` comment lines every [`EventHub::keep_alive`].
+//!
+//! The stream ends when the feed is gone or the hub is closed ([`EventHub::close`]: `warden serve`
+//! closes it on SIGTERM/SIGINT, so a graceful shutdown does not wait for listening clients).
 //!
 //! Guarantees:
 //! * Nothing is dropped silently: every skipped item is announced by `lagged` or `replay_unavailable`.
 //! * Journal events come in sequence order. An event that arrives before a lower sequence number
 //!   is held until the gap fills, for at most [`EventHub::reorder_wait`] (a durable append publishes
 //!   only after its commit). Then the missing events are read from the hub's log when it has one;
-//!   without a log the gap is given up on, and a late event is sent when it arrives, out of order.
+//!   without a log the gap is given up on, and a late event is sent when it arrives, out of order
+//!   (except after a lag: see `lagged`). After a lag ids never go backwards.
+//! * A journal event's `data` is the same bytes live and replayed (the live copy carries the
+//!   journal's `at_ms`). Each live item is rendered once and shared by every stream
+//!   ([`crate::events::Published`]); what is ready is sent as one chunk.
 //!   Events appended while the stream opens may likewise come late, or not at all when they were
 //!   appended before the subscription took effect.
 //! * Resuming with `Last-Event-ID: N` sends every event with `seq > N` from the hub's log, then the
 //!   live feed, with no event twice.
 //! * Asks already pending when the stream opens are sent first, as `intervention_asked`, once each.
 
-use crate::events::{EventHub, EventLog, FeedItem, Notice, NoticeKind, Subscription};
+use crate::events::{EventHub, EventLog, FeedItem, Notice, NoticeKind, Published, Subscription};
 use actix_web::web::{self, Bytes};
 use std::{
     collections::{BTreeMap, BTreeSet, HashSet, VecDeque},
     sync::Arc,
     time::Duration,
 };
-use tokio::{sync::broadcast::error::RecvError, time::Instant};
+use tokio::{
+    sync::broadcast::error::{RecvError, TryRecvError},
+    time::Instant,
+};
 use warden_protocols::{AgentKey, Event, Intervention};
 
 /// Events read from the log per query while replaying.
@@ -49,11 +61,15 @@ pub struct Reorder {
     next: Option<u64>,
     /// Events below this were sent by a replay: later copies are dropped.
     floor: u64,
-    held: BTreeMap<u64, Arc<FeedItem>>,
+    held: BTreeMap<u64, Arc<Published>>,
     /// When the current gap opened.
     held_since: Option<Instant>,
     /// Sequence numbers sent from the log to fill a gap: their live copies are dropped.
     filled: BTreeSet<u64>,
+    /// After a lag without a log: events whose place has passed are dropped (and counted in
+    /// `dropped_late`) instead of sent out of order.
+    strict: bool,
+    dropped_late: u64,
 }
 
 impl Reorder {
@@ -61,9 +77,9 @@ impl Reorder {
     pub fn push(
         &mut self,
         seq: u64,
-        item: Arc<FeedItem>,
+        item: Arc<Published>,
         now: Instant,
-        out: &mut Vec<Arc<FeedItem>>,
+        out: &mut Vec<Arc<Published>>,
     ) {
         if seq < self.floor {
             return;
@@ -72,7 +88,12 @@ impl Reorder {
         if seq < next {
             // Its place has passed (a given-up gap, or appended while the stream opened), or it was
             // read from the log already.
-            if !self.filled.remove(&seq) {
+            if self.filled.remove(&seq) {
+                return;
+            }
+            if self.strict {
+                self.dropped_late += 1;
+            } else {
                 out.push(item);
             }
             return;
@@ -104,9 +125,9 @@ impl Reorder {
     pub fn fill(
         &mut self,
         seq: u64,
-        item: Arc<FeedItem>,
+        item: Arc<Published>,
         now: Instant,
-        out: &mut Vec<Arc<FeedItem>>,
+        out: &mut Vec<Arc<Published>>,
     ) {
         let sent = out.len();
         self.push(seq, item, now, out);
@@ -124,7 +145,7 @@ impl Reorder {
     }
 
     /// Sends everything held, in order, and stops waiting for the gap.
-    pub fn give_up(&mut self, out: &mut Vec<Arc<FeedItem>>) {
+    pub fn give_up(&mut self, out: &mut Vec<Arc<Published>>) {
         let held = std::mem::take(&mut self.held);
         if let Some(&last) = held.keys().next_back() {
             self.next = Some(last.saturating_add(1));
@@ -142,6 +163,28 @@ impl Reorder {
     /// After a lag: the next event received starts the order afresh.
     pub fn resync(&mut self) {
         self.next = None;
+    }
+
+    /// The last sequence number sent in order, if any.
+    pub fn last_sent(&self) -> Option<u64> {
+        self.next.map(|next| next.saturating_sub(1))
+    }
+
+    /// Forgets what is held (a replay from the log sends it).
+    pub fn drop_held(&mut self) {
+        self.held.clear();
+        self.held_since = None;
+    }
+
+    /// After a lag without a log ([`Reorder::give_up`] first): from now on an event whose place
+    /// has passed is dropped and counted ([`Reorder::take_dropped_late`]), never sent out of order.
+    pub fn after_lag(&mut self) {
+        self.strict = true;
+    }
+
+    /// Events dropped since the last call because their place had passed.
+    pub fn take_dropped_late(&mut self) -> u64 {
+        std::mem::take(&mut self.dropped_late)
     }
 
     /// Events held now.
@@ -177,6 +220,17 @@ fn notice_message(notice: &Notice) -> Bytes {
     message(None, notice.kind.as_str(), &notice.data.to_string())
 }
 
+/// The SSE message of a feed item (see [`Published::sse`], which renders each item once).
+pub(crate) fn render(item: &FeedItem) -> Bytes {
+    match item {
+        FeedItem::Journal(event) => journal_message(event),
+        FeedItem::Notice(notice) => notice_message(notice),
+    }
+}
+
+/// Items taken from the feed at once before they are sent (one wake-up, one chunk for a burst).
+const BURST: usize = 64;
+
 struct Replay {
     log: Arc<dyn EventLog>,
     after: u64,
@@ -196,6 +250,8 @@ pub struct EventStream {
     /// Asks sent from the snapshot of pending ones: their live `intervention_asked` is not repeated.
     announced: HashSet<u64>,
     closed: bool,
+    /// Resolves when the hub is closed (the server shuts down): the stream then ends.
+    shutdown: futures::future::BoxFuture<'static, ()>,
 }
 
 impl EventStream {
@@ -222,6 +278,7 @@ impl EventStream {
             keep_alive,
             announced: HashSet::new(),
             closed: false,
+            shutdown: Box::pin(hub.closed()),
         };
         if let Some(after) = resume {
             match hub.log() {
@@ -255,7 +312,7 @@ impl EventStream {
     }
 
     fn wanted(&self, agent: &AgentKey) -> bool {
-        self.filter.as_ref().map_or(true, |f| f == agent)
+        self.filter.as_ref().is_none_or(|f| f == agent)
     }
 
     fn unavailable(&mut self, after: u64, reason: &str) {
@@ -267,8 +324,18 @@ impl EventStream {
     /// The next chunk to send; `None` when the feed is gone.
     async fn next_chunk(&mut self) -> Option<Bytes> {
         loop {
-            if let Some(chunk) = self.out.pop_front() {
-                return Some(chunk);
+            if let Some(first) = self.out.pop_front() {
+                if self.out.is_empty() {
+                    return Some(first);
+                }
+                // One chunk for everything ready: one write, one chunk header.
+                let len = first.len() + self.out.iter().map(Bytes::len).sum::<usize>();
+                let mut chunk = web::BytesMut::with_capacity(len);
+                chunk.extend_from_slice(&first);
+                for more in self.out.drain(..) {
+                    chunk.extend_from_slice(&more);
+                }
+                return Some(chunk.freeze());
             }
             if self.closed {
                 return None;
@@ -279,14 +346,32 @@ impl EventStream {
             }
             let deadline = self.reorder.deadline(self.reorder_wait);
             let woke = tokio::select! {
-                received = self.rx.recv() => Woke::Received(received),
+                received = self.rx.recv_published() => Woke::Received(received),
                 _ = self.keep_alive.tick() => Woke::KeepAlive,
                 _ = sleep_until(deadline) => Woke::GapTimedOut,
+                _ = &mut self.shutdown => Woke::Shutdown,
             };
             match woke {
-                Woke::Received(received) => self.received(received),
+                Woke::Received(received) => {
+                    self.received(received);
+                    // Whatever else is waiting goes in the same chunk.
+                    for _ in 1..BURST {
+                        match self.rx.try_recv_published() {
+                            Ok(item) => self.received(Ok(item)),
+                            Err(TryRecvError::Lagged(n)) => {
+                                self.received(Err(RecvError::Lagged(n)))
+                            }
+                            Err(TryRecvError::Closed) => self.received(Err(RecvError::Closed)),
+                            Err(TryRecvError::Empty) => break,
+                        }
+                        if self.replay.is_some() {
+                            break;
+                        }
+                    }
+                }
                 Woke::KeepAlive => self.out.push_back(Bytes::from_static(b": keep-alive\n\n")),
                 Woke::GapTimedOut => self.fill_gap().await,
+                Woke::Shutdown => self.closed = true,
             }
         }
     }
@@ -303,8 +388,8 @@ impl EventStream {
                     let now = Instant::now();
                     for event in events.into_iter().filter(|e| e.seq < to) {
                         let seq = event.seq;
-                        self.reorder
-                            .fill(seq, Arc::new(FeedItem::Journal(event)), now, &mut ready);
+                        let item = Arc::new(Published::new(FeedItem::Journal(event)));
+                        self.reorder.fill(seq, item, now, &mut ready);
                     }
                 }
                 Ok(Err(err)) => self.unavailable(after, &err.to_string()),
@@ -337,10 +422,10 @@ impl EventStream {
         }
     }
 
-    fn received(&mut self, received: Result<Arc<FeedItem>, RecvError>) {
+    fn received(&mut self, received: Result<Arc<Published>, RecvError>) {
         let mut ready = Vec::new();
         match received {
-            Ok(item) => match &*item {
+            Ok(item) => match item.item() {
                 FeedItem::Journal(event) => {
                     self.reorder
                         .push(event.seq, item.clone(), Instant::now(), &mut ready);
@@ -356,12 +441,23 @@ impl EventStream {
                 }
             },
             Err(RecvError::Lagged(skipped)) => {
-                self.reorder.give_up(&mut ready);
-                self.send_all(std::mem::take(&mut ready));
-                self.reorder.resync();
+                // The notice first: no event it covers may come before it.
                 let data = serde_json::json!({ "skipped": skipped });
                 self.out
                     .push_back(message(None, "lagged", &data.to_string()));
+                match (self.log.clone(), self.reorder.last_sent()) {
+                    // Read the missed events back, in order; what is held is in the log too.
+                    (Some(log), Some(after)) => {
+                        self.reorder.drop_held();
+                        self.replay = Some(Replay { log, after });
+                    }
+                    // Send what is held, then only events after it: a late one is dropped and
+                    // announced, never sent out of order.
+                    _ => {
+                        self.reorder.give_up(&mut ready);
+                        self.reorder.after_lag();
+                    }
+                }
             }
             Err(RecvError::Closed) => {
                 self.reorder.give_up(&mut ready);
@@ -371,25 +467,27 @@ impl EventStream {
         self.send_all(ready);
     }
 
-    fn send_all(&mut self, items: Vec<Arc<FeedItem>>) {
+    fn send_all(&mut self, items: Vec<Arc<Published>>) {
         for item in items {
-            if !self.wanted(item.agent()) {
-                continue;
+            if self.wanted(item.item().agent()) {
+                self.out.push_back(item.sse().clone());
             }
-            let chunk = match &*item {
-                FeedItem::Journal(event) => journal_message(event),
-                FeedItem::Notice(notice) => notice_message(notice),
-            };
-            self.out.push_back(chunk);
+        }
+        let late = self.reorder.take_dropped_late();
+        if late > 0 {
+            let data = serde_json::json!({ "skipped": late });
+            self.out
+                .push_back(message(None, "lagged", &data.to_string()));
         }
     }
 }
 
 /// What woke a waiting stream.
 enum Woke {
-    Received(Result<Arc<FeedItem>, RecvError>),
+    Received(Result<Arc<Published>, RecvError>),
     KeepAlive,
     GapTimedOut,
+    Shutdown,
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -404,19 +502,19 @@ mod tests {
     use super::*;
     use warden_protocols::EventKind;
 
-    fn item(seq: u64) -> Arc<FeedItem> {
-        Arc::new(FeedItem::Journal(Event {
+    fn item(seq: u64) -> Arc<Published> {
+        Arc::new(Published::new(FeedItem::Journal(Event {
             seq,
             at_ms: 0,
             agent: "a".into(),
             kind: EventKind::ErrorsReset,
-        }))
+        })))
     }
 
-    fn seqs(items: &[Arc<FeedItem>]) -> Vec<u64> {
+    fn seqs(items: &[Arc<Published>]) -> Vec<u64> {
         items
             .iter()
-            .map(|i| match &**i {
+            .map(|i| match i.item() {
                 FeedItem::Journal(e) => e.seq,
                 FeedItem::Notice(_) => 0,
             })
@@ -500,5 +598,162 @@ mod tests {
             message(None, "lagged", "{}"),
             Bytes::from_static(b"event: lagged\ndata: {}\n\n")
         );
+    }
+
+    /// Reads the stream until it idles (two keep-alives in a row; time is paused).
+    async fn read_until_idle(stream: &mut EventStream) -> Vec<(Option<u64>, String, String)> {
+        let mut messages = Vec::new();
+        let mut idle = 0;
+        while idle < 2 {
+            let chunk = tokio::time::timeout(Duration::from_secs(120), stream.next_chunk())
+                .await
+                .expect("the stream answers")
+                .expect("the stream goes on");
+            let text = String::from_utf8(chunk.to_vec()).unwrap();
+            if text == ": keep-alive\n\n" {
+                idle += 1;
+                continue;
+            }
+            idle = 0;
+            for block in text
+                .split("\n\n")
+                .filter(|b| !b.is_empty() && !b.starts_with(':'))
+            {
+                let (mut id, mut event, mut data) = (None, String::new(), String::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id: ") {
+                        id = Some(v.parse().unwrap());
+                    } else if let Some(v) = line.strip_prefix("event: ") {
+                        event = v.to_owned();
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        data = v.to_owned();
+                    }
+                }
+                messages.push((id, event, data));
+            }
+        }
+        messages
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_lag_the_notice_comes_first_and_ids_never_go_backwards() {
+        use warden_actors::{Journal, MemoryJournal};
+        for with_log in [true, false] {
+            let log = Arc::new(MemoryJournal::new());
+            for _ in 0..20 {
+                log.append(&"a".into(), EventKind::ErrorsReset);
+            }
+            let events = log.events();
+            // The gap is not given up on while the test reads.
+            let mut hub = EventHub::new(4).with_reorder_wait(Duration::from_secs(3600));
+            if with_log {
+                hub = hub.with_log(log.clone());
+            }
+            let mut stream = EventStream::new(&hub, hub.subscribe(), None, None, vec![]);
+            let publish = |seq: usize| hub.publish(FeedItem::Journal(events[seq - 1].clone()));
+            // 1 goes out, 3 waits for 2; then the subscriber falls 8 behind (capacity 4), and 2
+            // and 4 are published late.
+            publish(1);
+            publish(3);
+            let mut got = read_until_idle(&mut stream).await;
+            assert_eq!(got.iter().filter_map(|m| m.0).collect::<Vec<_>>(), [1]);
+            for seq in 5..=12 {
+                publish(seq);
+            }
+            publish(2);
+            publish(4);
+            got.extend(read_until_idle(&mut stream).await);
+            let ids: Vec<u64> = got.iter().filter_map(|m| m.0).collect();
+            assert!(
+                ids.windows(2).all(|w| w[0] < w[1]),
+                "with_log {with_log}: ids in order: {ids:?}"
+            );
+            let lagged = got
+                .iter()
+                .position(|m| m.1 == "lagged")
+                .expect("a lagged notice");
+            assert!(
+                got[..lagged].iter().all(|m| m.0.is_none_or(|id| id == 1)),
+                "with_log {with_log}: only what was sent before the lag precedes the notice: {got:?}"
+            );
+            if with_log {
+                // Nothing is lost: the missed events are read back from the log.
+                assert_eq!(ids, (1..=20).collect::<Vec<_>>());
+            }
+        }
+    }
+
+    /// A journal whose own clock always says 1000 ms, unless it is told the time.
+    #[derive(Default)]
+    struct FixedClock {
+        events: parking_lot::Mutex<Vec<Event>>,
+    }
+
+    impl warden_actors::Journal for FixedClock {
+        fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
+            self.append_all(agent, vec![kind])
+        }
+
+        fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
+            self.append_all_at(agent, kinds, 1_000)
+        }
+
+        fn append_all_at(&self, agent: &AgentKey, kinds: Vec<EventKind>, at_ms: u64) -> u64 {
+            let mut events = self.events.lock();
+            for kind in kinds {
+                let seq = events.len() as u64 + 1;
+                events.push(Event {
+                    seq,
+                    at_ms,
+                    agent: agent.clone(),
+                    kind,
+                });
+            }
+            events.len() as u64
+        }
+
+        fn durable(
+            &self,
+            _seq: u64,
+        ) -> futures::future::BoxFuture<'static, Result<(), warden_actors::NotDurable>> {
+            warden_actors::already_durable()
+        }
+
+        fn degraded(&self) -> Option<String> {
+            None
+        }
+    }
+
+    impl EventLog for FixedClock {
+        fn events_since(
+            &self,
+            after: u64,
+            limit: usize,
+        ) -> Result<Vec<Event>, crate::events::ReplayError> {
+            let events = self.events.lock();
+            Ok(events
+                .iter()
+                .filter(|e| e.seq > after)
+                .take(limit)
+                .cloned()
+                .collect())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_live_event_and_its_replayed_copy_are_the_same_bytes() {
+        use warden_actors::Journal;
+        let journal = Arc::new(FixedClock::default());
+        let hub = EventHub::default().with_log(journal.clone());
+        let tee = hub.journal(journal.clone());
+        let mut live = EventStream::new(&hub, hub.subscribe(), None, None, vec![]);
+        let agent: AgentKey = "a".into();
+        tee.append(&agent, EventKind::ErrorsReset);
+        tee.append_all(&agent, vec![EventKind::ErrorsReset, EventKind::ErrorsReset]);
+        let live = read_until_idle(&mut live).await;
+        let mut replayed = EventStream::new(&hub, hub.subscribe(), None, Some(0), vec![]);
+        let replayed = read_until_idle(&mut replayed).await;
+        assert_eq!(live.len(), 3, "{live:?}");
+        assert_eq!(live, replayed);
     }
 }

@@ -285,8 +285,9 @@ impl TeamFile {
 
     /// The API settings `warden serve` uses: `[api]`, with `WARDEN_ADMIN_TOKEN` and
     /// `WARDEN_READ_TOKEN` (when set and not empty) winning over the file's tokens.
-    pub fn api_config(&self) -> ApiConfig {
-        ApiConfig::resolve(&self.api, |name| std::env::var(name).ok())
+    /// The environment's tokens are validated like the file's ([`ApiConfig::try_resolve`]).
+    pub fn api_config(&self) -> Result<ApiConfig, ApiSectionError> {
+        ApiConfig::try_resolve(&self.api, |name| std::env::var(name).ok())
     }
 
     /// Builds one provider.
@@ -661,6 +662,60 @@ replies = [
         let config = ApiConfig::resolve(&ApiSection::default(), env(None));
         assert_eq!(config.admin_token, None);
         assert_eq!(config.body_limit, crate::api::DEFAULT_BODY_LIMIT);
+    }
+
+    #[test]
+    fn environment_tokens_are_validated_like_the_files() {
+        let section = |admin: Option<&str>, read: Option<&str>| ApiSection {
+            admin_token: admin.map(str::to_owned),
+            read_token: read.map(str::to_owned),
+            ..ApiSection::default()
+        };
+        let env = |admin: Option<&'static str>, read: Option<&'static str>| {
+            move |name: &str| match name {
+                "WARDEN_ADMIN_TOKEN" => admin.map(str::to_owned),
+                "WARDEN_READ_TOKEN" => read.map(str::to_owned),
+                _ => None,
+            }
+        };
+        let cases = [
+            (
+                section(None, None),
+                env(Some(" adm"), None),
+                "WARDEN_ADMIN_TOKEN: must not start or end with whitespace",
+            ),
+            (
+                section(None, None),
+                env(Some("adm"), Some("rd\n")),
+                "WARDEN_READ_TOKEN: must not start or end with whitespace",
+            ),
+            (
+                section(None, None),
+                env(Some("   "), None),
+                "WARDEN_ADMIN_TOKEN: must not be empty",
+            ),
+            (
+                section(None, None),
+                env(Some("x"), Some("x")),
+                "WARDEN_READ_TOKEN: must differ from WARDEN_ADMIN_TOKEN",
+            ),
+            (
+                section(None, Some("x")),
+                env(Some("x"), None),
+                "api.read_token: must differ from WARDEN_ADMIN_TOKEN",
+            ),
+            (
+                section(Some("x"), None),
+                env(None, Some("x")),
+                "WARDEN_READ_TOKEN: must differ from api.admin_token",
+            ),
+        ];
+        for (section, env, expected) in cases {
+            let err = ApiConfig::try_resolve(&section, env).unwrap_err();
+            assert_eq!(err.to_string(), expected);
+        }
+        let config = ApiConfig::try_resolve(&section(Some("f"), Some("r")), env(Some("e"), None));
+        assert_eq!(config.unwrap().admin_token.as_deref(), Some("e"));
     }
 
     #[test]

@@ -287,7 +287,7 @@ async fn three_identical_failures_alert_and_the_fourth_locks_out_as_repetition()
     let model = Arc::new(ScriptedProvider::new([]).with_fallback(move |req| {
         seen.lock().unwrap().push(req.messages.clone());
         let i = n.fetch_add(1, Ordering::SeqCst);
-        let args = if i % 2 == 0 {
+        let args = if i.is_multiple_of(2) {
             r#"{"a":1,"b":2}"#
         } else {
             r#"{"b":2,"a":1}"#

@@ -28,6 +28,22 @@ pub trait Journal: Send + Sync + 'static {
     /// numbers are consecutive; returns the last (for an empty `kinds`, the last number handed out).
     fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64;
 
+    /// [`Journal::append_all`] with the events' time given by the caller (`at_ms`, milliseconds
+    /// since the epoch) instead of read from the clock, so a tee that also publishes the events (the
+    /// API's event stream) shows the very `at_ms` the journal keeps. A journal that keeps no time may
+    /// ignore it (the default does, and appends one event with [`Journal::append`]).
+    fn append_all_at(&self, agent: &AgentKey, mut kinds: Vec<EventKind>, at_ms: u64) -> u64 {
+        let _ = at_ms;
+        match (kinds.pop(), kinds.is_empty()) {
+            (Some(kind), true) => self.append(agent, kind),
+            (Some(kind), false) => {
+                kinds.push(kind);
+                self.append_all(agent, kinds)
+            }
+            (None, _) => self.append_all(agent, kinds),
+        }
+    }
+
     /// Resolves once the event with sequence number `seq` is durable, without blocking a thread
     /// (for an acknowledgement that leaves the process, e.g. the API's `202`), or with the reason it
     /// never will be (its write failed for good, the journal was closed first). A journal that keeps
@@ -115,10 +131,13 @@ impl Journal for MemoryJournal {
 
     /// Under one lock of the journal: the events are consecutive, in the journal and in numbering.
     fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
+        self.append_all_at(agent, kinds, now_ms())
+    }
+
+    fn append_all_at(&self, agent: &AgentKey, kinds: Vec<EventKind>, at_ms: u64) -> u64 {
         let mut events = self.events.lock();
         let n = kinds.len() as u64;
         let first = self.seq.fetch_add(n, Ordering::Relaxed) + 1;
-        let at_ms = now_ms();
         events.extend(kinds.into_iter().zip(first..).map(|(kind, seq)| Event {
             seq,
             at_ms,

@@ -1,0 +1,352 @@
+//! `warden serve` as a real process: what it refuses to start on, and how it stops.
+//!
+//! * A second server on the same journal exits non-zero at once, naming the first one's pid, and
+//!   leaves the file alone; `warden journal tail` still reads it beside the running server.
+//! * A journal with 8 KiB scribbled into it is refused with one line saying how to recover.
+//! * A zero-length journal starts fresh, and says so.
+//! * SIGTERM with a connected event-stream client ends the process (hang guard, not a timing claim).
+//! * Tokens from the environment are validated like the team file's.
+//!
+//! Waits poll with a deadline; nothing asserts a duration.
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::{TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Output, Stdio},
+    time::{Duration, Instant},
+};
+use warden::{journal::SqliteJournal, AgentKey, EventKind, Journal};
+
+const TOKEN: &str = "serve-test-token";
+
+const TEAM: &str = r#"
+[providers.scripted]
+kind = "scripted"
+replies = ["one"]
+cycle = true
+
+[[agents]]
+key = "a"
+provider = "scripted"
+"#;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("warden-serve-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("team.toml"), TEAM).unwrap();
+    dir
+}
+
+fn serve_command(dir: &Path, db: &Path, port: u16) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
+    command
+        .args(["serve", "--config"])
+        .arg(dir.join("team.toml"))
+        .arg("--db")
+        .arg(db)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("WARDEN_ADMIN_TOKEN", TOKEN)
+        .env_remove("WARDEN_READ_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    command
+}
+
+fn healthy(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let request = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.starts_with("HTTP/1.1 200")
+}
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(dir: &Path, db: &Path) -> Server {
+        let port = free_port();
+        let child = serve_command(dir, db, port)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start warden serve");
+        let mut server = Server { child, port };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if healthy(port) {
+                return server;
+            }
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("warden serve exited: {status}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("warden serve did not come up on port {port}");
+    }
+
+    /// Waits for the process to end, at most `limit` (a hang guard); `None` if it did not.
+    fn wait_for_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `command` to its end, killing it after `limit` (a hang guard).
+fn run_bounded(mut command: Command, limit: Duration) -> Output {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start warden");
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("output");
+            panic!(
+                "warden did not exit within {limit:?}; stderr: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn event_count(db: &Path) -> usize {
+    warden::journal::JournalReader::open(db)
+        .unwrap()
+        .events()
+        .unwrap()
+        .len()
+}
+
+#[test]
+fn a_second_server_on_the_same_journal_is_refused_and_the_journal_stays_readable() {
+    let dir = temp_dir("two");
+    let db = dir.join("warden.db");
+    let first = Server::start(&dir, &db);
+    let before = event_count(&db);
+    let pid = first.child.id();
+
+    let output = run_bounded(
+        serve_command(&dir, &db, free_port()),
+        Duration::from_secs(10),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "the second server must fail");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "error: journal {} is in use by another warden (pid {pid})",
+            db.display()
+        )
+    );
+    assert_eq!(event_count(&db), before, "the second server wrote nothing");
+
+    // Read-only inspection still works beside the running server.
+    for args in [&["tail"][..], &["export", "--json"], &["show", "a"]] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
+        command.arg("journal").arg("--db").arg(&db).args(args);
+        let output = run_bounded(command, Duration::from_secs(10));
+        assert!(
+            output.status.success(),
+            "journal {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    assert!(healthy(first.port), "the first server still serves");
+    drop(first);
+
+    // Once the first is gone, the lock is free again (a SIGKILL releases it too).
+    let again = Server::start(&dir, &db);
+    drop(again);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_damaged_journal_is_refused_with_one_line_on_how_to_recover() {
+    let dir = temp_dir("damaged");
+    let db = dir.join("warden.db");
+    {
+        let journal = SqliteJournal::open(&db).unwrap();
+        let agent = AgentKey::new("a");
+        for i in 0..2000 {
+            journal.append(
+                &agent,
+                EventKind::SafetyAlert {
+                    message: format!("alert {i} with some text to fill pages"),
+                },
+            );
+        }
+        journal.close();
+    }
+    // 8 KiB of noise over pages 3 and 4.
+    let mut bytes = std::fs::read(&db).unwrap();
+    assert!(bytes.len() > 16 * 1024, "{} bytes", bytes.len());
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for byte in &mut bytes[8192..16384] {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *byte = (x >> 24) as u8;
+    }
+    std::fs::write(&db, &bytes).unwrap();
+
+    let output = run_bounded(
+        serve_command(&dir, &db, free_port()),
+        Duration::from_secs(20),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "serve must refuse: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    let shown = db.display().to_string();
+    assert!(
+        stderr.starts_with(&format!("error: journal {shown} is damaged (")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("sqlite3 {shown} .recover | sqlite3 recovered.db")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("VACUUM INTO"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_zero_length_journal_starts_fresh_and_says_so() {
+    let dir = temp_dir("empty");
+    let db = dir.join("warden.db");
+    std::fs::write(&db, b"").unwrap();
+    let port = free_port();
+    let mut child = serve_command(&dir, &db, port)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start warden serve");
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let first = lines.next().unwrap().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        first,
+        format!(
+            "warden: journal {} was an empty file (0 bytes): starting a fresh journal",
+            db.display()
+        )
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sigterm_ends_the_server_while_an_event_stream_is_open() {
+    let dir = temp_dir("sigterm");
+    let db = dir.join("warden.db");
+    let mut server = Server::start(&dir, &db);
+    let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /api/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&seen).contains(": warden events") {
+        let n = stream.read(&mut buf).expect("the stream's first chunk");
+        assert!(n > 0, "the stream closed early");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // A hang guard, not a timing claim: before the fix it took the 30 s shutdown timeout.
+    let status = server.wait_for_exit(Duration::from_secs(10));
+    assert!(status.is_some(), "warden serve still runs after SIGTERM");
+    // The stream was ended, not cut: the chunked body's last chunk arrived.
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    seen.extend_from_slice(&rest);
+    assert!(
+        String::from_utf8_lossy(&seen).ends_with("0\r\n\r\n"),
+        "{}",
+        String::from_utf8_lossy(&seen)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tokens_from_the_environment_are_validated_like_the_files() {
+    let dir = temp_dir("env-tokens");
+    let db = dir.join("warden.db");
+    let cases: [(&[(&str, &str)], &str); 3] = [
+        (
+            &[("WARDEN_ADMIN_TOKEN", " padded ")],
+            "error: WARDEN_ADMIN_TOKEN: must not start or end with whitespace",
+        ),
+        (
+            &[("WARDEN_ADMIN_TOKEN", "adm"), ("WARDEN_READ_TOKEN", "rd\n")],
+            "error: WARDEN_READ_TOKEN: must not start or end with whitespace",
+        ),
+        (
+            &[
+                ("WARDEN_ADMIN_TOKEN", "same"),
+                ("WARDEN_READ_TOKEN", "same"),
+            ],
+            "error: WARDEN_READ_TOKEN: must differ from WARDEN_ADMIN_TOKEN",
+        ),
+    ];
+    for (env, expected) in cases {
+        let mut command = serve_command(&dir, &db, free_port());
+        command.env_remove("WARDEN_ADMIN_TOKEN");
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let output = run_bounded(command, Duration::from_secs(10));
+        assert!(!output.status.success(), "{env:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stderr).trim_end(),
+            expected,
+            "{env:?}"
+        );
+    }
+    assert!(!db.exists(), "refused before the journal was touched");
+    let _ = std::fs::remove_dir_all(&dir);
+}
