@@ -878,6 +878,99 @@ async fn the_team_budget_stops_every_agent_and_the_fleet_view_adds_up() {
     replay_matches(&journal, &b);
 }
 
+/// Issue 10 item 6: budgets survive a restart. Usage is journaled (`usage_recorded`, one per model
+/// call), so an agent restored from the SQLite file starts from the tokens and cost it had spent:
+/// its status says so, the team is charged with them again, and the per-agent and team budgets
+/// stop at the same point as without the restart. The restored record equals the live one.
+#[actix_rt::test]
+async fn spent_budgets_survive_a_restart_from_the_journal_file() {
+    tokio::time::pause();
+    let db = TempDb::new("budget-restart");
+    let mut config = WardenConfig::default();
+    config.safety.budget.tokens_per_agent = 1000;
+    config.safety.budget.tokens_per_team = 995;
+    let price = ModelPrice {
+        prompt_per_1k: 0.5,
+        completion_per_1k: 1.0,
+    };
+    config.safety.budget.prices.insert("scripted".into(), price);
+
+    let (tokens, cost) = {
+        let journal = Arc::new(SqliteJournal::open(&db.0).unwrap());
+        let team = Supervisor::on_current_arbiter(config.clone(), journal.clone());
+        let model = Arc::new(ScriptedProvider::new([
+            reply_using("one", 500, 100),
+            reply_using("two", 300, 90),
+        ]));
+        let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+        for (i, e) in ["e1", "e2"].into_iter().enumerate() {
+            a.try_send_event(UserEvent::new(e)).unwrap();
+            turns(&a, i as u64 + 1).await;
+        }
+        let s = a.status();
+        assert_eq!(s.tokens_used, 990);
+        assert!((s.cost_used - (0.4 + 0.19)).abs() < 1e-9, "{}", s.cost_used);
+        let record = a.record();
+        assert_eq!(record.usage.tokens(), 990);
+        assert_eq!(record.usage.cost, s.cost_used);
+        team.shutdown().await;
+        journal.close();
+        (s.tokens_used, s.cost_used)
+    };
+
+    let journal = Arc::new(SqliteJournal::open(&db.0).unwrap());
+    let records = journal.recover_records().unwrap();
+    assert_eq!(records[0].usage.tokens(), tokens);
+    let team = Supervisor::on_current_arbiter(config, journal.clone());
+    let ma = Arc::new(ScriptedProvider::new([ScriptStep::reply("never asked")]));
+    let mb = Arc::new(ScriptedProvider::new([ScriptStep::reply("never asked")]));
+    let (sa, sb) = (ma.stats(), mb.stats());
+    let a = team
+        .spawn(AgentSpec::assistant("a", ma).restored_from(records[0].clone()))
+        .unwrap();
+    let s = a.status();
+    assert_eq!((s.tokens_used, s.cost_used), (tokens, cost));
+    let fleet = team.fleet_view();
+    assert_eq!((fleet.tokens, fleet.cost), (tokens, cost));
+
+    // The per-agent budget stops a's next call exactly as it would have without the restart.
+    a.try_send_event(UserEvent::new("e3")).unwrap();
+    turns(&a, 3).await;
+    let est = estimate_tokens(&a.record().history);
+    assert_eq!(a.state(), AgentState::Stopped);
+    assert_eq!(
+        a.status().stopped_by,
+        Some(Lockout {
+            breaker: Breaker::BudgetExceeded,
+            reason: format!(
+                "token budget exhausted: 990 used + about {est} for this call > 1000 (safety.budget.tokens_per_agent)"
+            ),
+        })
+    );
+    // A new agent meets the team budget the restored one already spent.
+    let b = team.spawn(AgentSpec::assistant("b", mb)).unwrap();
+    b.try_send_event(UserEvent::new("e1")).unwrap();
+    turns(&b, 1).await;
+    let est = estimate_tokens(&b.record().history);
+    assert_eq!(
+        b.status().stopped_by,
+        Some(Lockout {
+            breaker: Breaker::BudgetExceeded,
+            reason: format!(
+                "team token budget exhausted: 990 used + about {est} for this call > 995 (safety.budget.tokens_per_team)"
+            ),
+        })
+    );
+    assert_eq!((calls_of(&sa), calls_of(&sb)), (0, 0));
+    // Replay (snapshot + events) equals live, usage included.
+    until("journal caught up", || {
+        journal.restore_records().unwrap() == vec![a.record(), b.record()]
+    })
+    .await;
+    team.shutdown().await;
+    journal.close();
+}
+
 // ---- 5. loop caps through the checkpoint ------------------------------------------------------------
 
 /// `unattended`: the per-task cap is refused without asking, `limit_denied` is journaled, and one

@@ -166,6 +166,8 @@ impl AgentCell {
             Some(safety.team.clone()),
         );
         breakers.restore_consecutive_errors(record.consecutive_errors);
+        // Budgets spent before a restart stay spent (a fresh record has spent nothing).
+        breakers.restore_usage(record.usage);
         if record.emergency_stop() {
             safety.team.set_locked_out(&record.key, true);
         }
@@ -536,12 +538,27 @@ impl AgentCell {
         self.safety.checks.then(|| f(&mut self.breakers.lock()))
     }
 
-    /// Usage is always accounted (status, team totals), even with the checks off.
+    /// Usage is always accounted (status, team totals), even with the checks off, and journaled
+    /// (`UsageRecorded`, not waited for: it is committed with the turn's other events), so the
+    /// record's `usage` always equals the breakers' totals and a restart keeps the budgets spent.
     pub fn record_usage(&self, usage: warden_protocols::Usage) {
         self.turn_usage.lock().add(usage);
-        self.breakers
+        let mut rec = self.lock();
+        let (cost, unpriced) = self
+            .breakers
             .lock()
             .record_usage(usage, self.provider.model());
+        if usage.is_zero() && cost == 0.0 {
+            return; // nothing spent, nothing to journal
+        }
+        self.emit(
+            &mut rec,
+            EventKind::UsageRecorded {
+                usage,
+                cost,
+                unpriced,
+            },
+        );
     }
 
     /// After an unlock / history reset / resume: the breakers start clean.

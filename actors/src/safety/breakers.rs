@@ -198,20 +198,31 @@ impl AgentBreakers {
 
     /// After each LLM call that reported (or estimated) usage: accumulate tokens and cost, for the
     /// agent and the team. A model with no price (and no `"*"` price) adds to `unpriced_tokens`.
-    pub fn record_usage(&mut self, usage: Usage, model: &str) {
+    /// Returns what the call was charged: `(cost, unpriced)`, for the journal (`UsageRecorded`).
+    pub fn record_usage(&mut self, usage: Usage, model: &str) -> (f64, bool) {
         let price = self.config.budget.price(model);
-        let cost = price.map_or(0.0, |p| {
-            p.cost(usage.prompt_tokens, usage.completion_tokens)
-        });
-        let t = &mut self.totals;
-        t.prompt_tokens = t.prompt_tokens.saturating_add(usage.prompt_tokens);
-        t.completion_tokens = t.completion_tokens.saturating_add(usage.completion_tokens);
-        t.cost += cost;
-        if price.is_none() {
-            t.unpriced_tokens = t.unpriced_tokens.saturating_add(usage.total());
-        }
+        let cost = price
+            .map_or(0.0, |p| {
+                p.cost(usage.prompt_tokens, usage.completion_tokens)
+            })
+            .max(0.0);
+        // A price that is not a number charges nothing rather than poisoning the totals.
+        let cost = if cost.is_finite() { cost } else { 0.0 };
+        let unpriced = price.is_none();
+        self.totals.add(usage, cost, unpriced);
         if let Some(team) = &self.team {
             team.record(&self.key, usage.total(), cost);
+        }
+        (cost, unpriced)
+    }
+
+    /// After a restart: the agent's totals are what its journal says it spent (the record's
+    /// `usage`), and the team is charged with them again — so a restarted process enforces the same
+    /// per-agent and team budgets. Call once, on fresh breakers.
+    pub fn restore_usage(&mut self, totals: UsageTotals) {
+        self.totals = totals;
+        if let Some(team) = &self.team {
+            team.record(&self.key, totals.tokens(), totals.cost);
         }
     }
 
