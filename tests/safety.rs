@@ -2123,3 +2123,50 @@ async fn with_safety_checks_off_only_the_consecutive_error_stop_remains() {
         replay_matches(&journal, h);
     }
 }
+
+// ---- issue 10, item 9 ---------------------------------------------------------------------------
+
+/// `safety.timeout.llm_call_seconds` bounds every provider's call, not only the OpenAI one's: a
+/// scripted call that would take 3 s under a 1 s limit is dropped at the limit and ends the turn
+/// as a failed LLM call (counted in `consecutive_errors`); its reply never reaches the history.
+#[actix_rt::test]
+async fn the_llm_call_timeout_bounds_a_scripted_provider_too() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.safety.timeout.llm_call_seconds = 1.0;
+    let (team, journal) = team(config);
+    let model = Arc::new(ScriptedProvider::new([
+        ScriptStep::reply("too late").delayed(Duration::from_secs(3)),
+        ScriptStep::reply("in time"),
+    ]));
+    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let started = tokio::time::Instant::now();
+    a.try_send_event(UserEvent::new("slow")).unwrap();
+    turns(&a, 1).await;
+    // Virtual (paused) time: the turn ended at the 1 s limit, not after the 3 s call.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let outcome = outcomes(&journal, "a").pop().unwrap();
+    assert_eq!(outcome.reason, TerminationReason::LlmError);
+    assert_eq!(
+        outcome.error.as_deref(),
+        Some("llm call failed: llm call timed out after 1000 ms")
+    );
+    assert_eq!(a.status().consecutive_errors, 1, "counted as a failed call");
+    assert!(a
+        .record()
+        .history
+        .iter()
+        .all(|m| m.content.as_deref() != Some("too late")));
+    // The next call is in time and answers.
+    a.try_send_event(UserEvent::new("again")).unwrap();
+    turns(&a, 2).await;
+    assert_eq!(
+        outcomes(&journal, "a").pop().unwrap().answer.as_deref(),
+        Some("in time")
+    );
+    replay_matches(&journal, &a);
+}
