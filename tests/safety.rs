@@ -2170,3 +2170,69 @@ async fn the_llm_call_timeout_bounds_a_scripted_provider_too() {
     );
     replay_matches(&journal, &a);
 }
+
+/// The near-budget warning comes before any budget stop: one call whose cost jumps from below the
+/// reserve band to over the cost budget skips the band, yet the stop at the next call is preceded
+/// by exactly one `budget_warning` (and a second stop after a resume adds none).
+#[actix_rt::test]
+async fn a_call_that_jumps_past_the_reserve_band_still_warns_once_before_the_stop() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.safety.budget.tokens_per_agent = 0;
+    config.safety.budget.cost_per_agent = 1.0;
+    config.safety.budget.reserve_cost_fraction = 0.1;
+    config.safety.budget.prices.insert(
+        "scripted".into(),
+        ModelPrice {
+            prompt_per_1k: 0.5,
+            completion_per_1k: 1.0,
+        },
+    );
+    let (team, journal) = team(config);
+    let model = Arc::new(ScriptedProvider::new([
+        reply_using("cheap", 400, 100),   // 0.3: far below the band
+        reply_using("costly", 1000, 500), // +1.0 = 1.3: past the band and the budget at once
+        ScriptStep::reply("never asked"),
+    ]));
+    let stats = model.stats();
+    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    for (i, e) in ["e1", "e2", "e3"].into_iter().enumerate() {
+        a.try_send_event(UserEvent::new(e)).unwrap();
+        turns(&a, i as u64 + 1).await;
+    }
+    assert_eq!(calls_of(&stats), 2, "the third call is never made");
+    assert_eq!(a.state(), AgentState::Stopped);
+    let budget_events: Vec<&'static str> = journal
+        .events_of("a")
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::BudgetWarning { .. } => Some("warning"),
+            EventKind::BreakerStopped { .. } => Some("stop"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(budget_events, ["warning", "stop"]);
+    let warning = journal
+        .events_of("a")
+        .into_iter()
+        .find_map(|e| match e.kind {
+            EventKind::BudgetWarning { message } => Some(message),
+            _ => None,
+        });
+    assert_eq!(
+        warning.as_deref(),
+        Some("agent a budget nearly exhausted: 2000 of 0 tokens, 1.3000 of 1 cost used")
+    );
+    a.resume("ops").await.unwrap();
+    a.try_send_event(UserEvent::new("e4")).unwrap();
+    turns(&a, 4).await;
+    assert_eq!(
+        count_events(&journal, "a", |k| matches!(
+            k,
+            EventKind::BudgetWarning { .. }
+        )),
+        1,
+        "warned once"
+    );
+    replay_matches(&journal, &a);
+}

@@ -470,6 +470,12 @@ impl AgentCell {
                 breaker: Breaker::BudgetExceeded,
                 reason,
             } => {
+                // The near-budget warning before any budget stop, if this stop came first.
+                let owed = self.breakers.lock().take_budget_warning();
+                if let Some(message) = owed {
+                    tracing::warn!(agent = %self.key, %message, "near budget");
+                    self.emit(rec, EventKind::BudgetWarning { message });
+                }
                 if rec.state != AgentState::Executing {
                     return Counted::Below;
                 }

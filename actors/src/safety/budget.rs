@@ -149,6 +149,12 @@ impl TeamBudget {
         TeamCheck::Ok
     }
 
+    /// Claims the team's one near-budget warning: `true` for the first caller only (a budget stop
+    /// that came before the warning gives it; see `AgentBreakers::before_llm_call`).
+    pub(crate) fn claim_warning(&self) -> bool {
+        !self.warned.swap(true, Ordering::AcqRel)
+    }
+
     /// What the monitor shows.
     pub fn fleet_view(&self) -> FleetView {
         let members = self.members.lock();
