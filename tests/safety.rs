@@ -2236,3 +2236,40 @@ async fn a_call_that_jumps_past_the_reserve_band_still_warns_once_before_the_sto
     );
     replay_matches(&journal, &a);
 }
+
+/// The limit checkpoint forgets a task's extension counts when the agent begins its next task
+/// (`LimitCheckpoint::forget_run` was never called: one entry per limited task, forever). After N
+/// limited tasks only the current task's counts are kept, and every task still gets its own
+/// extension.
+#[actix_rt::test]
+async fn the_checkpoint_keeps_no_counts_of_finished_tasks() {
+    tokio::time::pause();
+    let mut config = loop_config(OnLimitMode::AutoExtend, 2);
+    config.safety.on_limit.auto_extend_times = 1;
+    let (team, journal) = team(config);
+    let (model, _) = looker(ScriptStep::fail("wrap-up fails"));
+    let (look, looks) = counting_tool("look", ToolCategory::SafeChain, false);
+    let a = team
+        .spawn(AgentSpec::assistant("a", model).with_tool(look))
+        .unwrap();
+    const N: u64 = 6;
+    for i in 1..=N {
+        a.try_send_event(UserEvent::new(format!("scout {i}")))
+            .unwrap();
+        turns(&a, i).await;
+        assert_eq!(team.limit_runs_tracked(), 1, "after task {i}");
+    }
+    assert_eq!(
+        count(&looks),
+        4 * N as usize,
+        "each task got its own extension"
+    );
+    assert_eq!(
+        count_events(&journal, "a", |k| matches!(
+            k,
+            EventKind::LimitDecided { decision, .. } if decision.allow
+        )),
+        N as usize
+    );
+    replay_matches(&journal, &a);
+}

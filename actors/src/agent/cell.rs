@@ -623,9 +623,14 @@ impl AgentCell {
 
     // ---- task progress ------------------------------------------------------------------------------
 
-    /// A new task (event or delegated task) starts: loop caps and the wall clock restart.
+    /// A new task (event or delegated task) starts: loop caps and the wall clock restart, and the
+    /// checkpoint forgets the extensions it counted for the previous task (which ends here: a tick
+    /// runs on in the current task, so nothing earlier does).
     pub fn begin_task(&self) -> String {
         let mut task = self.task.lock();
+        if !task.run_id.is_empty() {
+            self.safety.checkpoint.forget_run(&task.run_id);
+        }
         task.seq += 1;
         task.run_id = format!("{}#{}", self.key, task.seq);
         task.iterations = 0;
