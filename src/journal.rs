@@ -92,7 +92,9 @@ pub const SCHEMA_VERSION: u32 = 3;
 /// Pending events (`pending`, `last_event_id`) did not bump it: both fields are omitted when empty
 /// and default to empty, and a snapshot written before them covers only events of a build that never
 /// journaled `event_queued`, whose fold has no pending events — so an old snapshot is still exactly
-/// the fold of its events under the new `apply`.
+/// the fold of its events under the new `apply`. Spent budgets (`usage`, folded from `usage_recorded`)
+/// did not bump it for the same reason: omitted while zero, absent = zero, and no older build
+/// journaled `usage_recorded`.
 pub const SNAPSHOT_FORMAT: u32 = 1;
 
 /// The default of [`JournalOptions::snapshot_every`] (`journal.snapshot_every`).

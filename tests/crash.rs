@@ -948,3 +948,54 @@ provider = "slow"
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 10 item 6: a SIGKILL does not reset a budget. Usage is journaled with each turn's events,
+/// so `tokens_used` and `cost_used` after the restart equal what they were before the kill.
+#[test]
+fn spent_tokens_and_cost_survive_a_sigkill() {
+    let team = r#"
+[safety.budget]
+tokens_per_agent = 100000
+
+[safety.budget.prices.scripted]
+prompt_per_1k = 0.5
+completion_per_1k = 1.0
+
+[providers.scripted]
+kind = "scripted"
+replies = ["one answer", "another, longer answer", "a third"]
+
+[[agents]]
+key = "a"
+provider = "scripted"
+"#;
+    let dir = temp_dir("budget-after-kill", 0, team);
+    let db = dir.join("warden.db");
+    let server = Server::start(&dir);
+    for i in 0..3 {
+        let body = serde_json::json!({ "content": format!("question {i}") }).to_string();
+        let (status, answered) = http(
+            server.port,
+            "POST",
+            "/api/agents/a/events?wait=30",
+            Some(&body),
+        )
+        .unwrap();
+        assert_eq!(status, 200, "{answered}");
+    }
+    let before = server.status("a");
+    let tokens = before["tokens_used"].as_u64().unwrap();
+    assert!(tokens > 0, "{before}");
+    // The usage is group-committed with the turn (not waited for): kill once it is on disk.
+    wait_for("usage committed", || {
+        record_of(&db, "a").usage.tokens() == tokens
+    });
+    server.kill();
+
+    let server = Server::start(&dir);
+    let after = server.status("a");
+    assert_eq!(after["tokens_used"], before["tokens_used"], "{after}");
+    assert_eq!(after["cost_used"], before["cost_used"], "{after}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -178,6 +178,20 @@ fn safety_events_are_counted_and_durable_only_once_committed() {
         to: AgentState::Executing,
         cause: "event".into(),
     }));
+    // A model call's usage is group-committed with the turn's events: no fsync of its own.
+    let usage = EventKind::UsageRecorded {
+        usage: protocols::Usage {
+            prompt_tokens: 10,
+            completion_tokens: 5,
+            estimated: false,
+        },
+        cost: 0.25,
+        unpriced: false,
+    };
+    assert!(!must_be_durable(&usage));
+    let before = journal.stats();
+    journal.append(&key("a"), usage);
+    assert_eq!(journal.stats().durable_waits, before.durable_waits);
     journal.flush();
     assert!(committed(before.committed_seq + 1));
 }
@@ -519,7 +533,17 @@ fn random_kind(rng: &mut SmallRng, i: usize) -> EventKind {
     let state = |rng: &mut SmallRng| AgentState::ALL[rng.gen_range(0..AgentState::ALL.len())];
     // Ids of queued events are their plan index + 1; settled ids are any of them (or none queued).
     let some_id = |rng: &mut SmallRng| rng.gen_range(1..=i as u64 + 1);
-    match rng.gen_range(0..21) {
+    match rng.gen_range(0..22) {
+        // Costs with no exact binary form: the snapshot's JSON must keep the sum bit for bit.
+        21 => EventKind::UsageRecorded {
+            usage: protocols::Usage {
+                prompt_tokens: rng.gen_range(0..5000),
+                completion_tokens: rng.gen_range(0..500),
+                estimated: rng.gen_bool(0.2),
+            },
+            cost: f64::from(rng.gen_range(0..1000u32)) * 0.0001 + 0.1,
+            unpriced: rng.gen_bool(0.2),
+        },
         17 | 18 => EventKind::EventQueued {
             id: i as u64 + 1,
             event: Arc::new(UserEvent {

@@ -878,6 +878,99 @@ async fn the_team_budget_stops_every_agent_and_the_fleet_view_adds_up() {
     replay_matches(&journal, &b);
 }
 
+/// Issue 10 item 6: budgets survive a restart. Usage is journaled (`usage_recorded`, one per model
+/// call), so an agent restored from the SQLite file starts from the tokens and cost it had spent:
+/// its status says so, the team is charged with them again, and the per-agent and team budgets
+/// stop at the same point as without the restart. The restored record equals the live one.
+#[actix_rt::test]
+async fn spent_budgets_survive_a_restart_from_the_journal_file() {
+    tokio::time::pause();
+    let db = TempDb::new("budget-restart");
+    let mut config = WardenConfig::default();
+    config.safety.budget.tokens_per_agent = 1000;
+    config.safety.budget.tokens_per_team = 995;
+    let price = ModelPrice {
+        prompt_per_1k: 0.5,
+        completion_per_1k: 1.0,
+    };
+    config.safety.budget.prices.insert("scripted".into(), price);
+
+    let (tokens, cost) = {
+        let journal = Arc::new(SqliteJournal::open(&db.0).unwrap());
+        let team = Supervisor::on_current_arbiter(config.clone(), journal.clone());
+        let model = Arc::new(ScriptedProvider::new([
+            reply_using("one", 500, 100),
+            reply_using("two", 300, 90),
+        ]));
+        let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+        for (i, e) in ["e1", "e2"].into_iter().enumerate() {
+            a.try_send_event(UserEvent::new(e)).unwrap();
+            turns(&a, i as u64 + 1).await;
+        }
+        let s = a.status();
+        assert_eq!(s.tokens_used, 990);
+        assert!((s.cost_used - (0.4 + 0.19)).abs() < 1e-9, "{}", s.cost_used);
+        let record = a.record();
+        assert_eq!(record.usage.tokens(), 990);
+        assert_eq!(record.usage.cost, s.cost_used);
+        team.shutdown().await;
+        journal.close();
+        (s.tokens_used, s.cost_used)
+    };
+
+    let journal = Arc::new(SqliteJournal::open(&db.0).unwrap());
+    let records = journal.recover_records().unwrap();
+    assert_eq!(records[0].usage.tokens(), tokens);
+    let team = Supervisor::on_current_arbiter(config, journal.clone());
+    let ma = Arc::new(ScriptedProvider::new([ScriptStep::reply("never asked")]));
+    let mb = Arc::new(ScriptedProvider::new([ScriptStep::reply("never asked")]));
+    let (sa, sb) = (ma.stats(), mb.stats());
+    let a = team
+        .spawn(AgentSpec::assistant("a", ma).restored_from(records[0].clone()))
+        .unwrap();
+    let s = a.status();
+    assert_eq!((s.tokens_used, s.cost_used), (tokens, cost));
+    let fleet = team.fleet_view();
+    assert_eq!((fleet.tokens, fleet.cost), (tokens, cost));
+
+    // The per-agent budget stops a's next call exactly as it would have without the restart.
+    a.try_send_event(UserEvent::new("e3")).unwrap();
+    turns(&a, 3).await;
+    let est = estimate_tokens(&a.record().history);
+    assert_eq!(a.state(), AgentState::Stopped);
+    assert_eq!(
+        a.status().stopped_by,
+        Some(Lockout {
+            breaker: Breaker::BudgetExceeded,
+            reason: format!(
+                "token budget exhausted: 990 used + about {est} for this call > 1000 (safety.budget.tokens_per_agent)"
+            ),
+        })
+    );
+    // A new agent meets the team budget the restored one already spent.
+    let b = team.spawn(AgentSpec::assistant("b", mb)).unwrap();
+    b.try_send_event(UserEvent::new("e1")).unwrap();
+    turns(&b, 1).await;
+    let est = estimate_tokens(&b.record().history);
+    assert_eq!(
+        b.status().stopped_by,
+        Some(Lockout {
+            breaker: Breaker::BudgetExceeded,
+            reason: format!(
+                "team token budget exhausted: 990 used + about {est} for this call > 995 (safety.budget.tokens_per_team)"
+            ),
+        })
+    );
+    assert_eq!((calls_of(&sa), calls_of(&sb)), (0, 0));
+    // Replay (snapshot + events) equals live, usage included.
+    until("journal caught up", || {
+        journal.restore_records().unwrap() == vec![a.record(), b.record()]
+    })
+    .await;
+    team.shutdown().await;
+    journal.close();
+}
+
 // ---- 5. loop caps through the checkpoint ------------------------------------------------------------
 
 /// `unattended`: the per-task cap is refused without asking, `limit_denied` is journaled, and one
@@ -2029,4 +2122,154 @@ async fn with_safety_checks_off_only_the_consecutive_error_stop_remains() {
     for h in [&rep, &stuck, &spender] {
         replay_matches(&journal, h);
     }
+}
+
+// ---- issue 10, item 9 ---------------------------------------------------------------------------
+
+/// `safety.timeout.llm_call_seconds` bounds every provider's call, not only the OpenAI one's: a
+/// scripted call that would take 3 s under a 1 s limit is dropped at the limit and ends the turn
+/// as a failed LLM call (counted in `consecutive_errors`); its reply never reaches the history.
+#[actix_rt::test]
+async fn the_llm_call_timeout_bounds_a_scripted_provider_too() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.safety.timeout.llm_call_seconds = 1.0;
+    let (team, journal) = team(config);
+    let model = Arc::new(ScriptedProvider::new([
+        ScriptStep::reply("too late").delayed(Duration::from_secs(3)),
+        ScriptStep::reply("in time"),
+    ]));
+    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let started = tokio::time::Instant::now();
+    a.try_send_event(UserEvent::new("slow")).unwrap();
+    turns(&a, 1).await;
+    // Virtual (paused) time: the turn ended at the 1 s limit, not after the 3 s call.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let outcome = outcomes(&journal, "a").pop().unwrap();
+    assert_eq!(outcome.reason, TerminationReason::LlmError);
+    assert_eq!(
+        outcome.error.as_deref(),
+        Some("llm call failed: llm call timed out after 1000 ms")
+    );
+    assert_eq!(a.status().consecutive_errors, 1, "counted as a failed call");
+    assert!(a
+        .record()
+        .history
+        .iter()
+        .all(|m| m.content.as_deref() != Some("too late")));
+    // The next call is in time and answers.
+    a.try_send_event(UserEvent::new("again")).unwrap();
+    turns(&a, 2).await;
+    assert_eq!(
+        outcomes(&journal, "a").pop().unwrap().answer.as_deref(),
+        Some("in time")
+    );
+    replay_matches(&journal, &a);
+}
+
+/// The near-budget warning comes before any budget stop: one call whose cost jumps from below the
+/// reserve band to over the cost budget skips the band, yet the stop at the next call is preceded
+/// by exactly one `budget_warning` (and a second stop after a resume adds none).
+#[actix_rt::test]
+async fn a_call_that_jumps_past_the_reserve_band_still_warns_once_before_the_stop() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.safety.budget.tokens_per_agent = 0;
+    config.safety.budget.cost_per_agent = 1.0;
+    config.safety.budget.reserve_cost_fraction = 0.1;
+    config.safety.budget.prices.insert(
+        "scripted".into(),
+        ModelPrice {
+            prompt_per_1k: 0.5,
+            completion_per_1k: 1.0,
+        },
+    );
+    let (team, journal) = team(config);
+    let model = Arc::new(ScriptedProvider::new([
+        reply_using("cheap", 400, 100),   // 0.3: far below the band
+        reply_using("costly", 1000, 500), // +1.0 = 1.3: past the band and the budget at once
+        ScriptStep::reply("never asked"),
+    ]));
+    let stats = model.stats();
+    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    for (i, e) in ["e1", "e2", "e3"].into_iter().enumerate() {
+        a.try_send_event(UserEvent::new(e)).unwrap();
+        turns(&a, i as u64 + 1).await;
+    }
+    assert_eq!(calls_of(&stats), 2, "the third call is never made");
+    assert_eq!(a.state(), AgentState::Stopped);
+    let budget_events: Vec<&'static str> = journal
+        .events_of("a")
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::BudgetWarning { .. } => Some("warning"),
+            EventKind::BreakerStopped { .. } => Some("stop"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(budget_events, ["warning", "stop"]);
+    let warning = journal
+        .events_of("a")
+        .into_iter()
+        .find_map(|e| match e.kind {
+            EventKind::BudgetWarning { message } => Some(message),
+            _ => None,
+        });
+    assert_eq!(
+        warning.as_deref(),
+        Some("agent a budget nearly exhausted: 2000 of 0 tokens, 1.3000 of 1 cost used")
+    );
+    a.resume("ops").await.unwrap();
+    a.try_send_event(UserEvent::new("e4")).unwrap();
+    turns(&a, 4).await;
+    assert_eq!(
+        count_events(&journal, "a", |k| matches!(
+            k,
+            EventKind::BudgetWarning { .. }
+        )),
+        1,
+        "warned once"
+    );
+    replay_matches(&journal, &a);
+}
+
+/// The limit checkpoint forgets a task's extension counts when the agent begins its next task
+/// (`LimitCheckpoint::forget_run` was never called: one entry per limited task, forever). After N
+/// limited tasks only the current task's counts are kept, and every task still gets its own
+/// extension.
+#[actix_rt::test]
+async fn the_checkpoint_keeps_no_counts_of_finished_tasks() {
+    tokio::time::pause();
+    let mut config = loop_config(OnLimitMode::AutoExtend, 2);
+    config.safety.on_limit.auto_extend_times = 1;
+    let (team, journal) = team(config);
+    let (model, _) = looker(ScriptStep::fail("wrap-up fails"));
+    let (look, looks) = counting_tool("look", ToolCategory::SafeChain, false);
+    let a = team
+        .spawn(AgentSpec::assistant("a", model).with_tool(look))
+        .unwrap();
+    const N: u64 = 6;
+    for i in 1..=N {
+        a.try_send_event(UserEvent::new(format!("scout {i}")))
+            .unwrap();
+        turns(&a, i).await;
+        assert_eq!(team.limit_runs_tracked(), 1, "after task {i}");
+    }
+    assert_eq!(
+        count(&looks),
+        4 * N as usize,
+        "each task got its own extension"
+    );
+    assert_eq!(
+        count_events(&journal, "a", |k| matches!(
+            k,
+            EventKind::LimitDecided { decision, .. } if decision.allow
+        )),
+        N as usize
+    );
+    replay_matches(&journal, &a);
 }

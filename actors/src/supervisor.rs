@@ -321,6 +321,11 @@ impl Supervisor {
         self.shared.safety.team.fleet_view()
     }
 
+    /// How many task runs the limit checkpoint keeps extension counts for (at most one per agent).
+    pub fn limit_runs_tracked(&self) -> usize {
+        self.shared.safety.checkpoint.runs_tracked()
+    }
+
     /// The SafetyMonitor's report: fleet view, trips by breaker, recent trips.
     pub async fn safety_report(&self) -> Option<SafetyReport> {
         let monitor = self.shared.safety.monitor.clone()?;

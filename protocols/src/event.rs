@@ -271,6 +271,10 @@ impl EventFate {
     }
 }
 
+fn is_zero_cost(cost: &f64) -> bool {
+    *cost == 0.0
+}
+
 /// What happened. Variants that change an agent's [`crate::AgentRecord`] say so.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -366,6 +370,17 @@ pub enum EventKind {
     /// Record: `turns += 1`.
     TurnFinished {
         outcome: TurnOutcome,
+    },
+    /// Record: `usage` grows by one model call's tokens and `cost` (priced when the call was made;
+    /// `unpriced`: the model has no price and its tokens count as unpriced). Journaled right after
+    /// the call, committed with the turn's other events (no wait of its own), so a restart keeps
+    /// the budgets spent.
+    UsageRecorded {
+        usage: Usage,
+        #[serde(default, skip_serializing_if = "is_zero_cost")]
+        cost: f64,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        unpriced: bool,
     },
     ToolStarted {
         call_id: String,

@@ -33,7 +33,7 @@ pub use event::{
     TurnOutcome, RECOVERY_CAUSE,
 };
 pub use priority::Priority;
-pub use record::{AgentRecord, KeyedEvent, Lockout, PendingEvent};
+pub use record::{AgentRecord, KeyedEvent, Lockout, PendingEvent, UsageTotals};
 pub use refusal::{DelegationRefusal, WorkRefusal};
 pub use safety::{
     AnomalyKind, Answer, AnsweredBy, FleetView, Intervention, LimitDecision, LimitKind,

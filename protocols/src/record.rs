@@ -4,7 +4,9 @@
 //! exactly one of taken (`EventTaken`), discarded (`Halted` / `MessagesDiscarded`) or refused
 //! (`WorkRefused` with `queued`) settles it. Settling an id that is not pending changes nothing.
 
-use crate::{AgentKey, AgentRole, AgentState, Breaker, ChatMessage, Event, EventKind, UserEvent};
+use crate::{
+    AgentKey, AgentRole, AgentState, Breaker, ChatMessage, Event, EventKind, Usage, UserEvent,
+};
 use serde::{Deserialize, Serialize};
 use std::{collections::VecDeque, sync::Arc};
 
@@ -29,6 +31,45 @@ pub struct KeyedEvent {
     pub key: String,
     pub id: u64,
     pub event: Arc<UserEvent>,
+}
+
+/// Token and cost totals of an agent's model calls (over its whole journal: a restart keeps them).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct UsageTotals {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    /// In the price currency (`safety.budget.prices`), as priced when each call was made.
+    #[serde(default)]
+    pub cost: f64,
+    /// Tokens of models that have no price (they cost nothing in `cost`).
+    #[serde(default)]
+    pub unpriced_tokens: u64,
+}
+
+impl UsageTotals {
+    pub fn tokens(&self) -> u64 {
+        self.prompt_tokens.saturating_add(self.completion_tokens)
+    }
+
+    /// `true` before any model call.
+    pub fn is_zero(&self) -> bool {
+        *self == UsageTotals::default()
+    }
+
+    /// Adds one call: its tokens, its `cost`, and its tokens as unpriced when `unpriced`. The one
+    /// place totals grow, so the live breakers and a replayed record add up exactly alike.
+    pub fn add(&mut self, usage: Usage, cost: f64, unpriced: bool) {
+        self.prompt_tokens = self.prompt_tokens.saturating_add(usage.prompt_tokens);
+        self.completion_tokens = self
+            .completion_tokens
+            .saturating_add(usage.completion_tokens);
+        self.cost += cost;
+        if unpriced {
+            self.unpriced_tokens = self.unpriced_tokens.saturating_add(usage.total());
+        }
+    }
 }
 
 /// The durable state of one agent.
@@ -68,6 +109,11 @@ pub struct AgentRecord {
     /// the same key again is answered with the first event's id instead of being queued.
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     pub keyed: VecDeque<KeyedEvent>,
+    /// Tokens and cost of every model call journaled (`UsageRecorded`): the budgets a restart
+    /// starts from. Omitted while zero (and absent = zero), so records and snapshots from before it
+    /// decode and mean the same.
+    #[serde(default, skip_serializing_if = "UsageTotals::is_zero")]
+    pub usage: UsageTotals,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -95,6 +141,7 @@ impl AgentRecord {
             pending: VecDeque::new(),
             last_event_id: 0,
             keyed: VecDeque::new(),
+            usage: UsageTotals::default(),
         }
     }
 
@@ -213,6 +260,11 @@ impl AgentRecord {
             }
             EventKind::HistoryAppended { message } => self.history.push(message.clone()),
             EventKind::TurnFinished { .. } => self.turns += 1,
+            EventKind::UsageRecorded {
+                usage,
+                cost,
+                unpriced,
+            } => self.usage.add(*usage, *cost, *unpriced),
             EventKind::Restarted { restarts } => self.restarts = *restarts,
             EventKind::TransitionRefused { .. }
             | EventKind::WorkRefused { queued: None, .. }
@@ -365,6 +417,44 @@ mod tests {
         assert!(json.get("pending").is_none() && json.get("last_event_id").is_none());
         let old: AgentRecord = serde_json::from_value(json).unwrap();
         assert_eq!(old, record);
+    }
+
+    #[test]
+    fn usage_is_folded_into_the_record_and_old_records_decode_without_it() {
+        let call = |p, c, cost, unpriced| EventKind::UsageRecorded {
+            usage: Usage {
+                prompt_tokens: p,
+                completion_tokens: c,
+                estimated: false,
+            },
+            cost,
+            unpriced,
+        };
+        let kinds = vec![call(100, 20, 0.1, false), call(7, 3, 0.0, true)];
+        let replayed = AgentRecord::replay("a".into(), &events(kinds.clone()));
+        assert_eq!(
+            replayed.usage,
+            UsageTotals {
+                prompt_tokens: 107,
+                completion_tokens: 23,
+                cost: 0.1,
+                unpriced_tokens: 10,
+            }
+        );
+        let json = serde_json::to_value(&kinds[1]).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"type": "usage_recorded",
+                "usage": {"prompt_tokens": 7, "completion_tokens": 3, "estimated": false},
+                "unpriced": true})
+        );
+        assert_eq!(serde_json::from_value::<EventKind>(json).unwrap(), kinds[1]);
+        // A record that spent nothing has no `usage` field, and a record without one spent nothing.
+        let fresh = serde_json::to_value(AgentRecord::new("a".into())).unwrap();
+        assert!(fresh.get("usage").is_none());
+        let back: AgentRecord =
+            serde_json::from_str(&serde_json::to_string(&replayed).unwrap()).unwrap();
+        assert_eq!(back, replayed);
     }
 
     #[test]

@@ -168,6 +168,8 @@ impl AgentCell {
             Some(safety.team.clone()),
         );
         breakers.restore_consecutive_errors(record.consecutive_errors);
+        // Budgets spent before a restart stay spent (a fresh record has spent nothing).
+        breakers.restore_usage(record.usage);
         if record.emergency_stop() {
             safety.team.set_locked_out(&record.key, true);
         }
@@ -484,6 +486,12 @@ impl AgentCell {
                 breaker: Breaker::BudgetExceeded,
                 reason,
             } => {
+                // The near-budget warning before any budget stop, if this stop came first.
+                let owed = self.breakers.lock().take_budget_warning();
+                if let Some(message) = owed {
+                    tracing::warn!(agent = %self.key, %message, "near budget");
+                    self.emit(rec, EventKind::BudgetWarning { message });
+                }
                 if rec.state != AgentState::Executing {
                     return Counted::Below;
                 }
@@ -552,12 +560,27 @@ impl AgentCell {
         self.safety.checks.then(|| f(&mut self.breakers.lock()))
     }
 
-    /// Usage is always accounted (status, team totals), even with the checks off.
+    /// Usage is always accounted (status, team totals), even with the checks off, and journaled
+    /// (`UsageRecorded`, not waited for: it is committed with the turn's other events), so the
+    /// record's `usage` always equals the breakers' totals and a restart keeps the budgets spent.
     pub fn record_usage(&self, usage: warden_protocols::Usage) {
         self.turn_usage.lock().add(usage);
-        self.breakers
+        let mut rec = self.lock();
+        let (cost, unpriced) = self
+            .breakers
             .lock()
             .record_usage(usage, self.provider.model());
+        if usage.is_zero() && cost == 0.0 {
+            return; // nothing spent, nothing to journal
+        }
+        self.emit(
+            &mut rec,
+            EventKind::UsageRecorded {
+                usage,
+                cost,
+                unpriced,
+            },
+        );
     }
 
     /// After an unlock / history reset / resume: the breakers start clean.
@@ -616,9 +639,14 @@ impl AgentCell {
 
     // ---- task progress ------------------------------------------------------------------------------
 
-    /// A new task (event or delegated task) starts: loop caps and the wall clock restart.
+    /// A new task (event or delegated task) starts: loop caps and the wall clock restart, and the
+    /// checkpoint forgets the extensions it counted for the previous task (which ends here: a tick
+    /// runs on in the current task, so nothing earlier does).
     pub fn begin_task(&self) -> String {
         let mut task = self.task.lock();
+        if !task.run_id.is_empty() {
+            self.safety.checkpoint.forget_run(&task.run_id);
+        }
         task.seq += 1;
         task.run_id = format!("{}#{}", self.key, task.seq);
         task.iterations = 0;

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! per iteration:  halt? → on_loop_start (loop caps, wall clock → checkpoint) → fit context
-//!                 → before_llm_call (budgets) → LLM call → record usage → after_llm_call
+//!                 → before_llm_call (budgets) → LLM call (≤ llm_call_seconds) → record usage
+//!                 → after_llm_call
 //!                 → no tool call: answer (or max-tokens continuation)
 //!                 → tool calls: validate, circuit, cache, run → after_tool_execution each
 //! ```
@@ -27,7 +28,7 @@ use crate::{
     tools::{ToolContext, ToolError},
 };
 use futures::FutureExt;
-use std::{panic::AssertUnwindSafe, sync::Arc};
+use std::{panic::AssertUnwindSafe, sync::Arc, time::Duration};
 use tokio_util::sync::CancellationToken;
 use warden_protocols::{
     AgentKey, AgentState, AnomalyKind, ChatMessage, ChatRole, EventKind, FinishReason,
@@ -532,6 +533,10 @@ async fn wrap_up(
     out
 }
 
+/// One provider call, raced against the halt token (`None` = halted) and bounded by
+/// `safety.timeout.llm_call_seconds` unless the provider bounds its own attempts
+/// ([`crate::provider::Provider::bounds_its_own_calls`]): a call still running at the limit is
+/// dropped and fails as [`ProviderError::Timeout`], a failed call like any other.
 async fn call_provider(
     cell: &AgentCell,
     token: &CancellationToken,
@@ -540,7 +545,22 @@ async fn call_provider(
     // `complete` itself runs unguarded: a panic there is a crash of the agent (restart policy).
     // A panic inside the returned future is a failed call.
     let call = AssertUnwindSafe(cell.provider.complete(request)).catch_unwind();
-    let result = unless_halted(token, call).await?;
+    let limit = (!cell.provider.bounds_its_own_calls())
+        .then(|| Duration::try_from_secs_f64(cell.safety.config.timeout.llm_call_seconds).ok())
+        .flatten()
+        .filter(|limit| !limit.is_zero());
+    let bounded = async move {
+        match limit {
+            None => Some(call.await),
+            Some(limit) => tokio::time::timeout(limit, call).await.ok(),
+        }
+    };
+    let result = unless_halted(token, bounded).await?;
+    let Some(result) = result else {
+        let after_ms = limit.map_or(0, |l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX));
+        tracing::warn!(agent = %cell.key, after_ms, "llm call timed out (safety.timeout.llm_call_seconds)");
+        return Some(Err(ProviderError::Timeout { after_ms }));
+    };
     Some(result.unwrap_or_else(|payload| {
         Err(ProviderError::Panicked {
             message: panic_message(payload),

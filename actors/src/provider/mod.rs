@@ -82,6 +82,14 @@ pub trait Provider: Send + Sync + 'static {
         self.name()
     }
 
+    /// `true` if the provider bounds each of its attempts by `safety.timeout.llm_call_seconds`
+    /// itself (the OpenAI-compatible one does: per attempt, between retries, and as an idle timeout
+    /// while streaming). Otherwise (the default) the turn bounds the whole call by it: a call still
+    /// running then is dropped and fails as [`ProviderError::Timeout`].
+    fn bounds_its_own_calls(&self) -> bool {
+        false
+    }
+
     /// Sends one request (with the provider's own retries). Dropping the future abandons the call.
     fn complete(
         &self,

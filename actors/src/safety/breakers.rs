@@ -9,7 +9,8 @@
 //!   [`Verdict`] and the caller makes the state transition.
 //! * Once a hook has answered [`Verdict::Lockout`], every hook answers the same lockout until
 //!   [`AgentBreakers::on_unlock`] (fail closed: a caller that ignores one verdict meets it again).
-//! * The near-budget [`Verdict::Warn`] is given at most once per agent (and once per team).
+//! * The near-budget [`Verdict::Warn`] is given at most once per agent (and once per team), and
+//!   before any budget stop: a stop that comes first owes it ([`AgentBreakers::take_budget_warning`]).
 //! * Consecutive errors: every failed or anomalous operation adds 1. Only a *productive success* — a
 //!   tool call that succeeds, or a final answer — resets the count. An LLM call that merely asks for
 //!   tools is neutral (it enters the window as a good operation but does not reset the count), so a
@@ -77,6 +78,9 @@ pub struct AgentBreakers {
     team: Option<Arc<TeamBudget>>,
     totals: UsageTotals,
     budget_warned: bool,
+    /// A near-budget warning owed when a budget stop came first (see
+    /// [`AgentBreakers::take_budget_warning`]).
+    owed_warning: Option<String>,
     consecutive_errors: u32,
     /// The current run of identical failing calls, and whether the alert was given for it.
     failing: Option<(Fingerprint, u32)>,
@@ -110,6 +114,7 @@ impl AgentBreakers {
             team,
             totals: UsageTotals::default(),
             budget_warned: false,
+            owed_warning: None,
             consecutive_errors: 0,
             failing: None,
             alerted: false,
@@ -133,7 +138,57 @@ impl AgentBreakers {
 
     /// Before each LLM call: would a prompt of about `estimated_prompt_tokens` exceed the agent's or
     /// the team's token or cost budget? `Stop{BudgetExceeded}` means: make no call, `STOPPED`.
+    ///
+    /// The near-budget warning comes before any budget stop: when a stop is the first this agent
+    /// (or, for the team's budget, the team) hears of its budget — one call jumped from below the
+    /// reserve band to over the budget, or an estimate did — the warning is owed, and
+    /// [`AgentBreakers::take_budget_warning`] gives it, to be journaled before the stop.
     pub fn before_llm_call(&mut self, estimated_prompt_tokens: u64) -> Verdict {
+        let mut team_stop = false;
+        let verdict = self.check_budgets(estimated_prompt_tokens, &mut team_stop);
+        if let Verdict::Stop {
+            breaker: Breaker::BudgetExceeded,
+            ..
+        } = &verdict
+        {
+            let first = if team_stop {
+                self.team.as_ref().is_some_and(|t| t.claim_warning())
+            } else {
+                !std::mem::replace(&mut self.budget_warned, true)
+            };
+            if first {
+                let b = &self.config.budget;
+                let t = &self.totals;
+                self.owed_warning = Some(match (team_stop, &self.team) {
+                    (true, Some(team)) => format!(
+                        "team budget nearly exhausted: {} of {} tokens, {:.4} of {} cost",
+                        team.tokens(),
+                        b.tokens_per_team,
+                        team.cost(),
+                        b.cost_per_team
+                    ),
+                    _ => format!(
+                        "agent {} budget nearly exhausted: {} of {} tokens, {:.4} of {} cost used",
+                        self.key,
+                        t.tokens(),
+                        b.tokens_per_agent,
+                        t.cost,
+                        b.cost_per_agent
+                    ),
+                });
+            }
+        }
+        verdict
+    }
+
+    /// The near-budget warning owed because a budget stop came before it (once; `None` after).
+    /// Journal it before the stop.
+    pub fn take_budget_warning(&mut self) -> Option<String> {
+        self.owed_warning.take()
+    }
+
+    /// The budget checks; `team_stop` is set when the team's budget (not the agent's) stops the call.
+    fn check_budgets(&mut self, estimated_prompt_tokens: u64, team_stop: &mut bool) -> Verdict {
         if let Some(v) = self.locked_verdict() {
             return v;
         }
@@ -166,10 +221,11 @@ impl AgentBreakers {
         }
         let team_warning = match self.team.as_ref().map(|t| t.check(est, est_cost)) {
             Some(TeamCheck::Exceeded(reason)) => {
+                *team_stop = true;
                 return Verdict::Stop {
                     breaker: Breaker::BudgetExceeded,
                     reason,
-                }
+                };
             }
             Some(TeamCheck::Warn(message)) => Some(message),
             Some(TeamCheck::Ok) | None => None,
@@ -198,20 +254,31 @@ impl AgentBreakers {
 
     /// After each LLM call that reported (or estimated) usage: accumulate tokens and cost, for the
     /// agent and the team. A model with no price (and no `"*"` price) adds to `unpriced_tokens`.
-    pub fn record_usage(&mut self, usage: Usage, model: &str) {
+    /// Returns what the call was charged: `(cost, unpriced)`, for the journal (`UsageRecorded`).
+    pub fn record_usage(&mut self, usage: Usage, model: &str) -> (f64, bool) {
         let price = self.config.budget.price(model);
-        let cost = price.map_or(0.0, |p| {
-            p.cost(usage.prompt_tokens, usage.completion_tokens)
-        });
-        let t = &mut self.totals;
-        t.prompt_tokens = t.prompt_tokens.saturating_add(usage.prompt_tokens);
-        t.completion_tokens = t.completion_tokens.saturating_add(usage.completion_tokens);
-        t.cost += cost;
-        if price.is_none() {
-            t.unpriced_tokens = t.unpriced_tokens.saturating_add(usage.total());
-        }
+        let cost = price
+            .map_or(0.0, |p| {
+                p.cost(usage.prompt_tokens, usage.completion_tokens)
+            })
+            .max(0.0);
+        // A price that is not a number charges nothing rather than poisoning the totals.
+        let cost = if cost.is_finite() { cost } else { 0.0 };
+        let unpriced = price.is_none();
+        self.totals.add(usage, cost, unpriced);
         if let Some(team) = &self.team {
             team.record(&self.key, usage.total(), cost);
+        }
+        (cost, unpriced)
+    }
+
+    /// After a restart: the agent's totals are what its journal says it spent (the record's
+    /// `usage`), and the team is charged with them again — so a restarted process enforces the same
+    /// per-agent and team budgets. Call once, on fresh breakers.
+    pub fn restore_usage(&mut self, totals: UsageTotals) {
+        self.totals = totals;
+        if let Some(team) = &self.team {
+            team.record(&self.key, totals.tokens(), totals.cost);
         }
     }
 
@@ -594,6 +661,25 @@ mod tests {
             }
         ));
         assert_eq!(team.fleet_view().agents_total, 2);
+    }
+
+    #[test]
+    fn a_budget_stop_that_comes_first_owes_the_warning_once() {
+        let mut c = config();
+        c.budget.tokens_per_team = 1000;
+        let team = Arc::new(TeamBudget::new(&c.budget));
+        let mut a = AgentBreakers::new("a".into(), Arc::new(c.clone()), "m", Some(team.clone()));
+        let mut b = AgentBreakers::new("b".into(), Arc::new(c.clone()), "m", Some(team.clone()));
+        assert_eq!(a.before_llm_call(10), Verdict::Continue);
+        a.record_usage(usage(1000, 200), "m"); // from far below the band to over the budget
+        assert!(matches!(b.before_llm_call(10), Verdict::Stop { .. }));
+        assert_eq!(
+            b.take_budget_warning().as_deref(),
+            Some("team budget nearly exhausted: 1200 of 1000 tokens, 0.0000 of 0 cost")
+        );
+        assert_eq!(b.take_budget_warning(), None);
+        assert!(matches!(a.before_llm_call(10), Verdict::Stop { .. }));
+        assert_eq!(a.take_budget_warning(), None, "the team warns once");
     }
 
     #[test]

@@ -26,21 +26,8 @@ fn to_nanos(cost: f64) -> u64 {
     }
 }
 
-/// Token and cost totals of one agent.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct UsageTotals {
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
-    pub cost: f64,
-    /// Tokens of models that have no price (they cost nothing in `cost`).
-    pub unpriced_tokens: u64,
-}
-
-impl UsageTotals {
-    pub fn tokens(&self) -> u64 {
-        self.prompt_tokens.saturating_add(self.completion_tokens)
-    }
-}
+/// Token and cost totals of one agent (kept in its record too, so a restart keeps them).
+pub use warden_protocols::UsageTotals;
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Member {
@@ -160,6 +147,12 @@ impl TeamBudget {
             ));
         }
         TeamCheck::Ok
+    }
+
+    /// Claims the team's one near-budget warning: `true` for the first caller only (a budget stop
+    /// that came before the warning gives it; see `AgentBreakers::before_llm_call`).
+    pub(crate) fn claim_warning(&self) -> bool {
+        !self.warned.swap(true, Ordering::AcqRel)
     }
 
     /// What the monitor shows.

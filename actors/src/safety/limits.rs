@@ -18,7 +18,8 @@
 //! * Fail closed: every path that is not an explicit auto-extension or an explicit operator "yes"
 //!   refuses.
 //! * Auto-extensions are counted per (run id, limit kind) exactly: `auto_extend_times` allows, then
-//!   refusals. Operator approvals are counted in the same table (for `LimitDecision::extension`) but
+//!   refusals. A run's counts are dropped when its agent begins its next task
+//!   ([`LimitCheckpoint::forget_run`]), so the table holds at most one run per agent. Operator approvals are counted in the same table (for `LimitDecision::extension`) but
 //!   never exhaust.
 //! * While interactive, the caller should hold the agent in `WAITING_FOR_INPUT` and race the ask
 //!   against its halt token (a halt drops the ask future, which withdraws the question).
@@ -97,9 +98,19 @@ impl LimitCheckpoint {
             .unwrap_or(0)
     }
 
-    /// Forgets a finished run's counts.
+    /// Forgets a finished run's counts (an agent calls it when its next task begins: a task runs
+    /// on across ticks until then, so its counts must too).
     pub fn forget_run(&self, run_id: &str) {
         self.granted.lock().retain(|(run, _), _| run != run_id);
+    }
+
+    /// How many runs have counts kept (at most one per agent: the task it is on).
+    pub fn runs_tracked(&self) -> usize {
+        let granted = self.granted.lock();
+        let mut runs: Vec<&str> = granted.keys().map(|(run, _)| run.as_str()).collect();
+        runs.sort_unstable();
+        runs.dedup();
+        runs.len()
     }
 
     fn grant(&self, ctx: &LimitContext, reason: LimitReason, cap: Option<u32>) -> LimitDecision {
@@ -324,9 +335,11 @@ mod tests {
                 .await,
             allowed(1, LimitReason::AutoExtended)
         );
+        assert_eq!(cp.runs_tracked(), 2);
         cp.forget_run("r1");
         assert_eq!(cp.granted("r1", LimitKind::IterationsPerTask), 0);
         assert_eq!(cp.granted("r2", LimitKind::IterationsPerTask), 1);
+        assert_eq!(cp.runs_tracked(), 1);
 
         let none = checkpoint(OnLimitMode::AutoExtend, 0, 0.0, None);
         assert_eq!(none.handle_limit_exceeded(&iter).await, exhausted);

@@ -284,6 +284,13 @@ impl Provider for OpenAiCompatible {
         &self.inner.config.model
     }
 
+    /// Each attempt is bounded by [`OpenAiConfig::request_timeout`] (a team file sets it from
+    /// `safety.timeout.llm_call_seconds`), with retries in between and an idle timeout while
+    /// streaming, so the turn does not cut the whole call at one attempt's limit.
+    fn bounds_its_own_calls(&self) -> bool {
+        true
+    }
+
     fn complete(
         &self,
         request: LlmRequest,
