@@ -2,7 +2,7 @@
 //! `status` from its own tick thread and must never wait on the journal's I/O. Agents on a
 //! SQLite journal (a real file) trip lockouts and are unlocked in a loop — each lockout and unlock
 //! is a batch the writer commits with an fsync — while a plain std thread times
-//! `try_send_event` + `status` on another agent. Prints p50 / p99 / max of that pair (target:
+//! `try_send_event` + `status` on those agents and on a quiet one, in turn. Prints p50 / p99 / max of that pair (target:
 //! p99 ≤ 50 µs) and how many lockouts happened meanwhile. Fewer samples under `CI`.
 //!
 //! `cargo bench --bench host_calls`
@@ -47,15 +47,19 @@ fn main() {
             .expect("spawn");
         team.started().await;
         let done = Arc::new(AtomicBool::new(false));
-        // The host's tick thread.
+        // The host's tick thread: the agents that trip (whose lockouts are being written) and a
+        // quiet one, in turn.
         let probe = {
             let done = done.clone();
+            let mut targets = tripping.clone();
+            targets.push(host);
             std::thread::spawn(move || {
                 let mut times = Vec::with_capacity(samples);
                 for i in 0..samples {
+                    let agent = &targets[i % targets.len()];
                     let start = Instant::now();
-                    let _ = host.try_send_event(UserEvent::new(format!("tick {i}")));
-                    std::hint::black_box(host.status());
+                    let _ = agent.try_send_event(UserEvent::new(format!("tick {i}")));
+                    std::hint::black_box(agent.status());
                     times.push(start.elapsed());
                     std::thread::sleep(Duration::from_micros(200));
                 }
