@@ -4,8 +4,8 @@
 //! Guarantees:
 //! * Every failure is one [`ClientError`] whose message is one line (the server's own `error` text
 //!   for an HTTP error), and [`ClientError::exit_code`] tells the kinds apart: 3 the server cannot be
-//!   reached, 4 unauthorized (401), 5 forbidden (403), 6 not found (404), 7 refused (409), 1 anything
-//!   else.
+//!   reached, 4 unauthorized (401), 5 forbidden (403), 6 not found (404), 7 refused (409), 8 an event
+//!   sent with `warden send` ended without an answer (refused, discarded or failed), 1 anything else.
 //! * The token travels only in the `Authorization` header; it is never put in a URL or printed.
 //! * An agent key is percent-encoded as one path segment, whatever it contains.
 
@@ -43,6 +43,13 @@ pub enum ClientError {
     Decode { url: String, reason: String },
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
+    /// `warden send`: the event was accepted but ended without an answer.
+    #[error("event {id} {status}: {detail}")]
+    NotAnswered {
+        id: u64,
+        status: String,
+        detail: String,
+    },
 }
 
 impl ClientError {
@@ -54,6 +61,7 @@ impl ClientError {
             ClientError::Http { status: 403, .. } => 5,
             ClientError::Http { status: 404, .. } => 6,
             ClientError::Http { status: 409, .. } => 7,
+            ClientError::NotAnswered { .. } => 8,
             _ => 1,
         }
     }
@@ -134,9 +142,21 @@ impl Client {
         segments: &[&str],
         body: Option<Value>,
     ) -> Result<T, ClientError> {
-        let url = self.url(segments);
+        self.call_url(method, self.url(segments), body, None).await
+    }
+
+    async fn call_url<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<Value>,
+        timeout: Option<Duration>,
+    ) -> Result<T, ClientError> {
         let shown = url.to_string();
         let mut request = self.http.request(method, url);
+        if let Some(timeout) = timeout {
+            request = request.timeout(timeout);
+        }
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }
@@ -233,6 +253,29 @@ impl Client {
         .await
     }
 
+    /// Sends a user event to `key`; with `wait` (seconds, 0–300) waits that long for its answer.
+    /// The body is the event's fate: `{"id", "status", "answer"?, …}` (see the API).
+    pub async fn send(
+        &self,
+        key: &str,
+        content: &str,
+        wait: Option<f64>,
+    ) -> Result<Value, ClientError> {
+        let mut url = self.url(&["api", "agents", key, "events"]);
+        if let Some(wait) = wait {
+            url.query_pairs_mut().append_pair("wait", &wait.to_string());
+        }
+        // The server holds the request up to `wait`: the call may take that long and more.
+        let timeout = wait.map(|w| TIMEOUT + Duration::from_secs_f64(w.clamp(0.0, 300.0)));
+        self.call_url(
+            Method::POST,
+            url,
+            Some(serde_json::json!({ "content": content, "source": "cli" })),
+            timeout,
+        )
+        .await
+    }
+
     /// The pending limit asks, oldest first.
     pub async fn interventions(&self) -> Result<Vec<Intervention>, ClientError> {
         self.call(Method::GET, &["api", "interventions"], None)
@@ -265,7 +308,7 @@ impl Client {
 }
 
 /// One CLI command.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Call {
     /// `warden status [KEY] [--json]`.
     Status { key: Option<String>, json: bool },
@@ -286,6 +329,13 @@ pub enum Call {
         id: u64,
         answer: String,
         note: Option<String>,
+    },
+    /// `warden send KEY TEXT [--wait S] [--json]`.
+    Send {
+        key: String,
+        content: String,
+        wait: Option<f64>,
+        json: bool,
     },
 }
 
@@ -349,6 +399,41 @@ pub async fn run(client: &Client, call: Call, out: &mut dyn Write) -> Result<(),
                 writeln!(out, "{}", to_json(&pending)?)?;
             } else {
                 out.write_all(interventions_list(&pending).as_bytes())?;
+            }
+        }
+        Call::Send {
+            key,
+            content,
+            wait,
+            json,
+        } => {
+            let fate = client.send(&key, &content, wait).await?;
+            let status = fate["status"].as_str().unwrap_or("unknown").to_owned();
+            let id = fate["id"].as_u64().unwrap_or(0);
+            if json {
+                writeln!(out, "{}", to_json(&fate)?)?;
+            } else {
+                match status.as_str() {
+                    "answered" => writeln!(
+                        out,
+                        "{key}: {}",
+                        fate["answer"].as_str().unwrap_or_default()
+                    )?,
+                    "pending" | "running" => writeln!(
+                        out,
+                        "event {id} queued ({status}); `warden send --wait S` waits for the answer"
+                    )?,
+                    _ => {}
+                }
+            }
+            if !matches!(status.as_str(), "answered" | "pending" | "running") {
+                let detail = fate["error"]
+                    .as_str()
+                    .or_else(|| fate["reason"].as_str())
+                    .or_else(|| fate["refusal"]["reason"].as_str())
+                    .unwrap_or_default()
+                    .to_owned();
+                return Err(ClientError::NotAnswered { id, status, detail });
             }
         }
         Call::Answer { id, answer, note } => {

@@ -105,6 +105,21 @@ enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Send a user event to an agent on a running server and print its answer.
+    Send {
+        /// The agent.
+        key: String,
+        /// The event's text.
+        text: String,
+        /// Wait up to this many seconds (0–300) for the answer [default: 60].
+        #[arg(long, default_value_t = 60.0)]
+        wait: f64,
+        /// Print the event's fate as JSON (`{"id", "status", "answer", …}`).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// List the pending limit asks, or answer one: `warden ask ID yes|no`.
     Ask {
         /// The ask to answer (without it: list the pending asks).
@@ -289,6 +304,21 @@ fn main() -> ExitCode {
             client(server, warden::client::Call::Status { key, json })
         }
         Command::Halt { key, server } => client(server, warden::client::Call::Halt { key }),
+        Command::Send {
+            key,
+            text,
+            wait,
+            json,
+            server,
+        } => client(
+            server,
+            warden::client::Call::Send {
+                key,
+                content: text,
+                wait: Some(wait),
+                json,
+            },
+        ),
         Command::Unlock { key, server } => client(server, warden::client::Call::Unlock { key }),
         Command::Pause { key, server } => client(server, warden::client::Call::Pause { key }),
         Command::Resume { key, server } => client(server, warden::client::Call::Resume { key }),

@@ -418,3 +418,52 @@ async fn the_warden_binary_talks_to_a_running_server() {
     assert!(err.starts_with("error: invalid server url"), "{err}");
     server.stop().await;
 }
+
+/// Issue 12: `warden send KEY TEXT` prints the agent's answer; `--json` the event's fate; an event
+/// that ends without an answer exits 8 saying why; a locked-out agent's refusal exits 7.
+#[actix_rt::test]
+async fn warden_send_prints_the_answer_and_says_why_there_is_none() {
+    let server = start(WardenConfig::default());
+    server
+        .team
+        .spawn(AgentSpec::assistant("smith", chatty()))
+        .unwrap();
+    let down = server
+        .team
+        .spawn(AgentSpec::assistant("down", failing()))
+        .unwrap();
+    let env = [
+        ("WARDEN_URL", server.url.as_str()),
+        ("WARDEN_ADMIN_TOKEN", ADMIN),
+    ];
+    let (code, out, err) = warden(&["send", "smith", "a sword?"], &env).await;
+    assert_eq!((code, out.as_str()), (0, "smith: hello\n"), "{err}");
+    let (code, out, err) = warden(&["send", "smith", "again", "--json"], &env).await;
+    assert_eq!(code, 0, "{err}");
+    let fate: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (fate["status"].as_str(), fate["answer"].as_str()),
+        (Some("answered"), Some("hello"))
+    );
+    assert!(fate["id"].as_u64().is_some());
+    let (code, out, err) = warden(&["send", "down", "hi"], &env).await;
+    assert_eq!(code, 8, "{out}{err}");
+    assert!(
+        err.contains("event 1 failed: llm call failed: model down"),
+        "{err}"
+    );
+    for i in 0..4 {
+        down.try_send_event(UserEvent::new(format!("e{i}")))
+            .unwrap();
+    }
+    eventually("down locked out", || {
+        down.state() == AgentState::SafetyLockout
+    })
+    .await;
+    let (code, _, err) = warden(&["send", "down", "hi"], &env).await;
+    assert_eq!(code, 7, "{err}");
+    let (code, _, err) = warden(&["send", "smith", "x", "--wait", "301"], &env).await;
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("wait"), "{err}");
+    server.stop().await;
+}
