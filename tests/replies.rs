@@ -16,17 +16,6 @@ fn model(steps: impl IntoIterator<Item = ScriptStep>) -> Arc<ScriptedProvider> {
     Arc::new(ScriptedProvider::new(steps))
 }
 
-fn finished(journal: &MemoryJournal, agent: &str) -> Vec<warden::protocols::TurnOutcome> {
-    journal
-        .events_of(agent)
-        .into_iter()
-        .filter_map(|e| match e.kind {
-            EventKind::TurnFinished { outcome } => Some(outcome),
-            _ => None,
-        })
-        .collect()
-}
-
 #[actix_rt::test]
 async fn ask_resolves_with_the_answer_its_id_usage_and_latency_and_the_journal_correlates_them() {
     tokio::time::pause();
@@ -47,7 +36,7 @@ async fn ask_resolves_with_the_answer_its_id_usage_and_latency_and_the_journal_c
         "{:?}",
         reply.latency
     );
-    let outcomes = finished(&journal, "smith");
+    let outcomes = outcomes(&journal, "smith");
     assert_eq!(outcomes.len(), 1);
     assert_eq!(outcomes[0].events, vec![reply.id]);
     assert_eq!(outcomes[0].answer.as_deref(), Some("Thirty gold."));

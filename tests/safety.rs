@@ -87,17 +87,6 @@ async fn turns(agent: &AgentHandle, n: u64) {
     .await;
 }
 
-fn outcomes(journal: &MemoryJournal, agent: &str) -> Vec<TurnOutcome> {
-    journal
-        .events_of(agent)
-        .into_iter()
-        .filter_map(|e| match e.kind {
-            EventKind::TurnFinished { outcome } => Some(outcome),
-            _ => None,
-        })
-        .collect()
-}
-
 /// The agent's last turn outcome, without the correlation (its event ids and usage: tested in
 /// tests/agent.rs), so that tests compare what they are about.
 fn last_outcome(journal: &MemoryJournal, agent: &str) -> TurnOutcome {

@@ -36,6 +36,18 @@ pub fn replay_matches(journal: &MemoryJournal, agent: &warden::AgentHandle) {
     assert_eq!(agent.status().emergency_stop, live.emergency_stop());
 }
 
+/// The outcomes of `agent`'s finished turns, in order (its `turn_finished` events).
+pub fn outcomes(journal: &MemoryJournal, agent: &str) -> Vec<warden::protocols::TurnOutcome> {
+    journal
+        .events_of(agent)
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            warden::EventKind::TurnFinished { outcome } => Some(outcome),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Yields to the runtime until `cond` holds; every 16th try it sleeps 100 ms of (paused, virtual)
 /// time, so timers can fire. Panics (naming `what`) if it never holds, instead of hanging the run.
 pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
