@@ -1962,9 +1962,15 @@ async fn a_halt_reaches_every_running_delegate_even_when_the_delegations_end_fir
         })
         .await
         .unwrap();
-        for h in [&lead, &mid, &leaf] {
-            assert_eq!(h.state(), AgentState::Stopped, "{via:?}: {}", h.key());
-        }
+        // Each reads its halt message on its own thread: wait for all three to be STOPPED.
+        let all = [lead.clone(), mid.clone(), leaf.clone()];
+        tokio::task::spawn_blocking(move || {
+            wait_real(&format!("{via:?}: the whole chain STOPPED"), || {
+                all.iter().all(|h| h.state() == AgentState::Stopped)
+            })
+        })
+        .await
+        .unwrap();
         team.shutdown().await;
     }
 }
