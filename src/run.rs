@@ -1,12 +1,13 @@
 //! `warden run --config FILE`: start a team and talk to it.
 //!
-//! Events come from `--event` flags, or else one per line of standard input. While an agent waits on
+//! Events come from `--event` flags (exactly those, then it exits), or else one per line of standard
+//! input; each answer is the reply correlated to its event (`AgentHandle::try_ask`). While an agent waits on
 //! an interactive limit ask (`safety.on_limit.mode = "interactive"`), the next input line answers it
 //! (`yes`/`no`). Without input (no terminal, no `--event` left) asks are refused (`no_bus`).
 
 use crate::{
-    demo::write_status_table, team::TeamFile, AgentRole, ChannelInterventionBus, MemoryJournal,
-    Supervisor, UserEvent,
+    demo::write_status_table, team::TeamFile, AgentRole, AskError, ChannelInterventionBus,
+    MemoryJournal, Supervisor, UserEvent,
 };
 use std::{
     io::{self, Write},
@@ -14,7 +15,7 @@ use std::{
     time::Duration,
 };
 use tokio::sync::mpsc::UnboundedReceiver;
-use warden_protocols::{Answer, EventKind, OperatorReply};
+use warden_protocols::{Answer, OperatorReply};
 
 /// Who answers the asks `warden run` prints: the person at its terminal (journaled with the decision).
 pub const TTY_OPERATOR: &str = "tty";
@@ -64,11 +65,13 @@ pub async fn run(
             .ok_or_else(|| io_err("no assistant in the team file"))?,
     };
     writeln!(out, "talking to {} ({} agents)", target.key(), team.len())?;
+    // With --event, exactly those events; without, one per input line. Input also answers asks.
+    let from_input = options.events.is_empty();
     let mut scripted = options.events.into_iter();
     loop {
         let line = match scripted.next() {
             Some(line) => Some(line),
-            None if scripted.len() == 0 && input.is_some() => match &mut input {
+            None if from_input => match &mut input {
                 Some(rx) => rx.recv().await,
                 None => None,
             },
@@ -78,17 +81,25 @@ pub async fn run(
         if line.trim().is_empty() {
             continue;
         }
-        let turns = target.status().turns;
-        if let Err(err) = target.try_send_event(UserEvent {
+        let mut pending = match target.try_ask(UserEvent {
             source: "cli".into(),
             sender: Some("operator".into()),
             content: line,
         }) {
-            writeln!(out, "refused: {err}")?;
-            continue;
-        }
+            Ok(pending) => pending,
+            Err(err) => {
+                writeln!(out, "refused: {err}")?;
+                continue;
+            }
+        };
+        // The answer, correlated to the event; meanwhile, an interactive limit ask is shown and
+        // the next input line answers it.
         let mut asked = None;
-        while target.status().turns == turns && !target.state().refuses_work() {
+        let settled = loop {
+            tokio::select! {
+                settled = &mut pending => break settled,
+                () = actix_rt::time::sleep(Duration::from_millis(20)) => {}
+            }
             if let Some(ask) = bus.pending().into_iter().next() {
                 if asked != Some(ask.id) {
                     writeln!(out, "? {}", ask.question)?;
@@ -104,25 +115,14 @@ pub async fn run(
                     );
                 }
             }
-            actix_rt::time::sleep(Duration::from_millis(5)).await;
-        }
-        let finished = journal
-            .events_of(target.key().as_str())
-            .into_iter()
-            .rev()
-            .find_map(|e| match e.kind {
-                EventKind::TurnFinished { outcome } => Some(outcome),
-                _ => None,
-            });
-        match finished {
-            Some(outcome) => match (outcome.answer, outcome.error) {
-                (Some(answer), _) => writeln!(out, "{}: {answer}", target.key())?,
-                (None, Some(error)) => writeln!(out, "{}: [error] {error}", target.key())?,
-                (None, None) => {
-                    writeln!(out, "{}: [turn ended: {:?}]", target.key(), outcome.reason)?
-                }
-            },
-            None => writeln!(out, "{}: [{}]", target.key(), target.state())?,
+        };
+        let key = target.key();
+        match settled {
+            Ok(reply) => writeln!(out, "{key}: {}", reply.answer)?,
+            Err(AskError::Failed {
+                error: Some(error), ..
+            }) => writeln!(out, "{key}: [error] {error}")?,
+            Err(err) => writeln!(out, "{key}: [{err}]")?,
         }
     }
     team.halt_all().await;
