@@ -62,14 +62,18 @@ async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) -> io::Result<()> 
     ))
 }
 
-fn last_answer(agent: &AgentHandle) -> Option<String> {
-    agent
-        .record()
-        .history
-        .iter()
-        .rev()
-        .find(|m| m.role == warden_protocols::ChatRole::Assistant && m.tool_calls.is_empty())
-        .and_then(|m| m.content.clone())
+/// Sends `text` to `agent` and returns its answer (the reply correlated to the event), or `None`
+/// when the event ended without one; times out after 10 s like [`wait_for`].
+async fn ask(agent: &AgentHandle, text: &str) -> io::Result<Option<String>> {
+    match actix_rt::time::timeout(Duration::from_secs(10), agent.ask(UserEvent::new(text))).await {
+        Ok(Ok(reply)) => Ok(Some(reply.answer)),
+        Ok(Err(crate::AskError::NotQueued(err))) => Err(io::Error::other(err)),
+        Ok(Err(_)) => Ok(None),
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("demo: timed out waiting for {}", agent.key()),
+        )),
+    }
 }
 
 /// Runs the demo, narrating to `out`. Must run inside an actix `System`.
@@ -179,13 +183,7 @@ pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport
         .map_err(io::Error::other)?;
 
     writeln!(out, "== Act 1: the concierge delegates to two sub-agents")?;
-    concierge
-        .try_send_event(UserEvent::new(
-            "When does the library open? Please note it.",
-        ))
-        .map_err(io::Error::other)?;
-    wait_for("act 1", || concierge.status().turns == 1).await?;
-    let act1_answer = last_answer(&concierge);
+    let act1_answer = ask(&concierge, "When does the library open? Please note it.").await?;
     writeln!(
         out,
         "   concierge: {}",
@@ -223,10 +221,7 @@ pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport
         status.state,
         lockout_reason.as_deref().unwrap_or("")
     )?;
-    concierge
-        .try_send_event(UserEvent::new("And when does the museum open?"))
-        .map_err(io::Error::other)?;
-    wait_for("act 2 answer", || concierge.status().turns == 2).await?;
+    let act2_answer = ask(&concierge, "And when does the museum open?").await?;
     let refusal = journal
         .events_of("concierge")
         .into_iter()
@@ -239,11 +234,7 @@ pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport
         "   delegation refused: {}",
         refusal.as_deref().unwrap_or("(none!)")
     )?;
-    writeln!(
-        out,
-        "   concierge: {}",
-        last_answer(&concierge).unwrap_or_default()
-    )?;
+    writeln!(out, "   concierge: {}", act2_answer.unwrap_or_default())?;
 
     writeln!(out, "\n== Act 3: an operator unlocks the researcher")?;
     researcher
@@ -251,11 +242,7 @@ pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport
         .await
         .map_err(io::Error::other)?;
     writeln!(out, "   researcher: {}", researcher.state())?;
-    concierge
-        .try_send_event(UserEvent::new("Try the museum again?"))
-        .map_err(io::Error::other)?;
-    wait_for("act 3 answer", || concierge.status().turns == 3).await?;
-    let act3 = last_answer(&concierge);
+    let act3 = ask(&concierge, "Try the museum again?").await?;
     writeln!(out, "   concierge: {}", act3.as_deref().unwrap_or_default())?;
     let unlocked_and_answered = act3.as_deref() == Some("The museum opens at 10.");
 
