@@ -2,10 +2,12 @@
 //! `status` from its own tick thread and must never wait on the journal's I/O. Agents on a
 //! SQLite journal (a real file) trip lockouts and are unlocked in a loop — each lockout and unlock
 //! is a batch the writer commits with an fsync — while a plain std thread times
-//! `try_send_event` + `status` on those agents and on a quiet one, in turn. Prints p50 / p99 / max of that pair (target:
-//! p99 ≤ 50 µs) and how many lockouts happened meanwhile. Fewer samples under `CI`.
+//! `try_send_event` + `status` on those agents and on a quiet one, in turn (a round of lockouts
+//! every 25 ms). Prints p50 / p99 / max of that pair (target: p99 ≤ 50 µs) and how many lockouts
+//! happened meanwhile; `HOST_CALLS_JOURNAL=memory` runs the same load on the in-memory journal: the
+//! baseline (what scheduling alone costs the probe on this machine). Fewer samples under `CI`.
 //!
-//! `cargo bench --bench host_calls`
+//! `cargo bench --bench host_calls`, `HOST_CALLS_JOURNAL=memory cargo bench --bench host_calls`
 use std::{
     sync::{
         atomic::{AtomicBool, Ordering},
@@ -14,7 +16,8 @@ use std::{
     time::{Duration, Instant},
 };
 use warden::{
-    AgentSpec, ScriptStep, ScriptedProvider, SqliteJournal, Supervisor, UserEvent, WardenConfig,
+    AgentSpec, Journal, MemoryJournal, ScriptStep, ScriptedProvider, SqliteJournal, Supervisor,
+    UserEvent, WardenConfig,
 };
 
 fn main() {
@@ -26,7 +29,15 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("warden-host-calls-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let journal = Arc::new(SqliteJournal::open(dir.join("warden.db")).expect("journal"));
+    let sqlite = Arc::new(SqliteJournal::open(dir.join("warden.db")).expect("journal"));
+    // `HOST_CALLS_JOURNAL=memory`: the same load on the in-memory journal (the baseline: what the
+    // machine's scheduling alone costs the probe).
+    let memory = std::env::var("HOST_CALLS_JOURNAL").is_ok_and(|j| j == "memory");
+    let journal: Arc<dyn Journal> = if memory {
+        Arc::new(MemoryJournal::new())
+    } else {
+        sqlite.clone()
+    };
     let sys = actix_rt::System::new();
     let (lockouts, times) = sys.block_on(async {
         let team = Supervisor::new(WardenConfig::default(), journal.clone());
@@ -75,7 +86,7 @@ fn main() {
                     let _ = agent.try_send_event(UserEvent::new(format!("fail {n}")));
                 }
             }
-            actix_rt::time::sleep(Duration::from_millis(5)).await;
+            actix_rt::time::sleep(Duration::from_millis(25)).await;
             for agent in &tripping {
                 if agent.unlock("bench").await.is_ok() {
                     lockouts += 1;
@@ -91,12 +102,14 @@ fn main() {
     let at =
         |p: f64| micros[((p * micros.len() as f64).ceil() as usize).clamp(1, micros.len()) - 1];
     println!(
-        "host_calls: try_send_event + status from a std thread, {} samples, {lockouts} lockouts meanwhile: p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs",
+        "host_calls ({} journal): try_send_event + status from a std thread, {} samples, {lockouts} lockouts meanwhile: p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs",
+        if memory { "memory" } else { "sqlite" },
         micros.len(),
         at(0.50),
         at(0.99),
         micros.last().copied().unwrap_or(0.0)
     );
     drop(journal);
+    drop(sqlite);
     let _ = std::fs::remove_dir_all(&dir);
 }
