@@ -3,9 +3,11 @@
 //!
 //! Appends are cheap: [`Journal::append`] assigns the sequence number, queues the event and returns.
 //! A writer thread drains the queue and commits everything queued so far in one transaction (group
-//! commit), so a busy fleet is not bound by one fsync per event. Events a safety decision rests on
-//! (see [`must_be_durable`]) make `append` wait until their batch is committed: a halt, lockout,
-//! unlock, resume, breaker stop or limit decision is on disk before the agent acts on it.
+//! commit), so a busy fleet is not bound by one fsync per event. `append` never waits for the disk:
+//! callers hold the agent's record lock, which host threads take too (`try_send_event`, `status`).
+//! What must be on disk before it is acknowledged — a halt, an unlock, a resume, the other operator
+//! controls (the events of [`must_be_durable`]) — is waited for afterwards, off every lock, with
+//! [`Journal::durable`], and the acknowledgement says whether it landed.
 //!
 //! # Opening
 //!
@@ -54,15 +56,17 @@
 //!
 //! # Write failures
 //!
-//! The writer retries a failed batch three times (40, 80, 160 ms apart), then gives up on it, so
-//! the fleet keeps working (and halting) on a failing disk: the error is logged, counted
-//! ([`JournalStats::failed_batches`]) and kept ([`SqliteJournal::last_error`]), and the batch's
-//! sequence numbers are remembered as lost: [`Journal::durable`] answers
-//! [`NotDurable::WriteFailed`] for them (and [`NotDurable::Closed`] for events appended after
-//! [`SqliteJournal::close`]), so no acknowledgement claims a durability it does not have — the API
-//! answers `500` with the event's id instead of `202`. Appends that wait in `append` (the events of
-//! [`must_be_durable`]) are released too: the decision stands in memory, and the log says it was not
-//! written.
+//! The writer retries a failed batch three times (40, 80, 160 ms apart); then the journal is
+//! *degraded* ([`Journal::degraded`]): the error is logged, counted
+//! ([`JournalStats::failed_batches`]) and kept ([`SqliteJournal::last_error`]); [`Journal::durable`]
+//! answers [`NotDurable::WriteFailed`] at once for every event not yet committed (so no
+//! acknowledgement claims a durability it does not have, and none hangs); agents accept no event
+//! and start no turn. The batch is never dropped while the journal is open: the writer keeps trying it
+//! every 250 ms, later events queued behind it in order, so when the disk comes back the file holds
+//! every event in order (replay equals live, nothing to heal) and only then does the degraded mode
+//! end. A journal closed while degraded tries a few more times, then drops what it could not write
+//! (logged; [`NotDurable::WriteFailed`] for those, [`NotDurable::Closed`] for events appended after
+//! [`SqliteJournal::close`]).
 
 use futures::future::BoxFuture;
 use parking_lot::{Condvar, Mutex};
@@ -295,8 +299,8 @@ impl From<&JournalConfig> for JournalOptions {
     }
 }
 
-/// `true` for events that must be committed before `append` returns: the ones a safety decision
-/// rests on (a halt, a lockout and the state change into `SAFETY_LOCKOUT`/`STOPPED`, an unlock and a
+/// `true` for events whose acknowledgement must wait until they are committed (with
+/// [`Journal::durable`]; `append` itself never waits): the ones a safety decision rests on (a halt, a lockout and the state change into `SAFETY_LOCKOUT`/`STOPPED`, an unlock and a
 /// resume with the state change out of `SAFETY_LOCKOUT`/`STOPPED`, a breaker stop, a limit decision).
 pub fn must_be_durable(kind: &EventKind) -> bool {
     matches!(
@@ -734,7 +738,8 @@ struct Shared {
 pub struct JournalStats {
     /// Transactions committed by the writer (one per batch).
     pub commits: u64,
-    /// Appends that waited for their batch to commit.
+    /// Events appended that a safety decision rests on ([`must_be_durable`]); their acknowledgements
+    /// wait on [`Journal::durable`] (append itself never waits).
     pub durable_waits: u64,
     /// Batches dropped after repeated write failures (see [`SqliteJournal::last_error`]).
     pub failed_batches: u64,
