@@ -60,7 +60,9 @@ pub trait Journal: Send + Sync + 'static {
 /// on) in memory, it is only not on disk.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NotDurable {
-    /// The journal gave up on the batch holding the event after repeated write failures.
+    /// The journal cannot write the batch holding the event (degraded: it keeps trying, so the event
+    /// may still land later; "not durable" is what held when this was answered), or gave up on it at
+    /// close.
     #[error("journal write failed: {reason}")]
     WriteFailed { reason: String },
     /// The journal was closed before the event was handed to it.
