@@ -450,6 +450,7 @@ routes! {
     GET "/api/interventions" => list_interventions,
     POST "/api/interventions/{id}" => answer_intervention,
     GET "/api/events" => events,
+    GET "/api/events/recent" => recent_events,
 }
 
 /// The OpenAPI 3.1 description of [`ROUTES`], served at `GET /api/openapi.json`.
@@ -534,16 +535,7 @@ async fn events(
             "this server has no event stream (see api::ApiState::with_events)",
         )
     })?;
-    let filter = match query.into_inner().agent {
-        Some(key) => {
-            state
-                .supervisor
-                .get(&key)
-                .ok_or_else(|| ApiError::unknown_agent(&key))?;
-            Some(AgentKey::new(key))
-        }
-        None => None,
-    };
+    let filter = agent_filter(&state, query.into_inner().agent)?;
     let resume = match req.headers().get("last-event-id") {
         None => None,
         Some(value) => {
@@ -574,6 +566,67 @@ async fn events(
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .insert_header(("X-Accel-Buffering", "no"))
         .streaming(stream.into_body()))
+}
+
+/// The `?agent=KEY` of a feed query, checked: 404 for an agent the team does not have.
+fn agent_filter(state: &ApiState, agent: Option<String>) -> Result<Option<AgentKey>, ApiError> {
+    let Some(key) = agent else {
+        return Ok(None);
+    };
+    state
+        .supervisor
+        .get(&key)
+        .ok_or_else(|| ApiError::unknown_agent(&key))?;
+    Ok(Some(AgentKey::new(key)))
+}
+
+/// `GET /api/events/recent` query: `?limit=N` (0–1000, default 20) of `?agent=KEY`'s events.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecentQuery {
+    #[serde(default)]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// How many events `GET /api/events/recent` gives by default, and at most.
+pub const RECENT_DEFAULT: usize = 20;
+pub const RECENT_MAX: usize = 1000;
+
+/// `GET /api/events/recent`: the last events from the journal, oldest first, and the journal's head
+/// `seq` — `GET /api/events` with `Last-Event-ID: head` continues from there with no gap.
+async fn recent_events(
+    _: Reader,
+    state: web::Data<ApiState>,
+    query: web::Query<RecentQuery>,
+) -> Handled {
+    let query = query.into_inner();
+    let limit = query.limit.unwrap_or(RECENT_DEFAULT);
+    if limit > RECENT_MAX {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("limit must be between 0 and {RECENT_MAX}, not {limit}"),
+        ));
+    }
+    let agent = agent_filter(&state, query.agent)?;
+    let log = state
+        .events
+        .as_ref()
+        .and_then(|hub| hub.log())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "this server keeps no journal to read events from",
+            )
+        })?;
+    let recent = log.recent(agent.as_ref(), limit).map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("journal read failed: {e}"),
+        )
+    })?;
+    Ok(HttpResponse::Ok().json(recent))
 }
 
 async fn list_agents(_: Reader, state: web::Data<ApiState>) -> Handled {

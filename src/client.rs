@@ -13,15 +13,28 @@ use reqwest::{Method, Url};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::{io::Write, time::Duration};
-use warden_protocols::{AgentStatus, Intervention};
+use warden_protocols::{AgentStatus, Event, Intervention};
 
 use crate::api::{AnswerBody, AnswerReply, HaltAckBody};
+use crate::events::RecentEvents;
+use crate::journal::EventLines;
 
 /// Where the client looks by default (`--url`, `WARDEN_URL`).
 pub const DEFAULT_URL: &str = "http://127.0.0.1:7878";
 
 /// How long one call may take.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long connecting to the server may take (the event stream's connection).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the event stream may stay silent before it counts as broken and is reconnected: three
+/// of the server's keep-alive periods (`events::DEFAULT_KEEP_ALIVE`, 15 s).
+const STREAM_IDLE: Duration = Duration::from_secs(45);
+
+/// The first and the longest wait before reconnecting a broken event stream (doubling between).
+const RECONNECT_FIRST: Duration = Duration::from_millis(500);
+const RECONNECT_MAX: Duration = Duration::from_secs(8);
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +93,58 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// The error of a response with an error status: the server's `error` text when it sent one.
+async fn http_error(response: reqwest::Response) -> ClientError {
+    let status = response.status();
+    let bytes = response.bytes().await.unwrap_or_default();
+    let message = serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(&bytes).chars().take(200).collect());
+    ClientError::Http {
+        status: status.as_u16(),
+        reason: status.canonical_reason().unwrap_or("error").to_lowercase(),
+        message: one_line(&message),
+    }
+}
+
+/// One message of the event stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamItem {
+    /// A journal event (the SSE message has an `id`: its `seq`).
+    Event(Event),
+    /// A message without an id: an intervention notice (`intervention_asked`, `…_answered`,
+    /// `…_withdrawn`), `lagged`, `replay_unavailable`, or anything a newer server sends.
+    Notice { kind: String, data: Value },
+}
+
+impl StreamItem {
+    fn from_sse(id: &str, kind: &str, data: &str) -> Self {
+        let value = serde_json::from_str::<Value>(data).unwrap_or_else(|_| Value::from(data));
+        if !id.is_empty() {
+            if let Ok(event) = serde_json::from_value::<Event>(value.clone()) {
+                return StreamItem::Event(event);
+            }
+        }
+        StreamItem::Notice {
+            kind: if kind.is_empty() { "message" } else { kind }.to_owned(),
+            data: value,
+        }
+    }
+}
+
+/// What [`Client::follow_events`] gives its callback.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Followed {
+    Item(StreamItem),
+    /// The stream broke; it is reconnected after `wait`, resuming after event `after`.
+    Reconnecting {
+        after: u64,
+        reason: String,
+        wait: Duration,
+    },
+}
+
 /// The token a command uses: `--token` when given, else `WARDEN_ADMIN_TOKEN`, else (for a read-only
 /// command) `WARDEN_READ_TOKEN`. Empty values count as unset. `env` looks a variable up.
 pub fn token_for(
@@ -96,6 +161,8 @@ pub fn token_for(
 /// A connection to one server.
 pub struct Client {
     http: reqwest::Client,
+    /// For the event stream: no overall timeout, but an idle one (the server sends keep-alives).
+    stream_http: reqwest::Client,
     base: Url,
     token: Option<String>,
 }
@@ -124,7 +191,17 @@ impl Client {
             .timeout(TIMEOUT)
             .build()
             .map_err(|e| invalid(&root_cause(&e)))?;
-        Ok(Client { http, base, token })
+        let stream_http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(STREAM_IDLE)
+            .build()
+            .map_err(|e| invalid(&root_cause(&e)))?;
+        Ok(Client {
+            http,
+            stream_http,
+            base,
+            token,
+        })
     }
 
     fn url(&self, segments: &[&str]) -> Url {
@@ -163,40 +240,132 @@ impl Client {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request.send().await.map_err(|e| {
-            let reason = root_cause(&e);
-            if e.is_connect() {
-                ClientError::Connect {
-                    url: self.base.to_string(),
-                    reason,
-                }
-            } else {
-                ClientError::Request {
-                    url: shown.clone(),
-                    reason,
-                }
-            }
-        })?;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| self.send_error(&e, &shown))?;
         let status = response.status();
+        if !status.is_success() {
+            return Err(http_error(response).await);
+        }
         let bytes = response.bytes().await.map_err(|e| ClientError::Request {
             url: shown.clone(),
             reason: root_cause(&e),
         })?;
-        if !status.is_success() {
-            let message = serde_json::from_slice::<Value>(&bytes)
-                .ok()
-                .and_then(|v| v["error"].as_str().map(str::to_owned))
-                .unwrap_or_else(|| String::from_utf8_lossy(&bytes).chars().take(200).collect());
-            return Err(ClientError::Http {
-                status: status.as_u16(),
-                reason: status.canonical_reason().unwrap_or("error").to_lowercase(),
-                message: one_line(&message),
-            });
-        }
         serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode {
             url: shown,
             reason: e.to_string(),
         })
+    }
+
+    fn send_error(&self, e: &reqwest::Error, shown: &str) -> ClientError {
+        let reason = root_cause(e);
+        if e.is_connect() {
+            ClientError::Connect {
+                url: self.base.to_string(),
+                reason,
+            }
+        } else {
+            ClientError::Request {
+                url: shown.to_owned(),
+                reason,
+            }
+        }
+    }
+
+    /// The last `limit` journal events (of `agent` only, when given), oldest first, and the
+    /// journal's head `seq` (`GET /api/events/recent`).
+    pub async fn recent_events(
+        &self,
+        agent: Option<&str>,
+        limit: usize,
+    ) -> Result<RecentEvents, ClientError> {
+        let mut url = self.url(&["api", "events", "recent"]);
+        url.query_pairs_mut()
+            .append_pair("limit", &limit.to_string());
+        if let Some(agent) = agent {
+            url.query_pairs_mut().append_pair("agent", agent);
+        }
+        self.call_url(Method::GET, url, None, None).await
+    }
+
+    /// Follows the event stream (`GET /api/events`) from just after `after` (take it from
+    /// [`Client::recent_events`]'s `head`, which also tells the server is there), giving each item
+    /// to `each` in order, until `each` fails or the server refuses the stream. A connection that
+    /// fails or breaks (the server restarts, the network drops, 45 s of silence) is retried with
+    /// `Last-Event-ID` set to the last event seen, so no event is missed or repeated, for as long as
+    /// it takes (as `tail -F` does); `each` hears of each retry first ([`Followed::Reconnecting`]),
+    /// and waits grow from 0.5 s to 8 s.
+    ///
+    /// # Errors
+    ///
+    /// An HTTP error status other than 503 at any (re)connection ends the stream with
+    /// [`ClientError::Http`] (401, 403, 404 for an agent the server no longer has); an error from
+    /// `each` is returned as it is.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future closes the stream; nothing is lost on the server (a later call with the
+    /// last seen `seq` as `after` resumes it).
+    pub async fn follow_events(
+        &self,
+        agent: Option<&str>,
+        mut after: u64,
+        each: &mut dyn FnMut(Followed) -> Result<(), ClientError>,
+    ) -> Result<(), ClientError> {
+        use eventsource_stream::Eventsource;
+        use futures::StreamExt;
+
+        let mut url = self.url(&["api", "events"]);
+        if let Some(agent) = agent {
+            url.query_pairs_mut().append_pair("agent", agent);
+        }
+        let mut wait = RECONNECT_FIRST;
+        loop {
+            let mut request = self
+                .stream_http
+                .get(url.clone())
+                .header("Accept", "text/event-stream")
+                .header("Last-Event-ID", after.to_string());
+            if let Some(token) = &self.token {
+                request = request.bearer_auth(token);
+            }
+            let broken = match request.send().await {
+                Err(e) => root_cause(&e),
+                Ok(response) if response.status().is_success() => {
+                    let mut stream = response.bytes_stream().eventsource();
+                    loop {
+                        match stream.next().await {
+                            None => break "the server closed the stream".to_owned(),
+                            Some(Err(e)) => break one_line(&e.to_string()),
+                            Some(Ok(message)) => {
+                                let item = StreamItem::from_sse(
+                                    &message.id,
+                                    &message.event,
+                                    &message.data,
+                                );
+                                if let StreamItem::Event(event) = &item {
+                                    after = after.max(event.seq);
+                                }
+                                wait = RECONNECT_FIRST;
+                                each(Followed::Item(item))?;
+                            }
+                        }
+                    }
+                }
+                Ok(response) if response.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
+                    http_error(response).await.to_string()
+                }
+                Ok(response) => return Err(http_error(response).await),
+            };
+            each(Followed::Reconnecting {
+                after,
+                reason: broken,
+                wait,
+            })?;
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(RECONNECT_MAX);
+        }
     }
 
     /// Every agent's status, in spawn order.
@@ -330,6 +499,13 @@ pub enum Call {
         answer: String,
         note: Option<String>,
     },
+    /// `warden events [--agent KEY] [--last N] [--follow] [--json]`.
+    Events {
+        agent: Option<String>,
+        last: usize,
+        follow: bool,
+        json: bool,
+    },
     /// `warden send KEY TEXT [--wait S] [--json]`.
     Send {
         key: String,
@@ -342,7 +518,10 @@ pub enum Call {
 impl Call {
     /// Whether the read-only token is enough.
     pub fn read_only(&self) -> bool {
-        matches!(self, Call::Status { .. } | Call::Asks { .. })
+        matches!(
+            self,
+            Call::Status { .. } | Call::Asks { .. } | Call::Events { .. }
+        )
     }
 }
 
@@ -436,6 +615,42 @@ pub async fn run(client: &Client, call: Call, out: &mut dyn Write) -> Result<(),
                 return Err(ClientError::NotAnswered { id, status, detail });
             }
         }
+        Call::Events {
+            agent,
+            last,
+            follow,
+            json,
+        } => {
+            let recent = client.recent_events(agent.as_deref(), last).await?;
+            let mut lines = EventLines::default();
+            lines.fit(&recent.events);
+            for event in recent.events {
+                write_item(out, &mut lines, json, &StreamItem::Event(event))?;
+            }
+            out.flush()?;
+            if follow {
+                client
+                    .follow_events(agent.as_deref(), recent.head, &mut |followed| {
+                        match followed {
+                            Followed::Item(item) => {
+                                write_item(out, &mut lines, json, &item)?;
+                                out.flush()?;
+                            }
+                            Followed::Reconnecting {
+                                after,
+                                reason,
+                                wait,
+                            } => eprintln!(
+                                "warden events: stream broken ({reason}); reconnecting in {:.1} s, \
+                                 resuming after event {after}",
+                                wait.as_secs_f64()
+                            ),
+                        }
+                        Ok(())
+                    })
+                    .await?;
+            }
+        }
         Call::Answer { id, answer, note } => {
             let reply = client.answer(id, &answer, note.as_deref()).await?;
             let said = match &reply.answer {
@@ -446,6 +661,63 @@ pub async fn run(client: &Client, call: Call, out: &mut dyn Write) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// One stream item as a line: an event as `warden journal tail` shows it; a notice with `-` for its
+/// seq, the time it arrived, its agent and kind, then its data. With `json`, an event's JSON (as
+/// `warden journal tail --json`) or `{"notice": KIND, "data": …}`.
+fn write_item(
+    out: &mut dyn Write,
+    lines: &mut EventLines,
+    json: bool,
+    item: &StreamItem,
+) -> Result<(), ClientError> {
+    match (item, json) {
+        (StreamItem::Event(event), false) => writeln!(out, "{}", lines.line(event))?,
+        (StreamItem::Event(event), true) => writeln!(
+            out,
+            "{}",
+            serde_json::to_string(event).map_err(std::io::Error::other)?
+        )?,
+        (StreamItem::Notice { kind, data }, false) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            let agent = data["agent"].as_str().unwrap_or("-");
+            let mut rest = data.clone();
+            if let Some(map) = rest.as_object_mut() {
+                map.remove("agent");
+            }
+            let line = format_notice(lines, now, agent, kind, &rest);
+            writeln!(out, "{line}")?
+        }
+        (StreamItem::Notice { kind, data }, true) => writeln!(
+            out,
+            "{}",
+            serde_json::json!({ "notice": kind, "data": data })
+        )?,
+    }
+    Ok(())
+}
+
+fn format_notice(
+    lines: &mut EventLines,
+    at_ms: u64,
+    agent: &str,
+    kind: &str,
+    rest: &Value,
+) -> String {
+    let width = lines.width_for(agent);
+    format!(
+        "{:>8}  {}  {:<width$}  {:<20}  {}",
+        "-",
+        crate::journal::clock(at_ms),
+        agent,
+        kind,
+        rest
+    )
+    .trim_end()
+    .to_owned()
 }
 
 fn to_json(value: &impl serde::Serialize) -> Result<String, ClientError> {

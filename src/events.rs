@@ -21,7 +21,7 @@
 
 use crate::journal::SqliteJournal;
 use futures::future::BoxFuture;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::{
     sync::{
         atomic::{AtomicUsize, Ordering},
@@ -163,12 +163,32 @@ pub struct ReplayError(pub String);
 pub trait EventLog: Send + Sync + 'static {
     /// Events with `seq > after`, in `seq` order, at most `limit`.
     fn events_since(&self, after: u64, limit: usize) -> Result<Vec<Event>, ReplayError>;
+
+    /// The last `limit` events (of `agent` only, when given), oldest first, with the journal's
+    /// highest `seq` read at the same moment.
+    fn recent(&self, agent: Option<&AgentKey>, limit: usize) -> Result<RecentEvents, ReplayError>;
+}
+
+/// The newest events of a journal: the body of `GET /api/events/recent`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecentEvents {
+    /// Oldest first.
+    pub events: Vec<Event>,
+    /// The journal's highest `seq` when they were read: a stream resumed after it
+    /// (`Last-Event-ID: head`) continues exactly where the list ends, with no gap and no repeat.
+    pub head: u64,
 }
 
 impl EventLog for SqliteJournal {
     fn events_since(&self, after: u64, limit: usize) -> Result<Vec<Event>, ReplayError> {
         self.since(after, limit)
             .map_err(|e| ReplayError(e.to_string()))
+    }
+
+    fn recent(&self, agent: Option<&AgentKey>, limit: usize) -> Result<RecentEvents, ReplayError> {
+        let (events, head) = SqliteJournal::recent(self, agent.map(AgentKey::as_str), limit)
+            .map_err(|e| ReplayError(e.to_string()))?;
+        Ok(RecentEvents { events, head })
     }
 }
 
@@ -180,6 +200,21 @@ impl EventLog for MemoryJournal {
             .filter(|e| e.seq > after)
             .take(limit)
             .collect())
+    }
+
+    fn recent(&self, agent: Option<&AgentKey>, limit: usize) -> Result<RecentEvents, ReplayError> {
+        Ok(self.inspect(|all| {
+            let head = all.last().map_or(0, |e| e.seq);
+            let mut events: Vec<Event> = all
+                .iter()
+                .rev()
+                .filter(|e| agent.is_none_or(|a| &e.agent == a))
+                .take(limit)
+                .cloned()
+                .collect();
+            events.reverse();
+            RecentEvents { events, head }
+        }))
     }
 }
 

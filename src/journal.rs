@@ -497,7 +497,29 @@ fn read_tail(conn: &Connection, n: usize) -> Result<Vec<Event>, JournalError> {
             "SELECT seq, at_ms, agent, kind, body FROM
                (SELECT * FROM events ORDER BY seq DESC LIMIT ?1) ORDER BY seq",
         )?
-        .query_map(params![n as i64], event_row)?
+        .query_map(params![i64::try_from(n).unwrap_or(i64::MAX)], event_row)?
+        .collect::<Result<_, _>>()?;
+    rows.into_iter().map(decode).collect()
+}
+
+/// The last `n` events of `agent` (of all agents when `None`), oldest first.
+fn read_recent(
+    conn: &Connection,
+    agent: Option<&str>,
+    n: usize,
+) -> Result<Vec<Event>, JournalError> {
+    let Some(agent) = agent else {
+        return read_tail(conn, n);
+    };
+    let rows: Vec<_> = conn
+        .prepare_cached(
+            "SELECT seq, at_ms, agent, kind, body FROM
+               (SELECT * FROM events WHERE agent = ?1 ORDER BY seq DESC LIMIT ?2) ORDER BY seq",
+        )?
+        .query_map(
+            params![agent, i64::try_from(n).unwrap_or(i64::MAX)],
+            event_row,
+        )?
         .collect::<Result<_, _>>()?;
     rows.into_iter().map(decode).collect()
 }
@@ -942,6 +964,23 @@ impl SqliteJournal {
         rows.into_iter().map(decode).collect()
     }
 
+    /// The last `limit` events (of `agent` only, when given), oldest first, and the highest `seq`
+    /// in the journal, read together (flushes first): `warden events`, `GET /api/events/recent`.
+    pub fn recent(
+        &self,
+        agent: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Event>, u64), JournalError> {
+        self.flush();
+        let store = self.shared.store.lock();
+        let tx = store.conn.unchecked_transaction()?;
+        let events = read_recent(&tx, agent, limit)?;
+        let head: i64 =
+            tx.query_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| r.get(0))?;
+        tx.finish()?;
+        Ok((events, u64::try_from(head).unwrap_or(0)))
+    }
+
     /// Every agent with an event, in order of its first one.
     pub fn agents(&self) -> Result<Vec<AgentKey>, JournalError> {
         self.flush();
@@ -1373,8 +1412,9 @@ pub enum InspectError {
     Json(#[from] serde_json::Error),
 }
 
-/// One event as a line: `seq  time  agent  kind  body`.
-pub fn format_event(event: &Event) -> String {
+/// One event as a line: `seq  time  agent  kind  body`, the time in UTC to the millisecond and the
+/// agent padded to `agent_width` (the longest key of a batch; see [`EventLines`]).
+pub fn format_event(event: &Event, agent_width: usize) -> String {
     let body = serde_json::to_value(&event.kind).unwrap_or_default();
     let kind = kind_name(&body);
     let mut rest = body;
@@ -1387,21 +1427,80 @@ pub fn format_event(event: &Event) -> String {
         rest.to_string()
     };
     format!(
-        "{:>8}  {:>13}  {:<16}  {:<20}  {}",
-        event.seq, event.at_ms, event.agent, kind, rest
+        "{:>8}  {}  {:<agent_width$}  {:<20}  {}",
+        event.seq,
+        clock(event.at_ms),
+        event.agent.as_str(),
+        kind,
+        rest
     )
     .trim_end()
     .to_owned()
 }
 
+/// `at_ms` (milliseconds since the Unix epoch) as `2026-11-25 07:12:03.123` (UTC).
+pub fn clock(at_ms: u64) -> String {
+    let format = time::macros::format_description!(
+        "[year]-[month]-[day] [hour]:[minute]:[second].[subsecond digits:3]"
+    );
+    i128::from(at_ms)
+        .checked_mul(1_000_000)
+        .and_then(|ns| time::OffsetDateTime::from_unix_timestamp_nanos(ns).ok())
+        .and_then(|at| at.format(&format).ok())
+        .unwrap_or_else(|| format!("@{at_ms}ms"))
+}
+
+/// Formats events one a line with the agent column as wide as the longest key seen so far (at least
+/// [`EventLines::MIN_WIDTH`]): a batch is aligned when [`EventLines::fit`] saw it first; a stream
+/// widens when a longer key comes.
+#[derive(Debug, Clone)]
+pub struct EventLines {
+    width: usize,
+}
+
+impl Default for EventLines {
+    fn default() -> Self {
+        EventLines {
+            width: Self::MIN_WIDTH,
+        }
+    }
+}
+
+impl EventLines {
+    pub const MIN_WIDTH: usize = 12;
+
+    /// Widens the agent column for `events`.
+    pub fn fit<'a>(&mut self, events: impl IntoIterator<Item = &'a Event>) -> &mut Self {
+        for event in events {
+            self.width = self.width.max(event.agent.as_str().chars().count());
+        }
+        self
+    }
+
+    /// The column's width after widening it for `agent`.
+    pub fn width_for(&mut self, agent: &str) -> usize {
+        self.width = self.width.max(agent.chars().count());
+        self.width
+    }
+
+    /// `event` as one line (widening the column for it first).
+    pub fn line(&mut self, event: &Event) -> String {
+        self.fit([event]);
+        format_event(event, self.width)
+    }
+}
+
 /// `warden journal tail`: the last `n` events, one a line (JSON lines with `json`).
 pub fn tail(db: &Path, n: usize, json: bool, out: &mut dyn Write) -> Result<(), InspectError> {
     let reader = JournalReader::open(db)?;
-    for event in reader.tail(n)? {
+    let events = reader.tail(n)?;
+    let mut lines = EventLines::default();
+    lines.fit(&events);
+    for event in &events {
         if json {
-            writeln!(out, "{}", serde_json::to_string(&event)?)?;
+            writeln!(out, "{}", serde_json::to_string(event)?)?;
         } else {
-            writeln!(out, "{}", format_event(&event))?;
+            writeln!(out, "{}", lines.line(event))?;
         }
     }
     Ok(())
@@ -1484,8 +1583,10 @@ pub fn show(db: &Path, agent: &str, json: bool, out: &mut dyn Write) -> Result<(
         )?,
     }
     writeln!(out, "events ({}):", events.len())?;
+    let mut lines = EventLines::default();
+    lines.fit(&events);
     for event in &events {
-        writeln!(out, "{}", format_event(event))?;
+        writeln!(out, "{}", lines.line(event))?;
     }
     Ok(())
 }

@@ -120,6 +120,25 @@ enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Show a running server's events, one a line: the last ones, then (with --follow) new ones as
+    /// they happen.
+    Events {
+        /// Only this agent's events (and notices).
+        #[arg(long, value_name = "KEY")]
+        agent: Option<String>,
+        /// How many past events to show first (0–1000).
+        #[arg(long, short = 'n', default_value_t = 20, value_parser = clap::value_parser!(u16).range(0..=1000))]
+        last: u16,
+        /// Keep showing new events until interrupted (reconnecting when the stream breaks).
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// One JSON object a line: each event as the journal has it (epoch-ms `at_ms`), each notice
+        /// as `{"notice": KIND, "data": …}`.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// List the pending limit asks, or answer one: `warden ask ID yes|no`.
     Ask {
         /// The ask to answer (without it: list the pending asks).
@@ -319,6 +338,21 @@ fn main() -> ExitCode {
                 json,
             },
         ),
+        Command::Events {
+            agent,
+            last,
+            follow,
+            json,
+            server,
+        } => client(
+            server,
+            warden::client::Call::Events {
+                agent,
+                last: usize::from(last),
+                follow,
+                json,
+            },
+        ),
         Command::Unlock { key, server } => client(server, warden::client::Call::Unlock { key }),
         Command::Pause { key, server } => client(server, warden::client::Call::Pause { key }),
         Command::Resume { key, server } => client(server, warden::client::Call::Resume { key }),
@@ -440,6 +474,12 @@ fn client(server: ServerArgs, call: warden::client::Call) -> ExitCode {
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`warden events -f | head`): not an error worth a word.
+        Err(warden::client::ClientError::Output(e))
+            if e.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(err) => {
             eprintln!("error: {err}");
             ExitCode::from(err.exit_code())

@@ -738,6 +738,14 @@ mod tests {
                 .cloned()
                 .collect())
         }
+
+        fn recent(
+            &self,
+            _agent: Option<&AgentKey>,
+            _limit: usize,
+        ) -> Result<crate::events::RecentEvents, crate::events::ReplayError> {
+            unreachable!("streams never list recent events")
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -2250,3 +2250,65 @@ async fn a_gap_that_does_not_fill_is_read_from_the_log() {
         ]
     );
 }
+
+/// `GET /api/events/recent`: the last events oldest first with the head read with them; `limit`
+/// and `agent` are checked; a server keeping no journal says so with 503.
+#[actix_rt::test]
+async fn recent_events_list_the_tail_and_the_head_and_refuse_bad_queries() {
+    let f = fixture(WardenConfig::default());
+    f.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
+    f.team.spawn(AgentSpec::assistant("b", chatty())).unwrap();
+    let hub = EventHub::default().with_log(f.journal.clone());
+    let app = test::init_service(App::new().configure(api::configure(
+        ApiState::new(f.team.clone(), config()).with_events(hub),
+    )))
+    .await;
+    let all = f.journal.events();
+    let (status, body) = call!(app, get("/api/events/recent?limit=1", Some(READ)));
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let last = all.last().unwrap();
+    assert_eq!(body["head"], last.seq);
+    assert_eq!(body["events"][0]["seq"], last.seq);
+    assert_eq!(body["events"].as_array().unwrap().len(), 1);
+    let (_, body) = call!(
+        app,
+        get("/api/events/recent?agent=a&limit=1000", Some(READ))
+    );
+    let of_a: Vec<Event> = serde_json::from_value(body["events"].clone()).unwrap();
+    assert_eq!(of_a, f.journal.events_of("a"));
+    assert_eq!(
+        body["head"], last.seq,
+        "the head is the journal's, not the agent's"
+    );
+    let (_, body) = call!(app, get("/api/events/recent?limit=0", Some(READ)));
+    assert_eq!(body, json!({ "events": [], "head": last.seq }));
+
+    for (query, status, error) in [
+        (
+            "limit=1001",
+            400,
+            "limit must be between 0 and 1000, not 1001",
+        ),
+        ("agent=nobody", 404, "unknown agent nobody"),
+    ] {
+        let (got, body) = call!(app, get(&format!("/api/events/recent?{query}"), Some(READ)));
+        assert_eq!(
+            (got.as_u16(), body["error"].as_str()),
+            (status, Some(error))
+        );
+    }
+    let (status, _) = call!(app, get("/api/events/recent?limit=-1", Some(READ)));
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _) = call!(app, get("/api/events/recent", None));
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    let plain = app!(f);
+    let (status, body) = call!(plain, get("/api/events/recent", Some(READ)));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("this server keeps no journal to read events from")
+        )
+    );
+}

@@ -42,14 +42,12 @@ impl Running {
 /// A team on its own arbiter behind the API on a free loopback port.
 fn start(mut config: WardenConfig) -> Running {
     config.supervisor.arbiters = 1;
-    let hub = EventHub::default();
+    let journal = Arc::new(MemoryJournal::new());
+    let hub = EventHub::default().with_log(journal.clone());
     let bus = Arc::new(ChannelInterventionBus::new());
-    let team = Supervisor::builder(
-        config,
-        Arc::new(hub.journal(Arc::new(MemoryJournal::new()))),
-    )
-    .intervention_bus(Arc::new(hub.intervention_bus(bus.clone())))
-    .build();
+    let team = Supervisor::builder(config, Arc::new(hub.journal(journal)))
+        .intervention_bus(Arc::new(hub.intervention_bus(bus.clone())))
+        .build();
     let api_config = ApiConfig {
         admin_token: Some(ADMIN.into()),
         read_token: Some(READ.into()),
@@ -465,5 +463,113 @@ async fn warden_send_prints_the_answer_and_says_why_there_is_none() {
     let (code, _, err) = warden(&["send", "smith", "x", "--wait", "301"], &env).await;
     assert_ne!(code, 0, "{err}");
     assert!(err.contains("wait"), "{err}");
+    server.stop().await;
+}
+
+/// Issue 12: `warden events` shows the last events readably (UTC time, the agent column as wide as
+/// the longest key, the documented kind names), `--agent` keeps one agent's, `--json` gives the
+/// journal's JSON; bad arguments and unknown agents are refused with the usual exit codes.
+#[actix_rt::test]
+async fn warden_events_shows_the_last_events_readably() {
+    let server = start(WardenConfig::default());
+    let long = "blacksmith-of-the-northern-gate";
+    for key in ["a", long] {
+        let agent = server
+            .team
+            .spawn(AgentSpec::assistant(key, chatty()))
+            .unwrap();
+        agent.ask(UserEvent::new("hello?")).await.unwrap();
+    }
+    let env = [
+        ("WARDEN_URL", server.url.as_str()),
+        ("WARDEN_READ_TOKEN", READ),
+    ];
+    let (code, out, err) = warden(&["events", "-n", "4"], &env).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 4, "{out}");
+    let (code, out, err) = warden(&["events", "-n", "1000"], &env).await;
+    assert_eq!(code, 0, "{err}");
+    // `seq  YYYY-MM-DD HH:MM:SS.mmm  agent  kind  body`, the kind column aligned for both keys.
+    let mut kind_columns = std::collections::HashSet::new();
+    let mut agents = std::collections::HashSet::new();
+    for line in out.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert!(fields[0].parse::<u64>().is_ok(), "{line}");
+        assert_eq!((fields[1].len(), fields[2].len()), (10, 12), "{line}");
+        agents.insert(fields[3]);
+        kind_columns.insert(line.find(&format!(" {} ", fields[4])).unwrap());
+    }
+    assert_eq!(agents, ["a", long].into_iter().collect(), "{out}");
+    assert_eq!(kind_columns.len(), 1, "{out}");
+
+    let (code, out, err) = warden(&["events", "--agent", "a", "--json", "-n", "1000"], &env).await;
+    assert_eq!(code, 0, "{err}");
+    let events: Vec<Event> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(events.len() >= 4, "{out}");
+    assert!(events.iter().all(|e| e.agent.as_str() == "a"));
+    assert!(events.windows(2).all(|w| w[0].seq < w[1].seq));
+    assert_eq!(events[0].seq, 1, "the whole history of a");
+
+    let (code, _, err) = warden(&["events", "--agent", "nobody"], &env).await;
+    assert_eq!(
+        (code, err.as_str()),
+        (6, "error: 404 not found: unknown agent nobody\n")
+    );
+    let (code, _, err) = warden(&["events", "-n", "1001"], &env).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("1001 is not in 0..=1000"), "{err}");
+    let (code, _, err) = warden(&["events"], &[("WARDEN_URL", server.url.as_str())]).await;
+    assert_eq!(
+        (code, err.as_str()),
+        (4, "error: 401 unauthorized: missing bearer token\n")
+    );
+    server.stop().await;
+}
+
+/// Issue 12: [`Client::follow_events`] continues exactly after the head of
+/// [`Client::recent_events`] (no event twice, none missed) and passes intervention notices on.
+#[actix_rt::test]
+async fn following_events_continues_after_the_listing_with_notices() {
+    let (server, agent) = asking_server();
+    let client = Client::new(&server.url, Some(READ.into())).unwrap();
+    let recent = client.recent_events(None, 0).await.unwrap();
+    assert!(recent.events.is_empty());
+    let head = recent.head;
+    agent.try_send_event(UserEvent::new("look around")).unwrap();
+    eventually("the agent asks", || !server.bus.pending().is_empty()).await;
+    // The agent waits for the answer: nothing more is journaled meanwhile.
+    let last = client.recent_events(None, 0).await.unwrap().head;
+    assert!(last > head);
+    let mut seen = Vec::new();
+    let mut asked = None;
+    let mut each = |followed| {
+        match followed {
+            client::Followed::Item(client::StreamItem::Event(event)) => seen.push(event.seq),
+            client::Followed::Item(client::StreamItem::Notice { kind, data }) => {
+                assert_eq!(kind, "intervention_asked");
+                asked = data["id"].as_u64();
+            }
+            client::Followed::Reconnecting { reason, .. } => panic!("reconnected: {reason}"),
+        }
+        if asked.is_some() && seen.last() == Some(&last) {
+            // The callback's error ends the stream.
+            return Err(ClientError::Output(std::io::Error::other("enough")));
+        }
+        Ok(())
+    };
+    let following = client.follow_events(Some("a"), head, &mut each);
+    let ended = tokio::time::timeout(WAIT, following)
+        .await
+        .expect("the ask and every event");
+    assert!(matches!(ended, Err(ClientError::Output(_))));
+    assert_eq!(asked, Some(server.bus.pending()[0].id));
+    let expected: Vec<u64> = (head + 1..=last).collect();
+    assert_eq!(
+        seen, expected,
+        "every event after the listing's head, once, in order"
+    );
     server.stop().await;
 }

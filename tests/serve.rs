@@ -6,6 +6,8 @@
 //! * A zero-length journal starts fresh, and says so.
 //! * SIGTERM with a connected event-stream client ends the process (hang guard, not a timing claim).
 //! * Tokens from the environment are validated like the team file's.
+//! * `warden events --follow` outlives a SIGKILL of the server: it reconnects with the last seq it
+//!   printed and shows every event once, in order, across the restart.
 //!
 //! Waits poll with a deadline; nothing asserts a duration.
 use std::{
@@ -82,7 +84,10 @@ struct Server {
 
 impl Server {
     fn start(dir: &Path, db: &Path) -> Server {
-        let port = free_port();
+        Server::start_on(dir, db, free_port())
+    }
+
+    fn start_on(dir: &Path, db: &Path, port: u16) -> Server {
         let child = serve_command(dir, db, port)
             .stderr(Stdio::null())
             .spawn()
@@ -146,12 +151,20 @@ fn run_bounded(mut command: Command, limit: Duration) -> Output {
     child.wait_with_output().expect("output")
 }
 
-fn event_count(db: &Path) -> usize {
+fn journal_events(db: &Path) -> Vec<warden::Event> {
     warden::journal::JournalReader::open(db)
         .unwrap()
         .events()
         .unwrap()
-        .len()
+}
+
+fn event_count(db: &Path) -> usize {
+    journal_events(db).len()
+}
+
+/// The highest seq in the journal at `db` (read beside the running server).
+fn last_seq(db: &Path) -> u64 {
+    journal_events(db).last().map_or(0, |e| e.seq)
 }
 
 #[test]
@@ -348,5 +361,100 @@ fn tokens_from_the_environment_are_validated_like_the_files() {
         );
     }
     assert!(!db.exists(), "refused before the journal was touched");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `warden send a TEXT` against the server on `port`; panics unless the agent answered.
+fn send(port: u16, text: &str) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
+    command
+        .args([
+            "send",
+            "a",
+            text,
+            "--url",
+            &format!("http://127.0.0.1:{port}"),
+        ])
+        .env("WARDEN_ADMIN_TOKEN", TOKEN);
+    let output = run_bounded(command, Duration::from_secs(30));
+    assert!(
+        output.status.success(),
+        "warden send: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Issue 12: `warden events --follow` prints the last events, then new ones; when the server is
+/// SIGKILLed and started again it reconnects with `Last-Event-ID` and goes on, so across the kill
+/// every journal event is printed exactly once, in order.
+#[test]
+fn warden_events_follows_the_stream_across_a_server_kill() {
+    let dir = temp_dir("events-follow");
+    let db = dir.join("warden.db");
+    let port = free_port();
+    let mut server = Server::start_on(&dir, &db, port);
+    send(port, "before");
+
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["events", "--follow", "--json", "--last", "1000"])
+        .args(["--url", &format!("http://127.0.0.1:{port}")])
+        .env("WARDEN_READ_TOKEN", TOKEN)
+        .env_remove("WARDEN_ADMIN_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start warden events");
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    let stdout = follower.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seqs = Vec::new();
+    // Reads printed events until the journal's last seq has been printed.
+    let mut read_through = |seqs: &mut Vec<u64>, last: u64| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while seqs.last().is_none_or(|&s| s < last) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(line) = lines.recv_timeout(left) else {
+                let _ = follower.kill();
+                let mut stderr = String::new();
+                let _ = follower
+                    .stderr
+                    .take()
+                    .map(|mut e| e.read_to_string(&mut stderr));
+                panic!("warden events stopped before seq {last}: {seqs:?}; stderr: {stderr}");
+            };
+            let value: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+            if let Some(seq) = value["seq"].as_u64() {
+                seqs.push(seq);
+            }
+        }
+    };
+    read_through(&mut seqs, last_seq(&db));
+    // Live: these come over the open stream, not from the listing.
+    send(port, "during");
+    let last_before = last_seq(&db);
+    read_through(&mut seqs, last_before);
+
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let restarted = Server::start_on(&dir, &db, port);
+    send(port, "after");
+    let last_after = last_seq(&db);
+    assert!(last_after > last_before);
+    read_through(&mut seqs, last_after);
+
+    let _ = follower.kill();
+    let output = follower.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("reconnecting"), "{stderr}");
+    let expected: Vec<u64> = (1..=last_after).collect();
+    assert_eq!(seqs, expected, "every event once, in order");
+    drop(restarted);
     let _ = std::fs::remove_dir_all(&dir);
 }

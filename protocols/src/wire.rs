@@ -19,7 +19,8 @@ impl AgentKey {
 
 impl fmt::Display for AgentKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        // `pad`, not `write_str`: widths and alignment (`{:<16}`) apply to keys in tables.
+        f.pad(&self.0)
     }
 }
 
