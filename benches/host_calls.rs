@@ -68,10 +68,17 @@ fn main() {
                 let mut times = Vec::with_capacity(samples);
                 for i in 0..samples {
                     let agent = &targets[i % targets.len()];
+                    let before = switches();
                     let start = Instant::now();
                     let _ = agent.try_send_event(UserEvent::new(format!("tick {i}")));
                     std::hint::black_box(agent.status());
-                    times.push(start.elapsed());
+                    let elapsed = start.elapsed();
+                    let after = switches();
+                    times.push(Sample {
+                        elapsed,
+                        preempted: after.0 > before.0,
+                        blocked: after.1 > before.1,
+                    });
                     std::thread::sleep(Duration::from_micros(200));
                 }
                 done.store(true, Ordering::SeqCst);
@@ -97,7 +104,18 @@ fn main() {
         team.shutdown().await;
         (lockouts, times)
     });
-    let mut micros: Vec<f64> = times.iter().map(|d| d.as_secs_f64() * 1e6).collect();
+    // Why slow samples were slow: the kernel took the core away (an involuntary context switch:
+    // other threads wanted the CPU) or the call itself slept (a voluntary one: a lock or I/O).
+    let slow: Vec<&Sample> = times
+        .iter()
+        .filter(|s| s.elapsed > Duration::from_micros(50))
+        .collect();
+    let preempted = slow.iter().filter(|s| s.preempted).count();
+    let blocked = slow.iter().filter(|s| s.blocked).count();
+    let mut micros: Vec<f64> = times
+        .iter()
+        .map(|s| s.elapsed.as_secs_f64() * 1e6)
+        .collect();
     micros.sort_by(|a, b| a.total_cmp(b));
     let at =
         |p: f64| micros[((p * micros.len() as f64).ceil() as usize).clamp(1, micros.len()) - 1];
@@ -109,7 +127,27 @@ fn main() {
         at(0.99),
         micros.last().copied().unwrap_or(0.0)
     );
+    println!(
+        "  {} samples over 50 µs: {preempted} preempted (involuntary switch), {blocked} slept (voluntary switch: a lock or I/O)",
+        slow.len()
+    );
     drop(journal);
     drop(sqlite);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+struct Sample {
+    elapsed: Duration,
+    preempted: bool,
+    blocked: bool,
+}
+
+/// This thread's (involuntary, voluntary) context switches so far (`getrusage(RUSAGE_THREAD)`).
+fn switches() -> (i64, i64) {
+    // SAFETY: `getrusage` writes one `rusage` into the zeroed struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
+        return (0, 0);
+    }
+    (usage.ru_nivcsw, usage.ru_nvcsw)
 }

@@ -231,6 +231,42 @@ fn group_commit_batches_a_burst_into_few_transactions() {
     assert_eq!(journal.events_of("agent3").unwrap().len(), 500);
 }
 
+/// Issue 10.7: appends do not wake an active writer (it comes back within its linger by itself) and
+/// wake an idle one; either way an event nobody waits for is committed without a flush or a
+/// durability wait. Polls `stats()` only (neither pokes the writer); the deadline is a hang guard.
+#[test]
+fn an_event_nobody_waits_for_is_committed_whether_the_writer_was_idle_or_active() {
+    let db = TempDb::new("linger");
+    let journal = SqliteJournal::open(&db.0).unwrap();
+    let committed = |seq: u64| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while journal.stats().committed_seq < seq {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "event {seq} never committed: {:?}",
+                journal.stats()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    };
+    // Idle: the writer has had nothing to do for longer than it lingers.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let first = journal.append(&key("a"), alert(0));
+    committed(first);
+    // Active: right after a commit, a burst from a plain thread, each event nobody waits for.
+    let mut last = first;
+    for i in 1..50 {
+        last = journal.append(&key("a"), alert(i));
+        std::thread::sleep(std::time::Duration::from_micros(300));
+    }
+    committed(last);
+    // Idle again, then one event: still written.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let again = journal.append(&key("b"), alert(99));
+    committed(again);
+    assert_eq!(journal.events().unwrap().len() as u64, again);
+}
+
 #[test]
 fn reopening_a_file_keeps_its_events_and_continues_the_sequence() {
     let db = TempDb::new("reopen");
