@@ -34,7 +34,7 @@ pub mod team;
 
 pub use journal::{JournalReader, SqliteJournal};
 pub use warden_actors::{
-    already_durable, context, mailbox, now_ms, safety, toolkit, AgentHandle, AgentSpec, AskError,
+    already_durable, context, mailbox, now_ms, safety, tools, AgentHandle, AgentSpec, AskError,
     ChannelInterventionBus, ControlError, ControlOp, DelegationError, DurableSendError,
     EventSendError, FnTool, HaltAck, InterventionBus, Journal, LlmRequest, LlmResponse,
     MemoryJournal, NotDurable, NullJournal, OpenAiCompatible, OpenAiConfig, PendingReply, Provider,

@@ -29,7 +29,7 @@ use warden::protocols::{
 use warden::*;
 use warden_actors::{
     context::{compaction_marker, estimate_message_tokens, estimate_tokens},
-    toolkit::CachePolicy,
+    tools::CachePolicy,
     OpenAiCompatible, OpenAiConfig, RetryPolicy, ToolFormat,
 };
 

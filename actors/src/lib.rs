@@ -5,7 +5,7 @@
 //! * `agent` — the agent actor, its shared cell and its turn (the ReAct loop); [`AgentHandle`].
 //! * `supervisor` — [`Supervisor`]: registry, delegation budgets, halt propagation, restarts.
 //! * `provider` — the [`Provider`] trait and the [`ScriptedProvider`].
-//! * `tools` — the [`Tool`] trait and [`ToolRegistry`].
+//! * [`tools`] — the [`Tool`] trait, [`ToolRegistry`] and the call pipeline [`ToolRunner`].
 //! * `journal` — the [`Journal`] trait and [`MemoryJournal`].
 //! * [`safety`] — breakers, budgets, fingerprints and the limit checkpoint ([`AgentBreakers`],
 //!   [`LimitCheckpoint`]).
@@ -19,8 +19,7 @@ pub mod safety;
 mod supervisor;
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
-pub mod toolkit;
-mod tools;
+pub mod tools;
 
 pub use agent::{
     AgentHandle, AskError, ControlError, ControlOp, DurableSendError, EventSendError, HaltAck,
@@ -40,8 +39,7 @@ pub use safety::{
 pub use supervisor::{
     AgentSpec, DelegationError, SpawnError, Supervisor, SupervisorBuilder, UnknownAgent,
 };
-pub use toolkit::{
-    Admission, CachePolicy, CacheScope, CircuitConfig, CircuitStep, PendingCall, ToolPolicy,
-    ToolResultCache, ToolRun, ToolRunner,
+pub use tools::{
+    Admission, CachePolicy, CacheScope, CircuitConfig, CircuitStep, FnTool, PendingCall, Tool,
+    ToolContext, ToolError, ToolPolicy, ToolRegistry, ToolResultCache, ToolRun, ToolRunner,
 };
-pub use tools::{FnTool, Tool, ToolContext, ToolError, ToolRegistry};

@@ -31,7 +31,7 @@ use crate::{
         GetSafetyReport, InterventionBus, LimitCheckpoint, LimitContext, SafetyMonitor,
         SafetyReport, TeamBudget, TeamSafety,
     },
-    toolkit::{CircuitConfig, ToolRunner},
+    tools::{CircuitConfig, ToolRunner},
     tools::{Tool, ToolContext, ToolError, ToolRegistry},
 };
 use actix::{Actor, Addr, Arbiter, ArbiterHandle};

@@ -29,8 +29,8 @@ use crate::{
     mailbox::PriorityMailbox,
     provider::Provider,
     safety::{AgentBreakers, TeamSafety, TripNotice, Verdict},
-    toolkit::ToolRunner,
     tools::ToolRegistry,
+    tools::ToolRunner,
 };
 use parking_lot::{Mutex, MutexGuard};
 use std::{

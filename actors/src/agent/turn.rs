@@ -24,7 +24,7 @@ use crate::{
     context,
     provider::{LlmRequest, LlmResponse, ProviderError},
     safety::{limit_refusal_message, LimitContext, Verdict},
-    toolkit::{self, panic_message, Admission, CircuitStep, CircuitTransition, ToolRun},
+    tools::{self, panic_message, Admission, CircuitStep, CircuitTransition, ToolRun},
     tools::{ToolContext, ToolError},
 };
 use futures::FutureExt;
@@ -587,7 +587,7 @@ enum Executed {
     Ran(ToolRun, Option<AnomalyKind>),
 }
 
-/// Runs one tool call through the agent's [`toolkit::ToolRunner`]: circuit breaker, JSON-schema
+/// Runs one tool call through the agent's [`tools::ToolRunner`]: circuit breaker, JSON-schema
 /// validation, cache, the halt gate, timeout, panic catching. Records nothing in the history or the
 /// error count (see [`account`]).
 async fn execute(
@@ -597,7 +597,7 @@ async fn execute(
     lineage: &Arc<[AgentKey]>,
 ) -> Executed {
     let name = call.function.name.as_str();
-    let args = match toolkit::parse_arguments(&call.function.arguments) {
+    let args = match tools::parse_arguments(&call.function.arguments) {
         Ok(args) => args,
         Err(error) => {
             return rejected(

@@ -1,8 +1,5 @@
-//! Tools: the [`Tool`] trait, the per-agent [`ToolRegistry`], and the errors a tool call can end with.
-//!
-//! A tool's future runs inside the agent's turn. The agent checks for a pending halt immediately before
-//! starting it (so no tool starts after a halt), bounds it with a timeout, and catches a panic inside it
-//! (counted as a failed call).
+//! The [`Tool`] trait, what a call knows ([`ToolContext`]), how it can fail ([`ToolError`]), and
+//! [`FnTool`], a tool made from a closure.
 
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -49,8 +46,8 @@ pub trait Tool: Send + Sync + 'static {
 
     /// Whether successful results may be cached (scope `tick` or `session`, TTL). Default: never.
     /// Never make a TERMINAL or DANGEROUS tool cacheable: a cache hit skips its side effect.
-    fn cache_policy(&self) -> crate::toolkit::CachePolicy {
-        crate::toolkit::CachePolicy::disabled()
+    fn cache_policy(&self) -> super::CachePolicy {
+        super::CachePolicy::disabled()
     }
 
     /// Whether the agent's per-tool circuit breaker guards this tool. Default: yes. (`delegate` says
@@ -71,7 +68,7 @@ impl<T: Tool + ?Sized> Tool for Arc<T> {
     fn timeout(&self) -> Option<Duration> {
         (**self).timeout()
     }
-    fn cache_policy(&self) -> crate::toolkit::CachePolicy {
+    fn cache_policy(&self) -> super::CachePolicy {
         (**self).cache_policy()
     }
     fn circuit_breaker(&self) -> bool {
@@ -125,63 +122,5 @@ where
 
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> {
         Box::pin((self.f)(args, ctx))
-    }
-}
-
-/// The tools of one agent, by name.
-///
-/// A short vector sorted by name (agents have a handful of tools; a hash map per agent would cost
-/// more memory than it saves time). Specs are shared by `Arc`, so a tool registered with many agents
-/// (the supervisor's `delegate`) keeps one copy of its JSON schema.
-#[derive(Clone, Default)]
-pub struct ToolRegistry {
-    tools: Vec<(Arc<ToolSpec>, Arc<dyn Tool>)>,
-}
-
-impl ToolRegistry {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds (or replaces) a tool under its spec's name.
-    pub fn register(&mut self, tool: Arc<dyn Tool>) {
-        let spec = Arc::new(tool.spec());
-        self.register_with_spec(spec, tool);
-    }
-
-    /// Adds (or replaces) a tool whose spec is already built and shared.
-    pub(crate) fn register_with_spec(&mut self, spec: Arc<ToolSpec>, tool: Arc<dyn Tool>) {
-        match self.position(&spec.name) {
-            Ok(i) => self.tools[i] = (spec, tool),
-            Err(i) => self.tools.insert(i, (spec, tool)),
-        }
-    }
-
-    fn position(&self, name: &str) -> Result<usize, usize> {
-        self.tools
-            .binary_search_by(|(spec, _)| spec.name.as_str().cmp(name))
-    }
-
-    pub fn get(&self, name: &str) -> Option<(&ToolSpec, &Arc<dyn Tool>)> {
-        let i = self.position(name).ok()?;
-        self.tools.get(i).map(|(s, t)| (&**s, t))
-    }
-
-    /// Specs sorted by name (a stable prompt).
-    pub fn specs(&self) -> Vec<ToolSpec> {
-        self.tools.iter().map(|(s, _)| (**s).clone()).collect()
-    }
-
-    /// Names sorted.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.tools.iter().map(|(s, _)| s.name.as_str())
-    }
-
-    pub fn len(&self) -> usize {
-        self.tools.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.tools.is_empty()
     }
 }

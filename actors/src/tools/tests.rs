@@ -1,11 +1,16 @@
 //! Tests of the composed pipeline.
 
 use super::*;
-use crate::tools::FnTool;
 use futures::future::BoxFuture;
-use serde_json::json;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use warden_protocols::{AgentKey, ToolSpec};
+use serde_json::{json, Value};
+use std::{
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+use warden_protocols::{AgentKey, ToolCategory, ToolSpec};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -1,38 +1,10 @@
-//! The tool-call pipeline: [`ToolRunner`] puts a circuit breaker, argument validation and a result
-//! cache in front of a [`Tool`].
-//!
-//! Order of one call ([`ToolRunner::run`], or [`ToolRunner::admit`] then [`PendingCall::execute`]):
-//!
-//! 1. look the tool up (unknown ⇒ [`ToolError::Unknown`]; the circuit is not consulted);
-//! 2. **circuit check** — an open circuit (or a half-open one whose probe is running) refuses the call
-//!    at once with a [`ToolError::Failed`] carrying the [`CircuitRejection`] text;
-//! 3. **schema validation** of the arguments against the spec's `parameters` — a violation is a
-//!    [`ToolError::InvalidArguments`] listing every problem; it is the model's mistake, so it does *not*
-//!    count against the tool's circuit;
-//! 4. **cache lookup** (cacheable tools only) — a hit returns the stored value, `cached: true`, without
-//!    running the tool and without recording anything on the circuit;
-//! 5. **execution** with a timeout (`Tool::timeout()` or the caller's default), catching a panic both in
-//!    the synchronous `Tool::call` and inside its future ([`ToolError::Panicked`]);
-//! 6. **circuit record** — success closes/keeps closed; [`ToolError::Failed`], [`ToolError::Timeout`] and
-//!    [`ToolError::Panicked`] count as failures; an [`ToolError::InvalidArguments`] or
-//!    [`ToolError::Unknown`] returned *by the tool* is the model's mistake and records nothing;
-//! 7. **cache store** of a successful result (cacheable tools only).
-//!
-//! Invariants: nothing here panics on model-influenced data; a call's future can be dropped at any
-//! await (a halt) without leaving a circuit stuck — an unrecorded probe frees its slot; the runner
-//! uses tokio's clock and timer only, no runtime handle.
+//! [`ToolRunner`]: the pipeline of one tool call (see the module docs of `tools` for its order).
 
-pub mod cache;
-pub mod circuit;
-pub mod schema;
-
-pub use cache::{canonical_json, CachePolicy, CacheScope, ToolResultCache};
-pub use circuit::{
-    CircuitConfig, CircuitPermit, CircuitRejection, CircuitState, CircuitTransition, ToolCircuits,
+use super::{
+    cache::{CachePolicy, ToolResultCache},
+    circuit::{CircuitConfig, CircuitPermit, CircuitRejection, CircuitTransition, ToolCircuits},
+    schema, Tool, ToolContext, ToolError, ToolRegistry,
 };
-pub use schema::{validate, SchemaErrors, SchemaViolation};
-
-use crate::tools::{Tool, ToolContext, ToolError, ToolRegistry};
 use futures::FutureExt;
 use serde_json::Value;
 use std::{collections::HashMap, panic::AssertUnwindSafe, sync::Arc, time::Duration};
@@ -379,6 +351,3 @@ impl ToolRunner {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,0 +1,63 @@
+//! [`ToolRegistry`]: the tools of one agent, by name.
+
+use super::Tool;
+use std::sync::Arc;
+use warden_protocols::ToolSpec;
+
+/// The tools of one agent, by name.
+///
+/// A short vector sorted by name (agents have a handful of tools; a hash map per agent would cost
+/// more memory than it saves time). Specs are shared by `Arc`, so a tool registered with many agents
+/// (the supervisor's `delegate`) keeps one copy of its JSON schema.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: Vec<(Arc<ToolSpec>, Arc<dyn Tool>)>,
+}
+
+impl ToolRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds (or replaces) a tool under its spec's name.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) {
+        let spec = Arc::new(tool.spec());
+        self.register_with_spec(spec, tool);
+    }
+
+    /// Adds (or replaces) a tool whose spec is already built and shared.
+    pub(crate) fn register_with_spec(&mut self, spec: Arc<ToolSpec>, tool: Arc<dyn Tool>) {
+        match self.position(&spec.name) {
+            Ok(i) => self.tools[i] = (spec, tool),
+            Err(i) => self.tools.insert(i, (spec, tool)),
+        }
+    }
+
+    fn position(&self, name: &str) -> Result<usize, usize> {
+        self.tools
+            .binary_search_by(|(spec, _)| spec.name.as_str().cmp(name))
+    }
+
+    pub fn get(&self, name: &str) -> Option<(&ToolSpec, &Arc<dyn Tool>)> {
+        let i = self.position(name).ok()?;
+        self.tools.get(i).map(|(s, t)| (&**s, t))
+    }
+
+    /// Specs sorted by name (a stable prompt).
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools.iter().map(|(s, _)| (**s).clone()).collect()
+    }
+
+    /// Names sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.iter().map(|(s, _)| s.name.as_str())
+    }
+
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}
