@@ -1,0 +1,521 @@
+//! The supervisor: owns the agents, enforces delegation budgets, propagates halts, restarts crashes.
+//!
+//! Files: this one (the registry: building, spawning, looking up, halting, shutting down),
+//! `spec.rs` (what to spawn, the errors), `delegation.rs` (budgets, the [`Slot`], the `delegate`
+//! tool), `restart.rs` (crash recovery and the restart intensity).
+//!
+//! # Invariants
+//! * Every delegation holds a [`Slot`] for its whole life. The slot's `Drop` releases the delegator's
+//!   budget, unlinks the pair and journals `DelegationEnded` — so success, failure, timeout, halt,
+//!   abandonment and panic all release it, and `active_sub_agents` counts running delegations exactly.
+//! * A refusal is decided before anything is queued, and journaled on the delegator.
+//! * A restart reuses the agent's [`AgentCell`]: record (state, lockout, counters, history) and mailbox
+//!   survive. A locked-out agent comes back locked out.
+//! * An agent spawned from a restored record gets its pending events queued again, in id order, before
+//!   any new work (a locked-out one refuses them when it reads them, a stopped one keeps them queued
+//!   until resumed, as with any queued work).
+//!
+//! # Lock order
+//! Registry shard (dashmap) → agent record. Never a record while holding another agent's record, except
+//! the breaker's leaf notification (delegate record → delegator's mailbox lane).
+
+mod delegation;
+mod restart;
+mod spec;
+
+pub use spec::{AgentSpec, DelegationError, SpawnError, UnknownAgent};
+
+use delegation::DelegateTool;
+use restart::start_actor;
+
+use crate::{
+    agent::{
+        actor::{AgentActor, Shutdown},
+        cell::{AgentCell, AgentSettings, CellParts},
+        queue_halt,
+        reply::{ReplyHub, Settlement},
+        send_halt, AgentHandle, AgentMsg, DelegatedTask, HaltAck, HaltReply, TaskError, Work,
+    },
+    context::ContextStrategy,
+    journal::Journal,
+    mailbox::PriorityMailbox,
+    provider::Provider,
+    safety::{
+        GetSafetyReport, InterventionBus, LimitCheckpoint, LimitContext, SafetyMonitor,
+        SafetyReport, TeamBudget, TeamSafety,
+    },
+    tools::{CircuitConfig, ToolRunner},
+    tools::{Tool, ToolContext, ToolError, ToolRegistry},
+};
+use actix::{Actor, Addr, Arbiter, ArbiterHandle};
+use dashmap::DashMap;
+use futures::future::{join_all, BoxFuture};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::{
+    collections::VecDeque,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        Arc, OnceLock, Weak,
+    },
+    time::Duration,
+};
+use tokio::{sync::oneshot, time::Instant};
+use warden_protocols::{
+    AgentKey, AgentRecord, AgentRole, AgentState, AgentStatus, ContextStrategyConfig,
+    DelegationOutcome, DelegationRefusal, EventFate, EventKind, FleetView, HaltCause, LimitKind,
+    RestartStrategy, TerminationReason, ToolCategory, ToolSpec, WardenConfig,
+};
+
+struct AgentEntry {
+    cell: Arc<AgentCell>,
+    addr: Mutex<Option<Addr<AgentActor>>>,
+    arbiter: Option<ArbiterHandle>,
+    /// Restart times inside the intensity window.
+    restarts: Mutex<VecDeque<Instant>>,
+}
+
+struct SupervisorShared {
+    config: WardenConfig,
+    journal: Arc<dyn Journal>,
+    agents: DashMap<AgentKey, Arc<AgentEntry>>,
+    /// Spawn order (for `rest_for_one` and stable listings).
+    order: Mutex<Vec<Arc<AgentEntry>>>,
+    arbiters: Vec<ArbiterHandle>,
+    next_arbiter: AtomicUsize,
+    next_delegation: AtomicU64,
+    crash_tx: tokio::sync::mpsc::UnboundedSender<(AgentKey, u64)>,
+    shutting_down: AtomicBool,
+    safety: Arc<TeamSafety>,
+    /// The `delegate` tool and its spec, built once and shared by every agent that may delegate.
+    delegate_tool: OnceLock<(Arc<ToolSpec>, Arc<DelegateTool>)>,
+    /// Every agent's settled events, for the host that takes the stream.
+    replies: Arc<ReplyHub>,
+}
+
+/// Builds a [`Supervisor`]. Must be used inside a running actix `System`.
+pub struct SupervisorBuilder {
+    config: WardenConfig,
+    journal: Arc<dyn Journal>,
+    bus: Option<Arc<dyn InterventionBus>>,
+    current_arbiter: bool,
+    safety_checks: bool,
+    capacity: usize,
+}
+
+impl SupervisorBuilder {
+    /// The operator channel for `safety.on_limit.mode = "interactive"` (without one, interactive
+    /// asks are refused with `no_bus`).
+    pub fn intervention_bus(mut self, bus: Arc<dyn InterventionBus>) -> Self {
+        self.bus = Some(bus);
+        self
+    }
+
+    /// Every agent on the current arbiter (deterministic tests, paused time, one-thread embedding)
+    /// instead of `supervisor.arbiters` new ones.
+    pub fn current_arbiter(mut self) -> Self {
+        self.current_arbiter = true;
+        self
+    }
+
+    /// Room for `agents` agents in the registry from the start (no rehashing while a large fleet is
+    /// spawned). Default 0: grows as needed.
+    pub fn capacity(mut self, agents: usize) -> Self {
+        self.capacity = agents;
+        self
+    }
+
+    /// `false` turns the SafetyMonitor's checks off (budgets, loop caps, repetition, error cascade),
+    /// for overhead comparisons in load tests. The consecutive-error stop and halts stay on.
+    pub fn safety_checks(mut self, on: bool) -> Self {
+        self.safety_checks = on;
+        self
+    }
+
+    pub fn build(self) -> Supervisor {
+        let arbiters = if self.current_arbiter {
+            Vec::new()
+        } else {
+            let n = match self.config.supervisor.arbiters {
+                0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                n => n,
+            };
+            (0..n).map(|_| Arbiter::new().handle()).collect()
+        };
+        let team = Arc::new(TeamBudget::new(&self.config.safety.budget));
+        let monitor = SafetyMonitor::new(team.clone()).start();
+        let safety = Arc::new(TeamSafety {
+            config: Arc::new(self.config.safety.clone()),
+            checkpoint: Arc::new(LimitCheckpoint::new(
+                self.config.safety.on_limit.clone(),
+                self.bus,
+            )),
+            team,
+            monitor: Some(monitor),
+            checks: self.safety_checks,
+        });
+        Supervisor::build(self.config, self.journal, arbiters, safety, self.capacity)
+    }
+}
+
+/// Owns a team of agents. Cheap to clone. Must be created inside a running actix `System`.
+#[derive(Clone)]
+pub struct Supervisor {
+    shared: Arc<SupervisorShared>,
+}
+
+impl Supervisor {
+    /// A builder (intervention bus, arbiters, safety checks).
+    pub fn builder(config: WardenConfig, journal: Arc<dyn Journal>) -> SupervisorBuilder {
+        SupervisorBuilder {
+            config,
+            journal,
+            bus: None,
+            current_arbiter: false,
+            safety_checks: true,
+            capacity: 0,
+        }
+    }
+
+    /// Agents spread over `supervisor.arbiters` new arbiters (0 = one per core).
+    pub fn new(config: WardenConfig, journal: Arc<dyn Journal>) -> Self {
+        Self::builder(config, journal).build()
+    }
+
+    /// Every agent on the current arbiter (deterministic tests, paused time, embedding in one thread).
+    pub fn on_current_arbiter(config: WardenConfig, journal: Arc<dyn Journal>) -> Self {
+        Self::builder(config, journal).current_arbiter().build()
+    }
+
+    fn build(
+        config: WardenConfig,
+        journal: Arc<dyn Journal>,
+        arbiters: Vec<ArbiterHandle>,
+        safety: Arc<TeamSafety>,
+        capacity: usize,
+    ) -> Self {
+        let (crash_tx, mut crash_rx) = tokio::sync::mpsc::unbounded_channel();
+        let shared = Arc::new(SupervisorShared {
+            config,
+            journal,
+            agents: DashMap::with_capacity(capacity),
+            delegate_tool: OnceLock::new(),
+            order: Mutex::new(Vec::with_capacity(capacity)),
+            arbiters,
+            next_arbiter: AtomicUsize::new(0),
+            next_delegation: AtomicU64::new(1),
+            crash_tx,
+            shutting_down: AtomicBool::new(false),
+            safety,
+            replies: Arc::default(),
+        });
+        let weak = Arc::downgrade(&shared);
+        actix_rt::spawn(async move {
+            while let Some((key, generation)) = crash_rx.recv().await {
+                let Some(shared) = weak.upgrade() else { break };
+                Supervisor { shared }.on_crash(key, generation).await;
+            }
+        });
+        Supervisor { shared }
+    }
+
+    /// Every agent's settled events as one stream, in the order they settle: each answered,
+    /// refused, discarded or failed user event, waited for or not (a game server's NPC lines, a load
+    /// tester's latencies). One taker: the first call gets the stream, later calls `None`. Until it
+    /// is taken nothing is kept; once taken, settlements queue until read (unbounded: read them).
+    pub fn take_replies(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Settlement>> {
+        self.shared.replies.take()
+    }
+
+    /// `Some(reason)` while the team's journal cannot write (see [`Journal::degraded`]).
+    pub fn journal_degraded(&self) -> Option<String> {
+        self.shared.journal.degraded()
+    }
+
+    /// The team's token/cost totals and locked-out share (synchronous).
+    pub fn fleet_view(&self) -> FleetView {
+        self.shared.safety.team.fleet_view()
+    }
+
+    /// How many task runs the limit checkpoint keeps extension counts for (at most one per agent).
+    pub fn limit_runs_tracked(&self) -> usize {
+        self.shared.safety.checkpoint.runs_tracked()
+    }
+
+    /// The SafetyMonitor's report: fleet view, trips by breaker, recent trips.
+    pub async fn safety_report(&self) -> Option<SafetyReport> {
+        let monitor = self.shared.safety.monitor.clone()?;
+        monitor.send(GetSafetyReport).await.ok()
+    }
+
+    pub fn config(&self) -> &WardenConfig {
+        &self.shared.config
+    }
+
+    /// Spawns an agent and starts its actor.
+    pub fn spawn(&self, spec: AgentSpec) -> Result<AgentHandle, SpawnError> {
+        let config = &self.shared.config;
+        let AgentSpec {
+            key,
+            role,
+            parent,
+            system_prompt,
+            provider,
+            mut tools,
+            can_delegate,
+            restored,
+        } = spec;
+        if self.shared.agents.contains_key(&key) {
+            return Err(SpawnError::DuplicateKey(key));
+        }
+        if can_delegate {
+            let (spec, tool) = self.shared.delegate_tool.get_or_init(|| {
+                let tool = DelegateTool {
+                    supervisor: Arc::downgrade(&self.shared),
+                };
+                (Arc::new(tool.spec()), Arc::new(tool))
+            });
+            tools.register_with_spec(spec.clone(), tool.clone());
+        }
+        let fresh = restored.is_none();
+        let record = match restored {
+            Some(record) if record.key != key => {
+                return Err(SpawnError::RecordMismatch {
+                    expected: key,
+                    found: record.key,
+                })
+            }
+            Some(record) => record,
+            None => AgentRecord::new(key.clone()),
+        };
+        let settings = AgentSettings {
+            max_iterations_per_tick: config.execution.max_iterations_per_tick,
+            multi_action: config.execution.multi_action_enabled,
+            tool_timeout: Duration::from_secs_f64(config.tools.timeout_seconds),
+            sub_agent_budget: config.delegation.sub_agent_budget,
+            max_context_tokens: config.execution.max_context_tokens,
+            context_strategy: match config.execution.context_strategy {
+                ContextStrategyConfig::SlidingWindow => ContextStrategy::SlidingWindow,
+                ContextStrategyConfig::Compact => ContextStrategy::Compact,
+            },
+            max_tokens_recoveries: config.execution.max_tokens_recoveries,
+        };
+        let runner = ToolRunner::new(CircuitConfig {
+            failure_threshold: config.tools.circuit_failure_threshold.get(),
+            cool_down: Duration::from_secs_f64(config.tools.circuit_cool_down_seconds),
+        });
+        let cell = Arc::new(AgentCell::new(CellParts {
+            record,
+            mailbox: PriorityMailbox::new(config.mailbox.ordinary_capacity.get()),
+            provider,
+            tools,
+            runner,
+            system_prompt,
+            settings,
+            journal: self.shared.journal.clone(),
+            crash_tx: Some(self.shared.crash_tx.clone()),
+            safety: self.shared.safety.clone(),
+            replies: self.shared.replies.clone(),
+        }));
+        if fresh {
+            cell.note(EventKind::Spawned {
+                role,
+                parent,
+                max_consecutive_errors: config.safety.breakers.max_consecutive_errors.get(),
+            });
+        } else {
+            // The events a previous process accepted and had not settled, before any new work.
+            let requeued = cell.requeue_pending();
+            if requeued > 0 {
+                tracing::info!(agent = %cell.key, requeued, "pending events queued again");
+            }
+        }
+        let arbiter = (!self.shared.arbiters.is_empty()).then(|| {
+            let i = self.shared.next_arbiter.fetch_add(1, Ordering::Relaxed);
+            self.shared.arbiters[i % self.shared.arbiters.len()].clone()
+        });
+        let entry = Arc::new(AgentEntry {
+            cell: cell.clone(),
+            addr: Mutex::new(None),
+            arbiter,
+            restarts: Mutex::new(VecDeque::new()),
+        });
+        match self.shared.agents.entry(key.clone()) {
+            dashmap::mapref::entry::Entry::Occupied(_) => {
+                return Err(SpawnError::DuplicateKey(key))
+            }
+            dashmap::mapref::entry::Entry::Vacant(v) => {
+                v.insert(entry.clone());
+            }
+        }
+        self.shared.order.lock().push(entry.clone());
+        start_actor(&entry);
+        Ok(AgentHandle { cell })
+    }
+
+    pub fn get(&self, key: &str) -> Option<AgentHandle> {
+        self.shared.agents.get(key).map(|e| AgentHandle {
+            cell: e.cell.clone(),
+        })
+    }
+
+    /// Every agent, in spawn order.
+    pub fn agents(&self) -> Vec<AgentHandle> {
+        self.cells()
+            .into_iter()
+            .map(|cell| AgentHandle { cell })
+            .collect()
+    }
+
+    /// Every agent's cell, in spawn order (which is also, roughly, the order of their memory: walking
+    /// it is kinder to the caches than the registry's hash order).
+    fn cells(&self) -> Vec<Arc<AgentCell>> {
+        self.shared
+            .order
+            .lock()
+            .iter()
+            .map(|e| e.cell.clone())
+            .collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.shared.agents.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.shared.agents.is_empty()
+    }
+
+    /// Resolves once every agent's actor has started (`spawn` returns before its actor runs: the
+    /// actor starts on its arbiter). For measurements that must include the actors' own cost. Returns
+    /// at once after [`Supervisor::shutdown`].
+    pub async fn started(&self) {
+        let cells = self.cells();
+        // Actors start roughly in spawn order: walk forward, yielding only while the next one waits.
+        let mut next = 0;
+        while let Some(cell) = cells.get(next) {
+            if self.shared.shutting_down.load(Ordering::SeqCst) {
+                return; // a stopped arbiter would never start the rest
+            }
+            if cell.mailbox.has_reader() {
+                next += 1;
+            } else {
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+
+    /// Status of every agent, in spawn order.
+    pub fn statuses(&self) -> Vec<AgentStatus> {
+        self.agents().iter().map(AgentHandle::status).collect()
+    }
+
+    /// Halts `key` and every delegate it is running (transitively). Resolves when all of them have
+    /// acknowledged `STOPPED`; the first ack is `key`'s.
+    pub async fn halt(&self, key: &str, cause: HaltCause) -> Result<Vec<HaltAck>, UnknownAgent> {
+        let handle = self.get(key).ok_or_else(|| UnknownAgent(key.into()))?;
+        // Collect the subtree before halting: the halt ends the delegations that link it.
+        let mut subtree = Vec::new();
+        let mut stack = vec![handle.cell.clone()];
+        while let Some(cell) = stack.pop() {
+            if subtree
+                .iter()
+                .any(|c: &Arc<AgentCell>| Arc::ptr_eq(c, &cell))
+            {
+                continue;
+            }
+            stack.extend(cell.running_delegates());
+            subtree.push(cell);
+        }
+        let receivers: Vec<_> = subtree
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| {
+                let cause = if i == 0 {
+                    cause.clone()
+                } else {
+                    HaltCause::Parent {
+                        parent: handle.key().clone(),
+                    }
+                };
+                (cell.clone(), send_halt(cell, cause))
+            })
+            .collect();
+        Ok(collect_acks(receivers).await)
+    }
+
+    /// SystemHalt to every agent. Resolves once every agent has acknowledged `STOPPED`; one ack per
+    /// agent, in spawn order.
+    ///
+    /// Every agent's halt flag is raised (and its turn cancelled) synchronously, before the first
+    /// await. The acknowledgements are gathered on one channel rather than one oneshot and one
+    /// future per agent: that is the difference between O(agents) allocations and futures for the
+    /// caller to poll, and none.
+    pub async fn halt_all(&self) -> Vec<HaltAck> {
+        let cells = self.cells();
+        // Every flag first: each agent is halted with this cause, its delegates included (they are
+        // agents of the team), so nothing needs passing down a tree.
+        for cell in &cells {
+            let _ = cell.request_halt();
+        }
+        let (to, mut acks_rx) = tokio::sync::mpsc::unbounded_channel();
+        for (slot, cell) in cells.iter().enumerate() {
+            let reply = HaltReply::Gathered {
+                slot,
+                to: to.clone(),
+            };
+            queue_halt(cell, HaltCause::HaltAll, Some(reply));
+        }
+        drop(to);
+        let mut acks: Vec<Option<HaltAck>> = Vec::new();
+        acks.resize_with(cells.len(), || None);
+        // Ends when every request was answered or dropped (an actor that died with it queued).
+        while let Some((slot, ack)) = acks_rx.recv().await {
+            if let Some(place) = acks.get_mut(slot) {
+                *place = Some(ack);
+            }
+        }
+        acks.into_iter()
+            .zip(&cells)
+            .map(|(ack, cell)| ack.unwrap_or_else(|| cell.halt_ack_now()))
+            .collect()
+    }
+
+    /// Stops every actor deliberately (no restarts), then the arbiter threads the supervisor started.
+    /// Queued work stays in the records' mailboxes; queued user events also stay pending in the
+    /// journal, and come back when the team is restored from it.
+    pub async fn shutdown(&self) {
+        self.shared.shutting_down.store(true, Ordering::SeqCst);
+        // Whoever waits for a reply is told the agent is gone (the events stay pending).
+        for e in self.shared.agents.iter() {
+            e.cell.waiters.clear();
+        }
+        let addrs: Vec<_> = self
+            .shared
+            .agents
+            .iter()
+            .filter_map(|e| e.addr.lock().clone())
+            .collect();
+        join_all(addrs.iter().map(|a| a.send(Shutdown))).await;
+        for e in self.shared.agents.iter() {
+            e.cell.mailbox.close();
+        }
+        // The arbiter threads this supervisor started end with it (the actix System keeps a handle
+        // to every arbiter, so they would otherwise idle until the System stops).
+        for arbiter in &self.shared.arbiters {
+            arbiter.stop();
+        }
+    }
+}
+
+/// Waits for every ack; an agent whose actor is gone reports its record's state.
+async fn collect_acks(
+    receivers: Vec<(Arc<AgentCell>, oneshot::Receiver<HaltAck>)>,
+) -> Vec<HaltAck> {
+    join_all(
+        receivers
+            .into_iter()
+            .map(|(cell, rx)| async move { rx.await.unwrap_or_else(|_| cell.halt_ack_now()) }),
+    )
+    .await
+}
