@@ -1,0 +1,74 @@
+//! [`JournalReader`]: a read-only view of a journal file, beside a running server or without one.
+
+use super::*;
+
+/// A read-only view of a journal file, for inspection while warden may be running on it.
+pub struct JournalReader {
+    conn: Connection,
+    /// The file's schema version (a schema-1 file has no snapshots and no `agents` table).
+    version: u32,
+}
+
+impl JournalReader {
+    /// Opens an existing journal read-only (never creates one, never migrates).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
+        let path_ref = path.as_ref();
+        let shown = path_ref.display().to_string();
+        if !path_ref.exists() {
+            return Err(JournalError::Missing { path: shown });
+        }
+        let conn = Connection::open_with_flags(
+            path_ref,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        let version = schema_version(&conn)?;
+        if version > SCHEMA_VERSION {
+            return Err(JournalError::NewerSchema {
+                path: shown,
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        if version == 0 {
+            return Err(JournalError::Missing { path: shown });
+        }
+        Ok(JournalReader { conn, version })
+    }
+
+    pub fn events(&self) -> Result<Vec<Event>, JournalError> {
+        read_events(&self.conn, None)
+    }
+
+    pub fn events_of(&self, agent: &str) -> Result<Vec<Event>, JournalError> {
+        read_events(&self.conn, Some(agent))
+    }
+
+    /// The last `n` events, oldest first.
+    pub fn tail(&self, n: usize) -> Result<Vec<Event>, JournalError> {
+        read_tail(&self.conn, n)
+    }
+
+    pub fn agents(&self) -> Result<Vec<AgentKey>, JournalError> {
+        read_agents(&self.conn, self.version >= 2)
+    }
+
+    /// Every agent's record from its snapshot and the events after it, read in one transaction (a
+    /// consistent view while warden writes).
+    pub fn restore_records(&self) -> Result<Vec<AgentRecord>, JournalError> {
+        let tx = self.conn.unchecked_transaction()?;
+        let folded = fold_all(&tx, self.version)?;
+        Ok(folded.into_iter().map(|f| f.record).collect())
+    }
+
+    /// The agent's usable snapshot (see the module docs), if any: its seq, and the record rebuilt
+    /// from it and the events after it.
+    pub fn snapshot_of(&self, agent: &str) -> Result<Option<(u64, AgentRecord)>, JournalError> {
+        if self.version < 2 {
+            return Ok(None);
+        }
+        let tx = self.conn.unchecked_transaction()?;
+        let folded = fold_agent(&tx, &AgentKey::new(agent), true)?;
+        Ok(folded.snapshot_seq.map(|seq| (seq, folded.record)))
+    }
+}
