@@ -21,15 +21,10 @@
 //! # }
 //! ```
 
-pub mod api;
-pub mod client;
-pub mod demo;
-pub mod events;
+pub mod cli;
 pub mod journal;
 pub mod loadtest;
-pub mod metrics;
-pub mod run;
-pub mod sse;
+pub mod server;
 pub mod team;
 
 pub use journal::{JournalReader, SqliteJournal};

@@ -272,7 +272,7 @@ fn main() -> ExitCode {
             };
             let result = actix_rt::System::new().block_on(async {
                 let mut stdout = std::io::stdout();
-                warden::demo::run(&mut stdout, &mut asker).await
+                warden::cli::demo::run(&mut stdout, &mut asker).await
             });
             match result {
                 Ok(_) => ExitCode::SUCCESS,
@@ -305,10 +305,10 @@ fn main() -> ExitCode {
             // it is read only when it is a terminal or when no --event was given.
             let read_stdin = events.is_empty() || std::io::stdin().is_terminal();
             let input = read_stdin.then(stdin_lines);
-            let options = warden::run::RunOptions { agent, events };
+            let options = warden::cli::run::RunOptions { agent, events };
             let result = actix_rt::System::new().block_on(async move {
                 let mut stdout = std::io::stdout();
-                warden::run::run(file, options, input, &mut stdout).await
+                warden::cli::run::run(file, options, input, &mut stdout).await
             });
             match result {
                 Ok(()) => ExitCode::SUCCESS,
@@ -320,9 +320,9 @@ fn main() -> ExitCode {
         }
         Command::Loadtest(args) => loadtest(args),
         Command::Status { key, json, server } => {
-            client(server, warden::client::Call::Status { key, json })
+            client(server, warden::cli::client::Call::Status { key, json })
         }
-        Command::Halt { key, server } => client(server, warden::client::Call::Halt { key }),
+        Command::Halt { key, server } => client(server, warden::cli::client::Call::Halt { key }),
         Command::Send {
             key,
             text,
@@ -331,7 +331,7 @@ fn main() -> ExitCode {
             server,
         } => client(
             server,
-            warden::client::Call::Send {
+            warden::cli::client::Call::Send {
                 key,
                 content: text,
                 wait: Some(wait),
@@ -346,17 +346,21 @@ fn main() -> ExitCode {
             server,
         } => client(
             server,
-            warden::client::Call::Events {
+            warden::cli::client::Call::Events {
                 agent,
                 last: usize::from(last),
                 follow,
                 json,
             },
         ),
-        Command::Unlock { key, server } => client(server, warden::client::Call::Unlock { key }),
-        Command::Pause { key, server } => client(server, warden::client::Call::Pause { key }),
-        Command::Resume { key, server } => client(server, warden::client::Call::Resume { key }),
-        Command::Clear { key, server } => client(server, warden::client::Call::Clear { key }),
+        Command::Unlock { key, server } => {
+            client(server, warden::cli::client::Call::Unlock { key })
+        }
+        Command::Pause { key, server } => client(server, warden::cli::client::Call::Pause { key }),
+        Command::Resume { key, server } => {
+            client(server, warden::cli::client::Call::Resume { key })
+        }
+        Command::Clear { key, server } => client(server, warden::cli::client::Call::Clear { key }),
         Command::Ask {
             id,
             answer,
@@ -365,12 +369,12 @@ fn main() -> ExitCode {
             server,
         } => {
             let call = match (id, answer) {
-                (Some(id), Some(answer)) => warden::client::Call::Answer { id, answer, note },
+                (Some(id), Some(answer)) => warden::cli::client::Call::Answer { id, answer, note },
                 (Some(_), None) => {
                     eprintln!("error: warden ask ID needs an answer: yes or no");
                     return ExitCode::from(2);
                 }
-                (None, _) => warden::client::Call::Asks { json },
+                (None, _) => warden::cli::client::Call::Asks { json },
             };
             client(server, call)
         }
@@ -383,7 +387,7 @@ fn main() -> ExitCode {
                         return ExitCode::FAILURE;
                     }
                 },
-                None => warden::api::DEFAULT_TEAM.to_owned(),
+                None => warden::server::DEFAULT_TEAM.to_owned(),
             };
             let file = match warden::team::TeamFile::from_toml(&text) {
                 Ok(file) => file,
@@ -403,7 +407,7 @@ fn main() -> ExitCode {
                 .or(file.api.listen)
                 .unwrap_or(std::net::SocketAddr::from(([127, 0, 0, 1], 7878)));
             let result = actix_rt::System::new()
-                .block_on(async move { warden::api::serve_team(file, &db, listen, api).await });
+                .block_on(async move { warden::server::serve_team(file, &db, listen, api).await });
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {
@@ -460,22 +464,22 @@ fn main() -> ExitCode {
 }
 
 /// Runs one client command against a running server; prints one `error:` line on failure.
-fn client(server: ServerArgs, call: warden::client::Call) -> ExitCode {
+fn client(server: ServerArgs, call: warden::cli::client::Call) -> ExitCode {
     let env = |name: &str| std::env::var(name).ok();
     let url = server
         .url
         .or_else(|| env("WARDEN_URL").filter(|u| !u.is_empty()))
-        .unwrap_or_else(|| warden::client::DEFAULT_URL.to_owned());
-    let token = warden::client::token_for(server.token, call.read_only(), env);
+        .unwrap_or_else(|| warden::cli::client::DEFAULT_URL.to_owned());
+    let token = warden::cli::client::token_for(server.token, call.read_only(), env);
     let result = actix_rt::System::new().block_on(async move {
-        let client = warden::client::Client::new(&url, token)?;
+        let client = warden::cli::client::Client::new(&url, token)?;
         let mut stdout = std::io::stdout();
-        warden::client::run(&client, call, &mut stdout).await
+        warden::cli::client::run(&client, call, &mut stdout).await
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // The reader went away (`warden events -f | head`): not an error worth a word.
-        Err(warden::client::ClientError::Output(e))
+        Err(warden::cli::client::ClientError::Output(e))
             if e.kind() == std::io::ErrorKind::BrokenPipe =>
         {
             ExitCode::SUCCESS

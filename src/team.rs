@@ -28,7 +28,7 @@
 //! ```
 
 use crate::{
-    api::{ApiConfig, ApiSection, ApiSectionError},
+    server::api::{ApiConfig, ApiSection, ApiSectionError},
     AgentSpec, Provider, ScriptStep, ScriptedProvider, Supervisor, WardenConfig,
 };
 use serde::Deserialize;
@@ -661,7 +661,7 @@ replies = [
         assert_eq!(config.admin_token.as_deref(), Some("file-admin"));
         let config = ApiConfig::resolve(&ApiSection::default(), env(None));
         assert_eq!(config.admin_token, None);
-        assert_eq!(config.body_limit, crate::api::DEFAULT_BODY_LIMIT);
+        assert_eq!(config.body_limit, crate::server::api::DEFAULT_BODY_LIMIT);
     }
 
     #[test]

@@ -13,9 +13,9 @@ use common::*;
 use serde_json::{json, Value};
 use std::{collections::BTreeSet, pin::Pin, sync::Arc};
 use warden::{
-    api::{self, ApiConfig, ApiState},
-    events::EventHub,
     safety::ChannelInterventionBus,
+    server::api::{self, ApiConfig, ApiState},
+    server::events::EventHub,
     *,
 };
 
@@ -907,7 +907,7 @@ async fn serve_refuses_a_public_address_without_an_admin_token() {
 #[actix_rt::test]
 async fn the_default_team_delegates_to_both_sub_agents_and_answers() {
     tokio::time::pause();
-    let file = warden::team::TeamFile::from_toml(api::DEFAULT_TEAM).unwrap();
+    let file = warden::team::TeamFile::from_toml(warden::server::DEFAULT_TEAM).unwrap();
     let (team, journal) = common::team(file.config.clone());
     file.spawn_agents(&team).unwrap();
     let keys: Vec<String> = team.statuses().iter().map(|s| s.key.to_string()).collect();
@@ -1249,7 +1249,7 @@ async fn the_event_stream_needs_a_token_a_hub_and_a_good_resume_point() {
         .unwrap()
         .unwrap();
     assert_eq!(&chunk[..], b": keep-alive\n\n");
-    assert!(started.elapsed() >= warden::events::DEFAULT_KEEP_ALIVE);
+    assert!(started.elapsed() >= warden::server::events::DEFAULT_KEEP_ALIVE);
 
     // Without a hub: 503.
     let plain = service!(ApiState::new(s.team.clone(), config()));
@@ -1357,7 +1357,7 @@ async fn events_published_out_of_order_are_streamed_in_sequence() {
     let started = tokio::time::Instant::now();
     journal.append(&agent, EventKind::ErrorsReset);
     assert_eq!(sse.next().await.id, Some(9));
-    assert!(started.elapsed() >= warden::events::DEFAULT_REORDER_WAIT);
+    assert!(started.elapsed() >= warden::server::events::DEFAULT_REORDER_WAIT);
 }
 
 /// A journal in memory that calls its events durable only up to where the test says, and records
@@ -1492,7 +1492,7 @@ async fn an_event_is_acknowledged_only_once_durable_under_the_event_stream_tee()
     while let Ok(Ok(item)) =
         tokio::time::timeout(std::time::Duration::from_secs(1), feed.recv()).await
     {
-        if let warden::events::FeedItem::Journal(e) = &*item {
+        if let warden::server::events::FeedItem::Journal(e) = &*item {
             published.push((e.seq, e.kind.clone()));
         }
     }
@@ -1831,8 +1831,8 @@ async fn metrics_are_prometheus_text_that_matches_the_fleet() {
         value_of(&samples, "warden_agents_emergency_stopped", &[]),
         1.0
     );
-    for breaker in warden::metrics::BREAKERS {
-        let name = warden::metrics::breaker_name(breaker);
+    for breaker in warden::server::metrics::BREAKERS {
+        let name = warden::server::metrics::breaker_name(breaker);
         let expected = if name == "consecutive_errors" {
             1.0
         } else {
@@ -1901,7 +1901,10 @@ async fn metrics_are_prometheus_text_that_matches_the_fleet() {
         .filter(|(n, l, _)| n == &format!("{h}_bucket") && l[0].1 == "agent")
         .map(|s| s.2)
         .collect();
-    assert_eq!(buckets.len(), warden::metrics::HALT_BUCKETS.len() + 1);
+    assert_eq!(
+        buckets.len(),
+        warden::server::metrics::HALT_BUCKETS.len() + 1
+    );
     assert!(
         buckets.windows(2).all(|w| w[0] <= w[1]),
         "cumulative: {buckets:?}"

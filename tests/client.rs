@@ -13,11 +13,11 @@ use std::{
     time::Duration,
 };
 use warden::{
-    api::{self, ApiConfig, ApiState},
-    client::{self, Call, Client, ClientError},
-    events::EventHub,
+    cli::client::{self, Call, Client, ClientError},
     protocols::{Answer, OnLimitMode},
     safety::ChannelInterventionBus,
+    server::api::{self, ApiConfig, ApiState},
+    server::events::EventHub,
     *,
 };
 

@@ -3,7 +3,7 @@
 fn the_demo_trips_refuses_unlocks_and_halts_behind_a_backlog() {
     let mut out = Vec::new();
     let report = actix_rt::System::new()
-        .block_on(async { warden::demo::run(&mut out, &mut |_q: &str| None).await })
+        .block_on(async { warden::cli::demo::run(&mut out, &mut |_q: &str| None).await })
         .expect("demo runs");
     let text = String::from_utf8(out).expect("utf-8");
     assert_eq!(

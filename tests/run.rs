@@ -1,7 +1,7 @@
 //! `warden run`: each event's answer is the reply correlated to it, and with `--event` exactly those
 //! events run and it returns, even while the input (a terminal) stays open.
 use warden::{
-    run::{run, RunOptions},
+    cli::run::{run, RunOptions},
     team::TeamFile,
 };
 

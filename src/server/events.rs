@@ -68,7 +68,8 @@ impl Published {
 
     /// The SSE message (`id:`/`event:`/`data:`), rendered on first use.
     pub fn sse(&self) -> &actix_web::web::Bytes {
-        self.sse.get_or_init(|| crate::sse::render(&self.item))
+        self.sse
+            .get_or_init(|| crate::server::sse::render(&self.item))
     }
 }
 

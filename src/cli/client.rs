@@ -15,9 +15,9 @@ use serde_json::Value;
 use std::{io::Write, time::Duration};
 use warden_protocols::{AgentStatus, Event, Intervention};
 
-use crate::api::{AnswerBody, AnswerReply, HaltAckBody};
-use crate::events::RecentEvents;
 use crate::journal::EventLines;
+use crate::server::api::{AnswerBody, AnswerReply, HaltAckBody};
+use crate::server::events::RecentEvents;
 
 /// Where the client looks by default (`--url`, `WARDEN_URL`).
 pub const DEFAULT_URL: &str = "http://127.0.0.1:7878";

@@ -28,14 +28,16 @@
 //!   (except after a lag: see `lagged`). After a lag ids never go backwards.
 //! * A journal event's `data` is the same bytes live and replayed (the live copy carries the
 //!   journal's `at_ms`). Each live item is rendered once and shared by every stream
-//!   ([`crate::events::Published`]); what is ready is sent as one chunk.
+//!   ([`crate::server::events::Published`]); what is ready is sent as one chunk.
 //!   Events appended while the stream opens may likewise come late, or not at all when they were
 //!   appended before the subscription took effect.
 //! * Resuming with `Last-Event-ID: N` sends every event with `seq > N` from the hub's log, then the
 //!   live feed, with no event twice.
 //! * Asks already pending when the stream opens are sent first, as `intervention_asked`, once each.
 
-use crate::events::{EventHub, EventLog, FeedItem, Notice, NoticeKind, Published, Subscription};
+use crate::server::events::{
+    EventHub, EventLog, FeedItem, Notice, NoticeKind, Published, Subscription,
+};
 use actix_web::web::{self, Bytes};
 use std::{
     collections::{BTreeMap, BTreeSet, HashSet, VecDeque},
@@ -160,11 +162,6 @@ impl Reorder {
         self.next = Some(self.floor);
     }
 
-    /// After a lag: the next event received starts the order afresh.
-    pub fn resync(&mut self) {
-        self.next = None;
-    }
-
     /// The last sequence number sent in order, if any.
     pub fn last_sent(&self) -> Option<u64> {
         self.next.map(|next| next.saturating_sub(1))
@@ -188,6 +185,7 @@ impl Reorder {
     }
 
     /// Events held now.
+    #[cfg(test)]
     pub fn held(&self) -> usize {
         self.held.len()
     }
@@ -729,7 +727,7 @@ mod tests {
             &self,
             after: u64,
             limit: usize,
-        ) -> Result<Vec<Event>, crate::events::ReplayError> {
+        ) -> Result<Vec<Event>, crate::server::events::ReplayError> {
             let events = self.events.lock();
             Ok(events
                 .iter()
@@ -743,7 +741,8 @@ mod tests {
             &self,
             _agent: Option<&AgentKey>,
             _limit: usize,
-        ) -> Result<crate::events::RecentEvents, crate::events::ReplayError> {
+        ) -> Result<crate::server::events::RecentEvents, crate::server::events::ReplayError>
+        {
             unreachable!("streams never list recent events")
         }
     }

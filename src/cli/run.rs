@@ -6,7 +6,7 @@
 //! (`yes`/`no`). Without input (no terminal, no `--event` left) asks are refused (`no_bus`).
 
 use crate::{
-    demo::write_status_table, team::TeamFile, AgentRole, AskError, ChannelInterventionBus,
+    cli::demo::write_status_table, team::TeamFile, AgentRole, AskError, ChannelInterventionBus,
     MemoryJournal, Supervisor, UserEvent,
 };
 use std::{

@@ -1,0 +1,6 @@
+//! What the `warden` binary runs besides the server: the admin API client ([`client`]: `status`,
+//! `halt`, `send`, `events`, …), `warden run` ([`run`]) and `warden demo` ([`demo`]).
+
+pub mod client;
+pub mod demo;
+pub mod run;
