@@ -21,22 +21,30 @@
 //! # }
 //! ```
 
+#[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "sqlite")]
 pub mod journal;
+#[cfg(feature = "cli")]
 pub mod loadtest;
+#[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "server")]
 pub mod team;
 
+#[cfg(feature = "sqlite")]
 pub use journal::{JournalReader, SqliteJournal};
 pub use warden_actors::{
     already_durable, context, mailbox, now_ms, safety, tools, AgentHandle, AgentSpec, AskError,
     ChannelInterventionBus, ControlError, ControlOp, DelegationError, DurableSendError,
     EventSendError, FnTool, HaltAck, InterventionBus, Journal, LlmRequest, LlmResponse,
-    MemoryJournal, NotDurable, NullJournal, OpenAiCompatible, OpenAiConfig, PendingReply, Provider,
-    ProviderError, Reply, RetryPolicy, ScriptStats, ScriptStep, ScriptedProvider, Settled,
-    Settlement, SpawnError, Submit, SubmitError, Submitted, Supervisor, SupervisorBuilder,
-    TaskError, Tool, ToolContext, ToolError, ToolFormat, ToolRegistry, UnknownAgent,
+    MemoryJournal, NotDurable, NullJournal, PendingReply, Provider, ProviderError, Reply,
+    ScriptStats, ScriptStep, ScriptedProvider, Settled, Settlement, SpawnError, Submit,
+    SubmitError, Submitted, Supervisor, SupervisorBuilder, TaskError, Tool, ToolContext, ToolError,
+    ToolRegistry, UnknownAgent,
 };
+#[cfg(feature = "openai")]
+pub use warden_actors::{OpenAiCompatible, OpenAiConfig, RetryPolicy, ToolFormat};
 pub use warden_protocols as protocols;
 pub use warden_protocols::{
     AgentKey, AgentRecord, AgentRole, AgentState, AgentStatus, ChatMessage, ConfigError, Event,

@@ -27,10 +27,13 @@ pub use agent::{
 };
 pub use context::{Advisory, ContextStrategy, Trimmed};
 pub use journal::{already_durable, now_ms, Journal, MemoryJournal, NotDurable, NullJournal};
+#[cfg(feature = "openai")]
 pub use provider::{
-    AttemptObserver, FailedAttempt, LlmRequest, LlmResponse, OpenAiCompatible, OpenAiConfig,
-    OpenAiSetupError, Provider, ProviderError, RetryPolicy, ScriptStats, ScriptStep,
-    ScriptedProvider, StreamEvent, ToolFormat,
+    AttemptObserver, FailedAttempt, OpenAiCompatible, OpenAiConfig, OpenAiSetupError, RetryPolicy,
+    StreamEvent, ToolFormat,
+};
+pub use provider::{
+    LlmRequest, LlmResponse, Provider, ProviderError, ScriptStats, ScriptStep, ScriptedProvider,
 };
 pub use safety::{
     AgentBreakers, ChannelInterventionBus, Fingerprint, InterventionBus, LimitCheckpoint,

@@ -261,15 +261,21 @@ impl ApiState {
     }
 }
 
-/// `a == b` without an early exit on the first differing byte.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = a.len() ^ b.len();
-    for i in 0..a.len().max(b.len()) {
-        let x = a.get(i).copied().map_or(0x100, usize::from);
-        let y = b.get(i).copied().map_or(0x200, usize::from);
-        diff |= x ^ y;
-    }
-    std::hint::black_box(diff) == 0
+/// Whether `given` is the `configured` token, compared in constant time (`subtle`: no early exit on
+/// the first differing byte; only the length can show).
+fn token_matches(configured: &str, given: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    bool::from(configured.as_bytes().ct_eq(given.as_bytes()))
+}
+
+/// The credentials of an `Authorization: Bearer <token>` header; the scheme is case-insensitive
+/// (RFC 7235 §2.1), surrounding whitespace is ignored.
+fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim_start().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
 }
 
 /// An API error: a status and a message, sent as `{"error": message}`.
@@ -339,13 +345,12 @@ fn access_of(req: &HttpRequest) -> Result<Access, ApiError> {
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
+        .and_then(bearer_token)
         .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "missing bearer token"))?;
     let matches = |configured: &Option<String>| {
         configured
             .as_deref()
-            .is_some_and(|c| constant_time_eq(c.as_bytes(), token.as_bytes()))
+            .is_some_and(|c| token_matches(c, token))
     };
     // Both are compared, so the time taken does not tell which one matched.
     let admin = matches(&state.config.admin_token);
@@ -1070,4 +1075,28 @@ pub async fn serve(state: ApiState, addr: SocketAddr) -> Result<(), ServeError> 
     let (server, _) = bind(state, addr)?;
     server.await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{bearer_token, token_matches};
+
+    #[test]
+    fn tokens_match_whole_values_only() {
+        assert!(token_matches("abc", "abc"));
+        assert!(!token_matches("abc", "abd"));
+        assert!(!token_matches("abc", "ab"));
+        assert!(!token_matches("abc", "abc\0"));
+        assert!(!token_matches("", "a"));
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for header in ["Bearer t0k", "bearer t0k", "BEARER  t0k ", " BeArEr t0k"] {
+            assert_eq!(bearer_token(header), Some("t0k"), "{header:?}");
+        }
+        for header in ["Basic t0k", "Bearer", "Bearer   ", "Bearert0k", "t0k"] {
+            assert_eq!(bearer_token(header), None, "{header:?}");
+        }
+    }
 }

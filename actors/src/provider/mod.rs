@@ -4,9 +4,11 @@
 //! the HTTP request and closes its connection. Retries live inside the future, so a dropped future
 //! also stops retrying — a halted agent is never retried.
 
+#[cfg(feature = "openai")]
 mod openai;
 mod scripted;
 
+#[cfg(feature = "openai")]
 pub use openai::{
     AttemptObserver, FailedAttempt, OpenAiCompatible, OpenAiConfig, OpenAiSetupError, RetryPolicy,
     StreamEvent, ToolFormat,
