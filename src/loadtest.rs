@@ -341,6 +341,7 @@ impl Tally {
                         }
                         DelegationRefusal::HopLimit { .. } => t.delegations.refused_hops += 1,
                         DelegationRefusal::EmergencyStop { .. }
+                        | DelegationRefusal::Stopped { .. }
                         | DelegationRefusal::DelegatorNotRunning { .. } => {
                             t.delegations.refused_locked += 1
                         }

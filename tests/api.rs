@@ -505,7 +505,7 @@ async fn post_with_wait_answers_200_with_the_answer_and_get_reads_it_back_from_t
     );
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["status"], "answered", "{body}");
-    assert_eq!(body["reason"], "noop", "{body}");
+    assert_eq!(body["reason"], "answered", "{body}");
     assert!(body["answer"].as_str().unwrap().ends_with("hi"), "{body}");
     assert!(
         body["usage"]["prompt_tokens"].as_u64().unwrap() > 0,

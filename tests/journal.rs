@@ -652,7 +652,7 @@ fn random_kind(rng: &mut SmallRng, i: usize) -> EventKind {
         },
         13 => EventKind::TurnFinished {
             outcome: TurnOutcome::new(
-                TerminationReason::Noop,
+                TerminationReason::Answered,
                 rng.gen_range(1..5),
                 Some(format!("answer {i}")),
             ),

@@ -172,7 +172,7 @@ fn data_tool(name: &str, n: usize) -> Arc<dyn Tool> {
 // ---- 1. termination reasons --------------------------------------------------------------------------
 
 #[actix_rt::test]
-async fn noop_is_a_plain_answer_in_one_iteration() {
+async fn an_answer_is_a_plain_reply_in_one_iteration() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
     let model = Arc::new(ScriptedProvider::new([ScriptStep::reply("hello there")]));
@@ -180,8 +180,8 @@ async fn noop_is_a_plain_answer_in_one_iteration() {
     let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
     one_turn(&a, "hi").await;
     let out = only_outcome(&journal, "a");
-    assert_eq!(out.reason, TerminationReason::Noop);
-    assert_eq!(serde_json::to_value(out.reason).unwrap(), json!("noop"));
+    assert_eq!(out.reason, TerminationReason::Answered);
+    assert_eq!(serde_json::to_value(out.reason).unwrap(), json!("answered"));
     assert_eq!(
         (out.iterations, out.answer.as_deref(), out.limit_stopped),
         (1, Some("hello there"), false)
@@ -335,7 +335,7 @@ async fn warning_advisory_at_60_percent_lets_the_loop_continue() {
         .unwrap();
     one_turn(&a, "go").await;
     let out = only_outcome(&journal, "a");
-    assert_eq!(out.reason, TerminationReason::Noop);
+    assert_eq!(out.reason, TerminationReason::Answered);
     assert_eq!(
         (out.iterations, out.answer.as_deref()),
         (2, Some("wrapping up"))
@@ -489,7 +489,7 @@ async fn a_malformed_reply_followed_by_a_good_one_recovers_in_the_same_tick() {
     let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
     one_turn(&a, "hi").await;
     let out = only_outcome(&journal, "a");
-    assert_eq!(out.reason, TerminationReason::Noop);
+    assert_eq!(out.reason, TerminationReason::Answered);
     assert_eq!(
         (out.iterations, out.answer.as_deref()),
         (2, Some("all good"))
@@ -529,7 +529,7 @@ async fn a_cut_answer_is_continued_and_concatenated() {
     let a = team.spawn(AgentSpec::assistant("a", capture)).unwrap();
     one_turn(&a, "tell me").await;
     let out = only_outcome(&journal, "a");
-    assert_eq!(out.reason, TerminationReason::Noop);
+    assert_eq!(out.reason, TerminationReason::Answered);
     assert_eq!(out.iterations, 3);
     assert_eq!(
         out.answer.as_deref(),
@@ -575,7 +575,7 @@ async fn with_recoveries_exhausted_the_partial_answer_is_returned() {
     let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
     one_turn(&a, "count").await;
     let out = only_outcome(&journal, "a");
-    assert_eq!(out.reason, TerminationReason::Noop);
+    assert_eq!(out.reason, TerminationReason::Answered);
     assert_eq!(out.iterations, 3);
     assert_eq!(out.answer.as_deref(), Some("one two three "));
     assert_eq!(
@@ -606,7 +606,7 @@ async fn zero_max_tokens_recoveries_disables_the_continuation() {
     let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
     one_turn(&a, "go").await;
     let out = only_outcome(&journal, "a");
-    assert_eq!(out.reason, TerminationReason::Noop);
+    assert_eq!(out.reason, TerminationReason::Answered);
     assert_eq!(
         (out.iterations, out.answer.as_deref()),
         (1, Some("only half of it"))
@@ -871,7 +871,10 @@ async fn a_session_cached_tool_runs_once_for_two_identical_calls() {
         .collect();
     assert_eq!(finished, [("call_1", true, None), ("call_2", true, None)]);
     let out = only_outcome(&journal, "a");
-    assert_eq!((out.reason, out.iterations), (TerminationReason::Noop, 3));
+    assert_eq!(
+        (out.reason, out.iterations),
+        (TerminationReason::Answered, 3)
+    );
 }
 
 #[actix_rt::test]
@@ -1021,7 +1024,7 @@ async fn parallel_safe_chain_calls_overlap() {
     let out = only_outcome(&journal, "a");
     assert_eq!(
         (out.reason, out.answer.as_deref()),
-        (TerminationReason::Noop, Some("met"))
+        (TerminationReason::Answered, Some("met"))
     );
     assert_eq!(a.status().consecutive_errors, 0);
 }
@@ -1325,7 +1328,7 @@ async fn openai_native_tool_calling_round_trip_through_an_agent() {
     );
 
     let out = only_outcome(&journal, "a");
-    assert_eq!(out.reason, TerminationReason::Noop);
+    assert_eq!(out.reason, TerminationReason::Answered);
     assert_eq!(
         (out.iterations, out.answer.as_deref()),
         (2, Some("The door is open."))
@@ -1414,7 +1417,7 @@ async fn openai_json_fallback_tool_calling_round_trip_through_an_agent() {
     let out = only_outcome(&journal, "a");
     assert_eq!(
         (out.reason, out.answer.as_deref()),
-        (TerminationReason::Noop, Some("It is open."))
+        (TerminationReason::Answered, Some("It is open."))
     );
     assert_eq!(a.status().tokens_used, 30 + 12 + 50 + 4);
 }

@@ -29,7 +29,7 @@ async fn ask_resolves_with_the_answer_its_id_usage_and_latency_and_the_journal_c
     let reply = smith.ask(UserEvent::new("A sword?")).await.unwrap();
     assert_eq!(reply.answer, "Thirty gold.");
     assert_eq!(reply.agent.as_str(), "smith");
-    assert_eq!(reply.reason, TerminationReason::Noop);
+    assert_eq!(reply.reason, TerminationReason::Answered);
     assert!(reply.usage.total() > 0, "{:?}", reply.usage);
     assert!(
         reply.latency >= Duration::from_millis(800),

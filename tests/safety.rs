@@ -395,7 +395,10 @@ async fn three_identical_failures_alert_but_do_not_lock_out() {
         (s.state, s.emergency_stop, s.consecutive_errors),
         (AgentState::WaitingForEvent, false, 0)
     );
-    assert_eq!(last_outcome(&journal, "a").reason, TerminationReason::Noop);
+    assert_eq!(
+        last_outcome(&journal, "a").reason,
+        TerminationReason::Answered
+    );
     replay_matches(&journal, &a);
 }
 
@@ -490,8 +493,8 @@ async fn identical_successful_steps_lock_out_as_stuck_only_within_one_task() {
     assert_eq!(
         reasons,
         [
-            TerminationReason::Noop,
-            TerminationReason::Noop,
+            TerminationReason::Answered,
+            TerminationReason::Answered,
             TerminationReason::SafetyLockout
         ]
     );
@@ -2069,7 +2072,7 @@ async fn with_safety_checks_off_only_the_consecutive_error_stop_remains() {
     assert_eq!(stuck.state(), AgentState::WaitingForEvent);
     assert_eq!(
         last_outcome(&journal, "stuck").reason,
-        TerminationReason::Noop
+        TerminationReason::Answered
     );
 
     // Budget: 50 tokens per agent, 1000 spent, and the next call is still made.

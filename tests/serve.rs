@@ -172,6 +172,15 @@ fn a_second_server_on_the_same_journal_is_refused_and_the_journal_stays_readable
     let dir = temp_dir("two");
     let db = dir.join("warden.db");
     let first = Server::start(&dir, &db);
+    // The first server's `spawned` event reaches the file within the writer's linger (2 ms).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while event_count(&db) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the first server journaled nothing"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let before = event_count(&db);
     let pid = first.child.id();
 

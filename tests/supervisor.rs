@@ -217,7 +217,8 @@ async fn delegating_to_a_halted_agent_is_refused_with_state_stopped() {
 
     turn(&a, "ask b").await;
 
-    let refusal = DelegationRefusal::EmergencyStop {
+    // Halted, not locked out: stopped, not emergency-stopped (a resume brings it back).
+    let refusal = DelegationRefusal::Stopped {
         delegate: key("b"),
         state: AgentState::Stopped,
     };

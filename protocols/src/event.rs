@@ -504,16 +504,24 @@ mod tests {
         assert_eq!(fate(vec![queued(7)]), Some(EventFate::Pending));
         assert_eq!(fate(vec![queued(7), taken()]), Some(EventFate::Running));
         assert_eq!(
-            fate(vec![queued(7), taken(), finished(&[7], Some("yes"), Noop)]),
+            fate(vec![
+                queued(7),
+                taken(),
+                finished(&[7], Some("yes"), Answered)
+            ]),
             Some(EventFate::Answered {
                 answer: "yes".into(),
-                reason: Noop,
+                reason: Answered,
                 usage: Usage::default()
             })
         );
         // Another turn's end does not settle it.
         assert_eq!(
-            fate(vec![queued(7), taken(), finished(&[6], Some("no"), Noop)]),
+            fate(vec![
+                queued(7),
+                taken(),
+                finished(&[6], Some("no"), Answered)
+            ]),
             Some(EventFate::Running)
         );
         assert_eq!(

@@ -29,9 +29,17 @@ pub enum WorkRefusal {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "reason", rename_all = "snake_case")]
 pub enum DelegationRefusal {
-    /// The delegate is emergency-stopped, locked out or stopped.
+    /// The delegate is emergency-stopped: a breaker locked it out (`SAFETY_LOCKOUT`, or halted
+    /// while locked out); only an authenticated unlock ends it.
     #[error("delegate {delegate} is emergency-stopped (state {state})")]
     EmergencyStop {
+        delegate: AgentKey,
+        state: AgentState,
+    },
+    /// The delegate is `STOPPED` (halted, or stopped by its budget) without being locked out; a
+    /// resume brings it back.
+    #[error("delegate {delegate} is stopped (state {state})")]
+    Stopped {
         delegate: AgentKey,
         state: AgentState,
     },

@@ -229,8 +229,10 @@ pub struct ToolSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TerminationReason {
-    /// The model answered without calling a tool.
-    Noop,
+    /// The model answered without calling a tool. (`noop` in journals written before 0.1: still
+    /// read.)
+    #[serde(alias = "noop")]
+    Answered,
     /// A TERMINAL tool ran.
     TerminalTool,
     /// A DANGEROUS tool ran (one per tick).
@@ -256,6 +258,32 @@ pub enum TerminationReason {
     Crashed,
 }
 
+impl TerminationReason {
+    /// The name used on the wire and in messages (`answered`, `terminal_tool`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TerminationReason::Answered => "answered",
+            TerminationReason::TerminalTool => "terminal_tool",
+            TerminationReason::DangerousTool => "dangerous_tool",
+            TerminationReason::CriticalTokens => "critical_tokens",
+            TerminationReason::MaxIterations => "max_iterations",
+            TerminationReason::LlmError => "llm_error",
+            TerminationReason::ParseError => "parse_error",
+            TerminationReason::SafetyLockout => "safety_lockout",
+            TerminationReason::Halted => "halted",
+            TerminationReason::BudgetExceeded => "budget_exceeded",
+            TerminationReason::LimitStopped => "limit_stopped",
+            TerminationReason::Crashed => "crashed",
+        }
+    }
+}
+
+impl fmt::Display for TerminationReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// Something that happened that an agent should react to: a chat line, a game event, a user request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserEvent {
@@ -278,5 +306,33 @@ impl UserEvent {
             sender: None,
             content: content.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod termination_tests {
+    use super::TerminationReason;
+
+    #[test]
+    fn the_wire_name_is_the_serde_name_and_old_noop_still_reads() {
+        for reason in [
+            TerminationReason::Answered,
+            TerminationReason::TerminalTool,
+            TerminationReason::DangerousTool,
+            TerminationReason::CriticalTokens,
+            TerminationReason::MaxIterations,
+            TerminationReason::LlmError,
+            TerminationReason::ParseError,
+            TerminationReason::SafetyLockout,
+            TerminationReason::Halted,
+            TerminationReason::BudgetExceeded,
+            TerminationReason::LimitStopped,
+            TerminationReason::Crashed,
+        ] {
+            let json = serde_json::to_string(&reason).unwrap();
+            assert_eq!(json, format!("\"{reason}\""));
+        }
+        let old: TerminationReason = serde_json::from_str("\"noop\"").unwrap();
+        assert_eq!(old, TerminationReason::Answered);
     }
 }

@@ -149,7 +149,7 @@ impl AgentActor {
             return;
         }
         if rec.state == AgentState::Executing {
-            let cause = format!("turn finished: {:?}", outcome.reason);
+            let cause = format!("turn finished: {}", outcome.reason);
             let _ = self
                 .cell
                 .transition(&mut rec, AgentState::WaitingForEvent, &cause);

@@ -334,7 +334,7 @@ async fn react(
                 return done;
             }
             partial.push_str(&text);
-            return outcome(TerminationReason::Noop, iteration, Some(partial));
+            return outcome(TerminationReason::Answered, iteration, Some(partial));
         }
         if let Some(done) = stopped(cell.obey(verdict), iteration) {
             return done;

@@ -52,7 +52,9 @@ pub enum Verdict {
         current: f64,
         configured: f64,
     },
-    /// Hard stop: make no call, end the turn, `EXECUTING → STOPPED`.
+    /// Hard stop: make no call, end the turn. A budget stop ([`Breaker::BudgetExceeded`]) moves
+    /// `EXECUTING → STOPPED` (a resume or a raised budget lets it go on); any other breaker's stop
+    /// (the stuck detector) trips into `SAFETY_LOCKOUT`, as [`Verdict::Lockout`] does.
     Stop { breaker: Breaker, reason: String },
     /// Trip: end the turn, journal `LockedOut`, `EXECUTING → SAFETY_LOCKOUT`.
     Lockout { breaker: Breaker, reason: String },

@@ -46,10 +46,16 @@ impl Supervisor {
         }
         {
             let rec = delegate.lock();
-            if rec.emergency_stop() || rec.state.refuses_work() {
-                let state = rec.state;
-                drop(rec);
+            let (locked, state) = (rec.emergency_stop(), rec.state);
+            drop(rec);
+            if locked {
                 return Err(refuse(DelegationRefusal::EmergencyStop {
+                    delegate: to.clone(),
+                    state,
+                }));
+            }
+            if state.refuses_work() {
+                return Err(refuse(DelegationRefusal::Stopped {
                     delegate: to.clone(),
                     state,
                 }));
