@@ -8,11 +8,14 @@ use serde::{Deserialize, Serialize};
 pub enum Priority {
     /// 0 — the kill switch. Acted on before anything queued; aborts the in-flight LLM call.
     SystemHalt = 0,
-    /// 1 — operator control: unlock, emergency clear, history reset, pause, resume.
+    /// 1 — operator controls: unlock, emergency clear, history reset, pause, resume.
     Control = 1,
-    /// 2 — supervision and safety signals (breaker notifications, sub-agent endings).
+    /// 2 — supervision: a delegate this agent waits on was locked out (the signal that ends the
+    /// wait at once).
     Supervision = 2,
-    /// 3 — ordinary work: user events, ticks, tool results, delegation requests and results.
+    /// 3 — ordinary work, each message one turn: user events, ticks, tasks delegated to this agent.
+    /// (Tool results and delegation results never use the mailbox: they resolve inside the turn
+    /// that waits for them.)
     Ordinary = 3,
 }
 

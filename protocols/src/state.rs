@@ -1,8 +1,10 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// An agent's lifecycle state. Changed only by the agent's own runtime loop, and only along
-/// [`TRANSITIONS`]; anything else is an [`IllegalTransition`], refused and journaled.
+/// An agent's lifecycle state. Changed only through the agent cell's `transition` (under the
+/// agent's record lock, journaled with the change): by the agent's actor as it runs turns, halts
+/// and controls, and by the supervisor when it recovers or gives up on a crashed actor — and only
+/// along [`TRANSITIONS`]; anything else is an [`IllegalTransition`], refused and journaled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum AgentState {
