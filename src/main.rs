@@ -24,6 +24,7 @@ enum Command {
     /// unlock and a SystemHalt behind a backlog. No API key, no network.
     Demo,
     /// Start a team from a team file and talk to it: events from --event, or one per input line.
+    /// Exits 9 when the agent ends locked out, 10 when events were sent and none was answered.
     Run {
         /// Team file: config sections plus [providers.NAME] and [[agents]].
         #[arg(long)]
@@ -36,6 +37,7 @@ enum Command {
         events: Vec<String>,
     },
     /// Load-test a fleet of agents (delegation trees on the scripted model) and print a report.
+    /// Exits 11 when an invariant is violated, 12 when --timeout-s cut the run short.
     Loadtest(LoadtestArgs),
     /// Run a team and the HTTP admin API on a durable journal (agents are restored from it).
     Serve {

@@ -4,6 +4,9 @@
 //! input; each answer is the reply correlated to its event (`AgentHandle::try_ask`). While an agent waits on
 //! an interactive limit ask (`safety.on_limit.mode = "interactive"`), the next input line answers it
 //! (`yes`/`no`). Without input (no terminal, no `--event` left) asks are refused (`no_bus`).
+//!
+//! The returned [`RunSummary`] gives the exit code: [`EXIT_LOCKED_OUT`] when the agent ended locked
+//! out, [`EXIT_NO_ANSWER`] when events were sent and none was answered.
 
 use crate::{
     demo::write_status_table, team::TeamFile, AgentRole, AskError, ChannelInterventionBus,
