@@ -803,10 +803,9 @@ delegate = false
                  chain of parents ends at an assistant; this one loops: x -> y -> z -> x)",
             ),
             (
-                format!(
-                    "[providers.local]\nkind = \"openai_compatible\"\nbase_url = \"not a url\"\n\
-                     model = \"q\"\n\n[[agents]]\nkey = \"a\"\nprovider = \"local\"\n"
-                ),
+                "[providers.local]\nkind = \"openai_compatible\"\nbase_url = \"not a url\"\n\
+                 model = \"q\"\n\n[[agents]]\nkey = \"a\"\nprovider = \"local\"\n"
+                    .to_owned(),
                 "invalid value for `providers.local.base_url`: \"not a url\" (allowed: an \
                  http:// or https:// URL with a host, such as \"http://127.0.0.1:8080/v1\")",
             ),
