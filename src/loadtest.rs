@@ -48,6 +48,13 @@ use warden_protocols::{
     WorkRefusal,
 };
 
+/// `warden loadtest`'s exit code when an invariant is violated (`lost_events`, `leaked_slots` or
+/// `halt.processed_after_halt` not 0). Not 2: that is a usage error, as for every command.
+pub const EXIT_INVARIANT_VIOLATED: u8 = 11;
+/// `warden loadtest`'s exit code when `--timeout-s` cut the drive phase short (and no invariant was
+/// violated).
+pub const EXIT_TIMED_OUT: u8 = 12;
+
 /// Marker in the message of every injected panic (the CLI's panic hook keeps them quiet).
 pub const INJECTED_PANIC: &str = "loadtest: injected panic";
 
@@ -217,6 +224,12 @@ pub struct LoadReport {
     pub memory: Memory,
     pub lost_events: u64,
     pub leaked_slots: u64,
+    /// The drive phase was cut by the timeout (`--timeout-s`) before every task ended (for
+    /// `halt-storm`: before the storm's halt was due). The run's figures cover only what was done.
+    pub timed_out: bool,
+    /// Work items (tasks sent to roots and delegated tasks) still open when the timeout cut the drive
+    /// phase; 0 unless `timed_out`.
+    pub unfinished_tasks: u64,
     /// Not in the JSON contract: lockouts by depth (index = depth).
     #[serde(skip)]
     pub lockouts_by_depth: Vec<u64>,
@@ -767,13 +780,19 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
     }
     let deadline = Instant::now() + options.timeout;
     let settled = |t: &Tally| t.outstanding == 0 && t.open.values().all(|v| *v == 0);
+    // Work items still open when the deadline cut the drive phase.
+    let mut unfinished: Option<u64> = None;
     if scenario == Scenario::HaltStorm {
         // Halt while the fleet is at work: once the roots' first tasks are through.
         let target = roots.len() as u64;
-        while Instant::now() < deadline {
+        loop {
             {
                 let t = journal.tally.lock();
                 if t.turns >= target || settled(&t) {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    unfinished = Some(t.outstanding.max(0) as u64);
                     break;
                 }
             }
@@ -783,7 +802,11 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
         loop {
             {
                 let t = journal.tally.lock();
-                if Instant::now() >= deadline || settled(&t) {
+                if settled(&t) {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    unfinished = Some(t.outstanding.max(0) as u64);
                     break;
                 }
                 progress.at(t.turns);
@@ -823,7 +846,9 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
     };
     drop(acks);
     // The halts' deferred clean-ups list what they cleared; wait for the accounting to settle.
-    let settle_deadline = Instant::now() + Duration::from_secs(10).min(options.timeout);
+    // (At least a second, even after a short `--timeout-s`: a cut run has the most to clean up.)
+    let settle_deadline =
+        Instant::now() + Duration::from_secs(10).min(options.timeout.max(Duration::from_secs(1)));
     actix_rt::time::sleep(Duration::from_millis(5)).await;
     while Instant::now() < settle_deadline && !settled(&journal.tally.lock()) {
         actix_rt::time::sleep(Duration::from_millis(1)).await;
@@ -889,6 +914,8 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
         },
         lost_events,
         leaked_slots: active_slots + open_ids,
+        timed_out: unfinished.is_some(),
+        unfinished_tasks: unfinished.unwrap_or(0),
         lockouts_by_depth: t.lockouts_by_depth.clone(),
         refused_other: t.refused_other,
         tasks_sent,
@@ -984,6 +1011,14 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
         ),
         ("lost events", r.lost_events.to_string()),
         ("leaked slots", r.leaked_slots.to_string()),
+        (
+            "timed out",
+            if r.timed_out {
+                format!("yes: {} tasks unfinished (--timeout-s)", r.unfinished_tasks)
+            } else {
+                "no".to_owned()
+            },
+        ),
     ];
     for (name, value) in rows {
         writeln!(out, "  {name:<13} {value}")?;

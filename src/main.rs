@@ -1,7 +1,6 @@
 //! The `warden` command: a thin clap layer over the library.
 use clap::{Parser, Subcommand};
 use std::{io::IsTerminal, path::PathBuf, process::ExitCode};
-use warden::WardenConfig;
 
 /// mimalloc: a fleet of small actors allocates and frees many small blocks; glibc's malloc spent a
 /// fifth of `warden loadtest --scenario idle` in chunk consolidation (measured with `perf`).
@@ -25,6 +24,7 @@ enum Command {
     /// unlock and a SystemHalt behind a backlog. No API key, no network.
     Demo,
     /// Start a team from a team file and talk to it: events from --event, or one per input line.
+    /// Exits 9 when the agent ends locked out, 10 when events were sent and none was answered.
     Run {
         /// Team file: config sections plus [providers.NAME] and [[agents]].
         #[arg(long)]
@@ -37,6 +37,7 @@ enum Command {
         events: Vec<String>,
     },
     /// Load-test a fleet of agents (delegation trees on the scripted model) and print a report.
+    /// Exits 11 when an invariant is violated, 12 when --timeout-s cut the run short.
     Loadtest(LoadtestArgs),
     /// Run a team and the HTTP admin API on a durable journal (agents are restored from it).
     Serve {
@@ -173,45 +174,82 @@ struct LoadtestArgs {
     /// Preset: idle | steady | cascade (failures at the leaves) | halt-storm.
     #[arg(long, value_enum, default_value_t = warden::loadtest::Scenario::Steady)]
     scenario: warden::loadtest::Scenario,
-    /// Agents in the fleet (roots × tree; the last tree is cut short).
-    #[arg(long, default_value_t = 100)]
+    /// Agents in the fleet, 1 or more (roots × tree; the last tree is cut short).
+    #[arg(long, default_value_t = 100, allow_negative_numbers = true, value_parser = at_least_one)]
     agents: usize,
     /// Children per inner agent.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true)]
     fanout: usize,
     /// Levels below each root.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true)]
     depth: usize,
     /// Tasks sent to every root (each cascades down its tree).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, allow_negative_numbers = true)]
     tasks_per_agent: usize,
-    /// Probability that a model or tool call fails.
-    #[arg(long, default_value_t = 0.0)]
+    /// Probability (0 to 1) that a model or tool call fails.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = probability)]
     fail_rate: f64,
-    /// Probability that a tool call panics.
-    #[arg(long, default_value_t = 0.0)]
+    /// Probability (0 to 1) that a tool call panics.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = probability)]
     panic_rate: f64,
-    /// Mean simulated model latency in ms (jittered ×0.5–1.5).
-    #[arg(long, default_value_t = 0.0)]
+    /// Mean simulated model latency in ms, 0 or more (jittered ×0.5–1.5).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = non_negative)]
     llm_latency_ms: f64,
     /// RNG seed (same seed, same counts when the latency is 0).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     seed: u64,
     /// Halt probe: ordinary messages queued on a paused agent before it is halted.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, allow_negative_numbers = true)]
     backlog: usize,
     /// Halt probes to run (0 = none).
-    #[arg(long, default_value_t = 11)]
+    #[arg(long, default_value_t = 11, allow_negative_numbers = true)]
     halt_probes: usize,
     /// Turn the SafetyMonitor's checks off (overhead comparison).
     #[arg(long)]
     no_safety: bool,
-    /// Stop waiting for the fleet after this many seconds.
-    #[arg(long, default_value_t = 300.0)]
+    /// Stop waiting for the fleet after this many seconds (> 0); a run cut short is reported as
+    /// timed out (exit 12).
+    #[arg(long, default_value_t = 300.0, allow_negative_numbers = true, value_parser = positive_seconds)]
     timeout_s: f64,
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
+}
+
+/// `--agents`: a whole number of 1 or more.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err("must be a whole number of 1 or more".into()),
+    }
+}
+
+/// A finite number; `what` says what is allowed.
+fn number(text: &str, what: &str, ok: impl Fn(f64) -> bool) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && ok(x) => Ok(x),
+        _ => Err(format!("must be {what}")),
+    }
+}
+
+fn probability(text: &str) -> Result<f64, String> {
+    number(text, "a probability from 0 to 1", |p| {
+        (0.0..=1.0).contains(&p)
+    })
+}
+
+fn non_negative(text: &str) -> Result<f64, String> {
+    number(text, "a number of 0 or more", |x| x >= 0.0)
+}
+
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    // Bounded so that it is a valid `Duration` (a year is plenty).
+    number(
+        text,
+        "a number of seconds greater than 0 (at most 31536000)",
+        |x| x > 0.0 && x <= 31_536_000.0,
+    )
 }
 
 #[derive(Subcommand)]
@@ -242,9 +280,14 @@ enum JournalAction {
 
 #[derive(Subcommand)]
 enum ConfigAction {
-    /// Check a config or team file; prints the first error (key, value, what is allowed).
-    Check { file: PathBuf },
-    /// Print the full default configuration.
+    /// Check a config or team file as `run` and `serve` would; prints the first error (where it
+    /// is, the key, the value, what is allowed).
+    Check {
+        /// The file (TOML): configuration sections, and for a team file [providers.NAME] and
+        /// [[agents]].
+        file: PathBuf,
+    },
+    /// Print the full default configuration, [api] included.
     Defaults,
 }
 
@@ -297,7 +340,7 @@ fn main() -> ExitCode {
             let file = match warden::team::TeamFile::from_toml(&text) {
                 Ok(file) => file,
                 Err(err) => {
-                    eprintln!("{}: {err}", config.display());
+                    eprintln!("error: {}: {err}", config.display());
                     return ExitCode::FAILURE;
                 }
             };
@@ -311,7 +354,13 @@ fn main() -> ExitCode {
                 warden::cli::run::run(file, options, input, &mut stdout).await
             });
             match result {
-                Ok(()) => ExitCode::SUCCESS,
+                Ok(summary) => match summary.failure() {
+                    None => ExitCode::SUCCESS,
+                    Some((code, why)) => {
+                        eprintln!("warden run: {why}");
+                        ExitCode::from(code)
+                    }
+                },
                 Err(err) => {
                     eprintln!("error: {err}");
                     ExitCode::FAILURE
@@ -389,10 +438,14 @@ fn main() -> ExitCode {
                 },
                 None => warden::server::DEFAULT_TEAM.to_owned(),
             };
+            // Validated as `warden config check` validates it: nothing is spawned from a bad file.
             let file = match warden::team::TeamFile::from_toml(&text) {
                 Ok(file) => file,
                 Err(err) => {
-                    eprintln!("error: {err}");
+                    match &config {
+                        Some(path) => eprintln!("error: {}: {err}", path.display()),
+                        None => eprintln!("error: the default team: {err}"),
+                    }
                     return ExitCode::FAILURE;
                 }
             };
@@ -437,7 +490,7 @@ fn main() -> ExitCode {
         }
         Command::Config { action } => match action {
             ConfigAction::Defaults => {
-                print!("{}", WardenConfig::defaults_toml());
+                print!("{}", warden::team::defaults_toml());
                 ExitCode::SUCCESS
             }
             ConfigAction::Check { file } => {
@@ -448,13 +501,22 @@ fn main() -> ExitCode {
                         return ExitCode::FAILURE;
                     }
                 };
-                match warden::team::TeamFile::from_toml(&text) {
-                    Ok(_) => {
-                        println!("{}: ok", file.display());
+                match warden::team::check(&text) {
+                    Ok(warden::team::Checked::Team { agents }) => {
+                        let noun = if agents == 1 { "agent" } else { "agents" };
+                        println!("{}: ok (a team of {agents} {noun})", file.display());
+                        ExitCode::SUCCESS
+                    }
+                    Ok(warden::team::Checked::ConfigOnly) => {
+                        println!(
+                            "{}: ok (configuration only: warden run and warden serve also need \
+                             [providers.NAME] and [[agents]])",
+                            file.display()
+                        );
                         ExitCode::SUCCESS
                     }
                     Err(err) => {
-                        eprintln!("{}: {err}", file.display());
+                        eprintln!("error: {}: {err}", file.display());
                         ExitCode::FAILURE
                     }
                 }
@@ -492,20 +554,7 @@ fn client(server: ServerArgs, call: warden::cli::client::Call) -> ExitCode {
 }
 
 fn loadtest(args: LoadtestArgs) -> ExitCode {
-    let rates = [
-        ("--fail-rate", args.fail_rate),
-        ("--panic-rate", args.panic_rate),
-    ];
-    for (name, p) in rates {
-        if !(0.0..=1.0).contains(&p) {
-            eprintln!("error: {name} must be between 0 and 1, not {p}");
-            return ExitCode::FAILURE;
-        }
-    }
-    if !(args.llm_latency_ms >= 0.0 && args.timeout_s > 0.0) {
-        eprintln!("error: --llm-latency-ms must be >= 0 and --timeout-s > 0");
-        return ExitCode::FAILURE;
-    }
+    // The flags' ranges are checked by their value parsers (a usage error, exit 2).
     // Injected panics are expected: keep them off stderr, report any other.
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -548,12 +597,21 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
         eprintln!("error: {err}");
         return ExitCode::FAILURE;
     }
+    if report.timed_out {
+        eprintln!(
+            "loadtest: timed out after {} s (--timeout-s): {} tasks unfinished",
+            args.timeout_s, report.unfinished_tasks
+        );
+    }
     if report.lost_events > 0 || report.leaked_slots > 0 || report.halt.processed_after_halt > 0 {
         eprintln!(
             "loadtest: invariant violated (lost_events {}, leaked_slots {}, processed_after_halt {})",
             report.lost_events, report.leaked_slots, report.halt.processed_after_halt
         );
-        return ExitCode::from(2);
+        return ExitCode::from(warden::loadtest::EXIT_INVARIANT_VIOLATED);
+    }
+    if report.timed_out {
+        return ExitCode::from(warden::loadtest::EXIT_TIMED_OUT);
     }
     ExitCode::SUCCESS
 }

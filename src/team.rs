@@ -212,6 +212,15 @@ pub struct TeamFile {
 pub enum TeamError {
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A value of `[[agents]]` or `[providers]` that the team cannot use: the key's path
+    /// (`agents[1].parent`), the agent it belongs to, the value and what is allowed.
+    #[error("invalid value for `{key}`{}: {value} (allowed: {allowed})", for_agent(.agent))]
+    Invalid {
+        key: String,
+        agent: Option<String>,
+        value: String,
+        allowed: String,
+    },
     #[error(
         "agent `{agent}` names provider `{provider}`, which is not in [providers] (have: {have})"
     )]
@@ -228,59 +237,289 @@ pub enum TeamError {
     Api(#[from] ApiSectionError),
 }
 
-/// Deserializes one section of a team file; an error names the section and the key inside it
-/// (``[providers]: `local.modle`: unknown field `modle`, …``).
-fn section<T: serde::de::DeserializeOwned>(
-    value: toml::Value,
-    name: &str,
-) -> Result<T, ConfigError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        let message = e.inner().message().to_owned();
-        if path.is_empty() || path == "." {
-            ConfigError::Parse(format!("{name}: {message}"))
-        } else {
-            ConfigError::Parse(format!("{name}: `{path}`: {message}"))
-        }
-    })
+fn for_agent(agent: &Option<String>) -> String {
+    match agent {
+        Some(key) => format!(" (agent `{key}`)"),
+        None => String::new(),
+    }
 }
 
-impl TeamFile {
-    /// Parses a team file: `[providers.*]`, `[[agents]]` and `[api]`, and everything else as
-    /// [`WardenConfig`] (unknown keys are errors there too).
-    pub fn from_toml(text: &str) -> Result<Self, TeamError> {
-        let mut table: toml::Table =
-            toml::from_str(text).map_err(|e| ConfigError::Parse(e.message().to_owned()))?;
-        let providers = match table.remove("providers") {
-            None => BTreeMap::new(),
-            Some(value) => section::<BTreeMap<String, ProviderSpec>>(value, "[providers]")?,
-        };
-        let agents = match table.remove("agents") {
-            None => Vec::new(),
-            Some(value) => section::<Vec<AgentFileSpec>>(value, "[[agents]]")?,
-        };
-        let api = match table.remove("api") {
-            None => ApiSection::default(),
-            Some(value) => section::<ApiSection>(value, "[api]")?,
-        };
-        api.validate()?;
-        let rest = toml::to_string(&table).map_err(|e| ConfigError::Parse(e.to_string()))?;
-        let config = WardenConfig::from_toml(&rest)?;
-        for agent in &agents {
-            if !providers.contains_key(&agent.provider) {
-                return Err(TeamError::UnknownProvider {
-                    agent: agent.key.clone(),
-                    provider: agent.provider.clone(),
-                    have: providers.keys().cloned().collect::<Vec<_>>().join(", "),
-                });
-            }
-        }
-        Ok(TeamFile {
-            config,
+/// A whole team file, deserialized in one pass over its text so that every error carries its place
+/// in the file. The configuration's sections are listed here one by one (not flattened: flattening
+/// loses both the places and `deny_unknown_fields`); [`TeamDoc::split`] builds a [`WardenConfig`]
+/// from them without a `..`, so that a section added there cannot be forgotten here.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TeamDoc {
+    #[serde(default)]
+    safety: warden_protocols::SafetyConfig,
+    #[serde(default)]
+    execution: warden_protocols::ExecutionConfig,
+    #[serde(default)]
+    delegation: warden_protocols::DelegationConfig,
+    #[serde(default)]
+    tools: warden_protocols::ToolsConfig,
+    #[serde(default)]
+    mailbox: warden_protocols::MailboxConfig,
+    #[serde(default)]
+    supervisor: warden_protocols::SupervisorConfig,
+    #[serde(default)]
+    journal: warden_protocols::JournalConfig,
+    #[serde(default)]
+    providers: BTreeMap<String, ProviderSpec>,
+    #[serde(default)]
+    agents: Vec<AgentFileSpec>,
+    #[serde(default)]
+    api: ApiSection,
+}
+
+impl TeamDoc {
+    fn split(self) -> TeamFile {
+        let TeamDoc {
+            safety,
+            execution,
+            delegation,
+            tools,
+            mailbox,
+            supervisor,
+            journal,
             providers,
             agents,
             api,
-        })
+        } = self;
+        TeamFile {
+            config: WardenConfig {
+                safety,
+                execution,
+                delegation,
+                tools,
+                mailbox,
+                supervisor,
+                journal,
+            },
+            providers,
+            agents,
+            api,
+        }
+    }
+}
+
+/// What `warden config check` found in a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checked {
+    /// A team file (it has `[providers.*]` or `[[agents]]`): valid, with this many agents.
+    Team { agents: usize },
+    /// Configuration sections (and maybe `[api]`) only: valid, but `warden run` and `warden serve`
+    /// need agents.
+    ConfigOnly,
+}
+
+/// Checks a configuration or team file as `warden config check` does: a file with `[providers.*]`
+/// or `[[agents]]` is a team file and is checked as `warden run` and `warden serve` check it
+/// ([`TeamFile::validate`]); a file with neither is checked as configuration only.
+pub fn check(text: &str) -> Result<Checked, TeamError> {
+    let file = TeamFile::parse(text)?;
+    if file.providers.is_empty() && file.agents.is_empty() {
+        return Ok(Checked::ConfigOnly);
+    }
+    file.validate()?;
+    Ok(Checked::Team {
+        agents: file.agents.len(),
+    })
+}
+
+/// The whole default configuration as TOML, `[api]` included (its tokens have no default and are
+/// shown commented out), as `warden config defaults` prints it.
+pub fn defaults_toml() -> String {
+    format!(
+        "{}\n\n\
+         # warden serve only. WARDEN_ADMIN_TOKEN / WARDEN_READ_TOKEN (set, not empty) win over the\n\
+         # tokens, --listen over listen. The tokens have no default.\n\
+         [api]\n\
+         # admin_token = \"…\"\n\
+         # read_token = \"…\"\n\
+         listen = \"{}\"\n\
+         max_body_bytes = {}\n\
+         \n\
+         # A team file for warden run and warden serve adds [providers.NAME] and [[agents]].\n",
+        WardenConfig::defaults_toml().trim_end(),
+        crate::api::DEFAULT_LISTEN,
+        crate::api::DEFAULT_BODY_LIMIT,
+    )
+}
+
+/// A value as the file spells it (`"a"`), for error messages.
+fn quoted(value: &str) -> String {
+    format!("{value:?}")
+}
+
+/// A list of keys for error messages: `a, b, c`, or `(none)`.
+fn listed<'a>(keys: impl Iterator<Item = &'a str>) -> String {
+    let keys: Vec<&str> = keys.collect();
+    if keys.is_empty() {
+        "(none)".to_owned()
+    } else {
+        keys.join(", ")
+    }
+}
+
+impl TeamFile {
+    /// Parses and validates a team file: `[providers.*]`, `[[agents]]`, `[api]` and the
+    /// configuration sections ([`TeamFile::parse`]), then the team itself ([`TeamFile::validate`]).
+    /// `warden run` and `warden serve` start only files that pass, and `warden config check` checks
+    /// team files with the same validation.
+    pub fn from_toml(text: &str) -> Result<Self, TeamError> {
+        let file = Self::parse(text)?;
+        file.validate()?;
+        Ok(file)
+    }
+
+    /// Parses a team file without checking the team ([`TeamFile::validate`]): syntax, types, unknown
+    /// keys (each error with its line, column and the offending line), value ranges and `[api]`.
+    pub fn parse(text: &str) -> Result<Self, TeamError> {
+        warden_protocols::precheck(text)?;
+        let file = warden_protocols::parse_toml::<TeamDoc>(text)?.split();
+        file.config.validate()?;
+        file.api.validate()?;
+        Ok(file)
+    }
+
+    /// Checks what `warden run` and `warden serve` would otherwise reject or misread, naming the
+    /// agent, the key, the value and what is allowed: a `base_url` that is not an http(s) URL; no
+    /// agents; an empty or duplicate key; a provider not in `[providers]`; a sub-agent without a
+    /// parent, an assistant with one, a parent that is no other agent, a cycle of parents.
+    pub fn validate(&self) -> Result<(), TeamError> {
+        for (name, spec) in &self.providers {
+            if let ProviderSpec::OpenaiCompatible { base_url, .. } = spec {
+                if !is_http_url(base_url) {
+                    return Err(TeamError::Invalid {
+                        key: format!("providers.{name}.base_url"),
+                        agent: None,
+                        value: quoted(base_url),
+                        allowed: "an http:// or https:// URL with a host, such as \
+                                  \"http://127.0.0.1:8080/v1\""
+                            .into(),
+                    });
+                }
+            }
+        }
+        if self.agents.is_empty() {
+            return Err(TeamError::Invalid {
+                key: "agents".into(),
+                agent: None,
+                value: "none".into(),
+                allowed: "one or more [[agents]] entries, each with a `key` and a `provider`"
+                    .into(),
+            });
+        }
+        let invalid = |at: usize, field: &str, value: String, allowed: String| TeamError::Invalid {
+            key: format!("agents[{at}].{field}"),
+            agent: Some(self.agents[at].key.clone()),
+            value,
+            allowed,
+        };
+        let mut index: BTreeMap<&str, usize> = BTreeMap::new();
+        for (at, agent) in self.agents.iter().enumerate() {
+            let key = agent.key.as_str();
+            if key.trim().is_empty() || key.trim() != key {
+                return Err(TeamError::Invalid {
+                    key: format!("agents[{at}].key"),
+                    agent: None,
+                    value: quoted(key),
+                    allowed: "a key that is not empty and does not start or end with whitespace"
+                        .into(),
+                });
+            }
+            if let Some(first) = index.insert(key, at) {
+                return Err(invalid(
+                    at,
+                    "key",
+                    quoted(key),
+                    format!(
+                        "a key no other agent has; agents[{first}] is {} too",
+                        quoted(key)
+                    ),
+                ));
+            }
+            if !self.providers.contains_key(&agent.provider) {
+                return Err(invalid(
+                    at,
+                    "provider",
+                    quoted(&agent.provider),
+                    format!(
+                        "a provider of [providers]: {}",
+                        listed(self.providers.keys().map(String::as_str))
+                    ),
+                ));
+            }
+        }
+        let others = |me: &str| listed(index.keys().copied().filter(|k| *k != me));
+        for (at, agent) in self.agents.iter().enumerate() {
+            let key = agent.key.as_str();
+            match (agent.role, &agent.parent) {
+                (AgentRole::SubAgent, None) => {
+                    return Err(invalid(
+                        at,
+                        "parent",
+                        "none".into(),
+                        format!(
+                            "the key of another agent, as role = \"sub_agent\" needs a parent: {}",
+                            others(key)
+                        ),
+                    ))
+                }
+                (AgentRole::Assistant, Some(parent)) => {
+                    return Err(invalid(
+                        at,
+                        "parent",
+                        quoted(parent),
+                        format!(
+                            "none for an assistant; add role = \"sub_agent\" to make `{key}` a \
+                             sub-agent of `{parent}`"
+                        ),
+                    ))
+                }
+                (AgentRole::SubAgent, Some(parent))
+                    if parent == key || !index.contains_key(parent.as_str()) =>
+                {
+                    return Err(invalid(
+                        at,
+                        "parent",
+                        quoted(parent),
+                        format!("the key of another agent: {}", others(key)),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        // Every parent is now another agent: follow each chain; it ends at an assistant or loops.
+        for (at, agent) in self.agents.iter().enumerate() {
+            let mut chain = vec![agent.key.as_str()];
+            let mut next = agent.parent.as_deref();
+            while let Some(parent) = next {
+                if parent == agent.key {
+                    chain.push(parent);
+                    return Err(invalid(
+                        at,
+                        "parent",
+                        quoted(agent.parent.as_deref().unwrap_or_default()),
+                        format!(
+                            "a parent whose chain of parents ends at an assistant; this one \
+                             loops: {}",
+                            chain.join(" -> ")
+                        ),
+                    ));
+                }
+                if chain.contains(&parent) {
+                    break; // a loop further up: reported for an agent on it
+                }
+                chain.push(parent);
+                next = index
+                    .get(parent)
+                    .and_then(|&i| self.agents[i].parent.as_deref());
+            }
+        }
+        Ok(())
     }
 
     /// The API settings `warden serve` uses: `[api]`, with `WARDEN_ADMIN_TOKEN` and
@@ -367,7 +606,7 @@ impl TeamFile {
         })
     }
 
-    /// Spawns every agent on `team`.
+    /// Spawns every agent on `team` (a file from [`TeamFile::from_toml`], so the team is valid).
     pub fn spawn_agents(&self, team: &Supervisor) -> Result<(), TeamError> {
         self.spawn_agents_restored(team, &[])
     }
@@ -400,6 +639,13 @@ impl TeamFile {
         }
         Ok(())
     }
+}
+
+/// Whether `url` is an absolute http(s) URL with a host (what the provider can post to).
+fn is_http_url(url: &str) -> bool {
+    reqwest::Url::parse(url).is_ok_and(|u| {
+        matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty())
+    })
 }
 
 /// A deterministic 0..=`max` for call `n` (splitmix64), for the scripted model's jitter.
@@ -460,7 +706,8 @@ delegate = false
         let err = TeamFile::from_toml(&text).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "agent `b` names provider `nope`, which is not in [providers] (have: canned, local)"
+            "invalid value for `agents[1].provider` (agent `b`): \"nope\" (allowed: a provider \
+             of [providers]: canned, local)"
         );
     }
 
@@ -469,23 +716,218 @@ delegate = false
         let err =
             TeamFile::from_toml(&FILE.replace("model = \"qwen\"", "model = \"qwen\"\nmodle = 1"))
                 .unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("invalid config: [providers]: `local`: unknown field `modle`"),
-            "{err}"
+        // A provider's unknown key is placed at its table (the provider's kind decides its keys).
+        assert_eq!(
+            err.to_string(),
+            "invalid config: line 5, column 1: `providers.local`: unknown field `modle`, expected \
+             one of `base_url`, `model`, `api_key_env`, `tool_format`, `stream`, `max_tokens`, \
+             `temperature`\n\
+             5 | [providers.local]\n  \
+               | ^^^^^^^^^^^^^^^^^"
         );
         let err = TeamFile::from_toml(&FILE.replace("delegate = false", "delegates = false"))
             .unwrap_err();
-        assert!(
-            err.to_string().starts_with(
-                "invalid config: [[agents]]: `[1].delegates`: unknown field `delegates`"
-            ),
-            "{err}"
+        assert_eq!(
+            err.to_string(),
+            "invalid config: line 24, column 1: `agents[1].delegates`: unknown field `delegates`, \
+             expected one of `key`, `role`, `parent`, `provider`, `system_prompt`, `delegate`\n\
+             24 | delegates = false\n   \
+                | ^^^^^^^^^"
         );
         let err = TeamFile::from_toml(&format!("{FILE}\n[mailbox]\ncapacity = 3\n")).unwrap_err();
         assert!(
             err.to_string().contains("unknown field `capacity`"),
             "{err}"
+        );
+    }
+
+    /// Each team mistake `warden run` and `warden serve` would reject or misread, named exactly.
+    #[test]
+    fn team_mistakes_are_named_with_agent_key_value_and_what_is_allowed() {
+        let err = |text: &str| TeamFile::from_toml(text).unwrap_err().to_string();
+        let providers = "[providers.m]\nkind = \"scripted\"\n";
+        let agent = |key: &str, extra: &str| {
+            format!("[[agents]]\nkey = \"{key}\"\nprovider = \"m\"\n{extra}\n")
+        };
+        let team = |agents: &[String]| format!("{providers}\n{}", agents.concat());
+        let cases = [
+            (
+                providers.to_owned(),
+                "invalid value for `agents`: none (allowed: one or more [[agents]] entries, each \
+                 with a `key` and a `provider`)",
+            ),
+            (
+                team(&[agent("a", ""), agent("b", ""), agent("a", "")]),
+                "invalid value for `agents[2].key` (agent `a`): \"a\" (allowed: a key no other \
+                 agent has; agents[0] is \"a\" too)",
+            ),
+            (
+                team(&[agent("", "")]),
+                "invalid value for `agents[0].key`: \"\" (allowed: a key that is not empty and \
+                 does not start or end with whitespace)",
+            ),
+            (
+                team(&[
+                    agent("a", ""),
+                    agent("b", "role = \"sub_agent\"\nparent = \"zzz\""),
+                ]),
+                "invalid value for `agents[1].parent` (agent `b`): \"zzz\" (allowed: the key of \
+                 another agent: a)",
+            ),
+            (
+                team(&[
+                    agent("a", ""),
+                    agent("b", "role = \"sub_agent\"\nparent = \"b\""),
+                ]),
+                "invalid value for `agents[1].parent` (agent `b`): \"b\" (allowed: the key of \
+                 another agent: a)",
+            ),
+            (
+                team(&[agent("a", ""), agent("b", "role = \"sub_agent\"")]),
+                "invalid value for `agents[1].parent` (agent `b`): none (allowed: the key of \
+                 another agent, as role = \"sub_agent\" needs a parent: a)",
+            ),
+            (
+                team(&[agent("a", ""), agent("b", "parent = \"a\"")]),
+                "invalid value for `agents[1].parent` (agent `b`): \"a\" (allowed: none for an \
+                 assistant; add role = \"sub_agent\" to make `b` a sub-agent of `a`)",
+            ),
+            (
+                team(&[
+                    agent("top", ""),
+                    agent("x", "role = \"sub_agent\"\nparent = \"y\""),
+                    agent("y", "role = \"sub_agent\"\nparent = \"z\""),
+                    agent("z", "role = \"sub_agent\"\nparent = \"x\""),
+                ]),
+                "invalid value for `agents[1].parent` (agent `x`): \"y\" (allowed: a parent whose \
+                 chain of parents ends at an assistant; this one loops: x -> y -> z -> x)",
+            ),
+            (
+                "[providers.local]\nkind = \"openai_compatible\"\nbase_url = \"not a url\"\n\
+                 model = \"q\"\n\n[[agents]]\nkey = \"a\"\nprovider = \"local\"\n"
+                    .to_owned(),
+                "invalid value for `providers.local.base_url`: \"not a url\" (allowed: an \
+                 http:// or https:// URL with a host, such as \"http://127.0.0.1:8080/v1\")",
+            ),
+            (
+                team(&[agent("a", "").replace("\"m\"", "\"nope\"")]),
+                "invalid value for `agents[0].provider` (agent `a`): \"nope\" (allowed: a \
+                 provider of [providers]: m)",
+            ),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(err(&text), expected, "{text}");
+        }
+        for url in ["ftp://host/v1", "http://", "127.0.0.1:8080/v1", "/v1"] {
+            let text = FILE.replace("http://127.0.0.1:8080/v1", url);
+            assert!(
+                err(&text).starts_with("invalid value for `providers.local.base_url`"),
+                "{url}"
+            );
+        }
+        // A chain into a loop is reported for an agent of the loop, not for the agent above it.
+        let text = team(&[
+            agent("top", ""),
+            agent("w", "role = \"sub_agent\"\nparent = \"x\""),
+            agent("x", "role = \"sub_agent\"\nparent = \"y\""),
+            agent("y", "role = \"sub_agent\"\nparent = \"x\""),
+        ]);
+        assert_eq!(
+            err(&text),
+            "invalid value for `agents[2].parent` (agent `x`): \"y\" (allowed: a parent whose \
+             chain of parents ends at an assistant; this one loops: x -> y -> x)"
+        );
+    }
+
+    #[test]
+    fn check_tells_a_team_file_from_configuration_only() {
+        assert_eq!(check(FILE).unwrap(), Checked::Team { agents: 2 });
+        assert_eq!(
+            check("[execution]\nmax_iterations_per_tick = 3\n").unwrap(),
+            Checked::ConfigOnly
+        );
+        // Providers without agents: a team file missing its agents.
+        let err = check("[providers.m]\nkind = \"scripted\"\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("invalid value for `agents`: none"),
+            "{err}"
+        );
+        let err = check(&FILE.replace("key = \"b\"", "key = \"a\"")).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("invalid value for `agents[1].key` (agent `a`)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_printed_defaults_are_the_whole_configuration_and_parse_back() {
+        let text = defaults_toml();
+        for section in [
+            "[safety.on_limit]",
+            "[execution]",
+            "[delegation]",
+            "[tools]",
+            "[mailbox]",
+            "[supervisor.restart]",
+            "[journal]",
+            "[api]",
+        ] {
+            assert!(text.lines().any(|l| l == section), "{section}:\n{text}");
+        }
+        assert_eq!(check(&text).unwrap(), Checked::ConfigOnly);
+        let file = TeamFile::parse(&text).unwrap();
+        assert_eq!(file.config, WardenConfig::default());
+        let api = ApiConfig::resolve(&file.api, |_: &str| None);
+        let default = ApiConfig::resolve(&ApiSection::default(), |_: &str| None);
+        assert_eq!(api.body_limit, default.body_limit);
+        assert_eq!(api.admin_token, None);
+        assert_eq!(
+            file.api.listen.map(|a| a.to_string()).as_deref(),
+            Some(crate::api::DEFAULT_LISTEN)
+        );
+    }
+
+    #[test]
+    fn an_unknown_section_error_lists_every_section() {
+        let err = TeamFile::from_toml(&format!("{FILE}\n[mailboxes]\ncapacity = 3\n"))
+            .unwrap_err()
+            .to_string();
+        let line = FILE.lines().count() + 2;
+        assert_eq!(
+            err,
+            format!(
+                "invalid config: line {line}, column 2: `mailboxes`: unknown field `mailboxes`, \
+                 expected one of `safety`, `execution`, `delegation`, `tools`, `mailbox`, \
+                 `supervisor`, `journal`, `providers`, `agents`, `api`\n\
+                 {line} | [mailboxes]\n\
+                 {} |  ^^^^^^^^^",
+                " ".repeat(line.to_string().len())
+            )
+        );
+    }
+
+    #[test]
+    fn a_syntax_error_names_line_column_and_the_line() {
+        let text = "[providers.m]\nkind = \"scripted\"\nreplies = [\"unterminated]\n";
+        let err = TeamFile::from_toml(text).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "invalid config: line 3, column 26: invalid basic string\n\
+             3 | replies = [\"unterminated]\n  |                          ^"
+        );
+    }
+
+    #[test]
+    fn a_bad_price_is_named_by_its_model() {
+        let text = format!(
+            "{FILE}\n[safety.budget.prices.\"gpt-4o\"]\nprompt_per_1k = -1.0\ncompletion_per_1k = 0.5\n"
+        );
+        assert_eq!(
+            TeamFile::from_toml(&text).unwrap_err().to_string(),
+            "invalid value for `safety.budget.prices.\"gpt-4o\".prompt_per_1k`: -1 (allowed: a \
+             finite number of 0 or more)"
         );
     }
 
@@ -501,7 +943,7 @@ delegate = false
     async fn a_scripted_model_answers_after_its_latency_and_jitter() {
         let text = "[providers.slow]\nkind = \"scripted\"\nreplies = [\"one\", \"two\"]\n\
                     latency_ms = 200\njitter_ms = 50\n";
-        let team = TeamFile::from_toml(text).unwrap();
+        let team = TeamFile::parse(text).unwrap();
         let model = team.provider("slow").unwrap();
         let mut answers = Vec::new();
         for _ in 0..4 {
@@ -535,7 +977,7 @@ replies = [
   "done",
 ]
 "#;
-        let team = TeamFile::from_toml(text).unwrap();
+        let team = TeamFile::parse(text).unwrap();
         let model = team.provider("lead").unwrap();
         let mut seen = Vec::new();
         for _ in 0..7 {
@@ -555,32 +997,37 @@ replies = [
     #[test]
     fn a_bad_scripted_reply_is_named_exactly() {
         let with = |replies: &str| {
-            TeamFile::from_toml(&format!(
+            TeamFile::parse(&format!(
                 "[providers.m]\nkind = \"scripted\"\nreplies = {replies}\n"
             ))
             .unwrap_err()
             .to_string()
         };
+        // Placed at the provider's table: the provider's kind decides how its keys are read.
+        let at = "invalid config: line 1, column 1: `providers.m`: ";
+        let header = "\n1 | [providers.m]\n  | ^^^^^^^^^^^^^";
         assert_eq!(
             with("[\"ok\", { tool = \"x\", arg = {} }]"),
-            "invalid config: [providers]: `m`: replies[1]: unknown field `arg`, expected `tool` or `args`"
+            format!("{at}replies[1]: unknown field `arg`, expected `tool` or `args`{header}")
         );
         assert_eq!(
             with("[{ args = {} }]"),
-            "invalid config: [providers]: `m`: replies[0]: missing field `tool`"
+            format!("{at}replies[0]: missing field `tool`{header}")
         );
         assert_eq!(
             with("[{ tool = \"x\", args = 3 }]"),
-            "invalid config: [providers]: `m`: replies[0]: `args` must be a table"
+            format!("{at}replies[0]: `args` must be a table{header}")
         );
         assert_eq!(
             with("[{ tool = \" \" }]"),
-            "invalid config: [providers]: `m`: replies[0]: `tool` must not be empty"
+            format!("{at}replies[0]: `tool` must not be empty{header}")
         );
         assert_eq!(
             with("[3]"),
-            "invalid config: [providers]: `m`: replies[0]: invalid type: integer `3`, \
-             expected a text or a tool call `{ tool = \"…\", args = { … } }`"
+            format!(
+                "{at}replies[0]: invalid type: integer `3`, expected a text or a tool call \
+                 `{{ tool = \"…\", args = {{ … }} }}`{header}"
+            )
         );
     }
 
@@ -588,7 +1035,7 @@ replies = [
     async fn a_scripted_model_with_an_error_fails_every_call() {
         let text = "[providers.down]\nkind = \"scripted\"\nreplies = [\"unused\"]\n\
                     error = \"model down\"\n";
-        let team = TeamFile::from_toml(text).unwrap();
+        let team = TeamFile::parse(text).unwrap();
         let model = team.provider("down").unwrap();
         for _ in 0..3 {
             let err = model.complete(request()).await.unwrap_err();
@@ -630,12 +1077,17 @@ replies = [
             assert_eq!(with(api).unwrap_err().to_string(), expected, "{api}");
         }
         let err = with("admin_tokn = \"x\"").unwrap_err().to_string();
-        assert!(
-            err.starts_with("invalid config: [api]: `admin_tokn`: unknown field `admin_tokn`"),
-            "{err}"
+        let line = FILE.lines().count() + 3;
+        assert_eq!(
+            err,
+            format!(
+                "invalid config: line {line}, column 1: `api.admin_tokn`: unknown field \
+                 `admin_tokn`, expected one of `admin_token`, `read_token`, `listen`, \
+                 `max_body_bytes`\n{line} | admin_tokn = \"x\"\n   | ^^^^^^^^^^"
+            )
         );
         let err = with("listen = \"nowhere\"").unwrap_err().to_string();
-        assert!(err.starts_with("invalid config: [api]: "), "{err}");
+        assert!(err.contains(": `api.listen`: "), "{err}");
     }
 
     #[test]

@@ -212,6 +212,8 @@ fn json_report_has_exactly_the_contract_keys() {
             "memory",
             "lost_events",
             "leaked_slots",
+            "timed_out",
+            "unfinished_tasks",
         ])
     );
     assert_eq!(
@@ -269,4 +271,99 @@ fn cli_prints_one_json_object() {
     assert_eq!(json["scenario"], "halt-storm");
     assert_eq!(json["agents"], 20);
     assert_eq!(json["lost_events"], 0);
+}
+
+/// Runs `warden loadtest ARGS`: exit code, stdout, stderr.
+fn loadtest_cli(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .arg("loadtest")
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn bad_flag_values_are_usage_errors_that_name_the_flag() {
+    let cases = [
+        (
+            &["--agents", "0"][..],
+            "error: invalid value '0' for '--agents <AGENTS>': must be at least 1",
+        ),
+        (
+            &["--agents", "-5"][..],
+            "error: invalid value '-5' for '--agents <AGENTS>': must be a whole number of 1 or more",
+        ),
+        (
+            &["--fail-rate", "1.5"][..],
+            "error: invalid value '1.5' for '--fail-rate <FAIL_RATE>': must be a probability from 0 to 1",
+        ),
+        (
+            &["--timeout-s", "0"][..],
+            "error: invalid value '0' for '--timeout-s <TIMEOUT_S>': must be a number of seconds \
+             greater than 0 (at most 31536000)",
+        ),
+        (
+            &["--llm-latency-ms", "-1"][..],
+            "error: invalid value '-1' for '--llm-latency-ms <LLM_LATENCY_MS>': must be a number of 0 or more",
+        ),
+    ];
+    for (args, expected) in cases {
+        let (code, stdout, stderr) = loadtest_cli(args);
+        // 2: a usage error, as for every command (an invariant violation is 11).
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert_eq!(stdout, "");
+        assert_eq!(stderr.lines().next(), Some(expected), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_run_cut_by_its_timeout_is_reported_as_timed_out() {
+    // Every model call takes 0.5 to 1.5 s: nothing is done when the 0.2 s timeout cuts the run.
+    let (code, stdout, stderr) = loadtest_cli(&[
+        "--agents",
+        "13",
+        "--llm-latency-ms",
+        "1000",
+        "--timeout-s",
+        "0.2",
+        "--halt-probes",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(code, 12, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(json["timed_out"], true);
+    // One tree of 13: 5 tasks sent to its root, none done, none delegated yet.
+    assert_eq!(json["unfinished_tasks"], 5, "{json}");
+    assert_eq!(json["lost_events"], 0, "{json}");
+    assert_eq!(
+        stderr,
+        "loadtest: timed out after 0.2 s (--timeout-s): 5 tasks unfinished\n"
+    );
+
+    let (code, stdout, _) = loadtest_cli(&[
+        "--agents",
+        "13",
+        "--llm-latency-ms",
+        "1000",
+        "--timeout-s",
+        "0.2",
+        "--halt-probes",
+        "0",
+    ]);
+    assert_eq!(code, 12);
+    assert!(
+        stdout.contains("\n  timed out     yes: 5 tasks unfinished (--timeout-s)\n"),
+        "{stdout}"
+    );
+    let (code, stdout, _) = loadtest_cli(&["--agents", "13", "--halt-probes", "0"]);
+    assert_eq!(code, 0);
+    assert!(stdout.ends_with("\n  timed out     no\n"), "{stdout}");
 }

@@ -67,3 +67,66 @@ provider = "down"
         "{out}"
     );
 }
+
+/// Runs `warden run --config FILE ARGS` on `team` (no input): exit code, stdout, stderr.
+fn run_cli(team: &str, args: &[&str]) -> (i32, String, String) {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "warden-run-test-{}-{}.toml",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    ));
+    std::fs::write(&path, team).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .arg("run")
+        .arg("--config")
+        .arg(&path)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+const DOWN: &str = r#"
+[providers.down]
+kind = "scripted"
+error = "model down"
+
+[[agents]]
+key = "inn"
+provider = "down"
+"#;
+
+#[test]
+fn the_exit_code_says_whether_any_event_was_answered() {
+    let (code, stdout, stderr) = run_cli(TEAM, &["--event", "hi"]);
+    assert_eq!((code, stderr.as_str()), (0, ""), "{stdout}");
+    assert!(stdout.contains("inn: first answer\n"), "{stdout}");
+
+    // Every turn failed (one failure is not a lockout: 5 in a row are).
+    let (code, stdout, stderr) = run_cli(DOWN, &["--event", "hi", "--event", "again"]);
+    assert_eq!(code, 10, "{stdout}");
+    assert!(
+        stdout.contains("inn: [error] llm call failed: model down\n"),
+        "{stdout}"
+    );
+    assert_eq!(stderr, "warden run: inn answered none of 2 events\n");
+}
+
+#[test]
+fn an_agent_that_ends_locked_out_exits_9() {
+    let team = format!("[safety.breakers]\nmax_consecutive_errors = 1\n{DOWN}");
+    let (code, stdout, stderr) = run_cli(&team, &["--event", "hi"]);
+    assert_eq!(code, 9, "{stdout}");
+    assert_eq!(
+        stderr,
+        "warden run: inn ended locked out (SAFETY_LOCKOUT), 0 of 1 events answered\n"
+    );
+}

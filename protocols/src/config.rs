@@ -3,19 +3,24 @@
 
 use crate::OnLimitMode;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::num::{NonZeroU32, NonZeroUsize};
 
 /// A configuration that could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    /// The file is not valid TOML, has an unknown key, or a value of the wrong type.
+    /// The file is not valid TOML, has an unknown key, or a value of the wrong type. Where the
+    /// TOML parser knows the place, the text starts with `line L, column C: ` and ends with the
+    /// offending line and a caret under the place (see [`parse_toml`]).
     #[error("invalid config: {0}")]
     Parse(String),
     /// A value is out of range.
     #[error("invalid value for `{key}`: {value} (allowed: {allowed})")]
     Invalid {
-        key: &'static str,
+        /// The key's path, e.g. `execution.max_iterations_per_tick` or
+        /// `safety.budget.prices."gpt-4o".prompt_per_1k`.
+        key: Cow<'static, str>,
         value: String,
         allowed: &'static str,
     },
@@ -371,7 +376,7 @@ fn seconds(key: &'static str, value: f64) -> Result<(), ConfigError> {
         Ok(())
     } else {
         Err(ConfigError::Invalid {
-            key,
+            key: key.into(),
             value: value.to_string(),
             allowed: "a number of seconds from 0 to 31536000",
         })
@@ -389,19 +394,19 @@ fn range_u64(
         Ok(())
     } else {
         Err(ConfigError::Invalid {
-            key,
+            key: key.into(),
             value: value.to_string(),
             allowed,
         })
     }
 }
 
-fn non_negative(key: &'static str, value: f64) -> Result<(), ConfigError> {
+fn non_negative(key: impl Into<Cow<'static, str>>, value: f64) -> Result<(), ConfigError> {
     if value.is_finite() && value >= 0.0 {
         Ok(())
     } else {
         Err(ConfigError::Invalid {
-            key,
+            key: key.into(),
             value: value.to_string(),
             allowed: "a finite number of 0 or more",
         })
@@ -409,8 +414,9 @@ fn non_negative(key: &'static str, value: f64) -> Result<(), ConfigError> {
 }
 
 /// String-valued enums are checked before typed parsing so that a bad spelling is reported with its
-/// key (serde's own message would not name it).
-fn precheck(text: &str) -> Result<(), ConfigError> {
+/// key (serde's own message would not name it). A document that is not TOML passes (the typed parse
+/// reports where the syntax error is).
+pub fn precheck(text: &str) -> Result<(), ConfigError> {
     let Ok(doc) = text.parse::<toml::Table>() else {
         return Ok(()); // the typed parse reports the syntax error
     };
@@ -427,25 +433,76 @@ fn precheck(text: &str) -> Result<(), ConfigError> {
     match bad {
         None => Ok(()),
         Some(value) => Err(ConfigError::Invalid {
-            key: "safety.on_limit.mode",
+            key: "safety.on_limit.mode".into(),
             value,
             allowed: "interactive, auto_extend, unattended",
         }),
     }
 }
 
-/// Deserializes a TOML document; a type error or an unknown key names where it is
-/// (``invalid config: `safety.breakers.max_consecutive_errors`: invalid value: …``).
+/// Deserializes a TOML document. A syntax error, a value of the wrong type or an unknown key is
+/// refused with where it is — line, column, the key's path — and the offending line, a caret under
+/// the place:
+///
+/// ```text
+/// invalid config: line 2, column 26: `safety.breakers.max_consecutive_errors`: invalid value: integer `0`, expected a nonzero u32
+/// 2 | max_consecutive_errors = 0
+///   |                          ^
+/// ```
 pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
     serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
         let path = e.path().to_string();
-        let message = e.inner().message().to_owned();
-        if path.is_empty() || path == "." {
-            ConfigError::Parse(message)
+        let inner = e.inner();
+        // The parser's messages may take several lines ("unexpected …", "expected …"): one line.
+        let message = inner
+            .message()
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
+        let message = if path.is_empty() || path == "." {
+            message
         } else {
-            ConfigError::Parse(format!("`{path}`: {message}"))
-        }
+            format!("`{path}`: {message}")
+        };
+        ConfigError::Parse(match inner.span() {
+            Some(span) => located(text, span, &message),
+            None => message,
+        })
     })
+}
+
+/// `message` placed at the byte range `span` of `text`: `line L, column C: message`, then the line
+/// (numbered) and carets under the span (columns count characters, from 1).
+pub fn located(text: &str, span: std::ops::Range<usize>, message: &str) -> String {
+    let floor = |mut i: usize| {
+        i = i.min(text.len());
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let mut start = floor(span.start);
+    // Past the end of a file that ends with a newline: point after its last line instead.
+    if start == text.len() && text.ends_with('\n') {
+        start -= 1;
+    }
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    let line_no = text[..start].matches('\n').count() + 1;
+    let source = text[line_start..line_end].trim_end_matches('\r');
+    let before = &text[line_start..start];
+    let column = before.chars().count() + 1;
+    let end = floor(span.end).clamp(start, line_start + source.len());
+    let carets = "^".repeat(text[start..end].chars().count().max(1));
+    // Tabs before the place stay tabs, so the caret lines up however they are shown.
+    let pad: String = before
+        .chars()
+        .map(|c| if c == '\t' { '\t' } else { ' ' })
+        .collect();
+    let gutter = " ".repeat(line_no.to_string().len());
+    format!("line {line_no}, column {column}: {message}\n{line_no} | {source}\n{gutter} | {pad}{carets}")
 }
 
 impl WardenConfig {
@@ -467,7 +524,7 @@ impl WardenConfig {
         let iterations = self.execution.max_iterations_per_tick;
         if !(1..=10).contains(&iterations) {
             return Err(ConfigError::Invalid {
-                key: "execution.max_iterations_per_tick",
+                key: "execution.max_iterations_per_tick".into(),
                 value: iterations.to_string(),
                 allowed: "1 to 10",
             });
@@ -478,7 +535,7 @@ impl WardenConfig {
         )?;
         if self.execution.max_tokens_recoveries > 10 {
             return Err(ConfigError::Invalid {
-                key: "execution.max_tokens_recoveries",
+                key: "execution.max_tokens_recoveries".into(),
                 value: self.execution.max_tokens_recoveries.to_string(),
                 allowed: "0 to 10",
             });
@@ -489,7 +546,7 @@ impl WardenConfig {
         )?;
         if self.safety.timeout.llm_call_seconds == 0.0 {
             return Err(ConfigError::Invalid {
-                key: "safety.timeout.llm_call_seconds",
+                key: "safety.timeout.llm_call_seconds".into(),
                 value: "0".into(),
                 allowed: "a number of seconds greater than 0",
             });
@@ -561,17 +618,16 @@ impl WardenConfig {
         non_negative("safety.budget.cost_per_team", budget.cost_per_team)?;
         if !(0.0..=1.0).contains(&budget.reserve_cost_fraction) {
             return Err(ConfigError::Invalid {
-                key: "safety.budget.reserve_cost_fraction",
+                key: "safety.budget.reserve_cost_fraction".into(),
                 value: budget.reserve_cost_fraction.to_string(),
                 allowed: "a fraction from 0 to 1",
             });
         }
-        for price in budget.prices.values() {
-            non_negative("safety.budget.prices.*.prompt_per_1k", price.prompt_per_1k)?;
-            non_negative(
-                "safety.budget.prices.*.completion_per_1k",
-                price.completion_per_1k,
-            )?;
+        for (model, price) in &budget.prices {
+            // Named by its model, quoted as in the file: `safety.budget.prices."gpt-4o".…`.
+            let key = |field: &str| format!("safety.budget.prices.{model:?}.{field}");
+            non_negative(key("prompt_per_1k"), price.prompt_per_1k)?;
+            non_negative(key("completion_per_1k"), price.completion_per_1k)?;
         }
         seconds("tools.timeout_seconds", self.tools.timeout_seconds)?;
         seconds(
@@ -642,7 +698,9 @@ mod tests {
         let err = WardenConfig::from_toml("[execution]\nmax_iteration_per_tick = 3\n").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid config: `execution.max_iteration_per_tick`: unknown field `max_iteration_per_tick`, expected one of `multi_action_enabled`, `max_iterations_per_tick`, `max_context_tokens`, `context_strategy`, `max_tokens_recoveries`"
+            "invalid config: line 2, column 1: `execution.max_iteration_per_tick`: unknown field `max_iteration_per_tick`, expected one of `multi_action_enabled`, `max_iterations_per_tick`, `max_context_tokens`, `context_strategy`, `max_tokens_recoveries`\n\
+             2 | max_iteration_per_tick = 3\n  \
+               | ^^^^^^^^^^^^^^^^^^^^^^"
         );
     }
 
@@ -652,7 +710,9 @@ mod tests {
             WardenConfig::from_toml("[safety.breakers]\nmax_consecutive_errors = 0\n").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid config: `safety.breakers.max_consecutive_errors`: invalid value: integer `0`, expected a nonzero u32"
+            "invalid config: line 2, column 26: `safety.breakers.max_consecutive_errors`: invalid value: integer `0`, expected a nonzero u32\n\
+             2 | max_consecutive_errors = 0\n  \
+               |                          ^"
         );
     }
 
@@ -770,7 +830,7 @@ completion_per_1k = 0.0006
         );
         assert_eq!(
             err("[safety.budget.prices.m]\nprompt_per_1k = -0.5\ncompletion_per_1k = 1.0\n"),
-            "invalid value for `safety.budget.prices.*.prompt_per_1k`: -0.5 (allowed: a finite number of 0 or more)"
+            "invalid value for `safety.budget.prices.\"m\".prompt_per_1k`: -0.5 (allowed: a finite number of 0 or more)"
         );
         assert_eq!(
             err("[execution]\nmax_iterations_per_tick = 0\n"),
@@ -782,15 +842,40 @@ completion_per_1k = 0.0006
     fn unknown_safety_keys_are_errors() {
         assert_eq!(
             err("[safety.on_limit]\nmode = \"unattended\"\nauto_extend = 3\n"),
-            "invalid config: `safety.on_limit.auto_extend`: unknown field `auto_extend`, expected one of `mode`, `auto_extend_times`, `ask_timeout_seconds`"
+            "invalid config: line 3, column 1: `safety.on_limit.auto_extend`: unknown field `auto_extend`, expected one of `mode`, `auto_extend_times`, `ask_timeout_seconds`\n\
+             3 | auto_extend = 3\n  \
+               | ^^^^^^^^^^^"
         );
         assert_eq!(
             err("[safety.budget.prices.m]\nprompt_per_1k = 1.0\ncompletion_per_1k = 1.0\ncached_per_1k = 0.1\n"),
-            "invalid config: `safety.budget.prices.m.cached_per_1k`: unknown field `cached_per_1k`, expected `prompt_per_1k` or `completion_per_1k`"
+            "invalid config: line 4, column 1: `safety.budget.prices.m.cached_per_1k`: unknown field `cached_per_1k`, expected `prompt_per_1k` or `completion_per_1k`\n\
+             4 | cached_per_1k = 0.1\n  \
+               | ^^^^^^^^^^^^^"
         );
         assert_eq!(
             err("[safety.breakers]\nerror_windows = 3\n"),
-            "invalid config: `safety.breakers.error_windows`: unknown field `error_windows`, expected one of `max_consecutive_errors`, `repeated_failure_threshold`, `max_repeated_tool_steps`, `error_window`, `error_window_threshold`, `fingerprint_value_chars`"
+            "invalid config: line 2, column 1: `safety.breakers.error_windows`: unknown field `error_windows`, expected one of `max_consecutive_errors`, `repeated_failure_threshold`, `max_repeated_tool_steps`, `error_window`, `error_window_threshold`, `fingerprint_value_chars`\n\
+             2 | error_windows = 3\n  \
+               | ^^^^^^^^^^^^^"
+        );
+    }
+
+    #[test]
+    fn a_syntax_error_gives_line_column_and_the_line() {
+        assert_eq!(
+            err("[execution]\nmax_iterations_per_tick = 3\n\n[tools]\ntimeout_seconds = \"30\nx = 1\n"),
+            "invalid config: line 5, column 22: invalid basic string\n\
+             5 | timeout_seconds = \"30\n  \
+               |                      ^"
+        );
+        // A place past the end of the file is shown after its last line; columns count characters.
+        assert_eq!(
+            located("a = 1\nb = \"é\" x\n", 13..14, "m"),
+            "line 2, column 7: m\n2 | b = \"é\" x\n  |       ^"
+        );
+        assert_eq!(
+            located("a = [\n", 7..7, "m"),
+            "line 1, column 6: m\n1 | a = [\n  |      ^"
         );
     }
 

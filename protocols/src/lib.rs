@@ -23,10 +23,10 @@ mod status;
 mod wire;
 
 pub use config::{
-    ConfigError, ContextStrategyConfig, DelegationConfig, ExecutionConfig, JournalConfig,
-    MailboxConfig, ModelPrice, RestartConfig, RestartStrategy, SafetyBreakersConfig,
-    SafetyBudgetConfig, SafetyConfig, SafetyLoopConfig, SafetyOnLimitConfig, SafetyTimeoutConfig,
-    SupervisorConfig, ToolsConfig, WardenConfig,
+    located, parse_toml, precheck, ConfigError, ContextStrategyConfig, DelegationConfig,
+    ExecutionConfig, JournalConfig, MailboxConfig, ModelPrice, RestartConfig, RestartStrategy,
+    SafetyBreakersConfig, SafetyBudgetConfig, SafetyConfig, SafetyLoopConfig, SafetyOnLimitConfig,
+    SafetyTimeoutConfig, SupervisorConfig, ToolsConfig, WardenConfig,
 };
 pub use event::{
     Breaker, DelegationOutcome, DiscardedMessage, Event, EventFate, EventKind, HaltCause,

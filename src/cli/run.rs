@@ -4,6 +4,9 @@
 //! input; each answer is the reply correlated to its event (`AgentHandle::try_ask`). While an agent waits on
 //! an interactive limit ask (`safety.on_limit.mode = "interactive"`), the next input line answers it
 //! (`yes`/`no`). Without input (no terminal, no `--event` left) asks are refused (`no_bus`).
+//!
+//! The returned [`RunSummary`] gives the exit code: [`EXIT_LOCKED_OUT`] when the agent ended locked
+//! out, [`EXIT_NO_ANSWER`] when events were sent and none was answered.
 
 use crate::{
     cli::demo::write_status_table, team::TeamFile, AgentRole, AskError, ChannelInterventionBus,
@@ -15,7 +18,7 @@ use std::{
     time::Duration,
 };
 use tokio::sync::mpsc::UnboundedReceiver;
-use warden_protocols::{Answer, OperatorReply};
+use warden_protocols::{AgentState, Answer, OperatorReply};
 
 /// Who answers the asks `warden run` prints: the person at its terminal (journaled with the decision).
 pub const TTY_OPERATOR: &str = "tty";
@@ -29,18 +32,61 @@ pub struct RunOptions {
     pub events: Vec<String>,
 }
 
+/// How a `warden run` went, for its exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSummary {
+    /// The agent talked to.
+    pub agent: String,
+    /// Events sent (blank lines are not events).
+    pub events: usize,
+    /// Events answered (the others failed or were refused).
+    pub answered: usize,
+    /// The agent ended locked out (`SAFETY_LOCKOUT`: a breaker tripped; an operator must unlock).
+    pub locked_out: bool,
+}
+
+/// `warden run`'s exit code when its agent ended locked out.
+pub const EXIT_LOCKED_OUT: u8 = 9;
+/// `warden run`'s exit code when events were sent and none was answered (every turn failed or was
+/// refused).
+pub const EXIT_NO_ANSWER: u8 = 10;
+
+impl RunSummary {
+    /// Why the run failed, and its exit code: [`EXIT_LOCKED_OUT`] before [`EXIT_NO_ANSWER`];
+    /// `None` when it did not (some answers, or no events at all, and not locked out).
+    pub fn failure(&self) -> Option<(u8, String)> {
+        if self.locked_out {
+            Some((
+                EXIT_LOCKED_OUT,
+                format!(
+                    "{} ended locked out (SAFETY_LOCKOUT), {} of {} events answered",
+                    self.agent, self.answered, self.events
+                ),
+            ))
+        } else if self.events > 0 && self.answered == 0 {
+            Some((
+                EXIT_NO_ANSWER,
+                format!("{} answered none of {} events", self.agent, self.events),
+            ))
+        } else {
+            None
+        }
+    }
+}
+
 fn io_err(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
 /// Runs the team until the events (or the input lines) are used up, then halts it and prints the
 /// final status. `input` also answers interactive asks. Must run inside an actix `System`.
+/// Returns how many events were answered and whether the agent ended locked out.
 pub async fn run(
     file: TeamFile,
     options: RunOptions,
     mut input: Option<UnboundedReceiver<String>>,
     out: &mut dyn Write,
-) -> io::Result<()> {
+) -> io::Result<RunSummary> {
     if file.agents.is_empty() {
         return Err(io_err(
             "no agents configured: add [providers.NAME] and [[agents]] sections (see README, \"warden run\")",
@@ -68,6 +114,12 @@ pub async fn run(
     // With --event, exactly those events; without, one per input line. Input also answers asks.
     let from_input = options.events.is_empty();
     let mut scripted = options.events.into_iter();
+    let mut summary = RunSummary {
+        agent: target.key().to_string(),
+        events: 0,
+        answered: 0,
+        locked_out: false,
+    };
     loop {
         let line = match scripted.next() {
             Some(line) => Some(line),
@@ -81,6 +133,7 @@ pub async fn run(
         if line.trim().is_empty() {
             continue;
         }
+        summary.events += 1;
         let mut pending = match target.try_ask(UserEvent {
             source: "cli".into(),
             sender: Some("operator".into()),
@@ -118,16 +171,22 @@ pub async fn run(
         };
         let key = target.key();
         match settled {
-            Ok(reply) => writeln!(out, "{key}: {}", reply.answer)?,
+            Ok(reply) => {
+                summary.answered += 1;
+                writeln!(out, "{key}: {}", reply.answer)?
+            }
             Err(AskError::Failed {
                 error: Some(error), ..
             }) => writeln!(out, "{key}: [error] {error}")?,
             Err(err) => writeln!(out, "{key}: [{err}]")?,
         }
     }
+    // Before the final halt, which stops every agent.
+    let status = target.status();
+    summary.locked_out = status.emergency_stop || status.state == AgentState::SafetyLockout;
     team.halt_all().await;
     writeln!(out)?;
     write_status_table(out, &team.statuses())?;
     team.shutdown().await;
-    Ok(())
+    Ok(summary)
 }

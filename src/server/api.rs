@@ -41,6 +41,9 @@ use warden_protocols::{
 /// Default request body limit (bytes).
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
 
+/// Where `warden serve` listens unless `--listen` or `api.listen` says otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+
 /// The operator name journaled for calls made with the admin token.
 pub const API_OPERATOR: &str = "api:admin";
 
