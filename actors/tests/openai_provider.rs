@@ -700,6 +700,41 @@ async fn stream_accumulates_text_and_tool_calls() {
     ));
 }
 
+/// A valid SSE event may spread its data over several `data:` lines (joined with `\n`), use `\r`
+/// or `\r\n` line ends, omit the space after the colon, and carry comments.
+#[tokio::test]
+async fn stream_multi_line_data_events_are_joined_per_the_sse_spec() {
+    let server = Server::start(vec![vec![
+        Step::SseHead,
+        // One JSON chunk pretty-printed over three `data:` lines.
+        Step::Chunk(
+            "data: {\"choices\": [{\"index\": 0,\n\
+             data:   \"delta\": {\"content\": \"Hel\"}}\n\
+             data: ]}\n\n"
+                .into(),
+        ),
+        // `\r` line ends, a comment, no space after the colon, the line end split across chunks.
+        Step::Chunk(": keep-alive\rdata:{\"choices\": [{\"index\": 0,\r".into()),
+        Step::Chunk("data:\"delta\": {\"content\": \"lo\"}}]}\r".into()),
+        Step::Pause(Duration::from_millis(20)),
+        Step::Chunk("\r\ndata: [DONE]\r\n\r\n".into()),
+        Step::EndChunks,
+    ]])
+    .await;
+    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    let events = collect(&provider, simple_request()).await;
+    let deltas: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::Delta(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, ["Hel", "lo"], "{events:?}");
+    let response = single_finish(&events).unwrap();
+    assert_eq!(response.message.content.as_deref(), Some("Hello"));
+}
+
 #[tokio::test]
 async fn stream_length_finish_maps_to_length() {
     let server = Server::start(vec![vec![
