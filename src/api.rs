@@ -509,6 +509,7 @@ async fn metrics_text(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
         stream_subscribers: state.events.as_ref().map(EventHub::subscribers),
         halt_agent: state.metrics.halt_agent.snapshot(),
         halt_all: state.metrics.halt_all.snapshot(),
+        provider_retries: warden_actors::retry_counts().to_vec(),
     };
     HttpResponse::Ok()
         .content_type(metrics::CONTENT_TYPE)

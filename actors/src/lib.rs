@@ -28,9 +28,9 @@ pub use agent::{
 pub use context::{Advisory, ContextStrategy, Trimmed};
 pub use journal::{already_durable, now_ms, Journal, MemoryJournal, NotDurable, NullJournal};
 pub use provider::{
-    AttemptObserver, FailedAttempt, LlmRequest, LlmResponse, OpenAiCompatible, OpenAiConfig,
-    OpenAiSetupError, Provider, ProviderError, RetryPolicy, ScriptStats, ScriptStep,
-    ScriptedProvider, StreamEvent, ToolFormat,
+    retry_class, retry_counts, AttemptObserver, FailedAttempt, LlmRequest, LlmResponse,
+    OpenAiCompatible, OpenAiConfig, OpenAiSetupError, Provider, ProviderError, RetryPolicy,
+    ScriptStats, ScriptStep, ScriptedProvider, StreamEvent, ToolFormat, RETRY_CLASSES,
 };
 pub use safety::{
     AgentBreakers, ChannelInterventionBus, Fingerprint, InterventionBus, LimitCheckpoint,

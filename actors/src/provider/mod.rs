@@ -8,8 +8,8 @@ mod openai;
 mod scripted;
 
 pub use openai::{
-    AttemptObserver, FailedAttempt, OpenAiCompatible, OpenAiConfig, OpenAiSetupError, RetryPolicy,
-    StreamEvent, ToolFormat,
+    retry_class, retry_counts, AttemptObserver, FailedAttempt, OpenAiCompatible, OpenAiConfig,
+    OpenAiSetupError, RetryPolicy, StreamEvent, ToolFormat, RETRY_CLASSES,
 };
 pub use scripted::{ScriptStats, ScriptStep, ScriptedProvider};
 

@@ -35,7 +35,9 @@ mod retry;
 mod sse;
 mod wire;
 
-pub use retry::{AttemptObserver, FailedAttempt, RetryPolicy};
+pub use retry::{
+    retry_class, retry_counts, AttemptObserver, FailedAttempt, RetryPolicy, RETRY_CLASSES,
+};
 
 use crate::provider::{LlmRequest, LlmResponse, Provider, ProviderError};
 use futures::{future::BoxFuture, stream::BoxStream, FutureExt, StreamExt};
@@ -379,7 +381,7 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     headers
         .get(RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
-        .and_then(parse_retry_after)
+        .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()))
 }
 
 enum Phase {
