@@ -710,6 +710,7 @@ fn settled_fate(settled: warden_actors::Settled) -> EventFate {
             answer: reply.answer,
             reason: reply.reason,
             usage: reply.usage,
+            truncated: reply.truncated,
         },
         Err(AskError::Refused { refusal, .. }) => EventFate::Refused { refusal },
         Err(AskError::Discarded { .. }) => EventFate::Discarded,

@@ -434,6 +434,7 @@ fn main() -> ExitCode {
         Command::Config { action } => match action {
             ConfigAction::Defaults => {
                 print!("{}", WardenConfig::defaults_toml());
+                print!("{}", warden::team::provider_defaults_toml());
                 ExitCode::SUCCESS
             }
             ConfigAction::Check { file } => {

@@ -355,6 +355,7 @@ async fn three_identical_failures_alert_and_the_fourth_locks_out_as_repetition()
             error: None,
             events: Vec::new(),
             usage: Usage::default(),
+            truncated: false,
         }
     );
     replay_matches(&journal, &a);
@@ -580,6 +581,7 @@ async fn the_error_cascade_trips_when_8_of_the_last_10_operations_failed() {
             error: None,
             events: Vec::new(),
             usage: Usage::default(),
+            truncated: false,
         }
     );
     replay_matches(&journal, &a);
@@ -677,6 +679,7 @@ async fn the_token_budget_stops_the_call_that_would_exceed_it() {
             error: None,
             events: Vec::new(),
             usage: Usage::default(),
+            truncated: false,
         }
     );
     assert_eq!(
@@ -1013,6 +1016,7 @@ async fn unattended_refuses_the_task_cap_and_the_wrap_up_becomes_the_answer() {
             error: None,
             events: Vec::new(),
             usage: Usage::default(),
+            truncated: false,
         }
     );
     let wrap_ups = wrap_ups.lock().unwrap();
@@ -1226,6 +1230,7 @@ async fn auto_extend_extends_the_task_cap_once_then_refuses() {
             error: Some("Stopped: the limit on iterations per task was reached (5 against a configured 4) and not extended (auto_extend_exhausted). To allow more, raise `safety.loop.max_iterations_per_task` above 4, raise `safety.on_limit.auto_extend_times` (now 1), or set `safety.on_limit.mode = \"interactive\"` to be asked. Partial results are available.".into()),
             events: Vec::new(),
             usage: Usage::default(),
+            truncated: false,
         }
     );
 
@@ -1620,6 +1625,7 @@ async fn the_task_wall_clock_goes_through_the_checkpoint() {
             error: None,
             events: Vec::new(),
             usage: Usage::default(),
+            truncated: false,
         }
     );
     replay_matches(&journal, &a);

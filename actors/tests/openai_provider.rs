@@ -443,6 +443,37 @@ async fn rate_limit_retry_after_is_honoured_then_succeeds() {
 }
 
 #[tokio::test]
+async fn rate_limit_retry_after_as_an_http_date_is_honoured() {
+    // Two seconds ahead, in whole seconds (an HTTP date has no fractions): 1 to 2 s from now.
+    let date = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(2));
+    let server = Server::start(vec![
+        vec![Step::Respond {
+            status: 429,
+            headers: vec![("retry-after", date.clone())],
+            body: "{}".into(),
+        }],
+        vec![ok_json(text_reply("hi"))],
+    ])
+    .await;
+    let (observer, seen) = recording_observer();
+    let provider = OpenAiCompatible::new(server.config())
+        .unwrap()
+        .with_attempt_observer(observer);
+    let started = std::time::Instant::now();
+    let response = provider.complete(simple_request()).await.unwrap();
+    assert_eq!(response.message.content.as_deref(), Some("hi"));
+    let seen = seen.lock();
+    assert_eq!(seen.len(), 1);
+    // The policy's own backoff is 10 ms: a wait this long can only come from the date.
+    let wait = seen[0].retry_in.expect("retried");
+    assert!(
+        (Duration::from_millis(500)..=Duration::from_secs(2)).contains(&wait),
+        "{date}: {wait:?}"
+    );
+    assert!(started.elapsed() >= wait);
+}
+
+#[tokio::test]
 async fn server_error_500_is_retried_then_succeeds() {
     let server = Server::start(vec![
         vec![status(500, "boom")],
