@@ -1112,6 +1112,24 @@ async fn wrap_up_that(wrap_up: ScriptStep) -> (TurnOutcome, AgentHandle, Arc<Mem
     (last_outcome(&journal, "a"), a, journal)
 }
 
+/// A wrap-up cut by the model's token limit (it gets no max-tokens recovery) is delivered marked
+/// `truncated`; a complete one is not.
+#[actix_rt::test]
+async fn a_wrap_up_cut_by_max_tokens_is_marked_truncated() {
+    tokio::time::pause();
+    for (finish_reason, truncated) in [(FinishReason::Length, true), (FinishReason::Stop, false)] {
+        let step = ScriptStep::Respond(LlmResponse {
+            message: ChatMessage::assistant("did two looks, then"),
+            finish_reason,
+            usage: Usage::default(),
+        });
+        let (outcome, _, _) = wrap_up_that(step).await;
+        assert_eq!(outcome.answer.as_deref(), Some("did two looks, then"));
+        assert!(outcome.limit_stopped);
+        assert_eq!(outcome.truncated, truncated, "{finish_reason:?}");
+    }
+}
+
 /// The wrap-up call fails, or answers nothing: the turn ends with the decision-enabling text (which
 /// limit, its value, the key to raise, the mode to set, whether partial results exist).
 #[actix_rt::test]
@@ -1134,6 +1152,7 @@ async fn a_failed_or_empty_wrap_up_ends_with_the_decision_enabling_text() {
                 error: Some(UNATTENDED_FALLBACK.into()),
                 events: Vec::new(),
                 usage: Usage::default(),
+                truncated: false,
             },
             "{wrap_up:?}"
         );
