@@ -491,6 +491,7 @@ fn main() -> ExitCode {
         Command::Config { action } => match action {
             ConfigAction::Defaults => {
                 print!("{}", warden::team::defaults_toml());
+                print!("{}", warden::team::provider_defaults_toml());
                 ExitCode::SUCCESS
             }
             ConfigAction::Check { file } => {

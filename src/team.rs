@@ -8,6 +8,13 @@
 //! model = "qwen2.5-7b-instruct"
 //! api_key_env = "OPENAI_API_KEY"      # optional; the key itself never goes in the file
 //! tool_format = "native"              # or "json_fallback"
+//! stream = false                      # true: server-sent events
+//! # max_tokens = 1024                 # unset: the server's default
+//! # temperature = 0.2                 # unset: the server's default
+//! retry_attempts = 4                  # attempts per call, the first included (1 to 20)
+//! retry_base_ms = 1000                # backoff before the 2nd attempt, doubling (0 to 600000)
+//! retry_cap_ms = 10000                # the backoff's upper bound (retry_base_ms to 600000)
+//! retry_after_cap_ms = 60000          # upper bound of a server's Retry-After (0 to 3600000)
 //!
 //! [[agents]]
 //! key = "concierge"
@@ -33,7 +40,7 @@ use crate::{
 };
 use serde::Deserialize;
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
-use warden_actors::{OpenAiCompatible, OpenAiConfig, ToolFormat};
+use warden_actors::{OpenAiCompatible, OpenAiConfig, RetryPolicy, ToolFormat};
 use warden_protocols::{AgentRole, ConfigError};
 
 /// One model endpoint.
@@ -55,6 +62,20 @@ pub enum ProviderSpec {
         max_tokens: Option<u32>,
         #[serde(default)]
         temperature: Option<f32>,
+        /// Attempts per call, the first included (1 = no retries), 1 to 20. Default 4.
+        #[serde(default = "default_retry_attempts")]
+        retry_attempts: u32,
+        /// Backoff before the second attempt in ms, doubling per attempt (with jitter: 50–100 %
+        /// of it), 0 to 600000. Default 1000.
+        #[serde(default = "default_retry_base_ms")]
+        retry_base_ms: u64,
+        /// Upper bound of that backoff in ms, `retry_base_ms` to 600000. Default 10000.
+        #[serde(default = "default_retry_cap_ms")]
+        retry_cap_ms: u64,
+        /// Upper bound in ms of the wait a server asks for with `Retry-After` (seconds or an HTTP
+        /// date), 0 to 3600000. Default 60000.
+        #[serde(default = "default_retry_after_cap_ms")]
+        retry_after_cap_ms: u64,
     },
     /// The built-in scripted model: answers with `replies` in turn, then with the last one (or, with
     /// `cycle`, from the first again). A reply is a text (a final answer) or a tool call
@@ -76,6 +97,138 @@ pub enum ProviderSpec {
         #[serde(default)]
         error: Option<String>,
     },
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn default_retry_attempts() -> u32 {
+    RetryPolicy::default().max_attempts
+}
+
+fn default_retry_base_ms() -> u64 {
+    millis(RetryPolicy::default().base)
+}
+
+fn default_retry_cap_ms() -> u64 {
+    millis(RetryPolicy::default().max)
+}
+
+fn default_retry_after_cap_ms() -> u64 {
+    millis(RetryPolicy::default().retry_after_cap)
+}
+
+/// Checks the values of `[providers.*]` that have a range, before typed parsing (whose errors
+/// inside the tagged provider table would not name the key): each error names
+/// `providers.NAME.key`, the value as written and what is allowed.
+fn validate_providers(providers: &toml::Value) -> Result<(), TeamError> {
+    let Some(providers) = providers.as_table() else {
+        return Ok(()); // the typed parse reports it
+    };
+    for (name, spec) in providers {
+        let Some(spec) = spec.as_table() else {
+            continue;
+        };
+        if spec.get("kind").and_then(toml::Value::as_str) != Some("openai_compatible") {
+            continue;
+        }
+        let check = |key: &str, lo: i64, hi: i64, allowed: String| -> Result<(), TeamError> {
+            match spec.get(key) {
+                None => Ok(()),
+                Some(toml::Value::Integer(v)) if (lo..=hi).contains(v) => Ok(()),
+                Some(value) => Err(TeamError::ProviderValue {
+                    key: format!("providers.{name}.{key}"),
+                    value: value.to_string(),
+                    allowed,
+                }),
+            }
+        };
+        check("retry_attempts", 1, 20, "1 to 20".into())?;
+        check("retry_base_ms", 0, 600_000, "0 to 600000".into())?;
+        let base = spec
+            .get("retry_base_ms")
+            .and_then(toml::Value::as_integer)
+            .unwrap_or_else(|| i64::try_from(default_retry_base_ms()).unwrap_or(0));
+        check(
+            "retry_cap_ms",
+            base,
+            600_000,
+            format!("the value of providers.{name}.retry_base_ms ({base}) to 600000"),
+        )?;
+        check("retry_after_cap_ms", 0, 3_600_000, "0 to 3600000".into())?;
+    }
+    Ok(())
+}
+
+/// The `[providers.NAME]` keys of the OpenAI-compatible kind with their defaults, as commented TOML
+/// (for `warden config defaults`: providers belong to team files, not to the plain configuration).
+pub fn provider_defaults_toml() -> String {
+    let d = OpenAiConfig::default();
+    format!(
+        r#"
+# Team files (`warden run`, `warden serve`) add one [providers.NAME] per model endpoint and the
+# [[agents]] that use them. The OpenAI-compatible kind, with its defaults:
+# [providers.NAME]
+# kind = "openai_compatible"            # or "scripted" (replies = ["…"], no network)
+# base_url = "{base_url}"  # required: the API root; requests go to {{base_url}}/chat/completions
+# model = "{model}"                     # required: sent as `model`, and the price table's key
+# api_key_env = "OPENAI_API_KEY"        # optional: the variable holding the key (never the key itself)
+# tool_format = "native"                # or "json_fallback" (tools described in a system message)
+# stream = {stream}                        # true: server-sent events (an idle timeout instead of a total one)
+# max_tokens = 1024                     # optional; unset: not sent (the server's default)
+# temperature = 0.2                     # optional; unset: not sent (the server's default)
+# retry_attempts = {attempts}                    # attempts per call, the first included; 1 to 20
+# retry_base_ms = {base}                  # backoff before the 2nd attempt, x2 per attempt, 50-100 % jitter; 0 to 600000
+# retry_cap_ms = {cap}                  # upper bound of that backoff; retry_base_ms to 600000
+# retry_after_cap_ms = {after_cap}            # upper bound of a server's Retry-After (seconds or HTTP date); 0 to 3600000
+"#,
+        base_url = d.base_url,
+        model = d.model,
+        stream = d.stream,
+        attempts = d.retry.max_attempts,
+        base = millis(d.retry.base),
+        cap = millis(d.retry.max),
+        after_cap = millis(d.retry.retry_after_cap),
+    )
+}
+
+impl ProviderSpec {
+    /// The OpenAI-compatible provider's settings (without its API key), each attempt bounded by
+    /// `request_timeout`; `None` for another kind.
+    pub fn openai_config(&self, request_timeout: Duration) -> Option<OpenAiConfig> {
+        let ProviderSpec::OpenaiCompatible {
+            base_url,
+            model,
+            api_key_env: _,
+            tool_format,
+            stream,
+            max_tokens,
+            temperature,
+            retry_attempts,
+            retry_base_ms,
+            retry_cap_ms,
+            retry_after_cap_ms,
+        } = self
+        else {
+            return None;
+        };
+        Some(OpenAiConfig {
+            tool_format: *tool_format,
+            stream: *stream,
+            max_tokens: *max_tokens,
+            temperature: *temperature,
+            request_timeout,
+            retry: RetryPolicy {
+                max_attempts: *retry_attempts,
+                base: Duration::from_millis(*retry_base_ms),
+                max: Duration::from_millis(*retry_cap_ms),
+                retry_after_cap: Duration::from_millis(*retry_after_cap_ms),
+                ..RetryPolicy::default()
+            },
+            ..OpenAiConfig::new(base_url.clone(), model.clone())
+        })
+    }
 }
 
 /// One answer of a team file's scripted model: a final text, or one tool call.
@@ -231,6 +384,13 @@ pub enum TeamError {
     },
     #[error("provider `{provider}`: {message}")]
     Provider { provider: String, message: String },
+    /// A `[providers.*]` value out of range (worded like [`ConfigError::Invalid`]).
+    #[error("invalid value for `{key}`: {value} (allowed: {allowed})")]
+    ProviderValue {
+        key: String,
+        value: String,
+        allowed: String,
+    },
     #[error("{0}")]
     Spawn(#[from] warden_actors::SpawnError),
     #[error(transparent)]
@@ -343,8 +503,8 @@ pub fn defaults_toml() -> String {
          \n\
          # A team file for warden run and warden serve adds [providers.NAME] and [[agents]].\n",
         WardenConfig::defaults_toml().trim_end(),
-        crate::api::DEFAULT_LISTEN,
-        crate::api::DEFAULT_BODY_LIMIT,
+        crate::server::api::DEFAULT_LISTEN,
+        crate::server::api::DEFAULT_BODY_LIMIT,
     )
 }
 
@@ -378,6 +538,14 @@ impl TeamFile {
     /// keys (each error with its line, column and the offending line), value ranges and `[api]`.
     pub fn parse(text: &str) -> Result<Self, TeamError> {
         warden_protocols::precheck(text)?;
+        // The retry keys of OpenAI-compatible providers are range-checked on the raw values first,
+        // so a negative or fractional one gets the usual message (a syntax error is left to the
+        // located parse below).
+        if let Ok(table) = toml::from_str::<toml::Table>(text) {
+            if let Some(providers) = table.get("providers") {
+                validate_providers(providers)?;
+            }
+        }
         let file = warden_protocols::parse_toml::<TeamDoc>(text)?.split();
         file.config.validate()?;
         file.api.validate()?;
@@ -545,22 +713,14 @@ impl TeamFile {
                     .join(", "),
             })?;
         Ok(match spec {
-            ProviderSpec::OpenaiCompatible {
-                base_url,
-                model,
-                api_key_env,
-                tool_format,
-                stream,
-                max_tokens,
-                temperature,
-            } => {
-                let mut config = OpenAiConfig::new(base_url.clone(), model.clone());
-                config.tool_format = *tool_format;
-                config.stream = *stream;
-                config.max_tokens = *max_tokens;
-                config.temperature = *temperature;
-                config.request_timeout =
-                    Duration::from_secs_f64(self.config.safety.timeout.llm_call_seconds);
+            ProviderSpec::OpenaiCompatible { api_key_env, .. } => {
+                let timeout = Duration::from_secs_f64(self.config.safety.timeout.llm_call_seconds);
+                let config = spec
+                    .openai_config(timeout)
+                    .ok_or_else(|| TeamError::Provider {
+                        provider: name.to_owned(),
+                        message: "not an OpenAI-compatible provider".into(),
+                    })?;
                 let provider = match api_key_env {
                     Some(var) => OpenAiCompatible::from_env(config, var),
                     None => OpenAiCompatible::new(config),
@@ -721,7 +881,8 @@ delegate = false
             err.to_string(),
             "invalid config: line 5, column 1: `providers.local`: unknown field `modle`, expected \
              one of `base_url`, `model`, `api_key_env`, `tool_format`, `stream`, `max_tokens`, \
-             `temperature`\n\
+             `temperature`, `retry_attempts`, `retry_base_ms`, `retry_cap_ms`, \
+             `retry_after_cap_ms`\n\
              5 | [providers.local]\n  \
                | ^^^^^^^^^^^^^^^^^"
         );
@@ -885,7 +1046,7 @@ delegate = false
         assert_eq!(api.admin_token, None);
         assert_eq!(
             file.api.listen.map(|a| a.to_string()).as_deref(),
-            Some(crate::api::DEFAULT_LISTEN)
+            Some(crate::server::api::DEFAULT_LISTEN)
         );
     }
 
@@ -1168,6 +1329,143 @@ replies = [
         }
         let config = ApiConfig::try_resolve(&section(Some("f"), Some("r")), env(Some("e"), None));
         assert_eq!(config.unwrap().admin_token.as_deref(), Some("e"));
+    }
+
+    /// The provider's settings as the team file gave them (the API key aside).
+    fn openai_config(team: &TeamFile, name: &str) -> OpenAiConfig {
+        team.providers[name]
+            .openai_config(Duration::from_secs(60))
+            .unwrap()
+    }
+
+    #[test]
+    fn retry_settings_are_read_per_provider_with_defaults() {
+        let text = FILE.replace(
+            "tool_format = \"json_fallback\"",
+            "tool_format = \"json_fallback\"\nretry_attempts = 2\nretry_base_ms = 250\n\
+             retry_cap_ms = 4000\nretry_after_cap_ms = 5000\nstream = true\nmax_tokens = 512\n\
+             temperature = 0.5",
+        );
+        let team = TeamFile::from_toml(&text).unwrap();
+        let config = openai_config(&team, "local");
+        assert_eq!(
+            config.retry,
+            RetryPolicy {
+                max_attempts: 2,
+                base: Duration::from_millis(250),
+                max: Duration::from_secs(4),
+                retry_after_cap: Duration::from_secs(5),
+                ..RetryPolicy::default()
+            }
+        );
+        assert!(config.stream);
+        assert_eq!(
+            (config.max_tokens, config.temperature),
+            (Some(512), Some(0.5))
+        );
+        // Nothing given: the provider's own defaults.
+        let team = TeamFile::from_toml(FILE).unwrap();
+        assert_eq!(openai_config(&team, "local").retry, RetryPolicy::default());
+    }
+
+    #[test]
+    fn bad_retry_settings_name_key_value_and_range() {
+        let with = |keys: &str| {
+            TeamFile::from_toml(&FILE.replace(
+                "tool_format = \"json_fallback\"",
+                &format!("tool_format = \"json_fallback\"\n{keys}"),
+            ))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+        };
+        let cases = [
+            (
+                "retry_attempts = 0",
+                "invalid value for `providers.local.retry_attempts`: 0 (allowed: 1 to 20)",
+            ),
+            (
+                "retry_attempts = 21",
+                "invalid value for `providers.local.retry_attempts`: 21 (allowed: 1 to 20)",
+            ),
+            (
+                "retry_base_ms = 600001",
+                "invalid value for `providers.local.retry_base_ms`: 600001 (allowed: 0 to 600000)",
+            ),
+            (
+                "retry_base_ms = 500\nretry_cap_ms = 499",
+                "invalid value for `providers.local.retry_cap_ms`: 499 \
+                 (allowed: the value of providers.local.retry_base_ms (500) to 600000)",
+            ),
+            (
+                "retry_cap_ms = 999",
+                "invalid value for `providers.local.retry_cap_ms`: 999 \
+                 (allowed: the value of providers.local.retry_base_ms (1000) to 600000)",
+            ),
+            (
+                "retry_base_ms = -1",
+                "invalid value for `providers.local.retry_base_ms`: -1 (allowed: 0 to 600000)",
+            ),
+            (
+                "retry_attempts = 2.5",
+                "invalid value for `providers.local.retry_attempts`: 2.5 (allowed: 1 to 20)",
+            ),
+            (
+                "retry_after_cap_ms = \"60s\"",
+                "invalid value for `providers.local.retry_after_cap_ms`: \"60s\" (allowed: 0 to 3600000)",
+            ),
+            (
+                "retry_after_cap_ms = 3600001",
+                "invalid value for `providers.local.retry_after_cap_ms`: 3600001 (allowed: 0 to 3600000)",
+            ),
+        ];
+        for (keys, expected) in cases {
+            assert_eq!(with(keys), expected, "{keys}");
+        }
+        let err = with("retry_attempt = 3");
+        assert!(err.contains("unknown field `retry_attempt`"), "{err}");
+    }
+
+    #[test]
+    fn the_documented_provider_defaults_are_the_real_ones() {
+        let defaults = provider_defaults_toml();
+        // As printed (commented out), the output stays a valid plain configuration.
+        let full = format!("{}{defaults}", WardenConfig::defaults_toml());
+        assert_eq!(
+            WardenConfig::from_toml(&full).unwrap(),
+            WardenConfig::default()
+        );
+        // Uncommented, it is a valid provider whose values are the defaults.
+        let block: String = defaults
+            .lines()
+            .skip_while(|l| !l.starts_with("# [providers.NAME]"))
+            .map(|l| format!("{}\n", l.trim_start_matches("# ")))
+            .collect();
+        for key in [
+            "kind",
+            "base_url",
+            "model",
+            "api_key_env",
+            "tool_format",
+            "stream",
+            "max_tokens",
+            "temperature",
+            "retry_attempts",
+            "retry_base_ms",
+            "retry_cap_ms",
+            "retry_after_cap_ms",
+        ] {
+            assert!(block.contains(&format!("\n{key} = ")), "{key} undocumented");
+        }
+        // A provider block alone is no team: parse it without the team check.
+        let team = TeamFile::parse(&block).unwrap();
+        let config = openai_config(&team, "NAME");
+        let d = OpenAiConfig::default();
+        assert_eq!(
+            (config.stream, config.tool_format, &config.retry),
+            (d.stream, d.tool_format, &d.retry)
+        );
+        assert_eq!((config.base_url, config.model), (d.base_url, d.model));
     }
 
     #[test]

@@ -2304,3 +2304,157 @@ async fn recent_events_list_the_tail_and_the_head_and_refuse_bad_queries() {
         )
     );
 }
+
+/// A blocking HTTP/1.1 server on 127.0.0.1 (a std thread) that answers each connection with the
+/// next of `responses` (status, body), `Connection: close`.
+fn plain_http_server(responses: Vec<(u16, &'static str)>) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for (status, body) in responses {
+            let Ok((mut socket, _)) = listener.accept() else {
+                return;
+            };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let head_end = loop {
+                if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break pos + 4;
+                }
+                match socket.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            };
+            let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            while buf.len() < head_end + length {
+                match socket.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let _ = write!(
+                socket,
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n\
+                 content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    addr
+}
+
+/// Collects what a tracing subscriber writes.
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[actix_rt::test]
+async fn provider_retries_are_logged_at_info_and_counted_on_metrics() {
+    let addr = plain_http_server(vec![
+        (429, r#"{"error":{"message":"slow down"}}"#),
+        (503, "busy"),
+        (
+            200,
+            r#"{"choices":[{"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}"#,
+        ),
+    ]);
+    let provider = OpenAiCompatible::new(OpenAiConfig {
+        retry: RetryPolicy {
+            max_attempts: 3,
+            base: std::time::Duration::from_millis(10),
+            jitter: false,
+            ..RetryPolicy::default()
+        },
+        ..OpenAiConfig::new(format!("http://{addr}/v1"), "m")
+    })
+    .unwrap();
+    let count = |class: &str| {
+        warden_actors::retry_counts()
+            .iter()
+            .find(|(c, _)| *c == class)
+            .map_or(0, |(_, n)| *n)
+    };
+    // Only this test of this binary calls an OpenAI-compatible provider: the counts are exact.
+    let (before_429, before_5xx) = (count("429"), count("5xx"));
+
+    let logs = LogBuffer::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let logs = logs.clone();
+            move || logs.clone()
+        })
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .finish();
+    let response = {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        provider
+            .complete(LlmRequest {
+                agent: AgentKey::new("a"),
+                messages: vec![ChatMessage::user("hello")],
+                tools: Vec::new(),
+            })
+            .await
+            .unwrap()
+    };
+    assert_eq!(response.message.content.as_deref(), Some("hi"));
+    let logs = String::from_utf8(logs.0.lock().clone()).unwrap();
+    let retries: Vec<&str> = logs.lines().filter(|l| l.contains("retrying")).collect();
+    assert_eq!(retries.len(), 2, "{logs}");
+    assert!(retries[0].contains(" INFO "), "{logs}");
+    assert!(retries[0].contains("attempt=1"), "{logs}");
+    assert!(retries[0].contains("class=\"429\""), "{logs}");
+    assert!(retries[0].contains("delay_ms=10"), "{logs}");
+    assert!(retries[0].contains("http status 429"), "{logs}");
+    assert!(retries[1].contains("attempt=2"), "{logs}");
+    assert!(retries[1].contains("class=\"5xx\""), "{logs}");
+    assert!(retries[1].contains("delay_ms=20"), "{logs}");
+    assert_eq!(
+        (count("429"), count("5xx")),
+        (before_429 + 1, before_5xx + 1)
+    );
+
+    let f = fixture(WardenConfig::default());
+    let app = service!(ApiState::new(f.team.clone(), config()));
+    let resp = test::call_service(&app, get("/metrics", Some(READ)).to_request()).await;
+    let text = String::from_utf8(test::read_body(resp).await.to_vec()).unwrap();
+    assert!(
+        text.contains("# TYPE warden_provider_retries_total counter"),
+        "{text}"
+    );
+    let samples = parse_exposition(&text);
+    for class in warden_actors::RETRY_CLASSES {
+        assert_eq!(
+            value_of(
+                &samples,
+                "warden_provider_retries_total",
+                &[("class", class)]
+            ),
+            count(class) as f64,
+            "{class}"
+        );
+    }
+    assert!(
+        value_of(
+            &samples,
+            "warden_provider_retries_total",
+            &[("class", "429")]
+        ) >= 1.0
+    );
+}

@@ -535,6 +535,7 @@ async fn a_cut_answer_is_continued_and_concatenated() {
         out.answer.as_deref(),
         Some("The quick brown fox jumps over the lazy dog.")
     );
+    assert!(!out.truncated, "the last reply was complete");
     let history = a.record().history;
     let shape: Vec<_> = history
         .iter()
@@ -573,11 +574,23 @@ async fn with_recoveries_exhausted_the_partial_answer_is_returned() {
     );
     let stats = model.stats();
     let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
-    one_turn(&a, "count").await;
+    // The asker is told the answer is incomplete, and so is the journal (and the event's fate).
+    let reply = a.ask(UserEvent::new("count")).await.unwrap();
+    assert_eq!(reply.answer, "one two three ");
+    assert!(reply.truncated, "{reply:?}");
     let out = only_outcome(&journal, "a");
     assert_eq!(out.reason, TerminationReason::Answered);
     assert_eq!(out.iterations, 3);
     assert_eq!(out.answer.as_deref(), Some("one two three "));
+    assert!(out.truncated);
+    let events = journal.events_of("a");
+    assert!(matches!(
+        EventFate::of_event(reply.id, &events),
+        Some(EventFate::Answered {
+            truncated: true,
+            ..
+        })
+    ));
     assert_eq!(
         stats.calls.load(Ordering::SeqCst),
         3,
@@ -611,6 +624,7 @@ async fn zero_max_tokens_recoveries_disables_the_continuation() {
         (out.iterations, out.answer.as_deref()),
         (1, Some("only half of it"))
     );
+    assert!(out.truncated);
     assert_eq!(stats.calls.load(Ordering::SeqCst), 1);
     assert!(a.record().history.iter().all(|m| !m.internal));
 }

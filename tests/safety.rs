@@ -355,6 +355,7 @@ async fn three_identical_failures_alert_and_the_fourth_locks_out_as_repetition()
             error: None,
             events: Vec::new(),
             usage: Usage::default(),
+            truncated: false,
         }
     );
     replay_matches(&journal, &a);
@@ -583,6 +584,7 @@ async fn the_error_cascade_trips_when_8_of_the_last_10_operations_failed() {
             error: None,
             events: Vec::new(),
             usage: Usage::default(),
+            truncated: false,
         }
     );
     replay_matches(&journal, &a);
@@ -680,6 +682,7 @@ async fn the_token_budget_stops_the_call_that_would_exceed_it() {
             error: None,
             events: Vec::new(),
             usage: Usage::default(),
+            truncated: false,
         }
     );
     assert_eq!(
@@ -1016,6 +1019,7 @@ async fn unattended_refuses_the_task_cap_and_the_wrap_up_becomes_the_answer() {
             error: None,
             events: Vec::new(),
             usage: Usage::default(),
+            truncated: false,
         }
     );
     let wrap_ups = wrap_ups.lock().unwrap();
@@ -1111,6 +1115,24 @@ async fn wrap_up_that(wrap_up: ScriptStep) -> (TurnOutcome, AgentHandle, Arc<Mem
     (last_outcome(&journal, "a"), a, journal)
 }
 
+/// A wrap-up cut by the model's token limit (it gets no max-tokens recovery) is delivered marked
+/// `truncated`; a complete one is not.
+#[actix_rt::test]
+async fn a_wrap_up_cut_by_max_tokens_is_marked_truncated() {
+    tokio::time::pause();
+    for (finish_reason, truncated) in [(FinishReason::Length, true), (FinishReason::Stop, false)] {
+        let step = ScriptStep::Respond(LlmResponse {
+            message: ChatMessage::assistant("did two looks, then"),
+            finish_reason,
+            usage: Usage::default(),
+        });
+        let (outcome, _, _) = wrap_up_that(step).await;
+        assert_eq!(outcome.answer.as_deref(), Some("did two looks, then"));
+        assert!(outcome.limit_stopped);
+        assert_eq!(outcome.truncated, truncated, "{finish_reason:?}");
+    }
+}
+
 /// The wrap-up call fails, or answers nothing: the turn ends with the decision-enabling text (which
 /// limit, its value, the key to raise, the mode to set, whether partial results exist).
 #[actix_rt::test]
@@ -1133,6 +1155,7 @@ async fn a_failed_or_empty_wrap_up_ends_with_the_decision_enabling_text() {
                 error: Some(UNATTENDED_FALLBACK.into()),
                 events: Vec::new(),
                 usage: Usage::default(),
+                truncated: false,
             },
             "{wrap_up:?}"
         );
@@ -1229,6 +1252,7 @@ async fn auto_extend_extends_the_task_cap_once_then_refuses() {
             error: Some("Stopped: the limit on iterations per task was reached (5 against a configured 4) and not extended (auto_extend_exhausted). To allow more, raise `safety.loop.max_iterations_per_task` above 4, raise `safety.on_limit.auto_extend_times` (now 1), or set `safety.on_limit.mode = \"interactive\"` to be asked. Partial results are available.".into()),
             events: Vec::new(),
             usage: Usage::default(),
+            truncated: false,
         }
     );
 
@@ -1623,6 +1647,7 @@ async fn the_task_wall_clock_goes_through_the_checkpoint() {
             error: None,
             events: Vec::new(),
             usage: Usage::default(),
+            truncated: false,
         }
     );
     replay_matches(&journal, &a);

@@ -29,8 +29,8 @@ pub use context::{Advisory, ContextStrategy, Trimmed};
 pub use journal::{already_durable, now_ms, Journal, MemoryJournal, NotDurable, NullJournal};
 #[cfg(feature = "openai")]
 pub use provider::{
-    AttemptObserver, FailedAttempt, OpenAiCompatible, OpenAiConfig, OpenAiSetupError, RetryPolicy,
-    StreamEvent, ToolFormat,
+    retry_class, retry_counts, AttemptObserver, FailedAttempt, OpenAiCompatible, OpenAiConfig,
+    OpenAiSetupError, RetryPolicy, StreamEvent, ToolFormat, RETRY_CLASSES,
 };
 pub use provider::{
     LlmRequest, LlmResponse, Provider, ProviderError, ScriptStats, ScriptStep, ScriptedProvider,

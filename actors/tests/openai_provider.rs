@@ -443,6 +443,37 @@ async fn rate_limit_retry_after_is_honoured_then_succeeds() {
 }
 
 #[tokio::test]
+async fn rate_limit_retry_after_as_an_http_date_is_honoured() {
+    // Two seconds ahead, in whole seconds (an HTTP date has no fractions): 1 to 2 s from now.
+    let date = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(2));
+    let server = Server::start(vec![
+        vec![Step::Respond {
+            status: 429,
+            headers: vec![("retry-after", date.clone())],
+            body: "{}".into(),
+        }],
+        vec![ok_json(text_reply("hi"))],
+    ])
+    .await;
+    let (observer, seen) = recording_observer();
+    let provider = OpenAiCompatible::new(server.config())
+        .unwrap()
+        .with_attempt_observer(observer);
+    let started = std::time::Instant::now();
+    let response = provider.complete(simple_request()).await.unwrap();
+    assert_eq!(response.message.content.as_deref(), Some("hi"));
+    let seen = seen.lock();
+    assert_eq!(seen.len(), 1);
+    // The policy's own backoff is 10 ms: a wait this long can only come from the date.
+    let wait = seen[0].retry_in.expect("retried");
+    assert!(
+        (Duration::from_millis(500)..=Duration::from_secs(2)).contains(&wait),
+        "{date}: {wait:?}"
+    );
+    assert!(started.elapsed() >= wait);
+}
+
+#[tokio::test]
 async fn server_error_500_is_retried_then_succeeds() {
     let server = Server::start(vec![
         vec![status(500, "boom")],
@@ -698,6 +729,41 @@ async fn stream_accumulates_text_and_tool_calls() {
         events.last(),
         Some(StreamEvent::Finished { attempts: 1, .. })
     ));
+}
+
+/// A valid SSE event may spread its data over several `data:` lines (joined with `\n`), use `\r`
+/// or `\r\n` line ends, omit the space after the colon, and carry comments.
+#[tokio::test]
+async fn stream_multi_line_data_events_are_joined_per_the_sse_spec() {
+    let server = Server::start(vec![vec![
+        Step::SseHead,
+        // One JSON chunk pretty-printed over three `data:` lines.
+        Step::Chunk(
+            "data: {\"choices\": [{\"index\": 0,\n\
+             data:   \"delta\": {\"content\": \"Hel\"}}\n\
+             data: ]}\n\n"
+                .into(),
+        ),
+        // `\r` line ends, a comment, no space after the colon, the line end split across chunks.
+        Step::Chunk(": keep-alive\rdata:{\"choices\": [{\"index\": 0,\r".into()),
+        Step::Chunk("data:\"delta\": {\"content\": \"lo\"}}]}\r".into()),
+        Step::Pause(Duration::from_millis(20)),
+        Step::Chunk("\r\ndata: [DONE]\r\n\r\n".into()),
+        Step::EndChunks,
+    ]])
+    .await;
+    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    let events = collect(&provider, simple_request()).await;
+    let deltas: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::Delta(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, ["Hel", "lo"], "{events:?}");
+    let response = single_finish(&events).unwrap();
+    assert_eq!(response.message.content.as_deref(), Some("Hello"));
 }
 
 #[tokio::test]

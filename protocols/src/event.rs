@@ -113,6 +113,11 @@ pub struct TurnOutcome {
     /// Tokens of every model call of the turn.
     #[serde(default, skip_serializing_if = "Usage::is_zero")]
     pub usage: Usage,
+    /// `true` when the answer is incomplete: the model's last reply was still cut by its token limit
+    /// (`finish_reason: length`) after the last max-tokens recovery
+    /// (`execution.max_tokens_recoveries`). Absent (false) in journals written before it existed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
 impl TurnOutcome {
@@ -127,6 +132,7 @@ impl TurnOutcome {
             error: None,
             events: Vec::new(),
             usage: Usage::default(),
+            truncated: false,
         }
     }
 }
@@ -145,6 +151,10 @@ pub enum EventFate {
         answer: String,
         reason: TerminationReason,
         usage: Usage,
+        /// The answer was still cut by the model's token limit after the last max-tokens recovery
+        /// ([`TurnOutcome::truncated`]).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        truncated: bool,
     },
     /// The agent refused it (locked out, stopped): when it was taken, or its turn ended in a lockout.
     Refused { refusal: WorkRefusal },
@@ -256,6 +266,7 @@ impl EventFate {
                 answer: answer.clone(),
                 reason,
                 usage: outcome.usage,
+                truncated: outcome.truncated,
             },
             (None, TerminationReason::SafetyLockout) => EventFate::Refused {
                 refusal: WorkRefusal::LockedOut {
@@ -465,6 +476,39 @@ pub enum EventKind {
 mod tests {
     use super::*;
 
+    #[test]
+    fn truncated_is_absent_from_old_journals_and_only_written_when_true() {
+        // An outcome and a fate as journaled before `truncated` existed.
+        let old: TurnOutcome =
+            serde_json::from_str(r#"{"reason":"noop","iterations":1,"answer":"hi"}"#).unwrap();
+        assert!(!old.truncated);
+        let fate: EventFate = serde_json::from_str(
+            r#"{"status":"answered","answer":"hi","reason":"noop","usage":{"prompt_tokens":0,"completion_tokens":0}}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            fate,
+            EventFate::Answered {
+                truncated: false,
+                ..
+            }
+        ));
+        assert!(!serde_json::to_string(&old).unwrap().contains("truncated"));
+        let mut cut = old;
+        cut.truncated = true;
+        let text = serde_json::to_string(&cut).unwrap();
+        assert!(text.contains(r#""truncated":true"#), "{text}");
+        let back: TurnOutcome = serde_json::from_str(&text).unwrap();
+        assert!(back.truncated);
+        assert!(matches!(
+            EventFate::of_turn(&back, None),
+            EventFate::Answered {
+                truncated: true,
+                ..
+            }
+        ));
+    }
+
     fn ev(agent: &str, kind: EventKind) -> Event {
         Event {
             seq: 0,
@@ -512,7 +556,8 @@ mod tests {
             Some(EventFate::Answered {
                 answer: "yes".into(),
                 reason: Answered,
-                usage: Usage::default()
+                usage: Usage::default(),
+                truncated: false,
             })
         );
         // Another turn's end does not settle it.

@@ -595,8 +595,13 @@ pub async fn run(client: &Client, call: Call, out: &mut dyn Write) -> Result<(),
                 match status.as_str() {
                     "answered" => writeln!(
                         out,
-                        "{key}: {}",
-                        fate["answer"].as_str().unwrap_or_default()
+                        "{key}: {}{}",
+                        fate["answer"].as_str().unwrap_or_default(),
+                        if fate["truncated"].as_bool() == Some(true) {
+                            crate::cli::run::TRUNCATED_MARK
+                        } else {
+                            ""
+                        }
                     )?,
                     "pending" | "running" => writeln!(
                         out,

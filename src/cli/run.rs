@@ -23,6 +23,10 @@ use warden_protocols::{AgentState, Answer, OperatorReply};
 /// Who answers the asks `warden run` prints: the person at its terminal (journaled with the decision).
 pub const TTY_OPERATOR: &str = "tty";
 
+/// Appended to an answer the model's token limit still cut after the last max-tokens recovery
+/// (`truncated` in the event's fate).
+pub const TRUNCATED_MARK: &str = " [truncated: max_tokens]";
+
 /// Options of `warden run`.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -173,7 +177,12 @@ pub async fn run(
         match settled {
             Ok(reply) => {
                 summary.answered += 1;
-                writeln!(out, "{key}: {}", reply.answer)?
+                writeln!(
+                    out,
+                    "{key}: {}{}",
+                    reply.answer,
+                    if reply.truncated { TRUNCATED_MARK } else { "" }
+                )?
             }
             Err(AskError::Failed {
                 error: Some(error), ..

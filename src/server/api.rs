@@ -517,6 +517,7 @@ async fn metrics_text(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
         stream_subscribers: state.events.as_ref().map(EventHub::subscribers),
         halt_agent: state.metrics.halt_agent.snapshot(),
         halt_all: state.metrics.halt_all.snapshot(),
+        provider_retries: warden_actors::retry_counts().to_vec(),
     };
     HttpResponse::Ok()
         .content_type(metrics::CONTENT_TYPE)
@@ -717,6 +718,7 @@ fn settled_fate(settled: warden_actors::Settled) -> EventFate {
             answer: reply.answer,
             reason: reply.reason,
             usage: reply.usage,
+            truncated: reply.truncated,
         },
         Err(AskError::Refused { refusal, .. }) => EventFate::Refused { refusal },
         Err(AskError::Discarded { .. }) => EventFate::Discarded,

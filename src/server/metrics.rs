@@ -116,6 +116,9 @@ pub struct Snapshot {
     pub stream_subscribers: Option<usize>,
     pub halt_agent: HistogramSnapshot,
     pub halt_all: HistogramSnapshot,
+    /// Retries of the OpenAI-compatible providers since the process started, by class
+    /// (`warden_actors::retry_counts`: every class listed).
+    pub provider_retries: Vec<(&'static str, u64)>,
 }
 
 /// Writes families: one HELP and TYPE, then its samples.
@@ -306,6 +309,14 @@ pub fn render(s: &Snapshot) -> String {
             "1 when a journal write has failed since the server started, else 0.",
             u8::from(j.write_error),
         );
+    }
+    e.family(
+        "warden_provider_retries_total",
+        "counter",
+        "LLM call attempts that failed and were retried, by class (408, 429, 5xx, timeout, connect, other).",
+    );
+    for (class, n) in &s.provider_retries {
+        e.sample("warden_provider_retries_total", &[("class", class)], n);
     }
     e.family(
         "warden_api_halt_duration_seconds",

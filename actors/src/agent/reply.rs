@@ -39,6 +39,9 @@ pub struct Reply {
     pub reason: TerminationReason,
     /// Tokens of the turn's model calls.
     pub usage: Usage,
+    /// The answer is incomplete: still cut by the model's token limit after the last max-tokens
+    /// recovery (`execution.max_tokens_recoveries`).
+    pub truncated: bool,
     /// From the event's acceptance to its answer (on tokio's clock: paused time in tests).
     pub latency: Duration,
 }
@@ -184,12 +187,14 @@ pub(crate) fn settle(
             answer,
             reason,
             usage,
+            truncated,
         } => Ok(Reply {
             agent: agent.clone(),
             id,
             answer,
             reason,
             usage,
+            truncated,
             latency: accepted.map(|t| t.elapsed()).unwrap_or_default(),
         }),
         EventFate::Refused { refusal } => Err(AskError::Refused { id, refusal }),

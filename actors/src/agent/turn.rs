@@ -334,7 +334,17 @@ async fn react(
                 return done;
             }
             partial.push_str(&text);
-            return outcome(TerminationReason::Answered, iteration, Some(partial));
+            let mut out = outcome(TerminationReason::Answered, iteration, Some(partial));
+            // Still cut after the last recovery: the caller must know the answer is incomplete.
+            out.truncated = response.finish_reason == FinishReason::Length;
+            if out.truncated {
+                tracing::warn!(
+                    agent = %cell.key,
+                    recoveries,
+                    "answer still cut by the model's token limit after the last max-tokens recovery; marked truncated"
+                );
+            }
+            return out;
         }
         if let Some(done) = stopped(cell.obey(verdict), iteration) {
             return done;
@@ -497,10 +507,12 @@ async fn wrap_up(
         messages,
         tools: Vec::new(),
     };
+    let mut cut = false;
     let text = match call_provider(cell, token, request).await {
         None => return outcome(TerminationReason::Halted, iterations, None),
         Some(Ok(response)) => {
             cell.record_usage(response.usage);
+            cut = response.finish_reason == FinishReason::Length;
             response
                 .message
                 .content
@@ -521,6 +533,8 @@ async fn wrap_up(
         Some(text) => {
             cell.append_history(ChatMessage::assistant(text.clone()));
             out.answer = Some(text);
+            // The wrap-up gets no max-tokens recovery: a cut one is marked.
+            out.truncated = cut;
         }
         None => {
             out.error = Some(limit_refusal_message(

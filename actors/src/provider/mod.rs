@@ -10,8 +10,8 @@ mod scripted;
 
 #[cfg(feature = "openai")]
 pub use openai::{
-    AttemptObserver, FailedAttempt, OpenAiCompatible, OpenAiConfig, OpenAiSetupError, RetryPolicy,
-    StreamEvent, ToolFormat,
+    retry_class, retry_counts, AttemptObserver, FailedAttempt, OpenAiCompatible, OpenAiConfig,
+    OpenAiSetupError, RetryPolicy, StreamEvent, ToolFormat, RETRY_CLASSES,
 };
 pub use scripted::{ScriptStats, ScriptStep, ScriptedProvider};
 

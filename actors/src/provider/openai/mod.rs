@@ -15,7 +15,9 @@
 //!   [`StreamEvent::Finished`], as its last item, for every call: normal end (`data: [DONE]`),
 //!   error before or during the body, idle timeout, malformed chunk, or a body that ends without
 //!   `[DONE]` (then a warning is logged and the outcome is built from what was received, with the
-//!   finish reason inferred). The only exception is a consumer that drops the stream first: then the
+//!   finish reason inferred; an event the body ended inside of is discarded, as the SSE spec says).
+//!   Events are decoded per the WHATWG SSE rules (see the `sse` module): `data` spread over
+//!   several lines is joined with `\n` before it is parsed as JSON. The only exception is a consumer that drops the stream first: then the
 //!   HTTP response is dropped at once, which closes its connection, and nothing more is read.
 //!   Streams are retried only until the response headers arrive; an error after that finishes the
 //!   stream (deltas already handed out cannot be taken back).
@@ -33,7 +35,9 @@ mod retry;
 mod sse;
 mod wire;
 
-pub use retry::{AttemptObserver, FailedAttempt, RetryPolicy};
+pub use retry::{
+    retry_class, retry_counts, AttemptObserver, FailedAttempt, RetryPolicy, RETRY_CLASSES,
+};
 
 use crate::provider::{LlmRequest, LlmResponse, Provider, ProviderError};
 use futures::{future::BoxFuture, stream::BoxStream, FutureExt, StreamExt};
@@ -377,7 +381,7 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     headers
         .get(RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
-        .and_then(parse_retry_after)
+        .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()))
 }
 
 enum Phase {
@@ -388,7 +392,7 @@ enum Phase {
 
 struct Body {
     bytes: BoxStream<'static, reqwest::Result<bytes::Bytes>>,
-    lines: sse::LineDecoder,
+    events: sse::EventDecoder,
     draft: Draft,
     attempts: u32,
     prompt_chars: usize,
@@ -463,7 +467,7 @@ impl StreamState {
         }
         self.phase = Phase::Body(Box::new(Body {
             bytes: response.bytes_stream().boxed(),
-            lines: sse::LineDecoder::default(),
+            events: sse::EventDecoder::default(),
             draft: Draft::default(),
             attempts,
             prompt_chars,
@@ -484,34 +488,34 @@ impl StreamState {
                 self.finish(Err(error), attempts)
             }
             Ok(None) => {
-                let mut ended = false;
-                if let Some(line) = body.lines.finish() {
-                    ended = self.handle_line(
-                        &line,
+                if body.events.finish() {
+                    tracing::warn!(
+                        model = %self.inner.config.model,
+                        "llm stream ended inside an event (no blank line after it); \
+                         that event is discarded, as the SSE spec says"
+                    );
+                }
+                tracing::warn!(
+                    model = %self.inner.config.model,
+                    "llm stream closed without [DONE]; finishing with what was received"
+                );
+                let Body {
+                    draft,
+                    prompt_chars,
+                    ..
+                } = *body;
+                let outcome = draft.finish(format, prompt_chars);
+                self.finish(outcome, attempts);
+            }
+            Ok(Some(Ok(bytes))) => {
+                for event in body.events.push(&bytes) {
+                    if self.handle_event(
+                        &event.data,
                         &mut body.draft,
                         format,
                         body.prompt_chars,
                         attempts,
-                    );
-                }
-                if !ended {
-                    tracing::warn!(
-                        model = %self.inner.config.model,
-                        "llm stream closed without [DONE]; finishing with what was received"
-                    );
-                    let Body {
-                        draft,
-                        prompt_chars,
-                        ..
-                    } = *body;
-                    let outcome = draft.finish(format, prompt_chars);
-                    self.finish(outcome, attempts);
-                }
-            }
-            Ok(Some(Ok(bytes))) => {
-                for line in body.lines.push(&bytes) {
-                    if self.handle_line(&line, &mut body.draft, format, body.prompt_chars, attempts)
-                    {
+                    ) {
                         return;
                     }
                 }
@@ -520,23 +524,23 @@ impl StreamState {
         }
     }
 
-    /// Handles one SSE line; returns `true` when it finished the stream.
-    fn handle_line(
+    /// Handles one SSE event's data; returns `true` when it finished the stream.
+    fn handle_event(
         &mut self,
-        line: &str,
+        data: &str,
         draft: &mut Draft,
         format: ToolFormat,
         prompt_chars: usize,
         attempts: u32,
     ) -> bool {
-        match sse::classify(line) {
-            sse::SseLine::Ignore => false,
-            sse::SseLine::Done => {
+        match sse::classify(data) {
+            sse::SseData::Empty => false,
+            sse::SseData::Done => {
                 let outcome = std::mem::take(draft).finish(format, prompt_chars);
                 self.finish(outcome, attempts);
                 true
             }
-            sse::SseLine::Data(data) => match sse::apply_chunk(draft, data) {
+            sse::SseData::Chunk(data) => match sse::apply_chunk(draft, data) {
                 Ok(events) => {
                     self.pending.extend(events);
                     false

@@ -5,9 +5,14 @@
 //!   malformed responses.
 //! - The delay before attempt `n + 1` is `base * multiplier^(n - 1)`, capped at `max`; with `jitter`
 //!   it is drawn uniformly from 50 % to 100 % of that value.
-//! - A `Retry-After` header in the seconds form replaces the computed delay (no jitter), capped at
+//! - A `Retry-After` header (RFC 9110 §10.2.3) replaces the computed delay (no jitter), capped at
 //!   [`RetryPolicy::retry_after_cap`] (60 s by default) so a misbehaving server cannot park an agent
-//!   for hours. The HTTP-date form is ignored (the computed delay is used).
+//!   for hours. Both forms are read: delay-seconds (`120`) and an HTTP date (IMF-fixdate
+//!   `Wed, 21 Oct 2015 07:28:00 GMT`, and the obsolete RFC 850 and asctime forms), which means
+//!   `date - now`, 0 for a date in the past. An unreadable value is ignored (the computed delay is
+//!   used).
+//! - Every retry is logged at `info` (attempt, class, error, delay) and counted per class in a
+//!   process-wide counter ([`retry_counts`], `warden_provider_retries_total` on `/metrics`).
 //! - Waiting uses `tokio::time::sleep`, so it follows a paused test clock, and dropping the future
 //!   stops the retries.
 
@@ -15,7 +20,15 @@ use super::duration_secs;
 use crate::provider::ProviderError;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
-use std::{fmt, future::Future, sync::Arc, time::Duration};
+use std::{
+    fmt,
+    future::Future,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, SystemTime},
+};
 
 /// How often and how patiently a failed call is retried.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -140,9 +153,51 @@ impl From<ProviderError> for AttemptError {
     }
 }
 
-/// Parses a `Retry-After` value in the seconds form (`"120"`); the HTTP-date form gives `None`.
-pub(super) fn parse_retry_after(value: &str) -> Option<Duration> {
-    value.trim().parse::<u64>().ok().map(Duration::from_secs)
+/// Parses a `Retry-After` value: delay-seconds (`"120"`) or an HTTP date (IMF-fixdate, RFC 850 or
+/// asctime), the latter as the time from `now` to it (zero for a date in the past). `None` when the
+/// value is neither.
+pub(super) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let date = httpdate::parse_http_date(value).ok()?;
+    Some(date.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// The classes retries are counted by, in the order [`retry_counts`] lists them.
+pub const RETRY_CLASSES: [&str; 6] = ["408", "429", "5xx", "timeout", "connect", "other"];
+
+/// Retries since the process started, by [`RETRY_CLASSES`] index.
+static RETRIES: [AtomicU64; RETRY_CLASSES.len()] =
+    [const { AtomicU64::new(0) }; RETRY_CLASSES.len()];
+
+/// The class a retried error is counted under: `408`, `429`, `5xx`, `timeout`, `connect`, or
+/// `other` (any other error a future policy might retry).
+pub fn retry_class(error: &ProviderError) -> &'static str {
+    match error {
+        ProviderError::Http { status: 408, .. } => "408",
+        ProviderError::Http { status: 429, .. } => "429",
+        ProviderError::Http { status, .. } if (500..=599).contains(status) => "5xx",
+        ProviderError::Timeout { .. } => "timeout",
+        ProviderError::Connection { .. } => "connect",
+        _ => "other",
+    }
+}
+
+/// Retries made by every OpenAI-compatible provider of this process since it started, per class
+/// (every class listed, in [`RETRY_CLASSES`] order). A retry is counted when it is decided, before
+/// its wait.
+pub fn retry_counts() -> [(&'static str, u64); RETRY_CLASSES.len()] {
+    std::array::from_fn(|i| (RETRY_CLASSES[i], RETRIES[i].load(Ordering::Relaxed)))
+}
+
+fn count_retry(class: &'static str) {
+    let i = RETRY_CLASSES
+        .iter()
+        .position(|&c| c == class)
+        .unwrap_or(RETRY_CLASSES.len() - 1);
+    RETRIES[i].fetch_add(1, Ordering::Relaxed);
 }
 
 /// Runs `attempt` until it succeeds, fails for good, or `policy.max_attempts` is reached.
@@ -175,12 +230,16 @@ where
                 match retry_in {
                     None => return (Err(failed.error), number),
                     Some(delay) => {
-                        tracing::warn!(
+                        let class = retry_class(&failed.error);
+                        count_retry(class);
+                        tracing::info!(
                             attempt = number,
                             max_attempts,
+                            class,
                             delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                            retry_after = retry_after.is_some(),
                             error = %failed.error,
-                            "llm call failed, retrying"
+                            "llm call attempt {number}/{max_attempts} failed ({class}); retrying in {delay:?}"
                         );
                         tokio::time::sleep(delay).await;
                         number += 1;
@@ -239,8 +298,108 @@ mod tests {
             p.delay_after(1, Some(Duration::from_secs(3600))),
             Duration::from_secs(60)
         );
-        assert_eq!(parse_retry_after(" 7 "), Some(Duration::from_secs(7)));
-        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(
+            parse_retry_after(" 7 ", SystemTime::now()),
+            Some(Duration::from_secs(7))
+        );
+    }
+
+    #[test]
+    fn retry_after_http_dates_are_read_in_every_form() {
+        // Wed, 21 Oct 2015 07:28:00 GMT
+        let date = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+        let now = date - Duration::from_secs(90);
+        for value in [
+            "Wed, 21 Oct 2015 07:28:00 GMT",     // IMF-fixdate
+            "Wednesday, 21-Oct-15 07:28:00 GMT", // obsolete RFC 850
+            "Wed Oct 21 07:28:00 2015",          // obsolete asctime
+            " Wed, 21 Oct 2015 07:28:00 GMT ",
+        ] {
+            assert_eq!(
+                parse_retry_after(value, now),
+                Some(Duration::from_secs(90)),
+                "{value}"
+            );
+        }
+        // A date in the past means "now"; sub-second parts of `now` are honoured.
+        assert_eq!(
+            parse_retry_after(
+                "Wed, 21 Oct 2015 07:28:00 GMT",
+                date + Duration::from_secs(5)
+            ),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            parse_retry_after(
+                "Wed, 21 Oct 2015 07:28:00 GMT",
+                now + Duration::from_millis(250)
+            ),
+            Some(Duration::from_millis(89_750))
+        );
+        for junk in ["", "soon", "-5", "1.5", "Wed, 32 Oct 2015 07:28:00 GMT"] {
+            assert_eq!(parse_retry_after(junk, now), None, "{junk:?}");
+        }
+        // The cap applies to dates too.
+        let far = parse_retry_after(
+            "Wed, 21 Oct 2015 07:28:00 GMT",
+            date - Duration::from_secs(7200),
+        );
+        assert_eq!(
+            fixed(1000, 10_000).delay_after(1, far),
+            Duration::from_secs(60)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_are_counted_by_class() {
+        // Only this test retries 408s, so its count is exact even with tests running in parallel.
+        let count = |class: &str| {
+            retry_counts()
+                .iter()
+                .find(|(c, _)| *c == class)
+                .map_or(0, |(_, n)| *n)
+        };
+        let before = count("408");
+        let start = tokio::time::Instant::now();
+        let (result, attempts) = run_with_retries(&fixed(100, 1000), None, |n| async move {
+            if n < 3 {
+                Err(AttemptError {
+                    error: ProviderError::Http {
+                        status: 408,
+                        body: String::new(),
+                    },
+                    retry_after: None,
+                })
+            } else {
+                Ok(n)
+            }
+        })
+        .await;
+        assert_eq!((result, attempts), (Ok(3), 3));
+        assert_eq!(start.elapsed(), Duration::from_millis(300));
+        assert_eq!(count("408") - before, 2);
+        assert_eq!(
+            retry_counts().map(|(c, _)| c),
+            RETRY_CLASSES,
+            "every class is listed, in order"
+        );
+        let class = |status| {
+            retry_class(&ProviderError::Http {
+                status,
+                body: String::new(),
+            })
+        };
+        assert_eq!((class(429), class(503), class(408)), ("429", "5xx", "408"));
+        assert_eq!(
+            retry_class(&ProviderError::Timeout { after_ms: 1 }),
+            "timeout"
+        );
+        assert_eq!(
+            retry_class(&ProviderError::Connection {
+                message: String::new()
+            }),
+            "connect"
+        );
     }
 
     #[test]

@@ -1,8 +1,25 @@
-//! Server-sent events of a streamed chat completion: splitting bytes into lines (a network chunk
-//! may end anywhere, even inside a UTF-8 character) and folding `data:` chunks into a [`Draft`].
+//! Server-sent events of a streamed chat completion: decoding the byte stream into events exactly as
+//! the WHATWG HTML standard's "event stream interpretation" says (§9.2.6), and folding each event's
+//! data into a [`Draft`].
 //!
-//! Each `data:` line is one event (OpenAI-compatible servers send one JSON object per line);
-//! comments and `event:`/`id:`/`retry:` fields are ignored; `data: [DONE]` ends the stream.
+//! The decoder follows the spec:
+//! - Lines end with `\r\n`, `\n` or `\r` (a `\r` at the end of one network chunk and a `\n` at the
+//!   start of the next are one line end). A chunk may end anywhere, even inside a UTF-8 character;
+//!   bytes are decoded as UTF-8 (invalid sequences become U+FFFD), and a leading BOM is dropped.
+//! - A blank line dispatches the event. A line starting with `:` is a comment. Otherwise the field
+//!   name is what comes before the first `:` (the whole line if there is none) and the value what
+//!   follows it, minus one leading space if there is one (`data:x` and `data: x` are the same).
+//! - Every `data` line appends its value and a `\n` to the event's data; at dispatch the last `\n`
+//!   is removed, so an event whose data spans several lines is joined with `\n`. An event with no
+//!   `data` line is not dispatched. `event` sets the event's type; `id` and `retry` only matter for
+//!   reconnecting, which this client never does (a stream is not retried once its headers arrived),
+//!   so they are read and dropped; other fields are ignored.
+//! - At the end of the stream, an event not yet ended by a blank line is discarded (the spec's
+//!   rule: "if the file ends in the middle of an event, before the final empty line, the incomplete
+//!   event is not dispatched").
+//!
+//! Each dispatched event's data is one JSON chunk (whatever the event type); data `[DONE]` ends the
+//! stream.
 
 use super::wire::{arguments_text, server_error_message, Draft, WireUsage};
 use super::StreamEvent;
@@ -10,61 +27,141 @@ use crate::provider::ProviderError;
 use serde::Deserialize;
 use serde_json::Value;
 
-/// Splits a byte stream into lines (`\n` or `\r\n`), keeping incomplete tails for the next chunk.
-#[derive(Debug, Default)]
-pub(super) struct LineDecoder {
-    buf: Vec<u8>,
+/// One dispatched server-sent event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct SseEvent {
+    /// The `event` field, `message` when none was given.
+    pub event: String,
+    /// The `data` lines, joined with `\n`.
+    pub data: String,
 }
 
-impl LineDecoder {
-    /// Appends `chunk` and returns the lines it completed.
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<String> {
-        self.buf.extend_from_slice(chunk);
-        let mut lines = Vec::new();
-        let mut start = 0;
-        while let Some(pos) = self.buf[start..].iter().position(|&b| b == b'\n') {
-            lines.push(Self::decode(&self.buf[start..start + pos]));
-            start += pos + 1;
+/// Decodes a byte stream into [`SseEvent`]s, keeping incomplete lines and events for the next chunk.
+#[derive(Debug, Default)]
+pub(super) struct EventDecoder {
+    /// Bytes of the current, unfinished line.
+    line: Vec<u8>,
+    /// The previous chunk ended with `\r`: a `\n` starting this one belongs to that line end.
+    after_cr: bool,
+    /// No line has been completed yet (a BOM may start the first one).
+    started: bool,
+    /// The data buffer of the event being read (each `data` value followed by `\n`).
+    data: String,
+    /// The event type buffer.
+    event: String,
+    /// Any field seen since the last dispatch (for [`EventDecoder::finish`]'s report).
+    pending: bool,
+}
+
+impl EventDecoder {
+    /// Appends `chunk` and returns the events it completed.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
+        let mut events = Vec::new();
+        let mut rest = chunk;
+        if self.after_cr && !rest.is_empty() {
+            self.after_cr = false;
+            if let Some(tail) = rest.strip_prefix(b"\n") {
+                rest = tail;
+            }
         }
-        self.buf.drain(..start);
-        lines
+        while let Some(pos) = rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+            self.line.extend_from_slice(&rest[..pos]);
+            let ending = rest[pos];
+            rest = &rest[pos + 1..];
+            if ending == b'\r' {
+                match rest.first() {
+                    Some(b'\n') => rest = &rest[1..],
+                    Some(_) => {}
+                    None => self.after_cr = true,
+                }
+            }
+            let line = std::mem::take(&mut self.line);
+            if let Some(event) = self.process_line(&line) {
+                events.push(event);
+            }
+        }
+        self.line.extend_from_slice(rest);
+        events
     }
 
-    /// The last line if the stream ended without a final newline.
-    pub fn finish(&mut self) -> Option<String> {
-        if self.buf.is_empty() {
+    /// Ends the stream. Per the spec, an event not ended by a blank line is discarded (and so is an
+    /// unterminated last line); returns `true` when something was.
+    pub fn finish(&mut self) -> bool {
+        let discarded = self.pending || !self.line.is_empty();
+        *self = EventDecoder::default();
+        discarded
+    }
+
+    fn process_line(&mut self, bytes: &[u8]) -> Option<SseEvent> {
+        let decoded = String::from_utf8_lossy(bytes);
+        let mut line: &str = &decoded;
+        if !self.started {
+            self.started = true;
+            line = line.strip_prefix('\u{feff}').unwrap_or(line);
+        }
+        if line.is_empty() {
+            return self.dispatch();
+        }
+        if line.starts_with(':') {
             return None;
         }
-        let line = Self::decode(&self.buf);
-        self.buf.clear();
-        Some(line)
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line, ""),
+        };
+        self.pending = true;
+        match field {
+            "data" => {
+                self.data.push_str(value);
+                self.data.push('\n');
+            }
+            "event" => self.event = value.to_owned(),
+            // `id` and `retry` set the reconnection state, unused here; other names are ignored.
+            _ => {}
+        }
+        None
     }
 
-    fn decode(line: &[u8]) -> String {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        String::from_utf8_lossy(line).into_owned()
+    fn dispatch(&mut self) -> Option<SseEvent> {
+        self.pending = false;
+        let event = std::mem::take(&mut self.event);
+        if self.data.is_empty() {
+            return None;
+        }
+        let mut data = std::mem::take(&mut self.data);
+        if data.ends_with('\n') {
+            data.pop();
+        }
+        Some(SseEvent {
+            event: if event.is_empty() {
+                "message".to_owned()
+            } else {
+                event
+            },
+            data,
+        })
     }
 }
 
-/// What one SSE line means.
+/// What one event's data means.
 #[derive(Debug, PartialEq)]
-pub(super) enum SseLine<'a> {
-    Data(&'a str),
+pub(super) enum SseData<'a> {
+    /// A JSON chunk.
+    Chunk(&'a str),
+    /// `[DONE]`: the end of the stream.
     Done,
-    Ignore,
+    /// Nothing but whitespace (some servers send `data:` keep-alives).
+    Empty,
 }
 
-pub(super) fn classify(line: &str) -> SseLine<'_> {
-    let Some(data) = line.strip_prefix("data:") else {
-        return SseLine::Ignore;
-    };
-    let data = data.strip_prefix(' ').unwrap_or(data).trim_end();
-    if data == "[DONE]" {
-        SseLine::Done
-    } else if data.is_empty() {
-        SseLine::Ignore
+pub(super) fn classify(data: &str) -> SseData<'_> {
+    let trimmed = data.trim();
+    if trimmed == "[DONE]" {
+        SseData::Done
+    } else if trimmed.is_empty() {
+        SseData::Empty
     } else {
-        SseLine::Data(data)
+        SseData::Chunk(data)
     }
 }
 
@@ -164,38 +261,126 @@ pub(super) fn apply_chunk(
 mod tests {
     use super::*;
 
+    fn ev(data: &str) -> SseEvent {
+        SseEvent {
+            event: "message".into(),
+            data: data.into(),
+        }
+    }
+
+    fn decode_all(text: &str) -> (Vec<SseEvent>, bool) {
+        let mut decoder = EventDecoder::default();
+        let events = decoder.push(text.as_bytes());
+        (events, decoder.finish())
+    }
+
     #[test]
-    fn lines_survive_any_split_point() {
-        let text = "data: {\"a\":\"é\"}\r\n\r\n: comment\ndata: [DONE]\n";
+    fn events_survive_any_split_point() {
+        let text = "data: {\"a\":\"é\"}\r\n\r\n: comment\r\ndata: [DONE]\r\n\r\n";
         let bytes = text.as_bytes();
         for split in 0..=bytes.len() {
-            let mut decoder = LineDecoder::default();
-            let mut lines = decoder.push(&bytes[..split]);
-            lines.extend(decoder.push(&bytes[split..]));
-            assert_eq!(decoder.finish(), None);
+            let mut decoder = EventDecoder::default();
+            let mut events = decoder.push(&bytes[..split]);
+            events.extend(decoder.push(&bytes[split..]));
+            assert!(!decoder.finish(), "split at {split}");
             assert_eq!(
-                lines,
-                vec!["data: {\"a\":\"é\"}", "", ": comment", "data: [DONE]"],
+                events,
+                vec![ev("{\"a\":\"é\"}"), ev("[DONE]")],
                 "split at {split}"
             );
         }
     }
 
     #[test]
-    fn unterminated_last_line_is_kept() {
-        let mut decoder = LineDecoder::default();
-        assert!(decoder.push(b"data: x").is_empty());
-        assert_eq!(decoder.finish().as_deref(), Some("data: x"));
+    fn multi_line_data_is_joined_with_newlines() {
+        let text = "data: {\"choices\":\ndata: [{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+        let (events, _) = decode_all(text);
+        assert_eq!(
+            events,
+            vec![ev("{\"choices\":\n[{\"delta\":{\"content\":\"hi\"}}]}")]
+        );
+        // The joined data is one JSON document.
+        let mut draft = Draft::default();
+        apply_chunk(&mut draft, &events[0].data).unwrap();
+        assert_eq!(draft.content, "hi");
+        // Only the last newline is removed; empty data lines keep theirs.
+        let (events, _) = decode_all("data: a\ndata:\ndata: b\n\ndata\n\n");
+        assert_eq!(events, vec![ev("a\n\nb"), ev("")]);
     }
 
     #[test]
-    fn classify_lines() {
-        assert_eq!(classify("data: [DONE]"), SseLine::Done);
-        assert_eq!(classify("data:[DONE]"), SseLine::Done);
-        assert_eq!(classify("data: {}"), SseLine::Data("{}"));
-        assert_eq!(classify("event: message"), SseLine::Ignore);
-        assert_eq!(classify(": keep-alive"), SseLine::Ignore);
-        assert_eq!(classify(""), SseLine::Ignore);
+    fn cr_lf_and_crlf_all_end_lines_even_split_across_chunks() {
+        for text in [
+            "data: a\r\rdata: b\r\r",
+            "data: a\n\ndata: b\n\n",
+            "data: a\r\n\r\ndata: b\r\n\r\n",
+            "data: a\r\n\rdata: b\n\r\n",
+        ] {
+            let bytes = text.as_bytes();
+            for split in 0..=bytes.len() {
+                let mut decoder = EventDecoder::default();
+                let mut events = decoder.push(&bytes[..split]);
+                events.extend(decoder.push(&bytes[split..]));
+                assert_eq!(events, vec![ev("a"), ev("b")], "{text:?} split at {split}");
+                assert!(!decoder.finish());
+            }
+        }
+        // Byte by byte, a `\r` then a `\n` in the next chunk is one line end, not two.
+        let mut decoder = EventDecoder::default();
+        let mut events = Vec::new();
+        for b in "data: a\r\ndata: b\r\n\r\n".bytes() {
+            events.extend(decoder.push(&[b]));
+        }
+        assert_eq!(events, vec![ev("a\nb")]);
+    }
+
+    #[test]
+    fn fields_comments_and_spaces_follow_the_spec() {
+        let text = "\u{feff}: a comment\n:another\ndata:no-space\n\n\
+                    data:  two spaces\n\n\
+                    event: error\ndata: x\nid: 7\nretry: 100\nfoo: bar\n\n\
+                    id: 8\n\n\
+                    event: ignored-without-data\n\n\
+                    data: y\n\n";
+        let (events, discarded) = decode_all(text);
+        assert_eq!(
+            events,
+            vec![
+                ev("no-space"),
+                ev(" two spaces"),
+                SseEvent {
+                    event: "error".into(),
+                    data: "x".into()
+                },
+                // The type of an event without data does not leak into the next one.
+                ev("y"),
+            ]
+        );
+        assert!(!discarded);
+        // A line without a colon is a field with an empty value; "data:" alone counts as data.
+        let (events, _) = decode_all("data\ndata\n\n");
+        assert_eq!(events, vec![ev("\n")]);
+    }
+
+    #[test]
+    fn an_event_without_its_blank_line_is_discarded_at_the_end() {
+        let (events, discarded) = decode_all("data: a\n\ndata: b\n");
+        assert_eq!(events, vec![ev("a")]);
+        assert!(discarded);
+        let (events, discarded) = decode_all("data: a\n\ndata: b");
+        assert_eq!(events, vec![ev("a")]);
+        assert!(discarded);
+        let (_, discarded) = decode_all("data: a\n\n: trailing comment\n");
+        assert!(!discarded);
+    }
+
+    #[test]
+    fn classify_data() {
+        assert_eq!(classify("[DONE]"), SseData::Done);
+        assert_eq!(classify(" [DONE] "), SseData::Done);
+        assert_eq!(classify("{}"), SseData::Chunk("{}"));
+        assert_eq!(classify(""), SseData::Empty);
+        assert_eq!(classify("\n"), SseData::Empty);
     }
 
     #[test]
