@@ -1,0 +1,416 @@
+//! [`AgentCell`]: everything an agent is, shared by its handle, its actor (across restarts) and the
+//! supervisor. The actor is a thin driver; the cell holds the state.
+//!
+//! Files, one per section of its methods: this one (the struct, the record, journaling and state
+//! transitions, crash bookkeeping, status), `halt.rs`, `safety.rs` (errors, breakers, verdicts,
+//! usage), `replies.rs`, `work.rs` (task progress, history), `delegations.rs`, `tools.rs` (tools in
+//! flight, `begin_tool`/`end_tool`), `tests.rs`.
+//!
+//! # Invariants
+//! * The [`AgentRecord`] changes only through [`AgentCell::emit`], which applies the event and journals
+//!   it under the record lock — the journal order is the order of changes, and a replay rebuilds it.
+//! * The state changes only through [`AgentCell::transition`], checked against
+//!   [`warden_protocols::TRANSITIONS`]; an illegal request is journaled as `TransitionRefused` and logged.
+//! * A halt is visible before the actor reads it: [`AgentCell::request_halt`] sets `halt_requested` and
+//!   cancels `halt_token` synchronously, so a running turn stops at its next await point and
+//!   [`AgentCell::begin_tool`] refuses to start a tool.
+//!
+//! * A user event is queued (mailbox push and `EventQueued`) under the record lock, and the actor
+//!   settles it under the record lock, so the record's pending events are the user events in the
+//!   ordinary lane (see the `agent` module docs).
+//!
+//! # Lock order
+//! `record` → journal's internal lock; `record` → a mailbox lane (a leaf); `record` → `waiters`,
+//! `record` → `answering` (leaves). `delegations` is a leaf.
+//! No lock is held across an await.
+
+mod delegations;
+mod halt;
+mod replies;
+mod safety;
+mod tools;
+mod work;
+
+use crate::{
+    agent::{
+        reply::{ReplyHub, Waiters},
+        AgentMsg, Signal, Work,
+    },
+    context::ContextStrategy,
+    journal::{now_ms, Journal},
+    mailbox::PriorityMailbox,
+    provider::Provider,
+    safety::{AgentBreakers, TeamSafety, TripNotice, Verdict},
+    tools::ToolRegistry,
+    tools::ToolRunner,
+};
+use parking_lot::{Mutex, MutexGuard};
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering},
+        Arc, Weak,
+    },
+    time::Duration,
+};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+use warden_protocols::{
+    AgentKey, AgentRecord, AgentState, AgentStatus, Breaker, ChatMessage, EventFate, EventKind,
+    IllegalTransition, Usage,
+};
+
+/// Per-agent settings taken from the config at spawn.
+#[derive(Debug, Clone)]
+pub(crate) struct AgentSettings {
+    pub max_iterations_per_tick: u32,
+    pub multi_action: bool,
+    pub tool_timeout: Duration,
+    pub sub_agent_budget: u32,
+    /// 0 = no context management.
+    pub max_context_tokens: u64,
+    pub context_strategy: ContextStrategy,
+    pub max_tokens_recoveries: u32,
+}
+
+/// The task (event or delegated task) the agent is working on: loop caps and the wall clock count
+/// across the ticks of one task.
+#[derive(Debug)]
+pub(crate) struct TaskProgress {
+    pub run_id: String,
+    pub iterations: u32,
+    pub started: tokio::time::Instant,
+    seq: u64,
+}
+
+/// Everything a cell is made of.
+pub(crate) struct CellParts {
+    pub record: AgentRecord,
+    pub mailbox: PriorityMailbox<AgentMsg>,
+    pub provider: Arc<dyn Provider>,
+    pub tools: ToolRegistry,
+    pub runner: ToolRunner,
+    pub system_prompt: Option<String>,
+    pub settings: AgentSettings,
+    pub journal: Arc<dyn Journal>,
+    pub crash_tx: Option<UnboundedSender<(AgentKey, u64)>>,
+    pub safety: Arc<TeamSafety>,
+    pub replies: Arc<ReplyHub>,
+}
+
+/// What a hook's verdict did to the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Counted {
+    /// Nothing stops the turn.
+    Below,
+    /// A breaker tripped: `EXECUTING → SAFETY_LOCKOUT`.
+    Tripped,
+    /// A budget stopped the agent: `EXECUTING → STOPPED`.
+    Stopped,
+}
+
+pub(crate) struct AgentCell {
+    pub key: AgentKey,
+    pub mailbox: PriorityMailbox<AgentMsg>,
+    pub provider: Arc<dyn Provider>,
+    pub tools: ToolRegistry,
+    pub runner: ToolRunner,
+    pub system_prompt: Option<String>,
+    pub settings: AgentSettings,
+    pub safety: Arc<TeamSafety>,
+    /// The synchronous breakers (lock order: `record` → `breakers`; never held across an await).
+    breakers: Mutex<AgentBreakers>,
+    task: Mutex<TaskProgress>,
+    record: Mutex<AgentRecord>,
+    state_mirror: AtomicU8,
+    /// Mirrors `record.paused` (read by the mailbox pump without the record lock).
+    paused_mirror: AtomicBool,
+    halt_requested: AtomicBool,
+    halt_token: Mutex<Option<CancellationToken>>,
+    journal: Arc<dyn Journal>,
+    /// Delegations this agent runs now: id → the delegate's cell.
+    delegations: Mutex<HashMap<u64, Arc<AgentCell>>>,
+    /// Agents running a delegation to this one now: id → the delegator (notified when this one trips).
+    delegators: Mutex<HashMap<u64, Weak<AgentCell>>>,
+    active_delegations: AtomicU32,
+    /// Tool calls running now (several when a response's calls run in parallel). Changed under the
+    /// record lock.
+    tools_in_flight: AtomicU32,
+    crash_tx: Option<UnboundedSender<(AgentKey, u64)>>,
+    /// Incremented for each actor started on this cell; crash reports carry it, so a report from an
+    /// actor that was already replaced is recognised as stale.
+    generation: AtomicU64,
+    /// The journal seq of the last event this agent journaled.
+    last_seq: AtomicU64,
+    /// Who waits for the reply to which event.
+    pub(crate) waiters: Waiters,
+    /// The team's reply stream.
+    replies: Arc<ReplyHub>,
+    /// Tokens of the running turn's model calls (reset when a turn starts).
+    turn_usage: Mutex<Usage>,
+    /// The user event the running turn answers (id, accepted): settled when the turn finishes, as
+    /// discarded when a halt stops it, as failed when the actor crashes. Set under the record lock.
+    answering: Mutex<Option<(u64, tokio::time::Instant)>>,
+}
+
+fn state_index(s: AgentState) -> u8 {
+    AgentState::ALL.iter().position(|&x| x == s).unwrap_or(0) as u8
+}
+
+impl AgentCell {
+    pub fn new(parts: CellParts) -> Self {
+        let CellParts {
+            record,
+            mailbox,
+            provider,
+            tools,
+            runner,
+            system_prompt,
+            settings,
+            journal,
+            crash_tx,
+            safety,
+            replies,
+        } = parts;
+        let halted = record.state == AgentState::Stopped;
+        let mut breakers = AgentBreakers::new(
+            record.key.clone(),
+            safety.config.clone(),
+            provider.model().to_owned(),
+            Some(safety.team.clone()),
+        );
+        breakers.restore_consecutive_errors(record.consecutive_errors);
+        // Budgets spent before a restart stay spent (a fresh record has spent nothing).
+        breakers.restore_usage(record.usage);
+        if record.emergency_stop() {
+            safety.team.set_locked_out(&record.key, true);
+        }
+        AgentCell {
+            key: record.key.clone(),
+            state_mirror: AtomicU8::new(state_index(record.state)),
+            paused_mirror: AtomicBool::new(record.paused),
+            record: Mutex::new(record),
+            mailbox,
+            provider,
+            tools,
+            runner,
+            system_prompt,
+            settings,
+            safety,
+            breakers: Mutex::new(breakers),
+            task: Mutex::new(TaskProgress {
+                run_id: String::new(),
+                iterations: 0,
+                started: tokio::time::Instant::now(),
+                seq: 0,
+            }),
+            halt_requested: AtomicBool::new(halted),
+            halt_token: Mutex::new(None),
+            journal,
+            delegations: Mutex::new(HashMap::new()),
+            delegators: Mutex::new(HashMap::new()),
+            active_delegations: AtomicU32::new(0),
+            tools_in_flight: AtomicU32::new(0),
+            crash_tx,
+            generation: AtomicU64::new(0),
+            last_seq: AtomicU64::new(0),
+            waiters: Waiters::default(),
+            replies,
+            turn_usage: Mutex::new(Usage::default()),
+            answering: Mutex::new(None),
+        }
+    }
+
+    /// Locks the record for a sequence of changes.
+    pub fn lock(&self) -> MutexGuard<'_, AgentRecord> {
+        self.record.lock()
+    }
+
+    /// Applies `kind` to the record and journals it. Returns its journal seq.
+    pub fn emit(&self, rec: &mut AgentRecord, kind: EventKind) -> u64 {
+        self.apply(rec, &kind);
+        let seq = self.journal.append(&self.key, kind);
+        self.last_seq.store(seq, Ordering::Release);
+        seq
+    }
+
+    /// [`AgentCell::emit`] for several events that must be durable together (a crash keeps all or
+    /// none of them; see [`Journal::append_all`]).
+    pub fn emit_all(&self, rec: &mut AgentRecord, kinds: Vec<EventKind>) -> u64 {
+        for kind in &kinds {
+            self.apply(rec, kind);
+        }
+        let seq = self.journal.append_all(&self.key, kinds);
+        self.last_seq.store(seq, Ordering::Release);
+        seq
+    }
+
+    /// Resolves once everything this agent has journaled so far is durable (an acknowledgement
+    /// that promises durability waits on it, outside every lock), or with why it is not.
+    pub fn durable_so_far(
+        &self,
+    ) -> futures::future::BoxFuture<'static, Result<(), crate::journal::NotDurable>> {
+        self.journal.durable(self.last_seq.load(Ordering::Acquire))
+    }
+
+    fn apply(&self, rec: &mut AgentRecord, kind: &EventKind) {
+        rec.apply(kind);
+        match kind {
+            EventKind::StateChanged { to, .. } => {
+                self.state_mirror.store(state_index(*to), Ordering::Release)
+            }
+            EventKind::Paused { .. } | EventKind::Unpaused { .. } => {
+                self.paused_mirror.store(rec.paused, Ordering::Release)
+            }
+            _ => {}
+        }
+    }
+
+    /// The journal this agent writes to.
+    pub fn journal(&self) -> &Arc<dyn Journal> {
+        &self.journal
+    }
+
+    /// Puts the record's pending events back in the ordinary lane, in id order, before the actor
+    /// starts (a restart on a journal): they keep their ids and are not journaled again. They may
+    /// exceed the lane's capacity (see [`PriorityMailbox::requeue`]). Returns how many.
+    pub fn requeue_pending(&self) -> usize {
+        let rec = self.lock();
+        let mut pending: Vec<_> = rec.pending.iter().collect();
+        pending.sort_by_key(|p| p.id);
+        let mut requeued = 0;
+        for p in pending {
+            let work = Work::Event {
+                id: p.id,
+                event: p.event.clone(),
+                accepted: tokio::time::Instant::now(),
+            };
+            if self.mailbox.requeue(AgentMsg::Work(work)).is_ok() {
+                requeued += 1;
+            }
+        }
+        requeued
+    }
+
+    /// Journals an event that changes nothing in the record.
+    pub fn note(&self, kind: EventKind) {
+        let mut rec = self.lock();
+        self.emit(&mut rec, kind);
+    }
+
+    /// Moves to `to` if the table allows it; otherwise journals the refusal and returns the error.
+    pub fn transition(
+        &self,
+        rec: &mut AgentRecord,
+        to: AgentState,
+        cause: &str,
+    ) -> Result<(), IllegalTransition> {
+        self.transition_with(rec, Vec::new(), to, cause)
+    }
+
+    /// [`AgentCell::transition`], journaling `with` first in the same batch: the events the state
+    /// change rests on (a lockout, an unlock, a breaker stop), so that a crash keeps both or neither
+    /// and a replay never sees one without the other. On an illegal transition nothing of `with` is
+    /// journaled: the refusal is.
+    pub fn transition_with(
+        &self,
+        rec: &mut AgentRecord,
+        with: Vec<EventKind>,
+        to: AgentState,
+        cause: &str,
+    ) -> Result<(), IllegalTransition> {
+        let from = rec.state;
+        if let Err(err) = from.check_transition(to) {
+            tracing::warn!(agent = %self.key, %from, %to, cause, "illegal transition refused");
+            self.emit(
+                rec,
+                EventKind::TransitionRefused {
+                    from,
+                    to,
+                    cause: cause.to_owned(),
+                },
+            );
+            return Err(err);
+        }
+        let change = EventKind::StateChanged {
+            from,
+            to,
+            cause: cause.to_owned(),
+        };
+        if with.is_empty() {
+            self.emit(rec, change);
+        } else {
+            let mut kinds = with;
+            kinds.push(change);
+            self.emit_all(rec, kinds);
+        }
+        Ok(())
+    }
+
+    /// Whether ordinary work is paused, without taking the record lock.
+    pub fn paused(&self) -> bool {
+        self.paused_mirror.load(Ordering::Acquire)
+    }
+
+    /// The current state, without taking the record lock.
+    pub fn state(&self) -> AgentState {
+        AgentState::ALL[self.state_mirror.load(Ordering::Acquire) as usize]
+    }
+
+    // ---- crash ------------------------------------------------------------------------------------
+    /// The generation of the next actor to start on this cell.
+    pub fn next_generation(&self) -> u64 {
+        self.generation.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// The generation of the actor started last.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    pub fn report_crash(&self, generation: u64) {
+        if let Some(tx) = &self.crash_tx {
+            let _ = tx.send((self.key.clone(), generation));
+        }
+    }
+
+    // ---- status -----------------------------------------------------------------------------------
+    pub fn status(&self) -> AgentStatus {
+        let (tokens_used, cost_used) = {
+            let breakers = self.breakers.lock();
+            (breakers.tokens_used(), breakers.cost_used())
+        };
+        let rec = self.lock();
+        AgentStatus {
+            key: rec.key.clone(),
+            role: rec.role,
+            state: rec.state,
+            emergency_stop: rec.emergency_stop(),
+            lockout: rec.lockout.clone(),
+            consecutive_errors: rec.consecutive_errors,
+            max_consecutive_errors: rec.max_consecutive_errors,
+            active_sub_agents: self.active_delegations(),
+            sub_agent_budget: self.settings.sub_agent_budget,
+            parent: rec.parent.clone(),
+            queued: self.mailbox.depths(),
+            ordinary_capacity: self.mailbox.capacity(),
+            discarded_by_halt: rec.discarded_by_halt,
+            paused: rec.paused,
+            halts: rec.halts,
+            turns: rec.turns,
+            restarts: rec.restarts,
+            history_len: rec.history.len(),
+            stopped_by: rec.stopped_by.clone(),
+            tokens_used,
+            cost_used,
+        }
+    }
+
+    /// A copy of the record.
+    pub fn record(&self) -> AgentRecord {
+        self.lock().clone()
+    }
+}
+
+#[cfg(test)]
+mod tests;
