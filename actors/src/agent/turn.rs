@@ -1,11 +1,15 @@
 //! One turn: the ReAct loop for one piece of work, with every safety hook in its place.
 //!
 //! ```text
-//! per iteration:  halt? → on_loop_start (loop caps, wall clock → checkpoint) → fit context
-//!                 → before_llm_call (budgets) → LLM call (≤ llm_call_seconds) → record usage
-//!                 → after_llm_call
-//!                 → no tool call: answer (or max-tokens continuation)
-//!                 → tool calls: validate, circuit, cache, run → after_tool_execution each
+//! per iteration (react's steps, each going on, starting the next iteration or ending the turn):
+//!   unless_halted        halt requested?
+//!   iterations_per_tick  past execution.max_iterations_per_tick → checkpoint (more, or wrap up)
+//!   loop_limits          on_loop_start: loop caps, wall clock → checkpoint; other verdicts obeyed
+//!   request              fit context → before_llm_call (budgets)
+//!   call_model           LLM call (≤ llm_call_seconds); unparsable → correcting message, again
+//!   read_response        record usage → after_llm_call → answer (or max-tokens continuation)
+//!   run_tools            validate, circuit, cache, run → after_tool_execution each
+//!   conclude             TERMINAL / DANGEROUS / critical context end the turn; else again
 //! ```
 //!
 //! The turn runs as a future spawned by the actor. Every await is raced (`biased`) against the agent's
@@ -185,76 +189,162 @@ async fn react(
     token: &CancellationToken,
     lineage: Arc<[AgentKey]>,
 ) -> TurnOutcome {
-    let mut max_iterations = if cell.settings.multi_action {
-        cell.settings.max_iterations_per_tick.max(1)
-    } else {
-        1
+    let mut turn = React {
+        cell,
+        token,
+        lineage,
+        max_iterations: if cell.settings.multi_action {
+            cell.settings.max_iterations_per_tick.max(1)
+        } else {
+            1
+        },
+        recoveries: 0,
+        partial: String::new(),
+        last_was_parse_error: false,
+        iteration: 0,
     };
-    let mut recoveries = 0;
-    let mut partial = String::new();
-    let mut last_was_parse_error = false;
-    let mut iteration = 0;
+    // One iteration: each step goes on (`Go`), starts the next iteration (`Again`) or ends the turn
+    // (`End`), in this order.
+    macro_rules! step {
+        ($e:expr) => {
+            match $e {
+                Next::Go(value) => value,
+                Next::Again => continue,
+                Next::End(outcome) => return outcome,
+            }
+        };
+    }
     loop {
-        iteration += 1;
-        if cell.halt_requested() {
-            return outcome(TerminationReason::Halted, iteration - 1, None);
+        turn.iteration += 1;
+        step!(turn.unless_halted());
+        step!(turn.iterations_per_tick().await);
+        step!(turn.loop_limits().await);
+        let request = step!(turn.request());
+        let response = step!(turn.call_model(request).await);
+        let calls = step!(turn.read_response(response));
+        let steps = step!(turn.run_tools(&calls).await);
+        step!(turn.conclude(steps));
+    }
+}
+
+/// What one step of [`react`]'s loop decided.
+enum Next<T> {
+    /// Go on with the iteration.
+    Go(T),
+    /// Start the next iteration (a correcting message or a continuation prompt was added).
+    Again,
+    /// The turn ends with this outcome.
+    End(TurnOutcome),
+}
+
+/// The state of one turn's ReAct loop.
+struct React<'a> {
+    cell: &'a Arc<AgentCell>,
+    token: &'a CancellationToken,
+    lineage: Arc<[AgentKey]>,
+    /// Iterations allowed this turn (`execution.max_iterations_per_tick`, raised when the limit
+    /// checkpoint allows more).
+    max_iterations: u32,
+    /// Max-tokens recoveries used (continuation prompts after an answer cut by the token limit).
+    recoveries: u32,
+    /// The answer so far, across recoveries.
+    partial: String,
+    /// The last iteration's output could not be used (unparsable, or only anomalous tool calls).
+    last_was_parse_error: bool,
+    /// The current iteration, from 1.
+    iteration: u32,
+}
+
+impl React<'_> {
+    /// The turn's outcome now, after `iterations` iterations.
+    fn end(&self, reason: TerminationReason, iterations: u32) -> Next<()> {
+        Next::End(outcome(reason, iterations, None))
+    }
+
+    /// A halt was requested: end before anything else.
+    fn unless_halted(&self) -> Next<()> {
+        if self.cell.halt_requested() {
+            return self.end(TerminationReason::Halted, self.iteration - 1);
         }
-        if iteration > max_iterations {
-            let configured = f64::from(max_iterations);
-            let kind = LimitKind::IterationsPerTick;
-            let (_, _, run_id) = cell.task_iteration();
-            cell.task_iteration_undo();
-            let extension = f64::from(cell.settings.max_iterations_per_tick.max(1));
-            match checkpoint(
-                cell, token, &run_id, kind, configured, configured, extension,
-            )
-            .await
-            {
-                None => return outcome(TerminationReason::Halted, iteration - 1, None),
-                Some((decision, _)) if decision.allow => {
-                    max_iterations += cell.settings.max_iterations_per_tick.max(1);
+        Next::Go(())
+    }
+
+    /// Past `max_iterations`: ask the limit checkpoint for more, or wrap up.
+    async fn iterations_per_tick(&mut self) -> Next<()> {
+        let cell = self.cell;
+        if self.iteration <= self.max_iterations {
+            return Next::Go(());
+        }
+        let configured = f64::from(self.max_iterations);
+        let kind = LimitKind::IterationsPerTick;
+        let (_, _, run_id) = cell.task_iteration();
+        cell.task_iteration_undo();
+        let extension = f64::from(cell.settings.max_iterations_per_tick.max(1));
+        let asked = checkpoint(
+            cell, self.token, &run_id, kind, configured, configured, extension,
+        )
+        .await;
+        match asked {
+            None => self.end(TerminationReason::Halted, self.iteration - 1),
+            Some((decision, _)) if decision.allow => {
+                self.max_iterations += cell.settings.max_iterations_per_tick.max(1);
+                Next::Go(())
+            }
+            Some((decision, ctx)) => {
+                if self.last_was_parse_error {
+                    return self.end(TerminationReason::ParseError, self.iteration - 1);
                 }
-                Some((decision, ctx)) => {
-                    if last_was_parse_error {
-                        return outcome(TerminationReason::ParseError, iteration - 1, None);
-                    }
-                    return wrap_up(cell, token, &ctx, &decision, iteration - 1).await;
-                }
+                Next::End(wrap_up(cell, self.token, &ctx, &decision, self.iteration - 1).await)
             }
         }
-        // Loop caps and the task's wall clock.
+    }
+
+    /// The loop caps and the task's wall clock: a limit goes through the checkpoint; any other
+    /// verdict is obeyed.
+    async fn loop_limits(&mut self) -> Next<()> {
+        let cell = self.cell;
         let (task_iteration, elapsed, run_id) = cell.task_iteration();
         let verdict = cell
             .breakers(|b| b.on_loop_start(task_iteration, elapsed))
             .unwrap_or(Verdict::Continue);
-        if let Verdict::Limit {
+        let Verdict::Limit {
             kind,
             current,
             configured,
         } = verdict
-        {
-            let loops = &cell.safety.config.loop_;
-            let extension = match kind {
-                LimitKind::IterationsPerTask => f64::from(loops.max_iterations_per_task),
-                LimitKind::Steps => loops.max_steps as f64,
-                LimitKind::TaskWallClock => cell.safety.config.timeout.task_seconds,
-                _ => configured,
+        else {
+            return match stopped(cell.obey(verdict), self.iteration - 1) {
+                Some(done) => Next::End(done),
+                None => Next::Go(()),
             };
-            match checkpoint(cell, token, &run_id, kind, current, configured, extension).await {
-                None => return outcome(TerminationReason::Halted, iteration - 1, None),
-                Some((decision, _)) if decision.allow => {
-                    cell.breakers(|b| b.extend(kind));
-                }
-                Some((decision, ctx)) => {
-                    cell.task_iteration_undo();
-                    return wrap_up(cell, token, &ctx, &decision, iteration - 1).await;
-                }
+        };
+        let loops = &cell.safety.config.loop_;
+        let extension = match kind {
+            LimitKind::IterationsPerTask => f64::from(loops.max_iterations_per_task),
+            LimitKind::Steps => loops.max_steps as f64,
+            LimitKind::TaskWallClock => cell.safety.config.timeout.task_seconds,
+            _ => configured,
+        };
+        match checkpoint(
+            cell, self.token, &run_id, kind, current, configured, extension,
+        )
+        .await
+        {
+            None => self.end(TerminationReason::Halted, self.iteration - 1),
+            Some((decision, _)) if decision.allow => {
+                cell.breakers(|b| b.extend(kind));
+                Next::Go(())
             }
-        } else if let Some(done) = stopped(cell.obey(verdict), iteration - 1) {
-            return done;
+            Some((decision, ctx)) => {
+                cell.task_iteration_undo();
+                Next::End(wrap_up(cell, self.token, &ctx, &decision, self.iteration - 1).await)
+            }
         }
+    }
 
-        // The request: the history fitted into the context window, budget-checked.
+    /// The request: the history fitted into the context window, checked against the budgets.
+    fn request(&self) -> Next<LlmRequest> {
+        let cell = self.cell;
         let mut messages = cell.conversation();
         if cell.settings.max_context_tokens > 0 {
             context::fit(
@@ -267,25 +357,31 @@ async fn react(
         let verdict = cell
             .breakers(|b| b.before_llm_call(estimate))
             .unwrap_or(Verdict::Continue);
-        if let Some(done) = stopped(cell.obey(verdict), iteration - 1) {
-            return done;
+        if let Some(done) = stopped(cell.obey(verdict), self.iteration - 1) {
+            return Next::End(done);
         }
-        let request = LlmRequest {
+        Next::Go(LlmRequest {
             agent: cell.key.clone(),
             messages,
             tools: cell.tools.specs(),
-        };
-        let response = match call_provider(cell, token, request).await {
-            None => return outcome(TerminationReason::Halted, iteration, None),
-            Some(Ok(response)) => response,
+        })
+    }
+
+    /// The model call. Unparsable output is an anomaly: the model gets a correcting message and
+    /// another iteration. A failed call ends the turn.
+    async fn call_model(&mut self, request: LlmRequest) -> Next<LlmResponse> {
+        let cell = self.cell;
+        let iteration = self.iteration;
+        match call_provider(cell, self.token, request).await {
+            None => Next::End(outcome(TerminationReason::Halted, iteration, None)),
+            Some(Ok(response)) => Next::Go(response),
             Some(Err(ProviderError::Malformed { message })) => {
-                // Unparsable output: an anomaly; the model gets a correcting message and another try.
                 let verdict = cell
                     .breakers(|b| b.after_llm_call(LlmOutcome::Anomaly(AnomalyKind::InvalidJson)))
                     .unwrap_or(Verdict::Continue);
                 let error = format!("unparsable model output: {message}");
                 if let Some(done) = stopped(cell.fail(&error, verdict), iteration) {
-                    return done;
+                    return Next::End(done);
                 }
                 cell.append_history(
                     ChatMessage::user(format!(
@@ -293,8 +389,8 @@ async fn react(
                     ))
                     .internal(),
                 );
-                last_was_parse_error = true;
-                continue;
+                self.last_was_parse_error = true;
+                Next::Again
             }
             Some(Err(error)) => {
                 let verdict = cell
@@ -302,13 +398,21 @@ async fn react(
                     .unwrap_or(Verdict::Continue);
                 let error = format!("llm call failed: {error}");
                 let counted = cell.fail(&error, verdict);
-                return stopped(counted, iteration).unwrap_or_else(|| {
+                Next::End(stopped(counted, iteration).unwrap_or_else(|| {
                     let mut out = outcome(TerminationReason::LlmError, iteration, None);
                     out.error = Some(error);
                     out
-                });
+                }))
             }
-        };
+        }
+    }
+
+    /// The model's reply: usage accounted, the message in the history. An answer ends the turn
+    /// (after up to `max_tokens_recoveries` continuations when the token limit cut it); tool calls
+    /// go on.
+    fn read_response(&mut self, response: LlmResponse) -> Next<Vec<ToolCall>> {
+        let cell = self.cell;
+        let iteration = self.iteration;
         cell.record_usage(response.usage);
         let calls = response.message.tool_calls.clone();
         let llm_outcome = if calls.is_empty() {
@@ -320,39 +424,45 @@ async fn react(
             .breakers(|b| b.after_llm_call(llm_outcome))
             .unwrap_or(Verdict::Continue);
         cell.append_history(response.message.clone());
-        if calls.is_empty() {
-            let text = response.message.content.unwrap_or_default();
-            if response.finish_reason == FinishReason::Length
-                && recoveries < cell.settings.max_tokens_recoveries
-            {
-                recoveries += 1;
-                partial.push_str(&text);
-                cell.append_history(ChatMessage::user(CONTINUE_PROMPT).internal());
-                continue;
-            }
-            if let Some(done) = stopped(cell.succeed(verdict), iteration) {
-                return done;
-            }
-            partial.push_str(&text);
-            let mut out = outcome(TerminationReason::Answered, iteration, Some(partial));
-            // Still cut after the last recovery: the caller must know the answer is incomplete.
-            out.truncated = response.finish_reason == FinishReason::Length;
-            if out.truncated {
-                tracing::warn!(
-                    agent = %cell.key,
-                    recoveries,
-                    "answer still cut by the model's token limit after the last max-tokens recovery; marked truncated"
-                );
-            }
-            return out;
+        if !calls.is_empty() {
+            return match stopped(cell.obey(verdict), iteration) {
+                Some(done) => Next::End(done),
+                None => Next::Go(calls),
+            };
         }
-        if let Some(done) = stopped(cell.obey(verdict), iteration) {
-            return done;
+        let text = response.message.content.unwrap_or_default();
+        let cut = response.finish_reason == FinishReason::Length;
+        if cut && self.recoveries < cell.settings.max_tokens_recoveries {
+            self.recoveries += 1;
+            self.partial.push_str(&text);
+            cell.append_history(ChatMessage::user(CONTINUE_PROMPT).internal());
+            return Next::Again;
         }
+        if let Some(done) = stopped(cell.succeed(verdict), iteration) {
+            return Next::End(done);
+        }
+        self.partial.push_str(&text);
+        let answer = std::mem::take(&mut self.partial);
+        let mut out = outcome(TerminationReason::Answered, iteration, Some(answer));
+        // Still cut after the last recovery: the caller must know the answer is incomplete.
+        out.truncated = cut;
+        if cut {
+            tracing::warn!(
+                agent = %cell.key,
+                recoveries = self.recoveries,
+                "answer still cut by the model's token limit after the last max-tokens recovery; marked truncated"
+            );
+        }
+        Next::End(out)
+    }
 
-        // Calls of one response that are all SAFE_CHAIN run concurrently (a model's parallel tool
-        // calls, e.g. several delegations); otherwise one after the other. Results are accounted in
-        // call order either way.
+    /// Runs the calls of one response: concurrently when all are SAFE_CHAIN (a model's parallel
+    /// tool calls, e.g. several delegations), else one after the other, stopping after a DANGEROUS
+    /// one or a trip (the calls not run get a "not run" result, so the conversation stays valid).
+    /// Results are accounted in call order either way.
+    async fn run_tools(&self, calls: &[ToolCall]) -> Next<Vec<ToolStep>> {
+        let cell = self.cell;
+        let (token, lineage) = (self.token, &self.lineage);
         let parallel = calls.len() > 1
             && calls.iter().all(|c| {
                 cell.tools
@@ -362,40 +472,48 @@ async fn react(
         let mut steps = Vec::with_capacity(calls.len());
         if parallel {
             let executed =
-                futures::future::join_all(calls.iter().map(|c| execute(cell, token, c, &lineage)))
+                futures::future::join_all(calls.iter().map(|c| execute(cell, token, c, lineage)))
                     .await;
             for (call, executed) in calls.iter().zip(executed) {
                 steps.push(account(cell, call, executed));
             }
-        } else {
-            for (i, call) in calls.iter().enumerate() {
-                let step = account(cell, call, execute(cell, token, call, &lineage).await);
-                let stop = match &step {
-                    ToolStep::Done { category, .. } => *category == Some(ToolCategory::Dangerous),
-                    ToolStep::Stopped(_) => true,
-                    ToolStep::Halted => return outcome(TerminationReason::Halted, iteration, None),
-                };
-                steps.push(step);
-                if stop {
-                    // One DANGEROUS tool per tick; nothing after a trip. Every call still gets a
-                    // result, so the conversation stays valid for the next request.
-                    for skipped in &calls[i + 1..] {
-                        cell.append_history(ChatMessage::tool_result(&skipped.id, NOT_RUN_RESULT));
-                    }
-                    break;
+            return Next::Go(steps);
+        }
+        for (i, call) in calls.iter().enumerate() {
+            let step = account(cell, call, execute(cell, token, call, lineage).await);
+            let stop = match &step {
+                ToolStep::Done { category, .. } => *category == Some(ToolCategory::Dangerous),
+                ToolStep::Stopped(_) => true,
+                ToolStep::Halted => {
+                    return Next::End(outcome(TerminationReason::Halted, self.iteration, None))
                 }
+            };
+            steps.push(step);
+            if stop {
+                // One DANGEROUS tool per tick; nothing after a trip.
+                for skipped in &calls[i + 1..] {
+                    cell.append_history(ChatMessage::tool_result(&skipped.id, NOT_RUN_RESULT));
+                }
+                break;
             }
         }
+        Next::Go(steps)
+    }
+
+    /// What the tools' results mean for the turn: a halt or a trip ends it, as do a TERMINAL or
+    /// DANGEROUS tool and a context at its critical size; otherwise the next iteration.
+    fn conclude(&mut self, steps: Vec<ToolStep>) -> Next<()> {
+        let iteration = self.iteration;
         let mut ended_by = None;
         let mut all_anomalies = true;
         let mut critical = false;
         for step in steps {
             match step {
-                ToolStep::Halted => return outcome(TerminationReason::Halted, iteration, None),
+                ToolStep::Halted => return self.end(TerminationReason::Halted, iteration),
                 ToolStep::Stopped(counted) => {
-                    return stopped(counted, iteration).unwrap_or_else(|| {
+                    return Next::End(stopped(counted, iteration).unwrap_or_else(|| {
                         outcome(TerminationReason::SafetyLockout, iteration, None)
-                    })
+                    }))
                 }
                 ToolStep::Done {
                     category,
@@ -416,13 +534,14 @@ async fn react(
                 }
             }
         }
-        last_was_parse_error = all_anomalies;
+        self.last_was_parse_error = all_anomalies;
         if let Some(reason) = ended_by {
-            return outcome(reason, iteration, None);
+            return self.end(reason, iteration);
         }
         if critical {
-            return outcome(TerminationReason::CriticalTokens, iteration, None);
+            return self.end(TerminationReason::CriticalTokens, iteration);
         }
+        Next::Go(())
     }
 }
 
