@@ -21,7 +21,7 @@
 //! * Several breakers may trip on the same operation; the verdict is the most severe, in the order
 //!   Repetition lockout › ConsecutiveErrors lockout › ErrorCascade lockout › Stuck stop › Alert.
 
-use super::budget::{TeamBudget, TeamCheck, UsageTotals};
+use super::budget::{TeamBudget, TeamCheck, UsageTotals, COST_EPSILON};
 use super::fingerprint::Fingerprint;
 use std::{collections::HashMap, collections::VecDeque, sync::Arc, time::Duration};
 use warden_protocols::{
@@ -31,10 +31,6 @@ use warden_protocols::{
 /// The system-level message injected when a failing action is repeated.
 pub const REPETITION_ALERT: &str =
     "SYSTEM ALERT: You are repeating a failed action. STOP and analyze why.";
-
-/// Relative slack in cost comparisons for the warning, so that float rounding of prices cannot
-/// skip it (e.g. 0.7 + 0.2 = 0.8999999999999999).
-pub(crate) const COST_EPSILON: f64 = 1e-9;
 
 /// What the caller must do after a hook.
 #[derive(Debug, Clone, PartialEq)]

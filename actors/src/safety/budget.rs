@@ -29,6 +29,10 @@ fn to_nanos(cost: f64) -> u64 {
 /// Token and cost totals of one agent (kept in its record too, so a restart keeps them).
 pub use warden_protocols::UsageTotals;
 
+/// Relative slack in cost comparisons for the near-budget warning, so that float rounding of prices
+/// cannot skip it (e.g. 0.7 + 0.2 = 0.8999999999999999). Used by the agent's breakers too.
+pub(crate) const COST_EPSILON: f64 = 1e-9;
+
 #[derive(Debug, Default, Clone, Copy)]
 struct Member {
     tokens: u64,
@@ -139,7 +143,7 @@ impl TeamBudget {
         let near_tokens = self.token_limit > 0 && self.token_limit - after <= self.reserve_tokens;
         let near_cost = self.cost_limit > 0.0
             && self.cost_limit - after_cost
-                <= (self.reserve_cost_fraction + super::breakers::COST_EPSILON) * self.cost_limit;
+                <= (self.reserve_cost_fraction + COST_EPSILON) * self.cost_limit;
         if (near_tokens || near_cost) && !self.warned.swap(true, Ordering::AcqRel) {
             return TeamCheck::Warn(format!(
                 "team budget nearly exhausted: {after} of {} tokens, {after_cost:.4} of {} cost",
