@@ -7,6 +7,13 @@
 //!
 //! This crate is the facade: the types below are all a user needs. The pieces live in
 //! `warden-protocols` (typed messages, states, events, config; no runtime) and `warden-actors`.
+//! `docs/architecture.md` maps the code; `docs/glossary.md` fixes the words (a *user event* is
+//! work sent to an agent, a *journal event* is an entry of the log, a *turn* handles one piece of
+//! work, a *tick* is an autonomous wake-up).
+//!
+//! Features: without the defaults this is the runtime alone (supervisor, agents, safety, the
+//! scripted provider, `MemoryJournal`); `openai`, `sqlite`, `server` and `cli` (the default) add
+//! the OpenAI-compatible provider, `SqliteJournal`, the HTTP server and the binary's pieces.
 //!
 //! ```no_run
 //! use std::sync::Arc;
