@@ -520,10 +520,6 @@ fn operator() -> HaltCause {
     }
 }
 
-fn pending_ids(record: &AgentRecord) -> Vec<u64> {
-    record.pending.iter().map(|p| p.id).collect()
-}
-
 /// The ids the journal shows settled by `EventTaken`, in order.
 fn taken_ids(events: &[Event]) -> Vec<u64> {
     events

@@ -1239,10 +1239,6 @@ fn queued(id: u64) -> EventKind {
     }
 }
 
-fn pending_ids(record: &AgentRecord) -> Vec<u64> {
-    record.pending.iter().map(|p| p.id).collect()
-}
-
 #[test]
 fn pending_events_are_in_snapshots_and_later_events_settle_the_right_ids() {
     let db = TempDb::new("pending-snapshot");

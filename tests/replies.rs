@@ -12,10 +12,6 @@ use std::{sync::Arc, time::Duration};
 use warden::protocols::WorkRefusal;
 use warden::*;
 
-fn model(steps: impl IntoIterator<Item = ScriptStep>) -> Arc<ScriptedProvider> {
-    Arc::new(ScriptedProvider::new(steps))
-}
-
 #[actix_rt::test]
 async fn ask_resolves_with_the_answer_its_id_usage_and_latency_and_the_journal_correlates_them() {
     tokio::time::pause();

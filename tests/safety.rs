@@ -28,12 +28,6 @@ use warden_actors::safety::{AnswerError, ChannelInterventionBus, REPETITION_ALER
 
 // ---- helpers ------------------------------------------------------------------------------------
 
-fn op() -> HaltCause {
-    HaltCause::Operator {
-        operator: "ops".into(),
-    }
-}
-
 fn key(k: &str) -> AgentKey {
     AgentKey::from(k)
 }
@@ -70,10 +64,6 @@ fn reply_using(text: &str, prompt_tokens: u64, completion_tokens: u64) -> Script
             estimated: false,
         },
     })
-}
-
-fn delegate(to: &str, task: &str) -> ScriptStep {
-    ScriptStep::call("delegate", json!({"agent": to, "task": task}))
 }
 
 fn calls_of(stats: &ScriptStats) -> u64 {
@@ -127,36 +117,6 @@ fn denials(journal: &MemoryJournal, agent: &str) -> Vec<(LimitKind, f64, f64, Li
                 configured,
                 reason,
             } => Some((kind, current, configured, reason)),
-            _ => None,
-        })
-        .collect()
-}
-
-fn count_events(journal: &MemoryJournal, agent: &str, pred: impl Fn(&EventKind) -> bool) -> usize {
-    journal
-        .events_of(agent)
-        .iter()
-        .filter(|e| pred(&e.kind))
-        .count()
-}
-
-fn refusals(journal: &MemoryJournal, agent: &str) -> Vec<(AgentKey, DelegationRefusal)> {
-    journal
-        .events_of(agent)
-        .into_iter()
-        .filter_map(|e| match e.kind {
-            EventKind::DelegationRefused { to, refusal } => Some((to, refusal)),
-            _ => None,
-        })
-        .collect()
-}
-
-fn endings(journal: &MemoryJournal, agent: &str) -> Vec<(AgentKey, DelegationOutcome)> {
-    journal
-        .events_of(agent)
-        .into_iter()
-        .filter_map(|e| match e.kind {
-            EventKind::DelegationEnded { to, outcome, .. } => Some((to, outcome)),
             _ => None,
         })
         .collect()

@@ -21,20 +21,6 @@ const SLOW: Duration = Duration::from_secs(10_000);
 
 // ---- helpers ------------------------------------------------------------------------------------
 
-fn delegate(to: &str, task: &str) -> ScriptStep {
-    ScriptStep::call("delegate", json!({"agent": to, "task": task}))
-}
-
-fn model(steps: impl IntoIterator<Item = ScriptStep>) -> Arc<ScriptedProvider> {
-    Arc::new(ScriptedProvider::new(steps))
-}
-
-fn op() -> HaltCause {
-    HaltCause::Operator {
-        operator: "ops".into(),
-    }
-}
-
 fn parent(key: &str) -> HaltCause {
     HaltCause::Parent { parent: key.into() }
 }
@@ -49,28 +35,6 @@ fn one_step_config() -> WardenConfig {
     let mut config = WardenConfig::default();
     config.execution.max_iterations_per_tick = 1;
     config
-}
-
-fn refusals(journal: &MemoryJournal, agent: &str) -> Vec<(AgentKey, DelegationRefusal)> {
-    journal
-        .events_of(agent)
-        .into_iter()
-        .filter_map(|e| match e.kind {
-            EventKind::DelegationRefused { to, refusal } => Some((to, refusal)),
-            _ => None,
-        })
-        .collect()
-}
-
-fn endings(journal: &MemoryJournal, agent: &str) -> Vec<(AgentKey, DelegationOutcome)> {
-    journal
-        .events_of(agent)
-        .into_iter()
-        .filter_map(|e| match e.kind {
-            EventKind::DelegationEnded { to, outcome, .. } => Some((to, outcome)),
-            _ => None,
-        })
-        .collect()
 }
 
 fn requested(journal: &MemoryJournal, agent: &str) -> Vec<(u64, AgentKey, u32)> {
@@ -93,14 +57,6 @@ fn halt_causes(journal: &MemoryJournal, agent: &str) -> Vec<HaltCause> {
             _ => None,
         })
         .collect()
-}
-
-fn count_events(journal: &MemoryJournal, agent: &str, pred: impl Fn(&EventKind) -> bool) -> usize {
-    journal
-        .events_of(agent)
-        .iter()
-        .filter(|e| pred(&e.kind))
-        .count()
 }
 
 /// The refused delegation was a failed `delegate` tool call: right after the `DelegationRefused`, the

@@ -3,6 +3,7 @@
 //! condition holds — never sleeping on the wall clock.
 #![allow(dead_code)]
 
+use serde_json::json;
 use std::{
     future::Future,
     sync::{
@@ -11,8 +12,9 @@ use std::{
     },
 };
 use warden::{
-    AgentState, FnTool, MemoryJournal, ScriptStep, ScriptedProvider, Supervisor, Tool,
-    ToolCategory, ToolError, WardenConfig,
+    protocols::{DelegationOutcome, DelegationRefusal},
+    AgentKey, AgentRecord, AgentState, EventKind, FnTool, HaltCause, MemoryJournal, ScriptStep,
+    ScriptedProvider, Supervisor, Tool, ToolCategory, ToolError, WardenConfig,
 };
 
 /// The journal's replay of `agent` equals its live record, and the record keeps the lockout
@@ -188,4 +190,58 @@ pub fn poison_writes(db: &std::path::Path) {
              BEGIN SELECT RAISE(ABORT, 'injected write failure'); END;",
         )
         .unwrap();
+}
+
+// ---- journal scenario helpers (shared by the scenario tests) -------------------------------------
+
+pub fn refusals(journal: &MemoryJournal, agent: &str) -> Vec<(AgentKey, DelegationRefusal)> {
+    journal
+        .events_of(agent)
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::DelegationRefused { to, refusal } => Some((to, refusal)),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn endings(journal: &MemoryJournal, agent: &str) -> Vec<(AgentKey, DelegationOutcome)> {
+    journal
+        .events_of(agent)
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::DelegationEnded { to, outcome, .. } => Some((to, outcome)),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn count_events(
+    journal: &MemoryJournal,
+    agent: &str,
+    pred: impl Fn(&EventKind) -> bool,
+) -> usize {
+    journal
+        .events_of(agent)
+        .iter()
+        .filter(|e| pred(&e.kind))
+        .count()
+}
+
+pub fn delegate(to: &str, task: &str) -> ScriptStep {
+    ScriptStep::call("delegate", json!({"agent": to, "task": task}))
+}
+
+pub fn op() -> HaltCause {
+    HaltCause::Operator {
+        operator: "ops".into(),
+    }
+}
+
+pub fn model(steps: impl IntoIterator<Item = ScriptStep>) -> Arc<ScriptedProvider> {
+    Arc::new(ScriptedProvider::new(steps))
+}
+
+pub fn pending_ids(record: &AgentRecord) -> Vec<u64> {
+    record.pending.iter().map(|p| p.id).collect()
 }
