@@ -18,7 +18,7 @@
 //! Waits poll with a deadline; nothing asserts a duration.
 use std::{
     io::{Read, Write},
-    net::{TcpListener, TcpStream},
+    net::TcpStream,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -27,6 +27,7 @@ use warden::{
     journal::{JournalReader, RECOVERY_CAUSE},
     AgentRecord, AgentState, Event, EventKind, HaltCause,
 };
+use warden_testkit::free_port;
 
 const TOKEN: &str = "crash-test-token";
 
@@ -59,14 +60,6 @@ impl Rng {
         // The high half: xorshift's low bits are its weakest.
         (self.next() >> 32) % n
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// One HTTP/1.1 request; returns the status code and the body.

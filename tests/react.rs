@@ -9,18 +9,11 @@ use common::*;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::{
-    collections::VecDeque,
-    net::SocketAddr,
     sync::{
         atomic::{AtomicBool, AtomicUsize, Ordering},
         Arc,
     },
     time::Duration,
-};
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
-    sync::mpsc,
 };
 use warden::protocols::{
     ChatRole, ContextStrategyConfig, FinishReason, FunctionCall, ToolCall, ToolSpec, TurnOutcome,
@@ -32,6 +25,7 @@ use warden_actors::{
     tools::CachePolicy,
     OpenAiCompatible, OpenAiConfig, RetryPolicy, ToolFormat,
 };
+use warden_testkit::http::{ok_json, Server, Step, PATIENCE};
 
 /// The text of `warden_actors`' `CONTINUE_PROMPT` (the constant is not exported).
 const CONTINUE_PROMPT: &str = "Your previous reply was cut off by the length limit. Continue exactly where you left off, without repeating anything.";
@@ -1084,164 +1078,40 @@ async fn a_response_with_a_dangerous_call_runs_its_calls_one_after_the_other() {
 
 // ---- 5. the OpenAI-compatible provider over HTTP ---------------------------------------------------------
 
-/// Bound on every wait in the HTTP tests: a broken property fails, it never hangs.
-const PATIENCE: Duration = Duration::from_secs(20);
-
-/// What the server does with one connection's request.
-#[derive(Debug, Clone)]
-enum Reply {
-    /// `200` with this JSON body (`Content-Length`, `Connection: close`).
-    Json(Value),
-    /// Never answers; reports when the client closes the connection.
-    Stall,
-    /// Starts an SSE stream (headers and one chunk with the beginning of a tool call), then stalls;
-    /// reports when the client closes the connection.
-    StreamThenStall,
-}
-
-/// A tiny HTTP/1.1 server: each connection carries one request, answered by the next scripted reply.
-struct Server {
-    addr: SocketAddr,
-    bodies: Arc<Mutex<Vec<Value>>>,
-    closed: mpsc::UnboundedReceiver<()>,
-}
-
-impl Server {
-    async fn start(replies: Vec<Reply>) -> Server {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let bodies = Arc::new(Mutex::new(Vec::new()));
-        let (closed_tx, closed) = mpsc::unbounded_channel();
-        let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
-        let seen = bodies.clone();
-        tokio::spawn(async move {
-            while let Ok((socket, _)) = listener.accept().await {
-                let reply = replies.lock().pop_front();
-                tokio::spawn(serve(socket, reply, seen.clone(), closed_tx.clone()));
-            }
-        });
-        Server {
-            addr,
-            bodies,
-            closed,
-        }
-    }
-
-    fn config(&self, format: ToolFormat) -> OpenAiConfig {
-        OpenAiConfig {
-            request_timeout: Duration::from_secs(10),
-            tool_format: format,
-            retry: RetryPolicy {
-                max_attempts: 1,
-                ..RetryPolicy::default()
-            },
-            ..OpenAiConfig::new(format!("http://{}/v1", self.addr), "test-model")
-        }
-    }
-
-    fn bodies(&self) -> Vec<Value> {
-        self.bodies.lock().clone()
-    }
-
-    async fn client_closed(&mut self) {
-        tokio::time::timeout(PATIENCE, self.closed.recv())
-            .await
-            .expect("the client never closed the connection")
-            .expect("server gone");
+/// The provider's config for `server`: one attempt, no retries.
+fn config(server: &Server, format: ToolFormat) -> OpenAiConfig {
+    OpenAiConfig {
+        request_timeout: Duration::from_secs(10),
+        tool_format: format,
+        retry: RetryPolicy {
+            max_attempts: 1,
+            ..RetryPolicy::default()
+        },
+        ..OpenAiConfig::new(server.url("/v1"), "test-model")
     }
 }
 
-async fn read_body(socket: &mut TcpStream) -> Option<Value> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break pos + 4;
-        }
-        let n = socket.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map_or(0, |v| v.trim().parse().unwrap_or(0));
-    while buf.len() < head_end + length {
-        let n = socket.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    Some(serde_json::from_slice(&buf[head_end..head_end + length]).unwrap_or(Value::Null))
+/// A stream that starts (headers and one chunk with the beginning of a tool call), then stalls
+/// until the client closes the connection.
+fn stream_then_stall() -> Vec<Step> {
+    let chunk = json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
+        "id": "call_s1", "type": "function",
+        "function": {"name": "lookup", "arguments": "{\"key\":"}}]}}]});
+    vec![
+        Step::SseHead,
+        Step::Chunk(format!("data: {chunk}\n\n")),
+        Step::AwaitClose,
+    ]
 }
 
-async fn serve(
-    mut socket: TcpStream,
-    reply: Option<Reply>,
-    bodies: Arc<Mutex<Vec<Value>>>,
-    closed: mpsc::UnboundedSender<()>,
-) {
-    let Some(body) = read_body(&mut socket).await else {
-        return;
-    };
-    bodies.lock().push(body);
-    let (status, text) = match reply {
-        Some(Reply::Json(value)) => (200, value.to_string()),
-        Some(Reply::StreamThenStall) => {
-            let chunk = json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
-                "id": "call_s1", "type": "function",
-                "function": {"name": "lookup", "arguments": "{\"key\":"}}]}}]});
-            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
-                        transfer-encoding: chunked\r\n\r\n";
-            let event = format!("data: {chunk}\n\n");
-            let body = format!("{:x}\r\n{event}\r\n", event.len());
-            let _ = socket.write_all(head.as_bytes()).await;
-            let _ = socket.write_all(body.as_bytes()).await;
-            let mut sink = [0u8; 1024];
-            while let Ok(n) = socket.read(&mut sink).await {
-                if n == 0 {
-                    break;
-                }
-            }
-            let _ = closed.send(());
-            return;
-        }
-        Some(Reply::Stall) => {
-            let mut sink = [0u8; 1024];
-            while let Ok(n) = socket.read(&mut sink).await {
-                if n == 0 {
-                    break;
-                }
-            }
-            let _ = closed.send(());
-            return;
-        }
-        None => (
-            500,
-            r#"{"error":{"message":"no reply scripted"}}"#.to_owned(),
-        ),
-    };
-    let response = format!(
-        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-         connection: close\r\n\r\n{text}",
-        text.len()
-    );
-    let _ = socket.write_all(response.as_bytes()).await;
-    let _ = socket.shutdown().await;
-}
-
-fn completion(message: Value, finish_reason: &str, prompt: u64, completion: u64) -> Reply {
-    Reply::Json(json!({
+fn completion(message: Value, finish_reason: &str, prompt: u64, completion: u64) -> Vec<Step> {
+    vec![ok_json(json!({
         "id": "cmpl-test",
         "object": "chat.completion",
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                   "total_tokens": prompt + completion},
-    }))
+    }))]
 }
 
 /// A `lookup` tool answering `{"door": "open", "asked": <key>}` and recording its arguments.
@@ -1298,7 +1168,7 @@ async fn openai_native_tool_calling_round_trip_through_an_agent() {
     .await;
     let (team, journal) = team(WardenConfig::default());
     let args_seen = Arc::new(Mutex::new(Vec::new()));
-    let provider = Arc::new(OpenAiCompatible::new(server.config(ToolFormat::Native)).unwrap());
+    let provider = Arc::new(OpenAiCompatible::new(config(&server, ToolFormat::Native)).unwrap());
     let a = team
         .spawn(
             AgentSpec::assistant("a", provider)
@@ -1376,7 +1246,7 @@ async fn openai_json_fallback_tool_calling_round_trip_through_an_agent() {
     let (team, journal) = team(WardenConfig::default());
     let args_seen = Arc::new(Mutex::new(Vec::new()));
     let provider =
-        Arc::new(OpenAiCompatible::new(server.config(ToolFormat::JsonFallback)).unwrap());
+        Arc::new(OpenAiCompatible::new(config(&server, ToolFormat::JsonFallback)).unwrap());
     let a = team
         .spawn(
             AgentSpec::assistant("a", provider)
@@ -1458,10 +1328,10 @@ async fn halt_cuts_the_request(
 
 #[actix_rt::test]
 async fn openai_halt_while_the_server_stalls_closes_the_connection_and_runs_no_tool() {
-    let mut server = Server::start(vec![Reply::Stall]).await;
+    let mut server = Server::start(vec![vec![Step::AwaitClose]]).await;
     let (team, _journal) = team(WardenConfig::default());
     let args_seen = Arc::new(Mutex::new(Vec::new()));
-    let provider = Arc::new(OpenAiCompatible::new(server.config(ToolFormat::Native)).unwrap());
+    let provider = Arc::new(OpenAiCompatible::new(config(&server, ToolFormat::Native)).unwrap());
     let a = team
         .spawn(AgentSpec::assistant("a", provider).with_tool_arc(lookup_tool(args_seen.clone())))
         .unwrap();
@@ -1487,12 +1357,12 @@ async fn openai_halt_while_the_server_stalls_closes_the_connection_and_runs_no_t
 /// closes the connection, and the half-received tool call never runs.
 #[actix_rt::test]
 async fn openai_halt_during_a_slow_stream_closes_the_connection_and_runs_no_tool() {
-    let mut server = Server::start(vec![Reply::StreamThenStall]).await;
+    let mut server = Server::start(vec![stream_then_stall()]).await;
     let (team, _journal) = team(WardenConfig::default());
     let args_seen = Arc::new(Mutex::new(Vec::new()));
     let config = OpenAiConfig {
         stream: true,
-        ..server.config(ToolFormat::Native)
+        ..config(&server, ToolFormat::Native)
     };
     let provider = Arc::new(OpenAiCompatible::new(config).unwrap());
     let a = team

@@ -12,12 +12,13 @@
 //! Waits poll with a deadline; nothing asserts a duration.
 use std::{
     io::{BufRead, BufReader, Read, Write},
-    net::{TcpListener, TcpStream},
+    net::TcpStream,
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Output, Stdio},
     time::{Duration, Instant},
 };
 use warden::{journal::SqliteJournal, AgentKey, EventKind, Journal};
+use warden_testkit::free_port;
 
 const TOKEN: &str = "serve-test-token";
 
@@ -31,14 +32,6 @@ cycle = true
 key = "a"
 provider = "scripted"
 "#;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("warden-serve-{}-{name}", std::process::id()));

@@ -1,224 +1,42 @@
 //! The OpenAI-compatible provider against a real HTTP/1.1 server on 127.0.0.1.
 //!
-//! The server is hand-written on a tokio `TcpListener` so each test controls the bytes exactly:
-//! chunked SSE bodies, connections cut mid-body, stalls, and noticing when the client hangs up.
-//! Each accepted connection serves one request and plays the next script in line.
+//! The server is the test kit's scripted one (`warden_testkit::http`), so each test controls the
+//! bytes exactly: chunked SSE bodies, connections cut mid-body, stalls, and noticing when the
+//! client hangs up. Each accepted connection serves one request and plays the next script in line.
 
 use futures::StreamExt;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
-use std::{collections::VecDeque, net::SocketAddr, sync::Arc, time::Duration};
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
-    sync::mpsc,
-};
+use std::{sync::Arc, time::Duration};
+use tokio::net::TcpListener;
 use warden_actors::{
     AttemptObserver, FailedAttempt, LlmRequest, OpenAiCompatible, OpenAiConfig, OpenAiSetupError,
     Provider, ProviderError, RetryPolicy, StreamEvent, ToolFormat,
 };
 use warden_protocols::{AgentKey, ChatMessage, FinishReason, ToolCall, ToolCategory, ToolSpec};
+use warden_testkit::http::{done, ok_json, sse, status, Server, Step};
 
 /// Generous bound so a broken property shows up as a failure, never as a hang.
 const PATIENCE: Duration = Duration::from_secs(10);
 
-/// What the server does on one connection, in order, after reading the request.
-#[derive(Debug, Clone)]
-enum Step {
-    /// A complete response with `Content-Length` and `Connection: close`.
-    Respond {
-        status: u16,
-        headers: Vec<(&'static str, String)>,
-        body: String,
-    },
-    /// `200` headers of a chunked `text/event-stream` body.
-    SseHead,
-    /// One HTTP chunk with these bytes.
-    Chunk(String),
-    /// The terminating zero-length chunk.
-    EndChunks,
-    Pause(Duration),
-    /// Reads until the client closes the connection, then reports it.
-    AwaitClose,
-}
-
-fn ok_json(body: Value) -> Step {
-    Step::Respond {
-        status: 200,
-        headers: vec![],
-        body: body.to_string(),
+/// The provider's config for `server`: short timeouts, quick retries without jitter.
+fn config(server: &Server) -> OpenAiConfig {
+    OpenAiConfig {
+        request_timeout: Duration::from_secs(5),
+        retry: RetryPolicy {
+            max_attempts: 3,
+            base: Duration::from_millis(10),
+            max: Duration::from_millis(50),
+            multiplier: 2.0,
+            jitter: false,
+            ..RetryPolicy::default()
+        },
+        ..OpenAiConfig::new(format!("http://{}/v1", server.addr), "test-model")
     }
-}
-
-fn status(status: u16, body: &str) -> Step {
-    Step::Respond {
-        status,
-        headers: vec![],
-        body: body.into(),
-    }
-}
-
-/// A request as the server saw it.
-#[derive(Debug, Clone)]
-struct Recorded {
-    head: String,
-    body: Value,
-}
-
-struct Server {
-    addr: SocketAddr,
-    requests: Arc<Mutex<Vec<Recorded>>>,
-    closed: mpsc::UnboundedReceiver<()>,
-}
-
-impl Server {
-    async fn start(scripts: Vec<Vec<Step>>) -> Server {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let (closed_tx, closed) = mpsc::unbounded_channel();
-        let scripts = Arc::new(Mutex::new(VecDeque::from(scripts)));
-        {
-            let requests = requests.clone();
-            tokio::spawn(async move {
-                while let Ok((socket, _)) = listener.accept().await {
-                    let script = scripts
-                        .lock()
-                        .pop_front()
-                        .unwrap_or_else(|| vec![status(599, "no script left")]);
-                    tokio::spawn(serve(socket, script, requests.clone(), closed_tx.clone()));
-                }
-            });
-        }
-        Server {
-            addr,
-            requests,
-            closed,
-        }
-    }
-
-    fn config(&self) -> OpenAiConfig {
-        OpenAiConfig {
-            request_timeout: Duration::from_secs(5),
-            retry: RetryPolicy {
-                max_attempts: 3,
-                base: Duration::from_millis(10),
-                max: Duration::from_millis(50),
-                multiplier: 2.0,
-                jitter: false,
-                ..RetryPolicy::default()
-            },
-            ..OpenAiConfig::new(format!("http://{}/v1", self.addr), "test-model")
-        }
-    }
-
-    fn requests(&self) -> Vec<Recorded> {
-        self.requests.lock().clone()
-    }
-
-    /// Waits until the server saw a client close a connection it was holding open.
-    async fn client_closed(&mut self) {
-        tokio::time::timeout(PATIENCE, self.closed.recv())
-            .await
-            .expect("the client never closed the connection")
-            .expect("server gone");
-    }
-}
-
-async fn read_request(socket: &mut TcpStream) -> Option<Recorded> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break pos + 4;
-        }
-        let n = socket.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map_or(0, |v| v.trim().parse().unwrap());
-    while buf.len() < head_end + length {
-        let n = socket.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let body = serde_json::from_slice(&buf[head_end..head_end + length]).unwrap_or(Value::Null);
-    Some(Recorded { head, body })
-}
-
-async fn serve(
-    mut socket: TcpStream,
-    script: Vec<Step>,
-    requests: Arc<Mutex<Vec<Recorded>>>,
-    closed: mpsc::UnboundedSender<()>,
-) {
-    let Some(request) = read_request(&mut socket).await else {
-        return;
-    };
-    requests.lock().push(request);
-    for step in script {
-        let bytes = match step {
-            Step::Respond {
-                status,
-                headers,
-                body,
-            } => {
-                let mut head = format!(
-                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n\
-                     content-length: {}\r\nconnection: close\r\n",
-                    body.len()
-                );
-                for (name, value) in headers {
-                    head.push_str(&format!("{name}: {value}\r\n"));
-                }
-                format!("{head}\r\n{body}")
-            }
-            Step::SseHead => "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
-                              transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
-                .to_owned(),
-            Step::Chunk(data) => format!("{:x}\r\n{data}\r\n", data.len()),
-            Step::EndChunks => "0\r\n\r\n".to_owned(),
-            Step::Pause(d) => {
-                tokio::time::sleep(d).await;
-                continue;
-            }
-            Step::AwaitClose => {
-                let mut sink = [0u8; 1024];
-                loop {
-                    match socket.read(&mut sink).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) => {}
-                    }
-                }
-                let _ = closed.send(());
-                return;
-            }
-        };
-        if socket.write_all(bytes.as_bytes()).await.is_err() {
-            return;
-        }
-    }
-    // Dropping the socket closes the connection (mid-body if the script stopped there).
-}
-
-fn sse(data: Value) -> Step {
-    Step::Chunk(format!("data: {data}\n\n"))
 }
 
 fn text_delta(text: &str) -> Value {
     json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]})
-}
-
-fn done() -> Step {
-    Step::Chunk("data: [DONE]\n\n".into())
 }
 
 fn look_tool() -> ToolSpec {
@@ -307,7 +125,7 @@ async fn native_tool_call_round_trip() {
         "usage": {"prompt_tokens": 12, "completion_tokens": 3},
     }))]])
     .await;
-    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    let provider = OpenAiCompatible::new(config(&server)).unwrap();
     assert_eq!(provider.name(), "openai-compatible:test-model");
     let response = provider.complete(request_with_history()).await.unwrap();
 
@@ -355,7 +173,7 @@ async fn fallback_format_round_trip() {
     .await;
     let config = OpenAiConfig {
         tool_format: ToolFormat::JsonFallback,
-        ..server.config()
+        ..config(&server)
     };
     let provider = OpenAiCompatible::new(config).unwrap();
     let response = provider.complete(request_with_history()).await.unwrap();
@@ -400,7 +218,7 @@ async fn fallback_plain_text_is_a_plain_answer() {
     let server = Server::start(vec![vec![ok_json(text_reply("Nothing to do."))]]).await;
     let config = OpenAiConfig {
         tool_format: ToolFormat::JsonFallback,
-        ..server.config()
+        ..config(&server)
     };
     let response = OpenAiCompatible::new(config)
         .unwrap()
@@ -424,7 +242,7 @@ async fn rate_limit_retry_after_is_honoured_then_succeeds() {
     ])
     .await;
     let (observer, seen) = recording_observer();
-    let provider = OpenAiCompatible::new(server.config())
+    let provider = OpenAiCompatible::new(config(&server))
         .unwrap()
         .with_attempt_observer(observer);
     let response = provider.complete(simple_request()).await.unwrap();
@@ -456,7 +274,7 @@ async fn rate_limit_retry_after_as_an_http_date_is_honoured() {
     ])
     .await;
     let (observer, seen) = recording_observer();
-    let provider = OpenAiCompatible::new(server.config())
+    let provider = OpenAiCompatible::new(config(&server))
         .unwrap()
         .with_attempt_observer(observer);
     let started = std::time::Instant::now();
@@ -482,7 +300,7 @@ async fn server_error_500_is_retried_then_succeeds() {
     ])
     .await;
     let (observer, seen) = recording_observer();
-    let provider = OpenAiCompatible::new(server.config())
+    let provider = OpenAiCompatible::new(config(&server))
         .unwrap()
         .with_attempt_observer(observer);
     let response = provider.complete(simple_request()).await.unwrap();
@@ -525,7 +343,7 @@ async fn client_errors_are_not_retried() {
         ])
         .await;
         let (observer, seen) = recording_observer();
-        let provider = OpenAiCompatible::new(server.config())
+        let provider = OpenAiCompatible::new(config(&server))
             .unwrap()
             .with_attempt_observer(observer);
         let error = provider.complete(simple_request()).await.unwrap_err();
@@ -550,9 +368,9 @@ async fn timeout_is_retried_then_reported() {
         request_timeout: Duration::from_millis(200),
         retry: RetryPolicy {
             max_attempts: 2,
-            ..server.config().retry
+            ..config(&server).retry
         },
-        ..server.config()
+        ..config(&server)
     };
     let error = OpenAiCompatible::new(config)
         .unwrap()
@@ -602,7 +420,7 @@ async fn malformed_json_body_is_not_retried() {
         vec![ok_json(text_reply("must not be reached"))],
     ])
     .await;
-    let error = OpenAiCompatible::new(server.config())
+    let error = OpenAiCompatible::new(config(&server))
         .unwrap()
         .complete(simple_request())
         .await
@@ -622,7 +440,7 @@ async fn missing_choices_is_malformed() {
         vec![ok_json(json!({"error": {"message": "model not loaded"}}))],
     ])
     .await;
-    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    let provider = OpenAiCompatible::new(config(&server)).unwrap();
     for expected in ["no `choices`", "empty `choices`", "model not loaded"] {
         let error = provider.complete(simple_request()).await.unwrap_err();
         assert!(
@@ -640,7 +458,7 @@ async fn missing_usage_is_estimated() {
                      "message": {"role": "assistant", "content": "abcdefgh"}}],
     }))]])
     .await;
-    let response = OpenAiCompatible::new(server.config())
+    let response = OpenAiCompatible::new(config(&server))
         .unwrap()
         .complete(simple_request())
         .await
@@ -682,7 +500,7 @@ async fn stream_accumulates_text_and_tool_calls() {
         Step::EndChunks,
     ]])
     .await;
-    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    let provider = OpenAiCompatible::new(config(&server)).unwrap();
     let events = collect(&provider, request_with_history()).await;
 
     let body = &server.requests()[0].body;
@@ -752,7 +570,7 @@ async fn stream_multi_line_data_events_are_joined_per_the_sse_spec() {
         Step::EndChunks,
     ]])
     .await;
-    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    let provider = OpenAiCompatible::new(config(&server)).unwrap();
     let events = collect(&provider, simple_request()).await;
     let deltas: Vec<_> = events
         .iter()
@@ -778,7 +596,7 @@ async fn stream_length_finish_maps_to_length() {
     .await;
     let config = OpenAiConfig {
         stream: true,
-        ..server.config()
+        ..config(&server)
     };
     // `complete` in streaming mode runs on the same machinery.
     let response = OpenAiCompatible::new(config)
@@ -803,7 +621,7 @@ async fn stream_cut_midway_finishes_once_with_error() {
         ],
     ])
     .await;
-    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    let provider = OpenAiCompatible::new(config(&server)).unwrap();
     let events = collect(&provider, simple_request()).await;
     assert_eq!(events[0], StreamEvent::Delta("Hel".into()));
     let outcome = single_finish(&events);
@@ -825,7 +643,7 @@ async fn stream_without_done_finishes_once_with_content() {
         Step::EndChunks,
     ]])
     .await;
-    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    let provider = OpenAiCompatible::new(config(&server)).unwrap();
     let events = collect(&provider, simple_request()).await;
     let response = single_finish(&events).unwrap();
     assert_eq!(response.message.content.as_deref(), Some("Hello"));
@@ -845,7 +663,7 @@ async fn stream_malformed_chunk_finishes_once_with_error() {
         Step::EndChunks,
     ]])
     .await;
-    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    let provider = OpenAiCompatible::new(config(&server)).unwrap();
     let events = collect(&provider, simple_request()).await;
     assert!(matches!(
         single_finish(&events),
@@ -862,7 +680,7 @@ async fn stream_error_status_finishes_once_after_retries() {
         vec![status(502, "bad gateway")],
     ])
     .await;
-    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    let provider = OpenAiCompatible::new(config(&server)).unwrap();
     let events = collect(&provider, simple_request()).await;
     assert_eq!(events.len(), 1);
     assert!(matches!(
@@ -885,7 +703,7 @@ async fn stalled_stream_times_out_once_and_hangs_up() {
     .await;
     let config = OpenAiConfig {
         request_timeout: Duration::from_millis(800),
-        ..server.config()
+        ..config(&server)
     };
     let provider = OpenAiCompatible::new(config).unwrap();
     let events = collect(&provider, simple_request()).await;
@@ -906,7 +724,7 @@ async fn dropping_a_stream_closes_the_connection() {
         Step::AwaitClose,
     ]])
     .await;
-    let provider = OpenAiCompatible::new(server.config()).unwrap();
+    let provider = OpenAiCompatible::new(config(&server)).unwrap();
     let mut stream = provider.stream(simple_request());
     let first = tokio::time::timeout(PATIENCE, stream.next()).await.unwrap();
     assert_eq!(first, Some(StreamEvent::Delta("Hel".into())));
@@ -923,7 +741,7 @@ async fn api_key_is_sent_but_never_shown() {
     let server = Server::start(vec![vec![ok_json(text_reply("hi"))]]).await;
     let config = OpenAiConfig {
         api_key: Some("sk-secret-123".into()),
-        ..server.config()
+        ..config(&server)
     };
     let provider = OpenAiCompatible::new(config).unwrap();
     provider.complete(simple_request()).await.unwrap();
