@@ -60,3 +60,40 @@ fn the_demo_trips_refuses_unlocks_and_halts_behind_a_backlog() {
     assert_eq!(scribe.state, warden::AgentState::Stopped);
     assert_eq!(scribe.discarded_by_halt, 10_000);
 }
+
+/// Issue 13: the README's demo transcript is the demo's real output. Every line of each transcript
+/// block in the README's tour (between "### 1. The demo" and the next section) appears in the
+/// output, in order; a line that is `…` stands for lines left out.
+#[test]
+fn the_readme_transcript_is_the_demos_real_output() {
+    let mut out = Vec::new();
+    actix_rt::System::new()
+        .block_on(async { warden::cli::demo::run(&mut out, &mut |_q: &str| None).await })
+        .expect("demo runs");
+    let output = String::from_utf8(out).expect("utf-8");
+    let readme = include_str!("../README.md");
+    let start = readme
+        .find("### 1. The demo")
+        .expect("the tour's demo section");
+    let section = &readme[start..];
+    let section = &section[..section[4..].find("\n##").map_or(section.len(), |i| i + 4)];
+    let mut blocks = 0;
+    for block in section.split("```").skip(1).step_by(2) {
+        if block.starts_with("sh") {
+            continue; // the commands, not the output
+        }
+        blocks += 1;
+        let mut lines = output.lines();
+        for expected in block.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
+            if expected == "…" {
+                continue;
+            }
+            assert!(
+                lines.any(|line| line.trim_end() == expected),
+                "README transcript line not in the demo's output (in order):\n{expected}\n\
+                 --- output ---\n{output}"
+            );
+        }
+    }
+    assert!(blocks >= 2, "the README's tour shows the demo's output");
+}
