@@ -28,6 +28,8 @@
 //! # }
 //! ```
 
+#![warn(missing_debug_implementations)]
+
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "sqlite")]

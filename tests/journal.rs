@@ -301,9 +301,7 @@ fn migrations_create_the_schema_once_and_refuse_a_newer_file() {
     conn.execute("UPDATE schema_version SET version = 99", [])
         .unwrap();
     drop(conn);
-    let err = SqliteJournal::open(&db.0)
-        .err()
-        .expect("newer schema refused");
+    let err = SqliteJournal::open(&db.0).expect_err("newer schema refused");
     assert!(matches!(err, JournalError::NewerSchema { found: 99, .. }));
     assert!(err.to_string().contains("schema version 99 is newer"));
     assert!(JournalReader::open(&db.0).is_err());

@@ -91,6 +91,14 @@ pub struct MemoryJournal {
     seq: AtomicU64,
 }
 
+impl std::fmt::Debug for MemoryJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryJournal")
+            .field("events", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl MemoryJournal {
     pub fn new() -> Self {
         Self::default()
@@ -159,7 +167,7 @@ impl Journal for MemoryJournal {
 }
 
 /// Drops every event (for benchmarks that measure the mailbox alone).
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct NullJournal {
     seq: AtomicU64,
 }

@@ -10,6 +10,8 @@
 //! * [`safety`] — breakers, budgets, fingerprints and the limit checkpoint ([`AgentBreakers`],
 //!   [`LimitCheckpoint`]).
 
+#![warn(missing_debug_implementations)]
+
 mod agent;
 pub mod context;
 mod journal;

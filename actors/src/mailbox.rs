@@ -80,6 +80,15 @@ pub struct PriorityMailbox<M> {
     waker: Mutex<Option<Recipient<Wake>>>,
 }
 
+impl<M> std::fmt::Debug for PriorityMailbox<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PriorityMailbox")
+            .field("capacity", &self.capacity)
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
 impl<M: Prioritized> PriorityMailbox<M> {
     /// A mailbox whose ordinary lane holds at most `capacity` messages.
     pub fn new(capacity: usize) -> Self {

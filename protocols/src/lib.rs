@@ -12,6 +12,8 @@
 //! * [`ChatMessage`], [`ToolCall`], [`ToolSpec`] — Chat Completions wire types.
 //! * [`WardenConfig`] — the configuration file, with defaults and validation.
 
+#![warn(missing_debug_implementations)]
+
 mod config;
 mod event;
 mod priority;

@@ -9,6 +9,14 @@ pub struct JournalReader {
     version: u32,
 }
 
+impl std::fmt::Debug for JournalReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JournalReader")
+            .field("schema_version", &self.version)
+            .finish_non_exhaustive()
+    }
+}
+
 impl JournalReader {
     /// Opens an existing journal read-only (never creates one, never migrates).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {

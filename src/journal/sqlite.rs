@@ -137,6 +137,14 @@ pub struct SqliteJournal {
     lock: Mutex<Option<JournalLock>>,
 }
 
+impl std::fmt::Debug for SqliteJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteJournal")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
 impl SqliteJournal {
     /// Opens (creating if needed) the journal at `path` with the default options; `":memory:"` keeps
     /// it in memory. Takes the file's [`JournalLock`] first (refused with [`JournalError::InUse`]

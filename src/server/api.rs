@@ -225,6 +225,14 @@ pub struct ApiState {
     pub metrics: Arc<ApiMetrics>,
 }
 
+impl std::fmt::Debug for ApiState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiState")
+            .field("supervisor", &self.supervisor)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ApiState {
     pub fn new(supervisor: Supervisor, config: ApiConfig) -> Self {
         ApiState {
@@ -371,9 +379,11 @@ fn access_of(req: &HttpRequest) -> Result<Access, ApiError> {
 }
 
 /// Extractor: a request with the read or the admin token.
+#[derive(Debug)]
 pub struct Reader;
 
 /// Extractor: a request with the admin token (403 for the read token).
+#[derive(Debug)]
 pub struct Admin;
 
 impl FromRequest for Reader {
@@ -653,7 +663,7 @@ async fn get_agent(_: Reader, state: web::Data<ApiState>, key: web::Path<String>
 /// `POST /api/agents/{key}/events` answers `202 {"id": N}` (the event's id, unique in the agent's
 /// journal) once the event is queued and its acceptance is durable: after a crash it is queued again
 /// or already in the history.
-#[derive(Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Queued {
     pub id: u64,
 }
@@ -971,7 +981,7 @@ async fn list_interventions(_: Reader, state: web::Data<ApiState>) -> Handled {
 
 /// `POST /api/interventions/{id}` body: `{"answer": "yes"}` (`yes`/`y`, `no`/`n`; anything else is
 /// a no), with an optional `note`, journaled with the decision (`limit_decided.decision.answered_by`).
-#[derive(Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AnswerBody {
     pub answer: String,

@@ -367,6 +367,12 @@ pub struct Subscription {
     listeners: Arc<AtomicUsize>,
 }
 
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription").finish_non_exhaustive()
+    }
+}
+
 impl Subscription {
     /// The next item; `Lagged(n)` when `n` items were skipped because this subscriber fell behind.
     pub async fn recv(&mut self) -> Result<Arc<FeedItem>, RecvError> {
@@ -395,6 +401,12 @@ pub struct BroadcastJournal {
     inner: Arc<dyn Journal>,
     tx: broadcast::Sender<Arc<Published>>,
     listeners: Arc<AtomicUsize>,
+}
+
+impl std::fmt::Debug for BroadcastJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BroadcastJournal").finish_non_exhaustive()
+    }
 }
 
 impl BroadcastJournal {
@@ -471,6 +483,12 @@ impl Journal for BroadcastJournal {
 pub struct BroadcastBus {
     inner: Arc<ChannelInterventionBus>,
     hub: EventHub,
+}
+
+impl std::fmt::Debug for BroadcastBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BroadcastBus").finish_non_exhaustive()
+    }
 }
 
 impl BroadcastBus {

@@ -70,6 +70,12 @@ pub struct ScriptedProvider {
     stats: Arc<ScriptStats>,
 }
 
+impl std::fmt::Debug for ScriptedProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptedProvider").finish_non_exhaustive()
+    }
+}
+
 /// What happened to the calls (shared, so a test can keep it after handing the provider away).
 #[derive(Debug, Default)]
 pub struct ScriptStats {

@@ -34,6 +34,7 @@ impl Message for TripNotice {
 }
 
 /// An operator unlocked (or resumed) an agent.
+#[derive(Debug)]
 pub struct Cleared {
     pub agent: AgentKey,
 }
@@ -43,6 +44,7 @@ impl Message for Cleared {
 }
 
 /// Ask for the team's safety report.
+#[derive(Debug)]
 pub struct GetSafetyReport;
 
 impl Message for GetSafetyReport {
@@ -62,6 +64,12 @@ pub struct SafetyMonitor {
     team: Arc<TeamBudget>,
     trips: BTreeMap<String, u64>,
     recent: VecDeque<TripNotice>,
+}
+
+impl std::fmt::Debug for SafetyMonitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SafetyMonitor").finish_non_exhaustive()
+    }
 }
 
 impl SafetyMonitor {

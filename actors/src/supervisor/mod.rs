@@ -103,6 +103,12 @@ pub struct SupervisorBuilder {
     capacity: usize,
 }
 
+impl std::fmt::Debug for SupervisorBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SupervisorBuilder").finish_non_exhaustive()
+    }
+}
+
 impl SupervisorBuilder {
     /// The operator channel for `safety.on_limit.mode = "interactive"` (without one, interactive
     /// asks are refused with `no_bus`).
@@ -162,6 +168,14 @@ impl SupervisorBuilder {
 #[derive(Clone)]
 pub struct Supervisor {
     shared: Arc<SupervisorShared>,
+}
+
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("agents", &self.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Supervisor {

@@ -14,6 +14,17 @@ pub struct AgentSpec {
     pub(super) restored: Option<AgentRecord>,
 }
 
+impl std::fmt::Debug for AgentSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentSpec")
+            .field("key", &self.key)
+            .field("role", &self.role)
+            .field("parent", &self.parent)
+            .field("tools", &self.tools)
+            .finish_non_exhaustive()
+    }
+}
+
 impl AgentSpec {
     /// An assistant (may delegate).
     pub fn assistant(key: impl Into<AgentKey>, provider: Arc<dyn Provider>) -> Self {

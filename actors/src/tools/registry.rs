@@ -14,6 +14,12 @@ pub struct ToolRegistry {
     tools: Vec<(Arc<ToolSpec>, Arc<dyn Tool>)>,
 }
 
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.names()).finish()
+    }
+}
+
 impl ToolRegistry {
     pub fn new() -> Self {
         Self::default()

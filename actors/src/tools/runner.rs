@@ -104,6 +104,15 @@ pub enum Admission<'a> {
     Finished(ToolRun),
 }
 
+impl std::fmt::Debug for Admission<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Admission::Ready(_) => f.write_str("Admission::Ready"),
+            Admission::Finished(run) => f.debug_tuple("Admission::Finished").field(run).finish(),
+        }
+    }
+}
+
 /// A call that passed the circuit, validation and the cache, and may now run.
 pub struct PendingCall<'a> {
     runner: &'a ToolRunner,

@@ -82,6 +82,14 @@ pub struct FnTool<F> {
     f: F,
 }
 
+impl<F> std::fmt::Debug for FnTool<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FnTool")
+            .field("name", &self.spec.name)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<F, Fut> FnTool<F>
 where
     F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
