@@ -19,6 +19,7 @@ pub mod mailbox;
 mod provider;
 pub mod safety;
 mod supervisor;
+mod sync;
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
 pub mod tools;

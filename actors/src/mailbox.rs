@@ -6,23 +6,36 @@
 //!   `SystemHalt` lane is read before any ordinary message, whatever the ordinary backlog.
 //! * Only the ordinary lane is bounded. Halt, control and supervision lanes never refuse a message, so a
 //!   full ordinary lane cannot block a halt.
-//! * Wake-ups are coalesced: a sender posts a `Wake` only when it flips `wake_scheduled` from false to
-//!   true; the reader clears the flag *before* it reads ([`PriorityMailbox::begin_drain`]), so a message
-//!   pushed after the clear posts a new wake and none is missed.
+//! * Wake-ups are coalesced: a sender posts a `Wake` only when its swap flips `wake_scheduled` from
+//!   false to true; the reader clears the flag with a swap *before* it reads
+//!   ([`PriorityMailbox::begin_drain`]), so a message pushed after the clear posts a new wake and
+//!   none is missed. Both sides swap (never a plain load and a plain store): the two swaps are
+//!   totally ordered, which rules out the store-buffering interleaving that lost a wake-up in the
+//!   loom model (`actors/tests/loom_mailbox.rs`, run with `--cfg warden_loom`; see `sync.rs`).
 //! * `depth[i]` is incremented after a push and decremented after a pop, both under lane `i`'s lock, so it
 //!   is exact whenever no lock is held and never undercounts a visible message.
 //!
 //! # Lock order
 //! Each lane lock is a leaf: it is never held while taking another lock or posting a wake.
 
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 use actix::{Message, Recipient};
-use parking_lot::Mutex;
-use std::{
-    collections::VecDeque,
-    sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-};
+use std::collections::VecDeque;
 use tokio::sync::Notify;
 use warden_protocols::{Priority, QueueDepths};
+
+/// Where the mailbox posts its coalesced wake-ups: the reader's actor ([`Recipient<Wake>`]), or a
+/// test's probe (the loom models count wakes with one).
+pub trait WakeSink: Send + Sync + 'static {
+    /// Tells the reader its lanes may have work. Must not block or take the mailbox's locks.
+    fn wake(&self);
+}
+
+impl WakeSink for Recipient<Wake> {
+    fn wake(&self) {
+        self.do_send(Wake);
+    }
+}
 
 /// The only message that travels through actix's mailbox: "your lanes may have work".
 #[derive(Debug, Clone, Copy)]
@@ -77,7 +90,7 @@ pub struct PriorityMailbox<M> {
     waiting_senders: AtomicUsize,
     space: Notify,
     wake_scheduled: AtomicBool,
-    waker: Mutex<Option<Recipient<Wake>>>,
+    waker: Mutex<Option<Box<dyn WakeSink>>>,
 }
 
 impl<M> std::fmt::Debug for PriorityMailbox<M> {
@@ -93,8 +106,8 @@ impl<M: Prioritized> PriorityMailbox<M> {
     /// A mailbox whose ordinary lane holds at most `capacity` messages.
     pub fn new(capacity: usize) -> Self {
         PriorityMailbox {
-            lanes: Default::default(),
-            depth: Default::default(),
+            lanes: std::array::from_fn(|_| Mutex::new(VecDeque::new())),
+            depth: std::array::from_fn(|_| AtomicUsize::new(0)),
             capacity: capacity.max(1),
             next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
@@ -186,12 +199,15 @@ impl<M: Prioritized> PriorityMailbox<M> {
 
     /// Asks the reader to drain (posts one `Wake` unless one is already pending).
     pub fn schedule_wake(&self) {
-        if self.wake_scheduled.load(Ordering::Acquire) {
-            return;
-        }
+        // Always the swap (a read-modify-write reads the latest value), never a plain load first:
+        // a load may read a stale `true` from before the reader's clear while the reader misses
+        // this push — the store-buffering pattern, which the loom model found (a lost wake-up).
+        // The swap and the reader's clearing swap are totally ordered: either the reader's clear
+        // comes first (this swap reads `false` and posts a wake) or this one does (the reader's
+        // swap reads it, synchronises with it and sees the push).
         if !self.wake_scheduled.swap(true, Ordering::AcqRel) {
             if let Some(waker) = self.waker.lock().as_ref() {
-                waker.do_send(Wake);
+                waker.wake();
             }
         }
     }
@@ -201,13 +217,13 @@ impl<M: Prioritized> PriorityMailbox<M> {
     ///
     /// Race-free without a wake for an empty mailbox: the check runs under the waker lock, and a
     /// sender that flips `wake_scheduled` afterwards takes that lock and finds the new waker.
-    pub fn attach(&self, waker: Recipient<Wake>) {
+    pub fn attach(&self, waker: impl WakeSink) {
         let mut slot = self.waker.lock();
-        let waker = slot.insert(waker);
+        let waker = slot.insert(Box::new(waker));
         let queued = self.depth.iter().any(|d| d.load(Ordering::Acquire) > 0);
         if queued || self.wake_scheduled.load(Ordering::Acquire) {
             self.wake_scheduled.store(true, Ordering::Release);
-            waker.do_send(Wake);
+            waker.wake();
         }
     }
 
@@ -218,7 +234,9 @@ impl<M: Prioritized> PriorityMailbox<M> {
 
     /// Called by the reader before it reads, on every `Wake`.
     pub fn begin_drain(&self) {
-        self.wake_scheduled.store(false, Ordering::Release);
+        // A swap, not a store: see `schedule_wake` (it synchronises with the last sender's swap, so
+        // every push before that swap is visible to the pops that follow).
+        self.wake_scheduled.swap(false, Ordering::AcqRel);
     }
 
     /// Marks a wake as pending without posting one (the reader re-notifies itself).
