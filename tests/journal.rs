@@ -449,7 +449,11 @@ fn inspection_commands_print_tail_show_and_export() {
 
     let mut out = Vec::new();
     journal::export_json(&db.0, &mut out).unwrap();
-    let events: Vec<Event> = serde_json::from_slice(&out).unwrap();
+    let events: Vec<Event> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
     assert_eq!(events.len(), 7);
 
     let missing = db.0.with_file_name("absent.db");
@@ -1075,7 +1079,11 @@ fn show_says_whether_the_snapshot_agrees_and_export_has_only_events() {
     );
     let mut out = Vec::new();
     journal::export_json(&db.0, &mut out).unwrap();
-    let events: Vec<Event> = serde_json::from_slice(&out).unwrap();
+    let events: Vec<Event> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
     assert_eq!(events.len(), 5);
 }
 

@@ -9,7 +9,7 @@
 //! out, [`EXIT_NO_ANSWER`] when events were sent and none was answered.
 
 use crate::{
-    cli::demo::write_status_table, team::TeamFile, AgentRole, AskError, ChannelInterventionBus,
+    cli::table::write_status_table, team::TeamFile, AgentRole, AskError, ChannelInterventionBus,
     MemoryJournal, Supervisor, UserEvent,
 };
 use std::{
