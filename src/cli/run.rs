@@ -114,7 +114,9 @@ pub async fn run(
             .find(|a| a.status().role == AgentRole::Assistant)
             .ok_or_else(|| io_err("no assistant in the team file"))?,
     };
-    writeln!(out, "talking to {} ({} agents)", target.key(), team.len())?;
+    let agents = team.len();
+    let noun = if agents == 1 { "agent" } else { "agents" };
+    writeln!(out, "talking to {} ({agents} {noun})", target.key())?;
     // With --event, exactly those events; without, one per input line. Input also answers asks.
     let from_input = options.events.is_empty();
     let mut scripted = options.events.into_iter();
