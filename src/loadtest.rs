@@ -387,8 +387,7 @@ impl Journal for HarnessJournal {
         }
         let storm_turns = self.storm_turns.load(std::sync::atomic::Ordering::Relaxed);
         if storm_turns > 0
-            && (t.turns >= storm_turns
-                || (t.outstanding == 0 && t.open.values().all(|v| *v == 0)))
+            && (t.turns >= storm_turns || (t.outstanding == 0 && t.open.values().all(|v| *v == 0)))
         {
             self.storm.notify_one();
         }

@@ -2062,7 +2062,9 @@ async fn the_openapi_document_matches_the_served_routes_and_responses() {
         status != StatusCode::METHOD_NOT_ALLOWED
             && !(status == StatusCode::NOT_FOUND
                 && serde_json::from_slice::<Value>(body).map_or(true, |v| {
-                    v["error"].as_str().is_some_and(|e| e.starts_with("no route"))
+                    v["error"]
+                        .as_str()
+                        .is_some_and(|e| e.starts_with("no route"))
                 }))
     };
     let mut checked = BTreeSet::new();
@@ -2139,11 +2141,9 @@ async fn the_openapi_document_matches_the_served_routes_and_responses() {
         // Undocumented methods on a documented path are not served: 405, `Allow`, a JSON error.
         for other in METHODS.iter().filter(|m| **m != method) {
             let uri = concrete(path, true);
-            let resp = test::call_service(
-                &app,
-                request(other, &uri, Some(ADMIN), None).to_request(),
-            )
-            .await;
+            let resp =
+                test::call_service(&app, request(other, &uri, Some(ADMIN), None).to_request())
+                    .await;
             assert_eq!(
                 resp.status(),
                 StatusCode::METHOD_NOT_ALLOWED,

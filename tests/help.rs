@@ -71,8 +71,14 @@ fn every_argument_and_option_has_a_description() {
 fn serve_and_ask_help_are_current_and_rust_log_is_documented() {
     let serve = help(&["serve", "--help"]);
     assert!(!serve.contains("one assistant"), "{serve}");
-    assert!(serve.contains("`concierge`, which delegates to `researcher` and `scribe`"), "{serve}");
-    assert!(serve.contains("only GET /healthz") || serve.contains("but GET /healthz"), "{serve}");
+    assert!(
+        serve.contains("`concierge`, which delegates to `researcher` and `scribe`"),
+        "{serve}"
+    );
+    assert!(
+        serve.contains("only GET /healthz") || serve.contains("but GET /healthz"),
+        "{serve}"
+    );
     let ask = help(&["ask", "--help"]);
     assert!(!ask.contains("echoed"), "{ask}");
     assert!(
@@ -81,6 +87,9 @@ fn serve_and_ask_help_are_current_and_rust_log_is_documented() {
     );
     for command in ["serve", "run"] {
         let text = help(&[command, "--help"]);
-        assert!(text.contains("RUST_LOG=info"), "warden {command} --help:\n{text}");
+        assert!(
+            text.contains("RUST_LOG=info"),
+            "warden {command} --help:\n{text}"
+        );
     }
 }

@@ -1545,7 +1545,10 @@ fn journal_export_is_json_lines_db_errors_name_the_path_and_a_closed_pipe_is_qui
         drop(stdout);
         let out = child.wait_with_output().unwrap();
         assert_eq!(
-            (out.status.code(), String::from_utf8_lossy(&out.stderr).as_ref()),
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).as_ref()
+            ),
             (Some(0), ""),
             "{args:?}"
         );

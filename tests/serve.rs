@@ -525,12 +525,14 @@ fn serve_says_when_no_token_is_set_and_warns_of_agents_not_in_the_team() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     let lines: Vec<&str> = stderr.lines().collect();
     assert!(
-        lines.contains(&format!(
-            "warden: warning: journal {} holds agents the team file does not define: banshee, \
+        lines.contains(
+            &format!(
+                "warden: warning: journal {} holds agents the team file does not define: banshee, \
              ghost (they are not started; their events stay in the journal)",
-            db.display()
-        )
-        .as_str()),
+                db.display()
+            )
+            .as_str()
+        ),
         "{stderr}"
     );
     assert!(

@@ -195,8 +195,8 @@ impl Client {
         let base = Url::parse(parsed).map_err(|e| invalid(&e.to_string()))?;
         if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
             return Err(invalid(
-            "expected HOST:PORT, http://HOST:PORT or https://HOST:PORT",
-        ));
+                "expected HOST:PORT, http://HOST:PORT or https://HOST:PORT",
+            ));
         }
         let http = reqwest::Client::builder()
             .timeout(TIMEOUT)

@@ -426,7 +426,10 @@ pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport
                 out,
                 "   approved; the surveyor's turn ended: {}{}",
                 o.reason,
-                error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default()
+                error
+                    .as_deref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default()
             )?,
         },
         None => {}

@@ -154,7 +154,9 @@ pub enum JournalError {
     #[error("journal {path} does not exist")]
     Missing { path: String },
     /// `--db` names a directory.
-    #[error("journal {path} is a directory: --db takes the journal's file (such as {path}/warden.db)")]
+    #[error(
+        "journal {path} is a directory: --db takes the journal's file (such as {path}/warden.db)"
+    )]
     IsDirectory { path: String },
     /// SQLite could not open the file (not a database, no permission, …).
     #[error("journal {path}: {error}")]
