@@ -282,6 +282,11 @@ impl Tally {
 struct HarnessJournal {
     seq: std::sync::atomic::AtomicU64,
     tally: Mutex<Tally>,
+    /// Halt storm: wake the harness once this many turns have finished (0: never), or once the
+    /// fleet has settled. The harness is woken by the very event that crosses the line, not by a
+    /// clock, so with no latency the halt lands at the same point of the run every time.
+    storm_turns: std::sync::atomic::AtomicU64,
+    storm: tokio::sync::Notify,
 }
 
 fn depth_of(key: &str) -> usize {
@@ -379,6 +384,12 @@ impl Journal for HarnessJournal {
         let last = self.seq.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
         for kind in kinds {
             t.count(agent, kind);
+        }
+        let storm_turns = self.storm_turns.load(std::sync::atomic::Ordering::Relaxed);
+        if storm_turns > 0
+            && (t.turns >= storm_turns || (t.outstanding == 0 && t.open.values().all(|v| *v == 0)))
+        {
+            self.storm.notify_one();
         }
         last
     }
@@ -754,6 +765,13 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
     let rss_after = proc_status_bytes("VmRSS");
 
     // ---- drive
+    if scenario == Scenario::HaltStorm {
+        // Before any task is sent: the first turns must not be missed.
+        journal.storm_turns.store(
+            (roots.len() as u64).max(1),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
     let mut tasks_sent = 0u64;
     let mut tasks_refused = 0u64;
     let drive_start = Instant::now();
@@ -783,8 +801,12 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
     // Work items still open when the deadline cut the drive phase.
     let mut unfinished: Option<u64> = None;
     if scenario == Scenario::HaltStorm {
-        // Halt while the fleet is at work: once the roots' first tasks are through.
-        let target = roots.len() as u64;
+        // Halt while the fleet is at work: once as many turns have finished as there are roots.
+        // The journal wakes this task with the event that crosses the line (no polling clock), so
+        // with no latency the halt comes at the same point every run.
+        let target = journal
+            .storm_turns
+            .load(std::sync::atomic::Ordering::Relaxed);
         loop {
             {
                 let t = journal.tally.lock();
@@ -796,7 +818,11 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
                     break;
                 }
             }
-            actix_rt::time::sleep(Duration::from_micros(200)).await;
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::select! {
+                () = journal.storm.notified() => {}
+                () = actix_rt::time::sleep(left) => {}
+            }
         }
     } else {
         loop {

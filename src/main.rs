@@ -25,6 +25,9 @@ enum Command {
     Demo,
     /// Start a team from a team file and talk to it: events from --event, or one per input line.
     /// Exits 9 when the agent ends locked out, 10 when events were sent and none was answered.
+    ///
+    /// Logs go to standard error, errors only by default; RUST_LOG=info (or warn, debug,
+    /// warden=debug: the tracing env-filter syntax) shows more, such as the provider's retries.
     Run {
         /// Team file: config sections plus [providers.NAME] and [[agents]].
         #[arg(long)]
@@ -40,21 +43,27 @@ enum Command {
     /// Exits 11 when an invariant is violated, 12 when --timeout-s cut the run short.
     Loadtest(LoadtestArgs),
     /// Run a team and the HTTP admin API on a durable journal (agents are restored from it).
+    ///
+    /// Every route but GET /healthz needs a token: set WARDEN_ADMIN_TOKEN (and optionally
+    /// WARDEN_READ_TOKEN), or api.admin_token in the team file. Logs go to standard error, errors
+    /// only by default; RUST_LOG=info (or warn, debug, warden=debug: the tracing env-filter syntax)
+    /// shows more, such as answered asks and the provider's retries.
     Serve {
-        /// Team file (default: one assistant on the scripted model); its [api] section sets tokens,
-        /// the listen address and the body limit (WARDEN_ADMIN_TOKEN / WARDEN_READ_TOKEN win).
+        /// Team file (default: the demo's team on the scripted model: `concierge`, which delegates to
+        /// `researcher` and `scribe`); its [api] section sets tokens, the listen address and the body
+        /// limit (WARDEN_ADMIN_TOKEN / WARDEN_READ_TOKEN win).
         #[arg(long)]
         config: Option<PathBuf>,
         /// Address to listen on [default: api.listen from the team file, else 127.0.0.1:7878].
         #[arg(long)]
         listen: Option<std::net::SocketAddr>,
-        /// The journal database.
+        /// The journal database file (created if missing).
         #[arg(long, default_value = warden::journal::DEFAULT_DB)]
         db: PathBuf,
     },
     /// Inspect a journal database (read-only; safe while warden runs on it).
     Journal {
-        /// The journal database.
+        /// The journal database file (never created nor changed here).
         #[arg(long, default_value = warden::journal::DEFAULT_DB, global = true)]
         db: PathBuf,
         #[command(subcommand)]
@@ -84,24 +93,28 @@ enum Command {
     },
     /// Unlock a locked-out agent on a running server.
     Unlock {
+        /// The agent's key.
         key: String,
         #[command(flatten)]
         server: ServerArgs,
     },
     /// Clear an agent's emergency stop on a running server.
     Clear {
+        /// The agent's key.
         key: String,
         #[command(flatten)]
         server: ServerArgs,
     },
     /// Pause an agent on a running server (ordinary work stays queued).
     Pause {
+        /// The agent's key.
         key: String,
         #[command(flatten)]
         server: ServerArgs,
     },
     /// Resume a paused or halted agent on a running server.
     Resume {
+        /// The agent's key.
         key: String,
         #[command(flatten)]
         server: ServerArgs,
@@ -147,7 +160,7 @@ enum Command {
         /// The answer (required with ID).
         #[arg(value_parser = ["yes", "no", "y", "n"], requires = "id")]
         answer: Option<String>,
-        /// A note, echoed back and logged by the server at info level.
+        /// A note for the record: journaled with the decision and who answered (`limit_decided`).
         #[arg(long, requires = "answer")]
         note: Option<String>,
         /// The pending asks as JSON.
@@ -161,7 +174,8 @@ enum Command {
 /// Where the server is and how to authenticate.
 #[derive(clap::Args)]
 struct ServerArgs {
-    /// The server [env: WARDEN_URL; default: http://127.0.0.1:7878].
+    /// The server: http://HOST:PORT, https://HOST:PORT, or HOST:PORT for http [env: WARDEN_URL;
+    /// default: http://127.0.0.1:7878].
     #[arg(long)]
     url: Option<String>,
     /// Bearer token [default: WARDEN_ADMIN_TOKEN, then WARDEN_READ_TOKEN for status and ask].
@@ -265,15 +279,16 @@ enum JournalAction {
     },
     /// One agent: its record rebuilt from the journal, and its events.
     Show {
+        /// The agent's key.
         agent: String,
         /// One JSON object `{record, events}`.
         #[arg(long)]
         json: bool,
     },
-    /// Every event.
+    /// Every event, oldest first, one JSON object a line (as `tail --json`).
     Export {
-        /// As a JSON array (the only format for now).
-        #[arg(long, required = true)]
+        /// JSON lines (the only format, and the default; accepted for older scripts).
+        #[arg(long)]
         json: bool,
     },
 }
@@ -319,6 +334,7 @@ fn main() -> ExitCode {
             });
             match result {
                 Ok(_) => ExitCode::SUCCESS,
+                Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
                 Err(err) => {
                     eprintln!("error: {err}");
                     ExitCode::FAILURE
@@ -361,6 +377,8 @@ fn main() -> ExitCode {
                         ExitCode::from(code)
                     }
                 },
+                // The reader went away (`warden run … | head`): the run itself is over.
+                Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
                 Err(err) => {
                     eprintln!("error: {err}");
                     ExitCode::FAILURE
@@ -482,6 +500,7 @@ fn main() -> ExitCode {
             };
             match result {
                 Ok(()) => ExitCode::SUCCESS,
+                Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
                 Err(err) => {
                     eprintln!("error: {err}");
                     ExitCode::FAILURE
@@ -490,9 +509,18 @@ fn main() -> ExitCode {
         }
         Command::Config { action } => match action {
             ConfigAction::Defaults => {
-                print!("{}", warden::team::defaults_toml());
-                print!("{}", warden::team::provider_defaults_toml());
-                ExitCode::SUCCESS
+                use std::io::Write;
+                let mut stdout = std::io::stdout().lock();
+                let printed = write!(stdout, "{}", warden::team::defaults_toml())
+                    .and_then(|()| write!(stdout, "{}", warden::team::provider_defaults_toml()));
+                match printed {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+                    Err(err) => {
+                        eprintln!("error: {err}");
+                        ExitCode::FAILURE
+                    }
+                }
             }
             ConfigAction::Check { file } => {
                 let text = match std::fs::read_to_string(&file) {
@@ -594,9 +622,12 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
     } else {
         warden::loadtest::write_report(&mut std::io::stdout(), &report)
     };
-    if let Err(err) = printed {
-        eprintln!("error: {err}");
-        return ExitCode::FAILURE;
+    match printed {
+        Err(err) if !is_broken_pipe(&err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+        _ => {}
     }
     if report.timed_out {
         eprintln!(
@@ -615,6 +646,26 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
         return ExitCode::from(warden::loadtest::EXIT_TIMED_OUT);
     }
     ExitCode::SUCCESS
+}
+
+/// Whether `err`, or an error it wraps, is a write to a closed pipe (`warden journal tail | head`):
+/// the reader went away, which is not worth a word.
+fn is_broken_pipe(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        {
+            return true;
+        }
+        if e.downcast_ref::<serde_json::Error>()
+            .is_some_and(|j| j.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// Lines of standard input, read on their own thread.

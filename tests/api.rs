@@ -2057,9 +2057,15 @@ async fn the_openapi_document_matches_the_served_routes_and_responses() {
         "/api/interventions/{id}" => Some(json!({"answer": "no", "note": "from the test"})),
         _ => None,
     };
+    // What no route answers is `{"error": "no route …"}` (404) or 405.
     let routed = |status: StatusCode, body: &[u8]| {
         status != StatusCode::METHOD_NOT_ALLOWED
-            && !(status == StatusCode::NOT_FOUND && body.is_empty())
+            && !(status == StatusCode::NOT_FOUND
+                && serde_json::from_slice::<Value>(body).map_or(true, |v| {
+                    v["error"]
+                        .as_str()
+                        .is_some_and(|e| e.starts_with("no route"))
+                }))
     };
     let mut checked = BTreeSet::new();
     // Halts last (they stop agents and withdraw the pending ask).
@@ -2132,30 +2138,47 @@ async fn the_openapi_document_matches_the_served_routes_and_responses() {
                 checked.insert(format!("{method} {path} {}", status.as_u16()));
             }
         }
-        // Undocumented methods on a documented path are not served.
+        // Undocumented methods on a documented path are not served: 405, `Allow`, a JSON error.
         for other in METHODS.iter().filter(|m| **m != method) {
-            let resp = test::call_service(
-                &app,
-                request(other, &concrete(path, true), Some(ADMIN), None).to_request(),
-            )
-            .await;
-            assert!(
-                [StatusCode::NOT_FOUND, StatusCode::METHOD_NOT_ALLOWED].contains(&resp.status()),
-                "{other} {path} answers {}",
-                resp.status()
+            let uri = concrete(path, true);
+            let resp =
+                test::call_service(&app, request(other, &uri, Some(ADMIN), None).to_request())
+                    .await;
+            assert_eq!(
+                resp.status(),
+                StatusCode::METHOD_NOT_ALLOWED,
+                "{other} {path}"
+            );
+            assert_eq!(
+                resp.headers().get("allow").and_then(|v| v.to_str().ok()),
+                Some(method),
+                "{other} {path}"
+            );
+            let (_, body) = json_of(resp).await;
+            assert_eq!(
+                body,
+                json!({"error": format!("{other} {uri} is not served; allowed: {method}")})
             );
         }
     }
+    // Unknown paths: 404 with a JSON error, whatever the method, with or without a token.
     for path in [
         "/api",
         "/api/nope",
         "/api/agents/b/nope",
         "/api/agents/b/halt/now",
         "/metrics/x",
+        "/api/agents/",
     ] {
-        let resp =
-            test::call_service(&app, request("GET", path, Some(ADMIN), None).to_request()).await;
-        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{path}");
+        for (method, token) in [("GET", Some(ADMIN)), ("POST", None), ("DELETE", Some(READ))] {
+            let (status, body) = call!(app, request(method, path, token, None));
+            assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}");
+            assert_eq!(
+                body,
+                json!({"error": format!("no route {path} (GET /api/openapi.json lists the routes)")}),
+                "{method} {path}"
+            );
+        }
     }
     // The main bodies were checked against their schemas, success and error alike.
     for expected in [

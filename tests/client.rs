@@ -141,7 +141,7 @@ async fn the_client_reads_halts_unlocks_and_clears_over_a_socket() {
     let table = String::from_utf8(table).unwrap();
     assert!(table.starts_with("AGENT"), "{table}");
     assert!(
-        table.contains("b: locked out by ConsecutiveErrors"),
+        table.contains("b: locked out by consecutive_errors: "),
         "{table}"
     );
 
@@ -411,9 +411,18 @@ async fn the_warden_binary_talks_to_a_running_server() {
         "{err}"
     );
     assert_eq!(err.lines().count(), 1);
-    let (code, _, err) = warden(&["status", "--url", "localhost:7878"], &[]).await;
+    // Issue 13: HOST:PORT without a scheme is http (it was "relative URL without a base").
+    let bare = url.trim_start_matches("http://").trim_end_matches('/');
+    let (code, out, err) = warden(&["status", "--url", bare, "--token", READ], &[]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("AGENT  ROLE"), "{out}");
+    let (code, _, err) = warden(&["status", "--url", "ftp://localhost:7878"], &[]).await;
     assert_eq!(code, 1, "{err}");
-    assert!(err.starts_with("error: invalid server url"), "{err}");
+    assert_eq!(
+        err,
+        "error: invalid server url \"ftp://localhost:7878\": expected HOST:PORT, http://HOST:PORT \
+         or https://HOST:PORT\n"
+    );
     server.stop().await;
 }
 

@@ -97,3 +97,74 @@ fn the_readme_transcript_is_the_demos_real_output() {
     }
     assert!(blocks >= 2, "the README's tour shows the demo's output");
 }
+
+/// Issue 13: answering `yes` (or `y`) to Act 6's ask at a terminal let the surveyor go on to a second
+/// ask the demo never showed, and the demo timed out waiting for the surveyor. Every ask is shown
+/// and answered; approved, the surveyor finishes its survey.
+#[test]
+fn approving_act_6s_ask_lets_the_surveyor_finish() {
+    for yes in ["yes", "y"] {
+        let mut out = Vec::new();
+        let mut questions = Vec::new();
+        let report = actix_rt::System::new()
+            .block_on(async {
+                warden::cli::demo::run(&mut out, &mut |q: &str| {
+                    questions.push(q.to_owned());
+                    Some(yes.to_owned())
+                })
+                .await
+            })
+            .expect("demo runs");
+        let text = String::from_utf8(out).expect("utf-8");
+        let act6 = &text[text.find("== Act 6").expect("act 6")..text.find("\n== Final").unwrap()];
+        assert_eq!(
+            act6,
+            "== Act 6: a loop cap (safety.loop.max_iterations_per_task = 6), interactive mode\n   \
+             surveyor is WAITING_FOR_INPUT\n   \
+             ? Agent surveyor reached its limit on iterations per task: 7 against a configured 6 \
+             (`safety.loop.max_iterations_per_task`). Allow it to continue for another 6? (yes/no)\n   \
+             approved; surveyor: I surveyed all 9 plots in the valley.\n"
+        );
+        assert_eq!(questions.len(), 1, "{questions:?}");
+        assert_eq!(report.ask_answer, yes);
+        assert_eq!(report.wrap_up, None);
+        let surveyor = report
+            .statuses
+            .iter()
+            .find(|s| s.key.as_str() == "surveyor")
+            .expect("surveyor");
+        assert_eq!(surveyor.turns, 1);
+        assert_eq!(surveyor.state, warden::AgentState::WaitingForEvent);
+    }
+}
+
+/// Issue 13: one status table for `demo`, `run` and `status`: the documented names (`sub_agent`,
+/// `yes`/`no`), a PAUSED column, the breaker by its snake_case name.
+#[test]
+fn the_demos_final_status_is_the_one_status_table() {
+    let mut out = Vec::new();
+    let report = actix_rt::System::new()
+        .block_on(async { warden::cli::demo::run(&mut out, &mut |_q: &str| None).await })
+        .expect("demo runs");
+    let text = String::from_utf8(out).expect("utf-8");
+    let table = &text[text.find("== Final status\n").expect("final status") + 16..];
+    assert_eq!(table, warden::cli::table::status_table(&report.statuses));
+    assert_eq!(
+        table.lines().next(),
+        Some(
+            "AGENT       ROLE       STATE              PAUSED  E-STOP  ERRORS  SUBS  QUEUED  \
+             DISCARDED  TURNS  TOKENS"
+        )
+    );
+    assert!(
+        table.contains(
+            "\nscribe      sub_agent  STOPPED            no      no         0/5   0/3       0      \
+             10000      1      29\n"
+        ),
+        "{table}"
+    );
+    assert!(
+        table.contains("\npoet: stopped by budget_exceeded: token budget exhausted"),
+        "{table}"
+    );
+}

@@ -447,7 +447,11 @@ fn inspection_commands_print_tail_show_and_export() {
 
     let mut out = Vec::new();
     journal::export_json(&db.0, &mut out).unwrap();
-    let events: Vec<Event> = serde_json::from_slice(&out).unwrap();
+    let events: Vec<Event> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
     assert_eq!(events.len(), 7);
 
     let missing = db.0.with_file_name("absent.db");
@@ -1073,7 +1077,11 @@ fn show_says_whether_the_snapshot_agrees_and_export_has_only_events() {
     );
     let mut out = Vec::new();
     journal::export_json(&db.0, &mut out).unwrap();
-    let events: Vec<Event> = serde_json::from_slice(&out).unwrap();
+    let events: Vec<Event> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
     assert_eq!(events.len(), 5);
 }
 
@@ -1454,4 +1462,93 @@ async fn a_failing_disk_degrades_the_journal_loses_nothing_and_recovers_whole() 
         .map(|e| e.kind)
         .collect();
     assert_eq!(on_disk, [alert(1), poisoned(1), alert(2)]);
+}
+
+/// Runs `warden journal --db DB ARGS`: exit code, stdout, stderr.
+fn journal_cli(db: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .arg("journal")
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+/// Issue 13: `warden journal export` writes JSON lines without `--json` (still accepted); `--db`
+/// naming a directory or a missing file says which path; piped into a reader that goes away (`|
+/// head`), no "Broken pipe" and exit 0.
+#[test]
+fn journal_export_is_json_lines_db_errors_name_the_path_and_a_closed_pipe_is_quiet() {
+    let db = TempDb::new("cli");
+    {
+        let journal = SqliteJournal::open(&db.0).unwrap();
+        for i in 0..3000 {
+            journal.append(&key("npc"), alert(i));
+        }
+        journal.close();
+    }
+    for args in [&["export"][..], &["export", "--json"]] {
+        let (code, out, err) = journal_cli(&db.0, args);
+        assert_eq!((code, err.as_str()), (0, ""), "{args:?}");
+        let seqs: Vec<u64> = out
+            .lines()
+            .map(|line| serde_json::from_str::<Event>(line).unwrap().seq)
+            .collect();
+        assert_eq!(seqs, (1..=3000).collect::<Vec<u64>>(), "{args:?}");
+    }
+
+    let dir = db.0.parent().unwrap();
+    let (code, out, err) = journal_cli(dir, &["tail"]);
+    assert_eq!((code, out.as_str()), (1, ""));
+    assert_eq!(
+        err,
+        format!(
+            "error: journal {0} is a directory: --db takes the journal's file (such as \
+             {0}/warden.db)\n",
+            dir.display()
+        )
+    );
+    let missing = dir.join("absent.db");
+    let (code, _, err) = journal_cli(&missing, &["export"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        format!("error: journal {} does not exist\n", missing.display())
+    );
+    assert!(!missing.exists());
+
+    // More than a pipe holds; the reader takes one line and goes away.
+    for args in [&["tail", "-n", "3000"][..], &["export"], &["show", "npc"]] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+            .arg("journal")
+            .arg("--db")
+            .arg(&db.0)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+        assert!(!first.is_empty(), "{args:?}");
+        drop(stdout);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).as_ref()
+            ),
+            (Some(0), ""),
+            "{args:?}"
+        );
+    }
 }

@@ -367,3 +367,32 @@ fn a_run_cut_by_its_timeout_is_reported_as_timed_out() {
     assert_eq!(code, 0);
     assert!(stdout.ends_with("\n  timed out     no\n"), "{stdout}");
 }
+
+/// Issue 13: a halt storm without latency is reproducible per seed. The harness halted after a
+/// 200 µs polling sleep, so how much of the fleet ran before the halt depended on the clock (at 50
+/// agents, 3 runs of 20 took 194 steps instead of 95); the journal now wakes it with the event that
+/// crosses the line.
+#[test]
+fn a_halt_storm_without_latency_gives_the_same_counts_every_run() {
+    let opts = LoadtestOptions {
+        tasks_per_agent: 5,
+        halt_probes: 0,
+        ..small(Scenario::HaltStorm)
+    };
+    let counts = |r: &LoadReport| {
+        (
+            r.steps,
+            r.tool_calls,
+            r.delegations.clone(),
+            r.lockouts,
+            r.stopped,
+        )
+    };
+    let first = run_loadtest(opts.clone());
+    check_invariants(&first);
+    for _ in 0..5 {
+        let again = run_loadtest(opts.clone());
+        check_invariants(&again);
+        assert_eq!(counts(&again), counts(&first));
+    }
+}

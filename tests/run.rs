@@ -129,4 +129,74 @@ fn an_agent_that_ends_locked_out_exits_9() {
         stderr,
         "warden run: inn ended locked out (SAFETY_LOCKOUT), 0 of 1 events answered\n"
     );
+    // The one status table, with the documented names (no Rust Debug names).
+    assert!(
+        stdout.ends_with(
+            "\nAGENT  ROLE       STATE           PAUSED  E-STOP  ERRORS  SUBS  QUEUED  DISCARDED  \
+             TURNS  TOKENS\n\
+             inn    assistant  SAFETY_LOCKOUT  no      yes        1/1   0/3       0          0      \
+             1       0\n\
+             inn: locked out by consecutive_errors: Maximum consecutive errors reached (1)\n"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.starts_with("talking to inn (1 agent)\n"), "{stdout}");
+}
+
+/// Issue 13: `warden run --config F --event X` at a terminal (standard input a terminal nobody types
+/// into, kept open) answers the event and exits: with `--event`, exactly those events.
+#[cfg(target_os = "linux")]
+#[test]
+fn with_events_at_a_terminal_it_exits_after_them() {
+    use std::{
+        io::Read,
+        os::fd::{FromRawFd, OwnedFd},
+        time::{Duration, Instant},
+    };
+    // A pseudo-terminal: the child's stdin, stdout and stderr are its slave side; the master stays
+    // open (and silent) until the end.
+    // SAFETY: plain libc calls on descriptors this test owns; each result is checked.
+    let (master, slave) = unsafe {
+        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(master >= 0, "posix_openpt");
+        assert_eq!(libc::grantpt(master), 0, "grantpt");
+        assert_eq!(libc::unlockpt(master), 0, "unlockpt");
+        let name = libc::ptsname(master);
+        assert!(!name.is_null(), "ptsname");
+        let slave = libc::open(name, libc::O_RDWR | libc::O_NOCTTY);
+        assert!(slave >= 0, "open the slave");
+        (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave))
+    };
+    let path = std::env::temp_dir().join(format!("warden-run-tty-{}.toml", std::process::id()));
+    std::fs::write(&path, TEAM).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .args(["--event", "hi"])
+        .env_remove("RUST_LOG")
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave)
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = std::fs::remove_file(&path);
+            panic!("warden run --event did not exit at a terminal");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = std::fs::remove_file(&path);
+    // Every byte is in the terminal's buffer: read what the child wrote (the slave is closed, so
+    // the read ends with EIO after the last byte).
+    let mut out = Vec::new();
+    let _ = std::fs::File::from(master).read_to_end(&mut out);
+    let out = String::from_utf8_lossy(&out);
+    assert_eq!(status.code(), Some(0), "{out}");
+    assert!(out.contains("inn: first answer\r\n"), "{out}");
 }

@@ -460,3 +460,88 @@ fn warden_events_follows_the_stream_across_a_server_kill() {
     drop(restarted);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 13: with the port in use, `warden serve` fails before it touches the journal: no journal
+/// file, no lock file.
+#[test]
+fn a_port_in_use_fails_before_the_journal_is_touched() {
+    let dir = temp_dir("port-in-use");
+    let db = dir.join("warden.db");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let output = run_bounded(serve_command(&dir, &db, port), Duration::from_secs(20));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let prefix = format!("error: cannot listen on 127.0.0.1:{port}: ");
+    assert!(
+        stderr.starts_with(&prefix) && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["team.toml"], "the journal was touched");
+    drop(taken);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 13: without a token `warden serve` says that only `/healthz` is reachable and how to set
+/// one; it warns about agents the journal holds and the team file does not define.
+#[test]
+fn serve_says_when_no_token_is_set_and_warns_of_agents_not_in_the_team() {
+    let dir = temp_dir("no-token");
+    let db = dir.join("warden.db");
+    {
+        let journal = SqliteJournal::open(&db).unwrap();
+        for ghost in ["ghost", "a", "banshee"] {
+            journal.append(
+                &AgentKey::new(ghost),
+                EventKind::Spawned {
+                    role: warden::AgentRole::Assistant,
+                    parent: None,
+                    max_consecutive_errors: 5,
+                },
+            );
+        }
+        journal.close();
+    }
+    let port = free_port();
+    let mut command = serve_command(&dir, &db, port);
+    command
+        .env_remove("WARDEN_ADMIN_TOKEN")
+        .env_remove("RUST_LOG")
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().expect("start warden serve");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !healthy(port) {
+        assert!(Instant::now() < deadline, "warden serve did not come up");
+        assert!(child.try_wait().unwrap().is_none(), "warden serve exited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        lines.contains(
+            &format!(
+                "warden: warning: journal {} holds agents the team file does not define: banshee, \
+             ghost (they are not started; their events stay in the journal)",
+                db.display()
+            )
+            .as_str()
+        ),
+        "{stderr}"
+    );
+    assert!(
+        lines.contains(
+            &"warden: no token configured: only GET /healthz is reachable. To use the API and the \
+              CLI, set WARDEN_ADMIN_TOKEN (and optionally WARDEN_READ_TOKEN) in the environment, \
+              or api.admin_token in the team file's [api] section"
+        ),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

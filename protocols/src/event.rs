@@ -44,6 +44,26 @@ pub enum Breaker {
     LoopCap,
 }
 
+impl Breaker {
+    /// The name used on the wire, in metrics and in messages (`consecutive_errors`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Breaker::ConsecutiveErrors => "consecutive_errors",
+            Breaker::BudgetExceeded => "budget_exceeded",
+            Breaker::Repetition => "repetition",
+            Breaker::Stuck => "stuck",
+            Breaker::ErrorCascade => "error_cascade",
+            Breaker::LoopCap => "loop_cap",
+        }
+    }
+}
+
+impl std::fmt::Display for Breaker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// Who or what halted an agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "by", rename_all = "snake_case")]
@@ -475,6 +495,23 @@ pub enum EventKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn breaker_and_role_names_are_their_serde_names() {
+        for b in [
+            Breaker::ConsecutiveErrors,
+            Breaker::BudgetExceeded,
+            Breaker::Repetition,
+            Breaker::Stuck,
+            Breaker::ErrorCascade,
+            Breaker::LoopCap,
+        ] {
+            assert_eq!(serde_json::to_value(b).unwrap(), b.to_string());
+        }
+        for r in [AgentRole::Assistant, AgentRole::SubAgent] {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.to_string());
+        }
+    }
 
     #[test]
     fn truncated_is_absent_from_old_journals_and_only_written_when_true() {

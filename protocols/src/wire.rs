@@ -53,6 +53,22 @@ pub enum AgentRole {
     SubAgent,
 }
 
+impl AgentRole {
+    /// The name used on the wire and in team files (`assistant`, `sub_agent`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentRole::Assistant => "assistant",
+            AgentRole::SubAgent => "sub_agent",
+        }
+    }
+}
+
+impl fmt::Display for AgentRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// Chat Completions roles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

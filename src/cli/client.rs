@@ -177,15 +177,26 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// A client of the server at `url` (`http://host:port`, optionally with a path prefix).
+    /// A client of the server at `url` (`http://host:port`, optionally with a path prefix; without a
+    /// scheme, `host:port` is taken as `http://host:port`).
     pub fn new(url: &str, token: Option<String>) -> Result<Self, ClientError> {
         let invalid = |reason: &str| ClientError::Url {
             url: url.to_owned(),
             reason: reason.to_owned(),
         };
-        let base = Url::parse(url).map_err(|e| invalid(&e.to_string()))?;
+        // `HOST:PORT` without a scheme (`127.0.0.1:7878`, `localhost:7878`) means http.
+        let with_scheme;
+        let parsed = if url.contains("://") || url.contains('@') || url.trim().is_empty() {
+            url
+        } else {
+            with_scheme = format!("http://{url}");
+            &with_scheme
+        };
+        let base = Url::parse(parsed).map_err(|e| invalid(&e.to_string()))?;
         if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
-            return Err(invalid("expected http://HOST:PORT or https://HOST:PORT"));
+            return Err(invalid(
+                "expected HOST:PORT, http://HOST:PORT or https://HOST:PORT",
+            ));
         }
         let http = reqwest::Client::builder()
             .timeout(TIMEOUT)
@@ -729,67 +740,7 @@ fn to_json(value: &impl serde::Serialize) -> Result<String, ClientError> {
     serde_json::to_string_pretty(value).map_err(|e| ClientError::Output(std::io::Error::other(e)))
 }
 
-/// Statuses as a table (one agent a line), then one line per lockout or breaker stop.
-pub fn status_table(statuses: &[AgentStatus]) -> String {
-    let header = [
-        "AGENT", "ROLE", "STATE", "E-STOP", "ERRORS", "QUEUED", "TURNS", "HALTS", "TOKENS",
-    ];
-    let rows: Vec<[String; 9]> = statuses
-        .iter()
-        .map(|s| {
-            let role = serde_json::to_value(s.role)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_else(|| format!("{:?}", s.role));
-            [
-                s.key.to_string(),
-                role,
-                s.state.to_string(),
-                if s.emergency_stop { "yes" } else { "no" }.to_owned(),
-                format!("{}/{}", s.consecutive_errors, s.max_consecutive_errors),
-                s.queued.ordinary.to_string(),
-                s.turns.to_string(),
-                s.halts.to_string(),
-                s.tokens_used.to_string(),
-            ]
-        })
-        .collect();
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut text = String::new();
-    let mut line = |cells: &[&str]| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        text.push_str(padded.join("  ").trim_end());
-        text.push('\n');
-    };
-    line(&header);
-    for row in &rows {
-        line(&row.each_ref().map(String::as_str));
-    }
-    for s in statuses {
-        if let Some(lockout) = &s.lockout {
-            text.push_str(&format!(
-                "{}: locked out by {:?}: {}\n",
-                s.key, lockout.breaker, lockout.reason
-            ));
-        }
-        if let Some(stop) = &s.stopped_by {
-            text.push_str(&format!(
-                "{}: stopped by {:?}: {}\n",
-                s.key, stop.breaker, stop.reason
-            ));
-        }
-    }
-    text
-}
+pub use crate::cli::table::status_table;
 
 /// Pending asks, one a line: `ID  AGENT  QUESTION`, or a line saying there are none.
 pub fn interventions_list(pending: &[Intervention]) -> String {
@@ -828,8 +779,17 @@ mod tests {
 
     #[test]
     fn a_bad_url_is_refused_and_keys_are_one_encoded_segment() {
-        for url in ["", "ftp://x", "localhost:7878", "mailto:a@b"] {
+        for url in ["", "ftp://x", "mailto:a@b", "http://", "127.0.0.1:port"] {
             assert!(Client::new(url, None).is_err(), "{url}");
+        }
+        // Without a scheme, HOST:PORT is http.
+        for (url, base) in [
+            ("127.0.0.1:7878", "http://127.0.0.1:7878/"),
+            ("localhost:7878", "http://localhost:7878/"),
+            ("[::1]:7878/prefix", "http://[::1]:7878/prefix"),
+        ] {
+            let client = Client::new(url, None).unwrap();
+            assert_eq!(client.base.as_str(), base, "{url}");
         }
         let client = Client::new("http://127.0.0.1:1/prefix/", None).unwrap();
         assert_eq!(

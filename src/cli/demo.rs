@@ -48,6 +48,9 @@ pub struct DemoReport {
 /// ask is then answered "no").
 pub type Asker<'a> = &'a mut dyn FnMut(&str) -> Option<String>;
 
+/// Plots in Act 6's valley: more than the loop cap lets the surveyor reach without an approval.
+const VALLEY_PLOTS: u64 = 9;
+
 /// Polls `cond` every 2 ms for up to 10 s.
 async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) -> io::Result<()> {
     for _ in 0..5000 {
@@ -328,6 +331,12 @@ pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport
             );
         }
         let plot = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        if plot > VALLEY_PLOTS {
+            // Reached only when the operator let it go on past the cap.
+            return ScriptStep::reply(format!(
+                "I surveyed all {VALLEY_PLOTS} plots in the valley."
+            ));
+        }
         ScriptStep::call("survey", json!({"plot": plot}))
     }));
     let survey = FnTool::new(
@@ -349,21 +358,48 @@ pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport
         .try_send_event(UserEvent::new("Survey every plot in the valley."))
         .map_err(io::Error::other)?;
     wait_for("the ask", || !bus.pending().is_empty()).await?;
-    let ask = bus.pending().into_iter().next();
-    let ask_question = ask.as_ref().map(|a| a.question.clone());
     writeln!(out, "   surveyor is {}", surveyor.state())?;
-    writeln!(out, "   ? {}", ask_question.as_deref().unwrap_or_default())?;
-    let ask_answer = match asker(ask_question.as_deref().unwrap_or_default()) {
-        Some(line) => line,
-        None => {
-            writeln!(out, "   (no terminal: answering no)")?;
-            "no".to_owned()
+    // Every ask is shown and answered until the turn ends: an approved surveyor goes on, and could
+    // reach the cap again (it does not: it finishes first), which is asked again.
+    let mut ask_question = None;
+    let mut ask_answer = String::new();
+    let mut asked = std::collections::HashSet::new();
+    let mut waited = 0u32;
+    while surveyor.status().turns < 1 {
+        let next = bus
+            .pending()
+            .into_iter()
+            .find(|a| a.agent.as_str() == "surveyor" && !asked.contains(&a.id));
+        let Some(ask) = next else {
+            // Up to 10 s without an ask to answer, like `wait_for`.
+            waited += 1;
+            if waited > 5000 {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "demo: timed out waiting for surveyor",
+                ));
+            }
+            actix_rt::time::sleep(Duration::from_millis(2)).await;
+            continue;
+        };
+        waited = 0;
+        asked.insert(ask.id);
+        writeln!(out, "   ? {}", ask.question)?;
+        out.flush()?;
+        let answer = match asker(&ask.question) {
+            Some(line) => line,
+            None => {
+                writeln!(out, "   (no terminal: answering no)")?;
+                "no".to_owned()
+            }
+        };
+        // The ask may have ended meanwhile (timed out, say): the turn then ends without it.
+        let _ = bus.answer(ask.id, warden_protocols::Answer::parse(&answer));
+        if ask_question.is_none() {
+            ask_question = Some(ask.question.clone());
+            ask_answer = answer;
         }
-    };
-    if let Some(ask) = &ask {
-        let _ = bus.answer(ask.id, warden_protocols::Answer::parse(&ask_answer));
     }
-    wait_for("surveyor", || surveyor.status().turns == 1).await?;
     let finished = journal
         .events_of("surveyor")
         .into_iter()
@@ -384,17 +420,24 @@ pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport
                 .or(o.error.as_deref())
                 .unwrap_or_default()
         )?,
-        Some(o) => writeln!(
-            out,
-            "   approved; the surveyor went on and ended with {:?}",
-            o.reason
-        )?,
+        Some(o) => match (&o.answer, &o.error) {
+            (Some(answer), _) => writeln!(out, "   approved; surveyor: {answer}")?,
+            (None, error) => writeln!(
+                out,
+                "   approved; the surveyor's turn ended: {}{}",
+                o.reason,
+                error
+                    .as_deref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default()
+            )?,
+        },
         None => {}
     }
 
     let statuses = team.statuses();
     writeln!(out, "\n== Final status")?;
-    write_status_table(out, &statuses)?;
+    crate::cli::table::write_status_table(out, &statuses)?;
     team.shutdown().await;
     Ok(DemoReport {
         act1_answer,
@@ -413,43 +456,4 @@ pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport
         wrap_up,
         statuses,
     })
-}
-
-/// A fixed-width table of statuses.
-pub fn write_status_table(out: &mut dyn Write, statuses: &[AgentStatus]) -> io::Result<()> {
-    writeln!(
-        out,
-        "{:<12} {:<10} {:<18} {:>9} {:>7} {:>5} {:>7} {:>10} {:>6} {:>7}",
-        "agent",
-        "role",
-        "state",
-        "emergency",
-        "errors",
-        "subs",
-        "queued",
-        "discarded",
-        "turns",
-        "tokens"
-    )?;
-    for s in statuses {
-        let role = match s.role {
-            warden_protocols::AgentRole::Assistant => "assistant",
-            warden_protocols::AgentRole::SubAgent => "sub-agent",
-        };
-        writeln!(
-            out,
-            "{:<12} {:<10} {:<18} {:>9} {:>7} {:>5} {:>7} {:>10} {:>6} {:>7}",
-            s.key.as_str(),
-            role,
-            s.state.as_str(),
-            s.emergency_stop,
-            format!("{}/{}", s.consecutive_errors, s.max_consecutive_errors),
-            format!("{}/{}", s.active_sub_agents, s.sub_agent_budget),
-            s.queued.ordinary,
-            s.discarded_by_halt,
-            s.turns,
-            s.tokens_used
-        )?;
-    }
-    Ok(())
 }

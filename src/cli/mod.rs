@@ -1,6 +1,8 @@
 //! What the `warden` binary runs besides the server: the admin API client ([`client`]: `status`,
-//! `halt`, `send`, `events`, …), `warden run` ([`run`]) and `warden demo` ([`demo`]).
+//! `halt`, `send`, `events`, …), `warden run` ([`run`]) and `warden demo` ([`demo`]), and the status
+//! table all three print ([`table`]).
 
 pub mod client;
 pub mod demo;
 pub mod run;
+pub mod table;

@@ -9,7 +9,7 @@
 //! out, [`EXIT_NO_ANSWER`] when events were sent and none was answered.
 
 use crate::{
-    cli::demo::write_status_table, team::TeamFile, AgentRole, AskError, ChannelInterventionBus,
+    cli::table::write_status_table, team::TeamFile, AgentRole, AskError, ChannelInterventionBus,
     MemoryJournal, Supervisor, UserEvent,
 };
 use std::{
@@ -114,7 +114,9 @@ pub async fn run(
             .find(|a| a.status().role == AgentRole::Assistant)
             .ok_or_else(|| io_err("no assistant in the team file"))?,
     };
-    writeln!(out, "talking to {} ({} agents)", target.key(), team.len())?;
+    let agents = team.len();
+    let noun = if agents == 1 { "agent" } else { "agents" };
+    writeln!(out, "talking to {} ({agents} {noun})", target.key())?;
     // With --event, exactly those events; without, one per input line. Input also answers asks.
     let from_input = options.events.is_empty();
     let mut scripted = options.events.into_iter();

@@ -131,23 +131,23 @@ pub fn show(db: &Path, agent: &str, json: bool, out: &mut dyn Write) -> Result<(
         return Ok(());
     }
     writeln!(out, "agent {}", record.key)?;
-    writeln!(out, "  role                 {:?}", record.role)?;
+    writeln!(out, "  role                 {}", record.role)?;
     if let Some(parent) = &record.parent {
         writeln!(out, "  parent               {parent}")?;
     }
-    writeln!(out, "  state                {:?}", record.state)?;
+    writeln!(out, "  state                {}", record.state)?;
     writeln!(out, "  emergency_stop       {}", record.emergency_stop())?;
     if let Some(lockout) = &record.lockout {
         writeln!(
             out,
-            "  lockout              {:?}: {}",
+            "  lockout              {}: {}",
             lockout.breaker, lockout.reason
         )?;
     }
     if let Some(stopped) = &record.stopped_by {
         writeln!(
             out,
-            "  stopped_by           {:?}: {}",
+            "  stopped_by           {}: {}",
             stopped.breaker, stopped.reason
         )?;
     }
@@ -194,13 +194,13 @@ pub fn show(db: &Path, agent: &str, json: bool, out: &mut dyn Write) -> Result<(
     Ok(())
 }
 
-/// `warden journal export --json`: every event, as one JSON array. Snapshots are not exported: they
-/// are derived from the events.
+/// `warden journal export`: every event, oldest first, one JSON object a line (as `tail --json`).
+/// Snapshots are not exported: they are derived from the events.
 pub fn export_json(db: &Path, out: &mut dyn Write) -> Result<(), InspectError> {
     let reader = JournalReader::open(db)?;
-    let events = reader.events()?;
-    serde_json::to_writer_pretty(&mut *out, &events)?;
-    writeln!(out)?;
+    for event in reader.events()? {
+        writeln!(out, "{}", serde_json::to_string(&event)?)?;
+    }
     Ok(())
 }
 

@@ -153,6 +153,17 @@ pub enum JournalError {
     },
     #[error("journal {path} does not exist")]
     Missing { path: String },
+    /// `--db` names a directory.
+    #[error(
+        "journal {path} is a directory: --db takes the journal's file (such as {path}/warden.db)"
+    )]
+    IsDirectory { path: String },
+    /// SQLite could not open the file (not a database, no permission, …).
+    #[error("journal {path}: {error}")]
+    Open {
+        path: String,
+        error: rusqlite::Error,
+    },
     #[error("event {seq}: cannot decode {kind}: {error}")]
     Decode {
         seq: u64,

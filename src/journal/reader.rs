@@ -22,15 +22,26 @@ impl JournalReader {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
         let path_ref = path.as_ref();
         let shown = path_ref.display().to_string();
+        if path_ref.is_dir() {
+            return Err(JournalError::IsDirectory { path: shown });
+        }
         if !path_ref.exists() {
             return Err(JournalError::Missing { path: shown });
         }
+        let opened = |error| JournalError::Open {
+            path: shown.clone(),
+            error,
+        };
         let conn = Connection::open_with_flags(
             path_ref,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
+        )
+        .map_err(opened)?;
         conn.busy_timeout(Duration::from_secs(5))?;
-        let version = schema_version(&conn)?;
+        let version = schema_version(&conn).map_err(|e| match e {
+            JournalError::Sqlite(error) => opened(error),
+            other => other,
+        })?;
         if version > SCHEMA_VERSION {
             return Err(JournalError::NewerSchema {
                 path: shown,

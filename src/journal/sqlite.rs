@@ -165,12 +165,19 @@ impl SqliteJournal {
         let (mut conn, lock) = if path_str == ":memory:" {
             (Connection::open_in_memory()?, None)
         } else {
+            if path.as_ref().is_dir() {
+                return Err(JournalError::IsDirectory { path: shown });
+            }
             // The lock first: a second writer must not touch the file at all.
             let lock = JournalLock::acquire(path.as_ref())?;
             if std::fs::metadata(path.as_ref()).is_ok_and(|m| m.len() == 0) {
                 tracing::warn!(journal = %shown, "the journal file is empty (0 bytes): starting a fresh journal");
             }
-            (Connection::open(path.as_ref())?, Some(lock))
+            let conn = Connection::open(path.as_ref()).map_err(|error| JournalError::Open {
+                path: shown.clone(),
+                error,
+            })?;
+            (conn, Some(lock))
         };
         let corrupt = |e: rusqlite::Error| {
             if is_corruption(&e) {

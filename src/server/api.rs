@@ -9,8 +9,9 @@
 //! never from an agent's event content or model output: an event is data, delivered to the agent's
 //! mailbox (or refused while it is locked out) and never interpreted.
 //!
-//! Errors are JSON `{"error": "..."}`: 400 malformed JSON (with serde's message) or query, 401, 403,
-//! 404 unknown agent or intervention, 409 the agent refuses (locked out, stopped, not locked out), 413
+//! Errors are JSON `{"error": "..."}`: 400 malformed JSON (with serde's message), query or path, 401,
+//! 403, 404 unknown agent or intervention or no such route, 405 (with `Allow`) a served path asked
+//! with another method, 409 the agent refuses (locked out, stopped, not locked out), 413
 //! body larger than [`ApiConfig::body_limit`], 429 mailbox full, 503 agent shut down (or no event
 //! stream configured).
 //!
@@ -437,6 +438,61 @@ fn query_error(err: QueryPayloadError, _req: &HttpRequest) -> actix_web::Error {
     ApiError::new(StatusCode::BAD_REQUEST, format!("bad query string: {err}")).into()
 }
 
+fn path_error(err: actix_web::error::PathError, _req: &HttpRequest) -> actix_web::Error {
+    ApiError::new(StatusCode::BAD_REQUEST, format!("bad path: {err}")).into()
+}
+
+/// Whether `path` fits the route pattern `pattern` (`{name}` matches one non-empty segment).
+fn path_matches(pattern: &str, path: &str) -> bool {
+    let mut want = pattern.split('/');
+    let mut got = path.split('/');
+    loop {
+        match (want.next(), got.next()) {
+            (None, None) => return true,
+            (Some(w), Some(g)) if w.starts_with('{') && w.ends_with('}') => {
+                if g.is_empty() {
+                    return false;
+                }
+            }
+            (Some(w), Some(g)) if w == g => {}
+            _ => return false,
+        }
+    }
+}
+
+/// The methods [`ROUTES`] serves on `path` (empty when no route has that path).
+pub fn allowed_methods(path: &str) -> Vec<&'static str> {
+    ROUTES
+        .iter()
+        .filter(|(_, pattern)| path_matches(pattern, path))
+        .map(|(method, _)| *method)
+        .collect()
+}
+
+/// What no route answers: `405 {"error"}` with `Allow` for a served path asked with another method,
+/// else `404 {"error"}`.
+async fn no_route(req: HttpRequest) -> HttpResponse {
+    let path = req.path();
+    let allowed = allowed_methods(path);
+    if allowed.is_empty() {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no route {path} (GET /api/openapi.json lists the routes)"),
+        )
+        .error_response();
+    }
+    let allow = allowed.join(", ");
+    let mut response = ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{} {path} is not served; allowed: {allow}", req.method()),
+    )
+    .error_response();
+    if let Ok(value) = header::HeaderValue::from_str(&allow) {
+        response.headers_mut().insert(header::ALLOW, value);
+    }
+    response
+}
+
 /// Declares [`ROUTES`] and `register` from one list, so they cannot differ.
 macro_rules! routes {
     ($($method:ident $path:literal => $handler:path),* $(,)?) => {
@@ -484,8 +540,10 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
                     .limit(limit)
                     .error_handler(json_error),
             )
-            .app_data(web::QueryConfig::default().error_handler(query_error));
+            .app_data(web::QueryConfig::default().error_handler(query_error))
+            .app_data(web::PathConfig::default().error_handler(path_error));
         register(cfg);
+        cfg.default_service(web::to(no_route));
     }
 }
 
@@ -1040,6 +1098,8 @@ async fn answer_intervention(
 pub enum ServeError {
     #[error("refusing to listen on non-loopback address {0} without an admin token (set WARDEN_ADMIN_TOKEN)")]
     NoTokenOnPublicAddress(std::net::SocketAddr),
+    #[error("cannot listen on {0}: {1}")]
+    Bind(std::net::SocketAddr, std::io::Error),
     #[error("listen: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -1076,11 +1136,23 @@ pub fn bind(
     addr: SocketAddr,
 ) -> Result<(actix_web::dev::Server, Vec<SocketAddr>), ServeError> {
     check_listen(addr, &state.config)?;
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| ServeError::Bind(addr, e))?;
+    listen_on(state, listener)
+}
+
+/// Serves the API on a socket already bound (`warden serve` binds before it opens the journal, so
+/// a port in use fails before the journal is touched). Must run inside an actix `System`.
+pub fn listen_on(
+    state: ApiState,
+    listener: std::net::TcpListener,
+) -> Result<(actix_web::dev::Server, Vec<SocketAddr>), ServeError> {
+    let addr = listener.local_addr()?;
+    check_listen(addr, &state.config)?;
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new().configure(configure(state.clone()))
     })
     .workers(api_workers())
-    .bind(addr)?;
+    .listen(listener)?;
     let addrs = server.addrs();
     Ok((server.run(), addrs))
 }

@@ -180,10 +180,7 @@ fn escape_label(text: &str) -> String {
 
 /// A breaker's snake_case name, as the SafetyMonitor counts it.
 pub fn breaker_name(breaker: Breaker) -> String {
-    serde_json::to_value(breaker)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_else(|| format!("{breaker:?}"))
+    breaker.as_str().to_owned()
 }
 
 /// The exposition text of `s`.

@@ -2,7 +2,7 @@
 //! the team it runs by default ([`DEFAULT_TEAM`]).
 
 use super::{
-    api::{bind, check_listen, ApiConfig, ApiState},
+    api::{check_listen, listen_on, ApiConfig, ApiState},
     events::EventHub,
 };
 use crate::journal::SqliteJournal;
@@ -61,6 +61,9 @@ pub async fn serve_team(
     config: ApiConfig,
 ) -> Result<(), Box<dyn std::error::Error>> {
     check_listen(addr, &config)?;
+    // The socket first: a port in use fails before the journal is opened (or created).
+    let listener =
+        std::net::TcpListener::bind(addr).map_err(|e| super::api::ServeError::Bind(addr, e))?;
     let empty = std::fs::metadata(db).is_ok_and(|m| m.len() == 0);
     // Takes the journal's lock (a second server is refused before it touches the file) and checks
     // the file's integrity.
@@ -75,6 +78,15 @@ pub async fn serve_team(
         );
     }
     let records = journal.recover_records()?;
+    let unknown = agents_not_in_team(&file, &records);
+    if !unknown.is_empty() {
+        eprintln!(
+            "warden: warning: journal {} holds agents the team file does not define: {} (they are \
+             not started; their events stay in the journal)",
+            db.display(),
+            unknown.join(", ")
+        );
+    }
     let hub = EventHub::default().with_log(journal.clone());
     let bus = Arc::new(ChannelInterventionBus::new());
     let supervisor =
@@ -82,11 +94,12 @@ pub async fn serve_team(
             .intervention_bus(Arc::new(hub.intervention_bus(bus.clone())))
             .build();
     file.spawn_agents_restored(&supervisor, &records)?;
+    let notice = token_notice(&config);
     let state = ApiState::new(supervisor.clone(), config)
         .with_bus(bus)
         .with_events(hub.clone())
         .with_journal(journal.clone());
-    let (server, addrs) = bind(state, addr)?;
+    let (server, addrs) = listen_on(state, listener)?;
     // actix-web stops gracefully on SIGTERM/SIGINT, waiting for open responses; an event stream
     // never ends by itself, so end them all on the same signals.
     actix_rt::spawn(close_streams_on_signal(hub.clone()));
@@ -98,10 +111,46 @@ pub async fn serve_team(
         db.display(),
         records.len()
     );
+    if let Some(notice) = notice {
+        eprintln!("{notice}");
+    }
     server.await?;
     supervisor.shutdown().await;
     journal.close();
     Ok(())
+}
+
+/// What `warden serve` says at start when a token is missing: without any, only `GET /healthz` is
+/// reachable; without the admin token, nothing can be changed.
+pub fn token_notice(config: &ApiConfig) -> Option<&'static str> {
+    match (&config.admin_token, &config.read_token) {
+        (None, None) => Some(
+            "warden: no token configured: only GET /healthz is reachable. To use the API and the \
+             CLI, set WARDEN_ADMIN_TOKEN (and optionally WARDEN_READ_TOKEN) in the environment, or \
+             api.admin_token in the team file's [api] section",
+        ),
+        (None, Some(_)) => Some(
+            "warden: no admin token configured: the API is read-only (GETs with the read token). \
+             To halt, unlock or send events, set WARDEN_ADMIN_TOKEN, or api.admin_token in the team \
+             file's [api] section",
+        ),
+        _ => None,
+    }
+}
+
+/// The keys of agents recorded in the journal that the team file does not define, sorted.
+fn agents_not_in_team(
+    file: &crate::team::TeamFile,
+    records: &[warden_protocols::AgentRecord],
+) -> Vec<String> {
+    let mut unknown: Vec<String> = records
+        .iter()
+        .map(|r| r.key.to_string())
+        .filter(|key| !file.agents.iter().any(|a| a.key == *key))
+        .collect();
+    unknown.sort();
+    unknown.dedup();
+    unknown
 }
 
 /// Closes `hub` (ending every event stream) on the first SIGTERM or SIGINT.

@@ -190,7 +190,7 @@ pub struct HaltAck {
 pub enum TaskError {
     #[error("task refused: {0}")]
     Refused(WorkRefusal),
-    #[error("turn ended without an answer ({0:?})")]
+    #[error("turn ended without an answer ({0})")]
     NoAnswer(TerminationReason),
     #[error("delegate locked out: {0}")]
     LockedOut(String),

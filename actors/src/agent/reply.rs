@@ -60,7 +60,7 @@ pub enum AskError {
     #[error("event {id} discarded by a halt")]
     Discarded { id: u64 },
     /// The turn that took event `id` ended without an answer.
-    #[error("event {id} failed ({reason:?}){}", .error.as_deref().map(|e| format!(": {e}")).unwrap_or_default())]
+    #[error("event {id} failed ({reason}){}", .error.as_deref().map(|e| format!(": {e}")).unwrap_or_default())]
     Failed {
         id: u64,
         reason: TerminationReason,

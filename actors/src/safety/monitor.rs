@@ -87,10 +87,7 @@ impl Actor for SafetyMonitor {
 }
 
 fn breaker_name(b: Breaker) -> String {
-    serde_json::to_value(b)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_else(|| format!("{b:?}"))
+    b.as_str().to_owned()
 }
 
 impl Handler<TripNotice> for SafetyMonitor {
