@@ -39,7 +39,9 @@ pub fn sse_stream<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> StreamSumma
     };
     'chunks: for chunk in chunks {
         for event in decoder.push(chunk) {
-            summary.events.push((event.event.clone(), event.data.clone()));
+            summary
+                .events
+                .push((event.event.clone(), event.data.clone()));
             match sse::classify(&event.data) {
                 SseData::Empty => {}
                 SseData::Done => {
