@@ -38,6 +38,13 @@ pub mod journal;
 pub mod loadtest;
 #[cfg(feature = "server")]
 pub mod server;
+
+/// Entry points to private parsers for `fuzz/` only (feature `fuzzing`). Not a public API.
+#[cfg(all(feature = "fuzzing", feature = "server"))]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::server::api::fuzzing::*;
+}
 #[cfg(feature = "server")]
 pub mod team;
 

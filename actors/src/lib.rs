@@ -13,6 +13,12 @@
 #![warn(missing_debug_implementations)]
 
 mod agent;
+#[cfg(all(feature = "fuzzing", feature = "openai"))]
+#[doc(hidden)]
+/// Entry points to private parsers for `fuzz/` only (feature `fuzzing`). Not a public API.
+pub mod fuzzing {
+    pub use crate::provider::fuzzing::*;
+}
 pub mod context;
 mod journal;
 pub mod mailbox;

@@ -487,6 +487,10 @@ pub fn located(text: &str, span: std::ops::Range<usize>, message: &str) -> Strin
     // Past the end of a file that ends with a newline: point after its last line instead.
     if start == text.len() && text.ends_with('\n') {
         start -= 1;
+        // … and before the `\r` of a CRLF line end.
+        if text[..start].ends_with('\r') {
+            start -= 1;
+        }
     }
     let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
     let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
@@ -494,7 +498,9 @@ pub fn located(text: &str, span: std::ops::Range<usize>, message: &str) -> Strin
     let source = text[line_start..line_end].trim_end_matches('\r');
     let before = &text[line_start..start];
     let column = before.chars().count() + 1;
-    let end = floor(span.end).clamp(start, line_start + source.len());
+    // The place may be on a `\r` that `source` dropped (a CRLF line end): then it is past the
+    // shown line's end, and the carets cover just the place.
+    let end = floor(span.end).clamp(start, start.max(line_start + source.len()));
     let carets = "^".repeat(text[start..end].chars().count().max(1));
     // Tabs before the place stay tabs, so the caret lines up however they are shown.
     let pad: String = before
@@ -876,6 +882,24 @@ completion_per_1k = 0.0006
         assert_eq!(
             located("a = [\n", 7..7, "m"),
             "line 1, column 6: m\n1 | a = [\n  |      ^"
+        );
+    }
+
+    /// Found by `fuzz/` (config_toml): a place on the `\r` of a `\r\n` line end lies past the shown
+    /// line (which drops its trailing `\r`s), and the caret range was then clamped with its lower
+    /// bound above its upper one, which panics. A CRLF file that ends inside an array did that.
+    #[test]
+    fn a_place_on_a_carriage_return_does_not_panic() {
+        assert_eq!(
+            err("a = [\r\n"),
+            "invalid config: line 1, column 6: invalid array; expected `]`\n1 | a = [\n  |      ^"
+        );
+        for text in ["x = \"\"\"\r\n", "a = [1,\r\n\r\n"] {
+            assert!(err(text).starts_with("invalid config: line "), "{text:?}");
+        }
+        assert_eq!(
+            located("a = 1\r\r\n", 6..7, "m"),
+            "line 1, column 7: m\n1 | a = 1\n  |       ^"
         );
     }
 

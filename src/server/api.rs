@@ -754,6 +754,20 @@ impl PostEventQuery {
     }
 }
 
+/// Entry points for `fuzz/` (feature `fuzzing` only) to the request parsing that is private here.
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzzing {
+    /// `?wait=` of `POST /api/agents/{key}/events`, as the handler reads it: the seconds to wait,
+    /// or `Err` with the 400 message.
+    pub fn post_event_wait(text: &str) -> Result<Option<std::time::Duration>, String> {
+        super::PostEventQuery {
+            wait: Some(text.to_owned()),
+        }
+        .wait()
+        .map_err(|e| e.to_string())
+    }
+}
+
 /// The header that names an event for retries.
 pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 

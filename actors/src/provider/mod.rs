@@ -6,6 +6,8 @@
 
 #[cfg(feature = "openai")]
 mod openai;
+#[cfg(all(feature = "fuzzing", feature = "openai"))]
+pub(crate) use openai::fuzzing;
 mod scripted;
 
 #[cfg(feature = "openai")]

@@ -31,6 +31,8 @@
 //!   each wait for the next piece of the body (an idle timeout), so long generations are not cut.
 //! - The API key is sent as a bearer token and is never logged, serialized or shown by `Debug`.
 
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzzing;
 mod retry;
 mod sse;
 mod wire;
