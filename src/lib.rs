@@ -28,7 +28,7 @@
 //! # }
 //! ```
 
-#![warn(missing_debug_implementations)]
+#![warn(missing_debug_implementations, unreachable_pub)]
 
 #[cfg(feature = "cli")]
 pub mod cli;

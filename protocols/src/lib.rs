@@ -12,7 +12,7 @@
 //! * [`ChatMessage`], [`ToolCall`], [`ToolSpec`] — Chat Completions wire types.
 //! * [`WardenConfig`] — the configuration file, with defaults and validation.
 
-#![warn(missing_debug_implementations)]
+#![warn(missing_debug_implementations, unreachable_pub)]
 
 mod config;
 mod event;

@@ -122,7 +122,7 @@ pub async fn serve_team(
 
 /// What `warden serve` says at start when a token is missing: without any, only `GET /healthz` is
 /// reachable; without the admin token, nothing can be changed.
-pub fn token_notice(config: &ApiConfig) -> Option<&'static str> {
+pub(super) fn token_notice(config: &ApiConfig) -> Option<&'static str> {
     match (&config.admin_token, &config.read_token) {
         (None, None) => Some(
             "warden: no token configured: only GET /healthz is reachable. To use the API and the \

@@ -51,14 +51,14 @@ use tokio::{
 use warden_protocols::{AgentKey, Event, Intervention};
 
 /// Events read from the log per query while replaying.
-pub const REPLAY_PAGE: usize = 500;
+pub(super) const REPLAY_PAGE: usize = 500;
 
 /// Events held back for a gap at most (then the gap is given up on).
-pub const MAX_HELD: usize = 4096;
+pub(super) const MAX_HELD: usize = 4096;
 
 /// Puts journal events back in sequence order. See the module docs.
 #[derive(Debug, Default)]
-pub struct Reorder {
+pub(super) struct Reorder {
     /// The sequence number to send next (`None` until the first event).
     next: Option<u64>,
     /// Events below this were sent by a replay: later copies are dropped.
@@ -76,7 +76,7 @@ pub struct Reorder {
 
 impl Reorder {
     /// Takes event `seq`; appends to `out` what can be sent now, in order.
-    pub fn push(
+    pub(super) fn push(
         &mut self,
         seq: u64,
         item: Arc<Published>,
@@ -124,7 +124,7 @@ impl Reorder {
 
     /// Takes event `seq` read from the log to fill a gap: like [`Reorder::push`], and a live copy
     /// arriving later is dropped.
-    pub fn fill(
+    pub(super) fn fill(
         &mut self,
         seq: u64,
         item: Arc<Published>,
@@ -142,12 +142,12 @@ impl Reorder {
     }
 
     /// When the current gap is given up on.
-    pub fn deadline(&self, wait: Duration) -> Option<Instant> {
+    pub(super) fn deadline(&self, wait: Duration) -> Option<Instant> {
         self.held_since.map(|since| since + wait)
     }
 
     /// Sends everything held, in order, and stops waiting for the gap.
-    pub fn give_up(&mut self, out: &mut Vec<Arc<Published>>) {
+    pub(super) fn give_up(&mut self, out: &mut Vec<Arc<Published>>) {
         let held = std::mem::take(&mut self.held);
         if let Some(&last) = held.keys().next_back() {
             self.next = Some(last.saturating_add(1));
@@ -157,41 +157,41 @@ impl Reorder {
     }
 
     /// A replay sent every event up to `last`: continue after it, and drop live copies.
-    pub fn replayed_through(&mut self, last: u64) {
+    pub(super) fn replayed_through(&mut self, last: u64) {
         self.floor = last.saturating_add(1);
         self.next = Some(self.floor);
     }
 
     /// The last sequence number sent in order, if any.
-    pub fn last_sent(&self) -> Option<u64> {
+    pub(super) fn last_sent(&self) -> Option<u64> {
         self.next.map(|next| next.saturating_sub(1))
     }
 
     /// Forgets what is held (a replay from the log sends it).
-    pub fn drop_held(&mut self) {
+    pub(super) fn drop_held(&mut self) {
         self.held.clear();
         self.held_since = None;
     }
 
     /// After a lag without a log ([`Reorder::give_up`] first): from now on an event whose place
     /// has passed is dropped and counted ([`Reorder::take_dropped_late`]), never sent out of order.
-    pub fn after_lag(&mut self) {
+    pub(super) fn after_lag(&mut self) {
         self.strict = true;
     }
 
     /// Events dropped since the last call because their place had passed.
-    pub fn take_dropped_late(&mut self) -> u64 {
+    pub(super) fn take_dropped_late(&mut self) -> u64 {
         std::mem::take(&mut self.dropped_late)
     }
 
     /// Events held now.
     #[cfg(test)]
-    pub fn held(&self) -> usize {
+    pub(super) fn held(&self) -> usize {
         self.held.len()
     }
 
     /// The missing sequence numbers `[from, to)` while events are held.
-    pub fn gap(&self) -> Option<(u64, u64)> {
+    pub(super) fn gap(&self) -> Option<(u64, u64)> {
         let next = self.next?;
         let (&first, _) = self.held.first_key_value()?;
         Some((next, first))
@@ -235,7 +235,7 @@ struct Replay {
 }
 
 /// One client's stream. Build it with [`EventStream::new`], send [`EventStream::into_body`].
-pub struct EventStream {
+pub(super) struct EventStream {
     rx: Subscription,
     out: VecDeque<Bytes>,
     /// Where past events are read from (resume, gaps).
@@ -255,7 +255,7 @@ pub struct EventStream {
 impl EventStream {
     /// A stream of `hub`'s feed from `rx` (subscribed before `pending` was read), for one agent's
     /// items when `filter` is set, resuming after `resume` (a `Last-Event-ID`) when given.
-    pub fn new(
+    pub(super) fn new(
         hub: &EventHub,
         rx: Subscription,
         filter: Option<AgentKey>,
@@ -300,7 +300,7 @@ impl EventStream {
     }
 
     /// The response body.
-    pub fn into_body(
+    pub(super) fn into_body(
         self,
     ) -> impl futures::Stream<Item = Result<Bytes, actix_web::Error>> + 'static {
         futures::stream::unfold(self, |mut stream| async move {

@@ -48,7 +48,7 @@ impl Message for Shutdown {
 }
 
 impl AgentActor {
-    pub fn new(cell: Arc<AgentCell>, generation: u64) -> Self {
+    pub(crate) fn new(cell: Arc<AgentCell>, generation: u64) -> Self {
         AgentActor {
             cell,
             turn: None,

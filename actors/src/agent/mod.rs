@@ -75,7 +75,7 @@ pub(crate) enum HaltReply {
 }
 
 impl HaltReply {
-    pub fn send(self, ack: HaltAck) {
+    pub(crate) fn send(self, ack: HaltAck) {
         match self {
             HaltReply::One(tx) => {
                 let _ = tx.send(ack);
@@ -112,7 +112,7 @@ pub(crate) enum Work {
 }
 
 impl Work {
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Work::Event { .. } => "user_event",
             Work::Tick => "tick",
@@ -121,7 +121,7 @@ impl Work {
     }
 
     /// The pending-event id this work settles, if it is a user event.
-    pub fn queued(&self) -> Option<u64> {
+    pub(crate) fn queued(&self) -> Option<u64> {
         match self {
             Work::Event { id, .. } => Some(*id),
             _ => None,

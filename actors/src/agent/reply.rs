@@ -122,7 +122,7 @@ pub(crate) struct Waiters(Mutex<Vec<Waiter>>);
 
 impl Waiters {
     /// A waiter for event `id` (called under the record lock, before the event can be settled).
-    pub fn add(&self, id: u64) -> PendingReply {
+    pub(crate) fn add(&self, id: u64) -> PendingReply {
         let (tx, rx) = oneshot::channel();
         self.0.lock().push(Waiter { id, tx });
         PendingReply { id, rx }
@@ -135,7 +135,7 @@ impl Waiters {
     }
 
     /// Drops every waiter: each is told [`AskError::AgentGone`].
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.0.lock().clear();
     }
 }
@@ -154,7 +154,7 @@ pub(crate) struct ReplyHub(OnceLock<mpsc::UnboundedSender<Settlement>>);
 
 impl ReplyHub {
     /// The receiving end, the first time; `None` after.
-    pub fn take(&self) -> Option<mpsc::UnboundedReceiver<Settlement>> {
+    pub(crate) fn take(&self) -> Option<mpsc::UnboundedReceiver<Settlement>> {
         let (tx, rx) = mpsc::unbounded_channel();
         self.0.set(tx).ok().map(|()| rx)
     }

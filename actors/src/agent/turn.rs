@@ -41,7 +41,7 @@ use warden_protocols::{
 };
 
 /// The internal message that asks the model to continue an answer cut by `finish_reason: length`.
-pub const CONTINUE_PROMPT: &str =
+pub(crate) const CONTINUE_PROMPT: &str =
     "Your previous reply was cut off by the length limit. Continue exactly where you left off, without repeating anything.";
 
 /// The result given to a tool call that was not run (after a DANGEROUS tool or a trip in the same

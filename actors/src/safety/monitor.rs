@@ -135,13 +135,13 @@ pub(crate) struct TeamSafety {
 }
 
 impl TeamSafety {
-    pub fn notify(&self, notice: TripNotice) {
+    pub(crate) fn notify(&self, notice: TripNotice) {
         if let Some(monitor) = &self.monitor {
             monitor.do_send(notice);
         }
     }
 
-    pub fn cleared(&self, agent: &AgentKey) {
+    pub(crate) fn cleared(&self, agent: &AgentKey) {
         if let Some(monitor) = &self.monitor {
             monitor.do_send(Cleared {
                 agent: agent.clone(),

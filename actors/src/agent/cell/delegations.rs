@@ -4,7 +4,7 @@ use super::*;
 
 impl AgentCell {
     /// Takes a delegation slot if fewer than `budget` are in use; returns the count before on refusal.
-    pub fn try_acquire_slot(&self, budget: u32) -> Result<(), u32> {
+    pub(crate) fn try_acquire_slot(&self, budget: u32) -> Result<(), u32> {
         self.active_delegations
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < budget).then_some(n + 1)
@@ -12,34 +12,34 @@ impl AgentCell {
             .map(|_| ())
     }
 
-    pub fn release_slot(&self) {
+    pub(crate) fn release_slot(&self) {
         let _ = self
             .active_delegations
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
     }
 
-    pub fn active_delegations(&self) -> u32 {
+    pub(crate) fn active_delegations(&self) -> u32 {
         self.active_delegations.load(Ordering::Acquire)
     }
 
-    pub fn add_delegation(&self, id: u64, delegate: Arc<AgentCell>) {
+    pub(crate) fn add_delegation(&self, id: u64, delegate: Arc<AgentCell>) {
         self.delegations.lock().insert(id, delegate);
     }
 
-    pub fn remove_delegation(&self, id: u64) {
+    pub(crate) fn remove_delegation(&self, id: u64) {
         self.delegations.lock().remove(&id);
     }
 
-    pub fn add_delegator(&self, id: u64, delegator: &Arc<AgentCell>) {
+    pub(crate) fn add_delegator(&self, id: u64, delegator: &Arc<AgentCell>) {
         self.delegators.lock().insert(id, Arc::downgrade(delegator));
     }
 
-    pub fn remove_delegator(&self, id: u64) {
+    pub(crate) fn remove_delegator(&self, id: u64) {
         self.delegators.lock().remove(&id);
     }
 
     /// The delegates of the delegations running now.
-    pub fn running_delegates(&self) -> Vec<Arc<AgentCell>> {
+    pub(crate) fn running_delegates(&self) -> Vec<Arc<AgentCell>> {
         self.delegations.lock().values().cloned().collect()
     }
 }

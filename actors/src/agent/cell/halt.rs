@@ -16,7 +16,7 @@ impl AgentCell {
     /// 3. only then is the turn cancelled: a cancelled turn ends its delegations and drops them from
     ///    the list, so listing after the cancel (as the actor's halt handler once did) could find
     ///    none while a delegate still worked.
-    pub fn request_halt(&self) -> Vec<Arc<AgentCell>> {
+    pub(crate) fn request_halt(&self) -> Vec<Arc<AgentCell>> {
         let already = self.halt_requested.swap(true, Ordering::SeqCst);
         let delegates = if already {
             Vec::new()
@@ -31,7 +31,7 @@ impl AgentCell {
 
     /// The acknowledgement of a halt that was not (or could not be) handled by the actor: the state
     /// as it is, nothing discarded.
-    pub fn halt_ack_now(&self) -> crate::agent::HaltAck {
+    pub(crate) fn halt_ack_now(&self) -> crate::agent::HaltAck {
         crate::agent::HaltAck {
             agent: self.key.clone(),
             state: self.state(),
@@ -40,7 +40,7 @@ impl AgentCell {
         }
     }
 
-    pub fn halt_requested(&self) -> bool {
+    pub(crate) fn halt_requested(&self) -> bool {
         self.halt_requested.load(Ordering::SeqCst)
     }
 
@@ -49,7 +49,7 @@ impl AgentCell {
     ///
     /// Race-free with [`AgentCell::request_halt`]: that raises the flag before it takes the lock,
     /// and this reads the flag under the lock, so either it sees the flag or the halt finds the token.
-    pub fn halt_token(&self) -> CancellationToken {
+    pub(crate) fn halt_token(&self) -> CancellationToken {
         let mut slot = self.halt_token.lock();
         let token = slot.get_or_insert_with(CancellationToken::new);
         if self.halt_requested.load(Ordering::SeqCst) {
@@ -59,7 +59,7 @@ impl AgentCell {
     }
 
     /// Clears a past halt request (on resume).
-    pub fn clear_halt(&self) {
+    pub(crate) fn clear_halt(&self) {
         let mut slot = self.halt_token.lock();
         *slot = None;
         self.halt_requested.store(false, Ordering::SeqCst);

@@ -158,7 +158,7 @@ fn state_index(s: AgentState) -> u8 {
 }
 
 impl AgentCell {
-    pub fn new(parts: CellParts) -> Self {
+    pub(crate) fn new(parts: CellParts) -> Self {
         let CellParts {
             record,
             mailbox,
@@ -222,12 +222,12 @@ impl AgentCell {
     }
 
     /// Locks the record for a sequence of changes.
-    pub fn lock(&self) -> MutexGuard<'_, AgentRecord> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, AgentRecord> {
         self.record.lock()
     }
 
     /// Applies `kind` to the record and journals it. Returns its journal seq.
-    pub fn emit(&self, rec: &mut AgentRecord, kind: EventKind) -> u64 {
+    pub(crate) fn emit(&self, rec: &mut AgentRecord, kind: EventKind) -> u64 {
         self.apply(rec, &kind);
         let seq = self.journal.append(&self.key, kind);
         self.last_seq.store(seq, Ordering::Release);
@@ -236,7 +236,7 @@ impl AgentCell {
 
     /// [`AgentCell::emit`] for several events that must be durable together (a crash keeps all or
     /// none of them; see [`Journal::append_all`]).
-    pub fn emit_all(&self, rec: &mut AgentRecord, kinds: Vec<EventKind>) -> u64 {
+    pub(crate) fn emit_all(&self, rec: &mut AgentRecord, kinds: Vec<EventKind>) -> u64 {
         for kind in &kinds {
             self.apply(rec, kind);
         }
@@ -247,7 +247,7 @@ impl AgentCell {
 
     /// Resolves once everything this agent has journaled so far is durable (an acknowledgement
     /// that promises durability waits on it, outside every lock), or with why it is not.
-    pub fn durable_so_far(
+    pub(crate) fn durable_so_far(
         &self,
     ) -> futures::future::BoxFuture<'static, Result<(), crate::journal::NotDurable>> {
         self.journal.durable(self.last_seq.load(Ordering::Acquire))
@@ -267,14 +267,14 @@ impl AgentCell {
     }
 
     /// The journal this agent writes to.
-    pub fn journal(&self) -> &Arc<dyn Journal> {
+    pub(crate) fn journal(&self) -> &Arc<dyn Journal> {
         &self.journal
     }
 
     /// Puts the record's pending events back in the ordinary lane, in id order, before the actor
     /// starts (a restart on a journal): they keep their ids and are not journaled again. They may
     /// exceed the lane's capacity (see [`PriorityMailbox::requeue`]). Returns how many.
-    pub fn requeue_pending(&self) -> usize {
+    pub(crate) fn requeue_pending(&self) -> usize {
         let rec = self.lock();
         let mut pending: Vec<_> = rec.pending.iter().collect();
         pending.sort_by_key(|p| p.id);
@@ -293,13 +293,13 @@ impl AgentCell {
     }
 
     /// Journals an event that changes nothing in the record.
-    pub fn note(&self, kind: EventKind) {
+    pub(crate) fn note(&self, kind: EventKind) {
         let mut rec = self.lock();
         self.emit(&mut rec, kind);
     }
 
     /// Moves to `to` if the table allows it; otherwise journals the refusal and returns the error.
-    pub fn transition(
+    pub(crate) fn transition(
         &self,
         rec: &mut AgentRecord,
         to: AgentState,
@@ -312,7 +312,7 @@ impl AgentCell {
     /// change rests on (a lockout, an unlock, a breaker stop), so that a crash keeps both or neither
     /// and a replay never sees one without the other. On an illegal transition nothing of `with` is
     /// journaled: the refusal is.
-    pub fn transition_with(
+    pub(crate) fn transition_with(
         &self,
         rec: &mut AgentRecord,
         with: Vec<EventKind>,
@@ -348,34 +348,34 @@ impl AgentCell {
     }
 
     /// Whether ordinary work is paused, without taking the record lock.
-    pub fn paused(&self) -> bool {
+    pub(crate) fn paused(&self) -> bool {
         self.paused_mirror.load(Ordering::Acquire)
     }
 
     /// The current state, without taking the record lock.
-    pub fn state(&self) -> AgentState {
+    pub(crate) fn state(&self) -> AgentState {
         AgentState::ALL[self.state_mirror.load(Ordering::Acquire) as usize]
     }
 
     // ---- crash ------------------------------------------------------------------------------------
     /// The generation of the next actor to start on this cell.
-    pub fn next_generation(&self) -> u64 {
+    pub(crate) fn next_generation(&self) -> u64 {
         self.generation.fetch_add(1, Ordering::AcqRel) + 1
     }
 
     /// The generation of the actor started last.
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
 
-    pub fn report_crash(&self, generation: u64) {
+    pub(crate) fn report_crash(&self, generation: u64) {
         if let Some(tx) = &self.crash_tx {
             let _ = tx.send((self.key.clone(), generation));
         }
     }
 
     // ---- status -----------------------------------------------------------------------------------
-    pub fn status(&self) -> AgentStatus {
+    pub(crate) fn status(&self) -> AgentStatus {
         let (tokens_used, cost_used) = {
             let breakers = self.breakers.lock();
             (breakers.tokens_used(), breakers.cost_used())
@@ -407,7 +407,7 @@ impl AgentCell {
     }
 
     /// A copy of the record.
-    pub fn record(&self) -> AgentRecord {
+    pub(crate) fn record(&self) -> AgentRecord {
         self.lock().clone()
     }
 }

@@ -4,22 +4,22 @@ use super::*;
 
 impl AgentCell {
     /// Settles event `id` (see [`super::reply`]): its waiter and the team's reply stream hear of it.
-    pub fn settle(&self, id: u64, accepted: Option<tokio::time::Instant>, fate: EventFate) {
+    pub(crate) fn settle(&self, id: u64, accepted: Option<tokio::time::Instant>, fate: EventFate) {
         crate::agent::reply::settle(&self.waiters, &self.replies, &self.key, id, accepted, fate);
     }
 
     /// The running turn answers event `id` (called under the record lock, as it is taken).
-    pub fn set_answering(&self, id: u64, accepted: tokio::time::Instant) {
+    pub(crate) fn set_answering(&self, id: u64, accepted: tokio::time::Instant) {
         *self.answering.lock() = Some((id, accepted));
     }
 
     /// The event the running turn answers, if any, no longer marked (its settler takes it).
-    pub fn take_answering(&self) -> Option<(u64, tokio::time::Instant)> {
+    pub(crate) fn take_answering(&self) -> Option<(u64, tokio::time::Instant)> {
         self.answering.lock().take()
     }
 
     /// `true` while event `id` is pending or its turn runs (not settled yet). Under the record lock.
-    pub fn unsettled(&self, rec: &AgentRecord, id: u64) -> bool {
+    pub(crate) fn unsettled(&self, rec: &AgentRecord, id: u64) -> bool {
         rec.pending.iter().any(|p| p.id == id)
             || self
                 .answering
@@ -28,7 +28,7 @@ impl AgentCell {
     }
 
     /// Settles the event of a turn that will never finish (the actor crashed or was restarted).
-    pub fn settle_taken(&self, fate: EventFate) {
+    pub(crate) fn settle_taken(&self, fate: EventFate) {
         if let Some((id, accepted)) = self.take_answering() {
             self.settle(id, Some(accepted), fate);
         }

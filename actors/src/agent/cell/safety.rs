@@ -7,7 +7,7 @@ impl AgentCell {
     /// A failed operation with the breakers' verdict on it: counts it, obeys the verdict (a breaker's
     /// lockout or stop wins over the consecutive-error stop, whose reason would be less specific), and
     /// trips the emergency stop at `max_consecutive_errors`.
-    pub fn fail(&self, error: &str, verdict: Verdict) -> Counted {
+    pub(crate) fn fail(&self, error: &str, verdict: Verdict) -> Counted {
         let mut rec = self.lock();
         let n = rec.consecutive_errors.saturating_add(1);
         self.emit(
@@ -36,7 +36,7 @@ impl AgentCell {
     }
 
     /// A successful action: resets the count, then obeys the breakers' verdict (e.g. stuck).
-    pub fn succeed(&self, verdict: Verdict) -> Counted {
+    pub(crate) fn succeed(&self, verdict: Verdict) -> Counted {
         let mut rec = self.lock();
         if rec.consecutive_errors > 0 {
             self.emit(&mut rec, EventKind::ErrorsReset);
@@ -45,7 +45,7 @@ impl AgentCell {
     }
 
     /// Obeys a verdict that is neither a success nor a failure (budget check, loop start).
-    pub fn obey(&self, verdict: Verdict) -> Counted {
+    pub(crate) fn obey(&self, verdict: Verdict) -> Counted {
         if matches!(verdict, Verdict::Continue) {
             return Counted::Below;
         }
@@ -119,7 +119,7 @@ impl AgentCell {
     /// the monitor and every agent waiting on a delegation to this one. Only from `EXECUTING` (a
     /// breaker trips while a turn runs): anywhere else the transition is refused and nothing is
     /// locked out.
-    pub fn trip(&self, rec: &mut AgentRecord, breaker: Breaker, reason: String) {
+    pub(crate) fn trip(&self, rec: &mut AgentRecord, breaker: Breaker, reason: String) {
         tracing::warn!(agent = %self.key, ?breaker, %reason, "breaker tripped");
         let locked = EventKind::LockedOut {
             breaker,
@@ -150,14 +150,14 @@ impl AgentCell {
     }
 
     /// Runs `f` on the breakers (only when the team's safety checks are on).
-    pub fn breakers<R>(&self, f: impl FnOnce(&mut AgentBreakers) -> R) -> Option<R> {
+    pub(crate) fn breakers<R>(&self, f: impl FnOnce(&mut AgentBreakers) -> R) -> Option<R> {
         self.safety.checks.then(|| f(&mut self.breakers.lock()))
     }
 
     /// Usage is always accounted (status, team totals), even with the checks off, and journaled
     /// (`UsageRecorded`, not waited for: it is committed with the turn's other events), so the
     /// record's `usage` always equals the breakers' totals and a restart keeps the budgets spent.
-    pub fn record_usage(&self, usage: warden_protocols::Usage) {
+    pub(crate) fn record_usage(&self, usage: warden_protocols::Usage) {
         self.turn_usage.lock().add(usage);
         let mut rec = self.lock();
         let (cost, unpriced) = self
@@ -178,7 +178,7 @@ impl AgentCell {
     }
 
     /// After an unlock / history reset / resume: the breakers start clean.
-    pub fn breakers_cleared(&self) {
+    pub(crate) fn breakers_cleared(&self) {
         let mut b = self.breakers.lock();
         b.on_unlock();
         b.restore_consecutive_errors(0);
@@ -187,14 +187,14 @@ impl AgentCell {
     }
 
     /// After a restart: the breakers' count follows the record's.
-    pub fn breakers_restore(&self, consecutive_errors: u32) {
+    pub(crate) fn breakers_restore(&self, consecutive_errors: u32) {
         self.breakers
             .lock()
             .restore_consecutive_errors(consecutive_errors);
     }
 
     /// The running turn's usage so far, reset to zero (a turn starts, or it finished).
-    pub fn take_turn_usage(&self) -> Usage {
+    pub(crate) fn take_turn_usage(&self) -> Usage {
         std::mem::take(&mut *self.turn_usage.lock())
     }
 }

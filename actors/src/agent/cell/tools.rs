@@ -3,21 +3,21 @@
 use super::*;
 
 impl AgentCell {
-    pub fn tools_in_flight(&self) -> u32 {
+    pub(crate) fn tools_in_flight(&self) -> u32 {
         self.tools_in_flight.load(Ordering::Acquire)
     }
 
     /// No tool runs now: a turn starts, or its calls were dropped (halt, crash).
-    pub fn reset_tools_in_flight(&self) {
+    pub(crate) fn reset_tools_in_flight(&self) {
         self.tools_in_flight.store(0, Ordering::Release);
     }
 
-    pub fn tool_started(&self) {
+    pub(crate) fn tool_started(&self) {
         self.tools_in_flight.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Returns how many are still running.
-    pub fn tool_finished(&self) -> u32 {
+    pub(crate) fn tool_finished(&self) -> u32 {
         self.tools_in_flight
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             .map_or(0, |n| n - 1)

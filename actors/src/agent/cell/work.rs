@@ -6,7 +6,7 @@ impl AgentCell {
     /// A new task (event or delegated task) starts: loop caps and the wall clock restart, and the
     /// checkpoint forgets the extensions it counted for the previous task (which ends here: a tick
     /// runs on in the current task, so nothing earlier does).
-    pub fn begin_task(&self) -> String {
+    pub(crate) fn begin_task(&self) -> String {
         let mut task = self.task.lock();
         if !task.run_id.is_empty() {
             self.safety.checkpoint.forget_run(&task.run_id);
@@ -20,30 +20,30 @@ impl AgentCell {
     }
 
     /// One more loop iteration of the current task: (iteration number in the task, elapsed).
-    pub fn task_iteration(&self) -> (u32, Duration, String) {
+    pub(crate) fn task_iteration(&self) -> (u32, Duration, String) {
         let mut task = self.task.lock();
         task.iterations = task.iterations.saturating_add(1);
         (task.iterations, task.started.elapsed(), task.run_id.clone())
     }
 
     /// The current task's run id (auto-extensions are counted per run).
-    pub fn current_run_id(&self) -> String {
+    pub(crate) fn current_run_id(&self) -> String {
         self.task.lock().run_id.clone()
     }
 
     /// Takes back an iteration that a refused limit did not let run.
-    pub fn task_iteration_undo(&self) {
+    pub(crate) fn task_iteration_undo(&self) {
         let mut task = self.task.lock();
         task.iterations = task.iterations.saturating_sub(1);
     }
 
-    pub fn append_history(&self, message: ChatMessage) {
+    pub(crate) fn append_history(&self, message: ChatMessage) {
         let mut rec = self.lock();
         self.emit(&mut rec, EventKind::HistoryAppended { message });
     }
 
     /// System prompt + history, as sent to the model.
-    pub fn conversation(&self) -> Vec<ChatMessage> {
+    pub(crate) fn conversation(&self) -> Vec<ChatMessage> {
         let rec = self.lock();
         let mut messages = Vec::with_capacity(rec.history.len() + 1);
         if let Some(prompt) = &self.system_prompt {

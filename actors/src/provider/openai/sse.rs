@@ -55,7 +55,7 @@ pub(super) struct EventDecoder {
 
 impl EventDecoder {
     /// Appends `chunk` and returns the events it completed.
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
+    pub(super) fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
         let mut events = Vec::new();
         let mut rest = chunk;
         if self.after_cr && !rest.is_empty() {
@@ -86,7 +86,7 @@ impl EventDecoder {
 
     /// Ends the stream. Per the spec, an event not ended by a blank line is discarded (and so is an
     /// unterminated last line); returns `true` when something was.
-    pub fn finish(&mut self) -> bool {
+    pub(super) fn finish(&mut self) -> bool {
         let discarded = self.pending || !self.line.is_empty();
         *self = EventDecoder::default();
         discarded

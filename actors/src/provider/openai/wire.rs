@@ -243,7 +243,7 @@ fn estimate_tokens(chars: usize) -> u64 {
 impl Draft {
     /// Interprets the draft: tool calls (native, or parsed from the text in fallback mode), the
     /// finish reason (inferred when the server sent none), and usage (estimated when missing).
-    pub fn finish(
+    pub(super) fn finish(
         self,
         format: ToolFormat,
         prompt_chars: usize,
