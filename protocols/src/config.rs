@@ -21,7 +21,9 @@ pub enum ConfigError {
         /// The key's path, e.g. `execution.max_iterations_per_tick` or
         /// `safety.budget.prices."gpt-4o".prompt_per_1k`.
         key: Cow<'static, str>,
+        /// The value as written (TOML), or as an environment variable gave it.
         value: String,
+        /// What is allowed, in words (a range, a list of choices).
         allowed: &'static str,
     },
 }
@@ -30,12 +32,19 @@ pub enum ConfigError {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WardenConfig {
+    /// `[safety]`: breakers, budgets, loop limits and timeouts.
     pub safety: SafetyConfig,
+    /// `[execution]`: the turn's model calls, context and retries.
     pub execution: ExecutionConfig,
+    /// `[delegation]`: delegation budgets and timeouts.
     pub delegation: DelegationConfig,
+    /// `[tools]`: tool timeouts and circuit breakers.
     pub tools: ToolsConfig,
+    /// `[mailbox]`: lane capacities.
     pub mailbox: MailboxConfig,
+    /// `[supervisor]`: arbiters and restart intensity.
     pub supervisor: SupervisorConfig,
+    /// `[journal]`: where and how events are kept.
     pub journal: JournalConfig,
 }
 
@@ -43,11 +52,16 @@ pub struct WardenConfig {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SafetyConfig {
+    /// `[safety.on_limit]`: what happens when a loop limit is reached (ask, refuse, extend).
     pub on_limit: SafetyOnLimitConfig,
+    /// `[safety.loop]`: loop limits per task (iterations, agent hops, …).
     #[serde(rename = "loop")]
     pub loop_: SafetyLoopConfig,
+    /// `[safety.timeout]`: wall-clock limits.
     pub timeout: SafetyTimeoutConfig,
+    /// `[safety.breakers]`: the per-agent breakers' thresholds.
     pub breakers: SafetyBreakersConfig,
+    /// `[safety.budget]`: token and cost budgets, and the price table.
     pub budget: SafetyBudgetConfig,
 }
 
@@ -156,7 +170,9 @@ impl Default for SafetyBreakersConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelPrice {
+    /// Price of 1000 prompt (input) tokens, ≥ 0.
     pub prompt_per_1k: f64,
+    /// Price of 1000 completion (output) tokens, ≥ 0.
     pub completion_per_1k: f64,
 }
 
@@ -236,8 +252,10 @@ pub struct ExecutionConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum ContextStrategyConfig {
+    /// Drop the oldest messages that do not fit (default).
     #[default]
     SlidingWindow,
+    /// Fold the oldest messages into a summary that fits.
     Compact,
 }
 
@@ -314,6 +332,7 @@ impl Default for MailboxConfig {
 pub struct SupervisorConfig {
     /// Actix arbiters (threads) agents are spread over. 0 = one per core. Default 0.
     pub arbiters: usize,
+    /// `[supervisor.restart]`: how often a crashed agent is restarted before the supervisor gives up.
     pub restart: RestartConfig,
 }
 
@@ -512,7 +531,28 @@ pub fn located(text: &str, span: std::ops::Range<usize>, message: &str) -> Strin
 }
 
 impl WardenConfig {
-    /// Parses and validates a TOML document.
+    /// Parses and validates a TOML document. Missing sections and keys take their defaults.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Parse`] for a syntax error, an unknown section or key, or a value of the wrong
+    /// type — with line, column, the key's path and the offending line (see [`parse_toml`]);
+    /// [`ConfigError::Invalid`] for a value out of its range, naming the key, the value and what is
+    /// allowed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use warden_protocols::{ConfigError, WardenConfig};
+    ///
+    /// let config = WardenConfig::from_toml("[safety.breakers]\nmax_consecutive_errors = 7\n").unwrap();
+    /// assert_eq!(config.safety.breakers.max_consecutive_errors.get(), 7);
+    /// assert_eq!(config.tools, WardenConfig::default().tools);
+    ///
+    /// let error = WardenConfig::from_toml("[safety]\nbrakers = {}\n").unwrap_err();
+    /// assert!(matches!(error, ConfigError::Parse(_)));
+    /// assert!(error.to_string().contains("line 2, column 1"), "{error}");
+    /// ```
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         precheck(text)?;
         let config: WardenConfig = parse_toml(text)?;
@@ -526,6 +566,10 @@ impl WardenConfig {
     }
 
     /// Checks every value's range.
+    ///
+    /// # Errors
+    ///
+    /// The first value out of range, as [`ConfigError::Invalid`] (key, value, what is allowed).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let iterations = self.execution.max_iterations_per_tick;
         if !(1..=10).contains(&iterations) {

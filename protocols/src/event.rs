@@ -22,7 +22,9 @@ pub struct Event {
     pub seq: u64,
     /// Wall-clock time, milliseconds since the Unix epoch.
     pub at_ms: u64,
+    /// The agent the event is about.
     pub agent: AgentKey,
+    /// What happened.
     pub kind: EventKind,
 }
 
@@ -69,13 +71,24 @@ impl std::fmt::Display for Breaker {
 #[serde(tag = "by", rename_all = "snake_case")]
 pub enum HaltCause {
     /// An operator (CLI, API, embedding code).
-    Operator { operator: String },
+    Operator {
+        /// The operator's name (the API token's name, `cli`, or what embedding code gave).
+        operator: String,
+    },
     /// The agent's delegator was halted; cancellation propagates down the delegation tree.
-    Parent { parent: AgentKey },
+    Parent {
+        /// The halted delegator.
+        parent: AgentKey,
+    },
     /// The supervisor halted every agent.
     HaltAll,
     /// The supervisor gave up restarting a crashing agent.
-    RestartIntensity { restarts: u32, within_ms: u64 },
+    RestartIntensity {
+        /// Restarts counted within the window.
+        restarts: u32,
+        /// The window (`supervisor.restart.within_seconds`), in milliseconds.
+        within_ms: u64,
+    },
 }
 
 /// A queued message cleared by a halt.
@@ -83,6 +96,7 @@ pub enum HaltCause {
 pub struct DiscardedMessage {
     /// Mailbox-assigned message id.
     pub id: u64,
+    /// The lane it was queued in.
     pub priority: Priority,
     /// What it was (`user_event`, `tick`, `delegated_task`, …).
     pub kind: String,
@@ -96,11 +110,16 @@ pub struct DiscardedMessage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum DelegationOutcome {
+    /// The delegate answered; its answer went back to the delegator as the tool's result.
     Completed,
+    /// The delegate's turn ended without an answer.
     Failed {
+        /// Why, as the delegator's `delegate` tool reported it.
         error: String,
     },
+    /// The delegate did not answer within the delegation timeout.
     TimedOut {
+        /// How long the delegator waited, in milliseconds.
         after_ms: u64,
     },
     /// The delegate dropped the task (halted, crashed, shut down) before answering.
@@ -112,7 +131,9 @@ pub enum DelegationOutcome {
 /// The result of one turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnOutcome {
+    /// Why the turn ended.
     pub reason: TerminationReason,
+    /// Model calls made (ReAct iterations), including a wrap-up.
     pub iterations: u32,
     /// The final answer, when the model gave one (for a refused limit: the wrap-up).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -120,6 +141,7 @@ pub struct TurnOutcome {
     /// `true` when a refused limit ended the task (the answer, if any, is the forced wrap-up).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub limit_stopped: bool,
+    /// Which limit ended the task, when `limit_stopped`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_kind: Option<crate::LimitKind>,
     /// A decision-enabling error when the turn ended without an answer it could give (for a refused
@@ -168,8 +190,11 @@ pub enum EventFate {
     Running,
     /// The turn that took it gave an answer.
     Answered {
+        /// The final answer.
         answer: String,
+        /// Why the turn ended (`answered`, or a limit's wrap-up).
         reason: TerminationReason,
+        /// Tokens of every model call of the turn.
         usage: Usage,
         /// The answer was still cut by the model's token limit after the last max-tokens recovery
         /// ([`TurnOutcome::truncated`]).
@@ -177,12 +202,17 @@ pub enum EventFate {
         truncated: bool,
     },
     /// The agent refused it (locked out, stopped): when it was taken, or its turn ended in a lockout.
-    Refused { refusal: WorkRefusal },
+    Refused {
+        /// Why.
+        refusal: WorkRefusal,
+    },
     /// A halt cleared it from the queue or stopped the turn that had taken it.
     Discarded,
     /// The turn that took it ended without an answer (model failure, limit, budget stop, crash).
     Failed {
+        /// Why the turn ended.
         reason: TerminationReason,
+        /// A decision-enabling message, when there is one ([`TurnOutcome::error`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
@@ -312,25 +342,36 @@ fn is_zero_cost(cost: &f64) -> bool {
 pub enum EventKind {
     /// Record: created (role, parent, thresholds).
     Spawned {
+        /// Assistant or sub-agent.
         role: AgentRole,
+        /// The delegator a sub-agent reports to; `None` for an assistant.
         parent: Option<AgentKey>,
+        /// The threshold of the consecutive-errors breaker it was spawned with.
         max_consecutive_errors: u32,
     },
     /// Record: `state = to`.
     StateChanged {
+        /// The state before.
         from: AgentState,
+        /// The state after.
         to: AgentState,
+        /// Why (free text: the operation, breaker or recovery that caused it).
         cause: String,
     },
     /// An illegal transition was asked for and refused. No change.
     TransitionRefused {
+        /// The state the agent was in (and stays in).
         from: AgentState,
+        /// The state that was asked for.
         to: AgentState,
+        /// Who or what asked.
         cause: String,
     },
     /// Record: `consecutive_errors = consecutive_errors`.
     ErrorCounted {
+        /// The count after this failure.
         consecutive_errors: u32,
+        /// The failure (tool or model error text).
         error: String,
     },
     /// Record: `consecutive_errors = 0` (a success after failures).
@@ -338,68 +379,89 @@ pub enum EventKind {
     /// Record: `lockout` set (the emergency stop). Journaled in one batch with the state change into
     /// `SAFETY_LOCKOUT`.
     LockedOut {
+        /// The breaker that tripped.
         breaker: Breaker,
+        /// Its message: what tripped it and the values involved.
         reason: String,
+        /// The consecutive-error count at the trip.
         consecutive_errors: u32,
     },
     /// Record: lockout cleared, `consecutive_errors = 0`.
     Unlocked {
+        /// Who unlocked it (the authenticated operator's name).
         operator: String,
     },
     /// Record: conversation history cleared.
     HistoryReset {
+        /// Who reset it.
         operator: String,
     },
     /// Record: paused / unpaused (ordinary lane not read while paused).
     Paused {
+        /// Who paused it.
         operator: String,
     },
+    /// Record: unpaused; the ordinary lane is read again.
     Unpaused {
+        /// Who unpaused it.
         operator: String,
     },
     /// Record: `halts += 1`, `discarded_by_halt += discarded`, `pending` cleared (a halt discards the
     /// whole ordinary lane). Durable before the halt is acknowledged.
     Halted {
+        /// Who or what halted the agent.
         cause: HaltCause,
+        /// How many queued messages the halt cleared.
         discarded: u64,
     },
     /// The messages a halt cleared, each listed. Record: the listed `queued` ids are settled (the
     /// `Halted` before it already cleared them; the listing settles them on its own too).
     MessagesDiscarded {
+        /// Each cleared message, in lane order.
         messages: Vec<DiscardedMessage>,
     },
     /// Work refused by a locked-out or stopped agent. Record: a refused pending event (`queued`) is
     /// settled; a refusal before queueing (`queued` absent) changes nothing.
     WorkRefused {
+        /// What was refused (`user_event`, `tick`, `delegated_task`, …).
         work: String,
+        /// Why.
         refusal: WorkRefusal,
+        /// The pending-event id, when the refused work was an accepted user event.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         queued: Option<u64>,
     },
     /// Record: `pending` gains the event, `last_event_id = id`. A user event accepted into the
     /// ordinary lane, journaled before the sender is answered.
     EventQueued {
+        /// The pending-event id: unique over the agent's whole journal, across restarts.
         id: u64,
+        /// The user event as it was sent.
         event: Arc<UserEvent>,
     },
     /// Record: `keyed` gains (`key`, `id`, the event), the oldest dropped past
     /// [`crate::AgentRecord::KEYS_KEPT`]. The idempotency key a sender gave event `id`; journaled in
     /// one batch with its `EventQueued`, right after it.
     EventKeyed {
+        /// The pending-event id of the `EventQueued` just before.
         id: u64,
+        /// The sender's `Idempotency-Key`.
         key: String,
     },
     /// Record: pending event `id` settled — a turn took it. Journaled in the same transaction as the
     /// `HistoryAppended` of its message, so a crash keeps both or neither.
     EventTaken {
+        /// The pending-event id.
         id: u64,
     },
     /// Record: history gains `message`.
     HistoryAppended {
+        /// The message, as the model will see it in later turns.
         message: ChatMessage,
     },
     /// Record: `turns += 1`.
     TurnFinished {
+        /// How the turn ended.
         outcome: TurnOutcome,
     },
     /// Record: `usage` grows by one model call's tokens and `cost` (priced when the call was made;
@@ -407,87 +469,130 @@ pub enum EventKind {
     /// the call, committed with the turn's other events (no wait of its own), so a restart keeps
     /// the budgets spent.
     UsageRecorded {
+        /// Prompt and completion tokens of the call.
         usage: Usage,
+        /// Its cost in the price table's currency (absent: 0).
         #[serde(default, skip_serializing_if = "is_zero_cost")]
         cost: f64,
+        /// `true` when the model has no price: its tokens count against `unpriced` budgets only.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         unpriced: bool,
     },
+    /// A tool call started (after the circuit, schema and halt checks passed). No change.
     ToolStarted {
+        /// The model's tool-call id.
         call_id: String,
+        /// The tool's name.
         tool: String,
     },
+    /// A tool call ended (successfully, failed, timed out or panicked). No change.
     ToolFinished {
+        /// The model's tool-call id.
         call_id: String,
+        /// The tool's name.
         tool: String,
+        /// `true` when the tool returned a result.
         ok: bool,
+        /// The error the model was shown, when `ok` is false.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
     /// A tool call refused because a halt was requested. No change.
     ToolRefused {
+        /// The model's tool-call id.
         call_id: String,
+        /// The tool's name.
         tool: String,
+        /// Why (the halt that was pending).
         reason: String,
     },
+    /// This agent sent a task to a delegate. No change.
     DelegationRequested {
+        /// Delegation id, unique per supervisor; its `DelegationEnded` carries the same id.
         id: u64,
+        /// The delegate.
         to: AgentKey,
+        /// The length of the delegation chain the task carries (checked against `safety.loop.max_agent_hops`).
         hops: u32,
     },
+    /// The supervisor refused a delegation before the task was sent. No change.
     DelegationRefused {
+        /// The delegate that was asked for.
         to: AgentKey,
+        /// Why it was refused.
         refusal: DelegationRefusal,
     },
+    /// A delegation ended, however it ended; the delegator's slot is released. No change.
     DelegationEnded {
+        /// The id of its `DelegationRequested`.
         id: u64,
+        /// The delegate.
         to: AgentKey,
+        /// How it ended.
         outcome: DelegationOutcome,
     },
     /// A delegate this agent was waiting on tripped a breaker (the owner is notified). No change.
     DelegateLockedOut {
+        /// The delegate.
         delegate: AgentKey,
+        /// The delegate's lockout message.
         reason: String,
     },
     /// Record: `stopped_by = {breaker, reason}` — a breaker (budget) stopped the agent. The state change
     /// to STOPPED is its own event.
     BreakerStopped {
+        /// The breaker.
         breaker: Breaker,
+        /// Its message.
         reason: String,
     },
     /// The repetition alert (or another system-level message) was injected into the context. No change.
     SafetyAlert {
+        /// The text injected.
         message: String,
     },
     /// The near-budget warning (given once). No change.
     BudgetWarning {
+        /// The warning text (what was spent of which budget).
         message: String,
     },
     /// A limit went through the checkpoint. No change.
     LimitDecided {
+        /// Which limit.
         kind: crate::LimitKind,
+        /// The value the agent reached (or would reach).
         current: f64,
+        /// The configured limit.
         configured: f64,
+        /// Allowed, extended or refused, and by what.
         decision: crate::LimitDecision,
     },
     /// A refused limit ends the task (before the wrap-up turn). No change.
     LimitDenied {
+        /// Which limit.
         kind: crate::LimitKind,
+        /// The value the agent reached.
         current: f64,
+        /// The configured limit.
         configured: f64,
+        /// Why it was refused.
         reason: crate::LimitReason,
     },
     /// A tool's circuit breaker changed state (`opened`, `reopened`, `closed`). No change.
     ToolCircuitChanged {
+        /// The tool.
         tool: String,
+        /// `opened after N failures`, `reopened after N failures` or `closed`.
         transition: String,
     },
     /// The actor died outside a clean stop (a panic in its own code).
     Crashed {
+        /// The state the agent was in when it died.
         state: AgentState,
     },
     /// Record: `restarts += 1`. Safety state is kept.
     Restarted {
+        /// The restart count after this restart.
         restarts: u32,
     },
 }

@@ -12,7 +12,7 @@
 //! * [`ChatMessage`], [`ToolCall`], [`ToolSpec`] — Chat Completions wire types.
 //! * [`WardenConfig`] — the configuration file, with defaults and validation.
 
-#![warn(missing_debug_implementations, unreachable_pub)]
+#![warn(missing_debug_implementations, missing_docs, unreachable_pub)]
 
 mod config;
 mod event;

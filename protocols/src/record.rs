@@ -13,7 +13,9 @@ use std::{collections::VecDeque, sync::Arc};
 /// Why an agent is locked out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lockout {
+    /// The breaker that tripped.
     pub breaker: Breaker,
+    /// Its message: what tripped it and the values involved.
     pub reason: String,
 }
 
@@ -22,22 +24,28 @@ pub struct Lockout {
 pub struct PendingEvent {
     /// Unique over the agent's journal (see [`AgentRecord::next_event_id`]).
     pub id: u64,
+    /// The user event as it was sent.
     pub event: Arc<UserEvent>,
 }
 
 /// An accepted event that its sender named with an idempotency key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyedEvent {
+    /// The sender's `Idempotency-Key`.
     pub key: String,
+    /// The pending-event id the key was given to.
     pub id: u64,
+    /// The user event, to tell a retry (same event) from a conflicting reuse of the key.
     pub event: Arc<UserEvent>,
 }
 
 /// Token and cost totals of an agent's model calls (over its whole journal: a restart keeps them).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct UsageTotals {
+    /// Prompt (input) tokens.
     #[serde(default)]
     pub prompt_tokens: u64,
+    /// Completion (output) tokens.
     #[serde(default)]
     pub completion_tokens: u64,
     /// In the price currency (`safety.budget.prices`), as priced when each call was made.
@@ -49,6 +57,7 @@ pub struct UsageTotals {
 }
 
 impl UsageTotals {
+    /// Prompt and completion tokens together (saturating).
     pub fn tokens(&self) -> u64 {
         self.prompt_tokens.saturating_add(self.completion_tokens)
     }
@@ -78,9 +87,13 @@ impl UsageTotals {
 /// journals, so `AgentRecord::replay(journal)` equals the live record (tests hold it to that).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentRecord {
+    /// The agent's key.
     pub key: AgentKey,
+    /// Assistant or sub-agent.
     pub role: AgentRole,
+    /// The delegator a sub-agent reports to; `None` for an assistant.
     pub parent: Option<AgentKey>,
+    /// The lifecycle state (changed only through [`AgentRecord::apply`] on `StateChanged`).
     pub state: AgentState,
     /// Why the agent is locked out; `Some` from its `LockedOut` until its `Unlocked`. The one source
     /// of truth for the emergency stop ([`AgentRecord::emergency_stop`]). A lockout and the state
@@ -91,13 +104,21 @@ pub struct AgentRecord {
     /// Why a breaker (not an operator) stopped the agent; cleared when it is resumed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_by: Option<Lockout>,
+    /// Failed calls in a row; the consecutive-errors breaker trips at `max_consecutive_errors`.
     pub consecutive_errors: u32,
+    /// The consecutive-errors breaker's threshold.
     pub max_consecutive_errors: u32,
+    /// `true` while paused: the ordinary lane is not read.
     pub paused: bool,
+    /// Halts so far.
     pub halts: u64,
+    /// Ordinary messages cleared by halts, in total.
     pub discarded_by_halt: u64,
+    /// Turns finished.
     pub turns: u64,
+    /// Restarts after crashes.
     pub restarts: u32,
+    /// The conversation, as the model sees it (before context trimming).
     pub history: Vec<ChatMessage>,
     /// Accepted user events not yet taken, discarded or refused, in the order accepted (= id order).
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
@@ -285,6 +306,26 @@ impl AgentRecord {
     }
 
     /// Rebuilds the record of `key` from a journal (events of other agents are skipped).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use warden_protocols::{AgentKey, AgentRecord, AgentRole, AgentState, Event, EventKind};
+    ///
+    /// let npc = AgentKey::new("innkeeper");
+    /// let event = |seq, kind| Event { seq, at_ms: 0, agent: npc.clone(), kind };
+    /// let journal = [
+    ///     event(1, EventKind::Spawned { role: AgentRole::Assistant, parent: None, max_consecutive_errors: 3 }),
+    ///     event(2, EventKind::StateChanged {
+    ///         from: AgentState::WaitingForEvent,
+    ///         to: AgentState::Executing,
+    ///         cause: "event".into(),
+    ///     }),
+    /// ];
+    /// let record = AgentRecord::replay(npc, &journal);
+    /// assert_eq!(record.state, AgentState::Executing);
+    /// assert_eq!(record.max_consecutive_errors, 3);
+    /// ```
     pub fn replay<'a>(key: AgentKey, events: impl IntoIterator<Item = &'a Event>) -> Self {
         let mut record = AgentRecord::new(key);
         for event in events {

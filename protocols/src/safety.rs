@@ -198,6 +198,7 @@ pub struct LimitDecision {
     /// When allowed, how many extensions have now been granted for this (run, kind), this one
     /// included (1 for the first). 0 when refused.
     pub extension: u32,
+    /// Who or what decided.
     pub reason: LimitReason,
     /// Who answered, when an operator decided (`user_approved`, `user_refused`) and the bus said
     /// who: the audit trail of `limit_decided`.
@@ -206,6 +207,7 @@ pub struct LimitDecision {
 }
 
 impl LimitDecision {
+    /// A refusal for `reason` (no extension).
     pub fn refuse(reason: LimitReason) -> Self {
         LimitDecision {
             allow: false,
@@ -227,6 +229,7 @@ impl LimitDecision {
 pub struct AnsweredBy {
     /// E.g. `api:admin` (the HTTP API's admin token), `tty` (`warden run`'s terminal).
     pub operator: String,
+    /// The note they gave with the answer, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -235,6 +238,7 @@ pub struct AnsweredBy {
 /// (Not an agent's reply to an event: that is `warden::Reply`.)
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperatorReply {
+    /// Yes, no, or what else they said.
     pub answer: Answer,
     /// `None`: an anonymous answer (an embedder's bus that does not say who).
     pub by: Option<AnsweredBy>,
@@ -264,9 +268,11 @@ impl From<Answer> for OperatorReply {
 pub struct Intervention {
     /// Unique within the process; the operator answers by this id.
     pub id: u64,
+    /// The agent that hit the limit.
     pub agent: AgentKey,
     /// The run (task) the limit was hit in.
     pub run_id: String,
+    /// Which limit.
     pub kind: LimitKind,
     /// The value reached (count, or seconds).
     pub current: f64,
@@ -282,7 +288,9 @@ pub struct Intervention {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Answer {
+    /// Allow the extension.
     Yes,
+    /// Refuse it.
     No,
     /// Anything else the operator said; treated as no.
     Other(String),
@@ -315,6 +323,7 @@ pub enum AnomalyKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "outcome", content = "kind", rename_all = "snake_case")]
 pub enum ToolOutcome {
+    /// The tool returned a result.
     Ok,
     /// The tool ran and failed (error, timeout, panic).
     Failed,
@@ -339,13 +348,17 @@ pub enum LlmOutcome {
 /// The team budget as the monitor shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FleetView {
+    /// Tokens used by the whole team (prompt + completion).
     pub tokens: u64,
+    /// Cost of the whole team, in the price currency.
     pub cost: f64,
     /// `safety.budget.tokens_per_team` (0 = off).
     pub token_limit: u64,
     /// `safety.budget.cost_per_team` (0 = off).
     pub cost_limit: f64,
+    /// Agents in the team.
     pub agents_total: usize,
+    /// Agents in `SAFETY_LOCKOUT` now.
     pub agents_locked_out: usize,
     /// Keys of the locked-out agents, sorted.
     pub locked_out: Vec<AgentKey>,

@@ -112,7 +112,9 @@ impl fmt::Display for AgentState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[error("illegal transition {from} -> {to}")]
 pub struct IllegalTransition {
+    /// The state the agent was in.
     pub from: AgentState,
+    /// The state that was asked for.
     pub to: AgentState,
 }
 

@@ -4,40 +4,61 @@ use serde::{Deserialize, Serialize};
 /// Messages waiting in each lane.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct QueueDepths {
+    /// The halt lane (priority 0).
     pub system_halt: usize,
+    /// The control lane (pause, resume, unlock, reset).
     pub control: usize,
+    /// The supervision lane (delegation results, lockout notices).
     pub supervision: usize,
+    /// The ordinary lane (user events, ticks, delegated tasks).
     pub ordinary: usize,
 }
 
 /// One agent's status, as `warden status` and `GET /api/agents/{key}` show it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentStatus {
+    /// The agent's key.
     pub key: AgentKey,
+    /// Assistant or sub-agent.
     pub role: AgentRole,
+    /// The lifecycle state.
     pub state: AgentState,
+    /// `true` while a breaker has it locked out (`lockout` is set); only an authenticated unlock ends it.
     pub emergency_stop: bool,
+    /// Why it is locked out, while it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lockout: Option<Lockout>,
     /// Why a breaker stopped the agent (budget), if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_by: Option<Lockout>,
+    /// Failed calls in a row.
     pub consecutive_errors: u32,
+    /// The consecutive-errors breaker's threshold.
     pub max_consecutive_errors: u32,
     /// Delegations this agent is running now.
     pub active_sub_agents: u32,
+    /// How many delegations it may run at once (`delegation.sub_agent_budget`).
     pub sub_agent_budget: u32,
+    /// The delegator a sub-agent reports to.
     pub parent: Option<AgentKey>,
+    /// Messages waiting in each lane now.
     pub queued: QueueDepths,
+    /// The ordinary lane's capacity (`mailbox.ordinary_capacity`).
     pub ordinary_capacity: usize,
     /// Ordinary messages cleared by halts, in total.
     pub discarded_by_halt: u64,
+    /// `true` while paused.
     pub paused: bool,
+    /// Halts so far.
     pub halts: u64,
+    /// Turns finished.
     pub turns: u64,
+    /// Restarts after crashes.
     pub restarts: u32,
+    /// Messages in its conversation history.
     pub history_len: usize,
     /// Tokens used (prompt + completion) and their cost, per the price table.
     pub tokens_used: u64,
+    /// Cost of its model calls so far, in the price currency.
     pub cost_used: f64,
 }

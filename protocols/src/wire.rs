@@ -9,9 +9,11 @@ use std::{fmt, sync::Arc};
 pub struct AgentKey(Arc<str>);
 
 impl AgentKey {
+    /// An agent key from any string (no validation; the supervisor refuses duplicates).
     pub fn new(key: impl AsRef<str>) -> Self {
         AgentKey(Arc::from(key.as_ref()))
     }
+    /// The key as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -73,20 +75,27 @@ impl fmt::Display for AgentRole {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChatRole {
+    /// Instructions from the system (system prompts, safety alerts).
     System,
+    /// A user event, as text.
     User,
+    /// The model's own reply.
     Assistant,
+    /// A tool's result, answering one tool call.
     Tool,
 }
 
 /// One message of a conversation, in Chat Completions format.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {
+    /// Who speaks.
     pub role: ChatRole,
     /// Text content; `None` for an assistant message that only calls tools.
     pub content: Option<String>,
+    /// The tool calls of an assistant message (empty otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
+    /// For a `tool` message: the id of the call it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
     /// Internal messages (continuations, system alerts) are sent to the model but never shown to users.
@@ -105,12 +114,15 @@ impl ChatMessage {
             internal: false,
         }
     }
+    /// A system message.
     pub fn system(content: impl Into<String>) -> Self {
         Self::text(ChatRole::System, content)
     }
+    /// A user message.
     pub fn user(content: impl Into<String>) -> Self {
         Self::text(ChatRole::User, content)
     }
+    /// An assistant message with text only.
     pub fn assistant(content: impl Into<String>) -> Self {
         Self::text(ChatRole::Assistant, content)
     }
@@ -144,9 +156,12 @@ impl ChatMessage {
 /// A tool call requested by the model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
+    /// The call's id, unique within the reply; the tool message that answers it names it.
     pub id: String,
+    /// Always `function` (the only kind Chat Completions has).
     #[serde(rename = "type", default = "function_type")]
     pub kind: String,
+    /// The function's name and arguments.
     pub function: FunctionCall,
 }
 
@@ -155,6 +170,7 @@ fn function_type() -> String {
 }
 
 impl ToolCall {
+    /// A function call of `name` with `arguments` (serialised to JSON text).
     pub fn new(
         id: impl Into<String>,
         name: impl Into<String>,
@@ -174,14 +190,18 @@ impl ToolCall {
 /// The function half of a tool call; `arguments` is the JSON text the model produced (maybe invalid).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FunctionCall {
+    /// The tool's name.
     pub name: String,
+    /// The arguments as JSON text, exactly as the model produced it (maybe not valid JSON).
     pub arguments: String,
 }
 
 /// Token usage of one LLM call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Usage {
+    /// Tokens of the request (the prompt).
     pub prompt_tokens: u64,
+    /// Tokens of the reply (the completion).
     pub completion_tokens: u64,
     /// `true` when the server sent no usage and warden estimated it.
     #[serde(default)]
@@ -189,6 +209,7 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Prompt and completion tokens together.
     pub fn total(&self) -> u64 {
         self.prompt_tokens + self.completion_tokens
     }
@@ -210,11 +231,16 @@ impl Usage {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
+    /// The model finished its reply.
     #[default]
     Stop,
+    /// The model asked for tool calls.
     ToolCalls,
+    /// The reply was cut by the token limit (`max_tokens`).
     Length,
+    /// The provider's content filter removed the reply.
     ContentFilter,
+    /// Any other reason the provider gave.
     Other,
 }
 
@@ -234,10 +260,13 @@ pub enum ToolCategory {
 /// A tool as the model sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
+    /// The name the model calls it by.
     pub name: String,
+    /// What it does, for the model.
     pub description: String,
     /// JSON schema of the arguments object.
     pub parameters: serde_json::Value,
+    /// What it does to the world; decides what the loop does after it.
     pub category: ToolCategory,
 }
 
@@ -306,8 +335,10 @@ pub struct UserEvent {
     /// Where it came from (`say`, `whisper`, `channel:ooc`, `api`, …).
     #[serde(default = "default_source")]
     pub source: String,
+    /// Who sent it (a player, a user name), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sender: Option<String>,
+    /// The text.
     pub content: String,
 }
 
@@ -316,6 +347,7 @@ fn default_source() -> String {
 }
 
 impl UserEvent {
+    /// An event from `api` with this content and no sender.
     pub fn new(content: impl Into<String>) -> Self {
         UserEvent {
             source: default_source(),
