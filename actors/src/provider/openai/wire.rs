@@ -6,7 +6,7 @@
 use super::{OpenAiConfig, ToolFormat};
 use crate::provider::{LlmRequest, LlmResponse, ProviderError};
 use rand::Rng;
-use serde::Deserialize;
+use serde::{de::IgnoredAny, Deserialize};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use warden_protocols::{ChatMessage, ChatRole, FinishReason, ToolCall, ToolSpec, Usage};
@@ -318,15 +318,40 @@ impl Draft {
     }
 }
 
+/// How much parsing [`parse_fallback_call`] may spend on attempts that find no call, in bytes read:
+/// this many times the text's length, plus [`FALLBACK_SCAN_SLACK`]. Each `{` starts an attempt that
+/// reads until its value ends or fails, so text built of many unclosed `{"a":{"a":…` makes every
+/// attempt read to the end — quadratic time (fuzzing measured 41 ms for 154 KB, growing as n^1.7).
+/// With the budget the work is linear in the text; ordinary replies (prose, code with braces, one
+/// call) spend a small fraction of it. Past it the text is taken as an answer with no call.
+const FALLBACK_SCAN_FACTOR: usize = 8;
+/// See [`FALLBACK_SCAN_FACTOR`].
+const FALLBACK_SCAN_SLACK: usize = 64 * 1024;
+
 /// Finds a fallback tool call `{"tool": name, "parameters": {...}}` in the model's text: the whole
 /// text, inside a ```json fence, or after leading prose. Returns the call and the text around it.
+/// Work is bounded by [`FALLBACK_SCAN_FACTOR`] (linear in the text).
 pub(super) fn parse_fallback_call(text: &str) -> Option<(ToolCall, String)> {
+    let mut budget = text
+        .len()
+        .saturating_mul(FALLBACK_SCAN_FACTOR)
+        .saturating_add(FALLBACK_SCAN_SLACK);
     for (start, _) in text.match_indices('{') {
-        let mut values = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
-        let Some(Ok(Value::Object(obj))) = values.next() else {
+        let rest = &text[start..];
+        // Find the value's extent without building it (most attempts fail or are not calls).
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<IgnoredAny>();
+        let (read, complete) = match values.next() {
+            Some(Err(error)) => (bytes_read_until(rest, &error), false),
+            next => (values.byte_offset(), next.is_some()),
+        };
+        budget = budget.checked_sub(read)?;
+        if !complete {
+            continue;
+        }
+        let Ok(Value::Object(obj)) = serde_json::from_str(&rest[..read]) else {
             continue;
         };
-        let end = start + values.byte_offset();
+        let end = start + read;
         let Some(Value::String(name)) = obj.get("tool") else {
             continue;
         };
@@ -344,6 +369,19 @@ pub(super) fn parse_fallback_call(text: &str) -> Option<(ToolCall, String)> {
         return Some((call, rest));
     }
     None
+}
+
+/// How far into `text` a parse that failed with `error` read: serde_json reports a line and a byte
+/// column (both from 1), not an offset.
+fn bytes_read_until(text: &str, error: &serde_json::Error) -> usize {
+    let line_start = match error.line() {
+        0 | 1 => 0,
+        line => text
+            .match_indices('\n')
+            .nth(line - 2)
+            .map_or(text.len(), |(at, _)| at + 1),
+    };
+    line_start.saturating_add(error.column()).min(text.len())
 }
 
 /// The prose around a fallback call, without the code fence that held it.
@@ -504,6 +542,37 @@ mod tests {
         assert!(parse_fallback_call("hello there").is_none());
         assert!(parse_fallback_call(r#"{"answer": 42}"#).is_none());
         assert!(parse_fallback_call(r#"{"tool": "x", "parameters": {"#).is_none());
+    }
+
+    #[test]
+    fn a_failed_parse_is_charged_for_the_bytes_it_read() {
+        for text in ["{\"a\": [1, 2", "{\"a\":\n  {\"b\":\n  [1,\n x", "{\n\n"] {
+            let error = serde_json::from_str::<Value>(text).expect_err(text);
+            let read = bytes_read_until(text, &error);
+            assert!(read <= text.len(), "{text:?}: {read}");
+            assert!(
+                read + 2 >= text.len(),
+                "{text:?}: read {read} of {}",
+                text.len()
+            );
+        }
+    }
+
+    #[test]
+    fn crafted_text_of_unclosed_objects_costs_linear_work_and_finds_no_call() {
+        // Each `{` starts a value that runs to the end of the text (finding a value's extent has no
+        // depth limit): without the budget the attempts read n²/2 bytes in all. The budget makes the
+        // scan give up; the call after the bait is then not looked for (the text is an answer), which
+        // is the documented trade. (Release build, this bait repeated to 2.5 MB: 49 ms with the budget;
+        // without it 40 KB already took seconds.)
+        let bait = "{\"a\":".repeat(5_000);
+        let text = format!("{bait} {{\"tool\": \"x\"}}");
+        assert!(parse_fallback_call(&text).is_none());
+        // A reply with a realistic amount of braces before its call is unaffected.
+        let prose = "Use {braces} like {this} in code: fn f() { g() }\n".repeat(200);
+        let text = format!("{prose}```json\n{{\"tool\": \"look\", \"parameters\": {{}}}}\n```");
+        let (call, _) = parse_fallback_call(&text).expect("the call after ordinary prose");
+        assert_eq!(call.function.name, "look");
     }
 
     #[test]
