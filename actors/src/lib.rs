@@ -10,7 +10,7 @@
 //! * [`safety`] — breakers, budgets, fingerprints and the limit checkpoint ([`AgentBreakers`],
 //!   [`LimitCheckpoint`]).
 
-#![warn(missing_debug_implementations, unreachable_pub)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod agent;
 #[cfg(all(feature = "fuzzing", feature = "openai"))]
