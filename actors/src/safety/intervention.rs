@@ -71,6 +71,7 @@ impl Drop for Withdraw<'_> {
 }
 
 impl ChannelInterventionBus {
+    /// A bus with no pending asks.
     pub fn new() -> Self {
         Self::default()
     }

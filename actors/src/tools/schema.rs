@@ -46,6 +46,7 @@ impl fmt::Display for SchemaViolation {
 /// Every violation found; never empty. Displays as `path: message; path: message; …`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchemaErrors {
+    /// The violations, in the order found (document order of the arguments).
     pub violations: Vec<SchemaViolation>,
 }
 
