@@ -97,6 +97,7 @@ pub struct SendError<M>(pub M);
 /// use warden_actors::mailbox::{Prioritized, PriorityMailbox, TrySendError};
 /// use warden_protocols::Priority;
 ///
+/// #[derive(Debug)]
 /// struct Msg(Priority, &'static str);
 /// impl Prioritized for Msg {
 ///     fn priority(&self) -> Priority {
