@@ -48,6 +48,14 @@ pub trait Journal: Send + Sync + 'static {
     /// (for an acknowledgement that leaves the process, e.g. the API's `202`), or with the reason it
     /// never will be (its write failed for good, the journal was closed first). A journal that keeps
     /// nothing across a crash has nothing to wait for and resolves at once ([`already_durable`]).
+    ///
+    /// # Errors
+    /// [`NotDurable::WriteFailed`] when the batch holding `seq` cannot be written (the journal is
+    /// degraded, or gave up at close); [`NotDurable::Closed`] when the journal closed first.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the future only waits. Dropping it neither undoes the event nor delays its
+    /// write; ask again with the same `seq` to wait again.
     fn durable(&self, seq: u64) -> BoxFuture<'static, Result<(), NotDurable>>;
 
     /// `Some(reason)` while the journal cannot write (a failing disk): nothing appended now would

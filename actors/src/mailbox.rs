@@ -210,6 +210,10 @@ impl<M: Prioritized> PriorityMailbox<M> {
     /// with a bare `try_send`.
     ///
     /// No wake-up is missed: the waiter is registered before each attempt.
+    ///
+    /// # Cancel safety
+    /// Cancel safe as long as `attempt` is: dropping the future between attempts leaves nothing
+    /// registered and nothing sent.
     pub async fn retry_while_full<T>(&self, mut attempt: impl FnMut() -> Option<T>) -> T {
         loop {
             let notified = self.space.notified();

@@ -126,6 +126,13 @@ pub trait Provider: Send + Sync + 'static {
     }
 
     /// Sends one request (with the provider's own retries). Dropping the future abandons the call.
+    ///
+    /// # Errors
+    /// A [`ProviderError`]: the call's final outcome, after any retries.
+    ///
+    /// # Cancel safety
+    /// Must be cancel safe: a halt drops the future at any await. Dropping it must abandon the call
+    /// (close the HTTP request, stop retrying) and leave the provider usable for the next call.
     fn complete(
         &self,
         request: LlmRequest,

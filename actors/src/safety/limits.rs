@@ -137,6 +137,11 @@ impl LimitCheckpoint {
 
     /// Decides whether the operation that hit the limit may continue (with one more configured
     /// amount). Never panics, never errs: every failure refuses.
+    ///
+    /// # Cancel safety
+    /// Only the interactive mode awaits (the operator's answer). Dropping the future then withdraws
+    /// the question (the bus's contract) and grants nothing; the caller decides what a dropped
+    /// decision means (a halted turn stops anyway).
     pub async fn handle_limit_exceeded(&self, ctx: &LimitContext) -> LimitDecision {
         let decision = match self.config.mode {
             OnLimitMode::Unattended => LimitDecision::refuse(LimitReason::Unattended),

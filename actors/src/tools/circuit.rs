@@ -171,6 +171,12 @@ impl ToolCircuits {
     }
 
     /// Asks to call `tool`. `Ok` carries the permit (a probe in half-open); `Err` the refusal.
+    /// A permit dropped without [`CircuitPermit::succeeded`] or [`CircuitPermit::failed`] records
+    /// nothing (a half-open probe frees its slot).
+    ///
+    /// # Errors
+    /// [`CircuitRejection::Open`] while the cool-down runs; [`CircuitRejection::ProbeInFlight`]
+    /// while half-open with its probe running.
     pub fn try_acquire(&self, tool: &str) -> Result<CircuitPermit<'_>, CircuitRejection> {
         let now = Instant::now();
         let mut circuits = self.circuits.lock();

@@ -68,6 +68,9 @@ impl fmt::Display for SchemaErrors {
 impl std::error::Error for SchemaErrors {}
 
 /// Checks `args` against `schema`. `Err` lists every violation.
+///
+/// # Errors
+/// [`SchemaErrors`], never empty, when `args` does not fit `schema`.
 pub fn validate(schema: &Value, args: &Value) -> Result<(), SchemaErrors> {
     let mut violations = Vec::new();
     let mut path = String::from("$");
