@@ -48,6 +48,14 @@ pub trait Journal: Send + Sync + 'static {
     /// (for an acknowledgement that leaves the process, e.g. the API's `202`), or with the reason it
     /// never will be (its write failed for good, the journal was closed first). A journal that keeps
     /// nothing across a crash has nothing to wait for and resolves at once ([`already_durable`]).
+    ///
+    /// # Errors
+    /// [`NotDurable::WriteFailed`] when the batch holding `seq` cannot be written (the journal is
+    /// degraded, or gave up at close); [`NotDurable::Closed`] when the journal closed first.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the future only waits. Dropping it neither undoes the event nor delays its
+    /// write; ask again with the same `seq` to wait again.
     fn durable(&self, seq: u64) -> BoxFuture<'static, Result<(), NotDurable>>;
 
     /// `Some(reason)` while the journal cannot write (a failing disk): nothing appended now would
@@ -64,7 +72,10 @@ pub enum NotDurable {
     /// may still land later; "not durable" is what held when this was answered), or gave up on it at
     /// close.
     #[error("journal write failed: {reason}")]
-    WriteFailed { reason: String },
+    WriteFailed {
+        /// The write error as the journal reported it.
+        reason: String,
+    },
     /// The journal was closed before the event was handed to it.
     #[error("journal is closed")]
     Closed,
@@ -100,6 +111,28 @@ impl std::fmt::Debug for MemoryJournal {
 }
 
 impl MemoryJournal {
+    /// An empty journal; sequence numbers start at 1.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use warden_actors::{AgentSpec, Journal, MemoryJournal, ScriptStep, ScriptedProvider, Supervisor};
+    /// # use warden_protocols::{AgentRecord, EventKind, UserEvent, WardenConfig};
+    /// # actix_rt::System::new().block_on(async {
+    /// let journal = Arc::new(MemoryJournal::new());
+    /// assert!(journal.is_empty());
+    /// let team = Supervisor::on_current_arbiter(WardenConfig::default(), journal.clone());
+    /// let model = Arc::new(ScriptedProvider::new([ScriptStep::reply("hello")]));
+    /// let bard = team.spawn(AgentSpec::assistant("bard", model)).unwrap();
+    /// bard.ask(UserEvent::new("sing")).await.unwrap();
+    ///
+    /// let events = journal.events_of("bard");
+    /// assert!(matches!(events[0].kind, EventKind::Spawned { .. }));
+    /// assert!(events.iter().any(|e| matches!(e.kind, EventKind::TurnFinished { .. })));
+    /// // Nothing to wait for: memory is as durable as it gets.
+    /// journal.durable(events.last().unwrap().seq).await.unwrap();
+    /// # });
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
@@ -129,6 +162,7 @@ impl MemoryJournal {
         self.events.lock().len()
     }
 
+    /// Whether no event was appended yet.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -9,8 +9,35 @@
 //! * `journal` — the [`Journal`] trait and [`MemoryJournal`].
 //! * [`safety`] — breakers, budgets, fingerprints and the limit checkpoint ([`AgentBreakers`],
 //!   [`LimitCheckpoint`]).
+//!
+//! Words are used as `docs/glossary.md` defines them (a *user event* is work sent to an agent, a
+//! *journal event* an entry of the log, a *turn* the handling of one piece of work).
+//!
+//! # Examples
+//! A team of one agent on a scripted model, in memory: no network, no disk.
+//! ```
+//! use std::sync::Arc;
+//! use warden_actors::{AgentSpec, MemoryJournal, ScriptStep, ScriptedProvider, Supervisor};
+//! use warden_protocols::{HaltCause, UserEvent, WardenConfig};
+//!
+//! #[actix::main]
+//! async fn main() {
+//!     let journal = Arc::new(MemoryJournal::new());
+//!     let team = Supervisor::on_current_arbiter(WardenConfig::default(), journal.clone());
+//!     let model = Arc::new(ScriptedProvider::new([ScriptStep::reply("A room is 5 silver.")]));
+//!     let innkeeper = team.spawn(AgentSpec::assistant("innkeeper", model)).unwrap();
+//!
+//!     let reply = innkeeper.ask(UserEvent::new("a room?")).await.unwrap();
+//!     assert_eq!(reply.answer, "A room is 5 silver.");
+//!
+//!     innkeeper.halt(HaltCause::Operator { operator: "ops".into() }).await;
+//!     assert!(innkeeper.try_send_event(UserEvent::new("hello?")).is_err(), "stopped");
+//!     team.shutdown().await;
+//!     assert!(!journal.is_empty());
+//! }
+//! ```
 
-#![warn(missing_debug_implementations, unreachable_pub)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod agent;
 #[cfg(all(feature = "fuzzing", feature = "openai"))]

@@ -47,26 +47,33 @@ impl Message for Wake {
 
 /// A message that knows its lane.
 pub trait Prioritized {
+    /// The lane this message goes to. Must not change while it is queued.
     fn priority(&self) -> Priority;
 }
 
 /// A message with the id the mailbox gave it.
 #[derive(Debug)]
 pub struct Envelope<M> {
+    /// Unique per mailbox, growing in send order (across lanes); journaled with a discarded
+    /// message.
     pub id: u64,
+    /// The message.
     pub msg: M,
 }
 
 /// A `try_send` that could not enqueue; the message is handed back.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TrySendError<M> {
+    /// The ordinary lane holds `capacity` messages (only the ordinary lane is bounded).
     #[error("ordinary lane is full")]
     Full(M),
+    /// The mailbox was closed ([`PriorityMailbox::close`]); no lane takes messages.
     #[error("mailbox is closed")]
     Closed(M),
 }
 
 impl<M> TrySendError<M> {
+    /// The message handed back.
     pub fn into_inner(self) -> M {
         match self {
             TrySendError::Full(m) | TrySendError::Closed(m) => m,
@@ -80,6 +87,35 @@ impl<M> TrySendError<M> {
 pub struct SendError<M>(pub M);
 
 /// Four priority lanes. See the module docs for the invariants.
+///
+/// Senders push with [`PriorityMailbox::try_send`] (or wait for room with
+/// [`PriorityMailbox::send`]); the one reader pops the most urgent non-empty lane with
+/// [`PriorityMailbox::pop`]. Only the ordinary lane is bounded (`capacity`, at least 1).
+///
+/// # Examples
+/// ```
+/// use warden_actors::mailbox::{Prioritized, PriorityMailbox, TrySendError};
+/// use warden_protocols::Priority;
+///
+/// #[derive(Debug)]
+/// struct Msg(Priority, &'static str);
+/// impl Prioritized for Msg {
+///     fn priority(&self) -> Priority {
+///         self.0
+///     }
+/// }
+///
+/// let mailbox = PriorityMailbox::new(1);
+/// mailbox.try_send(Msg(Priority::Ordinary, "work")).unwrap();
+/// // The ordinary lane is full, and hands the message back...
+/// let refused = mailbox.try_send(Msg(Priority::Ordinary, "more work"));
+/// assert!(matches!(refused, Err(TrySendError::Full(Msg(_, "more work")))));
+/// // ...but a halt is never refused, and is read first.
+/// mailbox.try_send(Msg(Priority::SystemHalt, "halt")).unwrap();
+/// assert_eq!(mailbox.pop().unwrap().msg.1, "halt");
+/// assert_eq!(mailbox.pop().unwrap().msg.1, "work");
+/// assert!(mailbox.pop().is_none());
+/// ```
 pub struct PriorityMailbox<M> {
     lanes: [Mutex<VecDeque<Envelope<M>>>; Priority::COUNT],
     depth: [AtomicUsize; Priority::COUNT],
@@ -123,7 +159,13 @@ impl<M: Prioritized> PriorityMailbox<M> {
         self.capacity
     }
 
-    /// Enqueues without waiting. Only the ordinary lane can be `Full`.
+    /// Enqueues without waiting, and posts a [`Wake`] unless one is pending. Returns the message's
+    /// [`Envelope::id`].
+    ///
+    /// # Errors
+    /// [`TrySendError::Full`] when `msg` is ordinary and the ordinary lane holds `capacity`
+    /// messages; [`TrySendError::Closed`] after [`PriorityMailbox::close`]. The message is handed
+    /// back either way.
     pub fn try_send(&self, msg: M) -> Result<u64, TrySendError<M>> {
         if self.closed.load(Ordering::Acquire) {
             return Err(TrySendError::Closed(msg));
@@ -140,7 +182,15 @@ impl<M: Prioritized> PriorityMailbox<M> {
         Ok(id)
     }
 
-    /// Enqueues, waiting for space in the ordinary lane (backpressure).
+    /// Enqueues, waiting for space in the ordinary lane (backpressure). Messages of the other
+    /// lanes never wait.
+    ///
+    /// # Errors
+    /// [`SendError`], with the message, when the mailbox is closed (also while waiting).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is queued until the future resolves; dropping it while it waits drops
+    /// the message.
     pub async fn send(&self, msg: M) -> Result<u64, SendError<M>> {
         let mut msg = Some(msg);
         self.retry_while_full(|| match self.try_send(msg.take()?) {
@@ -160,6 +210,10 @@ impl<M: Prioritized> PriorityMailbox<M> {
     /// with a bare `try_send`.
     ///
     /// No wake-up is missed: the waiter is registered before each attempt.
+    ///
+    /// # Cancel safety
+    /// Cancel safe as long as `attempt` is: dropping the future between attempts leaves nothing
+    /// registered and nothing sent.
     pub async fn retry_while_full<T>(&self, mut attempt: impl FnMut() -> Option<T>) -> T {
         loop {
             let notified = self.space.notified();
@@ -178,7 +232,10 @@ impl<M: Prioritized> PriorityMailbox<M> {
     /// Puts back, at the end of its lane, a message a previous process had accepted (a restart on a
     /// journal). Unlike [`Self::try_send`] it ignores the ordinary lane's capacity — an acknowledged
     /// message is never refused for room it had when it was accepted; new sends are refused until
-    /// the lane drains below capacity. Fails only when the mailbox is closed.
+    /// the lane drains below capacity.
+    ///
+    /// # Errors
+    /// The message, handed back, when the mailbox is closed.
     pub fn requeue(&self, msg: M) -> Result<u64, M> {
         if self.closed.load(Ordering::Acquire) {
             return Err(msg);
@@ -307,6 +364,7 @@ impl<M: Prioritized> PriorityMailbox<M> {
         self.space.notify_waiters();
     }
 
+    /// Whether [`PriorityMailbox::close`] was called.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }

@@ -142,23 +142,40 @@ pub(crate) struct DelegatedTask {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ControlOp {
     /// `SAFETY_LOCKOUT → WAITING_FOR_EVENT`, counters reset.
-    Unlock { operator: String },
+    Unlock {
+        /// Who unlocked (authenticated by the caller); journaled.
+        operator: String,
+    },
     /// The design's `clear_emergency_stop`: same effect as unlock.
-    ClearEmergency { operator: String },
+    ClearEmergency {
+        /// Who cleared the emergency stop (authenticated by the caller); journaled.
+        operator: String,
+    },
     /// Clears the conversation history, the error count and any lockout.
-    ResetHistory { operator: String },
+    ResetHistory {
+        /// Who reset the history (authenticated by the caller); journaled.
+        operator: String,
+    },
     /// Stops reading ordinary work (queued work stays queued).
-    Pause { operator: String },
+    Pause {
+        /// Who paused the agent; journaled.
+        operator: String,
+    },
     /// Undoes a pause, and brings a STOPPED agent back to `WAITING_FOR_EVENT`. Refused while the
     /// agent is locked out ([`ControlError::LockedOut`]): only an unlock lifts a lockout.
-    Resume { operator: String },
+    Resume {
+        /// Who resumed the agent; journaled.
+        operator: String,
+    },
 }
 
 /// Why an operator action did nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ControlError {
+    /// An unlock or emergency clear of an agent that is not locked out: nothing to lift.
     #[error("emergency stop is not active")]
     NotActive,
+    /// A resume of an agent that is neither paused nor `STOPPED`: nothing to undo.
     #[error("agent is neither paused nor stopped")]
     NotStopped,
     /// A resume cannot lift a lockout: only an authenticated unlock can.
@@ -168,6 +185,7 @@ pub enum ControlError {
     /// agent would come back as it was before.
     #[error("applied but not durable: {0}")]
     NotDurable(NotDurable),
+    /// The agent's mailbox is closed (the team was shut down): the action was not applied.
     #[error("agent is shut down")]
     Closed,
 }
@@ -176,7 +194,9 @@ pub enum ControlError {
 /// lockout) and its ordinary queue is cleared.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HaltAck {
+    /// The halted agent.
     pub agent: AgentKey,
+    /// Its state once the halt was applied: `STOPPED`, or `SAFETY_LOCKOUT` if it was locked out.
     pub state: AgentState,
     /// Ordinary messages this halt cleared (each journaled).
     pub discarded: u64,
@@ -188,10 +208,13 @@ pub struct HaltAck {
 /// Why a delegated task produced no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TaskError {
+    /// The delegate refused the task when it came to take it (locked out, stopped, closed).
     #[error("task refused: {0}")]
     Refused(WorkRefusal),
+    /// The delegate's turn ended without an answer, for this reason (halted, a limit, …).
     #[error("turn ended without an answer ({0})")]
     NoAnswer(TerminationReason),
+    /// The delegate tripped a breaker while working on the task; the text is the lockout's reason.
     #[error("delegate locked out: {0}")]
     LockedOut(String),
     /// The turn ended with an error it could explain (an LLM failure, a refused limit whose wrap-up
@@ -204,7 +227,10 @@ pub enum TaskError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{refusal}")]
 pub struct EventSendError {
+    /// The user event, handed back unchanged (nothing was queued or journaled for it but the
+    /// refusal).
     pub event: UserEvent,
+    /// Why it was refused: locked out, stopped, ordinary lane full, journal unavailable, closed.
     pub refusal: WorkRefusal,
 }
 
@@ -217,7 +243,12 @@ pub enum DurableSendError {
     /// Queued under `id` (it runs, or ran) but its acceptance is not on disk: after a crash it
     /// would be gone. Sending it again would run it twice.
     #[error("event {id} was queued but is not durable: {cause}")]
-    NotDurable { id: u64, cause: NotDurable },
+    NotDurable {
+        /// The id the event was queued under.
+        id: u64,
+        /// Why its acceptance will not be (or is not yet) on disk.
+        cause: NotDurable,
+    },
 }
 
 /// An event queued: its id, the journal seq of its `EventQueued`, and its reply if watched.
@@ -278,13 +309,21 @@ pub enum SubmitError {
     /// The idempotency key was given to event `id`, whose content differs; nothing was queued.
     #[error("idempotency key {key:?} was used for event {id} with a different body")]
     KeyReused {
+        /// The idempotency key as given.
         key: String,
+        /// The id of the earlier event the key names.
         id: u64,
+        /// The new event, handed back unchanged.
         event: UserEvent,
     },
     /// Queued under `id` (it runs) but its acceptance is not on disk.
     #[error("event {id} was queued but is not durable: {cause}")]
-    NotDurable { id: u64, cause: NotDurable },
+    NotDurable {
+        /// The id the event was queued under.
+        id: u64,
+        /// Why its acceptance will not be (or is not yet) on disk.
+        cause: NotDurable,
+    },
 }
 
 /// An event not queued, with the reason.
@@ -318,15 +357,36 @@ impl std::fmt::Debug for AgentHandle {
 }
 
 impl AgentHandle {
+    /// The agent's key, unique in its team.
     pub fn key(&self) -> &AgentKey {
         &self.cell.key
     }
 
-    /// The status snapshot.
+    /// The status snapshot: state, lockout, counters, queue depths per lane, usage. Read from the
+    /// live record (under its lock, briefly) and the mailbox's counters; never waits for the actor.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use warden_actors::{AgentSpec, MemoryJournal, ScriptedProvider, Supervisor};
+    /// # use warden_protocols::{AgentState, WardenConfig};
+    /// # actix_rt::System::new().block_on(async {
+    /// let team = Supervisor::on_current_arbiter(WardenConfig::default(), Arc::new(MemoryJournal::new()));
+    /// let model = Arc::new(ScriptedProvider::new([]));
+    /// let guard = team.spawn(AgentSpec::assistant("guard", model)).unwrap();
+    /// let status = guard.status();
+    /// assert_eq!(status.key.as_str(), "guard");
+    /// assert_eq!(status.state, AgentState::WaitingForEvent);
+    /// assert!(!status.emergency_stop);
+    /// assert_eq!(status.queued.ordinary, 0);
+    /// # });
+    /// ```
     pub fn status(&self) -> AgentStatus {
         self.cell.status()
     }
 
+    /// The current state, read without taking the record lock (cheaper than
+    /// [`AgentHandle::status`]).
     pub fn state(&self) -> AgentState {
         self.cell.state()
     }
@@ -443,6 +503,29 @@ impl AgentHandle {
     /// # Cancel safety
     /// The event is queued when this is first polled; dropping the future after that does not
     /// withdraw it.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use warden_actors::{AgentSpec, MemoryJournal, ScriptStep, ScriptedProvider, Submit, Supervisor};
+    /// # use warden_protocols::{UserEvent, WardenConfig};
+    /// # actix_rt::System::new().block_on(async {
+    /// let team = Supervisor::on_current_arbiter(WardenConfig::default(), Arc::new(MemoryJournal::new()));
+    /// let model = Arc::new(ScriptedProvider::new([ScriptStep::reply("Room 3 is free.")]));
+    /// let innkeeper = team.spawn(AgentSpec::assistant("innkeeper", model)).unwrap();
+    ///
+    /// let options = Submit { idempotency_key: Some("req-1".into()), watch: true };
+    /// let first = innkeeper.submit(UserEvent::new("a room?"), options.clone()).await.unwrap();
+    /// assert!(!first.duplicate);
+    /// // A retry with the same key and body queues nothing and names the first event.
+    /// let again = innkeeper.submit(UserEvent::new("a room?"), options).await.unwrap();
+    /// assert!(again.duplicate);
+    /// assert_eq!(again.id, first.id);
+    ///
+    /// let reply = first.reply.unwrap().await.unwrap();
+    /// assert_eq!(reply.answer, "Room 3 is free.");
+    /// # });
+    /// ```
     pub async fn submit(
         &self,
         event: UserEvent,
@@ -486,6 +569,27 @@ impl AgentHandle {
     /// is full; the event is handed back. Returns the event's id (unique over the agent's journal,
     /// across restarts). The acceptance is journaled (`EventQueued`) but not waited for: use
     /// [`AgentHandle::try_send_event_durable`] when the caller acknowledges the event to someone else.
+    ///
+    /// # Errors
+    /// [`EventSendError`], with the event handed back and the [`WorkRefusal`]: `LockedOut`,
+    /// `Stopped`, `MailboxFull` (the ordinary lane holds `mailbox.ordinary_capacity` events),
+    /// `JournalUnavailable` (the journal is degraded), `Closed` (the team was shut down). The
+    /// `LockedOut` and `Stopped` refusals are journaled (`WorkRefused`).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use warden_actors::{AgentSpec, MemoryJournal, ScriptStep, ScriptedProvider, Supervisor};
+    /// # use warden_protocols::{UserEvent, WardenConfig};
+    /// # actix_rt::System::new().block_on(async {
+    /// let team = Supervisor::on_current_arbiter(WardenConfig::default(), Arc::new(MemoryJournal::new()));
+    /// let model = Arc::new(ScriptedProvider::new([ScriptStep::reply("Welcome!")]));
+    /// let npc = team.spawn(AgentSpec::assistant("innkeeper", model)).unwrap();
+    /// let first = npc.try_send_event(UserEvent::new("hi there")).unwrap();
+    /// let second = npc.try_send_event(UserEvent::new("anyone here?")).unwrap();
+    /// assert!(second > first, "ids grow per agent");
+    /// # });
+    /// ```
     pub fn try_send_event(&self, event: UserEvent) -> Result<u64, EventSendError> {
         self.queue(Arc::new(event), false)
             .map(|accepted| accepted.id)
@@ -544,6 +648,15 @@ impl AgentHandle {
     /// crash: the event is then either queued again on restart or already in the history. The wait
     /// blocks no thread. When the journal cannot make it durable the event stays queued and the
     /// error says so ([`DurableSendError::NotDurable`]).
+    ///
+    /// # Errors
+    /// [`DurableSendError::Refused`] as [`AgentHandle::try_send_event`];
+    /// [`DurableSendError::NotDurable`] when the event was queued but the journal cannot make its
+    /// acceptance durable (do not send it again: it would run twice).
+    ///
+    /// # Cancel safety
+    /// The event is queued when this is first polled; dropping the future afterwards only gives up
+    /// waiting for durability.
     pub async fn try_send_event_durable(&self, event: UserEvent) -> Result<u64, DurableSendError> {
         let accepted = self
             .queue(Arc::new(event), false)
@@ -558,6 +671,14 @@ impl AgentHandle {
     }
 
     /// Queues an event, waiting for room in the ordinary lane (backpressure). Returns the event's id.
+    ///
+    /// # Errors
+    /// [`EventSendError`] for any refusal but a full lane (locked out, stopped, journal
+    /// unavailable, closed), with the event handed back.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: while the future waits for room nothing is queued, and dropping it drops the
+    /// event; once it resolves the event is queued.
     pub async fn send_event(&self, event: UserEvent) -> Result<u64, EventSendError> {
         self.send(event, false).await.map(|accepted| accepted.id)
     }
@@ -580,7 +701,11 @@ impl AgentHandle {
             .await
     }
 
-    /// Queues an autonomous tick (a turn with no new event).
+    /// Queues an autonomous tick (a turn with no new user event) in the ordinary lane. Returns the
+    /// mailbox id of the tick message (not a user-event id: a tick is not a pending event).
+    ///
+    /// # Errors
+    /// The [`WorkRefusal`]: `LockedOut`, `Stopped`, `MailboxFull`, `Closed`.
     pub fn try_tick(&self) -> Result<u64, WorkRefusal> {
         if let Some(refusal) = self.refusal_now() {
             return Err(refusal);
@@ -602,6 +727,32 @@ impl AgentHandle {
     /// The halt is visible to the running turn at once (its LLM call is dropped, no tool starts), even
     /// before the actor reads the halt message. Halting an agent also halts the delegates of the
     /// delegations it is running.
+    ///
+    /// On halt the ordinary lane is cleared (each discarded user event is journaled and its waiter
+    /// told [`AskError::Discarded`]); the agent stays `STOPPED` until [`AgentHandle::resume`]. A
+    /// locked-out agent stays `SAFETY_LOCKOUT`. If the team was shut down the acknowledgement
+    /// reports the record's state as it is.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the halt is raised and queued before the future exists; dropping the future
+    /// only loses the [`HaltAck`].
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use warden_actors::{AgentSpec, MemoryJournal, ScriptedProvider, Supervisor};
+    /// # use warden_protocols::{AgentState, HaltCause, WardenConfig};
+    /// # actix_rt::System::new().block_on(async {
+    /// let team = Supervisor::on_current_arbiter(WardenConfig::default(), Arc::new(MemoryJournal::new()));
+    /// let scout = team.spawn(AgentSpec::assistant("scout", Arc::new(ScriptedProvider::new([])))).unwrap();
+    /// let ack = scout.halt(HaltCause::Operator { operator: "ops".into() }).await;
+    /// assert_eq!(ack.state, AgentState::Stopped);
+    /// assert!(ack.not_durable.is_none());
+    /// // A stopped agent refuses work until it is resumed.
+    /// scout.resume("ops").await.unwrap();
+    /// assert_eq!(scout.state(), AgentState::WaitingForEvent);
+    /// # });
+    /// ```
     pub fn halt(&self, cause: HaltCause) -> impl std::future::Future<Output = HaltAck> + 'static {
         let rx = send_halt(&self.cell, cause);
         let cell = self.cell.clone();
@@ -626,6 +777,16 @@ impl AgentHandle {
     /// Authenticated unlock: `SAFETY_LOCKOUT → WAITING_FOR_EVENT`. `operator` is journaled. Callers
     /// (the CLI, the admin API) authenticate the operator before calling this; nothing an agent or a
     /// model produces can reach it.
+    ///
+    /// The request goes through the control lane (priority 1), ahead of queued ordinary work.
+    ///
+    /// # Errors
+    /// [`ControlError::NotActive`] (not locked out), [`ControlError::NotDurable`] (applied, not on
+    /// disk), [`ControlError::Closed`] (shut down).
+    ///
+    /// # Cancel safety
+    /// The request is queued when the future is first polled; dropping it afterwards does not
+    /// withdraw it, only its outcome is lost.
     pub async fn unlock(&self, operator: &str) -> Result<(), ControlError> {
         self.control(ControlOp::Unlock {
             operator: operator.into(),
@@ -634,6 +795,9 @@ impl AgentHandle {
     }
 
     /// The design's emergency clear (same effect as [`AgentHandle::unlock`]).
+    ///
+    /// # Errors
+    /// As [`AgentHandle::unlock`].
     pub async fn clear_emergency(&self, operator: &str) -> Result<(), ControlError> {
         self.control(ControlOp::ClearEmergency {
             operator: operator.into(),
@@ -641,7 +805,10 @@ impl AgentHandle {
         .await
     }
 
-    /// Clears history, the error count and any lockout.
+    /// Clears history, the error count and any lockout (control lane, priority 1).
+    ///
+    /// # Errors
+    /// [`ControlError::NotDurable`] (applied, not on disk), [`ControlError::Closed`] (shut down).
     pub async fn reset_history(&self, operator: &str) -> Result<(), ControlError> {
         self.control(ControlOp::ResetHistory {
             operator: operator.into(),
@@ -649,6 +816,13 @@ impl AgentHandle {
         .await
     }
 
+    /// Stops reading ordinary work: queued and newly sent work stays queued (and counts against
+    /// the ordinary lane's capacity) until [`AgentHandle::resume`]. Halts, controls and supervision
+    /// signals are still read (lanes 0–2). `operator` is journaled; pausing a paused agent does
+    /// nothing and succeeds.
+    ///
+    /// # Errors
+    /// [`ControlError::NotDurable`] (applied, not on disk), [`ControlError::Closed`] (shut down).
     pub async fn pause(&self, operator: &str) -> Result<(), ControlError> {
         self.control(ControlOp::Pause {
             operator: operator.into(),
@@ -657,6 +831,10 @@ impl AgentHandle {
     }
 
     /// Undoes a pause, and brings a STOPPED agent back to `WAITING_FOR_EVENT`.
+    ///
+    /// # Errors
+    /// [`ControlError::NotStopped`] (neither paused nor stopped), [`ControlError::LockedOut`] (only
+    /// an unlock lifts a lockout), [`ControlError::NotDurable`], [`ControlError::Closed`].
     pub async fn resume(&self, operator: &str) -> Result<(), ControlError> {
         self.control(ControlOp::Resume {
             operator: operator.into(),

@@ -31,9 +31,11 @@ use warden_protocols::{AgentKey, EventFate, TerminationReason, Usage, WorkRefusa
 /// An agent's answer to one user event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
+    /// The agent that answered.
     pub agent: AgentKey,
     /// The event's id (as returned when it was accepted).
     pub id: u64,
+    /// The answer text (the model's final message, or the wrap-up of a forced stop).
     pub answer: String,
     /// How the turn ended (`noop`: the model answered; `limit_stopped`: a forced wrap-up, …).
     pub reason: TerminationReason,
@@ -55,15 +57,26 @@ pub enum AskError {
     /// Queued under `id`, then refused: the agent was locked out or stopped when it came to take
     /// it, or its turn ended in a lockout.
     #[error("event {id} refused: {refusal}")]
-    Refused { id: u64, refusal: WorkRefusal },
+    Refused {
+        /// The event's id.
+        id: u64,
+        /// Why it was refused.
+        refusal: WorkRefusal,
+    },
     /// Queued under `id`, then discarded by a halt (cleared from the queue, or its turn stopped).
     #[error("event {id} discarded by a halt")]
-    Discarded { id: u64 },
+    Discarded {
+        /// The event's id.
+        id: u64,
+    },
     /// The turn that took event `id` ended without an answer.
     #[error("event {id} failed ({reason}){}", .error.as_deref().map(|e| format!(": {e}")).unwrap_or_default())]
     Failed {
+        /// The event's id.
         id: u64,
+        /// How the turn ended (a model failure, a limit, a budget stop, a crash, …).
         reason: TerminationReason,
+        /// The error text when the turn had one to give; `None` when the reason says it all.
         error: Option<String>,
     },
     /// The agent was shut down before it settled the event.
@@ -143,8 +156,11 @@ impl Waiters {
 /// One settled event of the team's stream ([`crate::Supervisor::take_replies`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settlement {
+    /// The agent the event was sent to.
     pub agent: AgentKey,
+    /// The event's id (per agent).
     pub id: u64,
+    /// Its reply, or why there is none.
     pub result: Settled,
 }
 

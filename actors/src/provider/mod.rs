@@ -24,6 +24,7 @@ use warden_protocols::{AgentKey, ChatMessage, FinishReason, ToolSpec, Usage};
 /// One chat-completion request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LlmRequest {
+    /// The agent making the call (for logs and per-agent accounting; not sent to the model).
     pub agent: AgentKey,
     /// The conversation, system prompt first, in Chat Completions format.
     pub messages: Vec<ChatMessage>,
@@ -36,7 +37,9 @@ pub struct LlmRequest {
 pub struct LlmResponse {
     /// An assistant message: text, tool calls, or both.
     pub message: ChatMessage,
+    /// Why the model stopped (`stop`, `tool_calls`, `length`: cut by its token limit, …).
     pub finish_reason: FinishReason,
+    /// Tokens the call used (`estimated` when the server did not report them).
     pub usage: Usage,
 }
 
@@ -44,23 +47,51 @@ pub struct LlmResponse {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[serde(tag = "error", rename_all = "snake_case")]
 pub enum ProviderError {
+    /// The call (or one attempt of it) took longer than its timeout. Retryable.
     #[error("llm call timed out after {after_ms} ms")]
-    Timeout { after_ms: u64 },
+    Timeout {
+        /// The timeout that elapsed, in milliseconds.
+        after_ms: u64,
+    },
+    /// The server could not be reached or the connection broke. Retryable.
     #[error("connection error: {message}")]
-    Connection { message: String },
+    Connection {
+        /// The transport's error text.
+        message: String,
+    },
+    /// The server answered with a non-success status. Retryable for 408, 429 and 5xx.
     #[error("http status {status}: {body}")]
-    Http { status: u16, body: String },
+    Http {
+        /// The HTTP status code.
+        status: u16,
+        /// The response body (truncated; empty if it could not be read), for the operator.
+        body: String,
+    },
     /// The server answered, but not with something we can use (invalid JSON, missing fields).
     #[error("malformed response: {message}")]
-    Malformed { message: String },
+    Malformed {
+        /// What was wrong with the response.
+        message: String,
+    },
     /// A panic inside the provider's future, caught by the agent.
     #[error("provider panicked: {message}")]
-    Panicked { message: String },
+    Panicked {
+        /// The panic's message.
+        message: String,
+    },
     /// A scripted provider ran out of steps.
     #[error("script exhausted after {calls} calls")]
-    ScriptExhausted { calls: u64 },
+    ScriptExhausted {
+        /// The number of the call that found the script empty (1-based).
+        calls: u64,
+    },
+    /// Anything else (a scripted failure, a stream that ended without its finish marker).
+    /// Not retryable.
     #[error("{message}")]
-    Other { message: String },
+    Other {
+        /// The error text.
+        message: String,
+    },
 }
 
 impl ProviderError {
@@ -95,6 +126,13 @@ pub trait Provider: Send + Sync + 'static {
     }
 
     /// Sends one request (with the provider's own retries). Dropping the future abandons the call.
+    ///
+    /// # Errors
+    /// A [`ProviderError`]: the call's final outcome, after any retries.
+    ///
+    /// # Cancel safety
+    /// Must be cancel safe: a halt drops the future at any await. Dropping it must abandon the call
+    /// (close the HTTP request, stop retrying) and leave the provider usable for the next call.
     fn complete(
         &self,
         request: LlmRequest,

@@ -19,15 +19,22 @@ use warden_protocols::{ChatMessage, FinishReason, ToolCall, Usage};
 pub enum ScriptStep {
     /// A final text answer (no tool call).
     Reply(String),
-    /// One tool call.
-    CallTool { name: String, args: Value },
+    /// One tool call (its call id is `call_{n}`, `n` the provider's call number).
+    CallTool {
+        /// The tool's name.
+        name: String,
+        /// The arguments object.
+        args: Value,
+    },
     /// A raw response, for anything the shorthands do not cover.
     Respond(LlmResponse),
     /// The call fails.
     Fail(ProviderError),
     /// Waits (on tokio's clock: pausable in tests), then does `then`.
     Delay {
+        /// How long to wait before `then`.
         after: Duration,
+        /// The step played after the wait.
         then: Box<ScriptStep>,
     },
     /// Panics inside the returned future (the agent catches it and counts an error).
@@ -38,20 +45,24 @@ pub enum ScriptStep {
 }
 
 impl ScriptStep {
+    /// [`ScriptStep::Reply`]: a final text answer (finish reason `stop`).
     pub fn reply(text: impl Into<String>) -> Self {
         ScriptStep::Reply(text.into())
     }
+    /// [`ScriptStep::CallTool`]: one call of tool `name` with `args` (finish reason `tool_calls`).
     pub fn call(name: impl Into<String>, args: Value) -> Self {
         ScriptStep::CallTool {
             name: name.into(),
             args,
         }
     }
+    /// [`ScriptStep::Fail`] with [`ProviderError::Other`] carrying `message` (not retryable).
     pub fn fail(message: impl Into<String>) -> Self {
         ScriptStep::Fail(ProviderError::Other {
             message: message.into(),
         })
     }
+    /// This step, played after `after` on tokio's clock ([`ScriptStep::Delay`]).
     pub fn delayed(self, after: Duration) -> Self {
         ScriptStep::Delay {
             after,
@@ -88,6 +99,37 @@ pub struct ScriptStats {
 }
 
 impl ScriptedProvider {
+    /// A provider that plays `steps` in order, one per call, and then fails every call with
+    /// [`ProviderError::ScriptExhausted`] (unless [`ScriptedProvider::with_fallback`]). Usage is
+    /// estimated at 4 characters per token.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::sync::{atomic::Ordering, Arc};
+    /// # use serde_json::json;
+    /// use warden_actors::{LlmRequest, Provider, ProviderError, ScriptStep, ScriptedProvider};
+    /// use warden_protocols::{AgentKey, ChatMessage};
+    ///
+    /// let model = ScriptedProvider::new([
+    ///     ScriptStep::call("look", json!({"at": "door"})),
+    ///     ScriptStep::reply("The door is locked."),
+    /// ]);
+    /// let stats = model.stats();
+    /// let request = LlmRequest {
+    ///     agent: AgentKey::new("rogue"),
+    ///     messages: vec![ChatMessage::user("what do you see?")],
+    ///     tools: vec![],
+    /// };
+    /// futures::executor::block_on(async {
+    ///     let first = model.complete(request.clone()).await.unwrap();
+    ///     assert_eq!(first.message.tool_calls[0].function.name, "look");
+    ///     let second = model.complete(request.clone()).await.unwrap();
+    ///     assert_eq!(second.message.content.as_deref(), Some("The door is locked."));
+    ///     let third = model.complete(request).await;
+    ///     assert_eq!(third, Err(ProviderError::ScriptExhausted { calls: 3 }));
+    /// });
+    /// assert_eq!(stats.calls.load(Ordering::SeqCst), 3);
+    /// ```
     pub fn new(steps: impl IntoIterator<Item = ScriptStep>) -> Self {
         ScriptedProvider {
             steps: Mutex::new(steps.into_iter().collect()),
@@ -110,6 +152,7 @@ impl ScriptedProvider {
         self.steps.lock().extend(steps);
     }
 
+    /// The call counters, shared: keep them after handing the provider to an agent.
     pub fn stats(&self) -> Arc<ScriptStats> {
         self.stats.clone()
     }

@@ -38,22 +38,41 @@ pub enum Verdict {
     /// Go on.
     Continue,
     /// Go on, and tell the operator (journal / log) — near-budget warning. Given once.
-    Warn { message: String },
+    Warn {
+        /// The warning, for the journal and the log.
+        message: String,
+    },
     /// Go on, after injecting `message` into the context as an internal system message.
-    Alert { message: String },
+    Alert {
+        /// The text the model sees (e.g. "You are repeating a failed action").
+        message: String,
+    },
     /// A checkpointed limit is exceeded: route it through `LimitCheckpoint::handle_limit_exceeded`.
     /// `current` and `configured` are counts, or seconds for the wall clock.
     Limit {
+        /// Which limit.
         kind: LimitKind,
+        /// The value reached (count, or seconds).
         current: f64,
+        /// The limit in force (count, or seconds).
         configured: f64,
     },
     /// Hard stop: make no call, end the turn. A budget stop ([`Breaker::BudgetExceeded`]) moves
     /// `EXECUTING → STOPPED` (a resume or a raised budget lets it go on); any other breaker's stop
     /// (the stuck detector) trips into `SAFETY_LOCKOUT`, as [`Verdict::Lockout`] does.
-    Stop { breaker: Breaker, reason: String },
+    Stop {
+        /// The breaker that stopped the agent.
+        breaker: Breaker,
+        /// Why, for the operator (journaled).
+        reason: String,
+    },
     /// Trip: end the turn, journal `LockedOut`, `EXECUTING → SAFETY_LOCKOUT`.
-    Lockout { breaker: Breaker, reason: String },
+    Lockout {
+        /// The breaker that tripped.
+        breaker: Breaker,
+        /// Why, for the operator (journaled with the lockout).
+        reason: String,
+    },
 }
 
 impl Verdict {
@@ -280,14 +299,17 @@ impl AgentBreakers {
         }
     }
 
+    /// The agent's token and cost totals so far (restored ones included).
     pub fn totals(&self) -> UsageTotals {
         self.totals
     }
 
+    /// Tokens used so far (prompt and completion).
     pub fn tokens_used(&self) -> u64 {
         self.totals.tokens()
     }
 
+    /// Cost so far, in the currency of `safety.budget.prices`.
     pub fn cost_used(&self) -> f64 {
         self.totals.cost
     }
@@ -447,6 +469,9 @@ impl AgentBreakers {
         self.locked.as_ref().map(|(b, r)| (*b, r.as_str()))
     }
 
+    /// Failed or anomalous operations since the last productive success (a tool call that
+    /// succeeded, or a final answer), an unlock or a history reset;
+    /// `safety.breakers.max_consecutive_errors` of them lock the agent out.
     pub fn consecutive_errors(&self) -> u32 {
         self.consecutive_errors
     }

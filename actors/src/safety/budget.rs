@@ -114,10 +114,13 @@ impl TeamBudget {
         m.cost_nanos = m.cost_nanos.saturating_add(nanos);
     }
 
+    /// Tokens the whole team used so far.
     pub fn tokens(&self) -> u64 {
         self.tokens.load(Ordering::Acquire)
     }
 
+    /// Cost the whole team incurred so far, in the currency of `safety.budget.prices` (kept to
+    /// 1e-9 of it).
     pub fn cost(&self) -> f64 {
         self.cost_nanos.load(Ordering::Acquire) as f64 / NANOS
     }

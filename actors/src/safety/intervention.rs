@@ -71,6 +71,7 @@ impl Drop for Withdraw<'_> {
 }
 
 impl ChannelInterventionBus {
+    /// A bus with no pending asks.
     pub fn new() -> Self {
         Self::default()
     }
@@ -85,11 +86,18 @@ impl ChannelInterventionBus {
     }
 
     /// Answers pending ask `id`, anonymously.
+    ///
+    /// # Errors
+    /// [`AnswerError::Unknown`] when no ask `id` is pending (never asked, already answered, timed
+    /// out, or withdrawn because its agent was halted).
     pub fn answer(&self, id: u64, answer: Answer) -> Result<(), AnswerError> {
         self.reply(id, answer.into())
     }
 
     /// Answers pending ask `id`, saying who answered (journaled with the decision).
+    ///
+    /// # Errors
+    /// As [`ChannelInterventionBus::answer`].
     pub fn reply(&self, id: u64, reply: OperatorReply) -> Result<(), AnswerError> {
         let pending = self
             .pending
@@ -103,7 +111,10 @@ impl ChannelInterventionBus {
             .map_err(|_| AnswerError::Unknown(id))
     }
 
-    /// Waits until an ask is pending and returns the oldest one.
+    /// Waits until an ask is pending and returns the oldest one (it stays pending until answered).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only watches; nothing is taken from the bus.
     pub async fn next_pending(&self) -> Intervention {
         loop {
             let notified = self.arrived.notified();

@@ -45,7 +45,9 @@ use warden_protocols::{
 pub struct LimitContext {
     /// The run (task) id; auto-extensions are counted per (run id, kind).
     pub run_id: String,
+    /// The agent that hit the limit.
     pub agent: AgentKey,
+    /// Which limit.
     pub kind: LimitKind,
     /// The value reached (count, or seconds).
     pub current: f64,
@@ -76,6 +78,8 @@ impl std::fmt::Debug for LimitCheckpoint {
 }
 
 impl LimitCheckpoint {
+    /// A checkpoint applying `config` (`safety.on_limit`); `bus` is where interactive asks go
+    /// (`None`: they are refused as `no_bus`).
     pub fn new(config: SafetyOnLimitConfig, bus: Option<Arc<dyn InterventionBus>>) -> Self {
         LimitCheckpoint {
             config,
@@ -85,6 +89,7 @@ impl LimitCheckpoint {
         }
     }
 
+    /// The configured mode: unattended, auto-extend or interactive.
     pub fn mode(&self) -> OnLimitMode {
         self.config.mode
     }
@@ -132,6 +137,11 @@ impl LimitCheckpoint {
 
     /// Decides whether the operation that hit the limit may continue (with one more configured
     /// amount). Never panics, never errs: every failure refuses.
+    ///
+    /// # Cancel safety
+    /// Only the interactive mode awaits (the operator's answer). Dropping the future then withdraws
+    /// the question (the bus's contract) and grants nothing; the caller decides what a dropped
+    /// decision means (a halted turn stops anyway).
     pub async fn handle_limit_exceeded(&self, ctx: &LimitContext) -> LimitDecision {
         let decision = match self.config.mode {
             OnLimitMode::Unattended => LimitDecision::refuse(LimitReason::Unattended),

@@ -21,11 +21,15 @@ const RECENT: usize = 64;
 /// A breaker tripped (lockout) or stopped (budget) an agent.
 #[derive(Debug, Clone, Serialize)]
 pub struct TripNotice {
+    /// The agent tripped or stopped.
     pub agent: AgentKey,
+    /// The breaker that did it.
     pub breaker: Breaker,
+    /// Why, as journaled.
     pub reason: String,
     /// `true`: SAFETY_LOCKOUT; `false`: STOPPED.
     pub lockout: bool,
+    /// When, in milliseconds since the Unix epoch.
     pub at_ms: u64,
 }
 
@@ -36,6 +40,7 @@ impl Message for TripNotice {
 /// An operator unlocked (or resumed) an agent.
 #[derive(Debug)]
 pub struct Cleared {
+    /// The agent no longer locked out.
     pub agent: AgentKey,
 }
 
@@ -54,12 +59,18 @@ impl Message for GetSafetyReport {
 /// The team-wide view.
 #[derive(Debug, Clone, Serialize)]
 pub struct SafetyReport {
+    /// The team's token and cost totals and its locked-out share.
     pub fleet: FleetView,
     /// Trips per breaker since start (snake_case breaker names).
     pub trips: BTreeMap<String, u64>,
+    /// The most recent trips and stops (at most 64), oldest first.
     pub recent: Vec<TripNotice>,
 }
 
+/// The team's safety actor: counts trips by breaker, keeps the recent ones, and marks agents
+/// locked out or cleared in the [`TeamBudget`]'s fleet view. It gates nothing: the breakers in
+/// each agent's cell do, synchronously. Read it with [`GetSafetyReport`] (or
+/// [`crate::Supervisor::safety_report`]).
 pub struct SafetyMonitor {
     team: Arc<TeamBudget>,
     trips: BTreeMap<String, u64>,
@@ -73,6 +84,7 @@ impl std::fmt::Debug for SafetyMonitor {
 }
 
 impl SafetyMonitor {
+    /// A monitor over the team budget `team` (start it with [`Actor::start`]).
     pub fn new(team: Arc<TeamBudget>) -> Self {
         SafetyMonitor {
             team,

@@ -94,6 +94,25 @@ struct SupervisorShared {
 }
 
 /// Builds a [`Supervisor`]. Must be used inside a running actix `System`.
+///
+/// Defaults: agents spread over `supervisor.arbiters` new arbiters (0: one per core), no
+/// intervention bus, safety checks on, an empty registry that grows as needed.
+///
+/// # Examples
+/// ```
+/// # use std::sync::Arc;
+/// # use warden_actors::{ChannelInterventionBus, MemoryJournal, Supervisor};
+/// # use warden_protocols::WardenConfig;
+/// # actix_rt::System::new().block_on(async {
+/// let bus = Arc::new(ChannelInterventionBus::new());
+/// let team = Supervisor::builder(WardenConfig::default(), Arc::new(MemoryJournal::new()))
+///     .current_arbiter()
+///     .capacity(64)
+///     .intervention_bus(bus.clone())
+///     .build();
+/// assert!(team.is_empty());
+/// # });
+/// ```
 pub struct SupervisorBuilder {
     config: WardenConfig,
     journal: Arc<dyn Journal>,
@@ -138,6 +157,11 @@ impl SupervisorBuilder {
         self
     }
 
+    /// The supervisor, with its SafetyMonitor actor started (and its arbiter threads, unless
+    /// [`SupervisorBuilder::current_arbiter`]).
+    ///
+    /// # Panics
+    /// Outside a running actix `System`.
     pub fn build(self) -> Supervisor {
         let arbiters = if self.current_arbiter {
             Vec::new()
@@ -165,6 +189,35 @@ impl SupervisorBuilder {
 }
 
 /// Owns a team of agents. Cheap to clone. Must be created inside a running actix `System`.
+///
+/// It spawns agents ([`Supervisor::spawn`]), looks them up ([`Supervisor::get`]), halts one with
+/// its delegates ([`Supervisor::halt`]) or all ([`Supervisor::halt_all`]), restarts crashed actors
+/// by `[supervisor.restart]` (the cell, and with it the record and the mailbox, survives),
+/// and stops everything with [`Supervisor::shutdown`].
+///
+/// # Examples
+/// ```
+/// use std::sync::Arc;
+/// use warden_actors::{AgentSpec, MemoryJournal, ScriptStep, ScriptedProvider, Supervisor};
+/// use warden_protocols::{AgentState, UserEvent, WardenConfig};
+///
+/// #[actix::main]
+/// async fn main() {
+///     let journal = Arc::new(MemoryJournal::new());
+///     let team = Supervisor::builder(WardenConfig::default(), journal)
+///         .current_arbiter()
+///         .build();
+///     let model = Arc::new(ScriptedProvider::new([ScriptStep::reply("Aye.")]));
+///     let guard = team.spawn(AgentSpec::assistant("guard", model)).unwrap();
+///     assert_eq!(guard.ask(UserEvent::new("halt, who goes there?")).await.unwrap().answer, "Aye.");
+///
+///     // Stop everything: one acknowledgement per agent, in spawn order.
+///     let acks = team.halt_all().await;
+///     assert_eq!(acks.len(), 1);
+///     assert_eq!(acks[0].state, AgentState::Stopped);
+///     team.shutdown().await;
+/// }
+/// ```
 #[derive(Clone)]
 pub struct Supervisor {
     shared: Arc<SupervisorShared>,
@@ -179,7 +232,8 @@ impl std::fmt::Debug for Supervisor {
 }
 
 impl Supervisor {
-    /// A builder (intervention bus, arbiters, safety checks).
+    /// A builder (intervention bus, arbiters, registry capacity, safety checks); see
+    /// [`SupervisorBuilder`] for the defaults.
     pub fn builder(config: WardenConfig, journal: Arc<dyn Journal>) -> SupervisorBuilder {
         SupervisorBuilder {
             config,
@@ -192,11 +246,17 @@ impl Supervisor {
     }
 
     /// Agents spread over `supervisor.arbiters` new arbiters (0 = one per core).
+    ///
+    /// # Panics
+    /// Outside a running actix `System`.
     pub fn new(config: WardenConfig, journal: Arc<dyn Journal>) -> Self {
         Self::builder(config, journal).build()
     }
 
     /// Every agent on the current arbiter (deterministic tests, paused time, embedding in one thread).
+    ///
+    /// # Panics
+    /// Outside a running actix `System`.
     pub fn on_current_arbiter(config: WardenConfig, journal: Arc<dyn Journal>) -> Self {
         Self::builder(config, journal).current_arbiter().build()
     }
@@ -256,17 +316,45 @@ impl Supervisor {
         self.shared.safety.checkpoint.runs_tracked()
     }
 
-    /// The SafetyMonitor's report: fleet view, trips by breaker, recent trips.
+    /// The SafetyMonitor's report: fleet view, trips by breaker, recent trips. `None` when the
+    /// monitor is not running (no monitor, or its actor stopped).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read; dropping the future loses only the report.
     pub async fn safety_report(&self) -> Option<SafetyReport> {
         let monitor = self.shared.safety.monitor.clone()?;
         monitor.send(GetSafetyReport).await.ok()
     }
 
+    /// The configuration the team was built with.
     pub fn config(&self) -> &WardenConfig {
         &self.shared.config
     }
 
-    /// Spawns an agent and starts its actor.
+    /// Spawns an agent and starts its actor. Returns at once (the actor starts on its arbiter; see
+    /// [`Supervisor::started`]); work sent meanwhile waits in its mailbox. A fresh agent journals
+    /// `Spawned`; a restored one ([`AgentSpec::restored_from`]) gets its pending events queued
+    /// again first.
+    ///
+    /// # Errors
+    /// [`SpawnError::DuplicateKey`] when an agent with that key exists;
+    /// [`SpawnError::RecordMismatch`] when the restored record is another agent's. Nothing is
+    /// journaled or started then.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use warden_actors::{AgentSpec, MemoryJournal, ScriptedProvider, SpawnError, Supervisor};
+    /// # use warden_protocols::WardenConfig;
+    /// # actix_rt::System::new().block_on(async {
+    /// let team = Supervisor::on_current_arbiter(WardenConfig::default(), Arc::new(MemoryJournal::new()));
+    /// let model = Arc::new(ScriptedProvider::new([]));
+    /// team.spawn(AgentSpec::assistant("smith", model.clone())).unwrap();
+    /// let again = team.spawn(AgentSpec::assistant("smith", model));
+    /// assert!(matches!(again, Err(SpawnError::DuplicateKey(_))));
+    /// assert_eq!(team.len(), 1);
+    /// # });
+    /// ```
     pub fn spawn(&self, spec: AgentSpec) -> Result<AgentHandle, SpawnError> {
         let config = &self.shared.config;
         let AgentSpec {
@@ -367,6 +455,7 @@ impl Supervisor {
         Ok(AgentHandle { cell })
     }
 
+    /// The agent with that key; `None` if there is none.
     pub fn get(&self, key: &str) -> Option<AgentHandle> {
         self.shared.agents.get(key).map(|e| AgentHandle {
             cell: e.cell.clone(),
@@ -392,10 +481,12 @@ impl Supervisor {
             .collect()
     }
 
+    /// How many agents were spawned (a halted or shut-down agent still counts).
     pub fn len(&self) -> usize {
         self.shared.agents.len()
     }
 
+    /// Whether no agent was spawned.
     pub fn is_empty(&self) -> bool {
         self.shared.agents.is_empty()
     }
@@ -403,6 +494,9 @@ impl Supervisor {
     /// Resolves once every agent's actor has started (`spawn` returns before its actor runs: the
     /// actor starts on its arbiter). For measurements that must include the actors' own cost. Returns
     /// at once after [`Supervisor::shutdown`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only watches.
     pub async fn started(&self) {
         let cells = self.cells();
         // Actors start roughly in spawn order: walk forward, yielding only while the next one waits.
@@ -425,7 +519,15 @@ impl Supervisor {
     }
 
     /// Halts `key` and every delegate it is running (transitively). Resolves when all of them have
-    /// acknowledged `STOPPED`; the first ack is `key`'s.
+    /// acknowledged `STOPPED`; the first ack is `key`'s. Each halt goes through the `SystemHalt`
+    /// lane (priority 0); see [`AgentHandle::halt`] for what a halt does.
+    ///
+    /// # Errors
+    /// [`UnknownAgent`] when no agent has that key (nothing is halted).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: every halt of the subtree is raised and queued before the first await;
+    /// dropping the future loses only the acknowledgements.
     pub async fn halt(&self, key: &str, cause: HaltCause) -> Result<Vec<HaltAck>, UnknownAgent> {
         let handle = self.get(key).ok_or_else(|| UnknownAgent(key.into()))?;
         // Collect the subtree before halting: the halt ends the delegations that link it.
@@ -465,6 +567,10 @@ impl Supervisor {
     /// await. The acknowledgements are gathered on one channel rather than one oneshot and one
     /// future per agent: that is the difference between O(agents) allocations and futures for the
     /// caller to poll, and none.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: every halt is raised and queued when the future is first polled; dropping it
+    /// afterwards loses only the acknowledgements (the agents still stop).
     pub async fn halt_all(&self) -> Vec<HaltAck> {
         let cells = self.cells();
         // Every flag first: each agent is halted with this cause, its delegates included (they are
@@ -497,7 +603,12 @@ impl Supervisor {
 
     /// Stops every actor deliberately (no restarts), then the arbiter threads the supervisor started.
     /// Queued work stays in the records' mailboxes; queued user events also stay pending in the
-    /// journal, and come back when the team is restored from it.
+    /// journal, and come back when the team is restored from it. Whoever awaits a reply is told
+    /// [`crate::AskError::AgentGone`]; later sends are refused as `Closed`.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropping the future part-way may leave some actors running and their
+    /// mailboxes open (the shutdown flag is set at once, so crashed actors are not restarted).
     pub async fn shutdown(&self) {
         self.shared.shutting_down.store(true, Ordering::SeqCst);
         // Whoever waits for a reply is told the agent is gone (the events stay pending).

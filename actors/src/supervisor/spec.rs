@@ -2,7 +2,40 @@
 
 use super::*;
 
-/// What to spawn.
+/// What to spawn: key, role, provider, tools, system prompt, and optionally a record restored
+/// from a journal. Passed to [`Supervisor::spawn`].
+///
+/// Defaults: no system prompt, no tools but the built-in `delegate` (left out with
+/// [`AgentSpec::without_delegation`]), a fresh record.
+///
+/// # Examples
+/// ```
+/// # use std::sync::Arc;
+/// # use serde_json::json;
+/// # use warden_actors::{AgentSpec, FnTool, MemoryJournal, ScriptStep, ScriptedProvider, Supervisor};
+/// # use warden_protocols::{AgentRole, ToolCategory, UserEvent, WardenConfig};
+/// # actix_rt::System::new().block_on(async {
+/// let team = Supervisor::on_current_arbiter(WardenConfig::default(), Arc::new(MemoryJournal::new()));
+/// let model = Arc::new(ScriptedProvider::new([
+///     ScriptStep::call("price", json!({"item": "sword"})),
+///     ScriptStep::reply("30 gold."),
+/// ]));
+/// let price = FnTool::new("price", "Price of an item", ToolCategory::SafeChain, |_args, _ctx| async {
+///     Ok(json!({"gold": 30}))
+/// });
+/// let spec = AgentSpec::assistant("smith", model)
+///     .with_system_prompt("You are a blacksmith.")
+///     .with_tool(price)
+///     .without_delegation();
+/// let smith = team.spawn(spec).unwrap();
+/// assert_eq!(smith.ask(UserEvent::new("a sword?")).await.unwrap().answer, "30 gold.");
+///
+/// let apprentice = team
+///     .spawn(AgentSpec::sub_agent("apprentice", "smith", Arc::new(ScriptedProvider::new([]))))
+///     .unwrap();
+/// assert_eq!(apprentice.status().role, AgentRole::SubAgent);
+/// # });
+/// ```
 pub struct AgentSpec {
     pub(super) key: AgentKey,
     pub(super) role: AgentRole,
@@ -53,16 +86,19 @@ impl AgentSpec {
         }
     }
 
+    /// The system prompt, the first message of every model request. Default: none.
     pub fn with_system_prompt(mut self, prompt: impl Into<String>) -> Self {
         self.system_prompt = Some(prompt.into());
         self
     }
 
+    /// Adds a tool (replacing one of the same name).
     pub fn with_tool(mut self, tool: impl Tool) -> Self {
         self.tools.register(Arc::new(tool));
         self
     }
 
+    /// Adds a shared tool (replacing one of the same name): one instance for many agents.
     pub fn with_tool_arc(mut self, tool: Arc<dyn Tool>) -> Self {
         self.tools.register(tool);
         self
@@ -86,10 +122,17 @@ impl AgentSpec {
 /// Why a spawn failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpawnError {
+    /// The team already has an agent with this key.
     #[error("an agent with key {0} already exists")]
     DuplicateKey(AgentKey),
+    /// The record given to [`AgentSpec::restored_from`] belongs to another agent.
     #[error("restored record is for {found}, not {expected}")]
-    RecordMismatch { expected: AgentKey, found: AgentKey },
+    RecordMismatch {
+        /// The spec's key.
+        expected: AgentKey,
+        /// The record's key.
+        found: AgentKey,
+    },
 }
 
 /// No agent with that key.
@@ -100,12 +143,18 @@ pub struct UnknownAgent(pub AgentKey);
 /// How a delegation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DelegationError {
+    /// Not delegated: decided before anything was queued, and journaled on the delegator
+    /// (budget, hops, unknown or locked-out delegate, …).
     #[error("delegation refused: {0}")]
     Refused(DelegationRefusal),
+    /// The delegate took the task but produced no answer.
     #[error("delegation failed: {0}")]
     Failed(TaskError),
+    /// No answer within `safety.timeout.chain_seconds` (and the limit checkpoint refused to wait
+    /// longer); the value is how long the delegator waited, in milliseconds.
     #[error("delegate timed out after {0} ms")]
     TimedOut(u64),
+    /// The delegate dropped the task unanswered: halted, crashed or shut down.
     #[error("delegate dropped the task (halted, crashed or shut down)")]
     Abandoned,
 }

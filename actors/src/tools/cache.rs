@@ -33,7 +33,9 @@ pub enum CacheScope {
 /// Whether and how a tool's results are cached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CachePolicy {
+    /// Whether successful results are stored and served. `false` (the default) disables the rest.
     pub cacheable: bool,
+    /// How long entries live: `Tick` (legacy name: until the end of the turn) or `Session`.
     pub scope: CacheScope,
     /// Time to live of each entry; `None` means no expiry (only the scope clears it).
     pub ttl: Option<Duration>,
@@ -119,6 +121,7 @@ impl ToolResultCache {
     /// Default capacity of [`ToolResultCache::new`].
     pub const DEFAULT_MAX_ENTRIES: usize = 1024;
 
+    /// An empty cache of [`ToolResultCache::DEFAULT_MAX_ENTRIES`] entries.
     pub fn new() -> Self {
         Self::with_max_entries(Self::DEFAULT_MAX_ENTRIES)
     }
@@ -216,6 +219,7 @@ impl ToolResultCache {
         self.entries.lock().len()
     }
 
+    /// Whether the cache holds no entry (expired ones count until purged).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

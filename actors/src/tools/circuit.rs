@@ -47,18 +47,38 @@ impl Default for CircuitConfig {
 /// A snapshot of one tool's circuit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CircuitState {
-    Closed { consecutive_failures: u32 },
-    Open { failures: u32, retry_in: Duration },
-    HalfOpen { probe_in_flight: bool },
+    /// Calls go through.
+    Closed {
+        /// Failures in a row so far (below the threshold).
+        consecutive_failures: u32,
+    },
+    /// Calls are refused until the cool-down ends.
+    Open {
+        /// Failures in a row that opened (or reopened) it.
+        failures: u32,
+        /// Time left of the cool-down.
+        retry_in: Duration,
+    },
+    /// The cool-down is over: one probe call may go through; its outcome closes or reopens it.
+    HalfOpen {
+        /// Whether the probe is running (other calls are refused meanwhile).
+        probe_in_flight: bool,
+    },
 }
 
 /// A state change caused by recording an outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CircuitTransition {
     /// Closed → open after `failures` consecutive failures.
-    Opened { failures: u32 },
+    Opened {
+        /// Failures in a row.
+        failures: u32,
+    },
     /// Half-open → open: the probe failed (`failures` consecutive failures so far).
-    Reopened { failures: u32 },
+    Reopened {
+        /// Failures in a row, the probe's included.
+        failures: u32,
+    },
     /// Half-open → closed: the probe succeeded.
     Closed,
 }
@@ -74,18 +94,25 @@ fn failures_text(n: u32) -> String {
 /// Why a call was refused without running. The model sees the message as the tool's error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CircuitRejection {
+    /// The circuit is open: the cool-down is still running.
     #[error(
         "tool `{tool}` is unavailable: circuit open after {}, retry in {retry_in_secs} s",
         failures_text(*failures)
     )]
     Open {
+        /// The tool's name.
         tool: String,
+        /// Failures in a row that opened it.
         failures: u32,
         /// Remaining cool-down, rounded up to whole seconds (at least 1).
         retry_in_secs: u64,
     },
+    /// The circuit is half-open and its one probe call is running.
     #[error("tool `{tool}` is unavailable: circuit half-open, a probe call is already running")]
-    ProbeInFlight { tool: String },
+    ProbeInFlight {
+        /// The tool's name.
+        tool: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -126,6 +153,8 @@ pub struct ToolCircuits {
 }
 
 impl ToolCircuits {
+    /// No circuit yet (each tool's is made closed on its first call); a `failure_threshold` of 0
+    /// is taken as 1.
     pub fn new(config: CircuitConfig) -> Self {
         ToolCircuits {
             config: CircuitConfig {
@@ -136,11 +165,18 @@ impl ToolCircuits {
         }
     }
 
+    /// The configuration in force (threshold at least 1).
     pub fn config(&self) -> CircuitConfig {
         self.config
     }
 
     /// Asks to call `tool`. `Ok` carries the permit (a probe in half-open); `Err` the refusal.
+    /// A permit dropped without [`CircuitPermit::succeeded`] or [`CircuitPermit::failed`] records
+    /// nothing (a half-open probe frees its slot).
+    ///
+    /// # Errors
+    /// [`CircuitRejection::Open`] while the cool-down runs; [`CircuitRejection::ProbeInFlight`]
+    /// while half-open with its probe running.
     pub fn try_acquire(&self, tool: &str) -> Result<CircuitPermit<'_>, CircuitRejection> {
         let now = Instant::now();
         let mut circuits = self.circuits.lock();
@@ -283,6 +319,7 @@ impl CircuitPermit<'_> {
         self.probe
     }
 
+    /// The tool this permit is for.
     pub fn tool(&self) -> &str {
         &self.tool
     }

@@ -21,6 +21,7 @@ impl std::fmt::Debug for ToolRegistry {
 }
 
 impl ToolRegistry {
+    /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
@@ -44,6 +45,7 @@ impl ToolRegistry {
             .binary_search_by(|(spec, _)| spec.name.as_str().cmp(name))
     }
 
+    /// The spec and the tool registered under `name`; `None` if there is none.
     pub fn get(&self, name: &str) -> Option<(&ToolSpec, &Arc<dyn Tool>)> {
         let i = self.position(name).ok()?;
         self.tools.get(i).map(|(s, t)| (&**s, t))
@@ -59,10 +61,12 @@ impl ToolRegistry {
         self.tools.iter().map(|(s, _)| s.name.as_str())
     }
 
+    /// How many tools are registered.
     pub fn len(&self) -> usize {
         self.tools.len()
     }
 
+    /// Whether no tool is registered.
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
     }

@@ -13,6 +13,7 @@ use warden_protocols::ToolCategory;
 /// How the runner treats one tool. The default: validate arguments, use the circuit, do not cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ToolPolicy {
+    /// Whether and how results are cached (default: not cached).
     pub cache: CachePolicy,
     /// Check the arguments against the spec's `parameters` before running.
     pub validate_arguments: bool,
@@ -50,7 +51,9 @@ pub enum CircuitStep {
     /// Let through (`probe`: as the single half-open probe); `transition` is the state change its
     /// outcome caused, if any (none when the outcome was not recorded: invalid arguments, cache hit).
     Admitted {
+        /// The call was the circuit's single half-open probe.
         probe: bool,
+        /// The state change the call's outcome caused; `None` for none or not recorded.
         transition: Option<CircuitTransition>,
     },
 }
@@ -58,11 +61,13 @@ pub enum CircuitStep {
 /// The outcome of one tool call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolRun {
+    /// The tool's value, or why there is none (the model sees either, see [`ToolRun::content`]).
     pub result: Result<Value, ToolError>,
     /// The value came from the cache; the tool did not run.
     pub cached: bool,
     /// The tool's `call` was actually invoked.
     pub executed: bool,
+    /// What the circuit did.
     pub circuit: CircuitStep,
     /// The tool's category; `None` for an unknown tool.
     pub category: Option<ToolCategory>,
@@ -87,6 +92,9 @@ impl ToolRun {
 }
 
 /// Parses the model's argument text; blank text is `{}`.
+///
+/// # Errors
+/// [`ToolError::InvalidArguments`] when the text is not valid JSON.
 pub fn parse_arguments(raw: &str) -> Result<Value, ToolError> {
     let raw = raw.trim();
     if raw.is_empty() {
@@ -152,10 +160,13 @@ fn counts_against_circuit(error: &ToolError) -> bool {
 }
 
 impl PendingCall<'_> {
+    /// The tool's name.
     pub fn tool_name(&self) -> &str {
         &self.name
     }
 
+    /// The tool's category (`SAFE_CHAIN`, `TERMINAL`, `DANGEROUS`): a caller may refuse a second
+    /// `DANGEROUS` call of a turn before running it.
     pub fn category(&self) -> ToolCategory {
         self.category
     }
@@ -167,6 +178,11 @@ impl PendingCall<'_> {
 
     /// Runs the tool (timeout: `Tool::timeout()` or `default_timeout`), records the outcome on the
     /// circuit and stores a successful result in the cache.
+    ///
+    /// # Cancel safety
+    /// Dropping the future (a halt) drops the tool's future, wherever it is; its outcome is not
+    /// recorded and a half-open probe frees its slot, so the circuit is never left stuck. Side
+    /// effects the tool already had stay done.
     pub async fn execute(self, ctx: ToolContext, default_timeout: Duration) -> ToolRun {
         let PendingCall {
             runner,
@@ -269,10 +285,12 @@ impl ToolRunner {
         policy
     }
 
+    /// The per-tool circuit breakers (for status and tests).
     pub fn circuits(&self) -> &ToolCircuits {
         &self.circuits
     }
 
+    /// The result cache.
     pub fn cache(&self) -> &ToolResultCache {
         &self.cache
     }
@@ -345,7 +363,49 @@ impl ToolRunner {
         })
     }
 
-    /// The whole pipeline: [`ToolRunner::admit`], then [`PendingCall::execute`] if admitted.
+    /// The whole pipeline: [`ToolRunner::admit`], then [`PendingCall::execute`] if admitted. Every
+    /// failure is in [`ToolRun::result`] (nothing panics on model data); `default_timeout` applies
+    /// unless the tool sets its own [`Tool::timeout`].
+    ///
+    /// # Cancel safety
+    /// As [`PendingCall::execute`]: dropping the future leaves no circuit stuck and caches nothing.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use serde_json::json;
+    /// use warden_actors::{CircuitConfig, FnTool, ToolContext, ToolError, ToolRegistry, ToolRunner};
+    /// use warden_protocols::{AgentKey, ToolCategory};
+    ///
+    /// let dice = FnTool::new("roll", "Rolls a die", ToolCategory::SafeChain, |args, _ctx| async move {
+    ///     Ok(json!({"sides": args["sides"], "result": 4}))
+    /// })
+    /// .with_parameters(json!({
+    ///     "type": "object",
+    ///     "properties": {"sides": {"type": "integer"}},
+    ///     "required": ["sides"]
+    /// }));
+    /// let mut registry = ToolRegistry::new();
+    /// registry.register(Arc::new(dice));
+    /// let runner = ToolRunner::new(CircuitConfig::default());
+    /// let ctx = ToolContext {
+    ///     agent: AgentKey::new("gm"),
+    ///     call_id: "call_1".into(),
+    ///     lineage: Arc::from([AgentKey::new("gm")]),
+    /// };
+    /// # actix_rt::System::new().block_on(async {
+    /// let run = runner
+    ///     .run(&registry, "roll", json!({"sides": 6}), ctx.clone(), Duration::from_secs(5))
+    ///     .await;
+    /// assert_eq!(run.result, Ok(json!({"sides": 6, "result": 4})));
+    /// assert!(run.executed);
+    ///
+    /// // Invalid arguments are the model's mistake: the tool does not run.
+    /// let run = runner.run(&registry, "roll", json!({}), ctx, Duration::from_secs(5)).await;
+    /// assert!(matches!(run.result, Err(ToolError::InvalidArguments(_))));
+    /// assert!(!run.executed);
+    /// # });
+    /// ```
     pub async fn run(
         &self,
         registry: &ToolRegistry,

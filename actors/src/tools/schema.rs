@@ -46,6 +46,7 @@ impl fmt::Display for SchemaViolation {
 /// Every violation found; never empty. Displays as `path: message; path: message; …`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchemaErrors {
+    /// The violations, in the order found (document order of the arguments).
     pub violations: Vec<SchemaViolation>,
 }
 
@@ -67,6 +68,9 @@ impl fmt::Display for SchemaErrors {
 impl std::error::Error for SchemaErrors {}
 
 /// Checks `args` against `schema`. `Err` lists every violation.
+///
+/// # Errors
+/// [`SchemaErrors`], never empty, when `args` does not fit `schema`.
 pub fn validate(schema: &Value, args: &Value) -> Result<(), SchemaErrors> {
     let mut violations = Vec::new();
     let mut path = String::from("$");

@@ -11,6 +11,7 @@ use warden_protocols::{AgentKey, ToolCategory, ToolSpec};
 pub struct ToolContext {
     /// The calling agent.
     pub agent: AgentKey,
+    /// The model's id for this call (`call_…`), unique within the turn.
     pub call_id: String,
     /// The delegation chain of the task being worked on, root first, ending with `agent`.
     pub lineage: Arc<[AgentKey]>,
@@ -19,14 +20,25 @@ pub struct ToolContext {
 /// Why a tool call failed. The model sees the message as the tool's result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ToolError {
+    /// The tool failed (or its circuit refused the call). Counts against its circuit.
     #[error("{0}")]
     Failed(String),
+    /// The arguments do not fit the tool's schema, or are not JSON: the model's mistake, which
+    /// does not count against the circuit.
     #[error("invalid arguments: {0}")]
     InvalidArguments(String),
+    /// No tool of that name is registered for the agent.
     #[error("unknown tool `{0}`")]
     Unknown(String),
+    /// The call ran past its timeout ([`Tool::timeout`], else `tools.timeout_seconds`) and was
+    /// dropped. Counts against its circuit.
     #[error("tool timed out after {after_ms} ms")]
-    Timeout { after_ms: u64 },
+    Timeout {
+        /// The timeout that elapsed, in milliseconds.
+        after_ms: u64,
+    },
+    /// The tool panicked (in `call` or in its future); the panic was caught. Counts against its
+    /// circuit.
     #[error("tool panicked: {0}")]
     Panicked(String),
 }
@@ -95,6 +107,34 @@ where
     F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<Value, ToolError>> + Send + 'static,
 {
+    /// A tool named `name` that runs `f(args, ctx)` for each call. Its parameters schema is
+    /// `{"type": "object"}` (any object) until [`FnTool::with_parameters`]; not cached, behind a
+    /// circuit, timed out by `tools.timeout_seconds`.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use serde_json::json;
+    /// use warden_actors::{FnTool, Tool, ToolContext, ToolError};
+    /// use warden_protocols::{AgentKey, ToolCategory};
+    ///
+    /// let open = FnTool::new("open_door", "Opens a door", ToolCategory::Terminal, |args, ctx| async move {
+    ///     match args["door"].as_str() {
+    ///         Some(door) => Ok(json!({"opened": door, "by": ctx.agent.as_str()})),
+    ///         None => Err(ToolError::InvalidArguments("`door` must be a string".into())),
+    ///     }
+    /// })
+    /// .with_parameters(json!({"type": "object", "properties": {"door": {"type": "string"}}}));
+    /// assert_eq!(open.spec().name, "open_door");
+    ///
+    /// let ctx = ToolContext {
+    ///     agent: AgentKey::new("rogue"),
+    ///     call_id: "call_1".into(),
+    ///     lineage: Arc::from([AgentKey::new("rogue")]),
+    /// };
+    /// let value = futures::executor::block_on(open.call(json!({"door": "north"}), ctx)).unwrap();
+    /// assert_eq!(value, json!({"opened": "north", "by": "rogue"}));
+    /// ```
     pub fn new(
         name: impl Into<String>,
         description: impl Into<String>,

@@ -67,19 +67,25 @@ pub enum ToolFormat {
 pub struct OpenAiConfig {
     /// The API root, e.g. `http://127.0.0.1:8080/v1`; requests go to `{base_url}/chat/completions`.
     pub base_url: String,
+    /// The model name sent with every request (and used for the price table). Default `default`.
     pub model: String,
     /// Sent as `Authorization: Bearer ...`. Never logged, serialized or shown by `Debug`.
     #[serde(skip_serializing)]
     pub api_key: Option<String>,
-    /// Per-attempt timeout (see the module docs for streaming).
+    /// Per-attempt timeout (see the module docs for streaming); also the connect timeout.
+    /// Default 60 s.
     #[serde(with = "duration_secs")]
     pub request_timeout: Duration,
+    /// How tools are offered to the model. Default [`ToolFormat::Native`].
     pub tool_format: ToolFormat,
-    /// Use server-sent events for [`Provider::complete`].
+    /// Use server-sent events for [`Provider::complete`]. Default `false`.
     pub stream: bool,
+    /// Retries of failed attempts (see [`RetryPolicy`] for the defaults).
     pub retry: RetryPolicy,
+    /// `max_tokens` sent with each request; `None` (the default) sends none: the server's limit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// `temperature` sent with each request; `None` (the default) sends none: the server's default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
 }
@@ -117,6 +123,7 @@ impl fmt::Debug for OpenAiConfig {
 }
 
 impl OpenAiConfig {
+    /// The defaults with `base_url` and `model`.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
         OpenAiConfig {
             base_url: base_url.into(),
@@ -125,7 +132,10 @@ impl OpenAiConfig {
         }
     }
 
-    /// Sets the API key from environment variable `var`; unset or empty is an error.
+    /// Sets the API key from environment variable `var` (trimmed).
+    ///
+    /// # Errors
+    /// [`OpenAiSetupError::MissingApiKey`] when `var` is unset, not Unicode, or blank.
     pub fn with_api_key_from_env(mut self, var: &str) -> Result<Self, OpenAiSetupError> {
         match std::env::var(var) {
             Ok(key) if !key.trim().is_empty() => {
@@ -146,10 +156,18 @@ impl OpenAiConfig {
 /// Why an [`OpenAiCompatible`] could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OpenAiSetupError {
+    /// The environment variable meant to hold the API key is unset or blank.
     #[error("environment variable {var} holds no api key")]
-    MissingApiKey { var: String },
+    MissingApiKey {
+        /// The variable's name.
+        var: String,
+    },
+    /// reqwest could not build its HTTP client (TLS backend initialisation).
     #[error("cannot build http client: {message}")]
-    Client { message: String },
+    Client {
+        /// reqwest's error text.
+        message: String,
+    },
 }
 
 /// One item of [`OpenAiCompatible::stream`].
@@ -160,13 +178,18 @@ pub enum StreamEvent {
     /// A piece of native tool call `index`: `id` and `name` usually come first, `arguments` are
     /// pieces of JSON text to concatenate.
     ToolCallDelta {
+        /// Which tool call of the message this piece belongs to (0-based).
         index: u32,
+        /// The call's id, in the piece that carries it (usually the first); `None` otherwise.
         id: Option<String>,
+        /// The tool's name, in the piece that carries it (usually the first); `None` otherwise.
         name: Option<String>,
+        /// A piece of the arguments' JSON text (may be empty).
         arguments: String,
     },
     /// The end of the stream, always its last item, exactly once.
     Finished {
+        /// The whole response, as [`Provider::complete`] would return it, or the call's error.
         outcome: Result<LlmResponse, ProviderError>,
         /// HTTP attempts made (retries included).
         attempts: u32,
@@ -197,6 +220,20 @@ impl fmt::Debug for OpenAiCompatible {
 }
 
 impl OpenAiCompatible {
+    /// A provider for `config`. Connects nothing yet: the first call opens the connection.
+    ///
+    /// # Errors
+    /// [`OpenAiSetupError::Client`] when the HTTP client cannot be built.
+    ///
+    /// # Examples
+    /// ```
+    /// use warden_actors::{OpenAiCompatible, OpenAiConfig, Provider, ToolFormat};
+    ///
+    /// let mut config = OpenAiConfig::new("http://127.0.0.1:8080/v1", "llama-3-8b");
+    /// config.tool_format = ToolFormat::JsonFallback;
+    /// let provider = OpenAiCompatible::new(config).unwrap();
+    /// assert_eq!(provider.name(), "openai-compatible:llama-3-8b");
+    /// ```
     pub fn new(config: OpenAiConfig) -> Result<Self, OpenAiSetupError> {
         let client = reqwest::Client::builder()
             .connect_timeout(config.request_timeout)
@@ -216,6 +253,10 @@ impl OpenAiCompatible {
     }
 
     /// Like [`OpenAiCompatible::new`], with the API key from environment variable `var`.
+    ///
+    /// # Errors
+    /// [`OpenAiSetupError::MissingApiKey`] (see [`OpenAiConfig::with_api_key_from_env`]),
+    /// [`OpenAiSetupError::Client`].
     pub fn from_env(config: OpenAiConfig, var: &str) -> Result<Self, OpenAiSetupError> {
         Self::new(config.with_api_key_from_env(var)?)
     }
@@ -234,6 +275,7 @@ impl OpenAiCompatible {
         }
     }
 
+    /// The configuration it was built with.
     pub fn config(&self) -> &OpenAiConfig {
         &self.inner.config
     }

@@ -104,6 +104,7 @@ impl RetryPolicy {
 pub struct FailedAttempt {
     /// 1-based number of the attempt that failed.
     pub attempt: u32,
+    /// Why it failed.
     pub error: ProviderError,
     /// `Some(delay)` when another attempt follows after `delay`; `None` when this failure is the
     /// call's final outcome.
@@ -122,6 +123,7 @@ pub struct FailedAttempt {
 pub struct AttemptObserver(Arc<dyn Fn(&FailedAttempt) + Send + Sync>);
 
 impl AttemptObserver {
+    /// An observer calling `f` for every failed attempt (inline: keep it short).
     pub fn new(f: impl Fn(&FailedAttempt) + Send + Sync + 'static) -> Self {
         AttemptObserver(Arc::new(f))
     }
