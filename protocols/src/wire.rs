@@ -253,7 +253,7 @@ pub enum ToolCategory {
     SafeChain,
     /// Communication (say, page): the turn ends and the agent waits for a response.
     Terminal,
-    /// Changes state: at most one per tick, the turn ends after it.
+    /// Changes state: at most one per turn, the turn ends after it.
     Dangerous,
 }
 

@@ -78,10 +78,10 @@ impl Supervisor {
         let id = self.shared.next_delegation.fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "test-hooks")]
         crate::test_hooks::delegation_gap(&from.key);
-        let mut slot = Slot::new(from.clone(), delegate.clone(), id);
-        // A halt raised before the delegation was listed (`Slot::new`) did not see it: refuse it
-        // here, before the task is sent (see `AgentCell::request_halt` for the ordering).
-        if from.halt_requested() {
+        let (mut slot, admitted) = Slot::new(from.clone(), delegate.clone(), id);
+        // A halt raised before the delegation was listed did not see it: refuse it here, before
+        // the task is sent (the halt gate's ordering, `agent/cell/gate.rs`).
+        if !admitted {
             drop(slot);
             return Err(refuse(DelegationRefusal::DelegatorNotRunning {
                 delegator: from.key.clone(),
@@ -216,16 +216,19 @@ struct Slot {
 }
 
 impl Slot {
-    /// The slot is already acquired on `from`.
-    fn new(from: Arc<AgentCell>, to: Arc<AgentCell>, id: u64) -> Self {
-        from.add_delegation(id, to.clone());
+    /// The slot is already acquired on `from`. Lists the delegation on both sides; `false` with it:
+    /// a halt of `from` is requested and may not have seen it (refuse the delegation; dropping the
+    /// slot unlists it).
+    fn new(from: Arc<AgentCell>, to: Arc<AgentCell>, id: u64) -> (Self, bool) {
+        let admitted = from.add_delegation(id, to.clone());
         to.add_delegator(id, &from);
-        Slot {
+        let slot = Slot {
             from,
             to,
             id,
             outcome: None,
-        }
+        };
+        (slot, admitted)
     }
 }
 

@@ -22,12 +22,15 @@ impl AgentCell {
         self.active_delegations.load(Ordering::Acquire)
     }
 
-    pub(crate) fn add_delegation(&self, id: u64, delegate: Arc<AgentCell>) {
-        self.delegations.lock().insert(id, delegate);
+    /// Lists delegation `id` as running, then checks for a halt: `false` means a halt is requested
+    /// and may not have seen it — the delegation must be refused before its task is sent (and
+    /// removed, which dropping its `Slot` does). See [`HaltGate::enter`].
+    pub(crate) fn add_delegation(&self, id: u64, delegate: Arc<AgentCell>) -> bool {
+        self.halt.enter(id, delegate)
     }
 
     pub(crate) fn remove_delegation(&self, id: u64) {
-        self.delegations.lock().remove(&id);
+        self.halt.leave(id);
     }
 
     pub(crate) fn add_delegator(&self, id: u64, delegator: &Arc<AgentCell>) {
@@ -40,6 +43,6 @@ impl AgentCell {
 
     /// The delegates of the delegations running now.
     pub(crate) fn running_delegates(&self) -> Vec<Arc<AgentCell>> {
-        self.delegations.lock().values().cloned().collect()
+        self.halt.running()
     }
 }

@@ -2,7 +2,8 @@
 //! supervisor. The actor is a thin driver; the cell holds the state.
 //!
 //! Files, one per section of its methods: this one (the struct, the record, journaling and state
-//! transitions, crash bookkeeping, status), `halt.rs`, `safety.rs` (errors, breakers, verdicts,
+//! transitions, crash bookkeeping, status), `halt.rs` (with `gate.rs`, the [`HaltGate`]: flag, turn
+//! token and running delegations, with its invariants and loom models), `safety.rs` (errors, breakers, verdicts,
 //! usage), `replies.rs`, `work.rs` (task progress, history), `delegations.rs`, `tools.rs` (tools in
 //! flight, `begin_tool`/`end_tool`), `tests.rs`.
 //!
@@ -11,9 +12,9 @@
 //!   it under the record lock — the journal order is the order of changes, and a replay rebuilds it.
 //! * The state changes only through [`AgentCell::transition`], checked against
 //!   [`warden_protocols::TRANSITIONS`]; an illegal request is journaled as `TransitionRefused` and logged.
-//! * A halt is visible before the actor reads it: [`AgentCell::request_halt`] sets `halt_requested` and
-//!   cancels `halt_token` synchronously, so a running turn stops at its next await point and
-//!   [`AgentCell::begin_tool`] refuses to start a tool.
+//! * A halt is visible before the actor reads it: [`AgentCell::request_halt`] raises the halt flag and
+//!   cancels the turn's token synchronously (through the [`HaltGate`]), so a running turn stops at its
+//!   next await point and [`AgentCell::begin_tool`] refuses to start a tool.
 //!
 //! * A user event is queued (mailbox push and `EventQueued`) under the record lock, and the actor
 //!   settles it under the record lock, so the record's pending events are the user events in the
@@ -21,10 +22,11 @@
 //!
 //! # Lock order
 //! `record` → journal's internal lock; `record` → a mailbox lane (a leaf); `record` → `waiters`,
-//! `record` → `answering` (leaves). `delegations` is a leaf.
+//! `record` → `answering` (leaves). The halt gate's two locks are leaves (see `gate.rs`).
 //! No lock is held across an await.
 
 mod delegations;
+mod gate;
 mod halt;
 mod replies;
 mod safety;
@@ -44,6 +46,7 @@ use crate::{
     tools::ToolRegistry,
     tools::ToolRunner,
 };
+use gate::HaltGate;
 use parking_lot::{Mutex, MutexGuard};
 use std::{
     collections::HashMap,
@@ -125,11 +128,10 @@ pub(crate) struct AgentCell {
     state_mirror: AtomicU8,
     /// Mirrors `record.paused` (read by the mailbox pump without the record lock).
     paused_mirror: AtomicBool,
-    halt_requested: AtomicBool,
-    halt_token: Mutex<Option<CancellationToken>>,
     journal: Arc<dyn Journal>,
-    /// Delegations this agent runs now: id → the delegate's cell.
-    delegations: Mutex<HashMap<u64, Arc<AgentCell>>>,
+    /// The halt flag, the running turn's token and the delegations this agent runs now (id → the
+    /// delegate's cell).
+    halt: HaltGate<Arc<AgentCell>>,
     /// Agents running a delegation to this one now: id → the delegator (notified when this one trips).
     delegators: Mutex<HashMap<u64, Weak<AgentCell>>>,
     active_delegations: AtomicU32,
@@ -204,10 +206,8 @@ impl AgentCell {
                 started: tokio::time::Instant::now(),
                 seq: 0,
             }),
-            halt_requested: AtomicBool::new(halted),
-            halt_token: Mutex::new(None),
+            halt: HaltGate::new(halted),
             journal,
-            delegations: Mutex::new(HashMap::new()),
             delegators: Mutex::new(HashMap::new()),
             active_delegations: AtomicU32::new(0),
             tools_in_flight: AtomicU32::new(0),

@@ -1,0 +1,166 @@
+//! The halt gate: an agent's halt flag, the cancellation token of its running turn, and the list of
+//! its running delegations — the three things a halt and a starting turn or delegation race on.
+//!
+//! Invariants (each holds in every interleaving; `gate::loom` below checks them with loom):
+//! * **A turn cannot miss a halt.** [`HaltGate::request`] raises the flag *before* it takes the token
+//!   lock; [`HaltGate::token`] reads the flag *under* that lock. So either the turn's token is
+//!   cancelled by the halt, or it is created already cancelled.
+//! * **A halt reaches every running delegation.** [`HaltGate::request`] raises the flag, *then* lists
+//!   the running delegations; [`HaltGate::enter`] lists a delegation, *then* reads the flag (the
+//!   `running` lock orders the two). So either the halt's list has the delegation, or the delegation
+//!   sees the flag and is refused before its task is sent.
+//! * **One halt, one list.** Of concurrent requests only the first gets the list (the others get
+//!   `None`: the first's caller halts those delegates).
+//!
+//! Lock order: `token` and `running` are never held together; neither is held across a call out.
+//! The primitives come from `crate::sync` (loom's under `--cfg warden_loom`).
+
+use crate::sync::{AtomicBool, Mutex, Ordering};
+use std::collections::HashMap;
+use tokio_util::sync::CancellationToken;
+
+/// See the module docs. `D` is what a running delegation is remembered by (the delegate's cell).
+#[derive(Debug)]
+pub(crate) struct HaltGate<D> {
+    requested: AtomicBool,
+    /// The running turn's token; created on first use, so an agent that never runs a turn never
+    /// allocates one.
+    token: Mutex<Option<CancellationToken>>,
+    /// Running delegations by id.
+    running: Mutex<HashMap<u64, D>>,
+}
+
+impl<D: Clone> HaltGate<D> {
+    /// A gate; `halted`: a halt is already requested (an agent restored as halted).
+    pub(crate) fn new(halted: bool) -> Self {
+        HaltGate {
+            requested: AtomicBool::new(halted),
+            token: Mutex::new(None),
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Requests a halt: raises the flag, lists the running delegations, cancels the turn — in that
+    /// order (listing after the cancel could find none: a cancelled turn ends its delegations).
+    /// Returns the delegations to halt too, or `None` if a halt was already requested.
+    pub(crate) fn request(&self) -> Option<Vec<D>> {
+        let already = self.requested.swap(true, Ordering::SeqCst);
+        let delegates = (!already).then(|| self.running());
+        if let Some(token) = self.token.lock().as_ref() {
+            token.cancel();
+        }
+        delegates
+    }
+
+    /// Whether a halt is requested (and not cleared).
+    pub(crate) fn requested(&self) -> bool {
+        self.requested.load(Ordering::SeqCst)
+    }
+
+    /// The running turn's token: cancelled when a halt is requested, already cancelled if one is.
+    pub(crate) fn token(&self) -> CancellationToken {
+        let mut slot = self.token.lock();
+        let token = slot.get_or_insert_with(CancellationToken::new);
+        if self.requested.load(Ordering::SeqCst) {
+            token.cancel();
+        }
+        token.clone()
+    }
+
+    /// Clears a past halt request (on resume); the next turn gets a fresh token.
+    pub(crate) fn clear(&self) {
+        let mut slot = self.token.lock();
+        *slot = None;
+        self.requested.store(false, Ordering::SeqCst);
+    }
+
+    /// Lists delegation `id` as running, then checks the flag: `false` means a halt is requested
+    /// and may not have seen it — the caller must refuse the delegation (and [`HaltGate::leave`]).
+    pub(crate) fn enter(&self, id: u64, delegate: D) -> bool {
+        self.running.lock().insert(id, delegate);
+        !self.requested()
+    }
+
+    /// Removes delegation `id` from the running list.
+    pub(crate) fn leave(&self, id: u64) {
+        self.running.lock().remove(&id);
+    }
+
+    /// The running delegations.
+    pub(crate) fn running(&self) -> Vec<D> {
+        self.running.lock().values().cloned().collect()
+    }
+}
+
+/// Loom models of the gate's invariants:
+///
+/// ```sh
+/// RUSTFLAGS="--cfg warden_loom" cargo test -p warden-actors --lib --release gate::loom
+/// ```
+#[cfg(all(test, warden_loom))]
+mod loom {
+    use super::HaltGate;
+    use loom::{sync::Arc, thread};
+
+    /// A halt racing a turn that starts: the turn's token ends up cancelled, whichever goes first.
+    #[test]
+    fn a_turn_starting_during_a_halt_gets_a_cancelled_token() {
+        loom::model(|| {
+            let gate = Arc::new(HaltGate::<u32>::new(false));
+            let halt = {
+                let gate = gate.clone();
+                thread::spawn(move || {
+                    gate.request();
+                })
+            };
+            let token = gate.token();
+            halt.join().expect("halt thread");
+            assert!(token.is_cancelled(), "the turn's token missed the halt");
+        });
+    }
+
+    /// A halt racing a delegation that starts: the delegation is either on the halt's list or
+    /// refused — never running unseen.
+    #[test]
+    fn a_delegation_starting_during_a_halt_is_listed_or_refused() {
+        loom::model(|| {
+            let gate = Arc::new(HaltGate::<u32>::new(false));
+            let delegation = {
+                let gate = gate.clone();
+                thread::spawn(move || {
+                    let admitted = gate.enter(7, 7);
+                    if !admitted {
+                        gate.leave(7);
+                    }
+                    admitted
+                })
+            };
+            let listed = gate.request().expect("the first request gets the list");
+            let admitted = delegation.join().expect("delegation thread");
+            assert!(
+                !admitted || listed.contains(&7),
+                "a delegation ran that the halt did not see"
+            );
+        });
+    }
+
+    /// Two halts at once: exactly one gets the list.
+    #[test]
+    fn of_two_concurrent_halts_exactly_one_lists_the_delegations() {
+        loom::model(|| {
+            let gate = Arc::new(HaltGate::<u32>::new(false));
+            assert!(gate.enter(1, 1));
+            let other = {
+                let gate = gate.clone();
+                thread::spawn(move || gate.request())
+            };
+            let mine = gate.request();
+            let theirs = other.join().expect("halt thread");
+            assert_eq!(
+                usize::from(mine.is_some()) + usize::from(theirs.is_some()),
+                1
+            );
+            assert_eq!(mine.or(theirs), Some(vec![1]));
+        });
+    }
+}
