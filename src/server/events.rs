@@ -55,6 +55,7 @@ pub struct Published {
 }
 
 impl Published {
+    /// Wraps `item`; its SSE message is rendered later, on first use.
     pub fn new(item: FeedItem) -> Self {
         Published {
             item: Arc::new(item),
@@ -62,6 +63,7 @@ impl Published {
         }
     }
 
+    /// The published item.
     pub fn item(&self) -> &FeedItem {
         &self.item
     }
@@ -95,8 +97,11 @@ impl FeedItem {
 /// An intervention notice: `kind` is the SSE event name, `data` its JSON.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Notice {
+    /// What it says; also its SSE event name ([`NoticeKind::as_str`]).
     pub kind: NoticeKind,
+    /// The agent whose intervention it is (what `?agent=KEY` filters on).
     pub agent: AgentKey,
+    /// The JSON sent as the SSE `data:` (see [`NoticeKind`] for each kind's fields).
     pub data: serde_json::Value,
 }
 
@@ -337,10 +342,13 @@ impl EventHub {
         self.log.as_ref()
     }
 
+    /// How often an idle stream sends a keep-alive comment (see [`EventHub::with_keep_alive`]).
     pub fn keep_alive(&self) -> Duration {
         self.keep_alive
     }
 
+    /// How long a stream holds events back for a missing sequence number (see
+    /// [`EventHub::with_reorder_wait`]).
     pub fn reorder_wait(&self) -> Duration {
         self.reorder_wait
     }
