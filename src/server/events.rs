@@ -383,11 +383,29 @@ impl std::fmt::Debug for Subscription {
 
 impl Subscription {
     /// The next item; `Lagged(n)` when `n` items were skipped because this subscriber fell behind.
+    ///
+    /// # Errors
+    ///
+    /// [`RecvError::Lagged`] as above (the next call goes on with the oldest item kept);
+    /// [`RecvError::Closed`] once the hub and every publisher are gone.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future before it resolves loses no item (the next call gets
+    /// it).
     pub async fn recv(&mut self) -> Result<Arc<FeedItem>, RecvError> {
         self.rx.recv().await.map(|p| p.item.clone())
     }
 
     /// [`Subscription::recv`] with the shared rendering of the item.
+    ///
+    /// # Errors
+    ///
+    /// As [`Subscription::recv`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Subscription::recv`].
     pub async fn recv_published(&mut self) -> Result<Arc<Published>, RecvError> {
         self.rx.recv().await
     }
