@@ -458,6 +458,10 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::recent_events`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the request; nothing changes on the server.
     pub async fn statuses(&self) -> Result<Vec<AgentStatus>, ClientError> {
         self.call(Method::GET, &["api", "agents"], None).await
     }
@@ -467,6 +471,10 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::recent_events`] (404 for an unknown agent).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the request; nothing changes on the server.
     pub async fn status(&self, key: &str) -> Result<AgentStatus, ClientError> {
         self.call(Method::GET, &["api", "agents", key], None).await
     }
@@ -477,6 +485,11 @@ impl Client {
     ///
     /// As [`Client::recent_events`]: 403 with the read token, 404 for an unknown agent, 503 when
     /// the halt was applied but could not be made durable.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the request, which may or may not have reached the server
+    /// (see [`Client::recent_events`]).
     pub async fn halt(&self, key: Option<&str>) -> Result<Vec<HaltAckBody>, ClientError> {
         #[derive(serde::Deserialize)]
         struct Halted {
@@ -498,6 +511,11 @@ impl Client {
     ///
     /// As [`Client::recent_events`]: 403 with the read token, 404 for an unknown agent, 409 when
     /// the agent's state does not allow it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the request, which may or may not have reached the server
+    /// (see [`Client::recent_events`]).
     pub async fn unlock(&self, key: &str) -> Result<AgentStatus, ClientError> {
         self.call(Method::POST, &["api", "agents", key, "unlock"], None)
             .await
@@ -508,6 +526,11 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::unlock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the request, which may or may not have reached the server
+    /// (see [`Client::recent_events`]).
     pub async fn pause(&self, key: &str) -> Result<AgentStatus, ClientError> {
         self.call(Method::POST, &["api", "agents", key, "pause"], None)
             .await
@@ -518,6 +541,11 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::unlock`] (409 for a locked-out agent: a resume never lifts a lockout).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the request, which may or may not have reached the server
+    /// (see [`Client::recent_events`]).
     pub async fn resume(&self, key: &str) -> Result<AgentStatus, ClientError> {
         self.call(Method::POST, &["api", "agents", key, "resume"], None)
             .await
@@ -528,6 +556,11 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::unlock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the request, which may or may not have reached the server
+    /// (see [`Client::recent_events`]).
     pub async fn clear(&self, key: &str) -> Result<AgentStatus, ClientError> {
         self.call(
             Method::POST,
@@ -547,6 +580,11 @@ impl Client {
     /// for an unknown agent, 409 when the agent refuses work (locked out, stopped, full
     /// mailbox), 503 when the journal is degraded. A fate that is not an answer is not an error
     /// here ([`run`] makes it [`ClientError::NotAnswered`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the request, which may or may not have reached the server
+    /// (see [`Client::recent_events`]).
     pub async fn send(
         &self,
         key: &str,
@@ -573,6 +611,10 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::recent_events`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the request; nothing changes on the server.
     pub async fn interventions(&self) -> Result<Vec<Intervention>, ClientError> {
         self.call(Method::GET, &["api", "interventions"], None)
             .await
@@ -583,6 +625,11 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::recent_events`]: 403 with the read token, 404 when no ask `id` is pending.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the request, which may or may not have reached the server
+    /// (see [`Client::recent_events`]).
     pub async fn answer(
         &self,
         id: u64,

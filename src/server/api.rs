@@ -787,6 +787,10 @@ impl PostEventQuery {
 pub(crate) mod fuzzing {
     /// `?wait=` of `POST /api/agents/{key}/events`, as the handler reads it: the seconds to wait,
     /// or `Err` with the 400 message.
+    ///
+    /// # Errors
+    ///
+    /// The message of the `400` for anything but a number of seconds from 0 to 300.
     pub fn post_event_wait(text: &str) -> Result<Option<std::time::Duration>, String> {
         super::PostEventQuery {
             wait: Some(text.to_owned()),

@@ -411,6 +411,11 @@ impl Subscription {
     }
 
     /// The next item if one is waiting (`Empty` if none, `Lagged(n)` as for `recv`).
+    ///
+    /// # Errors
+    ///
+    /// `TryRecvError::Empty` when nothing is waiting, `Lagged(n)` as for
+    /// [`Subscription::recv`], `Closed` once every sender is gone.
     pub fn try_recv_published(&mut self) -> Result<Arc<Published>, broadcast::error::TryRecvError> {
         self.rx.try_recv()
     }

@@ -87,6 +87,9 @@ impl Server {
     ///
     /// # Panics
     /// If no port can be bound on 127.0.0.1.
+    ///
+    /// # Cancel safety
+    /// Dropping the future before it resolves frees the port; nothing is served.
     pub async fn start(scripts: Vec<Vec<Step>>) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -131,7 +134,14 @@ impl Server {
         format!("http://{}{path}", self.addr)
     }
 
-    /// Waits until the server saw a client close a connection it was holding open.
+    /// Waits until the server saw a client close a connection it was holding open (a
+    /// [`Step::AwaitClose`]); each close is reported once, to one call.
+    ///
+    /// # Panics
+    /// If no client closes within [`PATIENCE`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a close seen meanwhile is kept for the next call.
     pub async fn client_closed(&mut self) {
         tokio::time::timeout(PATIENCE, self.closed.recv())
             .await
