@@ -251,7 +251,8 @@ impl ProviderSpec {
 pub enum ScriptedReply {
     /// A final answer: the turn ends with this text (written as a plain string in the file).
     Text(String),
-    /// One tool call (written `{ tool = "…", args = { … } }`); the turn goes on with its result.
+    /// One tool call (written `{ tool = "…", args = { … } }`); the turn goes on or ends as the
+    /// tool's category says (the built-in `delegate` goes on with the delegate's answer).
     Tool {
         /// The tool's name, such as `delegate`; never empty.
         tool: String,
@@ -730,7 +731,8 @@ impl TeamFile {
     /// "#,
     /// )?;
     /// let err = file.validate().unwrap_err();
-    /// assert!(matches!(&err, TeamError::Invalid { key, .. } if key.as_str() == "agents[1].parent"));
+    /// let TeamError::Invalid { key, .. } = &err else { panic!("{err}") };
+    /// assert_eq!(key, "agents[1].parent");
     /// # Ok::<(), TeamError>(())
     /// ```
     pub fn validate(&self) -> Result<(), TeamError> {

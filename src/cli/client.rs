@@ -576,10 +576,11 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// As [`Client::recent_events`]: 400 for a `wait` out of range, 403 with the read token, 404
-    /// for an unknown agent, 409 when the agent refuses work (locked out, stopped, full
-    /// mailbox), 503 when the journal is degraded. A fate that is not an answer is not an error
-    /// here ([`run`] makes it [`ClientError::NotAnswered`]).
+    /// As [`Client::recent_events`], with [`ClientError::Http`] for: 400, a `wait` out of range;
+    /// 403, the read token; 404, an unknown agent; 409, the agent is locked out or stopped; 429,
+    /// its mailbox is full; 503, its journal is degraded or it is shut down; 500, the event was
+    /// queued but its acceptance could not be made durable. A fate that is not an answer is not
+    /// an error here ([`run`] makes it [`ClientError::NotAnswered`]).
     ///
     /// # Cancel safety
     ///

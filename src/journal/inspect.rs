@@ -115,7 +115,12 @@ impl EventLines {
 /// use warden::{AgentKey, AgentState, EventKind};
 ///
 /// let db = std::env::temp_dir().join(format!("warden-doc-tail-{}.db", std::process::id()));
-/// # for end in ["", "-wal", "-shm", ".lock"] { let _ = std::fs::remove_file(format!("{}{end}", db.display())); }
+/// # let clean = |db: &std::path::Path| {
+/// #     for end in ["", "-wal", "-shm", ".lock"] {
+/// #         let _ = std::fs::remove_file(format!("{}{end}", db.display()));
+/// #     }
+/// # };
+/// # clean(&db);
 /// let writer = SqliteJournal::open(&db)?;
 /// writer.append(
 ///     &AgentKey::new("innkeeper"),
@@ -132,7 +137,7 @@ impl EventLines {
 /// let line = String::from_utf8(out).unwrap();
 /// assert!(line.contains("\"state_changed\""));
 /// # drop(writer);
-/// # for end in ["", "-wal", "-shm", ".lock"] { let _ = std::fs::remove_file(format!("{}{end}", db.display())); }
+/// # clean(&db);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn tail(db: &Path, n: usize, json: bool, out: &mut dyn Write) -> Result<(), InspectError> {

@@ -33,10 +33,16 @@ impl JournalReader {
     /// # Examples
     ///
     /// ```
-    /// use warden::{journal::JournalError, AgentKey, AgentState, EventKind, Journal, JournalReader, SqliteJournal};
+    /// use warden::journal::JournalError;
+    /// use warden::{AgentKey, AgentState, EventKind, Journal, JournalReader, SqliteJournal};
     ///
     /// let db = std::env::temp_dir().join(format!("warden-doc-reader-{}.db", std::process::id()));
-    /// # for end in ["", "-wal", "-shm", ".lock"] { let _ = std::fs::remove_file(format!("{}{end}", db.display())); }
+    /// # let clean = |db: &std::path::Path| {
+    /// #     for end in ["", "-wal", "-shm", ".lock"] {
+    /// #         let _ = std::fs::remove_file(format!("{}{end}", db.display()));
+    /// #     }
+    /// # };
+    /// # clean(&db);
     /// // A reader never creates a journal.
     /// assert!(matches!(JournalReader::open(&db), Err(JournalError::Missing { .. })));
     ///
@@ -59,7 +65,7 @@ impl JournalReader {
     /// let records = reader.restore_records()?;
     /// assert_eq!(records[0].state, AgentState::Executing);
     /// # drop(writer);
-    /// # for end in ["", "-wal", "-shm", ".lock"] { let _ = std::fs::remove_file(format!("{}{end}", db.display())); }
+    /// # clean(&db);
     /// # Ok::<(), JournalError>(())
     /// ```
     pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {

@@ -160,17 +160,23 @@ impl SqliteJournal {
     /// * [`JournalError::Open`] — SQLite cannot open the file (no permission, …).
     /// * [`JournalError::Corrupt`] — the integrity check failed, or the file is not a database.
     /// * [`JournalError::NewerSchema`] — written by a newer warden.
-    /// * [`JournalError::Sqlite`] — another SQLite failure; [`JournalError::Thread`] — the writer
-    ///   thread could not be spawned.
+    /// * [`JournalError::Sqlite`] — another SQLite failure.
+    /// * [`JournalError::Thread`] — the writer thread could not be spawned.
     ///
     /// # Examples
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use warden::{journal::JournalError, AgentKey, AgentState, EventKind, Journal, SqliteJournal};
+    /// use warden::journal::JournalError;
+    /// use warden::{AgentKey, AgentState, EventKind, Journal, SqliteJournal};
     ///
     /// let db = std::env::temp_dir().join(format!("warden-doc-open-{}.db", std::process::id()));
-    /// # for end in ["", "-wal", "-shm", ".lock"] { let _ = std::fs::remove_file(format!("{}{end}", db.display())); }
+    /// # let clean = |db: &std::path::Path| {
+    /// #     for end in ["", "-wal", "-shm", ".lock"] {
+    /// #         let _ = std::fs::remove_file(format!("{}{end}", db.display()));
+    /// #     }
+    /// # };
+    /// # clean(&db);
     /// let journal = Arc::new(SqliteJournal::open(&db)?);
     /// // One writer at a time.
     /// assert!(matches!(SqliteJournal::open(&db), Err(JournalError::InUse { .. })));
@@ -192,7 +198,7 @@ impl SqliteJournal {
     /// let again = SqliteJournal::open(&db)?;
     /// assert_eq!(again.events()?.len(), 1);
     /// # drop(again);
-    /// # for end in ["", "-wal", "-shm", ".lock"] { let _ = std::fs::remove_file(format!("{}{end}", db.display())); }
+    /// # clean(&db);
     /// # Ok::<(), JournalError>(())
     /// ```
     ///

@@ -250,8 +250,10 @@ impl std::fmt::Debug for ApiState {
 }
 
 impl ApiState {
-    /// The API over `supervisor` with these tokens and no bus, feed, journal or fates: the
-    /// endpoints that need one answer `503` (`/api/interventions` lists none) until it is added.
+    /// The API over `supervisor` with these tokens and no bus, feed, journal or fates, until the
+    /// `with_*` methods add them: meanwhile `GET /api/events`, `GET /api/events/recent` and the
+    /// fate reads answer `503`, `/api/interventions` lists no ask, and `/metrics` leaves out the
+    /// journal's families.
     pub fn new(supervisor: Supervisor, config: ApiConfig) -> Self {
         ApiState {
             supervisor,

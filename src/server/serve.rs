@@ -55,7 +55,8 @@ delegate = false
 /// state, lockout and history) and serves the API on `addr` until stopped. Every event is also
 /// published to the event stream (`GET /api/events`), which replays missed events from the journal.
 ///
-/// Must run inside an actix `System` (`actix_rt::System::new().block_on(…)` or `#[actix_rt::main]`).
+/// Must run inside an actix `System` (`actix_rt::System::new().block_on(…)` or
+/// `#[actix_rt::main]`).
 /// The socket is bound before the journal is opened, so a port in use leaves the journal
 /// untouched. On SIGTERM or SIGINT the server stops gracefully (open event streams are ended),
 /// then the agents are shut down and the journal is closed; the future then resolves `Ok(())`.
@@ -95,21 +96,27 @@ delegate = false
 /// use warden::{server::api::ApiConfig, server::{serve_team, DEFAULT_TEAM}, team::TeamFile};
 ///
 /// let db = std::env::temp_dir().join(format!("warden-doc-serve-{}.db", std::process::id()));
-/// # for end in ["", "-wal", "-shm", ".lock"] { let _ = std::fs::remove_file(format!("{}{end}", db.display())); }
+/// # let clean = |db: &std::path::Path| {
+/// #     for end in ["", "-wal", "-shm", ".lock"] {
+/// #         let _ = std::fs::remove_file(format!("{}{end}", db.display()));
+/// #     }
+/// # };
+/// # clean(&db);
 /// let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?; // a free port
 /// let file = TeamFile::from_toml(DEFAULT_TEAM)?;
 /// let config = ApiConfig { admin_token: Some("s3cret".into()), ..ApiConfig::default() };
+/// let request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
 ///
 /// actix_rt::System::new().block_on(async {
 ///     let server = actix_rt::spawn({
 ///         let db = db.clone();
 ///         async move { serve_team(file, &db, addr, config).await.map_err(|e| e.to_string()) }
 ///     });
-///     // A blocking client on another thread: the server runs on this one.
+///     // A blocking client on another thread: this one runs `serve_team`.
 ///     let answer = actix_rt::task::spawn_blocking(move || {
 ///         for _ in 0..200 {
 ///             if let Ok(mut conn) = std::net::TcpStream::connect(addr) {
-///                 conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+///                 conn.write_all(request)?;
 ///                 let mut text = String::new();
 ///                 conn.read_to_string(&mut text)?;
 ///                 return Ok(text);
@@ -125,7 +132,7 @@ delegate = false
 ///     let _ = server.await;
 ///     Ok::<(), std::io::Error>(())
 /// })?;
-/// # for end in ["", "-wal", "-shm", ".lock"] { let _ = std::fs::remove_file(format!("{}{end}", db.display())); }
+/// # clean(&db);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
