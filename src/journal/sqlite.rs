@@ -203,8 +203,8 @@ impl SqliteJournal {
     /// ```
     ///
     /// A journal is usually handed to a [`Supervisor`](crate::Supervisor) as its
-    /// `Arc<dyn Journal>`, then its records to [`crate::team::TeamFile::spawn_agents_restored`]
-    /// after a restart (see [`SqliteJournal::recover_records`]).
+    /// `Arc<dyn Journal>`, then its records to `warden::team::TeamFile::spawn_agents_restored`
+    /// (feature `server`) after a restart (see [`SqliteJournal::recover_records`]).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
         Self::open_with(path, JournalOptions::default())
     }
