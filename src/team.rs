@@ -875,8 +875,8 @@ impl TeamFile {
     ///
     /// # Errors
     ///
-    /// [`ApiSectionError`] when a token from the environment is unusable (surrounding
-    /// whitespace, or the read token equal to the admin token).
+    /// [`ApiSectionError`] when a token from the environment is unusable (blank, with
+    /// surrounding whitespace, or a read token equal to the admin token).
     pub fn api_config(&self) -> Result<ApiConfig, ApiSectionError> {
         ApiConfig::try_resolve(&self.api, |name| std::env::var(name).ok())
     }
