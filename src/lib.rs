@@ -28,7 +28,7 @@
 //! # }
 //! ```
 
-#![warn(missing_debug_implementations, unreachable_pub)]
+#![warn(missing_debug_implementations, missing_docs, unreachable_pub)]
 
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -58,16 +58,21 @@ pub const EXIT_TIMED_OUT: u8 = 12;
 /// Marker in the message of every injected panic (the CLI's panic hook keeps them quiet).
 pub const INJECTED_PANIC: &str = "loadtest: injected panic";
 
-/// A preset.
+/// A preset (see the module docs for what each one does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
+    /// Spawn, measure spawn time and memory, halt all; no tasks.
     Idle,
+    /// Every task runs to its end, then the fleet is halted.
     Steady,
+    /// As `Steady`, but the leaves fail at `max(fail_rate, 0.8)` and are locked out.
     Cascade,
+    /// As `Steady`, but every agent is halted while the fleet is at work.
     HaltStorm,
 }
 
 impl Scenario {
+    /// The name on the command line and in the report: `idle`, `steady`, `cascade`, `halt-storm`.
     pub fn as_str(self) -> &'static str {
         match self {
             Scenario::Idle => "idle",
@@ -87,10 +92,13 @@ impl std::fmt::Display for Scenario {
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct LoadtestOptions {
+    /// The preset to run.
     pub scenario: Scenario,
     /// Agents in the fleet (roots × tree, the last tree cut short).
     pub agents: usize,
+    /// Children per inner agent of a tree. Default 3.
     pub fanout: usize,
+    /// Levels below a root (0: every agent is a root). Default 2.
     pub depth: usize,
     /// Tasks sent to every root (each cascades down its tree).
     pub tasks_per_agent: usize,
@@ -100,6 +108,8 @@ pub struct LoadtestOptions {
     pub panic_rate: f64,
     /// Mean simulated model latency; each call waits `mean × U(0.5, 1.5)`. 0 = no wait.
     pub llm_latency_ms: f64,
+    /// Seed of every random draw (latency, failures, panics): the same seed gives the same run.
+    /// Default 1.
     pub seed: u64,
     /// Halt probe: ordinary messages queued on a paused agent before it is halted.
     pub backlog: usize,
@@ -114,6 +124,9 @@ pub struct LoadtestOptions {
 }
 
 impl LoadtestOptions {
+    /// The defaults of `warden loadtest` for `scenario`: 100 agents, fanout 3, depth 2, 5 tasks
+    /// per root, no failures, panics or latency, seed 1, a backlog of 1000, 11 halt probes,
+    /// safety checks on, a 300 s timeout, no progress bar.
     pub fn new(scenario: Scenario) -> Self {
         LoadtestOptions {
             scenario,
@@ -139,22 +152,34 @@ impl LoadtestOptions {
 /// (+ [`LoadReport::refused_other`], which is not part of the JSON contract and 0 in every scenario).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct DelegationCounts {
+    /// Delegations attempted.
     pub requested: u64,
+    /// Delegations whose task was queued on the delegate.
     pub accepted: u64,
+    /// Refused by the sub-agent budget (`delegation.sub_agent_budget`).
     pub refused_budget: u64,
+    /// Refused by the hop limit (`safety.loop.max_agent_hops`).
     pub refused_hops: u64,
     /// The delegate was locked out or stopped (or the delegator itself was not running).
     pub refused_locked: u64,
+    /// Refused because the delegate is already in the task's lineage.
     pub refused_cycle: u64,
 }
 
 /// The halt probe's figures.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct HaltProbe {
+    /// Ordinary messages queued on the paused probe agent before each halt.
     pub backlog: u64,
+    /// Median halt latency in µs: the halt call to its acknowledgement, the agent on an arbiter
+    /// thread of its own.
     pub latency_us_p50: u64,
+    /// 99th percentile of the same, in µs.
     pub latency_us_p99: u64,
+    /// Slowest halt, in µs (0 without probes).
     pub latency_us_max: u64,
+    /// Turns run after a halt was asked for, plus halts not acknowledged as `STOPPED`, over all
+    /// probes: must be 0 (a halt comes before any queued work).
     pub processed_after_halt: u64,
 }
 
@@ -164,8 +189,11 @@ pub struct HaltProbe {
 pub struct EventLatency {
     /// Tasks answered (the others failed, were refused or were discarded).
     pub answered: u64,
+    /// Median, in ms.
     pub p50_ms: f64,
+    /// 99th percentile, in ms.
     pub p99_ms: f64,
+    /// Slowest, in ms (0 when none was answered).
     pub max_ms: f64,
 }
 
@@ -185,10 +213,13 @@ impl EventLatency {
 /// `halt_all` of the whole fleet.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct HaltAll {
+    /// Agents acknowledged.
     pub agents: u64,
+    /// From the call to the last acknowledgement, in ms.
     pub ms: f64,
 }
 
+/// Memory of the process, as Linux reports it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Memory {
     /// Peak resident set (`VmHWM` of `/proc/self/status`); 0 where unavailable.
@@ -200,29 +231,43 @@ pub struct Memory {
 /// The report. Its JSON form is a stable contract (see the README's "Load testing").
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct LoadReport {
+    /// [`Scenario::as_str`] of the scenario run.
     pub scenario: String,
+    /// [`LoadtestOptions::seed`].
     pub seed: u64,
+    /// Agents spawned.
     pub agents: u64,
     /// Wall time of the drive phase (first task sent → every task ended or halted).
     pub duration_s: f64,
+    /// Spawning the fleet until every actor has started, divided by the fleet's size, in ns.
     pub spawn_ns_per_agent: u64,
     /// Model calls made by the fleet.
     pub steps: u64,
+    /// `steps / duration_s` (0 when the drive phase took no time).
     pub steps_per_sec: f64,
     /// Tool calls started (delegations not included).
     pub tool_calls: u64,
+    /// Delegations, counted from the journal.
     pub delegations: DelegationCounts,
     /// Agents locked out by a breaker (`LockedOut` events).
     pub lockouts: u64,
     /// Agents STOPPED (by a breaker) before the final halt.
     pub stopped: u64,
+    /// Actor restarts after crashes (injected panics), summed over the agents.
     pub restarts: u64,
+    /// The halt probe, run on a quiet system after the fleet is gone.
     pub halt: HaltProbe,
+    /// The final `halt_all` of the fleet.
     pub halt_all: HaltAll,
     /// Accepted → answered, per root task.
     pub event_latency: EventLatency,
+    /// Peak memory and memory per agent.
     pub memory: Memory,
+    /// Work items that did not end exactly once, by the harness's own count (see the module
+    /// docs): must be 0.
     pub lost_events: u64,
+    /// Delegation slots still held at the end, plus delegation ids not ended exactly once: must
+    /// be 0.
     pub leaked_slots: u64,
     /// The drive phase was cut by the timeout (`--timeout-s`) before every task ended (for
     /// `halt-storm`: before the storm's halt was due). The run's figures cover only what was done.
@@ -239,6 +284,8 @@ pub struct LoadReport {
     /// Not in the JSON contract: tasks the harness sent to roots, and how many were refused at once.
     #[serde(skip)]
     pub tasks_sent: u64,
+    /// Not in the JSON contract: of [`LoadReport::tasks_sent`], those refused at once (a
+    /// locked-out or stopped root, a full mailbox).
     #[serde(skip)]
     pub tasks_refused: u64,
 }
@@ -627,7 +674,44 @@ fn fleet_shape(agents: usize, fanout: usize, depth: usize) -> Vec<Node> {
     nodes
 }
 
-/// Runs a load test in its own actix `System` (blocks the calling thread).
+/// Runs a load test in its own actix `System` (blocks the calling thread). Every agent runs on
+/// the calling thread; only the halt probe uses an arbiter thread of its own. Nothing is written
+/// to disk and nothing goes over the network: the journal is the harness's own counter and the
+/// model is scripted.
+///
+/// Never fails: a violated invariant shows in the report (`lost_events`, `leaked_slots`,
+/// `halt.processed_after_halt` above 0), a run cut by [`LoadtestOptions::timeout`] as
+/// `timed_out`.
+///
+/// # Panics
+///
+/// If called inside a running actix `System` or tokio runtime (use [`run_loadtest_async`]
+/// there).
+///
+/// # Examples
+///
+/// ```
+/// use warden::loadtest::{run_loadtest, LoadtestOptions, Scenario};
+///
+/// let options = LoadtestOptions {
+///     agents: 13, // one tree: a root, 3 children, 9 grandchildren
+///     tasks_per_agent: 2,
+///     halt_probes: 1,
+///     backlog: 10,
+///     ..LoadtestOptions::new(Scenario::Steady)
+/// };
+/// let report = run_loadtest(options);
+/// assert_eq!(report.agents, 13);
+/// assert_eq!((report.lost_events, report.leaked_slots), (0, 0));
+/// assert_eq!(report.halt.processed_after_halt, 0);
+/// assert!(!report.timed_out);
+/// // 2 tasks, each delegated by the root to 3 children and by each child to 3 grandchildren.
+/// assert_eq!(report.delegations.accepted, 2 * (3 + 9));
+///
+/// let mut table = Vec::new();
+/// warden::loadtest::write_report(&mut table, &report)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub fn run_loadtest(options: LoadtestOptions) -> LoadReport {
     actix_rt::System::new().block_on(run_loadtest_async(options))
 }
@@ -676,6 +760,11 @@ impl Drop for Progress {
 }
 
 /// [`run_loadtest`] inside a running actix `System` (every agent on the current arbiter).
+///
+/// # Cancel safety
+///
+/// Not cancel safe: dropping the future mid-run leaves the fleet's actors running on the
+/// current arbiter (the team is neither halted nor shut down) and loses the report.
 pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
     let progress = Progress::new(options.progress);
     let scenario = options.scenario;
@@ -950,6 +1039,10 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
 }
 
 /// The human-readable table.
+///
+/// # Errors
+///
+/// The first error of writing to `out`.
 pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
     let d = &r.delegations;
     writeln!(

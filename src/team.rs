@@ -49,17 +49,30 @@ use warden_protocols::{AgentRole, ConfigError};
 pub enum ProviderSpec {
     /// Any OpenAI-compatible chat-completions server (OpenAI, vLLM, llama.cpp, Ollama, LM Studio).
     OpenaiCompatible {
+        /// The API root, such as `http://127.0.0.1:8080/v1`; requests go to
+        /// `{base_url}/chat/completions`. Required; [`TeamFile::validate`] refuses anything but an
+        /// `http://` or `https://` URL with a host.
         base_url: String,
+        /// The model name sent as `model` in every request, and the key of the price table
+        /// (`safety.budget.prices`). Required.
         model: String,
         /// Name of the environment variable holding the API key.
         #[serde(default)]
         api_key_env: Option<String>,
+        /// How tools are offered to the model: `native` (the `tools` / `tool_calls` fields; the
+        /// default) or `json_fallback` (described in a system message, calls read from the text).
         #[serde(default)]
         tool_format: ToolFormat,
+        /// Whether calls use server-sent events (an idle timeout per chunk instead of a total
+        /// one). Default false.
         #[serde(default)]
         stream: bool,
+        /// `max_tokens` sent with every request; `None` (the default): not sent, the server's
+        /// default applies.
         #[serde(default)]
         max_tokens: Option<u32>,
+        /// `temperature` sent with every request; `None` (the default): not sent, the server's
+        /// default applies.
         #[serde(default)]
         temperature: Option<f32>,
         /// Attempts per call, the first included (1 = no retries), 1 to 20. Default 4.
@@ -81,6 +94,8 @@ pub enum ProviderSpec {
     /// `cycle`, from the first again). A reply is a text (a final answer) or a tool call
     /// `{ tool = "delegate", args = { agent = "researcher", task = "…" } }`.
     Scripted {
+        /// The answers, in order. Empty (the default): every call answers
+        /// `(no reply scripted)`.
         #[serde(default, deserialize_with = "numbered_replies")]
         replies: Vec<ScriptedReply>,
         /// After the last reply, start over from the first (default false: repeat the last).
@@ -234,9 +249,14 @@ impl ProviderSpec {
 /// One answer of a team file's scripted model: a final text, or one tool call.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ScriptedReply {
+    /// A final answer: the turn ends with this text (written as a plain string in the file).
     Text(String),
+    /// One tool call (written `{ tool = "…", args = { … } }`); the turn goes on or ends as the
+    /// tool's category says (the built-in `delegate` goes on with the delegate's answer).
     Tool {
+        /// The tool's name, such as `delegate`; never empty.
         tool: String,
+        /// The call's arguments: always a JSON object (`{}` when the file gives none).
         args: serde_json::Value,
     },
 }
@@ -332,13 +352,20 @@ fn numbered_replies<'de, D: serde::Deserializer<'de>>(
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentFileSpec {
+    /// The agent's key (its name in the API, the CLI and the journal): unique in the team, not
+    /// empty, without leading or trailing whitespace.
     pub key: String,
+    /// `assistant` (the default) or `sub_agent`.
     #[serde(default)]
     pub role: AgentRole,
+    /// The key of the agent a sub-agent belongs to: required for a sub-agent, refused for an
+    /// assistant; the chain of parents must end at an assistant.
     #[serde(default)]
     pub parent: Option<String>,
     /// A key of `[providers]`.
     pub provider: String,
+    /// The system message that starts every model call; `None` (the default): no system
+    /// message.
     #[serde(default)]
     pub system_prompt: Option<String>,
     /// Whether the agent gets the `delegate` tool. Default true.
@@ -353,8 +380,11 @@ fn yes() -> bool {
 /// A parsed team file.
 #[derive(Debug, Clone)]
 pub struct TeamFile {
+    /// The configuration sections (`[safety]`, `[execution]`, …), defaults where absent.
     pub config: WardenConfig,
+    /// `[providers.NAME]`, by name.
     pub providers: BTreeMap<String, ProviderSpec>,
+    /// `[[agents]]`, in file order (the order [`TeamFile::spawn_agents`] spawns them in).
     pub agents: Vec<AgentFileSpec>,
     /// `[api]`: tokens and limits for `warden serve` (validated; see [`TeamFile::api_config`]).
     pub api: ApiSection,
@@ -363,36 +393,61 @@ pub struct TeamFile {
 /// Why a team could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum TeamError {
+    /// The file is not valid TOML, has an unknown key or a wrong type, or a configuration
+    /// value is out of range.
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// A value of `[[agents]]` or `[providers]` that the team cannot use: the key's path
     /// (`agents[1].parent`), the agent it belongs to, the value and what is allowed.
     #[error("invalid value for `{key}`{}: {value} (allowed: {allowed})", for_agent(.agent))]
     Invalid {
+        /// The key's path, such as `agents[1].parent` or `providers.local.base_url`.
         key: String,
+        /// The key of the agent the value belongs to; `None` for a provider's value, the
+        /// `agents` list as a whole, or a key too broken to name the agent by.
         agent: Option<String>,
+        /// The value as the file spells it (`"zzz"`), or `none` when it is missing.
         value: String,
+        /// What would be accepted.
         allowed: String,
     },
+    /// [`TeamFile::provider`] was asked for a name that is not in `[providers]`.
     #[error(
         "agent `{agent}` names provider `{provider}`, which is not in [providers] (have: {have})"
     )]
     UnknownProvider {
+        /// The agent that named it (empty when the provider was asked for directly).
         agent: String,
+        /// The name asked for.
         provider: String,
+        /// The names `[providers]` has, comma-separated.
         have: String,
     },
+    /// A provider could not be built: its API key variable is unset or empty, or the HTTP
+    /// client could not be created.
     #[error("provider `{provider}`: {message}")]
-    Provider { provider: String, message: String },
+    Provider {
+        /// The provider's name in `[providers]`.
+        provider: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A `[providers.*]` value out of range (worded like [`ConfigError::Invalid`]).
     #[error("invalid value for `{key}`: {value} (allowed: {allowed})")]
     ProviderValue {
+        /// The key's path, such as `providers.local.retry_attempts`.
         key: String,
+        /// The value as the file writes it.
         value: String,
+        /// The range allowed.
         allowed: String,
     },
+    /// The supervisor refused an agent: its key is already taken on that supervisor, or a
+    /// restored record belongs to another key.
     #[error("{0}")]
     Spawn(#[from] warden_actors::SpawnError),
+    /// `[api]` is invalid: an empty token, one with surrounding whitespace, a read token equal
+    /// to the admin token, or `max_body_bytes = 0`.
     #[error(transparent)]
     Api(#[from] ApiSectionError),
 }
@@ -468,7 +523,10 @@ impl TeamDoc {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Checked {
     /// A team file (it has `[providers.*]` or `[[agents]]`): valid, with this many agents.
-    Team { agents: usize },
+    Team {
+        /// How many `[[agents]]` it has (at least one).
+        agents: usize,
+    },
     /// Configuration sections (and maybe `[api]`) only: valid, but `warden run` and `warden serve`
     /// need agents.
     ConfigOnly,
@@ -477,6 +535,37 @@ pub enum Checked {
 /// Checks a configuration or team file as `warden config check` does: a file with `[providers.*]`
 /// or `[[agents]]` is a team file and is checked as `warden run` and `warden serve` check it
 /// ([`TeamFile::validate`]); a file with neither is checked as configuration only.
+///
+/// # Errors
+///
+/// The first problem found, as [`TeamFile::from_toml`] reports it: [`TeamError::Config`] for
+/// syntax, unknown keys, types and configuration ranges, [`TeamError::ProviderValue`] for a
+/// provider's retry keys, [`TeamError::Api`] for `[api]`, and (team files only)
+/// [`TeamError::Invalid`] for the team itself.
+///
+/// # Examples
+///
+/// ```
+/// use warden::team::{check, Checked};
+///
+/// assert_eq!(check("[execution]\nmax_iterations_per_tick = 3\n")?, Checked::ConfigOnly);
+///
+/// let team = r#"
+/// [providers.canned]
+/// kind = "scripted"
+/// replies = ["hello"]
+///
+/// [[agents]]
+/// key = "innkeeper"
+/// provider = "canned"
+/// "#;
+/// assert_eq!(check(team)?, Checked::Team { agents: 1 });
+///
+/// // A team file without agents is refused, naming the key.
+/// let err = check("[providers.canned]\nkind = \"scripted\"\n").unwrap_err();
+/// assert!(err.to_string().starts_with("invalid value for `agents`"));
+/// # Ok::<(), warden::team::TeamError>(())
+/// ```
 pub fn check(text: &str) -> Result<Checked, TeamError> {
     let file = TeamFile::parse(text)?;
     if file.providers.is_empty() && file.agents.is_empty() {
@@ -528,6 +617,39 @@ impl TeamFile {
     /// configuration sections ([`TeamFile::parse`]), then the team itself ([`TeamFile::validate`]).
     /// `warden run` and `warden serve` start only files that pass, and `warden config check` checks
     /// team files with the same validation.
+    ///
+    /// Building the providers (and reading their API keys) is left to [`TeamFile::provider`] and
+    /// [`TeamFile::spawn_agents`].
+    ///
+    /// # Errors
+    ///
+    /// Those of [`TeamFile::parse`], then those of [`TeamFile::validate`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use warden::team::TeamFile;
+    ///
+    /// let team = TeamFile::from_toml(
+    ///     r#"
+    /// [execution]
+    /// max_iterations_per_tick = 3
+    ///
+    /// [providers.canned]
+    /// kind = "scripted"
+    /// replies = ["Welcome!"]
+    ///
+    /// [[agents]]
+    /// key = "innkeeper"
+    /// provider = "canned"
+    /// system_prompt = "You run the inn."
+    /// "#,
+    /// )?;
+    /// assert_eq!(team.config.execution.max_iterations_per_tick, 3);
+    /// assert_eq!(team.agents[0].key, "innkeeper");
+    /// assert!(team.agents[0].delegate); // the default
+    /// # Ok::<(), warden::team::TeamError>(())
+    /// ```
     pub fn from_toml(text: &str) -> Result<Self, TeamError> {
         let file = Self::parse(text)?;
         file.validate()?;
@@ -536,6 +658,31 @@ impl TeamFile {
 
     /// Parses a team file without checking the team ([`TeamFile::validate`]): syntax, types, unknown
     /// keys (each error with its line, column and the offending line), value ranges and `[api]`.
+    ///
+    /// # Errors
+    ///
+    /// * [`TeamError::Config`] — not TOML, an unknown key, a wrong type, or a configuration value
+    ///   out of range (`ConfigError::Parse` with the place, or `ConfigError::Invalid`).
+    /// * [`TeamError::ProviderValue`] — an OpenAI-compatible provider's `retry_*` key out of
+    ///   range.
+    /// * [`TeamError::Api`] — an invalid `[api]` section.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use warden::team::{TeamError, TeamFile};
+    ///
+    /// // Parsed, though `warden run` would refuse it: no agents.
+    /// let file = TeamFile::parse("[providers.canned]\nkind = \"scripted\"\n")?;
+    /// assert!(file.agents.is_empty());
+    /// assert!(file.validate().is_err());
+    ///
+    /// // A typo is placed in the file.
+    /// let err = TeamFile::parse("[[agents]]\nkey = \"a\"\nprovidr = \"m\"\n").unwrap_err();
+    /// assert!(matches!(err, TeamError::Config(_)));
+    /// assert!(err.to_string().contains("line 3, column 1"));
+    /// # Ok::<(), TeamError>(())
+    /// ```
     pub fn parse(text: &str) -> Result<Self, TeamError> {
         warden_protocols::precheck(text)?;
         // The retry keys of OpenAI-compatible providers are range-checked on the raw values first,
@@ -556,6 +703,38 @@ impl TeamFile {
     /// agent, the key, the value and what is allowed: a `base_url` that is not an http(s) URL; no
     /// agents; an empty or duplicate key; a provider not in `[providers]`; a sub-agent without a
     /// parent, an assistant with one, a parent that is no other agent, a cycle of parents.
+    ///
+    /// # Errors
+    ///
+    /// [`TeamError::Invalid`] for the first such problem, with the key's path
+    /// (`providers.NAME.base_url`, `agents`, `agents[i].key`, `agents[i].provider`,
+    /// `agents[i].parent`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use warden::team::{TeamError, TeamFile};
+    ///
+    /// let file = TeamFile::parse(
+    ///     r#"
+    /// [providers.canned]
+    /// kind = "scripted"
+    ///
+    /// [[agents]]
+    /// key = "innkeeper"
+    /// provider = "canned"
+    ///
+    /// [[agents]]
+    /// key = "cook"
+    /// role = "sub_agent"
+    /// provider = "canned"
+    /// "#,
+    /// )?;
+    /// let err = file.validate().unwrap_err();
+    /// let TeamError::Invalid { key, .. } = &err else { panic!("{err}") };
+    /// assert_eq!(key, "agents[1].parent");
+    /// # Ok::<(), TeamError>(())
+    /// ```
     pub fn validate(&self) -> Result<(), TeamError> {
         for (name, spec) in &self.providers {
             if let ProviderSpec::OpenaiCompatible { base_url, .. } = spec {
@@ -693,11 +872,25 @@ impl TeamFile {
     /// The API settings `warden serve` uses: `[api]`, with `WARDEN_ADMIN_TOKEN` and
     /// `WARDEN_READ_TOKEN` (when set and not empty) winning over the file's tokens.
     /// The environment's tokens are validated like the file's ([`ApiConfig::try_resolve`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ApiSectionError`] when a token from the environment is unusable (blank, with
+    /// surrounding whitespace, or a read token equal to the admin token).
     pub fn api_config(&self) -> Result<ApiConfig, ApiSectionError> {
         ApiConfig::try_resolve(&self.api, |name| std::env::var(name).ok())
     }
 
-    /// Builds one provider.
+    /// Builds the provider `[providers.NAME]` describes. An OpenAI-compatible one bounds each
+    /// attempt by `safety.timeout.llm_call_seconds` and reads its key from `api_key_env` now;
+    /// a scripted one needs no network. Each call builds a new provider (a scripted one starts
+    /// its replies over).
+    ///
+    /// # Errors
+    ///
+    /// * [`TeamError::UnknownProvider`] — no provider has that name (with `agent` empty).
+    /// * [`TeamError::Provider`] — the `api_key_env` variable is unset or empty, or the HTTP
+    ///   client could not be built.
     pub fn provider(&self, name: &str) -> Result<Arc<dyn Provider>, TeamError> {
         let spec = self
             .providers
@@ -766,13 +959,61 @@ impl TeamFile {
         })
     }
 
-    /// Spawns every agent on `team` (a file from [`TeamFile::from_toml`], so the team is valid).
+    /// Spawns every agent on `team` (a file from [`TeamFile::from_toml`], so the team is valid),
+    /// in file order, each with its provider, system prompt and (unless `delegate = false`) the
+    /// `delegate` tool. Agents spawned before an error stay spawned.
+    ///
+    /// # Errors
+    ///
+    /// * [`TeamError::Provider`] / [`TeamError::UnknownProvider`] — a provider could not be built
+    ///   (see [`TeamFile::provider`]).
+    /// * [`TeamError::Spawn`] — the supervisor already has an agent with one of the keys.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use warden::{team::TeamFile, MemoryJournal, Supervisor};
+    ///
+    /// let file = TeamFile::from_toml(
+    ///     r#"
+    /// [providers.canned]
+    /// kind = "scripted"
+    /// replies = ["Welcome!"]
+    ///
+    /// [[agents]]
+    /// key = "innkeeper"
+    /// provider = "canned"
+    ///
+    /// [[agents]]
+    /// key = "cook"
+    /// role = "sub_agent"
+    /// parent = "innkeeper"
+    /// provider = "canned"
+    /// "#,
+    /// )?;
+    /// actix_rt::System::new().block_on(async {
+    ///     let journal = Arc::new(MemoryJournal::new());
+    ///     let team = Supervisor::on_current_arbiter(file.config.clone(), journal);
+    ///     file.spawn_agents(&team)?;
+    ///     assert!(team.get("cook").is_some());
+    ///     // The keys are taken now: a second spawn is refused.
+    ///     assert!(file.spawn_agents(&team).is_err());
+    ///     Ok::<(), warden::team::TeamError>(())
+    /// })?;
+    /// # Ok::<(), warden::team::TeamError>(())
+    /// ```
     pub fn spawn_agents(&self, team: &Supervisor) -> Result<(), TeamError> {
         self.spawn_agents_restored(team, &[])
     }
 
     /// Spawns every agent on `team`, each from its record in `records` when there is one (a restart
-    /// on a journal: state, lockout, counters and history come back as they were).
+    /// on a journal: state, lockout, counters and history come back as they were). Records of
+    /// keys the file no longer has are ignored.
+    ///
+    /// # Errors
+    ///
+    /// As [`TeamFile::spawn_agents`].
     pub fn spawn_agents_restored(
         &self,
         team: &Supervisor,

@@ -39,28 +39,61 @@ const RECONNECT_MAX: Duration = Duration::from_secs(8);
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// The server URL is not `HOST:PORT` or an http(s) URL (exit code 1).
     #[error("invalid server url {url:?}: {reason}")]
-    Url { url: String, reason: String },
+    Url {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The server could not be reached: refused, unknown host, connect timeout (exit code 3).
     #[error("cannot connect to {url}: {reason}")]
-    Connect { url: String, reason: String },
+    Connect {
+        /// The server's base URL.
+        url: String,
+        /// The innermost cause, on one line (`Connection refused (os error 111)`).
+        reason: String,
+    },
+    /// The request failed after connecting: a timeout ([`TIMEOUT`]), a dropped connection
+    /// (exit code 1).
     #[error("request to {url} failed: {reason}")]
-    Request { url: String, reason: String },
+    Request {
+        /// The URL of the call.
+        url: String,
+        /// The innermost cause, on one line.
+        reason: String,
+    },
     /// The server answered with an error status; `message` is its `error` text.
     #[error("{status} {reason}: {message}")]
     Http {
+        /// The status code: 401, 403, 404 and 409 have exit codes of their own (4 to 7).
         status: u16,
+        /// Its reason phrase, lower-case (`not found`).
         reason: String,
+        /// The server's `error` text, or the start of the body (200 characters) when it sent
+        /// none, on one line.
         message: String,
     },
+    /// A success status with a body that is not what the call expects (exit code 1).
     #[error("unexpected answer from {url}: {reason}")]
-    Decode { url: String, reason: String },
+    Decode {
+        /// The URL of the call.
+        url: String,
+        /// The decoder's message.
+        reason: String,
+    },
+    /// Writing the command's output failed (exit code 1).
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
     /// `warden send`: the event was accepted but ended without an answer.
     #[error("event {id} {status}: {detail}")]
     NotAnswered {
+        /// The user event's id.
         id: u64,
+        /// Its fate's status: `refused`, `discarded`, `failed` (or one a newer server names).
         status: String,
+        /// Why, from the fate (`error`, `reason` or the refusal's reason); may be empty.
         detail: String,
     },
 }
@@ -115,7 +148,12 @@ pub enum StreamItem {
     Event(Event),
     /// A message without an id: an intervention notice (`intervention_asked`, `…_answered`,
     /// `…_withdrawn`), `lagged`, `replay_unavailable`, or anything a newer server sends.
-    Notice { kind: String, data: Value },
+    Notice {
+        /// The SSE event name (`message` when the server sent none).
+        kind: String,
+        /// The SSE data as JSON (a JSON string when it is not JSON).
+        data: Value,
+    },
 }
 
 impl StreamItem {
@@ -136,11 +174,16 @@ impl StreamItem {
 /// What [`Client::follow_events`] gives its callback.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Followed {
+    /// The next message of the stream.
     Item(StreamItem),
     /// The stream broke; it is reconnected after `wait`, resuming after event `after`.
     Reconnecting {
+        /// The last journal `seq` seen (the `Last-Event-ID` of the next connection).
         after: u64,
+        /// Why it broke, on one line.
         reason: String,
+        /// How long before the next attempt: 0.5 s, doubling to at most 8 s, back to 0.5 s once
+        /// a message comes through.
         wait: Duration,
     },
 }
@@ -178,7 +221,25 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     /// A client of the server at `url` (`http://host:port`, optionally with a path prefix; without a
-    /// scheme, `host:port` is taken as `http://host:port`).
+    /// scheme, `host:port` is taken as `http://host:port`). `token` is sent as
+    /// `Authorization: Bearer` with every call; `None`: no header (only `/healthz` answers then).
+    /// Nothing is sent until a call is made.
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Url`] for a URL that is not http(s) with a host, or when the HTTP client
+    /// cannot be built.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use warden::cli::client::{Client, ClientError};
+    ///
+    /// let client = Client::new("127.0.0.1:7878", Some("s3cret".into()))?; // http:// implied
+    /// assert!(matches!(Client::new("ftp://host", None), Err(ClientError::Url { .. })));
+    /// # drop(client);
+    /// # Ok::<(), ClientError>(())
+    /// ```
     pub fn new(url: &str, token: Option<String>) -> Result<Self, ClientError> {
         let invalid = |reason: &str| ClientError::Url {
             url: url.to_owned(),
@@ -285,7 +346,20 @@ impl Client {
     }
 
     /// The last `limit` journal events (of `agent` only, when given), oldest first, and the
-    /// journal's head `seq` (`GET /api/events/recent`).
+    /// journal's head `seq` (`GET /api/events/recent`). `limit` is 0 to 1000 (more is refused
+    /// with a 400).
+    ///
+    /// # Errors
+    ///
+    /// As every call: [`ClientError::Connect`], [`ClientError::Request`], [`ClientError::Http`]
+    /// for an error status (404 for an unknown agent, 503 for a server without a journal),
+    /// [`ClientError::Decode`] for an unexpected body.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future of any call of the client drops its request. A reading call loses
+    /// nothing; a mutating one (halt, send, …) may or may not have reached the server, which then
+    /// completes it all the same (read the agent's status, or the event's fate, to know).
     pub async fn recent_events(
         &self,
         agent: Option<&str>,
@@ -380,16 +454,42 @@ impl Client {
     }
 
     /// Every agent's status, in spawn order.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::recent_events`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the request; nothing changes on the server.
     pub async fn statuses(&self) -> Result<Vec<AgentStatus>, ClientError> {
         self.call(Method::GET, &["api", "agents"], None).await
     }
 
     /// One agent's status.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::recent_events`] (404 for an unknown agent).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the request; nothing changes on the server.
     pub async fn status(&self, key: &str) -> Result<AgentStatus, ClientError> {
         self.call(Method::GET, &["api", "agents", key], None).await
     }
 
     /// Halts one agent (and its delegates), or every agent when `key` is `None`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::recent_events`]: 403 with the read token, 404 for an unknown agent, 503 when
+    /// the halt was applied but could not be made durable.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the request, which may or may not have reached the server
+    /// (see [`Client::recent_events`]).
     pub async fn halt(&self, key: Option<&str>) -> Result<Vec<HaltAckBody>, ClientError> {
         #[derive(serde::Deserialize)]
         struct Halted {
@@ -406,24 +506,61 @@ impl Client {
     }
 
     /// Unlocks a locked-out agent; its new status.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::recent_events`]: 403 with the read token, 404 for an unknown agent, 409 when
+    /// the agent's state does not allow it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the request, which may or may not have reached the server
+    /// (see [`Client::recent_events`]).
     pub async fn unlock(&self, key: &str) -> Result<AgentStatus, ClientError> {
         self.call(Method::POST, &["api", "agents", key, "unlock"], None)
             .await
     }
 
     /// Pauses an agent (ordinary work stays queued); its new status.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::unlock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the request, which may or may not have reached the server
+    /// (see [`Client::recent_events`]).
     pub async fn pause(&self, key: &str) -> Result<AgentStatus, ClientError> {
         self.call(Method::POST, &["api", "agents", key, "pause"], None)
             .await
     }
 
     /// Resumes a paused or stopped agent; its new status.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::unlock`] (409 for a locked-out agent: a resume never lifts a lockout).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the request, which may or may not have reached the server
+    /// (see [`Client::recent_events`]).
     pub async fn resume(&self, key: &str) -> Result<AgentStatus, ClientError> {
         self.call(Method::POST, &["api", "agents", key, "resume"], None)
             .await
     }
 
     /// Clears an agent's emergency stop; its new status.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::unlock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the request, which may or may not have reached the server
+    /// (see [`Client::recent_events`]).
     pub async fn clear(&self, key: &str) -> Result<AgentStatus, ClientError> {
         self.call(
             Method::POST,
@@ -434,7 +571,21 @@ impl Client {
     }
 
     /// Sends a user event to `key`; with `wait` (seconds, 0–300) waits that long for its answer.
-    /// The body is the event's fate: `{"id", "status", "answer"?, …}` (see the API).
+    /// The body is the event's fate: `{"id", "status", "answer"?, …}` (see the API). Without
+    /// `wait` the call returns once the event's acceptance is durable (status `pending`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::recent_events`], with [`ClientError::Http`] for: 400, a `wait` out of range;
+    /// 403, the read token; 404, an unknown agent; 409, the agent is locked out or stopped; 429,
+    /// its mailbox is full; 503, its journal is degraded or it is shut down; 500, the event was
+    /// queued but its acceptance could not be made durable. A fate that is not an answer is not
+    /// an error here ([`run`] makes it [`ClientError::NotAnswered`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the request, which may or may not have reached the server
+    /// (see [`Client::recent_events`]).
     pub async fn send(
         &self,
         key: &str,
@@ -457,12 +608,29 @@ impl Client {
     }
 
     /// The pending limit asks, oldest first.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::recent_events`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the request; nothing changes on the server.
     pub async fn interventions(&self) -> Result<Vec<Intervention>, ClientError> {
         self.call(Method::GET, &["api", "interventions"], None)
             .await
     }
 
     /// Answers pending ask `id` (`yes` allows; anything else refuses).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::recent_events`]: 403 with the read token, 404 when no ask `id` is pending.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the request, which may or may not have reached the server
+    /// (see [`Client::recent_events`]).
     pub async fn answer(
         &self,
         id: u64,
@@ -491,37 +659,71 @@ impl Client {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Call {
     /// `warden status [KEY] [--json]`.
-    Status { key: Option<String>, json: bool },
+    Status {
+        /// One agent; `None`: every agent.
+        key: Option<String>,
+        /// JSON instead of the table.
+        json: bool,
+    },
     /// `warden halt [KEY]`.
-    Halt { key: Option<String> },
+    Halt {
+        /// One agent (and its delegates); `None`: every agent.
+        key: Option<String>,
+    },
     /// `warden unlock KEY`.
-    Unlock { key: String },
+    Unlock {
+        /// The agent.
+        key: String,
+    },
     /// `warden clear KEY`.
-    Clear { key: String },
+    Clear {
+        /// The agent.
+        key: String,
+    },
     /// `warden pause KEY`.
-    Pause { key: String },
+    Pause {
+        /// The agent.
+        key: String,
+    },
     /// `warden resume KEY`.
-    Resume { key: String },
+    Resume {
+        /// The agent.
+        key: String,
+    },
     /// `warden ask [--json]`: the pending asks.
-    Asks { json: bool },
+    Asks {
+        /// JSON instead of the list.
+        json: bool,
+    },
     /// `warden ask ID yes|no [--note TEXT]`.
     Answer {
+        /// The intervention's id.
         id: u64,
+        /// `yes`/`y` allows; anything else refuses.
         answer: String,
+        /// Journaled with the decision; `None`: no note.
         note: Option<String>,
     },
     /// `warden events [--agent KEY] [--last N] [--follow] [--json]`.
     Events {
+        /// One agent's events and notices; `None`: every agent's.
         agent: Option<String>,
+        /// How many of the latest events to print first (0 to 1000).
         last: usize,
+        /// Then keep printing new ones as they come, reconnecting when the stream breaks.
         follow: bool,
+        /// JSON lines instead of the table's lines.
         json: bool,
     },
     /// `warden send KEY TEXT [--wait S] [--json]`.
     Send {
+        /// The agent.
         key: String,
+        /// The user event's text.
         content: String,
+        /// Seconds to wait for the answer (0 to 300); `None`: return once it is queued.
         wait: Option<f64>,
+        /// The fate as JSON instead of the answer's text.
         json: bool,
     },
 }
@@ -536,7 +738,39 @@ impl Call {
     }
 }
 
-/// Runs `call` against `client` and writes its output to `out`.
+/// Runs `call` against `client` and writes its output to `out`: the entry point of every
+/// `warden` command that talks to a server. The caller turns an error into the process's exit
+/// code with [`ClientError::exit_code`].
+///
+/// # Errors
+///
+/// Those of the [`Client`] call it makes ([`ClientError::Connect`] when no server is there,
+/// [`ClientError::Http`] when it refuses), [`ClientError::Output`] when `out` fails, and for
+/// [`Call::Send`] [`ClientError::NotAnswered`] when the event was refused, discarded or failed.
+/// [`Call::Events`] with `follow` ends only with an error.
+///
+/// # Cancel safety
+///
+/// Dropping the future drops the request in flight: a halt, unlock or send may or may not have
+/// reached the server (its status or fate tells), and output already written stays written.
+/// Dropping a followed stream loses nothing on the server.
+///
+/// # Examples
+///
+/// ```
+/// use warden::cli::client::{run, Call, Client, ClientError};
+///
+/// // A loopback port nobody listens on.
+/// let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+/// let client = Client::new(&format!("127.0.0.1:{port}"), None)?;
+/// let mut out = Vec::new();
+/// let err = actix_rt::System::new()
+///     .block_on(run(&client, Call::Status { key: None, json: true }, &mut out))
+///     .unwrap_err();
+/// assert!(matches!(err, ClientError::Connect { .. }));
+/// assert_eq!(err.exit_code(), 3);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub async fn run(client: &Client, call: Call, out: &mut dyn Write) -> Result<(), ClientError> {
     match call {
         Call::Status { key: None, json } => {

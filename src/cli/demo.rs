@@ -27,20 +27,38 @@ use warden_protocols::EventKind;
 /// What the demo showed (checked by the test suite).
 #[derive(Debug, Clone)]
 pub struct DemoReport {
+    /// Act 1: the concierge's answer after delegating; `None` if its turn ended without one.
     pub act1_answer: Option<String>,
+    /// Act 2: the researcher's lockout reason; `None` if it was not locked out.
     pub lockout_reason: Option<String>,
+    /// Act 2: the concierge's refused delegation to the locked-out researcher, as journaled;
+    /// `None` if none was refused.
     pub refusal: Option<String>,
+    /// Act 3: after the unlock, the concierge's delegation worked and it gave the expected answer.
     pub unlocked_and_answered: bool,
+    /// Act 4: user events queued on the busy scribe before the halt (10,000).
     pub halt_backlog: u64,
+    /// Act 4: queued ordinary messages the halt discarded (its acknowledgement's count).
     pub halt_discarded: u64,
+    /// Act 4: turns the scribe ran after the halt: must be 0.
     pub processed_after_halt: u64,
+    /// Act 4: in-flight model calls the halt dropped (1: the scribe was mid-call).
     pub llm_calls_dropped_by_halt: u64,
+    /// Act 2: the repetition alert was injected into the researcher's history before the
+    /// lockout.
     pub alert_injected: bool,
+    /// Act 5: why the poet was stopped by its token budget; `None` if it was not.
     pub budget_stop: Option<String>,
+    /// Act 5: model calls the poet made before it was stopped.
     pub budget_calls_made: u64,
+    /// Act 6: the operator's first limit ask; `None` if none came.
     pub ask_question: Option<String>,
+    /// Act 6: the answer given to it (`no` without a terminal); empty without an ask.
     pub ask_answer: String,
+    /// Act 6: the surveyor's forced wrap-up after a refused ask; `None` when the ask was
+    /// approved or the turn gave no answer.
     pub wrap_up: Option<String>,
+    /// Every agent's status at the end, in spawn order.
     pub statuses: Vec<AgentStatus>,
 }
 
@@ -79,7 +97,19 @@ async fn ask(agent: &AgentHandle, text: &str) -> io::Result<Option<String>> {
     }
 }
 
-/// Runs the demo, narrating to `out`. Must run inside an actix `System`.
+/// Runs the demo, narrating to `out`. Must run inside an actix `System` (it starts two arbiter
+/// threads). Takes a few seconds; no network.
+///
+/// # Errors
+///
+/// An [`io::Error`]: writing to `out` failed; `TimedOut`, a step the demo waits for did not
+/// happen within 10 s; `Other`, the team refused a step (a spawn, a send, the unlock). Each is a
+/// regression, not an outcome: the outcomes are in the report.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: dropping the future leaves the demo's team running on its arbiters, and
+/// loses the report.
 pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport> {
     let mut config = WardenConfig::default();
     config.supervisor.arbiters = 2;

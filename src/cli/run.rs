@@ -84,7 +84,45 @@ fn io_err(e: impl std::fmt::Display) -> io::Error {
 
 /// Runs the team until the events (or the input lines) are used up, then halts it and prints the
 /// final status. `input` also answers interactive asks. Must run inside an actix `System`.
-/// Returns how many events were answered and whether the agent ended locked out.
+/// Returns how many events were answered and whether the agent ended locked out. The journal
+/// is in memory: nothing is written to disk.
+///
+/// # Errors
+///
+/// An [`io::Error`] (kind `Other`) when the file has no agents, no assistant (or no agent
+/// `options.agent`), or a provider or agent cannot be set up ([`TeamFile::spawn_agents`]); any
+/// error of writing to `out`. A refused or failed event is not an error: it is printed and
+/// counted in the summary.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: dropping the future leaves the team running (neither halted nor shut down)
+/// and loses the summary; an event in flight is still answered, to nobody.
+///
+/// # Examples
+///
+/// ```
+/// use warden::{cli::run::{run, RunOptions}, team::TeamFile};
+///
+/// let file = TeamFile::from_toml(
+///     r#"
+/// [providers.canned]
+/// kind = "scripted"
+/// replies = ["A room with a view, two nights."]
+///
+/// [[agents]]
+/// key = "innkeeper"
+/// provider = "canned"
+/// "#,
+/// )?;
+/// let options = RunOptions { agent: None, events: vec!["A room, please.".into()] };
+/// let mut out = Vec::new();
+/// let summary = actix_rt::System::new().block_on(run(file, options, None, &mut out))?;
+/// assert_eq!((summary.events, summary.answered), (1, 1));
+/// assert!(summary.failure().is_none());
+/// assert!(String::from_utf8_lossy(&out).contains("innkeeper: A room with a view, two nights."));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub async fn run(
     file: TeamFile,
     options: RunOptions,

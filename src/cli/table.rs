@@ -94,6 +94,10 @@ pub fn status_table(statuses: &[AgentStatus]) -> String {
 }
 
 /// Writes [`status_table`] to `out`.
+///
+/// # Errors
+///
+/// The error of writing to `out`.
 pub fn write_status_table(out: &mut dyn Write, statuses: &[AgentStatus]) -> io::Result<()> {
     out.write_all(status_table(statuses).as_bytes())
 }

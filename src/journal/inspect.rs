@@ -5,12 +5,16 @@ use super::*;
 /// Why a `warden journal` command failed.
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
+    /// The journal could not be opened or read (see [`JournalReader::open`]).
     #[error(transparent)]
     Journal(#[from] JournalError),
+    /// `warden journal show` was given an agent with no event in the journal.
     #[error("no events for agent {0}")]
     UnknownAgent(String),
+    /// Writing the output failed (a closed pipe, a full disk).
     #[error("write: {0}")]
     Io(#[from] std::io::Error),
+    /// An event or record could not be encoded as JSON.
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
 }
@@ -70,6 +74,7 @@ impl Default for EventLines {
 }
 
 impl EventLines {
+    /// The narrowest the agent column gets, in characters.
     pub const MIN_WIDTH: usize = 12;
 
     /// Widens the agent column for `events`.
@@ -94,6 +99,47 @@ impl EventLines {
 }
 
 /// `warden journal tail`: the last `n` events, one a line (JSON lines with `json`).
+///
+/// Reads with a [`JournalReader`]: safe beside a running server, which it neither blocks nor
+/// locks out.
+///
+/// # Errors
+///
+/// [`InspectError::Journal`] when the file cannot be opened (missing, a directory, a newer
+/// schema, not a database) or read; [`InspectError::Io`] when `out` fails.
+///
+/// # Examples
+///
+/// ```
+/// use warden::{journal, Journal, SqliteJournal};
+/// use warden::{AgentKey, AgentState, EventKind};
+///
+/// let db = std::env::temp_dir().join(format!("warden-doc-tail-{}.db", std::process::id()));
+/// # let clean = |db: &std::path::Path| {
+/// #     for end in ["", "-wal", "-shm", ".lock"] {
+/// #         let _ = std::fs::remove_file(format!("{}{end}", db.display()));
+/// #     }
+/// # };
+/// # clean(&db);
+/// let writer = SqliteJournal::open(&db)?;
+/// writer.append(
+///     &AgentKey::new("innkeeper"),
+///     EventKind::StateChanged {
+///         from: AgentState::WaitingForEvent,
+///         to: AgentState::Executing,
+///         cause: "doc example".into(),
+///     },
+/// );
+/// writer.flush();
+///
+/// let mut out = Vec::new();
+/// journal::tail(&db, 10, true, &mut out)?;
+/// let line = String::from_utf8(out).unwrap();
+/// assert!(line.contains("\"state_changed\""));
+/// # drop(writer);
+/// # clean(&db);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn tail(db: &Path, n: usize, json: bool, out: &mut dyn Write) -> Result<(), InspectError> {
     let reader = JournalReader::open(db)?;
     let events = reader.tail(n)?;
@@ -112,6 +158,12 @@ pub fn tail(db: &Path, n: usize, json: bool, out: &mut dyn Write) -> Result<(), 
 /// `warden journal show AGENT`: the agent's record replayed from all its events, whether its snapshot
 /// agrees, and its events (one JSON object with `json`: `{"record": …, "snapshot": {"seq": …,
 /// "matches_replay": …} or null, "events": […]}`).
+///
+/// # Errors
+///
+/// [`InspectError::Journal`] when the file cannot be opened or read,
+/// [`InspectError::UnknownAgent`] when `agent` has no event, [`InspectError::Io`] when `out`
+/// fails, [`InspectError::Json`] when the record cannot be encoded.
 pub fn show(db: &Path, agent: &str, json: bool, out: &mut dyn Write) -> Result<(), InspectError> {
     let reader = JournalReader::open(db)?;
     let events = reader.events_of(agent)?;
@@ -196,6 +248,11 @@ pub fn show(db: &Path, agent: &str, json: bool, out: &mut dyn Write) -> Result<(
 
 /// `warden journal export`: every event, oldest first, one JSON object a line (as `tail --json`).
 /// Snapshots are not exported: they are derived from the events.
+///
+/// # Errors
+///
+/// [`InspectError::Journal`] when the file cannot be opened or read, [`InspectError::Io`] when
+/// `out` fails.
 pub fn export_json(db: &Path, out: &mut dyn Write) -> Result<(), InspectError> {
     let reader = JournalReader::open(db)?;
     for event in reader.events()? {

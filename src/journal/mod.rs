@@ -141,44 +141,75 @@ pub const DEFAULT_DB: &str = "./warden.db";
 /// Why the journal could not be opened or read.
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
+    /// An SQLite call failed (a query, a pragma, the schema migration) on a file that did open.
     #[error("journal database: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// The file was written by a newer warden; this one neither reads nor migrates it.
     #[error(
         "journal {path}: schema version {found} is newer than this warden supports ({supported})"
     )]
     NewerSchema {
+        /// The journal's path, as given.
         path: String,
+        /// The file's schema version.
         found: u32,
+        /// The newest this build knows ([`SCHEMA_VERSION`]).
         supported: u32,
     },
+    /// A reader ([`JournalReader::open`]) was pointed at a file that does not exist or holds no
+    /// journal (readers never create one).
     #[error("journal {path} does not exist")]
-    Missing { path: String },
+    Missing {
+        /// The journal's path, as given.
+        path: String,
+    },
     /// `--db` names a directory.
     #[error(
         "journal {path} is a directory: --db takes the journal's file (such as {path}/warden.db)"
     )]
-    IsDirectory { path: String },
+    IsDirectory {
+        /// The path given.
+        path: String,
+    },
     /// SQLite could not open the file (not a database, no permission, …).
     #[error("journal {path}: {error}")]
     Open {
+        /// The journal's path, as given.
         path: String,
+        /// SQLite's error.
         error: rusqlite::Error,
     },
+    /// A stored event's body is not an [`EventKind`] this build knows (written by a newer
+    /// warden, or edited by hand).
     #[error("event {seq}: cannot decode {kind}: {error}")]
     Decode {
+        /// The event's sequence number.
         seq: u64,
+        /// Its `kind` column, such as `halted`.
         kind: String,
+        /// The decoder's message.
         error: String,
     },
+    /// The writer thread could not be spawned.
     #[error("cannot start the journal writer: {0}")]
     Thread(std::io::Error),
     /// Another process holds the journal's lock file (see [`JournalLock`]).
     #[error("journal {path} is in use by another warden (pid {pid})")]
-    InUse { path: String, pid: String },
+    InUse {
+        /// The journal's path, as given.
+        path: String,
+        /// The pid written in the lock file by its holder, or `unknown`.
+        pid: String,
+    },
+    /// The lock file could not be created, locked or written (permissions, read-only
+    /// directory).
     #[error("journal {path}: cannot take the lock file {lock}: {error}")]
     Lock {
+        /// The journal's path, as given.
         path: String,
+        /// The lock file's path (`<db>.lock`).
         lock: String,
+        /// The I/O error.
         error: std::io::Error,
     },
     /// `PRAGMA quick_check` found damage, or SQLite says the file is not a database.
@@ -187,7 +218,12 @@ pub enum JournalError {
          (made with `sqlite3 {path} \"VACUUM INTO 'copy.db'\"`), or salvage what is readable: \
          `sqlite3 {path} .recover | sqlite3 recovered.db`, then `warden serve --db recovered.db`"
     )]
-    Corrupt { path: String, detail: String },
+    Corrupt {
+        /// The journal's path, as given.
+        path: String,
+        /// What SQLite reported.
+        detail: String,
+    },
 }
 
 /// How a [`SqliteJournal`] works.

@@ -18,7 +18,56 @@ impl std::fmt::Debug for JournalReader {
 }
 
 impl JournalReader {
-    /// Opens an existing journal read-only (never creates one, never migrates).
+    /// Opens an existing journal read-only (never creates one, never migrates). It takes no
+    /// [`JournalLock`]: a server may be writing the file meanwhile (WAL mode lets both go on), and
+    /// each read sees the events committed when it starts.
+    ///
+    /// # Errors
+    ///
+    /// * [`JournalError::IsDirectory`] — `path` is a directory.
+    /// * [`JournalError::Missing`] — no file there, or a file with no journal in it.
+    /// * [`JournalError::Open`] — SQLite cannot open it (no permission, not a database).
+    /// * [`JournalError::NewerSchema`] — written by a newer warden.
+    /// * [`JournalError::Sqlite`] — another SQLite failure.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use warden::journal::JournalError;
+    /// use warden::{AgentKey, AgentState, EventKind, Journal, JournalReader, SqliteJournal};
+    ///
+    /// let db = std::env::temp_dir().join(format!("warden-doc-reader-{}.db", std::process::id()));
+    /// # let clean = |db: &std::path::Path| {
+    /// #     for end in ["", "-wal", "-shm", ".lock"] {
+    /// #         let _ = std::fs::remove_file(format!("{}{end}", db.display()));
+    /// #     }
+    /// # };
+    /// # clean(&db);
+    /// // A reader never creates a journal.
+    /// assert!(matches!(JournalReader::open(&db), Err(JournalError::Missing { .. })));
+    ///
+    /// let writer = SqliteJournal::open(&db)?;
+    /// let innkeeper = AgentKey::new("innkeeper");
+    /// writer.append(
+    ///     &innkeeper,
+    ///     EventKind::StateChanged {
+    ///         from: AgentState::WaitingForEvent,
+    ///         to: AgentState::Executing,
+    ///         cause: "doc example".into(),
+    ///     },
+    /// );
+    /// writer.flush(); // committed: readers see it
+    ///
+    /// // Beside the writer, which keeps the file open.
+    /// let reader = JournalReader::open(&db)?;
+    /// assert_eq!(reader.agents()?, vec![innkeeper.clone()]);
+    /// assert_eq!(reader.events_of("innkeeper")?.len(), 1);
+    /// let records = reader.restore_records()?;
+    /// assert_eq!(records[0].state, AgentState::Executing);
+    /// # drop(writer);
+    /// # clean(&db);
+    /// # Ok::<(), JournalError>(())
+    /// ```
     pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
         let path_ref = path.as_ref();
         let shown = path_ref.display().to_string();
@@ -55,25 +104,51 @@ impl JournalReader {
         Ok(JournalReader { conn, version })
     }
 
+    /// Every event, in order of `seq` (the whole file: for a large journal prefer
+    /// [`JournalReader::tail`]).
+    ///
+    /// # Errors
+    ///
+    /// [`JournalError::Sqlite`] when the read fails, [`JournalError::Decode`] for an event this
+    /// build cannot decode.
     pub fn events(&self) -> Result<Vec<Event>, JournalError> {
         read_events(&self.conn, None)
     }
 
+    /// The events of agent `agent`, in order of `seq`; empty for a key with no event.
+    ///
+    /// # Errors
+    ///
+    /// As [`JournalReader::events`].
     pub fn events_of(&self, agent: &str) -> Result<Vec<Event>, JournalError> {
         read_events(&self.conn, Some(agent))
     }
 
     /// The last `n` events, oldest first.
+    ///
+    /// # Errors
+    ///
+    /// As [`JournalReader::events`].
     pub fn tail(&self, n: usize) -> Result<Vec<Event>, JournalError> {
         read_tail(&self.conn, n)
     }
 
+    /// Every agent with an event, in order of its first event.
+    ///
+    /// # Errors
+    ///
+    /// [`JournalError::Sqlite`] when the read fails.
     pub fn agents(&self) -> Result<Vec<AgentKey>, JournalError> {
         read_agents(&self.conn, self.version >= 2)
     }
 
     /// Every agent's record from its snapshot and the events after it, read in one transaction (a
-    /// consistent view while warden writes).
+    /// consistent view while warden writes). Unlike [`SqliteJournal::restore_records`] it writes
+    /// no snapshot.
+    ///
+    /// # Errors
+    ///
+    /// As [`JournalReader::events`].
     pub fn restore_records(&self) -> Result<Vec<AgentRecord>, JournalError> {
         let tx = self.conn.unchecked_transaction()?;
         let folded = fold_all(&tx, self.version)?;
@@ -81,7 +156,12 @@ impl JournalReader {
     }
 
     /// The agent's usable snapshot (see the module docs), if any: its seq, and the record rebuilt
-    /// from it and the events after it.
+    /// from it and the events after it. `None` when the agent has none (or the file predates
+    /// snapshots).
+    ///
+    /// # Errors
+    ///
+    /// As [`JournalReader::events`].
     pub fn snapshot_of(&self, agent: &str) -> Result<Option<(u64, AgentRecord)>, JournalError> {
         if self.version < 2 {
             return Ok(None);

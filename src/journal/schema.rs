@@ -54,6 +54,12 @@ impl JournalLock {
     }
 
     /// Takes the lock of the journal at `db`, without waiting, and writes this process's pid into it.
+    ///
+    /// # Errors
+    ///
+    /// [`JournalError::InUse`] (with the holder's pid) when another open file handle holds the
+    /// lock, in this process or another; [`JournalError::Lock`] when the lock file cannot be
+    /// created, locked or written.
     pub fn acquire(db: &Path) -> Result<Self, JournalError> {
         let path = Self::path_for(db);
         let shown = db.display().to_string();
@@ -128,7 +134,13 @@ pub(super) fn quick_check(conn: &Connection, path: &str) -> Result<(), JournalEr
     Err(corrupt(format!("PRAGMA quick_check: {detail}")))
 }
 
-/// Brings `conn` to [`SCHEMA_VERSION`], one transaction per step. Refuses a newer file.
+/// Brings `conn` to [`SCHEMA_VERSION`], one transaction per step (a failed step leaves the file
+/// at the previous version). Refuses a newer file. Returns the version reached.
+///
+/// # Errors
+///
+/// [`JournalError::NewerSchema`] for a file newer than this build (labelled with `path`);
+/// [`JournalError::Sqlite`] when a statement fails.
 pub fn migrate(conn: &mut Connection, path: &str) -> Result<u32, JournalError> {
     conn.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);")?;
     let mut version = schema_version(conn)?;
@@ -154,6 +166,10 @@ pub fn migrate(conn: &mut Connection, path: &str) -> Result<u32, JournalError> {
 }
 
 /// The schema version recorded in `conn` (0 for a new file).
+///
+/// # Errors
+///
+/// [`JournalError::Sqlite`] when the query fails (for one, when the file is not a database).
 pub fn schema_version(conn: &Connection) -> Result<u32, JournalError> {
     let has_table: bool = conn
         .query_row(

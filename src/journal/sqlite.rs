@@ -151,11 +151,69 @@ impl SqliteJournal {
     /// while another process or journal holds it), checks the file with `PRAGMA quick_check`
     /// (refused with [`JournalError::Corrupt`]), runs the schema migrations and starts the writer
     /// thread. A zero-length file is a new journal (logged at warn level).
+    ///
+    /// # Errors
+    ///
+    /// * [`JournalError::IsDirectory`] — `path` is a directory.
+    /// * [`JournalError::InUse`] — another journal (in this process or another) has it open.
+    /// * [`JournalError::Lock`] — the lock file `<path>.lock` cannot be created or locked.
+    /// * [`JournalError::Open`] — SQLite cannot open the file (no permission, …).
+    /// * [`JournalError::Corrupt`] — the integrity check failed, or the file is not a database.
+    /// * [`JournalError::NewerSchema`] — written by a newer warden.
+    /// * [`JournalError::Sqlite`] — another SQLite failure.
+    /// * [`JournalError::Thread`] — the writer thread could not be spawned.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use warden::journal::JournalError;
+    /// use warden::{AgentKey, AgentState, EventKind, Journal, SqliteJournal};
+    ///
+    /// let db = std::env::temp_dir().join(format!("warden-doc-open-{}.db", std::process::id()));
+    /// # let clean = |db: &std::path::Path| {
+    /// #     for end in ["", "-wal", "-shm", ".lock"] {
+    /// #         let _ = std::fs::remove_file(format!("{}{end}", db.display()));
+    /// #     }
+    /// # };
+    /// # clean(&db);
+    /// let journal = Arc::new(SqliteJournal::open(&db)?);
+    /// // One writer at a time.
+    /// assert!(matches!(SqliteJournal::open(&db), Err(JournalError::InUse { .. })));
+    ///
+    /// // `append` returns at once with the event's seq; the writer thread commits it.
+    /// let seq = journal.append(
+    ///     &AgentKey::new("innkeeper"),
+    ///     EventKind::StateChanged {
+    ///         from: AgentState::WaitingForEvent,
+    ///         to: AgentState::Executing,
+    ///         cause: "doc example".into(),
+    ///     },
+    /// );
+    /// journal.flush();
+    /// assert_eq!(journal.stats().committed_seq, seq);
+    ///
+    /// // Closed (also on drop): the lock is released and the file reopens with its events.
+    /// journal.close();
+    /// let again = SqliteJournal::open(&db)?;
+    /// assert_eq!(again.events()?.len(), 1);
+    /// # drop(again);
+    /// # clean(&db);
+    /// # Ok::<(), JournalError>(())
+    /// ```
+    ///
+    /// A journal is usually handed to a [`Supervisor`](crate::Supervisor) as its
+    /// `Arc<dyn Journal>`, then its records to `warden::team::TeamFile::spawn_agents_restored`
+    /// (feature `server`) after a restart (see [`SqliteJournal::recover_records`]).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
         Self::open_with(path, JournalOptions::default())
     }
 
     /// [`SqliteJournal::open`] with `options` (e.g. `JournalOptions::from(&config.journal)`).
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteJournal::open`].
     pub fn open_with(
         path: impl AsRef<Path>,
         options: JournalOptions,
@@ -249,7 +307,9 @@ impl SqliteJournal {
         &self.path
     }
 
-    /// Waits until every event appended so far is committed.
+    /// Waits until every event appended so far is committed. Blocks the calling thread (use
+    /// [`Journal::durable`] from async code); returns at once while the journal is degraded or
+    /// once its writer has stopped.
     pub fn flush(&self) {
         let mut queue = self.shared.queue.lock();
         let target = queue.assigned;
@@ -298,18 +358,31 @@ impl SqliteJournal {
     }
 
     /// Every event, in order (flushes first).
+    ///
+    /// # Errors
+    ///
+    /// [`JournalError::Sqlite`] when the read fails, [`JournalError::Decode`] for an event this
+    /// build cannot decode.
     pub fn events(&self) -> Result<Vec<Event>, JournalError> {
         self.flush();
         read_events(&self.shared.store.lock().conn, None)
     }
 
     /// The events of one agent, in order (flushes first).
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteJournal::events`].
     pub fn events_of(&self, agent: &str) -> Result<Vec<Event>, JournalError> {
         self.flush();
         read_events(&self.shared.store.lock().conn, Some(agent))
     }
 
     /// At most `limit` events with `seq > after`, in order (flushes first): resuming an event stream.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteJournal::events`].
     pub fn since(&self, after: u64, limit: usize) -> Result<Vec<Event>, JournalError> {
         self.flush();
         let rows: Vec<_> = self
@@ -333,6 +406,10 @@ impl SqliteJournal {
 
     /// The last `limit` events (of `agent` only, when given), oldest first, and the highest `seq`
     /// in the journal, read together (flushes first): `warden events`, `GET /api/events/recent`.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteJournal::events`].
     pub fn recent(
         &self,
         agent: Option<&str>,
@@ -349,6 +426,10 @@ impl SqliteJournal {
     }
 
     /// Every agent with an event, in order of its first one.
+    ///
+    /// # Errors
+    ///
+    /// [`JournalError::Sqlite`] when the read fails.
     pub fn agents(&self) -> Result<Vec<AgentKey>, JournalError> {
         self.flush();
         read_agents(&self.shared.store.lock().conn, true)
@@ -357,7 +438,12 @@ impl SqliteJournal {
     /// Every agent's record (flushes first), each from its latest snapshot and the events after it;
     /// equal to [`AgentRecord::replay`] of the whole log. An agent that needed `snapshot_every` or
     /// more events (a file from before snapshots, a lowered `snapshot_every`, an ignored snapshot) is
-    /// snapshotted now, so the next restore is short.
+    /// snapshotted now, so the next restore is short (best effort: a failed snapshot is logged,
+    /// not returned).
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteJournal::events`].
     pub fn restore_records(&self) -> Result<Vec<AgentRecord>, JournalError> {
         self.flush();
         let mut store = self.shared.store.lock();
@@ -407,6 +493,10 @@ impl SqliteJournal {
     ///
     /// Stopped agents, and locked-out agents in `SAFETY_LOCKOUT`, are left as they are. Call it before
     /// the agents are spawned.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteJournal::restore_records`]; nothing is appended then.
     pub fn recover_records(&self) -> Result<Vec<AgentRecord>, JournalError> {
         let mut records = self.restore_records()?;
         for record in &mut records {

@@ -91,6 +91,11 @@ impl ApiConfig {
     /// [`ApiConfig::resolve`], and the tokens from the environment are checked with the rules of
     /// [`ApiSection::validate`] (not empty, no surrounding whitespace, read differs from admin), the
     /// error naming the variable (`WARDEN_ADMIN_TOKEN: must not start or end with whitespace`).
+    ///
+    /// # Errors
+    ///
+    /// [`ApiSectionError`] keyed by the variable (or by `api.read_token` when the file's read
+    /// token equals the environment's admin token).
     pub fn try_resolve(
         section: &ApiSection,
         env: impl Fn(&str) -> Option<String>,
@@ -164,13 +169,21 @@ impl std::fmt::Debug for ApiSection {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {problem}")]
 pub struct ApiSectionError {
+    /// The key refused, `api.admin_token` style, or the environment variable it came from
+    /// (`WARDEN_ADMIN_TOKEN`).
     pub key: &'static str,
+    /// What is wrong with it, such as `must not be empty`.
     pub problem: &'static str,
 }
 
 impl ApiSection {
     /// Refuses empty tokens, tokens with surrounding whitespace (a bearer token is trimmed, so they
     /// could never match), a read token equal to the admin token, and a zero body limit.
+    ///
+    /// # Errors
+    ///
+    /// [`ApiSectionError`] for the first such value, keyed `api.admin_token`, `api.read_token` or
+    /// `api.max_body_bytes`.
     pub fn validate(&self) -> Result<(), ApiSectionError> {
         let tokens = [
             ("api.admin_token", &self.admin_token),
@@ -212,9 +225,11 @@ fn token_problem(token: &str) -> Option<&'static str> {
 /// What the handlers share. Build it with [`ApiState::new`] and the `with_*` methods.
 #[derive(Clone)]
 pub struct ApiState {
+    /// The team the API controls and reports on.
     pub supervisor: Supervisor,
     /// The intervention bus the supervisor's limit checkpoint asks (for `/api/interventions`).
     pub bus: Option<Arc<ChannelInterventionBus>>,
+    /// Tokens and the body limit.
     pub config: ApiConfig,
     /// The feed `GET /api/events` streams (503 without one).
     pub events: Option<EventHub>,
@@ -235,6 +250,10 @@ impl std::fmt::Debug for ApiState {
 }
 
 impl ApiState {
+    /// The API over `supervisor` with these tokens and no bus, feed, journal or fates, until the
+    /// `with_*` methods add them: meanwhile `GET /api/events`, `GET /api/events/recent` and the
+    /// fate reads answer `503`, `/api/interventions` lists no ask, and `/metrics` leaves out the
+    /// journal's families.
     pub fn new(supervisor: Supervisor, config: ApiConfig) -> Self {
         ApiState {
             supervisor,
@@ -293,11 +312,14 @@ fn bearer_token(header: &str) -> Option<&str> {
 /// An API error: a status and a message, sent as `{"error": message}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
+    /// The response's status (a `401` also carries `WWW-Authenticate: Bearer`).
     pub status: StatusCode,
+    /// The text of `{"error": …}`, and the error's `Display`.
     pub message: String,
 }
 
 impl ApiError {
+    /// An error with this status and message.
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
         ApiError {
             status,
@@ -596,6 +618,7 @@ async fn metrics_text(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EventsQuery {
+    /// The agent's key (`404` if the team has no such agent); `None`: every agent's.
     #[serde(default)]
     pub agent: Option<String>,
 }
@@ -661,14 +684,18 @@ fn agent_filter(state: &ApiState, agent: Option<String>) -> Result<Option<AgentK
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RecentQuery {
+    /// The agent's key (`404` if the team has no such agent); `None`: every agent's.
     #[serde(default)]
     pub agent: Option<String>,
+    /// How many events, the most recent ones: 0 to [`RECENT_MAX`] (more is a `400`); `None`:
+    /// [`RECENT_DEFAULT`].
     #[serde(default)]
     pub limit: Option<usize>,
 }
 
-/// How many events `GET /api/events/recent` gives by default, and at most.
+/// How many events `GET /api/events/recent` gives by default.
 pub const RECENT_DEFAULT: usize = 20;
+/// The most `GET /api/events/recent` gives (`?limit=` above it is a `400`).
 pub const RECENT_MAX: usize = 1000;
 
 /// `GET /api/events/recent`: the last events from the journal, oldest first, and the journal's head
@@ -723,6 +750,7 @@ async fn get_agent(_: Reader, state: web::Data<ApiState>, key: web::Path<String>
 /// or already in the history.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Queued {
+    /// The user event's id, unique among the agent's user events (counted from 1).
     pub id: u64,
 }
 
@@ -733,6 +761,8 @@ pub const MAX_WAIT_SECONDS: f64 = 300.0;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PostEventQuery {
+    /// Seconds to wait for the answer, fractions allowed, 0 to [`MAX_WAIT_SECONDS`] (anything else
+    /// is a `400`); `None` or `0`: answer `202` at once, without waiting.
     #[serde(default)]
     pub wait: Option<String>,
 }
@@ -759,6 +789,10 @@ impl PostEventQuery {
 pub(crate) mod fuzzing {
     /// `?wait=` of `POST /api/agents/{key}/events`, as the handler reads it: the seconds to wait,
     /// or `Err` with the 400 message.
+    ///
+    /// # Errors
+    ///
+    /// The message of the `400` for anything but a number of seconds from 0 to 300.
     pub fn post_event_wait(text: &str) -> Result<Option<std::time::Duration>, String> {
         super::PostEventQuery {
             wait: Some(text.to_owned()),
@@ -938,8 +972,12 @@ async fn get_event(
 /// One halt acknowledgement, as JSON.
 #[derive(Serialize, Deserialize, Debug, PartialEq)]
 pub struct HaltAckBody {
+    /// The halted agent's key.
     pub agent: String,
+    /// Its state after the halt: `STOPPED`, or `SAFETY_LOCKOUT` for a locked-out agent (a halt
+    /// never lifts a lockout).
     pub state: warden_protocols::AgentState,
+    /// How many ordinary messages the halt cleared from its mailbox (each journaled).
     pub discarded: u64,
 }
 
@@ -1056,7 +1094,9 @@ async fn list_interventions(_: Reader, state: web::Data<ApiState>) -> Handled {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AnswerBody {
+    /// `yes`/`y` or `no`/`n` (trimmed, any case); anything else counts as no.
     pub answer: String,
+    /// Free text journaled with the decision; `None`: no note.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -1064,8 +1104,11 @@ pub struct AnswerBody {
 /// What `POST /api/interventions/{id}` answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AnswerReply {
+    /// The intervention answered.
     pub id: u64,
+    /// The answer as it was understood.
     pub answer: Answer,
+    /// The note given with it, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -1110,15 +1153,24 @@ async fn answer_intervention(
 /// Why `serve` would not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// No admin token is configured and the address is not loopback: the API would be open to
+    /// the network.
     #[error("refusing to listen on non-loopback address {0} without an admin token (set WARDEN_ADMIN_TOKEN)")]
     NoTokenOnPublicAddress(std::net::SocketAddr),
+    /// The address could not be bound (in use, not local, no permission).
     #[error("cannot listen on {0}: {1}")]
     Bind(std::net::SocketAddr, std::io::Error),
+    /// Another I/O error: reading the bound socket's address, starting the HTTP server, or the
+    /// server failing while it runs.
     #[error("listen: {0}")]
     Io(#[from] std::io::Error),
 }
 
 /// Refuses a non-loopback address when no admin token is configured.
+///
+/// # Errors
+///
+/// [`ServeError::NoTokenOnPublicAddress`] for a non-loopback `addr` without an admin token.
 pub fn check_listen(addr: std::net::SocketAddr, config: &ApiConfig) -> Result<(), ServeError> {
     if config.admin_token.is_none() && !addr.ip().is_loopback() {
         return Err(ServeError::NoTokenOnPublicAddress(addr));
@@ -1145,6 +1197,11 @@ pub fn api_workers() -> usize {
 
 /// Binds the API to `addr` (port 0 picks a free one) and returns the server, to be awaited or
 /// spawned, and the addresses it listens on. Must run inside an actix `System`.
+///
+/// # Errors
+///
+/// [`ServeError::NoTokenOnPublicAddress`] (see [`check_listen`]), [`ServeError::Bind`] when the
+/// address cannot be bound, [`ServeError::Io`] when the server cannot start on it.
 pub fn bind(
     state: ApiState,
     addr: SocketAddr,
@@ -1156,6 +1213,11 @@ pub fn bind(
 
 /// Serves the API on a socket already bound (`warden serve` binds before it opens the journal, so
 /// a port in use fails before the journal is touched). Must run inside an actix `System`.
+///
+/// # Errors
+///
+/// [`ServeError::NoTokenOnPublicAddress`] (see [`check_listen`]) and [`ServeError::Io`] when the
+/// socket's address cannot be read or the server cannot start on it.
 pub fn listen_on(
     state: ApiState,
     listener: std::net::TcpListener,
@@ -1172,6 +1234,16 @@ pub fn listen_on(
 }
 
 /// Serves the API on `addr` until the server stops (must run inside an actix `System`).
+///
+/// # Errors
+///
+/// Those of [`bind`], and [`ServeError::Io`] if the server fails while it runs.
+///
+/// # Cancel safety
+///
+/// Dropping the future stops serving: the listener closes and the workers are shut down without
+/// grace (requests in flight and open event streams are cut). The team is not touched: a halt
+/// already applied stays applied.
 pub async fn serve(state: ApiState, addr: SocketAddr) -> Result<(), ServeError> {
     let (server, _) = bind(state, addr)?;
     server.await?;

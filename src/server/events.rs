@@ -55,6 +55,7 @@ pub struct Published {
 }
 
 impl Published {
+    /// Wraps `item`; its SSE message is rendered later, on first use.
     pub fn new(item: FeedItem) -> Self {
         Published {
             item: Arc::new(item),
@@ -62,6 +63,7 @@ impl Published {
         }
     }
 
+    /// The published item.
     pub fn item(&self) -> &FeedItem {
         &self.item
     }
@@ -95,8 +97,11 @@ impl FeedItem {
 /// An intervention notice: `kind` is the SSE event name, `data` its JSON.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Notice {
+    /// What it says; also its SSE event name ([`NoticeKind::as_str`]).
     pub kind: NoticeKind,
+    /// The agent whose intervention it is (what `?agent=KEY` filters on).
     pub agent: AgentKey,
+    /// The JSON sent as the SSE `data:` (see [`NoticeKind`] for each kind's fields).
     pub data: serde_json::Value,
 }
 
@@ -337,10 +342,13 @@ impl EventHub {
         self.log.as_ref()
     }
 
+    /// How often an idle stream sends a keep-alive comment (see [`EventHub::with_keep_alive`]).
     pub fn keep_alive(&self) -> Duration {
         self.keep_alive
     }
 
+    /// How long a stream holds events back for a missing sequence number (see
+    /// [`EventHub::with_reorder_wait`]).
     pub fn reorder_wait(&self) -> Duration {
         self.reorder_wait
     }
@@ -375,16 +383,39 @@ impl std::fmt::Debug for Subscription {
 
 impl Subscription {
     /// The next item; `Lagged(n)` when `n` items were skipped because this subscriber fell behind.
+    ///
+    /// # Errors
+    ///
+    /// [`RecvError::Lagged`] as above (the next call goes on with the oldest item kept);
+    /// [`RecvError::Closed`] once the hub and every publisher are gone.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future before it resolves loses no item (the next call gets
+    /// it).
     pub async fn recv(&mut self) -> Result<Arc<FeedItem>, RecvError> {
         self.rx.recv().await.map(|p| p.item.clone())
     }
 
     /// [`Subscription::recv`] with the shared rendering of the item.
+    ///
+    /// # Errors
+    ///
+    /// As [`Subscription::recv`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Subscription::recv`].
     pub async fn recv_published(&mut self) -> Result<Arc<Published>, RecvError> {
         self.rx.recv().await
     }
 
     /// The next item if one is waiting (`Empty` if none, `Lagged(n)` as for `recv`).
+    ///
+    /// # Errors
+    ///
+    /// `TryRecvError::Empty` when nothing is waiting, `Lagged(n)` as for
+    /// [`Subscription::recv`], `Closed` once every sender is gone.
     pub fn try_recv_published(&mut self) -> Result<Arc<Published>, broadcast::error::TryRecvError> {
         self.rx.try_recv()
     }

@@ -49,11 +49,15 @@ pub struct Histogram {
 pub struct HistogramSnapshot {
     /// `(upper bound, observations ≤ it)`, ending with `(+Inf, count)`.
     pub cumulative: Vec<(f64, u64)>,
+    /// The sum of every observation, in seconds (`_sum`).
     pub sum_seconds: f64,
+    /// How many observations (`_count`; equals the `+Inf` bucket's count).
     pub count: u64,
 }
 
 impl Histogram {
+    /// Records one latency (three relaxed atomic adds; never blocks). Above the last bound it
+    /// counts in `+Inf`.
     pub fn observe(&self, took: Duration) {
         let seconds = took.as_secs_f64();
         let bucket = HALT_BUCKETS
@@ -66,6 +70,8 @@ impl Histogram {
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The counts so far, cumulative as Prometheus wants them. Not atomic across buckets: an
+    /// observation made meanwhile may be in the count and not yet in the sum.
     pub fn snapshot(&self) -> HistogramSnapshot {
         let mut running = 0;
         let mut cumulative = Vec::with_capacity(HALT_BUCKETS.len() + 1);
@@ -97,24 +103,37 @@ pub struct ApiMetrics {
 /// The journal's counters (`SqliteJournal::stats`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JournalNumbers {
+    /// Highest sequence number committed ([`crate::journal::JournalStats::committed_seq`]).
     pub committed_seq: u64,
+    /// Transactions committed by the writer.
     pub commits: u64,
+    /// Appended events whose acknowledgement waits for durability.
     pub durable_waits: u64,
+    /// Batches the writer failed to commit after its retries.
     pub failed_batches: u64,
+    /// Whether a write has failed since the journal was opened
+    /// ([`crate::SqliteJournal::last_error`] is set).
     pub write_error: bool,
 }
 
 /// Everything `/metrics` shows, read at one moment.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
+    /// Every agent's status (counted per state, with every state listed).
     pub statuses: Vec<AgentStatus>,
+    /// The team budget: tokens and cost spent, their limits, locked-out agents.
     pub fleet: FleetView,
     /// Trips per breaker (snake_case names) from the SafetyMonitor; `None` when it did not answer.
     pub trips: Option<std::collections::BTreeMap<String, u64>>,
+    /// The journal's counters; `None` without a durable journal (those families are left out).
     pub journal: Option<JournalNumbers>,
+    /// Intervention asks waiting for an operator; `None` without an intervention bus (left out).
     pub interventions_pending: Option<usize>,
+    /// Open `GET /api/events` streams; `None` without an event stream (left out).
     pub stream_subscribers: Option<usize>,
+    /// Latency of `POST /api/agents/{key}/halt`, request to acknowledgement.
     pub halt_agent: HistogramSnapshot,
+    /// Latency of `POST /api/halt`, request to the last acknowledgement.
     pub halt_all: HistogramSnapshot,
     /// Retries of the OpenAI-compatible providers since the process started, by class
     /// (`warden_actors::retry_counts`: every class listed).

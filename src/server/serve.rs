@@ -54,6 +54,103 @@ delegate = false
 /// ([`crate::journal::SqliteJournal::recover_records`]), spawns the team (restored agents keep their
 /// state, lockout and history) and serves the API on `addr` until stopped. Every event is also
 /// published to the event stream (`GET /api/events`), which replays missed events from the journal.
+///
+/// Must run inside an actix `System` (`actix_rt::System::new().block_on(…)` or
+/// `#[actix_rt::main]`).
+/// The socket is bound before the journal is opened, so a port in use leaves the journal
+/// untouched. On SIGTERM or SIGINT the server stops gracefully (open event streams are ended),
+/// then the agents are shut down and the journal is closed; the future then resolves `Ok(())`.
+///
+/// # Errors
+///
+/// Before anything is served:
+/// * [`ServeError::NoTokenOnPublicAddress`](super::api::ServeError::NoTokenOnPublicAddress) —
+///   `addr` is not loopback and `config` has no admin token (nothing is bound or opened);
+/// * [`ServeError::Bind`](super::api::ServeError::Bind) — `addr` cannot be bound;
+/// * a [`JournalError`](crate::journal::JournalError) — the journal cannot be opened (in use
+///   by another server, damaged, a newer schema, …) or recovered;
+/// * a [`TeamError`](crate::team::TeamError) — a provider cannot be built (an unset API key
+///   variable) or an agent cannot be spawned;
+/// * [`ServeError::Io`](super::api::ServeError::Io) — the HTTP server cannot start.
+///
+/// Later, [`ServeError::Io`](super::api::ServeError::Io) if the HTTP server fails while it runs.
+/// The error is boxed: downcast it to tell them apart.
+///
+/// # Cancel safety
+///
+/// Dropping the future while it serves stops the HTTP server at once (no grace: requests in
+/// flight and event streams are cut). Nothing acknowledged is lost: every `202` and every halt
+/// acknowledgement was durable before it was sent. The agents are not shut down: they keep
+/// running on their arbiter threads, and keep the journal (and its lock) open, until the process
+/// ends; a turn cut there is ended by the next start's recovery (see
+/// [`SqliteJournal::recover_records`](crate::journal::SqliteJournal::recover_records)). To stop
+/// cleanly, send SIGTERM or SIGINT and let the future resolve.
+///
+/// # Examples
+///
+/// Serving the default team on a free loopback port, asking `GET /healthz` (no token needed),
+/// then stopping by dropping the future:
+///
+/// ```
+/// use std::{io::{Read, Write}, time::Duration};
+/// use warden::{server::api::ApiConfig, server::{serve_team, DEFAULT_TEAM}, team::TeamFile};
+///
+/// let db = std::env::temp_dir().join(format!("warden-doc-serve-{}.db", std::process::id()));
+/// # let clean = |db: &std::path::Path| {
+/// #     for end in ["", "-wal", "-shm", ".lock"] {
+/// #         let _ = std::fs::remove_file(format!("{}{end}", db.display()));
+/// #     }
+/// # };
+/// # clean(&db);
+/// let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?; // a free port
+/// let file = TeamFile::from_toml(DEFAULT_TEAM)?;
+/// let config = ApiConfig { admin_token: Some("s3cret".into()), ..ApiConfig::default() };
+/// let request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+///
+/// actix_rt::System::new().block_on(async {
+///     let server = actix_rt::spawn({
+///         let db = db.clone();
+///         async move { serve_team(file, &db, addr, config).await.map_err(|e| e.to_string()) }
+///     });
+///     // A blocking client on another thread: this one runs `serve_team`.
+///     let answer = actix_rt::task::spawn_blocking(move || {
+///         for _ in 0..200 {
+///             if let Ok(mut conn) = std::net::TcpStream::connect(addr) {
+///                 conn.write_all(request)?;
+///                 let mut text = String::new();
+///                 conn.read_to_string(&mut text)?;
+///                 return Ok(text);
+///             }
+///             std::thread::sleep(Duration::from_millis(50));
+///         }
+///         Err(std::io::Error::other("the server never listened"))
+///     })
+///     .await
+///     .unwrap()?;
+///     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+///     server.abort(); // drops `serve_team`'s future: the HTTP server stops
+///     let _ = server.await;
+///     Ok::<(), std::io::Error>(())
+/// })?;
+/// # clean(&db);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Refused before anything is touched:
+///
+/// ```
+/// use warden::server::{api::{ApiConfig, ServeError}, serve_team, DEFAULT_TEAM};
+///
+/// let file = warden::team::TeamFile::from_toml(DEFAULT_TEAM)?;
+/// let public = "0.0.0.0:7878".parse()?;
+/// let db = std::path::Path::new("never-created.db");
+/// let err = actix_rt::System::new()
+///     .block_on(serve_team(file, db, public, ApiConfig::default()))
+///     .unwrap_err();
+/// assert!(matches!(err.downcast_ref(), Some(ServeError::NoTokenOnPublicAddress(_))));
+/// assert!(!db.exists());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub async fn serve_team(
     file: crate::team::TeamFile,
     db: &std::path::Path,

@@ -21,8 +21,12 @@ pub const PATIENCE: Duration = Duration::from_secs(20);
 pub enum Step {
     /// A complete response with `Content-Length` and `Connection: close`.
     Respond {
+        /// The status code (any number; the reason phrase is always `X`).
         status: u16,
+        /// Extra headers, written after `content-type: application/json`, `content-length`
+        /// and `connection: close` (a repeated name is sent twice, not replaced).
         headers: Vec<(&'static str, String)>,
+        /// The body, sent as is; `content-length` is its length in bytes.
         body: String,
     },
     /// `200` headers of a chunked `text/event-stream` body.
@@ -31,11 +35,13 @@ pub enum Step {
     Chunk(String),
     /// The terminating zero-length chunk.
     EndChunks,
+    /// Sends nothing for this long (the connection stays open), then goes on with the script.
     Pause(Duration),
     /// Reads until the client closes the connection, then reports it.
     AwaitClose,
 }
 
+/// A complete `200` response with this JSON body.
 pub fn ok_json(body: Value) -> Step {
     Step::Respond {
         status: 200,
@@ -44,6 +50,7 @@ pub fn ok_json(body: Value) -> Step {
     }
 }
 
+/// A complete response with this status and body (sent as is, labelled `application/json`).
 pub fn status(status: u16, body: &str) -> Step {
     Step::Respond {
         status,
@@ -61,6 +68,9 @@ pub struct Recorded {
     pub body: Value,
 }
 
+/// A running scripted server: the address to point a client at, and what it has seen.
+///
+/// It serves until the test's runtime shuts down; dropping the `Server` does not stop it.
 pub struct Server {
     /// Where it listens.
     pub addr: SocketAddr,
@@ -69,6 +79,17 @@ pub struct Server {
 }
 
 impl Server {
+    /// Binds a free port on 127.0.0.1 and serves connections in the background: the n-th
+    /// accepted connection reads one request (recorded in [`requests`](Self::requests)), then
+    /// plays `scripts[n]`, then closes. Connections past the last script get a `599`.
+    ///
+    /// Must be called inside a tokio runtime (it spawns the accept loop).
+    ///
+    /// # Panics
+    /// If no port can be bound on 127.0.0.1.
+    ///
+    /// # Cancel safety
+    /// Dropping the future before it resolves frees the port; nothing is served.
     pub async fn start(scripts: Vec<Vec<Step>>) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -113,7 +134,14 @@ impl Server {
         format!("http://{}{path}", self.addr)
     }
 
-    /// Waits until the server saw a client close a connection it was holding open.
+    /// Waits until the server saw a client close a connection it was holding open (a
+    /// [`Step::AwaitClose`]); each close is reported once, to one call.
+    ///
+    /// # Panics
+    /// If no client closes within [`PATIENCE`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a close seen meanwhile is kept for the next call.
     pub async fn client_closed(&mut self) {
         tokio::time::timeout(PATIENCE, self.closed.recv())
             .await
@@ -206,10 +234,12 @@ async fn serve(
     // Dropping the socket closes the connection (mid-body if the script stopped there).
 }
 
+/// One SSE event in one chunk: `data: {json}` and the blank line that ends the event.
 pub fn sse(data: Value) -> Step {
     Step::Chunk(format!("data: {data}\n\n"))
 }
 
+/// The OpenAI stream's end marker, `data: [DONE]`, in one chunk.
 pub fn done() -> Step {
     Step::Chunk("data: [DONE]\n\n".into())
 }

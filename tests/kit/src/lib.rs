@@ -8,6 +8,8 @@
 //! Scenario helpers over the journal (replays, refusals, outcomes) stay in `tests/common`: they
 //! need the `warden` facade, which this crate must not depend on (`warden-actors` uses it too).
 
+#![warn(missing_docs)]
+
 pub mod http;
 
 /// A loopback port that was free a moment ago (bound, then released).
