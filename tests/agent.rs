@@ -26,7 +26,7 @@ async fn consecutive_errors_trip_exactly_at_the_threshold_not_one_before() {
     let (team, journal) = team(WardenConfig::default());
     let model =
         Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("model down")));
-    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let a = team.assistant("a", model);
     fail_n_turns(&a, 4).await;
     let s = a.status();
     assert_eq!(
@@ -74,7 +74,7 @@ async fn threshold_is_configurable() {
     config.safety.breakers.max_consecutive_errors = NonZeroU32::new(2).unwrap();
     let (team, _journal) = team(config);
     let model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("down")));
-    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let a = team.assistant("a", model);
     fail_n_turns(&a, 1).await;
     assert_eq!(a.state(), AgentState::WaitingForEvent);
     fail_n_turns(&a, 1).await;
@@ -237,7 +237,7 @@ async fn lockout_refuses_all_work_until_an_authenticated_unlock() {
             .with_fallback(|_| ScriptStep::reply("back")),
     );
     let stats = model.stats();
-    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let a = team.assistant("a", model);
     fail_n_turns(&a, 5).await;
     assert_eq!(a.state(), AgentState::SafetyLockout);
 
@@ -280,12 +280,7 @@ async fn lockout_refuses_all_work_until_an_authenticated_unlock() {
 async fn clearing_or_unlocking_an_agent_that_is_not_stopped_is_a_clear_error() {
     tokio::time::pause();
     let (team, _journal) = team(WardenConfig::default());
-    let a = team
-        .spawn(AgentSpec::assistant(
-            "a",
-            Arc::new(ScriptedProvider::new([])),
-        ))
-        .unwrap();
+    let a = team.assistant("a", Arc::new(ScriptedProvider::new([])));
     let err = a.clear_emergency("op").await.unwrap_err();
     assert_eq!(err, ControlError::NotActive);
     assert_eq!(err.to_string(), "emergency stop is not active");
@@ -298,7 +293,7 @@ async fn history_reset_clears_history_errors_and_lockout() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
     let model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("down")));
-    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let a = team.assistant("a", model);
     fail_n_turns(&a, 5).await;
     assert_eq!(a.state(), AgentState::SafetyLockout);
     assert!(a.status().history_len > 0);
@@ -321,7 +316,7 @@ async fn a_halted_agent_resumes_only_by_operator() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
     let model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("hi")));
-    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let a = team.assistant("a", model);
     a.halt(HaltCause::Operator {
         operator: "op".into(),
     })
@@ -428,13 +423,7 @@ async fn the_react_loop_stops_at_max_iterations_per_tick() {
 async fn status_snapshot_serialises_with_the_documented_fields() {
     tokio::time::pause();
     let (team, _journal) = team(WardenConfig::default());
-    let a = team
-        .spawn(AgentSpec::sub_agent(
-            "helper",
-            "boss",
-            Arc::new(ScriptedProvider::new([])),
-        ))
-        .unwrap();
+    let a = team.sub_agent("helper", "boss", Arc::new(ScriptedProvider::new([])));
     let json = serde_json::to_value(a.status()).unwrap();
     for key in [
         "key",
@@ -594,12 +583,7 @@ fn slow_model(after: Duration) -> Arc<ScriptedProvider> {
 async fn queued_events_are_settled_once_each_by_a_turn_or_a_halt_and_replay_equals_the_record() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
-    let a = team
-        .spawn(AgentSpec::assistant(
-            "a",
-            slow_model(Duration::from_secs(1)),
-        ))
-        .unwrap();
+    let a = team.assistant("a", slow_model(Duration::from_secs(1)));
     let ids: Vec<u64> = (0..5)
         .map(|i| a.try_send_event(UserEvent::new(format!("e{i}"))).unwrap())
         .collect();
@@ -642,12 +626,7 @@ async fn a_restored_agent_runs_its_pending_events_in_order_once_each_before_new_
     // A first run: e0's turn is in progress, e1..e3 wait behind it, when the process "dies".
     let first = Arc::new(MemoryJournal::new());
     let old_team = Supervisor::on_current_arbiter(WardenConfig::default(), first.clone());
-    let old = old_team
-        .spawn(AgentSpec::assistant(
-            "a",
-            slow_model(Duration::from_secs(3600)),
-        ))
-        .unwrap();
+    let old = old_team.assistant("a", slow_model(Duration::from_secs(3600)));
     for i in 0..4 {
         old.try_send_event(UserEvent::new(format!("e{i}"))).unwrap();
     }

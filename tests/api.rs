@@ -145,12 +145,8 @@ async fn with_no_token_configured_nothing_under_api_is_reachable() {
 async fn agents_list_and_status_and_unknown_agent_is_404() {
     tokio::time::pause();
     let f = fixture(WardenConfig::default());
-    f.team
-        .spawn(AgentSpec::assistant("innkeeper", chatty()))
-        .unwrap();
-    f.team
-        .spawn(AgentSpec::sub_agent("scout", "innkeeper", chatty()))
-        .unwrap();
+    f.team.assistant("innkeeper", chatty());
+    f.team.sub_agent("scout", "innkeeper", chatty());
     let app = app!(f);
     let (status, body) = call!(app, get("/api/agents", Some(READ)));
     assert_eq!(status, StatusCode::OK);
@@ -188,7 +184,7 @@ async fn agents_list_and_status_and_unknown_agent_is_404() {
 async fn posting_an_event_delivers_it_and_bad_bodies_are_rejected() {
     tokio::time::pause();
     let f = fixture(WardenConfig::default());
-    let a = f.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
+    let a = f.team.assistant("a", chatty());
     let app = app!(f);
 
     let (status, body) = call!(
@@ -280,7 +276,7 @@ async fn an_event_saying_admin_unlock_unlocks_nothing_only_the_admin_call_does()
     let f = fixture(WardenConfig::default());
     let model = failing();
     let stats = model.stats();
-    let a = f.team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let a = f.team.assistant("a", model);
     lock_out(&a).await;
     let app = app!(f);
 
@@ -335,8 +331,8 @@ async fn an_event_saying_admin_unlock_unlocks_nothing_only_the_admin_call_does()
 async fn emergency_clear_and_history_reset_clear_a_lockout() {
     tokio::time::pause();
     let f = fixture(WardenConfig::default());
-    let a = f.team.spawn(AgentSpec::assistant("a", failing())).unwrap();
-    let b = f.team.spawn(AgentSpec::assistant("b", failing())).unwrap();
+    let a = f.team.assistant("a", failing());
+    let b = f.team.assistant("b", failing());
     lock_out(&a).await;
     lock_out(&b).await;
     let app = app!(f);
@@ -369,8 +365,8 @@ async fn emergency_clear_and_history_reset_clear_a_lockout() {
 async fn halt_one_and_halt_all_stop_agents_and_refuse_further_events() {
     tokio::time::pause();
     let f = fixture(WardenConfig::default());
-    let a = f.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
-    let b = f.team.spawn(AgentSpec::assistant("b", chatty())).unwrap();
+    let a = f.team.assistant("a", chatty());
+    let b = f.team.assistant("b", chatty());
     let app = app!(f);
 
     let (status, _) = call!(app, post("/api/agents/a/halt", Some(READ), None));
@@ -407,7 +403,7 @@ async fn halt_one_and_halt_all_stop_agents_and_refuse_further_events() {
 async fn pause_holds_work_and_resume_releases_it_and_brings_a_halted_agent_back() {
     tokio::time::pause();
     let f = fixture(WardenConfig::default());
-    let a = f.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
+    let a = f.team.assistant("a", chatty());
     let app = app!(f);
 
     let (status, _) = call!(app, post("/api/agents/a/pause", Some(READ), None));
@@ -493,11 +489,7 @@ async fn post_with_wait_answers_200_with_the_answer_and_get_reads_it_back_from_t
     let f = fixture(WardenConfig::default());
     let a = f
         .team
-        .spawn(AgentSpec::assistant(
-            "a",
-            answering(std::time::Duration::from_millis(500)),
-        ))
-        .unwrap();
+        .assistant("a", answering(std::time::Duration::from_millis(500)));
     let app = app!(f);
     let (status, body) = call!(
         app,
@@ -549,7 +541,7 @@ async fn post_with_wait_answers_200_with_the_answer_and_get_reads_it_back_from_t
 async fn bad_waits_ids_and_unknown_events_are_clear_errors() {
     tokio::time::pause();
     let f = fixture(WardenConfig::default());
-    f.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
+    f.team.assistant("a", chatty());
     let app = app!(f);
     for wait in ["301", "-1", "abc", "NaN", ""] {
         let (status, body) = call!(
@@ -579,15 +571,8 @@ async fn a_halt_answers_a_waiting_caller_at_once_and_a_lockout_answers_refused()
     let f = fixture(WardenConfig::default());
     let slow = f
         .team
-        .spawn(AgentSpec::assistant(
-            "slow",
-            answering(std::time::Duration::from_secs(10_000)),
-        ))
-        .unwrap();
-    let down = f
-        .team
-        .spawn(AgentSpec::assistant("down", failing()))
-        .unwrap();
+        .assistant("slow", answering(std::time::Duration::from_secs(10_000)));
+    let down = f.team.assistant("down", failing());
     let app = app!(f);
     let waiting = test::call_service(
         &app,
@@ -629,7 +614,7 @@ async fn a_halt_answers_a_waiting_caller_at_once_and_a_lockout_answers_refused()
 async fn an_idempotency_key_queues_once_and_refuses_another_body() {
     tokio::time::pause();
     let f = fixture(WardenConfig::default());
-    let a = f.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
+    let a = f.team.assistant("a", chatty());
     let app = app!(f);
     let keyed = |content: &str| {
         post("/api/agents/a/events", Some(ADMIN), event_body(content))
@@ -704,7 +689,7 @@ async fn concurrent_waiters_on_many_agents_each_get_their_own_answer_over_http()
 async fn halt_and_resume_cannot_lift_a_lockout_only_the_unlock_does() {
     tokio::time::pause();
     let f = fixture(WardenConfig::default());
-    let a = f.team.spawn(AgentSpec::assistant("a", failing())).unwrap();
+    let a = f.team.assistant("a", failing());
     let app = app!(f);
     lock_out(&a).await;
     let turns = a.status().turns;
@@ -1178,7 +1163,7 @@ async fn the_event_stream_needs_a_token_a_hub_and_a_good_resume_point() {
         EventHub::default(),
         Arc::new(MemoryJournal::new()),
     );
-    s.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
+    s.team.assistant("a", chatty());
     let app = service!(streaming_state(&s));
     let resp = test::call_service(&app, events_request(None).to_request()).await;
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
@@ -1255,8 +1240,8 @@ async fn the_agent_filter_keeps_one_agents_events() {
         EventHub::default(),
         Arc::new(MemoryJournal::new()),
     );
-    let a = s.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
-    let b = s.team.spawn(AgentSpec::assistant("b", chatty())).unwrap();
+    let a = s.team.assistant("a", chatty());
+    let b = s.team.assistant("b", chatty());
     let app = service!(streaming_state(&s));
     let mut only_b = Sse::new(
         test::call_service(&app, get("/api/events?agent=b", Some(READ)).to_request()).await,
@@ -1443,7 +1428,7 @@ async fn an_event_is_acknowledged_only_once_durable_under_the_event_stream_tee()
     let hub = EventHub::default();
     let gated = Arc::new(Gated::new());
     let s = streaming(WardenConfig::default(), hub.clone(), gated.clone());
-    let a = s.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
+    let a = s.team.assistant("a", chatty());
     let app = service!(streaming_state(&s));
     let send = |content: &str| {
         post(
@@ -1506,8 +1491,8 @@ async fn a_failing_disk_degrades_the_server_fail_closed_and_it_recovers_whole() 
     let db = TempDb::new("api-not-durable");
     let sqlite = Arc::new(SqliteJournal::open(&db.0).unwrap());
     let s = streaming(WardenConfig::default(), EventHub::default(), sqlite.clone());
-    let a = s.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
-    let b = s.team.spawn(AgentSpec::assistant("b", chatty())).unwrap();
+    let a = s.team.assistant("a", chatty());
+    let b = s.team.assistant("b", chatty());
     let app = service!(streaming_state(&s).with_journal(sqlite.clone()));
     let (status, body) = call!(app, get("/healthz", None));
     assert_eq!((status, &body["status"]), (StatusCode::OK, &json!("ok")));
@@ -1647,7 +1632,7 @@ async fn resuming_with_last_event_id_replays_the_durable_journal_without_duplica
     let sqlite = Arc::new(SqliteJournal::open(":memory:").unwrap());
     let hub = EventHub::default().with_log(sqlite.clone());
     let s = streaming(WardenConfig::default(), hub, sqlite.clone());
-    let a = s.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
+    let a = s.team.assistant("a", chatty());
     a.try_send_event(UserEvent::new("one")).unwrap();
     until("answered", || a.status().turns == 1).await;
     let past = sqlite.events().unwrap();
@@ -1779,9 +1764,9 @@ async fn metrics_are_prometheus_text_that_matches_the_fleet() {
         .intervention_bus(bus.clone())
         .current_arbiter()
         .build();
-    let a = team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
-    let b = team.spawn(AgentSpec::assistant("b", failing())).unwrap();
-    let c = team.spawn(AgentSpec::assistant("c", chatty())).unwrap();
+    let a = team.assistant("a", chatty());
+    let b = team.assistant("b", failing());
+    let c = team.assistant("c", chatty());
     a.try_send_event(UserEvent::new("hi")).unwrap();
     until("a answered", || a.status().turns == 1).await;
     lock_out(&b).await;
@@ -2004,11 +1989,8 @@ async fn the_openapi_document_matches_the_served_routes_and_responses() {
         Arc::new(MemoryJournal::new()),
     );
     let asker = looking(&s.team, "asker");
-    s.team.spawn(AgentSpec::assistant("b", chatty())).unwrap();
-    let locked = s
-        .team
-        .spawn(AgentSpec::assistant("locked", failing()))
-        .unwrap();
+    s.team.assistant("b", chatty());
+    let locked = s.team.assistant("locked", failing());
     lock_out(&locked).await;
     asker.try_send_event(UserEvent::new("scout")).unwrap();
     until("ask", || !s.bus.pending().is_empty()).await;
@@ -2271,8 +2253,8 @@ async fn a_gap_that_does_not_fill_is_read_from_the_log() {
 #[actix_rt::test]
 async fn recent_events_list_the_tail_and_the_head_and_refuse_bad_queries() {
     let f = fixture(WardenConfig::default());
-    f.team.spawn(AgentSpec::assistant("a", chatty())).unwrap();
-    f.team.spawn(AgentSpec::assistant("b", chatty())).unwrap();
+    f.team.assistant("a", chatty());
+    f.team.assistant("b", chatty());
     let hub = EventHub::default().with_log(f.journal.clone());
     let app = test::init_service(App::new().configure(api::configure(
         ApiState::new(f.team.clone(), config()).with_events(hub),

@@ -2,7 +2,7 @@
 //! their errors and exit codes, the event stream over a socket, and the `warden` binary itself.
 //! Agents run on their own arbiter in real time; every wait is bounded by a timeout.
 mod common;
-use common::{chatty, counting_tool, failing};
+use common::{chatty, counting_tool, failing, Spawn};
 use serde_json::json;
 use std::{
     process::Command,
@@ -96,10 +96,7 @@ fn http_error(err: &ClientError) -> (u16, &str) {
 #[actix_rt::test]
 async fn the_client_reads_halts_unlocks_and_clears_over_a_socket() {
     let server = start(WardenConfig::default());
-    server
-        .team
-        .spawn(AgentSpec::assistant("a", chatty()))
-        .unwrap();
+    server.team.assistant("a", chatty());
     for key in ["b", "c"] {
         let agent = server
             .team
@@ -341,10 +338,7 @@ async fn warden(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
 #[actix_rt::test]
 async fn the_warden_binary_talks_to_a_running_server() {
     let server = start(WardenConfig::default());
-    server
-        .team
-        .spawn(AgentSpec::assistant("a", chatty()))
-        .unwrap();
+    server.team.assistant("a", chatty());
     let url = server.url.as_str();
 
     let (code, out, err) = warden(&["status", "--url", url, "--token", READ], &[]).await;
@@ -431,14 +425,8 @@ async fn the_warden_binary_talks_to_a_running_server() {
 #[actix_rt::test]
 async fn warden_send_prints_the_answer_and_says_why_there_is_none() {
     let server = start(WardenConfig::default());
-    server
-        .team
-        .spawn(AgentSpec::assistant("smith", chatty()))
-        .unwrap();
-    let down = server
-        .team
-        .spawn(AgentSpec::assistant("down", failing()))
-        .unwrap();
+    server.team.assistant("smith", chatty());
+    let down = server.team.assistant("down", failing());
     let env = [
         ("WARDEN_URL", server.url.as_str()),
         ("WARDEN_ADMIN_TOKEN", ADMIN),

@@ -315,11 +315,9 @@ async fn restored_records_equal_the_live_records_after_a_scenario() {
     let failing =
         Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("model down")));
     let chatty = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("hi")));
-    let a = team.spawn(AgentSpec::assistant("a", failing)).unwrap();
-    let b = team
-        .spawn(AgentSpec::assistant("b", chatty.clone()))
-        .unwrap();
-    let c = team.spawn(AgentSpec::assistant("c", chatty)).unwrap();
+    let a = team.assistant("a", failing);
+    let b = team.assistant("b", chatty.clone());
+    let c = team.assistant("c", chatty);
     lock_out(&a).await;
     for i in 0..3 {
         b.try_send_event(UserEvent::new(format!("hello {i}")))
@@ -356,7 +354,7 @@ async fn a_locked_out_agent_restored_from_the_file_stays_locked_out() {
         let journal = Arc::new(SqliteJournal::open(&db.0).unwrap());
         let team = Supervisor::on_current_arbiter(WardenConfig::default(), journal.clone());
         let model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("down")));
-        let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+        let a = team.assistant("a", model);
         lock_out(&a).await;
         let record = a.record();
         // The "crash": the process goes away; only what is committed survives.
@@ -1345,7 +1343,7 @@ async fn acknowledged_events_come_back_after_a_restart_and_run_once_each() {
                 then: Box::new(ScriptStep::reply("too late")),
             }),
         );
-        let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+        let a = team.assistant("a", model);
         for (i, content) in sent.iter().enumerate() {
             let id = a
                 .try_send_event_durable(UserEvent::new(content.as_str()))

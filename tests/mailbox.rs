@@ -139,7 +139,7 @@ async fn p1_halt_preempts_a_backlog_behind_a_busy_agent() {
             .with_fallback(|_| ScriptStep::reply("fast")),
     );
     let stats = model.stats();
-    let agent = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let agent = team.assistant("a", model);
     agent.try_send_event(UserEvent::new("first")).unwrap();
     until("first turn in flight", || {
         stats.calls.load(Ordering::SeqCst) == 1
@@ -309,7 +309,7 @@ async fn p4_full_ordinary_lane_hands_the_event_back_and_never_blocks_halt_or_con
     tokio::time::pause();
     let (team, _journal) = team(config_with_capacity(3));
     let model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("ok")));
-    let agent = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let agent = team.assistant("a", model);
     agent.pause("op").await.unwrap();
     for i in 0..3 {
         agent
@@ -349,7 +349,7 @@ async fn p4_halt_gets_through_a_full_lane() {
     tokio::time::pause();
     let (team, _journal) = team(config_with_capacity(2));
     let model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("ok")));
-    let agent = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let agent = team.assistant("a", model);
     agent.pause("op").await.unwrap();
     agent.try_send_event(UserEvent::new("1")).unwrap();
     agent.try_send_event(UserEvent::new("2")).unwrap();
@@ -407,7 +407,7 @@ async fn control_lane_is_read_while_a_turn_runs_and_before_queued_work() {
         ScriptedProvider::new([])
             .with_fallback(|_| ScriptStep::reply("x").delayed(Duration::from_secs(5))),
     );
-    let agent = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let agent = team.assistant("a", model);
     agent.try_send_event(UserEvent::new("1")).unwrap();
     agent.try_send_event(UserEvent::new("2")).unwrap();
     until("executing", || agent.state() == AgentState::Executing).await;

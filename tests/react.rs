@@ -171,7 +171,7 @@ async fn an_answer_is_a_plain_reply_in_one_iteration() {
     let (team, journal) = team(WardenConfig::default());
     let model = Arc::new(ScriptedProvider::new([ScriptStep::reply("hello there")]));
     let stats = model.stats();
-    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let a = team.assistant("a", model);
     one_turn(&a, "hi").await;
     let out = only_outcome(&journal, "a");
     assert_eq!(out.reason, TerminationReason::Answered);
@@ -406,7 +406,7 @@ async fn llm_error_ends_the_turn_and_counts_one_error() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
     let model = Arc::new(ScriptedProvider::new([ScriptStep::fail("model down")]));
-    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let a = team.assistant("a", model);
     one_turn(&a, "hi").await;
     let out = only_outcome(&journal, "a");
     assert_eq!(
@@ -432,7 +432,7 @@ async fn parse_errors_are_counted_corrected_and_end_the_tick_with_parse_error() 
     let (capture, seen) = Capture::new(
         ScriptedProvider::new([]).with_fallback(|_| malformed("expected value at line 1")),
     );
-    let a = team.spawn(AgentSpec::assistant("a", capture)).unwrap();
+    let a = team.assistant("a", capture);
     one_turn(&a, "hi").await;
     let out = only_outcome(&journal, "a");
     assert_eq!(
@@ -480,7 +480,7 @@ async fn a_malformed_reply_followed_by_a_good_one_recovers_in_the_same_tick() {
         malformed("garbage"),
         ScriptStep::reply("all good"),
     ]));
-    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let a = team.assistant("a", model);
     one_turn(&a, "hi").await;
     let out = only_outcome(&journal, "a");
     assert_eq!(out.reason, TerminationReason::Answered);
@@ -520,7 +520,7 @@ async fn a_cut_answer_is_continued_and_concatenated() {
         cut("fox jumps over "),
         ScriptStep::reply("the lazy dog."),
     ]));
-    let a = team.spawn(AgentSpec::assistant("a", capture)).unwrap();
+    let a = team.assistant("a", capture);
     one_turn(&a, "tell me").await;
     let out = only_outcome(&journal, "a");
     assert_eq!(out.reason, TerminationReason::Answered);
@@ -567,7 +567,7 @@ async fn with_recoveries_exhausted_the_partial_answer_is_returned() {
             .with_fallback(|_| ScriptStep::reply("must not be asked")),
     );
     let stats = model.stats();
-    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let a = team.assistant("a", model);
     // The asker is told the answer is incomplete, and so is the journal (and the event's fate).
     let reply = a.ask(UserEvent::new("count")).await.unwrap();
     assert_eq!(reply.answer, "one two three ");
@@ -610,7 +610,7 @@ async fn zero_max_tokens_recoveries_disables_the_continuation() {
             .with_fallback(|_| ScriptStep::reply("must not be asked")),
     );
     let stats = model.stats();
-    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let a = team.assistant("a", model);
     one_turn(&a, "go").await;
     let out = only_outcome(&journal, "a");
     assert_eq!(out.reason, TerminationReason::Answered);

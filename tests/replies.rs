@@ -16,12 +16,10 @@ use warden::*;
 async fn ask_resolves_with_the_answer_its_id_usage_and_latency_and_the_journal_correlates_them() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
-    let smith = team
-        .spawn(AgentSpec::assistant(
-            "smith",
-            model([ScriptStep::reply("Thirty gold.").delayed(Duration::from_millis(800))]),
-        ))
-        .unwrap();
+    let smith = team.assistant(
+        "smith",
+        model([ScriptStep::reply("Thirty gold.").delayed(Duration::from_millis(800))]),
+    );
     let reply = smith.ask(UserEvent::new("A sword?")).await.unwrap();
     assert_eq!(reply.answer, "Thirty gold.");
     assert_eq!(reply.agent.as_str(), "smith");
@@ -52,7 +50,7 @@ async fn try_ask_is_polled_without_blocking_and_each_reply_matches_its_event() {
             .unwrap_or_default();
         ScriptStep::reply(format!("echo {last}"))
     }));
-    let a = team.spawn(AgentSpec::assistant("a", echo)).unwrap();
+    let a = team.assistant("a", echo);
     let mut pending: Vec<_> = (0..5)
         .map(|i| a.try_ask(UserEvent::new(format!("m{i}"))).unwrap())
         .collect();
@@ -73,7 +71,7 @@ async fn a_halt_answers_every_waiter_at_once_discarded_running_and_queued() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
     let slow = model([ScriptStep::reply("late").delayed(Duration::from_secs(10_000))]);
-    let a = team.spawn(AgentSpec::assistant("a", slow)).unwrap();
+    let a = team.assistant("a", slow);
     let running = a.try_ask(UserEvent::new("think")).unwrap();
     until("turn running", || a.state() == AgentState::Executing).await;
     let queued = a.try_ask(UserEvent::new("queued")).unwrap();
@@ -102,7 +100,7 @@ async fn a_halt_answers_every_waiter_at_once_discarded_running_and_queued() {
 async fn failures_fail_the_lockout_refuses_and_work_queued_behind_it_is_refused_when_taken() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
-    let a = team.spawn(AgentSpec::assistant("a", failing())).unwrap();
+    let a = team.assistant("a", failing());
     // Six at once: five failed turns (the fifth trips the lockout), the sixth refused when taken.
     let pending: Vec<_> = (0..6)
         .map(|i| a.try_ask(UserEvent::new(format!("e{i}"))).unwrap())
@@ -137,15 +135,13 @@ async fn failures_fail_the_lockout_refuses_and_work_queued_behind_it_is_refused_
 async fn a_crash_fails_the_waiter_and_a_shutdown_tells_the_rest_the_agent_is_gone() {
     tokio::time::pause();
     let (team, _journal) = team(WardenConfig::default());
-    let a = team
-        .spawn(AgentSpec::assistant(
-            "a",
-            model([
-                ScriptStep::Crash("boom".into()),
-                ScriptStep::reply("never").delayed(Duration::from_secs(10_000)),
-            ]),
-        ))
-        .unwrap();
+    let a = team.assistant(
+        "a",
+        model([
+            ScriptStep::Crash("boom".into()),
+            ScriptStep::reply("never").delayed(Duration::from_secs(10_000)),
+        ]),
+    );
     let crashed = a.try_ask(UserEvent::new("first")).unwrap();
     let id = crashed.id();
     match within("crash", 100_000, crashed).await {
@@ -168,8 +164,8 @@ async fn the_reply_stream_carries_every_settled_event_of_every_agent() {
     let (team, _journal) = team(WardenConfig::default());
     let mut stream = team.take_replies().expect("first taker");
     assert!(team.take_replies().is_none(), "one taker");
-    let ok = team.spawn(AgentSpec::assistant("ok", chatty())).unwrap();
-    let bad = team.spawn(AgentSpec::assistant("bad", failing())).unwrap();
+    let ok = team.assistant("ok", chatty());
+    let bad = team.assistant("bad", failing());
     let a = ok.try_send_event(UserEvent::new("hi")).unwrap();
     let b = bad.try_send_event(UserEvent::new("hi")).unwrap();
     until("both turns", || {

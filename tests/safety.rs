@@ -567,7 +567,7 @@ async fn the_token_budget_stops_the_call_that_would_exceed_it() {
         ScriptStep::reply("never asked"),
     ]));
     let stats = model.stats();
-    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let a = team.assistant("a", model);
 
     a.try_send_event(UserEvent::new("e1")).unwrap();
     turns(&a, 1).await;
@@ -711,7 +711,7 @@ async fn the_cost_budget_uses_the_price_of_the_providers_model() {
     ]));
     assert_eq!(model.model(), "scripted");
     let stats = model.stats();
-    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let a = team.assistant("a", model);
     a.try_send_event(UserEvent::new("e1")).unwrap();
     turns(&a, 1).await;
     assert_eq!(a.status().cost_used, 0.75);
@@ -761,8 +761,8 @@ async fn the_team_budget_stops_every_agent_and_the_fleet_view_adds_up() {
         ScriptStep::reply("never asked"),
     ]));
     let (sa, sb) = (ma.stats(), mb.stats());
-    let a = team.spawn(AgentSpec::assistant("a", ma)).unwrap();
-    let b = team.spawn(AgentSpec::assistant("b", mb)).unwrap();
+    let a = team.assistant("a", ma);
+    let b = team.assistant("b", mb);
 
     a.try_send_event(UserEvent::new("e1")).unwrap();
     turns(&a, 1).await;
@@ -857,7 +857,7 @@ async fn spent_budgets_survive_a_restart_from_the_journal_file() {
             reply_using("one", 500, 100),
             reply_using("two", 300, 90),
         ]));
-        let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+        let a = team.assistant("a", model);
         for (i, e) in ["e1", "e2"].into_iter().enumerate() {
             a.try_send_event(UserEvent::new(e)).unwrap();
             turns(&a, i as u64 + 1).await;
@@ -903,7 +903,7 @@ async fn spent_budgets_survive_a_restart_from_the_journal_file() {
         })
     );
     // A new agent meets the team budget the restored one already spent.
-    let b = team.spawn(AgentSpec::assistant("b", mb)).unwrap();
+    let b = team.assistant("b", mb);
     b.try_send_event(UserEvent::new("e1")).unwrap();
     turns(&b, 1).await;
     let est = estimate_tokens(&b.record().history);
@@ -1015,15 +1015,13 @@ async fn unattended_refuses_the_task_cap_and_the_wrap_up_becomes_the_answer() {
 async fn a_delegator_receives_the_wrap_up_of_a_limit_stopped_delegate() {
     tokio::time::pause();
     let (team, journal) = team(loop_config(OnLimitMode::Unattended, 2));
-    let a = team
-        .spawn(AgentSpec::assistant(
-            "a",
-            Arc::new(ScriptedProvider::new([
-                delegate("b", "scout the caves"),
-                ScriptStep::reply("a relays"),
-            ])),
-        ))
-        .unwrap();
+    let a = team.assistant(
+        "a",
+        Arc::new(ScriptedProvider::new([
+            delegate("b", "scout the caves"),
+            ScriptStep::reply("a relays"),
+        ])),
+    );
     let (model, _) = looker(ScriptStep::reply("b: looked twice, caves half done"));
     let (look, _) = counting_tool("look", ToolCategory::SafeChain, false);
     let b = team
@@ -1131,15 +1129,13 @@ async fn a_failed_or_empty_wrap_up_ends_with_the_decision_enabling_text() {
 async fn a_delegator_receives_the_decision_enabling_text_when_the_wrap_up_fails() {
     tokio::time::pause();
     let (team, journal) = team(loop_config(OnLimitMode::Unattended, 2));
-    let a = team
-        .spawn(AgentSpec::assistant(
-            "a",
-            Arc::new(ScriptedProvider::new([
-                delegate("b", "scout the caves"),
-                ScriptStep::reply("a relays"),
-            ])),
-        ))
-        .unwrap();
+    let a = team.assistant(
+        "a",
+        Arc::new(ScriptedProvider::new([
+            delegate("b", "scout the caves"),
+            ScriptStep::reply("a relays"),
+        ])),
+    );
     let (model, _) = looker(ScriptStep::fail("model down"));
     let (look, _) = counting_tool("look", ToolCategory::SafeChain, false);
     team.spawn(AgentSpec::sub_agent("b", "a", model).with_tool(look))
@@ -1629,29 +1625,25 @@ async fn auto_extend_allows_one_hop_overflow_per_task_then_refuses() {
     let mut config = auto_extend_once(WardenConfig::default());
     config.safety.loop_.max_agent_hops = 1;
     let (team, journal) = team(config);
-    let a = team
-        .spawn(AgentSpec::assistant(
-            "a",
-            Arc::new(ScriptedProvider::new([
-                delegate("b", "go deeper"),
-                ScriptStep::reply("a done"),
-            ])),
-        ))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent(
-            "b",
-            "a",
-            Arc::new(ScriptedProvider::new([
-                delegate("c", "first"),
-                delegate("c", "second"),
-                ScriptStep::reply("b done"),
-            ])),
-        ))
-        .unwrap();
+    let a = team.assistant(
+        "a",
+        Arc::new(ScriptedProvider::new([
+            delegate("b", "go deeper"),
+            ScriptStep::reply("a done"),
+        ])),
+    );
+    let b = team.sub_agent(
+        "b",
+        "a",
+        Arc::new(ScriptedProvider::new([
+            delegate("c", "first"),
+            delegate("c", "second"),
+            ScriptStep::reply("b done"),
+        ])),
+    );
     let mc = Arc::new(ScriptedProvider::new([ScriptStep::reply("c answers")]));
     let c_stats = mc.stats();
-    let c = team.spawn(AgentSpec::sub_agent("c", "b", mc)).unwrap();
+    let c = team.sub_agent("c", "b", mc);
     a.try_send_event(UserEvent::new("start")).unwrap();
     turns(&a, 1).await;
 
@@ -1710,15 +1702,13 @@ async fn auto_extend_allows_one_sub_agent_overflow_then_refuses() {
             )
         })
         .collect();
-    let a = team
-        .spawn(AgentSpec::assistant(
-            "a",
-            Arc::new(ScriptedProvider::new([
-                respond(calls),
-                ScriptStep::reply("done"),
-            ])),
-        ))
-        .unwrap();
+    let a = team.assistant(
+        "a",
+        Arc::new(ScriptedProvider::new([
+            respond(calls),
+            ScriptStep::reply("done"),
+        ])),
+    );
     for i in 0..3 {
         team.spawn(AgentSpec::sub_agent(
             format!("d{i}").as_str(),
@@ -1783,24 +1773,20 @@ async fn auto_extend_extends_the_chain_wait_once_then_times_out() {
     let mut config = auto_extend_once(WardenConfig::default());
     config.safety.timeout.chain_seconds = 2.0;
     let (team, journal) = team(config);
-    let a = team
-        .spawn(AgentSpec::assistant(
-            "a",
-            Arc::new(ScriptedProvider::new([
-                delegate("b", "slow task"),
-                ScriptStep::reply("a gave up"),
-            ])),
-        ))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent(
-            "b",
-            "a",
-            Arc::new(ScriptedProvider::new([
-                ScriptStep::reply("too late").delayed(Duration::from_secs(30))
-            ])),
-        ))
-        .unwrap();
+    let a = team.assistant(
+        "a",
+        Arc::new(ScriptedProvider::new([
+            delegate("b", "slow task"),
+            ScriptStep::reply("a gave up"),
+        ])),
+    );
+    let b = team.sub_agent(
+        "b",
+        "a",
+        Arc::new(ScriptedProvider::new([
+            ScriptStep::reply("too late").delayed(Duration::from_secs(30))
+        ])),
+    );
     let started = tokio::time::Instant::now();
     a.try_send_event(UserEvent::new("go")).unwrap();
     turns(&a, 1).await;
@@ -1846,24 +1832,20 @@ async fn an_unattended_chain_wait_is_refused_at_chain_seconds() {
     config.safety.on_limit.mode = OnLimitMode::Unattended;
     config.safety.timeout.chain_seconds = 2.0;
     let (team, journal) = team(config);
-    let a = team
-        .spawn(AgentSpec::assistant(
-            "a",
-            Arc::new(ScriptedProvider::new([
-                delegate("b", "slow task"),
-                ScriptStep::reply("a gave up"),
-            ])),
-        ))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent(
-            "b",
-            "a",
-            Arc::new(ScriptedProvider::new([
-                ScriptStep::reply("too late").delayed(Duration::from_secs(30))
-            ])),
-        ))
-        .unwrap();
+    let a = team.assistant(
+        "a",
+        Arc::new(ScriptedProvider::new([
+            delegate("b", "slow task"),
+            ScriptStep::reply("a gave up"),
+        ])),
+    );
+    let b = team.sub_agent(
+        "b",
+        "a",
+        Arc::new(ScriptedProvider::new([
+            ScriptStep::reply("too late").delayed(Duration::from_secs(30))
+        ])),
+    );
     a.try_send_event(UserEvent::new("go")).unwrap();
     turns(&a, 1).await;
     assert_eq!(
@@ -1913,12 +1895,10 @@ async fn the_safety_report_counts_trips_and_tracks_lockouts() {
         )
         .unwrap();
     // s spends far more than its 100000-token default budget in one call.
-    let s = team
-        .spawn(AgentSpec::assistant(
-            "s",
-            Arc::new(ScriptedProvider::new([reply_using("huge", 150_000, 0)])),
-        ))
-        .unwrap();
+    let s = team.assistant(
+        "s",
+        Arc::new(ScriptedProvider::new([reply_using("huge", 150_000, 0)])),
+    );
 
     r.try_send_event(UserEvent::new("read")).unwrap();
     until("r locked out", || r.state() == AgentState::SafetyLockout).await;
@@ -2066,7 +2046,7 @@ async fn with_safety_checks_off_only_the_consecutive_error_stop_remains() {
         ScriptStep::reply("still here"),
     ]));
     let b_stats = mb.stats();
-    let spender = team.spawn(AgentSpec::assistant("spender", mb)).unwrap();
+    let spender = team.assistant("spender", mb);
     spender.try_send_event(UserEvent::new("e1")).unwrap();
     turns(&spender, 1).await;
     spender.try_send_event(UserEvent::new("e2")).unwrap();
@@ -2116,7 +2096,7 @@ async fn the_llm_call_timeout_bounds_a_scripted_provider_too() {
         ScriptStep::reply("too late").delayed(Duration::from_secs(3)),
         ScriptStep::reply("in time"),
     ]));
-    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let a = team.assistant("a", model);
     let started = tokio::time::Instant::now();
     a.try_send_event(UserEvent::new("slow")).unwrap();
     turns(&a, 1).await;
@@ -2172,7 +2152,7 @@ async fn a_call_that_jumps_past_the_reserve_band_still_warns_once_before_the_sto
         ScriptStep::reply("never asked"),
     ]));
     let stats = model.stats();
-    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let a = team.assistant("a", model);
     for (i, e) in ["e1", "e2", "e3"].into_iter().enumerate() {
         a.try_send_event(UserEvent::new(e)).unwrap();
         turns(&a, i as u64 + 1).await;

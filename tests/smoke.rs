@@ -8,7 +8,7 @@ async fn an_event_gets_an_answer() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
     let model = Arc::new(ScriptedProvider::new([ScriptStep::reply("hello")]));
-    let a = team.spawn(AgentSpec::assistant("a", model)).unwrap();
+    let a = team.assistant("a", model);
     a.try_send_event(UserEvent::new("hi")).unwrap();
     until("turn finished", || a.status().turns == 1).await;
     assert_eq!(a.state(), AgentState::WaitingForEvent);

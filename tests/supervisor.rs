@@ -128,12 +128,10 @@ async fn delegating_to_a_locked_out_agent_is_refused_as_emergency_stop() {
     let mut config = one_step_config();
     config.safety.breakers.max_consecutive_errors = NonZeroU32::new(2).unwrap();
     let (team, journal) = team(config);
-    let a = team
-        .spawn(AgentSpec::assistant("a", model([delegate("b", "help")])))
-        .unwrap();
+    let a = team.assistant("a", model([delegate("b", "help")]));
     let pb = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("down")));
     let b_stats = pb.stats();
-    let b = team.spawn(AgentSpec::sub_agent("b", "a", pb)).unwrap();
+    let b = team.sub_agent("b", "a", pb);
     lock_out(&b).await;
     assert_eq!(b_stats.calls.load(std::sync::atomic::Ordering::SeqCst), 2);
     let b_events = journal.events_of("b").len();
@@ -162,12 +160,8 @@ async fn delegating_to_a_locked_out_agent_is_refused_as_emergency_stop() {
 async fn delegating_to_a_halted_agent_is_refused_with_state_stopped() {
     tokio::time::pause();
     let (team, journal) = team(one_step_config());
-    let a = team
-        .spawn(AgentSpec::assistant("a", model([delegate("b", "help")])))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent("b", "a", model([])))
-        .unwrap();
+    let a = team.assistant("a", model([delegate("b", "help")]));
+    let b = team.sub_agent("b", "a", model([]));
     let ack = within("halt b", 1000, b.halt(op())).await;
     assert_eq!(ack.state, AgentState::Stopped);
 
@@ -190,9 +184,7 @@ async fn delegating_to_a_halted_agent_is_refused_with_state_stopped() {
 async fn delegating_to_an_unknown_agent_is_refused() {
     tokio::time::pause();
     let (team, journal) = team(one_step_config());
-    let a = team
-        .spawn(AgentSpec::assistant("a", model([delegate("ghost", "boo")])))
-        .unwrap();
+    let a = team.assistant("a", model([delegate("ghost", "boo")]));
     turn(&a, "ask ghost").await;
     let refusal = DelegationRefusal::UnknownDelegate {
         delegate: key("ghost"),
@@ -225,22 +217,18 @@ async fn the_hop_limit_allows_a_to_b_and_refuses_b_to_c() {
     let mut config = WardenConfig::default();
     config.safety.loop_.max_agent_hops = 1;
     let (team, journal) = team(config);
-    let a = team
-        .spawn(AgentSpec::assistant(
-            "a",
-            model([delegate("b", "go deeper"), ScriptStep::reply("a done")]),
-        ))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent(
-            "b",
-            "a",
-            model([delegate("c", "deeper"), ScriptStep::reply("c unreachable")]),
-        ))
-        .unwrap();
+    let a = team.assistant(
+        "a",
+        model([delegate("b", "go deeper"), ScriptStep::reply("a done")]),
+    );
+    let b = team.sub_agent(
+        "b",
+        "a",
+        model([delegate("c", "deeper"), ScriptStep::reply("c unreachable")]),
+    );
     let pc = model([ScriptStep::reply("never")]);
     let c_stats = pc.stats();
-    let c = team.spawn(AgentSpec::sub_agent("c", "b", pc)).unwrap();
+    let c = team.sub_agent("c", "b", pc);
 
     turn(&a, "start").await;
 
@@ -276,11 +264,8 @@ async fn zero_hops_forbids_delegation() {
     let mut config = one_step_config();
     config.safety.loop_.max_agent_hops = 0;
     let (team, journal) = team(config);
-    let a = team
-        .spawn(AgentSpec::assistant("a", model([delegate("b", "x")])))
-        .unwrap();
-    team.spawn(AgentSpec::sub_agent("b", "a", model([])))
-        .unwrap();
+    let a = team.assistant("a", model([delegate("b", "x")]));
+    team.sub_agent("b", "a", model([]));
     turn(&a, "start").await;
     let refusal = DelegationRefusal::HopLimit { hops: 1, max: 0 };
     assert_eq!(refusals(&journal, "a"), vec![(key("b"), refusal.clone())]);
@@ -292,19 +277,15 @@ async fn zero_hops_forbids_delegation() {
 async fn a_delegation_back_to_the_root_is_refused_as_a_cycle() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
-    let a = team
-        .spawn(AgentSpec::assistant(
-            "a",
-            model([delegate("b", "help"), ScriptStep::reply("a done")]),
-        ))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent(
-            "b",
-            "a",
-            model([delegate("a", "help me back"), ScriptStep::reply("b done")]),
-        ))
-        .unwrap();
+    let a = team.assistant(
+        "a",
+        model([delegate("b", "help"), ScriptStep::reply("a done")]),
+    );
+    let b = team.sub_agent(
+        "b",
+        "a",
+        model([delegate("a", "help me back"), ScriptStep::reply("b done")]),
+    );
     turn(&a, "start").await;
     let refusal = DelegationRefusal::Cycle {
         chain: vec![key("a"), key("b"), key("a")],
@@ -331,9 +312,7 @@ async fn a_delegation_back_to_the_root_is_refused_as_a_cycle() {
 async fn delegating_to_oneself_is_a_cycle() {
     tokio::time::pause();
     let (team, journal) = team(one_step_config());
-    let a = team
-        .spawn(AgentSpec::assistant("a", model([delegate("a", "me")])))
-        .unwrap();
+    let a = team.assistant("a", model([delegate("a", "me")]));
     turn(&a, "start").await;
     let refusal = DelegationRefusal::Cycle {
         chain: vec![key("a"), key("a")],
@@ -349,12 +328,8 @@ async fn a_zero_budget_refuses_every_delegation() {
     let mut config = one_step_config();
     config.delegation.sub_agent_budget = 0;
     let (team, journal) = team(config);
-    let a = team
-        .spawn(AgentSpec::assistant("a", model([delegate("b", "x")])))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent("b", "a", model([])))
-        .unwrap();
+    let a = team.assistant("a", model([delegate("b", "x")]));
+    let b = team.sub_agent("b", "a", model([]));
     turn(&a, "start").await;
     let refusal = DelegationRefusal::SubAgentBudget {
         active: 0,
@@ -373,30 +348,24 @@ async fn a_budget_of_one_holds_one_slot_while_running_and_frees_it_for_the_next(
     let mut config = WardenConfig::default();
     config.delegation.sub_agent_budget = 1;
     let (team, journal) = team(config);
-    let a = team
-        .spawn(AgentSpec::assistant(
-            "a",
-            model([
-                delegate("b", "one"),
-                delegate("c", "two"),
-                ScriptStep::reply("both done"),
-            ]),
-        ))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent(
-            "b",
-            "a",
-            model([ScriptStep::reply("b").delayed(Duration::from_secs(10))]),
-        ))
-        .unwrap();
-    let c = team
-        .spawn(AgentSpec::sub_agent(
-            "c",
-            "a",
-            model([ScriptStep::reply("c").delayed(Duration::from_secs(10))]),
-        ))
-        .unwrap();
+    let a = team.assistant(
+        "a",
+        model([
+            delegate("b", "one"),
+            delegate("c", "two"),
+            ScriptStep::reply("both done"),
+        ]),
+    );
+    let b = team.sub_agent(
+        "b",
+        "a",
+        model([ScriptStep::reply("b").delayed(Duration::from_secs(10))]),
+    );
+    let c = team.sub_agent(
+        "c",
+        "a",
+        model([ScriptStep::reply("c").delayed(Duration::from_secs(10))]),
+    );
     a.try_send_event(UserEvent::new("go")).unwrap();
     until("b working", || b.state() == AgentState::Executing).await;
     let s = a.status();
@@ -442,12 +411,10 @@ async fn budget_is_reached_by_concurrent_delegations(budget: u32, n: usize) {
     config.delegation.sub_agent_budget = budget;
     config.safety.timeout.chain_seconds = 0.0;
     let (team, journal) = team(config);
-    let a = team
-        .spawn(AgentSpec::assistant(
-            "a",
-            model([parallel_delegations(n), ScriptStep::reply("done")]),
-        ))
-        .unwrap();
+    let a = team.assistant(
+        "a",
+        model([parallel_delegations(n), ScriptStep::reply("done")]),
+    );
     for i in 0..n {
         team.spawn(AgentSpec::sub_agent(
             format!("d{i}").as_str(),
@@ -498,16 +465,8 @@ async fn a_delegate_with_a_full_mailbox_refuses_the_task_and_the_slot_is_release
     let mut config = one_step_config();
     config.mailbox.ordinary_capacity = NonZeroUsize::new(1).unwrap();
     let (team, journal) = team(config);
-    let a = team
-        .spawn(AgentSpec::assistant("a", model([delegate("b", "x")])))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent(
-            "b",
-            "a",
-            model([ScriptStep::reply("slow").delayed(SLOW)]),
-        ))
-        .unwrap();
+    let a = team.assistant("a", model([delegate("b", "x")]));
+    let b = team.sub_agent("b", "a", model([ScriptStep::reply("slow").delayed(SLOW)]));
     b.try_send_event(UserEvent::new("busy")).unwrap();
     until("b busy", || b.state() == AgentState::Executing).await;
     b.try_send_event(UserEvent::new("queued")).unwrap();
@@ -545,12 +504,8 @@ async fn one_delegation(
     b_steps: Vec<ScriptStep>,
 ) -> (Supervisor, Arc<MemoryJournal>, AgentHandle, AgentHandle) {
     let (team, journal) = team(one_step_config());
-    let a = team
-        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent("b", "a", model(b_steps)))
-        .unwrap();
+    let a = team.assistant("a", model([delegate("b", "task")]));
+    let b = team.sub_agent("b", "a", model(b_steps));
     turn(&a, "go").await;
     (team, journal, a, b)
 }
@@ -604,16 +559,8 @@ async fn a_delegate_that_locks_out_mid_task_fails_the_delegation_and_notifies_th
     let mut config = one_step_config();
     config.safety.breakers.max_consecutive_errors = NonZeroU32::new(1).unwrap();
     let (team, journal) = team(config);
-    let a = team
-        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent(
-            "b",
-            "a",
-            model([ScriptStep::fail("down")]),
-        ))
-        .unwrap();
+    let a = team.assistant("a", model([delegate("b", "task")]));
+    let b = team.sub_agent("b", "a", model([ScriptStep::fail("down")]));
     a.try_send_event(UserEvent::new("go")).unwrap();
     until("a's turn over", || {
         a.status().turns == 1 || a.state() == AgentState::SafetyLockout
@@ -652,19 +599,15 @@ async fn a_task_queued_behind_a_lockout_is_refused_and_the_delegation_fails() {
     let mut config = one_step_config();
     config.safety.breakers.max_consecutive_errors = NonZeroU32::new(2).unwrap();
     let (team, journal) = team(config);
-    let a = team
-        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent(
-            "b",
-            "a",
-            model([
-                ScriptStep::fail("one"),
-                ScriptStep::fail("two").delayed(Duration::from_secs(5)),
-            ]),
-        ))
-        .unwrap();
+    let a = team.assistant("a", model([delegate("b", "task")]));
+    let b = team.sub_agent(
+        "b",
+        "a",
+        model([
+            ScriptStep::fail("one"),
+            ScriptStep::fail("two").delayed(Duration::from_secs(5)),
+        ]),
+    );
     turn(&b, "first failure").await;
     b.try_send_event(UserEvent::new("second failure, slow"))
         .unwrap();
@@ -708,16 +651,12 @@ async fn a_chain_timeout_ends_the_delegation_timed_out() {
     let mut config = one_step_config();
     config.safety.timeout.chain_seconds = 2.0;
     let (team, journal) = team(config);
-    let a = team
-        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent(
-            "b",
-            "a",
-            model([ScriptStep::reply("too late").delayed(Duration::from_secs(30))]),
-        ))
-        .unwrap();
+    let a = team.assistant("a", model([delegate("b", "task")]));
+    let b = team.sub_agent(
+        "b",
+        "a",
+        model([ScriptStep::reply("too late").delayed(Duration::from_secs(30))]),
+    );
     let started = tokio::time::Instant::now();
     a.try_send_event(UserEvent::new("go")).unwrap();
     until("b busy", || b.state() == AgentState::Executing).await;
@@ -745,16 +684,8 @@ async fn a_chain_timeout_ends_the_delegation_timed_out() {
 async fn halting_the_delegator_mid_delegation_cancels_it() {
     tokio::time::pause();
     let (team, journal) = team(one_step_config());
-    let a = team
-        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent(
-            "b",
-            "a",
-            model([ScriptStep::reply("never").delayed(SLOW)]),
-        ))
-        .unwrap();
+    let a = team.assistant("a", model([delegate("b", "task")]));
+    let b = team.sub_agent("b", "a", model([ScriptStep::reply("never").delayed(SLOW)]));
     a.try_send_event(UserEvent::new("go")).unwrap();
     until("b busy", || b.state() == AgentState::Executing).await;
     assert_eq!(a.status().active_sub_agents, 1);
@@ -775,16 +706,8 @@ async fn halting_the_delegator_mid_delegation_cancels_it() {
 async fn halting_the_delegate_mid_task_abandons_the_delegation() {
     tokio::time::pause();
     let (team, journal) = team(one_step_config());
-    let a = team
-        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent(
-            "b",
-            "a",
-            model([ScriptStep::reply("never").delayed(SLOW)]),
-        ))
-        .unwrap();
+    let a = team.assistant("a", model([delegate("b", "task")]));
+    let b = team.sub_agent("b", "a", model([ScriptStep::reply("never").delayed(SLOW)]));
     a.try_send_event(UserEvent::new("go")).unwrap();
     until("b busy", || b.state() == AgentState::Executing).await;
     let ack = within("halt b", 1000, b.halt(op())).await;
@@ -809,16 +732,12 @@ async fn halting_the_delegate_mid_task_abandons_the_delegation() {
 async fn halting_a_delegate_that_has_the_task_still_queued_abandons_it() {
     tokio::time::pause();
     let (team, journal) = team(one_step_config());
-    let a = team
-        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent(
-            "b",
-            "a",
-            model([ScriptStep::reply("own work").delayed(SLOW)]),
-        ))
-        .unwrap();
+    let a = team.assistant("a", model([delegate("b", "task")]));
+    let b = team.sub_agent(
+        "b",
+        "a",
+        model([ScriptStep::reply("own work").delayed(SLOW)]),
+    );
     b.try_send_event(UserEvent::new("own work")).unwrap();
     until("b busy", || b.state() == AgentState::Executing).await;
     a.try_send_event(UserEvent::new("go")).unwrap();
@@ -839,16 +758,8 @@ async fn halting_a_delegate_that_has_the_task_still_queued_abandons_it() {
 async fn a_delegate_crash_mid_task_abandons_the_delegation() {
     tokio::time::pause();
     let (team, journal) = team(one_step_config());
-    let a = team
-        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent(
-            "b",
-            "a",
-            model([ScriptStep::Crash("boom".into())]),
-        ))
-        .unwrap();
+    let a = team.assistant("a", model([delegate("b", "task")]));
+    let b = team.sub_agent("b", "a", model([ScriptStep::Crash("boom".into())]));
     turn(&a, "go").await;
     assert_eq!(
         endings(&journal, "a"),
@@ -871,22 +782,9 @@ async fn a_waiting_delegator_restarted_by_one_for_all_cancels_its_delegation() {
     let mut config = one_step_config();
     config.supervisor.restart.strategy = RestartStrategy::OneForAll;
     let (team, journal) = team(config);
-    let a = team
-        .spawn(AgentSpec::assistant("a", model([delegate("b", "task")])))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent(
-            "b",
-            "a",
-            model([ScriptStep::reply("never").delayed(SLOW)]),
-        ))
-        .unwrap();
-    let x = team
-        .spawn(AgentSpec::assistant(
-            "x",
-            model([ScriptStep::Crash("boom".into())]),
-        ))
-        .unwrap();
+    let a = team.assistant("a", model([delegate("b", "task")]));
+    let b = team.sub_agent("b", "a", model([ScriptStep::reply("never").delayed(SLOW)]));
+    let x = team.assistant("x", model([ScriptStep::Crash("boom".into())]));
     a.try_send_event(UserEvent::new("go")).unwrap();
     until("b busy", || b.state() == AgentState::Executing).await;
     assert_eq!(a.status().active_sub_agents, 1);
@@ -921,7 +819,7 @@ async fn many_mixed_endings_always_bring_active_sub_agents_back_to_zero() {
     let (team, journal) = team(config);
     let pa = model([]);
     let pb = model([]);
-    let a = team.spawn(AgentSpec::assistant("a", pa.clone())).unwrap();
+    let a = team.assistant("a", pa.clone());
     let b = team
         .spawn(AgentSpec::sub_agent("b", "a", pb.clone()).without_delegation())
         .unwrap();
@@ -1021,26 +919,11 @@ async fn chain_of_three(
     config: WardenConfig,
 ) -> (Supervisor, Arc<MemoryJournal>, Vec<AgentHandle>) {
     let (team, journal) = team(config);
-    let a = team
-        .spawn(AgentSpec::assistant("a", model([delegate("b", "1")])))
-        .unwrap();
-    let b = team
-        .spawn(AgentSpec::sub_agent("b", "a", model([delegate("c", "2")])))
-        .unwrap();
-    let c = team
-        .spawn(AgentSpec::sub_agent(
-            "c",
-            "b",
-            model([ScriptStep::reply("never").delayed(SLOW)]),
-        ))
-        .unwrap();
-    let d = team.spawn(AgentSpec::assistant("d", model([]))).unwrap();
-    let e = team
-        .spawn(AgentSpec::assistant(
-            "e",
-            model([ScriptStep::reply("slow").delayed(SLOW)]),
-        ))
-        .unwrap();
+    let a = team.assistant("a", model([delegate("b", "1")]));
+    let b = team.sub_agent("b", "a", model([delegate("c", "2")]));
+    let c = team.sub_agent("c", "b", model([ScriptStep::reply("never").delayed(SLOW)]));
+    let d = team.assistant("d", model([]));
+    let e = team.assistant("e", model([ScriptStep::reply("slow").delayed(SLOW)]));
     e.try_send_event(UserEvent::new("busy")).unwrap();
     a.try_send_event(UserEvent::new("go")).unwrap();
     until("chain running", || {
@@ -1162,8 +1045,8 @@ async fn halting_a_parent_through_its_handle_halts_the_chain_below_it() {
 async fn halting_an_idle_agent_through_the_supervisor_acks_only_it() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
-    team.spawn(AgentSpec::assistant("a", model([]))).unwrap();
-    let b = team.spawn(AgentSpec::assistant("b", model([]))).unwrap();
+    team.assistant("a", model([]));
+    let b = team.assistant("b", model([]));
     let acks = within("halt", 1000, team.halt("a", op())).await.unwrap();
     assert_eq!(
         acks,
@@ -1188,12 +1071,10 @@ async fn halting_an_idle_agent_through_the_supervisor_acks_only_it() {
 async fn a_crash_mid_turn_is_restarted_and_the_agent_works_again() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
-    let a = team
-        .spawn(AgentSpec::assistant(
-            "a",
-            model([ScriptStep::Crash("boom".into()), ScriptStep::reply("back")]),
-        ))
-        .unwrap();
+    let a = team.assistant(
+        "a",
+        model([ScriptStep::Crash("boom".into()), ScriptStep::reply("back")]),
+    );
     a.try_send_event(UserEvent::new("first")).unwrap();
     until("restarted", || a.status().restarts == 1).await;
     let s = a.status();
@@ -1246,16 +1127,14 @@ async fn a_crash_mid_turn_is_restarted_and_the_agent_works_again() {
 async fn a_crash_adds_to_the_error_count_and_keeps_the_history() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
-    let a = team
-        .spawn(AgentSpec::assistant(
-            "a",
-            model([
-                ScriptStep::fail("1"),
-                ScriptStep::fail("2"),
-                ScriptStep::Crash("boom".into()),
-            ]),
-        ))
-        .unwrap();
+    let a = team.assistant(
+        "a",
+        model([
+            ScriptStep::fail("1"),
+            ScriptStep::fail("2"),
+            ScriptStep::Crash("boom".into()),
+        ]),
+    );
     turn(&a, "one").await;
     turn(&a, "two").await;
     assert_eq!(a.status().consecutive_errors, 2);
@@ -1283,16 +1162,14 @@ async fn a_crash_at_one_below_the_threshold_comes_back_locked_out() {
     let mut config = WardenConfig::default();
     config.safety.breakers.max_consecutive_errors = NonZeroU32::new(3).unwrap();
     let (team, journal) = team(config);
-    let a = team
-        .spawn(AgentSpec::assistant(
-            "a",
-            model([
-                ScriptStep::fail("1"),
-                ScriptStep::fail("2"),
-                ScriptStep::Crash("boom".into()),
-            ]),
-        ))
-        .unwrap();
+    let a = team.assistant(
+        "a",
+        model([
+            ScriptStep::fail("1"),
+            ScriptStep::fail("2"),
+            ScriptStep::Crash("boom".into()),
+        ]),
+    );
     turn(&a, "one").await;
     turn(&a, "two").await;
     a.try_send_event(UserEvent::new("three")).unwrap();
@@ -1332,18 +1209,11 @@ async fn one_for_all_brings_a_locked_out_agent_back_locked_out() {
     config.supervisor.restart.strategy = RestartStrategy::OneForAll;
     config.safety.breakers.max_consecutive_errors = NonZeroU32::new(2).unwrap();
     let (team, journal) = team(config);
-    let l = team
-        .spawn(AgentSpec::assistant(
-            "l",
-            Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("down"))),
-        ))
-        .unwrap();
-    let x = team
-        .spawn(AgentSpec::assistant(
-            "x",
-            model([ScriptStep::Crash("boom".into())]),
-        ))
-        .unwrap();
+    let l = team.assistant(
+        "l",
+        Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("down"))),
+    );
+    let x = team.assistant("x", model([ScriptStep::Crash("boom".into())]));
     lock_out(&l).await;
     let before = l.status();
     let reason = "Maximum consecutive errors reached (2)".to_string();
@@ -1454,13 +1324,8 @@ async fn too_many_crashes_inside_the_window_give_up_and_stop_the_agent() {
     let (team, journal) = team(config);
     let pa =
         Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::Crash("again".into())));
-    let a = team.spawn(AgentSpec::assistant("a", pa)).unwrap();
-    let other = team
-        .spawn(AgentSpec::assistant(
-            "other",
-            model([ScriptStep::reply("hi")]),
-        ))
-        .unwrap();
+    let a = team.assistant("a", pa);
+    let other = team.assistant("other", model([ScriptStep::reply("hi")]));
     let started = tokio::time::Instant::now();
     for n in 1..=2 {
         a.try_send_event(UserEvent::new(format!("crash {n}")))
@@ -1516,7 +1381,7 @@ async fn crashes_spread_beyond_the_window_keep_being_restarted() {
     let (team, journal) = team(config);
     let pa =
         Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::Crash("again".into())));
-    let a = team.spawn(AgentSpec::assistant("a", pa)).unwrap();
+    let a = team.assistant("a", pa);
     for n in 1..=6 {
         a.try_send_event(UserEvent::new(format!("crash {n}")))
             .unwrap();
@@ -1539,7 +1404,7 @@ async fn two_crashes_in_the_window_then_a_pause_then_two_more_still_restart() {
     let (team, journal) = team(config);
     let pa =
         Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::Crash("again".into())));
-    let a = team.spawn(AgentSpec::assistant("a", pa)).unwrap();
+    let a = team.assistant("a", pa);
     for n in 1..=4u32 {
         a.try_send_event(UserEvent::new(format!("crash {n}")))
             .unwrap();
@@ -1561,31 +1426,20 @@ async fn halt_all_stops_a_mixed_team() {
     let mut config = WardenConfig::default();
     config.safety.breakers.max_consecutive_errors = NonZeroU32::new(2).unwrap();
     let (team, journal) = team(config);
-    let idle = team.spawn(AgentSpec::assistant("idle", model([]))).unwrap();
+    let idle = team.assistant("idle", model([]));
     let busy_model = model([ScriptStep::reply("slow").delayed(SLOW)]);
     let busy_stats = busy_model.stats();
-    let busy = team
-        .spawn(AgentSpec::assistant("busy", busy_model))
-        .unwrap();
-    let waiting = team
-        .spawn(AgentSpec::assistant(
-            "waiting",
-            model([delegate("delegate", "work")]),
-        ))
-        .unwrap();
-    let delegate_h = team
-        .spawn(AgentSpec::sub_agent(
-            "delegate",
-            "waiting",
-            model([ScriptStep::reply("slow").delayed(SLOW)]),
-        ))
-        .unwrap();
-    let locked = team
-        .spawn(AgentSpec::assistant(
-            "locked",
-            Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("down"))),
-        ))
-        .unwrap();
+    let busy = team.assistant("busy", busy_model);
+    let waiting = team.assistant("waiting", model([delegate("delegate", "work")]));
+    let delegate_h = team.sub_agent(
+        "delegate",
+        "waiting",
+        model([ScriptStep::reply("slow").delayed(SLOW)]),
+    );
+    let locked = team.assistant(
+        "locked",
+        Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("down"))),
+    );
     lock_out(&locked).await;
     busy.try_send_event(UserEvent::new("think")).unwrap();
     waiting.try_send_event(UserEvent::new("delegate")).unwrap();
@@ -1665,7 +1519,7 @@ async fn giving_up_journals_the_messages_it_discards() {
     let (team, journal) = team(config);
     let pa =
         Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::Crash("again".into())));
-    let a = team.spawn(AgentSpec::assistant("a", pa)).unwrap();
+    let a = team.assistant("a", pa);
     a.try_send_event(UserEvent::new("crash")).unwrap();
     a.try_send_event(UserEvent::new("queued behind the crash"))
         .unwrap();
@@ -1697,18 +1551,8 @@ async fn two_agents_crash_at_once(strategy: RestartStrategy) {
     config.supervisor.restart.strategy = strategy;
     config.supervisor.restart.max_restarts = 3;
     let (team, journal) = team(config);
-    let x = team
-        .spawn(AgentSpec::assistant(
-            "x",
-            model([ScriptStep::Crash("x".into())]),
-        ))
-        .unwrap();
-    let y = team
-        .spawn(AgentSpec::assistant(
-            "y",
-            model([ScriptStep::Crash("y".into())]),
-        ))
-        .unwrap();
+    let x = team.assistant("x", model([ScriptStep::Crash("x".into())]));
+    let y = team.assistant("y", model([ScriptStep::Crash("y".into())]));
     // Both crash in the same tick of the arbiter.
     x.try_send_event(UserEvent::new("crash")).unwrap();
     y.try_send_event(UserEvent::new("crash")).unwrap();
@@ -1939,12 +1783,7 @@ async fn a_halt_reaches_every_running_delegate_even_when_the_delegations_end_fir
 async fn a_delegation_that_the_halt_could_not_see_is_refused_before_its_task_is_sent() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
-    let lead = team
-        .spawn(AgentSpec::assistant(
-            "gap-lead",
-            model([delegate("gap-sub", "work")]),
-        ))
-        .unwrap();
+    let lead = team.assistant("gap-lead", model([delegate("gap-sub", "work")]));
     let (tool, calls) = counting_tool("work", ToolCategory::SafeChain, false);
     let sub = team
         .spawn(

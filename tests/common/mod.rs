@@ -13,8 +13,9 @@ use std::{
 };
 use warden::{
     protocols::{DelegationOutcome, DelegationRefusal},
-    AgentKey, AgentRecord, AgentState, EventKind, FnTool, HaltCause, MemoryJournal, ScriptStep,
-    ScriptedProvider, Supervisor, Tool, ToolCategory, ToolError, WardenConfig,
+    AgentHandle, AgentKey, AgentRecord, AgentSpec, AgentState, EventKind, FnTool, HaltCause,
+    MemoryJournal, Provider, ScriptStep, ScriptedProvider, Supervisor, Tool, ToolCategory,
+    ToolError, WardenConfig,
 };
 
 /// The journal's replay of `agent` equals its live record, and the record keeps the lockout
@@ -80,6 +81,30 @@ pub fn team(config: WardenConfig) -> (Supervisor, Arc<MemoryJournal>) {
         Supervisor::on_current_arbiter(config, journal.clone()),
         journal,
     )
+}
+
+/// Spawning in one call, for tests: `team.assistant("a", model([...]))` for
+/// `team.spawn(AgentSpec::assistant("a", model([...]))).unwrap()`. A spec with more to it (tools, a
+/// prompt, no delegation) still goes through `team.spawn(spec)`.
+pub trait Spawn {
+    /// Spawns assistant `key` on `model`; panics (failing the test) if the spawn is refused.
+    fn assistant(&self, key: &str, model: Arc<dyn Provider>) -> AgentHandle;
+    /// Spawns sub-agent `key` of `parent` on `model`; panics if the spawn is refused.
+    fn sub_agent(&self, key: &str, parent: &str, model: Arc<dyn Provider>) -> AgentHandle;
+}
+
+impl Spawn for Supervisor {
+    #[track_caller]
+    fn assistant(&self, key: &str, model: Arc<dyn Provider>) -> AgentHandle {
+        self.spawn(AgentSpec::assistant(key, model))
+            .unwrap_or_else(|e| panic!("spawn {key}: {e}"))
+    }
+
+    #[track_caller]
+    fn sub_agent(&self, key: &str, parent: &str, model: Arc<dyn Provider>) -> AgentHandle {
+        self.spawn(AgentSpec::sub_agent(key, parent, model))
+            .unwrap_or_else(|e| panic!("spawn {key}: {e}"))
+    }
 }
 
 /// A tool that counts its calls and succeeds (or fails when `fail`).
