@@ -86,13 +86,13 @@ async fn a_successful_action_resets_the_count() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
     let (ok_tool, _) = counting_tool("ok", ToolCategory::SafeChain, false);
-    let model = Arc::new(ScriptedProvider::new([
+    let model = model([
         ScriptStep::fail("1"),
         ScriptStep::fail("2"),
         ScriptStep::fail("3"),
         ScriptStep::call("ok", json!({})),
         ScriptStep::reply("done"),
-    ]));
+    ]);
     let a = team
         .spawn(AgentSpec::assistant("a", model).with_tool(ok_tool))
         .unwrap();
@@ -140,7 +140,7 @@ async fn unknown_tools_invalid_arguments_and_tool_panics_each_count_one_error() 
             Ok(json!({}))
         },
     );
-    let model = Arc::new(ScriptedProvider::new([
+    let model = model([
         ScriptStep::call("no_such_tool", json!({})),
         ScriptStep::Respond(LlmResponse {
             message: ChatMessage::assistant_tool_calls(
@@ -159,7 +159,7 @@ async fn unknown_tools_invalid_arguments_and_tool_panics_each_count_one_error() 
         }),
         ScriptStep::call("boom", json!({})),
         ScriptStep::Panic("provider blew up".into()),
-    ]));
+    ]);
     let a = team
         .spawn(AgentSpec::assistant("a", model).with_tool(panicking))
         .unwrap();
@@ -212,10 +212,10 @@ async fn tool_timeout_counts_as_a_failure() {
             Ok(json!({}))
         },
     );
-    let model = Arc::new(ScriptedProvider::new([
+    let model = model([
         ScriptStep::call("slow", json!({})),
         ScriptStep::reply("gave up"),
-    ]));
+    ]);
     let a = team
         .spawn(AgentSpec::assistant("a", model).with_tool(slow))
         .unwrap();
@@ -280,7 +280,7 @@ async fn lockout_refuses_all_work_until_an_authenticated_unlock() {
 async fn clearing_or_unlocking_an_agent_that_is_not_stopped_is_a_clear_error() {
     tokio::time::pause();
     let (team, _journal) = team(WardenConfig::default());
-    let a = team.assistant("a", Arc::new(ScriptedProvider::new([])));
+    let a = team.assistant("a", model([]));
     let err = a.clear_emergency("op").await.unwrap_err();
     assert_eq!(err, ControlError::NotActive);
     assert_eq!(err.to_string(), "emergency stop is not active");
@@ -338,11 +338,11 @@ async fn terminal_and_dangerous_tools_end_the_turn() {
     let (team, journal) = team(WardenConfig::default());
     let (say, say_calls) = counting_tool("say", ToolCategory::Terminal, false);
     let (rm, rm_calls) = counting_tool("rm", ToolCategory::Dangerous, false);
-    let model = Arc::new(ScriptedProvider::new([
+    let model = model([
         ScriptStep::call("say", json!({"text": "hi"})),
         ScriptStep::call("rm", json!({})),
         ScriptStep::call("rm", json!({})),
-    ]));
+    ]);
     let a = team
         .spawn(
             AgentSpec::assistant("a", model)
@@ -423,7 +423,7 @@ async fn the_react_loop_stops_at_max_iterations_per_tick() {
 async fn status_snapshot_serialises_with_the_documented_fields() {
     tokio::time::pause();
     let (team, _journal) = team(WardenConfig::default());
-    let a = team.sub_agent("helper", "boss", Arc::new(ScriptedProvider::new([])));
+    let a = team.sub_agent("helper", "boss", model([]));
     let json = serde_json::to_value(a.status()).unwrap();
     for key in [
         "key",

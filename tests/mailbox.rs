@@ -220,9 +220,7 @@ async fn p2_no_tool_starts_after_a_halt_even_before_the_actor_reads_it() {
 async fn p2_halt_drops_the_in_flight_llm_request_and_no_tool_starts() {
     tokio::time::pause();
     let (team, _journal) = team(WardenConfig::default());
-    let model = Arc::new(ScriptedProvider::new([
-        ScriptStep::call("work", json!({})).delayed(Duration::from_secs(10))
-    ]));
+    let model = model([ScriptStep::call("work", json!({})).delayed(Duration::from_secs(10))]);
     let stats = model.stats();
     let (tool, tool_calls) = counting_tool("work", ToolCategory::SafeChain, false);
     let agent = team

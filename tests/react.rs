@@ -169,7 +169,7 @@ fn data_tool(name: &str, n: usize) -> Arc<dyn Tool> {
 async fn an_answer_is_a_plain_reply_in_one_iteration() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
-    let model = Arc::new(ScriptedProvider::new([ScriptStep::reply("hello there")]));
+    let model = model([ScriptStep::reply("hello there")]);
     let stats = model.stats();
     let a = team.assistant("a", model);
     one_turn(&a, "hi").await;
@@ -316,10 +316,10 @@ async fn warning_advisory_at_60_percent_lets_the_loop_continue() {
     let mut config = WardenConfig::default();
     config.execution.max_context_tokens = 100;
     let (team, journal) = team(config);
-    let model = Arc::new(ScriptedProvider::new([
+    let model = model([
         ScriptStep::call("big", json!({})),
         ScriptStep::reply("wrapping up"),
-    ]));
+    ]);
     let a = team
         .spawn(
             AgentSpec::assistant("a", model)
@@ -353,10 +353,7 @@ async fn below_60_percent_no_advisory_is_added() {
     let mut config = WardenConfig::default();
     config.execution.max_context_tokens = 102;
     let (team, _journal) = team(config);
-    let model = Arc::new(ScriptedProvider::new([
-        ScriptStep::call("big", json!({})),
-        ScriptStep::reply("ok"),
-    ]));
+    let model = model([ScriptStep::call("big", json!({})), ScriptStep::reply("ok")]);
     let a = team
         .spawn(
             AgentSpec::assistant("a", model)
@@ -405,7 +402,7 @@ async fn max_iterations_ends_the_turn_with_a_wrap_up() {
 async fn llm_error_ends_the_turn_and_counts_one_error() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
-    let model = Arc::new(ScriptedProvider::new([ScriptStep::fail("model down")]));
+    let model = model([ScriptStep::fail("model down")]);
     let a = team.assistant("a", model);
     one_turn(&a, "hi").await;
     let out = only_outcome(&journal, "a");
@@ -476,10 +473,7 @@ async fn parse_errors_are_counted_corrected_and_end_the_tick_with_parse_error() 
 async fn a_malformed_reply_followed_by_a_good_one_recovers_in_the_same_tick() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
-    let model = Arc::new(ScriptedProvider::new([
-        malformed("garbage"),
-        ScriptStep::reply("all good"),
-    ]));
+    let model = model([malformed("garbage"), ScriptStep::reply("all good")]);
     let a = team.assistant("a", model);
     one_turn(&a, "hi").await;
     let out = only_outcome(&journal, "a");
@@ -773,10 +767,10 @@ async fn schema_violation_is_reported_to_the_model_and_the_tool_never_runs() {
         "properties": {"name": {"type": "string"}},
         "required": ["name"],
     }));
-    let model = Arc::new(ScriptedProvider::new([
+    let model = model([
         ScriptStep::call("greet", json!({"name": 42})),
         ScriptStep::reply("sorry"),
-    ]));
+    ]);
     let a = team
         .spawn(AgentSpec::assistant("a", model).with_tool(greet))
         .unwrap();
@@ -838,11 +832,11 @@ async fn a_session_cached_tool_runs_once_for_two_identical_calls() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
     let runs = Arc::new(AtomicUsize::new(0));
-    let model = Arc::new(ScriptedProvider::new([
+    let model = model([
         calls(&[("call_1", "lookup", r#"{"a":1,"b":{"x":true,"y":"z"}}"#)]),
         calls(&[("call_2", "lookup", r#"{"b":{"y":"z","x":true},"a":1}"#)]),
         ScriptStep::reply("done"),
-    ]));
+    ]);
     let a = team
         .spawn(AgentSpec::assistant("a", model).with_tool(Lookup { runs: runs.clone() }))
         .unwrap();
@@ -911,14 +905,14 @@ async fn a_failing_tool_opens_its_circuit_and_one_probe_runs_after_the_cool_down
         )
     };
     // Different arguments each time: no repetition breaker involved.
-    let model = Arc::new(ScriptedProvider::new([
+    let model = model([
         ScriptStep::call("flaky", json!({"n": 1})),
         ScriptStep::call("flaky", json!({"n": 2})),
         ScriptStep::call("flaky", json!({"n": 3})),
         ScriptStep::reply("it is broken"),
         ScriptStep::call("flaky", json!({"n": 4})),
         ScriptStep::reply("it works again"),
-    ]));
+    ]);
     let a = team
         .spawn(AgentSpec::assistant("a", model).with_tool(flaky))
         .unwrap();
@@ -1005,10 +999,10 @@ async fn parallel_safe_chain_calls_overlap() {
             },
         )
     };
-    let model = Arc::new(ScriptedProvider::new([
+    let model = model([
         calls(&[("call_l", "left", "{}"), ("call_r", "right", "{}")]),
         ScriptStep::reply("met"),
-    ]));
+    ]);
     let a = team
         .spawn(
             AgentSpec::assistant("a", model)

@@ -327,12 +327,12 @@ async fn three_identical_failures_alert_but_do_not_lock_out() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
     let (read, read_calls) = counting_tool("read", ToolCategory::SafeChain, true);
-    let model = Arc::new(ScriptedProvider::new([
+    let model = model([
         respond(vec![raw_call("c0", "read", r#"{"a":1,"b":2}"#)]),
         respond(vec![raw_call("c1", "read", r#"{"b":2,"a":1}"#)]),
         respond(vec![raw_call("c2", "read", r#"{ "a" : 1, "b" : 2 }"#)]),
         ScriptStep::reply("I will stop and think"),
-    ]));
+    ]);
     let a = team
         .spawn(AgentSpec::assistant("a", model).with_tool(read))
         .unwrap();
@@ -412,7 +412,7 @@ async fn identical_successful_steps_lock_out_as_stuck_only_within_one_task() {
     let (team, journal) = team(WardenConfig::default());
     let (look, looks) = counting_tool("look", ToolCategory::SafeChain, false);
     let same = || ScriptStep::call("look", json!({"at": "the door"}));
-    let model = Arc::new(ScriptedProvider::new([
+    let model = model([
         same(),
         same(),
         ScriptStep::reply("a door"),
@@ -423,7 +423,7 @@ async fn identical_successful_steps_lock_out_as_stuck_only_within_one_task() {
         same(),
         same(),
         ScriptStep::reply("never asked"),
-    ]));
+    ]);
     let stats = model.stats();
     let a = team
         .spawn(AgentSpec::assistant("a", model).with_tool(look))
@@ -561,11 +561,11 @@ async fn the_token_budget_stops_the_call_that_would_exceed_it() {
     let mut config = WardenConfig::default();
     config.safety.budget.tokens_per_agent = 1000;
     let (team, journal) = team(config);
-    let model = Arc::new(ScriptedProvider::new([
+    let model = model([
         reply_using("one", 500, 100),
         reply_using("two", 300, 90),
         ScriptStep::reply("never asked"),
-    ]));
+    ]);
     let stats = model.stats();
     let a = team.assistant("a", model);
 
@@ -704,11 +704,11 @@ async fn the_cost_budget_uses_the_price_of_the_providers_model() {
     };
     config.safety.budget.prices.insert("scripted".into(), price);
     let (team, journal) = team(config);
-    let model = Arc::new(ScriptedProvider::new([
+    let model = model([
         reply_using("one", 1000, 250), // 0.5 + 0.25
         reply_using("two", 500, 0),    // 0.25
         ScriptStep::reply("never asked"),
-    ]));
+    ]);
     assert_eq!(model.model(), "scripted");
     let stats = model.stats();
     let a = team.assistant("a", model);
@@ -752,14 +752,14 @@ async fn the_team_budget_stops_every_agent_and_the_fleet_view_adds_up() {
     let mut config = WardenConfig::default();
     config.safety.budget.tokens_per_team = 1000;
     let (team, journal) = team(config);
-    let ma = Arc::new(ScriptedProvider::new([
+    let ma = model([
         reply_using("a one", 500, 100),
         ScriptStep::reply("never asked"),
-    ]));
-    let mb = Arc::new(ScriptedProvider::new([
+    ]);
+    let mb = model([
         reply_using("b one", 300, 95),
         ScriptStep::reply("never asked"),
-    ]));
+    ]);
     let (sa, sb) = (ma.stats(), mb.stats());
     let a = team.assistant("a", ma);
     let b = team.assistant("b", mb);
@@ -853,10 +853,7 @@ async fn spent_budgets_survive_a_restart_from_the_journal_file() {
     let (tokens, cost) = {
         let journal = Arc::new(SqliteJournal::open(&db.0).unwrap());
         let team = Supervisor::on_current_arbiter(config.clone(), journal.clone());
-        let model = Arc::new(ScriptedProvider::new([
-            reply_using("one", 500, 100),
-            reply_using("two", 300, 90),
-        ]));
+        let model = model([reply_using("one", 500, 100), reply_using("two", 300, 90)]);
         let a = team.assistant("a", model);
         for (i, e) in ["e1", "e2"].into_iter().enumerate() {
             a.try_send_event(UserEvent::new(e)).unwrap();
@@ -877,8 +874,8 @@ async fn spent_budgets_survive_a_restart_from_the_journal_file() {
     let records = journal.recover_records().unwrap();
     assert_eq!(records[0].usage.tokens(), tokens);
     let team = Supervisor::on_current_arbiter(config, journal.clone());
-    let ma = Arc::new(ScriptedProvider::new([ScriptStep::reply("never asked")]));
-    let mb = Arc::new(ScriptedProvider::new([ScriptStep::reply("never asked")]));
+    let ma = model([ScriptStep::reply("never asked")]);
+    let mb = model([ScriptStep::reply("never asked")]);
     let (sa, sb) = (ma.stats(), mb.stats());
     let a = team
         .spawn(AgentSpec::assistant("a", ma).restored_from(records[0].clone()))
@@ -1017,10 +1014,10 @@ async fn a_delegator_receives_the_wrap_up_of_a_limit_stopped_delegate() {
     let (team, journal) = team(loop_config(OnLimitMode::Unattended, 2));
     let a = team.assistant(
         "a",
-        Arc::new(ScriptedProvider::new([
+        model([
             delegate("b", "scout the caves"),
             ScriptStep::reply("a relays"),
-        ])),
+        ]),
     );
     let (model, _) = looker(ScriptStep::reply("b: looked twice, caves half done"));
     let (look, _) = counting_tool("look", ToolCategory::SafeChain, false);
@@ -1131,10 +1128,10 @@ async fn a_delegator_receives_the_decision_enabling_text_when_the_wrap_up_fails(
     let (team, journal) = team(loop_config(OnLimitMode::Unattended, 2));
     let a = team.assistant(
         "a",
-        Arc::new(ScriptedProvider::new([
+        model([
             delegate("b", "scout the caves"),
             ScriptStep::reply("a relays"),
-        ])),
+        ]),
     );
     let (model, _) = looker(ScriptStep::fail("model down"));
     let (look, _) = counting_tool("look", ToolCategory::SafeChain, false);
@@ -1627,21 +1624,18 @@ async fn auto_extend_allows_one_hop_overflow_per_task_then_refuses() {
     let (team, journal) = team(config);
     let a = team.assistant(
         "a",
-        Arc::new(ScriptedProvider::new([
-            delegate("b", "go deeper"),
-            ScriptStep::reply("a done"),
-        ])),
+        model([delegate("b", "go deeper"), ScriptStep::reply("a done")]),
     );
     let b = team.sub_agent(
         "b",
         "a",
-        Arc::new(ScriptedProvider::new([
+        model([
             delegate("c", "first"),
             delegate("c", "second"),
             ScriptStep::reply("b done"),
-        ])),
+        ]),
     );
-    let mc = Arc::new(ScriptedProvider::new([ScriptStep::reply("c answers")]));
+    let mc = model([ScriptStep::reply("c answers")]);
     let c_stats = mc.stats();
     let c = team.sub_agent("c", "b", mc);
     a.try_send_event(UserEvent::new("start")).unwrap();
@@ -1702,20 +1696,12 @@ async fn auto_extend_allows_one_sub_agent_overflow_then_refuses() {
             )
         })
         .collect();
-    let a = team.assistant(
-        "a",
-        Arc::new(ScriptedProvider::new([
-            respond(calls),
-            ScriptStep::reply("done"),
-        ])),
-    );
+    let a = team.assistant("a", model([respond(calls), ScriptStep::reply("done")]));
     for i in 0..3 {
         team.spawn(AgentSpec::sub_agent(
             format!("d{i}").as_str(),
             "a",
-            Arc::new(ScriptedProvider::new([
-                ScriptStep::reply("ok").delayed(Duration::from_secs(10))
-            ])),
+            model([ScriptStep::reply("ok").delayed(Duration::from_secs(10))]),
         ))
         .unwrap();
     }
@@ -1775,17 +1761,12 @@ async fn auto_extend_extends_the_chain_wait_once_then_times_out() {
     let (team, journal) = team(config);
     let a = team.assistant(
         "a",
-        Arc::new(ScriptedProvider::new([
-            delegate("b", "slow task"),
-            ScriptStep::reply("a gave up"),
-        ])),
+        model([delegate("b", "slow task"), ScriptStep::reply("a gave up")]),
     );
     let b = team.sub_agent(
         "b",
         "a",
-        Arc::new(ScriptedProvider::new([
-            ScriptStep::reply("too late").delayed(Duration::from_secs(30))
-        ])),
+        model([ScriptStep::reply("too late").delayed(Duration::from_secs(30))]),
     );
     let started = tokio::time::Instant::now();
     a.try_send_event(UserEvent::new("go")).unwrap();
@@ -1834,17 +1815,12 @@ async fn an_unattended_chain_wait_is_refused_at_chain_seconds() {
     let (team, journal) = team(config);
     let a = team.assistant(
         "a",
-        Arc::new(ScriptedProvider::new([
-            delegate("b", "slow task"),
-            ScriptStep::reply("a gave up"),
-        ])),
+        model([delegate("b", "slow task"), ScriptStep::reply("a gave up")]),
     );
     let b = team.sub_agent(
         "b",
         "a",
-        Arc::new(ScriptedProvider::new([
-            ScriptStep::reply("too late").delayed(Duration::from_secs(30))
-        ])),
+        model([ScriptStep::reply("too late").delayed(Duration::from_secs(30))]),
     );
     a.try_send_event(UserEvent::new("go")).unwrap();
     turns(&a, 1).await;
@@ -1895,10 +1871,7 @@ async fn the_safety_report_counts_trips_and_tracks_lockouts() {
         )
         .unwrap();
     // s spends far more than its 100000-token default budget in one call.
-    let s = team.assistant(
-        "s",
-        Arc::new(ScriptedProvider::new([reply_using("huge", 150_000, 0)])),
-    );
+    let s = team.assistant("s", model([reply_using("huge", 150_000, 0)]));
 
     r.try_send_event(UserEvent::new("read")).unwrap();
     until("r locked out", || r.state() == AgentState::SafetyLockout).await;
@@ -2020,13 +1993,7 @@ async fn with_safety_checks_off_only_the_consecutive_error_stop_remains() {
         .spawn(
             AgentSpec::assistant(
                 "stuck",
-                Arc::new(ScriptedProvider::new([
-                    same(),
-                    same(),
-                    same(),
-                    same(),
-                    ScriptStep::reply("a door"),
-                ])),
+                model([same(), same(), same(), same(), ScriptStep::reply("a door")]),
             )
             .with_tool(look),
         )
@@ -2041,10 +2008,7 @@ async fn with_safety_checks_off_only_the_consecutive_error_stop_remains() {
     );
 
     // Budget: 50 tokens per agent, 1000 spent, and the next call is still made.
-    let mb = Arc::new(ScriptedProvider::new([
-        reply_using("big", 1000, 0),
-        ScriptStep::reply("still here"),
-    ]));
+    let mb = model([reply_using("big", 1000, 0), ScriptStep::reply("still here")]);
     let b_stats = mb.stats();
     let spender = team.assistant("spender", mb);
     spender.try_send_event(UserEvent::new("e1")).unwrap();
@@ -2092,10 +2056,10 @@ async fn the_llm_call_timeout_bounds_a_scripted_provider_too() {
     let mut config = WardenConfig::default();
     config.safety.timeout.llm_call_seconds = 1.0;
     let (team, journal) = team(config);
-    let model = Arc::new(ScriptedProvider::new([
+    let model = model([
         ScriptStep::reply("too late").delayed(Duration::from_secs(3)),
         ScriptStep::reply("in time"),
-    ]));
+    ]);
     let a = team.assistant("a", model);
     let started = tokio::time::Instant::now();
     a.try_send_event(UserEvent::new("slow")).unwrap();
@@ -2146,11 +2110,11 @@ async fn a_call_that_jumps_past_the_reserve_band_still_warns_once_before_the_sto
         },
     );
     let (team, journal) = team(config);
-    let model = Arc::new(ScriptedProvider::new([
+    let model = model([
         reply_using("cheap", 400, 100),   // 0.3: far below the band
         reply_using("costly", 1000, 500), // +1.0 = 1.3: past the band and the budget at once
         ScriptStep::reply("never asked"),
-    ]));
+    ]);
     let stats = model.stats();
     let a = team.assistant("a", model);
     for (i, e) in ["e1", "e2", "e3"].into_iter().enumerate() {

@@ -1,13 +1,12 @@
 mod common;
 use common::*;
-use std::sync::Arc;
 use warden::*;
 
 #[actix_rt::test]
 async fn an_event_gets_an_answer() {
     tokio::time::pause();
     let (team, journal) = team(WardenConfig::default());
-    let model = Arc::new(ScriptedProvider::new([ScriptStep::reply("hello")]));
+    let model = model([ScriptStep::reply("hello")]);
     let a = team.assistant("a", model);
     a.try_send_event(UserEvent::new("hi")).unwrap();
     until("turn finished", || a.status().turns == 1).await;
