@@ -10,7 +10,7 @@
 //!   starts with the agent's thread idle.
 //!
 //! With `CI` set, sizes are smaller so the bench runs quickly.
-use actix::{Actor, AsyncContext, Context, Handler, Message};
+use actix::{Actor, Context, Handler};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::{
     num::NonZeroUsize,
@@ -20,11 +20,11 @@ use std::{
     },
     time::{Duration, Instant},
 };
+use support::{LaneActor, Sum, Work};
 use tokio::sync::oneshot;
 use warden::{
-    mailbox::{Envelope, Prioritized, PriorityMailbox, Wake},
-    AgentKey, AgentSpec, EventKind, HaltCause, Journal, Priority, ScriptStep, ScriptedProvider,
-    Supervisor, UserEvent, WardenConfig,
+    mailbox::PriorityMailbox, AgentKey, AgentSpec, EventKind, HaltCause, Journal, ScriptStep,
+    ScriptedProvider, Supervisor, UserEvent, WardenConfig,
 };
 
 /// Counts the messages halts have listed as discarded (the deferred clean-up journals them chunk by
@@ -60,78 +60,10 @@ impl Journal for DiscardCounter {
     }
 }
 
+mod support;
+
 fn ci() -> bool {
     std::env::var_os("CI").is_some()
-}
-
-struct Work(u64);
-
-impl Message for Work {
-    type Result = ();
-}
-
-impl Prioritized for Work {
-    fn priority(&self) -> Priority {
-        Priority::Ordinary
-    }
-}
-
-/// Counts until `target`, then reports.
-struct Sum {
-    sum: u64,
-    seen: u64,
-    target: u64,
-    done: Option<oneshot::Sender<u64>>,
-}
-
-impl Sum {
-    fn new(target: u64, done: oneshot::Sender<u64>) -> Self {
-        Sum {
-            sum: 0,
-            seen: 0,
-            target,
-            done: Some(done),
-        }
-    }
-
-    #[inline]
-    fn work(&mut self, w: Work) {
-        self.sum = self.sum.wrapping_add(w.0);
-        self.seen += 1;
-        if self.seen == self.target {
-            if let Some(done) = self.done.take() {
-                let _ = done.send(self.sum);
-            }
-        }
-    }
-}
-
-/// (a) warden's mailbox, drained the way `AgentActor::pump` drains it.
-struct LaneActor {
-    mailbox: Arc<PriorityMailbox<Work>>,
-    sum: Sum,
-}
-
-impl Actor for LaneActor {
-    type Context = Context<Self>;
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        self.mailbox.attach(ctx.address().recipient());
-    }
-}
-
-impl Handler<Wake> for LaneActor {
-    type Result = ();
-    fn handle(&mut self, _: Wake, ctx: &mut Context<Self>) {
-        self.mailbox.begin_drain();
-        for _ in 0..64 {
-            match self.mailbox.pop() {
-                Some(Envelope { msg, .. }) => self.sum.work(msg),
-                None => return,
-            }
-        }
-        self.mailbox.mark_wake_pending();
-        ctx.notify(Wake);
-    }
 }
 
 /// (b) plain actix.
