@@ -296,6 +296,17 @@ pub enum Answer {
     Other(String),
 }
 
+impl std::fmt::Display for Answer {
+    /// `yes`, `no`, or what else was said.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Answer::Yes => f.write_str("yes"),
+            Answer::No => f.write_str("no"),
+            Answer::Other(text) => f.write_str(text),
+        }
+    }
+}
+
 impl Answer {
     /// `yes`/`y` → `Yes`, `no`/`n` → `No` (trimmed, case-insensitive), anything else → `Other`.
     pub fn parse(text: &str) -> Self {

@@ -1143,7 +1143,7 @@ async fn answer_intervention(
     tracing::info!(
         id,
         operator = API_OPERATOR,
-        ?answer,
+        answer = %answer,
         note = note.as_deref().unwrap_or(""),
         "intervention answered"
     );
