@@ -481,6 +481,8 @@ struct TeamDoc {
     #[serde(default)]
     journal: warden_protocols::JournalConfig,
     #[serde(default)]
+    npc: warden_protocols::npc::NpcConfig,
+    #[serde(default)]
     providers: BTreeMap<String, ProviderSpec>,
     #[serde(default)]
     agents: Vec<AgentFileSpec>,
@@ -498,6 +500,7 @@ impl TeamDoc {
             mailbox,
             supervisor,
             journal,
+            npc,
             providers,
             agents,
             api,
@@ -511,6 +514,7 @@ impl TeamDoc {
                 mailbox,
                 supervisor,
                 journal,
+                npc,
             },
             providers,
             agents,
@@ -1302,7 +1306,7 @@ delegate = false
             format!(
                 "invalid config: line {line}, column 2: `mailboxes`: unknown field `mailboxes`, \
                  expected one of `safety`, `execution`, `delegation`, `tools`, `mailbox`, \
-                 `supervisor`, `journal`, `providers`, `agents`, `api`\n\
+                 `supervisor`, `journal`, `npc`, `providers`, `agents`, `api`\n\
                  {line} | [mailboxes]\n\
                  {} |  ^^^^^^^^^",
                 " ".repeat(line.to_string().len())

@@ -49,6 +49,7 @@ pub mod fuzzing {
 pub mod context;
 mod journal;
 pub mod mailbox;
+pub mod npc;
 mod provider;
 pub mod safety;
 mod supervisor;

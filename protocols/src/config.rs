@@ -46,6 +46,8 @@ pub struct WardenConfig {
     pub supervisor: SupervisorConfig,
     /// `[journal]`: where and how events are kept.
     pub journal: JournalConfig,
+    /// `[npc]`: how NPC agents classify world events (`warden_protocols::npc`).
+    pub npc: crate::npc::NpcConfig,
 }
 
 /// `[safety]`.
@@ -571,6 +573,7 @@ impl WardenConfig {
     ///
     /// The first value out of range, as [`ConfigError::Invalid`] (key, value, what is allowed).
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.npc.validate()?;
         let iterations = self.execution.max_iterations_per_tick;
         if !(1..=10).contains(&iterations) {
             return Err(ConfigError::Invalid {

@@ -16,6 +16,7 @@
 
 mod config;
 mod event;
+pub mod npc;
 mod priority;
 mod record;
 mod refusal;

@@ -1,0 +1,357 @@
+//! What a game server tells an NPC agent ([`WorldEvent`]), what the agent makes of it
+//! ([`Perception`]: the verdict, the rule that fired and the trust it gave), and the `[npc]`
+//! configuration ([`NpcConfig`]).
+//!
+//! The server's structured fields (`speaker`, `kind`, `mentions`, `oob`) are *trusted metadata*: the
+//! server set them, a player cannot forge them. The `text` is not: a player can type `@innkeeper` or
+//! `[GM] give me gold`. Classification reads the metadata first and falls back on text heuristics
+//! only where the metadata is silent — and a decision that rests on a heuristic carries the
+//! heuristic's low trust, which can never cause privileged behaviour (see
+//! [`NpcConfig::trigger_min_trust`]).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Who produced a world event, as the server knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Speaker {
+    /// The server's id of the speaker (an NPC's id is its agent key).
+    pub id: String,
+    /// Player, NPC, the system, or unknown.
+    #[serde(default)]
+    pub kind: SpeakerKind,
+}
+
+/// What kind of entity spoke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SpeakerKind {
+    /// A human player's character.
+    Player,
+    /// Another NPC (an agent, or a scripted one).
+    Npc,
+    /// The game itself (weather, a door, a timer).
+    System,
+    /// The server could not say: treated as least trusted.
+    #[default]
+    Unknown,
+}
+
+/// How a world event was said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorldEventKind {
+    /// Spoken aloud in the room.
+    Say,
+    /// Said privately to this NPC (a whisper, a page, a tell).
+    Whisper,
+    /// An action or pose (`the smith wipes his brow`).
+    Emote,
+    /// A message on a channel; `oob.channel` names it.
+    Channel,
+    /// A message from the game itself.
+    System,
+}
+
+/// Out-of-band metadata the server attaches (never parsed from the text).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Oob {
+    /// The channel a `channel` event came on.
+    pub channel: Option<String>,
+    /// The server marks the message as produced by an AI assistant (this one or another): the
+    /// loop guard of rules 1a and 4.
+    pub assistant_message: bool,
+    /// The message is output of a command this NPC ran, and it is capturing that output (rule 1b).
+    pub command_output: bool,
+}
+
+/// One thing that happened in the game world that an NPC may perceive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorldEvent {
+    /// Who said or did it.
+    pub speaker: Speaker,
+    /// How.
+    pub kind: WorldEventKind,
+    /// The room it happened in, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub room: Option<String>,
+    /// What was said or done (untrusted: typed by a player).
+    pub text: String,
+    /// Who the server says was addressed (`@name` resolved by the server). `None`: the server did
+    /// not say, so the text may be searched for `@key` (a heuristic); `Some(empty)`: nobody was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mentions: Option<Vec<String>>,
+    /// Out-of-band metadata.
+    #[serde(default)]
+    pub oob: Oob,
+}
+
+/// What an NPC does with a world event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Verdict {
+    /// It needs an answer: queue it as work (a turn will take it) and wake the NPC if asleep.
+    Trigger,
+    /// Worth knowing: keep it in the context buffer, folded into the next turn; never starts one.
+    Context,
+    /// Output of the NPC's own command: append it to the captured output.
+    Capture,
+    /// Drop it.
+    Ignore,
+}
+
+/// The rule of the classification that decided (design 001's rules, in their order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rule {
+    /// 0: interaction disabled for this NPC → IGNORE.
+    InteractionDisabled,
+    /// 1a: its own message, marked as an assistant's → IGNORE (a loop guard).
+    SelfAssistantMessage,
+    /// 1b: its own command output while capturing → CAPTURE.
+    SelfCommandOutput,
+    /// 1c: another message of its own → CONTEXT.
+    SelfMessage,
+    /// 2: addressed to it (`@key`) → TRIGGER.
+    Addressed,
+    /// 3: a whisper or page to it → TRIGGER.
+    DirectMessage,
+    /// 4: another assistant's message (or any NPC's) → CONTEXT (no assistant-to-assistant loops).
+    AssistantCrossTalk,
+    /// 5: the speaker may trigger it (`trigger_permissions`) → TRIGGER.
+    TriggerPermission,
+    /// 6: a configured channel → that channel's verdict.
+    Channel,
+    /// 7: nothing matched → IGNORE.
+    Default,
+}
+
+impl Rule {
+    /// The rule's number and letter as design 001 numbers them (`0`, `1a`, …, `7`).
+    pub fn id(self) -> &'static str {
+        match self {
+            Rule::InteractionDisabled => "0",
+            Rule::SelfAssistantMessage => "1a",
+            Rule::SelfCommandOutput => "1b",
+            Rule::SelfMessage => "1c",
+            Rule::Addressed => "2",
+            Rule::DirectMessage => "3",
+            Rule::AssistantCrossTalk => "4",
+            Rule::TriggerPermission => "5",
+            Rule::Channel => "6",
+            Rule::Default => "7",
+        }
+    }
+}
+
+/// The decision about one world event, with what it rested on: journaled, and shown in the
+/// agent's status and the API.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Perception {
+    /// What the NPC does with the event.
+    pub verdict: Verdict,
+    /// The rule that fired.
+    pub rule: Rule,
+    /// The trust given to the event's source, 0 to 1 (see [`NpcConfig::trust`]).
+    pub trust: f64,
+    /// `true` when the rule matched on a text heuristic (an `@key` found in the text because the
+    /// server sent no mentions), not on the server's metadata.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub heuristic: bool,
+    /// `true` when the rule said TRIGGER but the trust was below
+    /// [`NpcConfig::trigger_min_trust`], so the event was kept as CONTEXT instead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub downgraded: bool,
+}
+
+/// Trust per source, 0 to 1 (`[npc.trust]`). Defaults from design 001.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrustConfig {
+    /// A whisper or page. Default 0.9.
+    pub whisper: f64,
+    /// Addressed by the server's mentions. Default 0.7.
+    pub addressed: f64,
+    /// A channel message. Default 0.6.
+    pub channel: f64,
+    /// Said in the room. Default 0.4.
+    pub say: f64,
+    /// An emote or pose. Default 0.3.
+    pub emote: f64,
+    /// A system message. Default 0.2.
+    pub system: f64,
+    /// A decision resting on a text heuristic (an `@key` in the text, the server having sent no
+    /// mentions) caps the trust at this. Default 0.5 (= the default `trigger_min_trust`: being
+    /// addressed in the text still triggers; set it lower to require the server's mentions).
+    pub heuristic: f64,
+    /// The speaker's kind is unknown: caps the trust at this. Default 0.2.
+    pub unknown_speaker: f64,
+}
+
+impl Default for TrustConfig {
+    fn default() -> Self {
+        TrustConfig {
+            whisper: 0.9,
+            addressed: 0.7,
+            channel: 0.6,
+            say: 0.4,
+            emote: 0.3,
+            system: 0.2,
+            heuristic: 0.5,
+            unknown_speaker: 0.2,
+        }
+    }
+}
+
+/// What a configured channel's messages do (`[npc.channels]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelMode {
+    /// Every message on it triggers the NPC (if its trust allows).
+    Trigger,
+    /// Messages are context.
+    Context,
+    /// Messages are dropped.
+    Ignore,
+}
+
+/// `[npc]`: how NPC agents perceive world events. Per-agent overrides in a team file replace the
+/// keys they set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NpcConfig {
+    /// Rule 0: `false` ignores every world event. Default true.
+    pub interaction_enabled: bool,
+    /// Rule 2: whether being addressed (`@key`) triggers. Default true.
+    pub enable_addressing: bool,
+    /// Rule 5: speaker ids whose messages trigger the NPC. Only a `player` or `system` speaker as
+    /// the server identifies it can match; a name in the text never does. Default empty.
+    pub trigger_permissions: Vec<String>,
+    /// Rule 6: channel name → what its messages do. Default empty.
+    pub channels: BTreeMap<String, ChannelMode>,
+    /// A TRIGGER whose trust is below this is kept as CONTEXT instead (recorded as downgraded): a
+    /// low-trust source never starts a turn. 0 to 1. Default 0.5.
+    pub trigger_min_trust: f64,
+    /// Trust per source.
+    pub trust: TrustConfig,
+    /// The context buffer keeps at most this many events (the oldest are dropped). 1 to 10,000.
+    /// Default 50.
+    pub context_max_events: usize,
+    /// … and at most this many estimated tokens (about 4 characters each). 1 to 1,000,000.
+    /// Default 2,000.
+    pub context_max_tokens: usize,
+}
+
+impl Default for NpcConfig {
+    fn default() -> Self {
+        NpcConfig {
+            interaction_enabled: true,
+            enable_addressing: true,
+            trigger_permissions: Vec::new(),
+            channels: BTreeMap::new(),
+            trigger_min_trust: 0.5,
+            trust: TrustConfig::default(),
+            context_max_events: 50,
+            context_max_tokens: 2_000,
+        }
+    }
+}
+
+impl NpcConfig {
+    /// Checks every value's range.
+    ///
+    /// # Errors
+    ///
+    /// The first value out of range, as [`crate::ConfigError::Invalid`] (key, value, what is
+    /// allowed).
+    pub fn validate(&self) -> Result<(), crate::ConfigError> {
+        let unit = |key: &'static str, value: f64| {
+            if (0.0..=1.0).contains(&value) {
+                Ok(())
+            } else {
+                Err(crate::ConfigError::Invalid {
+                    key: key.into(),
+                    value: value.to_string(),
+                    allowed: "a number from 0 to 1",
+                })
+            }
+        };
+        unit("npc.trigger_min_trust", self.trigger_min_trust)?;
+        let t = &self.trust;
+        unit("npc.trust.whisper", t.whisper)?;
+        unit("npc.trust.addressed", t.addressed)?;
+        unit("npc.trust.channel", t.channel)?;
+        unit("npc.trust.say", t.say)?;
+        unit("npc.trust.emote", t.emote)?;
+        unit("npc.trust.system", t.system)?;
+        unit("npc.trust.heuristic", t.heuristic)?;
+        unit("npc.trust.unknown_speaker", t.unknown_speaker)?;
+        let range = |key: &'static str, value: usize, max: usize, allowed: &'static str| {
+            if (1..=max).contains(&value) {
+                Ok(())
+            } else {
+                Err(crate::ConfigError::Invalid {
+                    key: key.into(),
+                    value: value.to_string(),
+                    allowed,
+                })
+            }
+        };
+        range(
+            "npc.context_max_events",
+            self.context_max_events,
+            10_000,
+            "1 to 10000",
+        )?;
+        range(
+            "npc.context_max_tokens",
+            self.context_max_tokens,
+            1_000_000,
+            "1 to 1000000",
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_world_event_reads_from_json_with_defaults_for_what_the_server_left_out() {
+        let event: WorldEvent = serde_json::from_str(
+            r#"{"speaker": {"id": "p1", "kind": "player"}, "kind": "say", "text": "hello"}"#,
+        )
+        .unwrap();
+        assert_eq!(event.speaker.kind, SpeakerKind::Player);
+        assert_eq!(event.mentions, None);
+        assert_eq!(event.oob, Oob::default());
+        let unknown: Result<WorldEvent, _> = serde_json::from_str(
+            r#"{"speaker": {"id": "p1"}, "kind": "say", "text": "x", "trust": 1.0}"#,
+        );
+        assert!(unknown
+            .unwrap_err()
+            .to_string()
+            .contains("unknown field `trust`"));
+    }
+
+    #[test]
+    fn npc_values_out_of_range_are_named() {
+        let mut config = NpcConfig::default();
+        config.validate().unwrap();
+        config.trust.say = 1.5;
+        assert_eq!(
+            config.validate().unwrap_err().to_string(),
+            "invalid value for `npc.trust.say`: 1.5 (allowed: a number from 0 to 1)"
+        );
+        let config = NpcConfig {
+            context_max_events: 0,
+            ..NpcConfig::default()
+        };
+        assert_eq!(
+            config.validate().unwrap_err().to_string(),
+            "invalid value for `npc.context_max_events`: 0 (allowed: 1 to 10000)"
+        );
+    }
+}
