@@ -51,11 +51,11 @@ pub mod team;
 #[cfg(feature = "sqlite")]
 pub use journal::{JournalReader, SqliteJournal};
 pub use warden_actors::{
-    already_durable, context, mailbox, now_ms, safety, tools, AgentHandle, AgentSpec, AskError,
-    ChannelInterventionBus, ControlError, ControlOp, DelegationError, DurableSendError,
+    already_durable, context, mailbox, now_ms, npc, safety, tools, AgentHandle, AgentSpec,
+    AskError, ChannelInterventionBus, ControlError, ControlOp, DelegationError, DurableSendError,
     EventSendError, FnTool, HaltAck, InterventionBus, Journal, LlmRequest, LlmResponse,
-    MemoryJournal, NotDurable, NullJournal, PendingReply, Provider, ProviderError, Reply,
-    ScriptStats, ScriptStep, ScriptedProvider, Settled, Settlement, SpawnError, Submit,
+    MemoryJournal, NotDurable, NullJournal, PendingReply, Perceived, Provider, ProviderError,
+    Reply, ScriptStats, ScriptStep, ScriptedProvider, Settled, Settlement, SpawnError, Submit,
     SubmitError, Submitted, Supervisor, SupervisorBuilder, TaskError, Tool, ToolContext, ToolError,
     ToolRegistry, UnknownAgent,
 };

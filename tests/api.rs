@@ -2037,6 +2037,9 @@ async fn the_openapi_document_matches_the_served_routes_and_responses() {
     let body_for = |path: &str| match path {
         "/api/agents/{key}/events" => Some(json!({"content": "hello"})),
         "/api/interventions/{id}" => Some(json!({"answer": "no", "note": "from the test"})),
+        "/api/agents/{key}/world" => Some(json!({
+            "speaker": {"id": "p1", "kind": "player"}, "kind": "whisper", "text": "psst"
+        })),
         _ => None,
     };
     // What no route answers is `{"error": "no route …"}` (404) or 405.

@@ -60,7 +60,7 @@ pub mod tools;
 
 pub use agent::{
     AgentHandle, AskError, ControlError, ControlOp, DurableSendError, EventSendError, HaltAck,
-    PendingReply, Reply, Settled, Settlement, Submit, SubmitError, Submitted, TaskError,
+    PendingReply, Perceived, Reply, Settled, Settlement, Submit, SubmitError, Submitted, TaskError,
 };
 pub use context::{Advisory, ContextStrategy, Trimmed};
 pub use journal::{already_durable, now_ms, Journal, MemoryJournal, NotDurable, NullJournal};

@@ -590,6 +590,14 @@ pub enum EventKind {
         /// The state the agent was in when it died.
         state: AgentState,
     },
+    /// An NPC perceived a world event and classified it (the rule that fired, the trust). A TRIGGER
+    /// is queued next as a user event (its own `event_queued`). No change.
+    Perceived {
+        /// The world event, as the server sent it.
+        event: crate::npc::WorldEvent,
+        /// What the agent made of it.
+        perception: crate::npc::Perception,
+    },
     /// Record: `restarts += 1`. Safety state is kept.
     Restarted {
         /// The restart count after this restart.

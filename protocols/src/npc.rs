@@ -53,6 +53,19 @@ pub enum WorldEventKind {
     System,
 }
 
+impl WorldEventKind {
+    /// The wire name (`say`, `whisper`, …); a TRIGGER's user event has it as its source.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorldEventKind::Say => "say",
+            WorldEventKind::Whisper => "whisper",
+            WorldEventKind::Emote => "emote",
+            WorldEventKind::Channel => "channel",
+            WorldEventKind::System => "system",
+        }
+    }
+}
+
 /// Out-of-band metadata the server attaches (never parsed from the text).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -301,7 +301,8 @@ impl AgentRecord {
             | EventKind::LimitDecided { .. }
             | EventKind::LimitDenied { .. }
             | EventKind::ToolCircuitChanged { .. }
-            | EventKind::Crashed { .. } => {}
+            | EventKind::Crashed { .. }
+            | EventKind::Perceived { .. } => {}
         }
     }
 

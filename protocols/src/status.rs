@@ -1,4 +1,4 @@
-use crate::{AgentKey, AgentRole, AgentState, Lockout};
+use crate::{npc::Perception, AgentKey, AgentRole, AgentState, Lockout};
 use serde::{Deserialize, Serialize};
 
 /// Messages waiting in each lane.
@@ -61,4 +61,20 @@ pub struct AgentStatus {
     pub tokens_used: u64,
     /// Cost of its model calls so far, in the price currency.
     pub cost_used: f64,
+    /// How it perceives world events, once it has perceived one (an NPC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub npc: Option<NpcStatus>,
+}
+
+/// An NPC's perception, in its status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NpcStatus {
+    /// World events perceived since the agent started (this process).
+    pub perceived: u64,
+    /// The last decision: verdict, rule, trust.
+    pub last: Perception,
+    /// Events in the context buffer now (folded into the next turn).
+    pub context_buffered: usize,
+    /// Events the context buffer dropped to keep its bounds.
+    pub context_dropped: u64,
 }

@@ -536,6 +536,7 @@ routes! {
     GET "/api/agents/{key}" => get_agent,
     POST "/api/agents/{key}/events" => post_event,
     GET "/api/agents/{key}/events/{id}" => get_event,
+    POST "/api/agents/{key}/world" => post_world,
     POST "/api/halt" => halt_all,
     POST "/api/agents/{key}/halt" => halt_agent,
     POST "/api/agents/{key}/unlock" => unlock,
@@ -927,19 +928,45 @@ async fn post_event(
                 "id": id,
             })))
         }
-        Err(SubmitError::Refused(err)) => {
-            let status = match err.refusal {
-                WorkRefusal::LockedOut { .. } | WorkRefusal::Stopped => StatusCode::CONFLICT,
-                WorkRefusal::MailboxFull { .. } => StatusCode::TOO_MANY_REQUESTS,
-                WorkRefusal::Closed | WorkRefusal::JournalUnavailable { .. } => {
-                    StatusCode::SERVICE_UNAVAILABLE
-                }
-            };
-            Ok(HttpResponse::build(status).json(serde_json::json!({
-                "error": err.refusal.to_string(),
-                "refusal": err.refusal,
-            })))
+        Err(SubmitError::Refused(err)) => Ok(refused(&err.refusal)),
+    }
+}
+
+/// A refused user event: 409 (locked out, stopped), 429 (full lane) or 503 (closed, journal
+/// unavailable), with the refusal.
+fn refused(refusal: &WorkRefusal) -> HttpResponse {
+    let status = match refusal {
+        WorkRefusal::LockedOut { .. } | WorkRefusal::Stopped => StatusCode::CONFLICT,
+        WorkRefusal::MailboxFull { .. } => StatusCode::TOO_MANY_REQUESTS,
+        WorkRefusal::Closed | WorkRefusal::JournalUnavailable { .. } => {
+            StatusCode::SERVICE_UNAVAILABLE
         }
+    };
+    HttpResponse::build(status).json(serde_json::json!({
+        "error": refusal.to_string(),
+        "refusal": refusal,
+    }))
+}
+
+/// `POST /api/agents/{key}/world`: an NPC perceives a world event (`AgentHandle::perceive`): 200
+/// with the perception (verdict, rule, trust) and, for a TRIGGER, the id of the user event it was
+/// queued as; a TRIGGER the agent refuses is answered like a refused event.
+async fn post_world(
+    _: Admin,
+    state: web::Data<ApiState>,
+    key: web::Path<String>,
+    event: web::Json<warden_protocols::npc::WorldEvent>,
+) -> Handled {
+    let agent = state
+        .supervisor
+        .get(&key)
+        .ok_or_else(|| ApiError::unknown_agent(&key))?;
+    match agent.perceive(event.into_inner()) {
+        Ok(seen) => Ok(HttpResponse::Ok().json(serde_json::json!({
+            "perception": seen.perception,
+            "id": seen.queued,
+        }))),
+        Err(err) => Ok(refused(&err.refusal)),
     }
 }
 

@@ -234,6 +234,15 @@ pub struct EventSendError {
     pub refusal: WorkRefusal,
 }
 
+/// What [`AgentHandle::perceive`] did with a world event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Perceived {
+    /// The classification: verdict, rule, trust (journaled as `perceived`).
+    pub perception: warden_protocols::npc::Perception,
+    /// For a TRIGGER: the id of the user event it was queued as.
+    pub queued: Option<u64>,
+}
+
 /// Why [`AgentHandle::try_send_event_durable`] cannot acknowledge an event.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DurableSendError {
@@ -594,6 +603,62 @@ impl AgentHandle {
         self.queue(Arc::new(event), false)
             .map(|accepted| accepted.id)
             .map_err(Rejected::into_error)
+    }
+
+    /// An NPC perceives a world event: it is classified by design 001's rules (`[npc]` of this
+    /// agent; see `warden_actors::npc::classify`) and the decision journaled (`perceived`, with the
+    /// rule and the trust). A TRIGGER is queued as a user event (source: the event's kind, sender:
+    /// the speaker's id), as [`AgentHandle::try_send_event`] queues one; a CONTEXT (or CAPTURE) is
+    /// kept in the context buffer and folded into the next turn, never starting one; an IGNORE is
+    /// dropped.
+    ///
+    /// # Errors
+    /// [`EventSendError`] when a TRIGGER's user event is refused (locked out, stopped, full lane):
+    /// the perception is journaled all the same.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use warden_actors::{AgentSpec, MemoryJournal, ScriptStep, ScriptedProvider, Supervisor};
+    /// # use warden_protocols::{npc::{Speaker, SpeakerKind, Verdict, WorldEvent, WorldEventKind}, WardenConfig};
+    /// # actix_rt::System::new().block_on(async {
+    /// let team = Supervisor::on_current_arbiter(WardenConfig::default(), Arc::new(MemoryJournal::new()));
+    /// let model = Arc::new(ScriptedProvider::new([ScriptStep::reply("Welcome!")]));
+    /// let npc = team.spawn(AgentSpec::assistant("innkeeper", model)).unwrap();
+    /// let whisper = WorldEvent {
+    ///     speaker: Speaker { id: "p1".into(), kind: SpeakerKind::Player },
+    ///     kind: WorldEventKind::Whisper,
+    ///     room: Some("tavern".into()),
+    ///     text: "a room for the night?".into(),
+    ///     mentions: None,
+    ///     oob: Default::default(),
+    /// };
+    /// let seen = npc.perceive(whisper).unwrap();
+    /// assert_eq!(seen.perception.verdict, Verdict::Trigger);
+    /// assert!(seen.queued.is_some());
+    /// # });
+    /// ```
+    pub fn perceive(
+        &self,
+        event: warden_protocols::npc::WorldEvent,
+    ) -> Result<Perceived, EventSendError> {
+        let perception = self.cell.perceive(&event);
+        if perception.verdict != warden_protocols::npc::Verdict::Trigger {
+            return Ok(Perceived {
+                perception,
+                queued: None,
+            });
+        }
+        let user = UserEvent {
+            source: event.kind.as_str().to_owned(),
+            sender: Some(event.speaker.id),
+            content: event.text,
+        };
+        let id = self.try_send_event(user)?;
+        Ok(Perceived {
+            perception,
+            queued: Some(id),
+        })
     }
 
     /// [`AgentHandle::try_send_event`], returning the event's [`PendingReply`]: its id, and its

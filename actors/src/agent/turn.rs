@@ -132,14 +132,15 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
                 .map(|s| format!(" {s}:"))
                 .unwrap_or_default();
             let message = ChatMessage::user(format!("[{}]{from} {}", event.source, event.content));
+            let mut events = vec![EventKind::EventTaken { id }];
+            // What the NPC perceived as context since its last turn comes first (never a turn of
+            // its own: it waits for one).
+            if let Some(context) = cell.take_context() {
+                events.push(EventKind::HistoryAppended { message: context });
+            }
+            events.push(EventKind::HistoryAppended { message });
             let mut rec = cell.lock();
-            cell.emit_all(
-                &mut rec,
-                vec![
-                    EventKind::EventTaken { id },
-                    EventKind::HistoryAppended { message },
-                ],
-            );
+            cell.emit_all(&mut rec, events);
             cell.set_answering(id, accepted);
             drop(rec);
             Taken {
@@ -149,11 +150,16 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
             }
         }
         // A tick continues the current task (its loop count and wall clock keep running).
-        Work::Tick => Taken {
-            lineage: own(),
-            reply: None,
-            event: None,
-        },
+        Work::Tick => {
+            if let Some(context) = cell.take_context() {
+                cell.append_history(context);
+            }
+            Taken {
+                lineage: own(),
+                reply: None,
+                event: None,
+            }
+        }
         Work::Delegated(DelegatedTask {
             task,
             lineage,

@@ -91,6 +91,8 @@ struct SupervisorShared {
     delegate_tool: OnceLock<(Arc<ToolSpec>, Arc<DelegateTool>)>,
     /// Every agent's settled events, for the host that takes the stream.
     replies: Arc<ReplyHub>,
+    /// `[npc]`, shared by every agent whose spec does not set its own.
+    npc: Arc<warden_protocols::npc::NpcConfig>,
 }
 
 /// Builds a [`Supervisor`]. Must be used inside a running actix `System`.
@@ -269,7 +271,9 @@ impl Supervisor {
         capacity: usize,
     ) -> Self {
         let (crash_tx, mut crash_rx) = tokio::sync::mpsc::unbounded_channel();
+        let npc = Arc::new(config.npc.clone());
         let shared = Arc::new(SupervisorShared {
+            npc,
             config,
             journal,
             agents: DashMap::with_capacity(capacity),
@@ -366,6 +370,7 @@ impl Supervisor {
             mut tools,
             can_delegate,
             restored,
+            npc,
         } = spec;
         if self.shared.agents.contains_key(&key) {
             return Err(SpawnError::DuplicateKey(key));
@@ -401,6 +406,7 @@ impl Supervisor {
                 ContextStrategyConfig::Compact => ContextStrategy::Compact,
             },
             max_tokens_recoveries: config.execution.max_tokens_recoveries,
+            npc: npc.map_or_else(|| self.shared.npc.clone(), Arc::new),
         };
         let runner = ToolRunner::new(CircuitConfig {
             failure_threshold: config.tools.circuit_failure_threshold.get(),

@@ -45,6 +45,8 @@ pub struct AgentSpec {
     pub(super) tools: ToolRegistry,
     pub(super) can_delegate: bool,
     pub(super) restored: Option<AgentRecord>,
+    /// `[npc]` for this agent; `None`: the team's.
+    pub(super) npc: Option<warden_protocols::npc::NpcConfig>,
 }
 
 impl std::fmt::Debug for AgentSpec {
@@ -70,6 +72,7 @@ impl AgentSpec {
             tools: ToolRegistry::new(),
             can_delegate: true,
             restored: None,
+            npc: None,
         }
     }
 
@@ -107,6 +110,13 @@ impl AgentSpec {
     /// No `delegate` tool.
     pub fn without_delegation(mut self) -> Self {
         self.can_delegate = false;
+        self
+    }
+
+    /// Gives this agent its own `[npc]` settings (how it classifies world events, its context
+    /// buffer's bounds) instead of the team's.
+    pub fn with_npc(mut self, npc: warden_protocols::npc::NpcConfig) -> Self {
+        self.npc = Some(npc);
         self
     }
 

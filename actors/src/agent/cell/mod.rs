@@ -28,6 +28,7 @@
 mod delegations;
 mod gate;
 mod halt;
+mod npc;
 mod replies;
 mod safety;
 mod tools;
@@ -74,6 +75,8 @@ pub(crate) struct AgentSettings {
     pub max_context_tokens: u64,
     pub context_strategy: ContextStrategy,
     pub max_tokens_recoveries: u32,
+    /// `[npc]`: how it classifies world events.
+    pub npc: Arc<warden_protocols::npc::NpcConfig>,
 }
 
 /// The task (event or delegated task) the agent is working on: loop caps and the wall clock count
@@ -132,6 +135,9 @@ pub(crate) struct AgentCell {
     /// The halt flag, the running turn's token and the delegations this agent runs now (id → the
     /// delegate's cell).
     halt: HaltGate<Arc<AgentCell>>,
+    /// Its perception of world events, from the first one on (boxed: most agents never perceive
+    /// one, and an idle agent's size counts). A leaf lock.
+    npc: Mutex<Option<Box<npc::NpcState>>>,
     /// Agents running a delegation to this one now: id → the delegator (notified when this one trips).
     delegators: Mutex<HashMap<u64, Weak<AgentCell>>>,
     active_delegations: AtomicU32,
@@ -207,6 +213,7 @@ impl AgentCell {
                 seq: 0,
             }),
             halt: HaltGate::new(halted),
+            npc: Mutex::new(None),
             journal,
             delegators: Mutex::new(HashMap::new()),
             active_delegations: AtomicU32::new(0),
@@ -403,6 +410,7 @@ impl AgentCell {
             stopped_by: rec.stopped_by.clone(),
             tokens_used,
             cost_used,
+            npc: self.npc_status(),
         }
     }
 

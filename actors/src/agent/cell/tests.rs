@@ -25,6 +25,7 @@ fn cell_on(journal: Arc<dyn Journal>) -> AgentCell {
             max_context_tokens: 0,
             context_strategy: ContextStrategy::SlidingWindow,
             max_tokens_recoveries: 2,
+            npc: Arc::default(),
         },
         journal,
         crash_tx: None,
