@@ -106,6 +106,11 @@ pub(crate) enum Work {
         id: u64,
         event: Arc<UserEvent>,
         accepted: tokio::time::Instant,
+        /// The span current when the event was queued (the API's request span, carrying a caller's
+        /// `traceparent`): the parent of the turn's `invoke_agent` span. Kept here, beside the
+        /// serde-only `UserEvent`, so the trace context crosses the mailbox without touching the
+        /// wire types; disabled (free) when no telemetry layer is installed.
+        parent: tracing::Span,
     },
     Tick,
     Delegated(DelegatedTask),
@@ -136,6 +141,9 @@ pub(crate) struct DelegatedTask {
     /// The chain including this delegate, root first.
     pub lineage: Arc<[AgentKey]>,
     pub reply: TaskReply,
+    /// The delegator's `execute_tool delegate` span: the parent of the delegate's `invoke_agent`
+    /// span, so one task is one trace across the delegation tree.
+    pub parent: tracing::Span,
 }
 
 /// An operator action, read from the control lane (priority 1).
@@ -402,6 +410,7 @@ impl AgentHandle {
             id,
             event: event.clone(),
             accepted: tokio::time::Instant::now(),
+            parent: tracing::Span::current(),
         };
         if let Err(err) = self.cell.mailbox.try_send(AgentMsg::Work(work)) {
             let refusal = match &err {
