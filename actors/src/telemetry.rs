@@ -81,7 +81,10 @@ pub(crate) fn turn_ended(span: &Span, outcome: &TurnOutcome, lockout: impl FnOnc
     span.record("warden.termination", reason.as_str());
     span.record("warden.iterations", outcome.iterations);
     span.record("gen_ai.usage.input_tokens", outcome.usage.prompt_tokens);
-    span.record("gen_ai.usage.output_tokens", outcome.usage.completion_tokens);
+    span.record(
+        "gen_ai.usage.output_tokens",
+        outcome.usage.completion_tokens,
+    );
     let error = match reason {
         TerminationReason::Halted => {
             tracing::warn!(target: TARGET, parent: span, "warden.halt");
@@ -96,9 +99,9 @@ pub(crate) fn turn_ended(span: &Span, outcome: &TurnOutcome, lockout: impl FnOnc
             tracing::warn!(target: TARGET, parent: span, "warden.budget_exceeded");
             true
         }
-        TerminationReason::LlmError | TerminationReason::ParseError | TerminationReason::Crashed => {
-            true
-        }
+        TerminationReason::LlmError
+        | TerminationReason::ParseError
+        | TerminationReason::Crashed => true,
         TerminationReason::LimitStopped => {
             tracing::warn!(target: TARGET, parent: span, "warden.limit_stopped");
             true
@@ -158,7 +161,10 @@ pub(crate) fn chat_ended(span: &Span, result: Option<&Result<LlmResponse, Provid
         }
         Some(Ok(response)) => {
             span.record("gen_ai.usage.input_tokens", response.usage.prompt_tokens);
-            span.record("gen_ai.usage.output_tokens", response.usage.completion_tokens);
+            span.record(
+                "gen_ai.usage.output_tokens",
+                response.usage.completion_tokens,
+            );
             if response.usage.estimated {
                 span.record("warden.usage.estimated", true);
             }

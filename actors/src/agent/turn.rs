@@ -26,16 +26,16 @@
 use super::{cell::AgentCell, cell::Counted, DelegatedTask, TaskReply, Work};
 use crate::{
     context,
-    telemetry,
     provider::{LlmRequest, LlmResponse, ProviderError},
     safety::{limit_refusal_message, LimitContext, Verdict},
+    telemetry,
     tools::{self, panic_message, Admission, CircuitStep, CircuitTransition, ToolRun},
     tools::{ToolContext, ToolError},
 };
 use futures::FutureExt;
-use tracing::Instrument;
 use std::{panic::AssertUnwindSafe, sync::Arc, time::Duration};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use warden_protocols::{
     AgentKey, AgentState, AnomalyKind, ChatMessage, ChatRole, EventKind, FinishReason,
     LimitDecision, LimitKind, LlmOutcome, TerminationReason, ToolCall, ToolCategory, ToolOutcome,
