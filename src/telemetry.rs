@@ -284,8 +284,8 @@ pub fn stats() -> ExportStats {
 
 /// The SDK's batch processor behind a counter of queued spans: a span that would not fit in the
 /// queue is dropped here and counted (the SDK drops it too, but only logs the count at shutdown).
-/// The counter goes down when the exporter takes a batch ([`CountingExporter`]), so the SDK's own
-/// queue (of the same size) never overflows.
+/// The counter goes down when the exporter is done with a batch ([`CountingExporter`]), so the
+/// SDK's own queue (of the same size) never overflows.
 #[derive(Debug)]
 struct BoundedProcessor {
     inner: BatchSpanProcessor,
@@ -329,18 +329,19 @@ struct CountingExporter {
 impl opentelemetry_sdk::trace::SpanExporter for CountingExporter {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         let n = batch.len() as u64;
+        let result = self.inner.export(batch).await;
         let c = counters();
-        // Saturating: spans that reached the SDK before this process's counter existed are none.
+        match &result {
+            Ok(()) => c.exported.fetch_add(n, Ordering::Relaxed),
+            Err(_) => c.dropped_export_failed.fetch_add(n, Ordering::Relaxed),
+        };
+        // Only now do the spans leave the queue's count: the bound covers the batch in flight too,
+        // so a slow or dead collector never lets more than the queue's size pile up.
         let _ = c
             .queued
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
                 Some(q.saturating_sub(n))
             });
-        let result = self.inner.export(batch).await;
-        match &result {
-            Ok(()) => c.exported.fetch_add(n, Ordering::Relaxed),
-            Err(_) => c.dropped_export_failed.fetch_add(n, Ordering::Relaxed),
-        };
         result
     }
 
