@@ -563,3 +563,135 @@ fn with_the_collector_down_turns_answer_drops_are_counted_and_the_exit_is_bounde
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("LEAD-ANSWER-TEXT"));
 }
+
+/// Runs `warden run --config TEAM ARGS` with the given environment; returns standard output.
+fn run(team: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+    let config = temp("run.toml");
+    std::fs::write(&config, team).unwrap();
+    let out = warden()
+        .arg("run")
+        .args(args)
+        .arg("--config")
+        .arg(&config)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&config);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn refusals_and_lockouts_are_span_events_with_error_status() {
+    let receiver = Receiver::start();
+    let endpoint = receiver.endpoint();
+    let refuses = r#"
+[providers.lead]
+kind = "scripted"
+replies = [
+  { tool = "delegate", args = { agent = "nobody", task = "x" } },
+  "gave up",
+]
+
+[[agents]]
+key = "lead"
+provider = "lead"
+"#;
+    let fails = r#"
+[safety.breakers]
+max_consecutive_errors = 1
+
+[providers.down]
+kind = "scripted"
+error = "model down"
+
+[[agents]]
+key = "broken"
+provider = "down"
+"#;
+    let env = [("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())];
+    let out = run(refuses, &["--event", "hi"], &env);
+    assert!(out.contains("gave up"), "{out}");
+    run(fails, &["--event", "hi"], &env);
+    let spans = receiver.wait_for("both runs' turns", |spans| {
+        spans.iter().any(|s| s.name == "invoke_agent lead")
+            && spans.iter().any(|s| s.name == "invoke_agent broken")
+    });
+    let tool = one(&spans, "refused delegation", |s| {
+        s.name == "execute_tool delegate"
+    });
+    assert_eq!(tool.status, 2, "{tool:#?}");
+    assert!(
+        tool.events.iter().any(|e| e == "warden.delegation_refused"),
+        "{tool:#?}"
+    );
+    let broken = one(&spans, "locked-out turn", |s| s.name == "invoke_agent broken");
+    assert_eq!(broken.status, 2, "{broken:#?}");
+    assert_eq!(broken.attr("warden.termination"), Some("safety_lockout"));
+    assert!(
+        broken.events.iter().any(|e| e == "warden.safety_lockout"),
+        "{broken:#?}"
+    );
+    let chat = one(&spans, "failed model call", |s| {
+        s.name == "chat scripted" && s.parent == broken.span_id
+    });
+    assert_eq!(chat.status, 2, "{chat:#?}");
+}
+
+#[test]
+fn a_halt_is_a_span_event_with_error_status() {
+    let receiver = Receiver::start();
+    let endpoint = receiver.endpoint();
+    let team = r#"
+[providers.slow]
+kind = "scripted"
+latency_ms = 600000
+replies = ["never"]
+
+[[agents]]
+key = "lead"
+provider = "slow"
+"#;
+    let served = Served::start(team, &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())]);
+    let client = reqwest::blocking::Client::new();
+    let response = client
+        .post(format!("{}/api/agents/lead/events", served.url))
+        .bearer_auth(ADMIN)
+        .json(&serde_json::json!({ "content": "hi" }))
+        .send()
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 202);
+    // Halt once the turn is in its model call.
+    let start = Instant::now();
+    loop {
+        let status: serde_json::Value = client
+            .get(format!("{}/api/agents/lead", served.url))
+            .bearer_auth(ADMIN)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        if status["state"] == "EXECUTING" {
+            break;
+        }
+        assert!(start.elapsed() < PATIENCE, "the turn never started: {status}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let halted = client
+        .post(format!("{}/api/agents/lead/halt", served.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap();
+    assert!(halted.status().is_success());
+    let spans = receiver.wait_for("the halted turn", |spans| {
+        spans.iter().any(|s| s.name == "invoke_agent lead")
+    });
+    let turn = one(&spans, "halted turn", |s| s.name == "invoke_agent lead");
+    assert_eq!(turn.status, 2, "{turn:#?}");
+    assert!(turn.events.iter().any(|e| e == "warden.halt"), "{turn:#?}");
+    assert_eq!(turn.attr("error.type"), Some("halted"));
+    let chat = one(&spans, "dropped model call", |s| s.name == "chat scripted");
+    assert_eq!(chat.status, 2, "{chat:#?}");
+    assert_eq!(chat.attr("error.type"), Some("halted"));
+    served.stop();
+}
