@@ -695,3 +695,34 @@ provider = "slow"
     assert_eq!(chat.attr("error.type"), Some("halted"));
     served.stop();
 }
+
+#[test]
+fn the_example_team_file_parses_with_its_telemetry_section() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/telemetry.toml"
+    ))
+    .unwrap();
+    let file = warden::team::TeamFile::from_toml(&text).expect("examples/telemetry.toml is valid");
+    assert_eq!(
+        file.telemetry.endpoint.as_deref(),
+        Some("http://localhost:4318")
+    );
+    assert_eq!(file.telemetry.service_name.as_deref(), Some("warden-example"));
+    assert_eq!(file.telemetry.capture_content, Some(false));
+    let config = warden::telemetry::TelemetryConfig::resolve(Some(&file.telemetry), |_| None)
+        .unwrap()
+        .expect("on: the file names an endpoint");
+    assert_eq!(config.traces_endpoint, "http://localhost:4318/v1/traces");
+    // A mistake in the section is a config error with its place in the file.
+    let err = warden::team::TeamFile::from_toml(&text.replace("capture_content", "capture"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("line 13"), "{err}");
+    let err = warden::team::TeamFile::from_toml(
+        &text.replace("\"http://localhost:4318\"", "\"localhost:4318\""),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("telemetry.endpoint"), "{err}");
+}
