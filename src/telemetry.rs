@@ -432,6 +432,7 @@ impl Telemetry {
             )
             .build();
         warden_actors::telemetry::set_capture_content(config.capture_content);
+        install_context_hooks();
         Ok(Telemetry {
             provider,
             config: config.clone(),
@@ -472,6 +473,32 @@ impl Telemetry {
     pub fn shutdown(self) {
         let _ = self.provider.shutdown_with_timeout(SHUTDOWN_TIMEOUT);
     }
+}
+
+/// Lets a user event carry the OpenTelemetry context of the span it is sent under to the turn that
+/// takes it ([`warden_actors::telemetry::ContextHooks`]). [`Telemetry::start`] calls it; call it
+/// yourself when you install your own `tracing-opentelemetry` layer. Idempotent.
+pub fn install_context_hooks() {
+    fn capture() -> Option<std::sync::Arc<dyn std::any::Any + Send + Sync>> {
+        let current = tracing::Span::current();
+        if current.is_disabled() {
+            return None;
+        }
+        let cx = current.context();
+        if !cx.span().span_context().is_valid() {
+            return None;
+        }
+        Some(std::sync::Arc::new(cx))
+    }
+    fn attach(span: &tracing::Span, context: &(dyn std::any::Any + Send + Sync)) {
+        if let Some(cx) = context.downcast_ref::<opentelemetry::Context>() {
+            let _ = span.set_parent(cx.clone());
+        }
+    }
+    let _ = warden_actors::telemetry::set_context_hooks(warden_actors::telemetry::ContextHooks {
+        capture,
+        attach,
+    });
 }
 
 /// The target of [`request_span`]'s spans.

@@ -38,6 +38,8 @@ struct Span {
     status: i32,
     attributes: HashMap<String, String>,
     events: Vec<String>,
+    /// Unix nanoseconds.
+    end: u64,
 }
 
 impl Span {
@@ -172,12 +174,14 @@ fn serve(stream: TcpStream, kept: &Mutex<Vec<Span>>) {
                             })
                             .collect(),
                         events: span.events.iter().map(|e| e.name.clone()).collect(),
+                        end: span.end_time_unix_nano,
                     });
                 }
             }
         }
         kept.lock().unwrap().extend(spans);
-        let reply = "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n";
+        let reply =
+            "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n";
         if writer.write_all(reply.as_bytes()).is_err() {
             return;
         }
@@ -256,7 +260,12 @@ impl Served {
         std::fs::write(&config, team).unwrap();
         let db = temp("journal.db");
         let child = warden()
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--config",
+            ])
             .arg(&config)
             .arg("--db")
             .arg(&db)
@@ -370,7 +379,11 @@ fn one_delegated_task_is_one_trace_from_the_callers_traceparent() {
             .count()
             == 2
             && spans.iter().filter(|s| s.name.starts_with("POST ")).count() == 2
-            && spans.iter().filter(|s| s.name == "invoke_agent lead").count() == 2
+            && spans
+                .iter()
+                .filter(|s| s.name == "invoke_agent lead")
+                .count()
+                == 2
     });
     let traced: Vec<Span> = spans
         .iter()
@@ -380,9 +393,15 @@ fn one_delegated_task_is_one_trace_from_the_callers_traceparent() {
     let request = one(&traced, "request span", |s| {
         s.name == "POST /api/agents/{key}/events"
     });
-    assert_eq!(request.parent, CALLER, "the request continues the caller's span");
+    assert_eq!(
+        request.parent, CALLER,
+        "the request continues the caller's span"
+    );
     assert_eq!(request.kind, 2, "server");
-    assert_eq!(request.service, "warden-otel-test", "OTEL_SERVICE_NAME wins over the file");
+    assert_eq!(
+        request.service, "warden-otel-test",
+        "OTEL_SERVICE_NAME wins over the file"
+    );
     assert_eq!(request.attr("http.response.status_code"), Some("200"));
 
     let lead = one(&traced, "lead turn", |s| s.name == "invoke_agent lead");
@@ -396,14 +415,21 @@ fn one_delegated_task_is_one_trace_from_the_callers_traceparent() {
         .iter()
         .filter(|s| s.name == "chat scripted" && s.parent == lead.span_id)
         .collect();
-    assert_eq!(lead_chats.len(), 2, "two model calls: the delegation, the answer");
+    assert_eq!(
+        lead_chats.len(),
+        2,
+        "two model calls: the delegation, the answer"
+    );
     for chat in &lead_chats {
         assert_eq!(chat.kind, 3, "client");
         assert_eq!(chat.attr("gen_ai.operation.name"), Some("chat"));
         assert_eq!(chat.attr("gen_ai.request.model"), Some("scripted"));
         assert_eq!(chat.attr("gen_ai.provider.name"), Some("scripted"));
         assert!(chat.attr("gen_ai.usage.input_tokens").is_some(), "{chat:?}");
-        assert!(chat.attr("gen_ai.usage.output_tokens").is_some(), "{chat:?}");
+        assert!(
+            chat.attr("gen_ai.usage.output_tokens").is_some(),
+            "{chat:?}"
+        );
         // The scripted model reports no usage: warden's estimate is marked.
         assert_eq!(chat.attr("warden.usage.estimated"), Some("true"));
     }
@@ -414,11 +440,15 @@ fn one_delegated_task_is_one_trace_from_the_callers_traceparent() {
     assert!(reasons.contains(&r#"["tool_call"]"#), "{reasons:?}");
     assert!(reasons.contains(&r#"["stop"]"#), "{reasons:?}");
 
-    let tool = one(&traced, "delegate call", |s| s.name == "execute_tool delegate");
+    let tool = one(&traced, "delegate call", |s| {
+        s.name == "execute_tool delegate"
+    });
     assert_eq!(tool.parent, lead.span_id);
     assert_eq!(tool.attr("gen_ai.operation.name"), Some("execute_tool"));
     assert_eq!(tool.attr("gen_ai.tool.name"), Some("delegate"));
-    assert!(tool.attr("gen_ai.tool.call.id").is_some_and(|id| !id.is_empty()));
+    assert!(tool
+        .attr("gen_ai.tool.call.id")
+        .is_some_and(|id| !id.is_empty()));
 
     let helper = one(&traced, "helper turn", |s| s.name == "invoke_agent helper");
     assert_eq!(
@@ -435,7 +465,10 @@ fn one_delegated_task_is_one_trace_from_the_callers_traceparent() {
         .iter()
         .find(|s| s.name.starts_with("POST ") && s.trace_id != TRACE)
         .expect("the second request's span");
-    assert_eq!(other.parent, "", "a malformed traceparent starts a new trace");
+    assert_eq!(
+        other.parent, "",
+        "a malformed traceparent starts a new trace"
+    );
     assert!(spans
         .iter()
         .any(|s| s.name == "invoke_agent lead" && s.parent == other.span_id));
@@ -459,7 +492,10 @@ fn one_delegated_task_is_one_trace_from_the_callers_traceparent() {
         metrics.contains("warden_otel_spans_dropped_total{reason=\"queue_full\"} 0"),
         "{metrics}"
     );
-    assert!(metrics.contains("warden_otel_spans_exported_total "), "{metrics}");
+    assert!(
+        metrics.contains("warden_otel_spans_exported_total "),
+        "{metrics}"
+    );
     let (_, stderr) = served.stop();
     assert!(!stderr.contains("telemetry off"), "{stderr}");
 }
@@ -481,7 +517,11 @@ fn capture_content_from_the_team_file_puts_messages_in_the_spans() {
         .unwrap();
     let _ = std::fs::remove_file(&config);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("LEAD-ANSWER-TEXT"), "{stdout}");
     // `warden run` flushes on exit: the spans are there once it has ended.
     let spans = receiver.wait_for("the run's spans", |spans| {
@@ -493,14 +533,26 @@ fn capture_content_from_the_team_file_puts_messages_in_the_spans() {
         .iter()
         .filter_map(|s| s.attr("gen_ai.input.messages"))
         .collect();
-    assert!(input.iter().any(|m| m.contains("USER-PROMPT-TEXT")), "{input:?}");
-    assert!(input.iter().any(|m| m.contains("SYSTEM-PROMPT-TEXT")), "{input:?}");
+    assert!(
+        input.iter().any(|m| m.contains("USER-PROMPT-TEXT")),
+        "{input:?}"
+    );
+    assert!(
+        input.iter().any(|m| m.contains("SYSTEM-PROMPT-TEXT")),
+        "{input:?}"
+    );
     let output: Vec<&str> = spans
         .iter()
         .filter_map(|s| s.attr("gen_ai.output.messages"))
         .collect();
-    assert!(output.iter().any(|m| m.contains("LEAD-ANSWER-TEXT")), "{output:?}");
-    assert!(output.iter().any(|m| m.contains("HELPER-ANSWER-TEXT")), "{output:?}");
+    assert!(
+        output.iter().any(|m| m.contains("LEAD-ANSWER-TEXT")),
+        "{output:?}"
+    );
+    assert!(
+        output.iter().any(|m| m.contains("HELPER-ANSWER-TEXT")),
+        "{output:?}"
+    );
     let tool = spans
         .iter()
         .find(|s| s.name == "execute_tool delegate")
@@ -536,7 +588,10 @@ fn with_the_collector_down_turns_answer_drops_are_counted_and_the_exit_is_bounde
         .expect("the drop counter");
     // Per task: a request span, two turns, three model calls, one tool call. The queue holds one
     // span, and keeps it while its export fails (with the exporter's retries): the rest drop.
-    assert!((1..=3 * 7).contains(&dropped), "dropped {dropped}\n{metrics}");
+    assert!(
+        (1..=3 * 7).contains(&dropped),
+        "dropped {dropped}\n{metrics}"
+    );
     let (took, stderr) = served.stop();
     assert!(
         took < Duration::from_secs(10),
@@ -558,7 +613,9 @@ fn with_the_collector_down_turns_answer_drops_are_counted_and_the_exit_is_bounde
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("warden: telemetry off: OTEL_EXPORTER_OTLP_PROTOCOL=\"grpc\" is not supported"),
+        stderr.contains(
+            "warden: telemetry off: OTEL_EXPORTER_OTLP_PROTOCOL=\"grpc\" is not supported"
+        ),
         "{stderr}"
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("LEAD-ANSWER-TEXT"));
@@ -625,7 +682,9 @@ provider = "down"
         tool.events.iter().any(|e| e == "warden.delegation_refused"),
         "{tool:#?}"
     );
-    let broken = one(&spans, "locked-out turn", |s| s.name == "invoke_agent broken");
+    let broken = one(&spans, "locked-out turn", |s| {
+        s.name == "invoke_agent broken"
+    });
     assert_eq!(broken.status, 2, "{broken:#?}");
     assert_eq!(broken.attr("warden.termination"), Some("safety_lockout"));
     assert!(
@@ -674,7 +733,10 @@ provider = "slow"
         if status["state"] == "EXECUTING" {
             break;
         }
-        assert!(start.elapsed() < PATIENCE, "the turn never started: {status}");
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the turn never started: {status}"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let halted = client
@@ -693,6 +755,13 @@ provider = "slow"
     let chat = one(&spans, "dropped model call", |s| s.name == "chat scripted");
     assert_eq!(chat.status, 2, "{chat:#?}");
     assert_eq!(chat.attr("error.type"), Some("halted"));
+    // The event was answered 202 at once: its request span ended then, long before the turn it
+    // started (the turn continues the request's trace without holding its span open).
+    let request = one(&spans, "request span", |s| s.name.starts_with("POST "));
+    assert_eq!(turn.parent, request.span_id);
+    assert_eq!(turn.trace_id, request.trace_id);
+    assert!(request.end < turn.end, "{request:#?} {turn:#?}");
+    assert!(request.end <= chat.end);
     served.stop();
 }
 
@@ -708,7 +777,10 @@ fn the_example_team_file_parses_with_its_telemetry_section() {
         file.telemetry.endpoint.as_deref(),
         Some("http://localhost:4318")
     );
-    assert_eq!(file.telemetry.service_name.as_deref(), Some("warden-example"));
+    assert_eq!(
+        file.telemetry.service_name.as_deref(),
+        Some("warden-example")
+    );
     assert_eq!(file.telemetry.capture_content, Some(false));
     let config = warden::telemetry::TelemetryConfig::resolve(Some(&file.telemetry), |_| None)
         .unwrap()

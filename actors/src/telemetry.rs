@@ -14,12 +14,19 @@
 //!     └── invoke_agent {delegate}   for `delegate`: the delegate's turn, same trace
 //! ```
 //!
-//! A queued piece of work carries the span that was current when it was queued
-//! ([`crate::AgentHandle::submit`] and the other senders, a delegation), and the turn that takes it
-//! makes that span its parent: one task is one trace across the delegation tree and across the
-//! mailbox.
+//! A delegated task carries the delegator's `execute_tool delegate` span, and the delegate's turn
+//! makes it its parent: one task is one trace across the delegation tree. A user event carries the
+//! trace context that was current when it was queued ([`TraceContext`], captured through the
+//! [`ContextHooks`] the exporter installs), and the turn that takes it continues that trace: across
+//! the mailbox, without holding the sender's span open until the turn ends.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::{
+    any::Any,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, OnceLock,
+    },
+};
 use tracing::{field::Empty, Span};
 use warden_protocols::{
     AgentKey, ChatMessage, ChatRole, FinishReason, TerminationReason, TurnOutcome,
@@ -50,9 +57,78 @@ pub fn capture_content() -> bool {
     CAPTURE_CONTENT.load(Ordering::Relaxed)
 }
 
-/// The `invoke_agent {agent}` span of one turn, child of `parent` (the span the work was queued
-/// under; a disabled span makes it a root).
-pub(crate) fn invoke_agent(parent: &Span, agent: &AgentKey) -> Span {
+/// How queued work carries a trace context without this crate knowing OpenTelemetry: `capture`
+/// reads the caller's current context (`None`: nothing worth carrying), `attach` makes it the parent
+/// of a turn's span that has not started yet. The `warden` crate's exporter installs them
+/// (`warden::telemetry::install_context_hooks`); with none installed, nothing is captured.
+#[derive(Debug, Clone, Copy)]
+pub struct ContextHooks {
+    /// Reads the current trace context.
+    pub capture: fn() -> Option<Arc<dyn Any + Send + Sync>>,
+    /// Makes a captured context the parent of `span`.
+    pub attach: fn(span: &Span, context: &(dyn Any + Send + Sync)),
+}
+
+static HOOKS: OnceLock<ContextHooks> = OnceLock::new();
+
+/// Installs the process's [`ContextHooks`]. Only the first call counts (`false` after it).
+pub fn set_context_hooks(hooks: ContextHooks) -> bool {
+    HOOKS.set(hooks).is_ok()
+}
+
+/// A trace context carried with a queued user event (opaque here; empty when no hooks are
+/// installed or the sender was in no trace).
+#[derive(Clone, Default)]
+pub struct TraceContext(Option<Arc<dyn Any + Send + Sync>>);
+
+impl std::fmt::Debug for TraceContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "TraceContext(..)"
+        } else {
+            "TraceContext(none)"
+        })
+    }
+}
+
+impl TraceContext {
+    /// The caller's current context, through the installed hooks (an atomic load when there are
+    /// none).
+    pub fn current() -> Self {
+        TraceContext(HOOKS.get().and_then(|hooks| (hooks.capture)()))
+    }
+}
+
+/// What a turn's `invoke_agent` span descends from.
+#[derive(Debug, Default)]
+pub(crate) enum Parent {
+    /// A root span (a tick, an event queued again after a restart, no trace).
+    #[default]
+    None,
+    /// A span of this process: the delegator's `execute_tool delegate`.
+    Span(Span),
+    /// A context carried across the mailbox with a user event.
+    Context(TraceContext),
+}
+
+/// The `invoke_agent {agent}` span of one turn, descending from `parent`.
+pub(crate) fn invoke_agent(parent: &Parent, agent: &AgentKey) -> Span {
+    let span = invoke_agent_span(
+        match parent {
+            Parent::Span(span) => span.id(),
+            Parent::None | Parent::Context(_) => None,
+        },
+        agent,
+    );
+    if let (Parent::Context(TraceContext(Some(context))), Some(hooks)) = (parent, HOOKS.get()) {
+        if !span.is_disabled() {
+            (hooks.attach)(&span, context.as_ref());
+        }
+    }
+    span
+}
+
+fn invoke_agent_span(parent: Option<tracing::Id>, agent: &AgentKey) -> Span {
     tracing::info_span!(
         target: TARGET,
         parent: parent,

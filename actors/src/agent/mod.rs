@@ -106,11 +106,12 @@ pub(crate) enum Work {
         id: u64,
         event: Arc<UserEvent>,
         accepted: tokio::time::Instant,
-        /// The span current when the event was queued (the API's request span, carrying a caller's
-        /// `traceparent`): the parent of the turn's `invoke_agent` span. Kept here, beside the
-        /// serde-only `UserEvent`, so the trace context crosses the mailbox without touching the
-        /// wire types; disabled (free) when no telemetry layer is installed.
-        parent: tracing::Span,
+        /// The trace context current when the event was queued (the API's request span, which
+        /// continues a caller's `traceparent`): the turn that takes the event continues it. Kept
+        /// here, beside the serde-only `UserEvent`, so the context crosses the mailbox without
+        /// touching the wire types; a context, not the span, so the request's span ends with the
+        /// request. Empty (and free) without telemetry.
+        trace: crate::telemetry::TraceContext,
     },
     Tick,
     Delegated(DelegatedTask),
@@ -410,7 +411,7 @@ impl AgentHandle {
             id,
             event: event.clone(),
             accepted: tokio::time::Instant::now(),
-            parent: tracing::Span::current(),
+            trace: crate::telemetry::TraceContext::current(),
         };
         if let Err(err) = self.cell.mailbox.try_send(AgentMsg::Work(work)) {
             let refusal = match &err {

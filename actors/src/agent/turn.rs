@@ -110,8 +110,8 @@ pub(crate) struct Taken {
     reply: Option<TaskReply>,
     /// The id of the user event taken: what the turn answers.
     event: Option<u64>,
-    /// The parent of the turn's `invoke_agent` span (see [`crate::telemetry`]).
-    parent: tracing::Span,
+    /// What the turn's `invoke_agent` span descends from (see [`crate::telemetry`]).
+    parent: telemetry::Parent,
 }
 
 /// Takes `work`, synchronously in the actor right after its transition to `EXECUTING` (before the
@@ -128,7 +128,7 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
             id,
             event,
             accepted,
-            parent,
+            trace,
         } => {
             cell.begin_task();
             let from = event
@@ -151,7 +151,7 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
                 lineage: own(),
                 reply: None,
                 event: Some(id),
-                parent,
+                parent: telemetry::Parent::Context(trace),
             }
         }
         // A tick continues the current task (its loop count and wall clock keep running).
@@ -159,7 +159,7 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
             lineage: own(),
             reply: None,
             event: None,
-            parent: tracing::Span::none(),
+            parent: telemetry::Parent::None,
         },
         Work::Delegated(DelegatedTask {
             task,
@@ -173,7 +173,7 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
                 lineage,
                 reply: Some(reply),
                 event: None,
-                parent,
+                parent: telemetry::Parent::Span(parent),
             }
         }
     }

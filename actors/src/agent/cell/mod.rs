@@ -285,7 +285,7 @@ impl AgentCell {
                 event: p.event.clone(),
                 accepted: tokio::time::Instant::now(),
                 // The caller's trace did not survive the restart.
-                parent: tracing::Span::none(),
+                trace: crate::telemetry::TraceContext::default(),
             };
             if self.mailbox.requeue(AgentMsg::Work(work)).is_ok() {
                 requeued += 1;
