@@ -13,7 +13,8 @@
 //!
 //! Features: without the defaults this is the runtime alone (supervisor, agents, safety, the
 //! scripted provider, `MemoryJournal`); `openai`, `sqlite`, `server` and `cli` (the default) add
-//! the OpenAI-compatible provider, `SqliteJournal`, the HTTP server and the binary's pieces.
+//! the OpenAI-compatible provider, `SqliteJournal`, the HTTP server and the binary's pieces; `otel`
+//! (brought by `server`) adds the OpenTelemetry export ([`telemetry`], docs/telemetry.md).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -47,6 +48,8 @@ pub mod fuzzing {
 }
 #[cfg(feature = "server")]
 pub mod team;
+#[cfg(feature = "otel")]
+pub mod telemetry;
 
 #[cfg(feature = "sqlite")]
 pub use journal::{JournalReader, SqliteJournal};

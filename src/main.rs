@@ -307,14 +307,66 @@ enum ConfigAction {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
+    let cli = Cli::parse();
+    let telemetry = init_tracing(&cli.command);
+    let code = command(cli);
+    if let Some(telemetry) = telemetry {
+        // Bounded (`warden::telemetry::SHUTDOWN_TIMEOUT`): a dead collector cannot hold the exit.
+        telemetry.shutdown();
+    }
+    code
+}
+
+/// Logs to standard error (`RUST_LOG`, errors only by default) and, when configured by the
+/// `OTEL_*` variables or the team file's `[telemetry]` (`warden run` and `warden serve`), the
+/// OpenTelemetry export. A telemetry setting that cannot be used is reported and export stays off:
+/// warden runs as it would without it.
+fn init_tracing(command: &Command) -> Option<warden::telemetry::Telemetry> {
+    use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt, Layer};
+    let config = match command {
+        Command::Run { config, .. }
+        | Command::Serve {
+            config: Some(config),
+            ..
+        } => Some(config.as_path()),
+        _ => None,
+    };
+    let section = config
+        .and_then(|path| std::fs::read_to_string(path).ok())
+        .and_then(|text| warden::telemetry::TelemetrySection::from_team_toml(&text));
+    let telemetry = match warden::telemetry::TelemetryConfig::resolve(section.as_ref(), |name| {
+        std::env::var(name).ok()
+    }) {
+        Ok(None) => None,
+        Ok(Some(settings)) => match warden::telemetry::Telemetry::start(&settings) {
+            Ok(telemetry) => Some(telemetry),
+            Err(err) => {
+                eprintln!("warden: telemetry off: {err}");
+                None
+            }
+        },
+        Err(err) => {
+            eprintln!("warden: telemetry off: {err}");
+            None
+        }
+    };
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
-        )
-        .with_writer(std::io::stderr)
+        );
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(telemetry.as_ref().map(|t| t.layer()))
         .init();
-    let cli = Cli::parse();
+    if let Some(t) = &telemetry {
+        tracing::info!(endpoint = %t.config().traces_endpoint, "OpenTelemetry export on");
+    }
+    telemetry
+}
+
+fn command(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Demo => {
             let terminal = std::io::stdin().is_terminal();

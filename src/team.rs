@@ -32,6 +32,12 @@
 //! read_token = "…"                    # WARDEN_READ_TOKEN
 //! listen = "127.0.0.1:7878"           # unless --listen is given
 //! max_body_bytes = 65536
+//!
+//! [telemetry]                         # OpenTelemetry (docs/telemetry.md); OTEL_* variables win
+//! endpoint = "http://localhost:4318"  # OTLP/HTTP base URL; /v1/traces is appended
+//! service_name = "warden"
+//! capture_content = false             # prompts and completions stay out of spans
+//! # enabled = true                    # default: on when an endpoint is set
 //! ```
 
 use crate::{
@@ -388,6 +394,8 @@ pub struct TeamFile {
     pub agents: Vec<AgentFileSpec>,
     /// `[api]`: tokens and limits for `warden serve` (validated; see [`TeamFile::api_config`]).
     pub api: ApiSection,
+    /// `[telemetry]`: OpenTelemetry export (validated; see [`crate::telemetry::TelemetryConfig`]).
+    pub telemetry: crate::telemetry::TelemetrySection,
 }
 
 /// Why a team could not be started.
@@ -450,6 +458,9 @@ pub enum TeamError {
     /// to the admin token, or `max_body_bytes = 0`.
     #[error(transparent)]
     Api(#[from] ApiSectionError),
+    /// A `[telemetry]` value that cannot be used.
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
 }
 
 fn for_agent(agent: &Option<String>) -> String {
@@ -488,6 +499,8 @@ struct TeamDoc {
     agents: Vec<AgentFileSpec>,
     #[serde(default)]
     api: ApiSection,
+    #[serde(default)]
+    telemetry: crate::telemetry::TelemetrySection,
 }
 
 impl TeamDoc {
@@ -504,6 +517,7 @@ impl TeamDoc {
             providers,
             agents,
             api,
+            telemetry,
         } = self;
         TeamFile {
             config: WardenConfig {
@@ -519,6 +533,7 @@ impl TeamDoc {
             providers,
             agents,
             api,
+            telemetry,
         }
     }
 }
@@ -700,6 +715,7 @@ impl TeamFile {
         let file = warden_protocols::parse_toml::<TeamDoc>(text)?.split();
         file.config.validate()?;
         file.api.validate()?;
+        file.telemetry.validate()?;
         Ok(file)
     }
 
@@ -1306,7 +1322,7 @@ delegate = false
             format!(
                 "invalid config: line {line}, column 2: `mailboxes`: unknown field `mailboxes`, \
                  expected one of `safety`, `execution`, `delegation`, `tools`, `mailbox`, \
-                 `supervisor`, `journal`, `npc`, `providers`, `agents`, `api`\n\
+                 `supervisor`, `journal`, `npc`, `providers`, `agents`, `api`, `telemetry`\n\
                  {line} | [mailboxes]\n\
                  {} |  ^^^^^^^^^",
                 " ".repeat(line.to_string().len())

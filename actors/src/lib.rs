@@ -7,6 +7,7 @@
 //! * `provider` — the [`Provider`] trait and the [`ScriptedProvider`].
 //! * [`tools`] — the [`Tool`] trait, [`ToolRegistry`] and the call pipeline [`ToolRunner`].
 //! * `journal` — the [`Journal`] trait and [`MemoryJournal`].
+//! * [`telemetry`] — the GenAI trace spans (`invoke_agent`, `chat`, `execute_tool`), `tracing` only.
 //! * [`safety`] — breakers, budgets, fingerprints and the limit checkpoint ([`AgentBreakers`],
 //!   [`LimitCheckpoint`]).
 //!
@@ -54,6 +55,7 @@ mod provider;
 pub mod safety;
 mod supervisor;
 mod sync;
+pub mod telemetry;
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
 pub mod tools;

@@ -609,6 +609,7 @@ async fn metrics_text(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
         halt_agent: state.metrics.halt_agent.snapshot(),
         halt_all: state.metrics.halt_all.snapshot(),
         provider_retries: warden_actors::retry_counts().to_vec(),
+        otel: crate::telemetry::stats(),
     };
     HttpResponse::Ok()
         .content_type(metrics::CONTENT_TYPE)
@@ -868,12 +869,42 @@ async fn fate_from_journal(
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
+/// `POST /api/agents/{key}/events`, inside a server span that continues the caller's W3C
+/// `traceparent` ([`crate::telemetry::request_span`]): the event is queued under that span, so the
+/// turn that takes it later is its child.
 async fn post_event(
     _: Admin,
     state: web::Data<ApiState>,
     key: web::Path<String>,
     query: web::Query<PostEventQuery>,
     req: HttpRequest,
+    event: web::Json<UserEvent>,
+) -> Handled {
+    use tracing::Instrument;
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let span = crate::telemetry::request_span(
+        "POST",
+        "/api/agents/{key}/events",
+        &key,
+        header("traceparent"),
+        header("tracestate"),
+    );
+    let handled = post_event_in(state, key, query, &req, event)
+        .instrument(span.clone())
+        .await;
+    let status = match &handled {
+        Ok(response) => response.status(),
+        Err(err) => err.status,
+    };
+    crate::telemetry::request_ended(&span, status.as_u16(), None);
+    handled
+}
+
+async fn post_event_in(
+    state: web::Data<ApiState>,
+    key: web::Path<String>,
+    query: web::Query<PostEventQuery>,
+    req: &HttpRequest,
     event: web::Json<UserEvent>,
 ) -> Handled {
     let wait = query.wait()?;
@@ -942,6 +973,12 @@ fn refused(refusal: &WorkRefusal) -> HttpResponse {
             StatusCode::SERVICE_UNAVAILABLE
         }
     };
+    // The refusal as the request span's error (a no-op outside one).
+    crate::telemetry::request_ended(
+        &tracing::Span::current(),
+        status.as_u16(),
+        Some(&refusal.to_string()),
+    );
     HttpResponse::build(status).json(serde_json::json!({
         "error": refusal.to_string(),
         "refusal": refusal,

@@ -138,6 +138,8 @@ pub struct Snapshot {
     /// Retries of the OpenAI-compatible providers since the process started, by class
     /// (`warden_actors::retry_counts`: every class listed).
     pub provider_retries: Vec<(&'static str, u64)>,
+    /// The OpenTelemetry exporter's counters (`warden::telemetry::stats`; zeros while it is off).
+    pub otel: crate::telemetry::ExportStats,
 }
 
 /// Writes families: one HELP and TYPE, then its samples.
@@ -334,6 +336,27 @@ pub fn render(s: &Snapshot) -> String {
     for (class, n) in &s.provider_retries {
         e.sample("warden_provider_retries_total", &[("class", class)], n);
     }
+    e.family(
+        "warden_otel_spans_exported_total",
+        "counter",
+        "Trace spans the OpenTelemetry exporter sent and the collector accepted.",
+    );
+    e.sample("warden_otel_spans_exported_total", &[], s.otel.exported);
+    e.family(
+        "warden_otel_spans_dropped_total",
+        "counter",
+        "Trace spans lost, by reason: queue_full (the export queue was full; a turn never waits for it) or export_failed (the collector was down or refused them).",
+    );
+    e.sample(
+        "warden_otel_spans_dropped_total",
+        &[("reason", "queue_full")],
+        s.otel.dropped_queue_full,
+    );
+    e.sample(
+        "warden_otel_spans_dropped_total",
+        &[("reason", "export_failed")],
+        s.otel.dropped_export_failed,
+    );
     e.family(
         "warden_api_halt_duration_seconds",
         "histogram",

@@ -106,6 +106,12 @@ pub(crate) enum Work {
         id: u64,
         event: Arc<UserEvent>,
         accepted: tokio::time::Instant,
+        /// The trace context current when the event was queued (the API's request span, which
+        /// continues a caller's `traceparent`): the turn that takes the event continues it. Kept
+        /// here, beside the serde-only `UserEvent`, so the context crosses the mailbox without
+        /// touching the wire types; a context, not the span, so the request's span ends with the
+        /// request. Empty (and free) without telemetry.
+        trace: crate::telemetry::TraceContext,
     },
     Tick,
     Delegated(DelegatedTask),
@@ -136,6 +142,9 @@ pub(crate) struct DelegatedTask {
     /// The chain including this delegate, root first.
     pub lineage: Arc<[AgentKey]>,
     pub reply: TaskReply,
+    /// The delegator's `execute_tool delegate` span: the parent of the delegate's `invoke_agent`
+    /// span, so one task is one trace across the delegation tree.
+    pub parent: tracing::Span,
 }
 
 /// An operator action, read from the control lane (priority 1).
@@ -471,6 +480,7 @@ impl AgentHandle {
             id,
             event: event.clone(),
             accepted: tokio::time::Instant::now(),
+            trace: crate::telemetry::TraceContext::current(),
         };
         if let Err(err) = self.cell.mailbox.try_send(AgentMsg::Work(work)) {
             let refusal = match &err {

@@ -28,12 +28,14 @@ use crate::{
     context,
     provider::{LlmRequest, LlmResponse, ProviderError},
     safety::{limit_refusal_message, LimitContext, Verdict},
+    telemetry,
     tools::{self, panic_message, Admission, CircuitStep, CircuitTransition, ToolRun},
     tools::{ToolContext, ToolError},
 };
 use futures::FutureExt;
 use std::{panic::AssertUnwindSafe, sync::Arc, time::Duration};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use warden_protocols::{
     AgentKey, AgentState, AnomalyKind, ChatMessage, ChatRole, EventKind, FinishReason,
     LimitDecision, LimitKind, LlmOutcome, TerminationReason, ToolCall, ToolCategory, ToolOutcome,
@@ -108,6 +110,8 @@ pub(crate) struct Taken {
     reply: Option<TaskReply>,
     /// The id of the user event taken: what the turn answers.
     event: Option<u64>,
+    /// What the turn's `invoke_agent` span descends from (see [`crate::telemetry`]).
+    parent: telemetry::Parent,
 }
 
 /// Takes `work`, synchronously in the actor right after its transition to `EXECUTING` (before the
@@ -124,6 +128,7 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
             id,
             event,
             accepted,
+            trace,
         } => {
             cell.begin_task();
             let from = event
@@ -147,6 +152,7 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
                 lineage: own(),
                 reply: None,
                 event: Some(id),
+                parent: telemetry::Parent::Context(trace),
             }
         }
         // A tick continues the current task (its loop count and wall clock keep running).
@@ -158,12 +164,14 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
                 lineage: own(),
                 reply: None,
                 event: None,
+                parent: telemetry::Parent::None,
             }
         }
         Work::Delegated(DelegatedTask {
             task,
             lineage,
             reply,
+            parent,
         }) => {
             cell.begin_task();
             cell.append_history(ChatMessage::user(task));
@@ -171,6 +179,7 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
                 lineage,
                 reply: Some(reply),
                 event: None,
+                parent: telemetry::Parent::Span(parent),
             }
         }
     }
@@ -183,10 +192,20 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
 /// The outcome names the event the turn answers and carries the turn's usage.
 pub(crate) async fn run(cell: Arc<AgentCell>, taken: Taken) -> (TurnOutcome, Option<TaskReply>) {
     let token = cell.halt_token();
-    let mut result = react(&cell, &token, taken.lineage).await;
+    let span = telemetry::invoke_agent(&taken.parent, &cell.key);
+    let mut result = react(&cell, &token, taken.lineage)
+        .instrument(span.clone())
+        .await;
     cell.runner.clear_tick();
     result.events.extend(taken.event);
     result.usage = cell.take_turn_usage();
+    telemetry::turn_ended(&span, &result, || {
+        cell.lock()
+            .lockout
+            .as_ref()
+            .map(|l| l.reason.clone())
+            .unwrap_or_default()
+    });
     (result, taken.reply)
 }
 
@@ -681,6 +700,20 @@ async fn call_provider(
     token: &CancellationToken,
     request: LlmRequest,
 ) -> Option<Result<LlmResponse, ProviderError>> {
+    let span = telemetry::chat(cell.provider.name(), cell.provider.model(), &request);
+    let result = call_provider_in(cell, token, request)
+        .instrument(span.clone())
+        .await;
+    telemetry::chat_ended(&span, result.as_ref());
+    result
+}
+
+/// [`call_provider`] inside its `chat` span.
+async fn call_provider_in(
+    cell: &AgentCell,
+    token: &CancellationToken,
+    request: LlmRequest,
+) -> Option<Result<LlmResponse, ProviderError>> {
     // `complete` itself runs unguarded: a panic there is a crash of the agent (restart policy).
     // A panic inside the returned future is a failed call.
     let call = AssertUnwindSafe(cell.provider.complete(request)).catch_unwind();
@@ -728,8 +761,28 @@ enum Executed {
 
 /// Runs one tool call through the agent's [`tools::ToolRunner`]: circuit breaker, JSON-schema
 /// validation, cache, the halt gate, timeout, panic catching. Records nothing in the history or the
-/// error count (see [`account`]).
+/// error count (see [`account`]). The call runs inside its `execute_tool` span (the parent of a
+/// delegate's turn).
 async fn execute(
+    cell: &Arc<AgentCell>,
+    token: &CancellationToken,
+    call: &ToolCall,
+    lineage: &Arc<[AgentKey]>,
+) -> Executed {
+    let span = telemetry::execute_tool(&call.function.name, &call.id, &call.function.arguments);
+    let executed = execute_in(cell, token, call, lineage)
+        .instrument(span.clone())
+        .await;
+    let run = match &executed {
+        Executed::Halted => None,
+        Executed::Ran(run, _) => Some(run),
+    };
+    telemetry::tool_ended(&span, run);
+    executed
+}
+
+/// [`execute`] inside its span.
+async fn execute_in(
     cell: &Arc<AgentCell>,
     token: &CancellationToken,
     call: &ToolCall,

@@ -14,6 +14,7 @@ impl Supervisor {
     ) -> Result<String, DelegationError> {
         let config = &self.shared.config;
         let refuse = |refusal: DelegationRefusal| {
+            crate::telemetry::refused("warden.delegation_refused", &refusal);
             from.note(EventKind::DelegationRefused {
                 to: to.clone(),
                 refusal: refusal.clone(),
@@ -99,6 +100,7 @@ impl Supervisor {
             task,
             lineage: Arc::from(chain),
             reply,
+            parent: tracing::Span::current(),
         }));
         if let Err(err) = delegate.mailbox.try_send(task) {
             let refusal = match err {

@@ -291,6 +291,8 @@ impl AgentCell {
                 id: p.id,
                 event: p.event.clone(),
                 accepted: tokio::time::Instant::now(),
+                // The caller's trace did not survive the restart.
+                trace: crate::telemetry::TraceContext::default(),
             };
             if self.mailbox.requeue(AgentMsg::Work(work)).is_ok() {
                 requeued += 1;
