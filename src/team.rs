@@ -609,6 +609,14 @@ pub fn defaults_toml() -> String {
          listen = \"{}\"\n\
          max_body_bytes = {}\n\
          \n\
+         # OpenTelemetry export (docs/telemetry.md); off unless an endpoint is set here or in\n\
+         # OTEL_EXPORTER_OTLP_ENDPOINT. Each OTEL_* variable wins over its key.\n\
+         [telemetry]\n\
+         # enabled = true\n\
+         # endpoint = \"http://127.0.0.1:4318\"\n\
+         # service_name = \"warden\"\n\
+         # capture_content = false\n\
+         \n\
          # A team file for warden run and warden serve adds [providers.NAME] and [[agents]].\n",
         WardenConfig::defaults_toml().trim_end(),
         crate::server::api::DEFAULT_LISTEN,
