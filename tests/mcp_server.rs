@@ -109,7 +109,10 @@ impl Server {
             if let Ok(Some(status)) = server.child.try_wait() {
                 panic!("warden serve exited early: {status}");
             }
-            assert!(Instant::now() < deadline, "warden serve never became healthy");
+            assert!(
+                Instant::now() < deadline,
+                "warden serve never became healthy"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         server.dir = server.dir.clone();
@@ -198,7 +201,10 @@ async fn the_admin_token_gets_every_tool_and_the_read_token_only_reads() {
     let server = Server::start("tokens");
     let admin = http_client(&server, ADMIN).await;
     let info = admin.peer_info().expect("server info");
-    assert_eq!(info.server_info.as_ref().map(|i| i.name.as_str()), Some("warden"));
+    assert_eq!(
+        info.server_info.as_ref().map(|i| i.name.as_str()),
+        Some("warden")
+    );
     assert!(info.capabilities.tools.is_some());
     assert_eq!(tool_names(&admin).await, ALL_TOOLS);
 
@@ -222,7 +228,12 @@ async fn the_admin_token_gets_every_tool_and_the_read_token_only_reads() {
     let refused = call(&read, "halt", json!({ "agent": "quick" })).await;
     assert!(is_error(&refused));
     assert!(text(&refused).contains("admin token"), "{}", text(&refused));
-    let refused = call(&read, "ask_agent", json!({ "agent": "quick", "content": "hi" })).await;
+    let refused = call(
+        &read,
+        "ask_agent",
+        json!({ "agent": "quick", "content": "hi" }),
+    )
+    .await;
     assert!(is_error(&refused));
     let status = call(&read, "agent_status", json!({ "agent": "quick" })).await;
     assert_eq!(
@@ -250,12 +261,18 @@ async fn ask_agent_returns_the_answer_and_refusals_are_tool_errors() {
     let id = body["id"].as_u64().unwrap();
 
     // Its fate, by id, from the journal.
-    let fate = call(&client, "event_status", json!({ "agent": "quick", "id": id })).await;
+    let fate = call(
+        &client,
+        "event_status",
+        json!({ "agent": "quick", "id": id }),
+    )
+    .await;
     assert!(!is_error(&fate), "{}", text(&fate));
     assert_eq!(fate.structured_content.as_ref().unwrap()["answer"], ANSWER);
 
     // The same idempotency key queues once.
-    let keyed = json!({ "agent": "quick", "content": "again", "wait_s": 60, "idempotency_key": "k1" });
+    let keyed =
+        json!({ "agent": "quick", "content": "again", "wait_s": 60, "idempotency_key": "k1" });
     let first = call(&client, "ask_agent", keyed.clone()).await;
     let second = call(&client, "ask_agent", keyed).await;
     let (first, second) = (
@@ -266,15 +283,34 @@ async fn ask_agent_returns_the_answer_and_refusals_are_tool_errors() {
     assert_eq!(second["duplicate"], true);
 
     // Refusals are tool errors with a sentence, not JSON-RPC errors.
-    let unknown = call(&client, "ask_agent", json!({ "agent": "nobody", "content": "hi" })).await;
+    let unknown = call(
+        &client,
+        "ask_agent",
+        json!({ "agent": "nobody", "content": "hi" }),
+    )
+    .await;
     assert!(is_error(&unknown));
-    assert!(text(&unknown).contains("unknown agent nobody"), "{}", text(&unknown));
+    assert!(
+        text(&unknown).contains("unknown agent nobody"),
+        "{}",
+        text(&unknown)
+    );
     let unknown = call(&client, "agent_status", json!({ "agent": "nobody" })).await;
     assert!(is_error(&unknown));
-    let bad = call(&client, "ask_agent", json!({ "agent": "quick", "content": "hi", "extra": 1 })).await;
+    let bad = call(
+        &client,
+        "ask_agent",
+        json!({ "agent": "quick", "content": "hi", "extra": 1 }),
+    )
+    .await;
     assert!(is_error(&bad));
     assert!(text(&bad).contains("unknown field"), "{}", text(&bad));
-    let bad = call(&client, "ask_agent", json!({ "agent": "quick", "content": "hi", "wait_s": 301 })).await;
+    let bad = call(
+        &client,
+        "ask_agent",
+        json!({ "agent": "quick", "content": "hi", "wait_s": 301 }),
+    )
+    .await;
     assert!(is_error(&bad));
     // An unknown tool is a protocol error.
     let err = client
@@ -312,7 +348,7 @@ async fn a_halt_over_mcp_ends_another_clients_waiting_ask_with_discarded() {
         .await;
         (asker, result)
     });
-    wait_for_state(&operator, "slow", "PROCESSING").await;
+    wait_for_state(&operator, "slow", "EXECUTING").await;
     assert!(!ask.is_finished(), "the ask must still be waiting");
 
     let halted = call(&operator, "halt", json!({ "agent": "slow" })).await;
@@ -331,8 +367,16 @@ async fn a_halt_over_mcp_ends_another_clients_waiting_ask_with_discarded() {
     assert_eq!(body["status"], "discarded");
     assert!(text(&result).contains("halted"), "{}", text(&result));
     let id = body["id"].as_u64().unwrap();
-    let fate = call(&operator, "event_status", json!({ "agent": "slow", "id": id })).await;
-    assert_eq!(fate.structured_content.as_ref().unwrap()["status"], "discarded");
+    let fate = call(
+        &operator,
+        "event_status",
+        json!({ "agent": "slow", "id": id }),
+    )
+    .await;
+    assert_eq!(
+        fate.structured_content.as_ref().unwrap()["status"],
+        "discarded"
+    );
 
     // halt_all answers one acknowledgement per agent.
     let all = call(&operator, "halt_all", json!({})).await;
@@ -394,10 +438,16 @@ async fn http_faults_are_answered_not_crashed_on() {
     // JSON, but not JSON-RPC; a batch.
     let (status, _, body) = raw(&server, Method::POST, Some(ADMIN), None, r#"{"hello":1}"#).await;
     assert_eq!(status, 400);
-    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["code"], -32600);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["error"]["code"],
+        -32600
+    );
     let (status, _, body) = raw(&server, Method::POST, Some(ADMIN), None, "[]").await;
     assert_eq!(status, 400);
-    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["code"], -32600);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["error"]["code"],
+        -32600
+    );
     // A request without a session, and with an unknown one.
     let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
     let (status, _, body) = raw(&server, Method::POST, Some(ADMIN), None, list).await;
@@ -432,7 +482,10 @@ async fn http_faults_are_answered_not_crashed_on() {
     let nope = r#"{"jsonrpc":"2.0","id":3,"method":"nope/nothing"}"#;
     let (status, _, body) = raw(&server, Method::POST, Some(ADMIN), Some(&session), nope).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["code"], -32601);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["error"]["code"],
+        -32601
+    );
     let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
     let (status, _, _) = raw(&server, Method::POST, Some(ADMIN), Some(&session), note).await;
     assert_eq!(status, 202);
@@ -491,7 +544,10 @@ async fn warden_mcp_serves_the_team_over_stdio() {
     assert_eq!(tool_names(&client).await, READ_TOOLS);
     // The halt of the first run was journaled: the agent is restored STOPPED.
     let status = call(&client, "agent_status", json!({ "agent": "quick" })).await;
-    assert_eq!(status.structured_content.as_ref().unwrap()["state"], "STOPPED");
+    assert_eq!(
+        status.structured_content.as_ref().unwrap()["state"],
+        "STOPPED"
+    );
     let refused = call(&client, "halt_all", json!({})).await;
     assert!(is_error(&refused));
     client.cancel().await.unwrap();

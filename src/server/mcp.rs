@@ -153,7 +153,7 @@ impl WardenMcp {
             tool(
                 "list_agents",
                 "List the team's agents: key, role (assistant or sub_agent), state \
-                 (WAITING_FOR_EVENT, PROCESSING, STOPPED, SAFETY_LOCKOUT, ...) and whether it is \
+                 (WAITING_FOR_EVENT, EXECUTING, WAITING_FOR_TOOL, STOPPED, SAFETY_LOCKOUT, ...) and whether it is \
                  paused or emergency-stopped.",
                 json!({}),
                 &[],
@@ -1010,21 +1010,21 @@ async fn post(state: web::Data<ApiState>, req: HttpRequest, payload: web::Payloa
         &message,
         JsonRpcMessage::Request(r) if matches!(r.request, ClientRequest::InitializeRequest(_))
     );
-    let (session_id, session) =
-        if initialize {
-            let operator = match access {
-                McpAccess::Admin => MCP_HTTP_OPERATOR,
-                McpAccess::Read => "mcp:read",
-            };
-            let handler = WardenMcp::new(
-                state.supervisor.clone(),
-                state.fates.clone(),
-                access,
-                operator,
-            );
-            match state.mcp.open(handler) {
-                Some(opened) => opened,
-                None => return rpc_error(
+    let (session_id, session) = if initialize {
+        let operator = match access {
+            McpAccess::Admin => MCP_HTTP_OPERATOR,
+            McpAccess::Read => "mcp:read",
+        };
+        let handler = WardenMcp::new(
+            state.supervisor.clone(),
+            state.fates.clone(),
+            access,
+            operator,
+        );
+        match state.mcp.open(handler) {
+            Some(opened) => opened,
+            None => {
+                return rpc_error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     given_id.as_ref(),
                     ErrorData::internal_error(
@@ -1033,38 +1033,39 @@ async fn post(state: web::Data<ApiState>, req: HttpRequest, payload: web::Payloa
                         ),
                         None,
                     ),
-                ),
-            }
-        } else {
-            let Some(id) = header_str(&req, SESSION_HEADER).map(str::trim) else {
-                return rpc_error(
-                    StatusCode::BAD_REQUEST,
-                    given_id.as_ref(),
-                    ErrorData::invalid_request(
-                        format!("missing {SESSION_HEADER} header: send initialize first"),
-                        None,
-                    ),
-                );
-            };
-            let Some(session) = state.mcp.get(id) else {
-                return rpc_error(
-                    StatusCode::NOT_FOUND,
-                    given_id.as_ref(),
-                    ErrorData::invalid_request(
-                        "unknown or expired MCP session: send initialize again",
-                        None,
-                    ),
-                );
-            };
-            if session.access != access {
-                return ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "this MCP session was opened with another token",
                 )
-                .error_response();
             }
-            (id.to_owned(), session)
+        }
+    } else {
+        let Some(id) = header_str(&req, SESSION_HEADER).map(str::trim) else {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                given_id.as_ref(),
+                ErrorData::invalid_request(
+                    format!("missing {SESSION_HEADER} header: send initialize first"),
+                    None,
+                ),
+            );
         };
+        let Some(session) = state.mcp.get(id) else {
+            return rpc_error(
+                StatusCode::NOT_FOUND,
+                given_id.as_ref(),
+                ErrorData::invalid_request(
+                    "unknown or expired MCP session: send initialize again",
+                    None,
+                ),
+            );
+        };
+        if session.access != access {
+            return ApiError::new(
+                StatusCode::FORBIDDEN,
+                "this MCP session was opened with another token",
+            )
+            .error_response();
+        }
+        (id.to_owned(), session)
+    };
     session.in_flight.fetch_add(1, Ordering::AcqRel);
     let mut guard = InFlight {
         session: session.clone(),
