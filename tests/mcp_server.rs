@@ -553,3 +553,57 @@ async fn warden_mcp_serves_the_team_over_stdio() {
     client.cancel().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Where `.ci/run` installs the npm packages the tests use (`WARDEN_NPM_CACHE`, else
+/// `~/.cache/warden-npm`).
+fn npm_cache() -> PathBuf {
+    match std::env::var_os("WARDEN_NPM_CACHE") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/warden-npm"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_typescript_sdk_talks_to_mcp() {
+    let sdk = npm_cache().join("node_modules/@modelcontextprotocol/sdk");
+    let node = Command::new("node").arg("--version").output();
+    if !node.is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED the_official_typescript_sdk_talks_to_mcp: node is not installed");
+        return;
+    }
+    if !sdk.join("package.json").exists() {
+        eprintln!(
+            "SKIPPED the_official_typescript_sdk_talks_to_mcp: {} is missing (.ci/run installs \
+             @modelcontextprotocol/sdk there)",
+            sdk.display()
+        );
+        return;
+    }
+    let server = Server::start("node");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_node/client.mjs");
+    let url = server.url();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg(script)
+            .arg(sdk)
+            .arg(url)
+            .arg(ADMIN)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "node client failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(report["server"]["name"], "warden");
+    assert_eq!(report["tools"], json!(ALL_TOOLS));
+    assert_eq!(report["answer"], ANSWER);
+    assert_eq!(report["asked_error"], false);
+    assert_eq!(report["halt_error"], false, "{}", report["halt_text"]);
+}
