@@ -1202,3 +1202,58 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .default_service(web::to(other_method)),
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warden_actors::MemoryJournal;
+    use warden_protocols::WardenConfig;
+
+    #[actix_rt::test]
+    async fn sessions_are_bounded_and_idle_ones_end_unless_busy() {
+        tokio::time::pause();
+        let journal = Arc::new(MemoryJournal::new());
+        let supervisor = Supervisor::on_current_arbiter(WardenConfig::default(), journal);
+        let handler = || WardenMcp::new(supervisor.clone(), None, McpAccess::Read, "test");
+        let sessions = McpSessions::default();
+        let (busy, busy_session) = sessions.open(handler()).unwrap();
+        let (idle, _) = sessions.open(handler()).unwrap();
+        for _ in 2..MAX_SESSIONS {
+            assert!(sessions.open(handler()).is_some());
+        }
+        assert_eq!(sessions.len(), MAX_SESSIONS);
+        assert!(sessions.open(handler()).is_none(), "bounded");
+
+        // A request in flight keeps its session past the idle limit; the others end.
+        busy_session.in_flight.fetch_add(1, Ordering::AcqRel);
+        tokio::time::advance(SESSION_IDLE + Duration::from_secs(1)).await;
+        assert!(sessions.get(&idle).is_none(), "idle session ended");
+        assert!(
+            sessions.open(handler()).is_some(),
+            "room again after the sweep"
+        );
+        assert_eq!(sessions.len(), 2);
+        assert!(sessions.get(&busy).is_some(), "busy session kept");
+        assert!(sessions.close(&busy));
+        assert!(sessions.get(&busy).is_none());
+    }
+
+    #[actix_rt::test]
+    async fn a_read_session_lists_and_may_call_only_the_reading_tools() {
+        let journal = Arc::new(MemoryJournal::new());
+        let supervisor = Supervisor::on_current_arbiter(WardenConfig::default(), journal);
+        let read = WardenMcp::new(supervisor.clone(), None, McpAccess::Read, "test");
+        let names: Vec<_> = read.tools().iter().map(|t| t.name.to_string()).collect();
+        assert_eq!(names, READ_TOOLS);
+        for tool in ADMIN_TOOLS {
+            let refused = read.call(tool, None).await.unwrap();
+            assert_eq!(refused.is_error, Some(true), "{tool}");
+        }
+        let admin = WardenMcp::new(supervisor, None, McpAccess::Admin, "test");
+        assert_eq!(admin.tools().len(), READ_TOOLS.len() + ADMIN_TOOLS.len());
+        for tool in admin.tools() {
+            assert_eq!(tool.input_schema["additionalProperties"], json!(false));
+        }
+        assert!(admin.call("nope", None).await.is_err(), "a protocol error");
+    }
+}
