@@ -674,11 +674,15 @@ impl ServerHandler for WardenMcp {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.call(&request.name, request.arguments)
-            .await
-            .map(CallToolResponse::from)
+        // rmcp cancels the context on `notifications/cancelled` (and when an HTTP client goes
+        // away, see `InFlight`) but lets the handler run: stop waiting then. A queued event stays
+        // queued; only the wait for its answer ends.
+        tokio::select! {
+            result = self.call(&request.name, request.arguments) => result.map(CallToolResponse::from),
+            () = context.ct.cancelled() => Err(ErrorData::internal_error("the call was cancelled", None)),
+        }
     }
 }
 
