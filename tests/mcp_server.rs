@@ -351,7 +351,9 @@ async fn a_halt_over_mcp_ends_another_clients_waiting_ask_with_discarded() {
     wait_for_state(&operator, "slow", "EXECUTING").await;
     assert!(!ask.is_finished(), "the ask must still be waiting");
 
+    let halt_sent = Instant::now();
     let halted = call(&operator, "halt", json!({ "agent": "slow" })).await;
+    let halt_acked = halt_sent.elapsed();
     assert!(!is_error(&halted), "{}", text(&halted));
     assert_eq!(
         halted.structured_content.as_ref().unwrap()["halted"][0]["state"],
@@ -362,6 +364,11 @@ async fn a_halt_over_mcp_ends_another_clients_waiting_ask_with_discarded() {
         .await
         .expect("ask_agent still waiting after the halt")
         .unwrap();
+    // A figure for the record, not a claim: from sending the halt to the waiting ask's result.
+    eprintln!(
+        "halt over MCP: acknowledged after {halt_acked:?}, the waiting ask_agent returned after {:?}",
+        halt_sent.elapsed()
+    );
     assert!(is_error(&result), "{}", text(&result));
     let body = result.structured_content.as_ref().unwrap();
     assert_eq!(body["status"], "discarded");
