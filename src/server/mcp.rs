@@ -338,7 +338,12 @@ impl WardenMcp {
             return unknown_agent(agent);
         }
         match self.fate(agent, id).await {
-            Ok(Some(fate)) => fate_result(agent, id, &fate, false, None),
+            Ok(Some(fate)) => {
+                // A report, not a failure: whatever became of the event, the read succeeded.
+                let mut result = fate_result(agent, id, &fate, false, None);
+                result.is_error = Some(false);
+                result
+            }
             Ok(None) => refusal(format!("agent {agent} has no event {id}")),
             Err(why) => refusal(why),
         }
