@@ -282,6 +282,36 @@ async fn ask_agent_returns_the_answer_and_refusals_are_tool_errors() {
     assert_eq!(first["id"], second["id"]);
     assert_eq!(second["duplicate"], true);
 
+    // No wait: the id and the status, to poll with event_status.
+    let queued = call(
+        &client,
+        "ask_agent",
+        json!({ "agent": "slow", "content": "later", "wait_s": 0 }),
+    )
+    .await;
+    assert!(!is_error(&queued), "{}", text(&queued));
+    let body = queued.structured_content.clone().unwrap();
+    assert!(
+        ["pending", "running"].contains(&body["status"].as_str().unwrap()),
+        "{body}"
+    );
+    assert!(text(&queued).contains("event_status"), "{}", text(&queued));
+    let polled = call(
+        &client,
+        "event_status",
+        json!({ "agent": "slow", "id": body["id"] }),
+    )
+    .await;
+    let status = polled.structured_content.unwrap()["status"].clone();
+    assert!(status == "pending" || status == "running", "{status}");
+    let missing = call(
+        &client,
+        "event_status",
+        json!({ "agent": "slow", "id": 999 }),
+    )
+    .await;
+    assert!(is_error(&missing));
+
     // Refusals are tool errors with a sentence, not JSON-RPC errors.
     let unknown = call(
         &client,
