@@ -115,7 +115,6 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        server.dir = server.dir.clone();
         server
     }
 
@@ -510,6 +509,18 @@ async fn http_faults_are_answered_not_crashed_on() {
     // Another token cannot use it.
     let (status, _, _) = raw(&server, Method::POST, Some(READ), Some(&session), list).await;
     assert_eq!(status, 403);
+    // A protocol version this server does not speak.
+    let response = reqwest::Client::new()
+        .post(server.url())
+        .bearer_auth(ADMIN)
+        .header("Content-Type", "application/json")
+        .header("Mcp-Session-Id", &session)
+        .header("MCP-Protocol-Version", "1999-01-01")
+        .body(list)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
     let (status, _, body) = raw(&server, Method::POST, Some(ADMIN), Some(&session), list).await;
     assert_eq!(status, 200, "{body}");
     let listed: Value = serde_json::from_str(&body).unwrap();
