@@ -719,6 +719,8 @@ pub async fn serve_stdio(
     db: &std::path::Path,
     access: McpAccess,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    // The team is loaded as `serve_team` loads it (journal, recovery, restored agents), without the
+    // HTTP pieces: keep the two in step when either learns a new start-up step.
     let journal = Arc::new(SqliteJournal::open_with(
         db,
         crate::journal::JournalOptions::from(&file.config.journal),
