@@ -61,6 +61,24 @@ enum Command {
         #[arg(long, default_value = warden::journal::DEFAULT_DB)]
         db: PathBuf,
     },
+    /// Serve a team as an MCP server over standard input/output (for Claude Desktop, an IDE, any
+    /// MCP client): tools list_agents, agent_status, event_status, ask_agent, halt, halt_all.
+    ///
+    /// Agents are restored from the journal as `warden serve` does. Standard output carries the
+    /// protocol only; logs go to standard error (RUST_LOG=info shows more). Ends when the client
+    /// closes standard input.
+    Mcp {
+        /// Team file: config sections plus [providers.NAME] and [[agents]].
+        #[arg(long)]
+        config: PathBuf,
+        /// The journal database file (created if missing; not one a running `warden serve` holds).
+        #[arg(long, default_value = warden::journal::DEFAULT_DB)]
+        db: PathBuf,
+        /// Offer only the tools that read (list_agents, agent_status, event_status): no ask_agent,
+        /// no halts.
+        #[arg(long)]
+        read_only: bool,
+    },
     /// Inspect a journal database (read-only; safe while warden runs on it).
     Journal {
         /// The journal database file (never created nor changed here).
@@ -531,6 +549,40 @@ fn command(cli: Cli) -> ExitCode {
                 .unwrap_or(std::net::SocketAddr::from(([127, 0, 0, 1], 7878)));
             let result = actix_rt::System::new()
                 .block_on(async move { warden::server::serve_team(file, &db, listen, api).await });
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Mcp {
+            config,
+            db,
+            read_only,
+        } => {
+            let text = match std::fs::read_to_string(&config) {
+                Ok(text) => text,
+                Err(err) => {
+                    eprintln!("error: cannot read {}: {err}", config.display());
+                    return ExitCode::FAILURE;
+                }
+            };
+            let file = match warden::team::TeamFile::from_toml(&text) {
+                Ok(file) => file,
+                Err(err) => {
+                    eprintln!("error: {}: {err}", config.display());
+                    return ExitCode::FAILURE;
+                }
+            };
+            let access = if read_only {
+                warden::server::mcp::McpAccess::Read
+            } else {
+                warden::server::mcp::McpAccess::Admin
+            };
+            let result = actix_rt::System::new()
+                .block_on(async move { warden::server::mcp::serve_stdio(file, &db, access).await });
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {

@@ -16,6 +16,7 @@ const COMMANDS: &[&[&str]] = &[
     &["run"],
     &["loadtest"],
     &["serve"],
+    &["mcp"],
     &["journal"],
     &["journal", "tail"],
     &["journal", "show"],

@@ -127,7 +127,7 @@ impl ApiConfig {
         Ok(config)
     }
 
-    fn limit(&self) -> usize {
+    pub(crate) fn limit(&self) -> usize {
         if self.body_limit == 0 {
             DEFAULT_BODY_LIMIT
         } else {
@@ -239,6 +239,8 @@ pub struct ApiState {
     pub fates: Option<Arc<dyn EventFates>>,
     /// What the API measures itself (halt latency).
     pub metrics: Arc<ApiMetrics>,
+    /// The open sessions of `/mcp` (the MCP server, [`crate::server::mcp`]).
+    pub mcp: Arc<crate::server::mcp::McpSessions>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -263,6 +265,7 @@ impl ApiState {
             journal: None,
             fates: None,
             metrics: Arc::default(),
+            mcp: Arc::default(),
         }
     }
 
@@ -366,12 +369,12 @@ impl From<ControlError> for ApiError {
 
 /// Which token a request carried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Access {
+pub(crate) enum Access {
     Read,
     Admin,
 }
 
-fn access_of(req: &HttpRequest) -> Result<Access, ApiError> {
+pub(crate) fn access_of(req: &HttpRequest) -> Result<Access, ApiError> {
     let state = req
         .app_data::<web::Data<ApiState>>()
         .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "api state missing"))?;
@@ -566,6 +569,9 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
             .app_data(web::QueryConfig::default().error_handler(query_error))
             .app_data(web::PathConfig::default().error_handler(path_error));
         register(cfg);
+        // `/mcp` is a protocol endpoint, not a REST route: it answers JSON-RPC, serves the read
+        // token too on POST, and takes three methods; it is not in `ROUTES` nor `openapi.json`.
+        crate::server::mcp::configure(cfg);
         cfg.default_service(web::to(no_route));
     }
 }
@@ -830,7 +836,7 @@ fn fate_response(id: u64, fate: &EventFate, duplicate: bool) -> HttpResponse {
 }
 
 /// What a waiter was told, as the event's fate.
-fn settled_fate(settled: warden_actors::Settled) -> EventFate {
+pub(crate) fn settled_fate(settled: warden_actors::Settled) -> EventFate {
     match settled {
         Ok(reply) => EventFate::Answered {
             answer: reply.answer,

@@ -1,0 +1,1270 @@
+//! warden as an MCP server: the team's agents as tools any MCP client can call — `list_agents`,
+//! `agent_status`, `ask_agent`, `event_status`, and with admin access `halt` and `halt_all`.
+//!
+//! One handler, [`WardenMcp`] (an `rmcp` [`ServerHandler`]), serves both transports:
+//!
+//! * **stdio** — `warden mcp --config team.toml` ([`serve_stdio`]): rmcp's service over standard
+//!   input and output. Standard output carries the protocol only; every log line goes to standard
+//!   error. The process owner runs the team, so the session has admin access (`--read-only` drops
+//!   it).
+//! * **streamable HTTP** — `POST /mcp` on `warden serve` ([`configure`]), with the API's bearer
+//!   tokens: the admin token gets every tool, the read token only the read-only ones.
+//!
+//! # Why an rmcp service per HTTP session, over an in-memory transport
+//!
+//! rmcp's streamable-HTTP server is a tower service (axum/hyper) and does not plug into actix-web,
+//! which serves everything else here. Rather than re-implement the protocol (the `initialize`
+//! handshake and version negotiation, `ping`, cancellation, unknown methods, and what each protocol
+//! revision adds or strips from a result), each HTTP session runs the same rmcp service that serves
+//! stdio, fed through a channel ([`SessionTransport`]): a POST hands its JSON-RPC message to the
+//! session's service and waits for the response with the same id. So both transports answer
+//! exactly alike, and only the HTTP framing is ours: `Mcp-Session-Id` issued at `initialize` and
+//! required after, `application/json` responses (this server never starts a stream of its own, so
+//! `GET` is `405`), `DELETE` ends a session, sessions bounded in number ([`MAX_SESSIONS`]) and
+//! ended when idle ([`SESSION_IDLE`]). A client that disconnects while its call waits cancels that
+//! call (`notifications/cancelled` to the service), as the stdio transport would.
+//!
+//! # Errors
+//!
+//! Refusals are tool results with `isError: true` and a sentence saying why (unknown agent, locked
+//! out, mailbox full, bad arguments, a halt asked with the read token); JSON-RPC errors are kept
+//! for protocol faults (a body that is not JSON, not a JSON-RPC message, an unknown method or tool).
+
+use crate::{
+    journal::{EventFates, SqliteJournal},
+    server::api::{self, access_of, Access, ApiError, ApiState, IDEMPOTENCY_KEY, MAX_WAIT_SECONDS},
+};
+use actix_web::{
+    http::{header, StatusCode},
+    web, HttpRequest, HttpResponse, ResponseError,
+};
+use futures::StreamExt;
+use parking_lot::Mutex;
+use rmcp::{
+    model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage,
+        ClientRequest, ContentBlock, ErrorData, Implementation, JsonObject, JsonRpcMessage,
+        ListToolsResult, PaginatedRequestParams, ProtocolVersion, RequestId, ServerCapabilities,
+        ServerConfig, ServerJsonRpcMessage, Tool, ToolAnnotations,
+    },
+    service::{RequestContext, RoleServer},
+    transport::Transport,
+    ServerHandler, ServiceExt,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::{
+    borrow::Cow,
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+use tokio::{
+    sync::{mpsc, oneshot},
+    time::Instant,
+};
+use warden_actors::{Submit, SubmitError, Supervisor};
+use warden_protocols::{EventFate, HaltCause, UserEvent};
+
+/// The operator name journaled for halts asked through `/mcp` with the admin token.
+pub const MCP_HTTP_OPERATOR: &str = "mcp:admin";
+/// The operator name journaled for halts asked through `warden mcp` (stdio).
+pub const MCP_STDIO_OPERATOR: &str = "mcp:stdio";
+/// The `source` and `sender` of the user events `ask_agent` queues.
+pub const MCP_SENDER: &str = "mcp";
+/// How long `ask_agent` waits for the answer when `wait_s` is not given, in seconds.
+pub const DEFAULT_WAIT_SECONDS: f64 = 30.0;
+/// The most HTTP sessions open at once; an `initialize` beyond it is answered `503` (after the idle
+/// ones are ended).
+pub const MAX_SESSIONS: usize = 256;
+/// An HTTP session with no request for this long is ended (its next request gets `404`: the
+/// client initializes again).
+pub const SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
+/// The header that names an HTTP session.
+pub const SESSION_HEADER: &str = "Mcp-Session-Id";
+/// The header with the protocol version a client negotiated.
+pub const PROTOCOL_VERSION_HEADER: &str = "MCP-Protocol-Version";
+
+/// What a session may do: every tool, or only the ones that read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum McpAccess {
+    /// `list_agents`, `agent_status`, `event_status`.
+    Read,
+    /// Those, `ask_agent`, `halt` and `halt_all`.
+    Admin,
+}
+
+impl From<Access> for McpAccess {
+    fn from(access: Access) -> Self {
+        match access {
+            Access::Read => McpAccess::Read,
+            Access::Admin => McpAccess::Admin,
+        }
+    }
+}
+
+/// The MCP server's handler: the team's tools, for one session's access. Both transports serve it.
+#[derive(Clone)]
+pub struct WardenMcp {
+    supervisor: Supervisor,
+    fates: Option<Arc<dyn EventFates>>,
+    access: McpAccess,
+    operator: &'static str,
+}
+
+impl std::fmt::Debug for WardenMcp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WardenMcp")
+            .field("access", &self.access)
+            .field("operator", &self.operator)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The tools a read session sees.
+const READ_TOOLS: [&str; 3] = ["list_agents", "agent_status", "event_status"];
+/// The tools only an admin session sees (and may call).
+const ADMIN_TOOLS: [&str; 3] = ["ask_agent", "halt", "halt_all"];
+
+impl WardenMcp {
+    /// The tools of `supervisor`'s team for a session with `access`; halts are journaled as asked by
+    /// `operator`. `fates` is where `event_status` (and a duplicate `ask_agent`) reads what became
+    /// of an event; without it they say the server keeps no journal.
+    pub fn new(
+        supervisor: Supervisor,
+        fates: Option<Arc<dyn EventFates>>,
+        access: McpAccess,
+        operator: &'static str,
+    ) -> Self {
+        WardenMcp {
+            supervisor,
+            fates,
+            access,
+            operator,
+        }
+    }
+
+    /// The tools this session may call, with their input schemas.
+    pub fn tools(&self) -> Vec<Tool> {
+        let mut tools = vec![
+            tool(
+                "list_agents",
+                "List the team's agents: key, role (assistant or sub_agent), state \
+                 (WAITING_FOR_EVENT, EXECUTING, WAITING_FOR_TOOL, STOPPED, SAFETY_LOCKOUT, ...) and whether it is \
+                 paused or emergency-stopped.",
+                json!({}),
+                &[],
+                ToolAnnotations::new().read_only(true),
+            ),
+            tool(
+                "agent_status",
+                "One agent's full status: state, lockout, queue length, turns, usage, errors.",
+                json!({ "agent": agent_property() }),
+                &["agent"],
+                ToolAnnotations::new().read_only(true),
+            ),
+            tool(
+                "event_status",
+                "What became of an event ask_agent queued: pending, running, answered (with the \
+                 answer), refused, discarded (a halt) or failed. Use it after ask_agent returned \
+                 without an answer.",
+                json!({
+                    "agent": agent_property(),
+                    "id": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "description": "The event id ask_agent returned."
+                    }
+                }),
+                &["agent", "id"],
+                ToolAnnotations::new().read_only(true),
+            ),
+        ];
+        if self.access == McpAccess::Admin {
+            tools.extend([
+                tool(
+                    "ask_agent",
+                    "Send a message to an agent of the team and wait for its answer. The message is \
+                     journaled and queued like any user event; if no answer comes within wait_s \
+                     seconds, the result gives the event id and its status (pending or running): \
+                     poll event_status with it.",
+                    json!({
+                        "agent": agent_property(),
+                        "content": {
+                            "type": "string",
+                            "minLength": 1,
+                            "description": "The message for the agent."
+                        },
+                        "wait_s": {
+                            "type": "number",
+                            "minimum": 0,
+                            "maximum": MAX_WAIT_SECONDS,
+                            "default": DEFAULT_WAIT_SECONDS,
+                            "description": "Seconds to wait for the answer (0 to 300; 0: do not \
+                                            wait, just queue it)."
+                        },
+                        "idempotency_key": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": 256,
+                            "description": "Names the message for retries: sent again with the \
+                                            same key and content, it is queued once and the \
+                                            first event's status is returned."
+                        }
+                    }),
+                    &["agent", "content"],
+                    ToolAnnotations::new()
+                        .read_only(false)
+                        .destructive(false)
+                        .idempotent(false)
+                        .open_world(true),
+                ),
+                tool(
+                    "halt",
+                    "Stop one agent and every agent it delegated to, at once: its model call is \
+                     aborted and its queued messages are discarded. It stays STOPPED until an \
+                     operator resumes it.",
+                    json!({ "agent": agent_property() }),
+                    &["agent"],
+                    ToolAnnotations::new()
+                        .read_only(false)
+                        .destructive(true)
+                        .idempotent(true)
+                        .open_world(false),
+                ),
+                tool(
+                    "halt_all",
+                    "Stop every agent of the team at once (SystemHalt): model calls aborted, queued \
+                     messages discarded.",
+                    json!({}),
+                    &[],
+                    ToolAnnotations::new()
+                        .read_only(false)
+                        .destructive(true)
+                        .idempotent(true)
+                        .open_world(false),
+                ),
+            ]);
+        }
+        tools
+    }
+
+    /// Calls tool `name` with `arguments`: `Ok` with the tool's result (`isError: true` for a
+    /// refusal), `Err` only for a tool that does not exist.
+    ///
+    /// # Errors
+    ///
+    /// `invalid_params` (JSON-RPC `-32602`) for an unknown tool name.
+    pub async fn call(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let args = Value::Object(arguments.unwrap_or_default());
+        if ADMIN_TOOLS.contains(&name) && self.access != McpAccess::Admin {
+            return Ok(refusal(format!(
+                "{name} needs the admin token: this session was opened with the read token \
+                 (it may call {})",
+                READ_TOOLS.join(", ")
+            )));
+        }
+        Ok(match name {
+            "list_agents" => match parse::<NoArgs>(name, args) {
+                Ok(NoArgs {}) => self.list_agents(),
+                Err(refused) => refused,
+            },
+            "agent_status" => match parse::<AgentArgs>(name, args) {
+                Ok(AgentArgs { agent }) => self.agent_status(&agent),
+                Err(refused) => refused,
+            },
+            "event_status" => match parse::<EventArgs>(name, args) {
+                Ok(EventArgs { agent, id }) => self.event_status(&agent, id).await,
+                Err(refused) => refused,
+            },
+            "ask_agent" => match parse::<AskArgs>(name, args) {
+                Ok(ask) => self.ask_agent(ask).await,
+                Err(refused) => refused,
+            },
+            "halt" => match parse::<AgentArgs>(name, args) {
+                Ok(AgentArgs { agent }) => self.halt(&agent).await,
+                Err(refused) => refused,
+            },
+            "halt_all" => match parse::<NoArgs>(name, args) {
+                Ok(NoArgs {}) => self.halt_all().await,
+                Err(refused) => refused,
+            },
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!("unknown tool {other:?} (tools/list lists them)"),
+                    None,
+                ))
+            }
+        })
+    }
+
+    fn list_agents(&self) -> CallToolResult {
+        let agents: Vec<Value> = self
+            .supervisor
+            .statuses()
+            .into_iter()
+            .map(|s| {
+                json!({
+                    "key": s.key,
+                    "role": s.role,
+                    "state": s.state,
+                    "paused": s.paused,
+                    "emergency_stop": s.emergency_stop,
+                })
+            })
+            .collect();
+        structured(json!({ "agents": agents }), false)
+    }
+
+    fn agent_status(&self, agent: &str) -> CallToolResult {
+        match self.supervisor.get(agent) {
+            Some(handle) => match serde_json::to_value(handle.status()) {
+                Ok(status) => structured(status, false),
+                Err(err) => refusal(format!("cannot encode the status of {agent}: {err}")),
+            },
+            None => unknown_agent(agent),
+        }
+    }
+
+    async fn event_status(&self, agent: &str, id: u64) -> CallToolResult {
+        if self.supervisor.get(agent).is_none() {
+            return unknown_agent(agent);
+        }
+        match self.fate(agent, id).await {
+            Ok(Some(fate)) => {
+                // A report, not a failure: whatever became of the event, the read succeeded.
+                let mut result = fate_result(agent, id, &fate, false, None);
+                result.is_error = Some(false);
+                result
+            }
+            Ok(None) => refusal(format!("agent {agent} has no event {id}")),
+            Err(why) => refusal(why),
+        }
+    }
+
+    async fn ask_agent(&self, ask: AskArgs) -> CallToolResult {
+        let AskArgs {
+            agent,
+            content,
+            wait_s,
+            idempotency_key,
+        } = ask;
+        let wait_s = wait_s.unwrap_or(DEFAULT_WAIT_SECONDS);
+        if !(0.0..=MAX_WAIT_SECONDS).contains(&wait_s) {
+            return refusal(format!(
+                "wait_s must be a number of seconds from 0 to {MAX_WAIT_SECONDS}, not {wait_s}"
+            ));
+        }
+        if content.trim().is_empty() {
+            return refusal("content must not be empty".to_owned());
+        }
+        let idempotency_key = match idempotency_key {
+            None => None,
+            Some(k) if !k.trim().is_empty() && k.len() <= 256 => Some(k.trim().to_owned()),
+            Some(_) => {
+                return refusal(format!(
+                    "idempotency_key must be 1 to 256 characters (like the API's {IDEMPOTENCY_KEY})"
+                ))
+            }
+        };
+        let Some(handle) = self.supervisor.get(&agent) else {
+            return unknown_agent(&agent);
+        };
+        let event = UserEvent {
+            source: MCP_SENDER.to_owned(),
+            sender: Some(MCP_SENDER.to_owned()),
+            content,
+        };
+        let options = Submit {
+            idempotency_key,
+            watch: wait_s > 0.0,
+        };
+        // The API's `POST /api/agents/{key}/events?wait=` path: journaled, durable before it is
+        // acknowledged, idempotent under a key, its fate readable afterwards by id.
+        let submitted = match handle.submit(event, options).await {
+            Ok(submitted) => submitted,
+            Err(err @ SubmitError::KeyReused { id, .. }) => {
+                return refusal_with(
+                    err.to_string(),
+                    json!({ "error": err.to_string(), "id": id }),
+                )
+            }
+            Err(err @ SubmitError::NotDurable { id, .. }) => {
+                tracing::error!(%agent, id, "{err}");
+                return refusal_with(
+                    err.to_string(),
+                    json!({ "error": err.to_string(), "id": id }),
+                );
+            }
+            Err(SubmitError::Refused(err)) => {
+                let text = format!("agent {agent} refused the message: {}", err.refusal);
+                return refusal_with(
+                    text,
+                    json!({ "error": err.refusal.to_string(), "refusal": err.refusal }),
+                );
+            }
+        };
+        let id = submitted.id;
+        if let Some(reply) = submitted.reply {
+            // A halt settles the waiter at once (the event is discarded), so this returns then,
+            // not at the end of the wait.
+            let wait = Duration::from_secs_f64(wait_s);
+            if let Ok(settled) = tokio::time::timeout(wait, reply).await {
+                let fate = api::settled_fate(settled);
+                return fate_result(&agent, id, &fate, submitted.duplicate, Some(wait_s));
+            }
+        }
+        // Not settled in time: its status from the journal (pending or running), which also
+        // holds the first event's fate for a duplicate.
+        let fate = self
+            .fate(&agent, id)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(EventFate::Pending);
+        fate_result(&agent, id, &fate, submitted.duplicate, Some(wait_s))
+    }
+
+    async fn halt(&self, agent: &str) -> CallToolResult {
+        let cause = HaltCause::Operator {
+            operator: self.operator.into(),
+        };
+        tracing::info!(agent, operator = self.operator, "halt asked over MCP");
+        match self.supervisor.halt(agent, cause).await {
+            Ok(acks) => halted(acks),
+            Err(_) => unknown_agent(agent),
+        }
+    }
+
+    async fn halt_all(&self) -> CallToolResult {
+        tracing::info!(operator = self.operator, "halt_all asked over MCP");
+        halted(self.supervisor.halt_all().await)
+    }
+
+    /// The event's fate from the journal, on a blocking thread (a SQLite read flushes first).
+    async fn fate(&self, agent: &str, id: u64) -> Result<Option<EventFate>, String> {
+        let Some(fates) = self.fates.clone() else {
+            return Err("this server keeps no journal to read events from".to_owned());
+        };
+        let agent = agent.to_owned();
+        tokio::task::spawn_blocking(move || fates.fate(&agent, id))
+            .await
+            .map_err(|e| format!("journal read failed: {e}"))?
+            .map_err(|e| format!("journal read failed: {e}"))
+    }
+}
+
+fn agent_property() -> Value {
+    json!({ "type": "string", "minLength": 1, "description": "The agent's key (list_agents lists them)." })
+}
+
+/// A tool whose input is an object with exactly `properties`, `required` of them required.
+fn tool(
+    name: &'static str,
+    description: &'static str,
+    properties: Value,
+    required: &[&str],
+    annotations: ToolAnnotations,
+) -> Tool {
+    let mut schema = JsonObject::new();
+    schema.insert("type".into(), json!("object"));
+    schema.insert("properties".into(), properties);
+    if !required.is_empty() {
+        schema.insert("required".into(), json!(required));
+    }
+    schema.insert("additionalProperties".into(), json!(false));
+    let mut tool = Tool::new(name, description, schema);
+    tool.annotations = Some(annotations);
+    tool
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoArgs {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentArgs {
+    agent: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventArgs {
+    agent: String,
+    id: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AskArgs {
+    agent: String,
+    content: String,
+    #[serde(default)]
+    wait_s: Option<f64>,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+}
+
+/// The arguments of tool `name`, or the refusal that says what is wrong with them (a tool error,
+/// so a model can correct its call).
+fn parse<T: serde::de::DeserializeOwned>(name: &str, args: Value) -> Result<T, CallToolResult> {
+    serde_json::from_value(args)
+        .map_err(|err| refusal(format!("invalid arguments for {name}: {err}")))
+}
+
+/// A result carrying `value` as structured content and as its JSON text.
+fn structured(value: Value, is_error: bool) -> CallToolResult {
+    let text = serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string());
+    let mut result = if is_error {
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    } else {
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    };
+    if value.is_object() {
+        result.structured_content = Some(value);
+    }
+    result
+}
+
+/// A tool error saying why.
+fn refusal(text: String) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(text)])
+}
+
+/// A tool error saying why, with the details as structured content.
+fn refusal_with(text: String, details: Value) -> CallToolResult {
+    let mut result = refusal(text);
+    result.structured_content = Some(details);
+    result
+}
+
+fn unknown_agent(agent: &str) -> CallToolResult {
+    refusal(format!(
+        "unknown agent {agent} (list_agents lists the team)"
+    ))
+}
+
+/// An event's fate as a tool result: the answer as text when answered; an error for refused,
+/// discarded and failed; for pending and running, how to poll.
+fn fate_result(
+    agent: &str,
+    id: u64,
+    fate: &EventFate,
+    duplicate: bool,
+    waited: Option<f64>,
+) -> CallToolResult {
+    let mut body = serde_json::to_value(fate).unwrap_or_else(|_| json!({}));
+    if let Some(map) = body.as_object_mut() {
+        map.insert("id".into(), id.into());
+        map.insert("agent".into(), agent.into());
+        if duplicate {
+            map.insert("duplicate".into(), true.into());
+        }
+    }
+    let text = match fate {
+        EventFate::Answered { answer, .. } => answer.clone(),
+        EventFate::Pending | EventFate::Running => {
+            let status = if matches!(fate, EventFate::Pending) {
+                "pending"
+            } else {
+                "running"
+            };
+            match waited {
+                Some(s) if s > 0.0 => format!(
+                    "no answer from {agent} within {s} s: event {id} is {status}; call \
+                     event_status {{\"agent\": \"{agent}\", \"id\": {id}}} later"
+                ),
+                _ => format!(
+                    "event {id} for {agent} is {status}; call event_status {{\"agent\": \
+                     \"{agent}\", \"id\": {id}}} for its answer"
+                ),
+            }
+        }
+        EventFate::Discarded => {
+            format!("event {id} for {agent} was discarded: the agent was halted")
+        }
+        EventFate::Refused { refusal } => {
+            format!("event {id} for {agent} was refused: {refusal}")
+        }
+        EventFate::Failed { reason, error } => match error {
+            Some(error) => format!("event {id} for {agent} failed ({reason:?}): {error}"),
+            None => format!("event {id} for {agent} failed ({reason:?})"),
+        },
+    };
+    let is_error = matches!(
+        fate,
+        EventFate::Discarded | EventFate::Refused { .. } | EventFate::Failed { .. }
+    );
+    let mut result = if is_error {
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    } else {
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    };
+    result.structured_content = Some(body);
+    result
+}
+
+/// Halt acknowledgements as a result: an error when a halt could not be made durable (it is applied
+/// all the same).
+fn halted(acks: Vec<warden_actors::HaltAck>) -> CallToolResult {
+    let not_durable = acks.iter().find_map(|a| {
+        a.not_durable
+            .as_ref()
+            .map(|c| (a.agent.to_string(), c.to_string()))
+    });
+    let halted: Vec<api::HaltAckBody> = acks
+        .into_iter()
+        .map(|a| api::HaltAckBody {
+            agent: a.agent.to_string(),
+            state: a.state,
+            discarded: a.discarded,
+        })
+        .collect();
+    match not_durable {
+        None => structured(json!({ "halted": halted }), false),
+        Some((agent, cause)) => {
+            tracing::error!(%agent, "halt applied but not durable: {cause}");
+            structured(
+                json!({ "error": format!("halt applied but not durable: {cause}"), "halted": halted }),
+                true,
+            )
+        }
+    }
+}
+
+/// The protocol versions served: those with the `initialize` handshake (sessions are made there).
+fn versions() -> &'static [ProtocolVersion] {
+    ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE)
+}
+
+impl ServerHandler for WardenMcp {
+    fn get_info(&self) -> ServerConfig {
+        let instructions = match self.access {
+            McpAccess::Admin => {
+                "A team of LLM agents run by warden. list_agents shows the team; ask_agent sends \
+                 one of them a message and returns its answer (or an event id to poll with \
+                 event_status); halt and halt_all stop agents at once."
+            }
+            McpAccess::Read => {
+                "A team of LLM agents run by warden, read-only: list_agents, agent_status and \
+                 event_status."
+            }
+        };
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("warden", env!("CARGO_PKG_VERSION")))
+            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+            .with_instructions(instructions)
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(versions())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        // rmcp cancels the context on `notifications/cancelled` (and when an HTTP client goes
+        // away, see `InFlight`) but lets the handler run: stop waiting then. A queued event stays
+        // queued; only the wait for its answer ends.
+        tokio::select! {
+            result = self.call(&request.name, request.arguments) => result.map(CallToolResponse::from),
+            () = context.ct.cancelled() => Err(ErrorData::internal_error("the call was cancelled", None)),
+        }
+    }
+}
+
+/// Why `warden mcp` stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum McpServeError {
+    /// The MCP handshake on standard input failed (not an MCP client, or it went away first).
+    #[error("MCP handshake failed: {0}")]
+    Handshake(String),
+    /// The service ended with an error.
+    #[error("MCP service failed: {0}")]
+    Service(String),
+}
+
+/// `warden mcp`: opens the journal at `db` (as `warden serve` does: its lock, its integrity check,
+/// every agent recorded there restored), spawns the team and serves it as an MCP server over
+/// standard input and output until the client closes standard input; then the agents are shut
+/// down and the journal closed. Nothing but the protocol is written to standard output.
+///
+/// Must run inside an actix `System`.
+///
+/// # Errors
+///
+/// A [`JournalError`](crate::journal::JournalError) when the journal cannot be opened or
+/// recovered, a [`TeamError`](crate::team::TeamError) when the team cannot be spawned, an
+/// [`McpServeError`] when the handshake or the service fails. Boxed: downcast to tell them apart.
+pub async fn serve_stdio(
+    file: crate::team::TeamFile,
+    db: &std::path::Path,
+    access: McpAccess,
+) -> Result<(), Box<dyn std::error::Error>> {
+    // The team is loaded as `serve_team` loads it (journal, recovery, restored agents), without the
+    // HTTP pieces: keep the two in step when either learns a new start-up step.
+    let journal = Arc::new(SqliteJournal::open_with(
+        db,
+        crate::journal::JournalOptions::from(&file.config.journal),
+    )?);
+    let records = journal.recover_records()?;
+    let supervisor = Supervisor::builder(file.config.clone(), journal.clone()).build();
+    file.spawn_agents_restored(&supervisor, &records)?;
+    eprintln!(
+        "warden: serving {} agents over MCP on standard input/output (journal {}, {} restored{})",
+        supervisor.len(),
+        db.display(),
+        records.len(),
+        if access == McpAccess::Read {
+            ", read-only"
+        } else {
+            ""
+        }
+    );
+    let fates: Arc<dyn EventFates> = journal.clone();
+    let handler = WardenMcp::new(supervisor.clone(), Some(fates), access, MCP_STDIO_OPERATOR);
+    let result = match handler.serve(rmcp::transport::stdio()).await {
+        Ok(service) => service
+            .waiting()
+            .await
+            .map(|_| ())
+            .map_err(|e| McpServeError::Service(e.to_string())),
+        Err(err) => Err(McpServeError::Handshake(err.to_string())),
+    };
+    supervisor.shutdown().await;
+    journal.close();
+    result.map_err(Into::into)
+}
+
+// ---- streamable HTTP ----
+
+type Waiters = Arc<Mutex<HashMap<RequestId, oneshot::Sender<ServerJsonRpcMessage>>>>;
+
+/// The in-memory transport between one HTTP session and its rmcp service: messages in from POSTs,
+/// responses out to the POST waiting for each (by request id). Messages the service starts itself
+/// (none for these tools) have no one to go to and are dropped.
+struct SessionTransport {
+    inbox: mpsc::Receiver<ClientJsonRpcMessage>,
+    waiters: Waiters,
+}
+
+impl Transport<RoleServer> for SessionTransport {
+    type Error = std::convert::Infallible;
+
+    fn send(
+        &mut self,
+        item: ServerJsonRpcMessage,
+    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let id = match &item {
+            JsonRpcMessage::Response(r) => Some(r.id.clone()),
+            JsonRpcMessage::Error(e) => e.id.clone(),
+            JsonRpcMessage::Request(_) | JsonRpcMessage::Notification(_) => None,
+        };
+        match id.and_then(|id| self.waiters.lock().remove(&id)) {
+            // The POST may be gone (its client disconnected): nothing to do then.
+            Some(waiter) => drop(waiter.send(item)),
+            None => tracing::debug!("MCP session: a server message with no POST to answer dropped"),
+        }
+        std::future::ready(Ok(()))
+    }
+
+    fn receive(
+        &mut self,
+    ) -> impl std::future::Future<Output = Option<ClientJsonRpcMessage>> + Send {
+        self.inbox.recv()
+    }
+
+    fn close(&mut self) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send {
+        self.inbox.close();
+        std::future::ready(Ok(()))
+    }
+}
+
+/// One HTTP session: its access, the way into its service, the POSTs waiting for answers.
+struct Session {
+    access: McpAccess,
+    inbox: mpsc::Sender<ClientJsonRpcMessage>,
+    waiters: Waiters,
+    last_used: Mutex<Instant>,
+    in_flight: AtomicUsize,
+}
+
+/// The open HTTP sessions of `/mcp`, shared by the server's workers.
+#[derive(Default)]
+pub struct McpSessions {
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+impl std::fmt::Debug for McpSessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpSessions")
+            .field("open", &self.sessions.lock().len())
+            .finish()
+    }
+}
+
+impl McpSessions {
+    /// How many sessions are open.
+    pub fn len(&self) -> usize {
+        self.sessions.lock().len()
+    }
+
+    /// Whether no session is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Ends the sessions idle for [`SESSION_IDLE`] with no request in flight.
+    fn sweep(&self, now: Instant) {
+        self.sessions.lock().retain(|_, s| {
+            s.in_flight.load(Ordering::Acquire) > 0
+                || now.duration_since(*s.last_used.lock()) < SESSION_IDLE
+        });
+    }
+
+    fn get(&self, id: &str) -> Option<Arc<Session>> {
+        let session = self.sessions.lock().get(id).cloned()?;
+        let now = Instant::now();
+        let idle = now.duration_since(*session.last_used.lock()) >= SESSION_IDLE
+            && session.in_flight.load(Ordering::Acquire) == 0;
+        if idle {
+            self.sessions.lock().remove(id);
+            return None;
+        }
+        *session.last_used.lock() = now;
+        Some(session)
+    }
+
+    /// Opens a session whose service serves `handler`: its id, or `None` when [`MAX_SESSIONS`] are
+    /// open and none is idle.
+    fn open(&self, handler: WardenMcp) -> Option<(String, Arc<Session>)> {
+        self.sweep(Instant::now());
+        let mut sessions = self.sessions.lock();
+        if sessions.len() >= MAX_SESSIONS {
+            return None;
+        }
+        let (to_service, inbox) = mpsc::channel(64);
+        let waiters = Waiters::default();
+        let transport = SessionTransport {
+            inbox,
+            waiters: waiters.clone(),
+        };
+        let session = Arc::new(Session {
+            access: handler.access,
+            inbox: to_service,
+            waiters,
+            last_used: Mutex::new(Instant::now()),
+            in_flight: AtomicUsize::new(0),
+        });
+        let id = format!("{:032x}", rand::random::<u128>());
+        sessions.insert(id.clone(), session.clone());
+        drop(sessions);
+        // The service ends when every sender of its inbox is gone: the session was ended (DELETE,
+        // idle) and no POST holds it any more.
+        tokio::spawn(async move {
+            match handler.serve(transport).await {
+                Ok(service) => {
+                    let _ = service.waiting().await;
+                }
+                Err(err) => tracing::debug!("MCP session ended before its handshake: {err}"),
+            }
+        });
+        Some((id, session))
+    }
+
+    fn close(&self, id: &str) -> bool {
+        self.sessions.lock().remove(id).is_some()
+    }
+}
+
+/// Counts a POST in flight on a session; on drop (answered, or the client went away) it is
+/// counted out, and a request still waiting is withdrawn and cancelled in the service.
+struct InFlight {
+    session: Arc<Session>,
+    waiting: Option<RequestId>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(id) = self.waiting.take() {
+            if self.session.waiters.lock().remove(&id).is_some() {
+                let cancel = json!({
+                    "jsonrpc": "2.0",
+                    "method": "notifications/cancelled",
+                    "params": { "requestId": id, "reason": "the HTTP client went away" }
+                });
+                if let Ok(message) = serde_json::from_value::<ClientJsonRpcMessage>(cancel) {
+                    let _ = self.session.inbox.try_send(message);
+                }
+            }
+        }
+        *self.session.last_used.lock() = Instant::now();
+        self.session.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A JSON-RPC error response (HTTP `status`), `id` null when the request's id is not known.
+fn rpc_error(status: StatusCode, id: Option<&RequestId>, error: ErrorData) -> HttpResponse {
+    HttpResponse::build(status).json(json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": error,
+    }))
+}
+
+fn header_str<'r>(req: &'r HttpRequest, name: &str) -> Option<&'r str> {
+    req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Reads the body up to `limit` bytes: `Err` with the `413` when it is longer.
+async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::BytesMut, HttpResponse> {
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::new(StatusCode::BAD_REQUEST, format!("bad request body: {e}"))
+                .error_response()
+        })?;
+        if body.len() + chunk.len() > limit {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body larger than {limit} bytes"),
+            )
+            .error_response());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// `POST /mcp`: one JSON-RPC message. `initialize` opens a session (`Mcp-Session-Id` in the
+/// response); every other message names it.
+async fn post(state: web::Data<ApiState>, req: HttpRequest, payload: web::Payload) -> HttpResponse {
+    let access = match access_of(&req) {
+        Ok(access) => McpAccess::from(access),
+        Err(err) => return err.error_response(),
+    };
+    let body = match read_body(payload, state.config.limit()).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let value: Value = match serde_json::from_slice(&body) {
+        Ok(value) => value,
+        Err(err) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                ErrorData::parse_error(format!("the body is not JSON: {err}"), None),
+            )
+        }
+    };
+    if value.is_array() {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            ErrorData::invalid_request(
+                "JSON-RPC batches are not supported: send one message per POST",
+                None,
+            ),
+        );
+    }
+    let given_id: Option<RequestId> = value
+        .get("id")
+        .and_then(|id| serde_json::from_value(id.clone()).ok());
+    let message: ClientJsonRpcMessage = match serde_json::from_value(value) {
+        Ok(message) => message,
+        Err(err) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                given_id.as_ref(),
+                ErrorData::invalid_request(format!("not an MCP JSON-RPC message: {err}"), None),
+            )
+        }
+    };
+    if let Some(version) = header_str(&req, PROTOCOL_VERSION_HEADER) {
+        if !versions().iter().any(|v| v.as_str() == version.trim()) {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                given_id.as_ref(),
+                ErrorData::invalid_request(
+                    format!(
+                        "unsupported {PROTOCOL_VERSION_HEADER}: {version:?} (supported: {})",
+                        versions()
+                            .iter()
+                            .map(ProtocolVersion::as_str)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    None,
+                ),
+            );
+        }
+    }
+    let initialize = matches!(
+        &message,
+        JsonRpcMessage::Request(r) if matches!(r.request, ClientRequest::InitializeRequest(_))
+    );
+    let (session_id, session) = if initialize {
+        let operator = match access {
+            McpAccess::Admin => MCP_HTTP_OPERATOR,
+            McpAccess::Read => "mcp:read",
+        };
+        let handler = WardenMcp::new(
+            state.supervisor.clone(),
+            state.fates.clone(),
+            access,
+            operator,
+        );
+        match state.mcp.open(handler) {
+            Some(opened) => opened,
+            None => {
+                return rpc_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    given_id.as_ref(),
+                    ErrorData::internal_error(
+                        format!(
+                            "too many MCP sessions open ({MAX_SESSIONS}): end one with DELETE /mcp"
+                        ),
+                        None,
+                    ),
+                )
+            }
+        }
+    } else {
+        let Some(id) = header_str(&req, SESSION_HEADER).map(str::trim) else {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                given_id.as_ref(),
+                ErrorData::invalid_request(
+                    format!("missing {SESSION_HEADER} header: send initialize first"),
+                    None,
+                ),
+            );
+        };
+        let Some(session) = state.mcp.get(id) else {
+            return rpc_error(
+                StatusCode::NOT_FOUND,
+                given_id.as_ref(),
+                ErrorData::invalid_request(
+                    "unknown or expired MCP session: send initialize again",
+                    None,
+                ),
+            );
+        };
+        if session.access != access {
+            return ApiError::new(
+                StatusCode::FORBIDDEN,
+                "this MCP session was opened with another token",
+            )
+            .error_response();
+        }
+        (id.to_owned(), session)
+    };
+    session.in_flight.fetch_add(1, Ordering::AcqRel);
+    let mut guard = InFlight {
+        session: session.clone(),
+        waiting: None,
+    };
+    let JsonRpcMessage::Request(request) = &message else {
+        // Notifications and the client's responses: handed over, nothing comes back.
+        if session.inbox.send(message).await.is_err() {
+            state.mcp.close(&session_id);
+            return ApiError::new(StatusCode::NOT_FOUND, "the MCP session has ended")
+                .error_response();
+        }
+        return HttpResponse::Accepted().finish();
+    };
+    let id = request.id.clone();
+    let (tx, rx) = oneshot::channel();
+    {
+        let mut waiters = session.waiters.lock();
+        if waiters.contains_key(&id) {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                Some(&id),
+                ErrorData::invalid_request("a request with this id is already in flight", None),
+            );
+        }
+        waiters.insert(id.clone(), tx);
+    }
+    guard.waiting = Some(id.clone());
+    if session.inbox.send(message).await.is_err() {
+        state.mcp.close(&session_id);
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            Some(&id),
+            ErrorData::invalid_request("the MCP session has ended: send initialize again", None),
+        );
+    }
+    let answer = rx.await;
+    guard.waiting = None;
+    drop(guard);
+    let Ok(answer) = answer else {
+        state.mcp.close(&session_id);
+        return rpc_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Some(&id),
+            ErrorData::internal_error("the MCP session ended without an answer", None),
+        );
+    };
+    if initialize && matches!(answer, JsonRpcMessage::Error(_)) {
+        // A refused handshake (an unsupported version) leaves no session behind.
+        state.mcp.close(&session_id);
+        return HttpResponse::Ok().json(answer);
+    }
+    let mut response = HttpResponse::Ok();
+    if initialize {
+        response.insert_header((SESSION_HEADER, session_id));
+    }
+    response.json(answer)
+}
+
+/// `GET /mcp`: this server starts no stream of its own (every answer comes with its POST).
+async fn get(req: HttpRequest) -> HttpResponse {
+    if let Err(err) = access_of(&req) {
+        return err.error_response();
+    }
+    let mut response = ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "GET /mcp: this server opens no stream of its own; POST JSON-RPC messages",
+    )
+    .error_response();
+    response.headers_mut().insert(
+        header::ALLOW,
+        header::HeaderValue::from_static("POST, DELETE"),
+    );
+    response
+}
+
+/// `DELETE /mcp`: ends the session `Mcp-Session-Id` names.
+async fn delete(state: web::Data<ApiState>, req: HttpRequest) -> HttpResponse {
+    let access = match access_of(&req) {
+        Ok(access) => McpAccess::from(access),
+        Err(err) => return err.error_response(),
+    };
+    let Some(id) = header_str(&req, SESSION_HEADER).map(str::trim) else {
+        return ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("missing {SESSION_HEADER} header"),
+        )
+        .error_response();
+    };
+    match state.mcp.get(id) {
+        Some(session) if session.access != access => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "this MCP session was opened with another token",
+        )
+        .error_response(),
+        Some(_) => {
+            state.mcp.close(id);
+            HttpResponse::NoContent().finish()
+        }
+        None => {
+            ApiError::new(StatusCode::NOT_FOUND, "unknown or expired MCP session").error_response()
+        }
+    }
+}
+
+/// Any other method on `/mcp`.
+async fn other_method(req: HttpRequest) -> HttpResponse {
+    let mut response = ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{} /mcp is not served; allowed: POST, GET, DELETE",
+            req.method()
+        ),
+    )
+    .error_response();
+    response.headers_mut().insert(
+        header::ALLOW,
+        header::HeaderValue::from_static("POST, GET, DELETE"),
+    );
+    response
+}
+
+/// The path of the MCP endpoint on `warden serve`.
+pub const MCP_PATH: &str = "/mcp";
+
+/// Registers `/mcp` (`POST`, `GET`, `DELETE`) on an app that has the API's [`ApiState`]
+/// ([`api::configure`] calls it).
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource(MCP_PATH)
+            .route(web::post().to(post))
+            .route(web::get().to(get))
+            .route(web::delete().to(delete))
+            .default_service(web::to(other_method)),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warden_actors::MemoryJournal;
+    use warden_protocols::WardenConfig;
+
+    #[actix_rt::test]
+    async fn sessions_are_bounded_and_idle_ones_end_unless_busy() {
+        tokio::time::pause();
+        let journal = Arc::new(MemoryJournal::new());
+        let supervisor = Supervisor::on_current_arbiter(WardenConfig::default(), journal);
+        let handler = || WardenMcp::new(supervisor.clone(), None, McpAccess::Read, "test");
+        let sessions = McpSessions::default();
+        let (busy, busy_session) = sessions.open(handler()).unwrap();
+        let (idle, _) = sessions.open(handler()).unwrap();
+        for _ in 2..MAX_SESSIONS {
+            assert!(sessions.open(handler()).is_some());
+        }
+        assert_eq!(sessions.len(), MAX_SESSIONS);
+        assert!(sessions.open(handler()).is_none(), "bounded");
+
+        // A request in flight keeps its session past the idle limit; the others end.
+        busy_session.in_flight.fetch_add(1, Ordering::AcqRel);
+        tokio::time::advance(SESSION_IDLE + Duration::from_secs(1)).await;
+        assert!(sessions.get(&idle).is_none(), "idle session ended");
+        assert!(
+            sessions.open(handler()).is_some(),
+            "room again after the sweep"
+        );
+        assert_eq!(sessions.len(), 2);
+        assert!(sessions.get(&busy).is_some(), "busy session kept");
+        assert!(sessions.close(&busy));
+        assert!(sessions.get(&busy).is_none());
+    }
+
+    #[actix_rt::test]
+    async fn a_read_session_lists_and_may_call_only_the_reading_tools() {
+        let journal = Arc::new(MemoryJournal::new());
+        let supervisor = Supervisor::on_current_arbiter(WardenConfig::default(), journal);
+        let read = WardenMcp::new(supervisor.clone(), None, McpAccess::Read, "test");
+        let names: Vec<_> = read.tools().iter().map(|t| t.name.to_string()).collect();
+        assert_eq!(names, READ_TOOLS);
+        for tool in ADMIN_TOOLS {
+            let refused = read.call(tool, None).await.unwrap();
+            assert_eq!(refused.is_error, Some(true), "{tool}");
+        }
+        let admin = WardenMcp::new(supervisor, None, McpAccess::Admin, "test");
+        assert_eq!(admin.tools().len(), READ_TOOLS.len() + ADMIN_TOOLS.len());
+        for tool in admin.tools() {
+            assert_eq!(tool.input_schema["additionalProperties"], json!(false));
+        }
+        assert!(admin.call("nope", None).await.is_err(), "a protocol error");
+    }
+}

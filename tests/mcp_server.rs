@@ -1,0 +1,657 @@
+//! warden as an MCP server, driven by a real MCP client (rmcp's): the `warden` binary, as
+//! `warden serve` (`/mcp`, streamable HTTP) on a free port and as `warden mcp` (stdio) child.
+//!
+//! * initialize + tools/list: the admin token sees `ask_agent`, `halt`, `halt_all`; the read token
+//!   only the tools that read, and calling `halt` with it is refused (`isError`).
+//! * `ask_agent` returns the scripted model's answer; `event_status` reads its fate by id; an
+//!   unknown agent is a tool error, not a protocol error.
+//! * `halt` from one MCP client makes another client's waiting `ask_agent` return `discarded` at
+//!   once (bounded by a guard far below its `wait_s`).
+//! * HTTP faults: no token → 401; a body that is not JSON → a JSON-RPC parse error (and the server
+//!   goes on); no session → 400; an unknown session → 404; GET → 405; DELETE ends a session.
+//!
+//! Waits poll with a deadline; nothing asserts a duration.
+use rmcp::{
+    model::{CallToolRequestParams, CallToolResult, JsonObject},
+    service::RunningService,
+    transport::{
+        streamable_http_client::StreamableHttpClientTransportConfig, StreamableHttpClientTransport,
+        TokioChildProcess,
+    },
+    RoleClient, ServiceExt,
+};
+use serde_json::{json, Value};
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+use warden_testkit::free_port;
+
+const ADMIN: &str = "mcp-admin-token";
+const READ: &str = "mcp-read-token";
+const ANSWER: &str = "The library opens at nine.";
+
+/// `quick` answers at once; `slow`'s model takes ten minutes (a turn to halt).
+const TEAM: &str = r#"
+[safety.timeout]
+llm_call_seconds = 900
+
+[providers.quick]
+kind = "scripted"
+replies = ["The library opens at nine."]
+cycle = true
+
+[providers.slow]
+kind = "scripted"
+replies = ["too late"]
+latency_ms = 600000
+
+[[agents]]
+key = "quick"
+provider = "quick"
+
+[[agents]]
+key = "slow"
+provider = "slow"
+"#;
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("warden-mcp-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("team.toml"), TEAM).unwrap();
+    dir
+}
+
+fn healthy(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let request = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.starts_with("HTTP/1.1 200")
+}
+
+/// `warden serve` on a free port, killed on drop.
+struct Server {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Server {
+    fn start(name: &str) -> Server {
+        let dir = temp_dir(name);
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_warden"))
+            .args(["serve", "--config"])
+            .arg(dir.join("team.toml"))
+            .arg("--db")
+            .arg(dir.join("warden.db"))
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("WARDEN_ADMIN_TOKEN", ADMIN)
+            .env("WARDEN_READ_TOKEN", READ)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut server = Server { child, port, dir };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !healthy(port) {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("warden serve exited early: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "warden serve never became healthy"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+type Client = RunningService<RoleClient, ()>;
+
+fn install_crypto() {
+    // rmcp's reqwest is built without a TLS provider (as warden-actors builds it); none is used on
+    // plain http, but the client builder wants one installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+async fn http_client(server: &Server, token: &str) -> Client {
+    install_crypto();
+    let config = StreamableHttpClientTransportConfig::with_uri(server.url()).auth_header(token);
+    let transport = StreamableHttpClientTransport::from_config(config);
+    ().serve(transport).await.expect("MCP handshake over HTTP")
+}
+
+fn args(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        other => panic!("arguments must be an object, not {other}"),
+    }
+}
+
+async fn call(client: &Client, tool: &'static str, arguments: Value) -> CallToolResult {
+    client
+        .call_tool(CallToolRequestParams::new(tool).with_arguments(args(arguments)))
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: {e}"))
+}
+
+fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn is_error(result: &CallToolResult) -> bool {
+    result.is_error == Some(true)
+}
+
+async fn tool_names(client: &Client) -> Vec<String> {
+    let mut names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+const ALL_TOOLS: [&str; 6] = [
+    "agent_status",
+    "ask_agent",
+    "event_status",
+    "halt",
+    "halt_all",
+    "list_agents",
+];
+const READ_TOOLS: [&str; 3] = ["agent_status", "event_status", "list_agents"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_token_gets_every_tool_and_the_read_token_only_reads() {
+    let server = Server::start("tokens");
+    let admin = http_client(&server, ADMIN).await;
+    let info = admin.peer_info().expect("server info");
+    assert_eq!(
+        info.server_info.as_ref().map(|i| i.name.as_str()),
+        Some("warden")
+    );
+    assert!(info.capabilities.tools.is_some());
+    assert_eq!(tool_names(&admin).await, ALL_TOOLS);
+
+    // Exact schemas: required fields and no others.
+    let tools = admin.list_all_tools().await.unwrap();
+    let ask = tools.iter().find(|t| t.name == "ask_agent").unwrap();
+    let schema = Value::Object((*ask.input_schema).clone());
+    assert_eq!(schema["required"], json!(["agent", "content"]));
+    assert_eq!(schema["additionalProperties"], json!(false));
+    assert_eq!(schema["properties"]["wait_s"]["maximum"], json!(300.0));
+
+    let read = http_client(&server, READ).await;
+    assert_eq!(tool_names(&read).await, READ_TOOLS);
+    let listed = call(&read, "list_agents", json!({})).await;
+    assert!(!is_error(&listed), "{}", text(&listed));
+    let agents = &listed.structured_content.as_ref().unwrap()["agents"];
+    assert_eq!(agents[0]["key"], "quick");
+    assert_eq!(agents[1]["state"], "WAITING_FOR_EVENT");
+
+    // Refused with a clear tool error: the halt is not carried out.
+    let refused = call(&read, "halt", json!({ "agent": "quick" })).await;
+    assert!(is_error(&refused));
+    assert!(text(&refused).contains("admin token"), "{}", text(&refused));
+    let refused = call(
+        &read,
+        "ask_agent",
+        json!({ "agent": "quick", "content": "hi" }),
+    )
+    .await;
+    assert!(is_error(&refused));
+    let status = call(&read, "agent_status", json!({ "agent": "quick" })).await;
+    assert_eq!(
+        status.structured_content.as_ref().unwrap()["state"],
+        "WAITING_FOR_EVENT"
+    );
+    admin.cancel().await.unwrap();
+    read.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_agent_returns_the_answer_and_refusals_are_tool_errors() {
+    let server = Server::start("ask");
+    let client = http_client(&server, ADMIN).await;
+    let answered = call(
+        &client,
+        "ask_agent",
+        json!({ "agent": "quick", "content": "When does the library open?", "wait_s": 60 }),
+    )
+    .await;
+    assert!(!is_error(&answered), "{}", text(&answered));
+    assert_eq!(text(&answered), ANSWER);
+    let body = answered.structured_content.clone().unwrap();
+    assert_eq!(body["status"], "answered");
+    let id = body["id"].as_u64().unwrap();
+
+    // Its fate, by id, from the journal.
+    let fate = call(
+        &client,
+        "event_status",
+        json!({ "agent": "quick", "id": id }),
+    )
+    .await;
+    assert!(!is_error(&fate), "{}", text(&fate));
+    assert_eq!(fate.structured_content.as_ref().unwrap()["answer"], ANSWER);
+
+    // The same idempotency key queues once.
+    let keyed =
+        json!({ "agent": "quick", "content": "again", "wait_s": 60, "idempotency_key": "k1" });
+    let first = call(&client, "ask_agent", keyed.clone()).await;
+    let second = call(&client, "ask_agent", keyed).await;
+    let (first, second) = (
+        first.structured_content.unwrap(),
+        second.structured_content.unwrap(),
+    );
+    assert_eq!(first["id"], second["id"]);
+    assert_eq!(second["duplicate"], true);
+
+    // No wait: the id and the status, to poll with event_status.
+    let queued = call(
+        &client,
+        "ask_agent",
+        json!({ "agent": "slow", "content": "later", "wait_s": 0 }),
+    )
+    .await;
+    assert!(!is_error(&queued), "{}", text(&queued));
+    let body = queued.structured_content.clone().unwrap();
+    assert!(
+        ["pending", "running"].contains(&body["status"].as_str().unwrap()),
+        "{body}"
+    );
+    assert!(text(&queued).contains("event_status"), "{}", text(&queued));
+    let polled = call(
+        &client,
+        "event_status",
+        json!({ "agent": "slow", "id": body["id"] }),
+    )
+    .await;
+    let status = polled.structured_content.unwrap()["status"].clone();
+    assert!(status == "pending" || status == "running", "{status}");
+    let missing = call(
+        &client,
+        "event_status",
+        json!({ "agent": "slow", "id": 999 }),
+    )
+    .await;
+    assert!(is_error(&missing));
+
+    // Refusals are tool errors with a sentence, not JSON-RPC errors.
+    let unknown = call(
+        &client,
+        "ask_agent",
+        json!({ "agent": "nobody", "content": "hi" }),
+    )
+    .await;
+    assert!(is_error(&unknown));
+    assert!(
+        text(&unknown).contains("unknown agent nobody"),
+        "{}",
+        text(&unknown)
+    );
+    let unknown = call(&client, "agent_status", json!({ "agent": "nobody" })).await;
+    assert!(is_error(&unknown));
+    let bad = call(
+        &client,
+        "ask_agent",
+        json!({ "agent": "quick", "content": "hi", "extra": 1 }),
+    )
+    .await;
+    assert!(is_error(&bad));
+    assert!(text(&bad).contains("unknown field"), "{}", text(&bad));
+    let bad = call(
+        &client,
+        "ask_agent",
+        json!({ "agent": "quick", "content": "hi", "wait_s": 301 }),
+    )
+    .await;
+    assert!(is_error(&bad));
+    // An unknown tool is a protocol error.
+    let err = client
+        .call_tool(CallToolRequestParams::new("no_such_tool"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no_such_tool"), "{err}");
+    client.cancel().await.unwrap();
+}
+
+/// Polls `agent_status` until `agent` is in `state` (bounded).
+async fn wait_for_state(client: &Client, agent: &str, state: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = call(client, "agent_status", json!({ "agent": agent })).await;
+        if status.structured_content.as_ref().unwrap()["state"] == state {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{agent} never reached {state}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_halt_over_mcp_ends_another_clients_waiting_ask_with_discarded() {
+    let server = Server::start("halt");
+    let asker = http_client(&server, ADMIN).await;
+    let operator = http_client(&server, ADMIN).await;
+    let ask = tokio::spawn(async move {
+        let result = call(
+            &asker,
+            "ask_agent",
+            json!({ "agent": "slow", "content": "take your time", "wait_s": 300 }),
+        )
+        .await;
+        (asker, result)
+    });
+    wait_for_state(&operator, "slow", "EXECUTING").await;
+    assert!(!ask.is_finished(), "the ask must still be waiting");
+
+    let halt_sent = Instant::now();
+    let halted = call(&operator, "halt", json!({ "agent": "slow" })).await;
+    let halt_acked = halt_sent.elapsed();
+    assert!(!is_error(&halted), "{}", text(&halted));
+    assert_eq!(
+        halted.structured_content.as_ref().unwrap()["halted"][0]["state"],
+        "STOPPED"
+    );
+    // Far below its wait_s of 300: a hang here means the halt did not reach the waiting ask.
+    let (asker, result) = tokio::time::timeout(Duration::from_secs(60), ask)
+        .await
+        .expect("ask_agent still waiting after the halt")
+        .unwrap();
+    // A figure for the record, not a claim: from sending the halt to the waiting ask's result.
+    eprintln!(
+        "halt over MCP: acknowledged after {halt_acked:?}, the waiting ask_agent returned after {:?}",
+        halt_sent.elapsed()
+    );
+    assert!(is_error(&result), "{}", text(&result));
+    let body = result.structured_content.as_ref().unwrap();
+    assert_eq!(body["status"], "discarded");
+    assert!(text(&result).contains("halted"), "{}", text(&result));
+    let id = body["id"].as_u64().unwrap();
+    let fate = call(
+        &operator,
+        "event_status",
+        json!({ "agent": "slow", "id": id }),
+    )
+    .await;
+    assert_eq!(
+        fate.structured_content.as_ref().unwrap()["status"],
+        "discarded"
+    );
+
+    // halt_all answers one acknowledgement per agent.
+    let all = call(&operator, "halt_all", json!({})).await;
+    assert_eq!(
+        all.structured_content.as_ref().unwrap()["halted"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    asker.cancel().await.unwrap();
+    operator.cancel().await.unwrap();
+}
+
+/// One raw HTTP exchange with `/mcp`: status, headers, body.
+async fn raw(
+    server: &Server,
+    method: reqwest::Method,
+    token: Option<&str>,
+    session: Option<&str>,
+    body: &str,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let client = reqwest::Client::new();
+    let mut request = client
+        .request(method, server.url())
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(body.to_owned());
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(session) = session {
+        request = request.header("Mcp-Session-Id", session);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, headers, response.text().await.unwrap())
+}
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_faults_are_answered_not_crashed_on() {
+    use reqwest::Method;
+    let server = Server::start("faults");
+    // No token, a wrong token: 401.
+    let (status, _, _) = raw(&server, Method::POST, None, None, INITIALIZE).await;
+    assert_eq!(status, 401);
+    let (status, _, _) = raw(&server, Method::POST, Some("wrong"), None, INITIALIZE).await;
+    assert_eq!(status, 401);
+    // Not JSON: a JSON-RPC parse error.
+    let (status, _, body) = raw(&server, Method::POST, Some(ADMIN), None, "{not json").await;
+    assert_eq!(status, 400);
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["jsonrpc"], "2.0");
+    assert_eq!(body["error"]["code"], -32700);
+    assert_eq!(body["id"], Value::Null);
+    // JSON, but not JSON-RPC; a batch.
+    let (status, _, body) = raw(&server, Method::POST, Some(ADMIN), None, r#"{"hello":1}"#).await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["error"]["code"],
+        -32600
+    );
+    let (status, _, body) = raw(&server, Method::POST, Some(ADMIN), None, "[]").await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["error"]["code"],
+        -32600
+    );
+    // A request without a session, and with an unknown one.
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let (status, _, body) = raw(&server, Method::POST, Some(ADMIN), None, list).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _, _) = raw(&server, Method::POST, Some(ADMIN), Some("nope"), list).await;
+    assert_eq!(status, 404);
+    // GET: no server-initiated stream.
+    let (status, headers, _) = raw(&server, Method::GET, Some(ADMIN), None, "").await;
+    assert_eq!(status, 405);
+    assert!(headers.get("allow").is_some());
+
+    // The server goes on: a session opens, lists, and a DELETE ends it.
+    let (status, headers, body) = raw(&server, Method::POST, Some(ADMIN), None, INITIALIZE).await;
+    assert_eq!(status, 200, "{body}");
+    let init: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(init["result"]["protocolVersion"], "2025-06-18");
+    let session = headers
+        .get("mcp-session-id")
+        .expect("a session id")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    // Another token cannot use it.
+    let (status, _, _) = raw(&server, Method::POST, Some(READ), Some(&session), list).await;
+    assert_eq!(status, 403);
+    // A protocol version this server does not speak.
+    let response = reqwest::Client::new()
+        .post(server.url())
+        .bearer_auth(ADMIN)
+        .header("Content-Type", "application/json")
+        .header("Mcp-Session-Id", &session)
+        .header("MCP-Protocol-Version", "1999-01-01")
+        .body(list)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    let (status, _, body) = raw(&server, Method::POST, Some(ADMIN), Some(&session), list).await;
+    assert_eq!(status, 200, "{body}");
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(listed["id"], 2);
+    assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 6);
+    // An unknown method: a JSON-RPC error, the session lives on.
+    let nope = r#"{"jsonrpc":"2.0","id":3,"method":"nope/nothing"}"#;
+    let (status, _, body) = raw(&server, Method::POST, Some(ADMIN), Some(&session), nope).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["error"]["code"],
+        -32601
+    );
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let (status, _, _) = raw(&server, Method::POST, Some(ADMIN), Some(&session), note).await;
+    assert_eq!(status, 202);
+    let (status, _, _) = raw(&server, Method::DELETE, Some(ADMIN), Some(&session), "").await;
+    assert_eq!(status, 204);
+    let (status, _, _) = raw(&server, Method::POST, Some(ADMIN), Some(&session), list).await;
+    assert_eq!(status, 404);
+    // A body over the API's limit (64 KiB by default).
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":4,"method":"ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(70 * 1024)
+    );
+    let (status, _, _) = raw(&server, Method::POST, Some(ADMIN), None, &big).await;
+    assert_eq!(status, 413);
+    assert!(healthy(server.port));
+}
+
+fn stdio_client_command(dir: &Path, read_only: bool) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_warden"));
+    command
+        .arg("mcp")
+        .arg("--config")
+        .arg(dir.join("team.toml"))
+        .arg("--db")
+        .arg(dir.join("warden.db"))
+        .env_remove("WARDEN_ADMIN_TOKEN")
+        .env_remove("WARDEN_READ_TOKEN");
+    if read_only {
+        command.arg("--read-only");
+    }
+    command
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warden_mcp_serves_the_team_over_stdio() {
+    let dir = temp_dir("stdio");
+    let transport = TokioChildProcess::new(stdio_client_command(&dir, false)).unwrap();
+    let client = ().serve(transport).await.expect("MCP handshake over stdio");
+    assert_eq!(tool_names(&client).await, ALL_TOOLS);
+    let answered = call(
+        &client,
+        "ask_agent",
+        json!({ "agent": "quick", "content": "When?", "wait_s": 60 }),
+    )
+    .await;
+    assert_eq!(text(&answered), ANSWER);
+    let unknown = call(&client, "halt", json!({ "agent": "nobody" })).await;
+    assert!(is_error(&unknown));
+    let halted = call(&client, "halt", json!({ "agent": "quick" })).await;
+    assert!(!is_error(&halted), "{}", text(&halted));
+    // Closing standard input ends the process (and frees the journal for the next one).
+    client.cancel().await.unwrap();
+
+    let transport = TokioChildProcess::new(stdio_client_command(&dir, true)).unwrap();
+    let client = ().serve(transport).await.expect("MCP handshake over stdio");
+    assert_eq!(tool_names(&client).await, READ_TOOLS);
+    // The halt of the first run was journaled: the agent is restored STOPPED.
+    let status = call(&client, "agent_status", json!({ "agent": "quick" })).await;
+    assert_eq!(
+        status.structured_content.as_ref().unwrap()["state"],
+        "STOPPED"
+    );
+    let refused = call(&client, "halt_all", json!({})).await;
+    assert!(is_error(&refused));
+    client.cancel().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Where `.ci/run` installs the npm packages the tests use (`WARDEN_NPM_CACHE`, else
+/// `~/.cache/warden-npm`).
+fn npm_cache() -> PathBuf {
+    match std::env::var_os("WARDEN_NPM_CACHE") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/warden-npm"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_typescript_sdk_talks_to_mcp() {
+    let sdk = npm_cache().join("node_modules/@modelcontextprotocol/sdk");
+    let node = Command::new("node").arg("--version").output();
+    if !node.is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED the_official_typescript_sdk_talks_to_mcp: node is not installed");
+        return;
+    }
+    if !sdk.join("package.json").exists() {
+        eprintln!(
+            "SKIPPED the_official_typescript_sdk_talks_to_mcp: {} is missing (.ci/run installs \
+             @modelcontextprotocol/sdk there)",
+            sdk.display()
+        );
+        return;
+    }
+    let server = Server::start("node");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_node/client.mjs");
+    let url = server.url();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg(script)
+            .arg(sdk)
+            .arg(url)
+            .arg(ADMIN)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "node client failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(report["server"]["name"], "warden");
+    assert_eq!(report["tools"], json!(ALL_TOOLS));
+    assert_eq!(report["answer"], ANSWER);
+    assert_eq!(report["asked_error"], false);
+    assert_eq!(report["halt_error"], false, "{}", report["halt_text"]);
+}
