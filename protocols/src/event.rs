@@ -482,6 +482,40 @@ pub enum EventKind {
         tool: String,
         transition: String,
     },
+    /// A tool server reported progress on a running call (MCP `notifications/progress`). No change.
+    ToolProgress {
+        call_id: String,
+        tool: String,
+        progress: f64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// An external tool (from an MCP server, `source`) was given to the agent at start: its
+    /// description as the model sees it (capped) and the SHA-256 (hex) of that description and of
+    /// its input schema (canonical JSON), so a later change can be told. No change.
+    ToolDefined {
+        tool: String,
+        source: String,
+        description: String,
+        description_sha256: String,
+        schema_sha256: String,
+    },
+    /// An external tool's description or schema changed after start (MCP `list_changed`), or the
+    /// tool disappeared (`removed`): `accepted` when the server's `allow_changes` let the new
+    /// definition in; otherwise the tool keeps the definition it had. No change.
+    ToolDefinitionChanged {
+        tool: String,
+        source: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+        description_sha256: String,
+        schema_sha256: String,
+        accepted: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        removed: bool,
+    },
     /// The actor died outside a clean stop (a panic in its own code).
     Crashed {
         state: AgentState,

@@ -280,6 +280,9 @@ impl AgentRecord {
             | EventKind::LimitDecided { .. }
             | EventKind::LimitDenied { .. }
             | EventKind::ToolCircuitChanged { .. }
+            | EventKind::ToolProgress { .. }
+            | EventKind::ToolDefined { .. }
+            | EventKind::ToolDefinitionChanged { .. }
             | EventKind::Crashed { .. } => {}
         }
     }
