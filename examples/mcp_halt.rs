@@ -27,7 +27,10 @@ fn summary(name: &str, mut values: Vec<f64>) {
     values.sort_by(f64::total_cmp);
     let p50 = values[values.len() / 2];
     let max = values[values.len() - 1];
-    println!("{name:<40} p50 {p50:>7.1} ms   max {max:>7.1} ms   (n = {})", values.len());
+    println!(
+        "{name:<40} p50 {p50:>7.1} ms   max {max:>7.1} ms   (n = {})",
+        values.len()
+    );
 }
 
 #[actix_rt::main]
@@ -45,7 +48,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proxy = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/recording_proxy.py");
     let mut config = McpServerConfig::stdio(
         "python3",
-        [proxy.to_owned(), log.display().to_string(), "node".into(), js],
+        [
+            proxy.to_owned(),
+            log.display().to_string(),
+            "node".into(),
+            js,
+        ],
     );
     config.timeout_seconds = Some(120.0);
     let servers = BTreeMap::from([("everything".to_owned(), config)]);
@@ -88,9 +96,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .matches("notifications/cancelled")
             .count();
         let halted = Instant::now();
-        team.halt(&key, HaltCause::Operator { operator: "bench".into() })
-            .await
-            .map_err(|e| format!("{e:?}"))?;
+        team.halt(
+            &key,
+            HaltCause::Operator {
+                operator: "bench".into(),
+            },
+        )
+        .await
+        .map_err(|e| format!("{e:?}"))?;
         acks.push(millis(halted.elapsed()));
         let (mut ended, mut cancelled) = (None, None);
         while ended.is_none() || cancelled.is_none() {
@@ -111,7 +124,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 cancelled = Some(millis(halted.elapsed()));
             }
             if halted.elapsed() > Duration::from_secs(10) {
-                return Err(format!("round {round}: ended {ended:?}, cancelled {cancelled:?}").into());
+                return Err(
+                    format!("round {round}: ended {ended:?}, cancelled {cancelled:?}").into(),
+                );
             }
             tokio::time::sleep(Duration::from_micros(500)).await;
         }

@@ -411,10 +411,7 @@ pub enum TeamError {
     Mcp(#[from] McpError),
     /// An error of [`TeamFile::validate`] placed in the file: `line L: ` and the error.
     #[error("line {line}: {error}")]
-    Located {
-        line: usize,
-        error: Box<TeamError>,
-    },
+    Located { line: usize, error: Box<TeamError> },
 }
 
 fn for_agent(agent: &Option<String>) -> String {
@@ -613,7 +610,12 @@ impl TeamFile {
             Arc::new(|name: &str| std::env::var(name).ok());
         let probes = self.mcp_servers.iter().map(|(name, config)| {
             let env = env.clone();
-            async move { (name.clone(), warden_actors::tools::mcp::probe(name, config, env).await) }
+            async move {
+                (
+                    name.clone(),
+                    warden_actors::tools::mcp::probe(name, config, env).await,
+                )
+            }
         });
         futures::future::join_all(probes).await
     }

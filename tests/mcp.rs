@@ -30,7 +30,9 @@ fn have(program: &str) -> bool {
 /// The reference server's entry point, or `None` (said loudly) when it cannot run here.
 fn everything() -> Option<String> {
     if !have("node") {
-        eprintln!("SKIPPED: node is not installed (needed for @modelcontextprotocol/server-everything)");
+        eprintln!(
+            "SKIPPED: node is not installed (needed for @modelcontextprotocol/server-everything)"
+        );
         return None;
     }
     let path = match std::env::var_os("WARDEN_MCP_EVERYTHING") {
@@ -42,8 +44,9 @@ fn everything() -> Option<String> {
                     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/warden-npm"))
                 });
             match cache {
-                Some(cache) => cache
-                    .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
+                Some(cache) => {
+                    cache.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+                }
                 None => PathBuf::new(),
             }
         }
@@ -137,12 +140,17 @@ async fn the_reference_server_over_stdio_echoes_and_its_tools_are_journaled() {
         .await;
     let text = run.result.expect("echo answered");
     assert!(
-        text.as_str().is_some_and(|t| t.contains("hello from warden")),
+        text.as_str()
+            .is_some_and(|t| t.contains("hello from warden")),
         "{text}"
     );
     // Arguments are checked against the server's schema before any call.
     let run = agent.call("everything__echo", json!({"message": 5})).await;
-    assert!(matches!(run.result, Err(ToolError::InvalidArguments(_))), "{:?}", run.result);
+    assert!(
+        matches!(run.result, Err(ToolError::InvalidArguments(_))),
+        "{:?}",
+        run.result
+    );
     assert!(!run.executed);
     let defined: Vec<String> = agent
         .kinds()
@@ -167,7 +175,10 @@ async fn the_reference_server_over_stdio_echoes_and_its_tools_are_journaled() {
         Ok(_) => panic!("an unknown tool was given"),
         Err(e) => e.to_string(),
     };
-    assert!(err.contains("no usable tool `nope`") && err.contains("echo"), "{err}");
+    assert!(
+        err.contains("no usable tool `nope`") && err.contains("echo"),
+        "{err}"
+    );
     hub.shutdown().await;
 }
 
@@ -207,7 +218,9 @@ async fn a_dropped_long_running_call_ends_at_once_and_progress_is_journaled() {
     assert!(call.await.unwrap_err().is_cancelled());
     // The server is still usable afterwards.
     let echo = Agent::new(&hub, &["everything.echo"]).expect("tools");
-    let run = echo.call("everything__echo", json!({"message": "still here"})).await;
+    let run = echo
+        .call("everything__echo", json!({"message": "still here"}))
+        .await;
     assert!(run.result.is_ok(), "{:?}", run.result);
     hub.shutdown().await;
 }
@@ -231,7 +244,10 @@ async fn the_reference_server_over_streamable_http_echoes() {
     let url = format!("http://127.0.0.1:{port}/mcp");
     // Wait for it to listen.
     let deadline = Instant::now() + Duration::from_secs(20);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
         assert!(Instant::now() < deadline, "the HTTP server did not start");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -244,7 +260,9 @@ async fn the_reference_server_over_streamable_http_echoes() {
         .expect("connected");
     let agent = Agent::new(&hub, &["web.*"]).expect("tools");
     assert!(agent.registry.names().any(|n| n == "web__echo"));
-    let run = agent.call("web__echo", json!({"message": "over http"})).await;
+    let run = agent
+        .call("web__echo", json!({"message": "over http"}))
+        .await;
     assert!(
         run.result
             .as_ref()
@@ -258,7 +276,9 @@ async fn the_reference_server_over_streamable_http_echoes() {
 
 fn hostile_config(py: &str, log: &std::path::Path) -> McpServerConfig {
     let mut config = McpServerConfig::stdio("python3", [py.to_owned()]);
-    config.env.insert("HOSTILE_LOG".into(), log.display().to_string());
+    config
+        .env
+        .insert("HOSTILE_LOG".into(), log.display().to_string());
     config.timeout_seconds = Some(2.0);
     config.max_result_bytes = 1 << 20;
     config
@@ -296,23 +316,32 @@ async fn a_dropped_call_sends_notifications_cancelled_for_its_request() {
     };
     let deadline = Instant::now() + Duration::from_secs(10);
     let id = loop {
-        if let Some(id) = logged(&log).iter().find_map(|m| m.get("started").and(m.get("id")).cloned()) {
+        if let Some(id) = logged(&log)
+            .iter()
+            .find_map(|m| m.get("started").and(m.get("id")).cloned())
+        {
             break id;
         }
-        assert!(Instant::now() < deadline, "the call never reached the server");
+        assert!(
+            Instant::now() < deadline,
+            "the call never reached the server"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     call.abort();
     let _ = call.await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let cancelled = logged(&log).into_iter().find(|m| {
-            m["method"] == "notifications/cancelled" && m["params"]["requestId"] == id
-        });
+        let cancelled = logged(&log)
+            .into_iter()
+            .find(|m| m["method"] == "notifications/cancelled" && m["params"]["requestId"] == id);
         if cancelled.is_some() {
             break;
         }
-        assert!(Instant::now() < deadline, "no notifications/cancelled for {id}");
+        assert!(
+            Instant::now() < deadline,
+            "no notifications/cancelled for {id}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     hub.shutdown().await;
@@ -339,10 +368,16 @@ async fn a_hostile_server_fails_only_the_call_it_breaks() {
     assert_eq!(failed(&agent.call("h__hang", json!({})).await), "timeout");
     ok(agent.call("h__ok", json!({})).await);
     // Garbage instead of an answer: ignored, so the call times out.
-    assert_eq!(failed(&agent.call("h__garbage", json!({})).await), "timeout");
+    assert_eq!(
+        failed(&agent.call("h__garbage", json!({})).await),
+        "timeout"
+    );
     ok(agent.call("h__ok", json!({})).await);
     // isError: a failure.
-    assert_eq!(failed(&agent.call("h__fail", json!({})).await), "it went wrong");
+    assert_eq!(
+        failed(&agent.call("h__fail", json!({})).await),
+        "it went wrong"
+    );
     // 50 MB: cut as it is read; the call fails saying so.
     let big = failed(&agent.call("h__big", json!({})).await);
     assert!(big.contains("max_result_bytes"), "{big}");
@@ -393,11 +428,20 @@ async fn tools_renamed_or_redescribed_later_are_refused_and_journaled() {
             })
             .collect();
         if changed.len() == 3 {
-            assert!(changed.contains(&("h__ok".into(), false, false)), "{changed:?}");
-            assert!(changed.contains(&("h__fail".into(), false, true)), "{changed:?}");
+            assert!(
+                changed.contains(&("h__ok".into(), false, false)),
+                "{changed:?}"
+            );
+            assert!(
+                changed.contains(&("h__fail".into(), false, true)),
+                "{changed:?}"
+            );
             break;
         }
-        assert!(Instant::now() < deadline, "changes not journaled: {changed:?}");
+        assert!(
+            Instant::now() < deadline,
+            "changes not journaled: {changed:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for tool in ["h__ok", "h__fail"] {
@@ -424,9 +468,14 @@ async fn starting_says_exactly_why_not() {
         // A program that is no MCP server: the handshake fails, with its stderr.
         let config = McpServerConfig::stdio(
             "python3",
-            ["-c".to_owned(), "import sys; sys.stderr.write('not mcp\\n')".to_owned()],
+            [
+                "-c".to_owned(),
+                "import sys; sys.stderr.write('not mcp\\n')".to_owned(),
+            ],
         );
-        let err = McpHub::start(&servers("x", config), no_env()).await.unwrap_err();
+        let err = McpHub::start(&servers("x", config), no_env())
+            .await
+            .unwrap_err();
         assert!(matches!(err, McpError::Handshake { .. }), "{err}");
         assert!(err.to_string().contains("not mcp"), "{err}");
         // One that never answers: timed out.
@@ -435,7 +484,9 @@ async fn starting_says_exactly_why_not() {
             ["-c".to_owned(), "import time; time.sleep(60)".to_owned()],
         );
         config.startup_timeout_seconds = 0.5;
-        let err = McpHub::start(&servers("x", config), no_env()).await.unwrap_err();
+        let err = McpHub::start(&servers("x", config), no_env())
+            .await
+            .unwrap_err();
         assert!(matches!(err, McpError::TimedOut { .. }), "{err}");
     }
 }
@@ -497,7 +548,10 @@ fn unknown_servers_in_tools_are_config_errors_with_their_line() {
         "line 13: invalid value for `agents[0].tools[0]` (agent `a`): \"nowhere.echo\" (allowed: \
          \"SERVER.TOOL\" or \"SERVER.*\" with SERVER a key of [mcp_servers]: everything)"
     );
-    let text = TEAM.replace("command = \"node\"", "command = \"node\"\nurl = \"http://x\"");
+    let text = TEAM.replace(
+        "command = \"node\"",
+        "command = \"node\"\nurl = \"http://x\"",
+    );
     let err = TeamFile::from_toml(&text).unwrap_err().to_string();
     assert!(err.contains("mcp_servers.everything.command"), "{err}");
 }
@@ -511,4 +565,72 @@ fn the_docs_example_parses() {
     let file = TeamFile::from_toml(&doc[start..end]).expect("the docs example is a valid team");
     assert!(!file.mcp_servers.is_empty());
     assert!(file.agents.iter().any(|a| !a.tools.is_empty()));
+}
+
+/// A halt of an agent whose turn is inside an MCP call reaches the server: the turn's tool future is
+/// dropped and `notifications/cancelled` arrives for the call's request id.
+#[actix_rt::test]
+async fn halting_an_agent_cancels_its_mcp_call_on_the_server() {
+    let Some(py) = hostile() else { return };
+    let log = temp_log("halt");
+    let mut config = hostile_config(&py, &log);
+    config.timeout_seconds = Some(120.0);
+    let hub = McpHub::start(&servers("h", config), no_env())
+        .await
+        .expect("started");
+    let journal = Arc::new(warden::MemoryJournal::new());
+    let dyn_journal: Arc<dyn warden::Journal> = journal.clone();
+    let team = warden::Supervisor::new(warden::WardenConfig::default(), journal.clone());
+    let provider = warden::ScriptedProvider::new([
+        warden::ScriptStep::call("h__hang", json!({})),
+        warden::ScriptStep::reply("done"),
+    ]);
+    let mut spec = warden::AgentSpec::assistant("a", Arc::new(provider));
+    for tool in hub
+        .tools_for(&AgentKey::new("a"), &["h.hang".to_owned()], &dyn_journal)
+        .expect("tools")
+    {
+        spec = spec.with_tool_arc(tool);
+    }
+    let agent = team.spawn(spec).expect("spawned");
+    agent
+        .send_event(warden::UserEvent::new("go"))
+        .await
+        .expect("accepted");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let id = loop {
+        if let Some(id) = logged(&log)
+            .iter()
+            .find_map(|m| m.get("started").and(m.get("id")).cloned())
+        {
+            break id;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the call never reached the server"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    team.halt(
+        "a",
+        warden::HaltCause::Operator {
+            operator: "test".into(),
+        },
+    )
+    .await
+    .expect("halted");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !logged(&log)
+        .iter()
+        .any(|m| m["method"] == "notifications/cancelled" && m["params"]["requestId"] == id)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the server never heard of the halt"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    team.shutdown().await;
+    hub.shutdown().await;
+    let _ = std::fs::remove_file(&log);
 }

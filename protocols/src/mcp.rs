@@ -130,8 +130,12 @@ impl McpServerConfig {
             (None, None) | (Some(_), Some(_)) => {
                 return Err((
                     "command",
-                    if self.url.is_some() { "both command and url" } else { "neither command nor url" }
-                        .into(),
+                    if self.url.is_some() {
+                        "both command and url"
+                    } else {
+                        "neither command nor url"
+                    }
+                    .into(),
                     "exactly one of `command` (a stdio child) and `url` (streamable HTTP)",
                 ))
             }
@@ -139,8 +143,15 @@ impl McpServerConfig {
                 if command.trim().is_empty() {
                     return Err(("command", format!("{command:?}"), "a program name or path"));
                 }
-                if !self.headers.is_empty() || !self.headers_env.is_empty() || self.bearer_env.is_some() {
-                    return Err(("headers", "set".into(), "headers, headers_env and bearer_env only with `url`"));
+                if !self.headers.is_empty()
+                    || !self.headers_env.is_empty()
+                    || self.bearer_env.is_some()
+                {
+                    return Err((
+                        "headers",
+                        "set".into(),
+                        "headers, headers_env and bearer_env only with `url`",
+                    ));
                 }
             }
             (None, Some(_)) => {
@@ -151,12 +162,20 @@ impl McpServerConfig {
         }
         if let Some(t) = self.timeout_seconds {
             if !(t.is_finite() && t > 0.0) {
-                return Err(("timeout_seconds", t.to_string(), "a number of seconds above 0"));
+                return Err((
+                    "timeout_seconds",
+                    t.to_string(),
+                    "a number of seconds above 0",
+                ));
             }
         }
         let t = self.startup_timeout_seconds;
         if !(t.is_finite() && t > 0.0) {
-            return Err(("startup_timeout_seconds", t.to_string(), "a number of seconds above 0"));
+            return Err((
+                "startup_timeout_seconds",
+                t.to_string(),
+                "a number of seconds above 0",
+            ));
         }
         for (key, v) in [
             ("max_result_bytes", self.max_result_bytes),
@@ -175,7 +194,9 @@ impl McpServerConfig {
 /// separator in model-facing names) and not starting or ending with `_`.
 pub fn valid_server_name(name: &str) -> bool {
     (1..=32).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         && !name.contains(MCP_NAME_SEPARATOR)
         && !name.starts_with('_')
         && !name.ends_with('_')
@@ -212,10 +233,18 @@ mod tests {
     fn selectors_and_server_names() {
         assert_eq!(
             McpToolSelector::parse("everything.echo"),
-            Some(McpToolSelector { server: "everything".into(), tool: Some("echo".into()) })
+            Some(McpToolSelector {
+                server: "everything".into(),
+                tool: Some("echo".into())
+            })
         );
         assert_eq!(McpToolSelector::parse("fs.*").and_then(|s| s.tool), None);
-        assert_eq!(McpToolSelector::parse("a.b.c").and_then(|s| s.tool).as_deref(), Some("b.c"));
+        assert_eq!(
+            McpToolSelector::parse("a.b.c")
+                .and_then(|s| s.tool)
+                .as_deref(),
+            Some("b.c")
+        );
         for bad in ["echo", ".echo", "x.", "a__b.echo", "_a.x", "sp ace.x"] {
             assert_eq!(McpToolSelector::parse(bad), None, "{bad}");
         }

@@ -214,7 +214,10 @@ mod tests {
 
     #[test]
     fn ids_are_found_as_numbers_or_strings() {
-        assert_eq!(find_id(br#"{"jsonrpc":"2.0","id": "a-1","#), Some("a-1".into()));
+        assert_eq!(
+            find_id(br#"{"jsonrpc":"2.0","id": "a-1","#),
+            Some("a-1".into())
+        );
         assert_eq!(find_id(br#"{"id":7,"#), Some(7.into()));
         assert_eq!(find_id(br#"{"result":"#), None);
     }

@@ -189,8 +189,9 @@ impl Shared {
                 (service, Some(child))
             }
             (None, Some(url)) => {
-                let transport =
-                    rmcp::transport::StreamableHttpClientTransport::from_config(self.http_config(url)?);
+                let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
+                    self.http_config(url)?,
+                );
                 let served = tokio::time::timeout(timeout, handler.serve(transport)).await;
                 (self.served(served, &mut None).await?, None)
             }
@@ -274,8 +275,10 @@ impl Shared {
     fn http_config(
         &self,
         url: &str,
-    ) -> Result<rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig, McpError>
-    {
+    ) -> Result<
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig,
+        McpError,
+    > {
         use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
         // reqwest 0.13 is built without a TLS provider of its own: use rustls' ring, the one the
         // workspace's other HTTP client uses. Installing it twice is harmless.
@@ -285,9 +288,9 @@ impl Shared {
             detail,
         };
         let env = |var: &str, what: &str| {
-            (self.env)(var)
-                .filter(|v| !v.is_empty())
-                .ok_or_else(|| config_error(format!("{what}: environment variable `{var}` is not set")))
+            (self.env)(var).filter(|v| !v.is_empty()).ok_or_else(|| {
+                config_error(format!("{what}: environment variable `{var}` is not set"))
+            })
         };
         let mut headers = HashMap::new();
         let literal = self.config.headers.iter().map(|(k, v)| Ok((k, v.clone())));
@@ -318,7 +321,10 @@ impl Shared {
     }
 
     /// `tools/list`, all pages, bounded by the startup timeout.
-    pub(crate) async fn list(&self, peer: &Peer<RoleClient>) -> Result<Vec<rmcp::model::Tool>, McpError> {
+    pub(crate) async fn list(
+        &self,
+        peer: &Peer<RoleClient>,
+    ) -> Result<Vec<rmcp::model::Tool>, McpError> {
         match tokio::time::timeout(self.startup_timeout(), peer.list_all_tools()).await {
             Ok(Ok(tools)) => Ok(tools),
             Ok(Err(e)) => Err(McpError::List {

@@ -93,9 +93,10 @@ impl ToolDef {
             tool.description.as_deref().unwrap_or_default(),
             config.max_description_chars,
         );
-        let cache_hint = tool.annotations.as_ref().is_some_and(|a| {
-            a.read_only_hint == Some(true) || a.idempotent_hint == Some(true)
-        });
+        let cache_hint = tool
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.read_only_hint == Some(true) || a.idempotent_hint == Some(true));
         Ok(ToolDef {
             description_sha256: sha256_hex(description.as_bytes()),
             schema_sha256: sha256_hex(schema_text.as_bytes()),
@@ -125,8 +126,14 @@ mod tests {
 
     #[test]
     fn model_names_are_openai_function_names() {
-        assert_eq!(model_tool_name("everything", "echo").as_deref(), Some("everything__echo"));
-        assert_eq!(model_tool_name("fs", "read.file/x").as_deref(), Some("fs__read_file_x"));
+        assert_eq!(
+            model_tool_name("everything", "echo").as_deref(),
+            Some("everything__echo")
+        );
+        assert_eq!(
+            model_tool_name("fs", "read.file/x").as_deref(),
+            Some("fs__read_file_x")
+        );
         assert_eq!(model_tool_name("fs", &"x".repeat(61)), None);
         assert_eq!(model_tool_name("fs", ""), None);
     }

@@ -208,7 +208,11 @@ impl McpHub {
                             tool: tool.clone(),
                             have: {
                                 let names: Vec<&str> = defs.keys().map(String::as_str).collect();
-                                if names.is_empty() { "(none)".to_owned() } else { names.join(", ") }
+                                if names.is_empty() {
+                                    "(none)".to_owned()
+                                } else {
+                                    names.join(", ")
+                                }
                             },
                             refused: shared.refused.read().get(tool).cloned(),
                         })

@@ -70,9 +70,7 @@ impl Tool for McpTool {
             let handle = peer
                 .send_cancellable_request(request, PeerRequestOptions::no_options())
                 .await
-                .map_err(|e| {
-                    ToolError::Failed(format!("MCP server `{}`: {e}", shared.name))
-                })?;
+                .map_err(|e| ToolError::Failed(format!("MCP server `{}`: {e}", shared.name)))?;
             // From here on a drop (a halt cancels the turn, a timeout) tells the server.
             let guard = InFlight {
                 peer: peer.clone(),
@@ -105,9 +103,8 @@ impl Tool for McpTool {
                     )))
                 }
             };
-            let value = serde_json::to_value(&result).map_err(|e| {
-                ToolError::Failed(format!("MCP result could not be read: {e}"))
-            })?;
+            let value = serde_json::to_value(&result)
+                .map_err(|e| ToolError::Failed(format!("MCP result could not be read: {e}")))?;
             map_result(&value, shared.config.max_result_bytes)
         })
     }
@@ -189,7 +186,11 @@ pub(crate) fn map_result(result: &Value, max_bytes: usize) -> Result<Value, Tool
     }
     let text = parts.join("\n");
     if result.get("isError").and_then(Value::as_bool) == Some(true) {
-        let text = if text.is_empty() { "the tool reported an error".into() } else { text };
+        let text = if text.is_empty() {
+            "the tool reported an error".into()
+        } else {
+            text
+        };
         return Err(ToolError::Failed(text));
     }
     Ok(Value::String(text))
@@ -262,6 +263,8 @@ mod tests {
             Err(ToolError::Failed("no such file".into()))
         );
         let big = json!({"content": [{"type": "text", "text": "x".repeat(2000)}]});
-        assert!(matches!(map_result(&big, 1000), Err(ToolError::Failed(m)) if m.contains("over max_result_bytes")));
+        assert!(
+            matches!(map_result(&big, 1000), Err(ToolError::Failed(m)) if m.contains("over max_result_bytes"))
+        );
     }
 }
