@@ -606,7 +606,7 @@ impl TeamFile {
     /// Connects to each `[mcp_servers]` entry, lists its tools and disconnects (`warden config
     /// check`): per server, its tools or exactly why not.
     pub async fn probe_mcp(&self) -> Vec<(String, Result<Vec<ListedTool>, McpError>)> {
-        let env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync> =
+        let env: warden_actors::tools::mcp::EnvLookup =
             Arc::new(|name: &str| std::env::var(name).ok());
         let probes = self.mcp_servers.iter().map(|(name, config)| {
             let env = env.clone();

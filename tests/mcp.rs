@@ -74,7 +74,7 @@ fn hostile() -> Option<String> {
     ))
 }
 
-fn no_env() -> Arc<dyn Fn(&str) -> Option<String> + Send + Sync> {
+fn no_env() -> warden_actors::tools::mcp::EnvLookup {
     Arc::new(|_: &str| None)
 }
 
@@ -253,7 +253,7 @@ async fn the_reference_server_over_streamable_http_echoes() {
     }
     let mut config = McpServerConfig::http(url);
     config.bearer_env = Some("EVERYTHING_TOKEN".into());
-    let env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync> =
+    let env: warden_actors::tools::mcp::EnvLookup =
         Arc::new(|name: &str| (name == "EVERYTHING_TOKEN").then(|| "not-a-real-secret".to_owned()));
     let hub = McpHub::start(&servers("web", config), env)
         .await

@@ -54,7 +54,7 @@ pub(crate) struct Shared {
     list_changed: Notify,
     pub(crate) shutdown: CancellationToken,
     /// Resolves the environment variables named in the config (`bearer_env`, `headers_env`).
-    env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
+    env: super::EnvLookup,
 }
 
 impl std::fmt::Debug for Shared {
@@ -97,11 +97,7 @@ pub(crate) struct Connection {
 }
 
 impl Shared {
-    pub(crate) fn new(
-        name: String,
-        config: McpServerConfig,
-        env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
-    ) -> Arc<Self> {
+    pub(crate) fn new(name: String, config: McpServerConfig, env: super::EnvLookup) -> Arc<Self> {
         Arc::new(Shared {
             name,
             config,

@@ -75,7 +75,7 @@ pub enum McpError {
         have: String,
     },
     /// An agent's `tools` names a tool its server does not offer (or offers but warden refused).
-    #[error("agent `{agent}`: tools entry `{entry}`: MCP server `{server}` has no usable tool `{tool}` (its tools: {have}){}", refused_note(.refused))]
+    #[error("agent `{agent}`: tools entry `{entry}`: MCP server `{server}` has no usable tool `{tool}` ({detail})")]
     UnknownTool {
         /// The agent's key.
         agent: String,
@@ -85,10 +85,9 @@ pub enum McpError {
         server: String,
         /// The tool part.
         tool: String,
-        /// The tools the server offers that warden accepted.
-        have: String,
-        /// Why warden refused this tool, if the server does offer it.
-        refused: Option<String>,
+        /// The tools the server offers that warden accepted, and why warden refused this one if
+        /// the server does offer it.
+        detail: String,
     },
 }
 
@@ -97,12 +96,5 @@ fn stderr_tail(stderr: &str) -> String {
         String::new()
     } else {
         format!("; its stderr ended with:\n{}", stderr.trim_end())
-    }
-}
-
-fn refused_note(refused: &Option<String>) -> String {
-    match refused {
-        Some(why) => format!("; the server offers it but it was refused: {why}"),
-        None => String::new(),
     }
 }

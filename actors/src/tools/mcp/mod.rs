@@ -35,6 +35,9 @@ mod tool;
 
 pub use definition::model_tool_name;
 pub use error::McpError;
+
+/// Looks up an environment variable by name (`bearer_env`, `headers_env`); injectable for tests.
+pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 pub use tool::McpTool;
 
 use crate::{journal::Journal, tools::Tool};
@@ -73,7 +76,7 @@ impl McpHub {
     /// others are ended). `env` resolves the variables named by `bearer_env` and `headers_env`.
     pub async fn start(
         configs: &BTreeMap<String, McpServerConfig>,
-        env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
+        env: EnvLookup,
     ) -> Result<Self, McpError> {
         let starts = configs.iter().map(|(name, config)| {
             let shared = Shared::new(name.clone(), config.clone(), env.clone());
@@ -206,15 +209,21 @@ impl McpHub {
                             entry: entry.clone(),
                             server: selector.server.clone(),
                             tool: tool.clone(),
-                            have: {
+                            detail: {
                                 let names: Vec<&str> = defs.keys().map(String::as_str).collect();
-                                if names.is_empty() {
+                                let have = if names.is_empty() {
                                     "(none)".to_owned()
                                 } else {
                                     names.join(", ")
+                                };
+                                match shared.refused.read().get(tool) {
+                                    Some(why) => format!(
+                                        "its tools: {have}; the server offers it but it was \
+                                         refused: {why}"
+                                    ),
+                                    None => format!("its tools: {have}"),
                                 }
                             },
-                            refused: shared.refused.read().get(tool).cloned(),
                         })
                     }
                 },
@@ -275,7 +284,7 @@ impl McpHub {
 pub async fn probe(
     name: &str,
     config: &McpServerConfig,
-    env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
+    env: EnvLookup,
 ) -> Result<Vec<ListedTool>, McpError> {
     let mut one = BTreeMap::new();
     one.insert(name.to_owned(), config.clone());
