@@ -411,7 +411,12 @@ pub enum TeamError {
     Mcp(#[from] McpError),
     /// An error of [`TeamFile::validate`] placed in the file: `line L: ` and the error.
     #[error("line {line}: {error}")]
-    Located { line: usize, error: Box<TeamError> },
+    Located {
+        /// The line of the file (from 1).
+        line: usize,
+        /// The error itself.
+        error: Box<TeamError>,
+    },
 }
 
 fn for_agent(agent: &Option<String>) -> String {
