@@ -634,3 +634,48 @@ async fn halting_an_agent_cancels_its_mcp_call_on_the_server() {
     hub.shutdown().await;
     let _ = std::fs::remove_file(&log);
 }
+
+/// `warden config check` starts each MCP server, lists its tools, and says exactly why not with a
+/// non-zero exit code.
+#[test]
+fn config_check_lists_each_servers_tools_or_says_why_not() {
+    let dir = std::env::temp_dir().join(format!("warden-mcp-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let check = |text: &str| {
+        let path = dir.join("team.toml");
+        std::fs::write(&path, text).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+            .args(["config", "check"])
+            .arg(&path)
+            .output()
+            .expect("warden runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let missing = TEAM.replace("command = \"node\"", "command = \"warden-no-such-program\"");
+    let (ok, _, stderr) = check(&missing);
+    assert!(!ok);
+    assert!(
+        stderr.contains("command `warden-no-such-program` not found"),
+        "{stderr}"
+    );
+    if let Some(js) = everything() {
+        let (ok, stdout, stderr) = check(&TEAM.replace("EVERYTHING_JS", &js));
+        assert!(ok, "{stderr}");
+        assert!(
+            stdout.contains("everything.echo (the model sees everything__echo)"),
+            "{stdout}"
+        );
+        let (ok, _, stderr) = check(
+            &TEAM
+                .replace("EVERYTHING_JS", &js)
+                .replace("\"everything.echo\"", "\"everything.nope\""),
+        );
+        assert!(!ok);
+        assert!(stderr.contains("no usable tool `nope`"), "{stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
