@@ -637,6 +637,9 @@ fn command(cli: Cli) -> ExitCode {
                 match warden::team::check(&text) {
                     Ok(warden::team::Checked::Team { agents }) => {
                         let noun = if agents == 1 { "agent" } else { "agents" };
+                        if !check_mcp_servers(&text) {
+                            return ExitCode::FAILURE;
+                        }
                         println!("{}: ok (a team of {agents} {noun})", file.display());
                         ExitCode::SUCCESS
                     }
@@ -656,6 +659,72 @@ fn command(cli: Cli) -> ExitCode {
             }
         },
     }
+}
+
+/// `warden config check` of a team file with `[mcp_servers]`: starts each server, lists its tools
+/// (printed) and ends it; checks that every agent's `tools` entry names a tool that exists. Prints
+/// exactly why not and returns false on any failure.
+fn check_mcp_servers(text: &str) -> bool {
+    let Ok(file) = warden::team::TeamFile::parse(text) else {
+        return true; // reported by the check already
+    };
+    if file.mcp_servers.is_empty() {
+        return true;
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start a runtime to check the MCP servers: {err}");
+            return false;
+        }
+    };
+    let probes = runtime.block_on(file.probe_mcp());
+    let mut ok = true;
+    for (name, probe) in &probes {
+        match probe {
+            Ok(tools) => {
+                println!("mcp server {name}: {} tools", tools.len());
+                for tool in tools {
+                    match &tool.model_name {
+                        Ok(model) => println!("  {name}.{} (the model sees {model})", tool.name),
+                        Err(why) => println!("  {name}.{} REFUSED: {why}", tool.name),
+                    }
+                }
+            }
+            Err(err) => {
+                eprintln!("error: {err}");
+                ok = false;
+            }
+        }
+    }
+    if !ok {
+        return false;
+    }
+    // Every named tool must exist (the same check `warden run` makes at start).
+    let hub_check = runtime.block_on(async {
+        let hub = file.start_mcp().await?;
+        let journal: std::sync::Arc<dyn warden::Journal> =
+            std::sync::Arc::new(warden::MemoryJournal::new());
+        if let Some(hub) = &hub {
+            for agent in &file.agents {
+                if !agent.tools.is_empty() {
+                    hub.tools_for(&agent.key.as_str().into(), &agent.tools, &journal)?;
+                }
+            }
+        }
+        if let Some(hub) = hub {
+            hub.shutdown().await;
+        }
+        Ok::<(), warden::team::TeamError>(())
+    });
+    if let Err(err) = hub_check {
+        eprintln!("error: {err}");
+        return false;
+    }
+    true
 }
 
 /// Runs one client command against a running server; prints one `error:` line on failure.

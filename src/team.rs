@@ -27,6 +27,10 @@
 //! parent = "concierge"
 //! provider = "local"
 //!
+//! [mcp_servers.everything]            # tools from an MCP server (see docs/mcp.md)
+//! command = "npx"                     # a stdio child; or url = "http://…/mcp"
+//! args = ["-y", "@modelcontextprotocol/server-everything"]
+//!
 //! [api]                               # warden serve only; the environment wins over these
 //! admin_token = "…"                   # WARDEN_ADMIN_TOKEN
 //! read_token = "…"                    # WARDEN_READ_TOKEN
@@ -46,8 +50,9 @@ use crate::{
 };
 use serde::Deserialize;
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use warden_actors::tools::mcp::{ListedTool, McpError, McpHub};
 use warden_actors::{OpenAiCompatible, OpenAiConfig, RetryPolicy, ToolFormat};
-use warden_protocols::{AgentRole, ConfigError};
+use warden_protocols::{AgentRole, ConfigError, McpServerConfig, McpToolSelector};
 
 /// One model endpoint.
 #[derive(Debug, Clone, Deserialize)]
@@ -377,6 +382,10 @@ pub struct AgentFileSpec {
     /// Whether the agent gets the `delegate` tool. Default true.
     #[serde(default = "yes")]
     pub delegate: bool,
+    /// Tools from `[mcp_servers]`: `"NAME.TOOL"`, or `"NAME.*"` for all of a server's tools. The
+    /// model sees them as `NAME__TOOL`.
+    #[serde(default)]
+    pub tools: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -396,6 +405,8 @@ pub struct TeamFile {
     pub api: ApiSection,
     /// `[telemetry]`: OpenTelemetry export (validated; see [`crate::telemetry::TelemetryConfig`]).
     pub telemetry: crate::telemetry::TelemetrySection,
+    /// `[mcp_servers.NAME]`: MCP servers whose tools agents name in `tools`.
+    pub mcp_servers: BTreeMap<String, McpServerConfig>,
 }
 
 /// Why a team could not be started.
@@ -461,6 +472,17 @@ pub enum TeamError {
     /// A `[telemetry]` value that cannot be used.
     #[error(transparent)]
     Telemetry(#[from] crate::telemetry::TelemetryError),
+    /// An MCP server could not be started, or an agent names a tool it does not offer.
+    #[error(transparent)]
+    Mcp(#[from] McpError),
+    /// An error of [`TeamFile::validate`] placed in the file: `line L: ` and the error.
+    #[error("line {line}: {error}")]
+    Located {
+        /// The line of the file (from 1).
+        line: usize,
+        /// The error itself.
+        error: Box<TeamError>,
+    },
 }
 
 fn for_agent(agent: &Option<String>) -> String {
@@ -501,6 +523,7 @@ struct TeamDoc {
     api: ApiSection,
     #[serde(default)]
     telemetry: crate::telemetry::TelemetrySection,
+    mcp_servers: BTreeMap<String, McpServerConfig>,
 }
 
 impl TeamDoc {
@@ -518,6 +541,7 @@ impl TeamDoc {
             agents,
             api,
             telemetry,
+            mcp_servers,
         } = self;
         TeamFile {
             config: WardenConfig {
@@ -534,6 +558,7 @@ impl TeamDoc {
             agents,
             api,
             telemetry,
+            mcp_servers,
         }
     }
 }
@@ -588,9 +613,10 @@ pub enum Checked {
 pub fn check(text: &str) -> Result<Checked, TeamError> {
     let file = TeamFile::parse(text)?;
     if file.providers.is_empty() && file.agents.is_empty() {
+        file.validate_mcp_servers()?;
         return Ok(Checked::ConfigOnly);
     }
-    file.validate()?;
+    file.validate().map_err(|e| place(text, e))?;
     Ok(Checked::Team {
         agents: file.agents.len(),
     })
@@ -679,8 +705,72 @@ impl TeamFile {
     /// ```
     pub fn from_toml(text: &str) -> Result<Self, TeamError> {
         let file = Self::parse(text)?;
-        file.validate()?;
+        file.validate().map_err(|e| place(text, e))?;
         Ok(file)
+    }
+
+    /// Checks `[mcp_servers.*]`: each name usable in tool names, exactly one of `command` and
+    /// `url`, a `url` that is http(s), positive timeouts and caps.
+    fn validate_mcp_servers(&self) -> Result<(), TeamError> {
+        for (name, server) in &self.mcp_servers {
+            if !warden_protocols::valid_server_name(name) {
+                return Err(TeamError::Invalid {
+                    key: format!("mcp_servers.{name}"),
+                    agent: None,
+                    value: quoted(name),
+                    allowed: "a name of 1 to 32 letters, digits, `-` and `_`, without `__` and \
+                              not starting or ending with `_`"
+                        .into(),
+                });
+            }
+            if let Err((key, value, allowed)) = server.check() {
+                return Err(TeamError::Invalid {
+                    key: format!("mcp_servers.{name}.{key}"),
+                    agent: None,
+                    value,
+                    allowed: allowed.into(),
+                });
+            }
+            if let Some(url) = &server.url {
+                if !is_http_url(url) {
+                    return Err(TeamError::Invalid {
+                        key: format!("mcp_servers.{name}.url"),
+                        agent: None,
+                        value: quoted(url),
+                        allowed: "an http:// or https:// URL with a host".into(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the `[mcp_servers]` (none: `None`) and lists their tools, so that
+    /// [`TeamFile::spawn_agents_with_mcp`] can give agents the tools they name. Needs a tokio
+    /// runtime with I/O and time (an actix `System` is one).
+    pub async fn start_mcp(&self) -> Result<Option<McpHub>, TeamError> {
+        if self.mcp_servers.is_empty() {
+            return Ok(None);
+        }
+        let env = Arc::new(|name: &str| std::env::var(name).ok());
+        Ok(Some(McpHub::start(&self.mcp_servers, env).await?))
+    }
+
+    /// Connects to each `[mcp_servers]` entry, lists its tools and disconnects (`warden config
+    /// check`): per server, its tools or exactly why not.
+    pub async fn probe_mcp(&self) -> Vec<(String, Result<Vec<ListedTool>, McpError>)> {
+        let env: warden_actors::tools::mcp::EnvLookup =
+            Arc::new(|name: &str| std::env::var(name).ok());
+        let probes = self.mcp_servers.iter().map(|(name, config)| {
+            let env = env.clone();
+            async move {
+                (
+                    name.clone(),
+                    warden_actors::tools::mcp::probe(name, config, env).await,
+                )
+            }
+        });
+        futures::future::join_all(probes).await
     }
 
     /// Parses a team file without checking the team ([`TeamFile::validate`]): syntax, types, unknown
@@ -764,6 +854,7 @@ impl TeamFile {
     /// # Ok::<(), TeamError>(())
     /// ```
     pub fn validate(&self) -> Result<(), TeamError> {
+        self.validate_mcp_servers()?;
         for (name, spec) in &self.providers {
             if let ProviderSpec::OpenaiCompatible { base_url, .. } = spec {
                 if !is_http_url(base_url) {
@@ -815,6 +906,21 @@ impl TeamFile {
                         quoted(key)
                     ),
                 ));
+            }
+            for (i, entry) in agent.tools.iter().enumerate() {
+                let known = McpToolSelector::parse(entry)
+                    .is_some_and(|s| self.mcp_servers.contains_key(&s.server));
+                if !known {
+                    return Err(invalid(
+                        at,
+                        &format!("tools[{i}]"),
+                        quoted(entry),
+                        format!(
+                            "\"SERVER.TOOL\" or \"SERVER.*\" with SERVER a key of [mcp_servers]: {}",
+                            listed(self.mcp_servers.keys().map(String::as_str))
+                        ),
+                    ));
+                }
             }
             if !self.providers.contains_key(&agent.provider) {
                 return Err(invalid(
@@ -1037,7 +1143,8 @@ impl TeamFile {
 
     /// Spawns every agent on `team`, each from its record in `records` when there is one (a restart
     /// on a journal: state, lockout, counters and history come back as they were). Records of
-    /// keys the file no longer has are ignored.
+    /// keys the file no longer has are ignored. A team whose agents name MCP tools needs
+    /// [`TeamFile::spawn_agents_with_mcp`].
     ///
     /// # Errors
     ///
@@ -1047,7 +1154,35 @@ impl TeamFile {
         team: &Supervisor,
         records: &[warden_protocols::AgentRecord],
     ) -> Result<(), TeamError> {
+        self.spawn_agents_with_mcp(team, records, None)
+    }
+
+    /// [`TeamFile::spawn_agents_restored`], giving each agent the MCP tools its `tools` names from
+    /// `mcp` (from [`TeamFile::start_mcp`]). An entry naming a tool the server does not offer is an
+    /// error naming the agent, the entry and the server's tools; nothing is spawned then.
+    pub fn spawn_agents_with_mcp(
+        &self,
+        team: &Supervisor,
+        records: &[warden_protocols::AgentRecord],
+        mcp: Option<&McpHub>,
+    ) -> Result<(), TeamError> {
+        let mut tools = Vec::with_capacity(self.agents.len());
         for agent in &self.agents {
+            let key = warden_protocols::AgentKey::from(agent.key.as_str());
+            tools.push(match mcp {
+                _ if agent.tools.is_empty() => Vec::new(),
+                Some(hub) => hub.tools_for(&key, &agent.tools, team.journal())?,
+                None => {
+                    return Err(TeamError::Invalid {
+                        key: "tools".into(),
+                        agent: Some(agent.key.clone()),
+                        value: agent.tools.join(", "),
+                        allowed: "tools of MCP servers started with TeamFile::start_mcp".into(),
+                    })
+                }
+            });
+        }
+        for (agent, tools) in self.agents.iter().zip(tools) {
             let provider = self.provider(&agent.provider)?;
             let mut spec = match (agent.role, &agent.parent) {
                 (AgentRole::SubAgent, Some(parent)) => {
@@ -1061,12 +1196,46 @@ impl TeamFile {
             if !agent.delegate {
                 spec = spec.without_delegation();
             }
+            for tool in tools {
+                spec = spec.with_tool_arc(tool);
+            }
             if let Some(record) = records.iter().find(|r| r.key.as_str() == agent.key) {
                 spec = spec.restored_from(record.clone());
             }
             team.spawn(spec)?;
         }
         Ok(())
+    }
+}
+
+/// `error` with the line of the file it is about, where that can be told: an agent's `tools`
+/// entry (the line of the quoted entry inside that agent's `[[agents]]` table).
+fn place(text: &str, error: TeamError) -> TeamError {
+    let TeamError::Invalid { key, value, .. } = &error else {
+        return error;
+    };
+    let Some(at) = key
+        .strip_prefix("agents[")
+        .and_then(|k| k.split_once("].tools["))
+        .and_then(|(at, _)| at.parse::<usize>().ok())
+    else {
+        return error;
+    };
+    // The at-th `[[agents]]` header, then the entry as written after it.
+    let mut offset = 0;
+    for (n, (start, _)) in text.match_indices("[[agents]]").enumerate() {
+        offset = start;
+        if n == at {
+            break;
+        }
+    }
+    let Some(found) = text[offset..].find(value.as_str()) else {
+        return error;
+    };
+    let line = text[..offset + found].matches('\n').count() + 1;
+    TeamError::Located {
+        line,
+        error: Box::new(error),
     }
 }
 
@@ -1160,7 +1329,8 @@ delegate = false
         assert_eq!(
             err.to_string(),
             "invalid config: line 24, column 1: `agents[1].delegates`: unknown field `delegates`, \
-             expected one of `key`, `role`, `parent`, `provider`, `system_prompt`, `delegate`\n\
+             expected one of `key`, `role`, `parent`, `provider`, `system_prompt`, `delegate`, \
+             `tools`\n\
              24 | delegates = false\n   \
                 | ^^^^^^^^^"
         );
@@ -1330,7 +1500,7 @@ delegate = false
             format!(
                 "invalid config: line {line}, column 2: `mailboxes`: unknown field `mailboxes`, \
                  expected one of `safety`, `execution`, `delegation`, `tools`, `mailbox`, \
-                 `supervisor`, `journal`, `npc`, `providers`, `agents`, `api`, `telemetry`\n\
+                 `supervisor`, `journal`, `npc`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`\n\
                  {line} | [mailboxes]\n\
                  {} |  ^^^^^^^^^",
                 " ".repeat(line.to_string().len())

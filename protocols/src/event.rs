@@ -585,6 +585,58 @@ pub enum EventKind {
         /// `opened after N failures`, `reopened after N failures` or `closed`.
         transition: String,
     },
+    /// A tool server reported progress on a running call (MCP `notifications/progress`). No change.
+    ToolProgress {
+        /// The model's tool-call id.
+        call_id: String,
+        /// The tool's name (as the model sees it).
+        tool: String,
+        /// Progress so far, in the server's unit.
+        progress: f64,
+        /// The total, when the server knows it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total: Option<f64>,
+        /// The server's message, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// An external tool (from an MCP server, `source`) was given to the agent at start: its
+    /// description as the model sees it (capped) and the SHA-256 (hex) of that description and of
+    /// its input schema (canonical JSON), so a later change can be told. No change.
+    ToolDefined {
+        /// The tool's name (as the model sees it).
+        tool: String,
+        /// The MCP server it comes from (its `[mcp_servers.NAME]`).
+        source: String,
+        /// Its description, capped (untrusted: the server wrote it).
+        description: String,
+        /// SHA-256 (hex) of the description.
+        description_sha256: String,
+        /// SHA-256 (hex) of the input schema, as canonical JSON.
+        schema_sha256: String,
+    },
+    /// An external tool's description or schema changed after start (MCP `list_changed`), or the
+    /// tool disappeared (`removed`): `accepted` when the server's `allow_changes` let the new
+    /// definition in; otherwise the tool is disabled (its calls fail) until the server offers the
+    /// original definition again. No change.
+    ToolDefinitionChanged {
+        /// The tool's name (as the model sees it).
+        tool: String,
+        /// The MCP server it comes from (its `[mcp_servers.NAME]`).
+        source: String,
+        /// The new description, capped; absent when the tool was removed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+        /// SHA-256 (hex) of the new description.
+        description_sha256: String,
+        /// SHA-256 (hex) of the new input schema.
+        schema_sha256: String,
+        /// `true` when `allow_changes` let the change in.
+        accepted: bool,
+        /// `true` when the tool is no longer offered.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        removed: bool,
+    },
     /// The actor died outside a clean stop (a panic in its own code).
     Crashed {
         /// The state the agent was in when it died.

@@ -16,6 +16,7 @@
 
 mod config;
 mod event;
+mod mcp;
 pub mod npc;
 mod priority;
 mod record;
@@ -35,6 +36,7 @@ pub use event::{
     Breaker, DelegationOutcome, DiscardedMessage, Event, EventFate, EventKind, HaltCause,
     TurnOutcome, RECOVERY_CAUSE,
 };
+pub use mcp::{valid_server_name, McpServerConfig, McpToolSelector, MCP_NAME_SEPARATOR};
 pub use priority::Priority;
 pub use record::{AgentRecord, KeyedEvent, Lockout, PendingEvent, UsageTotals};
 pub use refusal::{DelegationRefusal, WorkRefusal};

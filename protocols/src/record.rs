@@ -301,6 +301,9 @@ impl AgentRecord {
             | EventKind::LimitDecided { .. }
             | EventKind::LimitDenied { .. }
             | EventKind::ToolCircuitChanged { .. }
+            | EventKind::ToolProgress { .. }
+            | EventKind::ToolDefined { .. }
+            | EventKind::ToolDefinitionChanged { .. }
             | EventKind::Crashed { .. }
             | EventKind::Perceived { .. } => {}
         }

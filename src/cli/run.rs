@@ -141,7 +141,11 @@ pub async fn run(
         builder = builder.intervention_bus(bus.clone());
     }
     let team = builder.build();
-    file.spawn_agents(&team).map_err(io_err)?;
+    // MCP servers first: a server that cannot start, or a tool an agent names that its server does
+    // not offer, stops the run before any agent exists. Dropping `mcp` ends them.
+    let mcp = file.start_mcp().await.map_err(io_err)?;
+    file.spawn_agents_with_mcp(&team, &[], mcp.as_ref())
+        .map_err(io_err)?;
     let target = match &options.agent {
         Some(key) => team
             .get(key)
@@ -237,5 +241,8 @@ pub async fn run(
     writeln!(out)?;
     write_status_table(out, &team.statuses())?;
     team.shutdown().await;
+    if let Some(mcp) = mcp {
+        mcp.shutdown().await;
+    }
     Ok(summary)
 }

@@ -727,7 +727,8 @@ pub async fn serve_stdio(
     )?);
     let records = journal.recover_records()?;
     let supervisor = Supervisor::builder(file.config.clone(), journal.clone()).build();
-    file.spawn_agents_restored(&supervisor, &records)?;
+    let mcp = file.start_mcp().await?;
+    file.spawn_agents_with_mcp(&supervisor, &records, mcp.as_ref())?;
     eprintln!(
         "warden: serving {} agents over MCP on standard input/output (journal {}, {} restored{})",
         supervisor.len(),
@@ -750,6 +751,9 @@ pub async fn serve_stdio(
         Err(err) => Err(McpServeError::Handshake(err.to_string())),
     };
     supervisor.shutdown().await;
+    if let Some(mcp) = mcp {
+        mcp.shutdown().await;
+    }
     journal.close();
     result.map_err(Into::into)
 }

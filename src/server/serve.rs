@@ -190,7 +190,8 @@ pub async fn serve_team(
         Supervisor::builder(file.config.clone(), Arc::new(hub.journal(journal.clone())))
             .intervention_bus(Arc::new(hub.intervention_bus(bus.clone())))
             .build();
-    file.spawn_agents_restored(&supervisor, &records)?;
+    let mcp = file.start_mcp().await?;
+    file.spawn_agents_with_mcp(&supervisor, &records, mcp.as_ref())?;
     let notice = token_notice(&config);
     let state = ApiState::new(supervisor.clone(), config)
         .with_bus(bus)
@@ -213,6 +214,9 @@ pub async fn serve_team(
     }
     server.await?;
     supervisor.shutdown().await;
+    if let Some(mcp) = mcp {
+        mcp.shutdown().await;
+    }
     journal.close();
     Ok(())
 }

@@ -305,6 +305,11 @@ impl Supervisor {
         self.shared.replies.take()
     }
 
+    /// The team's journal (external tools journal their definitions and progress through it).
+    pub fn journal(&self) -> &Arc<dyn Journal> {
+        &self.shared.journal
+    }
+
     /// `Some(reason)` while the team's journal cannot write (see [`Journal::degraded`]).
     pub fn journal_degraded(&self) -> Option<String> {
         self.shared.journal.degraded()

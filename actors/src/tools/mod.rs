@@ -32,6 +32,8 @@
 
 pub mod cache;
 pub mod circuit;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 mod registry;
 mod runner;
 pub mod schema;
