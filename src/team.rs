@@ -523,6 +523,7 @@ struct TeamDoc {
     api: ApiSection,
     #[serde(default)]
     telemetry: crate::telemetry::TelemetrySection,
+    #[serde(default)]
     mcp_servers: BTreeMap<String, McpServerConfig>,
 }
 
