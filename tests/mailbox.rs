@@ -188,7 +188,11 @@ impl Provider for HaltingProvider {
                     vec![warden::protocols::ToolCall::new("c1", "work", &json!({}))],
                 ),
                 finish_reason: warden::protocols::FinishReason::ToolCalls,
-                usage: Default::default(),
+                usage: warden::protocols::Usage {
+                    prompt_tokens: 5,
+                    completion_tokens: 2,
+                    estimated: false,
+                },
             })
         })
     }
@@ -214,6 +218,40 @@ async fn p2_no_tool_starts_after_a_halt_even_before_the_actor_reads_it() {
     assert!(!events
         .iter()
         .any(|e| matches!(e.kind, EventKind::ToolStarted { .. })));
+}
+
+/// A model reply that comes back in the very poll its halt landed in (the provider halts the agent,
+/// then answers at once, so the turn's `select!` sees the reply before the cancellation) is stale:
+/// it is not written to the history, nothing runs after it, and its tokens still count.
+#[actix_rt::test]
+async fn a_reply_that_races_its_halt_is_dropped_before_any_side_effect() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    let provider = Arc::new(HaltingProvider {
+        target: Mutex::new(None),
+    });
+    let (tool, tool_calls) = counting_tool("work", ToolCategory::SafeChain, false);
+    let agent = team
+        .spawn(AgentSpec::assistant("a", provider.clone()).with_tool(tool))
+        .unwrap();
+    *provider.target.lock().unwrap() = Some(agent.clone());
+    agent.try_send_event(UserEvent::new("go")).unwrap();
+    until("stopped", || agent.state() == AgentState::Stopped).await;
+    settle(50).await;
+    assert_eq!(count(&tool_calls), 0);
+    let history = agent.record().history;
+    assert!(
+        history
+            .iter()
+            .all(|m| m.role != warden::protocols::ChatRole::Assistant),
+        "the stale reply reached the history: {history:?}"
+    );
+    assert_eq!(
+        agent.record().usage.tokens(),
+        7,
+        "the stale call's tokens count"
+    );
+    replay_matches(&journal, &agent);
 }
 
 #[actix_rt::test]

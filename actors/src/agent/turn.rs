@@ -191,9 +191,11 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
 ///
 /// The outcome names the event the turn answers and carries the turn's usage.
 pub(crate) async fn run(cell: Arc<AgentCell>, taken: Taken) -> (TurnOutcome, Option<TaskReply>) {
+    // The epoch first: a halt after this read either cancels the token below or makes it cancelled.
+    let epoch = cell.halt_epoch();
     let token = cell.halt_token();
     let span = telemetry::invoke_agent(&taken.parent, &cell.key);
-    let mut result = react(&cell, &token, taken.lineage)
+    let mut result = react(&cell, &token, epoch, taken.lineage)
         .instrument(span.clone())
         .await;
     cell.runner.clear_tick();
@@ -212,11 +214,13 @@ pub(crate) async fn run(cell: Arc<AgentCell>, taken: Taken) -> (TurnOutcome, Opt
 async fn react(
     cell: &Arc<AgentCell>,
     token: &CancellationToken,
+    epoch: u64,
     lineage: Arc<[AgentKey]>,
 ) -> TurnOutcome {
     let mut turn = React {
         cell,
         token,
+        epoch,
         lineage,
         max_iterations: if cell.settings.multi_action {
             cell.settings.max_iterations_per_tick.max(1)
@@ -266,6 +270,8 @@ enum Next<T> {
 struct React<'a> {
     cell: &'a Arc<AgentCell>,
     token: &'a CancellationToken,
+    /// The halt epoch the turn started under: a result that comes back under a later one is stale.
+    epoch: u64,
     lineage: Arc<[AgentKey]>,
     /// Iterations allowed this turn (`execution.max_iterations_per_tick`, raised when the limit
     /// checkpoint allows more).
@@ -284,6 +290,12 @@ impl React<'_> {
     /// The turn's outcome now, after `iterations` iterations.
     fn end(&self, reason: TerminationReason, iterations: u32) -> Next<()> {
         Next::End(outcome(reason, iterations, None))
+    }
+
+    /// Whether a halt came since the turn started (its token cancelled, or a later epoch even if a
+    /// resume cleared the flag): a result that arrives now is stale and is dropped unapplied.
+    fn stale(&self) -> bool {
+        self.token.is_cancelled() || self.cell.halt_epoch() != self.epoch
     }
 
     /// A halt was requested: end before anything else.
@@ -399,6 +411,13 @@ impl React<'_> {
         let iteration = self.iteration;
         match call_provider(cell, self.token, request).await {
             None => Next::End(outcome(TerminationReason::Halted, iteration, None)),
+            // A reply that raced a halt (done in the same poll the halt landed in, or after a
+            // halt and a resume): dropped before any side effect — nothing in the history, no
+            // tool — but its tokens were spent and count against the budgets.
+            Some(Ok(response)) if self.stale() => {
+                cell.record_usage(response.usage);
+                Next::End(outcome(TerminationReason::Halted, iteration, None))
+            }
             Some(Ok(response)) => Next::Go(response),
             Some(Err(ProviderError::Malformed { message })) => {
                 let verdict = cell
@@ -838,6 +857,10 @@ async fn execute_in(
     else {
         return Executed::Halted;
     };
+    // A result that raced a halt (done in the poll the halt landed in) is not applied either.
+    if token.is_cancelled() {
+        return Executed::Halted;
+    }
     cell.end_tool(
         &call.id,
         name,

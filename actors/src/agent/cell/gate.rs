@@ -11,11 +11,15 @@
 //!   sees the flag and is refused before its task is sent.
 //! * **One halt, one list.** Of concurrent requests only the first gets the list (the others get
 //!   `None`: the first's caller halts those delegates).
+//! * **Epochs.** Each halt (a request that raises the flag) moves the epoch on, and a resume does
+//!   not move it back: a turn notes the epoch it started under, and a model or tool result that
+//!   comes back under a later one is stale — dropped before any side effect, even when a resume
+//!   cleared the flag meanwhile.
 //!
 //! Lock order: `token` and `running` are never held together; neither is held across a call out.
 //! The primitives come from `crate::sync` (loom's under `--cfg warden_loom`).
 
-use crate::sync::{AtomicBool, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering};
 use std::collections::HashMap;
 use tokio_util::sync::CancellationToken;
 
@@ -23,6 +27,8 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug)]
 pub(crate) struct HaltGate<D> {
     requested: AtomicBool,
+    /// Halts so far (each request that raised the flag).
+    epoch: AtomicU64,
     /// The running turn's token; created on first use, so an agent that never runs a turn never
     /// allocates one.
     token: Mutex<Option<CancellationToken>>,
@@ -35,6 +41,7 @@ impl<D: Clone> HaltGate<D> {
     pub(crate) fn new(halted: bool) -> Self {
         HaltGate {
             requested: AtomicBool::new(halted),
+            epoch: AtomicU64::new(0),
             token: Mutex::new(None),
             running: Mutex::new(HashMap::new()),
         }
@@ -45,11 +52,19 @@ impl<D: Clone> HaltGate<D> {
     /// Returns the delegations to halt too, or `None` if a halt was already requested.
     pub(crate) fn request(&self) -> Option<Vec<D>> {
         let already = self.requested.swap(true, Ordering::SeqCst);
+        if !already {
+            self.epoch.fetch_add(1, Ordering::SeqCst);
+        }
         let delegates = (!already).then(|| self.running());
         if let Some(token) = self.token.lock().as_ref() {
             token.cancel();
         }
         delegates
+    }
+
+    /// The halt epoch: how many halts were requested (see the module docs).
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
     }
 
     /// Whether a halt is requested (and not cleared).
@@ -141,6 +156,23 @@ mod loom {
                 !admitted || listed.contains(&7),
                 "a delegation ran that the halt did not see"
             );
+        });
+    }
+
+    /// A halt moves the epoch on; a second request while it is pending does not; a resume does
+    /// not move it back. (Plain test: no interleaving to explore.)
+    #[test]
+    fn each_halt_moves_the_epoch_on_and_a_resume_keeps_it() {
+        loom::model(|| {
+            let gate = HaltGate::<u32>::new(false);
+            assert_eq!(gate.epoch(), 0);
+            gate.request();
+            gate.request();
+            assert_eq!(gate.epoch(), 1);
+            gate.clear();
+            assert_eq!(gate.epoch(), 1);
+            gate.request();
+            assert_eq!(gate.epoch(), 2);
         });
     }
 

@@ -26,6 +26,12 @@ impl AgentCell {
         }
     }
 
+    /// The halt epoch ([`HaltGate::epoch`]): a result from a turn that started under an earlier one
+    /// is stale.
+    pub(crate) fn halt_epoch(&self) -> u64 {
+        self.halt.epoch()
+    }
+
     pub(crate) fn halt_requested(&self) -> bool {
         self.halt.requested()
     }
