@@ -386,6 +386,20 @@ pub struct AgentFileSpec {
     /// model sees them as `NAME__TOOL`.
     #[serde(default)]
     pub tools: Vec<String>,
+    /// This agent's own `[npc]` keys (`npc = { interaction_enabled = false }`): each key set
+    /// replaces the team's; `None`: the team's `[npc]`.
+    #[serde(default)]
+    pub npc: Option<warden_protocols::npc::NpcOverride>,
+}
+
+impl AgentFileSpec {
+    /// The agent's `[npc]` settings: the team's with this agent's keys over them, when it sets any.
+    pub fn npc_config(
+        &self,
+        team: &warden_protocols::npc::NpcConfig,
+    ) -> Option<warden_protocols::npc::NpcConfig> {
+        self.npc.as_ref().map(|own| own.apply(team))
+    }
 }
 
 fn yes() -> bool {
@@ -856,6 +870,24 @@ impl TeamFile {
     /// ```
     pub fn validate(&self) -> Result<(), TeamError> {
         self.validate_mcp_servers()?;
+        for (i, agent) in self.agents.iter().enumerate() {
+            let Some(npc) = agent.npc_config(&self.config.npc) else {
+                continue;
+            };
+            if let Err(ConfigError::Invalid {
+                key,
+                value,
+                allowed,
+            }) = npc.validate()
+            {
+                return Err(TeamError::Invalid {
+                    key: format!("agents[{i}].{key}"),
+                    agent: Some(agent.key.clone()),
+                    value,
+                    allowed: allowed.into(),
+                });
+            }
+        }
         for (name, spec) in &self.providers {
             if let ProviderSpec::OpenaiCompatible { base_url, .. } = spec {
                 if !is_http_url(base_url) {
@@ -1197,6 +1229,9 @@ impl TeamFile {
             if !agent.delegate {
                 spec = spec.without_delegation();
             }
+            if let Some(npc) = agent.npc_config(&self.config.npc) {
+                spec = spec.with_npc(npc);
+            }
             for tool in tools {
                 spec = spec.with_tool_arc(tool);
             }
@@ -1343,6 +1378,37 @@ delegate = false
     }
 
     /// Each team mistake `warden run` and `warden serve` would reject or misread, named exactly.
+    #[test]
+    fn an_agent_can_set_its_own_npc_keys_over_the_teams() {
+        let text = "[npc]\ntrigger_permissions = [\"gm\"]\n\n[providers.m]\nkind = \"scripted\"\n\n\
+                    [[agents]]\nkey = \"statue\"\nprovider = \"m\"\nnpc = { interaction_enabled = false }\n\n\
+                    [[agents]]\nkey = \"innkeeper\"\nprovider = \"m\"\n";
+        let team = TeamFile::from_toml(text).unwrap();
+        let statue = team.agents[0].npc_config(&team.config.npc).unwrap();
+        assert!(!statue.interaction_enabled);
+        assert_eq!(
+            statue.trigger_permissions,
+            ["gm"],
+            "the team's other keys stay"
+        );
+        assert_eq!(team.agents[1].npc_config(&team.config.npc), None);
+
+        let bad = text.replace(
+            "npc = { interaction_enabled = false }",
+            "npc = { trust = { say = 2.0 } }",
+        );
+        assert_eq!(
+            TeamFile::from_toml(&bad).unwrap_err().to_string(),
+            "invalid value for `agents[0].npc.trust.say` (agent `statue`): 2 (allowed: a number \
+             from 0 to 1)"
+        );
+        let unknown = text.replace("interaction_enabled = false", "interaction = false");
+        assert!(TeamFile::from_toml(&unknown)
+            .unwrap_err()
+            .to_string()
+            .contains("unknown field `interaction`"));
+    }
+
     #[test]
     fn team_mistakes_are_named_with_agent_key_value_and_what_is_allowed() {
         let err = |text: &str| TeamFile::from_toml(text).unwrap_err().to_string();

@@ -327,6 +327,92 @@ impl NpcConfig {
     }
 }
 
+/// An agent's own `npc` keys in a team file (`[[agents]] npc = { … }`): each key set replaces the
+/// team's `[npc]` value, the rest are the team's.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NpcOverride {
+    /// Replaces `npc.interaction_enabled`.
+    pub interaction_enabled: Option<bool>,
+    /// Replaces `npc.enable_addressing`.
+    pub enable_addressing: Option<bool>,
+    /// Replaces `npc.trigger_permissions`.
+    pub trigger_permissions: Option<Vec<String>>,
+    /// Replaces `npc.channels` (the whole table).
+    pub channels: Option<BTreeMap<String, ChannelMode>>,
+    /// Replaces `npc.trigger_min_trust`.
+    pub trigger_min_trust: Option<f64>,
+    /// Replaces the trust values it sets.
+    pub trust: TrustOverride,
+    /// Replaces `npc.context_max_events`.
+    pub context_max_events: Option<usize>,
+    /// Replaces `npc.context_max_tokens`.
+    pub context_max_tokens: Option<usize>,
+}
+
+/// The trust values an agent sets for itself (see [`TrustConfig`]).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrustOverride {
+    /// Replaces `npc.trust.whisper`.
+    pub whisper: Option<f64>,
+    /// Replaces `npc.trust.addressed`.
+    pub addressed: Option<f64>,
+    /// Replaces `npc.trust.channel`.
+    pub channel: Option<f64>,
+    /// Replaces `npc.trust.say`.
+    pub say: Option<f64>,
+    /// Replaces `npc.trust.emote`.
+    pub emote: Option<f64>,
+    /// Replaces `npc.trust.system`.
+    pub system: Option<f64>,
+    /// Replaces `npc.trust.heuristic`.
+    pub heuristic: Option<f64>,
+    /// Replaces `npc.trust.unknown_speaker`.
+    pub unknown_speaker: Option<f64>,
+}
+
+impl NpcOverride {
+    /// `base` with the keys this sets replaced (validate the result: [`NpcConfig::validate`]).
+    pub fn apply(&self, base: &NpcConfig) -> NpcConfig {
+        let mut npc = base.clone();
+        let set = |slot: &mut f64, value: Option<f64>| {
+            if let Some(value) = value {
+                *slot = value;
+            }
+        };
+        if let Some(v) = self.interaction_enabled {
+            npc.interaction_enabled = v;
+        }
+        if let Some(v) = self.enable_addressing {
+            npc.enable_addressing = v;
+        }
+        if let Some(v) = &self.trigger_permissions {
+            npc.trigger_permissions = v.clone();
+        }
+        if let Some(v) = &self.channels {
+            npc.channels = v.clone();
+        }
+        set(&mut npc.trigger_min_trust, self.trigger_min_trust);
+        let (t, o) = (&mut npc.trust, &self.trust);
+        set(&mut t.whisper, o.whisper);
+        set(&mut t.addressed, o.addressed);
+        set(&mut t.channel, o.channel);
+        set(&mut t.say, o.say);
+        set(&mut t.emote, o.emote);
+        set(&mut t.system, o.system);
+        set(&mut t.heuristic, o.heuristic);
+        set(&mut t.unknown_speaker, o.unknown_speaker);
+        if let Some(v) = self.context_max_events {
+            npc.context_max_events = v;
+        }
+        if let Some(v) = self.context_max_tokens {
+            npc.context_max_tokens = v;
+        }
+        npc
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,6 +433,23 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("unknown field `trust`"));
+    }
+
+    #[test]
+    fn an_override_replaces_only_the_keys_it_sets() {
+        let mut team = NpcConfig {
+            trigger_permissions: vec!["gm".into()],
+            ..NpcConfig::default()
+        };
+        team.trust.say = 0.45;
+        let own: NpcOverride =
+            serde_json::from_str(r#"{"interaction_enabled": false, "trust": {"whisper": 0.8}}"#)
+                .unwrap();
+        let npc = own.apply(&team);
+        assert!(!npc.interaction_enabled);
+        assert_eq!((npc.trust.whisper, npc.trust.say), (0.8, 0.45));
+        assert_eq!(npc.trigger_permissions, ["gm"]);
+        assert_eq!(NpcOverride::default().apply(&team), team);
     }
 
     #[test]
