@@ -1366,7 +1366,7 @@ delegate = false
             err.to_string(),
             "invalid config: line 24, column 1: `agents[1].delegates`: unknown field `delegates`, \
              expected one of `key`, `role`, `parent`, `provider`, `system_prompt`, `delegate`, \
-             `tools`\n\
+             `tools`, `npc`\n\
              24 | delegates = false\n   \
                 | ^^^^^^^^^"
         );
