@@ -416,19 +416,9 @@ fn command(cli: Cli) -> ExitCode {
             agent,
             events,
         } => {
-            let text = match std::fs::read_to_string(&config) {
-                Ok(text) => text,
-                Err(err) => {
-                    eprintln!("error: cannot read {}: {err}", config.display());
-                    return ExitCode::FAILURE;
-                }
-            };
-            let file = match warden::team::TeamFile::from_toml(&text) {
+            let file = match load_team(&config) {
                 Ok(file) => file,
-                Err(err) => {
-                    eprintln!("error: {}: {err}", config.display());
-                    return ExitCode::FAILURE;
-                }
+                Err(code) => return code,
             };
             // Standard input carries events (when no --event is given) and answers to limit asks;
             // it is read only when it is a terminal or when no --event was given.
@@ -562,19 +552,9 @@ fn command(cli: Cli) -> ExitCode {
             db,
             read_only,
         } => {
-            let text = match std::fs::read_to_string(&config) {
-                Ok(text) => text,
-                Err(err) => {
-                    eprintln!("error: cannot read {}: {err}", config.display());
-                    return ExitCode::FAILURE;
-                }
-            };
-            let file = match warden::team::TeamFile::from_toml(&text) {
+            let file = match load_team(&config) {
                 Ok(file) => file,
-                Err(err) => {
-                    eprintln!("error: {}: {err}", config.display());
-                    return ExitCode::FAILURE;
-                }
+                Err(code) => return code,
             };
             let access = if read_only {
                 warden::server::mcp::McpAccess::Read
@@ -853,4 +833,16 @@ fn stdin_lines() -> tokio::sync::mpsc::UnboundedReceiver<String> {
         }
     });
     rx
+}
+
+/// Reads and parses the team file at `path` (`warden run`, `warden mcp`), saying on stderr why not.
+fn load_team(path: &std::path::Path) -> Result<warden::team::TeamFile, ExitCode> {
+    let text = std::fs::read_to_string(path).map_err(|err| {
+        eprintln!("error: cannot read {}: {err}", path.display());
+        ExitCode::FAILURE
+    })?;
+    warden::team::TeamFile::from_toml(&text).map_err(|err| {
+        eprintln!("error: {}: {err}", path.display());
+        ExitCode::FAILURE
+    })
 }
