@@ -459,6 +459,19 @@ pub enum EventKind {
         /// The message, as the model will see it in later turns.
         message: ChatMessage,
     },
+    /// Record: the `removed` oldest history messages are replaced by `summary` (memory compaction:
+    /// the history reached 80 % of `execution.max_context_tokens`). `removed` ends at a tool-call
+    /// unit's boundary, so no kept tool result loses its call. `fallback`: the model's summary was
+    /// not available (failed, refused, empty) and `summary` is a deterministic marker instead.
+    HistoryCompacted {
+        /// How many messages, from the oldest, were removed.
+        removed: u64,
+        /// The one message that takes their place (an internal `user` message).
+        summary: ChatMessage,
+        /// `true` when `summary` is the deterministic marker, not the model's summary.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        fallback: bool,
+    },
     /// Record: `turns += 1`.
     TurnFinished {
         /// How the turn ended.

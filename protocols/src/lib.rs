@@ -48,5 +48,5 @@ pub use state::{AgentState, IllegalTransition, TRANSITIONS};
 pub use status::{AgentStatus, NpcStatus, QueueDepths};
 pub use wire::{
     AgentKey, AgentRole, ChatMessage, ChatRole, FinishReason, FunctionCall, TerminationReason,
-    ToolCall, ToolCategory, ToolSpec, Usage, UserEvent,
+    ToolCall, ToolCategory, ToolSpec, Usage, UserEvent, CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS,
 };

@@ -120,6 +120,10 @@ pub struct AgentRecord {
     pub restarts: u32,
     /// The conversation, as the model sees it (before context trimming).
     pub history: Vec<ChatMessage>,
+    /// The running token estimate of `history`: the sum of [`ChatMessage::estimated_tokens`],
+    /// maintained by [`AgentRecord::apply`] (never recomputed per turn). Omitted while zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub history_tokens: u64,
     /// Accepted user events not yet taken, discarded or refused, in the order accepted (= id order).
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     pub pending: VecDeque<PendingEvent>,
@@ -159,6 +163,7 @@ impl AgentRecord {
             turns: 0,
             restarts: 0,
             history: Vec::new(),
+            history_tokens: 0,
             pending: VecDeque::new(),
             last_event_id: 0,
             keyed: VecDeque::new(),
@@ -242,7 +247,10 @@ impl AgentRecord {
                 self.lockout = None;
                 self.consecutive_errors = 0;
             }
-            EventKind::HistoryReset { .. } => self.history.clear(),
+            EventKind::HistoryReset { .. } => {
+                self.history.clear();
+                self.history_tokens = 0;
+            }
             EventKind::Paused { .. } => self.paused = true,
             EventKind::Unpaused { .. } => self.paused = false,
             EventKind::Halted { discarded, .. } => {
@@ -279,7 +287,28 @@ impl AgentRecord {
                     self.settle(id);
                 }
             }
-            EventKind::HistoryAppended { message } => self.history.push(message.clone()),
+            EventKind::HistoryAppended { message } => {
+                self.history_tokens = self
+                    .history_tokens
+                    .saturating_add(message.estimated_tokens());
+                self.history.push(message.clone());
+            }
+            EventKind::HistoryCompacted {
+                removed, summary, ..
+            } => {
+                let removed = usize::try_from(*removed)
+                    .unwrap_or(usize::MAX)
+                    .min(self.history.len());
+                let gone: u64 = self.history[..removed]
+                    .iter()
+                    .map(ChatMessage::estimated_tokens)
+                    .sum();
+                self.history.splice(..removed, [summary.clone()]);
+                self.history_tokens = self
+                    .history_tokens
+                    .saturating_sub(gone)
+                    .saturating_add(summary.estimated_tokens());
+            }
             EventKind::TurnFinished { .. } => self.turns += 1,
             EventKind::UsageRecorded {
                 usage,
