@@ -51,23 +51,29 @@ pub(crate) const CONTINUE_PROMPT: &str =
 const NOT_RUN_RESULT: &str = r#"{"success":false,"error":"not run: only one DANGEROUS tool per tick, or the turn was stopped; call it again if still needed"}"#;
 
 /// Gives every tool call left without a result (a turn interrupted by a halt or a crash) a `not run`
-/// result, so the next request is a valid conversation.
+/// result, so the next request is a valid conversation. Only the end of the history is read: the
+/// results of a call are appended right after it, and every turn starts here, so an unanswered call
+/// can only be in the newest assistant message, followed by nothing but tool results and internal
+/// system alerts.
 fn answer_dangling_calls(cell: &AgentCell) {
     let dangling: Vec<String> = {
         let rec = cell.lock();
         let Some(pos) = rec
             .history
             .iter()
-            .rposition(|m| m.role == ChatRole::Assistant && !m.tool_calls.is_empty())
+            .rposition(|m| !(m.role == ChatRole::Tool || (m.role == ChatRole::System && m.internal)))
         else {
             return;
         };
+        let last = &rec.history[pos];
+        if last.role != ChatRole::Assistant || last.tool_calls.is_empty() {
+            return;
+        }
         let answered: Vec<&str> = rec.history[pos + 1..]
             .iter()
             .filter_map(|m| m.tool_call_id.as_deref())
             .collect();
-        rec.history[pos]
-            .tool_calls
+        last.tool_calls
             .iter()
             .filter(|c| !answered.contains(&c.id.as_str()))
             .map(|c| c.id.clone())
@@ -382,14 +388,7 @@ impl React<'_> {
     /// The request: the history fitted into the context window, checked against the budgets.
     fn request(&self) -> Next<LlmRequest> {
         let cell = self.cell;
-        let mut messages = cell.conversation();
-        if cell.settings.max_context_tokens > 0 {
-            context::fit(
-                &mut messages,
-                cell.settings.max_context_tokens,
-                cell.settings.context_strategy,
-            );
-        }
+        let messages = cell.conversation();
         let estimate = context::estimate_tokens(&messages);
         let verdict = cell
             .breakers(|b| b.before_llm_call(estimate))
@@ -608,7 +607,8 @@ async fn checkpoint(
         kind,
         current,
         configured,
-        partial_results: cell.lock().history.iter().any(|m| {
+        // From the newest back: an answer or a tool result is usually near the end.
+        partial_results: cell.lock().history.iter().rev().any(|m| {
             m.role == ChatRole::Tool || (m.role == ChatRole::Assistant && m.content.is_some())
         }),
     };
@@ -924,8 +924,7 @@ fn account(cell: &AgentCell, call: &ToolCall, executed: Executed) -> ToolStep {
     if cell.settings.max_context_tokens > 0 {
         // Measured on what the model will be sent (the fitted conversation), not the full history.
         let max = cell.settings.max_context_tokens;
-        let mut sent = cell.conversation();
-        context::fit(&mut sent, max, cell.settings.context_strategy);
+        let sent = cell.conversation();
         let estimate = context::estimate_tokens(&sent)
             + context::estimate_message_tokens(&ChatMessage::tool_result(&call.id, &content));
         critical = context::advisory(estimate, max).is_critical();
