@@ -530,6 +530,8 @@ struct TeamDoc {
     #[serde(default)]
     npc: warden_protocols::npc::NpcConfig,
     #[serde(default)]
+    memory: warden_protocols::MemoryConfig,
+    #[serde(default)]
     providers: BTreeMap<String, ProviderSpec>,
     #[serde(default)]
     agents: Vec<AgentFileSpec>,
@@ -552,6 +554,7 @@ impl TeamDoc {
             supervisor,
             journal,
             npc,
+            memory,
             providers,
             agents,
             api,
@@ -568,6 +571,7 @@ impl TeamDoc {
                 supervisor,
                 journal,
                 npc,
+                memory,
             },
             providers,
             agents,

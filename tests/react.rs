@@ -650,6 +650,8 @@ async fn fitted_request(
 ) -> (Vec<ChatMessage>, AgentRecord) {
     let mut config = WardenConfig::default();
     config.execution.max_context_tokens = budget;
+    // The strategies' own fitting, not memory compaction (tests/memory.rs).
+    config.memory.compaction = false;
     config.execution.context_strategy = strategy;
     let (team, _journal) = team(config);
     let (capture, seen) = Capture::new(ScriptedProvider::new([ScriptStep::reply("ok")]));

@@ -237,6 +237,24 @@ pub fn tail_start(history: &[ChatMessage], budget: u64) -> usize {
     i
 }
 
+/// Where the newest whole units of `history` worth at most `budget` tokens start (the newest unit
+/// counts even when it alone is worth more; 0 for an empty history). What comes before is what a
+/// memory compaction removes: it never starts inside a tool-call unit. O(kept units).
+pub fn newest_units_within(history: &[ChatMessage], budget: u64) -> usize {
+    let mut cost = 0u64;
+    let mut i = history.len();
+    while i > 0 {
+        let s = unit_start(history, i - 1);
+        let with = cost.saturating_add(history[s..i].iter().map(estimate_message_tokens).sum());
+        if with > budget && i < history.len() {
+            break;
+        }
+        cost = with;
+        i = s;
+    }
+    i
+}
+
 /// The conversation sent to the model — `system` (if any) then `history` — fitted into `budget`
 /// tokens by `strategy`, cloning only what the window needs: the newest units of the history worth
 /// just over `budget` ([`tail_start`]), plus the first unit for [`compact`] without a system message.

@@ -48,6 +48,34 @@ pub struct WardenConfig {
     pub journal: JournalConfig,
     /// `[npc]`: how NPC agents classify world events (`warden_protocols::npc`).
     pub npc: crate::npc::NpcConfig,
+    /// `[memory]`: bounded memory — compaction of the history, reflection (docs/memory.md).
+    pub memory: MemoryConfig,
+}
+
+/// `[memory]`: what keeps an agent's memory bounded (docs/memory.md). Compaction needs
+/// `execution.max_context_tokens`; without it (0) the history is never compacted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Emergency compaction: when the history reaches 80 % of `execution.max_context_tokens`, the
+    /// older history is replaced by a summary the model writes. Default true.
+    pub compaction: bool,
+    /// At a compaction, the newest history kept word for word, in percent of the window, 10 to 70.
+    /// Default 40.
+    pub keep_percent: u8,
+    /// The most a summary may take, in percent of the window (longer ones are cut), 1 to 30.
+    /// Default 10.
+    pub summary_percent: u8,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            compaction: true,
+            keep_percent: 40,
+            summary_percent: 10,
+        }
+    }
 }
 
 /// `[safety]`.
@@ -686,6 +714,20 @@ impl WardenConfig {
         seconds(
             "supervisor.restart.within_seconds",
             self.supervisor.restart.within_seconds,
+        )?;
+        range_u64(
+            "memory.keep_percent",
+            self.memory.keep_percent.into(),
+            10,
+            70,
+            "10 to 70",
+        )?;
+        range_u64(
+            "memory.summary_percent",
+            self.memory.summary_percent.into(),
+            1,
+            30,
+            "1 to 30",
         )?;
         range_u64(
             "journal.snapshot_every",

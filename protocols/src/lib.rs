@@ -28,7 +28,7 @@ mod wire;
 
 pub use config::{
     located, parse_toml, precheck, ConfigError, ContextStrategyConfig, DelegationConfig,
-    ExecutionConfig, JournalConfig, MailboxConfig, ModelPrice, RestartConfig, RestartStrategy,
+    ExecutionConfig, JournalConfig, MailboxConfig, MemoryConfig, ModelPrice, RestartConfig, RestartStrategy,
     SafetyBreakersConfig, SafetyBudgetConfig, SafetyConfig, SafetyLoopConfig, SafetyOnLimitConfig,
     SafetyTimeoutConfig, SupervisorConfig, ToolsConfig, WardenConfig,
 };

@@ -5,6 +5,7 @@
 //!   unless_halted        halt requested?
 //!   iterations_per_tick  past execution.max_iterations_per_tick → checkpoint (more, or wrap up)
 //!   loop_limits          on_loop_start: loop caps, wall clock → checkpoint; other verdicts obeyed
+//!   memory               history at ≥ 80 % of the window → compacted (summary call; memory.rs)
 //!   request              fit context → before_llm_call (budgets)
 //!   call_model           LLM call (≤ llm_call_seconds); unparsable → correcting message, again
 //!   read_response        record usage → after_llm_call → answer (or max-tokens continuation)
@@ -254,6 +255,7 @@ async fn react(
         step!(turn.unless_halted());
         step!(turn.iterations_per_tick().await);
         step!(turn.loop_limits().await);
+        step!(turn.memory().await);
         let request = step!(turn.request());
         let response = step!(turn.call_model(request).await);
         let calls = step!(turn.read_response(response));
@@ -382,6 +384,16 @@ impl React<'_> {
                 cell.task_iteration_undo();
                 Next::End(wrap_up(cell, self.token, &ctx, &decision, self.iteration - 1).await)
             }
+        }
+    }
+
+    /// Bounded memory before the request: the history compacted when it is due
+    /// ([`super::memory`]). A halt during the summary call ends the turn.
+    async fn memory(&self) -> Next<()> {
+        if super::memory::compact_if_due(self.cell, self.token, || self.stale()).await {
+            Next::Go(())
+        } else {
+            self.end(TerminationReason::Halted, self.iteration - 1)
         }
     }
 
@@ -714,7 +726,7 @@ async fn wrap_up(
 /// `safety.timeout.llm_call_seconds` unless the provider bounds its own attempts
 /// ([`crate::provider::Provider::bounds_its_own_calls`]): a call still running at the limit is
 /// dropped and fails as [`ProviderError::Timeout`], a failed call like any other.
-async fn call_provider(
+pub(super) async fn call_provider(
     cell: &AgentCell,
     token: &CancellationToken,
     request: LlmRequest,

@@ -412,6 +412,7 @@ impl Supervisor {
             },
             max_tokens_recoveries: config.execution.max_tokens_recoveries,
             npc: npc.map_or_else(|| self.shared.npc.clone(), Arc::new),
+            memory: config.memory,
         };
         let runner = ToolRunner::new(CircuitConfig {
             failure_threshold: config.tools.circuit_failure_threshold.get(),

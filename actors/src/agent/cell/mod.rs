@@ -77,6 +77,8 @@ pub(crate) struct AgentSettings {
     pub max_tokens_recoveries: u32,
     /// `[npc]`: how it classifies world events.
     pub npc: Arc<warden_protocols::npc::NpcConfig>,
+    /// `[memory]`: compaction of the history.
+    pub memory: warden_protocols::MemoryConfig,
 }
 
 /// The task (event or delegated task) the agent is working on: loop caps and the wall clock count
@@ -180,6 +182,14 @@ impl AgentCell {
             safety,
             replies,
         } = parts;
+        let mut record = record;
+        // The running estimate of the history, counted once here (a record built by hand, not
+        // folded from events, may lack it); every change after goes through `apply`.
+        record.history_tokens = record
+            .history
+            .iter()
+            .map(ChatMessage::estimated_tokens)
+            .sum();
         let halted = record.state == AgentState::Stopped;
         let mut breakers = AgentBreakers::new(
             record.key.clone(),

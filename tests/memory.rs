@@ -1,0 +1,295 @@
+//! Bounded memory (docs/memory.md): emergency compaction of the history at 80 % of the window —
+//! summarised by the model (scripted here: a summary request is told by
+//! `memory::is_summary_request`), journaled so a replay equals the live record, never splitting a
+//! tool-call unit; the deterministic fallback; a halt during the summary call.
+mod common;
+
+use common::*;
+use parking_lot::Mutex;
+use serde_json::json;
+use std::{sync::Arc, time::Duration};
+use warden::{
+    memory::{is_summary_request, SUMMARY_HEADER},
+    protocols::{ChatRole, TerminationReason},
+    AgentHandle, AgentSpec, ChatMessage, EventKind, HaltCause, LlmRequest, LlmResponse,
+    MemoryJournal, Provider, ProviderError, ScriptStep, ScriptedProvider, UserEvent, WardenConfig,
+};
+
+const WINDOW: u64 = 600;
+
+/// Records every request, then lets a scripted provider answer it.
+struct Capture {
+    inner: ScriptedProvider,
+    seen: Arc<Mutex<Vec<LlmRequest>>>,
+}
+
+impl Provider for Capture {
+    fn name(&self) -> &str {
+        "capture"
+    }
+
+    fn complete(
+        &self,
+        request: LlmRequest,
+    ) -> futures::future::BoxFuture<'static, Result<LlmResponse, ProviderError>> {
+        self.seen.lock().push(request.clone());
+        self.inner.complete(request)
+    }
+}
+
+/// A model that looks around once per event (one tool-call unit), then answers; a summary request
+/// is answered with `summary` (or fails when `None`).
+fn npc_model(summary: Option<&'static str>) -> (Arc<Capture>, Arc<Mutex<Vec<LlmRequest>>>) {
+    slow_npc_model(summary, Duration::ZERO)
+}
+
+/// [`npc_model`] whose summaries take `delay`.
+fn slow_npc_model(
+    summary: Option<&'static str>,
+    delay: Duration,
+) -> (Arc<Capture>, Arc<Mutex<Vec<LlmRequest>>>) {
+    let inner = ScriptedProvider::new([]).with_fallback(move |req| {
+        if is_summary_request(req) {
+            return match summary {
+                Some(text) => ScriptStep::reply(text).delayed(delay),
+                None => ScriptStep::fail("summaries are down"),
+            };
+        }
+        match req.messages.last().map(|m| m.role) {
+            Some(ChatRole::Tool) => ScriptStep::reply(format!(
+                "The door is old and heavy, it creaks {}",
+                req.messages.len()
+            )),
+            _ => ScriptStep::call("look", json!({"at": "door"})),
+        }
+    });
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    (
+        Arc::new(Capture {
+            inner,
+            seen: seen.clone(),
+        }),
+        seen,
+    )
+}
+
+fn config() -> WardenConfig {
+    let mut config = WardenConfig::default();
+    config.execution.max_context_tokens = WINDOW;
+    config.safety.budget.tokens_per_agent = 0;
+    config
+}
+
+async fn spawn(
+    config: WardenConfig,
+    model: Arc<Capture>,
+) -> (warden::Supervisor, Arc<MemoryJournal>, AgentHandle) {
+    let (team, journal) = team(config);
+    let (look, _) = counting_tool("look", warden::ToolCategory::SafeChain, false);
+    let a = team
+        .spawn(
+            AgentSpec::assistant("npc", model)
+                .with_system_prompt("You are the innkeeper.")
+                .without_delegation()
+                .with_tool_arc(look),
+        )
+        .unwrap();
+    (team, journal, a)
+}
+
+async fn turns(a: &AgentHandle, n: usize) {
+    for i in 0..n {
+        let before = a.status().turns;
+        a.try_send_event(UserEvent::new(format!(
+            "player question number {i}: what about the door over there?"
+        )))
+        .unwrap();
+        until("turn finished", || a.status().turns == before + 1).await;
+    }
+}
+
+fn compactions(journal: &MemoryJournal) -> Vec<(u64, ChatMessage, bool)> {
+    journal
+        .events_of("npc")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::HistoryCompacted {
+                removed,
+                summary,
+                fallback,
+            } => Some((removed, summary, fallback)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every tool result in `history` answers a call earlier in it, and every call has its result.
+fn assert_units_whole(history: &[ChatMessage]) {
+    for (i, m) in history.iter().enumerate() {
+        if m.role == ChatRole::Tool {
+            let id = m.tool_call_id.as_deref().unwrap();
+            assert!(
+                history[..i]
+                    .iter()
+                    .any(|c| c.tool_calls.iter().any(|t| t.id == id)),
+                "tool result {id} at {i} lost its call"
+            );
+        }
+        for call in &m.tool_calls {
+            assert!(
+                history[i + 1..]
+                    .iter()
+                    .any(|r| r.tool_call_id.as_deref() == Some(call.id.as_str())),
+                "call {} at {i} lost its result",
+                call.id
+            );
+        }
+    }
+}
+
+#[actix_rt::test]
+async fn the_older_history_is_summarised_and_a_replay_equals_the_live_record() {
+    tokio::time::pause();
+    let (model, seen) = npc_model(Some("The player keeps asking about the door; it is old."));
+    let (_team, journal, a) = spawn(config(), model).await;
+    turns(&a, 40).await;
+
+    let done = compactions(&journal);
+    assert!(done.len() >= 2, "compacted {} times", done.len());
+    let record = a.record();
+    // The summary is one internal user message at the start of the history.
+    let first = &record.history[0];
+    assert!(first.internal && first.role == ChatRole::User);
+    let text = first.content.as_deref().unwrap();
+    assert!(text.starts_with(SUMMARY_HEADER), "{text}");
+    assert!(text.ends_with("The player keeps asking about the door; it is old."));
+    assert!(done.iter().all(|(_, _, fallback)| !fallback));
+    // Bounded: below the 80 % threshold after the last turn's compaction and its own few messages.
+    let system = ChatMessage::system("You are the innkeeper.").estimated_tokens();
+    assert!(
+        record.history_tokens + system < WINDOW,
+        "history worth {} tokens",
+        record.history_tokens
+    );
+    // The running estimate is exact.
+    let counted: u64 = record.history.iter().map(|m| m.estimated_tokens()).sum();
+    assert_eq!(record.history_tokens, counted);
+    assert_units_whole(&record.history);
+    replay_matches(&journal, &a);
+
+    // The summary requests carried the removed messages and no tools; the turn's requests after a
+    // compaction start with the system prompt and the summary.
+    let seen = seen.lock();
+    let summaries: Vec<&LlmRequest> = seen.iter().filter(|r| is_summary_request(r)).collect();
+    assert_eq!(summaries.len(), done.len());
+    assert!(summaries.iter().all(|r| r.tools.is_empty()));
+    assert!(summaries[0].messages[1]
+        .content
+        .as_deref()
+        .unwrap()
+        .contains("user: [api] player question number 0"));
+    let last = seen.last().unwrap();
+    assert!(!is_summary_request(last));
+    assert_eq!(last.messages[0].role, ChatRole::System);
+    assert!(last.messages[1]
+        .content
+        .as_deref()
+        .unwrap()
+        .starts_with(SUMMARY_HEADER));
+}
+
+#[actix_rt::test]
+async fn history_stays_bounded_over_a_long_life() {
+    tokio::time::pause();
+    let (model, _) = npc_model(Some("summary"));
+    let (_team, journal, a) = spawn(config(), model).await;
+    turns(&a, 150).await;
+    let record = a.record();
+    assert!(record.history.len() < 60, "{} messages", record.history.len());
+    assert!(record.history_tokens < WINDOW);
+    assert!(compactions(&journal).len() >= 10);
+    replay_matches(&journal, &a);
+}
+
+#[actix_rt::test]
+async fn a_failed_summary_falls_back_to_a_marker_journaled_the_same_way() {
+    tokio::time::pause();
+    let (model, _) = npc_model(None);
+    let (_team, journal, a) = spawn(config(), model).await;
+    turns(&a, 20).await;
+    let done = compactions(&journal);
+    assert!(!done.is_empty());
+    let (removed, summary, fallback) = &done[0];
+    assert!(fallback);
+    assert_eq!(
+        summary.content.as_deref(),
+        Some(
+            format!(
+                "[memory: {removed} earlier messages removed without a summary (the summary call failed)]"
+            )
+            .as_str()
+        )
+    );
+    // The agent kept answering.
+    assert!(outcomes(&journal, "npc")
+        .iter()
+        .all(|o| o.reason == TerminationReason::Answered));
+    assert_units_whole(&a.record().history);
+    replay_matches(&journal, &a);
+}
+
+#[actix_rt::test]
+async fn compaction_off_keeps_everything() {
+    tokio::time::pause();
+    let (model, seen) = npc_model(Some("summary"));
+    let mut config = config();
+    config.memory.compaction = false;
+    let (_team, journal, a) = spawn(config, model).await;
+    turns(&a, 20).await;
+    assert!(compactions(&journal).is_empty());
+    let history = a.record().history;
+    let asked = history.iter().filter(|m| m.role == ChatRole::User).count();
+    assert_eq!(asked, 20, "every event's message is still there");
+    assert_eq!(
+        history[0].content.as_deref(),
+        Some("[api] player question number 0: what about the door over there?")
+    );
+    assert!(!seen.lock().iter().any(is_summary_request));
+}
+
+#[actix_rt::test]
+async fn a_halt_during_the_summary_call_drops_it() {
+    tokio::time::pause();
+    let (model, seen) = slow_npc_model(Some("summary"), Duration::from_secs(10));
+    let (_team, journal, a) = spawn(config(), model).await;
+    // Up to just before the first compaction.
+    let mut n = 0;
+    loop {
+        turns(&a, 1).await;
+        n += 1;
+        let record = a.record();
+        let system = ChatMessage::system("You are the innkeeper.").estimated_tokens();
+        // The next event's message and the look round would cross 80 %.
+        if (record.history_tokens + system + 60) * 100 >= WINDOW * 80 {
+            break;
+        }
+        assert!(n < 50);
+    }
+    assert!(compactions(&journal).is_empty());
+    let before = a.record().history.len();
+    // The summary takes 10 s: the halt comes while it is being written.
+    let calls = seen.lock().len();
+    a.try_send_event(UserEvent::new("one more question about the door"))
+        .unwrap();
+    until("a summary request", || {
+        seen.lock()[calls..].iter().any(is_summary_request)
+    })
+    .await;
+    let _ = a.halt(HaltCause::Operator {
+            operator: "op".into(),
+        }).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(compactions(&journal).is_empty(), "a stale summary applied");
+    assert!(a.record().history.len() > before);
+    replay_matches(&journal, &a);
+}
