@@ -293,3 +293,101 @@ async fn a_halt_during_the_summary_call_drops_it() {
     assert!(a.record().history.len() > before);
     replay_matches(&journal, &a);
 }
+
+/// A model whose every answer costs 60 tokens.
+fn sixty_tokens() -> Arc<ScriptedProvider> {
+    Arc::new(ScriptedProvider::new([]).with_fallback(|_| {
+        ScriptStep::Respond(LlmResponse {
+            message: ChatMessage::assistant("ok"),
+            finish_reason: warden::protocols::FinishReason::Stop,
+            usage: warden::protocols::Usage {
+                prompt_tokens: 50,
+                completion_tokens: 10,
+                estimated: false,
+            },
+        })
+    }))
+}
+
+fn waits(journal: &MemoryJournal) -> Vec<(u64, u64, u64)> {
+    journal
+        .events_of("npc")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::TokenBudgetWaiting {
+                tokens,
+                limit,
+                wait_ms,
+            } => Some((tokens, limit, wait_ms)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[actix_rt::test]
+async fn a_spent_hourly_budget_waits_until_tokens_age_out_instead_of_stopping() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.safety.budget.tokens_per_agent = 0;
+    config.safety.budget.tokens_per_hour = 100;
+    let (team, journal) = team(config);
+    let a = team.assistant("npc", sixty_tokens());
+    let start = tokio::time::Instant::now();
+    a.try_send_event(UserEvent::new("one")).unwrap();
+    until("turn 1", || a.status().turns == 1).await;
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    a.try_send_event(UserEvent::new("two")).unwrap();
+    until("turn 2", || a.status().turns == 2).await;
+    // 120 tokens in the last hour ≥ 100: the third turn waits for the first call to age out.
+    a.try_send_event(UserEvent::new("three")).unwrap();
+    until("waiting", || a.status().budget_wait_until_ms.is_some()).await;
+    let status = a.status();
+    assert_eq!(status.state, warden::AgentState::Executing);
+    assert_eq!(status.turns, 2);
+    let w = waits(&journal);
+    assert_eq!(w.len(), 1, "journaled once");
+    let (tokens, limit, wait_ms) = w[0];
+    assert_eq!((tokens, limit), (120, 100));
+    let elapsed = u64::try_from(start.elapsed().as_millis()).unwrap();
+    assert_eq!(wait_ms, 3_600_000 - elapsed);
+    // The first call ages out 3000 s after the wait began (it was 600 s old then).
+    tokio::time::sleep(Duration::from_millis(wait_ms - 1_000)).await;
+    settle(100).await;
+    assert_eq!(a.status().turns, 2, "still waiting");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    until("turn 3", || a.status().turns == 3).await;
+    // It ran once the first call was an hour old, not before.
+    assert!(start.elapsed() >= Duration::from_secs(3600));
+    assert!(a.status().budget_wait_until_ms.is_none());
+    assert_eq!(a.status().tokens_used, 180);
+    assert!(outcomes(&journal, "npc")
+        .iter()
+        .all(|o| o.reason == TerminationReason::Answered));
+    assert_eq!(waits(&journal).len(), 1);
+    replay_matches(&journal, &a);
+}
+
+#[actix_rt::test]
+async fn a_halt_ends_the_wait_for_the_hourly_budget() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.safety.budget.tokens_per_agent = 0;
+    config.safety.budget.tokens_per_hour = 50;
+    let (team, journal) = team(config);
+    let a = team.assistant("npc", sixty_tokens());
+    a.try_send_event(UserEvent::new("one")).unwrap();
+    until("turn 1", || a.status().turns == 1).await;
+    a.try_send_event(UserEvent::new("two")).unwrap();
+    until("waiting", || a.status().budget_wait_until_ms.is_some()).await;
+    let _ = a
+        .halt(HaltCause::Operator {
+            operator: "op".into(),
+        })
+        .await;
+    until("stopped", || a.state() == warden::AgentState::Stopped).await;
+    until("the wait is over", || a.status().budget_wait_until_ms.is_none()).await;
+    tokio::time::sleep(Duration::from_secs(7200)).await;
+    assert_eq!(outcomes(&journal, "npc").len(), 1, "the second turn never answered");
+    assert_eq!(a.status().tokens_used, 60, "no model call after the halt");
+    replay_matches(&journal, &a);
+}

@@ -221,6 +221,9 @@ pub struct SafetyBudgetConfig {
     pub tokens_per_agent: u64,
     /// Tokens the whole team may use. 0 = off. Default 0.
     pub tokens_per_team: u64,
+    /// Tokens (prompt + completion) one agent may use in any hour (a sliding window): when spent,
+    /// the agent waits until enough age out instead of stopping. 0 = off. Default 0.
+    pub tokens_per_hour: u64,
     /// Cost one agent may incur (priced by `prices`). 0 = off. Default 0.
     pub cost_per_agent: f64,
     /// Cost the whole team may incur. 0 = off. Default 0.
@@ -240,6 +243,7 @@ impl Default for SafetyBudgetConfig {
         SafetyBudgetConfig {
             tokens_per_agent: 100_000,
             tokens_per_team: 0,
+            tokens_per_hour: 0,
             cost_per_agent: 0.0,
             cost_per_team: 0.0,
             reserve_tokens: 512,

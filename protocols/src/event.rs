@@ -472,6 +472,16 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         fallback: bool,
     },
+    /// The last hour's model-call tokens reached `safety.budget.tokens_per_hour`: the agent waits
+    /// `wait_ms` (until enough of them age out) before its next model call. Journaled once a wait.
+    TokenBudgetWaiting {
+        /// Tokens of the last hour.
+        tokens: u64,
+        /// `safety.budget.tokens_per_hour`.
+        limit: u64,
+        /// How long the wait will be, in ms.
+        wait_ms: u64,
+    },
     /// Record: `turns += 1`.
     TurnFinished {
         /// How the turn ended.

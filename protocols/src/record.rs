@@ -334,7 +334,8 @@ impl AgentRecord {
             | EventKind::ToolDefined { .. }
             | EventKind::ToolDefinitionChanged { .. }
             | EventKind::Crashed { .. }
-            | EventKind::Perceived { .. } => {}
+            | EventKind::Perceived { .. }
+            | EventKind::TokenBudgetWaiting { .. } => {}
         }
     }
 

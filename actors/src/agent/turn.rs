@@ -5,6 +5,7 @@
 //!   unless_halted        halt requested?
 //!   iterations_per_tick  past execution.max_iterations_per_tick → checkpoint (more, or wrap up)
 //!   loop_limits          on_loop_start: loop caps, wall clock → checkpoint; other verdicts obeyed
+//!   hourly_budget        last hour's tokens at safety.budget.tokens_per_hour → wait (halt ends it)
 //!   memory               history at ≥ 80 % of the window → compacted (summary call; memory.rs)
 //!   request              fit context → before_llm_call (budgets)
 //!   call_model           LLM call (≤ llm_call_seconds); unparsable → correcting message, again
@@ -255,7 +256,9 @@ async fn react(
         step!(turn.unless_halted());
         step!(turn.iterations_per_tick().await);
         step!(turn.loop_limits().await);
+        step!(turn.hourly_budget().await);
         step!(turn.memory().await);
+        step!(turn.hourly_budget().await);
         let request = step!(turn.request());
         let response = step!(turn.call_model(request).await);
         let calls = step!(turn.read_response(response));
@@ -384,6 +387,16 @@ impl React<'_> {
                 cell.task_iteration_undo();
                 Next::End(wrap_up(cell, self.token, &ctx, &decision, self.iteration - 1).await)
             }
+        }
+    }
+
+    /// The rolling budget (`safety.budget.tokens_per_hour`): no model call starts while the last
+    /// hour's tokens are at the limit; the turn waits (a halt ends it).
+    async fn hourly_budget(&self) -> Next<()> {
+        if self.cell.hourly_budget(self.token).await {
+            Next::Go(())
+        } else {
+            self.end(TerminationReason::Halted, self.iteration - 1)
         }
     }
 

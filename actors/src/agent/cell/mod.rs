@@ -28,6 +28,7 @@
 mod delegations;
 mod gate;
 mod halt;
+mod hourly;
 mod npc;
 mod replies;
 mod safety;
@@ -161,6 +162,8 @@ pub(crate) struct AgentCell {
     /// The user event the running turn answers (id, accepted): settled when the turn finishes, as
     /// discarded when a halt stops it, as failed when the actor crashes. Set under the record lock.
     answering: Mutex<Option<(u64, tokio::time::Instant)>>,
+    /// The calls of the last hour, for `safety.budget.tokens_per_hour` (a leaf lock).
+    hourly: Mutex<hourly::HourlyWindow>,
 }
 
 fn state_index(s: AgentState) -> u8 {
@@ -235,6 +238,7 @@ impl AgentCell {
             replies,
             turn_usage: Mutex::new(Usage::default()),
             answering: Mutex::new(None),
+            hourly: Mutex::new(hourly::HourlyWindow::default()),
         }
     }
 
@@ -419,6 +423,8 @@ impl AgentCell {
             turns: rec.turns,
             restarts: rec.restarts,
             history_len: rec.history.len(),
+            history_tokens: rec.history_tokens,
+            budget_wait_until_ms: self.hourly_wait_until_ms(),
             stopped_by: rec.stopped_by.clone(),
             tokens_used,
             cost_used,
