@@ -390,6 +390,11 @@ pub struct AgentFileSpec {
     /// replaces the team's; `None`: the team's `[npc]`.
     #[serde(default)]
     pub npc: Option<warden_protocols::npc::NpcOverride>,
+    /// The agent's goals (`goals = ["keep the inn tidy"]`), carried in its system message; when
+    /// set (even empty), the agent also gets the `set_goals` tool. Journaled at its first spawn: a
+    /// restored agent keeps the goals its journal holds. `None` (the default): no goals, no tool.
+    #[serde(default)]
+    pub goals: Option<Vec<String>>,
 }
 
 impl AgentFileSpec {
@@ -875,6 +880,20 @@ impl TeamFile {
     pub fn validate(&self) -> Result<(), TeamError> {
         self.validate_mcp_servers()?;
         for (i, agent) in self.agents.iter().enumerate() {
+            if let Some(goals) = &agent.goals {
+                if let Err(why) = warden_protocols::check_goals(goals) {
+                    return Err(TeamError::Invalid {
+                        key: format!("agents[{i}].goals"),
+                        agent: Some(agent.key.clone()),
+                        value: why,
+                        allowed: format!(
+                            "at most {} goals, each not blank and at most {} characters",
+                            warden_protocols::MAX_GOALS,
+                            warden_protocols::MAX_GOAL_CHARS
+                        ),
+                    });
+                }
+            }
             let Some(npc) = agent.npc_config(&self.config.npc) else {
                 continue;
             };
@@ -1235,6 +1254,9 @@ impl TeamFile {
             }
             if let Some(npc) = agent.npc_config(&self.config.npc) {
                 spec = spec.with_npc(npc);
+            }
+            if let Some(goals) = &agent.goals {
+                spec = spec.with_goals(goals.clone());
             }
             for tool in tools {
                 spec = spec.with_tool_arc(tool);

@@ -391,3 +391,195 @@ async fn a_halt_ends_the_wait_for_the_hourly_budget() {
     assert_eq!(a.status().tokens_used, 60, "no model call after the halt");
     replay_matches(&journal, &a);
 }
+
+fn goal_events(journal: &MemoryJournal) -> Vec<(Vec<String>, String)> {
+    journal
+        .events_of("npc")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::GoalsSet { goals, by } => Some((goals, by)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[actix_rt::test]
+async fn goals_come_from_the_spawn_the_model_and_the_operator_and_the_system_message_carries_them()
+{
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    let inner = ScriptedProvider::new([
+        ScriptStep::reply("hello"),
+        ScriptStep::call("set_goals", json!({"goals": ["find the lost key"]})),
+        ScriptStep::reply("I will look for the key."),
+        ScriptStep::call("set_goals", json!({"goals": ["  "]})),
+        ScriptStep::reply("fine"),
+        ScriptStep::reply("ok"),
+    ]);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let model = Arc::new(Capture {
+        inner,
+        seen: seen.clone(),
+    });
+    let a = team
+        .spawn(
+            AgentSpec::assistant("npc", model)
+                .with_system_prompt("You are the innkeeper.")
+                .with_goals(vec!["keep the inn tidy".into()]),
+        )
+        .unwrap();
+    let turn = |text: &'static str| {
+        let a = a.clone();
+        async move {
+            let before = a.status().turns;
+            a.try_send_event(UserEvent::new(text)).unwrap();
+            until("turn", || a.status().turns == before + 1).await;
+        }
+    };
+    turn("hi").await;
+    let system = |i: usize| seen.lock()[i].messages[0].content.clone().unwrap();
+    assert_eq!(
+        system(0),
+        "You are the innkeeper.\n\nYour current goals:\n- keep the inn tidy"
+    );
+    assert!(seen.lock()[0]
+        .tools
+        .iter()
+        .any(|t| t.name == "set_goals"));
+    turn("you lost a key").await;
+    assert_eq!(
+        system(2),
+        "You are the innkeeper.\n\nYour current goals:\n- find the lost key"
+    );
+    // A blank goal is refused: the model sees the error, the goals stay.
+    turn("forget it").await;
+    assert_eq!(a.record().goals, vec!["find the lost key".to_owned()]);
+    let tool_result = a
+        .record()
+        .history
+        .iter()
+        .rev()
+        .find(|m| m.role == ChatRole::Tool)
+        .and_then(|m| m.content.clone())
+        .unwrap();
+    assert!(tool_result.contains("goal 1 is blank"), "{tool_result}");
+    // The operator.
+    a.set_goals(vec!["close at midnight".into(), "greet guests".into()], "op")
+        .unwrap();
+    assert_eq!(
+        a.set_goals(vec![String::new()], "op"),
+        Err("goal 1 is blank".into())
+    );
+    assert_eq!(
+        a.set_goals(vec!["g".into(); 17], "op"),
+        Err("17 goals; at most 16 are allowed".into())
+    );
+    turn("closing time?").await;
+    assert_eq!(
+        seen.lock().last().unwrap().messages[0].content.as_deref(),
+        Some("You are the innkeeper.\n\nYour current goals:\n- close at midnight\n- greet guests")
+    );
+    assert_eq!(
+        goal_events(&journal),
+        vec![
+            (vec!["keep the inn tidy".to_owned()], "team".to_owned()),
+            (vec!["find the lost key".to_owned()], "model".to_owned()),
+            (
+                vec!["close at midnight".to_owned(), "greet guests".to_owned()],
+                "op".to_owned()
+            ),
+        ]
+    );
+    replay_matches(&journal, &a);
+    // A restart keeps the journaled goals, not the spawn's.
+    let record = warden::AgentRecord::replay("npc".into(), &journal.events());
+    let (team2, journal2) = common::team(WardenConfig::default());
+    let b = team2
+        .spawn(
+            AgentSpec::assistant("npc", chatty())
+                .with_goals(vec!["keep the inn tidy".into()])
+                .restored_from(record),
+        )
+        .unwrap();
+    assert_eq!(b.record().goals.len(), 2);
+    assert!(goal_events(&journal2).is_empty());
+}
+
+#[actix_rt::test]
+async fn invalid_goals_fail_the_spawn() {
+    let (team, _) = team(WardenConfig::default());
+    let err = team
+        .spawn(AgentSpec::assistant("npc", chatty()).with_goals(vec!["x".repeat(501)]))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid goals: goal 1 has 501 characters; at most 500 are allowed"
+    );
+}
+
+#[actix_rt::test]
+async fn the_agent_reflects_every_interval_and_keeps_the_latest_three() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.memory.reflection_interval = 2;
+    let (team, journal) = team(config);
+    let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = n.clone();
+    let inner = ScriptedProvider::new([]).with_fallback(move |req| {
+        if warden::memory::is_reflection_request(req) {
+            let k = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            ScriptStep::reply(format!("reflection {k}"))
+        } else {
+            ScriptStep::reply("ok")
+        }
+    });
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let model = Arc::new(Capture {
+        inner,
+        seen: seen.clone(),
+    });
+    let a = team
+        .spawn(AgentSpec::assistant("npc", model).with_system_prompt("You are the innkeeper."))
+        .unwrap();
+    for i in 0..10 {
+        let before = a.status().turns;
+        a.try_send_event(UserEvent::new(format!("question {i}")))
+            .unwrap();
+        until("turn", || a.status().turns == before + 1).await;
+    }
+    // Before turns 3, 5, 7 and 9 (after 2, 4, 6 and 8 finished).
+    let reflections: Vec<String> = journal
+        .events_of("npc")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Reflected { reflection } => Some(reflection),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reflections,
+        ["reflection 1", "reflection 2", "reflection 3", "reflection 4"]
+    );
+    let record = a.record();
+    assert_eq!(
+        record.reflections,
+        ["reflection 2", "reflection 3", "reflection 4"]
+    );
+    assert_eq!(record.reflected_at, 8);
+    let seen = seen.lock();
+    let reflection_request = seen
+        .iter()
+        .find(|r| warden::memory::is_reflection_request(r))
+        .unwrap();
+    assert!(reflection_request.tools.is_empty());
+    assert!(reflection_request.messages[1]
+        .content
+        .as_deref()
+        .unwrap()
+        .contains("user: [api] question 1"));
+    assert_eq!(
+        seen.last().unwrap().messages[0].content.as_deref(),
+        Some("You are the innkeeper.\n\nYour recent reflections:\n- reflection 2\n- reflection 3\n- reflection 4")
+    );
+    replay_matches(&journal, &a);
+}

@@ -66,6 +66,10 @@ pub struct MemoryConfig {
     /// The most a summary may take, in percent of the window (longer ones are cut), 1 to 30.
     /// Default 10.
     pub summary_percent: u8,
+    /// Every this many turns, before the next turn's first model call, the model writes a short
+    /// reflection on the recent conversation; the latest 3 are carried in the system message.
+    /// 0 = off, up to 10000. Default 0.
+    pub reflection_interval: u32,
 }
 
 impl Default for MemoryConfig {
@@ -74,6 +78,7 @@ impl Default for MemoryConfig {
             compaction: true,
             keep_percent: 40,
             summary_percent: 10,
+            reflection_interval: 0,
         }
     }
 }
@@ -732,6 +737,13 @@ impl WardenConfig {
             1,
             30,
             "1 to 30",
+        )?;
+        range_u64(
+            "memory.reflection_interval",
+            self.memory.reflection_interval.into(),
+            0,
+            10_000,
+            "0 (off) to 10000",
         )?;
         range_u64(
             "journal.snapshot_every",

@@ -472,6 +472,21 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         fallback: bool,
     },
+    /// Record: `reflections` gains `reflection` (the oldest dropped past
+    /// [`crate::AgentRecord::REFLECTIONS_KEPT`]), `reflected_at = turns`. Written by the model every
+    /// `memory.reflection_interval` turns.
+    Reflected {
+        /// The reflection, as the system message will carry it.
+        reflection: String,
+    },
+    /// Record: `goals` replaced (the system message carries them).
+    GoalsSet {
+        /// The new goals, in order (empty: none).
+        goals: Vec<String>,
+        /// Who set them: `team` (the team file, at the first spawn), `model` (the `set_goals`
+        /// tool), or the operator's name.
+        by: String,
+    },
     /// The last hour's model-call tokens reached `safety.budget.tokens_per_hour`: the agent waits
     /// `wait_ms` (until enough of them age out) before its next model call. Journaled once a wait.
     TokenBudgetWaiting {

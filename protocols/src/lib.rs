@@ -38,7 +38,10 @@ pub use event::{
 };
 pub use mcp::{valid_server_name, McpServerConfig, McpToolSelector, MCP_NAME_SEPARATOR};
 pub use priority::Priority;
-pub use record::{AgentRecord, KeyedEvent, Lockout, PendingEvent, UsageTotals};
+pub use record::{
+    check_goals, AgentRecord, KeyedEvent, Lockout, PendingEvent, UsageTotals, MAX_GOALS,
+    MAX_GOAL_CHARS,
+};
 pub use refusal::{DelegationRefusal, WorkRefusal};
 pub use safety::{
     AnomalyKind, Answer, AnsweredBy, FleetView, Intervention, LimitDecision, LimitKind,

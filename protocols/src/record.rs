@@ -124,6 +124,17 @@ pub struct AgentRecord {
     /// maintained by [`AgentRecord::apply`] (never recomputed per turn). Omitted while zero.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub history_tokens: u64,
+    /// The agent's goals, carried in its system message (set by `GoalsSet`: the team file, the
+    /// `set_goals` tool, an operator). Omitted while empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub goals: Vec<String>,
+    /// The latest reflections (at most [`AgentRecord::REFLECTIONS_KEPT`], oldest first), carried in
+    /// the system message. Omitted while empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reflections: Vec<String>,
+    /// `turns` when the agent last reflected (`memory.reflection_interval`). Omitted while zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reflected_at: u64,
     /// Accepted user events not yet taken, discarded or refused, in the order accepted (= id order).
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     pub pending: VecDeque<PendingEvent>,
@@ -139,6 +150,38 @@ pub struct AgentRecord {
     /// decode and mean the same.
     #[serde(default, skip_serializing_if = "UsageTotals::is_zero")]
     pub usage: UsageTotals,
+}
+
+/// The most goals an agent has.
+pub const MAX_GOALS: usize = 16;
+/// The most characters one goal has.
+pub const MAX_GOAL_CHARS: usize = 500;
+
+/// Checks goals as every way of setting them does (team file, `set_goals` tool, operator): at most
+/// [`MAX_GOALS`], each not blank and at most [`MAX_GOAL_CHARS`] characters.
+///
+/// # Errors
+/// What is wrong, in words (e.g. `goal 2 is blank`).
+pub fn check_goals(goals: &[String]) -> Result<(), String> {
+    if goals.len() > MAX_GOALS {
+        return Err(format!(
+            "{} goals; at most {MAX_GOALS} are allowed",
+            goals.len()
+        ));
+    }
+    for (i, goal) in goals.iter().enumerate() {
+        let n = i + 1;
+        if goal.trim().is_empty() {
+            return Err(format!("goal {n} is blank"));
+        }
+        let chars = goal.chars().count();
+        if chars > MAX_GOAL_CHARS {
+            return Err(format!(
+                "goal {n} has {chars} characters; at most {MAX_GOAL_CHARS} are allowed"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -164,12 +207,18 @@ impl AgentRecord {
             restarts: 0,
             history: Vec::new(),
             history_tokens: 0,
+            goals: Vec::new(),
+            reflections: Vec::new(),
+            reflected_at: 0,
             pending: VecDeque::new(),
             last_event_id: 0,
             keyed: VecDeque::new(),
             usage: UsageTotals::default(),
         }
     }
+
+    /// How many reflections the record (and the system message) keeps: the newest.
+    pub const REFLECTIONS_KEPT: usize = 3;
 
     /// How many idempotency keys an agent remembers (its most recent keyed events).
     pub const KEYS_KEPT: usize = 1024;
@@ -292,6 +341,14 @@ impl AgentRecord {
                     .history_tokens
                     .saturating_add(message.estimated_tokens());
                 self.history.push(message.clone());
+            }
+            EventKind::GoalsSet { goals, .. } => self.goals = goals.clone(),
+            EventKind::Reflected { reflection } => {
+                if self.reflections.len() == Self::REFLECTIONS_KEPT {
+                    self.reflections.remove(0);
+                }
+                self.reflections.push(reflection.clone());
+                self.reflected_at = self.turns;
             }
             EventKind::HistoryCompacted {
                 removed, summary, ..

@@ -23,6 +23,20 @@ pub const COMPACT_AT_PERCENT: u64 = context::CRITICAL_PERCENT;
 /// The system message of a summary request (see [`is_summary_request`]).
 pub const SUMMARY_PROMPT: &str = "You maintain the long-term memory of an agent. The user message is a transcript of the oldest part of the agent's conversation, which is about to be removed from its context. Write a concise summary of it in the third person: the facts learned, the people and things involved, promises made, decisions taken, open tasks and goals. Keep anything the agent will need later; leave out small talk. Do not call any tool. Reply with the summary only.";
 
+/// The system message of a reflection request (see [`is_reflection_request`]).
+pub const REFLECTION_PROMPT: &str = "You are the inner voice of an agent. The user message is a transcript of its recent conversation, and its current goals. In two or three sentences, reflect: what matters most now, what the agent has learned, and what it should do next. Do not call any tool. Reply with the reflection only.";
+
+/// The most characters a reflection keeps (longer ones are cut).
+pub const REFLECTION_MAX_CHARS: usize = 600;
+
+/// Whether `request` is a reflection request: its first message is the system message
+/// [`REFLECTION_PROMPT`].
+pub fn is_reflection_request(request: &LlmRequest) -> bool {
+    request.messages.first().is_some_and(|m| {
+        m.role == ChatRole::System && m.content.as_deref() == Some(REFLECTION_PROMPT)
+    })
+}
+
 /// How a summary starts in the history: `[memory: summary of N earlier messages]`.
 pub const SUMMARY_HEADER: &str = "[memory: summary of";
 
@@ -72,6 +86,30 @@ fn line(m: &ChatMessage) -> String {
     }
 }
 
+/// A transcript of the newest of `messages` worth at most `tokens` (~4 characters a token), with
+/// the number of older ones left out. Reads only what it shows.
+fn transcript(messages: &[ChatMessage], tokens: u64) -> String {
+    let mut room = tokens.saturating_mul(context::CHARS_PER_TOKEN);
+    let mut lines = Vec::new();
+    for m in messages.iter().rev() {
+        let l = line(m);
+        let chars = l.chars().count() as u64 + 1;
+        if chars > room {
+            break;
+        }
+        room -= chars;
+        lines.push(l);
+    }
+    let left_out = messages.len() - lines.len();
+    lines.reverse();
+    let mut out = String::new();
+    if left_out > 0 {
+        out.push_str(&format!("({left_out} older {} not shown)\n", noun(left_out)));
+    }
+    out.push_str(&lines.join("\n"));
+    out
+}
+
 impl AgentCell {
     /// The compaction due now, if any.
     fn compaction_plan(&self) -> Option<Plan> {
@@ -100,32 +138,11 @@ impl AgentCell {
         if removed == 0 || gone <= self.summary_cap_tokens() + context::MESSAGE_OVERHEAD_TOKENS {
             return None;
         }
-        // The transcript: the newest removed messages worth at most half the window (O(window)).
-        let mut room = (max / 2).saturating_mul(context::CHARS_PER_TOKEN);
-        let mut lines = Vec::new();
-        for m in rec.history[..removed].iter().rev() {
-            let l = line(m);
-            let chars = l.chars().count() as u64 + 1;
-            if chars > room {
-                break;
-            }
-            room -= chars;
-            lines.push(l);
-        }
-        let left_out = removed - lines.len();
-        lines.reverse();
-        let mut transcript = String::new();
-        if left_out > 0 {
-            transcript.push_str(&format!(
-                "({left_out} older {} not shown)\n",
-                noun(left_out)
-            ));
-        }
-        transcript.push_str(&lines.join("\n"));
         Some(Plan {
             removed,
             boundary: rec.history[removed - 1].clone(),
-            transcript,
+            // The newest removed messages worth at most half the window (O(window)).
+            transcript: transcript(&rec.history[..removed], max / 2),
         })
     }
 
@@ -232,5 +249,78 @@ pub(super) async fn compact_if_due(
             fallback,
         },
     );
+    true
+}
+
+/// Reflects if it is due: `memory.reflection_interval` turns (non-zero) since the last reflection
+/// (`AgentRecord::reflected_at`). The model writes a short reflection on the newest history (worth
+/// at most half the window, or 2000 tokens without one) and the goals; it is journaled
+/// (`Reflected`) and carried in the system message. A failed or empty reflection is skipped (the
+/// next turn tries again). `false`: a halt came (the turn ends).
+pub(super) async fn reflect_if_due(
+    cell: &AgentCell,
+    token: &CancellationToken,
+    stale: impl Fn() -> bool,
+) -> bool {
+    let interval = u64::from(cell.settings.memory.reflection_interval);
+    let request = {
+        let rec = cell.lock();
+        if interval == 0 || rec.turns < rec.reflected_at.saturating_add(interval) {
+            return true;
+        }
+        let window = match cell.settings.max_context_tokens {
+            0 => 4000,
+            max => max,
+        };
+        let mut text = transcript(&rec.history, window / 2);
+        if !rec.goals.is_empty() {
+            text.push_str("\n\nCurrent goals:");
+            for goal in &rec.goals {
+                text.push_str("\n- ");
+                text.push_str(goal);
+            }
+        }
+        LlmRequest {
+            agent: cell.key.clone(),
+            messages: vec![
+                ChatMessage::system(REFLECTION_PROMPT),
+                ChatMessage::user(text),
+            ],
+            tools: Vec::new(),
+        }
+    };
+    let estimate = context::estimate_tokens(&request.messages);
+    let allowed = cell
+        .breakers(|b| b.before_llm_call(estimate))
+        .is_none_or(|v| {
+            matches!(
+                v,
+                Verdict::Continue | Verdict::Warn { .. } | Verdict::Alert { .. }
+            )
+        });
+    if !allowed {
+        return true;
+    }
+    let text = match call_provider(cell, token, request).await {
+        None => return false,
+        Some(Ok(response)) => {
+            cell.record_usage(response.usage);
+            response
+                .message
+                .content
+                .filter(|t| !t.trim().is_empty() && response.message.tool_calls.is_empty())
+        }
+        Some(Err(error)) => {
+            tracing::warn!(agent = %cell.key, %error, "reflection failed; skipped");
+            None
+        }
+    };
+    if stale() {
+        return false;
+    }
+    if let Some(text) = text {
+        let reflection: String = text.trim().chars().take(REFLECTION_MAX_CHARS).collect();
+        cell.note(EventKind::Reflected { reflection });
+    }
     true
 }

@@ -6,7 +6,8 @@
 //!   iterations_per_tick  past execution.max_iterations_per_tick → checkpoint (more, or wrap up)
 //!   loop_limits          on_loop_start: loop caps, wall clock → checkpoint; other verdicts obeyed
 //!   hourly_budget        last hour's tokens at safety.budget.tokens_per_hour → wait (halt ends it)
-//!   memory               history at ≥ 80 % of the window → compacted (summary call; memory.rs)
+//!   memory               reflection due → reflection call; history at ≥ 80 % of the window →
+//!                        compacted (summary call); see memory.rs
 //!   request              fit context → before_llm_call (budgets)
 //!   call_model           LLM call (≤ llm_call_seconds); unparsable → correcting message, again
 //!   read_response        record usage → after_llm_call → answer (or max-tokens continuation)
@@ -402,8 +403,13 @@ impl React<'_> {
 
     /// Bounded memory before the request: the history compacted when it is due
     /// ([`super::memory`]). A halt during the summary call ends the turn.
+    /// Every `memory.reflection_interval` turns, the turn's first iteration reflects first.
     async fn memory(&self) -> Next<()> {
-        if super::memory::compact_if_due(self.cell, self.token, || self.stale()).await {
+        let (cell, token) = (self.cell, self.token);
+        let go = (self.iteration > 1
+            || super::memory::reflect_if_due(cell, token, || self.stale()).await)
+            && super::memory::compact_if_due(cell, token, || self.stale()).await;
+        if go {
             Next::Go(())
         } else {
             self.end(TerminationReason::Halted, self.iteration - 1)

@@ -47,6 +47,9 @@ pub struct AgentSpec {
     pub(super) restored: Option<AgentRecord>,
     /// `[npc]` for this agent; `None`: the team's.
     pub(super) npc: Option<warden_protocols::npc::NpcConfig>,
+    /// Goals: the first ones (journaled at a fresh spawn) and the `set_goals` tool; `None`: no
+    /// goals tool.
+    pub(super) goals: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for AgentSpec {
@@ -73,6 +76,7 @@ impl AgentSpec {
             can_delegate: true,
             restored: None,
             npc: None,
+            goals: None,
         }
     }
 
@@ -120,6 +124,15 @@ impl AgentSpec {
         self
     }
 
+    /// Gives the agent goals, carried in its system message, and the built-in `set_goals` tool to
+    /// change them. `goals` are journaled (`goals_set`, by `team`) when the agent is spawned fresh;
+    /// a restored agent keeps the goals its journal holds. Invalid goals
+    /// ([`warden_protocols::check_goals`]) fail the spawn.
+    pub fn with_goals(mut self, goals: Vec<String>) -> Self {
+        self.goals = Some(goals);
+        self
+    }
+
     /// Starts from a record rebuilt from a journal instead of a fresh one (state, lockout, counters and
     /// history are kept as they were; its pending events are queued again, in id order, before any
     /// new work, keeping their ids).
@@ -132,6 +145,9 @@ impl AgentSpec {
 /// Why a spawn failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpawnError {
+    /// The goals given to [`AgentSpec::with_goals`] are invalid.
+    #[error("invalid goals: {0}")]
+    InvalidGoals(String),
     /// The team already has an agent with this key.
     #[error("an agent with key {0} already exists")]
     DuplicateKey(AgentKey),

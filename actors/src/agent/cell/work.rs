@@ -44,11 +44,32 @@ impl AgentCell {
         self.emit(&mut rec, EventKind::HistoryAppended { message });
     }
 
-    /// The system message as sent to the model.
-    pub(crate) fn system_message(&self, _rec: &AgentRecord) -> Option<ChatMessage> {
-        self.system_prompt
-            .as_ref()
-            .map(|prompt| ChatMessage::system(prompt.clone()))
+    /// The system message as sent to the model: the system prompt, then the goals (if any).
+    pub(crate) fn system_message(&self, rec: &AgentRecord) -> Option<ChatMessage> {
+        if rec.goals.is_empty() && rec.reflections.is_empty() {
+            return self
+                .system_prompt
+                .as_ref()
+                .map(|prompt| ChatMessage::system(prompt.clone()));
+        }
+        let mut text = self.system_prompt.clone().unwrap_or_default();
+        for (title, items) in [
+            ("Your current goals:", &rec.goals),
+            ("Your recent reflections:", &rec.reflections),
+        ] {
+            if items.is_empty() {
+                continue;
+            }
+            if !text.is_empty() {
+                text.push_str("\n\n");
+            }
+            text.push_str(title);
+            for item in items {
+                text.push_str("\n- ");
+                text.push_str(item);
+            }
+        }
+        Some(ChatMessage::system(text))
     }
 
     /// System prompt + history as sent to the model: fitted into `execution.max_context_tokens` by
