@@ -1392,7 +1392,7 @@ delegate = false
             err.to_string(),
             "invalid config: line 24, column 1: `agents[1].delegates`: unknown field `delegates`, \
              expected one of `key`, `role`, `parent`, `provider`, `system_prompt`, `delegate`, \
-             `tools`, `npc`\n\
+             `tools`, `npc`, `goals`\n\
              24 | delegates = false\n   \
                 | ^^^^^^^^^"
         );
@@ -1593,7 +1593,7 @@ delegate = false
             format!(
                 "invalid config: line {line}, column 2: `mailboxes`: unknown field `mailboxes`, \
                  expected one of `safety`, `execution`, `delegation`, `tools`, `mailbox`, \
-                 `supervisor`, `journal`, `npc`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`\n\
+                 `supervisor`, `journal`, `npc`, `memory`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`\n\
                  {line} | [mailboxes]\n\
                  {} |  ^^^^^^^^^",
                 " ".repeat(line.to_string().len())

@@ -205,7 +205,11 @@ async fn history_stays_bounded_over_a_long_life() {
     let (_team, journal, a) = spawn(config(), model).await;
     turns(&a, 150).await;
     let record = a.record();
-    assert!(record.history.len() < 60, "{} messages", record.history.len());
+    assert!(
+        record.history.len() < 60,
+        "{} messages",
+        record.history.len()
+    );
     assert!(record.history_tokens < WINDOW);
     assert!(compactions(&journal).len() >= 10);
     replay_matches(&journal, &a);
@@ -285,9 +289,11 @@ async fn a_halt_during_the_summary_call_drops_it() {
         seen.lock()[calls..].iter().any(is_summary_request)
     })
     .await;
-    let _ = a.halt(HaltCause::Operator {
+    let _ = a
+        .halt(HaltCause::Operator {
             operator: "op".into(),
-        }).await;
+        })
+        .await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(compactions(&journal).is_empty(), "a stale summary applied");
     assert!(a.record().history.len() > before);
@@ -385,9 +391,16 @@ async fn a_halt_ends_the_wait_for_the_hourly_budget() {
         })
         .await;
     until("stopped", || a.state() == warden::AgentState::Stopped).await;
-    until("the wait is over", || a.status().budget_wait_until_ms.is_none()).await;
+    until("the wait is over", || {
+        a.status().budget_wait_until_ms.is_none()
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(7200)).await;
-    assert_eq!(outcomes(&journal, "npc").len(), 1, "the second turn never answered");
+    assert_eq!(
+        outcomes(&journal, "npc").len(),
+        1,
+        "the second turn never answered"
+    );
     assert_eq!(a.status().tokens_used, 60, "no model call after the halt");
     replay_matches(&journal, &a);
 }
@@ -442,10 +455,7 @@ async fn goals_come_from_the_spawn_the_model_and_the_operator_and_the_system_mes
         system(0),
         "You are the innkeeper.\n\nYour current goals:\n- keep the inn tidy"
     );
-    assert!(seen.lock()[0]
-        .tools
-        .iter()
-        .any(|t| t.name == "set_goals"));
+    assert!(seen.lock()[0].tools.iter().any(|t| t.name == "set_goals"));
     turn("you lost a key").await;
     assert_eq!(
         system(2),
@@ -464,8 +474,11 @@ async fn goals_come_from_the_spawn_the_model_and_the_operator_and_the_system_mes
         .unwrap();
     assert!(tool_result.contains("goal 1 is blank"), "{tool_result}");
     // The operator.
-    a.set_goals(vec!["close at midnight".into(), "greet guests".into()], "op")
-        .unwrap();
+    a.set_goals(
+        vec!["close at midnight".into(), "greet guests".into()],
+        "op",
+    )
+    .unwrap();
     assert_eq!(
         a.set_goals(vec![String::new()], "op"),
         Err("goal 1 is blank".into())
@@ -558,7 +571,12 @@ async fn the_agent_reflects_every_interval_and_keeps_the_latest_three() {
         .collect();
     assert_eq!(
         reflections,
-        ["reflection 1", "reflection 2", "reflection 3", "reflection 4"]
+        [
+            "reflection 1",
+            "reflection 2",
+            "reflection 3",
+            "reflection 4"
+        ]
     );
     let record = a.record();
     assert_eq!(

@@ -104,7 +104,10 @@ fn transcript(messages: &[ChatMessage], tokens: u64) -> String {
     lines.reverse();
     let mut out = String::new();
     if left_out > 0 {
-        out.push_str(&format!("({left_out} older {} not shown)\n", noun(left_out)));
+        out.push_str(&format!(
+            "({left_out} older {} not shown)\n",
+            noun(left_out)
+        ));
     }
     out.push_str(&lines.join("\n"));
     out
@@ -213,10 +216,15 @@ pub(super) async fn compact_if_due(
                     return false;
                 }
                 match response.message.content {
-                    Some(text) if !text.trim().is_empty() && response.message.tool_calls.is_empty() => {
+                    Some(text)
+                        if !text.trim().is_empty() && response.message.tool_calls.is_empty() =>
+                    {
                         (cell.summary_message(plan.removed, &text), false)
                     }
-                    _ => (fallback_summary(plan.removed, "the summary was empty"), true),
+                    _ => (
+                        fallback_summary(plan.removed, "the summary was empty"),
+                        true,
+                    ),
                 }
             }
             Some(Err(error)) => {

@@ -61,11 +61,9 @@ const NOT_RUN_RESULT: &str = r#"{"success":false,"error":"not run: only one DANG
 fn answer_dangling_calls(cell: &AgentCell) {
     let dangling: Vec<String> = {
         let rec = cell.lock();
-        let Some(pos) = rec
-            .history
-            .iter()
-            .rposition(|m| !(m.role == ChatRole::Tool || (m.role == ChatRole::System && m.internal)))
-        else {
+        let Some(pos) = rec.history.iter().rposition(|m| {
+            !(m.role == ChatRole::Tool || (m.role == ChatRole::System && m.internal))
+        }) else {
             return;
         };
         let last = &rec.history[pos];

@@ -89,7 +89,8 @@ impl AgentCell {
                     return true;
                 };
                 let wait = wake.saturating_duration_since(now);
-                let until = now_ms().saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+                let until =
+                    now_ms().saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
                 let announce = w.waiting_until_ms.is_none();
                 w.waiting_until_ms = Some(until);
                 (wake, w.sum, announce.then_some(wait))
