@@ -1403,6 +1403,29 @@ delegate = false
         );
     }
 
+    #[test]
+    fn an_agent_can_have_goals_and_the_team_a_memory_section() {
+        let text = "[memory]\nreflection_interval = 5\n\n[providers.m]\nkind = \"scripted\"\n\n\
+                    [[agents]]\nkey = \"innkeeper\"\nprovider = \"m\"\ngoals = [\"keep the inn tidy\"]\n";
+        let team = TeamFile::from_toml(text).unwrap();
+        assert_eq!(team.config.memory.reflection_interval, 5);
+        assert_eq!(
+            team.agents[0].goals.as_deref(),
+            Some(&["keep the inn tidy".to_owned()][..])
+        );
+        let bad = text.replace("\"keep the inn tidy\"", "\"ok\", \" \"");
+        assert_eq!(
+            TeamFile::from_toml(&bad).unwrap_err().to_string(),
+            "invalid value for `agents[0].goals` (agent `innkeeper`): goal 2 is blank (allowed: at \
+             most 16 goals, each not blank and at most 500 characters)"
+        );
+        let bad = text.replace("reflection_interval = 5", "keep_percent = 80");
+        assert_eq!(
+            TeamFile::from_toml(&bad).unwrap_err().to_string(),
+            "invalid value for `memory.keep_percent`: 80 (allowed: 10 to 70)"
+        );
+    }
+
     /// Each team mistake `warden run` and `warden serve` would reject or misread, named exactly.
     #[test]
     fn an_agent_can_set_its_own_npc_keys_over_the_teams() {

@@ -12,30 +12,10 @@ use warden::{
     memory::{is_summary_request, SUMMARY_HEADER},
     protocols::{ChatRole, TerminationReason},
     AgentHandle, AgentSpec, ChatMessage, EventKind, HaltCause, LlmRequest, LlmResponse,
-    MemoryJournal, Provider, ProviderError, ScriptStep, ScriptedProvider, UserEvent, WardenConfig,
+    MemoryJournal, ScriptStep, ScriptedProvider, UserEvent, WardenConfig,
 };
 
 const WINDOW: u64 = 600;
-
-/// Records every request, then lets a scripted provider answer it.
-struct Capture {
-    inner: ScriptedProvider,
-    seen: Arc<Mutex<Vec<LlmRequest>>>,
-}
-
-impl Provider for Capture {
-    fn name(&self) -> &str {
-        "capture"
-    }
-
-    fn complete(
-        &self,
-        request: LlmRequest,
-    ) -> futures::future::BoxFuture<'static, Result<LlmResponse, ProviderError>> {
-        self.seen.lock().push(request.clone());
-        self.inner.complete(request)
-    }
-}
 
 /// A model that looks around once per event (one tool-call unit), then answers; a summary request
 /// is answered with `summary` (or fails when `None`).
@@ -63,14 +43,7 @@ fn slow_npc_model(
             _ => ScriptStep::call("look", json!({"at": "door"})),
         }
     });
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    (
-        Arc::new(Capture {
-            inner,
-            seen: seen.clone(),
-        }),
-        seen,
-    )
+    Capture::new(inner)
 }
 
 fn config() -> WardenConfig {
@@ -429,11 +402,7 @@ async fn goals_come_from_the_spawn_the_model_and_the_operator_and_the_system_mes
         ScriptStep::reply("fine"),
         ScriptStep::reply("ok"),
     ]);
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let model = Arc::new(Capture {
-        inner,
-        seen: seen.clone(),
-    });
+    let (model, seen) = Capture::new(inner);
     let a = team
         .spawn(
             AgentSpec::assistant("npc", model)
@@ -546,11 +515,7 @@ async fn the_agent_reflects_every_interval_and_keeps_the_latest_three() {
             ScriptStep::reply("ok")
         }
     });
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let model = Arc::new(Capture {
-        inner,
-        seen: seen.clone(),
-    });
+    let (model, seen) = Capture::new(inner);
     let a = team
         .spawn(AgentSpec::assistant("npc", model).with_system_prompt("You are the innkeeper."))
         .unwrap();

@@ -805,6 +805,58 @@ mod tests {
     }
 
     #[test]
+    fn memory_defaults_ranges_and_exact_errors() {
+        let m = WardenConfig::default().memory;
+        assert_eq!(
+            (
+                m.compaction,
+                m.keep_percent,
+                m.summary_percent,
+                m.reflection_interval
+            ),
+            (true, 40, 10, 0)
+        );
+        assert_eq!(WardenConfig::default().safety.budget.tokens_per_hour, 0);
+        let c = WardenConfig::from_toml(
+            "[memory]\ncompaction = false\nkeep_percent = 70\nsummary_percent = 1\nreflection_interval = 10000\n[safety.budget]\ntokens_per_hour = 60000\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                c.memory.compaction,
+                c.memory.keep_percent,
+                c.memory.summary_percent,
+                c.memory.reflection_interval,
+                c.safety.budget.tokens_per_hour
+            ),
+            (false, 70, 1, 10_000, 60_000)
+        );
+        assert_eq!(
+            err("[memory]\nkeep_percent = 9\n"),
+            "invalid value for `memory.keep_percent`: 9 (allowed: 10 to 70)"
+        );
+        assert_eq!(
+            err("[memory]\nkeep_percent = 71\n"),
+            "invalid value for `memory.keep_percent`: 71 (allowed: 10 to 70)"
+        );
+        assert_eq!(
+            err("[memory]\nsummary_percent = 0\n"),
+            "invalid value for `memory.summary_percent`: 0 (allowed: 1 to 30)"
+        );
+        assert_eq!(
+            err("[memory]\nsummary_percent = 31\n"),
+            "invalid value for `memory.summary_percent`: 31 (allowed: 1 to 30)"
+        );
+        assert_eq!(
+            err("[memory]\nreflection_interval = 10001\n"),
+            "invalid value for `memory.reflection_interval`: 10001 (allowed: 0 (off) to 10000)"
+        );
+        assert!(err("[memory]\nkeep = 3\n").contains(
+            "unknown field `keep`, expected one of `compaction`, `keep_percent`, `summary_percent`, `reflection_interval`"
+        ));
+    }
+
+    #[test]
     fn unknown_keys_are_errors() {
         let err = WardenConfig::from_toml("[execution]\nmax_iteration_per_tick = 3\n").unwrap_err();
         assert_eq!(

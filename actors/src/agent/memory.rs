@@ -181,6 +181,29 @@ pub fn fallback_summary(removed: usize, why: &str) -> ChatMessage {
     .internal()
 }
 
+/// A memory call of its own (summary, reflection): the system message `prompt`, the user message
+/// `text`, no tools.
+fn side_request(cell: &AgentCell, prompt: &str, text: String) -> LlmRequest {
+    LlmRequest {
+        agent: cell.key.clone(),
+        messages: vec![ChatMessage::system(prompt), ChatMessage::user(text)],
+        tools: Vec::new(),
+    }
+}
+
+/// Whether the budgets let `request` go (a verdict that would stop or lock out the agent refuses
+/// it; the turn's own request then obeys that verdict).
+fn budgets_allow(cell: &AgentCell, request: &LlmRequest) -> bool {
+    let estimate = context::estimate_tokens(&request.messages);
+    cell.breakers(|b| b.before_llm_call(estimate))
+        .is_none_or(|v| {
+            matches!(
+                v,
+                Verdict::Continue | Verdict::Warn { .. } | Verdict::Alert { .. }
+            )
+        })
+}
+
 /// Compacts the history if it is due (see the module docs). `false`: a halt came (the turn ends).
 pub(super) async fn compact_if_due(
     cell: &AgentCell,
@@ -190,23 +213,8 @@ pub(super) async fn compact_if_due(
     let Some(plan) = cell.compaction_plan() else {
         return true;
     };
-    let request = LlmRequest {
-        agent: cell.key.clone(),
-        messages: vec![
-            ChatMessage::system(SUMMARY_PROMPT),
-            ChatMessage::user(plan.transcript),
-        ],
-        tools: Vec::new(),
-    };
-    let estimate = context::estimate_tokens(&request.messages);
-    let allowed = cell
-        .breakers(|b| b.before_llm_call(estimate))
-        .is_none_or(|v| {
-            matches!(
-                v,
-                Verdict::Continue | Verdict::Warn { .. } | Verdict::Alert { .. }
-            )
-        });
+    let request = side_request(cell, SUMMARY_PROMPT, plan.transcript);
+    let allowed = budgets_allow(cell, &request);
     let (summary, fallback) = if allowed {
         match call_provider(cell, token, request).await {
             None => return false,
@@ -288,25 +296,9 @@ pub(super) async fn reflect_if_due(
                 text.push_str(goal);
             }
         }
-        LlmRequest {
-            agent: cell.key.clone(),
-            messages: vec![
-                ChatMessage::system(REFLECTION_PROMPT),
-                ChatMessage::user(text),
-            ],
-            tools: Vec::new(),
-        }
+        side_request(cell, REFLECTION_PROMPT, text)
     };
-    let estimate = context::estimate_tokens(&request.messages);
-    let allowed = cell
-        .breakers(|b| b.before_llm_call(estimate))
-        .is_none_or(|v| {
-            matches!(
-                v,
-                Verdict::Continue | Verdict::Warn { .. } | Verdict::Alert { .. }
-            )
-        });
-    if !allowed {
+    if !budgets_allow(cell, &request) {
         return true;
     }
     let text = match call_provider(cell, token, request).await {
