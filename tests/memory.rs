@@ -81,19 +81,25 @@ async fn turns(a: &AgentHandle, n: usize) {
     }
 }
 
-fn compactions(journal: &MemoryJournal) -> Vec<(u64, ChatMessage, bool)> {
+/// What `pick` takes from the npc's journal events, in order.
+fn journaled<T>(journal: &MemoryJournal, pick: impl FnMut(EventKind) -> Option<T>) -> Vec<T> {
     journal
         .events_of("npc")
         .into_iter()
-        .filter_map(|e| match e.kind {
-            EventKind::HistoryCompacted {
-                removed,
-                summary,
-                fallback,
-            } => Some((removed, summary, fallback)),
-            _ => None,
-        })
+        .map(|e| e.kind)
+        .filter_map(pick)
         .collect()
+}
+
+fn compactions(journal: &MemoryJournal) -> Vec<(u64, ChatMessage, bool)> {
+    journaled(journal, |kind| match kind {
+        EventKind::HistoryCompacted {
+            removed,
+            summary,
+            fallback,
+        } => Some((removed, summary, fallback)),
+        _ => None,
+    })
 }
 
 /// Every tool result in `history` answers a call earlier in it, and every call has its result.
@@ -289,18 +295,14 @@ fn sixty_tokens() -> Arc<ScriptedProvider> {
 }
 
 fn waits(journal: &MemoryJournal) -> Vec<(u64, u64, u64)> {
-    journal
-        .events_of("npc")
-        .into_iter()
-        .filter_map(|e| match e.kind {
-            EventKind::TokenBudgetWaiting {
-                tokens,
-                limit,
-                wait_ms,
-            } => Some((tokens, limit, wait_ms)),
-            _ => None,
-        })
-        .collect()
+    journaled(journal, |kind| match kind {
+        EventKind::TokenBudgetWaiting {
+            tokens,
+            limit,
+            wait_ms,
+        } => Some((tokens, limit, wait_ms)),
+        _ => None,
+    })
 }
 
 #[actix_rt::test]
@@ -379,14 +381,10 @@ async fn a_halt_ends_the_wait_for_the_hourly_budget() {
 }
 
 fn goal_events(journal: &MemoryJournal) -> Vec<(Vec<String>, String)> {
-    journal
-        .events_of("npc")
-        .into_iter()
-        .filter_map(|e| match e.kind {
-            EventKind::GoalsSet { goals, by } => Some((goals, by)),
-            _ => None,
-        })
-        .collect()
+    journaled(journal, |kind| match kind {
+        EventKind::GoalsSet { goals, by } => Some((goals, by)),
+        _ => None,
+    })
 }
 
 #[actix_rt::test]
@@ -526,14 +524,10 @@ async fn the_agent_reflects_every_interval_and_keeps_the_latest_three() {
         until("turn", || a.status().turns == before + 1).await;
     }
     // Before turns 3, 5, 7 and 9 (after 2, 4, 6 and 8 finished).
-    let reflections: Vec<String> = journal
-        .events_of("npc")
-        .into_iter()
-        .filter_map(|e| match e.kind {
-            EventKind::Reflected { reflection } => Some(reflection),
-            _ => None,
-        })
-        .collect();
+    let reflections = journaled(&journal, |kind| match kind {
+        EventKind::Reflected { reflection } => Some(reflection),
+        _ => None,
+    });
     assert_eq!(
         reflections,
         [
