@@ -22,7 +22,8 @@
 //!
 //! # Lock order
 //! `record` → journal's internal lock; `record` → a mailbox lane (a leaf); `record` → `waiters`,
-//! `record` → `answering` (leaves). The halt gate's two locks are leaves (see `gate.rs`).
+//! `record` → `answering`, `record` → `hourly` (leaves). The halt gate's two locks are leaves (see
+//! `gate.rs`).
 //! No lock is held across an await.
 
 mod delegations;
