@@ -395,6 +395,10 @@ pub struct AgentFileSpec {
     /// restored agent keeps the goals its journal holds. `None` (the default): no goals, no tool.
     #[serde(default)]
     pub goals: Option<Vec<String>>,
+    /// This agent's own `[memory]` keys (`memory = { reflection_interval = 10 }`): each key set
+    /// replaces the team's; `None`: the team's `[memory]`.
+    #[serde(default)]
+    pub memory: Option<warden_protocols::MemoryOverride>,
 }
 
 impl AgentFileSpec {
@@ -880,6 +884,21 @@ impl TeamFile {
     pub fn validate(&self) -> Result<(), TeamError> {
         self.validate_mcp_servers()?;
         for (i, agent) in self.agents.iter().enumerate() {
+            if let Some(own) = &agent.memory {
+                if let Err(ConfigError::Invalid {
+                    key,
+                    value,
+                    allowed,
+                }) = own.apply(&self.config.memory).validate()
+                {
+                    return Err(TeamError::Invalid {
+                        key: format!("agents[{i}].{key}"),
+                        agent: Some(agent.key.clone()),
+                        value,
+                        allowed: allowed.into(),
+                    });
+                }
+            }
             if let Some(goals) = &agent.goals {
                 if let Err(why) = warden_protocols::check_goals(goals) {
                     return Err(TeamError::Invalid {
@@ -1258,6 +1277,9 @@ impl TeamFile {
             if let Some(goals) = &agent.goals {
                 spec = spec.with_goals(goals.clone());
             }
+            if let Some(own) = &agent.memory {
+                spec = spec.with_memory(own.apply(&self.config.memory));
+            }
             for tool in tools {
                 spec = spec.with_tool_arc(tool);
             }
@@ -1392,7 +1414,7 @@ delegate = false
             err.to_string(),
             "invalid config: line 24, column 1: `agents[1].delegates`: unknown field `delegates`, \
              expected one of `key`, `role`, `parent`, `provider`, `system_prompt`, `delegate`, \
-             `tools`, `npc`, `goals`\n\
+             `tools`, `npc`, `goals`, `memory`\n\
              24 | delegates = false\n   \
                 | ^^^^^^^^^"
         );
@@ -1423,6 +1445,21 @@ delegate = false
         assert_eq!(
             TeamFile::from_toml(&bad).unwrap_err().to_string(),
             "invalid value for `memory.keep_percent`: 80 (allowed: 10 to 70)"
+        );
+        // An agent's own memory keys over the team's, validated with its key path.
+        let own = text.replace("goals = [", "memory = { compaction = false }\ngoals = [");
+        let team = TeamFile::from_toml(&own).unwrap();
+        let memory = team.agents[0].memory.unwrap().apply(&team.config.memory);
+        assert_eq!(
+            (memory.compaction, memory.reflection_interval),
+            (false, 5),
+            "the team's other keys stay"
+        );
+        let bad = own.replace("compaction = false", "summary_percent = 0");
+        assert_eq!(
+            TeamFile::from_toml(&bad).unwrap_err().to_string(),
+            "invalid value for `agents[0].memory.summary_percent` (agent `innkeeper`): 0 (allowed: \
+             1 to 30)"
         );
     }
 

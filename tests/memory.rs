@@ -560,3 +560,47 @@ async fn the_agent_reflects_every_interval_and_keeps_the_latest_three() {
     );
     replay_matches(&journal, &a);
 }
+
+#[actix_rt::test]
+async fn an_agent_can_have_its_own_memory_settings() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    let reflective = warden::protocols::MemoryConfig {
+        reflection_interval: 1,
+        ..Default::default()
+    };
+    let model = || {
+        Arc::new(ScriptedProvider::new([]).with_fallback(|req| {
+            if warden::memory::is_reflection_request(req) {
+                ScriptStep::reply("thinking")
+            } else {
+                ScriptStep::reply("ok")
+            }
+        }))
+    };
+    let npc = team
+        .spawn(AgentSpec::assistant("npc", model()).with_memory(reflective))
+        .unwrap();
+    let other = team.assistant("other", model());
+    for a in [&npc, &other] {
+        for _ in 0..2 {
+            let before = a.status().turns;
+            a.try_send_event(UserEvent::new("hi")).unwrap();
+            until("turn", || a.status().turns == before + 1).await;
+        }
+    }
+    assert_eq!(npc.record().reflections, ["thinking"]);
+    assert!(other.record().reflections.is_empty());
+    replay_matches(&journal, &npc);
+    let bad = warden::protocols::MemoryConfig {
+        keep_percent: 90,
+        ..Default::default()
+    };
+    let err = team
+        .spawn(AgentSpec::assistant("bad", chatty()).with_memory(bad))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid value for `memory.keep_percent`: 90 (allowed: 10 to 70)"
+    );
+}

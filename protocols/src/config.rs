@@ -72,6 +72,64 @@ pub struct MemoryConfig {
     pub reflection_interval: u32,
 }
 
+impl MemoryConfig {
+    /// Checks every value's range.
+    ///
+    /// # Errors
+    ///
+    /// The first value out of range, as [`ConfigError::Invalid`] (key under `memory.`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        range_u64(
+            "memory.keep_percent",
+            self.keep_percent.into(),
+            10,
+            70,
+            "10 to 70",
+        )?;
+        range_u64(
+            "memory.summary_percent",
+            self.summary_percent.into(),
+            1,
+            30,
+            "1 to 30",
+        )?;
+        range_u64(
+            "memory.reflection_interval",
+            self.reflection_interval.into(),
+            0,
+            10_000,
+            "0 (off) to 10000",
+        )
+    }
+}
+
+/// An agent's own `memory` keys in a team file (`[[agents]] memory = { reflection_interval = 10 }`):
+/// each key set replaces the team's `[memory]` value, the rest are the team's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryOverride {
+    /// Replaces `memory.compaction`.
+    pub compaction: Option<bool>,
+    /// Replaces `memory.keep_percent`.
+    pub keep_percent: Option<u8>,
+    /// Replaces `memory.summary_percent`.
+    pub summary_percent: Option<u8>,
+    /// Replaces `memory.reflection_interval`.
+    pub reflection_interval: Option<u32>,
+}
+
+impl MemoryOverride {
+    /// `team` with the keys this override sets replaced.
+    pub fn apply(&self, team: &MemoryConfig) -> MemoryConfig {
+        MemoryConfig {
+            compaction: self.compaction.unwrap_or(team.compaction),
+            keep_percent: self.keep_percent.unwrap_or(team.keep_percent),
+            summary_percent: self.summary_percent.unwrap_or(team.summary_percent),
+            reflection_interval: self.reflection_interval.unwrap_or(team.reflection_interval),
+        }
+    }
+}
+
 impl Default for MemoryConfig {
     fn default() -> Self {
         MemoryConfig {
@@ -724,27 +782,7 @@ impl WardenConfig {
             "supervisor.restart.within_seconds",
             self.supervisor.restart.within_seconds,
         )?;
-        range_u64(
-            "memory.keep_percent",
-            self.memory.keep_percent.into(),
-            10,
-            70,
-            "10 to 70",
-        )?;
-        range_u64(
-            "memory.summary_percent",
-            self.memory.summary_percent.into(),
-            1,
-            30,
-            "1 to 30",
-        )?;
-        range_u64(
-            "memory.reflection_interval",
-            self.memory.reflection_interval.into(),
-            0,
-            10_000,
-            "0 (off) to 10000",
-        )?;
+        self.memory.validate()?;
         range_u64(
             "journal.snapshot_every",
             self.journal.snapshot_every,

@@ -378,7 +378,11 @@ impl Supervisor {
             restored,
             npc,
             goals,
+            memory,
         } = spec;
+        if let Some(memory) = &memory {
+            memory.validate().map_err(SpawnError::InvalidMemory)?;
+        }
         if self.shared.agents.contains_key(&key) {
             return Err(SpawnError::DuplicateKey(key));
         }
@@ -421,7 +425,7 @@ impl Supervisor {
             },
             max_tokens_recoveries: config.execution.max_tokens_recoveries,
             npc: npc.map_or_else(|| self.shared.npc.clone(), Arc::new),
-            memory: config.memory,
+            memory: memory.unwrap_or(config.memory),
         };
         let runner = ToolRunner::new(CircuitConfig {
             failure_threshold: config.tools.circuit_failure_threshold.get(),

@@ -50,6 +50,8 @@ pub struct AgentSpec {
     /// Goals: the first ones (journaled at a fresh spawn) and the `set_goals` tool; `None`: no
     /// goals tool.
     pub(super) goals: Option<Vec<String>>,
+    /// `[memory]` for this agent; `None`: the team's.
+    pub(super) memory: Option<warden_protocols::MemoryConfig>,
 }
 
 impl std::fmt::Debug for AgentSpec {
@@ -77,6 +79,7 @@ impl AgentSpec {
             restored: None,
             npc: None,
             goals: None,
+            memory: None,
         }
     }
 
@@ -124,6 +127,13 @@ impl AgentSpec {
         self
     }
 
+    /// Gives this agent its own `[memory]` settings (compaction, reflection) instead of the
+    /// team's. Out-of-range values fail the spawn ([`SpawnError::InvalidMemory`]).
+    pub fn with_memory(mut self, memory: warden_protocols::MemoryConfig) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
     /// Gives the agent goals, carried in its system message, and the built-in `set_goals` tool to
     /// change them. `goals` are journaled (`goals_set`, by `team`) when the agent is spawned fresh;
     /// a restored agent keeps the goals its journal holds. Invalid goals
@@ -145,6 +155,9 @@ impl AgentSpec {
 /// Why a spawn failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpawnError {
+    /// The settings given to [`AgentSpec::with_memory`] are out of range.
+    #[error("{0}")]
+    InvalidMemory(warden_protocols::ConfigError),
     /// The goals given to [`AgentSpec::with_goals`] are invalid.
     #[error("invalid goals: {0}")]
     InvalidGoals(String),
