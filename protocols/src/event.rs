@@ -44,6 +44,9 @@ pub enum Breaker {
     ErrorCascade,
     /// A loop limit was refused by the limit checkpoint.
     LoopCap,
+    /// Two NPCs talked in circles: `npc.conversation.loop_round_trips` round trips with no new
+    /// content and no tool call.
+    PairLoop,
 }
 
 impl Breaker {
@@ -56,6 +59,7 @@ impl Breaker {
             Breaker::Stuck => "stuck",
             Breaker::ErrorCascade => "error_cascade",
             Breaker::LoopCap => "loop_cap",
+            Breaker::PairLoop => "pair_loop",
         }
     }
 }
@@ -670,6 +674,7 @@ mod tests {
             Breaker::Stuck,
             Breaker::ErrorCascade,
             Breaker::LoopCap,
+            Breaker::PairLoop,
         ] {
             assert_eq!(serde_json::to_value(b).unwrap(), b.to_string());
         }

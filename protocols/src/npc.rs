@@ -177,6 +177,88 @@ pub struct Perception {
     /// [`NpcConfig::trigger_min_trust`], so the event was kept as CONTEXT instead.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub downgraded: bool,
+    /// A game-world limit on NPC↔NPC conversations that applied (`npc.conversation`): a TRIGGER
+    /// from another NPC kept as CONTEXT (cap, cooldowns), or queued to trip the pair-loop breaker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limited: Option<ConversationLimit>,
+}
+
+/// Which game-world limit applied to a TRIGGER from another NPC (see [`ConversationConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConversationLimit {
+    /// The conversation had its `max_exchanges`: kept as CONTEXT, the conversation is over.
+    ConversationCap,
+    /// One of the two NPCs left a conversation less than `cooldown_seconds` ago: kept as CONTEXT.
+    Cooldown,
+    /// These two NPCs ended a conversation less than `pair_cooldown_seconds` ago: kept as CONTEXT.
+    PairCooldown,
+    /// `loop_round_trips` round trips in a row brought no new content and no tool call: the event
+    /// is queued, and the turn that takes it trips the pair-loop breaker (`SAFETY_LOCKOUT`).
+    PairLoop,
+}
+
+impl ConversationLimit {
+    /// The wire name (`conversation_cap`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConversationLimit::ConversationCap => "conversation_cap",
+            ConversationLimit::Cooldown => "cooldown",
+            ConversationLimit::PairCooldown => "pair_cooldown",
+            ConversationLimit::PairLoop => "pair_loop",
+        }
+    }
+}
+
+/// `[npc.conversation]`: the limits on NPC↔NPC conversations. A *conversation* is the run of
+/// TRIGGERs between two NPCs (one NPC addressing or whispering to the other) with no gap longer
+/// than `idle_seconds`; each TRIGGER is one *exchange*, and a *round trip* is an exchange each
+/// way. The limits of the NPC that perceives an exchange apply to it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConversationConfig {
+    /// Exchanges a conversation may have; the one after is kept as CONTEXT and the conversation
+    /// ends. 0 = no cap. Default 8.
+    pub max_exchanges: u32,
+    /// A gap without exchanges this long ends the conversation. Default 30.
+    pub idle_seconds: f64,
+    /// After a conversation ends, neither NPC starts another one (with anyone) for this long.
+    /// Default 15.
+    pub cooldown_seconds: f64,
+    /// After a conversation ends, the same two NPCs do not start another one for this long.
+    /// Default 60.
+    pub pair_cooldown_seconds: f64,
+    /// The pair-loop breaker trips after this many round trips in a row with no new content (every
+    /// line already said by the pair) and no tool call by either NPC. 0 = off. Default 3.
+    pub loop_round_trips: u32,
+}
+
+impl Default for ConversationConfig {
+    fn default() -> Self {
+        ConversationConfig {
+            max_exchanges: 8,
+            idle_seconds: 30.0,
+            cooldown_seconds: 15.0,
+            pair_cooldown_seconds: 60.0,
+            loop_round_trips: 3,
+        }
+    }
+}
+
+/// An agent's own `npc.conversation` keys (see [`ConversationConfig`]).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConversationOverride {
+    /// Replaces `npc.conversation.max_exchanges`.
+    pub max_exchanges: Option<u32>,
+    /// Replaces `npc.conversation.idle_seconds`.
+    pub idle_seconds: Option<f64>,
+    /// Replaces `npc.conversation.cooldown_seconds`.
+    pub cooldown_seconds: Option<f64>,
+    /// Replaces `npc.conversation.pair_cooldown_seconds`.
+    pub pair_cooldown_seconds: Option<f64>,
+    /// Replaces `npc.conversation.loop_round_trips`.
+    pub loop_round_trips: Option<u32>,
 }
 
 /// Trust per source, 0 to 1 (`[npc.trust]`). Defaults from design 001.
@@ -255,6 +337,8 @@ pub struct NpcConfig {
     /// … and at most this many estimated tokens (about 4 characters each). 1 to 1,000,000.
     /// Default 2,000.
     pub context_max_tokens: usize,
+    /// Limits on NPC↔NPC conversations.
+    pub conversation: ConversationConfig,
 }
 
 impl Default for NpcConfig {
@@ -268,6 +352,7 @@ impl Default for NpcConfig {
             trust: TrustConfig::default(),
             context_max_events: 50,
             context_max_tokens: 2_000,
+            conversation: ConversationConfig::default(),
         }
     }
 }
@@ -323,6 +408,45 @@ impl NpcConfig {
             self.context_max_tokens,
             1_000_000,
             "1 to 1000000",
+        )?;
+        let c = &self.conversation;
+        let seconds = |key: &'static str, value: f64| {
+            if value.is_finite() && (0.0..=86_400.0).contains(&value) {
+                Ok(())
+            } else {
+                Err(crate::ConfigError::Invalid {
+                    key: key.into(),
+                    value: value.to_string(),
+                    allowed: "seconds from 0 to 86400",
+                })
+            }
+        };
+        seconds("npc.conversation.idle_seconds", c.idle_seconds)?;
+        seconds("npc.conversation.cooldown_seconds", c.cooldown_seconds)?;
+        seconds(
+            "npc.conversation.pair_cooldown_seconds",
+            c.pair_cooldown_seconds,
+        )?;
+        let count = |key: &'static str, value: u32, allowed: &'static str| {
+            if value <= 10_000 {
+                Ok(())
+            } else {
+                Err(crate::ConfigError::Invalid {
+                    key: key.into(),
+                    value: value.to_string(),
+                    allowed,
+                })
+            }
+        };
+        count(
+            "npc.conversation.max_exchanges",
+            c.max_exchanges,
+            "0 (no cap) to 10000",
+        )?;
+        count(
+            "npc.conversation.loop_round_trips",
+            c.loop_round_trips,
+            "0 (off) to 10000",
         )
     }
 }
@@ -348,6 +472,8 @@ pub struct NpcOverride {
     pub context_max_events: Option<usize>,
     /// Replaces `npc.context_max_tokens`.
     pub context_max_tokens: Option<usize>,
+    /// Replaces the conversation limits it sets.
+    pub conversation: ConversationOverride,
 }
 
 /// The trust values an agent sets for itself (see [`TrustConfig`]).
@@ -409,6 +535,16 @@ impl NpcOverride {
         if let Some(v) = self.context_max_tokens {
             npc.context_max_tokens = v;
         }
+        let (c, o) = (&mut npc.conversation, &self.conversation);
+        if let Some(v) = o.max_exchanges {
+            c.max_exchanges = v;
+        }
+        set(&mut c.idle_seconds, o.idle_seconds);
+        set(&mut c.cooldown_seconds, o.cooldown_seconds);
+        set(&mut c.pair_cooldown_seconds, o.pair_cooldown_seconds);
+        if let Some(v) = o.loop_round_trips {
+            c.loop_round_trips = v;
+        }
         npc
     }
 }
@@ -468,6 +604,20 @@ mod tests {
         assert_eq!(
             config.validate().unwrap_err().to_string(),
             "invalid value for `npc.context_max_events`: 0 (allowed: 1 to 10000)"
+        );
+        let mut config = NpcConfig::default();
+        config.conversation.pair_cooldown_seconds = f64::NAN;
+        assert_eq!(
+            config.validate().unwrap_err().to_string(),
+            "invalid value for `npc.conversation.pair_cooldown_seconds`: NaN (allowed: seconds \
+             from 0 to 86400)"
+        );
+        let mut config = NpcConfig::default();
+        config.conversation.max_exchanges = 10_001;
+        assert_eq!(
+            config.validate().unwrap_err().to_string(),
+            "invalid value for `npc.conversation.max_exchanges`: 10001 (allowed: 0 (no cap) to \
+             10000)"
         );
     }
 }

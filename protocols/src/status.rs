@@ -77,4 +77,7 @@ pub struct NpcStatus {
     pub context_buffered: usize,
     /// Events the context buffer dropped to keep its bounds.
     pub context_dropped: u64,
+    /// TRIGGERs from other NPCs that a conversation limit (`npc.conversation`) kept as CONTEXT.
+    #[serde(default)]
+    pub conversation_limited: u64,
 }

@@ -26,13 +26,14 @@ pub const HALT_BUCKETS: [f64; 14] = [
 ];
 
 /// Every breaker, so each is listed even when it never tripped.
-pub const BREAKERS: [Breaker; 6] = [
+pub const BREAKERS: [Breaker; 7] = [
     Breaker::ConsecutiveErrors,
     Breaker::BudgetExceeded,
     Breaker::Repetition,
     Breaker::Stuck,
     Breaker::ErrorCascade,
     Breaker::LoopCap,
+    Breaker::PairLoop,
 ];
 
 /// A lock-free latency histogram over [`HALT_BUCKETS`].

@@ -37,7 +37,7 @@ use std::{panic::AssertUnwindSafe, sync::Arc, time::Duration};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use warden_protocols::{
-    AgentKey, AgentState, AnomalyKind, ChatMessage, ChatRole, EventKind, FinishReason,
+    AgentKey, AgentState, AnomalyKind, Breaker, ChatMessage, ChatRole, EventKind, FinishReason,
     LimitDecision, LimitKind, LlmOutcome, TerminationReason, ToolCall, ToolCategory, ToolOutcome,
     TurnOutcome,
 };
@@ -340,6 +340,17 @@ impl React<'_> {
     /// verdict is obeyed.
     async fn loop_limits(&mut self) -> Next<()> {
         let cell = self.cell;
+        // A pair loop perceived since the last turn (`npc::conversation`) trips here, in the turn,
+        // before any model call.
+        if let Some(reason) = cell.take_pair_loop() {
+            let verdict = Verdict::Lockout {
+                breaker: Breaker::PairLoop,
+                reason,
+            };
+            if let Some(done) = stopped(cell.obey(verdict), self.iteration - 1) {
+                return Next::End(done);
+            }
+        }
         let (task_iteration, elapsed, run_id) = cell.task_iteration();
         let verdict = cell
             .breakers(|b| b.on_loop_start(task_iteration, elapsed))

@@ -185,6 +185,7 @@ impl SupervisorBuilder {
             team,
             monitor: Some(monitor),
             checks: self.safety_checks,
+            conversations: Default::default(),
         });
         Supervisor::build(self.config, self.journal, arbiters, safety, self.capacity)
     }

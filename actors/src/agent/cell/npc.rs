@@ -2,9 +2,9 @@
 //! what the status shows of them.
 
 use super::*;
-use crate::npc::{classify, ContextBuffer};
+use crate::npc::{classify, conversation::Exchange, ContextBuffer};
 use warden_protocols::{
-    npc::{Perception, Verdict, WorldEvent},
+    npc::{ConversationLimit, Perception, SpeakerKind, Verdict, WorldEvent},
     NpcStatus,
 };
 
@@ -14,6 +14,11 @@ pub(crate) struct NpcState {
     buffer: ContextBuffer,
     perceived: u64,
     last: Option<Perception>,
+    /// TRIGGERs from other NPCs that a conversation limit kept as CONTEXT.
+    limited: u64,
+    /// The pair-loop breaker tripped on a perceived exchange: the reason, for the turn that takes
+    /// it (a trip is `EXECUTING → SAFETY_LOCKOUT`).
+    pair_loop: Option<String>,
 }
 
 impl AgentCell {
@@ -27,10 +32,40 @@ impl AgentCell {
                 buffer: ContextBuffer::new(config.context_max_events, config.context_max_tokens),
                 perceived: 0,
                 last: None,
+                limited: 0,
+                pair_loop: None,
             })
         });
         // Capturing a command's output is not modelled yet: rule 1b never fires (1c does).
-        let perception = classify(self.key.as_str(), event, config, false);
+        let mut perception = classify(self.key.as_str(), event, config, false);
+        // Another NPC's TRIGGER is an exchange of a conversation: the game-world limits apply.
+        if perception.verdict == Verdict::Trigger
+            && event.speaker.kind == SpeakerKind::Npc
+            && event.speaker.id != self.key.as_str()
+        {
+            let exchange = self.safety.conversations.exchange(
+                self.key.as_str(),
+                &event.speaker.id,
+                &event.text,
+                &config.conversation,
+                tokio::time::Instant::now(),
+            );
+            match exchange {
+                Exchange::Allowed => {}
+                Exchange::Limited(limit) => {
+                    perception.verdict = Verdict::Context;
+                    perception.limited = Some(limit);
+                    state.limited += 1;
+                }
+                Exchange::Loop(reason) => {
+                    perception.limited = Some(ConversationLimit::PairLoop);
+                    if self.safety.checks {
+                        tracing::warn!(agent = %self.key, %reason, "pair loop");
+                        state.pair_loop = Some(reason);
+                    }
+                }
+            }
+        }
         if matches!(perception.verdict, Verdict::Context | Verdict::Capture) {
             state.buffer.push(event);
         }
@@ -42,6 +77,19 @@ impl AgentCell {
             perception: perception.clone(),
         });
         perception
+    }
+
+    /// The reason of a pair-loop trip perceived since the last turn took it (see
+    /// `npc::conversation`).
+    pub(crate) fn take_pair_loop(&self) -> Option<String> {
+        self.npc.lock().as_mut()?.pair_loop.take()
+    }
+
+    /// A tool call of this agent finished: if it is an NPC, its conversations made progress.
+    pub(crate) fn npc_tool_finished(&self) {
+        if self.npc.lock().is_some() {
+            self.safety.conversations.tool_finished(self.key.as_str());
+        }
     }
 
     /// The context buffer's events as one message for the turn that starts now (`None`: empty).
@@ -57,6 +105,7 @@ impl AgentCell {
             last: state.last.clone()?,
             context_buffered: state.buffer.len(),
             context_dropped: state.buffer.dropped(),
+            conversation_limited: state.limited,
         })
     }
 }

@@ -39,6 +39,7 @@ fn cell_on(journal: Arc<dyn Journal>) -> AgentCell {
             team,
             monitor: None,
             checks: true,
+            conversations: Default::default(),
         }),
     })
 }
