@@ -354,3 +354,71 @@ async fn an_npc_has_one_llm_call_in_flight_whatever_arrives() {
     until("20 answered", || npc.status().turns >= 20).await;
     assert_eq!(max.load(Ordering::SeqCst), 1);
 }
+
+#[actix_rt::test]
+async fn its_own_command_output_while_a_tool_runs_is_captured_for_the_turn() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    // A game-command tool: the server runs the command as the NPC; its output comes back as world
+    // events from the NPC itself, marked `command_output`, while the call runs.
+    let look = warden::FnTool::new(
+        "look",
+        "look around",
+        warden::ToolCategory::SafeChain,
+        |_a, _c| async move {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            Ok(serde_json::json!({"ok": true}))
+        },
+    );
+    let model = model([
+        ScriptStep::call("look", serde_json::json!({})),
+        ScriptStep::reply("A quiet tavern."),
+    ]);
+    let npc = team
+        .spawn(AgentSpec::assistant("innkeeper", model).with_tool(look))
+        .unwrap();
+    let output = |text: &str| {
+        let mut e = world(WorldEventKind::System, SpeakerKind::Npc, "innkeeper", text);
+        e.oob.command_output = true;
+        e
+    };
+    // Not capturing (no tool running): rule 1c, context.
+    let seen = npc.perceive(output("stale output")).unwrap();
+    assert_eq!(seen.perception.rule, Rule::SelfMessage);
+    npc.perceive(world(
+        WorldEventKind::Whisper,
+        SpeakerKind::Player,
+        "p1",
+        "look?",
+    ))
+    .unwrap();
+    until("the tool runs", || {
+        npc.state() == AgentState::WaitingForTool
+    })
+    .await;
+    let seen = npc
+        .perceive(output("The Prancing Pony.\nExits: north"))
+        .unwrap();
+    assert_eq!(
+        (seen.perception.verdict, seen.perception.rule),
+        (Verdict::Capture, Rule::SelfCommandOutput)
+    );
+    turns(&npc, 1).await;
+    // The output follows the tool's result in the history, marked line by line.
+    let history = npc.record().history;
+    let at = history
+        .iter()
+        .position(|m| {
+            m.content
+                .as_deref()
+                .is_some_and(|c| c.starts_with("[Output of your command]"))
+        })
+        .expect("captured output in the history");
+    assert_eq!(history[at - 1].role, ChatRole::Tool);
+    assert_eq!(
+        history[at].content.as_deref(),
+        Some("[Output of your command]\n| The Prancing Pony.\n| Exits: north")
+    );
+    assert!(history[at].internal);
+    replay_matches(&journal, &npc);
+}

@@ -75,7 +75,8 @@ pub struct Oob {
     /// The server marks the message as produced by an AI assistant (this one or another): the
     /// loop guard of rules 1a and 4.
     pub assistant_message: bool,
-    /// The message is output of a command this NPC ran, and it is capturing that output (rule 1b).
+    /// The message is output of a command this NPC ran: captured while one of its tool calls runs
+    /// (rule 1b), its own message otherwise (1c).
     pub command_output: bool,
 }
 

@@ -256,6 +256,14 @@ async fn react(
     }
 }
 
+/// An NPC's command output captured while its tool calls ran (rule 1b) goes into the history
+/// after their results (a message of its own: tool results must follow their call directly).
+fn append_captured(cell: &AgentCell) {
+    if let Some(output) = cell.take_captured() {
+        cell.append_history(output.internal());
+    }
+}
+
 /// What one step of [`react`]'s loop decided.
 enum Next<T> {
     /// Go on with the iteration.
@@ -532,6 +540,7 @@ impl React<'_> {
             for (call, executed) in calls.iter().zip(executed) {
                 steps.push(account(cell, call, executed));
             }
+            append_captured(cell);
             return Next::Go(steps);
         }
         for (i, call) in calls.iter().enumerate() {
@@ -552,6 +561,7 @@ impl React<'_> {
                 break;
             }
         }
+        append_captured(cell);
         Next::Go(steps)
     }
 

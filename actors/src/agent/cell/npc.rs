@@ -12,6 +12,8 @@ use warden_protocols::{
 #[derive(Debug)]
 pub(crate) struct NpcState {
     buffer: ContextBuffer,
+    /// The output of its own commands while a tool call runs (rule 1b), for that call's turn.
+    captured: ContextBuffer,
     perceived: u64,
     last: Option<Perception>,
     /// TRIGGERs from other NPCs that a conversation limit kept as CONTEXT.
@@ -30,14 +32,17 @@ impl AgentCell {
         let state = slot.get_or_insert_with(|| {
             Box::new(NpcState {
                 buffer: ContextBuffer::new(config.context_max_events, config.context_max_tokens),
+                captured: ContextBuffer::new(config.context_max_events, config.context_max_tokens),
                 perceived: 0,
                 last: None,
                 limited: 0,
                 pair_loop: None,
             })
         });
-        // Capturing a command's output is not modelled yet: rule 1b never fires (1c does).
-        let mut perception = classify(self.key.as_str(), event, config, false);
+        // Rule 1b: while one of its tool calls runs (the command a game-command tool asked the
+        // server to run), its own command output is captured for the turn.
+        let capturing = self.tools_in_flight() > 0;
+        let mut perception = classify(self.key.as_str(), event, config, capturing);
         // Another NPC's TRIGGER is an exchange of a conversation: the game-world limits apply.
         if perception.verdict == Verdict::Trigger
             && event.speaker.kind == SpeakerKind::Npc
@@ -66,8 +71,10 @@ impl AgentCell {
                 }
             }
         }
-        if matches!(perception.verdict, Verdict::Context | Verdict::Capture) {
-            state.buffer.push(event);
+        match perception.verdict {
+            Verdict::Context => state.buffer.push(event),
+            Verdict::Capture => state.captured.push_output(event),
+            Verdict::Trigger | Verdict::Ignore => {}
         }
         state.perceived += 1;
         state.last = Some(perception.clone());
@@ -77,6 +84,12 @@ impl AgentCell {
             perception: perception.clone(),
         });
         perception
+    }
+
+    /// The output of its commands captured while its tool calls ran, as one message for the turn
+    /// (`None`: nothing captured).
+    pub(crate) fn take_captured(&self) -> Option<ChatMessage> {
+        self.npc.lock().as_mut()?.captured.take_output()
     }
 
     /// The reason of a pair-loop trip perceived since the last turn took it (see
