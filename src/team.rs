@@ -15,6 +15,9 @@
 //! retry_base_ms = 1000                # backoff before the 2nd attempt, doubling (0 to 600000)
 //! retry_cap_ms = 10000                # the backoff's upper bound (retry_base_ms to 600000)
 //! retry_after_cap_ms = 60000          # upper bound of a server's Retry-After (0 to 3600000)
+//! max_concurrency = 8                 # calls in flight at once, shared by the provider's agents
+//! requests_per_minute = 500           # shared (0 or unset: unlimited; so for tokens_per_minute)
+//! tokens_per_minute = 200000          # shared; estimated before a call, corrected by its usage
 //!
 //! [[agents]]
 //! key = "concierge"
@@ -51,7 +54,10 @@ use crate::{
 use serde::Deserialize;
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use warden_actors::tools::mcp::{ListedTool, McpError, McpHub};
-use warden_actors::{OpenAiCompatible, OpenAiConfig, RetryPolicy, ToolFormat};
+use warden_actors::{
+    Limited, OpenAiCompatible, OpenAiConfig, ProviderLimiter, ProviderLimits, RetryPolicy,
+    ToolFormat,
+};
 use warden_protocols::{AgentRole, ConfigError, McpServerConfig, McpToolSelector};
 
 /// One model endpoint.
@@ -100,6 +106,18 @@ pub enum ProviderSpec {
         /// date), 0 to 3600000. Default 60000.
         #[serde(default = "default_retry_after_cap_ms")]
         retry_after_cap_ms: u64,
+        /// Calls in flight at once, shared by every agent of this provider (0: no cap), 0 to
+        /// 10000. Default 0.
+        #[serde(default)]
+        max_concurrency: u32,
+        /// Requests per minute, shared by every agent of this provider (0: no limit), 0 to
+        /// 1000000. Default 0.
+        #[serde(default)]
+        requests_per_minute: u32,
+        /// Tokens per minute, shared by every agent of this provider (0: no limit), 0 to
+        /// 1000000000. Default 0.
+        #[serde(default)]
+        tokens_per_minute: u64,
     },
     /// The built-in scripted model: answers with `replies` in turn, then with the last one (or, with
     /// `cycle`, from the first again). A reply is a text (a final answer) or a tool call
@@ -122,6 +140,18 @@ pub enum ProviderSpec {
         /// that is down, for trying the emergency stop.
         #[serde(default)]
         error: Option<String>,
+        /// Calls in flight at once, shared by every agent of this provider (0: no cap), 0 to
+        /// 10000. Default 0.
+        #[serde(default)]
+        max_concurrency: u32,
+        /// Requests per minute, shared by every agent of this provider (0: no limit), 0 to
+        /// 1000000. Default 0.
+        #[serde(default)]
+        requests_per_minute: u32,
+        /// Tokens per minute, shared by every agent of this provider (0: no limit), 0 to
+        /// 1000000000. Default 0.
+        #[serde(default)]
+        tokens_per_minute: u64,
     },
 }
 
@@ -156,9 +186,6 @@ fn validate_providers(providers: &toml::Value) -> Result<(), TeamError> {
         let Some(spec) = spec.as_table() else {
             continue;
         };
-        if spec.get("kind").and_then(toml::Value::as_str) != Some("openai_compatible") {
-            continue;
-        }
         let check = |key: &str, lo: i64, hi: i64, allowed: String| -> Result<(), TeamError> {
             match spec.get(key) {
                 None => Ok(()),
@@ -170,6 +197,23 @@ fn validate_providers(providers: &toml::Value) -> Result<(), TeamError> {
                 }),
             }
         };
+        // The shared limits, of every kind (0: unlimited).
+        check("max_concurrency", 0, 10_000, "0 (no cap) to 10000".into())?;
+        check(
+            "requests_per_minute",
+            0,
+            1_000_000,
+            "0 (no limit) to 1000000".into(),
+        )?;
+        check(
+            "tokens_per_minute",
+            0,
+            1_000_000_000,
+            "0 (no limit) to 1000000000".into(),
+        )?;
+        if spec.get("kind").and_then(toml::Value::as_str) != Some("openai_compatible") {
+            continue;
+        }
         check("retry_attempts", 1, 20, "1 to 20".into())?;
         check("retry_base_ms", 0, 600_000, "0 to 600000".into())?;
         let base = spec
@@ -208,6 +252,11 @@ pub fn provider_defaults_toml() -> String {
 # retry_base_ms = {base}                  # backoff before the 2nd attempt, x2 per attempt, 50-100 % jitter; 0 to 600000
 # retry_cap_ms = {cap}                  # upper bound of that backoff; retry_base_ms to 600000
 # retry_after_cap_ms = {after_cap}            # upper bound of a server's Retry-After (seconds or HTTP date); 0 to 3600000
+# Shared by every agent of the provider (either kind); 0: unlimited. A Retry-After or an exhausted
+# x-ratelimit-remaining-* pauses all of them at once, whatever these say:
+# max_concurrency = 0                   # calls in flight at once, streaming included; 0 to 10000
+# requests_per_minute = 0               # requests started per minute, retries included; 0 to 1000000
+# tokens_per_minute = 0                 # prompt estimate + max_tokens, corrected by usage; 0 to 1000000000
 "#,
         base_url = d.base_url,
         model = d.model,
@@ -220,6 +269,28 @@ pub fn provider_defaults_toml() -> String {
 }
 
 impl ProviderSpec {
+    /// The limits shared by every agent of this provider (`max_concurrency`,
+    /// `requests_per_minute`, `tokens_per_minute`; 0: unlimited).
+    pub fn limits(&self) -> ProviderLimits {
+        let (ProviderSpec::OpenaiCompatible {
+            max_concurrency,
+            requests_per_minute,
+            tokens_per_minute,
+            ..
+        }
+        | ProviderSpec::Scripted {
+            max_concurrency,
+            requests_per_minute,
+            tokens_per_minute,
+            ..
+        }) = self;
+        ProviderLimits {
+            max_concurrency: *max_concurrency,
+            requests_per_minute: *requests_per_minute,
+            tokens_per_minute: *tokens_per_minute,
+        }
+    }
+
     /// The OpenAI-compatible provider's settings (without its API key), each attempt bounded by
     /// `request_timeout`; `None` for another kind.
     pub fn openai_config(&self, request_timeout: Duration) -> Option<OpenAiConfig> {
@@ -235,6 +306,7 @@ impl ProviderSpec {
             retry_base_ms,
             retry_cap_ms,
             retry_after_cap_ms,
+            ..
         } = self
         else {
             return None;
@@ -421,6 +493,9 @@ pub struct TeamFile {
     pub telemetry: crate::telemetry::TelemetrySection,
     /// `[mcp_servers.NAME]`: MCP servers whose tools agents name in `tools`.
     pub mcp_servers: BTreeMap<String, McpServerConfig>,
+    /// One limiter per provider name, made by the first [`TeamFile::provider`] call for it and
+    /// shared by every later one (and by clones of this file: one team).
+    limiters: Arc<parking_lot::Mutex<BTreeMap<String, Arc<ProviderLimiter>>>>,
 }
 
 /// Why a team could not be started.
@@ -574,6 +649,7 @@ impl TeamDoc {
             api,
             telemetry,
             mcp_servers,
+            limiters: Arc::default(),
         }
     }
 }
@@ -1051,7 +1127,10 @@ impl TeamFile {
     /// Builds the provider `[providers.NAME]` describes. An OpenAI-compatible one bounds each
     /// attempt by `safety.timeout.llm_call_seconds` and reads its key from `api_key_env` now;
     /// a scripted one needs no network. Each call builds a new provider (a scripted one starts
-    /// its replies over).
+    /// its replies over), but every provider built for one name shares that name's
+    /// [`ProviderLimiter`] (`max_concurrency`, `requests_per_minute`, `tokens_per_minute`, and the
+    /// pause a server's `Retry-After` or `x-ratelimit-*` headers ask for): it is made on the first
+    /// call for the name and kept by this file (see [`TeamFile::limiter`]).
     ///
     /// # Errors
     ///
@@ -1089,7 +1168,7 @@ impl TeamFile {
                     provider: name.to_owned(),
                     message: e.to_string(),
                 })?;
-                Arc::new(provider)
+                Arc::new(provider.with_limiter(self.limiter_for(name, spec)))
             }
             ProviderSpec::Scripted {
                 replies,
@@ -1097,6 +1176,7 @@ impl TeamFile {
                 latency_ms,
                 jitter_ms,
                 error,
+                ..
             } => {
                 let (latency_ms, jitter_ms, cycle) = (*latency_ms, *jitter_ms, *cycle);
                 let script: Vec<ScriptStep> = match error {
@@ -1105,7 +1185,7 @@ impl TeamFile {
                     None => replies.iter().map(ScriptedReply::step).collect(),
                 };
                 let calls = std::sync::atomic::AtomicU64::new(0);
-                Arc::new(ScriptedProvider::new([]).with_fallback(move |_| {
+                let scripted = Arc::new(ScriptedProvider::new([]).with_fallback(move |_| {
                     // Call `n` (from 0) answers after latency_ms + a deterministic 0..=jitter_ms.
                     let n = calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let last = script.len() - 1;
@@ -1121,9 +1201,31 @@ impl TeamFile {
                     } else {
                         step.delayed(Duration::from_millis(ms))
                     }
-                }))
+                }));
+                // The turn's llm_call_seconds bounds the scripted call itself, not the wait for
+                // the shared limits (as for the OpenAI-compatible kind).
+                let timeout =
+                    Duration::try_from_secs_f64(self.config.safety.timeout.llm_call_seconds)
+                        .unwrap_or_default();
+                Arc::new(
+                    Limited::new(scripted, self.limiter_for(name, spec)).with_call_timeout(timeout),
+                )
             }
         })
+    }
+
+    /// The limiter shared by every agent of provider `name`, once [`TeamFile::provider`] has built
+    /// one for it; `None` before, or for a name not in `[providers]`.
+    pub fn limiter(&self, name: &str) -> Option<Arc<ProviderLimiter>> {
+        self.limiters.lock().get(name).cloned()
+    }
+
+    fn limiter_for(&self, name: &str, spec: &ProviderSpec) -> Arc<ProviderLimiter> {
+        self.limiters
+            .lock()
+            .entry(name.to_owned())
+            .or_insert_with(|| ProviderLimiter::new(name, spec.limits()))
+            .clone()
     }
 
     /// Spawns every agent on `team` (a file from [`TeamFile::from_toml`], so the team is valid),

@@ -615,6 +615,7 @@ async fn metrics_text(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
         halt_agent: state.metrics.halt_agent.snapshot(),
         halt_all: state.metrics.halt_all.snapshot(),
         provider_retries: warden_actors::retry_counts().to_vec(),
+        provider_limits: warden_actors::provider_limit_stats(),
         otel: crate::telemetry::stats(),
     };
     HttpResponse::Ok()

@@ -139,8 +139,61 @@ pub struct Snapshot {
     /// Retries of the OpenAI-compatible providers since the process started, by class
     /// (`warden_actors::retry_counts`: every class listed).
     pub provider_retries: Vec<(&'static str, u64)>,
+    /// The shared limits of every provider alive (`warden_actors::provider_limit_stats`).
+    pub provider_limits: Vec<warden_actors::ProviderLimitStats>,
     /// The OpenTelemetry exporter's counters (`warden::telemetry::stats`; zeros while it is off).
     pub otel: crate::telemetry::ExportStats,
+}
+
+/// The families of the providers' shared limits, one sample per provider name (limiters of one
+/// name, say of two teams in one process, are added up: a series appears once).
+fn provider_limits(e: &mut Exposition, limits: &[warden_actors::ProviderLimitStats]) {
+    let mut by_name: std::collections::BTreeMap<&str, [f64; 5]> = Default::default();
+    for l in limits {
+        let sum = by_name.entry(l.provider.as_str()).or_default();
+        for (total, n) in sum.iter_mut().zip([
+            l.in_flight as f64,
+            l.waiting as f64,
+            l.throttled as f64,
+            l.pauses as f64,
+            l.paused_ms as f64 / 1000.0,
+        ]) {
+            *total += n;
+        }
+    }
+    let families = [
+        (
+            "warden_provider_calls_in_flight",
+            "gauge",
+            "LLM calls holding a permit of their provider's shared limits.",
+        ),
+        (
+            "warden_provider_calls_waiting",
+            "gauge",
+            "LLM calls waiting for their provider's shared limits (permit, pause or rate).",
+        ),
+        (
+            "warden_provider_throttled_total",
+            "counter",
+            "Answers with status 429 from the provider.",
+        ),
+        (
+            "warden_provider_pauses_total",
+            "counter",
+            "Pauses of every call of the provider asked for by Retry-After or x-ratelimit headers.",
+        ),
+        (
+            "warden_provider_paused_seconds_total",
+            "counter",
+            "Time the provider's calls were paused by the server's headers, in seconds.",
+        ),
+    ];
+    for (i, (name, kind, help)) in families.into_iter().enumerate() {
+        e.family(name, kind, help);
+        for (provider, values) in &by_name {
+            e.sample(name, &[("provider", provider)], values[i]);
+        }
+    }
 }
 
 /// Writes families: one HELP and TYPE, then its samples.
@@ -337,6 +390,7 @@ pub fn render(s: &Snapshot) -> String {
     for (class, n) in &s.provider_retries {
         e.sample("warden_provider_retries_total", &[("class", class)], n);
     }
+    provider_limits(&mut e, &s.provider_limits);
     e.family(
         "warden_otel_spans_exported_total",
         "counter",

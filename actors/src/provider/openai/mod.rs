@@ -41,12 +41,20 @@ pub use retry::{
     retry_class, retry_counts, AttemptObserver, FailedAttempt, RetryPolicy, RETRY_CLASSES,
 };
 
-use crate::provider::{LlmRequest, LlmResponse, Provider, ProviderError};
+use crate::provider::{
+    limits::parse_reset, CallPermit, LlmRequest, LlmResponse, Provider, ProviderError,
+    ProviderLimiter,
+};
 use futures::{future::BoxFuture, stream::BoxStream, FutureExt, StreamExt};
 use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE, RETRY_AFTER};
 use retry::{parse_retry_after, run_with_retries, AttemptError};
 use serde::{Deserialize, Serialize};
-use std::{collections::VecDeque, fmt, sync::Arc, time::Duration};
+use std::{
+    collections::VecDeque,
+    fmt,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 use wire::Draft;
 
 /// How tools are offered to the model.
@@ -202,6 +210,7 @@ struct Inner {
     endpoint: String,
     client: reqwest::Client,
     observer: Option<AttemptObserver>,
+    limiter: Option<Arc<ProviderLimiter>>,
 }
 
 /// A [`Provider`] for any OpenAI-compatible `/chat/completions` endpoint. Cheap to clone.
@@ -215,6 +224,7 @@ impl fmt::Debug for OpenAiCompatible {
         f.debug_struct("OpenAiCompatible")
             .field("config", &self.inner.config)
             .field("observer", &self.inner.observer)
+            .field("limiter", &self.inner.limiter)
             .finish()
     }
 }
@@ -248,6 +258,7 @@ impl OpenAiCompatible {
                 config,
                 client,
                 observer: None,
+                limiter: None,
             }),
         })
     }
@@ -263,15 +274,31 @@ impl OpenAiCompatible {
 
     /// Reports every failed attempt to `observer` (see [`AttemptObserver`] for how to count them).
     pub fn with_attempt_observer(self, observer: AttemptObserver) -> Self {
+        self.rebuilt(|inner| inner.observer = Some(observer))
+    }
+
+    /// Puts every call under `limiter`, shared with the other providers that hold it (see
+    /// [`ProviderLimiter`]): a permit for the whole call, each attempt admitted by the rates and
+    /// the shared pause, and the server's `Retry-After` (on 429 and 503) and
+    /// `x-ratelimit-remaining-*: 0` with `x-ratelimit-reset-*` pausing every holder, each capped
+    /// by [`RetryPolicy::retry_after_cap`].
+    pub fn with_limiter(self, limiter: Arc<ProviderLimiter>) -> Self {
+        self.rebuilt(|inner| inner.limiter = Some(limiter))
+    }
+
+    fn rebuilt(self, change: impl FnOnce(&mut Inner)) -> Self {
         let inner = &self.inner;
+        let mut inner = Inner {
+            config: inner.config.clone(),
+            name: inner.name.clone(),
+            endpoint: inner.endpoint.clone(),
+            client: inner.client.clone(),
+            observer: inner.observer.clone(),
+            limiter: inner.limiter.clone(),
+        };
+        change(&mut inner);
         OpenAiCompatible {
-            inner: Arc::new(Inner {
-                config: inner.config.clone(),
-                name: inner.name.clone(),
-                endpoint: inner.endpoint.clone(),
-                client: inner.client.clone(),
-                observer: Some(observer),
-            }),
+            inner: Arc::new(inner),
         }
     }
 
@@ -289,6 +316,7 @@ impl OpenAiCompatible {
             inner: self.inner.clone(),
             phase: Phase::Start(request),
             pending: VecDeque::new(),
+            permit: None,
         };
         futures::stream::unfold(state, StreamState::next)
             .fuse()
@@ -301,11 +329,14 @@ impl OpenAiCompatible {
     ) -> Result<LlmResponse, ProviderError> {
         let body = wire::request_body(&inner.config, &request, false);
         let timeout = inner.config.request_timeout;
+        let mut permit = admit(&inner, &request).await;
         let (result, _attempts) =
-            run_with_retries(&inner.config.retry, inner.observer.as_ref(), |_| {
+            run_with_retries(&inner.config.retry, inner.observer.as_ref(), |number| {
                 let inner = &inner;
                 let body = &body;
+                let permit = permit.as_ref();
                 async move {
+                    retry_admitted(permit, number).await;
                     let bytes = tokio::time::timeout(timeout, async {
                         let response = send(inner, body, false).await?;
                         response
@@ -319,7 +350,10 @@ impl OpenAiCompatible {
                 }
             })
             .await;
-        result?.finish(inner.config.tool_format, wire::prompt_chars(&request))
+        let outcome = result
+            .and_then(|draft| draft.finish(inner.config.tool_format, wire::prompt_chars(&request)));
+        settle(permit.as_mut(), &outcome);
+        outcome
     }
 }
 
@@ -359,6 +393,80 @@ impl Provider for OpenAiCompatible {
         } else {
             Self::complete_plain(self.inner.clone(), request).boxed()
         }
+    }
+}
+
+/// Waits for the limiter's permit for a call of `request`, if the provider has a limiter.
+async fn admit(inner: &Inner, request: &LlmRequest) -> Option<CallPermit> {
+    let limiter = inner.limiter.as_ref()?;
+    let tokens = ProviderLimiter::estimate(request, inner.config.max_tokens);
+    Some(limiter.start(tokens).await)
+}
+
+/// Before attempt `number` after the first: waits until the limiter admits it.
+async fn retry_admitted(permit: Option<&CallPermit>, number: u32) {
+    if let (Some(permit), true) = (permit, number > 1) {
+        permit.retry().await;
+    }
+}
+
+/// Corrects the permit's token charge by the reply's usage.
+fn settle(permit: Option<&mut CallPermit>, outcome: &Result<LlmResponse, ProviderError>) {
+    if let (Some(permit), Ok(response)) = (permit, outcome) {
+        permit.settle(Some(&response.usage));
+    }
+}
+
+/// The pause a response asks every call of the provider for, and why: a `Retry-After` on a 429 or
+/// 503, or `x-ratelimit-remaining-requests` / `-tokens` at 0 with their `x-ratelimit-reset-*`
+/// (the longest of those present). Unreadable values are ignored.
+fn server_pause(
+    status: u16,
+    headers: &HeaderMap,
+    now: SystemTime,
+) -> Option<(Duration, &'static str)> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let mut pause: Option<(Duration, &'static str)> = None;
+    let mut longer = |wait: Duration, why: &'static str| {
+        if pause.is_none_or(|(longest, _)| wait > longest) {
+            pause = Some((wait, why));
+        }
+    };
+    if status == 429 || status == 503 {
+        if let Some(wait) = header("retry-after").and_then(|v| parse_retry_after(v, now)) {
+            longer(wait, "retry-after");
+        }
+    }
+    for (remaining, reset, why) in [
+        (
+            "x-ratelimit-remaining-requests",
+            "x-ratelimit-reset-requests",
+            "x-ratelimit-remaining-requests: 0",
+        ),
+        (
+            "x-ratelimit-remaining-tokens",
+            "x-ratelimit-reset-tokens",
+            "x-ratelimit-remaining-tokens: 0",
+        ),
+    ] {
+        let exhausted = header(remaining).and_then(|v| v.trim().parse::<u64>().ok()) == Some(0);
+        if let Some(wait) = header(reset).and_then(parse_reset).filter(|_| exhausted) {
+            longer(wait, why);
+        }
+    }
+    pause
+}
+
+/// Tells the provider's limiter, if any, what a response's status and headers say.
+fn note_response(inner: &Inner, status: u16, headers: &HeaderMap) {
+    let Some(limiter) = &inner.limiter else {
+        return;
+    };
+    if status == 429 {
+        limiter.note_throttled();
+    }
+    if let Some((wait, why)) = server_pause(status, headers, SystemTime::now()) {
+        limiter.pause(wait.min(inner.config.retry.retry_after_cap), why);
     }
 }
 
@@ -406,6 +514,7 @@ async fn send(
         .await
         .map_err(|e| from_reqwest(&e, timeout))?;
     let status = response.status();
+    note_response(inner, status.as_u16(), response.headers());
     if status.is_success() {
         return Ok(response);
     }
@@ -446,6 +555,8 @@ struct StreamState {
     inner: Arc<Inner>,
     phase: Phase,
     pending: VecDeque<StreamEvent>,
+    /// The limiter's permit, held from the start until the stream finishes (or is dropped).
+    permit: Option<CallPermit>,
 }
 
 impl StreamState {
@@ -464,6 +575,8 @@ impl StreamState {
 
     fn finish(&mut self, outcome: Result<LlmResponse, ProviderError>, attempts: u32) {
         self.phase = Phase::Done;
+        settle(self.permit.as_mut(), &outcome);
+        self.permit = None;
         self.pending
             .push_back(StreamEvent::Finished { outcome, attempts });
     }
@@ -474,11 +587,14 @@ impl StreamState {
         let body = wire::request_body(&inner.config, &request, true);
         let prompt_chars = wire::prompt_chars(&request);
         let timeout = inner.config.request_timeout;
+        self.permit = admit(&inner, &request).await;
+        let permit = self.permit.as_ref();
         let (result, attempts) =
-            run_with_retries(&inner.config.retry, inner.observer.as_ref(), |_| {
+            run_with_retries(&inner.config.retry, inner.observer.as_ref(), |number| {
                 let inner = &inner;
                 let body = &body;
                 async move {
+                    retry_admitted(permit, number).await;
                     tokio::time::timeout(timeout, send(inner, body, true))
                         .await
                         .map_err(|_| timeout_error(timeout))?
