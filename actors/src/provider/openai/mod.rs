@@ -750,6 +750,107 @@ mod tests {
         std::env::remove_var(var);
     }
 
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            if let Ok(value) = reqwest::header::HeaderValue::from_str(value) {
+                map.append(*name, value);
+            }
+        }
+        map
+    }
+
+    #[test]
+    fn server_pauses_from_headers() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480); // 07:28:00
+        let pause = |status, pairs: &[(&'static str, &str)]| {
+            server_pause(status, &headers(pairs), now).map(|(d, why)| (d.as_millis(), why))
+        };
+        assert_eq!(
+            pause(429, &[("retry-after", "7")]),
+            Some((7000, "retry-after"))
+        );
+        assert_eq!(
+            pause(503, &[("retry-after", "Wed, 21 Oct 2015 07:28:03 GMT")]),
+            Some((3000, "retry-after"))
+        );
+        // Retry-After means nothing on a success or another error.
+        assert_eq!(pause(200, &[("retry-after", "7")]), None);
+        assert_eq!(pause(500, &[("retry-after", "7")]), None);
+        // An exhausted budget pauses until its reset, on any status; the longest wins.
+        assert_eq!(
+            pause(
+                200,
+                &[
+                    ("x-ratelimit-remaining-requests", "0"),
+                    ("x-ratelimit-reset-requests", "1s"),
+                    ("x-ratelimit-remaining-tokens", "0"),
+                    ("x-ratelimit-reset-tokens", "6m0s"),
+                ]
+            ),
+            Some((360_000, "x-ratelimit-remaining-tokens: 0"))
+        );
+        assert_eq!(
+            pause(
+                429,
+                &[
+                    ("retry-after", "1"),
+                    ("x-ratelimit-remaining-requests", "0"),
+                    ("x-ratelimit-reset-requests", "1h2m3.5s"),
+                ]
+            ),
+            Some((3_723_500, "x-ratelimit-remaining-requests: 0"))
+        );
+        // Budget left: no pause, whatever the reset says.
+        assert_eq!(
+            pause(
+                200,
+                &[
+                    ("x-ratelimit-remaining-requests", "12"),
+                    ("x-ratelimit-reset-requests", "20ms"),
+                ]
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn malformed_rate_limit_headers_are_ignored() {
+        let now = SystemTime::now();
+        for pairs in [
+            &[("retry-after", "soon")][..],
+            &[("retry-after", "-5")],
+            &[("retry-after", "")],
+            &[
+                ("x-ratelimit-remaining-requests", "zero"),
+                ("x-ratelimit-reset-requests", "1s"),
+            ],
+            &[
+                ("x-ratelimit-remaining-requests", "-0.5"),
+                ("x-ratelimit-reset-requests", "1s"),
+            ],
+            &[
+                ("x-ratelimit-remaining-tokens", "0"),
+                ("x-ratelimit-reset-tokens", "1 fortnight"),
+            ],
+            &[
+                ("x-ratelimit-remaining-tokens", "0"),
+                ("x-ratelimit-reset-tokens", "99999999999999999999999h"),
+            ],
+            &[("x-ratelimit-remaining-tokens", "0")],
+            &[("x-ratelimit-reset-tokens", "1s")],
+        ] {
+            assert_eq!(server_pause(429, &headers(pairs), now), None, "{pairs:?}");
+        }
+        // A header that is not visible ASCII is not a string: ignored too.
+        let mut map = HeaderMap::new();
+        map.insert(
+            "retry-after",
+            reqwest::header::HeaderValue::from_bytes(b"\xff5").unwrap(),
+        );
+        assert_eq!(server_pause(429, &map, now), None);
+    }
+
     #[test]
     fn endpoint_tolerates_a_trailing_slash() {
         let config = OpenAiConfig::new("http://h:1/v1/", "m");
