@@ -238,7 +238,9 @@ pub fn provider_defaults_toml() -> String {
     format!(
         r#"
 # Team files (`warden run`, `warden serve`) add one [providers.NAME] per model endpoint and the
-# [[agents]] that use them. The OpenAI-compatible kind, with its defaults:
+# [[agents]] that use them. The OpenAI-compatible kind, with its defaults. All the agents of one
+# provider share its limits (the last three keys, of either kind), and a server's Retry-After or
+# exhausted x-ratelimit-remaining-* pauses all of them at once:
 # [providers.NAME]
 # kind = "openai_compatible"            # or "scripted" (replies = ["…"], no network)
 # base_url = "{base_url}"  # required: the API root; requests go to {{base_url}}/chat/completions
@@ -252,11 +254,9 @@ pub fn provider_defaults_toml() -> String {
 # retry_base_ms = {base}                  # backoff before the 2nd attempt, x2 per attempt, 50-100 % jitter; 0 to 600000
 # retry_cap_ms = {cap}                  # upper bound of that backoff; retry_base_ms to 600000
 # retry_after_cap_ms = {after_cap}            # upper bound of a server's Retry-After (seconds or HTTP date); 0 to 3600000
-# Shared by every agent of the provider (either kind); 0: unlimited. A Retry-After or an exhausted
-# x-ratelimit-remaining-* pauses all of them at once, whatever these say:
-# max_concurrency = 0                   # calls in flight at once, streaming included; 0 to 10000
-# requests_per_minute = 0               # requests started per minute, retries included; 0 to 1000000
-# tokens_per_minute = 0                 # prompt estimate + max_tokens, corrected by usage; 0 to 1000000000
+# max_concurrency = 0                   # shared: calls in flight at once, streaming included; 0 (no cap) to 10000
+# requests_per_minute = 0               # shared: requests started a minute, retries included; 0 (no limit) to 1000000
+# tokens_per_minute = 0                 # shared: prompt estimate + max_tokens, corrected by usage; 0 (no limit) to 1000000000
 "#,
         base_url = d.base_url,
         model = d.model,
@@ -1458,7 +1458,8 @@ delegate = false
             "invalid config: line 5, column 1: `providers.local`: unknown field `modle`, expected \
              one of `base_url`, `model`, `api_key_env`, `tool_format`, `stream`, `max_tokens`, \
              `temperature`, `retry_attempts`, `retry_base_ms`, `retry_cap_ms`, \
-             `retry_after_cap_ms`\n\
+             `retry_after_cap_ms`, `max_concurrency`, `requests_per_minute`, \
+             `tokens_per_minute`\n\
              5 | [providers.local]\n  \
                | ^^^^^^^^^^^^^^^^^"
         );
@@ -2026,12 +2027,85 @@ replies = [
                 "retry_after_cap_ms = 3600001",
                 "invalid value for `providers.local.retry_after_cap_ms`: 3600001 (allowed: 0 to 3600000)",
             ),
+            (
+                "max_concurrency = 10001",
+                "invalid value for `providers.local.max_concurrency`: 10001 (allowed: 0 (no cap) to 10000)",
+            ),
+            (
+                "max_concurrency = -1",
+                "invalid value for `providers.local.max_concurrency`: -1 (allowed: 0 (no cap) to 10000)",
+            ),
+            (
+                "requests_per_minute = 1000001",
+                "invalid value for `providers.local.requests_per_minute`: 1000001 \
+                 (allowed: 0 (no limit) to 1000000)",
+            ),
+            (
+                "tokens_per_minute = 2.5",
+                "invalid value for `providers.local.tokens_per_minute`: 2.5 \
+                 (allowed: 0 (no limit) to 1000000000)",
+            ),
         ];
         for (keys, expected) in cases {
             assert_eq!(with(keys), expected, "{keys}");
         }
         let err = with("retry_attempt = 3");
         assert!(err.contains("unknown field `retry_attempt`"), "{err}");
+    }
+
+    #[test]
+    fn a_scripted_providers_limits_are_range_checked_too() {
+        let text = FILE.replace(
+            "replies = [\"hello\"]",
+            "replies = [\"hello\"]\nmax_concurrency = 20000",
+        );
+        assert_eq!(
+            TeamFile::from_toml(&text).map(|_| ()).unwrap_err().to_string(),
+            "invalid value for `providers.canned.max_concurrency`: 20000 (allowed: 0 (no cap) to 10000)"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_agent_of_a_provider_shares_one_limiter() {
+        let text = FILE.replace(
+            "replies = [\"hello\"]",
+            "replies = [\"hello\"]\nlatency_ms = 1000\nmax_concurrency = 1\nrequests_per_minute = 600",
+        );
+        let team = TeamFile::from_toml(&text).unwrap();
+        assert!(team.limiter("canned").is_none(), "made before any provider");
+        let (a, b) = (
+            team.provider("canned").unwrap(),
+            team.provider("canned").unwrap(),
+        );
+        let limiter = team.limiter("canned").expect("made by provider()");
+        assert_eq!(
+            limiter.limits(),
+            ProviderLimits {
+                max_concurrency: 1,
+                requests_per_minute: 600,
+                tokens_per_minute: 0,
+            }
+        );
+        let _c = team.provider("canned").unwrap();
+        assert!(Arc::ptr_eq(&limiter, &team.limiter("canned").unwrap()));
+        // Two agents' providers, one cap of 1: the calls run one after the other.
+        let request = |agent: &str| crate::LlmRequest {
+            agent: warden_protocols::AgentKey::new(agent),
+            messages: vec![warden_protocols::ChatMessage::user("hi")],
+            tools: vec![],
+        };
+        let start = tokio::time::Instant::now();
+        let (x, y) = tokio::join!(a.complete(request("x")), b.complete(request("y")));
+        assert!(x.is_ok() && y.is_ok());
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+        // The scripted call itself stays bounded by llm_call_seconds; the wait is not.
+        assert!(a.bounds_its_own_calls());
+        // Another provider name has its own limiter, unlimited by default.
+        let _local = team.provider("local").unwrap();
+        assert_eq!(
+            team.limiter("local").unwrap().limits(),
+            ProviderLimits::default()
+        );
     }
 
     #[test]
@@ -2062,6 +2136,9 @@ replies = [
             "retry_base_ms",
             "retry_cap_ms",
             "retry_after_cap_ms",
+            "max_concurrency",
+            "requests_per_minute",
+            "tokens_per_minute",
         ] {
             assert!(block.contains(&format!("\n{key} = ")), "{key} undocumented");
         }
