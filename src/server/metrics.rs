@@ -449,6 +449,44 @@ mod tests {
     }
 
     #[test]
+    fn provider_limits_are_one_series_per_provider() {
+        let stats = |provider: &str, in_flight, paused_ms| warden_actors::ProviderLimitStats {
+            provider: provider.into(),
+            limits: Default::default(),
+            in_flight,
+            waiting: 2,
+            throttled: 1,
+            pauses: 1,
+            paused_ms,
+        };
+        let mut e = Exposition {
+            text: String::new(),
+        };
+        // Two limiters of one name (two teams in one process) add up.
+        provider_limits(
+            &mut e,
+            &[
+                stats("local", 3, 1500),
+                stats("cloud", 0, 0),
+                stats("local", 1, 250),
+            ],
+        );
+        for line in [
+            "# TYPE warden_provider_calls_in_flight gauge",
+            "warden_provider_calls_in_flight{provider=\"cloud\"} 0",
+            "warden_provider_calls_in_flight{provider=\"local\"} 4",
+            "warden_provider_calls_waiting{provider=\"local\"} 4",
+            "# TYPE warden_provider_throttled_total counter",
+            "warden_provider_throttled_total{provider=\"local\"} 2",
+            "warden_provider_pauses_total{provider=\"local\"} 2",
+            "warden_provider_paused_seconds_total{provider=\"local\"} 1.75",
+        ] {
+            assert!(e.text.lines().any(|l| l == line), "{line} in\n{}", e.text);
+        }
+        assert_eq!(e.text.matches("provider=\"local\"").count(), 5);
+    }
+
+    #[test]
     fn label_values_are_escaped() {
         assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
