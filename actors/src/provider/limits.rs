@@ -160,8 +160,17 @@ struct State {
     paused_until: Option<Instant>,
 }
 
-/// The shared limits of one provider: see the module docs. Build it with [`ProviderLimiter::new`]
-/// and give the same `Arc` to every agent's provider.
+/// The limits every agent of one provider shares: a concurrency cap, requests and tokens per
+/// minute, and a pause a server asks for. Build it with [`ProviderLimiter::new`] and give the same
+/// `Arc` to every agent's provider ([`OpenAiCompatible::with_limiter`](crate::OpenAiCompatible::with_limiter),
+/// [`Limited`]).
+///
+/// A call takes a permit ([`ProviderLimiter::start`], held by the [`CallPermit`] until the call
+/// ends), waits while the provider is paused, then reserves a request and its estimated tokens in
+/// arrival order and waits until they are due. Requests are spaced `60 / requests_per_minute`
+/// seconds apart; tokens refill at `tokens_per_minute / 60` a second into a bucket of one second's
+/// worth, and may go into debt. Every wait is cancel safe. `docs/models.md` ("Shared provider
+/// limits") has the whole story.
 pub struct ProviderLimiter {
     name: String,
     limits: ProviderLimits,
@@ -459,6 +468,7 @@ impl Drop for CallPermit {
 /// pairs with units `h`, `m`, `s`, `ms` (`1s`, `6m0s`, `20ms`, `1h2m3.5s`); a bare number is
 /// seconds. `None` for anything else (an empty value, an unknown unit, a negative or non-finite
 /// number): such a header is ignored.
+#[cfg_attr(not(feature = "openai"), allow(dead_code))] // read by the OpenAI-compatible provider
 pub(crate) fn parse_reset(value: &str) -> Option<Duration> {
     let value = value.trim();
     if value.is_empty() {
