@@ -140,6 +140,8 @@ pub enum ProviderSpec {
         /// that is down, for trying the emergency stop.
         #[serde(default)]
         error: Option<String>,
+        // The shared limits again, as in `OpenaiCompatible`: serde's `flatten` would lose
+        // `deny_unknown_fields` (an unknown key would pass silently).
         /// Calls in flight at once, shared by every agent of this provider (0: no cap), 0 to
         /// 10000. Default 0.
         #[serde(default)]
