@@ -585,16 +585,20 @@ impl Provider for Limited {
         let tokens = ProviderLimiter::estimate(&request, self.max_tokens);
         Box::pin(async move {
             let mut permit = limiter.start(tokens).await;
+            let agent = request.agent.clone();
             let call = inner.complete(request);
-            let result =
-                match timeout {
-                    None => call.await,
-                    Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or(Err(
-                        ProviderError::Timeout {
-                            after_ms: millis(limit),
-                        },
-                    )),
-                };
+            let result = match timeout {
+                None => call.await,
+                Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+                    let after_ms = millis(limit);
+                    tracing::warn!(
+                        %agent,
+                        after_ms,
+                        "llm call timed out (safety.timeout.llm_call_seconds)"
+                    );
+                    Err(ProviderError::Timeout { after_ms })
+                }),
+            };
             match &result {
                 Ok(response) => permit.settle(Some(&response.usage)),
                 Err(ProviderError::Http { status: 429, .. }) => limiter.note_throttled(),
