@@ -383,3 +383,29 @@ async fn an_exhausted_rate_limit_budget_pauses_the_next_calls() {
     );
     assert_eq!(limiter.stats().throttled, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_timeout_bounds_the_call_not_the_wait_for_the_permit() {
+    let limiter = ProviderLimiter::new("timeout", limits(1, 0, 0));
+    let slow = Arc::new(Recording::new(Duration::from_secs(5), 1));
+    let provider = Limited::new(slow.clone(), limiter).with_call_timeout(Duration::from_secs(8));
+    assert!(provider.bounds_its_own_calls());
+    let start = Instant::now();
+    // The second call waits 5 s for the permit, then runs its own 5 s: within its 8 s.
+    let (a, b) = tokio::join!(
+        provider.complete(request("a")),
+        provider.complete(request("b"))
+    );
+    assert!(a.is_ok() && b.is_ok(), "{a:?} {b:?}");
+    assert_eq!(start.elapsed(), Duration::from_secs(10));
+    // A call longer than the timeout fails as a timeout once it has its permit.
+    let slower = Arc::new(Recording::new(Duration::from_secs(9), 1));
+    let limiter = ProviderLimiter::new("timeout-2", limits(1, 0, 0));
+    let provider = Limited::new(slower, limiter).with_call_timeout(Duration::from_secs(8));
+    let start = Instant::now();
+    assert_eq!(
+        provider.complete(request("c")).await,
+        Err(ProviderError::Timeout { after_ms: 8000 })
+    );
+    assert_eq!(start.elapsed(), Duration::from_secs(8));
+}
