@@ -1777,6 +1777,16 @@ async fn metrics_are_prometheus_text_that_matches_the_fleet() {
     let (status, _) = call!(app, post("/api/agents/c/halt", Some(ADMIN), None));
     assert_eq!(status, StatusCode::OK);
     assert_eq!(c.state(), AgentState::Stopped);
+    // A provider's shared limits: a 429 seen and a pause of 2 s.
+    let limiter = warden::ProviderLimiter::new(
+        "metrics-test",
+        warden::ProviderLimits {
+            max_concurrency: 4,
+            ..Default::default()
+        },
+    );
+    limiter.note_throttled();
+    limiter.pause(std::time::Duration::from_secs(2), "retry-after");
 
     let resp = test::call_service(&app, get("/metrics", None).to_request()).await;
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
@@ -1788,6 +1798,20 @@ async fn metrics_are_prometheus_text_that_matches_the_fleet() {
     );
     let text = String::from_utf8(test::read_body(resp).await.to_vec()).unwrap();
     let samples = parse_exposition(&text);
+    for (family, value) in [
+        ("warden_provider_calls_in_flight", 0.0),
+        ("warden_provider_calls_waiting", 0.0),
+        ("warden_provider_throttled_total", 1.0),
+        ("warden_provider_pauses_total", 1.0),
+        ("warden_provider_paused_seconds_total", 2.0),
+    ] {
+        assert_eq!(
+            value_of(&samples, family, &[("provider", "metrics-test")]),
+            value,
+            "{family}"
+        );
+    }
+    drop(limiter);
 
     for state in AgentState::ALL {
         let expected = team.statuses().iter().filter(|s| s.state == state).count();
