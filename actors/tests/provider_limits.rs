@@ -409,3 +409,54 @@ async fn a_call_timeout_bounds_the_call_not_the_wait_for_the_permit() {
     );
     assert_eq!(start.elapsed(), Duration::from_secs(8));
 }
+
+#[tokio::test]
+async fn a_stream_holds_its_permit_until_its_last_event() {
+    use futures::StreamExt;
+    use warden_actors::StreamEvent;
+    use warden_testkit::http::{done, sse};
+    let delta = |text: &str| {
+        sse(json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]}))
+    };
+    let server = Server::start(vec![
+        vec![
+            Step::SseHead,
+            delta("first "),
+            Step::Pause(Duration::from_millis(300)),
+            delta("stream"),
+            done(),
+            Step::EndChunks,
+        ],
+        vec![ok_reply()],
+    ])
+    .await;
+    let limiter = ProviderLimiter::new("stream", limits(1, 0, 0));
+    let mut stream = openai(&server, &limiter).stream(request("a"));
+    match stream.next().await {
+        Some(StreamEvent::Delta(text)) => assert_eq!(text, "first "),
+        other => panic!("expected the first delta, got {other:?}"),
+    }
+    let other = tokio::spawn(openai(&server, &limiter).complete(request("b")));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while limiter.stats().waiting == 0 {
+        assert!(Instant::now() < deadline, "the second call never waited");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The stream is between two pieces of its body: it still holds the only permit.
+    assert_eq!(server.requests().len(), 1);
+    let rest: Vec<_> = stream.collect().await;
+    assert!(
+        matches!(
+            rest.last(),
+            Some(StreamEvent::Finished { outcome: Ok(_), .. })
+        ),
+        "{rest:?}"
+    );
+    let reply = tokio::time::timeout(Duration::from_secs(10), other)
+        .await
+        .expect("the second call did not end")
+        .unwrap();
+    assert!(reply.is_ok(), "{reply:?}");
+    assert_eq!(server.requests().len(), 2);
+    assert_eq!(limiter.stats().in_flight, 0);
+}
