@@ -460,3 +460,26 @@ async fn a_stream_holds_its_permit_until_its_last_event() {
     assert_eq!(server.requests().len(), 2);
     assert_eq!(limiter.stats().in_flight, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn calls_queued_through_a_pause_are_spaced_again_after_it() {
+    // 60 a minute: one a second. Five calls queue at once; a pause of 10 s begins at 0.5 s.
+    let model = Recording::new(Duration::ZERO, 1);
+    let limiter = ProviderLimiter::new("pause-spacing", limits(0, 60, 0));
+    let provider = Limited::new(Arc::new(model.clone()), limiter.clone());
+    let start = Instant::now();
+    let pauser = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        limiter.pause(Duration::from_secs(10), "test");
+    };
+    let calls = join_all((0..5).map(|i| provider.complete(request(&format!("a{i}")))));
+    let (results, ()) = tokio::join!(calls, pauser);
+    assert!(results.iter().all(Result::is_ok));
+    let starts: Vec<Duration> = model.starts().iter().map(|s| *s - start).collect();
+    assert_eq!(starts[0], Duration::ZERO);
+    // Nothing during the pause, and one a second after it, not four at its end.
+    assert!(starts[1] >= Duration::from_millis(10_500), "{starts:?}");
+    for pair in starts.windows(2) {
+        assert!(pair[1] - pair[0] >= Duration::from_secs(1), "{starts:?}");
+    }
+}

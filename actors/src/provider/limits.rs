@@ -14,9 +14,10 @@
 //! 2. **The pause.** Then it waits while the provider is paused (see below).
 //! 3. **The rates.** Then it reserves one request and the call's estimated tokens (the prompt by
 //!    [`estimate_tokens`] plus `max_tokens` when one is sent) and sleeps until the reservation is
-//!    due, then waits for the pause once more (one may have started meanwhile). Each retry of the
-//!    call ([`CallPermit::retry`]) reserves one more request (not more tokens) and waits for the
-//!    pause likewise. When the reply comes, [`CallPermit::settle`] corrects the token estimate by
+//!    due. If a pause began meanwhile, it gives the reservation back and starts over after the
+//!    pause (so the calls queued through a pause are spaced again, not all let go at its end).
+//!    Each retry of the call ([`CallPermit::retry`]) reserves one more request (not more tokens)
+//!    the same way. When the reply comes, [`CallPermit::settle`] corrects the token estimate by
 //!    the usage the server reported; a failed call keeps its estimate.
 //!
 //! # The pause
@@ -46,8 +47,9 @@
 //!
 //! # Invariants
 //! - At most `max_concurrency` calls hold a [`CallPermit`] at once, streaming included.
-//! - No request of a call starts before the pause instant that was set when it looked, nor before
-//!   its reservation is due.
+//! - No request starts while the provider is paused (as of the last look, just before it
+//!   starts), nor before its reservation is due; reservations are due `60 / requests_per_minute`
+//!   seconds apart, so the starts are too, pauses or not.
 //! - Every wait is cancel safe: dropping a waiting call returns its permit and its not yet due
 //!   reservation, and it never sends anything. A halted agent's turn drops the call, so a call
 //!   waiting at a halt never starts.
@@ -335,33 +337,40 @@ impl ProviderLimiter {
         }
     }
 
-    /// Waits for the pause, reserves `requests` and `tokens`, waits until they are due, then for
-    /// the pause again.
+    /// Waits for the pause, reserves `requests` and `tokens` and waits until they are due; if a
+    /// pause began meanwhile, gives them back and starts over.
     async fn admit(&self, requests: u32, tokens: u64) {
-        self.wait_pause().await;
-        let wait = {
-            let mut state = self.state.lock();
-            let now = Instant::now();
-            let mut wait = Duration::ZERO;
-            if let Some(bucket) = &mut state.requests {
-                wait = wait.max(bucket.reserve(f64::from(requests), now));
-            }
-            if let Some(bucket) = &mut state.tokens {
-                wait = wait.max(bucket.reserve(tokens as f64, now));
-            }
-            wait
-        };
-        if !wait.is_zero() {
+        loop {
+            self.wait_pause().await;
+            let wait = {
+                let mut state = self.state.lock();
+                let now = Instant::now();
+                let mut wait = Duration::ZERO;
+                if let Some(bucket) = &mut state.requests {
+                    wait = wait.max(bucket.reserve(f64::from(requests), now));
+                }
+                if let Some(bucket) = &mut state.tokens {
+                    wait = wait.max(bucket.reserve(tokens as f64, now));
+                }
+                wait
+            };
             let mut reserved = Reserved {
                 limiter: self,
                 requests,
                 tokens,
                 due: false,
             };
-            tokio::time::sleep(wait).await;
-            reserved.due = true;
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
+            if self.paused_until().is_none() {
+                reserved.due = true;
+                return;
+            }
+            // A pause began while this call waited: dropping `reserved` gives its reservation
+            // back, and it is taken anew after the pause, so the calls that waited through a
+            // pause are spaced by the rates again instead of all let go at its end.
         }
-        self.wait_pause().await;
     }
 
     async fn wait_pause(&self) {
