@@ -208,8 +208,8 @@ pub fn provider_limit_stats() -> Vec<ProviderLimitStats> {
 }
 
 impl ProviderLimiter {
-    /// A limiter for provider `name` (used in logs and metrics). Must be created inside a tokio
-    /// runtime only if its clock is paused in tests; otherwise anywhere.
+    /// A limiter for provider `name` (used in logs and metrics). It runs on tokio's clock (a paused
+    /// test clock included) and is listed by [`provider_limit_stats`] while it lives.
     pub fn new(name: impl Into<String>, limits: ProviderLimits) -> Arc<ProviderLimiter> {
         let now = Instant::now();
         let permits = (limits.max_concurrency > 0).then(|| {

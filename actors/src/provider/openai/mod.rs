@@ -29,6 +29,11 @@
 //! - **Timeouts.** Without streaming, [`OpenAiConfig::request_timeout`] bounds each attempt (send
 //!   and the whole body). With streaming it bounds the wait for the response headers, and then
 //!   each wait for the next piece of the body (an idle timeout), so long generations are not cut.
+//! - **Shared limits.** With [`OpenAiCompatible::with_limiter`] a call holds the shared
+//!   [`ProviderLimiter`]'s permit from before its first attempt until it ends (a stream: until its
+//!   `Finished` event, or until it is dropped); each attempt waits for the limiter's pause and
+//!   rates first (outside the attempt's timeout), and every response's `Retry-After` (429, 503)
+//!   or exhausted `x-ratelimit-remaining-*` pauses every holder of the limiter.
 //! - The API key is sent as a bearer token and is never logged, serialized or shown by `Debug`.
 
 #[cfg(feature = "fuzzing")]
