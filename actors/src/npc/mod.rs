@@ -6,6 +6,8 @@
 //!   and the trust its source earned ([`Perception`]).
 //! * [`ContextBuffer`] — CONTEXT events, bounded in events and tokens, folded into the next turn as
 //!   one message; never starts a turn.
+//! * `tick` — the team's tick arbiter: autonomous ticks of every ticking NPC from one timer task,
+//!   the collision guard, the game clock, the sleep schedule and the no-player rule ([`TickReport`]).
 //!
 //! The types that cross boundaries (the event, the verdict, `[npc]`) are in
 //! `warden_protocols::npc`.
@@ -15,6 +17,8 @@
 
 mod classify;
 mod context;
+pub(crate) mod tick;
 
 pub use classify::classify;
 pub use context::ContextBuffer;
+pub use tick::TickReport;

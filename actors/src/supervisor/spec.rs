@@ -168,3 +168,14 @@ pub enum DelegationError {
     #[error("delegate dropped the task (halted, crashed or shut down)")]
     Abandoned,
 }
+
+/// Why [`Supervisor::set_ticks`] changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TickConfigError {
+    /// No agent with that key.
+    #[error(transparent)]
+    UnknownAgent(#[from] UnknownAgent),
+    /// A value out of range.
+    #[error(transparent)]
+    Invalid(warden_protocols::ConfigError),
+}
