@@ -59,8 +59,8 @@ pub use warden_actors::{
     EventSendError, FnTool, HaltAck, InterventionBus, Journal, LlmRequest, LlmResponse,
     MemoryJournal, NotDurable, NullJournal, PendingReply, Perceived, Provider, ProviderError,
     Reply, ScriptStats, ScriptStep, ScriptedProvider, Settled, Settlement, SpawnError, Submit,
-    SubmitError, Submitted, Supervisor, SupervisorBuilder, TaskError, Tool, ToolContext, ToolError,
-    ToolRegistry, UnknownAgent,
+    SubmitError, Submitted, Supervisor, SupervisorBuilder, TaskError, TickConfigError, Tool,
+    ToolContext, ToolError, ToolRegistry, UnknownAgent,
 };
 #[cfg(feature = "openai")]
 pub use warden_actors::{OpenAiCompatible, OpenAiConfig, RetryPolicy, ToolFormat};

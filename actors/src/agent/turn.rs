@@ -157,7 +157,8 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
         }
         // An autonomous tick: no new event. It is a task of its own (a ticking NPC's wall clock and
         // loop count would otherwise run on for hours and trip the per-task limits), and the model
-        // sees what it perceived since its last turn, then one internal line saying a tick came
+        // sees what it perceived since its last turn, then one internal line (never shown to users)
+        // saying a tick came
         // (with the game time when the tick arbiter sent it). Both are journaled together.
         Work::Tick => {
             cell.tick_left_lane();
@@ -168,7 +169,8 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
             }
             let message = ChatMessage::user(crate::npc::tick::tick_message(
                 cell.ticking().and_then(|t| t.game_hour()),
-            ));
+            ))
+            .internal();
             events.push(EventKind::HistoryAppended { message });
             let mut rec = cell.lock();
             cell.emit_all(&mut rec, events);

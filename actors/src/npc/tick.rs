@@ -485,7 +485,7 @@ pub(crate) fn tick_message(hour: Option<f64>) -> String {
 }
 
 /// One due tick of `cell` (see the module docs for the rules).
-fn fire(cell: &AgentCell, ticking: &Ticking) {
+pub(crate) fn fire(cell: &AgentCell, ticking: &Ticking) {
     let state = cell.state();
     if state.refuses_work() || cell.halt_requested() || cell.paused() {
         return;
