@@ -2040,6 +2040,8 @@ async fn the_openapi_document_matches_the_served_routes_and_responses() {
         "/api/agents/{key}/world" => Some(json!({
             "speaker": {"id": "p1", "kind": "player"}, "kind": "whisper", "text": "psst"
         })),
+        "/api/world/presence" => Some(json!({"rooms": {"tavern": 0, "forge": 2}})),
+        "/api/world/clock" => Some(json!({"hour": 6.5})),
         _ => None,
     };
     // What no route answers is `{"error": "no route …"}` (404) or 405.
@@ -2177,6 +2179,8 @@ async fn the_openapi_document_matches_the_served_routes_and_responses() {
         "POST /api/interventions/{id} 200",
         "POST /api/interventions/{id} 404",
         "POST /api/agents/{key}/unlock 409",
+        "POST /api/world/presence 200",
+        "POST /api/world/clock 200",
         "GET /healthz 200",
     ] {
         assert!(
