@@ -1423,7 +1423,10 @@ delegate = false
         assert_eq!(smith.tick.room.as_deref(), Some("forge"));
         assert_eq!(smith.sleep.tick_rate, 0.0);
 
-        let bad = text.replace("sleep = { tick_rate = 0.0 }", "sleep = { tick_rate = 0.01 }");
+        let bad = text.replace(
+            "sleep = { tick_rate = 0.0 }",
+            "sleep = { tick_rate = 0.01 }",
+        );
         assert_eq!(
             TeamFile::from_toml(&bad).unwrap_err().to_string(),
             "invalid value for `agents[0].npc.sleep.tick_rate` (agent `smith`): 0.01 (allowed: 0 \

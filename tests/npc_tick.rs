@@ -87,7 +87,11 @@ async fn ticks_are_opt_in() {
     let (team, _journal) = team(WardenConfig::default());
     let npc = team.assistant("innkeeper", chatty());
     pass(600.0).await;
-    assert_eq!(npc.status().turns, 0, "an agent without npc.tick.enabled never ticks");
+    assert_eq!(
+        npc.status().turns,
+        0,
+        "an agent without npc.tick.enabled never ticks"
+    );
     assert_eq!(npc.status().npc, None);
     assert_eq!(team.tick_report().agents, 0);
 }
@@ -117,7 +121,10 @@ async fn a_tick_due_while_a_turn_runs_is_skipped_and_counted_never_queued_twice(
     assert_eq!(npc.state(), AgentState::Executing, "still in the long turn");
     let status = tick_status(&npc);
     assert_eq!((status.ticks, status.skipped), (1, 6), "{status:?}");
-    assert_eq!(most_queued, 0, "a tick due during the turn is not queued behind it");
+    assert_eq!(
+        most_queued, 0,
+        "a tick due during the turn is not queued behind it"
+    );
     // The turn ends at 37 s; the next tick comes at 40 s, on the schedule, not as a backlog.
     pass(4.0).await;
     let status = tick_status(&npc);
@@ -157,7 +164,12 @@ async fn the_sleep_schedule_runs_a_game_day_at_the_configured_rates() {
         awake.len(),
         watch.status(),
         awake,
-        journal.events_of("watchman").iter().rev().take(12).collect::<Vec<_>>()
+        journal
+            .events_of("watchman")
+            .iter()
+            .rev()
+            .take(12)
+            .collect::<Vec<_>>()
     );
     assert!(
         (3..=4).contains(&asleep.len()),
@@ -225,7 +237,10 @@ async fn an_npc_idles_while_no_player_is_in_its_room() {
     pass(60.0).await;
     let status = tick_status(&smith);
     assert_eq!(status.mode, NpcMode::Idle);
-    assert_eq!(status.ticks, before, "no ticks while the forge is empty (idle_rate 0)");
+    assert_eq!(
+        status.ticks, before,
+        "no ticks while the forge is empty (idle_rate 0)"
+    );
     assert!(
         tick_status(&bard).ticks >= 11,
         "the bard's room was not reported empty: {:?}",
@@ -239,7 +254,10 @@ async fn an_npc_idles_while_no_player_is_in_its_room() {
     assert_eq!(tick_status(&bard).mode, NpcMode::Idle);
     assert_eq!(
         mode_changes(&journal, "smith"),
-        [(NpcMode::Awake, NpcMode::Idle), (NpcMode::Idle, NpcMode::Awake)]
+        [
+            (NpcMode::Awake, NpcMode::Idle),
+            (NpcMode::Idle, NpcMode::Awake)
+        ]
     );
 }
 
@@ -269,7 +287,9 @@ async fn a_trigger_wakes_a_sleeping_npc_for_a_while() {
     pass(600.0).await;
     assert_eq!(inn.status().turns, 0);
 
-    let seen = inn.perceive(whisper("wake up, a room please", "tavern")).unwrap();
+    let seen = inn
+        .perceive(whisper("wake up, a room please", "tavern"))
+        .unwrap();
     assert!(seen.queued.is_some());
     assert_eq!(tick_status(&inn).mode, NpcMode::Awake);
     // Woken for 30 s: the whisper's turn and a tick every 5 s, then asleep again.
@@ -326,7 +346,11 @@ async fn a_locked_out_npc_gets_no_ticks() {
     let ticks = tick_status(&npc).ticks;
     pass(3600.0).await;
     assert_eq!(npc.status().turns, turns);
-    assert_eq!(tick_status(&npc).ticks, ticks, "no tick is queued for a locked-out NPC");
+    assert_eq!(
+        tick_status(&npc).ticks,
+        ticks,
+        "no tick is queued for a locked-out NPC"
+    );
     assert_eq!(npc.status().queued.ordinary, 0);
 }
 
@@ -351,7 +375,13 @@ async fn a_thousand_npcs_share_one_timer_and_all_get_their_ticks() {
     let mut off = NpcConfig::default();
     off.tick.enabled = false;
     team.set_ticks("npc0", off).unwrap();
-    assert_eq!(team.tick_report(), warden::npc::TickReport { agents: 999, timers: 1 });
+    assert_eq!(
+        team.tick_report(),
+        warden::npc::TickReport {
+            agents: 999,
+            timers: 1
+        }
+    );
     pass(5.0).await;
     assert_eq!(npcs[0].status().turns, 2);
     assert_eq!(tick_status(&npcs[1]).ticks, 3);
@@ -364,7 +394,8 @@ async fn a_tick_comes_after_the_user_events_queued_before_it_and_shows_a_tick_li
     let npc = spawn_npc(&team, "smith", ticking(5.0));
     pass(4.9).await;
     npc.try_send_event(warden::UserEvent::new("first")).unwrap();
-    npc.try_send_event(warden::UserEvent::new("second")).unwrap();
+    npc.try_send_event(warden::UserEvent::new("second"))
+        .unwrap();
     pass(0.2).await;
     until("three turns", || npc.status().turns == 3).await;
     let users: Vec<String> = npc
@@ -375,7 +406,10 @@ async fn a_tick_comes_after_the_user_events_queued_before_it_and_shows_a_tick_li
         .filter_map(|m| m.content.clone())
         .collect();
     assert_eq!(users.len(), 3, "{users:?}");
-    assert!(users[0].ends_with("first") && users[1].ends_with("second"), "{users:?}");
+    assert!(
+        users[0].ends_with("first") && users[1].ends_with("second"),
+        "{users:?}"
+    );
     assert_eq!(
         users[2],
         "[tick] game time 08:00; nothing new was addressed to you since your last turn."

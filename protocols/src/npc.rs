@@ -463,7 +463,11 @@ impl NpcConfig {
                     "0 (no ticks), or a number of seconds from 0.1 to 86400",
                 )
             } else {
-                invalid(key, value.to_string(), "a number of seconds from 0.1 to 86400")
+                invalid(
+                    key,
+                    value.to_string(),
+                    "a number of seconds from 0.1 to 86400",
+                )
             }
         };
         let (tick, sleep, clock) = (&self.tick, &self.sleep, &self.clock);

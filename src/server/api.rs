@@ -1049,11 +1049,7 @@ struct ClockBody {
 
 /// `POST /api/world/clock`: the host sets the game hour (`Supervisor::set_game_hour`); every
 /// ticking NPC's sleep schedule is read again. 200 with the game hour; 400 outside 0 to 24.
-async fn post_clock(
-    _: Admin,
-    state: web::Data<ApiState>,
-    body: web::Json<ClockBody>,
-) -> Handled {
+async fn post_clock(_: Admin, state: web::Data<ApiState>, body: web::Json<ClockBody>) -> Handled {
     let hour = body.hour;
     if !(0.0..24.0).contains(&hour) {
         return Err(ApiError::new(

@@ -121,9 +121,9 @@ impl Ticking {
             ticks: self.ticks.load(Ordering::Relaxed),
             skipped: self.skipped.load(Ordering::Relaxed),
             queued: self.queued.load(Ordering::Acquire),
-            next_tick_ms: view.next.map(|next| {
-                next.saturating_duration_since(Instant::now()).as_millis() as u64
-            }),
+            next_tick_ms: view
+                .next
+                .map(|next| next.saturating_duration_since(Instant::now()).as_millis() as u64),
             room: view.room.clone(),
         }
     }
@@ -288,7 +288,9 @@ impl Slot {
         let boundary = self.boundary(clock, now);
         let check = boundary.map(|at| (at + BOUNDARY_SLACK, Due::Check));
         match self.rate(self.mode) {
-            Some(rate) if boundary.is_none_or(|at| now + rate < at) => Some((now + rate, Due::Tick)),
+            Some(rate) if boundary.is_none_or(|at| now + rate < at) => {
+                Some((now + rate, Due::Tick))
+            }
             _ => check,
         }
     }

@@ -38,8 +38,8 @@ use crate::{
     },
     context::ContextStrategy,
     journal::Journal,
-    npc::{tick::TickArbiter, TickReport},
     mailbox::PriorityMailbox,
+    npc::{tick::TickArbiter, TickReport},
     provider::Provider,
     safety::{
         GetSafetyReport, InterventionBus, LimitCheckpoint, LimitContext, SafetyMonitor,

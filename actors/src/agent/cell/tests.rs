@@ -168,7 +168,10 @@ async fn the_tick_arbiter_never_queues_a_second_tick_until_the_first_leaves_the_
     assert_eq!(ticking.status().ticks, 2);
     // Taken by a turn: cleared too.
     let taken = cell.mailbox.pop();
-    assert!(matches!(taken.map(|e| e.msg), Some(AgentMsg::Work(Work::Tick))));
+    assert!(matches!(
+        taken.map(|e| e.msg),
+        Some(AgentMsg::Work(Work::Tick))
+    ));
     cell.tick_left_lane();
     assert!(!ticking.status().queued);
 }
