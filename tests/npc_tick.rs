@@ -415,3 +415,23 @@ async fn a_tick_comes_after_the_user_events_queued_before_it_and_shows_a_tick_li
         "[tick] game time 08:00; nothing new was addressed to you since your last turn."
     );
 }
+
+#[actix_rt::test]
+async fn each_tick_is_a_task_of_its_own_so_per_task_limits_never_add_up() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    let npc = spawn_npc(&team, "smith", ticking(5.0));
+    // 60 ticks: more than `safety.loop.max_iterations_per_task` (50) iterations in all.
+    pass(301.0).await;
+    assert_eq!(npc.status().turns, 60);
+    let limits = count_events(&journal, "smith", |e| {
+        matches!(
+            e,
+            EventKind::LimitDecided { .. } | EventKind::LimitDenied { .. }
+        )
+    });
+    assert_eq!(limits, 0, "a per-task limit was reached across ticks");
+    assert!(outcomes(&journal, "smith")
+        .iter()
+        .all(|o| o.limit_kind.is_none()));
+}
