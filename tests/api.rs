@@ -1834,6 +1834,15 @@ async fn metrics_are_prometheus_text_that_matches_the_fleet() {
         "a: 1, b: 5"
     );
     assert_eq!(value_of(&samples, "warden_restarts_total", &[]), 0.0);
+    // No agent of this team ticks: the tick families are there, at 0, every mode listed.
+    assert_eq!(value_of(&samples, "warden_npc_ticks_total", &[]), 0.0);
+    assert_eq!(
+        value_of(&samples, "warden_npc_ticks_skipped_total", &[]),
+        0.0
+    );
+    for mode in ["awake", "asleep", "idle"] {
+        assert_eq!(value_of(&samples, "warden_npcs", &[("mode", mode)]), 0.0);
+    }
     assert_eq!(
         value_of(&samples, "warden_halt_discarded_messages_total", &[]),
         0.0

@@ -683,10 +683,17 @@ impl TickArbiter {
     }
 }
 
-impl Drop for TickArbiter {
-    fn drop(&mut self) {
+impl TickArbiter {
+    /// Ends the timer task: no tick is queued any more (the team shuts down).
+    pub(crate) fn close(&self) {
         self.shared.closed.store(true, Ordering::Release);
         self.shared.wake.notify_one();
+    }
+}
+
+impl Drop for TickArbiter {
+    fn drop(&mut self) {
+        self.close();
     }
 }
 

@@ -708,6 +708,8 @@ impl Supervisor {
     /// mailboxes open (the shutdown flag is set at once, so crashed actors are not restarted).
     pub async fn shutdown(&self) {
         self.shared.shutting_down.store(true, Ordering::SeqCst);
+        // No tick is queued from now on (the timer task ends).
+        self.shared.ticks.close();
         // Whoever waits for a reply is told the agent is gone (the events stay pending).
         for e in self.shared.agents.iter() {
             e.cell.waiters.clear();
