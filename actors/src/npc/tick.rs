@@ -630,38 +630,52 @@ impl TickArbiter {
 
     /// The host's report: `players` players are in `room` now (0: nobody, so its NPCs go idle).
     pub(crate) fn set_presence(&self, room: &str, players: usize) {
-        let now = Instant::now();
-        let changes: Vec<_> = {
-            let mut schedule = self.shared.schedule.lock();
-            let before = schedule.presence.insert(room.to_owned(), players);
-            if before.map(|n| n == 0) == Some(players == 0) {
-                return; // still empty, or still occupied: no mode can change
-            }
-            let ids: Vec<u64> = schedule
-                .slots
-                .iter()
-                .filter(|(_, slot)| slot.room() == Some(room))
-                .map(|(id, _)| *id)
-                .collect();
-            ids.into_iter()
-                .filter_map(|id| schedule.reevaluate(id, now, false))
-                .collect()
-        };
-        self.shared.wake.notify_one();
-        for change in changes {
-            journal(Some(change));
-        }
+        self.reevaluate_where(
+            false,
+            |schedule, _| {
+                let before = schedule.presence.insert(room.to_owned(), players);
+                // Still empty, or still occupied: no mode can change.
+                before.map(|n| n == 0) != Some(players == 0)
+            },
+            |slot| slot.room() == Some(room),
+        );
     }
 
     /// Sets the game clock to `hour` (0 to 24) now; every NPC's mode is decided again.
     pub(crate) fn set_game_hour(&self, hour: f64) {
+        self.reevaluate_where(
+            true,
+            |schedule, now| {
+                schedule.clock.set_hour(hour, now);
+                true
+            },
+            |_| true,
+        );
+    }
+
+    /// Applies `change` to the schedule; if it says modes may have changed, decides again the mode
+    /// of every slot `which` selects (`force`: and schedules it afresh). The mode changes are
+    /// journaled after the lock is released.
+    fn reevaluate_where(
+        &self,
+        force: bool,
+        change: impl FnOnce(&mut Schedule, Instant) -> bool,
+        which: impl Fn(&Slot) -> bool,
+    ) {
         let now = Instant::now();
         let changes: Vec<_> = {
             let mut schedule = self.shared.schedule.lock();
-            schedule.clock.set_hour(hour, now);
-            let ids: Vec<u64> = schedule.slots.keys().copied().collect();
+            if !change(&mut schedule, now) {
+                return;
+            }
+            let ids: Vec<u64> = schedule
+                .slots
+                .iter()
+                .filter(|(_, slot)| which(slot))
+                .map(|(id, _)| *id)
+                .collect();
             ids.into_iter()
-                .filter_map(|id| schedule.reevaluate(id, now, true))
+                .filter_map(|id| schedule.reevaluate(id, now, force))
                 .collect()
         };
         self.shared.wake.notify_one();

@@ -114,7 +114,8 @@ impl AgentSpec {
     }
 
     /// Gives this agent its own `[npc]` settings (how it classifies world events, its context
-    /// buffer's bounds) instead of the team's.
+    /// buffer's bounds, its ticks and sleep schedule: `npc.tick`, `npc.sleep`) instead of the
+    /// team's. The game clock (`npc.clock`) is the team's whatever this says.
     pub fn with_npc(mut self, npc: warden_protocols::npc::NpcConfig) -> Self {
         self.npc = Some(npc);
         self
