@@ -2479,3 +2479,61 @@ async fn provider_retries_are_logged_at_info_and_counted_on_metrics() {
         ) >= 1.0
     );
 }
+
+#[actix_rt::test]
+async fn the_host_reports_presence_and_sets_the_game_hour_over_http() {
+    tokio::time::pause();
+    let (team, _journal) = team(WardenConfig::default());
+    let mut npc = warden::protocols::npc::NpcConfig::default();
+    npc.tick.enabled = true;
+    npc.tick.room = Some("forge".into());
+    npc.sleep.enabled = true;
+    team.spawn(warden::AgentSpec::assistant("smith", chatty()).with_npc(npc))
+        .unwrap();
+    let app = service!(ApiState::new(team.clone(), config()));
+    let mode = |body: &Value| body["npc"]["tick"]["mode"].as_str().map(str::to_owned);
+
+    let (status, body) = call!(
+        app,
+        post(
+            "/api/world/presence",
+            Some(ADMIN),
+            Some(json!({"rooms": {"forge": 0}}))
+        )
+    );
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["rooms"], 1);
+    let (_, agent) = call!(app, get("/api/agents/smith", Some(READ)));
+    assert_eq!(mode(&agent).as_deref(), Some("idle"), "{agent}");
+
+    let (status, body) = call!(
+        app,
+        post("/api/world/clock", Some(ADMIN), Some(json!({"hour": 3})))
+    );
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        (body["game_hour"].as_f64().unwrap() - 3.0).abs() < 1e-6,
+        "{body}"
+    );
+    let (_, agent) = call!(app, get("/api/agents/smith", Some(READ)));
+    assert_eq!(mode(&agent).as_deref(), Some("asleep"), "{agent}");
+
+    let (status, body) = call!(
+        app,
+        post("/api/world/clock", Some(ADMIN), Some(json!({"hour": 24})))
+    );
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        body["error"],
+        "hour 24 is not a game hour from 0 to 24 (24 excluded)"
+    );
+    let (status, _) = call!(
+        app,
+        post(
+            "/api/world/presence",
+            Some(ADMIN),
+            Some(json!({"rooms": {"forge": -1}}))
+        )
+    );
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
