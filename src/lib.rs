@@ -60,7 +60,8 @@ pub use warden_actors::{
     MemoryJournal, NotDurable, NullJournal, PendingReply, Perceived, Provider, ProviderError,
     ProviderLimitStats, ProviderLimiter, ProviderLimits, Reply, ScriptStats, ScriptStep,
     ScriptedProvider, Settled, Settlement, SpawnError, Submit, SubmitError, Submitted, Supervisor,
-    SupervisorBuilder, TaskError, Tool, ToolContext, ToolError, ToolRegistry, UnknownAgent,
+    SupervisorBuilder, TaskError, TickConfigError, Tool, ToolContext, ToolError, ToolRegistry,
+    UnknownAgent,
 };
 #[cfg(feature = "openai")]
 pub use warden_actors::{OpenAiCompatible, OpenAiConfig, RetryPolicy, ToolFormat};

@@ -1515,6 +1515,51 @@ delegate = false
     }
 
     #[test]
+    fn tick_and_sleep_keys_are_set_per_team_and_per_agent() {
+        let text = "[npc.tick]\nenabled = true\nrate = 10.0\n\n[npc.sleep]\nenabled = true\n\n\
+                    [npc.clock]\nspeed = 60.0\n\n[providers.m]\nkind = \"scripted\"\n\n\
+                    [[agents]]\nkey = \"smith\"\nprovider = \"m\"\n\
+                    npc = { tick = { room = \"forge\" }, sleep = { tick_rate = 0.0 } }\n";
+        let team = TeamFile::from_toml(text).unwrap();
+        assert_eq!(team.config.npc.clock.speed, 60.0);
+        let smith = team.agents[0].npc_config(&team.config.npc).unwrap();
+        assert!(smith.tick.enabled && smith.sleep.enabled);
+        assert_eq!(smith.tick.rate, 10.0, "the team's tick rate stays");
+        assert_eq!(smith.tick.room.as_deref(), Some("forge"));
+        assert_eq!(smith.sleep.tick_rate, 0.0);
+
+        let bad = text.replace(
+            "sleep = { tick_rate = 0.0 }",
+            "sleep = { tick_rate = 0.01 }",
+        );
+        assert_eq!(
+            TeamFile::from_toml(&bad).unwrap_err().to_string(),
+            "invalid value for `agents[0].npc.sleep.tick_rate` (agent `smith`): 0.01 (allowed: 0 \
+             (no ticks), or a number of seconds from 0.1 to 86400)"
+        );
+        let bad = text.replace("rate = 10.0", "rate = 0.0");
+        assert_eq!(
+            TeamFile::from_toml(&bad).unwrap_err().to_string(),
+            "invalid value for `npc.tick.rate`: 0 (allowed: a number of seconds from 0.1 to 86400)"
+        );
+        let unknown = text.replace("tick = { room", "tick = { rom");
+        let err = TeamFile::from_toml(&unknown).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "unknown field `rom`, expected one of `enabled`, `rate`, `idle_rate`, `room`, \
+                 `wake_seconds`"
+            ),
+            "{err}"
+        );
+        let unknown = text.replace("[npc.clock]\nspeed", "[npc.clock]\nsped");
+        let err = TeamFile::from_toml(&unknown).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown field `sped`, expected `start_hour` or `speed`"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn team_mistakes_are_named_with_agent_key_value_and_what_is_allowed() {
         let err = |text: &str| TeamFile::from_toml(text).unwrap_err().to_string();
         let providers = "[providers.m]\nkind = \"scripted\"\n";

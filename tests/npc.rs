@@ -145,7 +145,7 @@ async fn a_low_trust_trigger_is_kept_as_context_and_starts_nothing() {
     assert_eq!(seen.queued, None);
     settle(50).await;
     assert_eq!(npc.status().turns, 0);
-    assert_eq!(npc.status().npc.unwrap().last, seen.perception);
+    assert_eq!(npc.status().npc.unwrap().last, Some(seen.perception));
     replay_matches(&journal, &npc);
 }
 

@@ -654,6 +654,17 @@ pub enum EventKind {
         /// What the agent made of it.
         perception: crate::npc::Perception,
     },
+    /// An NPC's tick mode changed (awake, asleep, idle): its sleep hours began or ended, the
+    /// presence of players in its room changed, a TRIGGER woke it. Journaled on a change only,
+    /// never per tick. No change to the record.
+    NpcModeChanged {
+        /// The mode before.
+        from: crate::npc::NpcMode,
+        /// The mode now.
+        to: crate::npc::NpcMode,
+        /// Why, in words (`sleep hours began at game hour 2.00`, `no player in tavern`, …).
+        cause: String,
+    },
     /// Record: `restarts += 1`. Safety state is kept.
     Restarted {
         /// The restart count after this restart.

@@ -305,7 +305,8 @@ impl AgentRecord {
             | EventKind::ToolDefined { .. }
             | EventKind::ToolDefinitionChanged { .. }
             | EventKind::Crashed { .. }
-            | EventKind::Perceived { .. } => {}
+            | EventKind::Perceived { .. }
+            | EventKind::NpcModeChanged { .. } => {}
         }
     }
 

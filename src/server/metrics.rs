@@ -15,7 +15,7 @@ use std::{
     sync::atomic::{AtomicU64, Ordering},
     time::Duration,
 };
-use warden_protocols::{AgentState, AgentStatus, Breaker, FleetView};
+use warden_protocols::{npc::NpcMode, AgentState, AgentStatus, Breaker, FleetView};
 
 /// The `Content-Type` of the exposition.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -334,6 +334,39 @@ pub fn render(s: &Snapshot) -> String {
         "Turns finished, summed over the agents' records.",
         sum(|a| a.turns),
     );
+    let ticks = |f: fn(&warden_protocols::TickStatus) -> u64| {
+        s.statuses
+            .iter()
+            .filter_map(|a| a.npc.as_ref()?.tick.as_ref())
+            .map(f)
+            .sum::<u64>()
+    };
+    e.single(
+        "warden_npc_ticks_total",
+        "counter",
+        "Autonomous NPC ticks queued by the tick arbiter, summed over the agents.",
+        ticks(|t| t.ticks),
+    );
+    e.single(
+        "warden_npc_ticks_skipped_total",
+        "counter",
+        "NPC ticks skipped because a turn ran or a tick was still queued, summed over the agents.",
+        ticks(|t| t.skipped),
+    );
+    e.family(
+        "warden_npcs",
+        "gauge",
+        "Ticking NPCs by mode (every mode listed).",
+    );
+    for mode in [NpcMode::Awake, NpcMode::Asleep, NpcMode::Idle] {
+        let n = s
+            .statuses
+            .iter()
+            .filter_map(|a| a.npc.as_ref()?.tick.as_ref())
+            .filter(|t| t.mode == mode)
+            .count();
+        e.sample("warden_npcs", &[("mode", mode.as_str())], n);
+    }
     if let Some(n) = s.interventions_pending {
         e.single(
             "warden_interventions_pending",

@@ -155,11 +155,26 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
                 parent: telemetry::Parent::Context(trace),
             }
         }
-        // A tick continues the current task (its loop count and wall clock keep running).
+        // An autonomous tick: no new event. It is a task of its own (a ticking NPC's wall clock and
+        // loop count would otherwise run on for hours and trip the per-task limits), and the model
+        // sees what it perceived since its last turn, then one internal line (never shown to users)
+        // saying a tick came
+        // (with the game time when the tick arbiter sent it). Both are journaled together.
         Work::Tick => {
+            cell.tick_left_lane();
+            cell.begin_task();
+            let mut events = Vec::with_capacity(2);
             if let Some(context) = cell.take_context() {
-                cell.append_history(context);
+                events.push(EventKind::HistoryAppended { message: context });
             }
+            let message = ChatMessage::user(crate::npc::tick::tick_message(
+                cell.ticking().and_then(|t| t.game_hour()),
+            ))
+            .internal();
+            events.push(EventKind::HistoryAppended { message });
+            let mut rec = cell.lock();
+            cell.emit_all(&mut rec, events);
+            drop(rec);
             Taken {
                 lineage: own(),
                 reply: None,

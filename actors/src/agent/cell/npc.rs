@@ -1,8 +1,8 @@
-//! World events: the classification journaled with its rule and trust, the context buffer, and
-//! what the status shows of them.
+//! World events: the classification journaled with its rule and trust, the context buffer, its
+//! side of the tick arbiter, and what the status shows of them.
 
 use super::*;
-use crate::npc::{classify, conversation::Exchange, ContextBuffer};
+use crate::npc::{classify, conversation::Exchange, tick::Ticking, ContextBuffer};
 use warden_protocols::{
     npc::{ConversationLimit, Perception, SpeakerKind, Verdict, WorldEvent},
     NpcStatus,
@@ -110,15 +110,37 @@ impl AgentCell {
         self.npc.lock().as_mut()?.buffer.take_message()
     }
 
+    /// Its side of the team's tick arbiter, while it ticks.
+    pub(crate) fn ticking(&self) -> Option<Arc<Ticking>> {
+        self.ticking.lock().clone()
+    }
+
+    /// Scheduled by the tick arbiter from now on (`None`: no longer).
+    pub(crate) fn set_ticking(&self, ticking: Option<Arc<Ticking>>) -> Option<Arc<Ticking>> {
+        std::mem::replace(&mut *self.ticking.lock(), ticking)
+    }
+
+    /// The arbiter's tick left the ordinary lane: taken by a turn, refused, or discarded.
+    pub(crate) fn tick_left_lane(&self) {
+        if let Some(ticking) = self.ticking() {
+            ticking.left_lane();
+        }
+    }
+
     pub(super) fn npc_status(&self) -> Option<NpcStatus> {
+        let tick = self.ticking().map(|t| t.status());
         let slot = self.npc.lock();
-        let state = slot.as_ref()?;
+        let state = slot.as_deref();
+        if state.is_none() && tick.is_none() {
+            return None;
+        }
         Some(NpcStatus {
-            perceived: state.perceived,
-            last: state.last.clone()?,
-            context_buffered: state.buffer.len(),
-            context_dropped: state.buffer.dropped(),
-            conversation_limited: state.limited,
+            perceived: state.map_or(0, |s| s.perceived),
+            last: state.and_then(|s| s.last.clone()),
+            context_buffered: state.map_or(0, |s| s.buffer.len()),
+            context_dropped: state.map_or(0, |s| s.buffer.dropped()),
+            conversation_limited: state.map_or(0, |s| s.limited),
+            tick,
         })
     }
 }
