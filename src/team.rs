@@ -15,6 +15,9 @@
 //! retry_base_ms = 1000                # backoff before the 2nd attempt, doubling (0 to 600000)
 //! retry_cap_ms = 10000                # the backoff's upper bound (retry_base_ms to 600000)
 //! retry_after_cap_ms = 60000          # upper bound of a server's Retry-After (0 to 3600000)
+//! max_concurrency = 8                 # calls in flight at once, shared by the provider's agents
+//! requests_per_minute = 500           # shared (0 or unset: unlimited; so for tokens_per_minute)
+//! tokens_per_minute = 200000          # shared; estimated before a call, corrected by its usage
 //!
 //! [[agents]]
 //! key = "concierge"
@@ -51,7 +54,10 @@ use crate::{
 use serde::Deserialize;
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use warden_actors::tools::mcp::{ListedTool, McpError, McpHub};
-use warden_actors::{OpenAiCompatible, OpenAiConfig, RetryPolicy, ToolFormat};
+use warden_actors::{
+    Limited, OpenAiCompatible, OpenAiConfig, ProviderLimiter, ProviderLimits, RetryPolicy,
+    ToolFormat,
+};
 use warden_protocols::{AgentRole, ConfigError, McpServerConfig, McpToolSelector};
 
 /// One model endpoint.
@@ -100,6 +106,18 @@ pub enum ProviderSpec {
         /// date), 0 to 3600000. Default 60000.
         #[serde(default = "default_retry_after_cap_ms")]
         retry_after_cap_ms: u64,
+        /// Calls in flight at once, shared by every agent of this provider (0: no cap), 0 to
+        /// 10000. Default 0.
+        #[serde(default)]
+        max_concurrency: u32,
+        /// Requests per minute, shared by every agent of this provider (0: no limit), 0 to
+        /// 1000000. Default 0.
+        #[serde(default)]
+        requests_per_minute: u32,
+        /// Tokens per minute, shared by every agent of this provider (0: no limit), 0 to
+        /// 1000000000. Default 0.
+        #[serde(default)]
+        tokens_per_minute: u64,
     },
     /// The built-in scripted model: answers with `replies` in turn, then with the last one (or, with
     /// `cycle`, from the first again). A reply is a text (a final answer) or a tool call
@@ -122,6 +140,20 @@ pub enum ProviderSpec {
         /// that is down, for trying the emergency stop.
         #[serde(default)]
         error: Option<String>,
+        // The shared limits again, as in `OpenaiCompatible`: serde's `flatten` would lose
+        // `deny_unknown_fields` (an unknown key would pass silently).
+        /// Calls in flight at once, shared by every agent of this provider (0: no cap), 0 to
+        /// 10000. Default 0.
+        #[serde(default)]
+        max_concurrency: u32,
+        /// Requests per minute, shared by every agent of this provider (0: no limit), 0 to
+        /// 1000000. Default 0.
+        #[serde(default)]
+        requests_per_minute: u32,
+        /// Tokens per minute, shared by every agent of this provider (0: no limit), 0 to
+        /// 1000000000. Default 0.
+        #[serde(default)]
+        tokens_per_minute: u64,
     },
 }
 
@@ -156,9 +188,6 @@ fn validate_providers(providers: &toml::Value) -> Result<(), TeamError> {
         let Some(spec) = spec.as_table() else {
             continue;
         };
-        if spec.get("kind").and_then(toml::Value::as_str) != Some("openai_compatible") {
-            continue;
-        }
         let check = |key: &str, lo: i64, hi: i64, allowed: String| -> Result<(), TeamError> {
             match spec.get(key) {
                 None => Ok(()),
@@ -170,6 +199,23 @@ fn validate_providers(providers: &toml::Value) -> Result<(), TeamError> {
                 }),
             }
         };
+        // The shared limits, of every kind (0: unlimited).
+        check("max_concurrency", 0, 10_000, "0 (no cap) to 10000".into())?;
+        check(
+            "requests_per_minute",
+            0,
+            1_000_000,
+            "0 (no limit) to 1000000".into(),
+        )?;
+        check(
+            "tokens_per_minute",
+            0,
+            1_000_000_000,
+            "0 (no limit) to 1000000000".into(),
+        )?;
+        if spec.get("kind").and_then(toml::Value::as_str) != Some("openai_compatible") {
+            continue;
+        }
         check("retry_attempts", 1, 20, "1 to 20".into())?;
         check("retry_base_ms", 0, 600_000, "0 to 600000".into())?;
         let base = spec
@@ -194,7 +240,9 @@ pub fn provider_defaults_toml() -> String {
     format!(
         r#"
 # Team files (`warden run`, `warden serve`) add one [providers.NAME] per model endpoint and the
-# [[agents]] that use them. The OpenAI-compatible kind, with its defaults:
+# [[agents]] that use them. The OpenAI-compatible kind, with its defaults. All the agents of one
+# provider share its limits (the last three keys, of either kind), and a server's Retry-After or
+# exhausted x-ratelimit-remaining-* pauses all of them at once:
 # [providers.NAME]
 # kind = "openai_compatible"            # or "scripted" (replies = ["…"], no network)
 # base_url = "{base_url}"  # required: the API root; requests go to {{base_url}}/chat/completions
@@ -208,6 +256,9 @@ pub fn provider_defaults_toml() -> String {
 # retry_base_ms = {base}                  # backoff before the 2nd attempt, x2 per attempt, 50-100 % jitter; 0 to 600000
 # retry_cap_ms = {cap}                  # upper bound of that backoff; retry_base_ms to 600000
 # retry_after_cap_ms = {after_cap}            # upper bound of a server's Retry-After (seconds or HTTP date); 0 to 3600000
+# max_concurrency = 0                   # shared: calls in flight at once, streaming included; 0 (no cap) to 10000
+# requests_per_minute = 0               # shared: requests started a minute, retries included; 0 (no limit) to 1000000
+# tokens_per_minute = 0                 # shared: prompt estimate + max_tokens, corrected by usage; 0 (no limit) to 1000000000
 "#,
         base_url = d.base_url,
         model = d.model,
@@ -220,6 +271,28 @@ pub fn provider_defaults_toml() -> String {
 }
 
 impl ProviderSpec {
+    /// The limits shared by every agent of this provider (`max_concurrency`,
+    /// `requests_per_minute`, `tokens_per_minute`; 0: unlimited).
+    pub fn limits(&self) -> ProviderLimits {
+        let (ProviderSpec::OpenaiCompatible {
+            max_concurrency,
+            requests_per_minute,
+            tokens_per_minute,
+            ..
+        }
+        | ProviderSpec::Scripted {
+            max_concurrency,
+            requests_per_minute,
+            tokens_per_minute,
+            ..
+        }) = self;
+        ProviderLimits {
+            max_concurrency: *max_concurrency,
+            requests_per_minute: *requests_per_minute,
+            tokens_per_minute: *tokens_per_minute,
+        }
+    }
+
     /// The OpenAI-compatible provider's settings (without its API key), each attempt bounded by
     /// `request_timeout`; `None` for another kind.
     pub fn openai_config(&self, request_timeout: Duration) -> Option<OpenAiConfig> {
@@ -235,6 +308,7 @@ impl ProviderSpec {
             retry_base_ms,
             retry_cap_ms,
             retry_after_cap_ms,
+            ..
         } = self
         else {
             return None;
@@ -430,6 +504,9 @@ pub struct TeamFile {
     pub telemetry: crate::telemetry::TelemetrySection,
     /// `[mcp_servers.NAME]`: MCP servers whose tools agents name in `tools`.
     pub mcp_servers: BTreeMap<String, McpServerConfig>,
+    /// One limiter per provider name, made by the first [`TeamFile::provider`] call for it and
+    /// shared by every later one (and by clones of this file: one team).
+    limiters: Arc<parking_lot::Mutex<BTreeMap<String, Arc<ProviderLimiter>>>>,
 }
 
 /// Why a team could not be started.
@@ -587,6 +664,7 @@ impl TeamDoc {
             api,
             telemetry,
             mcp_servers,
+            limiters: Arc::default(),
         }
     }
 }
@@ -1093,7 +1171,10 @@ impl TeamFile {
     /// Builds the provider `[providers.NAME]` describes. An OpenAI-compatible one bounds each
     /// attempt by `safety.timeout.llm_call_seconds` and reads its key from `api_key_env` now;
     /// a scripted one needs no network. Each call builds a new provider (a scripted one starts
-    /// its replies over).
+    /// its replies over), but every provider built for one name shares that name's
+    /// [`ProviderLimiter`] (`max_concurrency`, `requests_per_minute`, `tokens_per_minute`, and the
+    /// pause a server's `Retry-After` or `x-ratelimit-*` headers ask for): it is made on the first
+    /// call for the name and kept by this file (see [`TeamFile::limiter`]).
     ///
     /// # Errors
     ///
@@ -1131,7 +1212,7 @@ impl TeamFile {
                     provider: name.to_owned(),
                     message: e.to_string(),
                 })?;
-                Arc::new(provider)
+                Arc::new(provider.with_limiter(self.limiter_for(name, spec)))
             }
             ProviderSpec::Scripted {
                 replies,
@@ -1139,6 +1220,7 @@ impl TeamFile {
                 latency_ms,
                 jitter_ms,
                 error,
+                ..
             } => {
                 let (latency_ms, jitter_ms, cycle) = (*latency_ms, *jitter_ms, *cycle);
                 let script: Vec<ScriptStep> = match error {
@@ -1147,7 +1229,7 @@ impl TeamFile {
                     None => replies.iter().map(ScriptedReply::step).collect(),
                 };
                 let calls = std::sync::atomic::AtomicU64::new(0);
-                Arc::new(ScriptedProvider::new([]).with_fallback(move |_| {
+                let scripted = Arc::new(ScriptedProvider::new([]).with_fallback(move |_| {
                     // Call `n` (from 0) answers after latency_ms + a deterministic 0..=jitter_ms.
                     let n = calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let last = script.len() - 1;
@@ -1163,9 +1245,31 @@ impl TeamFile {
                     } else {
                         step.delayed(Duration::from_millis(ms))
                     }
-                }))
+                }));
+                // The turn's llm_call_seconds bounds the scripted call itself, not the wait for
+                // the shared limits (as for the OpenAI-compatible kind).
+                let timeout =
+                    Duration::try_from_secs_f64(self.config.safety.timeout.llm_call_seconds)
+                        .unwrap_or_default();
+                Arc::new(
+                    Limited::new(scripted, self.limiter_for(name, spec)).with_call_timeout(timeout),
+                )
             }
         })
+    }
+
+    /// The limiter shared by every agent of provider `name`, once [`TeamFile::provider`] has built
+    /// one for it; `None` before, or for a name not in `[providers]`.
+    pub fn limiter(&self, name: &str) -> Option<Arc<ProviderLimiter>> {
+        self.limiters.lock().get(name).cloned()
+    }
+
+    fn limiter_for(&self, name: &str, spec: &ProviderSpec) -> Arc<ProviderLimiter> {
+        self.limiters
+            .lock()
+            .entry(name.to_owned())
+            .or_insert_with(|| ProviderLimiter::new(name, spec.limits()))
+            .clone()
     }
 
     /// Spawns every agent on `team` (a file from [`TeamFile::from_toml`], so the team is valid),
@@ -1404,7 +1508,8 @@ delegate = false
             "invalid config: line 5, column 1: `providers.local`: unknown field `modle`, expected \
              one of `base_url`, `model`, `api_key_env`, `tool_format`, `stream`, `max_tokens`, \
              `temperature`, `retry_attempts`, `retry_base_ms`, `retry_cap_ms`, \
-             `retry_after_cap_ms`\n\
+             `retry_after_cap_ms`, `max_concurrency`, `requests_per_minute`, \
+             `tokens_per_minute`\n\
              5 | [providers.local]\n  \
                | ^^^^^^^^^^^^^^^^^"
         );
@@ -1493,6 +1598,51 @@ delegate = false
             .unwrap_err()
             .to_string()
             .contains("unknown field `interaction`"));
+    }
+
+    #[test]
+    fn tick_and_sleep_keys_are_set_per_team_and_per_agent() {
+        let text = "[npc.tick]\nenabled = true\nrate = 10.0\n\n[npc.sleep]\nenabled = true\n\n\
+                    [npc.clock]\nspeed = 60.0\n\n[providers.m]\nkind = \"scripted\"\n\n\
+                    [[agents]]\nkey = \"smith\"\nprovider = \"m\"\n\
+                    npc = { tick = { room = \"forge\" }, sleep = { tick_rate = 0.0 } }\n";
+        let team = TeamFile::from_toml(text).unwrap();
+        assert_eq!(team.config.npc.clock.speed, 60.0);
+        let smith = team.agents[0].npc_config(&team.config.npc).unwrap();
+        assert!(smith.tick.enabled && smith.sleep.enabled);
+        assert_eq!(smith.tick.rate, 10.0, "the team's tick rate stays");
+        assert_eq!(smith.tick.room.as_deref(), Some("forge"));
+        assert_eq!(smith.sleep.tick_rate, 0.0);
+
+        let bad = text.replace(
+            "sleep = { tick_rate = 0.0 }",
+            "sleep = { tick_rate = 0.01 }",
+        );
+        assert_eq!(
+            TeamFile::from_toml(&bad).unwrap_err().to_string(),
+            "invalid value for `agents[0].npc.sleep.tick_rate` (agent `smith`): 0.01 (allowed: 0 \
+             (no ticks), or a number of seconds from 0.1 to 86400)"
+        );
+        let bad = text.replace("rate = 10.0", "rate = 0.0");
+        assert_eq!(
+            TeamFile::from_toml(&bad).unwrap_err().to_string(),
+            "invalid value for `npc.tick.rate`: 0 (allowed: a number of seconds from 0.1 to 86400)"
+        );
+        let unknown = text.replace("tick = { room", "tick = { rom");
+        let err = TeamFile::from_toml(&unknown).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "unknown field `rom`, expected one of `enabled`, `rate`, `idle_rate`, `room`, \
+                 `wake_seconds`"
+            ),
+            "{err}"
+        );
+        let unknown = text.replace("[npc.clock]\nspeed", "[npc.clock]\nsped");
+        let err = TeamFile::from_toml(&unknown).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown field `sped`, expected `start_hour` or `speed`"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -2010,12 +2160,85 @@ replies = [
                 "retry_after_cap_ms = 3600001",
                 "invalid value for `providers.local.retry_after_cap_ms`: 3600001 (allowed: 0 to 3600000)",
             ),
+            (
+                "max_concurrency = 10001",
+                "invalid value for `providers.local.max_concurrency`: 10001 (allowed: 0 (no cap) to 10000)",
+            ),
+            (
+                "max_concurrency = -1",
+                "invalid value for `providers.local.max_concurrency`: -1 (allowed: 0 (no cap) to 10000)",
+            ),
+            (
+                "requests_per_minute = 1000001",
+                "invalid value for `providers.local.requests_per_minute`: 1000001 \
+                 (allowed: 0 (no limit) to 1000000)",
+            ),
+            (
+                "tokens_per_minute = 2.5",
+                "invalid value for `providers.local.tokens_per_minute`: 2.5 \
+                 (allowed: 0 (no limit) to 1000000000)",
+            ),
         ];
         for (keys, expected) in cases {
             assert_eq!(with(keys), expected, "{keys}");
         }
         let err = with("retry_attempt = 3");
         assert!(err.contains("unknown field `retry_attempt`"), "{err}");
+    }
+
+    #[test]
+    fn a_scripted_providers_limits_are_range_checked_too() {
+        let text = FILE.replace(
+            "replies = [\"hello\"]",
+            "replies = [\"hello\"]\nmax_concurrency = 20000",
+        );
+        assert_eq!(
+            TeamFile::from_toml(&text).map(|_| ()).unwrap_err().to_string(),
+            "invalid value for `providers.canned.max_concurrency`: 20000 (allowed: 0 (no cap) to 10000)"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_agent_of_a_provider_shares_one_limiter() {
+        let text = FILE.replace(
+            "replies = [\"hello\"]",
+            "replies = [\"hello\"]\nlatency_ms = 1000\nmax_concurrency = 1\nrequests_per_minute = 600",
+        );
+        let team = TeamFile::from_toml(&text).unwrap();
+        assert!(team.limiter("canned").is_none(), "made before any provider");
+        let (a, b) = (
+            team.provider("canned").unwrap(),
+            team.provider("canned").unwrap(),
+        );
+        let limiter = team.limiter("canned").expect("made by provider()");
+        assert_eq!(
+            limiter.limits(),
+            ProviderLimits {
+                max_concurrency: 1,
+                requests_per_minute: 600,
+                tokens_per_minute: 0,
+            }
+        );
+        let _c = team.provider("canned").unwrap();
+        assert!(Arc::ptr_eq(&limiter, &team.limiter("canned").unwrap()));
+        // Two agents' providers, one cap of 1: the calls run one after the other.
+        let request = |agent: &str| crate::LlmRequest {
+            agent: warden_protocols::AgentKey::new(agent),
+            messages: vec![warden_protocols::ChatMessage::user("hi")],
+            tools: vec![],
+        };
+        let start = tokio::time::Instant::now();
+        let (x, y) = tokio::join!(a.complete(request("x")), b.complete(request("y")));
+        assert!(x.is_ok() && y.is_ok());
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+        // The scripted call itself stays bounded by llm_call_seconds; the wait is not.
+        assert!(a.bounds_its_own_calls());
+        // Another provider name has its own limiter, unlimited by default.
+        let _local = team.provider("local").unwrap();
+        assert_eq!(
+            team.limiter("local").unwrap().limits(),
+            ProviderLimits::default()
+        );
     }
 
     #[test]
@@ -2046,6 +2269,9 @@ replies = [
             "retry_base_ms",
             "retry_cap_ms",
             "retry_after_cap_ms",
+            "max_concurrency",
+            "requests_per_minute",
+            "tokens_per_minute",
         ] {
             assert!(block.contains(&format!("\n{key} = ")), "{key} undocumented");
         }

@@ -1813,6 +1813,16 @@ async fn metrics_are_prometheus_text_that_matches_the_fleet() {
     let (status, _) = call!(app, post("/api/agents/c/halt", Some(ADMIN), None));
     assert_eq!(status, StatusCode::OK);
     assert_eq!(c.state(), AgentState::Stopped);
+    // A provider's shared limits: a 429 seen and a pause of 2 s.
+    let limiter = warden::ProviderLimiter::new(
+        "metrics-test",
+        warden::ProviderLimits {
+            max_concurrency: 4,
+            ..Default::default()
+        },
+    );
+    limiter.note_throttled();
+    limiter.pause(std::time::Duration::from_secs(2), "retry-after");
 
     let resp = test::call_service(&app, get("/metrics", None).to_request()).await;
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
@@ -1824,6 +1834,20 @@ async fn metrics_are_prometheus_text_that_matches_the_fleet() {
     );
     let text = String::from_utf8(test::read_body(resp).await.to_vec()).unwrap();
     let samples = parse_exposition(&text);
+    for (family, value) in [
+        ("warden_provider_calls_in_flight", 0.0),
+        ("warden_provider_calls_waiting", 0.0),
+        ("warden_provider_throttled_total", 1.0),
+        ("warden_provider_pauses_total", 1.0),
+        ("warden_provider_paused_seconds_total", 2.0),
+    ] {
+        assert_eq!(
+            value_of(&samples, family, &[("provider", "metrics-test")]),
+            value,
+            "{family}"
+        );
+    }
+    drop(limiter);
 
     for state in AgentState::ALL {
         let expected = team.statuses().iter().filter(|s| s.state == state).count();
@@ -1870,6 +1894,15 @@ async fn metrics_are_prometheus_text_that_matches_the_fleet() {
         "a: 1, b: 5"
     );
     assert_eq!(value_of(&samples, "warden_restarts_total", &[]), 0.0);
+    // No agent of this team ticks: the tick families are there, at 0, every mode listed.
+    assert_eq!(value_of(&samples, "warden_npc_ticks_total", &[]), 0.0);
+    assert_eq!(
+        value_of(&samples, "warden_npc_ticks_skipped_total", &[]),
+        0.0
+    );
+    for mode in ["awake", "asleep", "idle"] {
+        assert_eq!(value_of(&samples, "warden_npcs", &[("mode", mode)]), 0.0);
+    }
     assert_eq!(
         value_of(&samples, "warden_halt_discarded_messages_total", &[]),
         0.0
@@ -2077,6 +2110,8 @@ async fn the_openapi_document_matches_the_served_routes_and_responses() {
         "/api/agents/{key}/world" => Some(json!({
             "speaker": {"id": "p1", "kind": "player"}, "kind": "whisper", "text": "psst"
         })),
+        "/api/world/presence" => Some(json!({"rooms": {"tavern": 0, "forge": 2}})),
+        "/api/world/clock" => Some(json!({"hour": 6.5})),
         _ => None,
     };
     // What no route answers is `{"error": "no route …"}` (404) or 405.
@@ -2214,6 +2249,8 @@ async fn the_openapi_document_matches_the_served_routes_and_responses() {
         "POST /api/interventions/{id} 200",
         "POST /api/interventions/{id} 404",
         "POST /api/agents/{key}/unlock 409",
+        "POST /api/world/presence 200",
+        "POST /api/world/clock 200",
         "GET /healthz 200",
     ] {
         assert!(
@@ -2502,4 +2539,62 @@ async fn provider_retries_are_logged_at_info_and_counted_on_metrics() {
             &[("class", "429")]
         ) >= 1.0
     );
+}
+
+#[actix_rt::test]
+async fn the_host_reports_presence_and_sets_the_game_hour_over_http() {
+    tokio::time::pause();
+    let (team, _journal) = team(WardenConfig::default());
+    let mut npc = warden::protocols::npc::NpcConfig::default();
+    npc.tick.enabled = true;
+    npc.tick.room = Some("forge".into());
+    npc.sleep.enabled = true;
+    team.spawn(warden::AgentSpec::assistant("smith", chatty()).with_npc(npc))
+        .unwrap();
+    let app = service!(ApiState::new(team.clone(), config()));
+    let mode = |body: &Value| body["npc"]["tick"]["mode"].as_str().map(str::to_owned);
+
+    let (status, body) = call!(
+        app,
+        post(
+            "/api/world/presence",
+            Some(ADMIN),
+            Some(json!({"rooms": {"forge": 0}}))
+        )
+    );
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["rooms"], 1);
+    let (_, agent) = call!(app, get("/api/agents/smith", Some(READ)));
+    assert_eq!(mode(&agent).as_deref(), Some("idle"), "{agent}");
+
+    let (status, body) = call!(
+        app,
+        post("/api/world/clock", Some(ADMIN), Some(json!({"hour": 3})))
+    );
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        (body["game_hour"].as_f64().unwrap() - 3.0).abs() < 1e-6,
+        "{body}"
+    );
+    let (_, agent) = call!(app, get("/api/agents/smith", Some(READ)));
+    assert_eq!(mode(&agent).as_deref(), Some("asleep"), "{agent}");
+
+    let (status, body) = call!(
+        app,
+        post("/api/world/clock", Some(ADMIN), Some(json!({"hour": 24})))
+    );
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        body["error"],
+        "hour 24 is not a game hour from 0 to 24 (24 excluded)"
+    );
+    let (status, _) = call!(
+        app,
+        post(
+            "/api/world/presence",
+            Some(ADMIN),
+            Some(json!({"rooms": {"forge": -1}}))
+        )
+    );
+    assert_eq!(status, StatusCode::BAD_REQUEST);
 }

@@ -2,12 +2,20 @@
 //! (TRIGGER) or kept for the next turn (CONTEXT), and shown in the status.
 mod common;
 use common::*;
+use std::sync::{
+    atomic::{AtomicU32, Ordering},
+    Arc,
+};
 use warden::{
     protocols::{
-        npc::{NpcConfig, Rule, Speaker, SpeakerKind, Verdict, WorldEvent, WorldEventKind},
-        ChatRole,
+        npc::{
+            ConversationLimit, NpcConfig, Rule, Speaker, SpeakerKind, Verdict, WorldEvent,
+            WorldEventKind,
+        },
+        Breaker, ChatMessage, ChatRole, FinishReason, Usage,
     },
-    AgentHandle, AgentSpec, EventKind, MemoryJournal, ScriptStep, WardenConfig,
+    AgentHandle, AgentSpec, AgentState, EventKind, LlmRequest, LlmResponse, MemoryJournal,
+    Provider, ProviderError, ScriptStep, WardenConfig,
 };
 
 fn world(kind: WorldEventKind, speaker: SpeakerKind, id: &str, text: &str) -> WorldEvent {
@@ -137,7 +145,7 @@ async fn a_low_trust_trigger_is_kept_as_context_and_starts_nothing() {
     assert_eq!(seen.queued, None);
     settle(50).await;
     assert_eq!(npc.status().turns, 0);
-    assert_eq!(npc.status().npc.unwrap().last, seen.perception);
+    assert_eq!(npc.status().npc.unwrap().last, Some(seen.perception));
     replay_matches(&journal, &npc);
 }
 
@@ -175,4 +183,242 @@ async fn an_agent_can_have_its_own_npc_settings() {
         ))
         .unwrap();
     assert_eq!(seen.perception.verdict, Verdict::Trigger);
+}
+
+/// A model that always says `line`.
+fn always(line: &'static str) -> Arc<warden::ScriptedProvider> {
+    Arc::new(warden::ScriptedProvider::new([]).with_fallback(move |_| ScriptStep::reply(line)))
+}
+
+/// `from` whispers `text` to `to`, both NPCs.
+fn npc_says(from: &str, text: &str) -> WorldEvent {
+    world(WorldEventKind::Whisper, SpeakerKind::Npc, from, text)
+}
+
+#[actix_rt::test]
+async fn two_npcs_talking_in_circles_trip_the_pair_loop_breaker_in_the_next_turn() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.npc.conversation.max_exchanges = 0; // no cap: the loop breaker must end it
+    let (team, journal) = team(config);
+    let a_model = always("ok");
+    let a_calls = a_model.stats();
+    let a = team.assistant("a", a_model);
+    let b = team.assistant("b", always("ok"));
+    // The host relays their lines: round trip 1 is new, 2, 3 and 4 say it again.
+    let mut turns_of = [0, 0];
+    for i in 0..8 {
+        let (to, from, line, n) = if i % 2 == 0 {
+            (&b, "a", "Fine weather.", 1)
+        } else {
+            (&a, "b", "Indeed it is.", 0)
+        };
+        let seen = to.perceive(npc_says(from, line)).unwrap();
+        assert!(seen.queued.is_some(), "exchange {i}: {seen:?}");
+        turns_of[n] += 1;
+        if i < 7 {
+            assert_eq!(seen.perception.limited, None, "exchange {i}");
+            turns(to, turns_of[n]).await;
+        } else {
+            assert_eq!(
+                seen.perception.limited,
+                Some(ConversationLimit::PairLoop),
+                "exchange {i}"
+            );
+        }
+    }
+    // The 8th exchange's turn trips `a` before any model call.
+    until("a locked out", || a.state() == AgentState::SafetyLockout).await;
+    let lockout = a.record().lockout.expect("a lockout");
+    assert_eq!(lockout.breaker, Breaker::PairLoop);
+    assert!(lockout.reason.contains("`a` and `b`"), "{}", lockout.reason);
+    assert_eq!(b.state(), AgentState::WaitingForEvent);
+    assert_eq!(
+        a_calls.calls.load(Ordering::SeqCst),
+        3,
+        "no model call in the tripping turn"
+    );
+    replay_matches(&journal, &a);
+    // The perception is journaled with the limit.
+    let limited: Vec<_> = journal
+        .events_of("a")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Perceived { perception, .. } => perception.limited,
+            _ => None,
+        })
+        .collect();
+    assert_eq!(limited, [ConversationLimit::PairLoop]);
+}
+
+#[actix_rt::test]
+async fn the_exchange_past_the_cap_is_heard_but_not_answered() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.npc.conversation.max_exchanges = 2;
+    let (team, _journal) = team(config);
+    let a = team.assistant("a", always("ok"));
+    for (i, line) in ["one", "two"].iter().enumerate() {
+        let seen = a.perceive(npc_says("b", line)).unwrap();
+        assert!(seen.queued.is_some());
+        turns(&a, i as u64 + 1).await;
+    }
+    let seen = a.perceive(npc_says("b", "three")).unwrap();
+    assert_eq!(seen.queued, None);
+    assert_eq!(seen.perception.verdict, Verdict::Context);
+    assert_eq!(
+        seen.perception.limited,
+        Some(ConversationLimit::ConversationCap)
+    );
+    let status = a.status().npc.expect("npc status");
+    assert_eq!(
+        (status.conversation_limited, status.context_buffered),
+        (1, 1)
+    );
+    // A player is not limited.
+    let seen = a
+        .perceive(world(
+            WorldEventKind::Whisper,
+            SpeakerKind::Player,
+            "p1",
+            "hello",
+        ))
+        .unwrap();
+    assert!(seen.queued.is_some());
+    // After the pair's cooldown (60 s), b may talk to a again.
+    tokio::time::advance(std::time::Duration::from_secs(61)).await;
+    let seen = a.perceive(npc_says("b", "four")).unwrap();
+    assert!(seen.queued.is_some(), "{seen:?}");
+}
+
+/// A model that answers after 100 ms and counts the calls in flight.
+struct Counting {
+    in_flight: Arc<AtomicU32>,
+    max: Arc<AtomicU32>,
+}
+
+impl Provider for Counting {
+    fn name(&self) -> &str {
+        "counting"
+    }
+
+    fn complete(
+        &self,
+        _request: LlmRequest,
+    ) -> futures::future::BoxFuture<'static, Result<LlmResponse, ProviderError>> {
+        let (in_flight, max) = (self.in_flight.clone(), self.max.clone());
+        Box::pin(async move {
+            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            max.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            Ok(LlmResponse {
+                message: ChatMessage::assistant("mm"),
+                finish_reason: FinishReason::Stop,
+                usage: Usage::default(),
+            })
+        })
+    }
+}
+
+#[actix_rt::test]
+async fn an_npc_has_one_llm_call_in_flight_whatever_arrives() {
+    tokio::time::pause();
+    let (team, _journal) = team(WardenConfig::default());
+    let max = Arc::new(AtomicU32::new(0));
+    let npc = team.assistant(
+        "innkeeper",
+        Arc::new(Counting {
+            in_flight: Arc::default(),
+            max: max.clone(),
+        }),
+    );
+    // Triggers from players and NPCs, context and ticks, all at once.
+    for i in 0..20 {
+        let speaker = if i % 2 == 0 {
+            SpeakerKind::Player
+        } else {
+            SpeakerKind::Npc
+        };
+        npc.perceive(world(
+            WorldEventKind::Whisper,
+            speaker,
+            &format!("s{i}"),
+            "hey",
+        ))
+        .unwrap();
+        npc.perceive(world(WorldEventKind::Say, SpeakerKind::Player, "p", "hm"))
+            .unwrap();
+        let _ = npc.try_tick();
+    }
+    until("20 answered", || npc.status().turns >= 20).await;
+    assert_eq!(max.load(Ordering::SeqCst), 1);
+}
+
+#[actix_rt::test]
+async fn its_own_command_output_while_a_tool_runs_is_captured_for_the_turn() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    // A game-command tool: the server runs the command as the NPC; its output comes back as world
+    // events from the NPC itself, marked `command_output`, while the call runs.
+    let look = warden::FnTool::new(
+        "look",
+        "look around",
+        warden::ToolCategory::SafeChain,
+        |_a, _c| async move {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            Ok(serde_json::json!({"ok": true}))
+        },
+    );
+    let model = model([
+        ScriptStep::call("look", serde_json::json!({})),
+        ScriptStep::reply("A quiet tavern."),
+    ]);
+    let npc = team
+        .spawn(AgentSpec::assistant("innkeeper", model).with_tool(look))
+        .unwrap();
+    let output = |text: &str| {
+        let mut e = world(WorldEventKind::System, SpeakerKind::Npc, "innkeeper", text);
+        e.oob.command_output = true;
+        e
+    };
+    // Not capturing (no tool running): rule 1c, context.
+    let seen = npc.perceive(output("stale output")).unwrap();
+    assert_eq!(seen.perception.rule, Rule::SelfMessage);
+    npc.perceive(world(
+        WorldEventKind::Whisper,
+        SpeakerKind::Player,
+        "p1",
+        "look?",
+    ))
+    .unwrap();
+    until("the tool runs", || {
+        npc.state() == AgentState::WaitingForTool
+    })
+    .await;
+    let seen = npc
+        .perceive(output("The Prancing Pony.\nExits: north"))
+        .unwrap();
+    assert_eq!(
+        (seen.perception.verdict, seen.perception.rule),
+        (Verdict::Capture, Rule::SelfCommandOutput)
+    );
+    turns(&npc, 1).await;
+    // The output follows the tool's result in the history, marked line by line.
+    let history = npc.record().history;
+    let at = history
+        .iter()
+        .position(|m| {
+            m.content
+                .as_deref()
+                .is_some_and(|c| c.starts_with("[Output of your command]"))
+        })
+        .expect("captured output in the history");
+    assert_eq!(history[at - 1].role, ChatRole::Tool);
+    assert_eq!(
+        history[at].content.as_deref(),
+        Some("[Output of your command]\n| The Prancing Pony.\n| Exits: north")
+    );
+    assert!(history[at].internal);
+    replay_matches(&journal, &npc);
 }

@@ -67,20 +67,22 @@ pub use agent::{
 };
 pub use context::{Advisory, ContextStrategy, Trimmed};
 pub use journal::{already_durable, now_ms, Journal, MemoryJournal, NotDurable, NullJournal};
+pub use provider::{
+    provider_limit_stats, CallPermit, Limited, LlmRequest, LlmResponse, Provider, ProviderError,
+    ProviderLimitStats, ProviderLimiter, ProviderLimits, ScriptStats, ScriptStep, ScriptedProvider,
+};
 #[cfg(feature = "openai")]
 pub use provider::{
     retry_class, retry_counts, AttemptObserver, FailedAttempt, OpenAiCompatible, OpenAiConfig,
     OpenAiSetupError, RetryPolicy, StreamEvent, ToolFormat, RETRY_CLASSES,
-};
-pub use provider::{
-    LlmRequest, LlmResponse, Provider, ProviderError, ScriptStats, ScriptStep, ScriptedProvider,
 };
 pub use safety::{
     AgentBreakers, ChannelInterventionBus, Fingerprint, InterventionBus, LimitCheckpoint,
     LimitContext, TeamBudget, Verdict,
 };
 pub use supervisor::{
-    AgentSpec, DelegationError, SpawnError, Supervisor, SupervisorBuilder, UnknownAgent,
+    AgentSpec, DelegationError, SpawnError, Supervisor, SupervisorBuilder, TickConfigError,
+    UnknownAgent,
 };
 pub use tools::{
     Admission, CachePolicy, CacheScope, CircuitConfig, CircuitStep, FnTool, PendingCall, Tool,

@@ -44,6 +44,9 @@ pub enum Breaker {
     ErrorCascade,
     /// A loop limit was refused by the limit checkpoint.
     LoopCap,
+    /// Two NPCs talked in circles: `npc.conversation.loop_round_trips` round trips with no new
+    /// content and no tool call.
+    PairLoop,
 }
 
 impl Breaker {
@@ -56,6 +59,7 @@ impl Breaker {
             Breaker::Stuck => "stuck",
             Breaker::ErrorCascade => "error_cascade",
             Breaker::LoopCap => "loop_cap",
+            Breaker::PairLoop => "pair_loop",
         }
     }
 }
@@ -688,6 +692,17 @@ pub enum EventKind {
         /// What the agent made of it.
         perception: crate::npc::Perception,
     },
+    /// An NPC's tick mode changed (awake, asleep, idle): its sleep hours began or ended, the
+    /// presence of players in its room changed, a TRIGGER woke it. Journaled on a change only,
+    /// never per tick. No change to the record.
+    NpcModeChanged {
+        /// The mode before.
+        from: crate::npc::NpcMode,
+        /// The mode now.
+        to: crate::npc::NpcMode,
+        /// Why, in words (`sleep hours began at game hour 2.00`, `no player in tavern`, …).
+        cause: String,
+    },
     /// Record: `restarts += 1`. Safety state is kept.
     Restarted {
         /// The restart count after this restart.
@@ -708,6 +723,7 @@ mod tests {
             Breaker::Stuck,
             Breaker::ErrorCascade,
             Breaker::LoopCap,
+            Breaker::PairLoop,
         ] {
             assert_eq!(serde_json::to_value(b).unwrap(), b.to_string());
         }

@@ -49,7 +49,7 @@ pub use safety::{
     LimitReason, LlmOutcome, OnLimitMode, OperatorReply, ToolOutcome,
 };
 pub use state::{AgentState, IllegalTransition, TRANSITIONS};
-pub use status::{AgentStatus, NpcStatus, QueueDepths};
+pub use status::{AgentStatus, NpcStatus, QueueDepths, TickStatus};
 pub use wire::{
     AgentKey, AgentRole, ChatMessage, ChatRole, FinishReason, FunctionCall, TerminationReason,
     ToolCall, ToolCategory, ToolSpec, Usage, UserEvent, CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS,

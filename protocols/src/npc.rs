@@ -75,7 +75,8 @@ pub struct Oob {
     /// The server marks the message as produced by an AI assistant (this one or another): the
     /// loop guard of rules 1a and 4.
     pub assistant_message: bool,
-    /// The message is output of a command this NPC ran, and it is capturing that output (rule 1b).
+    /// The message is output of a command this NPC ran: captured while one of its tool calls runs
+    /// (rule 1b), its own message otherwise (1c).
     pub command_output: bool,
 }
 
@@ -177,6 +178,88 @@ pub struct Perception {
     /// [`NpcConfig::trigger_min_trust`], so the event was kept as CONTEXT instead.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub downgraded: bool,
+    /// A game-world limit on NPC↔NPC conversations that applied (`npc.conversation`): a TRIGGER
+    /// from another NPC kept as CONTEXT (cap, cooldowns), or queued to trip the pair-loop breaker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limited: Option<ConversationLimit>,
+}
+
+/// Which game-world limit applied to a TRIGGER from another NPC (see [`ConversationConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConversationLimit {
+    /// The conversation had its `max_exchanges`: kept as CONTEXT, the conversation is over.
+    ConversationCap,
+    /// One of the two NPCs left a conversation less than `cooldown_seconds` ago: kept as CONTEXT.
+    Cooldown,
+    /// These two NPCs ended a conversation less than `pair_cooldown_seconds` ago: kept as CONTEXT.
+    PairCooldown,
+    /// `loop_round_trips` round trips in a row brought no new content and no tool call: the event
+    /// is queued, and the turn that takes it trips the pair-loop breaker (`SAFETY_LOCKOUT`).
+    PairLoop,
+}
+
+impl ConversationLimit {
+    /// The wire name (`conversation_cap`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConversationLimit::ConversationCap => "conversation_cap",
+            ConversationLimit::Cooldown => "cooldown",
+            ConversationLimit::PairCooldown => "pair_cooldown",
+            ConversationLimit::PairLoop => "pair_loop",
+        }
+    }
+}
+
+/// `[npc.conversation]`: the limits on NPC↔NPC conversations. A *conversation* is the run of
+/// TRIGGERs between two NPCs (one NPC addressing or whispering to the other) with no gap longer
+/// than `idle_seconds`; each TRIGGER is one *exchange*, and a *round trip* is an exchange each
+/// way. The limits of the NPC that perceives an exchange apply to it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConversationConfig {
+    /// Exchanges a conversation may have; the one after is kept as CONTEXT and the conversation
+    /// ends. 0 = no cap. Default 8.
+    pub max_exchanges: u32,
+    /// A gap without exchanges this long ends the conversation. Default 30.
+    pub idle_seconds: f64,
+    /// After a conversation ends, neither NPC starts another one (with anyone) for this long.
+    /// Default 15.
+    pub cooldown_seconds: f64,
+    /// After a conversation ends, the same two NPCs do not start another one for this long.
+    /// Default 60.
+    pub pair_cooldown_seconds: f64,
+    /// The pair-loop breaker trips after this many round trips in a row with no new content (every
+    /// line already said by the pair) and no tool call by either NPC. 0 = off. Default 3.
+    pub loop_round_trips: u32,
+}
+
+impl Default for ConversationConfig {
+    fn default() -> Self {
+        ConversationConfig {
+            max_exchanges: 8,
+            idle_seconds: 30.0,
+            cooldown_seconds: 15.0,
+            pair_cooldown_seconds: 60.0,
+            loop_round_trips: 3,
+        }
+    }
+}
+
+/// An agent's own `npc.conversation` keys (see [`ConversationConfig`]).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConversationOverride {
+    /// Replaces `npc.conversation.max_exchanges`.
+    pub max_exchanges: Option<u32>,
+    /// Replaces `npc.conversation.idle_seconds`.
+    pub idle_seconds: Option<f64>,
+    /// Replaces `npc.conversation.cooldown_seconds`.
+    pub cooldown_seconds: Option<f64>,
+    /// Replaces `npc.conversation.pair_cooldown_seconds`.
+    pub pair_cooldown_seconds: Option<f64>,
+    /// Replaces `npc.conversation.loop_round_trips`.
+    pub loop_round_trips: Option<u32>,
 }
 
 /// Trust per source, 0 to 1 (`[npc.trust]`). Defaults from design 001.
@@ -255,6 +338,123 @@ pub struct NpcConfig {
     /// … and at most this many estimated tokens (about 4 characters each). 1 to 1,000,000.
     /// Default 2,000.
     pub context_max_tokens: usize,
+    /// Limits on NPC↔NPC conversations.
+    pub conversation: ConversationConfig,
+    /// `[npc.tick]`: autonomous ticks (off by default).
+    pub tick: TickConfig,
+    /// `[npc.sleep]`: the sleep schedule, in game time (off by default).
+    pub sleep: SleepConfig,
+    /// `[npc.clock]`: the game clock the sleep schedule reads. One clock per team: only the team's
+    /// `[npc.clock]` counts (an agent's own settings cannot move it).
+    pub clock: ClockConfig,
+}
+
+/// `[npc.tick]`: autonomous ticks — a turn with no new event, every `rate` seconds while the NPC
+/// is awake. Opt-in: an agent with `enabled = false` (the default) never spends a token on a tick.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TickConfig {
+    /// Whether the team's tick arbiter ticks this agent. Default false.
+    pub enabled: bool,
+    /// Seconds (real time) between ticks while awake. 0.1 to 86,400. Default 5 (design 001).
+    pub rate: f64,
+    /// Seconds between ticks while no player is in the NPC's room (mode `idle`); 0 = no ticks.
+    /// 0, or 0.1 to 86,400. Default 0.
+    pub idle_rate: f64,
+    /// The NPC's room, for the no-player rule. `None`: the room of the last world event it
+    /// perceived that named one. Default none.
+    pub room: Option<String>,
+    /// A TRIGGER keeps the NPC awake (awake rate, whatever the sleep schedule and the room's
+    /// presence say) for this many seconds of real time. 0 to 86,400. Default 300.
+    pub wake_seconds: f64,
+}
+
+impl Default for TickConfig {
+    fn default() -> Self {
+        TickConfig {
+            enabled: false,
+            rate: 5.0,
+            idle_rate: 0.0,
+            room: None,
+            wake_seconds: 300.0,
+        }
+    }
+}
+
+/// `[npc.sleep]`: the hours of game time an NPC sleeps (mode `asleep`: a slower tick rate, or none).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SleepConfig {
+    /// Whether the NPC sleeps at all. Default false (design 001).
+    pub enabled: bool,
+    /// The game hour sleep starts. 0 to 23. Default 2.
+    pub start_hour: u32,
+    /// How many game hours it sleeps (across midnight if need be). 1 to 23. Default 4.
+    pub duration_hours: u32,
+    /// Seconds (real time) between ticks while asleep; 0 = no ticks. 0, or 0.1 to 86,400.
+    /// Default 60.
+    pub tick_rate: f64,
+}
+
+impl Default for SleepConfig {
+    fn default() -> Self {
+        SleepConfig {
+            enabled: false,
+            start_hour: 2,
+            duration_hours: 4,
+            tick_rate: 60.0,
+        }
+    }
+}
+
+/// `[npc.clock]`: game time. At team start the game hour is `start_hour`, and it runs `speed` game
+/// seconds per real second; the host may set it (`Supervisor::set_game_hour`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClockConfig {
+    /// The game hour when the team starts, 0 to 24 (exclusive; fractions are minutes). Default 8.
+    pub start_hour: f64,
+    /// Game seconds per real second. 0.001 to 1,000,000. Default 1 (game time is real time).
+    pub speed: f64,
+}
+
+impl Default for ClockConfig {
+    fn default() -> Self {
+        ClockConfig {
+            start_hour: 8.0,
+            speed: 1.0,
+        }
+    }
+}
+
+/// What an NPC's tick schedule is doing now (shown in its status, journaled when it changes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum NpcMode {
+    /// Ticking at `npc.tick.rate`.
+    #[default]
+    Awake,
+    /// In its sleep hours: `npc.sleep.tick_rate`, or no ticks.
+    Asleep,
+    /// No player in its room: `npc.tick.idle_rate`, or no ticks.
+    Idle,
+}
+
+impl NpcMode {
+    /// The wire name (`awake`, `asleep`, `idle`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NpcMode::Awake => "awake",
+            NpcMode::Asleep => "asleep",
+            NpcMode::Idle => "idle",
+        }
+    }
+}
+
+impl std::fmt::Display for NpcMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl Default for NpcConfig {
@@ -268,6 +468,10 @@ impl Default for NpcConfig {
             trust: TrustConfig::default(),
             context_max_events: 50,
             context_max_tokens: 2_000,
+            conversation: ConversationConfig::default(),
+            tick: TickConfig::default(),
+            sleep: SleepConfig::default(),
+            clock: ClockConfig::default(),
         }
     }
 }
@@ -323,7 +527,114 @@ impl NpcConfig {
             self.context_max_tokens,
             1_000_000,
             "1 to 1000000",
-        )
+        )?;
+        let c = &self.conversation;
+        let seconds = |key: &'static str, value: f64| {
+            if value.is_finite() && (0.0..=86_400.0).contains(&value) {
+                Ok(())
+            } else {
+                Err(crate::ConfigError::Invalid {
+                    key: key.into(),
+                    value: value.to_string(),
+                    allowed: "seconds from 0 to 86400",
+                })
+            }
+        };
+        seconds("npc.conversation.idle_seconds", c.idle_seconds)?;
+        seconds("npc.conversation.cooldown_seconds", c.cooldown_seconds)?;
+        seconds(
+            "npc.conversation.pair_cooldown_seconds",
+            c.pair_cooldown_seconds,
+        )?;
+        let count = |key: &'static str, value: u32, allowed: &'static str| {
+            if value <= 10_000 {
+                Ok(())
+            } else {
+                Err(crate::ConfigError::Invalid {
+                    key: key.into(),
+                    value: value.to_string(),
+                    allowed,
+                })
+            }
+        };
+        count(
+            "npc.conversation.max_exchanges",
+            c.max_exchanges,
+            "0 (no cap) to 10000",
+        )?;
+        count(
+            "npc.conversation.loop_round_trips",
+            c.loop_round_trips,
+            "0 (off) to 10000",
+        )?;
+        self.validate_ticks()
+    }
+
+    fn validate_ticks(&self) -> Result<(), crate::ConfigError> {
+        let invalid = |key: &'static str, value: String, allowed: &'static str| {
+            Err(crate::ConfigError::Invalid {
+                key: key.into(),
+                value,
+                allowed,
+            })
+        };
+        let seconds = |key: &'static str, value: f64, zero: bool| {
+            if (0.1..=86_400.0).contains(&value) || (zero && value == 0.0) {
+                Ok(())
+            } else if zero {
+                invalid(
+                    key,
+                    value.to_string(),
+                    "0 (no ticks), or a number of seconds from 0.1 to 86400",
+                )
+            } else {
+                invalid(
+                    key,
+                    value.to_string(),
+                    "a number of seconds from 0.1 to 86400",
+                )
+            }
+        };
+        let (tick, sleep, clock) = (&self.tick, &self.sleep, &self.clock);
+        seconds("npc.tick.rate", tick.rate, false)?;
+        seconds("npc.tick.idle_rate", tick.idle_rate, true)?;
+        if !(0.0..=86_400.0).contains(&tick.wake_seconds) {
+            invalid(
+                "npc.tick.wake_seconds",
+                tick.wake_seconds.to_string(),
+                "a number of seconds from 0 to 86400",
+            )?;
+        }
+        if sleep.start_hour > 23 {
+            invalid(
+                "npc.sleep.start_hour",
+                sleep.start_hour.to_string(),
+                "an hour from 0 to 23",
+            )?;
+        }
+        if !(1..=23).contains(&sleep.duration_hours) {
+            invalid(
+                "npc.sleep.duration_hours",
+                sleep.duration_hours.to_string(),
+                "1 to 23 hours",
+            )?;
+        }
+        seconds("npc.sleep.tick_rate", sleep.tick_rate, true)?;
+        if !(0.0..24.0).contains(&clock.start_hour) {
+            invalid(
+                "npc.clock.start_hour",
+                clock.start_hour.to_string(),
+                "an hour from 0 to 24 (24 excluded)",
+            )?;
+        }
+        if !(0.001..=1_000_000.0).contains(&clock.speed) {
+            invalid(
+                "npc.clock.speed",
+                clock.speed.to_string(),
+                "game seconds per real second, from 0.001 to 1000000",
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -348,6 +659,42 @@ pub struct NpcOverride {
     pub context_max_events: Option<usize>,
     /// Replaces `npc.context_max_tokens`.
     pub context_max_tokens: Option<usize>,
+    /// Replaces the conversation limits it sets.
+    pub conversation: ConversationOverride,
+    /// Replaces the `npc.tick` values it sets.
+    pub tick: TickOverride,
+    /// Replaces the `npc.sleep` values it sets.
+    pub sleep: SleepOverride,
+}
+
+/// The tick values an agent sets for itself (see [`TickConfig`]).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TickOverride {
+    /// Replaces `npc.tick.enabled`.
+    pub enabled: Option<bool>,
+    /// Replaces `npc.tick.rate`.
+    pub rate: Option<f64>,
+    /// Replaces `npc.tick.idle_rate`.
+    pub idle_rate: Option<f64>,
+    /// Replaces `npc.tick.room`.
+    pub room: Option<String>,
+    /// Replaces `npc.tick.wake_seconds`.
+    pub wake_seconds: Option<f64>,
+}
+
+/// The sleep values an agent sets for itself (see [`SleepConfig`]).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SleepOverride {
+    /// Replaces `npc.sleep.enabled`.
+    pub enabled: Option<bool>,
+    /// Replaces `npc.sleep.start_hour`.
+    pub start_hour: Option<u32>,
+    /// Replaces `npc.sleep.duration_hours`.
+    pub duration_hours: Option<u32>,
+    /// Replaces `npc.sleep.tick_rate`.
+    pub tick_rate: Option<f64>,
 }
 
 /// The trust values an agent sets for itself (see [`TrustConfig`]).
@@ -409,6 +756,37 @@ impl NpcOverride {
         if let Some(v) = self.context_max_tokens {
             npc.context_max_tokens = v;
         }
+        let (c, o) = (&mut npc.conversation, &self.conversation);
+        if let Some(v) = o.max_exchanges {
+            c.max_exchanges = v;
+        }
+        set(&mut c.idle_seconds, o.idle_seconds);
+        set(&mut c.cooldown_seconds, o.cooldown_seconds);
+        set(&mut c.pair_cooldown_seconds, o.pair_cooldown_seconds);
+        if let Some(v) = o.loop_round_trips {
+            c.loop_round_trips = v;
+        }
+        let (t, o) = (&mut npc.tick, &self.tick);
+        if let Some(v) = o.enabled {
+            t.enabled = v;
+        }
+        set(&mut t.rate, o.rate);
+        set(&mut t.idle_rate, o.idle_rate);
+        if let Some(v) = &o.room {
+            t.room = Some(v.clone());
+        }
+        set(&mut t.wake_seconds, o.wake_seconds);
+        let (s, o) = (&mut npc.sleep, &self.sleep);
+        if let Some(v) = o.enabled {
+            s.enabled = v;
+        }
+        if let Some(v) = o.start_hour {
+            s.start_hour = v;
+        }
+        if let Some(v) = o.duration_hours {
+            s.duration_hours = v;
+        }
+        set(&mut s.tick_rate, o.tick_rate);
         npc
     }
 }
@@ -469,5 +847,61 @@ mod tests {
             config.validate().unwrap_err().to_string(),
             "invalid value for `npc.context_max_events`: 0 (allowed: 1 to 10000)"
         );
+        let mut config = NpcConfig::default();
+        config.conversation.pair_cooldown_seconds = f64::NAN;
+        assert_eq!(
+            config.validate().unwrap_err().to_string(),
+            "invalid value for `npc.conversation.pair_cooldown_seconds`: NaN (allowed: seconds \
+             from 0 to 86400)"
+        );
+        let mut config = NpcConfig::default();
+        config.conversation.max_exchanges = 10_001;
+        assert_eq!(
+            config.validate().unwrap_err().to_string(),
+            "invalid value for `npc.conversation.max_exchanges`: 10001 (allowed: 0 (no cap) to \
+             10000)"
+        );
+        let mut config = NpcConfig::default();
+        config.tick.rate = 0.0;
+        assert_eq!(
+            config.validate().unwrap_err().to_string(),
+            "invalid value for `npc.tick.rate`: 0 (allowed: a number of seconds from 0.1 to 86400)"
+        );
+        let mut config = NpcConfig::default();
+        config.sleep.tick_rate = 0.05;
+        assert_eq!(
+            config.validate().unwrap_err().to_string(),
+            "invalid value for `npc.sleep.tick_rate`: 0.05 (allowed: 0 (no ticks), or a number of \
+             seconds from 0.1 to 86400)"
+        );
+        config.sleep.tick_rate = 0.0;
+        config.sleep.duration_hours = 24;
+        assert_eq!(
+            config.validate().unwrap_err().to_string(),
+            "invalid value for `npc.sleep.duration_hours`: 24 (allowed: 1 to 23 hours)"
+        );
+        let mut config = NpcConfig::default();
+        config.clock.start_hour = 24.0;
+        assert_eq!(
+            config.validate().unwrap_err().to_string(),
+            "invalid value for `npc.clock.start_hour`: 24 (allowed: an hour from 0 to 24 (24 \
+             excluded))"
+        );
+    }
+
+    #[test]
+    fn an_override_sets_tick_and_sleep_keys_and_ticks_are_off_by_default() {
+        let team = NpcConfig::default();
+        assert!(!team.tick.enabled && !team.sleep.enabled);
+        let own: NpcOverride = serde_json::from_str(
+            r#"{"tick": {"enabled": true, "room": "forge"}, "sleep": {"tick_rate": 0}}"#,
+        )
+        .unwrap();
+        let npc = own.apply(&team);
+        assert!(npc.tick.enabled);
+        assert_eq!(npc.tick.room.as_deref(), Some("forge"));
+        assert_eq!((npc.tick.rate, npc.sleep.tick_rate), (5.0, 0.0));
+        assert_eq!(npc.sleep.start_hour, 2);
+        npc.validate().unwrap();
     }
 }

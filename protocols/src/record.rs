@@ -392,7 +392,8 @@ impl AgentRecord {
             | EventKind::ToolDefinitionChanged { .. }
             | EventKind::Crashed { .. }
             | EventKind::Perceived { .. }
-            | EventKind::TokenBudgetWaiting { .. } => {}
+            | EventKind::TokenBudgetWaiting { .. }
+            | EventKind::NpcModeChanged { .. } => {}
         }
     }
 

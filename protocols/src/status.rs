@@ -73,15 +73,41 @@ pub struct AgentStatus {
     pub npc: Option<NpcStatus>,
 }
 
-/// An NPC's perception, in its status.
+/// An NPC's perception and ticks, in its status.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NpcStatus {
     /// World events perceived since the agent started (this process).
     pub perceived: u64,
-    /// The last decision: verdict, rule, trust.
-    pub last: Perception,
+    /// The last decision: verdict, rule, trust (`None` before the first world event).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<Perception>,
     /// Events in the context buffer now (folded into the next turn).
     pub context_buffered: usize,
     /// Events the context buffer dropped to keep its bounds.
     pub context_dropped: u64,
+    /// TRIGGERs from other NPCs that a conversation limit (`npc.conversation`) kept as CONTEXT.
+    #[serde(default)]
+    pub conversation_limited: u64,
+    /// Its autonomous ticks, while the tick arbiter schedules it (`npc.tick.enabled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tick: Option<TickStatus>,
+}
+
+/// An NPC's autonomous ticks, in its status (counted since the agent started, this process).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TickStatus {
+    /// Awake, asleep (its sleep hours) or idle (no player in its room).
+    pub mode: crate::npc::NpcMode,
+    /// Ticks queued as work.
+    pub ticks: u64,
+    /// Ticks that came due while a turn ran or a tick was still queued: skipped, never queued twice.
+    pub skipped: u64,
+    /// `true` while a tick is queued and not yet taken.
+    pub queued: bool,
+    /// Milliseconds (real time) until its next tick; `None` when its mode has no ticks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_tick_ms: Option<u64>,
+    /// Its room as the no-player rule reads it (`npc.tick.room`, else its last world event's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub room: Option<String>,
 }

@@ -540,6 +540,8 @@ routes! {
     POST "/api/agents/{key}/events" => post_event,
     GET "/api/agents/{key}/events/{id}" => get_event,
     POST "/api/agents/{key}/world" => post_world,
+    POST "/api/world/presence" => post_presence,
+    POST "/api/world/clock" => post_clock,
     POST "/api/halt" => halt_all,
     POST "/api/agents/{key}/halt" => halt_agent,
     POST "/api/agents/{key}/unlock" => unlock,
@@ -616,6 +618,7 @@ async fn metrics_text(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
         halt_agent: state.metrics.halt_agent.snapshot(),
         halt_all: state.metrics.halt_all.snapshot(),
         provider_retries: warden_actors::retry_counts().to_vec(),
+        provider_limits: warden_actors::provider_limit_stats(),
         otel: crate::telemetry::stats(),
     };
     HttpResponse::Ok()
@@ -1012,6 +1015,54 @@ async fn post_world(
         }))),
         Err(err) => Ok(refused(&err.refusal)),
     }
+}
+
+/// The body of `POST /api/world/presence`: players per room, as the game server counts them.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PresenceBody {
+    rooms: std::collections::BTreeMap<String, usize>,
+}
+
+/// `POST /api/world/presence`: the host reports how many players are in each room
+/// (`Supervisor::set_presence`); an NPC whose room is reported empty goes idle. 200 with the
+/// number of rooms reported and the game hour.
+async fn post_presence(
+    _: Admin,
+    state: web::Data<ApiState>,
+    body: web::Json<PresenceBody>,
+) -> Handled {
+    let body = body.into_inner();
+    for (room, players) in &body.rooms {
+        state.supervisor.set_presence(room, *players);
+    }
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "rooms": body.rooms.len(),
+        "game_hour": state.supervisor.game_hour(),
+    })))
+}
+
+/// The body of `POST /api/world/clock`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClockBody {
+    hour: f64,
+}
+
+/// `POST /api/world/clock`: the host sets the game hour (`Supervisor::set_game_hour`); every
+/// ticking NPC's sleep schedule is read again. 200 with the game hour; 400 outside 0 to 24.
+async fn post_clock(_: Admin, state: web::Data<ApiState>, body: web::Json<ClockBody>) -> Handled {
+    let hour = body.hour;
+    if !(0.0..24.0).contains(&hour) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("hour {hour} is not a game hour from 0 to 24 (24 excluded)"),
+        ));
+    }
+    state.supervisor.set_game_hour(hour);
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "game_hour": state.supervisor.game_hour(),
+    })))
 }
 
 /// `GET /api/agents/{key}/events/{id}`: what became of an event, from the journal (so after a

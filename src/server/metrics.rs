@@ -15,7 +15,7 @@ use std::{
     sync::atomic::{AtomicU64, Ordering},
     time::Duration,
 };
-use warden_protocols::{AgentState, AgentStatus, Breaker, FleetView};
+use warden_protocols::{npc::NpcMode, AgentState, AgentStatus, Breaker, FleetView};
 
 /// The `Content-Type` of the exposition.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -26,13 +26,14 @@ pub const HALT_BUCKETS: [f64; 14] = [
 ];
 
 /// Every breaker, so each is listed even when it never tripped.
-pub const BREAKERS: [Breaker; 6] = [
+pub const BREAKERS: [Breaker; 7] = [
     Breaker::ConsecutiveErrors,
     Breaker::BudgetExceeded,
     Breaker::Repetition,
     Breaker::Stuck,
     Breaker::ErrorCascade,
     Breaker::LoopCap,
+    Breaker::PairLoop,
 ];
 
 /// A lock-free latency histogram over [`HALT_BUCKETS`].
@@ -138,8 +139,61 @@ pub struct Snapshot {
     /// Retries of the OpenAI-compatible providers since the process started, by class
     /// (`warden_actors::retry_counts`: every class listed).
     pub provider_retries: Vec<(&'static str, u64)>,
+    /// The shared limits of every provider alive (`warden_actors::provider_limit_stats`).
+    pub provider_limits: Vec<warden_actors::ProviderLimitStats>,
     /// The OpenTelemetry exporter's counters (`warden::telemetry::stats`; zeros while it is off).
     pub otel: crate::telemetry::ExportStats,
+}
+
+/// The families of the providers' shared limits, one sample per provider name (limiters of one
+/// name, say of two teams in one process, are added up: a series appears once).
+fn provider_limits(e: &mut Exposition, limits: &[warden_actors::ProviderLimitStats]) {
+    let mut by_name: std::collections::BTreeMap<&str, [f64; 5]> = Default::default();
+    for l in limits {
+        let sum = by_name.entry(l.provider.as_str()).or_default();
+        for (total, n) in sum.iter_mut().zip([
+            l.in_flight as f64,
+            l.waiting as f64,
+            l.throttled as f64,
+            l.pauses as f64,
+            l.paused_ms as f64 / 1000.0,
+        ]) {
+            *total += n;
+        }
+    }
+    let families = [
+        (
+            "warden_provider_calls_in_flight",
+            "gauge",
+            "LLM calls holding a permit of their provider's shared limits.",
+        ),
+        (
+            "warden_provider_calls_waiting",
+            "gauge",
+            "LLM calls waiting for their provider's shared limits (permit, pause or rate).",
+        ),
+        (
+            "warden_provider_throttled_total",
+            "counter",
+            "Answers with status 429 from the provider.",
+        ),
+        (
+            "warden_provider_pauses_total",
+            "counter",
+            "Pauses of every call of the provider asked for by Retry-After or x-ratelimit headers.",
+        ),
+        (
+            "warden_provider_paused_seconds_total",
+            "counter",
+            "Time the provider's calls were paused by the server's headers, in seconds.",
+        ),
+    ];
+    for (i, (name, kind, help)) in families.into_iter().enumerate() {
+        e.family(name, kind, help);
+        for (provider, values) in &by_name {
+            e.sample(name, &[("provider", provider)], values[i]);
+        }
+    }
 }
 
 /// Writes families: one HELP and TYPE, then its samples.
@@ -280,6 +334,39 @@ pub fn render(s: &Snapshot) -> String {
         "Turns finished, summed over the agents' records.",
         sum(|a| a.turns),
     );
+    let ticks = |f: fn(&warden_protocols::TickStatus) -> u64| {
+        s.statuses
+            .iter()
+            .filter_map(|a| a.npc.as_ref()?.tick.as_ref())
+            .map(f)
+            .sum::<u64>()
+    };
+    e.single(
+        "warden_npc_ticks_total",
+        "counter",
+        "Autonomous NPC ticks queued by the tick arbiter, summed over the agents.",
+        ticks(|t| t.ticks),
+    );
+    e.single(
+        "warden_npc_ticks_skipped_total",
+        "counter",
+        "NPC ticks skipped because a turn ran or a tick was still queued, summed over the agents.",
+        ticks(|t| t.skipped),
+    );
+    e.family(
+        "warden_npcs",
+        "gauge",
+        "Ticking NPCs by mode (every mode listed).",
+    );
+    for mode in [NpcMode::Awake, NpcMode::Asleep, NpcMode::Idle] {
+        let n = s
+            .statuses
+            .iter()
+            .filter_map(|a| a.npc.as_ref()?.tick.as_ref())
+            .filter(|t| t.mode == mode)
+            .count();
+        e.sample("warden_npcs", &[("mode", mode.as_str())], n);
+    }
     if let Some(n) = s.interventions_pending {
         e.single(
             "warden_interventions_pending",
@@ -336,6 +423,7 @@ pub fn render(s: &Snapshot) -> String {
     for (class, n) in &s.provider_retries {
         e.sample("warden_provider_retries_total", &[("class", class)], n);
     }
+    provider_limits(&mut e, &s.provider_limits);
     e.family(
         "warden_otel_spans_exported_total",
         "counter",
@@ -391,6 +479,44 @@ mod tests {
         assert_eq!(s.cumulative[3], (0.0005, 2));
         assert_eq!(s.cumulative.last(), Some(&(f64::INFINITY, 3)));
         assert!((s.sum_seconds - 2.00034).abs() < 1e-9);
+    }
+
+    #[test]
+    fn provider_limits_are_one_series_per_provider() {
+        let stats = |provider: &str, in_flight, paused_ms| warden_actors::ProviderLimitStats {
+            provider: provider.into(),
+            limits: Default::default(),
+            in_flight,
+            waiting: 2,
+            throttled: 1,
+            pauses: 1,
+            paused_ms,
+        };
+        let mut e = Exposition {
+            text: String::new(),
+        };
+        // Two limiters of one name (two teams in one process) add up.
+        provider_limits(
+            &mut e,
+            &[
+                stats("local", 3, 1500),
+                stats("cloud", 0, 0),
+                stats("local", 1, 250),
+            ],
+        );
+        for line in [
+            "# TYPE warden_provider_calls_in_flight gauge",
+            "warden_provider_calls_in_flight{provider=\"cloud\"} 0",
+            "warden_provider_calls_in_flight{provider=\"local\"} 4",
+            "warden_provider_calls_waiting{provider=\"local\"} 4",
+            "# TYPE warden_provider_throttled_total counter",
+            "warden_provider_throttled_total{provider=\"local\"} 2",
+            "warden_provider_pauses_total{provider=\"local\"} 2",
+            "warden_provider_paused_seconds_total{provider=\"local\"} 1.75",
+        ] {
+            assert!(e.text.lines().any(|l| l == line), "{line} in\n{}", e.text);
+        }
+        assert_eq!(e.text.matches("provider=\"local\"").count(), 5);
     }
 
     #[test]

@@ -117,7 +117,7 @@ impl AgentActor {
                         self.cell
                             .settle(id, Some(accepted), EventFate::Refused { refusal });
                     }
-                    Work::Tick => {}
+                    Work::Tick => self.cell.tick_left_lane(),
                 }
                 return;
             }
@@ -379,12 +379,18 @@ fn unlock(cell: &AgentCell, rec: &mut AgentRecord, operator: &str, cause: &str) 
 }
 
 /// Each cleared message by id and kind (and a user event's pending id).
+///
+/// A tick among them has left the ordinary lane: the tick arbiter may queue the next one.
 fn listing<'a>(
+    cell: &AgentCell,
     discarded: impl IntoIterator<Item = &'a Envelope<AgentMsg>>,
 ) -> Vec<DiscardedMessage> {
     discarded
         .into_iter()
         .map(|e| {
+            if matches!(e.msg, AgentMsg::Work(Work::Tick)) {
+                cell.tick_left_lane();
+            }
             let (kind, queued) = match &e.msg {
                 AgentMsg::Work(w) => (w.kind().into(), w.queued()),
                 _ => ("other".into(), None),
@@ -406,7 +412,7 @@ pub(crate) fn discard_backlog(cell: &AgentCell, discarded: VecDeque<Envelope<Age
         return;
     }
     cell.note(EventKind::MessagesDiscarded {
-        messages: listing(&discarded),
+        messages: listing(cell, &discarded),
     });
     drop(discarded);
 }
@@ -426,7 +432,7 @@ async fn discard_backlog_gently(cell: &AgentCell, mut discarded: VecDeque<Envelo
     while !discarded.is_empty() {
         let chunk: Vec<_> = discarded.drain(..discarded.len().min(CHUNK)).collect();
         cell.note(EventKind::MessagesDiscarded {
-            messages: listing(&chunk),
+            messages: listing(cell, &chunk),
         });
         drop(chunk);
         tokio::task::yield_now().await;

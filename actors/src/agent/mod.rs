@@ -668,18 +668,27 @@ impl AgentHandle {
         event: warden_protocols::npc::WorldEvent,
     ) -> Result<Perceived, EventSendError> {
         let perception = self.cell.perceive(&event);
+        let ticking = self.cell.ticking();
         if perception.verdict != warden_protocols::npc::Verdict::Trigger {
+            if let Some(ticking) = ticking {
+                ticking.perceived(event.room.as_deref(), false);
+            }
             return Ok(Perceived {
                 perception,
                 queued: None,
             });
         }
+        let room = event.room;
         let user = UserEvent {
             source: event.kind.as_str().to_owned(),
             sender: Some(event.speaker.id),
             content: event.text,
         };
         let id = self.try_send_event(user)?;
+        // A queued TRIGGER wakes a sleeping (or idle) NPC: see `npc.tick.wake_seconds`.
+        if let Some(ticking) = ticking {
+            ticking.perceived(room.as_deref(), true);
+        }
         Ok(Perceived {
             perception,
             queued: Some(id),
@@ -793,6 +802,9 @@ impl AgentHandle {
 
     /// Queues an autonomous tick (a turn with no new user event) in the ordinary lane. Returns the
     /// mailbox id of the tick message (not a user-event id: a tick is not a pending event).
+    ///
+    /// The team's tick arbiter queues ticks by itself for an agent with `npc.tick.enabled`, at
+    /// most one at a time; a tick queued here is the caller's own and bypasses that guard.
     ///
     /// # Errors
     /// The [`WorkRefusal`]: `LockedOut`, `Stopped`, `MailboxFull`, `Closed`.

@@ -40,7 +40,7 @@ use std::{panic::AssertUnwindSafe, sync::Arc, time::Duration};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use warden_protocols::{
-    AgentKey, AgentState, AnomalyKind, ChatMessage, ChatRole, EventKind, FinishReason,
+    AgentKey, AgentState, AnomalyKind, Breaker, ChatMessage, ChatRole, EventKind, FinishReason,
     LimitDecision, LimitKind, LlmOutcome, TerminationReason, ToolCall, ToolCategory, ToolOutcome,
     TurnOutcome,
 };
@@ -162,11 +162,26 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
                 parent: telemetry::Parent::Context(trace),
             }
         }
-        // A tick continues the current task (its loop count and wall clock keep running).
+        // An autonomous tick: no new event. It is a task of its own (a ticking NPC's wall clock and
+        // loop count would otherwise run on for hours and trip the per-task limits), and the model
+        // sees what it perceived since its last turn, then one internal line (never shown to users)
+        // saying a tick came
+        // (with the game time when the tick arbiter sent it). Both are journaled together.
         Work::Tick => {
+            cell.tick_left_lane();
+            cell.begin_task();
+            let mut events = Vec::with_capacity(2);
             if let Some(context) = cell.take_context() {
-                cell.append_history(context);
+                events.push(EventKind::HistoryAppended { message: context });
             }
+            let message = ChatMessage::user(crate::npc::tick::tick_message(
+                cell.ticking().and_then(|t| t.game_hour()),
+            ))
+            .internal();
+            events.push(EventKind::HistoryAppended { message });
+            let mut rec = cell.lock();
+            cell.emit_all(&mut rec, events);
+            drop(rec);
             Taken {
                 lineage: own(),
                 reply: None,
@@ -266,6 +281,14 @@ async fn react(
     }
 }
 
+/// An NPC's command output captured while its tool calls ran (rule 1b) goes into the history
+/// after their results (a message of its own: tool results must follow their call directly).
+fn append_captured(cell: &AgentCell) {
+    if let Some(output) = cell.take_captured() {
+        cell.append_history(output.internal());
+    }
+}
+
 /// What one step of [`react`]'s loop decided.
 enum Next<T> {
     /// Go on with the iteration.
@@ -350,6 +373,17 @@ impl React<'_> {
     /// verdict is obeyed.
     async fn loop_limits(&mut self) -> Next<()> {
         let cell = self.cell;
+        // A pair loop perceived since the last turn (`npc::conversation`) trips here, in the turn,
+        // before any model call.
+        if let Some(reason) = cell.take_pair_loop() {
+            let verdict = Verdict::Lockout {
+                breaker: Breaker::PairLoop,
+                reason,
+            };
+            if let Some(done) = stopped(cell.obey(verdict), self.iteration - 1) {
+                return Next::End(done);
+            }
+        }
         let (task_iteration, elapsed, run_id) = cell.task_iteration();
         let verdict = cell
             .breakers(|b| b.on_loop_start(task_iteration, elapsed))
@@ -549,6 +583,7 @@ impl React<'_> {
             for (call, executed) in calls.iter().zip(executed) {
                 steps.push(account(cell, call, executed));
             }
+            append_captured(cell);
             return Next::Go(steps);
         }
         for (i, call) in calls.iter().enumerate() {
@@ -569,6 +604,7 @@ impl React<'_> {
                 break;
             }
         }
+        append_captured(cell);
         Next::Go(steps)
     }
 

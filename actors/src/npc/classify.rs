@@ -57,6 +57,7 @@ pub fn classify(me: &str, event: &WorldEvent, config: &NpcConfig, capturing: boo
             trust,
             heuristic,
             downgraded,
+            limited: None,
         }
     };
     // Rule 0.
@@ -251,6 +252,7 @@ mod tests {
                 trust: 0.2,
                 heuristic: false,
                 downgraded: true,
+                limited: None,
             }
         );
         // A text heuristic with a stricter heuristic cap.

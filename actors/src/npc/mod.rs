@@ -6,6 +6,10 @@
 //!   and the trust its source earned ([`Perception`]).
 //! * [`ContextBuffer`] — CONTEXT events, bounded in events and tokens, folded into the next turn as
 //!   one message; never starts a turn.
+//! * `conversation` — the game-world limits on NPC↔NPC conversations (exchanges per conversation,
+//!   cooldowns, the pair-loop breaker), applied to a TRIGGER from another NPC after classification.
+//! * `tick` — the team's tick arbiter: autonomous ticks of every ticking NPC from one timer task,
+//!   the collision guard, the game clock, the sleep schedule and the no-player rule ([`TickReport`]).
 //!
 //! The types that cross boundaries (the event, the verdict, `[npc]`) are in
 //! `warden_protocols::npc`.
@@ -15,6 +19,9 @@
 
 mod classify;
 mod context;
+pub(crate) mod conversation;
+pub(crate) mod tick;
 
 pub use classify::classify;
 pub use context::ContextBuffer;
+pub use tick::TickReport;

@@ -8,8 +8,12 @@
 mod openai;
 #[cfg(all(feature = "fuzzing", feature = "openai"))]
 pub(crate) use openai::fuzzing;
+mod limits;
 mod scripted;
 
+pub use limits::{
+    provider_limit_stats, CallPermit, Limited, ProviderLimitStats, ProviderLimiter, ProviderLimits,
+};
 #[cfg(feature = "openai")]
 pub use openai::{
     retry_class, retry_counts, AttemptObserver, FailedAttempt, OpenAiCompatible, OpenAiConfig,

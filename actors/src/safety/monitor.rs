@@ -144,6 +144,8 @@ pub(crate) struct TeamSafety {
     /// `false` runs the SafetyMonitor's checks off (load-test overhead comparisons). The
     /// consecutive-error emergency stop and halts stay on.
     pub checks: bool,
+    /// The team's NPC↔NPC conversations (their limits and the pair-loop breaker).
+    pub conversations: crate::npc::conversation::Conversations,
 }
 
 impl TeamSafety {

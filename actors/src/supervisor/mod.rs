@@ -24,7 +24,7 @@ mod goals;
 mod restart;
 mod spec;
 
-pub use spec::{AgentSpec, DelegationError, SpawnError, UnknownAgent};
+pub use spec::{AgentSpec, DelegationError, SpawnError, TickConfigError, UnknownAgent};
 
 use delegation::DelegateTool;
 use restart::start_actor;
@@ -40,6 +40,7 @@ use crate::{
     context::ContextStrategy,
     journal::Journal,
     mailbox::PriorityMailbox,
+    npc::{tick::TickArbiter, TickReport},
     provider::Provider,
     safety::{
         GetSafetyReport, InterventionBus, LimitCheckpoint, LimitContext, SafetyMonitor,
@@ -94,6 +95,8 @@ struct SupervisorShared {
     replies: Arc<ReplyHub>,
     /// `[npc]`, shared by every agent whose spec does not set its own.
     npc: Arc<warden_protocols::npc::NpcConfig>,
+    /// The team's one tick arbiter (one timer task for every ticking NPC).
+    ticks: TickArbiter,
 }
 
 /// Builds a [`Supervisor`]. Must be used inside a running actix `System`.
@@ -186,6 +189,7 @@ impl SupervisorBuilder {
             team,
             monitor: Some(monitor),
             checks: self.safety_checks,
+            conversations: Default::default(),
         });
         Supervisor::build(self.config, self.journal, arbiters, safety, self.capacity)
     }
@@ -273,8 +277,10 @@ impl Supervisor {
     ) -> Self {
         let (crash_tx, mut crash_rx) = tokio::sync::mpsc::unbounded_channel();
         let npc = Arc::new(config.npc.clone());
+        let ticks = TickArbiter::start(&config.npc.clock);
         let shared = Arc::new(SupervisorShared {
             npc,
+            ticks,
             config,
             journal,
             agents: DashMap::with_capacity(capacity),
@@ -427,6 +433,7 @@ impl Supervisor {
             npc: npc.map_or_else(|| self.shared.npc.clone(), Arc::new),
             memory: memory.unwrap_or(config.memory),
         };
+        let npc = settings.npc.clone();
         let runner = ToolRunner::new(CircuitConfig {
             failure_threshold: config.tools.circuit_failure_threshold.get(),
             cool_down: Duration::from_secs_f64(config.tools.circuit_cool_down_seconds),
@@ -482,6 +489,10 @@ impl Supervisor {
             }
         }
         self.shared.order.lock().push(entry.clone());
+        if npc.tick.enabled {
+            let ticking = self.shared.ticks.register(&cell, npc);
+            cell.set_ticking(Some(ticking));
+        }
         start_actor(&entry);
         Ok(AgentHandle { cell })
     }
@@ -542,6 +553,82 @@ impl Supervisor {
                 tokio::task::yield_now().await;
             }
         }
+    }
+
+    /// The host reports that `players` players are in `room` now. An NPC in a room reported empty
+    /// is `idle` (`npc.tick.idle_rate`, 0: no ticks) until a player is reported there again; a
+    /// room never reported counts as occupied. An NPC's room is `npc.tick.room`, or else the room
+    /// of the last world event it perceived that named one.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use warden_actors::{AgentSpec, MemoryJournal, ScriptedProvider, Supervisor};
+    /// # use warden_protocols::{npc::{NpcConfig, NpcMode}, WardenConfig};
+    /// # actix_rt::System::new().block_on(async {
+    /// let team = Supervisor::on_current_arbiter(WardenConfig::default(), Arc::new(MemoryJournal::new()));
+    /// let mut npc = NpcConfig::default();
+    /// npc.tick.enabled = true;
+    /// npc.tick.room = Some("forge".into());
+    /// let smith = AgentSpec::assistant("smith", Arc::new(ScriptedProvider::new([]))).with_npc(npc);
+    /// let smith = team.spawn(smith).unwrap();
+    /// team.set_presence("forge", 0);
+    /// assert_eq!(smith.status().npc.unwrap().tick.unwrap().mode, NpcMode::Idle);
+    /// team.set_presence("forge", 2);
+    /// assert_eq!(smith.status().npc.unwrap().tick.unwrap().mode, NpcMode::Awake);
+    /// # });
+    /// ```
+    pub fn set_presence(&self, room: &str, players: usize) {
+        self.shared.ticks.set_presence(room, players);
+    }
+
+    /// Sets the team's game clock to `hour` (0 to 24; fractions are minutes) now; it runs on at
+    /// `npc.clock.speed`. Every ticking NPC's sleep schedule is read again at once.
+    pub fn set_game_hour(&self, hour: f64) {
+        self.shared.ticks.set_game_hour(hour);
+    }
+
+    /// The team's game hour now (0 to 24).
+    pub fn game_hour(&self) -> f64 {
+        self.shared.ticks.game_hour()
+    }
+
+    /// How many NPCs the team's tick arbiter schedules, and on how many timer tasks (one).
+    pub fn tick_report(&self) -> TickReport {
+        self.shared.ticks.report()
+    }
+
+    /// Starts, changes or stops `key`'s autonomous ticks: its `npc.tick` and `npc.sleep` become
+    /// `npc`'s (`npc.tick.enabled = false` stops them; a tick already queued stays queued). Its
+    /// classification settings are not changed.
+    ///
+    /// # Errors
+    /// [`TickConfigError::UnknownAgent`]; [`TickConfigError::Invalid`] (nothing changed) when
+    /// `npc` is out of range ([`warden_protocols::npc::NpcConfig::validate`]).
+    pub fn set_ticks(
+        &self,
+        key: &str,
+        npc: warden_protocols::npc::NpcConfig,
+    ) -> Result<(), TickConfigError> {
+        let handle = self
+            .get(key)
+            .ok_or_else(|| TickConfigError::UnknownAgent(UnknownAgent(key.into())))?;
+        npc.validate().map_err(TickConfigError::Invalid)?;
+        let cell = &handle.cell;
+        let npc = Arc::new(npc);
+        match (cell.ticking(), npc.tick.enabled) {
+            (Some(ticking), true) => ticking.reconfigure(npc),
+            (Some(ticking), false) => {
+                self.shared.ticks.unregister(&ticking);
+                cell.set_ticking(None);
+            }
+            (None, true) => {
+                let ticking = self.shared.ticks.register(cell, npc);
+                cell.set_ticking(Some(ticking));
+            }
+            (None, false) => {}
+        }
+        Ok(())
     }
 
     /// Status of every agent, in spawn order.
@@ -642,6 +729,8 @@ impl Supervisor {
     /// mailboxes open (the shutdown flag is set at once, so crashed actors are not restarted).
     pub async fn shutdown(&self) {
         self.shared.shutting_down.store(true, Ordering::SeqCst);
+        // No tick is queued from now on (the timer task ends).
+        self.shared.ticks.close();
         // Whoever waits for a reply is told the agent is gone (the events stay pending).
         for e in self.shared.agents.iter() {
             e.cell.waiters.clear();

@@ -121,7 +121,8 @@ impl AgentSpec {
     }
 
     /// Gives this agent its own `[npc]` settings (how it classifies world events, its context
-    /// buffer's bounds) instead of the team's.
+    /// buffer's bounds, its ticks and sleep schedule: `npc.tick`, `npc.sleep`) instead of the
+    /// team's. The game clock (`npc.clock`) is the team's whatever this says.
     pub fn with_npc(mut self, npc: warden_protocols::npc::NpcConfig) -> Self {
         self.npc = Some(npc);
         self
@@ -196,4 +197,15 @@ pub enum DelegationError {
     /// The delegate dropped the task unanswered: halted, crashed or shut down.
     #[error("delegate dropped the task (halted, crashed or shut down)")]
     Abandoned,
+}
+
+/// Why [`Supervisor::set_ticks`] changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TickConfigError {
+    /// No agent with that key.
+    #[error(transparent)]
+    UnknownAgent(#[from] UnknownAgent),
+    /// A value out of range.
+    #[error(transparent)]
+    Invalid(warden_protocols::ConfigError),
 }

@@ -23,7 +23,7 @@
 //! # Lock order
 //! `record` → journal's internal lock; `record` → a mailbox lane (a leaf); `record` → `waiters`,
 //! `record` → `answering`, `record` → `hourly` (leaves). The halt gate's two locks are leaves (see
-//! `gate.rs`).
+//! `gate.rs`), and so are `npc` and `ticking`.
 //! No lock is held across an await.
 
 mod delegations;
@@ -142,6 +142,8 @@ pub(crate) struct AgentCell {
     /// Its perception of world events, from the first one on (boxed: most agents never perceive
     /// one, and an idle agent's size counts). A leaf lock.
     npc: Mutex<Option<Box<npc::NpcState>>>,
+    /// Its side of the team's tick arbiter, while it is scheduled (`npc.tick.enabled`). A leaf lock.
+    ticking: Mutex<Option<Arc<crate::npc::tick::Ticking>>>,
     /// Agents running a delegation to this one now: id → the delegator (notified when this one trips).
     delegators: Mutex<HashMap<u64, Weak<AgentCell>>>,
     active_delegations: AtomicU32,
@@ -228,6 +230,7 @@ impl AgentCell {
             }),
             halt: HaltGate::new(halted),
             npc: Mutex::new(None),
+            ticking: Mutex::new(None),
             journal,
             delegators: Mutex::new(HashMap::new()),
             active_delegations: AtomicU32::new(0),

@@ -1,10 +1,10 @@
-//! World events: the classification journaled with its rule and trust, the context buffer, and
-//! what the status shows of them.
+//! World events: the classification journaled with its rule and trust, the context buffer, its
+//! side of the tick arbiter, and what the status shows of them.
 
 use super::*;
-use crate::npc::{classify, ContextBuffer};
+use crate::npc::{classify, conversation::Exchange, tick::Ticking, ContextBuffer};
 use warden_protocols::{
-    npc::{Perception, Verdict, WorldEvent},
+    npc::{ConversationLimit, Perception, SpeakerKind, Verdict, WorldEvent},
     NpcStatus,
 };
 
@@ -12,8 +12,15 @@ use warden_protocols::{
 #[derive(Debug)]
 pub(crate) struct NpcState {
     buffer: ContextBuffer,
+    /// The output of its own commands while a tool call runs (rule 1b), for that call's turn.
+    captured: ContextBuffer,
     perceived: u64,
     last: Option<Perception>,
+    /// TRIGGERs from other NPCs that a conversation limit kept as CONTEXT.
+    limited: u64,
+    /// The pair-loop breaker tripped on a perceived exchange: the reason, for the turn that takes
+    /// it (a trip is `EXECUTING → SAFETY_LOCKOUT`).
+    pair_loop: Option<String>,
 }
 
 impl AgentCell {
@@ -25,14 +32,49 @@ impl AgentCell {
         let state = slot.get_or_insert_with(|| {
             Box::new(NpcState {
                 buffer: ContextBuffer::new(config.context_max_events, config.context_max_tokens),
+                captured: ContextBuffer::new(config.context_max_events, config.context_max_tokens),
                 perceived: 0,
                 last: None,
+                limited: 0,
+                pair_loop: None,
             })
         });
-        // Capturing a command's output is not modelled yet: rule 1b never fires (1c does).
-        let perception = classify(self.key.as_str(), event, config, false);
-        if matches!(perception.verdict, Verdict::Context | Verdict::Capture) {
-            state.buffer.push(event);
+        // Rule 1b: while one of its tool calls runs (the command a game-command tool asked the
+        // server to run), its own command output is captured for the turn.
+        let capturing = self.tools_in_flight() > 0;
+        let mut perception = classify(self.key.as_str(), event, config, capturing);
+        // Another NPC's TRIGGER is an exchange of a conversation: the game-world limits apply.
+        if perception.verdict == Verdict::Trigger
+            && event.speaker.kind == SpeakerKind::Npc
+            && event.speaker.id != self.key.as_str()
+        {
+            let exchange = self.safety.conversations.exchange(
+                self.key.as_str(),
+                &event.speaker.id,
+                &event.text,
+                &config.conversation,
+                tokio::time::Instant::now(),
+            );
+            match exchange {
+                Exchange::Allowed => {}
+                Exchange::Limited(limit) => {
+                    perception.verdict = Verdict::Context;
+                    perception.limited = Some(limit);
+                    state.limited += 1;
+                }
+                Exchange::Loop(reason) => {
+                    perception.limited = Some(ConversationLimit::PairLoop);
+                    if self.safety.checks {
+                        tracing::warn!(agent = %self.key, %reason, "pair loop");
+                        state.pair_loop = Some(reason);
+                    }
+                }
+            }
+        }
+        match perception.verdict {
+            Verdict::Context => state.buffer.push(event),
+            Verdict::Capture => state.captured.push_output(event),
+            Verdict::Trigger | Verdict::Ignore => {}
         }
         state.perceived += 1;
         state.last = Some(perception.clone());
@@ -44,19 +86,61 @@ impl AgentCell {
         perception
     }
 
+    /// The output of its commands captured while its tool calls ran, as one message for the turn
+    /// (`None`: nothing captured).
+    pub(crate) fn take_captured(&self) -> Option<ChatMessage> {
+        self.npc.lock().as_mut()?.captured.take_output()
+    }
+
+    /// The reason of a pair-loop trip perceived since the last turn took it (see
+    /// `npc::conversation`).
+    pub(crate) fn take_pair_loop(&self) -> Option<String> {
+        self.npc.lock().as_mut()?.pair_loop.take()
+    }
+
+    /// A tool call of this agent finished: if it is an NPC, its conversations made progress.
+    pub(crate) fn npc_tool_finished(&self) {
+        if self.npc.lock().is_some() {
+            self.safety.conversations.tool_finished(self.key.as_str());
+        }
+    }
+
     /// The context buffer's events as one message for the turn that starts now (`None`: empty).
     pub(crate) fn take_context(&self) -> Option<ChatMessage> {
         self.npc.lock().as_mut()?.buffer.take_message()
     }
 
+    /// Its side of the team's tick arbiter, while it ticks.
+    pub(crate) fn ticking(&self) -> Option<Arc<Ticking>> {
+        self.ticking.lock().clone()
+    }
+
+    /// Scheduled by the tick arbiter from now on (`None`: no longer).
+    pub(crate) fn set_ticking(&self, ticking: Option<Arc<Ticking>>) -> Option<Arc<Ticking>> {
+        std::mem::replace(&mut *self.ticking.lock(), ticking)
+    }
+
+    /// The arbiter's tick left the ordinary lane: taken by a turn, refused, or discarded.
+    pub(crate) fn tick_left_lane(&self) {
+        if let Some(ticking) = self.ticking() {
+            ticking.left_lane();
+        }
+    }
+
     pub(super) fn npc_status(&self) -> Option<NpcStatus> {
+        let tick = self.ticking().map(|t| t.status());
         let slot = self.npc.lock();
-        let state = slot.as_ref()?;
+        let state = slot.as_deref();
+        if state.is_none() && tick.is_none() {
+            return None;
+        }
         Some(NpcStatus {
-            perceived: state.perceived,
-            last: state.last.clone()?,
-            context_buffered: state.buffer.len(),
-            context_dropped: state.buffer.dropped(),
+            perceived: state.map_or(0, |s| s.perceived),
+            last: state.and_then(|s| s.last.clone()),
+            context_buffered: state.map_or(0, |s| s.buffer.len()),
+            context_dropped: state.map_or(0, |s| s.buffer.dropped()),
+            conversation_limited: state.map_or(0, |s| s.limited),
+            tick,
         })
     }
 }

@@ -40,6 +40,7 @@ fn cell_on(journal: Arc<dyn Journal>) -> AgentCell {
             team,
             monitor: None,
             checks: true,
+            conversations: Default::default(),
         }),
     })
 }
@@ -143,4 +144,36 @@ fn slots_are_counted_exactly_against_the_budget() {
     cell.release_slot();
     cell.release_slot();
     assert_eq!(cell.active_delegations(), 0, "release never underflows");
+}
+
+#[actix_rt::test]
+async fn the_tick_arbiter_never_queues_a_second_tick_until_the_first_leaves_the_lane() {
+    use crate::npc::tick::{fire, TickArbiter};
+    let cell = Arc::new(cell(Arc::new(MemoryJournal::new())));
+    let arbiter = TickArbiter::start(&Default::default());
+    let mut npc = warden_protocols::npc::NpcConfig::default();
+    npc.tick.enabled = true;
+    let ticking = arbiter.register(&cell, Arc::new(npc));
+    cell.set_ticking(Some(ticking.clone()));
+    // Two due ticks before the actor takes the first: the second is skipped and counted.
+    fire(&cell, &ticking);
+    fire(&cell, &ticking);
+    assert_eq!(cell.mailbox.depths().ordinary, 1);
+    let status = ticking.status();
+    assert_eq!((status.ticks, status.skipped, status.queued), (1, 1, true));
+    // A halt discards it: its listing clears the flag, and the next due tick is queued.
+    let discarded = cell.mailbox.take_ordinary();
+    crate::agent::actor::discard_backlog(&cell, discarded);
+    assert!(!ticking.status().queued);
+    fire(&cell, &ticking);
+    assert_eq!(cell.mailbox.depths().ordinary, 1);
+    assert_eq!(ticking.status().ticks, 2);
+    // Taken by a turn: cleared too.
+    let taken = cell.mailbox.pop();
+    assert!(matches!(
+        taken.map(|e| e.msg),
+        Some(AgentMsg::Work(Work::Tick))
+    ));
+    cell.tick_left_lane();
+    assert!(!ticking.status().queued);
 }

@@ -72,5 +72,7 @@ impl AgentCell {
                 error,
             },
         );
+        drop(rec);
+        self.npc_tool_finished();
     }
 }

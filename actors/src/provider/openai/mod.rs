@@ -29,6 +29,11 @@
 //! - **Timeouts.** Without streaming, [`OpenAiConfig::request_timeout`] bounds each attempt (send
 //!   and the whole body). With streaming it bounds the wait for the response headers, and then
 //!   each wait for the next piece of the body (an idle timeout), so long generations are not cut.
+//! - **Shared limits.** With [`OpenAiCompatible::with_limiter`] a call holds the shared
+//!   [`ProviderLimiter`]'s permit from before its first attempt until it ends (a stream: until its
+//!   `Finished` event, or until it is dropped); each attempt waits for the limiter's pause and
+//!   rates first (outside the attempt's timeout), and every response's `Retry-After` (429, 503)
+//!   or exhausted `x-ratelimit-remaining-*` pauses every holder of the limiter.
 //! - The API key is sent as a bearer token and is never logged, serialized or shown by `Debug`.
 
 #[cfg(feature = "fuzzing")]
@@ -41,12 +46,20 @@ pub use retry::{
     retry_class, retry_counts, AttemptObserver, FailedAttempt, RetryPolicy, RETRY_CLASSES,
 };
 
-use crate::provider::{LlmRequest, LlmResponse, Provider, ProviderError};
+use crate::provider::{
+    limits::parse_reset, CallPermit, LlmRequest, LlmResponse, Provider, ProviderError,
+    ProviderLimiter,
+};
 use futures::{future::BoxFuture, stream::BoxStream, FutureExt, StreamExt};
 use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE, RETRY_AFTER};
 use retry::{parse_retry_after, run_with_retries, AttemptError};
 use serde::{Deserialize, Serialize};
-use std::{collections::VecDeque, fmt, sync::Arc, time::Duration};
+use std::{
+    collections::VecDeque,
+    fmt,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 use wire::Draft;
 
 /// How tools are offered to the model.
@@ -202,6 +215,7 @@ struct Inner {
     endpoint: String,
     client: reqwest::Client,
     observer: Option<AttemptObserver>,
+    limiter: Option<Arc<ProviderLimiter>>,
 }
 
 /// A [`Provider`] for any OpenAI-compatible `/chat/completions` endpoint. Cheap to clone.
@@ -215,6 +229,7 @@ impl fmt::Debug for OpenAiCompatible {
         f.debug_struct("OpenAiCompatible")
             .field("config", &self.inner.config)
             .field("observer", &self.inner.observer)
+            .field("limiter", &self.inner.limiter)
             .finish()
     }
 }
@@ -248,6 +263,7 @@ impl OpenAiCompatible {
                 config,
                 client,
                 observer: None,
+                limiter: None,
             }),
         })
     }
@@ -263,15 +279,31 @@ impl OpenAiCompatible {
 
     /// Reports every failed attempt to `observer` (see [`AttemptObserver`] for how to count them).
     pub fn with_attempt_observer(self, observer: AttemptObserver) -> Self {
+        self.rebuilt(|inner| inner.observer = Some(observer))
+    }
+
+    /// Puts every call under `limiter`, shared with the other providers that hold it (see
+    /// [`ProviderLimiter`]): a permit for the whole call, each attempt admitted by the rates and
+    /// the shared pause, and the server's `Retry-After` (on 429 and 503) and
+    /// `x-ratelimit-remaining-*: 0` with `x-ratelimit-reset-*` pausing every holder, each capped
+    /// by [`RetryPolicy::retry_after_cap`].
+    pub fn with_limiter(self, limiter: Arc<ProviderLimiter>) -> Self {
+        self.rebuilt(|inner| inner.limiter = Some(limiter))
+    }
+
+    fn rebuilt(self, change: impl FnOnce(&mut Inner)) -> Self {
         let inner = &self.inner;
+        let mut inner = Inner {
+            config: inner.config.clone(),
+            name: inner.name.clone(),
+            endpoint: inner.endpoint.clone(),
+            client: inner.client.clone(),
+            observer: inner.observer.clone(),
+            limiter: inner.limiter.clone(),
+        };
+        change(&mut inner);
         OpenAiCompatible {
-            inner: Arc::new(Inner {
-                config: inner.config.clone(),
-                name: inner.name.clone(),
-                endpoint: inner.endpoint.clone(),
-                client: inner.client.clone(),
-                observer: Some(observer),
-            }),
+            inner: Arc::new(inner),
         }
     }
 
@@ -289,6 +321,7 @@ impl OpenAiCompatible {
             inner: self.inner.clone(),
             phase: Phase::Start(request),
             pending: VecDeque::new(),
+            permit: None,
         };
         futures::stream::unfold(state, StreamState::next)
             .fuse()
@@ -301,11 +334,14 @@ impl OpenAiCompatible {
     ) -> Result<LlmResponse, ProviderError> {
         let body = wire::request_body(&inner.config, &request, false);
         let timeout = inner.config.request_timeout;
+        let mut permit = admit(&inner, &request).await;
         let (result, _attempts) =
-            run_with_retries(&inner.config.retry, inner.observer.as_ref(), |_| {
+            run_with_retries(&inner.config.retry, inner.observer.as_ref(), |number| {
                 let inner = &inner;
                 let body = &body;
+                let permit = permit.as_ref();
                 async move {
+                    retry_admitted(permit, number).await;
                     let bytes = tokio::time::timeout(timeout, async {
                         let response = send(inner, body, false).await?;
                         response
@@ -319,7 +355,10 @@ impl OpenAiCompatible {
                 }
             })
             .await;
-        result?.finish(inner.config.tool_format, wire::prompt_chars(&request))
+        let outcome = result
+            .and_then(|draft| draft.finish(inner.config.tool_format, wire::prompt_chars(&request)));
+        settle(permit.as_mut(), &outcome);
+        outcome
     }
 }
 
@@ -359,6 +398,80 @@ impl Provider for OpenAiCompatible {
         } else {
             Self::complete_plain(self.inner.clone(), request).boxed()
         }
+    }
+}
+
+/// Waits for the limiter's permit for a call of `request`, if the provider has a limiter.
+async fn admit(inner: &Inner, request: &LlmRequest) -> Option<CallPermit> {
+    let limiter = inner.limiter.as_ref()?;
+    let tokens = ProviderLimiter::estimate(request, inner.config.max_tokens);
+    Some(limiter.start(tokens).await)
+}
+
+/// Before attempt `number` after the first: waits until the limiter admits it.
+async fn retry_admitted(permit: Option<&CallPermit>, number: u32) {
+    if let (Some(permit), true) = (permit, number > 1) {
+        permit.retry().await;
+    }
+}
+
+/// Corrects the permit's token charge by the reply's usage.
+fn settle(permit: Option<&mut CallPermit>, outcome: &Result<LlmResponse, ProviderError>) {
+    if let (Some(permit), Ok(response)) = (permit, outcome) {
+        permit.settle(Some(&response.usage));
+    }
+}
+
+/// The pause a response asks every call of the provider for, and why: a `Retry-After` on a 429 or
+/// 503, or `x-ratelimit-remaining-requests` / `-tokens` at 0 with their `x-ratelimit-reset-*`
+/// (the longest of those present). Unreadable values are ignored.
+fn server_pause(
+    status: u16,
+    headers: &HeaderMap,
+    now: SystemTime,
+) -> Option<(Duration, &'static str)> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let mut pause: Option<(Duration, &'static str)> = None;
+    let mut longer = |wait: Duration, why: &'static str| {
+        if pause.is_none_or(|(longest, _)| wait > longest) {
+            pause = Some((wait, why));
+        }
+    };
+    if status == 429 || status == 503 {
+        if let Some(wait) = header("retry-after").and_then(|v| parse_retry_after(v, now)) {
+            longer(wait, "retry-after");
+        }
+    }
+    for (remaining, reset, why) in [
+        (
+            "x-ratelimit-remaining-requests",
+            "x-ratelimit-reset-requests",
+            "x-ratelimit-remaining-requests: 0",
+        ),
+        (
+            "x-ratelimit-remaining-tokens",
+            "x-ratelimit-reset-tokens",
+            "x-ratelimit-remaining-tokens: 0",
+        ),
+    ] {
+        let exhausted = header(remaining).and_then(|v| v.trim().parse::<u64>().ok()) == Some(0);
+        if let Some(wait) = header(reset).and_then(parse_reset).filter(|_| exhausted) {
+            longer(wait, why);
+        }
+    }
+    pause
+}
+
+/// Tells the provider's limiter, if any, what a response's status and headers say.
+fn note_response(inner: &Inner, status: u16, headers: &HeaderMap) {
+    let Some(limiter) = &inner.limiter else {
+        return;
+    };
+    if status == 429 {
+        limiter.note_throttled();
+    }
+    if let Some((wait, why)) = server_pause(status, headers, SystemTime::now()) {
+        limiter.pause(wait.min(inner.config.retry.retry_after_cap), why);
     }
 }
 
@@ -406,6 +519,7 @@ async fn send(
         .await
         .map_err(|e| from_reqwest(&e, timeout))?;
     let status = response.status();
+    note_response(inner, status.as_u16(), response.headers());
     if status.is_success() {
         return Ok(response);
     }
@@ -446,6 +560,8 @@ struct StreamState {
     inner: Arc<Inner>,
     phase: Phase,
     pending: VecDeque<StreamEvent>,
+    /// The limiter's permit, held from the start until the stream finishes (or is dropped).
+    permit: Option<CallPermit>,
 }
 
 impl StreamState {
@@ -464,6 +580,8 @@ impl StreamState {
 
     fn finish(&mut self, outcome: Result<LlmResponse, ProviderError>, attempts: u32) {
         self.phase = Phase::Done;
+        settle(self.permit.as_mut(), &outcome);
+        self.permit = None;
         self.pending
             .push_back(StreamEvent::Finished { outcome, attempts });
     }
@@ -474,11 +592,14 @@ impl StreamState {
         let body = wire::request_body(&inner.config, &request, true);
         let prompt_chars = wire::prompt_chars(&request);
         let timeout = inner.config.request_timeout;
+        self.permit = admit(&inner, &request).await;
+        let permit = self.permit.as_ref();
         let (result, attempts) =
-            run_with_retries(&inner.config.retry, inner.observer.as_ref(), |_| {
+            run_with_retries(&inner.config.retry, inner.observer.as_ref(), |number| {
                 let inner = &inner;
                 let body = &body;
                 async move {
+                    retry_admitted(permit, number).await;
                     tokio::time::timeout(timeout, send(inner, body, true))
                         .await
                         .map_err(|_| timeout_error(timeout))?
@@ -632,6 +753,107 @@ mod tests {
             Err(OpenAiSetupError::MissingApiKey { var: var.into() })
         );
         std::env::remove_var(var);
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            if let Ok(value) = reqwest::header::HeaderValue::from_str(value) {
+                map.append(*name, value);
+            }
+        }
+        map
+    }
+
+    #[test]
+    fn server_pauses_from_headers() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480); // 07:28:00
+        let pause = |status, pairs: &[(&'static str, &str)]| {
+            server_pause(status, &headers(pairs), now).map(|(d, why)| (d.as_millis(), why))
+        };
+        assert_eq!(
+            pause(429, &[("retry-after", "7")]),
+            Some((7000, "retry-after"))
+        );
+        assert_eq!(
+            pause(503, &[("retry-after", "Wed, 21 Oct 2015 07:28:03 GMT")]),
+            Some((3000, "retry-after"))
+        );
+        // Retry-After means nothing on a success or another error.
+        assert_eq!(pause(200, &[("retry-after", "7")]), None);
+        assert_eq!(pause(500, &[("retry-after", "7")]), None);
+        // An exhausted budget pauses until its reset, on any status; the longest wins.
+        assert_eq!(
+            pause(
+                200,
+                &[
+                    ("x-ratelimit-remaining-requests", "0"),
+                    ("x-ratelimit-reset-requests", "1s"),
+                    ("x-ratelimit-remaining-tokens", "0"),
+                    ("x-ratelimit-reset-tokens", "6m0s"),
+                ]
+            ),
+            Some((360_000, "x-ratelimit-remaining-tokens: 0"))
+        );
+        assert_eq!(
+            pause(
+                429,
+                &[
+                    ("retry-after", "1"),
+                    ("x-ratelimit-remaining-requests", "0"),
+                    ("x-ratelimit-reset-requests", "1h2m3.5s"),
+                ]
+            ),
+            Some((3_723_500, "x-ratelimit-remaining-requests: 0"))
+        );
+        // Budget left: no pause, whatever the reset says.
+        assert_eq!(
+            pause(
+                200,
+                &[
+                    ("x-ratelimit-remaining-requests", "12"),
+                    ("x-ratelimit-reset-requests", "20ms"),
+                ]
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn malformed_rate_limit_headers_are_ignored() {
+        let now = SystemTime::now();
+        for pairs in [
+            &[("retry-after", "soon")][..],
+            &[("retry-after", "-5")],
+            &[("retry-after", "")],
+            &[
+                ("x-ratelimit-remaining-requests", "zero"),
+                ("x-ratelimit-reset-requests", "1s"),
+            ],
+            &[
+                ("x-ratelimit-remaining-requests", "-0.5"),
+                ("x-ratelimit-reset-requests", "1s"),
+            ],
+            &[
+                ("x-ratelimit-remaining-tokens", "0"),
+                ("x-ratelimit-reset-tokens", "1 fortnight"),
+            ],
+            &[
+                ("x-ratelimit-remaining-tokens", "0"),
+                ("x-ratelimit-reset-tokens", "99999999999999999999999h"),
+            ],
+            &[("x-ratelimit-remaining-tokens", "0")],
+            &[("x-ratelimit-reset-tokens", "1s")],
+        ] {
+            assert_eq!(server_pause(429, &headers(pairs), now), None, "{pairs:?}");
+        }
+        // A header that is not visible ASCII is not a string: ignored too.
+        let mut map = HeaderMap::new();
+        map.insert(
+            "retry-after",
+            reqwest::header::HeaderValue::from_bytes(b"\xff5").unwrap(),
+        );
+        assert_eq!(server_pause(429, &map, now), None);
     }
 
     #[test]
