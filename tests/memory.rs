@@ -159,6 +159,11 @@ async fn the_older_history_is_summarised_and_a_replay_equals_the_live_record() {
     // The summary requests carried the removed messages and no tools; the turn's requests after a
     // compaction start with the system prompt and the summary.
     let seen = seen.lock();
+    // Every call's tokens were recorded, the summaries' too (they count against the budgets).
+    let recorded = journaled(&journal, |kind| {
+        matches!(kind, EventKind::UsageRecorded { .. }).then_some(())
+    });
+    assert_eq!(recorded.len(), seen.len());
     let summaries: Vec<&LlmRequest> = seen.iter().filter(|r| is_summary_request(r)).collect();
     assert_eq!(summaries.len(), done.len());
     assert!(summaries.iter().all(|r| r.tools.is_empty()));
