@@ -271,8 +271,46 @@ struct LoadtestArgs {
     /// ("repeat" in the JSON; `loadtest compare` uses the ranges as the noise band).
     #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = at_least_one)]
     repeat: usize,
+    /// Also write the run as one self-contained HTML file (charts over time, latency histogram,
+    /// lockouts by depth, the invariants, the configuration; no network references).
+    #[arg(long, value_name = "FILE.html")]
+    report: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<LoadtestCommand>,
+}
+
+impl LoadtestArgs {
+    /// The run's configuration as the HTML report shows it.
+    fn configuration(&self) -> serde_json::Value {
+        let common = serde_json::json!({
+            "seed": self.seed,
+            "backlog": self.backlog,
+            "halt_probes": self.halt_probes,
+            "timeout_s": self.timeout_s,
+            "repeat": self.repeat,
+        });
+        let specific = match &self.config {
+            Some(path) => serde_json::json!({
+                "config": path.display().to_string(),
+                "rate": self.rate,
+                "concurrency": self.concurrency,
+                "duration": self.duration,
+                "count": self.count,
+            }),
+            None => serde_json::json!({
+                "scenario": self.scenario.as_str(),
+                "agents": self.agents,
+                "fanout": self.fanout,
+                "depth": self.depth,
+                "tasks_per_agent": self.tasks_per_agent,
+                "fail_rate": self.fail_rate,
+                "panic_rate": self.panic_rate,
+                "llm_latency_ms": self.llm_latency_ms,
+                "safety": !self.no_safety,
+            }),
+        };
+        serde_json::json!({ "command line": specific, "common": common })
+    }
 }
 
 #[derive(Subcommand)]
@@ -896,6 +934,18 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
         _ => {}
+    }
+    if let Some(path) = &args.report {
+        let written = std::fs::File::create(path).and_then(|file| {
+            let mut out = std::io::BufWriter::new(file);
+            warden::loadtest::html::write_html(&mut out, report, &args.configuration())?;
+            use std::io::Write;
+            out.flush()
+        });
+        if let Err(err) = written {
+            eprintln!("error: cannot write {}: {err}", path.display());
+            return ExitCode::FAILURE;
+        }
     }
     let timed_out = reports.iter().find(|r| r.timed_out);
     if let Some(r) = timed_out {

@@ -811,3 +811,113 @@ fn repeat_reports_median_and_range_and_compare_reads_them() {
     );
     assert!(text.contains("\n  steps_per_sec "), "{text}");
 }
+
+/// Checks that `html` is well-formed XML-style markup: every tag closed in order (self-closing
+/// tags allowed), after the doctype. Returns the tags seen, by name.
+fn check_well_formed(html: &str) -> Vec<String> {
+    let body = html
+        .strip_prefix("<!DOCTYPE html>\n")
+        .expect("starts with the doctype");
+    let mut stack: Vec<String> = Vec::new();
+    let mut seen = Vec::new();
+    let mut rest = body;
+    while let Some(open) = rest.find('<') {
+        let close = rest[open..].find('>').expect("a tag ends") + open;
+        let tag = &rest[open + 1..close];
+        assert!(!tag.contains('<'), "a `<` inside a tag: {tag}");
+        if let Some(name) = tag.strip_prefix('/') {
+            assert_eq!(stack.pop().as_deref(), Some(name), "closing {name}");
+        } else {
+            let name = tag.split_whitespace().next().unwrap().trim_end_matches('/');
+            seen.push(name.to_owned());
+            if !tag.ends_with('/') {
+                stack.push(name.to_owned());
+            }
+        }
+        rest = &rest[close + 1..];
+    }
+    assert!(stack.is_empty(), "unclosed: {stack:?}");
+    seen
+}
+
+#[test]
+fn cli_writes_a_self_contained_html_report() {
+    let path = team_file("html", "").with_file_name("report.html");
+    let (code, _, stderr) = loadtest_cli(&[
+        "--scenario",
+        "cascade",
+        "--agents",
+        "40",
+        "--halt-probes",
+        "1",
+        "--report",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let html = std::fs::read_to_string(&path).unwrap();
+    let tags = check_well_formed(&html);
+    // Self-contained: no reference to anything on a network, no script, nothing loaded.
+    assert!(!html.contains("http://") && !html.contains("https://"));
+    assert!(!tags
+        .iter()
+        .any(|t| ["script", "link", "img", "iframe"].contains(&t.as_str())));
+    // Six charts: throughput, latency, agents by state, histogram, lockouts, refusals.
+    assert_eq!(tags.iter().filter(|t| *t == "svg").count(), 6);
+    assert!(html.contains("invariants: pass"), "{html}");
+    assert!(html.contains("Lockouts by depth"));
+    assert!(
+        html.contains("&quot;scenario&quot;: &quot;cascade&quot;"),
+        "{html}"
+    );
+
+    // A broken invariant shows as FAIL in the header.
+    let mut report = run_loadtest(LoadtestOptions {
+        halt_probes: 0,
+        ..small(Scenario::Steady)
+    });
+    report.lost_events = 1;
+    let mut out = Vec::new();
+    warden::loadtest::html::write_html(&mut out, &report, &serde_json::json!({})).unwrap();
+    let html = String::from_utf8(out).unwrap();
+    check_well_formed(&html);
+    assert!(html.contains("invariants: FAIL"));
+    assert!(
+        html.contains("<td class=\"fail\">FAIL</td><td>1</td>"),
+        "{html}"
+    );
+}
+
+/// Renders the report in a headless Chromium when one is installed (optional; skipped loudly).
+#[test]
+fn the_html_report_renders_in_a_headless_browser() {
+    let browser = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            std::process::Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+    let Some(browser) = browser else {
+        eprintln!("SKIPPED the_html_report_renders_in_a_headless_browser: no chromium on PATH");
+        return;
+    };
+    let path = team_file("render", "").with_file_name("render.html");
+    let (code, _, stderr) = loadtest_cli(&[
+        "--agents",
+        "13",
+        "--halt-probes",
+        "0",
+        "--report",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let out = std::process::Command::new(browser)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
+        .arg(format!("file://{}", path.display()))
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(dom.contains("<svg"), "{dom}");
+    assert!(dom.contains("invariants: pass"), "{dom}");
+}

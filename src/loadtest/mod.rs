@@ -49,6 +49,7 @@ use warden_protocols::{
 };
 
 pub mod compare;
+pub mod html;
 pub mod workload;
 
 /// `warden loadtest`'s exit code when an invariant is violated (`lost_events`, `leaked_slots` or
@@ -303,6 +304,10 @@ pub struct LoadReport {
     /// Not in the JSON contract: delegation refusals of other kinds (unknown delegate, full mailbox).
     #[serde(skip)]
     pub refused_other: u64,
+    /// Not in the JSON: every answered event's latency (accepted → answered) in µs, sorted (for
+    /// the HTML report's histogram).
+    #[serde(skip)]
+    pub event_latencies_us: Vec<u64>,
 }
 
 /// One point of [`LoadReport::series`]: the counts are over the interval that ends at `t_s`, the
@@ -319,6 +324,12 @@ pub struct Sample {
     pub llm_calls: u64,
     /// Agents locked out in the interval.
     pub lockouts: u64,
+    /// Events answered in the interval (as the harness saw their answers).
+    pub answered: u64,
+    /// Median accepted → answered latency of those, in ms (0 when none).
+    pub latency_p50_ms: f64,
+    /// 99th percentile of the same, in ms.
+    pub latency_p99_ms: f64,
     /// Agents in each state at `t_s`, by state name (`EXECUTING`, …; states with no agent
     /// left out).
     pub agents_by_state: BTreeMap<String, u64>,
@@ -846,8 +857,6 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
         .safety_checks(options.safety)
         .capacity(options.agents)
         .build();
-    // Every settled event of the fleet, correlated by id: the roots' answers give the latencies.
-    let mut replies = team.take_replies();
     let retries_before = warden_actors::retry_counts();
 
     let inner = Faults {
@@ -933,9 +942,9 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
             std::sync::atomic::Ordering::Relaxed,
         );
     }
-    let mut driven = Driven::default();
     let drive_start = Instant::now();
-    let mut sampler = Sampler::new(drive_start);
+    // Every settled event of the fleet, correlated by id: the roots' answers give the latencies.
+    let mut driven = Driven::new(&team, drive_start, false);
     // Turns without refusals: every agent runs every task once.
     progress.phase("drive", agents * tasks as u64);
     for t in 0..tasks {
@@ -962,7 +971,7 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
                     break;
                 }
             }
-            sampler.tick(&journal, &team, &llm_calls);
+            driven.poll(&journal, &team, &llm_calls);
             let left = deadline
                 .saturating_duration_since(Instant::now())
                 .min(Duration::from_secs(1));
@@ -976,23 +985,16 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
             &journal,
             &team,
             &progress,
-            &mut sampler,
+            &mut driven,
             &llm_calls,
             deadline,
         )
         .await;
     }
     driven.duration = drive_start.elapsed();
-    if let Some(replies) = replies.as_mut() {
-        while let Ok(settled) = replies.try_recv() {
-            if let Ok(reply) = settled.result {
-                driven.latencies.push(reply.latency.as_micros() as u64);
-            }
-        }
-    }
     let storm = (scenario == Scenario::HaltStorm).then_some(drive_start);
     let mut report = finish(
-        team, &journal, &progress, &options, storm, driven, sampler, &llm_calls,
+        team, &journal, &progress, &options, storm, driven, &llm_calls,
     )
     .await;
     report.scenario = scenario.as_str().to_owned();
@@ -1014,7 +1016,7 @@ async fn drain(
     journal: &HarnessJournal,
     team: &Supervisor,
     progress: &Progress,
-    sampler: &mut Sampler,
+    driven: &mut Driven,
     llm_calls: CallCount<'_>,
     deadline: Instant,
 ) -> Option<u64> {
@@ -1033,7 +1035,7 @@ async fn drain(
                 t.outstanding, t.lockouts
             ));
         }
-        sampler.tick(journal, team, llm_calls);
+        driven.poll(journal, team, llm_calls);
         actix_rt::time::sleep(Duration::from_micros(500)).await;
     }
 }
@@ -1054,8 +1056,7 @@ impl Spawned {
     }
 }
 
-/// What the drive phase leaves for the report.
-#[derive(Default)]
+/// The drive phase: what it sent, what settled, the time series; what it leaves for the report.
 struct Driven {
     duration: Duration,
     /// Work items still open when the deadline cut the drive phase.
@@ -1064,9 +1065,59 @@ struct Driven {
     tasks_refused: u64,
     /// Accepted → answered, in µs, of the tasks that were answered.
     latencies: Vec<u64>,
+    /// The team's settlements ([`Supervisor::take_replies`]).
+    replies: tokio::sync::mpsc::UnboundedReceiver<crate::Settlement>,
+    /// Keeps `replies` open when the team's stream was taken already (then nothing settles).
+    _spare: tokio::sync::mpsc::UnboundedSender<crate::Settlement>,
+    /// The harness's own events not settled yet; `None`: every settlement is the harness's.
+    in_flight: Option<HashSet<(AgentKey, u64)>>,
+    sampler: Sampler,
 }
 
 impl Driven {
+    /// The drive phase of `team`, from `start`. `track`: time only the events sent with
+    /// [`Driven::send`] (the team may settle others).
+    fn new(team: &Supervisor, start: Instant, track: bool) -> Self {
+        let (spare, taken) = tokio::sync::mpsc::unbounded_channel();
+        Driven {
+            duration: Duration::ZERO,
+            unfinished: None,
+            tasks_sent: 0,
+            tasks_refused: 0,
+            latencies: Vec::new(),
+            replies: team.take_replies().unwrap_or(taken),
+            _spare: spare,
+            in_flight: track.then(HashSet::new),
+            sampler: Sampler::new(start),
+        }
+    }
+
+    /// Events sent and not settled yet (0 when not tracked).
+    fn in_flight(&self) -> usize {
+        self.in_flight.as_ref().map_or(0, HashSet::len)
+    }
+
+    /// Ends `s` if it is the harness's: an answer's latency is kept.
+    fn settle(&mut self, s: crate::Settlement) {
+        let ours = match &mut self.in_flight {
+            None => true,
+            Some(set) => set.remove(&(s.agent, s.id)),
+        };
+        if let (true, Ok(reply)) = (ours, s.result) {
+            let us = reply.latency.as_micros() as u64;
+            self.latencies.push(us);
+            self.sampler.answered.push(us);
+        }
+    }
+
+    /// Takes the settlements that came, and a sample when one is due.
+    fn poll(&mut self, journal: &HarnessJournal, team: &Supervisor, llm_calls: CallCount<'_>) {
+        while let Ok(s) = self.replies.try_recv() {
+            self.settle(s);
+        }
+        self.sampler.tick(journal, team, llm_calls);
+    }
+
     /// Sends `event` to `agent`, counting it; its id when it was accepted.
     fn send(
         &mut self,
@@ -1080,6 +1131,9 @@ impl Driven {
                 let mut t = journal.tally.lock();
                 t.add(agent.key(), 1);
                 t.events_accepted += 1;
+                if let Some(set) = &mut self.in_flight {
+                    set.insert((agent.key().clone(), id));
+                }
                 Some(id)
             }
             Err(err) => {
@@ -1104,6 +1158,8 @@ struct Sampler {
     next: Instant,
     /// Counts at the last sample: events accepted, turns, model calls, lockouts.
     last: [u64; 4],
+    /// Latencies (µs) of the events answered since the last sample.
+    answered: Vec<u64>,
     samples: Vec<Sample>,
 }
 
@@ -1113,6 +1169,7 @@ impl Sampler {
             start,
             next: start + Duration::from_secs(1),
             last: [0; 4],
+            answered: Vec::new(),
             samples: Vec::new(),
         }
     }
@@ -1152,8 +1209,12 @@ impl Sampler {
                 .entry(status.state.as_str().to_owned())
                 .or_default() += 1;
         }
+        let answered = EventLatency::of(std::mem::take(&mut self.answered));
         self.samples.push(Sample {
             t_s: (now - self.start).as_secs_f64(),
+            answered: answered.answered,
+            latency_p50_ms: answered.p50_ms,
+            latency_p99_ms: answered.p99_ms,
             events_accepted: delta[0],
             turns: delta[1],
             llm_calls: delta[2],
@@ -1186,10 +1247,14 @@ async fn finish(
     options: &LoadtestOptions,
     storm: Option<Instant>,
     mut driven: Driven,
-    mut sampler: Sampler,
     llm_calls: CallCount<'_>,
 ) -> LoadReport {
-    sampler.sample(Instant::now(), journal, &team, llm_calls);
+    while let Ok(s) = driven.replies.try_recv() {
+        driven.settle(s);
+    }
+    driven
+        .sampler
+        .sample(Instant::now(), journal, &team, llm_calls);
     let agents = team.len() as u64;
     let statuses = team.statuses();
     let stopped = statuses
@@ -1265,7 +1330,12 @@ async fn finish(
         restarts,
         halt,
         halt_all,
-        event_latency: EventLatency::of(driven.latencies),
+        event_latency: EventLatency::of(driven.latencies.clone()),
+        event_latencies_us: {
+            let mut all = driven.latencies;
+            all.sort_unstable();
+            all
+        },
         memory: Memory {
             rss_peak_bytes: proc_status_bytes("VmHWM"),
             bytes_per_agent: 0,
@@ -1279,7 +1349,7 @@ async fn finish(
         refused_other: t.refused_other,
         tasks_sent: driven.tasks_sent,
         tasks_refused: driven.tasks_refused,
-        series: sampler.samples,
+        series: driven.sampler.samples,
         ..LoadReport::default()
     }
 }

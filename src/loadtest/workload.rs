@@ -23,17 +23,16 @@
 
 use super::{
     drain, finish, retries_since, Driven, HarnessJournal, LoadReport, LoadtestOptions, Progress,
-    Sampler, Spawned,
+    Spawned,
 };
 use crate::{
     team::{ProviderSpec, TeamError, TeamFile},
-    AgentHandle, LlmRequest, LlmResponse, Provider, ProviderError, Settlement, Supervisor,
-    UserEvent,
+    AgentHandle, LlmRequest, LlmResponse, Provider, ProviderError, Supervisor, UserEvent,
 };
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::{
-    collections::{BTreeSet, HashMap, HashSet},
+    collections::{BTreeSet, HashMap},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -258,9 +257,9 @@ impl Workload {
         let section = warden_protocols::parse_toml::<WorkloadDoc>(text)
             .map_err(|err| match err {
                 // `Spanned` shows in the key's path as a field of its own: not the user's key.
-                ConfigError::Parse(message) => ConfigError::Parse(
-                    message.replace(".$__serde_spanned_private_value", ""),
-                ),
+                ConfigError::Parse(message) => {
+                    ConfigError::Parse(message.replace(".$__serde_spanned_private_value", ""))
+                }
                 other => other,
             })?
             .workload
@@ -505,15 +504,6 @@ fn depths(team: &TeamFile) -> HashMap<AgentKey, usize> {
         .collect()
 }
 
-/// Ends `s` if it is one of ours (in `in_flight`): an answer's latency is kept.
-fn note(in_flight: &mut HashSet<(AgentKey, u64)>, driven: &mut Driven, s: Settlement) {
-    if in_flight.remove(&(s.agent, s.id)) {
-        if let Ok(reply) = s.result {
-            driven.latencies.push(reply.latency.as_micros() as u64);
-        }
-    }
-}
-
 /// Runs `workload` against `team` in its own actix `System` (blocks the calling thread); see
 /// [`run_team_async`].
 ///
@@ -561,10 +551,6 @@ pub async fn run_team_async(
         .current_arbiter()
         .capacity(team_file.agents.len())
         .build();
-    // Taken once, right after the build: always there. (Without it, nothing would settle; the
-    // sender is kept so that `recv` waits instead of ending.)
-    let (_keep, spare) = tokio::sync::mpsc::unbounded_channel();
-    let mut replies = team.take_replies().unwrap_or(spare);
     let retries_before = warden_actors::retry_counts();
     let calls = Arc::new(AtomicU64::new(0));
 
@@ -597,15 +583,12 @@ pub async fn run_team_async(
     let llm_calls = || calls.load(Ordering::Relaxed);
 
     // ---- drive
-    let mut driven = Driven::default();
     let start = Instant::now();
-    let mut sampler = Sampler::new(start);
+    let mut driven = Driven::new(&team, start, true);
     progress.phase("drive", workload.count.unwrap_or(0));
     let stop_at = workload.duration.map(|d| start + d);
     let deadline = stop_at.unwrap_or(start) + options.timeout;
     let limit = workload.count.unwrap_or(u64::MAX);
-    // Our events not settled yet (the answers of others are not ours to time).
-    let mut in_flight: HashSet<(AgentKey, u64)> = HashSet::new();
     let mut n = 0u64;
     loop {
         let now = Instant::now();
@@ -616,12 +599,12 @@ pub async fn run_team_async(
             driven.unfinished = Some(journal.tally.lock().outstanding.max(0) as u64);
             break;
         }
-        sampler.tick(&journal, &team, &llm_calls);
+        driven.poll(&journal, &team, &llm_calls);
         progress.at(n);
         // When the next event is due (open loop), or `None` when it waits for a settlement.
         let due = match workload.pace {
             Pace::Rate(rate) => Some(start + Duration::from_secs_f64(n as f64 / rate)),
-            Pace::Concurrency(c) if (in_flight.len() as u64) < c => Some(now),
+            Pace::Concurrency(c) if (driven.in_flight() as u64) < c => Some(now),
             Pace::Concurrency(_) => None,
         };
         if due.is_some_and(|due| due <= now) {
@@ -630,16 +613,11 @@ pub async fn run_team_async(
             let Some(handle) = targets.get(agent) else {
                 continue;
             };
-            match driven.send(&journal, handle, UserEvent::new(text)) {
-                Some(id) => {
-                    in_flight.insert((handle.key().clone(), id));
-                }
-                // Refused at once: settled. Keep a closed loop from spinning on a team that
-                // refuses everything.
-                None if matches!(workload.pace, Pace::Concurrency(_)) => {
-                    actix_rt::time::sleep(Duration::from_millis(1)).await;
-                }
-                None => {}
+            let accepted = driven.send(&journal, handle, UserEvent::new(text));
+            // Refused at once: settled. Keep a closed loop from spinning on a team that refuses
+            // everything.
+            if accepted.is_none() && matches!(workload.pace, Pace::Concurrency(_)) {
+                actix_rt::time::sleep(Duration::from_millis(1)).await;
             }
             continue;
         }
@@ -652,9 +630,9 @@ pub async fn run_team_async(
             until = until.min(stop);
         }
         tokio::select! {
-            settled = replies.recv() => {
+            settled = driven.replies.recv() => {
                 if let Some(s) = settled {
-                    note(&mut in_flight, &mut driven, s);
+                    driven.settle(s);
                 }
             }
             () = actix_rt::time::sleep(until.saturating_duration_since(now)) => {}
@@ -665,20 +643,14 @@ pub async fn run_team_async(
             &journal,
             &team,
             &progress,
-            &mut sampler,
+            &mut driven,
             &llm_calls,
             deadline,
         )
         .await;
     }
     driven.duration = start.elapsed();
-    while let Ok(s) = replies.try_recv() {
-        note(&mut in_flight, &mut driven, s);
-    }
-    let mut report = finish(
-        team, &journal, &progress, options, None, driven, sampler, &llm_calls,
-    )
-    .await;
+    let mut report = finish(team, &journal, &progress, options, None, driven, &llm_calls).await;
     report.scenario = "team".to_owned();
     report.retries = retries_since(&retries_before);
     report.workload = Some(workload.summary(config));
