@@ -921,3 +921,74 @@ fn the_html_report_renders_in_a_headless_browser() {
     assert!(dom.contains("<svg"), "{dom}");
     assert!(dom.contains("invariants: pass"), "{dom}");
 }
+
+/// The example team file of docs/loadtest.md, and the errors the page shows for it.
+fn doc_example() -> (String, Vec<String>) {
+    let doc = include_str!("../docs/loadtest.md");
+    let after = doc
+        .split("<!-- example: team-workload -->\n```toml\n")
+        .nth(1)
+        .expect("the example's marker");
+    let toml = after.split("\n```").next().unwrap().to_owned() + "\n";
+    let errors = doc
+        .lines()
+        .filter(|l| l.starts_with("error: team.toml: invalid config: "))
+        .map(str::to_owned)
+        .collect();
+    (toml, errors)
+}
+
+#[test]
+fn the_documented_team_file_runs_and_its_documented_errors_are_the_real_ones() {
+    let (toml, errors) = doc_example();
+    let path = team_file("doc", &toml);
+    let (code, stdout, stderr) = loadtest_cli(&[
+        "--config",
+        path.to_str().unwrap(),
+        "--duration",
+        "0.3",
+        "--halt-probes",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(json["lost_events"], 0, "{json}");
+    assert_eq!(json["workload"]["mode"], "rate");
+    assert_eq!(json["workload"]["agents"], serde_json::json!(["concierge"]));
+    // 20 events/s for 0.3 s: events 0 to 5 are due (event n at n/20 s).
+    assert_eq!(json["tasks_sent"], 6, "{json}");
+    assert_eq!(json["event_latency"]["answered"], 6, "{json}");
+    assert_eq!(json["delegations"]["accepted"], 6, "{json}");
+    // Every key of the report is in the page's contract.
+    let doc = include_str!("../docs/loadtest.md");
+    for key in json.as_object().unwrap().keys() {
+        assert!(
+            doc.contains(&format!("\"{key}\"")),
+            "{key} is not documented"
+        );
+    }
+
+    let rate_line = toml
+        .lines()
+        .find(|l| l.starts_with("rate = "))
+        .unwrap()
+        .to_owned();
+    let mutations = [
+        toml.replace("agents = [\"concierge\"]", "agents = [\"conceirge\"]"),
+        toml.replace(&rate_line, "rate = \"fast\""),
+        toml.replace(&rate_line, "rate = -2"),
+    ];
+    assert_eq!(errors.len(), mutations.len(), "{errors:?}");
+    for (i, (text, documented)) in mutations.iter().zip(&errors).enumerate() {
+        let path = team_file(&format!("doc{i}"), text);
+        let (code, _, stderr) = loadtest_cli(&["--config", path.to_str().unwrap()]);
+        assert_eq!(code, 1, "{stderr}");
+        let real = stderr
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .replace(path.to_str().unwrap(), "team.toml");
+        assert_eq!(&real, documented);
+    }
+}

@@ -592,7 +592,14 @@ pub async fn run_team_async(
     let mut n = 0u64;
     loop {
         let now = Instant::now();
-        if n >= limit || stop_at.is_some_and(|s| now >= s) {
+        // Open loop: event `n` is due at n / rate, and the events due before the end of
+        // `duration_seconds` are sent even when the loop runs late (so a run sends exactly
+        // ceil(rate × duration) events). Closed loop: sending stops at the end.
+        let scheduled = match workload.pace {
+            Pace::Rate(rate) => start + Duration::from_secs_f64(n as f64 / rate),
+            Pace::Concurrency(_) => now,
+        };
+        if n >= limit || stop_at.is_some_and(|s| scheduled >= s) {
             break;
         }
         if now >= deadline {
@@ -603,7 +610,7 @@ pub async fn run_team_async(
         progress.at(n);
         // When the next event is due (open loop), or `None` when it waits for a settlement.
         let due = match workload.pace {
-            Pace::Rate(rate) => Some(start + Duration::from_secs_f64(n as f64 / rate)),
+            Pace::Rate(_) => Some(scheduled),
             Pace::Concurrency(c) if (driven.in_flight() as u64) < c => Some(now),
             Pace::Concurrency(_) => None,
         };
