@@ -1589,7 +1589,8 @@ delegate = false
             format!(
                 "invalid config: line {line}, column 2: `mailboxes`: unknown field `mailboxes`, \
                  expected one of `safety`, `execution`, `delegation`, `tools`, `mailbox`, \
-                 `supervisor`, `journal`, `npc`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`\n\
+                 `supervisor`, `journal`, `npc`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`, \
+                 `workload`\n\
                  {line} | [mailboxes]\n\
                  {} |  ^^^^^^^^^",
                 " ".repeat(line.to_string().len())
