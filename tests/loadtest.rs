@@ -322,12 +322,17 @@ fn bad_flag_values_are_usage_errors_that_name_the_flag() {
             "error: invalid value '-1' for '--llm-latency-ms <LLM_LATENCY_MS>': must be a number of 0 or more",
         ),
     ];
+    assert_usage_errors(&cases);
+}
+
+/// Each `(args, first line of stderr)`: `warden loadtest ARGS` is a usage error (exit 2: as for
+/// every command; an invariant violation is 11) with that first line, and prints nothing.
+fn assert_usage_errors(cases: &[(&[&str], &str)]) {
     for (args, expected) in cases {
         let (code, stdout, stderr) = loadtest_cli(args);
-        // 2: a usage error, as for every command (an invariant violation is 11).
         assert_eq!(code, 2, "{args:?}: {stderr}");
         assert_eq!(stdout, "");
-        assert_eq!(stderr.lines().next(), Some(expected), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().next(), Some(*expected), "{args:?}: {stderr}");
     }
 }
 
@@ -688,12 +693,7 @@ fn cli_workload_flags_are_checked_like_the_others() {
             "error: the argument '--rate <RATE>' cannot be used with '--concurrency <CONCURRENCY>'",
         ),
     ];
-    for (args, expected) in cases {
-        let (code, stdout, stderr) = loadtest_cli(args);
-        assert_eq!(code, 2, "{args:?}: {stderr}");
-        assert_eq!(stdout, "");
-        assert_eq!(stderr.lines().next(), Some(expected), "{args:?}: {stderr}");
-    }
+    assert_usage_errors(&cases);
 }
 
 #[test]
