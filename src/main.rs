@@ -280,6 +280,55 @@ struct LoadtestArgs {
 }
 
 impl LoadtestArgs {
+    /// Runs the same load test (`--repeat 1`, `--json`, no `--report`) in a child process and
+    /// reads its report.
+    fn run_child(&self) -> Result<warden::loadtest::LoadReport, String> {
+        let mut cmd =
+            std::process::Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
+        cmd.arg("loadtest").arg("--json");
+        let flags: [(&str, Option<String>); 17] = [
+            ("--scenario", Some(self.scenario.as_str().to_owned())),
+            ("--agents", Some(self.agents.to_string())),
+            ("--fanout", Some(self.fanout.to_string())),
+            ("--depth", Some(self.depth.to_string())),
+            ("--tasks-per-agent", Some(self.tasks_per_agent.to_string())),
+            ("--fail-rate", Some(self.fail_rate.to_string())),
+            ("--panic-rate", Some(self.panic_rate.to_string())),
+            ("--llm-latency-ms", Some(self.llm_latency_ms.to_string())),
+            ("--seed", Some(self.seed.to_string())),
+            ("--backlog", Some(self.backlog.to_string())),
+            ("--halt-probes", Some(self.halt_probes.to_string())),
+            ("--timeout-s", Some(self.timeout_s.to_string())),
+            (
+                "--config",
+                self.config.as_ref().map(|p| p.display().to_string()),
+            ),
+            ("--rate", self.rate.map(|v| v.to_string())),
+            ("--concurrency", self.concurrency.map(|v| v.to_string())),
+            ("--duration", self.duration.map(|v| v.to_string())),
+            ("--count", self.count.map(|v| v.to_string())),
+        ];
+        for (flag, value) in flags {
+            if let Some(value) = value {
+                cmd.arg(flag).arg(value);
+            }
+        }
+        if self.no_safety {
+            cmd.arg("--no-safety");
+        }
+        let out = cmd
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| e.to_string())?;
+        serde_json::from_slice(&out.stdout).map_err(|e| {
+            format!(
+                "{e} (exit {:?}): {}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+        })
+    }
+
     /// The run's configuration as the HTML report shows it.
     fn configuration(&self) -> serde_json::Value {
         let common = serde_json::json!({
@@ -880,7 +929,19 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
         },
     };
     let mut reports = Vec::with_capacity(args.repeat);
-    for _ in 0..args.repeat {
+    // Each repeat in a fresh process, as a user's run is (peak RSS and memory per agent are
+    // process-wide; a second run in the same process would reuse the first one's memory): the
+    // first N-1 in children, the last in this process, which has run nothing else.
+    for _ in 1..args.repeat {
+        match args.run_child() {
+            Ok(report) => reports.push(report),
+            Err(err) => {
+                eprintln!("error: a repeat of the run failed: {err}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    {
         let report = match &team {
             None => warden::loadtest::run_loadtest(options.clone()),
             Some((file, workload)) => {

@@ -34,7 +34,7 @@ use crate::{
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -154,7 +154,7 @@ impl LoadtestOptions {
 /// Delegations, counted from the journal. `requested` is every attempt:
 /// `requested == accepted + refused_budget + refused_hops + refused_locked + refused_cycle`
 /// (+ [`LoadReport::refused_other`], which is not part of the JSON contract and 0 in every scenario).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DelegationCounts {
     /// Delegations attempted.
     pub requested: u64,
@@ -171,7 +171,7 @@ pub struct DelegationCounts {
 }
 
 /// The halt probe's figures.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HaltProbe {
     /// Ordinary messages queued on the paused probe agent before each halt.
     pub backlog: u64,
@@ -189,7 +189,7 @@ pub struct HaltProbe {
 
 /// Per-event latency: from a root's acceptance of a task to its answer (the reply correlated to
 /// the event's id), over the tasks that were answered.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EventLatency {
     /// Tasks answered (the others failed, were refused or were discarded).
     pub answered: u64,
@@ -218,7 +218,7 @@ impl EventLatency {
 }
 
 /// `halt_all` of the whole fleet.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HaltAll {
     /// Agents acknowledged.
     pub agents: u64,
@@ -227,7 +227,7 @@ pub struct HaltAll {
 }
 
 /// Memory of the process, as Linux reports it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Memory {
     /// Peak resident set (`VmHWM` of `/proc/self/status`); 0 where unavailable.
     pub rss_peak_bytes: u64,
@@ -235,8 +235,9 @@ pub struct Memory {
     pub bytes_per_agent: u64,
 }
 
-/// The report. Its JSON form is a stable contract (see the README's "Load testing").
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+/// The report. Its JSON form is a stable contract (docs/loadtest.md); it reads back from that
+/// form (`--repeat` runs each repeat in a process of its own and reads its JSON).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LoadReport {
     /// [`Scenario::as_str`] of the scenario run.
     pub scenario: String,
@@ -312,7 +313,7 @@ pub struct LoadReport {
 
 /// One point of [`LoadReport::series`]: the counts are over the interval that ends at `t_s`, the
 /// gauges are read at `t_s`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     /// End of the interval, in seconds since the drive phase started.
     pub t_s: f64,

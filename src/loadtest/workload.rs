@@ -99,7 +99,7 @@ pub struct Overrides {
 }
 
 /// The workload as the report's `workload` object shows it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkloadSummary {
     /// The team file, as given on the command line.
     pub config: String,
