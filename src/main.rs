@@ -250,8 +250,11 @@ struct LoadtestArgs {
     json: bool,
     /// Load-test this team file instead of a synthetic fleet: its agents, providers and safety
     /// settings, driven by its [workload] section (docs/loadtest.md). --scenario and the fleet
-    /// and fault flags do not apply then.
-    #[arg(long)]
+    /// and fault flags cannot be given with it.
+    #[arg(long, conflicts_with_all = [
+        "scenario", "agents", "fanout", "depth", "tasks_per_agent", "fail_rate", "panic_rate",
+        "llm_latency_ms",
+    ])]
     config: Option<PathBuf>,
     /// With --config: open loop at this many events per second (replaces the file's rate or
     /// concurrency).
@@ -286,15 +289,18 @@ impl LoadtestArgs {
         let mut cmd =
             std::process::Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
         cmd.arg("loadtest").arg("--json");
+        // The flags that were given or defaulted; a team file's run takes no fleet flags.
+        let synthetic = self.config.is_none();
+        let fleet = |value: String| synthetic.then_some(value);
         let flags: [(&str, Option<String>); 17] = [
-            ("--scenario", Some(self.scenario.as_str().to_owned())),
-            ("--agents", Some(self.agents.to_string())),
-            ("--fanout", Some(self.fanout.to_string())),
-            ("--depth", Some(self.depth.to_string())),
-            ("--tasks-per-agent", Some(self.tasks_per_agent.to_string())),
-            ("--fail-rate", Some(self.fail_rate.to_string())),
-            ("--panic-rate", Some(self.panic_rate.to_string())),
-            ("--llm-latency-ms", Some(self.llm_latency_ms.to_string())),
+            ("--scenario", fleet(self.scenario.as_str().to_owned())),
+            ("--agents", fleet(self.agents.to_string())),
+            ("--fanout", fleet(self.fanout.to_string())),
+            ("--depth", fleet(self.depth.to_string())),
+            ("--tasks-per-agent", fleet(self.tasks_per_agent.to_string())),
+            ("--fail-rate", fleet(self.fail_rate.to_string())),
+            ("--panic-rate", fleet(self.panic_rate.to_string())),
+            ("--llm-latency-ms", fleet(self.llm_latency_ms.to_string())),
             ("--seed", Some(self.seed.to_string())),
             ("--backlog", Some(self.backlog.to_string())),
             ("--halt-probes", Some(self.halt_probes.to_string())),

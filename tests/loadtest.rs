@@ -581,6 +581,7 @@ fn cli_runs_a_team_file_and_reports_the_new_figures() {
         "json",
         &format!("{DESK_AND_COOK}\n[workload]\nrate = 500\ncount = 5\n"),
     );
+    // Repeated: each repeat in a process of its own, with the same flags.
     let (code, stdout, stderr) = loadtest_cli(&[
         "--config",
         path.to_str().unwrap(),
@@ -588,6 +589,8 @@ fn cli_runs_a_team_file_and_reports_the_new_figures() {
         "4",
         "--halt-probes",
         "1",
+        "--repeat",
+        "2",
         "--json",
     ]);
     assert_eq!(code, 0, "{stderr}");
@@ -611,6 +614,8 @@ fn cli_runs_a_team_file_and_reports_the_new_figures() {
         ["408", "429", "5xx", "connect", "other", "timeout"]
     );
     assert!(json["series"].as_array().is_some_and(|s| !s.is_empty()));
+    assert_eq!(json["repeat"]["runs"], 2, "{json}");
+    assert!(json["repeat"]["figures"]["event_latency.p90_ms"].is_object());
 }
 
 #[test]
@@ -687,6 +692,10 @@ fn cli_workload_flags_are_checked_like_the_others() {
         (
             &["--rate", "5"][..],
             "error: the following required arguments were not provided:",
+        ),
+        (
+            &["--config", path, "--agents", "5"][..],
+            "error: the argument '--config <CONFIG>' cannot be used with '--agents <AGENTS>'",
         ),
         (
             &["--config", path, "--rate", "5", "--concurrency", "2"][..],

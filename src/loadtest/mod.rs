@@ -18,6 +18,12 @@
 //!   shows lockouts by depth (how far the failure spread).
 //! * `halt-storm` — as `steady`, but every agent is halted while the fleet is at work.
 //!
+//! # Your own team
+//! [`workload`]: `warden loadtest --config team.toml` spawns a team file's agents with its providers
+//! and configuration and sends the events its `[workload]` section describes; the report is the
+//! same (scenario `team`), with the same accounting. [`compare`] compares reports (`--repeat`,
+//! `warden loadtest compare`); [`html`] writes one as a self-contained HTML page (`--report`).
+//!
 //! # The harness's own accounting
 //! `lost_events` and `leaked_slots` are counted by the harness from the journal it hands to the
 //! supervisor, independently of the supervisor's own counters: every task it sends and every

@@ -381,10 +381,18 @@ impl Workload {
         })
     }
 
-    /// Event `n`: its recipient and its text.
+    /// Event `n`: its recipient and its text (`""` for what an empty list cannot give).
     pub fn event(&self, n: u64) -> (&str, String) {
-        let agent = self.agents[(n % self.agents.len() as u64) as usize].as_str();
-        let template = &self.templates[(n % self.templates.len() as u64) as usize];
+        let nth =
+            |list: &[String]| -> usize { n.checked_rem(list.len() as u64).unwrap_or(0) as usize };
+        let agent = self
+            .agents
+            .get(nth(&self.agents))
+            .map_or("", String::as_str);
+        let template = self
+            .templates
+            .get(nth(&self.templates))
+            .map_or("", String::as_str);
         (
             agent,
             template
@@ -526,8 +534,8 @@ pub fn run_team(
 /// Spawns `team`'s agents (its providers, its configuration: safety, mailboxes, delegation) on the
 /// current arbiter, sends `workload`'s events, waits for them to settle, halts the team and
 /// reports, with the same harness accounting as the scenarios. `config` is the team file's path
-/// (for the report). Of `options`, only `seed` (reported), `backlog`, `halt_probes`, `timeout`
-/// and `progress` apply; the drive phase is cut at `duration_seconds` + `timeout` (or `timeout`
+/// (for the report). Of `options`, only `seed` (reported), `safety` (`false`: the SafetyMonitor's
+/// checks off, as `--no-safety`), `backlog`, `halt_probes`, `timeout` and `progress` apply; the drive phase is cut at `duration_seconds` + `timeout` (or `timeout`
 /// without a duration). The reachability of model servers is [`preflight`]'s, not checked here.
 ///
 /// # Errors
@@ -549,6 +557,7 @@ pub async fn run_team_async(
     journal.tally.lock().depths = depths(team_file);
     let team = Supervisor::builder(team_file.config.clone(), journal.clone())
         .current_arbiter()
+        .safety_checks(options.safety)
         .capacity(team_file.agents.len())
         .build();
     let retries_before = warden_actors::retry_counts();
