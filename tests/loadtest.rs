@@ -969,6 +969,13 @@ fn the_documented_team_file_runs_and_its_documented_errors_are_the_real_ones() {
     assert_eq!(json["tasks_sent"], 6, "{json}");
     assert_eq!(json["event_latency"]["answered"], 6, "{json}");
     assert_eq!(json["delegations"]["accepted"], 6, "{json}");
+    // `warden config check` (as `warden run` and `warden serve`) accepts the file, [workload] and all.
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["config", "check"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
     // Every key of the report is in the page's contract.
     let doc = include_str!("../docs/loadtest.md");
     for key in json.as_object().unwrap().keys() {

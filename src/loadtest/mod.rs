@@ -1246,7 +1246,6 @@ fn retries_since(
 /// Everything after the drive phase, for the scenarios and team-file runs alike: the last sample,
 /// the final `halt_all`, the accounting's settling, the halt probe and the report.
 /// `storm`: the drive phase's start, when the drive phase ends with the final halt.
-#[allow(clippy::too_many_arguments)]
 async fn finish(
     team: Supervisor,
     journal: &HarnessJournal,
