@@ -575,6 +575,16 @@ fn team_file(name: &str, text: &str) -> std::path::PathBuf {
     path
 }
 
+/// `warden loadtest --config PATH ARGS --json`, which must succeed: its report.
+fn team_json(path: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--config", path.to_str().unwrap()];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let (code, stdout, stderr) = loadtest_cli(&all);
+    assert_eq!(code, 0, "{stderr}");
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
 #[test]
 fn cli_runs_a_team_file_and_reports_the_new_figures() {
     let path = team_file(
@@ -582,19 +592,10 @@ fn cli_runs_a_team_file_and_reports_the_new_figures() {
         &format!("{DESK_AND_COOK}\n[workload]\nrate = 500\ncount = 5\n"),
     );
     // Repeated: each repeat in a process of its own, with the same flags.
-    let (code, stdout, stderr) = loadtest_cli(&[
-        "--config",
-        path.to_str().unwrap(),
-        "--count",
-        "4",
-        "--halt-probes",
-        "1",
-        "--repeat",
-        "2",
-        "--json",
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let json = team_json(
+        &path,
+        &["--count", "4", "--halt-probes", "1", "--repeat", "2"],
+    );
     assert_eq!(json["scenario"], "team");
     assert_eq!(json["tasks_sent"], 4);
     assert_eq!(json["event_latency"]["answered"], 4);
@@ -951,17 +952,7 @@ fn doc_example() -> (String, Vec<String>) {
 fn the_documented_team_file_runs_and_its_documented_errors_are_the_real_ones() {
     let (toml, errors) = doc_example();
     let path = team_file("doc", &toml);
-    let (code, stdout, stderr) = loadtest_cli(&[
-        "--config",
-        path.to_str().unwrap(),
-        "--duration",
-        "0.3",
-        "--halt-probes",
-        "0",
-        "--json",
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let json = team_json(&path, &["--duration", "0.3", "--halt-probes", "0"]);
     assert_eq!(json["lost_events"], 0, "{json}");
     assert_eq!(json["workload"]["mode"], "rate");
     assert_eq!(json["workload"]["agents"], serde_json::json!(["concierge"]));
