@@ -481,6 +481,10 @@ fn a_team_file_runs_its_workload_closed_loop() {
     assert_eq!(r.steps, 30);
     assert_eq!(r.delegations.accepted, 10);
     assert_eq!(r.delegations.requested, 10);
+    // Settled: every agent waits for its next event.
+    let last = &r.series.last().unwrap().agents_by_state;
+    assert_eq!(last.get("WAITING_FOR_EVENT"), Some(&2), "{last:?}");
+    assert_eq!(last.len(), 1, "{last:?}");
     assert!(r.retries.values().all(|n| *n == 0), "{:?}", r.retries);
     let w = r.workload.as_ref().unwrap();
     assert_eq!(
@@ -528,6 +532,10 @@ fn a_team_files_lockouts_and_refusals_are_counted_by_tree_depth() {
     assert_eq!((r.lost_events, r.leaked_slots), (0, 0), "{r:#?}");
     assert_eq!(r.lockouts, 1, "{r:#?}");
     assert_eq!(r.lockouts_by_depth, [0, 1], "{r:#?}");
+    // The states at the end, from the journal's transitions: the cook is still locked out.
+    let last = &r.series.last().unwrap().agents_by_state;
+    let states: Vec<(&str, u64)> = last.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    assert_eq!(states, [("SAFETY_LOCKOUT", 1), ("WAITING_FOR_EVENT", 1)]);
     let d = &r.delegations;
     assert!(d.refused_locked > 0, "{r:#?}");
     assert_eq!(

@@ -368,6 +368,17 @@ struct Tally {
     events_accepted: u64,
     /// Agents' depths in their delegation trees (team files); empty: a key's number of dots.
     depths: HashMap<AgentKey, usize>,
+    /// Agents in each state, by [`AgentState::ALL`] index: from `Spawned` (an agent starts
+    /// `WAITING_FOR_EVENT`) and every `StateChanged` (no status scan of the fleet).
+    states: [i64; AgentState::ALL.len()],
+}
+
+/// `state`'s index in [`AgentState::ALL`].
+fn state_index(state: AgentState) -> usize {
+    AgentState::ALL
+        .iter()
+        .position(|s| *s == state)
+        .unwrap_or_default()
 }
 
 /// Adds one at `depth`, growing `by_depth` as needed.
@@ -419,7 +430,12 @@ impl Tally {
     /// Counts one journaled event.
     fn count(&mut self, agent: &AgentKey, kind: EventKind) {
         let t = self;
+        if let EventKind::StateChanged { from, to, .. } = &kind {
+            t.states[state_index(*from)] -= 1;
+            t.states[state_index(*to)] += 1;
+        }
         match kind {
+            EventKind::Spawned { .. } => t.states[state_index(AgentState::WaitingForEvent)] += 1,
             EventKind::StateChanged { from, to, .. }
                 if from == AgentState::WaitingForEvent && to == AgentState::Executing =>
             {
@@ -978,7 +994,7 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
                     break;
                 }
             }
-            driven.poll(&journal, &team, &llm_calls);
+            driven.poll(&journal, &llm_calls);
             let left = deadline
                 .saturating_duration_since(Instant::now())
                 .min(Duration::from_secs(1));
@@ -988,15 +1004,7 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
             }
         }
     } else {
-        driven.unfinished = drain(
-            &journal,
-            &team,
-            &progress,
-            &mut driven,
-            &llm_calls,
-            deadline,
-        )
-        .await;
+        driven.unfinished = drain(&journal, &progress, &mut driven, &llm_calls, deadline).await;
     }
     driven.duration = drive_start.elapsed();
     let storm = (scenario == Scenario::HaltStorm).then_some(drive_start);
@@ -1021,7 +1029,6 @@ type CallCount<'a> = &'a dyn Fn() -> u64;
 /// Waits until the fleet has settled or `deadline` passes; `Some(work items still open)` then.
 async fn drain(
     journal: &HarnessJournal,
-    team: &Supervisor,
     progress: &Progress,
     driven: &mut Driven,
     llm_calls: CallCount<'_>,
@@ -1042,7 +1049,7 @@ async fn drain(
                 t.outstanding, t.lockouts
             ));
         }
-        driven.poll(journal, team, llm_calls);
+        driven.poll(journal, llm_calls);
         actix_rt::time::sleep(Duration::from_micros(500)).await;
     }
 }
@@ -1118,11 +1125,11 @@ impl Driven {
     }
 
     /// Takes the settlements that came, and a sample when one is due.
-    fn poll(&mut self, journal: &HarnessJournal, team: &Supervisor, llm_calls: CallCount<'_>) {
+    fn poll(&mut self, journal: &HarnessJournal, llm_calls: CallCount<'_>) {
         while let Ok(s) = self.replies.try_recv() {
             self.settle(s);
         }
-        self.sampler.tick(journal, team, llm_calls);
+        self.sampler.tick(journal, llm_calls);
     }
 
     /// Sends `event` to `agent`, counting it; its id when it was accepted.
@@ -1182,10 +1189,10 @@ impl Sampler {
     }
 
     /// Takes a sample when a second has passed since the last one.
-    fn tick(&mut self, journal: &HarnessJournal, team: &Supervisor, llm_calls: CallCount<'_>) {
+    fn tick(&mut self, journal: &HarnessJournal, llm_calls: CallCount<'_>) {
         let now = Instant::now();
         if now >= self.next {
-            self.sample(now, journal, team, llm_calls);
+            self.sample(now, journal, llm_calls);
             self.next += Duration::from_secs(1);
             if self.next <= now {
                 self.next = now + Duration::from_secs(1);
@@ -1193,16 +1200,13 @@ impl Sampler {
         }
     }
 
-    fn sample(
-        &mut self,
-        now: Instant,
-        journal: &HarnessJournal,
-        team: &Supervisor,
-        llm_calls: CallCount<'_>,
-    ) {
-        let counts = {
+    fn sample(&mut self, now: Instant, journal: &HarnessJournal, llm_calls: CallCount<'_>) {
+        let (counts, by_state) = {
             let t = journal.tally.lock();
-            [t.events_accepted, t.turns, llm_calls(), t.lockouts]
+            (
+                [t.events_accepted, t.turns, llm_calls(), t.lockouts],
+                t.states,
+            )
         };
         let delta: Vec<u64> = counts
             .iter()
@@ -1210,12 +1214,12 @@ impl Sampler {
             .map(|(now, before)| now.saturating_sub(before))
             .collect();
         self.last = counts;
-        let mut agents_by_state = BTreeMap::new();
-        for status in team.statuses() {
-            *agents_by_state
-                .entry(status.state.as_str().to_owned())
-                .or_default() += 1;
-        }
+        let agents_by_state = AgentState::ALL
+            .iter()
+            .zip(by_state)
+            .filter(|(_, n)| *n > 0)
+            .map(|(state, n)| (state.as_str().to_owned(), n as u64))
+            .collect();
         let answered = EventLatency::of(std::mem::take(&mut self.answered));
         self.samples.push(Sample {
             t_s: (now - self.start).as_secs_f64(),
@@ -1258,9 +1262,7 @@ async fn finish(
     while let Ok(s) = driven.replies.try_recv() {
         driven.settle(s);
     }
-    driven
-        .sampler
-        .sample(Instant::now(), journal, &team, llm_calls);
+    driven.sampler.sample(Instant::now(), journal, llm_calls);
     let agents = team.len() as u64;
     let statuses = team.statuses();
     let stopped = statuses

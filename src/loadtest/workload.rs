@@ -615,7 +615,7 @@ pub async fn run_team_async(
             driven.unfinished = Some(journal.tally.lock().outstanding.max(0) as u64);
             break;
         }
-        driven.poll(&journal, &team, &llm_calls);
+        driven.poll(&journal, &llm_calls);
         progress.at(n);
         // When the next event is due (open loop), or `None` when it waits for a settlement.
         let due = match workload.pace {
@@ -655,15 +655,7 @@ pub async fn run_team_async(
         }
     }
     if driven.unfinished.is_none() {
-        driven.unfinished = drain(
-            &journal,
-            &team,
-            &progress,
-            &mut driven,
-            &llm_calls,
-            deadline,
-        )
-        .await;
+        driven.unfinished = drain(&journal, &progress, &mut driven, &llm_calls, deadline).await;
     }
     driven.duration = start.elapsed();
     let mut report = finish(team, &journal, &progress, options, None, driven, &llm_calls).await;
