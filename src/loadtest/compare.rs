@@ -208,7 +208,8 @@ pub fn write_comparison(out: &mut dyn Write, a: &Value, b: &Value, rows: &[Row])
     Ok(())
 }
 
-fn format_value(v: f64) -> String {
+/// A figure for a table: whole numbers bare, others with 3 decimals.
+pub(crate) fn format_value(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
         format!("{v:.0}")
     } else {

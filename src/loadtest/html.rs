@@ -7,7 +7,7 @@
 //! by depth. The document is well-formed XML (XHTML syntax), so a test can check it with a plain
 //! tag-balance check.
 
-use super::LoadReport;
+use super::{compare::format_value, LoadReport};
 use std::{
     fmt::Write as _,
     io::{self, Write},
@@ -27,15 +27,6 @@ fn esc(text: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
-}
-
-/// A number for an axis label: whole numbers bare, others with 3 significant-ish decimals.
-fn label(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e12 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.3}")
-    }
 }
 
 /// A line chart of `lines` (name, y values) over `x`, with its title, axes and legend.
@@ -62,9 +53,9 @@ fn line_chart(title: &str, unit: &str, x: &[f64], lines: &[(String, Vec<f64>)]) 
         esc(title),
         esc(title),
         PAD + 4.0,
-        esc(&format!("{} {unit}", label(y_max))),
+        esc(&format!("{} {unit}", format_value(y_max))),
         HEIGHT - PAD + 16.0,
-        label(x_max),
+        format_value(x_max),
         b = HEIGHT - PAD,
         r = WIDTH - PAD,
     );
@@ -132,7 +123,7 @@ fn bar_chart(title: &str, bars: &[(String, f64)]) -> String {
             esc(name),
             x + slot / 2.0,
             HEIGHT - PAD - h - 3.0,
-            label(*v),
+            format_value(*v),
         );
     }
     svg.push_str("</svg>");

@@ -1,6 +1,6 @@
 //! The report as a table (`warden loadtest` without `--json`).
 
-use super::LoadReport;
+use super::{compare::format_value, LoadReport};
 use std::io::{self, Write};
 
 /// `d0=1 d1=2 …`, or `-` when empty.
@@ -28,11 +28,14 @@ pub fn write_repeat(out: &mut dyn Write, repeat: &serde_json::Value) -> io::Resu
         repeat["runs"]
     )?;
     if let Some(figures) = repeat["figures"].as_object() {
+        let number = |v: &serde_json::Value| v.as_f64().map_or_else(String::new, format_value);
         for (name, f) in figures {
             writeln!(
                 out,
                 "    {name:<24} {} [{}, {}]",
-                f["median"], f["min"], f["max"]
+                number(&f["median"]),
+                number(&f["min"]),
+                number(&f["max"])
             )?;
         }
     }
