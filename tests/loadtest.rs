@@ -129,6 +129,10 @@ fn budget_refusals_are_counted() {
     assert_eq!(r.lost_events, 0, "{r:#?}");
     assert_eq!(r.leaked_slots, 0, "{r:#?}");
     assert!(r.delegations.refused_budget > 0, "{r:#?}");
+    // Issue 18: the refused delegations were to children, at depth 1.
+    let d = &r.delegations;
+    assert_eq!(r.refusals_by_depth, [0, d.requested - d.accepted], "{r:#?}");
+    check_series(&r);
 }
 
 #[test]
@@ -558,22 +562,6 @@ fn a_team_files_lockouts_and_refusals_are_counted_by_tree_depth() {
     assert_eq!(counts(&again), counts(&r));
 }
 
-#[test]
-fn the_synthetic_fleet_reports_refusals_by_depth() {
-    let r = run_loadtest(LoadtestOptions {
-        agents: 12,
-        fanout: 5,
-        depth: 1,
-        safety: false,
-        ..small(Scenario::Steady)
-    });
-    let d = &r.delegations;
-    assert!(d.refused_budget > 0);
-    // The refused delegations were to children, at depth 1.
-    assert_eq!(r.refusals_by_depth, [0, d.requested - d.accepted], "{r:#?}");
-    check_series(&r);
-}
-
 /// Writes `text` to a fresh team file in a temporary directory of its own.
 fn team_file(name: &str, text: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("warden-loadtest-{}-{name}", std::process::id()));
@@ -858,21 +846,30 @@ fn check_well_formed(html: &str) -> Vec<String> {
     seen
 }
 
-#[test]
-fn cli_writes_a_self_contained_html_report() {
-    let path = team_file("html", "").with_file_name("report.html");
-    let (code, _, stderr) = loadtest_cli(&[
-        "--scenario",
-        "cascade",
-        "--agents",
-        "40",
-        "--halt-probes",
-        "1",
-        "--report",
-        path.to_str().unwrap(),
-    ]);
+/// `warden loadtest ARGS --report FILE`, which must succeed: the file and its text.
+fn html_report(name: &str, args: &[&str]) -> (std::path::PathBuf, String) {
+    let path = team_file(name, "").with_file_name("report.html");
+    let mut all = args.to_vec();
+    all.extend(["--report", path.to_str().unwrap()]);
+    let (code, _, stderr) = loadtest_cli(&all);
     assert_eq!(code, 0, "{stderr}");
     let html = std::fs::read_to_string(&path).unwrap();
+    (path, html)
+}
+
+#[test]
+fn cli_writes_a_self_contained_html_report() {
+    let (_, html) = html_report(
+        "html",
+        &[
+            "--scenario",
+            "cascade",
+            "--agents",
+            "40",
+            "--halt-probes",
+            "1",
+        ],
+    );
     let tags = check_well_formed(&html);
     // Self-contained: no reference to anything on a network, no script, nothing loaded.
     assert!(!html.contains("http://") && !html.contains("https://"));
@@ -920,16 +917,7 @@ fn the_html_report_renders_in_a_headless_browser() {
         eprintln!("SKIPPED the_html_report_renders_in_a_headless_browser: no chromium on PATH");
         return;
     };
-    let path = team_file("render", "").with_file_name("render.html");
-    let (code, _, stderr) = loadtest_cli(&[
-        "--agents",
-        "13",
-        "--halt-probes",
-        "0",
-        "--report",
-        path.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{stderr}");
+    let (path, _) = html_report("render", &["--agents", "13", "--halt-probes", "0"]);
     let out = std::process::Command::new(browser)
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
         .arg(format!("file://{}", path.display()))
