@@ -995,3 +995,35 @@ fn the_documented_team_file_runs_and_its_documented_errors_are_the_real_ones() {
         assert_eq!(&real, documented);
     }
 }
+
+#[test]
+fn a_team_file_run_cut_by_its_timeout_is_reported_as_timed_out() {
+    // Every answer takes 2 s; the 0.2 s timeout cuts the run with the 3 events sent and open.
+    let text = DESK_AND_COOK.replace(
+        "replies = [\"cooked\"]",
+        "replies = [\"cooked\"]\nlatency_ms = 2000",
+    ) + "\n[workload]\nrate = 1000\ncount = 3\n";
+    let path = team_file("timeout", &text);
+    let (code, stdout, stderr) = loadtest_cli(&[
+        "--config",
+        path.to_str().unwrap(),
+        "--timeout-s",
+        "0.2",
+        "--halt-probes",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(code, 12, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(json["timed_out"], true, "{json}");
+    assert_eq!(json["tasks_sent"], 3, "{json}");
+    // The desk takes one event at a time: the first waits on its delegation (the cook's 2 s
+    // answer), the other two are queued behind it; plus the delegated task.
+    assert_eq!(json["unfinished_tasks"], 4, "{json}");
+    assert_eq!(json["delegations"]["accepted"], 1, "{json}");
+    assert_eq!(json["lost_events"], 0, "{json}");
+    assert_eq!(
+        stderr,
+        "loadtest: timed out after 0.2 s (--timeout-s): 4 tasks unfinished\n"
+    );
+}
