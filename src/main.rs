@@ -39,8 +39,10 @@ enum Command {
         #[arg(long = "event")]
         events: Vec<String>,
     },
-    /// Load-test a fleet of agents (delegation trees on the scripted model) and print a report.
-    /// Exits 11 when an invariant is violated, 12 when --timeout-s cut the run short.
+    /// Load-test a fleet of agents (delegation trees on the scripted model), or your own team with
+    /// --config (its [workload] section), and print a report; `loadtest compare A.json B.json`
+    /// compares two reports. Exits 11 when an invariant is violated, 12 when --timeout-s cut the
+    /// run short.
     Loadtest(LoadtestArgs),
     /// Run a team and the HTTP admin API on a durable journal (agents are restored from it).
     ///
@@ -246,6 +248,156 @@ struct LoadtestArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
+    /// Load-test this team file instead of a synthetic fleet: its agents, providers and safety
+    /// settings, driven by its [workload] section (docs/loadtest.md). --scenario and the fleet
+    /// and fault flags cannot be given with it.
+    #[arg(long, conflicts_with_all = [
+        "scenario", "agents", "fanout", "depth", "tasks_per_agent", "fail_rate", "panic_rate",
+        "llm_latency_ms",
+    ])]
+    config: Option<PathBuf>,
+    /// With --config: open loop at this many events per second (replaces the file's rate or
+    /// concurrency).
+    #[arg(long, requires = "config", conflicts_with = "concurrency", allow_negative_numbers = true, value_parser = positive_rate)]
+    rate: Option<f64>,
+    /// With --config: closed loop with this many events in flight.
+    #[arg(long, requires = "config", allow_negative_numbers = true, value_parser = at_least_one_u64)]
+    concurrency: Option<u64>,
+    /// With --config: send events for this many seconds (replaces the file's duration_seconds
+    /// and count; with --count, whichever comes first).
+    #[arg(long, requires = "config", allow_negative_numbers = true, value_parser = positive_seconds)]
+    duration: Option<f64>,
+    /// With --config: send this many events (replaces the file's duration_seconds and count).
+    #[arg(long, requires = "config", allow_negative_numbers = true, value_parser = at_least_one_u64)]
+    count: Option<u64>,
+    /// Run N times with the same seed and add the median and range of each headline figure
+    /// ("repeat" in the JSON; `loadtest compare` uses the ranges as the noise band).
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = at_least_one)]
+    repeat: usize,
+    /// Also write the run as one self-contained HTML file (charts over time, latency histogram,
+    /// lockouts by depth, the invariants, the configuration; no network references).
+    #[arg(long, value_name = "FILE.html")]
+    report: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<LoadtestCommand>,
+}
+
+impl LoadtestArgs {
+    /// Runs the same load test (`--repeat 1`, `--json`, no `--report`) in a child process and
+    /// reads its report.
+    fn run_child(&self) -> Result<warden::loadtest::LoadReport, String> {
+        let mut cmd =
+            std::process::Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
+        cmd.arg("loadtest").arg("--json");
+        // The flags that were given or defaulted; a team file's run takes no fleet flags.
+        let synthetic = self.config.is_none();
+        let fleet = |value: String| synthetic.then_some(value);
+        let flags: [(&str, Option<String>); 17] = [
+            ("--scenario", fleet(self.scenario.as_str().to_owned())),
+            ("--agents", fleet(self.agents.to_string())),
+            ("--fanout", fleet(self.fanout.to_string())),
+            ("--depth", fleet(self.depth.to_string())),
+            ("--tasks-per-agent", fleet(self.tasks_per_agent.to_string())),
+            ("--fail-rate", fleet(self.fail_rate.to_string())),
+            ("--panic-rate", fleet(self.panic_rate.to_string())),
+            ("--llm-latency-ms", fleet(self.llm_latency_ms.to_string())),
+            ("--seed", Some(self.seed.to_string())),
+            ("--backlog", Some(self.backlog.to_string())),
+            ("--halt-probes", Some(self.halt_probes.to_string())),
+            ("--timeout-s", Some(self.timeout_s.to_string())),
+            (
+                "--config",
+                self.config.as_ref().map(|p| p.display().to_string()),
+            ),
+            ("--rate", self.rate.map(|v| v.to_string())),
+            ("--concurrency", self.concurrency.map(|v| v.to_string())),
+            ("--duration", self.duration.map(|v| v.to_string())),
+            ("--count", self.count.map(|v| v.to_string())),
+        ];
+        for (flag, value) in flags {
+            if let Some(value) = value {
+                cmd.arg(flag).arg(value);
+            }
+        }
+        if self.no_safety {
+            cmd.arg("--no-safety");
+        }
+        let out = cmd
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| e.to_string())?;
+        serde_json::from_slice(&out.stdout).map_err(|e| {
+            format!(
+                "{e} (exit {:?}): {}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+        })
+    }
+
+    /// The run's configuration as the HTML report shows it.
+    fn configuration(&self) -> serde_json::Value {
+        let common = serde_json::json!({
+            "seed": self.seed,
+            "backlog": self.backlog,
+            "halt_probes": self.halt_probes,
+            "timeout_s": self.timeout_s,
+            "repeat": self.repeat,
+        });
+        let specific = match &self.config {
+            Some(path) => serde_json::json!({
+                "config": path.display().to_string(),
+                "rate": self.rate,
+                "concurrency": self.concurrency,
+                "duration": self.duration,
+                "count": self.count,
+            }),
+            None => serde_json::json!({
+                "scenario": self.scenario.as_str(),
+                "agents": self.agents,
+                "fanout": self.fanout,
+                "depth": self.depth,
+                "tasks_per_agent": self.tasks_per_agent,
+                "fail_rate": self.fail_rate,
+                "panic_rate": self.panic_rate,
+                "llm_latency_ms": self.llm_latency_ms,
+                "safety": !self.no_safety,
+            }),
+        };
+        serde_json::json!({ "command line": specific, "common": common })
+    }
+}
+
+#[derive(Subcommand)]
+enum LoadtestCommand {
+    /// Compare two JSON reports (`warden loadtest --json > A.json`): B/A per headline figure, and
+    /// whether B is faster or slower beyond the noise band (reports made with --repeat).
+    Compare {
+        /// The baseline report.
+        a: PathBuf,
+        /// The report compared to it.
+        b: PathBuf,
+        /// Print the comparison as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Exit 13 when a figure of B is worse than A's beyond the noise band.
+        #[arg(long)]
+        fail_on_regression: bool,
+    },
+}
+
+/// `--concurrency`, `--count`: a whole number of 1 or more.
+fn at_least_one_u64(text: &str) -> Result<u64, String> {
+    at_least_one(text).map(|n| n as u64)
+}
+
+/// `--rate`: events per second.
+fn positive_rate(text: &str) -> Result<f64, String> {
+    number(
+        text,
+        "a number of events per second greater than 0 (at most 1000000)",
+        |x| x > 0.0 && x <= warden::loadtest::workload::MAX_RATE,
+    )
 }
 
 /// `--agents`: a whole number of 1 or more.
@@ -736,6 +888,15 @@ fn client(server: ServerArgs, call: warden::cli::client::Call) -> ExitCode {
 }
 
 fn loadtest(args: LoadtestArgs) -> ExitCode {
+    if let Some(LoadtestCommand::Compare {
+        a,
+        b,
+        json,
+        fail_on_regression,
+    }) = &args.command
+    {
+        return loadtest_compare(a, b, *json, *fail_on_regression);
+    }
     // The flags' ranges are checked by their value parsers (a usage error, exit 2).
     // Injected panics are expected: keep them off stderr, report any other.
     let default_hook = std::panic::take_hook();
@@ -764,16 +925,75 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
         timeout: std::time::Duration::from_secs_f64(args.timeout_s),
         progress: std::io::stderr().is_terminal(),
     };
-    let report = warden::loadtest::run_loadtest(options);
+    // A team file: read, parse and check it (the workload too) and reach its model servers before
+    // anything is spawned.
+    let team = match &args.config {
+        None => None,
+        Some(path) => match load_workload(path, &args) {
+            Ok(team) => Some(team),
+            Err(code) => return code,
+        },
+    };
+    let mut reports = Vec::with_capacity(args.repeat);
+    // Each repeat in a fresh process, as a user's run is (peak RSS and memory per agent are
+    // process-wide; a second run in the same process would reuse the first one's memory): the
+    // first N-1 in children, the last in this process, which has run nothing else.
+    for _ in 1..args.repeat {
+        match args.run_child() {
+            Ok(report) => reports.push(report),
+            Err(err) => {
+                eprintln!("error: a repeat of the run failed: {err}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    {
+        let report = match &team {
+            None => warden::loadtest::run_loadtest(options.clone()),
+            Some((file, workload)) => {
+                let config = args
+                    .config
+                    .as_deref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
+                match warden::loadtest::workload::run_team(file, workload, &config, &options) {
+                    Ok(report) => report,
+                    Err(err) => {
+                        eprintln!("error: {err}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+        };
+        reports.push(report);
+    }
+    let Some(report) = reports.last() else {
+        return ExitCode::SUCCESS;
+    };
+    let mut value = match serde_json::to_value(report) {
+        Ok(value) => value,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.repeat > 1 {
+        let all: Vec<serde_json::Value> = reports
+            .iter()
+            .filter_map(|r| serde_json::to_value(r).ok())
+            .collect();
+        value["repeat"] = warden::loadtest::compare::summarize(&all);
+    }
     let printed = if args.json {
-        serde_json::to_string(&report)
-            .map_err(std::io::Error::other)
-            .and_then(|json| {
-                use std::io::Write;
-                writeln!(std::io::stdout(), "{json}")
-            })
+        use std::io::Write;
+        writeln!(std::io::stdout(), "{value}")
     } else {
-        warden::loadtest::write_report(&mut std::io::stdout(), &report)
+        warden::loadtest::write_report(&mut std::io::stdout(), report).and_then(|()| {
+            match value.get("repeat") {
+                Some(repeat) => warden::loadtest::write_repeat(&mut std::io::stdout(), repeat),
+                None => Ok(()),
+            }
+        })
     };
     match printed {
         Err(err) if !is_broken_pipe(&err) => {
@@ -782,21 +1002,106 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
         }
         _ => {}
     }
-    if report.timed_out {
+    if let Some(path) = &args.report {
+        let written = std::fs::File::create(path).and_then(|file| {
+            let mut out = std::io::BufWriter::new(file);
+            warden::loadtest::html::write_html(&mut out, report, &args.configuration())?;
+            use std::io::Write;
+            out.flush()
+        });
+        if let Err(err) = written {
+            eprintln!("error: cannot write {}: {err}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    let timed_out = reports.iter().find(|r| r.timed_out);
+    if let Some(r) = timed_out {
         eprintln!(
             "loadtest: timed out after {} s (--timeout-s): {} tasks unfinished",
-            args.timeout_s, report.unfinished_tasks
+            args.timeout_s, r.unfinished_tasks
         );
     }
-    if report.lost_events > 0 || report.leaked_slots > 0 || report.halt.processed_after_halt > 0 {
+    let violated = reports
+        .iter()
+        .find(|r| r.lost_events > 0 || r.leaked_slots > 0 || r.halt.processed_after_halt > 0);
+    if let Some(r) = violated {
         eprintln!(
             "loadtest: invariant violated (lost_events {}, leaked_slots {}, processed_after_halt {})",
-            report.lost_events, report.leaked_slots, report.halt.processed_after_halt
+            r.lost_events, r.leaked_slots, r.halt.processed_after_halt
         );
         return ExitCode::from(warden::loadtest::EXIT_INVARIANT_VIOLATED);
     }
-    if report.timed_out {
+    if timed_out.is_some() {
         return ExitCode::from(warden::loadtest::EXIT_TIMED_OUT);
+    }
+    ExitCode::SUCCESS
+}
+
+/// `warden loadtest --config FILE`: the team and its workload (flags applied), its model servers
+/// reached; on stderr why not.
+fn load_workload(
+    path: &std::path::Path,
+    args: &LoadtestArgs,
+) -> Result<(warden::team::TeamFile, warden::loadtest::workload::Workload), ExitCode> {
+    use warden::loadtest::workload::{preflight, Overrides, Workload, CONNECT_TIMEOUT};
+    let (text, file) = read_team(path)?;
+    let overrides = Overrides {
+        rate: args.rate,
+        concurrency: args.concurrency,
+        duration_s: args.duration,
+        count: args.count,
+    };
+    let fail = |err: warden::loadtest::workload::WorkloadError| {
+        eprintln!("error: {}: {err}", path.display());
+        ExitCode::FAILURE
+    };
+    let workload = Workload::from_team_toml(&text, &file, overrides).map_err(fail)?;
+    preflight(&file, CONNECT_TIMEOUT).map_err(fail)?;
+    Ok((file, workload))
+}
+
+/// `warden loadtest compare A B`.
+fn loadtest_compare(
+    a: &std::path::Path,
+    b: &std::path::Path,
+    json: bool,
+    fail_on_regression: bool,
+) -> ExitCode {
+    let read = |path: &std::path::Path| -> Result<serde_json::Value, ExitCode> {
+        let text = std::fs::read_to_string(path).map_err(|err| {
+            eprintln!("error: cannot read {}: {err}", path.display());
+            ExitCode::FAILURE
+        })?;
+        serde_json::from_str(text.trim()).map_err(|err| {
+            eprintln!(
+                "error: {}: not a `warden loadtest --json` report: {err}",
+                path.display()
+            );
+            ExitCode::FAILURE
+        })
+    };
+    let (a, b) = match (read(a), read(b)) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(code), _) | (_, Err(code)) => return code,
+    };
+    let rows = warden::loadtest::compare::compare(&a, &b);
+    let printed = if json {
+        use std::io::Write;
+        serde_json::to_string(&serde_json::json!({ "figures": rows }))
+            .map_err(std::io::Error::other)
+            .and_then(|text| writeln!(std::io::stdout(), "{text}"))
+    } else {
+        warden::loadtest::compare::write_comparison(&mut std::io::stdout(), &a, &b, &rows)
+    };
+    match printed {
+        Err(err) if !is_broken_pipe(&err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+        _ => {}
+    }
+    if fail_on_regression && rows.iter().any(|r| r.regression) {
+        return ExitCode::from(warden::loadtest::compare::EXIT_REGRESSION);
     }
     ExitCode::SUCCESS
 }
@@ -837,12 +1142,18 @@ fn stdin_lines() -> tokio::sync::mpsc::UnboundedReceiver<String> {
 
 /// Reads and parses the team file at `path` (`warden run`, `warden mcp`), saying on stderr why not.
 fn load_team(path: &std::path::Path) -> Result<warden::team::TeamFile, ExitCode> {
+    read_team(path).map(|(_, file)| file)
+}
+
+/// [`load_team`], with the file's text.
+fn read_team(path: &std::path::Path) -> Result<(String, warden::team::TeamFile), ExitCode> {
     let text = std::fs::read_to_string(path).map_err(|err| {
         eprintln!("error: cannot read {}: {err}", path.display());
         ExitCode::FAILURE
     })?;
-    warden::team::TeamFile::from_toml(&text).map_err(|err| {
+    let file = warden::team::TeamFile::from_toml(&text).map_err(|err| {
         eprintln!("error: {}: {err}", path.display());
         ExitCode::FAILURE
-    })
+    })?;
+    Ok((text, file))
 }

@@ -627,6 +627,11 @@ struct TeamDoc {
     telemetry: crate::telemetry::TelemetrySection,
     #[serde(default)]
     mcp_servers: BTreeMap<String, McpServerConfig>,
+    /// `[workload]`: read by `warden loadtest --config` (`crate::loadtest::workload`), ignored by
+    /// `warden run` and `warden serve`.
+    #[serde(default)]
+    #[allow(dead_code)]
+    workload: Option<serde::de::IgnoredAny>,
 }
 
 impl TeamDoc {
@@ -646,6 +651,7 @@ impl TeamDoc {
             api,
             telemetry,
             mcp_servers,
+            workload: _,
         } = self;
         TeamFile {
             config: WardenConfig {
@@ -1345,6 +1351,22 @@ impl TeamFile {
         records: &[warden_protocols::AgentRecord],
         mcp: Option<&McpHub>,
     ) -> Result<(), TeamError> {
+        self.spawn_agents_wrapped(team, records, mcp, &|provider| provider)
+    }
+
+    /// [`TeamFile::spawn_agents_with_mcp`], each agent's provider passed through `wrap` first
+    /// (`warden loadtest --config` counts the model calls this way).
+    ///
+    /// # Errors
+    ///
+    /// As [`TeamFile::spawn_agents_with_mcp`].
+    pub fn spawn_agents_wrapped(
+        &self,
+        team: &Supervisor,
+        records: &[warden_protocols::AgentRecord],
+        mcp: Option<&McpHub>,
+        wrap: &dyn Fn(Arc<dyn Provider>) -> Arc<dyn Provider>,
+    ) -> Result<(), TeamError> {
         let mut tools = Vec::with_capacity(self.agents.len());
         for agent in &self.agents {
             let key = warden_protocols::AgentKey::from(agent.key.as_str());
@@ -1362,7 +1384,7 @@ impl TeamFile {
             });
         }
         for (agent, tools) in self.agents.iter().zip(tools) {
-            let provider = self.provider(&agent.provider)?;
+            let provider = wrap(self.provider(&agent.provider)?);
             let mut spec = match (agent.role, &agent.parent) {
                 (AgentRole::SubAgent, Some(parent)) => {
                     AgentSpec::sub_agent(agent.key.as_str(), parent.as_str(), provider)
@@ -1803,7 +1825,8 @@ delegate = false
             format!(
                 "invalid config: line {line}, column 2: `mailboxes`: unknown field `mailboxes`, \
                  expected one of `safety`, `execution`, `delegation`, `tools`, `mailbox`, \
-                 `supervisor`, `journal`, `npc`, `memory`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`\n\
+                 `supervisor`, `journal`, `npc`, `memory`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`, \
+                 `workload`\n\
                  {line} | [mailboxes]\n\
                  {} |  ^^^^^^^^^",
                 " ".repeat(line.to_string().len())

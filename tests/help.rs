@@ -15,6 +15,7 @@ const COMMANDS: &[&[&str]] = &[
     &["demo"],
     &["run"],
     &["loadtest"],
+    &["loadtest", "compare"],
     &["serve"],
     &["mcp"],
     &["journal"],

@@ -129,6 +129,10 @@ fn budget_refusals_are_counted() {
     assert_eq!(r.lost_events, 0, "{r:#?}");
     assert_eq!(r.leaked_slots, 0, "{r:#?}");
     assert!(r.delegations.refused_budget > 0, "{r:#?}");
+    // Issue 18: the refused delegations were to children, at depth 1.
+    let d = &r.delegations;
+    assert_eq!(r.refusals_by_depth, [0, d.requested - d.accepted], "{r:#?}");
+    check_series(&r);
 }
 
 #[test]
@@ -214,6 +218,14 @@ fn json_report_has_exactly_the_contract_keys() {
             "leaked_slots",
             "timed_out",
             "unfinished_tasks",
+            // Added by issue 18 (the keys above are unchanged).
+            "lockouts_by_depth",
+            "refusals_by_depth",
+            "retries",
+            "tasks_sent",
+            "tasks_refused",
+            "series",
+            "workload",
         ])
     );
     assert_eq!(
@@ -240,7 +252,7 @@ fn json_report_has_exactly_the_contract_keys() {
     assert_eq!(keys(&json["halt_all"]), sorted(&["agents", "ms"]));
     assert_eq!(
         keys(&json["event_latency"]),
-        sorted(&["answered", "p50_ms", "p99_ms", "max_ms"])
+        sorted(&["answered", "p50_ms", "p90_ms", "p99_ms", "max_ms"])
     );
     assert_eq!(
         keys(&json["memory"]),
@@ -314,12 +326,17 @@ fn bad_flag_values_are_usage_errors_that_name_the_flag() {
             "error: invalid value '-1' for '--llm-latency-ms <LLM_LATENCY_MS>': must be a number of 0 or more",
         ),
     ];
+    assert_usage_errors(&cases);
+}
+
+/// Each `(args, first line of stderr)`: `warden loadtest ARGS` is a usage error (exit 2: as for
+/// every command; an invariant violation is 11) with that first line, and prints nothing.
+fn assert_usage_errors(cases: &[(&[&str], &str)]) {
     for (args, expected) in cases {
         let (code, stdout, stderr) = loadtest_cli(args);
-        // 2: a usage error, as for every command (an invariant violation is 11).
         assert_eq!(code, 2, "{args:?}: {stderr}");
         assert_eq!(stdout, "");
-        assert_eq!(stderr.lines().next(), Some(expected), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().next(), Some(*expected), "{args:?}: {stderr}");
     }
 }
 
@@ -395,4 +412,618 @@ fn a_halt_storm_without_latency_gives_the_same_counts_every_run() {
         check_invariants(&again);
         assert_eq!(counts(&again), counts(&first));
     }
+}
+
+// ---- team files (`--config`) ----------------------------------------------------------------------
+
+use warden::loadtest::workload::{run_team, Overrides, Workload};
+use warden::team::TeamFile;
+
+/// A desk that delegates every event to its cook, then answers; the cook answers at once.
+const DESK_AND_COOK: &str = r#"
+[providers.desk]
+kind = "scripted"
+cycle = true
+replies = [{ tool = "delegate", args = { agent = "cook", task = "cook it" } }, "served"]
+
+[providers.cook]
+kind = "scripted"
+replies = ["cooked"]
+
+[[agents]]
+key = "desk"
+provider = "desk"
+
+[[agents]]
+key = "cook"
+role = "sub_agent"
+parent = "desk"
+provider = "cook"
+"#;
+
+fn team_run(text: &str, overrides: Overrides) -> LoadReport {
+    let file = TeamFile::from_toml(text).unwrap();
+    let workload = Workload::from_team_toml(text, &file, overrides).unwrap();
+    let options = LoadtestOptions {
+        halt_probes: 1,
+        backlog: 10,
+        timeout: Duration::from_secs(60),
+        ..LoadtestOptions::new(Scenario::Steady)
+    };
+    run_team(&file, &workload, "team.toml", &options).unwrap()
+}
+
+/// The series adds up to the run's totals: counts per interval, nothing counted twice or lost.
+fn check_series(r: &LoadReport) {
+    assert!(!r.series.is_empty(), "{r:#?}");
+    let sum = |f: fn(&warden::loadtest::Sample) -> u64| r.series.iter().map(f).sum::<u64>();
+    assert_eq!(sum(|s| s.llm_calls), r.steps, "{r:#?}");
+    assert_eq!(sum(|s| s.events_accepted), r.tasks_sent - r.tasks_refused);
+    assert_eq!(sum(|s| s.lockouts), r.lockouts);
+    let last = r.series.last().unwrap();
+    assert_eq!(
+        last.agents_by_state.values().sum::<u64>(),
+        r.agents,
+        "{last:?}"
+    );
+    assert!(r.series.windows(2).all(|w| w[0].t_s <= w[1].t_s));
+}
+
+#[test]
+fn a_team_file_runs_its_workload_closed_loop() {
+    let text = format!("{DESK_AND_COOK}\n[workload]\nconcurrency = 2\ncount = 10\n");
+    let r = team_run(&text, Overrides::default());
+    assert_eq!(r.scenario, "team");
+    assert_eq!((r.lost_events, r.leaked_slots), (0, 0), "{r:#?}");
+    assert!(!r.timed_out);
+    assert_eq!(r.agents, 2);
+    assert_eq!((r.tasks_sent, r.tasks_refused), (10, 0));
+    assert_eq!(r.event_latency.answered, 10);
+    let l = &r.event_latency;
+    assert!(l.p50_ms <= l.p90_ms && l.p90_ms <= l.p99_ms && l.p99_ms <= l.max_ms);
+    // Per event: the desk delegates (1 call) and answers (1 call); the cook answers (1 call).
+    assert_eq!(r.steps, 30);
+    assert_eq!(r.delegations.accepted, 10);
+    assert_eq!(r.delegations.requested, 10);
+    // Settled: every agent waits for its next event.
+    let last = &r.series.last().unwrap().agents_by_state;
+    assert_eq!(last.get("WAITING_FOR_EVENT"), Some(&2), "{last:?}");
+    assert_eq!(last.len(), 1, "{last:?}");
+    assert!(r.retries.values().all(|n| *n == 0), "{:?}", r.retries);
+    let w = r.workload.as_ref().unwrap();
+    assert_eq!(
+        (w.mode.as_str(), w.level, w.count),
+        ("concurrency", 2.0, Some(10))
+    );
+    assert_eq!(w.agents, ["desk"]);
+    check_series(&r);
+}
+
+#[test]
+fn a_team_file_runs_open_loop_and_flags_override_the_file() {
+    let text = format!("{DESK_AND_COOK}\n[workload]\nconcurrency = 2\ncount = 1000\n");
+    let r = team_run(
+        &text,
+        Overrides {
+            rate: Some(200.0),
+            count: Some(6),
+            ..Overrides::default()
+        },
+    );
+    assert_eq!(r.tasks_sent, 6);
+    assert_eq!(r.event_latency.answered, 6);
+    assert_eq!((r.lost_events, r.leaked_slots), (0, 0), "{r:#?}");
+    let w = r.workload.as_ref().unwrap();
+    assert_eq!(
+        (w.mode.as_str(), w.level, w.count),
+        ("rate", 200.0, Some(6))
+    );
+    // 6 events at 200/s: the last is sent at 25 ms.
+    assert!(r.duration_s >= 0.025, "{}", r.duration_s);
+    check_series(&r);
+}
+
+/// A cook whose model is down: its breaker locks it out (depth 1 of the team's tree), then the
+/// desk's delegations to it are refused — counted by the delegate's depth. Reproducible: no
+/// latency, one arbiter.
+#[test]
+fn a_team_files_lockouts_and_refusals_are_counted_by_tree_depth() {
+    let text = DESK_AND_COOK.replace(
+        "replies = [\"cooked\"]",
+        "error = \"the kitchen is on fire\"",
+    ) + "\n[workload]\nconcurrency = 1\ncount = 8\n";
+    let r = team_run(&text, Overrides::default());
+    assert_eq!((r.lost_events, r.leaked_slots), (0, 0), "{r:#?}");
+    assert_eq!(r.lockouts, 1, "{r:#?}");
+    assert_eq!(r.lockouts_by_depth, [0, 1], "{r:#?}");
+    // The states at the end, from the journal's transitions: the cook is still locked out.
+    let last = &r.series.last().unwrap().agents_by_state;
+    let states: Vec<(&str, u64)> = last.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    assert_eq!(states, [("SAFETY_LOCKOUT", 1), ("WAITING_FOR_EVENT", 1)]);
+    let d = &r.delegations;
+    assert!(d.refused_locked > 0, "{r:#?}");
+    assert_eq!(
+        r.refusals_by_depth.iter().sum::<u64>(),
+        d.requested - d.accepted
+    );
+    assert_eq!(r.refusals_by_depth.first().copied().unwrap_or(0), 0);
+    check_series(&r);
+    // The same file, the same counts.
+    let again = team_run(&text, Overrides::default());
+    let counts = |r: &LoadReport| {
+        (
+            r.steps,
+            r.delegations.clone(),
+            r.lockouts_by_depth.clone(),
+            r.refusals_by_depth.clone(),
+            r.event_latency.answered,
+        )
+    };
+    assert_eq!(counts(&again), counts(&r));
+}
+
+/// Writes `text` to a fresh team file in a temporary directory of its own.
+fn team_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("warden-loadtest-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("team.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `warden loadtest --config PATH ARGS --json`, which must succeed: its report.
+fn team_json(path: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--config", path.to_str().unwrap()];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let (code, stdout, stderr) = loadtest_cli(&all);
+    assert_eq!(code, 0, "{stderr}");
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+#[test]
+fn cli_runs_a_team_file_and_reports_the_new_figures() {
+    let path = team_file(
+        "json",
+        &format!("{DESK_AND_COOK}\n[workload]\nrate = 500\ncount = 5\n"),
+    );
+    // Repeated: each repeat in a process of its own, with the same flags.
+    let json = team_json(
+        &path,
+        &["--count", "4", "--halt-probes", "1", "--repeat", "2"],
+    );
+    assert_eq!(json["scenario"], "team");
+    assert_eq!(json["tasks_sent"], 4);
+    assert_eq!(json["event_latency"]["answered"], 4);
+    assert_eq!(json["workload"]["mode"], "rate");
+    assert_eq!(json["workload"]["count"], 4);
+    assert_eq!(json["lost_events"], 0);
+    assert_eq!(json["timed_out"], false);
+    assert_eq!(json["unfinished_tasks"], 0);
+    let retries: Vec<&str> = json["retries"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        retries,
+        ["408", "429", "5xx", "connect", "other", "timeout"]
+    );
+    assert!(json["series"].as_array().is_some_and(|s| !s.is_empty()));
+    assert_eq!(json["repeat"]["runs"], 2, "{json}");
+    assert!(json["repeat"]["figures"]["event_latency.p90_ms"].is_object());
+}
+
+#[test]
+fn cli_refuses_bad_workloads_naming_the_key_and_the_line() {
+    let cases = [
+        (
+            "agents = [\"desk\", \"chef\", \"waiter\"]",
+            "line 22, column 19: invalid value for `workload.agents[1]`: \"chef\", \"waiter\" \
+             (allowed: agents of the team: desk, cook)",
+        ),
+        (
+            "rate = \"fast\"",
+            "line 22, column 8: `workload.rate`: invalid type: string \"fast\", expected f64",
+        ),
+        (
+            "rate = -2",
+            "line 22, column 8: invalid value for `workload.rate`: -2 (allowed: a number greater \
+             than 0, at most 1000000)",
+        ),
+        (
+            "duration_seconds = 0",
+            "line 22, column 20: invalid value for `workload.duration_seconds`: 0 (allowed: a \
+             number greater than 0, at most 31536000)",
+        ),
+        (
+            "count = 1.5",
+            "line 22, column 9: `workload.count`: invalid type: floating point `1.5`, expected i64",
+        ),
+        (
+            "rate = 1\nconcurrency = 2",
+            "line 23, column 15: invalid value for `workload.concurrency`: 2 (allowed: unset when \
+             `workload.rate` is set: `rate` is an open loop, `concurrency` a closed one; set one \
+             of them)",
+        ),
+        (
+            "ratee = 1",
+            "line 22, column 1: `workload.ratee`: unknown field `ratee`, expected one of `agents`, \
+             `rate`, `concurrency`, `duration_seconds`, `count`, `templates`",
+        ),
+    ];
+    for (i, (line, expected)) in cases.iter().enumerate() {
+        let path = team_file(
+            &format!("bad{i}"),
+            &format!("{DESK_AND_COOK}\n[workload]\n{line}\n"),
+        );
+        let (code, stdout, stderr) = loadtest_cli(&["--config", path.to_str().unwrap(), "--json"]);
+        assert_eq!(code, 1, "{line}: {stderr}");
+        assert_eq!(stdout, "", "{line}");
+        let first = stderr.lines().next().unwrap_or_default();
+        let want = format!("error: {}: invalid config: {expected}", path.display());
+        assert!(first.starts_with(&want), "{line}:\n{first}\nwanted\n{want}");
+    }
+}
+
+#[test]
+fn cli_workload_flags_are_checked_like_the_others() {
+    let path = team_file("flags", DESK_AND_COOK);
+    let path = path.to_str().unwrap();
+    let cases = [
+        (
+            &["--config", path, "--rate", "0"][..],
+            "error: invalid value '0' for '--rate <RATE>': must be a number of events per second \
+             greater than 0 (at most 1000000)",
+        ),
+        (
+            &["--config", path, "--duration", "x"][..],
+            "error: invalid value 'x' for '--duration <DURATION>': must be a number of seconds \
+             greater than 0 (at most 31536000)",
+        ),
+        (
+            &["--config", path, "--count", "0"][..],
+            "error: invalid value '0' for '--count <COUNT>': must be at least 1",
+        ),
+        (
+            &["--rate", "5"][..],
+            "error: the following required arguments were not provided:",
+        ),
+        (
+            &["--config", path, "--agents", "5"][..],
+            "error: the argument '--config <CONFIG>' cannot be used with '--agents <AGENTS>'",
+        ),
+        (
+            &["--config", path, "--rate", "5", "--concurrency", "2"][..],
+            "error: the argument '--rate <RATE>' cannot be used with '--concurrency <CONCURRENCY>'",
+        ),
+    ];
+    assert_usage_errors(&cases);
+}
+
+#[test]
+fn cli_fails_fast_on_an_unreachable_model_server() {
+    // A port nobody listens on: the connect is refused before anything is spawned.
+    let url = format!("http://127.0.0.1:{}/v1", warden_testkit::free_port());
+    let path = team_file(
+        "unreachable",
+        &format!(
+            "[providers.local]\nkind = \"openai_compatible\"\nbase_url = \"{url}\"\nmodel = \"m\"\n\n\
+             [[agents]]\nkey = \"desk\"\nprovider = \"local\"\n"
+        ),
+    );
+    let (code, stdout, stderr) = loadtest_cli(&["--config", path.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(stdout, "");
+    let want = format!(
+        "error: {}: provider `local`: cannot reach {url}: 127.0.0.1:",
+        path.display()
+    );
+    assert!(stderr.starts_with(&want), "{stderr}");
+    assert!(stderr.contains("refused"), "{stderr}");
+    // Nothing ran: no report, no progress, one line.
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+/// Against a real OpenAI-compatible server: its 429 is retried by the provider and counted by class.
+#[actix_rt::test]
+async fn cli_load_tests_a_model_server_through_the_retries() {
+    use warden_testkit::http::{ok_json, status, Server};
+    let answer = serde_json::json!({"choices": [{"message": {"role": "assistant", "content": "hi"},
+        "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}});
+    let server = Server::start(vec![
+        // The reachability check's connect (no request is sent on it).
+        vec![],
+        vec![status(429, r#"{"error":{"message":"slow down"}}"#)],
+        vec![ok_json(answer.clone())],
+        vec![ok_json(answer)],
+    ])
+    .await;
+    let path = team_file(
+        "server",
+        &format!(
+            "[providers.local]\nkind = \"openai_compatible\"\nbase_url = \"{}\"\nmodel = \"m\"\n\
+             retry_base_ms = 1\nretry_cap_ms = 1\n\n\
+             [[agents]]\nkey = \"desk\"\nprovider = \"local\"\ndelegate = false\n\n\
+             [workload]\nconcurrency = 1\ncount = 2\n",
+            server.url("/v1")
+        ),
+    );
+    let path = path.to_str().unwrap().to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        loadtest_cli(&["--config", &path, "--halt-probes", "0", "--json"])
+    })
+    .await
+    .unwrap();
+    let (code, stdout, stderr) = out;
+    assert_eq!(code, 0, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(json["event_latency"]["answered"], 2, "{json}");
+    assert_eq!(json["retries"]["429"], 1, "{json}");
+    assert_eq!(json["steps"], 2, "{json}");
+    assert_eq!(server.bodies().len(), 3);
+}
+
+#[test]
+fn repeat_reports_median_and_range_and_compare_reads_them() {
+    let run = |seed: &str| {
+        let (code, stdout, stderr) = loadtest_cli(&[
+            "--agents",
+            "13",
+            "--halt-probes",
+            "1",
+            "--repeat",
+            "3",
+            "--seed",
+            seed,
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(json["repeat"]["runs"], 3);
+        let f = &json["repeat"]["figures"]["duration_s"];
+        assert!(f["min"].as_f64() <= f["median"].as_f64(), "{f}");
+        assert!(f["median"].as_f64() <= f["max"].as_f64(), "{f}");
+        stdout
+    };
+    let dir = team_file("compare", "").with_file_name("");
+    let a = dir.join("a.json");
+    let b = dir.join("b.json");
+    std::fs::write(&a, run("1")).unwrap();
+    std::fs::write(&b, run("1")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["loadtest", "compare"])
+        .args([&a, &b])
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = json["figures"].as_array().unwrap();
+    let duration = rows.iter().find(|r| r["figure"] == "duration_s").unwrap();
+    // Both sides have bands: the verdict is about noise.
+    let verdict = duration["verdict"].as_str().unwrap();
+    assert!(verdict.ends_with("noise"), "{verdict}");
+    let table = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["loadtest", "compare"])
+        .args([&a, &b])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(table.stdout).unwrap();
+    assert!(
+        text.starts_with("A: scenario steady, seed 1, 13 agents, 3 runs\n"),
+        "{text}"
+    );
+    assert!(text.contains("\n  steps_per_sec "), "{text}");
+}
+
+/// Checks that `html` is well-formed XML-style markup: every tag closed in order (self-closing
+/// tags allowed), after the doctype. Returns the tags seen, by name.
+fn check_well_formed(html: &str) -> Vec<String> {
+    let body = html
+        .strip_prefix("<!DOCTYPE html>\n")
+        .expect("starts with the doctype");
+    let mut stack: Vec<String> = Vec::new();
+    let mut seen = Vec::new();
+    let mut rest = body;
+    while let Some(open) = rest.find('<') {
+        let close = rest[open..].find('>').expect("a tag ends") + open;
+        let tag = &rest[open + 1..close];
+        assert!(!tag.contains('<'), "a `<` inside a tag: {tag}");
+        if let Some(name) = tag.strip_prefix('/') {
+            assert_eq!(stack.pop().as_deref(), Some(name), "closing {name}");
+        } else {
+            let name = tag.split_whitespace().next().unwrap().trim_end_matches('/');
+            seen.push(name.to_owned());
+            if !tag.ends_with('/') {
+                stack.push(name.to_owned());
+            }
+        }
+        rest = &rest[close + 1..];
+    }
+    assert!(stack.is_empty(), "unclosed: {stack:?}");
+    seen
+}
+
+/// `warden loadtest ARGS --report FILE`, which must succeed: the file and its text.
+fn html_report(name: &str, args: &[&str]) -> (std::path::PathBuf, String) {
+    let path = team_file(name, "").with_file_name("report.html");
+    let mut all = args.to_vec();
+    all.extend(["--report", path.to_str().unwrap()]);
+    let (code, _, stderr) = loadtest_cli(&all);
+    assert_eq!(code, 0, "{stderr}");
+    let html = std::fs::read_to_string(&path).unwrap();
+    (path, html)
+}
+
+#[test]
+fn cli_writes_a_self_contained_html_report() {
+    let (_, html) = html_report(
+        "html",
+        &[
+            "--scenario",
+            "cascade",
+            "--agents",
+            "40",
+            "--halt-probes",
+            "1",
+        ],
+    );
+    let tags = check_well_formed(&html);
+    // Self-contained: no reference to anything on a network, no script, nothing loaded.
+    assert!(!html.contains("http://") && !html.contains("https://"));
+    assert!(!tags
+        .iter()
+        .any(|t| ["script", "link", "img", "iframe"].contains(&t.as_str())));
+    // Six charts: throughput, latency, agents by state, histogram, lockouts, refusals.
+    assert_eq!(tags.iter().filter(|t| *t == "svg").count(), 6);
+    assert!(html.contains("invariants: pass"), "{html}");
+    assert!(html.contains("Lockouts by depth"));
+    assert!(
+        html.contains("&quot;scenario&quot;: &quot;cascade&quot;"),
+        "{html}"
+    );
+
+    // A broken invariant shows as FAIL in the header.
+    let mut report = run_loadtest(LoadtestOptions {
+        halt_probes: 0,
+        ..small(Scenario::Steady)
+    });
+    report.lost_events = 1;
+    let mut out = Vec::new();
+    warden::loadtest::html::write_html(&mut out, &report, &serde_json::json!({})).unwrap();
+    let html = String::from_utf8(out).unwrap();
+    check_well_formed(&html);
+    assert!(html.contains("invariants: FAIL"));
+    assert!(
+        html.contains("<td class=\"fail\">FAIL</td><td>1</td>"),
+        "{html}"
+    );
+}
+
+/// Renders the report in a headless Chromium when one is installed (optional; skipped loudly).
+#[test]
+fn the_html_report_renders_in_a_headless_browser() {
+    let browser = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            std::process::Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+    let Some(browser) = browser else {
+        eprintln!("SKIPPED the_html_report_renders_in_a_headless_browser: no chromium on PATH");
+        return;
+    };
+    let (path, _) = html_report("render", &["--agents", "13", "--halt-probes", "0"]);
+    let out = std::process::Command::new(browser)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
+        .arg(format!("file://{}", path.display()))
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(dom.contains("<svg"), "{dom}");
+    assert!(dom.contains("invariants: pass"), "{dom}");
+}
+
+/// The example team file of docs/loadtest.md, and the errors the page shows for it.
+fn doc_example() -> (String, Vec<String>) {
+    let doc = include_str!("../docs/loadtest.md");
+    let after = doc
+        .split("<!-- example: team-workload -->\n```toml\n")
+        .nth(1)
+        .expect("the example's marker");
+    let toml = after.split("\n```").next().unwrap().to_owned() + "\n";
+    let errors = doc
+        .lines()
+        .filter(|l| l.starts_with("error: team.toml: invalid config: "))
+        .map(str::to_owned)
+        .collect();
+    (toml, errors)
+}
+
+#[test]
+fn the_documented_team_file_runs_and_its_documented_errors_are_the_real_ones() {
+    let (toml, errors) = doc_example();
+    let path = team_file("doc", &toml);
+    let json = team_json(&path, &["--duration", "0.3", "--halt-probes", "0"]);
+    assert_eq!(json["lost_events"], 0, "{json}");
+    assert_eq!(json["workload"]["mode"], "rate");
+    assert_eq!(json["workload"]["agents"], serde_json::json!(["concierge"]));
+    // 20 events/s for 0.3 s: events 0 to 5 are due (event n at n/20 s).
+    assert_eq!(json["tasks_sent"], 6, "{json}");
+    assert_eq!(json["event_latency"]["answered"], 6, "{json}");
+    assert_eq!(json["delegations"]["accepted"], 6, "{json}");
+    // `warden config check` (as `warden run` and `warden serve`) accepts the file, [workload] and all.
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["config", "check"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
+    // Every key of the report is in the page's contract.
+    let doc = include_str!("../docs/loadtest.md");
+    for key in json.as_object().unwrap().keys() {
+        assert!(
+            doc.contains(&format!("\"{key}\"")),
+            "{key} is not documented"
+        );
+    }
+
+    let rate_line = toml
+        .lines()
+        .find(|l| l.starts_with("rate = "))
+        .unwrap()
+        .to_owned();
+    let mutations = [
+        toml.replace("agents = [\"concierge\"]", "agents = [\"conceirge\"]"),
+        toml.replace(&rate_line, "rate = \"fast\""),
+        toml.replace(&rate_line, "rate = -2"),
+    ];
+    assert_eq!(errors.len(), mutations.len(), "{errors:?}");
+    for (i, (text, documented)) in mutations.iter().zip(&errors).enumerate() {
+        let path = team_file(&format!("doc{i}"), text);
+        let (code, _, stderr) = loadtest_cli(&["--config", path.to_str().unwrap()]);
+        assert_eq!(code, 1, "{stderr}");
+        let real = stderr
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .replace(path.to_str().unwrap(), "team.toml");
+        assert_eq!(&real, documented);
+    }
+}
+
+#[test]
+fn a_team_file_run_cut_by_its_timeout_is_reported_as_timed_out() {
+    // Every answer takes 2 s; the 0.2 s timeout cuts the run with the 3 events sent and open.
+    let text = DESK_AND_COOK.replace(
+        "replies = [\"cooked\"]",
+        "replies = [\"cooked\"]\nlatency_ms = 2000",
+    ) + "\n[workload]\nrate = 1000\ncount = 3\n";
+    let path = team_file("timeout", &text);
+    let (code, stdout, stderr) = loadtest_cli(&[
+        "--config",
+        path.to_str().unwrap(),
+        "--timeout-s",
+        "0.2",
+        "--halt-probes",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(code, 12, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(json["timed_out"], true, "{json}");
+    assert_eq!(json["tasks_sent"], 3, "{json}");
+    // The desk takes one event at a time: the first waits on its delegation (the cook's 2 s
+    // answer), the other two are queued behind it; plus the delegated task.
+    assert_eq!(json["unfinished_tasks"], 4, "{json}");
+    assert_eq!(json["delegations"]["accepted"], 1, "{json}");
+    assert_eq!(json["lost_events"], 0, "{json}");
+    assert_eq!(
+        stderr,
+        "loadtest: timed out after 0.2 s (--timeout-s): 4 tasks unfinished\n"
+    );
 }

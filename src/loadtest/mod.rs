@@ -18,6 +18,12 @@
 //!   shows lockouts by depth (how far the failure spread).
 //! * `halt-storm` — as `steady`, but every agent is halted while the fleet is at work.
 //!
+//! # Your own team
+//! [`workload`]: `warden loadtest --config team.toml` spawns a team file's agents with its providers
+//! and configuration and sends the events its `[workload]` section describes; the report is the
+//! same (scenario `team`), with the same accounting. [`compare`] compares reports (`--repeat`,
+//! `warden loadtest compare`); [`html`] writes one as a self-contained HTML page (`--report`).
+//!
 //! # The harness's own accounting
 //! `lost_events` and `leaked_slots` are counted by the harness from the journal it hands to the
 //! supervisor, independently of the supervisor's own counters: every task it sends and every
@@ -34,11 +40,10 @@ use crate::{
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::{
-    collections::{HashMap, HashSet},
-    io::{self, Write},
+    collections::{BTreeMap, HashMap, HashSet},
     num::NonZeroUsize,
     sync::Arc,
     time::{Duration, Instant},
@@ -47,6 +52,13 @@ use warden_protocols::{
     AgentKey, AgentState, ChatRole, DelegationRefusal, EventKind, FinishReason, ToolCall,
     WorkRefusal,
 };
+
+pub mod compare;
+pub mod html;
+mod report;
+pub mod workload;
+
+pub use report::{write_repeat, write_report};
 
 /// `warden loadtest`'s exit code when an invariant is violated (`lost_events`, `leaked_slots` or
 /// `halt.processed_after_halt` not 0). Not 2: that is a usage error, as for every command.
@@ -150,7 +162,7 @@ impl LoadtestOptions {
 /// Delegations, counted from the journal. `requested` is every attempt:
 /// `requested == accepted + refused_budget + refused_hops + refused_locked + refused_cycle`
 /// (+ [`LoadReport::refused_other`], which is not part of the JSON contract and 0 in every scenario).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DelegationCounts {
     /// Delegations attempted.
     pub requested: u64,
@@ -167,7 +179,7 @@ pub struct DelegationCounts {
 }
 
 /// The halt probe's figures.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HaltProbe {
     /// Ordinary messages queued on the paused probe agent before each halt.
     pub backlog: u64,
@@ -185,12 +197,14 @@ pub struct HaltProbe {
 
 /// Per-event latency: from a root's acceptance of a task to its answer (the reply correlated to
 /// the event's id), over the tasks that were answered.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EventLatency {
     /// Tasks answered (the others failed, were refused or were discarded).
     pub answered: u64,
     /// Median, in ms.
     pub p50_ms: f64,
+    /// 90th percentile, in ms.
+    pub p90_ms: f64,
     /// 99th percentile, in ms.
     pub p99_ms: f64,
     /// Slowest, in ms (0 when none was answered).
@@ -204,6 +218,7 @@ impl EventLatency {
         EventLatency {
             answered: micros.len() as u64,
             p50_ms: ms(percentile(&micros, 0.50)),
+            p90_ms: ms(percentile(&micros, 0.90)),
             p99_ms: ms(percentile(&micros, 0.99)),
             max_ms: ms(micros.last().copied().unwrap_or(0)),
         }
@@ -211,7 +226,7 @@ impl EventLatency {
 }
 
 /// `halt_all` of the whole fleet.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HaltAll {
     /// Agents acknowledged.
     pub agents: u64,
@@ -220,7 +235,7 @@ pub struct HaltAll {
 }
 
 /// Memory of the process, as Linux reports it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Memory {
     /// Peak resident set (`VmHWM` of `/proc/self/status`); 0 where unavailable.
     pub rss_peak_bytes: u64,
@@ -228,8 +243,9 @@ pub struct Memory {
     pub bytes_per_agent: u64,
 }
 
-/// The report. Its JSON form is a stable contract (see the README's "Load testing").
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+/// The report. Its JSON form is a stable contract (docs/loadtest.md); it reads back from that
+/// form (`--repeat` runs each repeat in a process of its own and reads its JSON).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LoadReport {
     /// [`Scenario::as_str`] of the scenario run.
     pub scenario: String,
@@ -275,19 +291,59 @@ pub struct LoadReport {
     /// Work items (tasks sent to roots and delegated tasks) still open when the timeout cut the drive
     /// phase; 0 unless `timed_out`.
     pub unfinished_tasks: u64,
-    /// Not in the JSON contract: lockouts by depth (index = depth).
-    #[serde(skip)]
+    /// Lockouts by depth (index = depth: the number of dots of a synthetic key, the agent's depth
+    /// in its delegation tree for a team file; roots are 0).
     pub lockouts_by_depth: Vec<u64>,
+    /// Delegation refusals (every kind, `refused_other` included) by the delegate's depth:
+    /// they add up to `delegations.requested - delegations.accepted`.
+    pub refusals_by_depth: Vec<u64>,
+    /// Retries of OpenAI-compatible model calls made during the run, by status class
+    /// (`408`, `429`, `5xx`, `timeout`, `connect`, `other`; every class listed). All 0 with
+    /// scripted models.
+    pub retries: BTreeMap<String, u64>,
+    /// Tasks the harness sent to roots (for a team file: the workload's events).
+    pub tasks_sent: u64,
+    /// Of [`LoadReport::tasks_sent`], those refused at once (a locked-out or stopped root, a
+    /// full mailbox).
+    pub tasks_refused: u64,
+    /// One [`Sample`] per second of the drive phase (the last one covers what was left).
+    pub series: Vec<Sample>,
+    /// The workload of a team-file run (`--config`); `None` for the scenarios.
+    pub workload: Option<workload::WorkloadSummary>,
     /// Not in the JSON contract: delegation refusals of other kinds (unknown delegate, full mailbox).
     #[serde(skip)]
     pub refused_other: u64,
-    /// Not in the JSON contract: tasks the harness sent to roots, and how many were refused at once.
+    /// Not in the JSON: every answered event's latency (accepted → answered) in µs, sorted (for
+    /// the HTML report's histogram).
     #[serde(skip)]
-    pub tasks_sent: u64,
-    /// Not in the JSON contract: of [`LoadReport::tasks_sent`], those refused at once (a
-    /// locked-out or stopped root, a full mailbox).
-    #[serde(skip)]
-    pub tasks_refused: u64,
+    pub event_latencies_us: Vec<u64>,
+}
+
+/// One point of [`LoadReport::series`]: the counts are over the interval that ends at `t_s`, the
+/// gauges are read at `t_s`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// End of the interval, in seconds since the drive phase started.
+    pub t_s: f64,
+    /// Tasks (events) accepted by their agents in the interval.
+    pub events_accepted: u64,
+    /// Turns finished in the interval.
+    pub turns: u64,
+    /// Model calls made in the interval.
+    pub llm_calls: u64,
+    /// Agents locked out in the interval.
+    pub lockouts: u64,
+    /// Events answered in the interval (as the harness saw their answers).
+    pub answered: u64,
+    /// Median accepted → answered latency of those, in ms (0 when none).
+    pub latency_p50_ms: f64,
+    /// 99th percentile of the same, in ms.
+    pub latency_p99_ms: f64,
+    /// Agents in each state at `t_s`, by state name (`EXECUTING`, …; states with no agent
+    /// left out).
+    pub agents_by_state: BTreeMap<String, u64>,
+    /// Resident set at `t_s` (`VmRSS`; 0 where unavailable).
+    pub rss_bytes: u64,
 }
 
 // ---- the harness journal ------------------------------------------------------------------------
@@ -308,9 +364,41 @@ struct Tally {
     turns: u64,
     lockouts: u64,
     lockouts_by_depth: Vec<u64>,
+    /// Delegation refusals, by the delegate's depth.
+    refusals_by_depth: Vec<u64>,
+    /// Tasks the harness sent that were accepted.
+    events_accepted: u64,
+    /// Agents' depths in their delegation trees (team files); empty: a key's number of dots.
+    depths: HashMap<AgentKey, usize>,
+    /// Agents in each state, by [`AgentState::ALL`] index: from `Spawned` (an agent starts
+    /// `WAITING_FOR_EVENT`) and every `StateChanged` (no status scan of the fleet).
+    states: [i64; AgentState::ALL.len()],
+}
+
+/// `state`'s index in [`AgentState::ALL`].
+fn state_index(state: AgentState) -> usize {
+    AgentState::ALL
+        .iter()
+        .position(|s| *s == state)
+        .unwrap_or_default()
+}
+
+/// Adds one at `depth`, growing `by_depth` as needed.
+fn bump(by_depth: &mut Vec<u64>, depth: usize) {
+    if by_depth.len() <= depth {
+        by_depth.resize(depth + 1, 0);
+    }
+    by_depth[depth] += 1;
 }
 
 impl Tally {
+    fn depth(&self, agent: &AgentKey) -> usize {
+        self.depths
+            .get(agent)
+            .copied()
+            .unwrap_or_else(|| depth_of(agent.as_str()))
+    }
+
     fn add(&mut self, agent: &AgentKey, n: i64) {
         *self.balance.entry(agent.clone()).or_default() += n;
         self.outstanding += n;
@@ -344,7 +432,12 @@ impl Tally {
     /// Counts one journaled event.
     fn count(&mut self, agent: &AgentKey, kind: EventKind) {
         let t = self;
+        if let EventKind::StateChanged { from, to, .. } = &kind {
+            t.states[state_index(*from)] -= 1;
+            t.states[state_index(*to)] += 1;
+        }
         match kind {
+            EventKind::Spawned { .. } => t.states[state_index(AgentState::WaitingForEvent)] += 1,
             EventKind::StateChanged { from, to, .. }
                 if from == AgentState::WaitingForEvent && to == AgentState::Executing =>
             {
@@ -371,11 +464,8 @@ impl Tally {
             EventKind::ToolStarted { tool, .. } if tool != "delegate" => t.tool_calls += 1,
             EventKind::LockedOut { .. } => {
                 t.lockouts += 1;
-                let d = depth_of(agent.as_str());
-                if t.lockouts_by_depth.len() <= d {
-                    t.lockouts_by_depth.resize(d + 1, 0);
-                }
-                t.lockouts_by_depth[d] += 1;
+                let d = t.depth(agent);
+                bump(&mut t.lockouts_by_depth, d);
             }
             EventKind::DelegationRequested { id, to, .. } => {
                 t.delegations.requested += 1;
@@ -386,36 +476,44 @@ impl Tally {
             EventKind::DelegationEnded { id, .. } => {
                 *t.open.entry(id).or_default() -= 1;
             }
-            EventKind::DelegationRefused { to, refusal } => match refusal {
-                // Refused after it was requested: the task was never queued on `to`.
-                DelegationRefusal::DelegateRefused { refusal, .. } => {
-                    t.delegations.accepted -= 1;
-                    t.add(&to, -1);
-                    match refusal {
-                        WorkRefusal::LockedOut { .. } | WorkRefusal::Stopped => {
-                            t.delegations.refused_locked += 1
-                        }
-                        _ => t.refused_other += 1,
-                    }
-                }
-                other => {
-                    t.delegations.requested += 1;
-                    match other {
-                        DelegationRefusal::SubAgentBudget { .. } => {
-                            t.delegations.refused_budget += 1
-                        }
-                        DelegationRefusal::HopLimit { .. } => t.delegations.refused_hops += 1,
-                        DelegationRefusal::EmergencyStop { .. }
-                        | DelegationRefusal::Stopped { .. }
-                        | DelegationRefusal::DelegatorNotRunning { .. } => {
-                            t.delegations.refused_locked += 1
-                        }
-                        DelegationRefusal::Cycle { .. } => t.delegations.refused_cycle += 1,
-                        _ => t.refused_other += 1,
-                    }
-                }
-            },
+            EventKind::DelegationRefused { to, refusal } => {
+                let d = t.depth(&to);
+                bump(&mut t.refusals_by_depth, d);
+                t.count_refusal(to, refusal);
+            }
             _ => {}
+        }
+    }
+
+    /// A `DelegationRefused` by kind.
+    fn count_refusal(&mut self, to: AgentKey, refusal: DelegationRefusal) {
+        let t = self;
+        match refusal {
+            // Refused after it was requested: the task was never queued on `to`.
+            DelegationRefusal::DelegateRefused { refusal, .. } => {
+                t.delegations.accepted -= 1;
+                t.add(&to, -1);
+                match refusal {
+                    WorkRefusal::LockedOut { .. } | WorkRefusal::Stopped => {
+                        t.delegations.refused_locked += 1
+                    }
+                    _ => t.refused_other += 1,
+                }
+            }
+            other => {
+                t.delegations.requested += 1;
+                match other {
+                    DelegationRefusal::SubAgentBudget { .. } => t.delegations.refused_budget += 1,
+                    DelegationRefusal::HopLimit { .. } => t.delegations.refused_hops += 1,
+                    DelegationRefusal::EmergencyStop { .. }
+                    | DelegationRefusal::Stopped { .. }
+                    | DelegationRefusal::DelegatorNotRunning { .. } => {
+                        t.delegations.refused_locked += 1
+                    }
+                    DelegationRefusal::Cycle { .. } => t.delegations.refused_cycle += 1,
+                    _ => t.refused_other += 1,
+                }
+            }
         }
     }
 }
@@ -784,8 +882,7 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
         .safety_checks(options.safety)
         .capacity(options.agents)
         .build();
-    // Every settled event of the fleet, correlated by id: the roots' answers give the latencies.
-    let mut replies = team.take_replies();
+    let retries_before = warden_actors::retry_counts();
 
     let inner = Faults {
         fail: options.fail_rate,
@@ -849,9 +946,18 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
     // Spawn time and memory include the actors themselves: wait until every one has started.
     progress.note("starting actors".into());
     team.started().await;
-    let agents = team.len() as u64;
-    let spawn_elapsed = spawn_start.elapsed();
-    let rss_after = proc_status_bytes("VmRSS");
+    let spawned = Spawned {
+        agents: team.len() as u64,
+        elapsed: spawn_start.elapsed(),
+        rss_growth: proc_status_bytes("VmRSS").saturating_sub(rss_before),
+    };
+    let agents = spawned.agents;
+    let llm_calls = || -> u64 {
+        stats
+            .iter()
+            .map(|s| s.calls.load(std::sync::atomic::Ordering::SeqCst))
+            .sum()
+    };
 
     // ---- drive
     if scenario == Scenario::HaltStorm {
@@ -861,34 +967,17 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
             std::sync::atomic::Ordering::Relaxed,
         );
     }
-    let mut tasks_sent = 0u64;
-    let mut tasks_refused = 0u64;
     let drive_start = Instant::now();
+    // Every settled event of the fleet, correlated by id: the roots' answers give the latencies.
+    let mut driven = Driven::new(&team, drive_start, false);
     // Turns without refusals: every agent runs every task once.
     progress.phase("drive", agents * tasks as u64);
     for t in 0..tasks {
         for root in &roots {
-            tasks_sent += 1;
-            match root.try_send_event(UserEvent::new(format!("task {t}"))) {
-                Ok(_) => journal.tally.lock().add(root.key(), 1),
-                Err(err) => {
-                    tasks_refused += 1;
-                    // A refusal by a locked-out or stopped agent is journaled (and counted as the
-                    // task's ending); a full or closed mailbox is not.
-                    if matches!(
-                        err.refusal,
-                        WorkRefusal::LockedOut { .. } | WorkRefusal::Stopped
-                    ) {
-                        journal.tally.lock().add(root.key(), 1);
-                    }
-                }
-            }
+            driven.send(&journal, root, UserEvent::new(format!("task {t}")));
         }
     }
     let deadline = Instant::now() + options.timeout;
-    let settled = |t: &Tally| t.outstanding == 0 && t.open.values().all(|v| *v == 0);
-    // Work items still open when the deadline cut the drive phase.
-    let mut unfinished: Option<u64> = None;
     if scenario == Scenario::HaltStorm {
         // Halt while the fleet is at work: once as many turns have finished as there are roots.
         // The journal wakes this task with the event that crosses the line (no polling clock), so
@@ -903,46 +992,280 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
                     break;
                 }
                 if Instant::now() >= deadline {
-                    unfinished = Some(t.outstanding.max(0) as u64);
+                    driven.unfinished = Some(t.outstanding.max(0) as u64);
                     break;
                 }
             }
-            let left = deadline.saturating_duration_since(Instant::now());
+            driven.poll(&journal, &llm_calls);
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_secs(1));
             tokio::select! {
                 () = journal.storm.notified() => {}
                 () = actix_rt::time::sleep(left) => {}
             }
         }
     } else {
-        loop {
-            {
-                let t = journal.tally.lock();
-                if settled(&t) {
-                    break;
-                }
-                if Instant::now() >= deadline {
-                    unfinished = Some(t.outstanding.max(0) as u64);
-                    break;
-                }
-                progress.at(t.turns);
-                progress.note(format!(
-                    "{} outstanding, {} lockouts",
-                    t.outstanding, t.lockouts
-                ));
+        driven.unfinished = drain(&journal, &progress, &mut driven, &llm_calls, deadline).await;
+    }
+    driven.duration = drive_start.elapsed();
+    let storm = (scenario == Scenario::HaltStorm).then_some(drive_start);
+    let mut report = finish(
+        team, &journal, &progress, &options, storm, driven, &llm_calls,
+    )
+    .await;
+    report.scenario = scenario.as_str().to_owned();
+    report.retries = retries_since(&retries_before);
+    spawned.apply(&mut report);
+    report
+}
+
+/// Whether every work item and every delegation id has ended.
+fn settled(t: &Tally) -> bool {
+    t.outstanding == 0 && t.open.values().all(|v| *v == 0)
+}
+
+/// The model calls made so far, read by the sampler.
+type CallCount<'a> = &'a dyn Fn() -> u64;
+
+/// Waits until the fleet has settled or `deadline` passes; `Some(work items still open)` then.
+async fn drain(
+    journal: &HarnessJournal,
+    progress: &Progress,
+    driven: &mut Driven,
+    llm_calls: CallCount<'_>,
+    deadline: Instant,
+) -> Option<u64> {
+    loop {
+        {
+            let t = journal.tally.lock();
+            if settled(&t) {
+                return None;
             }
-            actix_rt::time::sleep(Duration::from_micros(500)).await;
+            if Instant::now() >= deadline {
+                return Some(t.outstanding.max(0) as u64);
+            }
+            progress.at(t.turns);
+            progress.note(format!(
+                "{} outstanding, {} lockouts",
+                t.outstanding, t.lockouts
+            ));
+        }
+        driven.poll(journal, llm_calls);
+        actix_rt::time::sleep(Duration::from_micros(500)).await;
+    }
+}
+
+/// The spawn phase's figures.
+struct Spawned {
+    agents: u64,
+    elapsed: Duration,
+    rss_growth: u64,
+}
+
+impl Spawned {
+    fn apply(&self, report: &mut LoadReport) {
+        report.agents = self.agents;
+        report.spawn_ns_per_agent =
+            (self.elapsed.as_nanos() / u128::from(self.agents.max(1))) as u64;
+        report.memory.bytes_per_agent = self.rss_growth / self.agents.max(1);
+    }
+}
+
+/// The drive phase: what it sent, what settled, the time series; what it leaves for the report.
+struct Driven {
+    duration: Duration,
+    /// Work items still open when the deadline cut the drive phase.
+    unfinished: Option<u64>,
+    tasks_sent: u64,
+    tasks_refused: u64,
+    /// Accepted → answered, in µs, of the tasks that were answered.
+    latencies: Vec<u64>,
+    /// The team's settlements ([`Supervisor::take_replies`]).
+    replies: tokio::sync::mpsc::UnboundedReceiver<crate::Settlement>,
+    /// Keeps `replies` open when the team's stream was taken already (then nothing settles).
+    _spare: tokio::sync::mpsc::UnboundedSender<crate::Settlement>,
+    /// The harness's own events not settled yet; `None`: every settlement is the harness's.
+    in_flight: Option<HashSet<(AgentKey, u64)>>,
+    sampler: Sampler,
+}
+
+impl Driven {
+    /// The drive phase of `team`, from `start`. `track`: time only the events sent with
+    /// [`Driven::send`] (the team may settle others).
+    fn new(team: &Supervisor, start: Instant, track: bool) -> Self {
+        let (spare, taken) = tokio::sync::mpsc::unbounded_channel();
+        Driven {
+            duration: Duration::ZERO,
+            unfinished: None,
+            tasks_sent: 0,
+            tasks_refused: 0,
+            latencies: Vec::new(),
+            replies: team.take_replies().unwrap_or(taken),
+            _spare: spare,
+            in_flight: track.then(HashSet::new),
+            sampler: Sampler::new(start),
         }
     }
-    let mut duration = drive_start.elapsed();
-    let mut latencies = Vec::new();
-    if let Some(replies) = replies.as_mut() {
-        while let Ok(settled) = replies.try_recv() {
-            if let Ok(reply) = settled.result {
-                latencies.push(reply.latency.as_micros() as u64);
+
+    /// Events sent and not settled yet (0 when not tracked).
+    fn in_flight(&self) -> usize {
+        self.in_flight.as_ref().map_or(0, HashSet::len)
+    }
+
+    /// Ends `s` if it is the harness's: an answer's latency is kept.
+    fn settle(&mut self, s: crate::Settlement) {
+        let ours = match &mut self.in_flight {
+            None => true,
+            Some(set) => set.remove(&(s.agent, s.id)),
+        };
+        if let (true, Ok(reply)) = (ours, s.result) {
+            let us = reply.latency.as_micros() as u64;
+            self.latencies.push(us);
+            self.sampler.answered.push(us);
+        }
+    }
+
+    /// Takes the settlements that came, and a sample when one is due.
+    fn poll(&mut self, journal: &HarnessJournal, llm_calls: CallCount<'_>) {
+        while let Ok(s) = self.replies.try_recv() {
+            self.settle(s);
+        }
+        self.sampler.tick(journal, llm_calls);
+    }
+
+    /// Sends `event` to `agent`, counting it; its id when it was accepted.
+    fn send(
+        &mut self,
+        journal: &HarnessJournal,
+        agent: &crate::AgentHandle,
+        event: UserEvent,
+    ) -> Option<u64> {
+        self.tasks_sent += 1;
+        match agent.try_send_event(event) {
+            Ok(id) => {
+                let mut t = journal.tally.lock();
+                t.add(agent.key(), 1);
+                t.events_accepted += 1;
+                if let Some(set) = &mut self.in_flight {
+                    set.insert((agent.key().clone(), id));
+                }
+                Some(id)
+            }
+            Err(err) => {
+                self.tasks_refused += 1;
+                // A refusal by a locked-out or stopped agent is journaled (and counted as the
+                // task's ending); a full or closed mailbox is not.
+                if matches!(
+                    err.refusal,
+                    WorkRefusal::LockedOut { .. } | WorkRefusal::Stopped
+                ) {
+                    journal.tally.lock().add(agent.key(), 1);
+                }
+                None
+            }
+        }
+    }
+}
+
+/// The per-second time series of the drive phase.
+struct Sampler {
+    start: Instant,
+    next: Instant,
+    /// Counts at the last sample: events accepted, turns, model calls, lockouts.
+    last: [u64; 4],
+    /// Latencies (µs) of the events answered since the last sample.
+    answered: Vec<u64>,
+    samples: Vec<Sample>,
+}
+
+impl Sampler {
+    fn new(start: Instant) -> Self {
+        Sampler {
+            start,
+            next: start + Duration::from_secs(1),
+            last: [0; 4],
+            answered: Vec::new(),
+            samples: Vec::new(),
+        }
+    }
+
+    /// Takes a sample when a second has passed since the last one.
+    fn tick(&mut self, journal: &HarnessJournal, llm_calls: CallCount<'_>) {
+        let now = Instant::now();
+        if now >= self.next {
+            self.sample(now, journal, llm_calls);
+            self.next += Duration::from_secs(1);
+            if self.next <= now {
+                self.next = now + Duration::from_secs(1);
             }
         }
     }
 
+    fn sample(&mut self, now: Instant, journal: &HarnessJournal, llm_calls: CallCount<'_>) {
+        let (counts, by_state) = {
+            let t = journal.tally.lock();
+            (
+                [t.events_accepted, t.turns, llm_calls(), t.lockouts],
+                t.states,
+            )
+        };
+        let delta: Vec<u64> = counts
+            .iter()
+            .zip(self.last)
+            .map(|(now, before)| now.saturating_sub(before))
+            .collect();
+        self.last = counts;
+        let agents_by_state = AgentState::ALL
+            .iter()
+            .zip(by_state)
+            .filter(|(_, n)| *n > 0)
+            .map(|(state, n)| (state.as_str().to_owned(), n as u64))
+            .collect();
+        let answered = EventLatency::of(std::mem::take(&mut self.answered));
+        self.samples.push(Sample {
+            t_s: (now - self.start).as_secs_f64(),
+            answered: answered.answered,
+            latency_p50_ms: answered.p50_ms,
+            latency_p99_ms: answered.p99_ms,
+            events_accepted: delta[0],
+            turns: delta[1],
+            llm_calls: delta[2],
+            lockouts: delta[3],
+            agents_by_state,
+            rss_bytes: proc_status_bytes("VmRSS"),
+        });
+    }
+}
+
+/// Retries counted since `before` (a [`warden_actors::retry_counts`] snapshot), by class.
+fn retries_since(
+    before: &[(&'static str, u64); warden_actors::RETRY_CLASSES.len()],
+) -> BTreeMap<String, u64> {
+    warden_actors::retry_counts()
+        .iter()
+        .zip(before)
+        .map(|((class, now), (_, then))| ((*class).to_owned(), now.saturating_sub(*then)))
+        .collect()
+}
+
+/// Everything after the drive phase, for the scenarios and team-file runs alike: the last sample,
+/// the final `halt_all`, the accounting's settling, the halt probe and the report.
+/// `storm`: the drive phase's start, when the drive phase ends with the final halt.
+async fn finish(
+    team: Supervisor,
+    journal: &HarnessJournal,
+    progress: &Progress,
+    options: &LoadtestOptions,
+    storm: Option<Instant>,
+    mut driven: Driven,
+    llm_calls: CallCount<'_>,
+) -> LoadReport {
+    while let Ok(s) = driven.replies.try_recv() {
+        driven.settle(s);
+    }
+    driven.sampler.sample(Instant::now(), journal, llm_calls);
+    let agents = team.len() as u64;
     let statuses = team.statuses();
     let stopped = statuses
         .iter()
@@ -968,9 +1291,9 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
     while Instant::now() < settle_deadline && !settled(&journal.tally.lock()) {
         actix_rt::time::sleep(Duration::from_millis(1)).await;
     }
-    if scenario == Scenario::HaltStorm {
+    if let Some(drive_start) = storm {
         // The drive phase ends when the storm's halts are acknowledged.
-        duration = halted_at - drive_start;
+        driven.duration = halted_at - drive_start;
     }
 
     let statuses = team.statuses();
@@ -987,7 +1310,7 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
 
     let halt = if options.halt_probes > 0 {
         progress.phase("halt probe", options.halt_probes as u64);
-        halt_probe(&options).await
+        halt_probe(options).await
     } else {
         HaltProbe {
             backlog: options.backlog as u64,
@@ -995,20 +1318,15 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
         }
     };
 
-    let steps: u64 = stats
-        .iter()
-        .map(|s| s.calls.load(std::sync::atomic::Ordering::SeqCst))
-        .sum();
+    let steps = llm_calls();
     let t = journal.tally.lock();
     let lost_events: u64 = t.balance.values().map(|b| b.unsigned_abs()).sum();
     let open_ids: u64 = t.open.values().map(|v| v.unsigned_abs()).sum();
-    let duration_s = duration.as_secs_f64();
+    let duration_s = driven.duration.as_secs_f64();
     LoadReport {
-        scenario: scenario.as_str().to_owned(),
         seed: options.seed,
         agents,
         duration_s,
-        spawn_ns_per_agent: (spawn_elapsed.as_nanos() / u128::from(agents.max(1))) as u64,
         steps,
         steps_per_sec: if duration_s > 0.0 {
             steps as f64 / duration_s
@@ -1022,125 +1340,26 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
         restarts,
         halt,
         halt_all,
-        event_latency: EventLatency::of(latencies),
+        event_latency: EventLatency::of(driven.latencies.clone()),
+        event_latencies_us: {
+            let mut all = driven.latencies;
+            all.sort_unstable();
+            all
+        },
         memory: Memory {
             rss_peak_bytes: proc_status_bytes("VmHWM"),
-            bytes_per_agent: rss_after.saturating_sub(rss_before) / agents.max(1),
+            bytes_per_agent: 0,
         },
         lost_events,
         leaked_slots: active_slots + open_ids,
-        timed_out: unfinished.is_some(),
-        unfinished_tasks: unfinished.unwrap_or(0),
+        timed_out: driven.unfinished.is_some(),
+        unfinished_tasks: driven.unfinished.unwrap_or(0),
         lockouts_by_depth: t.lockouts_by_depth.clone(),
+        refusals_by_depth: t.refusals_by_depth.clone(),
         refused_other: t.refused_other,
-        tasks_sent,
-        tasks_refused,
+        tasks_sent: driven.tasks_sent,
+        tasks_refused: driven.tasks_refused,
+        series: driven.sampler.samples,
+        ..LoadReport::default()
     }
-}
-
-/// The human-readable table.
-///
-/// # Errors
-///
-/// The first error of writing to `out`.
-pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
-    let d = &r.delegations;
-    writeln!(
-        out,
-        "warden loadtest — scenario {} (seed {})",
-        r.scenario, r.seed
-    )?;
-    let rows: Vec<(&str, String)> = vec![
-        ("agents", r.agents.to_string()),
-        ("spawn", format!("{} ns/agent", r.spawn_ns_per_agent)),
-        (
-            "tasks",
-            format!("{} sent, {} refused", r.tasks_sent, r.tasks_refused),
-        ),
-        ("duration", format!("{:.3} s", r.duration_s)),
-        (
-            "steps",
-            format!("{} ({:.0}/s)", r.steps, r.steps_per_sec),
-        ),
-        ("tool calls", r.tool_calls.to_string()),
-        (
-            "delegations",
-            format!(
-                "{} requested: {} accepted, refused {} budget / {} hops / {} locked / {} cycle / {} other",
-                d.requested,
-                d.accepted,
-                d.refused_budget,
-                d.refused_hops,
-                d.refused_locked,
-                d.refused_cycle,
-                r.refused_other
-            ),
-        ),
-        (
-            "lockouts",
-            format!(
-                "{} (by depth: {})",
-                r.lockouts,
-                if r.lockouts_by_depth.is_empty() {
-                    "-".to_owned()
-                } else {
-                    r.lockouts_by_depth
-                        .iter()
-                        .enumerate()
-                        .map(|(depth, n)| format!("d{depth}={n}"))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                }
-            ),
-        ),
-        ("stopped", r.stopped.to_string()),
-        ("restarts", r.restarts.to_string()),
-        (
-            "halt probe",
-            format!(
-                "backlog {}: p50 {} µs, p99 {} µs, max {} µs, {} processed after halt",
-                r.halt.backlog,
-                r.halt.latency_us_p50,
-                r.halt.latency_us_p99,
-                r.halt.latency_us_max,
-                r.halt.processed_after_halt
-            ),
-        ),
-        (
-            "halt all",
-            format!("{} agents in {:.3} ms", r.halt_all.agents, r.halt_all.ms),
-        ),
-        (
-            "event latency",
-            format!(
-                "{} answered: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms (accepted → answered)",
-                r.event_latency.answered,
-                r.event_latency.p50_ms,
-                r.event_latency.p99_ms,
-                r.event_latency.max_ms
-            ),
-        ),
-        (
-            "memory",
-            format!(
-                "peak RSS {:.1} MiB, {} bytes/agent",
-                r.memory.rss_peak_bytes as f64 / (1024.0 * 1024.0),
-                r.memory.bytes_per_agent
-            ),
-        ),
-        ("lost events", r.lost_events.to_string()),
-        ("leaked slots", r.leaked_slots.to_string()),
-        (
-            "timed out",
-            if r.timed_out {
-                format!("yes: {} tasks unfinished (--timeout-s)", r.unfinished_tasks)
-            } else {
-                "no".to_owned()
-            },
-        ),
-    ];
-    for (name, value) in rows {
-        writeln!(out, "  {name:<13} {value}")?;
-    }
-    Ok(())
 }

@@ -1,0 +1,316 @@
+//! `warden loadtest --report FILE.html`: the run as one self-contained HTML file — inline SVG and
+//! CSS, no script, no network reference — to look at in any browser or attach to a ticket.
+//!
+//! It shows the invariants as a pass/fail header, the run's configuration, throughput (model
+//! calls, turns, events accepted per second) and latency (p50/p99 of the events answered in each
+//! second) over time, the latency histogram, agents by state over time and lockouts and refusals
+//! by depth. The document is well-formed XML (XHTML syntax), so a test can check it with a plain
+//! tag-balance check.
+
+use super::{compare::format_value, LoadReport};
+use std::{
+    fmt::Write as _,
+    io::{self, Write},
+};
+
+/// Colours of the series, in order.
+const COLOURS: [&str; 6] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+];
+const WIDTH: f64 = 640.0;
+const HEIGHT: f64 = 220.0;
+const PAD: f64 = 40.0;
+
+/// `text` with `&`, `<`, `>` and `"` escaped.
+fn esc(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A line chart of `lines` (name, y values) over `x`, with its title, axes and legend.
+fn line_chart(title: &str, unit: &str, x: &[f64], lines: &[(String, Vec<f64>)]) -> String {
+    let mut svg = String::new();
+    let x_max = x.iter().copied().fold(0.0_f64, f64::max).max(1e-9);
+    let y_max = lines
+        .iter()
+        .flat_map(|(_, ys)| ys.iter().copied())
+        .fold(0.0_f64, f64::max)
+        .max(1e-9);
+    let px = |v: f64| PAD + v / x_max * (WIDTH - 2.0 * PAD);
+    let py = |v: f64| HEIGHT - PAD - v / y_max * (HEIGHT - 2.0 * PAD);
+    let _ = write!(
+        svg,
+        "<svg width=\"{WIDTH}\" height=\"{HEIGHT}\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\">\
+         <title>{}</title>\
+         <text x=\"{PAD}\" y=\"16\" class=\"t\">{}</text>\
+         <line x1=\"{PAD}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" class=\"axis\"/>\
+         <line x1=\"{PAD}\" y1=\"{PAD}\" x2=\"{PAD}\" y2=\"{b}\" class=\"axis\"/>\
+         <text x=\"4\" y=\"{}\" class=\"l\">{}</text>\
+         <text x=\"4\" y=\"{b}\" class=\"l\">0</text>\
+         <text x=\"{r}\" y=\"{}\" class=\"l\" text-anchor=\"end\">{} s</text>",
+        esc(title),
+        esc(title),
+        PAD + 4.0,
+        esc(&format!("{} {unit}", format_value(y_max))),
+        HEIGHT - PAD + 16.0,
+        format_value(x_max),
+        b = HEIGHT - PAD,
+        r = WIDTH - PAD,
+    );
+    for (i, (name, ys)) in lines.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        let points: Vec<String> = x
+            .iter()
+            .zip(ys)
+            .map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y)))
+            .collect();
+        let _ = write!(
+            svg,
+            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\" class=\"l\" fill=\"{colour}\">{}</text>",
+            points.join(" "),
+            PAD + 8.0 + 110.0 * i as f64,
+            HEIGHT - 6.0,
+            esc(name),
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// A bar chart of `bars` (label, value).
+fn bar_chart(title: &str, bars: &[(String, f64)]) -> String {
+    let mut svg = String::new();
+    let y_max = bars
+        .iter()
+        .map(|(_, v)| *v)
+        .fold(0.0_f64, f64::max)
+        .max(1e-9);
+    let slot = (WIDTH - 2.0 * PAD) / bars.len().max(1) as f64;
+    let _ = write!(
+        svg,
+        "<svg width=\"{WIDTH}\" height=\"{HEIGHT}\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\">\
+         <title>{}</title><text x=\"{PAD}\" y=\"16\" class=\"t\">{}</text>\
+         <line x1=\"{PAD}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" class=\"axis\"/>",
+        esc(title),
+        esc(title),
+        b = HEIGHT - PAD,
+        r = WIDTH - PAD,
+    );
+    if bars.is_empty() {
+        let _ = write!(
+            svg,
+            "<text x=\"{PAD}\" y=\"{}\" class=\"l\">none</text>",
+            HEIGHT / 2.0
+        );
+    }
+    for (i, (name, v)) in bars.iter().enumerate() {
+        let h = v / y_max * (HEIGHT - 2.0 * PAD);
+        let x = PAD + slot * i as f64;
+        let _ = write!(
+            svg,
+            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{h:.1}\" fill=\"{}\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\" class=\"l\" text-anchor=\"middle\">{}</text>\
+             <text x=\"{:.1}\" y=\"{:.1}\" class=\"l\" text-anchor=\"middle\">{}</text>",
+            x + slot * 0.1,
+            HEIGHT - PAD - h,
+            slot * 0.8,
+            COLOURS[0],
+            x + slot / 2.0,
+            HEIGHT - PAD + 14.0,
+            esc(name),
+            x + slot / 2.0,
+            HEIGHT - PAD - h - 3.0,
+            format_value(*v),
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// The latency histogram's bars: up to 20 buckets of equal width from 0 to the slowest, in ms.
+fn histogram(sorted_us: &[u64]) -> Vec<(String, f64)> {
+    let Some(&max) = sorted_us.last() else {
+        return Vec::new();
+    };
+    let buckets = 20u64;
+    let width = (max / buckets).max(1);
+    let mut counts = vec![0u64; buckets as usize + 1];
+    for us in sorted_us {
+        counts[((us / width).min(buckets)) as usize] += 1;
+    }
+    while counts.len() > 1 && counts.last() == Some(&0) {
+        counts.pop();
+    }
+    counts
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            (
+                format!("{:.1}", (i as u64 * width) as f64 / 1000.0),
+                *n as f64,
+            )
+        })
+        .collect()
+}
+
+fn depth_bars(counts: &[u64]) -> Vec<(String, f64)> {
+    counts
+        .iter()
+        .enumerate()
+        .map(|(d, n)| (format!("d{d}"), *n as f64))
+        .collect()
+}
+
+/// Writes `report` as one self-contained HTML document. `configuration` is the run's
+/// configuration (the command line's options), shown as given.
+///
+/// # Errors
+///
+/// The first error of writing to `out`.
+pub fn write_html(
+    out: &mut dyn Write,
+    report: &LoadReport,
+    configuration: &serde_json::Value,
+) -> io::Result<()> {
+    let r = report;
+    let checks = [
+        ("lost events", r.lost_events == 0, r.lost_events.to_string()),
+        (
+            "leaked slots",
+            r.leaked_slots == 0,
+            r.leaked_slots.to_string(),
+        ),
+        (
+            "processed after halt",
+            r.halt.processed_after_halt == 0,
+            r.halt.processed_after_halt.to_string(),
+        ),
+        (
+            "not timed out",
+            !r.timed_out,
+            format!("{} unfinished", r.unfinished_tasks),
+        ),
+    ];
+    let pass = checks.iter().all(|(_, ok, _)| *ok);
+    let x: Vec<f64> = r.series.iter().map(|s| s.t_s).collect();
+    let per_s = |f: fn(&super::Sample) -> u64| -> Vec<f64> {
+        let mut before = 0.0;
+        r.series
+            .iter()
+            .map(|s| {
+                let dt = (s.t_s - before).max(1e-9);
+                before = s.t_s;
+                f(s) as f64 / dt
+            })
+            .collect()
+    };
+    let throughput = line_chart(
+        "Throughput",
+        "/s",
+        &x,
+        &[
+            ("model calls/s".into(), per_s(|s| s.llm_calls)),
+            ("turns/s".into(), per_s(|s| s.turns)),
+            ("events/s".into(), per_s(|s| s.events_accepted)),
+        ],
+    );
+    let latency = line_chart(
+        "Event latency (accepted → answered), per second",
+        "ms",
+        &x,
+        &[
+            (
+                "p50".into(),
+                r.series.iter().map(|s| s.latency_p50_ms).collect(),
+            ),
+            (
+                "p99".into(),
+                r.series.iter().map(|s| s.latency_p99_ms).collect(),
+            ),
+        ],
+    );
+    let mut states: Vec<String> = r
+        .series
+        .iter()
+        .flat_map(|s| s.agents_by_state.keys().cloned())
+        .collect();
+    states.sort();
+    states.dedup();
+    let by_state: Vec<(String, Vec<f64>)> = states
+        .iter()
+        .map(|state| {
+            let ys = r
+                .series
+                .iter()
+                .map(|s| s.agents_by_state.get(state).copied().unwrap_or(0) as f64)
+                .collect();
+            (state.clone(), ys)
+        })
+        .collect();
+    let agents = line_chart("Agents by state", "agents", &x, &by_state);
+    let hist = bar_chart(
+        "Event latency histogram (bucket start, ms)",
+        &histogram(&r.event_latencies_us),
+    );
+    let lockouts = bar_chart("Lockouts by depth", &depth_bars(&r.lockouts_by_depth));
+    let refusals = bar_chart(
+        "Delegation refusals by the delegate's depth",
+        &depth_bars(&r.refusals_by_depth),
+    );
+    let mut table = String::new();
+    for (name, ok, value) in &checks {
+        let _ = write!(
+            table,
+            "<tr><td>{}</td><td class=\"{}\">{}</td><td>{}</td></tr>",
+            esc(name),
+            if *ok { "pass" } else { "fail" },
+            if *ok { "pass" } else { "FAIL" },
+            esc(value)
+        );
+    }
+    let figures = serde_json::json!({
+        "duration_s": r.duration_s,
+        "steps": r.steps,
+        "steps_per_sec": r.steps_per_sec,
+        "event_latency": r.event_latency,
+        "delegations": r.delegations,
+        "lockouts": r.lockouts,
+        "retries": r.retries,
+        "halt": r.halt,
+        "memory": r.memory,
+    });
+    let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
+    let title = format!(
+        "warden loadtest — {} (seed {}, {} agents)",
+        r.scenario, r.seed, r.agents
+    );
+    write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/>\
+         <title>{title}</title><style>\
+         body{{font-family:sans-serif;margin:2em;max-width:1400px}}\
+         .banner{{padding:.6em 1em;color:#fff;font-weight:bold}}\
+         .ok{{background:#2ca02c}}.bad{{background:#d62728}}\
+         td.pass{{color:#2ca02c}}td.fail{{color:#d62728;font-weight:bold}}\
+         td{{padding:2px 10px}}pre{{background:#f4f4f4;padding:1em;overflow:auto}}\
+         .t{{font-size:13px;font-weight:bold}}.l{{font-size:11px}}\
+         .axis{{stroke:#888}}svg{{margin:.5em;border:1px solid #ddd}}\
+         </style></head><body>\n\
+         <h1>{title}</h1>\n\
+         <div class=\"banner {}\">invariants: {}</div>\n\
+         <table>{table}</table>\n\
+         <h2>Over time</h2>\n<div>{throughput}{latency}{agents}</div>\n\
+         <h2>Distribution and spread</h2>\n<div>{hist}{lockouts}{refusals}</div>\n\
+         <h2>Figures</h2>\n<pre>{}</pre>\n\
+         <h2>Configuration</h2>\n<pre>{}</pre>\n\
+         </body></html>\n",
+        if pass { "ok" } else { "bad" },
+        if pass { "pass" } else { "FAIL" },
+        esc(&pretty(&figures)),
+        esc(&pretty(configuration)),
+        title = esc(&title),
+    )
+}

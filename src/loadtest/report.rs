@@ -1,0 +1,182 @@
+//! The report as a table (`warden loadtest` without `--json`).
+
+use super::{compare::format_value, LoadReport};
+use std::io::{self, Write};
+
+/// `d0=1 d1=2 …`, or `-` when empty.
+fn by_depth(counts: &[u64]) -> String {
+    if counts.is_empty() {
+        return "-".to_owned();
+    }
+    counts
+        .iter()
+        .enumerate()
+        .map(|(depth, n)| format!("d{depth}={n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The `repeat` object ([`super::compare::summarize`]) as table rows: median and range per figure.
+///
+/// # Errors
+///
+/// The first error of writing to `out`.
+pub fn write_repeat(out: &mut dyn Write, repeat: &serde_json::Value) -> io::Result<()> {
+    writeln!(
+        out,
+        "  repeated      {} runs, same seed: median [min, max]",
+        repeat["runs"]
+    )?;
+    if let Some(figures) = repeat["figures"].as_object() {
+        let number = |v: &serde_json::Value| v.as_f64().map_or_else(String::new, format_value);
+        for (name, f) in figures {
+            writeln!(
+                out,
+                "    {name:<24} {} [{}, {}]",
+                number(&f["median"]),
+                number(&f["min"]),
+                number(&f["max"])
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The human-readable table.
+///
+/// # Errors
+///
+/// The first error of writing to `out`.
+pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
+    let d = &r.delegations;
+    writeln!(
+        out,
+        "warden loadtest — scenario {} (seed {})",
+        r.scenario, r.seed
+    )?;
+    let mut rows: Vec<(&str, String)> = Vec::new();
+    if let Some(w) = &r.workload {
+        let limits = match (w.duration_s, w.count) {
+            (Some(d), Some(c)) => format!("{d} s or {c} events"),
+            (Some(d), None) => format!("{d} s"),
+            (None, Some(c)) => format!("{c} events"),
+            (None, None) => "-".to_owned(),
+        };
+        rows.push((
+            "workload",
+            format!(
+                "{} {}: {} {}, to {}",
+                w.config,
+                limits,
+                w.mode,
+                w.level,
+                w.agents.join(", ")
+            ),
+        ));
+    }
+    rows.extend([
+        ("agents", r.agents.to_string()),
+        ("spawn", format!("{} ns/agent", r.spawn_ns_per_agent)),
+        (
+            "tasks",
+            format!("{} sent, {} refused", r.tasks_sent, r.tasks_refused),
+        ),
+        ("duration", format!("{:.3} s", r.duration_s)),
+        (
+            "steps",
+            format!("{} ({:.0}/s)", r.steps, r.steps_per_sec),
+        ),
+        ("tool calls", r.tool_calls.to_string()),
+        (
+            "delegations",
+            format!(
+                "{} requested: {} accepted, refused {} budget / {} hops / {} locked / {} cycle / {} other",
+                d.requested,
+                d.accepted,
+                d.refused_budget,
+                d.refused_hops,
+                d.refused_locked,
+                d.refused_cycle,
+                r.refused_other
+            ),
+        ),
+        (
+            "lockouts",
+            format!(
+                "{} (by depth: {})",
+                r.lockouts,
+                by_depth(&r.lockouts_by_depth)
+            ),
+        ),
+        (
+            "refusals",
+            format!(
+                "{} delegations (by the delegate's depth: {})",
+                r.refusals_by_depth.iter().sum::<u64>(),
+                by_depth(&r.refusals_by_depth)
+            ),
+        ),
+        (
+            "retries",
+            format!(
+                "{} ({})",
+                r.retries.values().sum::<u64>(),
+                r.retries
+                    .iter()
+                    .map(|(class, n)| format!("{class}={n}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+        ),
+        ("stopped", r.stopped.to_string()),
+        ("restarts", r.restarts.to_string()),
+        (
+            "halt probe",
+            format!(
+                "backlog {}: p50 {} µs, p99 {} µs, max {} µs, {} processed after halt",
+                r.halt.backlog,
+                r.halt.latency_us_p50,
+                r.halt.latency_us_p99,
+                r.halt.latency_us_max,
+                r.halt.processed_after_halt
+            ),
+        ),
+        (
+            "halt all",
+            format!("{} agents in {:.3} ms", r.halt_all.agents, r.halt_all.ms),
+        ),
+        (
+            "event latency",
+            format!(
+                "{} answered: p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, max {:.3} ms (accepted → answered)",
+                r.event_latency.answered,
+                r.event_latency.p50_ms,
+                r.event_latency.p90_ms,
+                r.event_latency.p99_ms,
+                r.event_latency.max_ms
+            ),
+        ),
+        (
+            "memory",
+            format!(
+                "peak RSS {:.1} MiB, {} bytes/agent",
+                r.memory.rss_peak_bytes as f64 / (1024.0 * 1024.0),
+                r.memory.bytes_per_agent
+            ),
+        ),
+        ("lost events", r.lost_events.to_string()),
+        ("leaked slots", r.leaked_slots.to_string()),
+        (
+            "timed out",
+            if r.timed_out {
+                format!("yes: {} tasks unfinished (--timeout-s)", r.unfinished_tasks)
+            } else {
+                "no".to_owned()
+            },
+        ),
+    ]);
+    for (name, value) in rows {
+        writeln!(out, "  {name:<13} {value}")?;
+    }
+    Ok(())
+}
