@@ -464,6 +464,15 @@ pub struct AgentFileSpec {
     /// replaces the team's; `None`: the team's `[npc]`.
     #[serde(default)]
     pub npc: Option<warden_protocols::npc::NpcOverride>,
+    /// The agent's goals (`goals = ["keep the inn tidy"]`), carried in its system message; when
+    /// set (even empty), the agent also gets the `set_goals` tool. Journaled at its first spawn: a
+    /// restored agent keeps the goals its journal holds. `None` (the default): no goals, no tool.
+    #[serde(default)]
+    pub goals: Option<Vec<String>>,
+    /// This agent's own `[memory]` keys (`memory = { reflection_interval = 10 }`): each key set
+    /// replaces the team's; `None`: the team's `[memory]`.
+    #[serde(default)]
+    pub memory: Option<warden_protocols::MemoryOverride>,
 }
 
 impl AgentFileSpec {
@@ -607,6 +616,8 @@ struct TeamDoc {
     #[serde(default)]
     npc: warden_protocols::npc::NpcConfig,
     #[serde(default)]
+    memory: warden_protocols::MemoryConfig,
+    #[serde(default)]
     providers: BTreeMap<String, ProviderSpec>,
     #[serde(default)]
     agents: Vec<AgentFileSpec>,
@@ -634,6 +645,7 @@ impl TeamDoc {
             supervisor,
             journal,
             npc,
+            memory,
             providers,
             agents,
             api,
@@ -651,6 +663,7 @@ impl TeamDoc {
                 supervisor,
                 journal,
                 npc,
+                memory,
             },
             providers,
             agents,
@@ -955,6 +968,35 @@ impl TeamFile {
     pub fn validate(&self) -> Result<(), TeamError> {
         self.validate_mcp_servers()?;
         for (i, agent) in self.agents.iter().enumerate() {
+            if let Some(own) = &agent.memory {
+                if let Err(ConfigError::Invalid {
+                    key,
+                    value,
+                    allowed,
+                }) = own.apply(&self.config.memory).validate()
+                {
+                    return Err(TeamError::Invalid {
+                        key: format!("agents[{i}].{key}"),
+                        agent: Some(agent.key.clone()),
+                        value,
+                        allowed: allowed.into(),
+                    });
+                }
+            }
+            if let Some(goals) = &agent.goals {
+                if let Err(why) = warden_protocols::check_goals(goals) {
+                    return Err(TeamError::Invalid {
+                        key: format!("agents[{i}].goals"),
+                        agent: Some(agent.key.clone()),
+                        value: why,
+                        allowed: format!(
+                            "at most {} goals, each not blank and at most {} characters",
+                            warden_protocols::MAX_GOALS,
+                            warden_protocols::MAX_GOAL_CHARS
+                        ),
+                    });
+                }
+            }
             let Some(npc) = agent.npc_config(&self.config.npc) else {
                 continue;
             };
@@ -1358,6 +1400,12 @@ impl TeamFile {
             if let Some(npc) = agent.npc_config(&self.config.npc) {
                 spec = spec.with_npc(npc);
             }
+            if let Some(goals) = &agent.goals {
+                spec = spec.with_goals(goals.clone());
+            }
+            if let Some(own) = &agent.memory {
+                spec = spec.with_memory(own.apply(&self.config.memory));
+            }
             for tool in tools {
                 spec = spec.with_tool_arc(tool);
             }
@@ -1493,7 +1541,7 @@ delegate = false
             err.to_string(),
             "invalid config: line 24, column 1: `agents[1].delegates`: unknown field `delegates`, \
              expected one of `key`, `role`, `parent`, `provider`, `system_prompt`, `delegate`, \
-             `tools`, `npc`\n\
+             `tools`, `npc`, `goals`, `memory`\n\
              24 | delegates = false\n   \
                 | ^^^^^^^^^"
         );
@@ -1501,6 +1549,44 @@ delegate = false
         assert!(
             err.to_string().contains("unknown field `capacity`"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn an_agent_can_have_goals_and_the_team_a_memory_section() {
+        let text = "[memory]\nreflection_interval = 5\n\n[providers.m]\nkind = \"scripted\"\n\n\
+                    [[agents]]\nkey = \"innkeeper\"\nprovider = \"m\"\ngoals = [\"keep the inn tidy\"]\n";
+        let team = TeamFile::from_toml(text).unwrap();
+        assert_eq!(team.config.memory.reflection_interval, 5);
+        assert_eq!(
+            team.agents[0].goals.as_deref(),
+            Some(&["keep the inn tidy".to_owned()][..])
+        );
+        let bad = text.replace("\"keep the inn tidy\"", "\"ok\", \" \"");
+        assert_eq!(
+            TeamFile::from_toml(&bad).unwrap_err().to_string(),
+            "invalid value for `agents[0].goals` (agent `innkeeper`): goal 2 is blank (allowed: at \
+             most 16 goals, each not blank and at most 500 characters)"
+        );
+        let bad = text.replace("reflection_interval = 5", "keep_percent = 80");
+        assert_eq!(
+            TeamFile::from_toml(&bad).unwrap_err().to_string(),
+            "invalid value for `memory.keep_percent`: 80 (allowed: 10 to 70)"
+        );
+        // An agent's own memory keys over the team's, validated with its key path.
+        let own = text.replace("goals = [", "memory = { compaction = false }\ngoals = [");
+        let team = TeamFile::from_toml(&own).unwrap();
+        let memory = team.agents[0].memory.unwrap().apply(&team.config.memory);
+        assert_eq!(
+            (memory.compaction, memory.reflection_interval),
+            (false, 5),
+            "the team's other keys stay"
+        );
+        let bad = own.replace("compaction = false", "summary_percent = 0");
+        assert_eq!(
+            TeamFile::from_toml(&bad).unwrap_err().to_string(),
+            "invalid value for `agents[0].memory.summary_percent` (agent `innkeeper`): 0 (allowed: \
+             1 to 30)"
         );
     }
 
@@ -1739,7 +1825,7 @@ delegate = false
             format!(
                 "invalid config: line {line}, column 2: `mailboxes`: unknown field `mailboxes`, \
                  expected one of `safety`, `execution`, `delegation`, `tools`, `mailbox`, \
-                 `supervisor`, `journal`, `npc`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`, \
+                 `supervisor`, `journal`, `npc`, `memory`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`, \
                  `workload`\n\
                  {line} | [mailboxes]\n\
                  {} |  ^^^^^^^^^",

@@ -362,6 +362,42 @@ async fn emergency_clear_and_history_reset_clear_a_lockout() {
 }
 
 #[actix_rt::test]
+async fn put_goals_sets_them_with_the_admin_token_journaled_by_the_operator() {
+    tokio::time::pause();
+    let f = fixture(WardenConfig::default());
+    let a = f.team.assistant("a", chatty());
+    let app = app!(f);
+    let put = |token, body| request("PUT", "/api/agents/a/goals", Some(token), Some(body));
+    let (status, _) = call!(app, put(READ, json!({"goals": ["x"]})));
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, body) = call!(app, put(ADMIN, json!({"goals": ["tend the bar", "  "]})));
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["error"], "invalid goals: goal 2 is blank");
+    let (status, body) = call!(app, put(ADMIN, json!({"goal": ["x"]})));
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(a.record().goals.is_empty());
+    let (status, body) = call!(app, put(ADMIN, json!({"goals": ["tend the bar"]})));
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["key"], "a");
+    assert_eq!(a.record().goals, vec!["tend the bar".to_owned()]);
+    assert!(f.journal.events_of("a").iter().any(|e| matches!(
+        &e.kind,
+        EventKind::GoalsSet { goals, by } if by == api::API_OPERATOR && goals.len() == 1
+    )));
+    let (status, _) = call!(
+        app,
+        request(
+            "PUT",
+            "/api/agents/nobody/goals",
+            Some(ADMIN),
+            Some(json!({"goals": []}))
+        )
+    );
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    replay_matches(&f.journal, &a);
+}
+
+#[actix_rt::test]
 async fn halt_one_and_halt_all_stop_agents_and_refuse_further_events() {
     tokio::time::pause();
     let f = fixture(WardenConfig::default());
@@ -2070,6 +2106,7 @@ async fn the_openapi_document_matches_the_served_routes_and_responses() {
     let body_for = |path: &str| match path {
         "/api/agents/{key}/events" => Some(json!({"content": "hello"})),
         "/api/interventions/{id}" => Some(json!({"answer": "no", "note": "from the test"})),
+        "/api/agents/{key}/goals" => Some(json!({"goals": ["keep the inn tidy"]})),
         "/api/agents/{key}/world" => Some(json!({
             "speaker": {"id": "p1", "kind": "player"}, "kind": "whisper", "text": "psst"
         })),

@@ -569,7 +569,7 @@ fn random_kind(rng: &mut SmallRng, i: usize) -> EventKind {
     let state = |rng: &mut SmallRng| AgentState::ALL[rng.gen_range(0..AgentState::ALL.len())];
     // Ids of queued events are their plan index + 1; settled ids are any of them (or none queued).
     let some_id = |rng: &mut SmallRng| rng.gen_range(1..=i as u64 + 1);
-    match rng.gen_range(0..22) {
+    match rng.gen_range(0..23) {
         // Costs with no exact binary form: the snapshot's JSON must keep the sum bit for bit.
         21 => EventKind::UsageRecorded {
             usage: protocols::Usage {
@@ -589,6 +589,11 @@ fn random_kind(rng: &mut SmallRng, i: usize) -> EventKind {
             }),
         },
         19 => EventKind::EventTaken { id: some_id(rng) },
+        22 => EventKind::HistoryCompacted {
+            removed: rng.gen_range(0..4),
+            summary: ChatMessage::user(format!("[memory: summary {i}]")).internal(),
+            fallback: rng.gen(),
+        },
         20 => EventKind::WorkRefused {
             work: "user_event".into(),
             refusal: WorkRefusal::Stopped,

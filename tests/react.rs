@@ -77,39 +77,6 @@ fn content(m: &ChatMessage) -> &str {
     m.content.as_deref().unwrap_or_default()
 }
 
-/// A provider answering with `inner` and keeping every request it was sent.
-struct Capture {
-    inner: ScriptedProvider,
-    seen: Arc<Mutex<Vec<LlmRequest>>>,
-}
-
-impl Capture {
-    fn new(inner: ScriptedProvider) -> (Arc<Self>, Arc<Mutex<Vec<LlmRequest>>>) {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        (
-            Arc::new(Capture {
-                inner,
-                seen: seen.clone(),
-            }),
-            seen,
-        )
-    }
-}
-
-impl Provider for Capture {
-    fn name(&self) -> &str {
-        "capture"
-    }
-
-    fn complete(
-        &self,
-        request: LlmRequest,
-    ) -> futures::future::BoxFuture<'static, Result<LlmResponse, ProviderError>> {
-        self.seen.lock().push(request.clone());
-        self.inner.complete(request)
-    }
-}
-
 /// A response calling the given tools at once (`(id, name, raw argument text)`).
 fn calls(list: &[(&str, &str, &str)]) -> ScriptStep {
     ScriptStep::Respond(LlmResponse {
@@ -650,6 +617,8 @@ async fn fitted_request(
 ) -> (Vec<ChatMessage>, AgentRecord) {
     let mut config = WardenConfig::default();
     config.execution.max_context_tokens = budget;
+    // The strategies' own fitting, not memory compaction (tests/memory.rs).
+    config.memory.compaction = false;
     config.execution.context_strategy = strategy;
     let (team, _journal) = team(config);
     let (capture, seen) = Capture::new(ScriptedProvider::new([ScriptStep::reply("ok")]));

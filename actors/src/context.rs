@@ -29,24 +29,16 @@
 use std::collections::HashMap;
 use warden_protocols::{ChatMessage, ChatRole};
 
-/// Tokens added to every message for its role and framing.
-pub const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
-/// Characters per token of the estimate.
-pub const CHARS_PER_TOKEN: u64 = 4;
+pub use warden_protocols::{CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS};
 /// Percentage of the window at which the advisory becomes a warning.
 pub const WARNING_PERCENT: u64 = 60;
 /// Percentage of the window at which the advisory becomes critical.
 pub const CRITICAL_PERCENT: u64 = 80;
 
 /// Estimated tokens of one message (see the module docs).
+/// ([`ChatMessage::estimated_tokens`], which the record's running total uses too.)
 pub fn estimate_message_tokens(message: &ChatMessage) -> u64 {
-    let count = |s: &str| s.chars().count() as u64;
-    let mut chars = message.content.as_deref().map_or(0, count);
-    chars += message.tool_call_id.as_deref().map_or(0, count);
-    for call in &message.tool_calls {
-        chars += count(&call.id) + count(&call.function.name) + count(&call.function.arguments);
-    }
-    MESSAGE_OVERHEAD_TOKENS + chars.div_ceil(CHARS_PER_TOKEN)
+    message.estimated_tokens()
 }
 
 /// Estimated tokens of a conversation: the sum of [`estimate_message_tokens`].
@@ -199,6 +191,106 @@ fn units(messages: &[ChatMessage]) -> (Vec<Vec<usize>>, Vec<usize>) {
 }
 
 fn trim(messages: &mut Vec<ChatMessage>, budget: u64, with_marker: bool) -> Trimmed {
+    trim_hidden(messages, budget, with_marker, 0)
+}
+
+/// The index where a unit that contains `history[j]` starts, read backwards from `j` only: a tool
+/// result's unit starts at the assistant tool-call message right before its run of tool results
+/// (results are appended right after their call); a run with no such message is orphans, each its
+/// own start.
+fn unit_start(history: &[ChatMessage], j: usize) -> usize {
+    if history[j].role != ChatRole::Tool {
+        return j;
+    }
+    let mut k = j;
+    while k > 0 && history[k - 1].role == ChatRole::Tool {
+        k -= 1;
+    }
+    match k.checked_sub(1).map(|a| &history[a]) {
+        Some(a) if a.role == ChatRole::Assistant && !a.tool_calls.is_empty() => k - 1,
+        _ => j,
+    }
+}
+
+/// The end (exclusive) of the unit that starts at `history[start]`: its tool results right after it.
+fn unit_end(history: &[ChatMessage], start: usize) -> usize {
+    let mut end = start + 1;
+    if history[start].role == ChatRole::Assistant && !history[start].tool_calls.is_empty() {
+        while end < history.len() && history[end].role == ChatRole::Tool {
+            end += 1;
+        }
+    }
+    end
+}
+
+/// Where the newest units of `history` worth at least `budget` tokens start (0 if the whole history
+/// is worth less): walked from the newest message back, whole units at a time, so the cost is the
+/// size of the tail, not of the history, and the tail never starts inside a tool-call unit.
+pub fn tail_start(history: &[ChatMessage], budget: u64) -> usize {
+    let mut cost = 0u64;
+    let mut i = history.len();
+    while i > 0 && cost <= budget {
+        let s = unit_start(history, i - 1);
+        cost = cost.saturating_add(history[s..i].iter().map(estimate_message_tokens).sum());
+        i = s;
+    }
+    i
+}
+
+/// Where the newest whole units of `history` worth at most `budget` tokens start (the newest unit
+/// counts even when it alone is worth more; 0 for an empty history). What comes before is what a
+/// memory compaction removes: it never starts inside a tool-call unit. O(kept units).
+pub fn newest_units_within(history: &[ChatMessage], budget: u64) -> usize {
+    let mut cost = 0u64;
+    let mut i = history.len();
+    while i > 0 {
+        let s = unit_start(history, i - 1);
+        let with = cost.saturating_add(history[s..i].iter().map(estimate_message_tokens).sum());
+        if with > budget && i < history.len() {
+            break;
+        }
+        cost = with;
+        i = s;
+    }
+    i
+}
+
+/// The conversation sent to the model — `system` (if any) then `history` — fitted into `budget`
+/// tokens by `strategy`, cloning only what the window needs: the newest units of the history worth
+/// just over `budget` ([`tail_start`]), plus the first unit for [`compact`] without a system message.
+/// The result equals [`fit`] of the whole conversation whenever the tool results of the history
+/// follow their call (as the agent appends them) and, without `system`, the history has no system
+/// message before the tail; the compaction marker counts the messages left out before the tail.
+/// Cost: O(window), whatever the length of the history.
+pub fn fit_history(
+    system: Option<&ChatMessage>,
+    history: &[ChatMessage],
+    budget: u64,
+    strategy: ContextStrategy,
+) -> (Vec<ChatMessage>, Trimmed) {
+    let compact = strategy == ContextStrategy::Compact;
+    let first_end = if compact && system.is_none() && !history.is_empty() {
+        unit_end(history, 0)
+    } else {
+        0
+    };
+    let start = tail_start(history, budget).max(first_end);
+    let mut messages = Vec::with_capacity(1 + first_end + history.len() - start);
+    messages.extend(system.cloned());
+    messages.extend(history[..first_end].iter().cloned());
+    messages.extend(history[start..].iter().cloned());
+    let trimmed = trim_hidden(&mut messages, budget, compact, start - first_end);
+    (messages, trimmed)
+}
+
+/// [`trim`] of a conversation of which `hidden` droppable messages, older than every droppable one
+/// given, were already left out: they count as dropped (in `removed` and in the marker).
+fn trim_hidden(
+    messages: &mut Vec<ChatMessage>,
+    budget: u64,
+    with_marker: bool,
+    hidden: usize,
+) -> Trimmed {
     let (units, orphans) = units(messages);
     let cost: Vec<u64> = units
         .iter()
@@ -218,13 +310,14 @@ fn trim(messages: &mut Vec<ChatMessage>, budget: u64, with_marker: bool) -> Trim
 
     let mut keep = vec![true; units.len()];
     let mut marker = None;
-    if total > budget {
+    if total > budget || hidden > 0 {
         let fixed: u64 = (0..units.len())
             .filter(|&n| protected[n])
             .map(|n| cost[n])
             .sum();
         let droppable: Vec<usize> = (0..units.len()).filter(|&n| !protected[n]).collect();
-        let droppable_messages: usize = droppable.iter().map(|&n| units[n].len()).sum();
+        let droppable_messages: usize =
+            hidden + droppable.iter().map(|&n| units[n].len()).sum::<usize>();
         // Keep the longest suffix of droppable units that fits (at least the newest one).
         let mut kept_units = 0;
         let mut kept_cost = 0;
@@ -248,7 +341,7 @@ fn trim(messages: &mut Vec<ChatMessage>, budget: u64, with_marker: bool) -> Trim
         for &n in &droppable[..droppable.len() - kept_units] {
             keep[n] = false;
         }
-        if with_marker && kept_units < droppable.len() {
+        if with_marker && kept_messages < droppable_messages {
             let dropped = droppable_messages - kept_messages + orphans.len();
             // Before the first message of the kept suffix (or at the end if nothing droppable is kept).
             let at = droppable
@@ -267,7 +360,7 @@ fn trim(messages: &mut Vec<ChatMessage>, budget: u64, with_marker: bool) -> Trim
             }
         }
     }
-    let removed = keep_message.iter().filter(|k| !**k).count();
+    let removed = hidden + keep_message.iter().filter(|k| !**k).count();
     let old = std::mem::take(messages);
     for (i, m) in old.into_iter().enumerate() {
         if marker.as_ref().is_some_and(|(at, _)| *at == i) {
@@ -658,6 +751,30 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// The request built from the tail of the history equals the fit of the whole conversation.
+        #[test]
+        fn fitting_the_tail_equals_fitting_everything(
+            items in prop::collection::vec(item(), 0..60),
+            budget in 0u64..1_500,
+            use_compact in any::<bool>(),
+            with_system in any::<bool>(),
+        ) {
+            let (_, groups) = build(&items);
+            let history: Vec<ChatMessage> = groups
+                .iter()
+                .flatten()
+                .filter(|m| m.role != ChatRole::System)
+                .cloned()
+                .collect();
+            let system = with_system.then(|| ChatMessage::system("the system prompt"));
+            let strategy = if use_compact { ContextStrategy::Compact } else { ContextStrategy::SlidingWindow };
+            let mut whole: Vec<ChatMessage> = system.iter().chain(&history).cloned().collect();
+            let expected = fit(&mut whole, budget, strategy);
+            let (tail, trimmed) = fit_history(system.as_ref(), &history, budget, strategy);
+            prop_assert_eq!(&tail, &whole);
+            prop_assert_eq!(trimmed, expected);
+        }
 
         #[test]
         fn trimming_keeps_the_invariants(

@@ -48,6 +48,7 @@ pub mod fuzzing {
     pub use crate::provider::fuzzing::*;
 }
 pub mod context;
+pub use agent::memory;
 mod journal;
 pub mod mailbox;
 pub mod npc;

@@ -48,6 +48,97 @@ pub struct WardenConfig {
     pub journal: JournalConfig,
     /// `[npc]`: how NPC agents classify world events (`warden_protocols::npc`).
     pub npc: crate::npc::NpcConfig,
+    /// `[memory]`: bounded memory — compaction of the history, reflection (docs/memory.md).
+    pub memory: MemoryConfig,
+}
+
+/// `[memory]`: what keeps an agent's memory bounded (docs/memory.md). Compaction needs
+/// `execution.max_context_tokens`; without it (0) the history is never compacted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Emergency compaction: when the history reaches 80 % of `execution.max_context_tokens`, the
+    /// older history is replaced by a summary the model writes. Default true.
+    pub compaction: bool,
+    /// At a compaction, the newest history kept word for word, in percent of the window, 10 to 70.
+    /// Default 40.
+    pub keep_percent: u8,
+    /// The most a summary may take, in percent of the window (longer ones are cut), 1 to 30.
+    /// Default 10.
+    pub summary_percent: u8,
+    /// Every this many turns, before the next turn's first model call, the model writes a short
+    /// reflection on the recent conversation; the latest 3 are carried in the system message.
+    /// 0 = off, up to 10000. Default 0.
+    pub reflection_interval: u32,
+}
+
+impl MemoryConfig {
+    /// Checks every value's range.
+    ///
+    /// # Errors
+    ///
+    /// The first value out of range, as [`ConfigError::Invalid`] (key under `memory.`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        range_u64(
+            "memory.keep_percent",
+            self.keep_percent.into(),
+            10,
+            70,
+            "10 to 70",
+        )?;
+        range_u64(
+            "memory.summary_percent",
+            self.summary_percent.into(),
+            1,
+            30,
+            "1 to 30",
+        )?;
+        range_u64(
+            "memory.reflection_interval",
+            self.reflection_interval.into(),
+            0,
+            10_000,
+            "0 (off) to 10000",
+        )
+    }
+}
+
+/// An agent's own `memory` keys in a team file (`[[agents]] memory = { reflection_interval = 10 }`):
+/// each key set replaces the team's `[memory]` value, the rest are the team's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryOverride {
+    /// Replaces `memory.compaction`.
+    pub compaction: Option<bool>,
+    /// Replaces `memory.keep_percent`.
+    pub keep_percent: Option<u8>,
+    /// Replaces `memory.summary_percent`.
+    pub summary_percent: Option<u8>,
+    /// Replaces `memory.reflection_interval`.
+    pub reflection_interval: Option<u32>,
+}
+
+impl MemoryOverride {
+    /// `team` with the keys this override sets replaced.
+    pub fn apply(&self, team: &MemoryConfig) -> MemoryConfig {
+        MemoryConfig {
+            compaction: self.compaction.unwrap_or(team.compaction),
+            keep_percent: self.keep_percent.unwrap_or(team.keep_percent),
+            summary_percent: self.summary_percent.unwrap_or(team.summary_percent),
+            reflection_interval: self.reflection_interval.unwrap_or(team.reflection_interval),
+        }
+    }
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            compaction: true,
+            keep_percent: 40,
+            summary_percent: 10,
+            reflection_interval: 0,
+        }
+    }
 }
 
 /// `[safety]`.
@@ -193,6 +284,9 @@ pub struct SafetyBudgetConfig {
     pub tokens_per_agent: u64,
     /// Tokens the whole team may use. 0 = off. Default 0.
     pub tokens_per_team: u64,
+    /// Tokens (prompt + completion) one agent may use in any hour (a sliding window): when spent,
+    /// the agent waits until enough age out instead of stopping. 0 = off. Default 0.
+    pub tokens_per_hour: u64,
     /// Cost one agent may incur (priced by `prices`). 0 = off. Default 0.
     pub cost_per_agent: f64,
     /// Cost the whole team may incur. 0 = off. Default 0.
@@ -212,6 +306,7 @@ impl Default for SafetyBudgetConfig {
         SafetyBudgetConfig {
             tokens_per_agent: 100_000,
             tokens_per_team: 0,
+            tokens_per_hour: 0,
             cost_per_agent: 0.0,
             cost_per_team: 0.0,
             reserve_tokens: 512,
@@ -687,6 +782,7 @@ impl WardenConfig {
             "supervisor.restart.within_seconds",
             self.supervisor.restart.within_seconds,
         )?;
+        self.memory.validate()?;
         range_u64(
             "journal.snapshot_every",
             self.journal.snapshot_every,
@@ -744,6 +840,58 @@ mod tests {
             err.to_string(),
             "invalid value for `safety.timeout.chain_seconds`: -1 (allowed: a number of seconds from 0 to 31536000)"
         );
+    }
+
+    #[test]
+    fn memory_defaults_ranges_and_exact_errors() {
+        let m = WardenConfig::default().memory;
+        assert_eq!(
+            (
+                m.compaction,
+                m.keep_percent,
+                m.summary_percent,
+                m.reflection_interval
+            ),
+            (true, 40, 10, 0)
+        );
+        assert_eq!(WardenConfig::default().safety.budget.tokens_per_hour, 0);
+        let c = WardenConfig::from_toml(
+            "[memory]\ncompaction = false\nkeep_percent = 70\nsummary_percent = 1\nreflection_interval = 10000\n[safety.budget]\ntokens_per_hour = 60000\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                c.memory.compaction,
+                c.memory.keep_percent,
+                c.memory.summary_percent,
+                c.memory.reflection_interval,
+                c.safety.budget.tokens_per_hour
+            ),
+            (false, 70, 1, 10_000, 60_000)
+        );
+        assert_eq!(
+            err("[memory]\nkeep_percent = 9\n"),
+            "invalid value for `memory.keep_percent`: 9 (allowed: 10 to 70)"
+        );
+        assert_eq!(
+            err("[memory]\nkeep_percent = 71\n"),
+            "invalid value for `memory.keep_percent`: 71 (allowed: 10 to 70)"
+        );
+        assert_eq!(
+            err("[memory]\nsummary_percent = 0\n"),
+            "invalid value for `memory.summary_percent`: 0 (allowed: 1 to 30)"
+        );
+        assert_eq!(
+            err("[memory]\nsummary_percent = 31\n"),
+            "invalid value for `memory.summary_percent`: 31 (allowed: 1 to 30)"
+        );
+        assert_eq!(
+            err("[memory]\nreflection_interval = 10001\n"),
+            "invalid value for `memory.reflection_interval`: 10001 (allowed: 0 (off) to 10000)"
+        );
+        assert!(err("[memory]\nkeep = 3\n").contains(
+            "unknown field `keep`, expected one of `compaction`, `keep_percent`, `summary_percent`, `reflection_interval`"
+        ));
     }
 
     #[test]

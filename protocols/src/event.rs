@@ -463,6 +463,44 @@ pub enum EventKind {
         /// The message, as the model will see it in later turns.
         message: ChatMessage,
     },
+    /// Record: the `removed` oldest history messages are replaced by `summary` (memory compaction:
+    /// the history reached 80 % of `execution.max_context_tokens`). `removed` ends at a tool-call
+    /// unit's boundary, so no kept tool result loses its call. `fallback`: the model's summary was
+    /// not available (failed, refused, empty) and `summary` is a deterministic marker instead.
+    HistoryCompacted {
+        /// How many messages, from the oldest, were removed.
+        removed: u64,
+        /// The one message that takes their place (an internal `user` message).
+        summary: ChatMessage,
+        /// `true` when `summary` is the deterministic marker, not the model's summary.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        fallback: bool,
+    },
+    /// Record: `reflections` gains `reflection` (the oldest dropped past
+    /// [`crate::AgentRecord::REFLECTIONS_KEPT`]), `reflected_at = turns`. Written by the model every
+    /// `memory.reflection_interval` turns.
+    Reflected {
+        /// The reflection, as the system message will carry it.
+        reflection: String,
+    },
+    /// Record: `goals` replaced (the system message carries them).
+    GoalsSet {
+        /// The new goals, in order (empty: none).
+        goals: Vec<String>,
+        /// Who set them: `team` (the team file, at the first spawn), `model` (the `set_goals`
+        /// tool), or the operator's name.
+        by: String,
+    },
+    /// The last hour's model-call tokens reached `safety.budget.tokens_per_hour`: the agent waits
+    /// `wait_ms` (until enough of them age out) before its next model call. Journaled once a wait.
+    TokenBudgetWaiting {
+        /// Tokens of the last hour.
+        tokens: u64,
+        /// `safety.budget.tokens_per_hour`.
+        limit: u64,
+        /// How long the wait will be, in ms.
+        wait_ms: u64,
+    },
     /// Record: `turns += 1`.
     TurnFinished {
         /// How the turn ended.

@@ -28,9 +28,10 @@ mod wire;
 
 pub use config::{
     located, parse_toml, precheck, ConfigError, ContextStrategyConfig, DelegationConfig,
-    ExecutionConfig, JournalConfig, MailboxConfig, ModelPrice, RestartConfig, RestartStrategy,
-    SafetyBreakersConfig, SafetyBudgetConfig, SafetyConfig, SafetyLoopConfig, SafetyOnLimitConfig,
-    SafetyTimeoutConfig, SupervisorConfig, ToolsConfig, WardenConfig,
+    ExecutionConfig, JournalConfig, MailboxConfig, MemoryConfig, MemoryOverride, ModelPrice,
+    RestartConfig, RestartStrategy, SafetyBreakersConfig, SafetyBudgetConfig, SafetyConfig,
+    SafetyLoopConfig, SafetyOnLimitConfig, SafetyTimeoutConfig, SupervisorConfig, ToolsConfig,
+    WardenConfig,
 };
 pub use event::{
     Breaker, DelegationOutcome, DiscardedMessage, Event, EventFate, EventKind, HaltCause,
@@ -38,7 +39,10 @@ pub use event::{
 };
 pub use mcp::{valid_server_name, McpServerConfig, McpToolSelector, MCP_NAME_SEPARATOR};
 pub use priority::Priority;
-pub use record::{AgentRecord, KeyedEvent, Lockout, PendingEvent, UsageTotals};
+pub use record::{
+    check_goals, AgentRecord, KeyedEvent, Lockout, PendingEvent, UsageTotals, MAX_GOALS,
+    MAX_GOAL_CHARS,
+};
 pub use refusal::{DelegationRefusal, WorkRefusal};
 pub use safety::{
     AnomalyKind, Answer, AnsweredBy, FleetView, Intervention, LimitDecision, LimitKind,
@@ -48,5 +52,5 @@ pub use state::{AgentState, IllegalTransition, TRANSITIONS};
 pub use status::{AgentStatus, NpcStatus, QueueDepths, TickStatus};
 pub use wire::{
     AgentKey, AgentRole, ChatMessage, ChatRole, FinishReason, FunctionCall, TerminationReason,
-    ToolCall, ToolCategory, ToolSpec, Usage, UserEvent,
+    ToolCall, ToolCategory, ToolSpec, Usage, UserEvent, CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS,
 };

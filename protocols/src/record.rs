@@ -120,6 +120,21 @@ pub struct AgentRecord {
     pub restarts: u32,
     /// The conversation, as the model sees it (before context trimming).
     pub history: Vec<ChatMessage>,
+    /// The running token estimate of `history`: the sum of [`ChatMessage::estimated_tokens`],
+    /// maintained by [`AgentRecord::apply`] (never recomputed per turn). Omitted while zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub history_tokens: u64,
+    /// The agent's goals, carried in its system message (set by `GoalsSet`: the team file, the
+    /// `set_goals` tool, an operator). Omitted while empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub goals: Vec<String>,
+    /// The latest reflections (at most [`AgentRecord::REFLECTIONS_KEPT`], oldest first), carried in
+    /// the system message. Omitted while empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reflections: Vec<String>,
+    /// `turns` when the agent last reflected (`memory.reflection_interval`). Omitted while zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reflected_at: u64,
     /// Accepted user events not yet taken, discarded or refused, in the order accepted (= id order).
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     pub pending: VecDeque<PendingEvent>,
@@ -135,6 +150,38 @@ pub struct AgentRecord {
     /// decode and mean the same.
     #[serde(default, skip_serializing_if = "UsageTotals::is_zero")]
     pub usage: UsageTotals,
+}
+
+/// The most goals an agent has.
+pub const MAX_GOALS: usize = 16;
+/// The most characters one goal has.
+pub const MAX_GOAL_CHARS: usize = 500;
+
+/// Checks goals as every way of setting them does (team file, `set_goals` tool, operator): at most
+/// [`MAX_GOALS`], each not blank and at most [`MAX_GOAL_CHARS`] characters.
+///
+/// # Errors
+/// What is wrong, in words (e.g. `goal 2 is blank`).
+pub fn check_goals(goals: &[String]) -> Result<(), String> {
+    if goals.len() > MAX_GOALS {
+        return Err(format!(
+            "{} goals; at most {MAX_GOALS} are allowed",
+            goals.len()
+        ));
+    }
+    for (i, goal) in goals.iter().enumerate() {
+        let n = i + 1;
+        if goal.trim().is_empty() {
+            return Err(format!("goal {n} is blank"));
+        }
+        let chars = goal.chars().count();
+        if chars > MAX_GOAL_CHARS {
+            return Err(format!(
+                "goal {n} has {chars} characters; at most {MAX_GOAL_CHARS} are allowed"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -159,12 +206,19 @@ impl AgentRecord {
             turns: 0,
             restarts: 0,
             history: Vec::new(),
+            history_tokens: 0,
+            goals: Vec::new(),
+            reflections: Vec::new(),
+            reflected_at: 0,
             pending: VecDeque::new(),
             last_event_id: 0,
             keyed: VecDeque::new(),
             usage: UsageTotals::default(),
         }
     }
+
+    /// How many reflections the record (and the system message) keeps: the newest.
+    pub const REFLECTIONS_KEPT: usize = 3;
 
     /// How many idempotency keys an agent remembers (its most recent keyed events).
     pub const KEYS_KEPT: usize = 1024;
@@ -242,7 +296,10 @@ impl AgentRecord {
                 self.lockout = None;
                 self.consecutive_errors = 0;
             }
-            EventKind::HistoryReset { .. } => self.history.clear(),
+            EventKind::HistoryReset { .. } => {
+                self.history.clear();
+                self.history_tokens = 0;
+            }
             EventKind::Paused { .. } => self.paused = true,
             EventKind::Unpaused { .. } => self.paused = false,
             EventKind::Halted { discarded, .. } => {
@@ -279,7 +336,36 @@ impl AgentRecord {
                     self.settle(id);
                 }
             }
-            EventKind::HistoryAppended { message } => self.history.push(message.clone()),
+            EventKind::HistoryAppended { message } => {
+                self.history_tokens = self
+                    .history_tokens
+                    .saturating_add(message.estimated_tokens());
+                self.history.push(message.clone());
+            }
+            EventKind::GoalsSet { goals, .. } => self.goals = goals.clone(),
+            EventKind::Reflected { reflection } => {
+                if self.reflections.len() == Self::REFLECTIONS_KEPT {
+                    self.reflections.remove(0);
+                }
+                self.reflections.push(reflection.clone());
+                self.reflected_at = self.turns;
+            }
+            EventKind::HistoryCompacted {
+                removed, summary, ..
+            } => {
+                let removed = usize::try_from(*removed)
+                    .unwrap_or(usize::MAX)
+                    .min(self.history.len());
+                let gone: u64 = self.history[..removed]
+                    .iter()
+                    .map(ChatMessage::estimated_tokens)
+                    .sum();
+                self.history.splice(..removed, [summary.clone()]);
+                self.history_tokens = self
+                    .history_tokens
+                    .saturating_sub(gone)
+                    .saturating_add(summary.estimated_tokens());
+            }
             EventKind::TurnFinished { .. } => self.turns += 1,
             EventKind::UsageRecorded {
                 usage,
@@ -306,6 +392,7 @@ impl AgentRecord {
             | EventKind::ToolDefinitionChanged { .. }
             | EventKind::Crashed { .. }
             | EventKind::Perceived { .. }
+            | EventKind::TokenBudgetWaiting { .. }
             | EventKind::NpcModeChanged { .. } => {}
         }
     }

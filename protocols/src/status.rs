@@ -57,6 +57,13 @@ pub struct AgentStatus {
     pub restarts: u32,
     /// Messages in its conversation history.
     pub history_len: usize,
+    /// The running token estimate of the history (what memory compaction keeps bounded).
+    #[serde(default)]
+    pub history_tokens: u64,
+    /// Set while the agent waits for its rolling budget (`safety.budget.tokens_per_hour`): until
+    /// when, in ms since the Unix epoch (an estimate: the wait runs on the runtime's clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_wait_until_ms: Option<u64>,
     /// Tokens used (prompt + completion) and their cost, per the price table.
     pub tokens_used: u64,
     /// Cost of its model calls so far, in the price currency.

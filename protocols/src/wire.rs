@@ -151,7 +151,25 @@ impl ChatMessage {
         self.internal = true;
         self
     }
+
+    /// Estimated tokens of this message: [`MESSAGE_OVERHEAD_TOKENS`] + ⌈chars / [`CHARS_PER_TOKEN`]⌉,
+    /// where *chars* counts the Unicode scalar values of the content, the `tool_call_id`, and every
+    /// tool call's id, name and argument text (a heuristic: see `warden_actors::context`).
+    pub fn estimated_tokens(&self) -> u64 {
+        let count = |s: &str| s.chars().count() as u64;
+        let mut chars = self.content.as_deref().map_or(0, count);
+        chars += self.tool_call_id.as_deref().map_or(0, count);
+        for call in &self.tool_calls {
+            chars += count(&call.id) + count(&call.function.name) + count(&call.function.arguments);
+        }
+        MESSAGE_OVERHEAD_TOKENS + chars.div_ceil(CHARS_PER_TOKEN)
+    }
 }
+
+/// Tokens added to every message for its role and framing (see [`ChatMessage::estimated_tokens`]).
+pub const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
+/// Characters per token of [`ChatMessage::estimated_tokens`].
+pub const CHARS_PER_TOKEN: u64 = 4;
 
 /// A tool call requested by the model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

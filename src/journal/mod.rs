@@ -127,7 +127,11 @@ pub const SCHEMA_VERSION: u32 = 3;
 /// the fold of its events under the new `apply`. Spent budgets (`usage`, folded from `usage_recorded`)
 /// did not bump it for the same reason: omitted while zero, absent = zero, and no older build
 /// journaled `usage_recorded`.
-pub const SNAPSHOT_FORMAT: u32 = 1;
+///
+/// 2: `history_tokens` (the running token estimate of the history, folded from `history_appended`
+/// and `history_compacted`): a format-1 snapshot has a history but no estimate of it, so it is
+/// ignored and the record rebuilt from its events.
+pub const SNAPSHOT_FORMAT: u32 = 2;
 
 /// The default of [`JournalOptions::snapshot_every`] (`journal.snapshot_every`).
 pub const DEFAULT_SNAPSHOT_EVERY: u64 = 1000;

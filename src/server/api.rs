@@ -547,6 +547,7 @@ routes! {
     POST "/api/agents/{key}/unlock" => unlock,
     POST "/api/agents/{key}/emergency/clear" => clear,
     POST "/api/agents/{key}/history/reset" => reset_history,
+    PUT "/api/agents/{key}/goals" => set_goals,
     POST "/api/agents/{key}/pause" => pause,
     POST "/api/agents/{key}/resume" => resume,
     GET "/api/interventions" => list_interventions,
@@ -1199,6 +1200,31 @@ async fn reset_history(_: Admin, state: web::Data<ApiState>, key: web::Path<Stri
         a.reset_history(API_OPERATOR).await
     })
     .await
+}
+
+/// `PUT /api/agents/{key}/goals` body: `{"goals": ["…", …]}`, the whole new list (empty clears it).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GoalsBody {
+    /// The new goals, most important first: at most [`warden_protocols::MAX_GOALS`], each not
+    /// blank and at most [`warden_protocols::MAX_GOAL_CHARS`] characters.
+    pub goals: Vec<String>,
+}
+
+async fn set_goals(
+    _: Admin,
+    state: web::Data<ApiState>,
+    key: web::Path<String>,
+    body: web::Json<GoalsBody>,
+) -> Handled {
+    let agent = state
+        .supervisor
+        .get(&key)
+        .ok_or_else(|| ApiError::unknown_agent(&key))?;
+    agent
+        .set_goals(body.into_inner().goals, API_OPERATOR)
+        .map_err(|why| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid goals: {why}")))?;
+    Ok(HttpResponse::Ok().json(agent.status()))
 }
 
 async fn list_interventions(_: Reader, state: web::Data<ApiState>) -> Handled {

@@ -270,3 +270,40 @@ pub fn model(steps: impl IntoIterator<Item = ScriptStep>) -> Arc<ScriptedProvide
 pub fn pending_ids(record: &AgentRecord) -> Vec<u64> {
     record.pending.iter().map(|p| p.id).collect()
 }
+
+/// A provider answering with `inner` and keeping every request it was sent.
+pub struct Capture {
+    inner: ScriptedProvider,
+    seen: Arc<parking_lot::Mutex<Vec<warden::LlmRequest>>>,
+}
+
+impl Capture {
+    /// The provider and the requests it was sent (shared).
+    pub fn new(
+        inner: ScriptedProvider,
+    ) -> (Arc<Self>, Arc<parking_lot::Mutex<Vec<warden::LlmRequest>>>) {
+        let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        (
+            Arc::new(Capture {
+                inner,
+                seen: seen.clone(),
+            }),
+            seen,
+        )
+    }
+}
+
+impl Provider for Capture {
+    fn name(&self) -> &str {
+        "capture"
+    }
+
+    fn complete(
+        &self,
+        request: warden::LlmRequest,
+    ) -> futures::future::BoxFuture<'static, Result<warden::LlmResponse, warden::ProviderError>>
+    {
+        self.seen.lock().push(request.clone());
+        self.inner.complete(request)
+    }
+}

@@ -17,6 +17,7 @@
 
 pub(crate) mod actor;
 pub(crate) mod cell;
+pub mod memory;
 pub(crate) mod reply;
 pub(crate) mod turn;
 
@@ -412,6 +413,20 @@ impl AgentHandle {
     /// A copy of the durable record (state, counters, history).
     pub fn record(&self) -> AgentRecord {
         self.cell.record()
+    }
+
+    /// Replaces the agent's goals (carried in its system message from its next model call on),
+    /// journaled as `goals_set` by `operator`. Any agent may be given goals this way, in any state.
+    ///
+    /// # Errors
+    /// The goals are invalid ([`warden_protocols::check_goals`]): what is wrong, in words.
+    pub fn set_goals(&self, goals: Vec<String>, operator: &str) -> Result<(), String> {
+        warden_protocols::check_goals(&goals)?;
+        self.cell.note(EventKind::GoalsSet {
+            goals,
+            by: operator.to_owned(),
+        });
+        Ok(())
     }
 
     fn refusal_now(&self) -> Option<WorkRefusal> {

@@ -5,6 +5,9 @@
 //!   unless_halted        halt requested?
 //!   iterations_per_tick  past execution.max_iterations_per_tick → checkpoint (more, or wrap up)
 //!   loop_limits          on_loop_start: loop caps, wall clock → checkpoint; other verdicts obeyed
+//!   hourly_budget        last hour's tokens at safety.budget.tokens_per_hour → wait (halt ends it)
+//!   memory               reflection due → reflection call; history at ≥ 80 % of the window →
+//!                        compacted (summary call); see memory.rs
 //!   request              fit context → before_llm_call (budgets)
 //!   call_model           LLM call (≤ llm_call_seconds); unparsable → correcting message, again
 //!   read_response        record usage → after_llm_call → answer (or max-tokens continuation)
@@ -51,23 +54,27 @@ pub(crate) const CONTINUE_PROMPT: &str =
 const NOT_RUN_RESULT: &str = r#"{"success":false,"error":"not run: only one DANGEROUS tool per tick, or the turn was stopped; call it again if still needed"}"#;
 
 /// Gives every tool call left without a result (a turn interrupted by a halt or a crash) a `not run`
-/// result, so the next request is a valid conversation.
+/// result, so the next request is a valid conversation. Only the end of the history is read: the
+/// results of a call are appended right after it, and every turn starts here, so an unanswered call
+/// can only be in the newest assistant message, followed by nothing but tool results and internal
+/// system alerts.
 fn answer_dangling_calls(cell: &AgentCell) {
     let dangling: Vec<String> = {
         let rec = cell.lock();
-        let Some(pos) = rec
-            .history
-            .iter()
-            .rposition(|m| m.role == ChatRole::Assistant && !m.tool_calls.is_empty())
-        else {
+        let Some(pos) = rec.history.iter().rposition(|m| {
+            !(m.role == ChatRole::Tool || (m.role == ChatRole::System && m.internal))
+        }) else {
             return;
         };
+        let last = &rec.history[pos];
+        if last.role != ChatRole::Assistant || last.tool_calls.is_empty() {
+            return;
+        }
         let answered: Vec<&str> = rec.history[pos + 1..]
             .iter()
             .filter_map(|m| m.tool_call_id.as_deref())
             .collect();
-        rec.history[pos]
-            .tool_calls
+        last.tool_calls
             .iter()
             .filter(|c| !answered.contains(&c.id.as_str()))
             .map(|c| c.id.clone())
@@ -263,6 +270,9 @@ async fn react(
         step!(turn.unless_halted());
         step!(turn.iterations_per_tick().await);
         step!(turn.loop_limits().await);
+        step!(turn.hourly_budget().await);
+        step!(turn.memory().await);
+        step!(turn.hourly_budget().await);
         let request = step!(turn.request());
         let response = step!(turn.call_model(request).await);
         let calls = step!(turn.read_response(response));
@@ -413,17 +423,35 @@ impl React<'_> {
         }
     }
 
+    /// The rolling budget (`safety.budget.tokens_per_hour`): no model call starts while the last
+    /// hour's tokens are at the limit; the turn waits (a halt ends it).
+    async fn hourly_budget(&self) -> Next<()> {
+        if self.cell.hourly_budget(self.token).await {
+            Next::Go(())
+        } else {
+            self.end(TerminationReason::Halted, self.iteration - 1)
+        }
+    }
+
+    /// Bounded memory before the request: the history compacted when it is due
+    /// ([`super::memory`]). A halt during the summary call ends the turn.
+    /// Every `memory.reflection_interval` turns, the turn's first iteration reflects first.
+    async fn memory(&self) -> Next<()> {
+        let (cell, token) = (self.cell, self.token);
+        let go = (self.iteration > 1
+            || super::memory::reflect_if_due(cell, token, || self.stale()).await)
+            && super::memory::compact_if_due(cell, token, || self.stale()).await;
+        if go {
+            Next::Go(())
+        } else {
+            self.end(TerminationReason::Halted, self.iteration - 1)
+        }
+    }
+
     /// The request: the history fitted into the context window, checked against the budgets.
     fn request(&self) -> Next<LlmRequest> {
         let cell = self.cell;
-        let mut messages = cell.conversation();
-        if cell.settings.max_context_tokens > 0 {
-            context::fit(
-                &mut messages,
-                cell.settings.max_context_tokens,
-                cell.settings.context_strategy,
-            );
-        }
+        let messages = cell.conversation();
         let estimate = context::estimate_tokens(&messages);
         let verdict = cell
             .breakers(|b| b.before_llm_call(estimate))
@@ -644,7 +672,8 @@ async fn checkpoint(
         kind,
         current,
         configured,
-        partial_results: cell.lock().history.iter().any(|m| {
+        // From the newest back: an answer or a tool result is usually near the end.
+        partial_results: cell.lock().history.iter().rev().any(|m| {
             m.role == ChatRole::Tool || (m.role == ChatRole::Assistant && m.content.is_some())
         }),
     };
@@ -750,7 +779,7 @@ async fn wrap_up(
 /// `safety.timeout.llm_call_seconds` unless the provider bounds its own attempts
 /// ([`crate::provider::Provider::bounds_its_own_calls`]): a call still running at the limit is
 /// dropped and fails as [`ProviderError::Timeout`], a failed call like any other.
-async fn call_provider(
+pub(super) async fn call_provider(
     cell: &AgentCell,
     token: &CancellationToken,
     request: LlmRequest,
@@ -960,8 +989,7 @@ fn account(cell: &AgentCell, call: &ToolCall, executed: Executed) -> ToolStep {
     if cell.settings.max_context_tokens > 0 {
         // Measured on what the model will be sent (the fitted conversation), not the full history.
         let max = cell.settings.max_context_tokens;
-        let mut sent = cell.conversation();
-        context::fit(&mut sent, max, cell.settings.context_strategy);
+        let sent = cell.conversation();
         let estimate = context::estimate_tokens(&sent)
             + context::estimate_message_tokens(&ChatMessage::tool_result(&call.id, &content));
         critical = context::advisory(estimate, max).is_critical();

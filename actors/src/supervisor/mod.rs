@@ -20,6 +20,7 @@
 //! the breaker's leaf notification (delegate record → delegator's mailbox lane).
 
 mod delegation;
+mod goals;
 mod restart;
 mod spec;
 
@@ -382,9 +383,21 @@ impl Supervisor {
             can_delegate,
             restored,
             npc,
+            goals,
+            memory,
         } = spec;
+        if let Some(memory) = &memory {
+            memory.validate().map_err(SpawnError::InvalidMemory)?;
+        }
         if self.shared.agents.contains_key(&key) {
             return Err(SpawnError::DuplicateKey(key));
+        }
+        if let Some(goals) = &goals {
+            warden_protocols::check_goals(goals).map_err(SpawnError::InvalidGoals)?;
+            let tool = goals::GoalsTool {
+                supervisor: Arc::downgrade(&self.shared),
+            };
+            tools.register(Arc::new(tool));
         }
         if can_delegate {
             let (spec, tool) = self.shared.delegate_tool.get_or_init(|| {
@@ -418,6 +431,7 @@ impl Supervisor {
             },
             max_tokens_recoveries: config.execution.max_tokens_recoveries,
             npc: npc.map_or_else(|| self.shared.npc.clone(), Arc::new),
+            memory: memory.unwrap_or(config.memory),
         };
         let npc = settings.npc.clone();
         let runner = ToolRunner::new(CircuitConfig {
@@ -443,6 +457,12 @@ impl Supervisor {
                 parent,
                 max_consecutive_errors: config.safety.breakers.max_consecutive_errors.get(),
             });
+            if let Some(goals) = goals.filter(|g| !g.is_empty()) {
+                cell.note(EventKind::GoalsSet {
+                    goals,
+                    by: "team".into(),
+                });
+            }
         } else {
             // The events a previous process accepted and had not settled, before any new work.
             let requeued = cell.requeue_pending();

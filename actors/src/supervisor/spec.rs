@@ -47,6 +47,11 @@ pub struct AgentSpec {
     pub(super) restored: Option<AgentRecord>,
     /// `[npc]` for this agent; `None`: the team's.
     pub(super) npc: Option<warden_protocols::npc::NpcConfig>,
+    /// Goals: the first ones (journaled at a fresh spawn) and the `set_goals` tool; `None`: no
+    /// goals tool.
+    pub(super) goals: Option<Vec<String>>,
+    /// `[memory]` for this agent; `None`: the team's.
+    pub(super) memory: Option<warden_protocols::MemoryConfig>,
 }
 
 impl std::fmt::Debug for AgentSpec {
@@ -73,6 +78,8 @@ impl AgentSpec {
             can_delegate: true,
             restored: None,
             npc: None,
+            goals: None,
+            memory: None,
         }
     }
 
@@ -121,6 +128,22 @@ impl AgentSpec {
         self
     }
 
+    /// Gives this agent its own `[memory]` settings (compaction, reflection) instead of the
+    /// team's. Out-of-range values fail the spawn ([`SpawnError::InvalidMemory`]).
+    pub fn with_memory(mut self, memory: warden_protocols::MemoryConfig) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
+    /// Gives the agent goals, carried in its system message, and the built-in `set_goals` tool to
+    /// change them. `goals` are journaled (`goals_set`, by `team`) when the agent is spawned fresh;
+    /// a restored agent keeps the goals its journal holds. Invalid goals
+    /// ([`warden_protocols::check_goals`]) fail the spawn.
+    pub fn with_goals(mut self, goals: Vec<String>) -> Self {
+        self.goals = Some(goals);
+        self
+    }
+
     /// Starts from a record rebuilt from a journal instead of a fresh one (state, lockout, counters and
     /// history are kept as they were; its pending events are queued again, in id order, before any
     /// new work, keeping their ids).
@@ -133,6 +156,12 @@ impl AgentSpec {
 /// Why a spawn failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpawnError {
+    /// The settings given to [`AgentSpec::with_memory`] are out of range.
+    #[error("{0}")]
+    InvalidMemory(warden_protocols::ConfigError),
+    /// The goals given to [`AgentSpec::with_goals`] are invalid.
+    #[error("invalid goals: {0}")]
+    InvalidGoals(String),
     /// The team already has an agent with this key.
     #[error("an agent with key {0} already exists")]
     DuplicateKey(AgentKey),

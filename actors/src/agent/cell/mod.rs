@@ -22,13 +22,14 @@
 //!
 //! # Lock order
 //! `record` → journal's internal lock; `record` → a mailbox lane (a leaf); `record` → `waiters`,
-//! `record` → `answering` (leaves). The halt gate's two locks are leaves (see `gate.rs`), and so are
-//! `npc` and `ticking`.
+//! `record` → `answering`, `record` → `hourly` (leaves). The halt gate's two locks are leaves (see
+//! `gate.rs`), and so are `npc` and `ticking`.
 //! No lock is held across an await.
 
 mod delegations;
 mod gate;
 mod halt;
+mod hourly;
 mod npc;
 mod replies;
 mod safety;
@@ -78,6 +79,8 @@ pub(crate) struct AgentSettings {
     pub max_tokens_recoveries: u32,
     /// `[npc]`: how it classifies world events.
     pub npc: Arc<warden_protocols::npc::NpcConfig>,
+    /// `[memory]`: compaction of the history.
+    pub memory: warden_protocols::MemoryConfig,
 }
 
 /// The task (event or delegated task) the agent is working on: loop caps and the wall clock count
@@ -162,6 +165,8 @@ pub(crate) struct AgentCell {
     /// The user event the running turn answers (id, accepted): settled when the turn finishes, as
     /// discarded when a halt stops it, as failed when the actor crashes. Set under the record lock.
     answering: Mutex<Option<(u64, tokio::time::Instant)>>,
+    /// The calls of the last hour, for `safety.budget.tokens_per_hour` (a leaf lock).
+    hourly: Mutex<hourly::HourlyWindow>,
 }
 
 fn state_index(s: AgentState) -> u8 {
@@ -183,6 +188,14 @@ impl AgentCell {
             safety,
             replies,
         } = parts;
+        let mut record = record;
+        // The running estimate of the history, counted once here (a record built by hand, not
+        // folded from events, may lack it); every change after goes through `apply`.
+        record.history_tokens = record
+            .history
+            .iter()
+            .map(ChatMessage::estimated_tokens)
+            .sum();
         let halted = record.state == AgentState::Stopped;
         let mut breakers = AgentBreakers::new(
             record.key.clone(),
@@ -229,6 +242,7 @@ impl AgentCell {
             replies,
             turn_usage: Mutex::new(Usage::default()),
             answering: Mutex::new(None),
+            hourly: Mutex::new(hourly::HourlyWindow::default()),
         }
     }
 
@@ -413,6 +427,8 @@ impl AgentCell {
             turns: rec.turns,
             restarts: rec.restarts,
             history_len: rec.history.len(),
+            history_tokens: rec.history_tokens,
+            budget_wait_until_ms: self.hourly_wait_until_ms(),
             stopped_by: rec.stopped_by.clone(),
             tokens_used,
             cost_used,

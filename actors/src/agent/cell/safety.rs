@@ -159,6 +159,7 @@ impl AgentCell {
     /// record's `usage` always equals the breakers' totals and a restart keeps the budgets spent.
     pub(crate) fn record_usage(&self, usage: warden_protocols::Usage) {
         self.turn_usage.lock().add(usage);
+        self.hourly_spent(usage.total());
         let mut rec = self.lock();
         let (cost, unpriced) = self
             .breakers

@@ -23,6 +23,7 @@ fn cell_on(journal: Arc<dyn Journal>) -> AgentCell {
             tool_timeout: Duration::from_secs(30),
             sub_agent_budget: 3,
             max_context_tokens: 0,
+            memory: Default::default(),
             context_strategy: ContextStrategy::SlidingWindow,
             max_tokens_recoveries: 2,
             npc: Arc::default(),

@@ -1,6 +1,8 @@
 //! The work of a turn: task progress for the limits, and the conversation history.
 
 use super::*;
+use crate::context;
+use warden_protocols::AgentRecord;
 
 impl AgentCell {
     /// A new task (event or delegated task) starts: loop caps and the wall clock restart, and the
@@ -42,13 +44,53 @@ impl AgentCell {
         self.emit(&mut rec, EventKind::HistoryAppended { message });
     }
 
-    /// System prompt + history, as sent to the model.
+    /// The system message as sent to the model: the system prompt, then the goals (if any).
+    pub(crate) fn system_message(&self, rec: &AgentRecord) -> Option<ChatMessage> {
+        if rec.goals.is_empty() && rec.reflections.is_empty() {
+            return self
+                .system_prompt
+                .as_ref()
+                .map(|prompt| ChatMessage::system(prompt.clone()));
+        }
+        let mut text = self.system_prompt.clone().unwrap_or_default();
+        for (title, items) in [
+            ("Your current goals:", &rec.goals),
+            ("Your recent reflections:", &rec.reflections),
+        ] {
+            if items.is_empty() {
+                continue;
+            }
+            if !text.is_empty() {
+                text.push_str("\n\n");
+            }
+            text.push_str(title);
+            for item in items {
+                text.push_str("\n- ");
+                text.push_str(item);
+            }
+        }
+        Some(ChatMessage::system(text))
+    }
+
+    /// System prompt + history as sent to the model: fitted into `execution.max_context_tokens` by
+    /// the context strategy, cloning only the newest messages the window needs
+    /// ([`context::fit_history`]: O(window), however long the history); the whole history when
+    /// the window is unknown (0).
     pub(crate) fn conversation(&self) -> Vec<ChatMessage> {
         let rec = self.lock();
-        let mut messages = Vec::with_capacity(rec.history.len() + 1);
-        if let Some(prompt) = &self.system_prompt {
-            messages.push(ChatMessage::system(prompt.clone()));
+        let system = self.system_message(&rec);
+        let max = self.settings.max_context_tokens;
+        if max > 0 {
+            return context::fit_history(
+                system.as_ref(),
+                &rec.history,
+                max,
+                self.settings.context_strategy,
+            )
+            .0;
         }
+        let mut messages = Vec::with_capacity(rec.history.len() + 1);
+        messages.extend(system);
         messages.extend(rec.history.iter().cloned());
         messages
     }

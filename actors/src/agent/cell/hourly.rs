@@ -1,0 +1,116 @@
+//! The rolling token budget, `safety.budget.tokens_per_hour` (0 = off): the tokens of the agent's
+//! model calls of the last hour bound its spending. Exact per call: every call's tokens are kept with
+//! the moment they were recorded and age out one hour later, so the window slides call by call (at
+//! most one entry a call of the last hour is kept). When the last hour's tokens reach the limit, a
+//! turn does not start its next model call (a request or a summary) until enough of them aged out:
+//! it waits — cancellable by a halt, journaled once as `token_budget_waiting`, shown in the status
+//! (`budget_wait_until_ms`) — instead of stopping. The call that crosses the limit is not cut: the
+//! limit is checked before a call, so the last hour may exceed it by one call. A restart forgets the
+//! window (the journal keeps every call's usage, the lifetime budget's).
+
+use super::*;
+use std::collections::VecDeque;
+use tokio::time::Instant;
+
+/// One hour.
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// The calls of the last hour and their sum.
+#[derive(Debug, Default)]
+pub(crate) struct HourlyWindow {
+    calls: VecDeque<(Instant, u64)>,
+    sum: u64,
+    /// Until when (ms since the epoch) the agent waits now, if it does.
+    waiting_until_ms: Option<u64>,
+}
+
+impl HourlyWindow {
+    fn age(&mut self, now: Instant) {
+        while let Some(&(at, tokens)) = self.calls.front() {
+            if at + HOUR > now {
+                break;
+            }
+            self.sum = self.sum.saturating_sub(tokens);
+            self.calls.pop_front();
+        }
+    }
+
+    /// When the last hour's tokens will be below `limit` again (`None`: they are now).
+    fn free_at(&self, limit: u64) -> Option<Instant> {
+        if self.sum < limit {
+            return None;
+        }
+        let mut left = self.sum;
+        for &(at, tokens) in &self.calls {
+            left = left.saturating_sub(tokens);
+            if left < limit {
+                return Some(at + HOUR);
+            }
+        }
+        // Unreachable with calls of the last hour summing to `sum`; wait a full hour to be safe.
+        Some(Instant::now() + HOUR)
+    }
+}
+
+impl AgentCell {
+    fn tokens_per_hour(&self) -> u64 {
+        self.safety.config.budget.tokens_per_hour
+    }
+
+    /// Counts a call's `tokens` in the last hour (when the rolling budget is on).
+    pub(crate) fn hourly_spent(&self, tokens: u64) {
+        if self.tokens_per_hour() == 0 || tokens == 0 {
+            return;
+        }
+        let mut w = self.hourly.lock();
+        w.calls.push_back((Instant::now(), tokens));
+        w.sum = w.sum.saturating_add(tokens);
+    }
+
+    /// Until when the agent waits for its rolling budget (ms since the epoch), if it does.
+    pub(crate) fn hourly_wait_until_ms(&self) -> Option<u64> {
+        self.hourly.lock().waiting_until_ms
+    }
+
+    /// Waits until the last hour's tokens are below `tokens_per_hour` (at once when they are, or
+    /// when the budget is off). `false`: a halt came first.
+    pub(crate) async fn hourly_budget(&self, token: &CancellationToken) -> bool {
+        let limit = self.tokens_per_hour();
+        if limit == 0 {
+            return true;
+        }
+        loop {
+            let (wake, tokens, announce) = {
+                let mut w = self.hourly.lock();
+                let now = Instant::now();
+                w.age(now);
+                let Some(wake) = w.free_at(limit) else {
+                    w.waiting_until_ms = None;
+                    return true;
+                };
+                let wait = wake.saturating_duration_since(now);
+                let until =
+                    now_ms().saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+                let announce = w.waiting_until_ms.is_none();
+                w.waiting_until_ms = Some(until);
+                (wake, w.sum, announce.then_some(wait))
+            };
+            if let Some(wait) = announce {
+                tracing::info!(agent = %self.key, tokens, limit, "rolling token budget spent; waiting");
+                self.note(EventKind::TokenBudgetWaiting {
+                    tokens,
+                    limit,
+                    wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                });
+            }
+            tokio::select! {
+                biased;
+                _ = token.cancelled() => {
+                    self.hourly.lock().waiting_until_ms = None;
+                    return false;
+                }
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+}
