@@ -344,6 +344,9 @@ pub enum ScriptedReply {
         /// The call's arguments: always a JSON object (`{}` when the file gives none).
         args: serde_json::Value,
     },
+    /// A failed call (written `{ fail = "…" }`): the model's error, for faults now and then in a
+    /// cycle (`error` fails every call).
+    Fail(String),
 }
 
 impl ScriptedReply {
@@ -351,17 +354,21 @@ impl ScriptedReply {
         match self {
             ScriptedReply::Text(text) => ScriptStep::reply(text.clone()),
             ScriptedReply::Tool { tool, args } => ScriptStep::call(tool.clone(), args.clone()),
+            ScriptedReply::Fail(message) => ScriptStep::fail(message.clone()),
         }
     }
 }
 
-/// The table form of [`ScriptedReply::Tool`].
+/// The table forms of [`ScriptedReply::Tool`] and [`ScriptedReply::Fail`].
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ToolReply {
-    tool: String,
+    #[serde(default)]
+    tool: Option<String>,
     #[serde(default = "no_args")]
     args: serde_json::Value,
+    #[serde(default)]
+    fail: Option<String>,
 }
 
 fn no_args() -> serde_json::Value {
@@ -376,7 +383,10 @@ impl<'de> Deserialize<'de> for ScriptedReply {
             type Value = ScriptedReply;
 
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a text or a tool call `{ tool = \"…\", args = { … } }`")
+                f.write_str(
+                    "a text, a tool call `{ tool = \"…\", args = { … } }` or a failure \
+                     `{ fail = \"…\" }`",
+                )
             }
 
             fn visit_str<E: de::Error>(self, text: &str) -> Result<ScriptedReply, E> {
@@ -384,8 +394,16 @@ impl<'de> Deserialize<'de> for ScriptedReply {
             }
 
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ScriptedReply, A::Error> {
-                let ToolReply { tool, args } =
+                let ToolReply { tool, args, fail } =
                     ToolReply::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                let tool = match (tool, fail) {
+                    (None, Some(message)) => return Ok(ScriptedReply::Fail(message)),
+                    (Some(tool), None) => tool,
+                    (Some(_), Some(_)) => {
+                        return Err(de::Error::custom("a reply has `tool` or `fail`, not both"))
+                    }
+                    (None, None) => return Err(de::Error::missing_field("tool")),
+                };
                 if tool.trim().is_empty() {
                     return Err(de::Error::custom("`tool` must not be empty"));
                 }
@@ -1934,7 +1952,10 @@ replies = [
         let header = "\n1 | [providers.m]\n  | ^^^^^^^^^^^^^";
         assert_eq!(
             with("[\"ok\", { tool = \"x\", arg = {} }]"),
-            format!("{at}replies[1]: unknown field `arg`, expected `tool` or `args`{header}")
+            format!(
+                "{at}replies[1]: unknown field `arg`, expected one of `tool`, `args`, \
+                 `fail`{header}"
+            )
         );
         assert_eq!(
             with("[{ args = {} }]"),
@@ -1951,10 +1972,30 @@ replies = [
         assert_eq!(
             with("[3]"),
             format!(
-                "{at}replies[0]: invalid type: integer `3`, expected a text or a tool call \
-                 `{{ tool = \"…\", args = {{ … }} }}`{header}"
+                "{at}replies[0]: invalid type: integer `3`, expected a text, a tool call \
+                 `{{ tool = \"…\", args = {{ … }} }}` or a failure `{{ fail = \"…\" }}`{header}"
             )
         );
+        assert_eq!(
+            with("[{ tool = \"x\", fail = \"y\" }]"),
+            format!("{at}replies[0]: a reply has `tool` or `fail`, not both{header}")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_scripted_reply_can_be_a_failure_in_a_cycle() {
+        let text = "[providers.flaky]\nkind = \"scripted\"\ncycle = true\n\
+                    replies = [\"ok\", { fail = \"archive offline\" }]\n";
+        let team = TeamFile::parse(text).unwrap();
+        let model = team.provider("flaky").unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            seen.push(match model.complete(request()).await {
+                Ok(r) => r.message.content.unwrap_or_default(),
+                Err(e) => e.to_string(),
+            });
+        }
+        assert_eq!(seen, ["ok", "archive offline", "ok", "archive offline"]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -281,7 +281,12 @@ pub fn write_html(
         "retries": r.retries,
         "halt": r.halt,
         "memory": r.memory,
+        "soak": r.soak,
     });
+    let soak = r.soak.as_ref().map_or_else(
+        || "soak: run under 90 s, no RSS slope".to_owned(),
+        |s| format!("soak: {}", super::soak::describe(s)),
+    );
     let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
     let title = format!(
         "warden loadtest — {} (seed {}, {} agents)",
@@ -301,7 +306,7 @@ pub fn write_html(
          </style></head><body>\n\
          <h1>{title}</h1>\n\
          <div class=\"banner {}\">invariants: {}</div>\n\
-         <table>{table}</table>\n\
+         <table>{table}</table>\n<p>{}</p>\n\
          <h2>Over time</h2>\n<div>{throughput}{latency}{agents}</div>\n\
          <h2>Distribution and spread</h2>\n<div>{hist}{lockouts}{refusals}</div>\n\
          <h2>Figures</h2>\n<pre>{}</pre>\n\
@@ -309,6 +314,7 @@ pub fn write_html(
          </body></html>\n",
         if pass { "ok" } else { "bad" },
         if pass { "pass" } else { "FAIL" },
+        esc(&soak),
         esc(&pretty(&figures)),
         esc(&pretty(configuration)),
         title = esc(&title),

@@ -56,6 +56,7 @@ use warden_protocols::{
 pub mod compare;
 pub mod html;
 mod report;
+pub mod soak;
 pub mod workload;
 
 pub use report::{write_repeat, write_report};
@@ -308,6 +309,9 @@ pub struct LoadReport {
     pub tasks_refused: u64,
     /// One [`Sample`] per second of the drive phase (the last one covers what was left).
     pub series: Vec<Sample>,
+    /// RSS growth after the warm-up, for runs long enough ([`soak`]; `None` for shorter ones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak: Option<soak::Soak>,
     /// The workload of a team-file run (`--config`); `None` for the scenarios.
     pub workload: Option<workload::WorkloadSummary>,
     /// Not in the JSON contract: delegation refusals of other kinds (unknown delegate, full mailbox).
@@ -1359,6 +1363,7 @@ async fn finish(
         refused_other: t.refused_other,
         tasks_sent: driven.tasks_sent,
         tasks_refused: driven.tasks_refused,
+        soak: soak::analyse(&driven.sampler.samples),
         series: driven.sampler.samples,
         ..LoadReport::default()
     }

@@ -164,6 +164,12 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
                 r.memory.bytes_per_agent
             ),
         ),
+        (
+            "soak",
+            r.soak
+                .as_ref()
+                .map_or_else(|| "(run under 90 s)".to_owned(), super::soak::describe),
+        ),
         ("lost events", r.lost_events.to_string()),
         ("leaked slots", r.leaked_slots.to_string()),
         (
