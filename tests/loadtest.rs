@@ -1027,3 +1027,20 @@ fn a_team_file_run_cut_by_its_timeout_is_reported_as_timed_out() {
         "loadtest: timed out after 0.2 s (--timeout-s): 4 tasks unfinished\n"
     );
 }
+
+#[test]
+fn the_soak_example_cascades_its_faults() {
+    let path = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/teams/soak-cascade.toml"
+    ));
+    // 40 events; archivist-b fails three calls in a row at its 8th to 10th call: locked out.
+    let json = team_json(path, &["--count", "40", "--halt-probes", "0"]);
+    assert_eq!(json["lost_events"], 0, "{json}");
+    assert_eq!(json["leaked_slots"], 0, "{json}");
+    assert_eq!(json["lockouts"], 1, "{json}");
+    assert_eq!(json["lockouts_by_depth"], serde_json::json!([0, 0, 1]));
+    assert!(json["refusals_by_depth"][2].as_u64().unwrap() > 0, "{json}");
+    // A short run has no soak figures.
+    assert!(json.get("soak").is_none(), "{json}");
+}
