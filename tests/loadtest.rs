@@ -926,6 +926,21 @@ fn the_html_report_renders_in_a_headless_browser() {
     let dom = String::from_utf8_lossy(&out.stdout);
     assert!(dom.contains("<svg"), "{dom}");
     assert!(dom.contains("invariants: pass"), "{dom}");
+    // A screenshot, kept as a test artefact (target/tmp/artefacts/loadtest-report.png).
+    let artefacts = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("artefacts");
+    std::fs::create_dir_all(&artefacts).unwrap();
+    let png = artefacts.join("loadtest-report.png");
+    let _ = std::fs::remove_file(&png);
+    let shot = std::process::Command::new(browser)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"])
+        .arg("--window-size=1400,2400")
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", path.display()))
+        .output()
+        .unwrap();
+    let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
+    assert!(size > 10_000, "no screenshot ({size} bytes): {shot:?}");
+    eprintln!("screenshot: {}", png.display());
 }
 
 /// The example team file of docs/loadtest.md, and the errors the page shows for it.

@@ -75,6 +75,15 @@ fn line_chart(title: &str, unit: &str, x: &[f64], lines: &[(String, Vec<f64>)]) 
             HEIGHT - 6.0,
             esc(name),
         );
+        // A run shorter than two samples has no line: mark its one point.
+        if let ([x], [y]) = (x, ys.as_slice()) {
+            let _ = write!(
+                svg,
+                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{colour}\"/>",
+                px(*x),
+                py(*y)
+            );
+        }
     }
     svg.push_str("</svg>");
     svg
