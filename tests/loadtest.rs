@@ -932,7 +932,12 @@ fn the_html_report_renders_in_a_headless_browser() {
     let png = artefacts.join("loadtest-report.png");
     let _ = std::fs::remove_file(&png);
     let shot = std::process::Command::new(browser)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+        ])
         .arg("--window-size=1400,2400")
         .arg(format!("--screenshot={}", png.display()))
         .arg(format!("file://{}", path.display()))
