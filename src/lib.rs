@@ -54,7 +54,7 @@ pub mod telemetry;
 #[cfg(feature = "sqlite")]
 pub use journal::{JournalReader, SqliteJournal};
 pub use warden_actors::{
-    already_durable, context, mailbox, memory, now_ms, npc, safety, tools, AgentHandle, AgentSpec,
+    already_durable, context, host, mailbox, memory, now_ms, npc, safety, tools, AgentHandle, AgentSpec,
     AskError, ChannelInterventionBus, ControlError, ControlOp, DelegationError, DurableSendError,
     EventSendError, FnTool, HaltAck, InterventionBus, Journal, Limited, LlmRequest, LlmResponse,
     MemoryJournal, NotDurable, NullJournal, PendingReply, Perceived, Provider, ProviderError,
