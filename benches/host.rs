@@ -53,8 +53,14 @@ fn start() -> (WardenHandle, Vec<AgentKey>) {
         let model = ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("Aye."));
         AgentSpec::assistant(key.as_str(), Arc::new(model))
     });
-    // The null journal: a long run would otherwise keep every event in memory.
-    let warden = Warden::start(WardenConfig::default(), Arc::new(NullJournal::default()), specs)
+    // Hundreds of thousands of turns: no token budget (it would stop the NPCs), and the null
+    // journal (a long run would otherwise keep every event in memory).
+    let mut config = WardenConfig::default();
+    config.safety.budget.tokens_per_agent = 0;
+    // A small lane: the host outpaces the NPCs, and a bounded backlog keeps their turns (and the
+    // run) short; deliveries to a full lane are refused as `Busy` (counted below).
+    config.mailbox.ordinary_capacity = std::num::NonZeroUsize::new(256).unwrap_or(std::num::NonZeroUsize::MIN);
+    let warden = Warden::start(config, Arc::new(NullJournal::default()), specs)
         .expect("warden starts");
     (warden, keys)
 }
@@ -126,12 +132,16 @@ fn percentiles(warden: &WardenHandle, keys: &[AgentKey]) {
     let mut drain = Vec::with_capacity(n / 32 + 1);
     let mut replies = Vec::with_capacity(1024);
     let mut refused = 0u64;
+    let mut first_refusal = None;
     for i in 0..n {
         let event = whisper();
         let t = Instant::now();
         let r = warden.try_deliver(keys[i % keys.len()].as_str(), event);
         deliver.push(t.elapsed());
-        refused += u64::from(r.is_err());
+        if let Err(err) = r {
+            refused += 1;
+            first_refusal.get_or_insert(err.to_string());
+        }
         if i % 32 == 31 {
             let t = Instant::now();
             warden.drain_replies(&mut replies, 64);
@@ -157,8 +167,11 @@ fn percentiles(warden: &WardenHandle, keys: &[AgentKey]) {
     report("deliver_batch (16)", &mut batches);
     let stats = warden.stats();
     println!(
-        "refused {refused} of {n} (busy lanes); {} wakes for {} deliveries in {} batches",
-        stats.wakes, stats.delivered, stats.batches
+        "try_deliver refused {refused} of {n} (first: {}); {} wakes for {} deliveries in {} batches",
+        first_refusal.as_deref().unwrap_or("none"),
+        stats.wakes,
+        stats.delivered,
+        stats.batches
     );
 }
 
