@@ -48,7 +48,9 @@ fn whisper() -> WorldEvent {
 }
 
 fn start() -> (WardenHandle, Vec<AgentKey>) {
-    let keys: Vec<AgentKey> = (0..NPCS).map(|i| AgentKey::new(format!("npc{i}"))).collect();
+    let keys: Vec<AgentKey> = (0..NPCS)
+        .map(|i| AgentKey::new(format!("npc{i}")))
+        .collect();
     let specs = keys.iter().map(|key| {
         let model = ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("Aye."));
         AgentSpec::assistant(key.as_str(), Arc::new(model))
@@ -59,9 +61,10 @@ fn start() -> (WardenHandle, Vec<AgentKey>) {
     config.safety.budget.tokens_per_agent = 0;
     // A small lane: the host outpaces the NPCs, and a bounded backlog keeps their turns (and the
     // run) short; deliveries to a full lane are refused as `Busy` (counted below).
-    config.mailbox.ordinary_capacity = std::num::NonZeroUsize::new(256).unwrap_or(std::num::NonZeroUsize::MIN);
-    let warden = Warden::start(config, Arc::new(NullJournal::default()), specs)
-        .expect("warden starts");
+    config.mailbox.ordinary_capacity =
+        std::num::NonZeroUsize::new(256).unwrap_or(std::num::NonZeroUsize::MIN);
+    let warden =
+        Warden::start(config, Arc::new(NullJournal::default()), specs).expect("warden starts");
     (warden, keys)
 }
 

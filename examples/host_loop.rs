@@ -8,7 +8,7 @@
 //!
 //! `cargo run --no-default-features --example host_loop` (no network, no API key).
 use std::{
-    collections::HashMap,
+    collections::HashSet,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -49,12 +49,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         AgentSpec::assistant("baker", slow("Fresh bread, 2 silver.")),
     ];
     // warden runs on a thread of its own: this thread needs no runtime.
-    let warden = Warden::start(WardenConfig::default(), Arc::new(MemoryJournal::new()), npcs)?;
+    let warden = Warden::start(
+        WardenConfig::default(),
+        Arc::new(MemoryJournal::new()),
+        npcs,
+    )?;
 
     let mut batch: Vec<(AgentKey, WorldEvent)> = Vec::new();
     let mut results = Vec::new();
     let mut replies: Vec<NpcReply> = Vec::new();
-    let mut asked: HashMap<(AgentKey, u64), &str> = HashMap::new();
+    let mut asked: HashSet<(AgentKey, u64)> = HashSet::new(); // awaiting a reply
     let mut slowest_call = Duration::ZERO;
     let mut retry = Vec::new();
     let start = Instant::now();
@@ -81,7 +85,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             match result {
                 Ok(delivered) => {
                     if let Some(id) = delivered.event_id {
-                        asked.insert((key, id), "asked");
+                        asked.insert((key, id));
                     }
                 }
                 // A full lane: keep the event and try again next frame.
@@ -112,7 +116,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             match reply.text() {
                 Some(line) => println!("[frame {frame:2}] {} says: {line}", reply.agent),
-                None => println!("[frame {frame:2}] {}: no answer ({:?})", reply.agent, reply.result),
+                None => println!(
+                    "[frame {frame:2}] {}: no answer ({:?})",
+                    reply.agent, reply.result
+                ),
             }
         }
 

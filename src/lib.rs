@@ -54,14 +54,14 @@ pub mod telemetry;
 #[cfg(feature = "sqlite")]
 pub use journal::{JournalReader, SqliteJournal};
 pub use warden_actors::{
-    already_durable, context, host, mailbox, memory, now_ms, npc, safety, tools, AgentHandle, AgentSpec,
-    AskError, ChannelInterventionBus, ControlError, ControlOp, DelegationError, DurableSendError,
-    EventSendError, FnTool, HaltAck, InterventionBus, Journal, Limited, LlmRequest, LlmResponse,
-    MemoryJournal, NotDurable, NullJournal, PendingReply, Perceived, Provider, ProviderError,
-    ProviderLimitStats, ProviderLimiter, ProviderLimits, Reply, ScriptStats, ScriptStep,
-    ScriptedProvider, Settled, Settlement, SpawnError, Submit, SubmitError, Submitted, Supervisor,
-    SupervisorBuilder, TaskError, TickConfigError, Tool, ToolContext, ToolError, ToolRegistry,
-    UnknownAgent,
+    already_durable, context, host, mailbox, memory, now_ms, npc, safety, tools, AgentHandle,
+    AgentSpec, AskError, ChannelInterventionBus, ControlError, ControlOp, DelegationError,
+    DurableSendError, EventSendError, FnTool, HaltAck, InterventionBus, Journal, Limited,
+    LlmRequest, LlmResponse, MemoryJournal, NotDurable, NullJournal, PendingReply, Perceived,
+    Provider, ProviderError, ProviderLimitStats, ProviderLimiter, ProviderLimits, Reply,
+    ScriptStats, ScriptStep, ScriptedProvider, Settled, Settlement, SpawnError, Submit,
+    SubmitError, Submitted, Supervisor, SupervisorBuilder, TaskError, TickConfigError, Tool,
+    ToolContext, ToolError, ToolRegistry, UnknownAgent,
 };
 #[cfg(feature = "openai")]
 pub use warden_actors::{OpenAiCompatible, OpenAiConfig, RetryPolicy, ToolFormat};

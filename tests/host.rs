@@ -60,16 +60,16 @@ fn drain(warden: &WardenHandle, n: usize) -> Vec<NpcReply> {
 
 #[test]
 fn a_plain_thread_delivers_and_drains_replies_by_event_id() {
-    let warden = start(
-        WardenConfig::default(),
-        &["smith", "guard"],
-        Duration::ZERO,
-    );
+    let warden = start(WardenConfig::default(), &["smith", "guard"], Duration::ZERO);
     let host = warden.clone();
     // A thread of the host's own: no tokio, no actix on it.
     let (sent, replies) = std::thread::spawn(move || {
         let mut sent = Vec::new();
-        for (npc, text) in [("smith", "a sword?"), ("guard", "the gate?"), ("smith", "an axe?")] {
+        for (npc, text) in [
+            ("smith", "a sword?"),
+            ("guard", "the gate?"),
+            ("smith", "an axe?"),
+        ] {
             let delivered = host.try_deliver(npc, whisper(text)).expect("delivered");
             assert_eq!(delivered.verdict, Verdict::Trigger);
             assert_eq!(delivered.halt_epoch, 0);
@@ -116,7 +116,9 @@ fn refusals_hand_the_event_back() {
     assert_eq!(busy.into_event(), whisper("one more"));
 
     warden.halt_all();
-    let halted = warden.try_deliver("smith", whisper("after the halt")).unwrap_err();
+    let halted = warden
+        .try_deliver("smith", whisper("after the halt"))
+        .unwrap_err();
     assert!(matches!(&halted, DeliverError::Halted(_)), "{halted:?}");
     assert_eq!(halted.into_event(), whisper("after the halt"));
     assert!(warden.stats().refused >= 3);
@@ -146,7 +148,11 @@ fn replies_from_before_a_halt_carry_the_old_epoch() {
         .collect();
     std::thread::sleep(Duration::from_millis(50)); // the first turn has started
     warden.halt_all();
-    assert_eq!(warden.halt_epoch("smith"), Some(1), "raised before halt_all returned");
+    assert_eq!(
+        warden.halt_epoch("smith"),
+        Some(1),
+        "raised before halt_all returned"
+    );
 
     let replies = drain(&warden, before.len());
     for reply in &replies {
@@ -166,7 +172,9 @@ fn replies_from_before_a_halt_carry_the_old_epoch() {
     // Resumed, the NPC answers again, under the new epoch.
     let smith = warden.agent("smith").expect("smith");
     futures::executor::block_on(smith.resume("ops")).expect("resumed");
-    let after = warden.try_deliver("smith", whisper("after")).expect("delivered");
+    let after = warden
+        .try_deliver("smith", whisper("after"))
+        .expect("delivered");
     assert_eq!(after.halt_epoch, 1);
     let replies = drain(&warden, 1);
     assert_eq!(replies[0].event_id, after.event_id.expect("queued"));
@@ -218,14 +226,20 @@ fn starts_and_stops_twice_in_one_process() {
             .try_deliver("smith", whisper("a sword?"))
             .expect("delivered")
             .event_id;
-        assert_eq!(drain(&warden, 1)[0].event_id, id.expect("queued"), "round {round}");
+        assert_eq!(
+            drain(&warden, 1)[0].event_id,
+            id.expect("queued"),
+            "round {round}"
+        );
         if round == 0 {
             warden.shutdown();
         } else {
             // Dropping the last handle (here, on another thread) stops it too.
             let other = warden.clone();
             drop(warden);
-            std::thread::spawn(move || drop(other)).join().expect("dropped");
+            std::thread::spawn(move || drop(other))
+                .join()
+                .expect("dropped");
         }
     }
 }
@@ -233,8 +247,12 @@ fn starts_and_stops_twice_in_one_process() {
 #[test]
 fn a_duplicate_key_fails_the_start() {
     let specs = ["smith", "smith"].map(|k| AgentSpec::assistant(k, echo(Duration::ZERO)));
-    let err = Warden::start(WardenConfig::default(), Arc::new(MemoryJournal::new()), specs)
-        .expect_err("a duplicate key");
+    let err = Warden::start(
+        WardenConfig::default(),
+        Arc::new(MemoryJournal::new()),
+        specs,
+    )
+    .expect_err("a duplicate key");
     assert!(err.to_string().contains("smith"), "{err}");
 }
 
@@ -247,7 +265,10 @@ fn async_hosts_deliver_and_await_replies() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let delivered = warden.deliver("smith", whisper("a sword?")).await.expect("delivered");
+        let delivered = warden
+            .deliver("smith", whisper("a sword?"))
+            .await
+            .expect("delivered");
         let reply = warden.next_reply().await.expect("a reply");
         assert_eq!(Some(reply.event_id), delivered.event_id);
         let acks = warden.halt_all_acked().await;
@@ -257,5 +278,9 @@ fn async_hosts_deliver_and_await_replies() {
     let pending = std::thread::spawn(move || futures::executor::block_on(waiter.next_reply()));
     std::thread::sleep(Duration::from_millis(20));
     warden.shutdown();
-    assert_eq!(pending.join().expect("the waiter"), None, "shutdown ends the wait");
+    assert_eq!(
+        pending.join().expect("the waiter"),
+        None,
+        "shutdown ends the wait"
+    );
 }

@@ -1,5 +1,9 @@
 //! [`WardenHandle`]: the host's calls, and the state they share with warden's thread.
 
+// A refused delivery hands its `WorldEvent` back by value (as tokio's `TrySendError` does): a
+// move of ~170 bytes, where boxing it would allocate on the path a busy frame loop takes most.
+#![allow(clippy::result_large_err)]
+
 use super::{DeliverError, EventId, Pump};
 use crate::{
     agent::{cell::AgentCell, reply::Settlement},
@@ -185,7 +189,10 @@ impl Shared {
             // the mark never sees this event's reply before it.
             let mut marks = agent.marks.lock();
             let perceived = agent.handle.perceive_cow(Cow::Borrowed(&event));
-            if let Ok(crate::Perceived { queued: Some(id), .. }) = &perceived {
+            if let Ok(crate::Perceived {
+                queued: Some(id), ..
+            }) = &perceived
+            {
                 if marks.last().is_none_or(|&(_, last)| last < epoch) {
                     marks.push((*id, epoch));
                     agent.marked.store(epoch, Ordering::Release);
@@ -216,12 +223,9 @@ impl Shared {
 
     /// A settlement as the host sees it: tagged with its delivery epoch.
     fn tag(&self, settled: Settlement) -> NpcReply {
-        let (halt_epoch, now) = self
-            .agents
-            .get(&settled.agent)
-            .map_or((0, 0), |agent| {
-                (agent.epoch_of(settled.id), agent.cell().halt_epoch())
-            });
+        let (halt_epoch, now) = self.agents.get(&settled.agent).map_or((0, 0), |agent| {
+            (agent.epoch_of(settled.id), agent.cell().halt_epoch())
+        });
         self.counters.replies.fetch_add(1, Ordering::Relaxed);
         NpcReply {
             agent: settled.agent,
@@ -260,8 +264,8 @@ impl Drop for Owner {
     }
 }
 
-/// The host's handle on a running warden ([`super::Warden::start`]). Cheap to clone; `Send + Sync
-/// + 'static`. The synchronous calls never block on I/O (see the [module docs](super) for the
+/// The host's handle on a running warden ([`super::Warden::start`]). Cheap to clone; `Send`,
+/// `Sync` and `'static`. The synchronous calls never block on I/O (see the [module docs](super) for the
 /// locks they may take); the async ones need no particular runtime.
 ///
 /// Dropping the last clone stops warden as [`WardenHandle::shutdown`] does.
@@ -281,7 +285,11 @@ impl std::fmt::Debug for WardenHandle {
 }
 
 impl WardenHandle {
-    pub(super) fn new(shared: Arc<Shared>, stop: CancellationToken, thread: JoinHandle<()>) -> Self {
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        stop: CancellationToken,
+        thread: JoinHandle<()>,
+    ) -> Self {
         WardenHandle {
             shared,
             owner: Arc::new(Owner {
