@@ -7,8 +7,8 @@
 //! * criterion: `host/try_deliver` (one TRIGGER to the next NPC in turn, a drain every 32
 //!   deliveries outside the timing), `host/drain_replies_empty`, `host/deliver_batch_16`
 //!   (16 events to 16 NPCs, one wake).
-//! * then a percentile loop, each call timed on its own: p50 / p99 / p99.9 / max of `try_deliver`,
-//!   `drain_replies` (up to 64 replies moved) and `deliver_batch` of 16 (target: host call p50 ≤
+//! * then a percentile loop, each call timed on its own: p50 / p99 / p99.9 / max of `try_deliver`
+//!   (accepted; a refusal is timed apart and followed by an untimed pause), `drain_replies` (up to 64 replies moved) and `deliver_batch` of 16 (target: host call p50 ≤
 //!   1 µs, p99 ≤ 10 µs).
 //!
 //! The runtime is built before anything is measured. Fewer samples under `CI`.
@@ -78,8 +78,13 @@ fn criterion_benches(c: &mut Criterion, warden: &WardenHandle, keys: &[AgentKey]
                 let key = &keys[i as usize % keys.len()];
                 let event = whisper();
                 let t = Instant::now();
-                let _ = std::hint::black_box(warden.try_deliver(key.as_str(), event));
+                let result = std::hint::black_box(warden.try_deliver(key.as_str(), event));
                 spent += t.elapsed();
+                if result.is_err() {
+                    // A full lane: let the NPCs catch up (untimed), so that accepted deliveries
+                    // are what is measured.
+                    std::thread::sleep(Duration::from_millis(1));
+                }
                 if i % 32 == 31 {
                     warden.drain_replies(&mut replies, usize::MAX);
                     replies.clear();
@@ -130,20 +135,27 @@ fn report(name: &str, samples: &mut [Duration]) {
 }
 
 fn percentiles(warden: &WardenHandle, keys: &[AgentKey]) {
-    let n = if ci() { 5_000 } else { 100_000 };
+    let n = if ci() { 2_000 } else { 20_000 };
     let mut deliver = Vec::with_capacity(n);
+    let mut busy = Vec::new();
     let mut drain = Vec::with_capacity(n / 32 + 1);
     let mut replies = Vec::with_capacity(1024);
-    let mut refused = 0u64;
     let mut first_refusal = None;
-    for i in 0..n {
+    let mut i = 0;
+    while deliver.len() < n {
         let event = whisper();
         let t = Instant::now();
         let r = warden.try_deliver(keys[i % keys.len()].as_str(), event);
-        deliver.push(t.elapsed());
-        if let Err(err) = r {
-            refused += 1;
-            first_refusal.get_or_insert(err.to_string());
+        let took = t.elapsed();
+        i += 1;
+        match r {
+            Ok(_) => deliver.push(took),
+            Err(err) => {
+                busy.push(took);
+                first_refusal.get_or_insert(err.to_string());
+                // Let the NPCs catch up (untimed).
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
         if i % 32 == 31 {
             let t = Instant::now();
@@ -165,12 +177,16 @@ fn percentiles(warden: &WardenHandle, keys: &[AgentKey]) {
         replies.clear();
     }
     println!("\nhost call latency from a plain std thread ({NPCS} NPCs answering at once):");
-    report("try_deliver", &mut deliver);
+    report("try_deliver (accepted)", &mut deliver);
+    if !busy.is_empty() {
+        report("try_deliver (refused)", &mut busy);
+    }
     report("drain_replies (≤64)", &mut drain);
     report("deliver_batch (16)", &mut batches);
     let stats = warden.stats();
     println!(
-        "try_deliver refused {refused} of {n} (first: {}); {} wakes for {} deliveries in {} batches",
+        "refusals: {} (first: {}); {} wakes for {} deliveries in {} batches",
+        busy.len(),
         first_refusal.as_deref().unwrap_or("none"),
         stats.wakes,
         stats.delivered,
