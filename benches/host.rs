@@ -21,7 +21,7 @@ use std::{
 use warden::{
     host::{Warden, WardenHandle},
     protocols::{
-        npc::{Speaker, SpeakerKind, WorldEvent, WorldEventKind},
+        npc::{WorldEvent, WorldEventKind},
         AgentKey,
     },
     AgentSpec, NullJournal, ScriptStep, ScriptedProvider, WardenConfig,
@@ -34,17 +34,7 @@ fn ci() -> bool {
 }
 
 fn whisper() -> WorldEvent {
-    WorldEvent {
-        speaker: Speaker {
-            id: "p1".into(),
-            kind: SpeakerKind::Player,
-        },
-        kind: WorldEventKind::Whisper,
-        room: Some("tavern".into()),
-        text: "what news?".into(),
-        mentions: None,
-        oob: Default::default(),
-    }
+    WorldEvent::player("p1", WorldEventKind::Whisper, "what news?").in_room("tavern")
 }
 
 fn start() -> (WardenHandle, Vec<AgentKey>) {

@@ -15,7 +15,7 @@ use std::{
 use warden::{
     host::{DeliverError, NpcReply, Warden},
     protocols::{
-        npc::{Speaker, SpeakerKind, WorldEvent, WorldEventKind},
+        npc::{WorldEvent, WorldEventKind},
         AgentKey,
     },
     AgentSpec, MemoryJournal, ScriptStep, ScriptedProvider, WardenConfig,
@@ -24,17 +24,7 @@ use warden::{
 const FRAME: Duration = Duration::from_millis(50); // 20 Hz
 
 fn say(player: &str, text: &str) -> WorldEvent {
-    WorldEvent {
-        speaker: Speaker {
-            id: player.into(),
-            kind: SpeakerKind::Player,
-        },
-        kind: WorldEventKind::Whisper,
-        room: Some("market".into()),
-        text: text.into(),
-        mentions: None,
-        oob: Default::default(),
-    }
+    WorldEvent::player(player, WorldEventKind::Whisper, text).in_room("market")
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -8,24 +8,14 @@ use std::{
 use warden::{
     host::{DeliverError, NpcReply, Warden, WardenHandle},
     protocols::{
-        npc::{Speaker, SpeakerKind, Verdict, WorldEvent, WorldEventKind},
+        npc::{Verdict, WorldEvent, WorldEventKind},
         AgentKey,
     },
     AgentSpec, AskError, MemoryJournal, ScriptStep, ScriptedProvider, WardenConfig,
 };
 
 fn whisper(text: &str) -> WorldEvent {
-    WorldEvent {
-        speaker: Speaker {
-            id: "p1".into(),
-            kind: SpeakerKind::Player,
-        },
-        kind: WorldEventKind::Whisper,
-        room: Some("tavern".into()),
-        text: text.into(),
-        mentions: None,
-        oob: Default::default(),
-    }
+    WorldEvent::player("p1", WorldEventKind::Whisper, text).in_room("tavern")
 }
 
 /// A model that answers every turn with what it was last told, after `delay`.

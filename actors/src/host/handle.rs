@@ -330,17 +330,10 @@ impl WardenHandle {
     /// ```
     /// # use std::sync::Arc;
     /// # use warden_actors::{host::Warden, AgentSpec, MemoryJournal, ScriptedProvider};
-    /// # use warden_protocols::{npc::*, AgentKey, WardenConfig};
+    /// # use warden_protocols::{npc::{WorldEvent, WorldEventKind}, AgentKey, WardenConfig};
     /// # let npcs = ["smith", "guard"].map(|k| AgentSpec::assistant(k, Arc::new(ScriptedProvider::new([]))));
     /// let warden = Warden::start(WardenConfig::default(), Arc::new(MemoryJournal::new()), npcs)?;
-    /// let shout = |text: &str| WorldEvent {
-    ///     speaker: Speaker { id: "p1".into(), kind: SpeakerKind::Player },
-    ///     kind: WorldEventKind::Whisper,
-    ///     room: None,
-    ///     text: text.into(),
-    ///     mentions: None,
-    ///     oob: Default::default(),
-    /// };
+    /// let shout = |text: &str| WorldEvent::player("p1", WorldEventKind::Whisper, text);
     /// let mut batch = vec![(AgentKey::from("smith"), shout("a sword?")), (AgentKey::from("guard"), shout("hi"))];
     /// let mut results = Vec::new();
     /// let before = warden.stats().wakes;

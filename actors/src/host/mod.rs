@@ -87,7 +87,7 @@ impl Warden {
     /// ```
     /// use std::sync::Arc;
     /// use warden_actors::{host::Warden, AgentSpec, MemoryJournal, ScriptStep, ScriptedProvider};
-    /// use warden_protocols::{npc::*, WardenConfig};
+    /// use warden_protocols::{npc::{WorldEvent, WorldEventKind}, WardenConfig};
     ///
     /// // No runtime on this thread: warden brings its own.
     /// let model = Arc::new(ScriptedProvider::new([ScriptStep::reply("Welcome, traveller.")]));
@@ -96,14 +96,7 @@ impl Warden {
     ///     Arc::new(MemoryJournal::new()),
     ///     [AgentSpec::assistant("innkeeper", model)],
     /// )?;
-    /// let hello = WorldEvent {
-    ///     speaker: Speaker { id: "p1".into(), kind: SpeakerKind::Player },
-    ///     kind: WorldEventKind::Whisper,
-    ///     room: Some("tavern".into()),
-    ///     text: "a room for the night?".into(),
-    ///     mentions: None,
-    ///     oob: Default::default(),
-    /// };
+    /// let hello = WorldEvent::player("p1", WorldEventKind::Whisper, "a room for the night?");
     /// let delivered = warden.try_deliver("innkeeper", hello)?;
     /// let mut replies = Vec::new();
     /// while replies.is_empty() {
