@@ -377,18 +377,16 @@ impl WardenHandle {
     /// Never waits. Each [`NpcReply`] carries its event id and halt epoch; drop the
     /// [`NpcReply::stale`] ones after a halt.
     pub fn drain_replies(&self, out: &mut Vec<NpcReply>, max: usize) -> usize {
-        let mut taken = Vec::new();
-        {
-            let mut replies = self.shared.replies.lock();
-            while taken.len() < max {
-                match replies.try_recv() {
-                    Ok(settled) => taken.push(settled),
-                    Err(_) => break,
-                }
-            }
+        // Tagged under the lock (`replies` → `marks`): no buffer of its own to allocate.
+        let mut replies = self.shared.replies.lock();
+        let mut n = 0;
+        while n < max {
+            let Ok(settled) = replies.try_recv() else {
+                break;
+            };
+            out.push(self.shared.tag(settled));
+            n += 1;
         }
-        let n = taken.len();
-        out.extend(taken.into_iter().map(|settled| self.shared.tag(settled)));
         n
     }
 
