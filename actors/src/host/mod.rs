@@ -11,7 +11,8 @@
 //!   ([`DeliverError`]: unknown, busy, halted, locked out, shut down).
 //! * [`WardenHandle::deliver_batch`] does the same for many events and costs the host's thread at
 //!   most one cross-thread wake for the whole batch (the agents' wake-ups are posted by warden's
-//!   own thread; [`HostStats::wakes`] counts them).
+//!   own thread; [`HostStats::wakes`] counts them). Not yet deferred: a TRIGGER for an NPC with
+//!   autonomous ticks also notifies the tick timer on warden's thread directly.
 //! * [`WardenHandle::drain_replies`] moves settled events ([`NpcReply`]: the NPC's line or why
 //!   there is none, with its event id and halt epoch) into the host's buffer without blocking.
 //! * [`WardenHandle::halt_all`] raises every agent's halt at once (priority 0) before it returns;
