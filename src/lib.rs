@@ -11,6 +11,10 @@
 //! work sent to an agent, a *journal event* is an entry of the log, a *turn* handles one piece of
 //! work, a *tick* is an autonomous wake-up).
 //!
+//! A host that must never wait (a game server's tick) starts warden on a thread of its own with
+//! [`host::Warden::start`] and drives it from any thread through the [`host::WardenHandle`]
+//! (docs/embedding.md).
+//!
 //! Features: without the defaults this is the runtime alone (supervisor, agents, safety, the
 //! scripted provider, `MemoryJournal`); `openai`, `sqlite`, `server` and `cli` (the default) add
 //! the OpenAI-compatible provider, `SqliteJournal`, the HTTP server and the binary's pieces; `otel`
