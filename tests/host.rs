@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 use warden::{
-    host::{DeliverError, NpcReply, Warden, WardenHandle},
+    host::{DeliverError, NpcReply, StartError, Warden, WardenHandle},
     protocols::{
         npc::{Verdict, WorldEvent, WorldEventKind},
         AgentKey,
@@ -273,4 +273,46 @@ fn async_hosts_deliver_and_await_replies() {
         None,
         "shutdown ends the wait"
     );
+}
+
+#[cfg(feature = "server")]
+#[test]
+fn a_team_file_starts_through_the_setup() {
+    let file = warden::team::TeamFile::from_toml(
+        r#"
+[providers.canned]
+kind = "scripted"
+replies = ["Welcome!"]
+
+[[agents]]
+key = "innkeeper"
+provider = "canned"
+"#,
+    )
+    .expect("a valid team file");
+    let warden = Warden::start_with(
+        file.config.clone(),
+        Arc::new(MemoryJournal::new()),
+        move |team| file.spawn_agents(team).map_err(StartError::setup),
+    )
+    .expect("warden starts");
+    let id = warden
+        .try_deliver("innkeeper", whisper("a room?"))
+        .expect("delivered")
+        .event_id;
+    let reply = &drain(&warden, 1)[0];
+    assert_eq!(Some(reply.event_id), id);
+    assert_eq!(reply.text(), Some("Welcome!"));
+    warden.shutdown();
+}
+
+#[test]
+fn a_failed_setup_stops_everything() {
+    let err = Warden::start_with(
+        WardenConfig::default(),
+        Arc::new(MemoryJournal::new()),
+        |_| Err(StartError::setup("no world today")),
+    )
+    .expect_err("the setup fails");
+    assert!(err.to_string().contains("no world today"), "{err}");
 }

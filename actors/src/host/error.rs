@@ -73,7 +73,19 @@ pub enum StartError {
     /// The operating system refused a thread.
     #[error("cannot start warden's thread: {0}")]
     Thread(#[from] std::io::Error),
+    /// The setup of [`super::Warden::start_with`] failed (a team file's agents, …). Nothing keeps
+    /// running.
+    #[error("warden's setup failed: {0}")]
+    Setup(#[from] Box<dyn std::error::Error + Send + Sync>),
     /// warden's thread ended before it was ready (it panicked: see the log).
     #[error("warden's thread ended before it was ready")]
     Died,
+}
+
+impl StartError {
+    /// A setup error ([`StartError::Setup`]), for `map_err` in the setup of
+    /// [`super::Warden::start_with`].
+    pub fn setup(err: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        StartError::Setup(err.into())
+    }
 }

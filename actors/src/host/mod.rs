@@ -21,6 +21,9 @@
 //! * Async hosts: [`WardenHandle::deliver`] (waits for room in the lane) and
 //!   [`WardenHandle::next_reply`].
 //!
+//! [`Warden::start_with`] sets the team up with a closure on warden's thread instead of specs (a
+//! team file's agents, presence, the game hour).
+//!
 //! [`WardenHandle::shutdown`], or dropping the last handle, stops the team and joins the thread;
 //! a process may start and stop warden any number of times.
 //!
@@ -115,17 +118,53 @@ impl Warden {
         agents: impl IntoIterator<Item = AgentSpec>,
     ) -> Result<WardenHandle, StartError> {
         let agents: Vec<AgentSpec> = agents.into_iter().collect();
+        Self::start_with(config, journal, move |team| {
+            for spec in agents {
+                team.spawn(spec)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// [`Warden::start`], with the team set up by `setup`, which runs on warden's thread inside
+    /// the actix `System`: spawn agents there (a team file's: `TeamFile::spawn_agents` of the
+    /// `warden` crate's `server` feature), set presence or the game hour. Every agent the team has
+    /// when `setup` returns is reachable through the handle.
+    ///
+    /// # Errors
+    /// What `setup` returns (then nothing keeps running: the team is shut down and the thread
+    /// joined; [`StartError::Setup`] wraps any error); [`StartError::Thread`], [`StartError::Died`]
+    /// as [`Warden::start`].
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use warden_actors::{host::{StartError, Warden}, AgentSpec, MemoryJournal, ScriptedProvider};
+    /// # use warden_protocols::WardenConfig;
+    /// let warden = Warden::start_with(WardenConfig::default(), Arc::new(MemoryJournal::new()), |team| {
+    ///     team.spawn(AgentSpec::assistant("smith", Arc::new(ScriptedProvider::new([]))))?;
+    ///     team.set_game_hour(9.0);
+    ///     Ok(())
+    /// })?;
+    /// assert_eq!(warden.stats().agents, 1);
+    /// # Ok::<(), StartError>(())
+    /// ```
+    pub fn start_with(
+        config: WardenConfig,
+        journal: Arc<dyn Journal>,
+        setup: impl FnOnce(&Supervisor) -> Result<(), StartError> + Send + 'static,
+    ) -> Result<WardenHandle, StartError> {
         let stop = CancellationToken::new();
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let thread_stop = stop.clone();
         let thread = std::thread::Builder::new()
             .name("warden".into())
-            .spawn(move || run(config, journal, agents, thread_stop, ready_tx))?;
+            .spawn(move || run(config, journal, setup, thread_stop, ready_tx))?;
         match ready_rx.recv() {
             Ok(Ok(shared)) => Ok(WardenHandle::new(shared, stop, thread)),
             Ok(Err(err)) => {
                 let _ = thread.join();
-                Err(err.into())
+                Err(err)
             }
             Err(_) => {
                 let _ = thread.join();
@@ -135,14 +174,14 @@ impl Warden {
     }
 }
 
-type Ready = std::sync::mpsc::SyncSender<Result<Arc<Shared>, crate::SpawnError>>;
+type Ready = std::sync::mpsc::SyncSender<Result<Arc<Shared>, StartError>>;
 
 /// warden's thread: the System, the team, the pump; returns once `stop` is cancelled and the team
 /// is shut down.
 fn run(
     config: WardenConfig,
     journal: Arc<dyn Journal>,
-    specs: Vec<AgentSpec>,
+    setup: impl FnOnce(&Supervisor) -> Result<(), StartError>,
     stop: CancellationToken,
     ready: Ready,
 ) {
@@ -150,19 +189,16 @@ fn run(
     system.block_on(async move {
         let team = Supervisor::on_current_arbiter(config, journal);
         let replies = team.take_replies();
-        let mut agents = HashMap::with_capacity(specs.len());
-        for spec in specs {
-            match team.spawn(spec) {
-                Ok(handle) => {
-                    agents.insert(handle.key().clone(), HostAgent::new(handle));
-                }
-                Err(err) => {
-                    team.shutdown().await;
-                    let _ = ready.send(Err(err));
-                    return;
-                }
-            }
+        if let Err(err) = setup(&team) {
+            team.shutdown().await;
+            let _ = ready.send(Err(err));
+            return;
         }
+        let agents: HashMap<_, _> = team
+            .agents()
+            .into_iter()
+            .map(|handle| (handle.key().clone(), HostAgent::new(handle)))
+            .collect();
         let Some(replies) = replies else {
             // A fresh team's stream is untaken: unreachable, but never a panic on this thread.
             team.shutdown().await;
