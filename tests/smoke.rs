@@ -45,3 +45,34 @@ fn the_embedding_example_prints_the_answer() {
         "{stdout}"
     );
 }
+
+/// The host handle's frame loop (`examples/host_loop.rs`) runs on a plain thread: the NPCs answer,
+/// the reply from before the halt is dropped as stale, and nothing stays unanswered.
+#[test]
+fn the_frame_loop_example_drops_the_stale_reply() {
+    let exe = std::env::current_exe().expect("test binary path");
+    let example = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join("examples").join("host_loop"))
+        .expect("target dir");
+    let out = std::process::Command::new(&example)
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", example.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("smith says: Swords are 40 gold.")
+            && stdout.contains("baker says: Fresh bread, 2 silver."),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("from before the halt (epoch 0), dropped"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("; 0 unanswered"), "{stdout}");
+}
