@@ -11,6 +11,10 @@
 //! work sent to an agent, a *journal event* is an entry of the log, a *turn* handles one piece of
 //! work, a *tick* is an autonomous wake-up).
 //!
+//! A host that must never wait (a game server's tick) starts warden on a thread of its own with
+//! [`host::Warden::start`] and drives it from any thread through the [`host::WardenHandle`]
+//! (docs/embedding.md).
+//!
 //! Features: without the defaults this is the runtime alone (supervisor, agents, safety, the
 //! scripted provider, `MemoryJournal`); `openai`, `sqlite`, `server` and `cli` (the default) add
 //! the OpenAI-compatible provider, `SqliteJournal`, the HTTP server and the binary's pieces; `otel`
@@ -54,14 +58,14 @@ pub mod telemetry;
 #[cfg(feature = "sqlite")]
 pub use journal::{JournalReader, SqliteJournal};
 pub use warden_actors::{
-    already_durable, context, mailbox, memory, now_ms, npc, safety, tools, AgentHandle, AgentSpec,
-    AskError, ChannelInterventionBus, ControlError, ControlOp, DelegationError, DurableSendError,
-    EventSendError, FnTool, HaltAck, InterventionBus, Journal, Limited, LlmRequest, LlmResponse,
-    MemoryJournal, NotDurable, NullJournal, PendingReply, Perceived, Provider, ProviderError,
-    ProviderLimitStats, ProviderLimiter, ProviderLimits, Reply, ScriptStats, ScriptStep,
-    ScriptedProvider, Settled, Settlement, SpawnError, Submit, SubmitError, Submitted, Supervisor,
-    SupervisorBuilder, TaskError, TickConfigError, Tool, ToolContext, ToolError, ToolRegistry,
-    UnknownAgent,
+    already_durable, context, host, mailbox, memory, now_ms, npc, safety, tools, AgentHandle,
+    AgentSpec, AskError, ChannelInterventionBus, ControlError, ControlOp, DelegationError,
+    DurableSendError, EventSendError, FnTool, HaltAck, InterventionBus, Journal, Limited,
+    LlmRequest, LlmResponse, MemoryJournal, NotDurable, NullJournal, PendingReply, Perceived,
+    Provider, ProviderError, ProviderLimitStats, ProviderLimiter, ProviderLimits, Reply,
+    ScriptStats, ScriptStep, ScriptedProvider, Settled, Settlement, SpawnError, Submit,
+    SubmitError, Submitted, Supervisor, SupervisorBuilder, TaskError, TickConfigError, Tool,
+    ToolContext, ToolError, ToolRegistry, UnknownAgent,
 };
 #[cfg(feature = "openai")]
 pub use warden_actors::{OpenAiCompatible, OpenAiConfig, RetryPolicy, ToolFormat};

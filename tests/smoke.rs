@@ -20,22 +20,7 @@ async fn an_event_gets_an_answer() {
 /// examples) runs and prints the smith's answer.
 #[test]
 fn the_embedding_example_prints_the_answer() {
-    // target/debug/deps/smoke-… → target/debug/examples/embed
-    let exe = std::env::current_exe().expect("test binary path");
-    let example = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .map(|dir| dir.join("examples").join("embed"))
-        .expect("target dir");
-    let out = std::process::Command::new(&example)
-        .output()
-        .unwrap_or_else(|e| panic!("run {}: {e}", example.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_example("embed");
     assert!(
         stdout.contains("innkeeper (event 1,") && stdout.contains("The smith says 40 gold."),
         "{stdout}"
@@ -44,4 +29,43 @@ fn the_embedding_example_prints_the_answer() {
         stdout.contains("innkeeper: STOPPED") && stdout.contains("smith: STOPPED"),
         "{stdout}"
     );
+}
+
+/// The host handle's frame loop (`examples/host_loop.rs`) runs on a plain thread: the NPCs answer,
+/// the reply from before the halt is dropped as stale, and nothing stays unanswered.
+#[test]
+fn the_frame_loop_example_drops_the_stale_reply() {
+    let stdout = run_example("host_loop");
+    assert!(
+        stdout.contains("smith says: Swords are 40 gold.")
+            && stdout.contains("baker says: Fresh bread, 2 silver."),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("from before the halt (epoch 0), dropped"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("; 0 unanswered"), "{stdout}");
+}
+
+/// Runs example `name` (built by `cargo test` with the other examples) and returns its stdout;
+/// panics if it fails.
+fn run_example(name: &str) -> String {
+    // target/debug/deps/smoke-… → target/debug/examples/NAME
+    let exe = std::env::current_exe().expect("test binary path");
+    let example = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join("examples").join(name))
+        .expect("target dir");
+    let out = std::process::Command::new(&example)
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", example.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
 }

@@ -7,6 +7,8 @@
 //! * `provider` — the [`Provider`] trait and the [`ScriptedProvider`].
 //! * [`tools`] — the [`Tool`] trait, [`ToolRegistry`] and the call pipeline [`ToolRunner`].
 //! * `journal` — the [`Journal`] trait and [`MemoryJournal`].
+//! * [`host`] — [`host::Warden::start`]: warden on a thread of its own, and the [`host::WardenHandle`]
+//!   a host drives it with from any thread (deliver world events, drain replies, halt).
 //! * [`telemetry`] — the GenAI trace spans (`invoke_agent`, `chat`, `execute_tool`), `tracing` only.
 //! * [`safety`] — breakers, budgets, fingerprints and the limit checkpoint ([`AgentBreakers`],
 //!   [`LimitCheckpoint`]).
@@ -49,6 +51,7 @@ pub mod fuzzing {
 }
 pub mod context;
 pub use agent::memory;
+pub mod host;
 mod journal;
 pub mod mailbox;
 pub mod npc;

@@ -37,6 +37,33 @@ impl WakeSink for Recipient<Wake> {
     }
 }
 
+std::thread_local! {
+    /// Set while the host handle queues a batch on this thread: [`PriorityMailbox::schedule_wake`]
+    /// does nothing, and the batch hands its mailboxes to the host's pump, which schedules their
+    /// wakes on warden's own thread (one cross-thread wake per batch instead of one per agent).
+    static DEFERRED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Wakes posted by this thread (for the host handle's wake count).
+    static POSTED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f` with this thread's wake-ups deferred (see `DEFERRED`). The caller must call
+/// [`PriorityMailbox::schedule_wake`] afterwards, from any thread, on every mailbox `f` pushed to.
+pub(crate) fn defer_wakes<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DEFERRED.with(|d| d.set(self.0));
+        }
+    }
+    let _restore = Restore(DEFERRED.with(|d| d.replace(true)));
+    f()
+}
+
+/// How many wakes this thread has posted to mailbox readers so far.
+pub(crate) fn wakes_posted_here() -> u64 {
+    POSTED.with(std::cell::Cell::get)
+}
+
 /// The only message that travels through actix's mailbox: "your lanes may have work".
 #[derive(Debug, Clone, Copy)]
 pub struct Wake;
@@ -262,9 +289,13 @@ impl<M: Prioritized> PriorityMailbox<M> {
         // The swap and the reader's clearing swap are totally ordered: either the reader's clear
         // comes first (this swap reads `false` and posts a wake) or this one does (the reader's
         // swap reads it, synchronises with it and sees the push).
+        if DEFERRED.with(std::cell::Cell::get) {
+            return; // the host handle's batch: its pump calls this again, on warden's thread
+        }
         if !self.wake_scheduled.swap(true, Ordering::AcqRel) {
             if let Some(waker) = self.waker.lock().as_ref() {
                 waker.wake();
+                POSTED.with(|n| n.set(n.get() + 1));
             }
         }
     }

@@ -102,6 +102,34 @@ pub struct WorldEvent {
     pub oob: Oob,
 }
 
+impl WorldEvent {
+    /// Player `player`'s words (`kind`: say, whisper, …): no room, no mentions (the server did not
+    /// say who was addressed), no metadata. Set the rest with [`WorldEvent::in_room`] or the fields.
+    pub fn player(
+        player: impl Into<String>,
+        kind: WorldEventKind,
+        text: impl Into<String>,
+    ) -> Self {
+        WorldEvent {
+            speaker: Speaker {
+                id: player.into(),
+                kind: SpeakerKind::Player,
+            },
+            kind,
+            room: None,
+            text: text.into(),
+            mentions: None,
+            oob: Oob::default(),
+        }
+    }
+
+    /// The same event, in `room`.
+    pub fn in_room(mut self, room: impl Into<String>) -> Self {
+        self.room = Some(room.into());
+        self
+    }
+}
+
 /// What an NPC does with a world event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]

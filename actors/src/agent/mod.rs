@@ -346,9 +346,9 @@ pub enum SubmitError {
 }
 
 /// An event not queued, with the reason.
-struct Rejected {
+pub(crate) struct Rejected {
     event: Arc<UserEvent>,
-    refusal: WorkRefusal,
+    pub(crate) refusal: WorkRefusal,
 }
 
 impl Rejected {
@@ -667,6 +667,16 @@ impl AgentHandle {
         &self,
         event: warden_protocols::npc::WorldEvent,
     ) -> Result<Perceived, EventSendError> {
+        self.perceive_cow(std::borrow::Cow::Owned(event))
+            .map_err(Rejected::into_error)
+    }
+
+    /// [`AgentHandle::perceive`] of an owned event (its text moves into the queued user event) or a
+    /// borrowed one (copied: the host handle keeps the world event to give it back on a refusal).
+    pub(crate) fn perceive_cow(
+        &self,
+        event: std::borrow::Cow<'_, warden_protocols::npc::WorldEvent>,
+    ) -> Result<Perceived, Rejected> {
         let perception = self.cell.perceive(&event);
         let ticking = self.cell.ticking();
         if perception.verdict != warden_protocols::npc::Verdict::Trigger {
@@ -678,13 +688,17 @@ impl AgentHandle {
                 queued: None,
             });
         }
-        let room = event.room;
-        let user = UserEvent {
-            source: event.kind.as_str().to_owned(),
-            sender: Some(event.speaker.id),
-            content: event.text,
+        let source = event.kind.as_str().to_owned();
+        let (room, sender, content) = match event {
+            std::borrow::Cow::Owned(e) => (e.room, e.speaker.id, e.text),
+            std::borrow::Cow::Borrowed(e) => (e.room.clone(), e.speaker.id.clone(), e.text.clone()),
         };
-        let id = self.try_send_event(user)?;
+        let user = UserEvent {
+            source,
+            sender: Some(sender),
+            content,
+        };
+        let id = self.queue(Arc::new(user), false)?.id;
         // A queued TRIGGER wakes a sleeping (or idle) NPC: see `npc.tick.wake_seconds`.
         if let Some(ticking) = ticking {
             ticking.perceived(room.as_deref(), true);

@@ -1,0 +1,266 @@
+//! The host handle: warden on threads of its own, driven from any thread of the host's.
+//!
+//! A game server must never call a model on its tick thread: the tick decides, the model call runs
+//! elsewhere, the result comes back tagged. [`Warden::start`] runs the actor system (an actix
+//! `System` and every agent) on a dedicated thread and returns a [`WardenHandle`]: `Clone + Send +
+//! Sync + 'static`, with no actix type in its signatures, usable from a tokio task, a frame loop or
+//! a plain `std::thread` (no runtime needed on the caller's thread).
+//!
+//! * [`WardenHandle::try_deliver`] classifies a world event for an NPC and queues it when it is a
+//!   TRIGGER, synchronously: the event's id, or the event handed back with why
+//!   ([`DeliverError`]: unknown, busy, halted, locked out, shut down).
+//! * [`WardenHandle::deliver_batch`] does the same for many events and costs the host's thread at
+//!   most one cross-thread wake for the whole batch (the agents' wake-ups are posted by warden's
+//!   own thread; [`HostStats::wakes`] counts them). Not yet deferred: a TRIGGER for an NPC with
+//!   autonomous ticks also notifies the tick timer on warden's thread directly.
+//! * [`WardenHandle::drain_replies`] moves settled events ([`NpcReply`]: the NPC's line or why
+//!   there is none, with its event id and halt epoch) into the host's buffer without blocking.
+//! * [`WardenHandle::halt_all`] raises every agent's halt at once (priority 0) before it returns;
+//!   [`WardenHandle::halt_all_acked`] also waits for the acknowledgements.
+//! * [`WardenHandle::stats`] reads counters (atomics).
+//! * Async hosts: [`WardenHandle::deliver`] (waits for room in the lane) and
+//!   [`WardenHandle::next_reply`].
+//!
+//! [`Warden::start_with`] sets the team up with a closure on warden's thread instead of specs (a
+//! team file's agents, presence, the game hour).
+//!
+//! [`WardenHandle::shutdown`], or dropping the last handle, stops the team and joins the thread;
+//! a process may start and stop warden any number of times.
+//!
+//! # Halt epochs
+//! Every agent counts its halts (its *halt epoch*). A reply is tagged with the epoch its event was
+//! delivered under and marked [`NpcReply::stale`] when the agent has been halted since: a host
+//! that halted its NPCs drops the stale replies, and never shows a line from before the halt as
+//! if it were current. (An event delivered while a halt *and* a resume both happen during the one
+//! call may be tagged with the earlier epoch: reported stale, never the other way round.)
+//!
+//! # What a host call may wait on
+//! No host call performs I/O or waits on a lock that is held across I/O or across an `.await`.
+//! The locks a host call can take, all `parking_lot` mutexes held for a few instructions:
+//! * the agent's record lock and its mailbox's lane lock (queueing, as
+//!   [`crate::AgentHandle::try_send_event`]; see the `agent` and `mailbox` lock orders), its
+//!   classifier state lock, and the journal's append (in memory; the SQLite journal hands the
+//!   batch to its writer thread, whose I/O holds none of these);
+//! * `marks` (one per agent: where its halt epoch changed) — a leaf, taken only when an epoch
+//!   changed and by the drain;
+//! * `pending` (the pump's list of mailboxes to wake) — a leaf;
+//! * `replies` (the receiving end of the team's reply stream) — a leaf, held by
+//!   [`WardenHandle::drain_replies`] for its `try_recv` loop and by [`WardenHandle::next_reply`]
+//!   for one poll, never across an `.await` (it polls under the lock inside `poll_fn`).
+//!
+//! Lock order: `marks` → record → lane (when an epoch changes, the delivery is queued under
+//! `marks`, so a drain that reads the mark waits for the queueing rather than reading an old one);
+//! `replies` → `marks` (the drain tags replies). `pending` is never held with another.
+//!
+//! # Threads
+//! One thread, `warden`, runs the actix `System` with every agent on it (model calls are I/O: one
+//! thread serves many agents), the SafetyMonitor, the tick arbiter and the *pump*: the task that
+//! posts a batch's wake-ups.
+
+mod error;
+mod handle;
+
+pub use error::{DeliverError, StartError};
+pub use handle::{Delivered, HostStats, NpcReply, WardenHandle};
+
+use crate::{agent::cell::AgentCell, journal::Journal, AgentSpec, Supervisor};
+use handle::{HostAgent, Shared};
+use parking_lot::Mutex;
+use std::{collections::HashMap, sync::Arc};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use warden_protocols::WardenConfig;
+
+/// An event's id: unique per agent, growing (as [`crate::AgentHandle::try_send_event`] returns).
+pub type EventId = u64;
+
+/// Starts warden on threads of its own; see the [module docs](self).
+#[derive(Debug)]
+pub struct Warden;
+
+impl Warden {
+    /// Starts an actix `System` on a new thread (`warden`), builds the team there with `config`
+    /// and `journal`, spawns `agents` (in order) and returns the handle once they are spawned.
+    ///
+    /// # Errors
+    /// [`StartError::Spawn`] when an agent cannot be spawned (then nothing keeps running: the
+    /// team is shut down and the thread joined); [`StartError::Thread`] when the thread cannot be
+    /// started; [`StartError::Died`] when it ends (panics) before it is ready.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::sync::Arc;
+    /// use warden_actors::{host::Warden, AgentSpec, MemoryJournal, ScriptStep, ScriptedProvider};
+    /// use warden_protocols::{npc::{WorldEvent, WorldEventKind}, WardenConfig};
+    ///
+    /// // No runtime on this thread: warden brings its own.
+    /// let model = Arc::new(ScriptedProvider::new([ScriptStep::reply("Welcome, traveller.")]));
+    /// let warden = Warden::start(
+    ///     WardenConfig::default(),
+    ///     Arc::new(MemoryJournal::new()),
+    ///     [AgentSpec::assistant("innkeeper", model)],
+    /// )?;
+    /// let hello = WorldEvent::player("p1", WorldEventKind::Whisper, "a room for the night?");
+    /// let delivered = warden.try_deliver("innkeeper", hello)?;
+    /// let mut replies = Vec::new();
+    /// while replies.is_empty() {
+    ///     warden.drain_replies(&mut replies, 16); // never blocks: a real host does this once a frame
+    ///     std::thread::sleep(std::time::Duration::from_millis(1));
+    /// }
+    /// assert_eq!(Some(replies[0].event_id), delivered.event_id);
+    /// assert_eq!(replies[0].text(), Some("Welcome, traveller."));
+    /// warden.shutdown();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn start(
+        config: WardenConfig,
+        journal: Arc<dyn Journal>,
+        agents: impl IntoIterator<Item = AgentSpec>,
+    ) -> Result<WardenHandle, StartError> {
+        let agents: Vec<AgentSpec> = agents.into_iter().collect();
+        Self::start_with(config, journal, move |team| {
+            for spec in agents {
+                team.spawn(spec)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// [`Warden::start`], with the team set up by `setup`, which runs on warden's thread inside
+    /// the actix `System`: spawn agents there (a team file's: `TeamFile::spawn_agents` of the
+    /// `warden` crate's `server` feature), set presence or the game hour. Every agent the team has
+    /// when `setup` returns is reachable through the handle.
+    ///
+    /// # Errors
+    /// What `setup` returns (then nothing keeps running: the team is shut down and the thread
+    /// joined; [`StartError::Setup`] wraps any error); [`StartError::Thread`], [`StartError::Died`]
+    /// as [`Warden::start`].
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use warden_actors::{host::{StartError, Warden}, AgentSpec, MemoryJournal, ScriptedProvider};
+    /// # use warden_protocols::WardenConfig;
+    /// let warden = Warden::start_with(WardenConfig::default(), Arc::new(MemoryJournal::new()), |team| {
+    ///     team.spawn(AgentSpec::assistant("smith", Arc::new(ScriptedProvider::new([]))))?;
+    ///     team.set_game_hour(9.0);
+    ///     Ok(())
+    /// })?;
+    /// assert_eq!(warden.stats().agents, 1);
+    /// # Ok::<(), StartError>(())
+    /// ```
+    pub fn start_with(
+        config: WardenConfig,
+        journal: Arc<dyn Journal>,
+        setup: impl FnOnce(&Supervisor) -> Result<(), StartError> + Send + 'static,
+    ) -> Result<WardenHandle, StartError> {
+        let stop = CancellationToken::new();
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+        let thread_stop = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("warden".into())
+            .spawn(move || run(config, journal, setup, thread_stop, ready_tx))?;
+        match ready_rx.recv() {
+            Ok(Ok(shared)) => Ok(WardenHandle::new(shared, stop, thread)),
+            Ok(Err(err)) => {
+                let _ = thread.join();
+                Err(err)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(StartError::Died)
+            }
+        }
+    }
+}
+
+type Ready = std::sync::mpsc::SyncSender<Result<Arc<Shared>, StartError>>;
+
+/// warden's thread: the System, the team, the pump; returns once `stop` is cancelled and the team
+/// is shut down.
+fn run(
+    config: WardenConfig,
+    journal: Arc<dyn Journal>,
+    setup: impl FnOnce(&Supervisor) -> Result<(), StartError>,
+    stop: CancellationToken,
+    ready: Ready,
+) {
+    let system = actix_rt::System::new();
+    system.block_on(async move {
+        let team = Supervisor::on_current_arbiter(config, journal);
+        let replies = team.take_replies();
+        if let Err(err) = setup(&team) {
+            team.shutdown().await;
+            let _ = ready.send(Err(err));
+            return;
+        }
+        let agents: HashMap<_, _> = team
+            .agents()
+            .into_iter()
+            .map(|handle| (handle.key().clone(), HostAgent::new(handle)))
+            .collect();
+        let Some(replies) = replies else {
+            // A fresh team's stream is untaken: unreachable, but never a panic on this thread.
+            team.shutdown().await;
+            return;
+        };
+        let shared = Arc::new(Shared::new(team.clone(), agents, replies, stop.clone()));
+        if ready.send(Ok(shared.clone())).is_err() {
+            team.shutdown().await;
+            return;
+        }
+        pump(&shared.pump, &stop).await;
+        shared.closing();
+        team.shutdown().await;
+    });
+}
+
+/// The mailboxes a batch queued to without waking their readers, and the one wake that tells
+/// warden's thread to wake them.
+#[derive(Default)]
+pub(super) struct Pump {
+    pending: Mutex<Vec<Arc<AgentCell>>>,
+    notify: Notify,
+}
+
+impl Pump {
+    /// Hands `cells` to the pump; returns whether this posted a wake (it does unless the pump
+    /// already has a wake pending for earlier cells, which it will find these with).
+    pub(super) fn hand_over(&self, cells: &mut Vec<Arc<AgentCell>>) -> bool {
+        if cells.is_empty() {
+            return false;
+        }
+        let was_empty = {
+            let mut pending = self.pending.lock();
+            let was_empty = pending.is_empty();
+            pending.append(cells);
+            was_empty
+        };
+        if was_empty {
+            self.notify.notify_one();
+        }
+        was_empty
+    }
+}
+
+/// Posts the wake-ups of every batch handed over, until `stop`.
+async fn pump(pump: &Pump, stop: &CancellationToken) {
+    loop {
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            () = pump.notify.notified() => {}
+        }
+        let cells = std::mem::take(&mut *pump.pending.lock());
+        // One mailbox may appear many times: after the first, `schedule_wake` finds a wake pending.
+        for cell in &cells {
+            cell.mailbox.schedule_wake();
+        }
+    }
+}
+
+// The handle must stay usable from any thread of the host's.
+const _: fn() = || {
+    fn is<T: Clone + Send + Sync + 'static>() {}
+    is::<WardenHandle>();
+};

@@ -1,0 +1,318 @@
+//! The host handle (`warden::host`): warden on a thread of its own, driven from plain std threads
+//! (no runtime on the caller's thread): deliveries and their replies by event id, refusals that
+//! hand the event back, halt epochs, one wake per batch, start and stop twice in one process.
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+use warden::{
+    host::{DeliverError, NpcReply, StartError, Warden, WardenHandle},
+    protocols::{
+        npc::{Verdict, WorldEvent, WorldEventKind},
+        AgentKey,
+    },
+    AgentSpec, AskError, MemoryJournal, ScriptStep, ScriptedProvider, WardenConfig,
+};
+
+fn whisper(text: &str) -> WorldEvent {
+    WorldEvent::player("p1", WorldEventKind::Whisper, text).in_room("tavern")
+}
+
+/// A model that answers every turn with what it was last told, after `delay`.
+fn echo(delay: Duration) -> Arc<ScriptedProvider> {
+    Arc::new(ScriptedProvider::new([]).with_fallback(move |request| {
+        let heard = request
+            .messages
+            .iter()
+            .rev()
+            .find_map(|m| m.content.clone())
+            .unwrap_or_default();
+        ScriptStep::reply(format!("heard: {heard}")).delayed(delay)
+    }))
+}
+
+fn start(config: WardenConfig, npcs: &[&str], delay: Duration) -> WardenHandle {
+    let specs = npcs.iter().map(|k| AgentSpec::assistant(*k, echo(delay)));
+    Warden::start(config, Arc::new(MemoryJournal::new()), specs).expect("warden starts")
+}
+
+/// Drains until `n` replies arrived (or panics after 10 s), polling as a frame loop would.
+fn drain(warden: &WardenHandle, n: usize) -> Vec<NpcReply> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut replies = Vec::new();
+    while replies.len() < n {
+        assert!(Instant::now() < deadline, "only {replies:?} of {n} replies");
+        warden.drain_replies(&mut replies, 64);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    replies
+}
+
+#[test]
+fn a_plain_thread_delivers_and_drains_replies_by_event_id() {
+    let warden = start(WardenConfig::default(), &["smith", "guard"], Duration::ZERO);
+    let host = warden.clone();
+    // A thread of the host's own: no tokio, no actix on it.
+    let (sent, replies) = std::thread::spawn(move || {
+        let mut sent = Vec::new();
+        for (npc, text) in [
+            ("smith", "a sword?"),
+            ("guard", "the gate?"),
+            ("smith", "an axe?"),
+        ] {
+            let delivered = host.try_deliver(npc, whisper(text)).expect("delivered");
+            assert_eq!(delivered.verdict, Verdict::Trigger);
+            assert_eq!(delivered.halt_epoch, 0);
+            sent.push((npc, delivered.event_id.expect("a trigger is queued"), text));
+        }
+        (sent, drain(&host, 3))
+    })
+    .join()
+    .expect("the host thread");
+    for (npc, id, text) in sent {
+        let reply = replies
+            .iter()
+            .find(|r| r.agent.as_str() == npc && r.event_id == id)
+            .unwrap_or_else(|| panic!("no reply to {npc}'s event {id} in {replies:?}"));
+        assert!(reply.text().expect("answered").contains(text), "{reply:?}");
+        assert_eq!((reply.halt_epoch, reply.stale), (0, false));
+    }
+    let stats = warden.stats();
+    assert_eq!((stats.agents, stats.delivered, stats.replies), (2, 3, 3));
+    assert_eq!(stats.refused, 0);
+    warden.shutdown();
+}
+
+#[test]
+fn refusals_hand_the_event_back() {
+    let mut config = WardenConfig::default();
+    config.mailbox.ordinary_capacity = std::num::NonZeroUsize::MIN;
+    // The model never answers in this test: the first event stays in its turn, the lane fills.
+    let warden = start(config, &["smith"], Duration::from_secs(3600));
+
+    let err = warden.try_deliver("nobody", whisper("hello?")).unwrap_err();
+    assert!(matches!(&err, DeliverError::Unknown(_)), "{err:?}");
+    assert_eq!(err.into_event(), whisper("hello?"));
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let busy = loop {
+        assert!(Instant::now() < deadline, "the lane never filled");
+        match warden.try_deliver("smith", whisper("one more")) {
+            Ok(_) => std::thread::sleep(Duration::from_millis(1)),
+            Err(err) => break err,
+        }
+    };
+    assert!(matches!(&busy, DeliverError::Busy(_)), "{busy:?}");
+    assert_eq!(busy.into_event(), whisper("one more"));
+
+    warden.halt_all();
+    let halted = warden
+        .try_deliver("smith", whisper("after the halt"))
+        .unwrap_err();
+    assert!(matches!(&halted, DeliverError::Halted(_)), "{halted:?}");
+    assert_eq!(halted.into_event(), whisper("after the halt"));
+    assert!(warden.stats().refused >= 3);
+
+    let other = warden.clone();
+    warden.shutdown();
+    let gone = other.try_deliver("smith", whisper("late")).unwrap_err();
+    assert!(matches!(&gone, DeliverError::Shutdown(_)), "{gone:?}");
+    assert_eq!(gone.into_event(), whisper("late"));
+}
+
+#[test]
+fn replies_from_before_a_halt_carry_the_old_epoch() {
+    let warden = start(
+        WardenConfig::default(),
+        &["smith"],
+        Duration::from_millis(300),
+    );
+    // One event in its turn (the model call takes 300 ms), more queued behind it.
+    let before: Vec<u64> = (0..3)
+        .map(|i| {
+            let delivered = warden
+                .try_deliver("smith", whisper(&format!("before {i}")))
+                .expect("delivered");
+            delivered.event_id.expect("queued")
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(50)); // the first turn has started
+    warden.halt_all();
+    assert_eq!(
+        warden.halt_epoch("smith"),
+        Some(1),
+        "raised before halt_all returned"
+    );
+
+    let replies = drain(&warden, before.len());
+    for reply in &replies {
+        assert!(before.contains(&reply.event_id), "{reply:?}");
+        // Never a reply from before the halt tagged as current.
+        assert_eq!((reply.halt_epoch, reply.stale), (0, true), "{reply:?}");
+        assert!(
+            matches!(reply.result, Err(AskError::Discarded { .. })),
+            "{reply:?}"
+        );
+    }
+    // Nothing else comes, even after the model's delay has passed.
+    std::thread::sleep(Duration::from_millis(400));
+    let mut late = Vec::new();
+    assert_eq!(warden.drain_replies(&mut late, 64), 0, "{late:?}");
+
+    // Resumed, the NPC answers again, under the new epoch.
+    let smith = warden.agent("smith").expect("smith");
+    futures::executor::block_on(smith.resume("ops")).expect("resumed");
+    let after = warden
+        .try_deliver("smith", whisper("after"))
+        .expect("delivered");
+    assert_eq!(after.halt_epoch, 1);
+    let replies = drain(&warden, 1);
+    assert_eq!(replies[0].event_id, after.event_id.expect("queued"));
+    assert_eq!((replies[0].halt_epoch, replies[0].stale), (1, false));
+    assert!(replies[0].text().expect("answered").contains("after"));
+    warden.shutdown();
+}
+
+#[test]
+fn a_batch_costs_one_wake() {
+    let npcs = ["a", "b", "c", "d"];
+    let warden = start(WardenConfig::default(), &npcs, Duration::ZERO);
+    let mut batch: Vec<(AgentKey, WorldEvent)> = Vec::new();
+    let mut results = Vec::new();
+    for round in 0..3 {
+        for npc in npcs {
+            for i in 0..3 {
+                batch.push((npc.into(), whisper(&format!("{npc} {round}.{i}"))));
+            }
+        }
+        let wakes = warden.stats().wakes;
+        assert_eq!(warden.deliver_batch(&mut batch, &mut results), 12);
+        assert_eq!(warden.stats().wakes - wakes, 1, "round {round}");
+        assert!(batch.is_empty());
+        // Every event is answered: warden's thread woke the NPCs the batch filled.
+        let replies = drain(&warden, 12);
+        assert_eq!(replies.len(), 12);
+        for (reply, result) in replies.iter().zip(&results) {
+            assert!(reply.text().is_some(), "{reply:?}");
+            let _ = result.as_ref().expect("delivered");
+        }
+        results.clear();
+    }
+    // A batch of refusals wakes nobody.
+    batch.push(("nobody".into(), whisper("hello?")));
+    let wakes = warden.stats().wakes;
+    assert_eq!(warden.deliver_batch(&mut batch, &mut results), 0);
+    assert!(matches!(results[0], Err(DeliverError::Unknown(_))));
+    assert_eq!(warden.stats().wakes, wakes);
+    assert_eq!(warden.stats().batches, 4);
+    warden.shutdown();
+}
+
+#[test]
+fn starts_and_stops_twice_in_one_process() {
+    for round in 0..2 {
+        let warden = start(WardenConfig::default(), &["smith"], Duration::ZERO);
+        let id = warden
+            .try_deliver("smith", whisper("a sword?"))
+            .expect("delivered")
+            .event_id;
+        assert_eq!(
+            drain(&warden, 1)[0].event_id,
+            id.expect("queued"),
+            "round {round}"
+        );
+        if round == 0 {
+            warden.shutdown();
+        } else {
+            // Dropping the last handle (here, on another thread) stops it too.
+            let other = warden.clone();
+            drop(warden);
+            std::thread::spawn(move || drop(other))
+                .join()
+                .expect("dropped");
+        }
+    }
+}
+
+#[test]
+fn a_duplicate_key_fails_the_start() {
+    let specs = ["smith", "smith"].map(|k| AgentSpec::assistant(k, echo(Duration::ZERO)));
+    let err = Warden::start(
+        WardenConfig::default(),
+        Arc::new(MemoryJournal::new()),
+        specs,
+    )
+    .expect_err("a duplicate key");
+    assert!(err.to_string().contains("smith"), "{err}");
+}
+
+#[test]
+fn async_hosts_deliver_and_await_replies() {
+    let warden = start(WardenConfig::default(), &["smith"], Duration::ZERO);
+    // A tokio runtime of the host's own, not warden's.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let delivered = warden
+            .deliver("smith", whisper("a sword?"))
+            .await
+            .expect("delivered");
+        let reply = warden.next_reply().await.expect("a reply");
+        assert_eq!(Some(reply.event_id), delivered.event_id);
+        let acks = warden.halt_all_acked().await;
+        assert_eq!(acks.len(), 1);
+    });
+    let waiter = warden.clone();
+    let pending = std::thread::spawn(move || futures::executor::block_on(waiter.next_reply()));
+    std::thread::sleep(Duration::from_millis(20));
+    warden.shutdown();
+    assert_eq!(
+        pending.join().expect("the waiter"),
+        None,
+        "shutdown ends the wait"
+    );
+}
+
+#[cfg(feature = "server")]
+#[test]
+fn a_team_file_starts_through_the_setup() {
+    let file = warden::team::TeamFile::from_toml(
+        r#"
+[providers.canned]
+kind = "scripted"
+replies = ["Welcome!"]
+
+[[agents]]
+key = "innkeeper"
+provider = "canned"
+"#,
+    )
+    .expect("a valid team file");
+    let warden = Warden::start_with(
+        file.config.clone(),
+        Arc::new(MemoryJournal::new()),
+        move |team| file.spawn_agents(team).map_err(StartError::setup),
+    )
+    .expect("warden starts");
+    let id = warden
+        .try_deliver("innkeeper", whisper("a room?"))
+        .expect("delivered")
+        .event_id;
+    let reply = &drain(&warden, 1)[0];
+    assert_eq!(Some(reply.event_id), id);
+    assert_eq!(reply.text(), Some("Welcome!"));
+    warden.shutdown();
+}
+
+#[test]
+fn a_failed_setup_stops_everything() {
+    let err = Warden::start_with(
+        WardenConfig::default(),
+        Arc::new(MemoryJournal::new()),
+        |_| Err(StartError::setup("no world today")),
+    )
+    .expect_err("the setup fails");
+    assert!(err.to_string().contains("no world today"), "{err}");
+}
