@@ -403,6 +403,17 @@ impl Tally {
             .unwrap_or_else(|| depth_of(agent.as_str()))
     }
 
+    /// A delegation id requested (+1) or ended (−1). An id back at 0 is forgotten, so the map
+    /// holds only the delegations running now (and any ended twice or never requested, which
+    /// stay ≠ 0 and are reported as leaked): a soak's memory is the fleet's, not the harness's.
+    fn open_delegation(&mut self, id: u64, n: i64) {
+        let slot = self.open.entry(id).or_default();
+        *slot += n;
+        if *slot == 0 {
+            self.open.remove(&id);
+        }
+    }
+
     fn add(&mut self, agent: &AgentKey, n: i64) {
         *self.balance.entry(agent.clone()).or_default() += n;
         self.outstanding += n;
@@ -474,12 +485,10 @@ impl Tally {
             EventKind::DelegationRequested { id, to, .. } => {
                 t.delegations.requested += 1;
                 t.delegations.accepted += 1;
-                *t.open.entry(id).or_default() += 1;
+                t.open_delegation(id, 1);
                 t.add(&to, 1);
             }
-            EventKind::DelegationEnded { id, .. } => {
-                *t.open.entry(id).or_default() -= 1;
-            }
+            EventKind::DelegationEnded { id, .. } => t.open_delegation(id, -1),
             EventKind::DelegationRefused { to, refusal } => {
                 let d = t.depth(&to);
                 bump(&mut t.refusals_by_depth, d);
