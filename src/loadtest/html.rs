@@ -59,8 +59,12 @@ fn line_chart(title: &str, unit: &str, x: &[f64], lines: &[(String, Vec<f64>)]) 
         b = HEIGHT - PAD,
         r = WIDTH - PAD,
     );
+    // Legend entries side by side, each as wide as its label (about 6.5 px a character).
+    let mut legend_x = PAD + 8.0;
     for (i, (name, ys)) in lines.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
+        let label_x = legend_x;
+        legend_x += (name.chars().count() as f64 * 6.5 + 20.0).max(110.0);
         let points: Vec<String> = x
             .iter()
             .zip(ys)
@@ -71,7 +75,7 @@ fn line_chart(title: &str, unit: &str, x: &[f64], lines: &[(String, Vec<f64>)]) 
             "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>\
              <text x=\"{:.1}\" y=\"{:.1}\" class=\"l\" fill=\"{colour}\">{}</text>",
             points.join(" "),
-            PAD + 8.0 + 110.0 * i as f64,
+            label_x,
             HEIGHT - 6.0,
             esc(name),
         );
