@@ -436,6 +436,11 @@ async fn goals_come_from_the_spawn_the_model_and_the_operator_and_the_system_mes
     // A blank goal is refused: the model sees the error, the goals stay.
     turn("forget it").await;
     assert_eq!(a.record().goals, vec!["find the lost key".to_owned()]);
+    assert_eq!(
+        a.status().goals,
+        a.record().goals,
+        "the status shows the goals"
+    );
     let tool_result = a
         .record()
         .history

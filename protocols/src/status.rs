@@ -60,6 +60,9 @@ pub struct AgentStatus {
     /// The running token estimate of the history (what memory compaction keeps bounded).
     #[serde(default)]
     pub history_tokens: u64,
+    /// Its goals, carried in its system message (team file, `set_goals` tool, operator).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub goals: Vec<String>,
     /// Set while the agent waits for its rolling budget (`safety.budget.tokens_per_hour`): until
     /// when, in ms since the Unix epoch (an estimate: the wait runs on the runtime's clock).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -428,6 +428,7 @@ impl AgentCell {
             restarts: rec.restarts,
             history_len: rec.history.len(),
             history_tokens: rec.history_tokens,
+            goals: rec.goals.clone(),
             budget_wait_until_ms: self.hourly_wait_until_ms(),
             stopped_by: rec.stopped_by.clone(),
             tokens_used,
