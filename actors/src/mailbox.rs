@@ -24,9 +24,11 @@ use std::collections::VecDeque;
 use tokio::sync::Notify;
 use warden_protocols::{Priority, QueueDepths};
 
-/// Where the mailbox posts its coalesced wake-ups: the reader's actor ([`Recipient<Wake>`]), or a
-/// test's probe (the loom models count wakes with one).
-pub trait WakeSink: Send + Sync + 'static {
+/// Where the mailbox posts its coalesced wake-ups: the reader's actor (its `Addr`, or a
+/// [`Recipient<Wake>`]), or a test's probe (the loom models count wakes with one). The mailbox keeps
+/// the one given to [`PriorityMailbox::attach`] and gives a copy back ([`PriorityMailbox::waker`]),
+/// so an agent's address is held once, here.
+pub trait WakeSink: std::any::Any + Send + Sync + 'static {
     /// Tells the reader its lanes may have work. Must not block or take the mailbox's locks.
     fn wake(&self);
 }
@@ -153,6 +155,8 @@ pub struct PriorityMailbox<M> {
     waiting_senders: AtomicUsize,
     space: Notify,
     wake_scheduled: AtomicBool,
+    /// Set once by the reader when it first runs.
+    reading: AtomicBool,
     waker: Mutex<Option<Box<dyn WakeSink>>>,
 }
 
@@ -177,6 +181,7 @@ impl<M: Prioritized> PriorityMailbox<M> {
             waiting_senders: AtomicUsize::new(0),
             space: Notify::new(),
             wake_scheduled: AtomicBool::new(false),
+            reading: AtomicBool::new(false),
             waker: Mutex::new(None),
         }
     }
@@ -315,9 +320,22 @@ impl<M: Prioritized> PriorityMailbox<M> {
         }
     }
 
-    /// Whether a reader has attached (its actor started at least once).
+    /// A copy of the attached waker, if it is a `W` (e.g. the reader's address, to stop it).
+    pub fn waker<W: WakeSink + Clone>(&self) -> Option<W> {
+        let slot = self.waker.lock();
+        let sink: &dyn std::any::Any = &**slot.as_ref()?;
+        sink.downcast_ref::<W>().cloned()
+    }
+
+    /// The reader says it runs ([`PriorityMailbox::has_reader`] from now on). A waker may be
+    /// attached before its reader runs (wakes posted to it wait for the reader).
+    pub fn reader_started(&self) {
+        self.reading.store(true, Ordering::Release);
+    }
+
+    /// Whether a reader has started (its actor started at least once).
     pub fn has_reader(&self) -> bool {
-        self.waker.lock().is_some()
+        self.reading.load(Ordering::Acquire)
     }
 
     /// Called by the reader before it reads, on every `Wake`.

@@ -100,10 +100,11 @@ pub struct AgentRecord {
     /// change into `SAFETY_LOCKOUT` are journaled in one batch (as are an unlock and the state change
     /// out of it), so `lockout.is_some() == (state == SAFETY_LOCKOUT)` in every journal this version
     /// writes ([`AgentRecord::lockout_consistent`]).
-    pub lockout: Option<Lockout>,
+    /// (Boxed: most agents are never locked out, and an idle agent's size counts.)
+    pub lockout: Option<Box<Lockout>>,
     /// Why a breaker (not an operator) stopped the agent; cleared when it is resumed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stopped_by: Option<Lockout>,
+    pub stopped_by: Option<Box<Lockout>>,
     /// Failed calls in a row; the consecutive-errors breaker trips at `max_consecutive_errors`.
     pub consecutive_errors: u32,
     /// The consecutive-errors breaker's threshold.
@@ -275,10 +276,10 @@ impl AgentRecord {
                 }
             }
             EventKind::BreakerStopped { breaker, reason } => {
-                self.stopped_by = Some(Lockout {
+                self.stopped_by = Some(Box::new(Lockout {
                     breaker: *breaker,
                     reason: reason.clone(),
-                });
+                }));
             }
             EventKind::ErrorCounted {
                 consecutive_errors, ..
@@ -287,10 +288,10 @@ impl AgentRecord {
             EventKind::LockedOut {
                 breaker, reason, ..
             } => {
-                self.lockout = Some(Lockout {
+                self.lockout = Some(Box::new(Lockout {
                     breaker: *breaker,
                     reason: reason.clone(),
-                });
+                }));
             }
             EventKind::Unlocked { .. } => {
                 self.lockout = None;

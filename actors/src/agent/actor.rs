@@ -40,6 +40,14 @@ pub(crate) struct AgentActor {
     clean_stop: bool,
 }
 
+/// The mailbox wakes its agent through the actor's address, which the mailbox holds (the one copy:
+/// each copy of an actix address is two allocations, and an idle agent's size counts).
+impl crate::mailbox::WakeSink for actix::Addr<AgentActor> {
+    fn wake(&self) {
+        self.do_send(Wake);
+    }
+}
+
 /// Stops the actor deliberately (supervisor restarts of healthy agents, shutdown).
 pub(crate) struct Shutdown;
 
@@ -454,8 +462,9 @@ async fn drop_gently<T>(mut items: VecDeque<T>) {
 impl Actor for AgentActor {
     type Context = Context<Self>;
 
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        self.cell.mailbox.attach(ctx.address().recipient());
+    fn started(&mut self, _: &mut Context<Self>) {
+        // The supervisor attached this actor's address as the mailbox's waker when it started it.
+        self.cell.mailbox.reader_started();
     }
 }
 

@@ -220,7 +220,7 @@ pub(crate) async fn run(cell: Arc<AgentCell>, taken: Taken) -> (TurnOutcome, Opt
     let mut result = react(&cell, &token, epoch, taken.lineage)
         .instrument(span.clone())
         .await;
-    cell.runner.clear_tick();
+    cell.runner().clear_tick();
     result.events.extend(taken.event);
     result.usage = cell.take_turn_usage();
     telemetry::turn_ended(&span, &result, || {
@@ -890,7 +890,7 @@ async fn execute_in(
             )
         }
     };
-    let pending = match cell.runner.admit(&cell.tools, name, args) {
+    let pending = match cell.runner().admit(&cell.tools, name, args) {
         Admission::Finished(run) => {
             let anomaly = match &run.result {
                 Err(ToolError::Unknown(_)) => Some(AnomalyKind::UnknownTool),

@@ -23,7 +23,7 @@
 
 use super::budget::{TeamBudget, TeamCheck, UsageTotals, COST_EPSILON};
 use super::fingerprint::Fingerprint;
-use std::{collections::HashMap, collections::VecDeque, sync::Arc, time::Duration};
+use std::{collections::VecDeque, sync::Arc, time::Duration};
 use warden_protocols::{
     AgentKey, Breaker, LimitKind, LlmOutcome, SafetyConfig, ToolCall, ToolOutcome, Usage,
 };
@@ -95,10 +95,19 @@ pub struct AgentBreakers {
     team: Option<Arc<TeamBudget>>,
     totals: UsageTotals,
     budget_warned: bool,
+    consecutive_errors: u32,
+    steps: u64,
+    /// What the behaviour breakers remember, from the first operation on: boxed, because an agent
+    /// that never worked (most of a large idle fleet) should not carry it (~190 bytes).
+    patterns: Option<Box<Patterns>>,
+}
+
+/// The behaviour breakers' memory of recent operations (see [`AgentBreakers::patterns`]).
+#[derive(Debug, Default)]
+struct Patterns {
     /// A near-budget warning owed when a budget stop came first (see
     /// [`AgentBreakers::take_budget_warning`]).
     owed_warning: Option<String>,
-    consecutive_errors: u32,
     /// The current run of identical failing calls, and whether the alert was given for it.
     failing: Option<(Fingerprint, u32)>,
     alerted: bool,
@@ -106,9 +115,14 @@ pub struct AgentBreakers {
     succeeding: Option<(Fingerprint, u32)>,
     /// `true` = failed/anomalous operation, newest at the back.
     window: VecDeque<bool>,
-    steps: u64,
-    extensions: HashMap<LimitKind, u32>,
+    /// Extensions the limit checkpoint granted, by limit (a few at most: a short list).
+    extensions: Vec<(LimitKind, u32)>,
     locked: Option<(Breaker, String)>,
+}
+
+/// The patterns, allocated at the first use (a free function so that it borrows only that field).
+fn pat(patterns: &mut Option<Box<Patterns>>) -> &mut Patterns {
+    patterns.get_or_insert_with(Box::default)
 }
 
 impl AgentBreakers {
@@ -126,19 +140,13 @@ impl AgentBreakers {
         AgentBreakers {
             key,
             model: model.into(),
-            window: VecDeque::new(),
             config,
             team,
             totals: UsageTotals::default(),
             budget_warned: false,
-            owed_warning: None,
             consecutive_errors: 0,
-            failing: None,
-            alerted: false,
-            succeeding: None,
             steps: 0,
-            extensions: HashMap::new(),
-            locked: None,
+            patterns: None,
         }
     }
 
@@ -176,7 +184,7 @@ impl AgentBreakers {
             if first {
                 let b = &self.config.budget;
                 let t = &self.totals;
-                self.owed_warning = Some(match (team_stop, &self.team) {
+                pat(&mut self.patterns).owed_warning = Some(match (team_stop, &self.team) {
                     (true, Some(team)) => format!(
                         "team budget nearly exhausted: {} of {} tokens, {:.4} of {} cost",
                         team.tokens(),
@@ -201,7 +209,7 @@ impl AgentBreakers {
     /// The near-budget warning owed because a budget stop came before it (once; `None` after).
     /// Journal it before the stop.
     pub fn take_budget_warning(&mut self) -> Option<String> {
-        self.owed_warning.take()
+        self.patterns.as_mut().and_then(|p| p.owed_warning.take())
     }
 
     /// The budget checks; `team_stop` is set when the team's budget (not the agent's) stops the call.
@@ -331,7 +339,7 @@ impl AgentBreakers {
                 Verdict::Continue
             }
             LlmOutcome::Failed | LlmOutcome::Anomaly(_) => {
-                self.succeeding = None;
+                pat(&mut self.patterns).succeeding = None;
                 let v = self.count_failure(None);
                 self.settle(v)
             }
@@ -350,11 +358,12 @@ impl AgentBreakers {
         match outcome {
             ToolOutcome::Ok => {
                 self.productive_success();
-                let n = match self.succeeding {
+                let succeeding = &mut pat(&mut self.patterns).succeeding;
+                let n = match *succeeding {
                     Some((fp, n)) if fp == fingerprint => n.saturating_add(1),
                     _ => 1,
                 };
-                self.succeeding = Some((fingerprint, n));
+                *succeeding = Some((fingerprint, n));
                 let max = self.config.breakers.max_repeated_tool_steps;
                 if n >= max {
                     return Verdict::Stop {
@@ -367,7 +376,7 @@ impl AgentBreakers {
                 Verdict::Continue
             }
             ToolOutcome::Failed | ToolOutcome::Anomaly(_) => {
-                self.succeeding = None;
+                pat(&mut self.patterns).succeeding = None;
                 let v = self.count_failure(Some(fingerprint));
                 self.settle(v)
             }
@@ -376,17 +385,19 @@ impl AgentBreakers {
 
     fn productive_success(&mut self) {
         self.consecutive_errors = 0;
-        self.failing = None;
-        self.alerted = false;
+        let p = pat(&mut self.patterns);
+        p.failing = None;
+        p.alerted = false;
         self.push_window(false);
     }
 
     fn push_window(&mut self, bad: bool) {
         let size = self.config.breakers.error_window.max(1) as usize;
-        while self.window.len() >= size {
-            self.window.pop_front();
+        let window = &mut pat(&mut self.patterns).window;
+        while window.len() >= size {
+            window.pop_front();
         }
-        self.window.push_back(bad);
+        window.push_back(bad);
     }
 
     /// Counts one failed operation; `fingerprint` for tool calls. Returns the most severe verdict.
@@ -397,15 +408,16 @@ impl AgentBreakers {
 
         let mut alert = None;
         if let Some(fp) = fingerprint {
-            let n = match self.failing {
+            let p = pat(&mut self.patterns);
+            let n = match p.failing {
                 Some((last, n)) if last == fp => n.saturating_add(1),
                 _ => {
-                    self.alerted = false;
+                    p.alerted = false;
                     1
                 }
             };
-            self.failing = Some((fp, n));
-            if self.alerted {
+            p.failing = Some((fp, n));
+            if p.alerted {
                 return Verdict::Lockout {
                     breaker: Breaker::Repetition,
                     reason: format!(
@@ -414,7 +426,7 @@ impl AgentBreakers {
                 };
             }
             if n >= cfg.repeated_failure_threshold {
-                self.alerted = true;
+                p.alerted = true;
                 alert = Some(Verdict::Alert {
                     message: REPETITION_ALERT.to_owned(),
                 });
@@ -429,13 +441,14 @@ impl AgentBreakers {
                 reason: format!("Maximum consecutive errors reached ({n})"),
             };
         }
-        let bad = self.window.iter().filter(|&&b| b).count();
+        let window = &pat(&mut self.patterns).window;
+        let bad = window.iter().filter(|&&b| b).count();
         if bad >= cfg.error_window_threshold as usize {
             return Verdict::Lockout {
                 breaker: Breaker::ErrorCascade,
                 reason: format!(
                     "error cascade: {bad} failed operations in the last {} (safety.breakers.error_window_threshold = {}, error_window = {})",
-                    self.window.len(),
+                    window.len(),
                     cfg.error_window_threshold,
                     cfg.error_window
                 ),
@@ -447,7 +460,7 @@ impl AgentBreakers {
     /// Makes a lockout sticky and visible in the fleet view.
     fn settle(&mut self, verdict: Verdict) -> Verdict {
         if let Verdict::Lockout { breaker, reason } = &verdict {
-            self.locked = Some((*breaker, reason.clone()));
+            pat(&mut self.patterns).locked = Some((*breaker, reason.clone()));
             if let Some(team) = &self.team {
                 team.set_locked_out(&self.key, true);
             }
@@ -455,18 +468,20 @@ impl AgentBreakers {
         verdict
     }
 
+    fn locked(&self) -> Option<&(Breaker, String)> {
+        self.patterns.as_ref().and_then(|p| p.locked.as_ref())
+    }
+
     fn locked_verdict(&self) -> Option<Verdict> {
-        self.locked
-            .as_ref()
-            .map(|(breaker, reason)| Verdict::Lockout {
-                breaker: *breaker,
-                reason: reason.clone(),
-            })
+        self.locked().map(|(breaker, reason)| Verdict::Lockout {
+            breaker: *breaker,
+            reason: reason.clone(),
+        })
     }
 
     /// The lockout in force, if any.
     pub fn lockout(&self) -> Option<(Breaker, &str)> {
-        self.locked.as_ref().map(|(b, r)| (*b, r.as_str()))
+        self.locked().map(|(b, r)| (*b, r.as_str()))
     }
 
     /// Failed or anomalous operations since the last productive success (a tool call that
@@ -485,12 +500,14 @@ impl AgentBreakers {
     /// behavioural state (counts, runs, window, alert). Budgets, totals, steps and the one-time
     /// budget warning are kept.
     pub fn on_unlock(&mut self) {
-        self.locked = None;
         self.consecutive_errors = 0;
-        self.failing = None;
-        self.alerted = false;
-        self.succeeding = None;
-        self.window.clear();
+        if let Some(p) = self.patterns.as_deref_mut() {
+            p.locked = None;
+            p.failing = None;
+            p.alerted = false;
+            p.succeeding = None;
+            p.window.clear();
+        }
         if let Some(team) = &self.team {
             team.set_locked_out(&self.key, false);
         }
@@ -501,20 +518,26 @@ impl AgentBreakers {
     /// A new task (user event or delegated task) begins: task-scoped extensions (iterations per
     /// task, task wall clock) are dropped.
     pub fn begin_task(&mut self) {
-        self.extensions.remove(&LimitKind::IterationsPerTask);
-        self.extensions.remove(&LimitKind::TaskWallClock);
+        let Some(p) = self.patterns.as_deref_mut() else {
+            return; // nothing to forget
+        };
+        p.extensions
+            .retain(|(k, _)| !matches!(k, LimitKind::IterationsPerTask | LimitKind::TaskWallClock));
         // Repetition and stuck detection look within one task: the same successful call in a new
         // task (a player asking the same thing twice) is not a loop. The error window and the
         // consecutive count run on across tasks.
-        self.failing = None;
-        self.alerted = false;
-        self.succeeding = None;
+        p.failing = None;
+        p.alerted = false;
+        p.succeeding = None;
     }
 
     /// After the limit checkpoint allowed `kind`: its limit grows by one configured amount.
     pub fn extend(&mut self, kind: LimitKind) {
-        let e = self.extensions.entry(kind).or_insert(0);
-        *e = e.saturating_add(1);
+        let extensions = &mut pat(&mut self.patterns).extensions;
+        match extensions.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => *n = n.saturating_add(1),
+            None => extensions.push((kind, 1)),
+        }
     }
 
     /// The limit in force for `kind` (configured × (1 + extensions)); `None` if off or not owned
@@ -529,7 +552,11 @@ impl AgentBreakers {
         if base <= 0.0 {
             return None;
         }
-        let ext = self.extensions.get(&kind).copied().unwrap_or(0);
+        let ext = self
+            .patterns
+            .as_ref()
+            .and_then(|p| p.extensions.iter().find(|(k, _)| *k == kind))
+            .map_or(0, |(_, n)| *n);
         Some(base * (1.0 + f64::from(ext)))
     }
 

@@ -1,8 +1,10 @@
 //! The team budget: tokens and cost shared by every agent of a supervisor, and the fleet view.
 //!
 //! # Invariants
-//! * Thread-safe: totals are atomics, the per-agent table is behind one `parking_lot` mutex that is
-//!   never held across an await or while calling out.
+//! * Thread-safe: totals and the agent count are atomics; the set of locked-out agents is behind one
+//!   `parking_lot` mutex that is never held across an await or while calling out. Per-agent spending
+//!   is not kept here (each agent's breakers and record have it): a table of every agent cost a
+//!   million-agent fleet ~60 bytes an agent and a tree insert under one lock per spawn.
 //! * The check before an LLM call and the accounting after it are separate steps, so agents running
 //!   concurrently may each pass the check and together overshoot the team budget by at most one call
 //!   per agent. After that every agent is stopped at its next check.
@@ -11,8 +13,8 @@
 
 use parking_lot::Mutex;
 use std::{
-    collections::BTreeMap,
-    sync::atomic::{AtomicBool, AtomicU64, Ordering},
+    collections::BTreeSet,
+    sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
 };
 use warden_protocols::{AgentKey, FleetView, SafetyBudgetConfig};
 
@@ -33,13 +35,6 @@ pub use warden_protocols::UsageTotals;
 /// cannot skip it (e.g. 0.7 + 0.2 = 0.8999999999999999). Used by the agent's breakers too.
 pub(crate) const COST_EPSILON: f64 = 1e-9;
 
-#[derive(Debug, Default, Clone, Copy)]
-struct Member {
-    tokens: u64,
-    cost_nanos: u64,
-    locked_out: bool,
-}
-
 /// Why a team budget check failed, or a warning.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum TeamCheck {
@@ -58,7 +53,10 @@ pub struct TeamBudget {
     tokens: AtomicU64,
     cost_nanos: AtomicU64,
     warned: AtomicBool,
-    members: Mutex<BTreeMap<AgentKey, Member>>,
+    /// Agents registered (spawned), for the fleet view.
+    agents: AtomicUsize,
+    /// The agents locked out now, in key order.
+    locked_out: Mutex<BTreeSet<AgentKey>>,
 }
 
 impl TeamBudget {
@@ -72,31 +70,45 @@ impl TeamBudget {
             tokens: AtomicU64::new(0),
             cost_nanos: AtomicU64::new(0),
             warned: AtomicBool::new(false),
-            members: Mutex::new(BTreeMap::new()),
+            agents: AtomicUsize::new(0),
+            locked_out: Mutex::new(BTreeSet::new()),
         }
     }
 
     /// Adds an agent to the fleet (idempotent).
-    pub fn register(&self, agent: &AgentKey) {
-        self.members.lock().entry(agent.clone()).or_default();
+    pub fn register(&self, _agent: &AgentKey) {
+        self.agents.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Removes an agent from the fleet view (its spending stays in the totals).
+    /// Removes an agent from the fleet view (its spending stays in the totals). Once for each
+    /// [`TeamBudget::register`].
     pub fn deregister(&self, agent: &AgentKey) {
-        self.members.lock().remove(agent);
+        let _ = self
+            .agents
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        self.locked_out.lock().remove(agent);
+    }
+
+    /// Takes back a [`TeamBudget::register`] of an agent that never joined (a spawn that lost a
+    /// race for its key to another agent, whose place in the view stays as it is).
+    pub(crate) fn register_undone(&self) {
+        let _ = self
+            .agents
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
     }
 
     /// Marks an agent locked out (or not) in the fleet view.
     pub fn set_locked_out(&self, agent: &AgentKey, locked_out: bool) {
-        self.members
-            .lock()
-            .entry(agent.clone())
-            .or_default()
-            .locked_out = locked_out;
+        let mut set = self.locked_out.lock();
+        if locked_out {
+            set.insert(agent.clone());
+        } else {
+            set.remove(agent);
+        }
     }
 
     /// Adds one call's tokens and cost.
-    pub fn record(&self, agent: &AgentKey, tokens: u64, cost: f64) {
+    pub fn record(&self, _agent: &AgentKey, tokens: u64, cost: f64) {
         let nanos = to_nanos(cost);
         let _ = self
             .tokens
@@ -108,10 +120,6 @@ impl TeamBudget {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
                 Some(c.saturating_add(nanos))
             });
-        let mut members = self.members.lock();
-        let m = members.entry(agent.clone()).or_default();
-        m.tokens = m.tokens.saturating_add(tokens);
-        m.cost_nanos = m.cost_nanos.saturating_add(nanos);
     }
 
     /// Tokens the whole team used so far.
@@ -164,29 +172,16 @@ impl TeamBudget {
 
     /// What the monitor shows.
     pub fn fleet_view(&self) -> FleetView {
-        let members = self.members.lock();
-        let locked_out: Vec<AgentKey> = members
-            .iter()
-            .filter(|(_, m)| m.locked_out)
-            .map(|(k, _)| k.clone())
-            .collect();
+        let locked_out: Vec<AgentKey> = self.locked_out.lock().iter().cloned().collect();
         FleetView {
             tokens: self.tokens(),
             cost: self.cost(),
             token_limit: self.token_limit,
             cost_limit: self.cost_limit,
-            agents_total: members.len(),
+            agents_total: self.agents.load(Ordering::Acquire),
             agents_locked_out: locked_out.len(),
             locked_out,
         }
-    }
-
-    /// One agent's share, as `(tokens, cost)`.
-    pub fn agent_usage(&self, agent: &AgentKey) -> Option<(u64, f64)> {
-        self.members
-            .lock()
-            .get(agent)
-            .map(|m| (m.tokens, m.cost_nanos as f64 / NANOS))
     }
 }
 
@@ -225,7 +220,6 @@ mod tests {
         assert!((team.cost() - 4.0).abs() < 1e-9);
         let view = team.fleet_view();
         assert_eq!(view.agents_total, 4);
-        assert_eq!(team.agent_usage(&"a1".into()), Some((3000, 1.0)));
     }
 
     #[test]

@@ -46,7 +46,7 @@ use crate::{
         GetSafetyReport, InterventionBus, LimitCheckpoint, LimitContext, SafetyMonitor,
         SafetyReport, TeamBudget, TeamSafety,
     },
-    tools::{CircuitConfig, ToolRunner},
+    tools::CircuitConfig,
     tools::{Tool, ToolContext, ToolError, ToolRegistry},
 };
 use actix::{Actor, Addr, Arbiter, ArbiterHandle};
@@ -71,7 +71,6 @@ use warden_protocols::{
 
 struct AgentEntry {
     cell: Arc<AgentCell>,
-    addr: Mutex<Option<Addr<AgentActor>>>,
     arbiter: Option<ArbiterHandle>,
     /// Restart times inside the intensity window.
     restarts: Mutex<VecDeque<Instant>>,
@@ -91,6 +90,9 @@ struct SupervisorShared {
     safety: Arc<TeamSafety>,
     /// The `delegate` tool and its spec, built once and shared by every agent that may delegate.
     delegate_tool: OnceLock<(Arc<ToolSpec>, Arc<DelegateTool>)>,
+    /// The settings of an agent spawned without its own `npc` or `memory` (most of them), built at
+    /// the first such spawn and shared (an `Arc` per agent instead of a copy).
+    default_settings: OnceLock<Arc<AgentSettings>>,
     /// Every agent's settled events, for the host that takes the stream.
     replies: Arc<ReplyHub>,
     /// `[npc]`, shared by every agent whose spec does not set its own.
@@ -285,6 +287,7 @@ impl Supervisor {
             journal,
             agents: DashMap::with_capacity(capacity),
             delegate_tool: OnceLock::new(),
+            default_settings: OnceLock::new(),
             order: Mutex::new(Vec::with_capacity(capacity)),
             arbiters,
             next_arbiter: AtomicUsize::new(0),
@@ -419,31 +422,22 @@ impl Supervisor {
             Some(record) => record,
             None => AgentRecord::new(key.clone()),
         };
-        let settings = AgentSettings {
-            max_iterations_per_tick: config.execution.max_iterations_per_tick,
-            multi_action: config.execution.multi_action_enabled,
-            tool_timeout: Duration::from_secs_f64(config.tools.timeout_seconds),
-            sub_agent_budget: config.delegation.sub_agent_budget,
-            max_context_tokens: config.execution.max_context_tokens,
-            context_strategy: match config.execution.context_strategy {
-                ContextStrategyConfig::SlidingWindow => ContextStrategy::SlidingWindow,
-                ContextStrategyConfig::Compact => ContextStrategy::Compact,
-            },
-            max_tokens_recoveries: config.execution.max_tokens_recoveries,
-            npc: npc.map_or_else(|| self.shared.npc.clone(), Arc::new),
-            memory: memory.unwrap_or(config.memory),
+        // One allocation for the registry's entries, not the doubling growth's spare room.
+        tools.shrink_to_fit();
+        let settings = match (npc, memory) {
+            (None, None) => self
+                .shared
+                .default_settings
+                .get_or_init(|| Arc::new(self.settings(None, None)))
+                .clone(),
+            (npc, memory) => Arc::new(self.settings(npc, memory)),
         };
         let npc = settings.npc.clone();
-        let runner = ToolRunner::new(CircuitConfig {
-            failure_threshold: config.tools.circuit_failure_threshold.get(),
-            cool_down: Duration::from_secs_f64(config.tools.circuit_cool_down_seconds),
-        });
         let cell = Arc::new(AgentCell::new(CellParts {
             record,
             mailbox: PriorityMailbox::new(config.mailbox.ordinary_capacity.get()),
             provider,
             tools,
-            runner,
             system_prompt,
             settings,
             journal: self.shared.journal.clone(),
@@ -476,13 +470,14 @@ impl Supervisor {
         });
         let entry = Arc::new(AgentEntry {
             cell: cell.clone(),
-            addr: Mutex::new(None),
             arbiter,
             restarts: Mutex::new(VecDeque::new()),
         });
         match self.shared.agents.entry(key.clone()) {
             dashmap::mapref::entry::Entry::Occupied(_) => {
-                return Err(SpawnError::DuplicateKey(key))
+                // Another spawn of this key won between the check above and here.
+                self.shared.safety.team.register_undone();
+                return Err(SpawnError::DuplicateKey(key));
             }
             dashmap::mapref::entry::Entry::Vacant(v) => {
                 v.insert(entry.clone());
@@ -495,6 +490,33 @@ impl Supervisor {
         }
         start_actor(&entry);
         Ok(AgentHandle { cell })
+    }
+
+    /// The per-agent settings taken from the config (`npc` and `memory`: the spec's own, if any).
+    fn settings(
+        &self,
+        npc: Option<warden_protocols::npc::NpcConfig>,
+        memory: Option<warden_protocols::MemoryConfig>,
+    ) -> AgentSettings {
+        let config = &self.shared.config;
+        AgentSettings {
+            max_iterations_per_tick: config.execution.max_iterations_per_tick,
+            multi_action: config.execution.multi_action_enabled,
+            tool_timeout: Duration::from_secs_f64(config.tools.timeout_seconds),
+            sub_agent_budget: config.delegation.sub_agent_budget,
+            max_context_tokens: config.execution.max_context_tokens,
+            context_strategy: match config.execution.context_strategy {
+                ContextStrategyConfig::SlidingWindow => ContextStrategy::SlidingWindow,
+                ContextStrategyConfig::Compact => ContextStrategy::Compact,
+            },
+            max_tokens_recoveries: config.execution.max_tokens_recoveries,
+            npc: npc.map_or_else(|| self.shared.npc.clone(), Arc::new),
+            memory: memory.unwrap_or(config.memory),
+            circuit: CircuitConfig {
+                failure_threshold: config.tools.circuit_failure_threshold.get(),
+                cool_down: Duration::from_secs_f64(config.tools.circuit_cool_down_seconds),
+            },
+        }
     }
 
     /// The agent with that key; `None` if there is none.
@@ -739,7 +761,7 @@ impl Supervisor {
             .shared
             .agents
             .iter()
-            .filter_map(|e| e.addr.lock().clone())
+            .filter_map(|e| e.cell.mailbox.waker::<Addr<AgentActor>>())
             .collect();
         join_all(addrs.iter().map(|a| a.send(Shutdown))).await;
         for e in self.shared.agents.iter() {

@@ -56,7 +56,7 @@ impl Supervisor {
             };
             let mut crashed = victim == key;
             if !crashed {
-                let addr = v.addr.lock().clone();
+                let addr = v.cell.mailbox.waker::<Addr<AgentActor>>();
                 if let Some(addr) = addr {
                     // A victim whose actor is already dead crashed at the same time: count it.
                     crashed = addr.send(Shutdown).await.is_err();
@@ -82,7 +82,9 @@ pub(super) fn start_actor(entry: &Arc<AgentEntry>) {
         }
         None => AgentActor::new(cell, generation).start(),
     };
-    *entry.addr.lock() = Some(addr);
+    // The mailbox keeps the address (its waker): the actor wakes on its first message, and the
+    // supervisor finds it there to stop it.
+    entry.cell.mailbox.attach(addr);
 }
 
 /// Brings a record whose actor died mid-turn back to a consistent state. A crash counts as a failed

@@ -40,6 +40,11 @@ impl ToolRegistry {
         }
     }
 
+    /// Drops the spare room growth left (a registry is built once and then only read).
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.tools.shrink_to_fit();
+    }
+
     fn position(&self, name: &str) -> Result<usize, usize> {
         self.tools
             .binary_search_by(|(spec, _)| spec.name.as_str().cmp(name))

@@ -34,11 +34,16 @@ impl AgentCell {
     }
 
     pub(crate) fn add_delegator(&self, id: u64, delegator: &Arc<AgentCell>) {
-        self.delegators.lock().insert(id, Arc::downgrade(delegator));
+        self.busy()
+            .delegators
+            .lock()
+            .insert(id, Arc::downgrade(delegator));
     }
 
     pub(crate) fn remove_delegator(&self, id: u64) {
-        self.delegators.lock().remove(&id);
+        if let Some(busy) = self.busy_now() {
+            busy.delegators.lock().remove(&id);
+        }
     }
 
     /// The delegates of the delegations running now.

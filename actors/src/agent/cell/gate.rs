@@ -20,7 +20,6 @@
 //! The primitives come from `crate::sync` (loom's under `--cfg warden_loom`).
 
 use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering};
-use std::collections::HashMap;
 use tokio_util::sync::CancellationToken;
 
 /// See the module docs. `D` is what a running delegation is remembered by (the delegate's cell).
@@ -33,7 +32,9 @@ pub(crate) struct HaltGate<D> {
     /// allocates one.
     token: Mutex<Option<CancellationToken>>,
     /// Running delegations by id.
-    running: Mutex<HashMap<u64, D>>,
+    /// A short list (an agent runs a handful of delegations at most: `delegation.sub_agent_budget`);
+    /// a hash map would cost an idle agent 24 bytes more.
+    running: Mutex<Vec<(u64, D)>>,
 }
 
 impl<D: Clone> HaltGate<D> {
@@ -43,7 +44,7 @@ impl<D: Clone> HaltGate<D> {
             requested: AtomicBool::new(halted),
             epoch: AtomicU64::new(0),
             token: Mutex::new(None),
-            running: Mutex::new(HashMap::new()),
+            running: Mutex::new(Vec::new()),
         }
     }
 
@@ -92,18 +93,26 @@ impl<D: Clone> HaltGate<D> {
     /// Lists delegation `id` as running, then checks the flag: `false` means a halt is requested
     /// and may not have seen it — the caller must refuse the delegation (and [`HaltGate::leave`]).
     pub(crate) fn enter(&self, id: u64, delegate: D) -> bool {
-        self.running.lock().insert(id, delegate);
+        let mut running = self.running.lock();
+        match running.iter_mut().find(|(i, _)| *i == id) {
+            Some(entry) => entry.1 = delegate,
+            None => running.push((id, delegate)),
+        }
+        drop(running);
         !self.requested()
     }
 
     /// Removes delegation `id` from the running list.
     pub(crate) fn leave(&self, id: u64) {
-        self.running.lock().remove(&id);
+        let mut running = self.running.lock();
+        if let Some(i) = running.iter().position(|(i, _)| *i == id) {
+            running.swap_remove(i);
+        }
     }
 
     /// The running delegations.
     pub(crate) fn running(&self) -> Vec<D> {
-        self.running.lock().values().cloned().collect()
+        self.running.lock().iter().map(|(_, d)| d.clone()).collect()
     }
 }
 

@@ -62,14 +62,15 @@ impl AgentCell {
         if self.tokens_per_hour() == 0 || tokens == 0 {
             return;
         }
-        let mut w = self.hourly.lock();
+        let mut w = self.busy().hourly.lock();
         w.calls.push_back((Instant::now(), tokens));
         w.sum = w.sum.saturating_add(tokens);
     }
 
     /// Until when the agent waits for its rolling budget (ms since the epoch), if it does.
     pub(crate) fn hourly_wait_until_ms(&self) -> Option<u64> {
-        self.hourly.lock().waiting_until_ms
+        self.busy_now()
+            .and_then(|b| b.hourly.lock().waiting_until_ms)
     }
 
     /// Waits until the last hour's tokens are below `tokens_per_hour` (at once when they are, or
@@ -81,7 +82,7 @@ impl AgentCell {
         }
         loop {
             let (wake, tokens, announce) = {
-                let mut w = self.hourly.lock();
+                let mut w = self.busy().hourly.lock();
                 let now = Instant::now();
                 w.age(now);
                 let Some(wake) = w.free_at(limit) else {
@@ -106,7 +107,7 @@ impl AgentCell {
             tokio::select! {
                 biased;
                 _ = token.cancelled() => {
-                    self.hourly.lock().waiting_until_ms = None;
+                    self.busy().hourly.lock().waiting_until_ms = None;
                     return false;
                 }
                 _ = tokio::time::sleep_until(wake) => {}

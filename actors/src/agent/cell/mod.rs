@@ -20,6 +20,11 @@
 //!   settles it under the record lock, so the record's pending events are the user events in the
 //!   ordinary lane (see the `agent` module docs).
 //!
+//! * What only a working agent needs (tool circuits, task progress, the running turn's usage and
+//!   event, its delegators, the rolling hour) is its [`Busy`] part, allocated by the first call
+//!   that changes it and never freed; readers that only look see `None` as "nothing yet". An idle
+//!   cell is one allocation of at most 1 KiB (a test holds it there).
+//!
 //! # Lock order
 //! `record` → journal's internal lock; `record` → a mailbox lane (a leaf); `record` → `waiters`,
 //! `record` → `answering`, `record` → `hourly` (leaves). The halt gate's two locks are leaves (see
@@ -55,7 +60,7 @@ use std::{
     collections::HashMap,
     sync::{
         atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering},
-        Arc, Weak,
+        Arc, OnceLock, Weak,
     },
     time::Duration,
 };
@@ -81,6 +86,8 @@ pub(crate) struct AgentSettings {
     pub npc: Arc<warden_protocols::npc::NpcConfig>,
     /// `[memory]`: compaction of the history.
     pub memory: warden_protocols::MemoryConfig,
+    /// `[tools]`: when a tool's circuit opens and for how long.
+    pub circuit: crate::tools::CircuitConfig,
 }
 
 /// The task (event or delegated task) the agent is working on: loop caps and the wall clock count
@@ -99,9 +106,8 @@ pub(crate) struct CellParts {
     pub mailbox: PriorityMailbox<AgentMsg>,
     pub provider: Arc<dyn Provider>,
     pub tools: ToolRegistry,
-    pub runner: ToolRunner,
     pub system_prompt: Option<String>,
-    pub settings: AgentSettings,
+    pub settings: Arc<AgentSettings>,
     pub journal: Arc<dyn Journal>,
     pub crash_tx: Option<UnboundedSender<(AgentKey, u64)>>,
     pub safety: Arc<TeamSafety>,
@@ -124,13 +130,14 @@ pub(crate) struct AgentCell {
     pub mailbox: PriorityMailbox<AgentMsg>,
     pub provider: Arc<dyn Provider>,
     pub tools: ToolRegistry,
-    pub runner: ToolRunner,
     pub system_prompt: Option<String>,
-    pub settings: AgentSettings,
+    /// Shared by every agent spawned with the same settings.
+    pub settings: Arc<AgentSettings>,
     pub safety: Arc<TeamSafety>,
     /// The synchronous breakers (lock order: `record` → `breakers`; never held across an await).
     breakers: Mutex<AgentBreakers>,
-    task: Mutex<TaskProgress>,
+    /// What it needs once it works, allocated then (see [`Busy`]).
+    busy: OnceLock<Box<Busy>>,
     record: Mutex<AgentRecord>,
     state_mirror: AtomicU8,
     /// Mirrors `record.paused` (read by the mailbox pump without the record lock).
@@ -144,8 +151,6 @@ pub(crate) struct AgentCell {
     npc: Mutex<Option<Box<npc::NpcState>>>,
     /// Its side of the team's tick arbiter, while it is scheduled (`npc.tick.enabled`). A leaf lock.
     ticking: Mutex<Option<Arc<crate::npc::tick::Ticking>>>,
-    /// Agents running a delegation to this one now: id → the delegator (notified when this one trips).
-    delegators: Mutex<HashMap<u64, Weak<AgentCell>>>,
     active_delegations: AtomicU32,
     /// Tool calls running now (several when a response's calls run in parallel). Changed under the
     /// record lock.
@@ -160,6 +165,18 @@ pub(crate) struct AgentCell {
     pub(crate) waiters: Waiters,
     /// The team's reply stream.
     replies: Arc<ReplyHub>,
+}
+
+/// What an agent needs once it works — its first task, model call, tool call or delegation — and
+/// not before. Allocated then, once, and kept: an idle agent (most of a large fleet, an NPC nobody
+/// talks to) never pays for it, which is ~40 % of an idle agent's memory (`docs/performance.md`).
+/// Readers that only look ([`AgentCell::busy_now`]) see `None` and answer as for a fresh agent.
+pub(crate) struct Busy {
+    /// Circuits and the result cache of its tools.
+    pub runner: ToolRunner,
+    task: Mutex<TaskProgress>,
+    /// Agents running a delegation to this one now: id → the delegator (notified when this one trips).
+    delegators: Mutex<HashMap<u64, Weak<AgentCell>>>,
     /// Tokens of the running turn's model calls (reset when a turn starts).
     turn_usage: Mutex<Usage>,
     /// The user event the running turn answers (id, accepted): settled when the turn finishes, as
@@ -167,6 +184,24 @@ pub(crate) struct AgentCell {
     answering: Mutex<Option<(u64, tokio::time::Instant)>>,
     /// The calls of the last hour, for `safety.budget.tokens_per_hour` (a leaf lock).
     hourly: Mutex<hourly::HourlyWindow>,
+}
+
+impl Busy {
+    fn new(circuit: crate::tools::CircuitConfig) -> Self {
+        Busy {
+            runner: ToolRunner::new(circuit),
+            task: Mutex::new(TaskProgress {
+                run_id: String::new(),
+                iterations: 0,
+                started: tokio::time::Instant::now(),
+                seq: 0,
+            }),
+            delegators: Mutex::new(HashMap::new()),
+            turn_usage: Mutex::new(Usage::default()),
+            answering: Mutex::new(None),
+            hourly: Mutex::new(hourly::HourlyWindow::default()),
+        }
+    }
 }
 
 fn state_index(s: AgentState) -> u8 {
@@ -180,7 +215,6 @@ impl AgentCell {
             mailbox,
             provider,
             tools,
-            runner,
             system_prompt,
             settings,
             journal,
@@ -217,22 +251,15 @@ impl AgentCell {
             mailbox,
             provider,
             tools,
-            runner,
             system_prompt,
             settings,
             safety,
             breakers: Mutex::new(breakers),
-            task: Mutex::new(TaskProgress {
-                run_id: String::new(),
-                iterations: 0,
-                started: tokio::time::Instant::now(),
-                seq: 0,
-            }),
+            busy: OnceLock::new(),
             halt: HaltGate::new(halted),
             npc: Mutex::new(None),
             ticking: Mutex::new(None),
             journal,
-            delegators: Mutex::new(HashMap::new()),
             active_delegations: AtomicU32::new(0),
             tools_in_flight: AtomicU32::new(0),
             crash_tx,
@@ -240,10 +267,23 @@ impl AgentCell {
             last_seq: AtomicU64::new(0),
             waiters: Waiters::default(),
             replies,
-            turn_usage: Mutex::new(Usage::default()),
-            answering: Mutex::new(None),
-            hourly: Mutex::new(hourly::HourlyWindow::default()),
         }
+    }
+
+    /// Its [`Busy`] part, allocated at the first call.
+    pub(crate) fn busy(&self) -> &Busy {
+        self.busy
+            .get_or_init(|| Box::new(Busy::new(self.settings.circuit)))
+    }
+
+    /// Its [`Busy`] part if it has one (for readers that must not allocate it).
+    pub(crate) fn busy_now(&self) -> Option<&Busy> {
+        self.busy.get().map(|b| &**b)
+    }
+
+    /// The circuits and result cache of its tools.
+    pub(crate) fn runner(&self) -> &ToolRunner {
+        &self.busy().runner
     }
 
     /// Locks the record for a sequence of changes.
@@ -413,7 +453,7 @@ impl AgentCell {
             role: rec.role,
             state: rec.state,
             emergency_stop: rec.emergency_stop(),
-            lockout: rec.lockout.clone(),
+            lockout: rec.lockout.as_deref().cloned(),
             consecutive_errors: rec.consecutive_errors,
             max_consecutive_errors: rec.max_consecutive_errors,
             active_sub_agents: self.active_delegations(),
@@ -430,7 +470,7 @@ impl AgentCell {
             history_tokens: rec.history_tokens,
             goals: rec.goals.clone(),
             budget_wait_until_ms: self.hourly_wait_until_ms(),
-            stopped_by: rec.stopped_by.clone(),
+            stopped_by: rec.stopped_by.as_deref().cloned(),
             tokens_used,
             cost_used,
             npc: self.npc_status(),

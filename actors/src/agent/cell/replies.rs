@@ -10,21 +10,20 @@ impl AgentCell {
 
     /// The running turn answers event `id` (called under the record lock, as it is taken).
     pub(crate) fn set_answering(&self, id: u64, accepted: tokio::time::Instant) {
-        *self.answering.lock() = Some((id, accepted));
+        *self.busy().answering.lock() = Some((id, accepted));
     }
 
     /// The event the running turn answers, if any, no longer marked (its settler takes it).
     pub(crate) fn take_answering(&self) -> Option<(u64, tokio::time::Instant)> {
-        self.answering.lock().take()
+        self.busy_now().and_then(|b| b.answering.lock().take())
     }
 
     /// `true` while event `id` is pending or its turn runs (not settled yet). Under the record lock.
     pub(crate) fn unsettled(&self, rec: &AgentRecord, id: u64) -> bool {
         rec.pending.iter().any(|p| p.id == id)
             || self
-                .answering
-                .lock()
-                .is_some_and(|(running, _)| running == id)
+                .busy_now()
+                .is_some_and(|b| b.answering.lock().is_some_and(|(running, _)| running == id))
     }
 
     /// Settles the event of a turn that will never finish (the actor crashed or was restarted).

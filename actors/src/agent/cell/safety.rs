@@ -139,7 +139,14 @@ impl AgentCell {
             lockout: true,
             at_ms: now_ms(),
         });
-        for delegator in self.delegators.lock().values().filter_map(Weak::upgrade) {
+        let delegators: Vec<Arc<AgentCell>> = self.busy_now().map_or_else(Vec::new, |b| {
+            b.delegators
+                .lock()
+                .values()
+                .filter_map(Weak::upgrade)
+                .collect()
+        });
+        for delegator in delegators {
             let _ = delegator
                 .mailbox
                 .try_send(AgentMsg::Signal(Signal::DelegateLockedOut {
@@ -158,7 +165,7 @@ impl AgentCell {
     /// (`UsageRecorded`, not waited for: it is committed with the turn's other events), so the
     /// record's `usage` always equals the breakers' totals and a restart keeps the budgets spent.
     pub(crate) fn record_usage(&self, usage: warden_protocols::Usage) {
-        self.turn_usage.lock().add(usage);
+        self.busy().turn_usage.lock().add(usage);
         self.hourly_spent(usage.total());
         let mut rec = self.lock();
         let (cost, unpriced) = self
@@ -196,6 +203,8 @@ impl AgentCell {
 
     /// The running turn's usage so far, reset to zero (a turn starts, or it finished).
     pub(crate) fn take_turn_usage(&self) -> Usage {
-        std::mem::take(&mut *self.turn_usage.lock())
+        self.busy_now()
+            .map(|b| std::mem::take(&mut *b.turn_usage.lock()))
+            .unwrap_or_default()
     }
 }

@@ -15,9 +15,8 @@ fn cell_on(journal: Arc<dyn Journal>) -> AgentCell {
         mailbox: PriorityMailbox::new(8),
         provider: Arc::new(ScriptedProvider::new([])),
         tools: ToolRegistry::new(),
-        runner: ToolRunner::default(),
         system_prompt: None,
-        settings: AgentSettings {
+        settings: Arc::new(AgentSettings {
             max_iterations_per_tick: 5,
             multi_action: true,
             tool_timeout: Duration::from_secs(30),
@@ -27,7 +26,8 @@ fn cell_on(journal: Arc<dyn Journal>) -> AgentCell {
             context_strategy: ContextStrategy::SlidingWindow,
             max_tokens_recoveries: 2,
             npc: Arc::default(),
-        },
+            circuit: Default::default(),
+        }),
         journal,
         crash_tx: None,
         replies: Arc::default(),
@@ -176,4 +176,16 @@ async fn the_tick_arbiter_never_queues_a_second_tick_until_the_first_leaves_the_
     ));
     cell.tick_left_lane();
     assert!(!ticking.status().queued);
+}
+
+/// An idle agent's memory is mostly its cell (one allocation): it stays within 1 KiB with the
+/// `Arc`'s two counts, mimalloc's 1,024-byte size class (`docs/performance.md`: bytes per idle
+/// agent). A field that pushes it over costs every agent of a fleet 256 bytes: box what is cold
+/// (see `Busy`), or raise this knowingly.
+#[cfg(target_pointer_width = "64")]
+#[test]
+fn an_idle_cell_fits_in_one_kibibyte() {
+    let arc_counts = 2 * std::mem::size_of::<usize>();
+    let size = std::mem::size_of::<AgentCell>() + arc_counts;
+    assert!(size <= 1024, "AgentCell + Arc counts = {size} bytes");
 }

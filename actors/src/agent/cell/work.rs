@@ -9,7 +9,7 @@ impl AgentCell {
     /// checkpoint forgets the extensions it counted for the previous task (which ends here: a tick
     /// runs on in the current task, so nothing earlier does).
     pub(crate) fn begin_task(&self) -> String {
-        let mut task = self.task.lock();
+        let mut task = self.busy().task.lock();
         if !task.run_id.is_empty() {
             self.safety.checkpoint.forget_run(&task.run_id);
         }
@@ -23,19 +23,21 @@ impl AgentCell {
 
     /// One more loop iteration of the current task: (iteration number in the task, elapsed).
     pub(crate) fn task_iteration(&self) -> (u32, Duration, String) {
-        let mut task = self.task.lock();
+        let mut task = self.busy().task.lock();
         task.iterations = task.iterations.saturating_add(1);
         (task.iterations, task.started.elapsed(), task.run_id.clone())
     }
 
     /// The current task's run id (auto-extensions are counted per run).
     pub(crate) fn current_run_id(&self) -> String {
-        self.task.lock().run_id.clone()
+        self.busy_now()
+            .map(|b| b.task.lock().run_id.clone())
+            .unwrap_or_default()
     }
 
     /// Takes back an iteration that a refused limit did not let run.
     pub(crate) fn task_iteration_undo(&self) {
-        let mut task = self.task.lock();
+        let mut task = self.busy().task.lock();
         task.iterations = task.iterations.saturating_sub(1);
     }
 
