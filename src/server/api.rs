@@ -430,7 +430,7 @@ pub(crate) fn access_of(req: &HttpRequest) -> Result<Access, ApiError> {
         .app_data::<web::Data<ApiState>>()
         .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "api state missing"))?;
     let Some(authorization) = req.headers().get(header::AUTHORIZATION) else {
-        if let Some(access) = crate::server::console::cookie_access(&state, req)? {
+        if let Some(access) = crate::server::console::cookie_access(state, req)? {
             return Ok(access);
         }
         return Err(ApiError::new(

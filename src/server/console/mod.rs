@@ -108,7 +108,7 @@ fn page(status: StatusCode, content_type: &str, body: impl Into<String>) -> Http
         .insert_header((header::CONTENT_SECURITY_POLICY, CSP))
         .insert_header((header::X_FRAME_OPTIONS, "DENY"))
         .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
-        .insert_header((header::REFERRER_POLICY, "no-referrer"))
+        .insert_header((header::REFERRER_POLICY, "same-origin"))
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .body(body.into())
 }
@@ -186,7 +186,8 @@ struct LoginForm {
 
 /// Whether a browser's `Origin` (when sent) is this server: a form posted from another site is
 /// refused (the SameSite cookies already keep the session from being used there; this also stops
-/// a login forced from elsewhere).
+/// a login forced from elsewhere). The pages' `Referrer-Policy: same-origin` keeps the browser
+/// sending the real origin on their own posts (with `no-referrer` it sends `Origin: null`).
 fn same_origin(req: &HttpRequest) -> bool {
     let Some(origin) = req
         .headers()
@@ -267,20 +268,20 @@ fn form_session(
     state: &ApiState,
     req: &HttpRequest,
     form: &Option<web::Form<CsrfForm>>,
-) -> Result<(String, Session), HttpResponse> {
+) -> Result<(String, Session), Box<HttpResponse>> {
     if !same_origin(req) {
-        return Err(cross_site());
+        return Err(Box::new(cross_site()));
     }
     let Some((id, session)) = session_of(state, req) else {
-        return Err(see_other("/console/login?expired").finish());
+        return Err(Box::new(see_other("/console/login?expired").finish()));
     };
     let given = form.as_ref().map_or("", |f| f.csrf.as_str());
     if !session.csrf_matches(given) {
-        return Err(page(
+        return Err(Box::new(page(
             StatusCode::FORBIDDEN,
             "text/plain; charset=utf-8",
             "refused: the form's CSRF token is missing or wrong (reload the console)",
-        ));
+        )));
     }
     Ok((id, session))
 }
@@ -293,7 +294,7 @@ async fn logout(
 ) -> HttpResponse {
     let (id, _) = match form_session(&state, &req, &form) {
         Ok(found) => found,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     state.console.close(&id);
     let mut response = see_other("/console/login");
@@ -311,7 +312,7 @@ async fn halt_form(
 ) -> HttpResponse {
     let session = match form_session(&state, &req, &form) {
         Ok((_, session)) => session,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     if session.access != Access::Admin {
         return page(
