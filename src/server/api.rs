@@ -1263,9 +1263,9 @@ where
 }
 
 /// `POST /api/agents/{key}/unlock` body (optional): `{"reason": "…"}`, journaled as the
-/// `unlocked` event's `note`.
+/// `unlocked` event's `note`. Other fields are ignored (the route took no body before it had this
+/// one, and ignored whatever was sent).
 #[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct UnlockBody {
     /// Why the operator unlocks (free text; blank counts as none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1278,6 +1278,9 @@ async fn unlock(
     key: web::Path<String>,
     body: web::Bytes,
 ) -> Handled {
+    if state.supervisor.get(&key).is_none() {
+        return Err(ApiError::unknown_agent(&key));
+    }
     let body: UnlockBody = if body.iter().all(u8::is_ascii_whitespace) {
         UnlockBody::default()
     } else {
