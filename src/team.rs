@@ -2043,6 +2043,10 @@ replies = [
                 "max_body_bytes = 0",
                 "api.max_body_bytes: must be at least 1",
             ),
+            (
+                "session_ttl_seconds = 0",
+                "api.session_ttl_seconds: must be at least 1",
+            ),
         ];
         for (api, expected) in cases {
             assert_eq!(with(api).unwrap_err().to_string(), expected, "{api}");
@@ -2054,7 +2058,8 @@ replies = [
             format!(
                 "invalid config: line {line}, column 1: `api.admin_tokn`: unknown field \
                  `admin_tokn`, expected one of `admin_token`, `read_token`, `listen`, \
-                 `max_body_bytes`\n{line} | admin_tokn = \"x\"\n   | ^^^^^^^^^^"
+                 `max_body_bytes`, `session_ttl_seconds`\n{line} | admin_tokn = \"x\"\n   | \
+                 ^^^^^^^^^^"
             )
         );
         let err = with("listen = \"nowhere\"").unwrap_err().to_string();

@@ -3,7 +3,9 @@
 //! Every `/api` call and `/metrics` need `Authorization: Bearer TOKEN`: the read token or the admin
 //! token for `GET`, the admin token for every mutating call (401 without a valid token, 403 for the
 //! read token on a mutating call). Tokens are compared in constant time. With no token configured
-//! nothing under `/api` (nor `/metrics`) is reachable. `GET /healthz` is open.
+//! nothing under `/api` (nor `/metrics`) is reachable. `GET /healthz` is open. A request without an
+//! `Authorization` header may instead carry the browser console's session cookie
+//! ([`crate::server::console`]): the same roles, and `X-CSRF-Token` on every call but `GET`.
 //!
 //! Unlock, emergency clear and history reset come only from here (or the CLI / embedding code),
 //! never from an agent's event content or model output: an event is data, delivered to the agent's

@@ -555,8 +555,8 @@
       const s = b.dataset.sort;
       view.desc = view.sort === s ? !view.desc : false;
       view.sort = s;
-      for (const o of document.querySelectorAll("th button[data-sort]")) o.removeAttribute("aria-sort");
-      b.setAttribute("aria-sort", view.desc ? "descending" : "ascending");
+      for (const o of document.querySelectorAll("th[aria-sort]")) o.removeAttribute("aria-sort");
+      b.parentElement.setAttribute("aria-sort", view.desc ? "descending" : "ascending");
       markDirty();
     });
   }
