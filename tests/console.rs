@@ -682,6 +682,19 @@ impl Browser {
         wait_for(what, Duration::from_secs(20), || self.js(script) == true);
     }
 
+    /// Presses a key (a WebDriver key code such as `\u{E00C}`, Escape) on the focused element.
+    fn press(&self, key: &str) {
+        self.command(
+            "POST",
+            "/actions",
+            Some(
+                json!({"actions": [{"type": "key", "id": "keyboard", "actions": [
+                    {"type": "keyDown", "value": key}, {"type": "keyUp", "value": key},
+                ]}]}),
+            ),
+        );
+    }
+
     fn screenshot(&self, name: &str) -> PathBuf {
         let png = decode_base64(self.command("GET", "/screenshot", None).as_str().unwrap());
         let artefacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("artefacts");
@@ -947,6 +960,26 @@ fn the_console_in_a_headless_browser() {
     {
         assert_eq!(agent["state"], "STOPPED");
     }
+
+    // Escape dismisses the confirmation and halts nothing (even after a confirmed HALT ALL).
+    let (status, _) = serve.bearer("POST", "/api/agents/greeter/resume", ADMIN, None);
+    assert_eq!(status, 200);
+    browser.until(
+        "greeter resumed on screen",
+        "return document.querySelector('tr[data-key=greeter]').dataset.state === 'WAITING_FOR_EVENT'",
+    );
+    browser.click("#halt-all");
+    browser.until(
+        "the confirmation",
+        "return document.getElementById('halt-dialog').open",
+    );
+    browser.press("\u{E00C}");
+    browser.until(
+        "the dialog closed",
+        "return !document.getElementById('halt-dialog').open",
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(serve.agent("greeter")["state"], "WAITING_FOR_EVENT");
 
     // Log out; a read session sees the agents and every control is disabled.
     browser.click("#logout");

@@ -474,6 +474,8 @@
     $("unlock-agent").textContent = key;
     $("unlock-why").textContent = a && a.lockout ? "Locked out by " + a.lockout.breaker + ": " + a.lockout.reason : "";
     $("unlock-reason").value = "";
+    // Escape closes a dialog without touching returnValue: clear the last answer first.
+    $("unlock-dialog").returnValue = "";
     $("unlock-dialog").showModal();
     $("unlock-reason").focus();
   }
@@ -508,7 +510,9 @@
   }
   $("halt-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
-    if (ADMIN) $("halt-dialog").showModal();
+    if (!ADMIN) return;
+    $("halt-dialog").returnValue = "";
+    $("halt-dialog").showModal();
   });
   $("halt-dialog").addEventListener("close", async () => {
     if ($("halt-dialog").returnValue !== "halt") return;
