@@ -1000,6 +1000,30 @@ fn the_console_in_a_headless_browser() {
         true
     );
     browser.screenshot("read-only");
+
+    // The journal cannot write: the header says so, and a banner.
+    rusqlite::Connection::open(serve.dir.join("journal.db"))
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER poison BEFORE INSERT ON events WHEN NEW.body LIKE '%poison%'
+             BEGIN SELECT RAISE(ABORT, 'injected write failure'); END;",
+        )
+        .unwrap();
+    let (status, _) = serve.bearer(
+        "POST",
+        "/api/agents/greeter/events",
+        ADMIN,
+        Some(json!({"content": "poison pill"})),
+    );
+    assert_eq!(status, 500);
+    let (_, fleet) = serve.bearer("GET", "/api/fleet", READ, None);
+    assert_eq!(fleet["journal"]["ok"], false, "{fleet}");
+    browser.until(
+        "the degraded banner",
+        "const b = document.getElementById('journal-banner'); \
+         return !b.hidden && b.textContent.includes('Journal degraded')",
+    );
+    browser.screenshot("journal-degraded");
 }
 
 #[test]

@@ -265,7 +265,10 @@
       box.textContent = "⚠ " + locked + " locked out · " + stopped + " stopped · " + busy + " busy";
       box.classList.add("trouble");
     } else {
-      box.textContent = "▶ RUNNING — " + busy + " busy · " + stopped + " stopped · " + (n - busy - stopped) + " idle";
+      const counts = busy + " busy · " + stopped + " stopped · " + (n - busy - stopped) + " idle";
+      if (stopped > 0) box.textContent = "◧ PARTLY HALTED — " + counts;
+      else if (busy > 0) box.textContent = "▶ RUNNING — " + counts;
+      else box.textContent = "○ IDLE — " + counts;
     }
     $("g-agents").textContent = String(n);
   }
