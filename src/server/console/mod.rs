@@ -22,7 +22,7 @@ mod session;
 
 pub use session::{Session, Sessions, MAX_SESSIONS};
 
-use super::api::{access_of_token, Access, ApiError, ApiState, HaltAckBody};
+use super::api::{access_of_token, Access, ApiError, ApiState};
 use actix_web::{
     http::{header, StatusCode},
     web, HttpRequest, HttpResponse,
@@ -327,16 +327,15 @@ async fn halt_form(
     let started = tokio::time::Instant::now();
     let acks = state.supervisor.halt_all().await;
     state.metrics.halt_all.observe(started.elapsed());
-    let halted: Vec<HaltAckBody> = acks
-        .into_iter()
-        .map(|a| HaltAckBody {
-            agent: a.agent.to_string(),
-            state: a.state,
-            discarded: a.discarded,
-        })
-        .collect();
-    tracing::warn!(agents = halted.len(), "HALT ALL from the console form");
-    see_other(&format!("/?halted={}", halted.len())).finish()
+    tracing::warn!(agents = acks.len(), "HALT ALL from the console form");
+    if let Some(cause) = acks.iter().find_map(|a| a.not_durable.as_ref()) {
+        return page(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain; charset=utf-8",
+            format!("HALT ALL applied to {} agents but not durable: {cause}", acks.len()),
+        );
+    }
+    see_other(&format!("/?halted={}", acks.len())).finish()
 }
 
 /// `GET /console/assets/{name}`.
