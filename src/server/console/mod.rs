@@ -332,7 +332,10 @@ async fn halt_form(
         return page(
             StatusCode::SERVICE_UNAVAILABLE,
             "text/plain; charset=utf-8",
-            format!("HALT ALL applied to {} agents but not durable: {cause}", acks.len()),
+            format!(
+                "HALT ALL applied to {} agents but not durable: {cause}",
+                acks.len()
+            ),
         );
     }
     see_other(&format!("/?halted={}", acks.len())).finish()
