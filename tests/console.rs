@@ -858,7 +858,24 @@ fn the_console_in_a_headless_browser() {
         "flaky's timeline",
         "return document.querySelectorAll('#timeline li.fail').length >= 2",
     );
+    // An NPC's world event: its classification (rule, trust) shows on the timeline.
+    let (status, seen) = serve.bearer(
+        "POST",
+        "/api/agents/greeter/world",
+        ADMIN,
+        Some(json!({"speaker": {"id": "p1", "kind": "player"}, "kind": "whisper", "text": "psst"})),
+    );
+    assert_eq!(status, 200, "{seen}");
     browser.goto(&format!("{}/#agent/greeter", serve.url));
+    browser.until(
+        "the classification on the timeline",
+        "const li = document.querySelector('#timeline li[data-type=perceived]'); \
+         return !!li && li.textContent.includes('by rule direct_message, trust 0.9')",
+    );
+    browser.until(
+        "the NPC summary",
+        "return document.getElementById('agent-summary').textContent.includes('NPC: last classification')",
+    );
     browser.until(
         "greeter's detail",
         "return document.getElementById('agent-h').textContent === 'Agent greeter'",
