@@ -463,6 +463,14 @@ fn sessions_expire() {
         .send()
         .unwrap();
     assert_eq!(resp.status().as_u16(), 303);
+    assert_eq!(resp.headers()["location"], "/console/login?expired");
+    let page = http()
+        .get(format!("{}/console/login?expired", serve.url))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(page.contains("Your session has ended"), "{page}");
 }
 
 #[test]

@@ -141,7 +141,13 @@ fn escape(text: &str) -> String {
 /// `GET /`: the console, or the login page's address.
 async fn index(state: web::Data<ApiState>, req: HttpRequest) -> HttpResponse {
     let Some((_, session)) = session_of(&state, &req) else {
-        return see_other("/console/login").finish();
+        // A cookie that names no live session: it expired, or the server restarted.
+        let to = if cookie(&req, SESSION_COOKIE).is_some() {
+            "/console/login?expired"
+        } else {
+            "/console/login"
+        };
+        return see_other(to).finish();
     };
     let role = match session.access {
         Access::Admin => "admin",
