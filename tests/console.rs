@@ -1004,6 +1004,19 @@ fn the_console_in_a_headless_browser() {
         "greeter resumed on screen",
         "return document.querySelector('tr[data-key=greeter]').dataset.state === 'WAITING_FOR_EVENT'",
     );
+    // By keyboard: Enter on HALT ALL opens the dialog with Cancel focused; Enter there cancels.
+    browser.js("document.getElementById('halt-all').focus()");
+    browser.press("\u{E007}");
+    browser.until(
+        "the confirmation, Cancel focused",
+        "return document.getElementById('halt-dialog').open \
+         && document.activeElement.id === 'halt-cancel'",
+    );
+    browser.press("\u{E007}");
+    browser.until(
+        "the dialog closed",
+        "return !document.getElementById('halt-dialog').open",
+    );
     browser.click("#halt-all");
     browser.until(
         "the confirmation",
@@ -1093,6 +1106,19 @@ fn the_first_paint_with_a_thousand_agents() {
         );
     }
     browser.screenshot("thousand");
+    // Pages and filters.
+    browser.click("#page-next");
+    browser.until(
+        "page 2",
+        "return document.querySelector('#agents-body tr').dataset.key === 'worker-00096'",
+    );
+    browser.type_into("#f-text", "worker-0098");
+    browser.until(
+        "the filter",
+        &rows_script(
+            "rows.length === 10 && rows.every(r => r.dataset.key.startsWith('worker-0098'))",
+        ),
+    );
     let best = paints.iter().copied().fold(f64::INFINITY, f64::min);
     say(&format!(
         "console figures: first paint with 1000 agents: {paints:?} ms (best {best:.0} ms)"
