@@ -39,6 +39,7 @@
 //! read_token = "…"                    # WARDEN_READ_TOKEN
 //! listen = "127.0.0.1:7878"           # unless --listen is given
 //! max_body_bytes = 65536
+//! session_ttl_seconds = 28800         # a browser console session (docs/console.md)
 //!
 //! [telemetry]                         # OpenTelemetry (docs/telemetry.md); OTEL_* variables win
 //! endpoint = "http://localhost:4318"  # OTLP/HTTP base URL; /v1/traces is appended
@@ -764,6 +765,8 @@ pub fn defaults_toml() -> String {
          # read_token = \"…\"\n\
          listen = \"{}\"\n\
          max_body_bytes = {}\n\
+         # how long a login to the browser console lasts (docs/console.md)\n\
+         session_ttl_seconds = {}\n\
          \n\
          # OpenTelemetry export (docs/telemetry.md); off unless an endpoint is set here or in\n\
          # OTEL_EXPORTER_OTLP_ENDPOINT. Each OTEL_* variable wins over its key.\n\
@@ -777,6 +780,7 @@ pub fn defaults_toml() -> String {
         WardenConfig::defaults_toml().trim_end(),
         crate::server::api::DEFAULT_LISTEN,
         crate::server::api::DEFAULT_BODY_LIMIT,
+        crate::server::console::DEFAULT_SESSION_TTL_SECONDS,
     )
 }
 
@@ -2039,6 +2043,10 @@ replies = [
                 "max_body_bytes = 0",
                 "api.max_body_bytes: must be at least 1",
             ),
+            (
+                "session_ttl_seconds = 0",
+                "api.session_ttl_seconds: must be at least 1",
+            ),
         ];
         for (api, expected) in cases {
             assert_eq!(with(api).unwrap_err().to_string(), expected, "{api}");
@@ -2050,7 +2058,8 @@ replies = [
             format!(
                 "invalid config: line {line}, column 1: `api.admin_tokn`: unknown field \
                  `admin_tokn`, expected one of `admin_token`, `read_token`, `listen`, \
-                 `max_body_bytes`\n{line} | admin_tokn = \"x\"\n   | ^^^^^^^^^^"
+                 `max_body_bytes`, `session_ttl_seconds`\n{line} | admin_tokn = \"x\"\n   | \
+                 ^^^^^^^^^^"
             )
         );
         let err = with("listen = \"nowhere\"").unwrap_err().to_string();
@@ -2064,6 +2073,7 @@ replies = [
             read_token: Some("file-read".into()),
             listen: None,
             max_body_bytes: Some(100),
+            session_ttl_seconds: None,
         };
         let env = |admin: Option<&'static str>| {
             move |name: &str| match name {

@@ -266,7 +266,7 @@ async fn lockout_refuses_all_work_until_an_authenticated_unlock() {
     assert!(journal
         .events_of("a")
         .iter()
-        .any(|e| matches!(&e.kind, EventKind::Unlocked { operator } if operator == "alice")));
+        .any(|e| matches!(&e.kind, EventKind::Unlocked { operator, .. } if operator == "alice")));
     a.try_send_event(UserEvent::new("again")).unwrap();
     until("answered", || a.status().turns == 6).await;
     assert_eq!(

@@ -27,6 +27,7 @@ fn config() -> ApiConfig {
         admin_token: Some(ADMIN.into()),
         read_token: Some(READ.into()),
         body_limit: 1024,
+        ..ApiConfig::default()
     }
 }
 
@@ -319,7 +320,7 @@ async fn an_event_saying_admin_unlock_unlocks_nothing_only_the_admin_call_does()
     assert_eq!(body["state"], json!(AgentState::WaitingForEvent));
     assert_eq!(body["emergency_stop"], false);
     assert!(f.journal.events_of("a").iter().any(
-        |e| matches!(&e.kind, EventKind::Unlocked { operator } if operator == api::API_OPERATOR)
+        |e| matches!(&e.kind, EventKind::Unlocked { operator, .. } if operator == api::API_OPERATOR)
     ));
     // Unlocking again: nothing to unlock.
     let (status, body) = call!(app, post("/api/agents/a/unlock", Some(ADMIN), None));

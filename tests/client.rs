@@ -52,6 +52,7 @@ fn start(mut config: WardenConfig) -> Running {
         admin_token: Some(ADMIN.into()),
         read_token: Some(READ.into()),
         body_limit: 0,
+        ..ApiConfig::default()
     };
     let state = ApiState::new(team.clone(), api_config)
         .with_bus(bus.clone())

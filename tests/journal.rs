@@ -127,6 +127,7 @@ fn safety_events_are_counted_and_durable_only_once_committed() {
         },
         EventKind::Unlocked {
             operator: "op".into(),
+            note: None,
         },
         EventKind::StateChanged {
             from: AgentState::Executing,
@@ -625,6 +626,7 @@ fn random_kind(rng: &mut SmallRng, i: usize) -> EventKind {
         },
         6 => EventKind::Unlocked {
             operator: "op".into(),
+            note: None,
         },
         7 => EventKind::HistoryReset {
             operator: "op".into(),
@@ -1159,6 +1161,7 @@ async fn recovery_completes_the_lockout_stop_and_unlock_a_crash_cut_in_two() {
                 state_changed(Executing, SafetyLockout),
                 EventKind::Unlocked {
                     operator: "alice".into(),
+                    note: None,
                 },
             ],
             WaitingForEvent,

@@ -394,6 +394,9 @@ pub enum EventKind {
     Unlocked {
         /// Who unlocked it (the authenticated operator's name).
         operator: String,
+        /// Why, in the operator's words (the console asks for a reason); absent: none given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
     },
     /// Record: conversation history cleared.
     HistoryReset {

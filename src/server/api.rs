@@ -3,7 +3,9 @@
 //! Every `/api` call and `/metrics` need `Authorization: Bearer TOKEN`: the read token or the admin
 //! token for `GET`, the admin token for every mutating call (401 without a valid token, 403 for the
 //! read token on a mutating call). Tokens are compared in constant time. With no token configured
-//! nothing under `/api` (nor `/metrics`) is reachable. `GET /healthz` is open.
+//! nothing under `/api` (nor `/metrics`) is reachable. `GET /healthz` is open. A request without an
+//! `Authorization` header may instead carry the browser console's session cookie
+//! ([`crate::server::console`]): the same roles, and `X-CSRF-Token` on every call but `GET`.
 //!
 //! Unlock, emergency clear and history reset come only from here (or the CLI / embedding code),
 //! never from an agent's event content or model output: an event is data, delivered to the agent's
@@ -57,6 +59,9 @@ pub struct ApiConfig {
     pub read_token: Option<String>,
     /// Largest accepted JSON body in bytes (0 = [`DEFAULT_BODY_LIMIT`]).
     pub body_limit: usize,
+    /// How long a console session lasts after its login, in seconds (0 =
+    /// [`crate::server::console::DEFAULT_SESSION_TTL_SECONDS`]).
+    pub session_ttl_seconds: u64,
 }
 
 impl std::fmt::Debug for ApiConfig {
@@ -65,6 +70,7 @@ impl std::fmt::Debug for ApiConfig {
             .field("admin_token", &self.admin_token.as_ref().map(|_| "***"))
             .field("read_token", &self.read_token.as_ref().map(|_| "***"))
             .field("body_limit", &self.body_limit)
+            .field("session_ttl_seconds", &self.session_ttl_seconds)
             .finish()
     }
 }
@@ -85,6 +91,7 @@ impl ApiConfig {
             admin_token: var("WARDEN_ADMIN_TOKEN").or_else(|| section.admin_token.clone()),
             read_token: var("WARDEN_READ_TOKEN").or_else(|| section.read_token.clone()),
             body_limit: section.max_body_bytes.unwrap_or(DEFAULT_BODY_LIMIT),
+            session_ttl_seconds: section.session_ttl_seconds.unwrap_or(0),
         }
     }
 
@@ -134,6 +141,14 @@ impl ApiConfig {
             self.body_limit
         }
     }
+
+    /// How long a console session lasts.
+    pub(crate) fn session_ttl(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(match self.session_ttl_seconds {
+            0 => crate::server::console::DEFAULT_SESSION_TTL_SECONDS,
+            n => n,
+        })
+    }
 }
 
 /// The `[api]` section of a team file. Tokens from the environment win over these.
@@ -152,6 +167,10 @@ pub struct ApiSection {
     /// Largest accepted JSON body in bytes (default [`DEFAULT_BODY_LIMIT`]).
     #[serde(default)]
     pub max_body_bytes: Option<usize>,
+    /// How long a browser console session lasts after its login, in seconds (default
+    /// [`crate::server::console::DEFAULT_SESSION_TTL_SECONDS`], 8 hours).
+    #[serde(default)]
+    pub session_ttl_seconds: Option<u64>,
 }
 
 impl std::fmt::Debug for ApiSection {
@@ -161,6 +180,7 @@ impl std::fmt::Debug for ApiSection {
             .field("read_token", &self.read_token.as_ref().map(|_| "***"))
             .field("listen", &self.listen)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("session_ttl_seconds", &self.session_ttl_seconds)
             .finish()
     }
 }
@@ -183,7 +203,7 @@ impl ApiSection {
     /// # Errors
     ///
     /// [`ApiSectionError`] for the first such value, keyed `api.admin_token`, `api.read_token` or
-    /// `api.max_body_bytes`.
+    /// `api.max_body_bytes` or `api.session_ttl_seconds`.
     pub fn validate(&self) -> Result<(), ApiSectionError> {
         let tokens = [
             ("api.admin_token", &self.admin_token),
@@ -204,6 +224,12 @@ impl ApiSection {
         if self.max_body_bytes == Some(0) {
             return Err(ApiSectionError {
                 key: "api.max_body_bytes",
+                problem: "must be at least 1",
+            });
+        }
+        if self.session_ttl_seconds == Some(0) {
+            return Err(ApiSectionError {
+                key: "api.session_ttl_seconds",
                 problem: "must be at least 1",
             });
         }
@@ -241,6 +267,8 @@ pub struct ApiState {
     pub metrics: Arc<ApiMetrics>,
     /// The open sessions of `/mcp` (the MCP server, [`crate::server::mcp`]).
     pub mcp: Arc<crate::server::mcp::McpSessions>,
+    /// The browser console's logged-in sessions ([`crate::server::console`]).
+    pub console: Arc<crate::server::console::Sessions>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -260,12 +288,13 @@ impl ApiState {
         ApiState {
             supervisor,
             bus: None,
-            config,
             events: None,
             journal: None,
             fates: None,
             metrics: Arc::default(),
             mcp: Arc::default(),
+            console: Arc::new(crate::server::console::Sessions::new(config.session_ttl())),
+            config,
         }
     }
 
@@ -297,7 +326,7 @@ impl ApiState {
 
 /// Whether `given` is the `configured` token, compared in constant time (`subtle`: no early exit on
 /// the first differing byte; only the length can show).
-fn token_matches(configured: &str, given: &str) -> bool {
+pub(crate) fn token_matches(configured: &str, given: &str) -> bool {
     use subtle::ConstantTimeEq;
     bool::from(configured.as_bytes().ct_eq(given.as_bytes()))
 }
@@ -367,41 +396,57 @@ impl From<ControlError> for ApiError {
     }
 }
 
-/// Which token a request carried.
+/// Which token a request carried (or the console session was opened with).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Access {
+pub enum Access {
+    /// The read token: `GET` only.
     Read,
+    /// The admin token: everything.
     Admin,
 }
 
-pub(crate) fn access_of(req: &HttpRequest) -> Result<Access, ApiError> {
-    let state = req
-        .app_data::<web::Data<ApiState>>()
-        .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "api state missing"))?;
-    let token = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(bearer_token)
-        .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "missing bearer token"))?;
+/// What `token` opens: the admin token, the read token, or nothing. Both are compared (in constant
+/// time), so the time taken does not tell which one matched.
+pub(crate) fn access_of_token(config: &ApiConfig, token: &str) -> Option<Access> {
     let matches = |configured: &Option<String>| {
         configured
             .as_deref()
             .is_some_and(|c| token_matches(c, token))
     };
-    // Both are compared, so the time taken does not tell which one matched.
-    let admin = matches(&state.config.admin_token);
-    let read = matches(&state.config.read_token);
+    let admin = matches(&config.admin_token);
+    let read = matches(&config.read_token);
     if admin {
-        Ok(Access::Admin)
+        Some(Access::Admin)
     } else if read {
-        Ok(Access::Read)
+        Some(Access::Read)
     } else {
-        Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "invalid bearer token",
-        ))
+        None
     }
+}
+
+/// Who a request is: its bearer token or, without an `Authorization` header, its console session
+/// cookie ([`crate::server::console`]). A cookie-authenticated request other than `GET`/`HEAD`
+/// must carry `X-CSRF-Token` equal to its session's token (403 otherwise).
+pub(crate) fn access_of(req: &HttpRequest) -> Result<Access, ApiError> {
+    let state = req
+        .app_data::<web::Data<ApiState>>()
+        .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "api state missing"))?;
+    let Some(authorization) = req.headers().get(header::AUTHORIZATION) else {
+        if let Some(access) = crate::server::console::cookie_access(state, req)? {
+            return Ok(access);
+        }
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing bearer token",
+        ));
+    };
+    let token = authorization
+        .to_str()
+        .ok()
+        .and_then(bearer_token)
+        .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "missing bearer token"))?;
+    access_of_token(&state.config, token)
+        .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "invalid bearer token"))
 }
 
 /// Extractor: a request with the read or the admin token.
@@ -554,6 +599,8 @@ routes! {
     POST "/api/interventions/{id}" => answer_intervention,
     GET "/api/events" => events,
     GET "/api/events/recent" => recent_events,
+    GET "/api/fleet" => fleet,
+    GET "/api/breakers/recent" => recent_trips,
 }
 
 /// The OpenAPI 3.1 description of [`ROUTES`], served at `GET /api/openapi.json`.
@@ -575,6 +622,8 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
         // `/mcp` is a protocol endpoint, not a REST route: it answers JSON-RPC, serves the read
         // token too on POST, and takes three methods; it is not in `ROUTES` nor `openapi.json`.
         crate::server::mcp::configure(cfg);
+        // The browser console (`/`, `/console/…`): pages, not REST routes, so not in `ROUTES`.
+        crate::server::console::configure(cfg);
         cfg.default_service(web::to(no_route));
     }
 }
@@ -743,6 +792,55 @@ async fn recent_events(
         )
     })?;
     Ok(HttpResponse::Ok().json(recent))
+}
+
+/// `GET /api/fleet`: the console's header in one read — the team's tokens and cost against its
+/// budgets, agents per state, model calls in flight, pending asks and the journal's health.
+async fn fleet(_: Reader, state: web::Data<ApiState>) -> Handled {
+    let statuses = state.supervisor.statuses();
+    let mut states: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut turns_running = 0;
+    for status in &statuses {
+        let name = serde_json::to_value(status.state)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        *states.entry(name).or_default() += 1;
+        if status.state == warden_protocols::AgentState::Executing {
+            turns_running += 1;
+        }
+    }
+    let llm_calls_in_flight: u64 = warden_actors::provider_limit_stats()
+        .iter()
+        .map(|l| l.in_flight)
+        .sum();
+    let degraded = state.supervisor.journal_degraded();
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "fleet": state.supervisor.fleet_view(),
+        "agents": statuses.len(),
+        "states": states,
+        "turns_running": turns_running,
+        "llm_calls_in_flight": llm_calls_in_flight,
+        "interventions_pending": state.bus.as_ref().map_or(0, |b| b.pending().len()),
+        "journal": { "ok": degraded.is_none(), "degraded": degraded },
+    })))
+}
+
+/// `GET /api/breakers/recent`: trips per breaker since start and the most recent trips and stops
+/// (at most 64, newest first) with their messages; 503 when the team has no safety monitor.
+async fn recent_trips(_: Reader, state: web::Data<ApiState>) -> Handled {
+    let report = state.supervisor.safety_report().await.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this team's safety monitor is not running",
+        )
+    })?;
+    let mut recent = report.recent;
+    recent.reverse();
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "trips": report.trips,
+        "recent": recent,
+    })))
 }
 
 async fn list_agents(_: Reader, state: web::Data<ApiState>) -> Handled {
@@ -1166,12 +1264,38 @@ where
     Ok(HttpResponse::Ok().json(agent.status()))
 }
 
-async fn unlock(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> Handled {
-    control(
-        &state,
-        &key,
-        |a| async move { a.unlock(API_OPERATOR).await },
-    )
+/// `POST /api/agents/{key}/unlock` body (optional): `{"reason": "…"}`, journaled as the
+/// `unlocked` event's `note`. Other fields are ignored (the route took no body before it had this
+/// one, and ignored whatever was sent).
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct UnlockBody {
+    /// Why the operator unlocks (free text; blank counts as none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+async fn unlock(
+    _: Admin,
+    state: web::Data<ApiState>,
+    key: web::Path<String>,
+    body: web::Bytes,
+) -> Handled {
+    if state.supervisor.get(&key).is_none() {
+        return Err(ApiError::unknown_agent(&key));
+    }
+    let body: UnlockBody = if body.iter().all(u8::is_ascii_whitespace) {
+        UnlockBody::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("malformed JSON: {e}")))?
+    };
+    let note = body
+        .reason
+        .map(|r| r.trim().to_owned())
+        .filter(|r| !r.is_empty());
+    control(&state, &key, |a| async move {
+        a.unlock_with_note(API_OPERATOR, note).await
+    })
     .await
 }
 

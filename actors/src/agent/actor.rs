@@ -275,19 +275,11 @@ impl AgentActor {
             let mut rec = self.cell.lock();
             let cell = &self.cell;
             match op {
-                ControlOp::Unlock { operator } | ControlOp::ClearEmergency { operator } => {
-                    if rec.emergency_stop() {
-                        unlock(
-                            cell,
-                            &mut rec,
-                            &operator,
-                            &format!("unlocked by {operator}"),
-                        );
-                        cell.breakers_cleared();
-                        Ok(())
-                    } else {
-                        Err(ControlError::NotActive)
-                    }
+                ControlOp::Unlock { operator, note } => {
+                    lift_lockout(cell, &mut rec, &operator, note)
+                }
+                ControlOp::ClearEmergency { operator } => {
+                    lift_lockout(cell, &mut rec, &operator, None)
                 }
                 ControlOp::ResetHistory { operator } => {
                     cell.emit(
@@ -298,7 +290,7 @@ impl AgentActor {
                     );
                     if rec.emergency_stop() {
                         let cause = format!("history reset by {operator}");
-                        unlock(cell, &mut rec, &operator, &cause);
+                        unlock(cell, &mut rec, &operator, None, &cause);
                     } else if rec.consecutive_errors > 0 {
                         cell.emit(&mut rec, EventKind::ErrorsReset);
                     }
@@ -374,9 +366,16 @@ impl AgentActor {
 ///
 /// A record locked out in another state (only in journals written before lockouts and state changes
 /// were journaled together) journals the unlock alone and keeps its state.
-fn unlock(cell: &AgentCell, rec: &mut AgentRecord, operator: &str, cause: &str) {
+fn unlock(
+    cell: &AgentCell,
+    rec: &mut AgentRecord,
+    operator: &str,
+    note: Option<String>,
+    cause: &str,
+) {
     let unlocked = EventKind::Unlocked {
         operator: operator.to_owned(),
+        note,
     };
     if rec.state == AgentState::SafetyLockout {
         cell.clear_halt();
@@ -384,6 +383,28 @@ fn unlock(cell: &AgentCell, rec: &mut AgentRecord, operator: &str, cause: &str) 
     } else {
         cell.emit(rec, unlocked);
     }
+}
+
+/// An operator's unlock (or emergency clear): lifts the lockout, or [`ControlError::NotActive`]
+/// when the agent is not locked out.
+fn lift_lockout(
+    cell: &AgentCell,
+    rec: &mut AgentRecord,
+    operator: &str,
+    note: Option<String>,
+) -> Result<(), ControlError> {
+    if !rec.emergency_stop() {
+        return Err(ControlError::NotActive);
+    }
+    unlock(
+        cell,
+        rec,
+        operator,
+        note,
+        &format!("unlocked by {operator}"),
+    );
+    cell.breakers_cleared();
+    Ok(())
 }
 
 /// Each cleared message by id and kind (and a user event's pending id).

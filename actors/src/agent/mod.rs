@@ -155,6 +155,8 @@ pub enum ControlOp {
     Unlock {
         /// Who unlocked (authenticated by the caller); journaled.
         operator: String,
+        /// Why (the operator's reason), journaled as the `Unlocked` event's note.
+        note: Option<String>,
     },
     /// The design's `clear_emergency_stop`: same effect as unlock.
     ClearEmergency {
@@ -904,8 +906,25 @@ impl AgentHandle {
     /// The request is queued when the future is first polled; dropping it afterwards does not
     /// withdraw it, only its outcome is lost.
     pub async fn unlock(&self, operator: &str) -> Result<(), ControlError> {
+        self.unlock_with_note(operator, None).await
+    }
+
+    /// [`AgentHandle::unlock`] with the operator's reason, journaled as the `Unlocked` event's
+    /// `note`.
+    ///
+    /// # Errors
+    /// As [`AgentHandle::unlock`].
+    ///
+    /// # Cancel safety
+    /// As [`AgentHandle::unlock`].
+    pub async fn unlock_with_note(
+        &self,
+        operator: &str,
+        note: Option<String>,
+    ) -> Result<(), ControlError> {
         self.control(ControlOp::Unlock {
             operator: operator.into(),
+            note,
         })
         .await
     }
