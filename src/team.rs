@@ -522,6 +522,8 @@ pub struct TeamFile {
     pub telemetry: crate::telemetry::TelemetrySection,
     /// `[mcp_servers.NAME]`: MCP servers whose tools agents name in `tools`.
     pub mcp_servers: BTreeMap<String, McpServerConfig>,
+    /// `[cluster]`: scale-out on NATS JetStream for `warden serve` (docs/cluster.md).
+    pub cluster: crate::cluster::ClusterSection,
     /// One limiter per provider name, made by the first [`TeamFile::provider`] call for it and
     /// shared by every later one (and by clones of this file: one team).
     limiters: Arc<parking_lot::Mutex<BTreeMap<String, Arc<ProviderLimiter>>>>,
@@ -645,6 +647,8 @@ struct TeamDoc {
     telemetry: crate::telemetry::TelemetrySection,
     #[serde(default)]
     mcp_servers: BTreeMap<String, McpServerConfig>,
+    #[serde(default)]
+    cluster: crate::cluster::ClusterSection,
     /// `[workload]`: read by `warden loadtest --config` (`crate::loadtest::workload`), ignored by
     /// `warden run` and `warden serve`.
     #[serde(default)]
@@ -669,6 +673,7 @@ impl TeamDoc {
             api,
             telemetry,
             mcp_servers,
+            cluster,
             workload: _,
         } = self;
         TeamFile {
@@ -688,6 +693,7 @@ impl TeamDoc {
             api,
             telemetry,
             mcp_servers,
+            cluster,
             limiters: Arc::default(),
         }
     }
@@ -1844,7 +1850,7 @@ delegate = false
                 "invalid config: line {line}, column 2: `mailboxes`: unknown field `mailboxes`, \
                  expected one of `safety`, `execution`, `delegation`, `tools`, `mailbox`, \
                  `supervisor`, `journal`, `npc`, `memory`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`, \
-                 `workload`\n\
+                 `cluster`, `workload`\n\
                  {line} | [mailboxes]\n\
                  {} |  ^^^^^^^^^",
                 " ".repeat(line.to_string().len())

@@ -241,6 +241,9 @@ pub struct ApiState {
     pub metrics: Arc<ApiMetrics>,
     /// The open sessions of `/mcp` (the MCP server, [`crate::server::mcp`]).
     pub mcp: Arc<crate::server::mcp::McpSessions>,
+    /// This node's cluster (`warden serve --cluster`): its routes shadow `POST /api/halt` and
+    /// `GET /api/agents` (see [`crate::cluster`]).
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -266,7 +269,14 @@ impl ApiState {
             fates: None,
             metrics: Arc::default(),
             mcp: Arc::default(),
+            cluster: None,
         }
+    }
+
+    /// The cluster this node belongs to.
+    pub fn with_cluster(mut self, cluster: Arc<crate::cluster::Cluster>) -> Self {
+        self.cluster = Some(cluster);
+        self
     }
 
     /// The bus behind `/api/interventions`.
@@ -563,6 +573,7 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg: &mut web::ServiceConfig| {
         let limit = state.config.limit();
+        let cluster = state.cluster.is_some();
         cfg.app_data(web::Data::new(state))
             .app_data(
                 web::JsonConfig::default()
@@ -571,6 +582,9 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
             )
             .app_data(web::QueryConfig::default().error_handler(query_error))
             .app_data(web::PathConfig::default().error_handler(path_error));
+        if cluster {
+            crate::cluster::http::configure(cfg); // first: they shadow their single-node routes
+        }
         register(cfg);
         // `/mcp` is a protocol endpoint, not a REST route: it answers JSON-RPC, serves the read
         // token too on POST, and takes three methods; it is not in `ROUTES` nor `openapi.json`.
@@ -621,9 +635,13 @@ async fn metrics_text(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
         provider_limits: warden_actors::provider_limit_stats(),
         otel: crate::telemetry::stats(),
     };
+    let mut body = metrics::render(&snapshot);
+    if let Some(cluster) = &state.cluster {
+        body.push_str(&crate::cluster::http::metrics(cluster));
+    }
     HttpResponse::Ok()
         .content_type(metrics::CONTENT_TYPE)
-        .body(metrics::render(&snapshot))
+        .body(body)
 }
 
 /// `GET /api/events` query: `?agent=KEY` keeps one agent's events and notices.

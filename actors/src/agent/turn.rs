@@ -784,6 +784,11 @@ pub(super) async fn call_provider(
     token: &CancellationToken,
     request: LlmRequest,
 ) -> Option<Result<LlmResponse, ProviderError>> {
+    // No model call starts while the team's gate is closed (the cluster's fail safe); a halt ends
+    // the wait.
+    if !cell.safety.model_gate.wait_open(token).await {
+        return None;
+    }
     let span = telemetry::chat(cell.provider.name(), cell.provider.model(), &request);
     let result = call_provider_in(cell, token, request)
         .instrument(span.clone())

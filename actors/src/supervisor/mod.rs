@@ -190,6 +190,7 @@ impl SupervisorBuilder {
             monitor: Some(monitor),
             checks: self.safety_checks,
             conversations: Default::default(),
+            model_gate: Default::default(),
         });
         Supervisor::build(self.config, self.journal, arbiters, safety, self.capacity)
     }
@@ -325,6 +326,11 @@ impl Supervisor {
     /// The team's token/cost totals and locked-out share (synchronous).
     pub fn fleet_view(&self) -> FleetView {
         self.shared.safety.team.fleet_view()
+    }
+
+    /// The team's model gate: closed, no model call starts (see [`crate::safety::ModelGate`]).
+    pub fn model_gate(&self) -> &crate::safety::ModelGate {
+        &self.shared.safety.model_gate
     }
 
     /// How many task runs the limit checkpoint keeps extension counts for (at most one per agent).

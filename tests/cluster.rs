@@ -1,0 +1,502 @@
+//! `warden serve --cluster` on real processes: `nats-server -js` children and `warden serve`
+//! children on loopback ports (docs/cluster.md). Each test skips, saying
+//! `SKIPPED: nats-server not installed`, where there is no `nats-server`.
+//!
+//! * A halt on node a stops b and c: over 25 trials, `POST /api/halt` on a returns with every
+//!   node's acknowledgements (b's and c's agents `STOPPED`); p50/p99 of that round trip are
+//!   printed and p99 must be ≤ 1 s.
+//! * A node started after the halt comes up halted.
+//! * A node crash: its leases expire (the fleet listing on the others drops its agents within the
+//!   TTL), a node started meanwhile with the same agent does not start it while the lease lives,
+//!   and the crashed node, restarted, takes its agents back.
+//! * A NATS restart mid-run: the nodes reconnect, the halt key survived, and a later halt reaches
+//!   every node.
+//! * A partition (a TCP proxy between node b and NATS that black-holes the connection): b starts
+//!   no model call within `fail_safe_seconds` (+ one beat), says so in `GET /api/cluster`,
+//!   `/metrics` and its journal; a halt on a meanwhile returns at once listing b as unanswered; once
+//!   healed, b answers the waiting event and then applies the halt it missed.
+//!
+//! Waits poll with deadlines.
+use serde_json::Value;
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+use warden_testkit::{
+    free_port,
+    nats::{NatsServer, Proxy},
+};
+
+const TOKEN: &str = "cluster-test-token";
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("warden-cluster-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A team of `agents` on a scripted model answering after `latency_ms`.
+fn team(agents: &[&str], latency_ms: u64) -> String {
+    let mut text = format!(
+        "[providers.m]\nkind = \"scripted\"\nreplies = [\"done\"]\ncycle = true\nlatency_ms = \
+         {latency_ms}\n\n[cluster]\nfail_safe_seconds = 2\nlease_ttl_seconds = 3\n\
+         halt_ack_timeout_ms = 1500\n"
+    );
+    for agent in agents {
+        text.push_str(&format!(
+            "\n[[agents]]\nkey = \"{agent}\"\nprovider = \"m\"\n"
+        ));
+    }
+    text
+}
+
+/// One `warden serve --cluster URL --node NAME` child.
+struct Node {
+    child: Option<Child>,
+    name: String,
+    port: u16,
+    dir: PathBuf,
+    url: String,
+}
+
+impl Node {
+    fn start(dir: &Path, name: &str, url: &str, agents: &[&str]) -> Node {
+        Node::start_with(dir, name, url, &team(agents, 0))
+    }
+
+    fn start_with(dir: &Path, name: &str, url: &str, team: &str) -> Node {
+        let dir = dir.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("team.toml"), team).unwrap();
+        let mut node = Node {
+            child: None,
+            name: name.into(),
+            port: free_port(),
+            dir,
+            url: url.into(),
+        };
+        node.spawn();
+        node
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(env!("CARGO_BIN_EXE_warden"))
+            .args(["serve", "--config"])
+            .arg(self.dir.join("team.toml"))
+            .arg("--db")
+            .arg(self.dir.join("journal.db"))
+            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+            .args(["--cluster", &self.url, "--node", &self.name])
+            .env("WARDEN_ADMIN_TOKEN", TOKEN)
+            .env_remove("WARDEN_READ_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.join("stderr.log")).unwrap())
+            .spawn()
+            .expect("start warden serve");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while request(self.port, "GET", "/healthz", None).0 != 200 {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("node {} exited with {status}: {}", self.name, self.stderr());
+            }
+            assert!(Instant::now() < deadline, "node {} never served", self.name);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default()
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn get(&self, path: &str) -> Value {
+        let (status, body) = request(self.port, "GET", path, None);
+        assert_eq!(status, 200, "GET {path} on {}: {body}", self.name);
+        serde_json::from_str(&body).unwrap_or(Value::String(body))
+    }
+
+    fn post(&self, path: &str, body: Option<&str>) -> (u16, Value) {
+        let (status, body) = request(self.port, "POST", path, body);
+        (
+            status,
+            serde_json::from_str(&body).unwrap_or(Value::String(body)),
+        )
+    }
+
+    /// Each agent of the fleet listing: (key, node, state).
+    fn fleet(&self) -> Vec<(String, String, String)> {
+        let listed = self.get("/api/agents");
+        let mut fleet: Vec<_> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                let s = |k: &str| a[k].as_str().unwrap_or_default().to_owned();
+                (s("key"), s("node"), s("state"))
+            })
+            .collect();
+        fleet.sort();
+        fleet
+    }
+
+    fn state_of(&self, agent: &str) -> String {
+        self.get(&format!("/api/agents/{agent}"))["state"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection: (status, body); (0, "") when nothing answers.
+fn request(port: u16, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    warden_testkit::blocking_request(port, method, path, TOKEN, body).unwrap_or_default()
+}
+
+/// Polls `cond` every 20 ms until it holds; panics naming `what` after `limit`.
+fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    loop {
+        if cond() {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < limit,
+            "never happened within {limit:?}: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Three nodes, each answering a halt broadcast before the others' acks are in.
+fn three_nodes(dir: &Path, url: &str) -> [Node; 3] {
+    [
+        Node::start(dir, "a", url, &["a1", "a2"]),
+        Node::start(dir, "b", url, &["b1", "b2"]),
+        Node::start(dir, "c", url, &["c1"]),
+    ]
+}
+
+#[test]
+fn a_halt_on_node_a_stops_b_and_c() {
+    let dir = temp_dir("halt");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let [a, b, c] = three_nodes(&dir, &nats.url());
+    wait_until(
+        "every node lists the whole fleet",
+        Duration::from_secs(10),
+        || [&a, &b, &c].iter().all(|n| n.fleet().len() == 5),
+    );
+    assert_eq!(
+        b.fleet(),
+        [
+            ("a1", "a"),
+            ("a2", "a"),
+            ("b1", "b"),
+            ("b2", "b"),
+            ("c1", "c")
+        ]
+        .map(|(k, n)| (k.into(), n.into(), "WAITING_FOR_EVENT".into()))
+    );
+    let trials = 25;
+    let mut took = Vec::new();
+    for trial in 0..trials {
+        // Every agent running again (a resume is local), then a halt on a.
+        let stopped = if trial == 0 {
+            &[][..]
+        } else {
+            &[(&a, &["a1", "a2"][..]), (&b, &["b1", "b2"]), (&c, &["c1"])][..]
+        };
+        for (node, agents) in stopped {
+            for agent in *agents {
+                let (status, body) = node.post(&format!("/api/agents/{agent}/resume"), None);
+                assert_eq!(status, 200, "{body}");
+            }
+        }
+        let started = Instant::now();
+        let (status, body) = a.post("/api/halt", None);
+        took.push(started.elapsed());
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            body["unanswered"],
+            serde_json::json!([]),
+            "trial {trial}: {body}"
+        );
+        let mut halted: Vec<(String, String)> = body["halted"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h["agent"].as_str().unwrap().to_owned(),
+                    format!(
+                        "{} {}",
+                        h["node"].as_str().unwrap(),
+                        h["state"].as_str().unwrap()
+                    ),
+                )
+            })
+            .collect();
+        halted.sort();
+        assert_eq!(halted.len(), 5, "trial {trial}: {body}");
+        assert!(
+            halted.iter().all(|(_, s)| s.ends_with(" STOPPED")),
+            "{body}"
+        );
+        // The acks came from the nodes themselves: their own view agrees.
+        assert_eq!(b.state_of("b1"), "STOPPED");
+        assert_eq!(c.state_of("c1"), "STOPPED");
+        assert_eq!(body["epoch"], trial + 1, "{body}");
+    }
+    took.sort();
+    let (p50, p99) = (percentile(&took, 50.0), percentile(&took, 99.0));
+    eprintln!(
+        "cluster halt a→b,c over {trials} trials (POST /api/halt on a until every node's acks): \
+         p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        p50.as_secs_f64() * 1e3,
+        p99.as_secs_f64() * 1e3,
+        took[took.len() - 1].as_secs_f64() * 1e3
+    );
+    assert!(p99 <= Duration::from_secs(1), "p99 {p99:?}");
+    // Every node's view of the halt key caught up.
+    for node in [&a, &b, &c] {
+        wait_until(
+            "the halt key read everywhere",
+            Duration::from_secs(5),
+            || node.get("/api/cluster")["halt_epoch"] == trials,
+        );
+    }
+}
+
+#[test]
+fn a_node_started_after_the_halt_comes_up_halted() {
+    let dir = temp_dir("late");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let a = Node::start(&dir, "a", &nats.url(), &["a1"]);
+    let (status, body) = a.post("/api/halt", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(a.state_of("a1"), "STOPPED");
+    // b comes up after the halt, with a pending-free agent: halted before it serves.
+    let b = Node::start(&dir, "b", &nats.url(), &["b1"]);
+    assert_eq!(b.state_of("b1"), "STOPPED");
+    assert!(b.stderr().contains("coming up halted"), "{}", b.stderr());
+    let cluster = b.get("/api/cluster");
+    assert_eq!(cluster["halt"]["halted"], true, "{cluster}");
+    assert_eq!(cluster["halt_epoch"], 1, "{cluster}");
+}
+
+#[test]
+fn a_crashed_nodes_leases_expire_and_no_agent_runs_twice() {
+    let dir = temp_dir("crash");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let mut a = Node::start(&dir, "a", &nats.url(), &["shared", "a1"]);
+    let b = Node::start(&dir, "b", &nats.url(), &["b1"]);
+    wait_until("b lists a's agents", Duration::from_secs(10), || {
+        b.fleet().len() == 3
+    });
+    // d's team file has `shared` too: a holds its lease, so d does not start it.
+    let d = Node::start(&dir, "d", &nats.url(), &["shared", "d1"]);
+    let (status, _) = request(d.port, "GET", "/api/agents/shared", None);
+    assert_eq!(status, 404, "d must not start an agent a owns");
+    assert!(
+        d.stderr().contains("agent shared is owned by node a"),
+        "{}",
+        d.stderr()
+    );
+    assert_eq!(d.get("/api/cluster")["elsewhere"]["shared"], "a");
+    drop(d);
+    // kill -9 a: its leases are not renewed and age out of the bucket (TTL 3 s).
+    a.kill();
+    let gone = wait_until(
+        "a's agents leave the fleet",
+        Duration::from_secs(10),
+        || {
+            b.fleet()
+                .iter()
+                .all(|(_, node, _)| node != "a" && node != "d")
+        },
+    );
+    eprintln!(
+        "leases of the killed node expired {:.1} s after the kill",
+        gone.as_secs_f64()
+    );
+    // Restarted under its name, a takes its agents back.
+    a.spawn();
+    assert_eq!(a.state_of("shared"), "WAITING_FOR_EVENT");
+    wait_until("b lists a's agents again", Duration::from_secs(10), || {
+        b.fleet()
+            .iter()
+            .any(|(k, node, _)| k == "shared" && node == "a")
+    });
+}
+
+#[test]
+fn a_nats_restart_mid_run_keeps_the_halt_key_and_halts_still_reach_every_node() {
+    let dir = temp_dir("restart");
+    let Some(mut nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let a = Node::start(&dir, "a", &nats.url(), &["a1"]);
+    let b = Node::start(&dir, "b", &nats.url(), &["b1"]);
+    let (status, body) = a.post("/api/halt", None);
+    assert_eq!(
+        (status, &body["unanswered"]),
+        (200, &serde_json::json!([])),
+        "{body}"
+    );
+    let (status, _) = b.post("/api/agents/b1/resume", None);
+    assert_eq!(status, 200);
+    nats.kill();
+    std::thread::sleep(Duration::from_millis(500));
+    nats.restart();
+    for node in [&a, &b] {
+        wait_until("reconnected", Duration::from_secs(15), || {
+            let cluster = node.get("/api/cluster");
+            cluster["connected"] == true && cluster["heartbeat_age_ms"].as_u64() < Some(1500)
+        });
+    }
+    // The halt key survived (file store): the next halt is epoch 2, and reaches b.
+    let (status, body) = a.post("/api/halt", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["epoch"], 2, "{body}");
+    assert_eq!(body["unanswered"], serde_json::json!([]), "{body}");
+    assert_eq!(b.state_of("b1"), "STOPPED");
+}
+
+#[test]
+fn a_partitioned_node_starts_no_model_call_within_fail_safe_seconds() {
+    let dir = temp_dir("partition");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let proxy = Proxy::start(nats.port);
+    let a = Node::start(&dir, "a", &nats.url(), &["a1"]);
+    let b = Node::start_with(&dir, "b", &proxy.url(), &team(&["b1"], 0));
+    // b answers while connected.
+    let (status, body) = b.post("/api/agents/b1/events?wait=10", Some(r#"{"content":"hi"}"#));
+    assert_eq!(status, 200, "{body}");
+    proxy.black_hole();
+    let cut = Instant::now();
+    // A halt on a meanwhile does not wait for b: b (its heartbeat still lives) is listed as not
+    // answering, after `halt_ack_timeout_ms`.
+    let (status, body) = a.post("/api/halt", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["unanswered"], serde_json::json!(["b"]), "{body}");
+    assert!(
+        cut.elapsed() < Duration::from_millis(1900),
+        "{:?}",
+        cut.elapsed()
+    );
+    let on = wait_until("b's fail safe on", Duration::from_secs(10), || {
+        request(b.port, "GET", "/metrics", None)
+            .1
+            .contains("warden_cluster_fail_safe{node=\"b\"} 1")
+    });
+    let on = cut.elapsed().max(on);
+    eprintln!(
+        "partitioned node: fail safe on {:.2} s after the partition (fail_safe_seconds = 2)",
+        on.as_secs_f64()
+    );
+    // fail_safe_seconds (2) + at most one beat's timeout and the guard's tick.
+    assert!(on <= Duration::from_millis(3200), "{on:?}");
+    assert!(b.get("/api/cluster")["fail_safe"].is_string());
+    // A new event is accepted but its model call does not start.
+    let (status, body) = b.post("/api/agents/b1/events", Some(r#"{"content":"again"}"#));
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let fate = b.get(&format!("/api/agents/b1/events/{id}"));
+    assert_ne!(fate["status"], "answered", "{fate}");
+    assert_eq!(b.get("/api/agents/b1")["turns"], 1);
+    // Healed: b reads the halt key before its gate opens, so the waiting turn is halted, not run.
+    proxy.heal();
+    wait_until("b's fail safe off", Duration::from_secs(15), || {
+        b.get("/api/cluster")["fail_safe"].is_null()
+    });
+    assert_eq!(b.state_of("b1"), "STOPPED");
+    assert_eq!(
+        b.get("/api/agents/b1")["turns"].as_u64(),
+        Some(1),
+        "no call ran after the cut"
+    );
+    assert!(b.stderr().contains("cluster fail safe:"), "{}", b.stderr());
+    // Journaled on b's agent (read with `warden journal tail`).
+    let out = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["journal", "tail", "-n", "500", "--db"])
+        .arg(b.dir.join("journal.db"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("cluster fail safe"), "{text}");
+}
+
+#[test]
+fn serve_refuses_a_bad_cluster_flag_and_an_unreachable_nats() {
+    let dir = temp_dir("flags");
+    std::fs::write(dir.join("team.toml"), team(&["x"], 0)).unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_warden"))
+            .args(["serve", "--config"])
+            .arg(dir.join("team.toml"))
+            .arg("--db")
+            .arg(dir.join("j.db"))
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(args)
+            .env("WARDEN_ADMIN_TOKEN", TOKEN)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["--cluster", "http://x:1", "--node", "a"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("invalid value for `--cluster`: http://x:1"),
+        "{err}"
+    );
+    let (code, err) = run(&["--cluster", "nats://127.0.0.1:1"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("`cluster.node`"), "{err}");
+    let text = team(&["x"], 0).replace("[cluster]\n", "[cluster]\nconnect_timeout_seconds = 1\n");
+    std::fs::write(dir.join("team.toml"), text).unwrap();
+    let port = free_port();
+    let (code, err) = run(&[
+        "--cluster",
+        &format!("nats://127.0.0.1:{port}"),
+        "--node",
+        "a",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("cannot connect to NATS"), "{err}");
+}
