@@ -11,6 +11,9 @@
 //!   and the crashed node, restarted, takes its agents back.
 //! * A NATS restart mid-run: the nodes reconnect, the halt key survived, and a later halt reaches
 //!   every node.
+//! * A lockout on node b: published to the lockout bucket, seen by a, a delegation from a to the
+//!   locked-out agent is refused `emergency_stop`; cut off, b refuses the unlock (503); healed, it
+//!   unlocks.
 //! * A partition (a TCP proxy between node b and NATS that black-holes the connection): b starts
 //!   no model call within `fail_safe_seconds` (+ one beat), says so in `GET /api/cluster`,
 //!   `/metrics` and its journal; a halt on a meanwhile returns at once listing b as unanswered; once
@@ -29,6 +32,11 @@ use warden_testkit::{
 };
 
 const TOKEN: &str = "cluster-test-token";
+
+fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    u64::try_from(since.unwrap_or_default().as_millis()).unwrap_or(u64::MAX)
+}
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("warden-cluster-{}-{name}", std::process::id()));
@@ -171,6 +179,13 @@ fn request(port: u16, method: &str, path: &str, body: Option<&str>) -> (u16, Str
     warden_testkit::blocking_request(port, method, path, TOKEN, body).unwrap_or_default()
 }
 
+/// Waits until `node` knows exactly `others` as its peers (the nodes a halt waits for).
+fn peers(node: &Node, others: &[&str]) {
+    wait_until("the peers known", Duration::from_secs(10), || {
+        node.get("/api/cluster")["peers"] == serde_json::json!(others)
+    });
+}
+
 /// Polls `cond` every 20 ms until it holds; panics naming `what` after `limit`.
 fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) -> Duration {
     let started = Instant::now();
@@ -212,6 +227,8 @@ fn a_halt_on_node_a_stops_b_and_c() {
         Duration::from_secs(10),
         || [&a, &b, &c].iter().all(|n| n.fleet().len() == 5),
     );
+    peers(&a, &["b", "c"]);
+
     assert_eq!(
         b.fleet(),
         [
@@ -367,6 +384,7 @@ fn a_nats_restart_mid_run_keeps_the_halt_key_and_halts_still_reach_every_node() 
     };
     let a = Node::start(&dir, "a", &nats.url(), &["a1"]);
     let b = Node::start(&dir, "b", &nats.url(), &["b1"]);
+    peers(&a, &["b"]);
     let (status, body) = a.post("/api/halt", None);
     assert_eq!(
         (status, &body["unanswered"]),
@@ -401,11 +419,14 @@ fn a_partitioned_node_starts_no_model_call_within_fail_safe_seconds() {
     let proxy = Proxy::start(nats.port);
     let a = Node::start(&dir, "a", &nats.url(), &["a1"]);
     let b = Node::start_with(&dir, "b", &proxy.url(), &team(&["b1"], 0));
+    peers(&a, &["b"]);
+    peers(&b, &["a"]);
     // b answers while connected.
     let (status, body) = b.post("/api/agents/b1/events?wait=10", Some(r#"{"content":"hi"}"#));
     assert_eq!(status, 200, "{body}");
     proxy.black_hole();
     let cut = Instant::now();
+    let cut_ms = now_ms();
     // A halt on a meanwhile does not wait for b: b (its heartbeat still lives) is listed as not
     // answering, after `halt_ack_timeout_ms`.
     let (status, body) = a.post("/api/halt", None);
@@ -416,18 +437,26 @@ fn a_partitioned_node_starts_no_model_call_within_fail_safe_seconds() {
         "{:?}",
         cut.elapsed()
     );
-    let on = wait_until("b's fail safe on", Duration::from_secs(10), || {
+    wait_until("b's fail safe on", Duration::from_secs(10), || {
         request(b.port, "GET", "/metrics", None)
             .1
             .contains("warden_cluster_fail_safe{node=\"b\"} 1")
     });
-    let on = cut.elapsed().max(on);
+    let since_ms = b.get("/api/cluster")["fail_safe_since_ms"]
+        .as_u64()
+        .unwrap();
+    let on = Duration::from_millis(since_ms.saturating_sub(cut_ms));
     eprintln!(
-        "partitioned node: fail safe on {:.2} s after the partition (fail_safe_seconds = 2)",
+        "partitioned node: fail safe on {:.2} s after the partition (fail_safe_seconds = 2, a beat \
+         is 1 s: the silence is counted from the last heartbeat, up to a beat before the cut)",
         on.as_secs_f64()
     );
-    // fail_safe_seconds (2) + at most one beat's timeout and the guard's tick.
-    assert!(on <= Duration::from_millis(3200), "{on:?}");
+    // No later than fail_safe_seconds (2) after the cut, + the guard's tick and a bound beat.
+    assert!(
+        on <= Duration::from_millis(2600),
+        "{on:?} ({:?})",
+        cut.elapsed()
+    );
     assert!(b.get("/api/cluster")["fail_safe"].is_string());
     // A new event is accepted but its model call does not start.
     let (status, body) = b.post("/api/agents/b1/events", Some(r#"{"content":"again"}"#));
@@ -437,6 +466,19 @@ fn a_partitioned_node_starts_no_model_call_within_fail_safe_seconds() {
     let fate = b.get(&format!("/api/agents/b1/events/{id}"));
     assert_ne!(fate["status"], "answered", "{fate}");
     assert_eq!(b.get("/api/agents/b1")["turns"], 1);
+    // A halt on b itself, cut off: b's agent is stopped at once, a is listed as not answering.
+    let started = Instant::now();
+    let (status, body) = b.post("/api/halt", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["halted"][0]["agent"], "b1", "{body}");
+    assert_eq!(body["halted"][0]["state"], "STOPPED", "{body}");
+    assert_eq!(body["unanswered"], serde_json::json!(["a"]), "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(b.state_of("b1"), "STOPPED");
     // Healed: b reads the halt key before its gate opens, so the waiting turn is halted, not run.
     proxy.heal();
     wait_until("b's fail safe off", Duration::from_secs(15), || {
@@ -499,4 +541,74 @@ fn serve_refuses_a_bad_cluster_flag_and_an_unreachable_nats() {
     ]);
     assert_eq!(code, Some(1));
     assert!(err.contains("cannot connect to NATS"), "{err}");
+}
+
+#[test]
+fn a_lockout_on_b_refuses_delegation_from_a_and_an_unlock_needs_a_cluster_write() {
+    let dir = temp_dir("lockout");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let proxy = Proxy::start(nats.port);
+    let cluster =
+        "[cluster]\nfail_safe_seconds = 2\nlease_ttl_seconds = 3\nhalt_ack_timeout_ms = 1000\n";
+    let boss = format!(
+        "[providers.m]\nkind = \"scripted\"\ncycle = true\nreplies = [\n  {{ tool = \"delegate\", \
+         args = {{ agent = \"worker\", task = \"x\" }} }},\n  \"done\",\n]\n\n{cluster}\n\
+         [[agents]]\nkey = \"boss\"\nprovider = \"m\"\n"
+    );
+    let worker = format!(
+        "[safety.breakers]\nmax_consecutive_errors = 1\n\n[providers.m]\nkind = \"scripted\"\n\
+         cycle = true\nreplies = [{{ fail = \"model down\" }}]\n\n{cluster}\n[[agents]]\nkey = \
+         \"worker\"\nprovider = \"m\"\n"
+    );
+    let a = Node::start_with(&dir, "a", &nats.url(), &boss);
+    let b = Node::start_with(&dir, "b", &proxy.url(), &worker);
+    // The worker trips its breaker on b.
+    let (status, body) = b.post("/api/agents/worker/events", Some(r#"{"content":"go"}"#));
+    assert_eq!(status, 202, "{body}");
+    wait_until("worker locked out on b", Duration::from_secs(10), || {
+        b.state_of("worker") == "SAFETY_LOCKOUT"
+    });
+    let seen = wait_until("a sees the lockout", Duration::from_secs(5), || {
+        a.get("/api/cluster")["lockouts"]["worker"]["locked"] == true
+    });
+    eprintln!("lockout on b seen by a after {:.2} s", seen.as_secs_f64());
+    assert_eq!(
+        a.get("/api/cluster")["lockouts"]["worker"]["node"],
+        "b",
+        "the owning node wrote it"
+    );
+    // boss on a delegates to worker: refused as emergency_stop (and then answers).
+    let (status, body) = a.post(
+        "/api/agents/boss/events?wait=10",
+        Some(r#"{"content":"go"}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    let events = a.get("/api/events/recent?agent=boss&limit=100").to_string();
+    assert!(
+        events.contains("delegation_refused") && events.contains("emergency_stop"),
+        "{events}"
+    );
+    // b cut off: the unlock is refused, the worker stays locked out.
+    proxy.black_hole();
+    let (status, body) = b.post("/api/agents/worker/unlock", None);
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("unlock refused"),
+        "{body}"
+    );
+    assert_eq!(b.state_of("worker"), "SAFETY_LOCKOUT");
+    // Unlocking it on a, which does not run it, is refused too.
+    let (status, body) = a.post("/api/agents/worker/unlock", None);
+    assert_eq!(status, 409, "{body}");
+    // Healed: the unlock goes through once the write does.
+    proxy.heal();
+    wait_until("the unlock succeeds", Duration::from_secs(15), || {
+        b.post("/api/agents/worker/unlock", None).0 == 200
+    });
+    assert_eq!(b.state_of("worker"), "WAITING_FOR_EVENT");
+    wait_until("a sees the unlock", Duration::from_secs(5), || {
+        a.get("/api/cluster")["lockouts"]["worker"]["locked"] == false
+    });
 }

@@ -72,11 +72,21 @@ impl Cluster {
         })
         .await;
         match heartbeat {
-            Ok(Ok(())) => self.fail.beat_ok(),
+            Ok(Ok(())) => {
+                self.fail.beat_ok();
+                if let Ok(Ok(nodes)) = tokio::time::timeout(bound, self.nodes()).await {
+                    *self.peers.lock() = nodes
+                        .into_iter()
+                        .map(|n| n.node)
+                        .filter(|n| *n != self.config.node)
+                        .collect();
+                }
+            }
             Ok(Err(e)) => tracing::debug!("cluster heartbeat failed: {e}"),
             Err(_) => tracing::debug!("cluster heartbeat timed out"),
         }
         let _ = tokio::time::timeout(bound, self.renew()).await;
+        let _ = tokio::time::timeout(bound, self.publish_lockouts()).await;
     }
 
     /// Beats until the process ends.

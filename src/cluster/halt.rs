@@ -19,7 +19,7 @@
 
 use super::{Cluster, HALT_KEY, HALT_SUBJECT};
 use async_nats::jetstream::kv::Operation;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use std::{collections::BTreeMap, sync::atomic::Ordering, sync::Arc, time::Duration};
 use warden_actors::{now_ms, HaltAck};
 use warden_protocols::cluster::{AgentHaltAck, HaltState, NodeHaltAck};
@@ -122,51 +122,46 @@ impl Cluster {
         };
         let body = serde_json::to_vec(&state).unwrap_or_default();
         let bound = self.config.halt_ack_timeout;
+        // Every network step bounded: a node cut off answers with its own acks after the bound.
         let inbox = self.client.new_inbox();
-        let replies = tokio::time::timeout(bound, async {
-            let sub = self.client.subscribe(inbox.clone()).await.ok()?;
-            self.client
-                .publish_with_reply(HALT_SUBJECT, inbox, body.into())
-                .await
-                .ok()?;
-            let _ = self.client.flush().await;
-            Some(sub)
-        })
-        .await
-        .ok()
-        .flatten();
+        let replies = match tokio::time::timeout(bound, self.client.subscribe(inbox.clone())).await
+        {
+            Ok(Ok(sub)) => {
+                let sent = self
+                    .client
+                    .publish_with_reply(HALT_SUBJECT, inbox, body.into());
+                tokio::time::timeout(bound, sent)
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .map(|()| sub)
+            }
+            _ => None,
+        };
         actix_rt::spawn(self.clone().write_halt(state));
-        let local = async {
-            match local_acks.take() {
-                Some(acks) => acks,
-                None => local.await,
+        let local = match local_acks.take() {
+            Some(acks) => acks,
+            None => local.await,
+        };
+        // The nodes whose heartbeat lived at the last beat (no network here).
+        let expected = self.peers.lock().clone();
+        let mut remote = BTreeMap::new();
+        let take = |remote: &mut BTreeMap<String, NodeHaltAck>, msg: async_nats::Message| {
+            if let Ok(ack) = serde_json::from_slice::<NodeHaltAck>(&msg.payload) {
+                remote.insert(ack.node.clone(), ack);
             }
         };
-        let nodes = async {
-            tokio::time::timeout(bound, self.nodes())
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default()
-        };
-        let (local, nodes) = futures::join!(local, nodes);
-        let expected: Vec<String> = nodes
-            .into_iter()
-            .map(|n| n.node)
-            .filter(|n| *n != self.config.node)
-            .collect();
-        let mut remote = BTreeMap::new();
         if let Some(mut sub) = replies {
             let deadline = tokio::time::Instant::now() + bound;
             while !expected.iter().all(|n| remote.contains_key(n)) {
                 match tokio::time::timeout_at(deadline, sub.next()).await {
-                    Ok(Some(msg)) => {
-                        if let Ok(ack) = serde_json::from_slice::<NodeHaltAck>(&msg.payload) {
-                            remote.insert(ack.node.clone(), ack);
-                        }
-                    }
+                    Ok(Some(msg)) => take(&mut remote, msg),
                     Ok(None) | Err(_) => break,
                 }
+            }
+            // Answers already in from nodes not known at the last beat (one that just joined).
+            while let Some(Some(msg)) = sub.next().now_or_never() {
+                take(&mut remote, msg);
             }
         }
         let unanswered = expected

@@ -11,7 +11,8 @@ use std::{collections::BTreeSet, fmt::Write as _, sync::atomic::Ordering, time::
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/api/halt", web::post().to(halt))
         .route("/api/agents", web::get().to(agents))
-        .route("/api/cluster", web::get().to(status));
+        .route("/api/cluster", web::get().to(status))
+        .route("/api/agents/{key}/unlock", web::post().to(unlock));
 }
 
 fn cluster(state: &ApiState) -> &std::sync::Arc<Cluster> {
@@ -33,6 +34,51 @@ async fn halt(_: Admin, state: web::Data<ApiState>) -> HttpResponse {
         .await;
     state.metrics.halt_all.observe(started.elapsed());
     HttpResponse::Ok().json(super::halt::halt_body(cluster.node(), &halt))
+}
+
+/// An unlock needs a successful write to the cluster first: `503` when it failed (the agent stays
+/// locked out), `409` for an agent of another node.
+async fn unlock(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> HttpResponse {
+    let cluster = cluster(&state);
+    let Some(agent) = state.supervisor.get(&key) else {
+        let known = cluster.elsewhere.lock().get(key.as_str()).cloned();
+        let elsewhere = match known {
+            Some(node) => Some(node),
+            None => tokio::time::timeout(Duration::from_secs(1), cluster.owner_of(&key))
+                .await
+                .ok()
+                .flatten(),
+        };
+        return match elsewhere {
+            Some(node) => error(
+                actix_web::http::StatusCode::CONFLICT,
+                format!("agent {key} runs on node {node}: unlock it there"),
+            ),
+            None => error(
+                actix_web::http::StatusCode::NOT_FOUND,
+                format!("unknown agent {key}"),
+            ),
+        };
+    };
+    let bound = cluster.config.halt_ack_timeout;
+    match cluster.unlock(&agent, crate::server::api::API_OPERATOR, bound).await {
+        Ok(()) => HttpResponse::Ok().json(agent.status()),
+        Err(Some(control)) => {
+            let err = crate::server::api::ApiError::from(control);
+            error(err.status, err.message)
+        }
+        Err(None) => error(
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "unlock refused: it needs a successful write to the cluster's lockout key, and                  JetStream did not take it within {} ms (this node may be cut off); {key} stays                  locked out",
+                bound.as_millis()
+            ),
+        ),
+    }
+}
+
+fn error(status: actix_web::http::StatusCode, message: String) -> HttpResponse {
+    HttpResponse::build(status).json(serde_json::json!({ "error": message }))
 }
 
 /// Every local agent's live status with `"node"`, then every agent another node's lease names, with
@@ -98,6 +144,8 @@ async fn status(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
         "heartbeat_age_ms": u64::try_from(cluster.fail.silence().as_millis()).unwrap_or(u64::MAX),
         "owned": cluster.owned.lock().keys().collect::<Vec<_>>(),
         "elsewhere": *cluster.elsewhere.lock(),
+        "lockouts": cluster.lockouts(),
+        "peers": *cluster.peers.lock(),
         "nodes": nodes,
     }))
 }

@@ -125,6 +125,14 @@ impl Cluster {
         }
     }
 
+    /// The node whose lease on `agent` lives, if any (`None` too when JetStream does not answer).
+    pub async fn owner_of(&self, agent: &str) -> Option<String> {
+        let value = self.leases.get(kv_key("agent", agent)).await.ok()??;
+        serde_json::from_slice::<AgentLease>(&value)
+            .ok()
+            .map(|l| l.node)
+    }
+
     /// Writes this node's heartbeat. `Ok` means JetStream answered.
     pub(super) async fn write_beat(&self) -> Result<(), String> {
         let beat = NodeBeat {

@@ -20,6 +20,9 @@
 //!   `warden_leases`) it holds; a lease held by another node is not taken while it lives (the bucket's
 //!   `max_age` is the lease TTL, renewals are revision-checked). A node that finds its lease taken
 //!   halts that agent.
+//! * **Lockouts are shared.** A lockout is published to `warden_lockouts` within a beat; a delegation
+//!   to an agent of another node that is locked out there is refused (`emergency_stop`); an unlock
+//!   on a cluster node happens only after its `locked: false` write succeeded.
 //! * **Fail safe.** A node whose heartbeats to JetStream have failed for longer than
 //!   `cluster.fail_safe_seconds` closes the team's model gate: no model call starts until a
 //!   heartbeat succeeds again (after the halt key was read again). It says so in the journal (a
@@ -31,6 +34,7 @@ mod failsafe;
 mod halt;
 pub(crate) mod http;
 mod lease;
+mod lockout;
 
 pub use config::{ClusterConfig, ClusterSection};
 pub use error::ClusterError;
@@ -54,6 +58,8 @@ pub const HALT_BUCKET: &str = "warden_halt";
 pub const HALT_KEY: &str = "halt";
 /// The bucket of agent leases (`agent.KEY`) and node heartbeats (`node.NAME`).
 pub const LEASE_BUCKET: &str = "warden_leases";
+/// The bucket of shared lockouts (`agent.KEY`).
+pub const LOCKOUT_BUCKET: &str = "warden_lockouts";
 /// The core-NATS subject a halt is broadcast on (replies are the acknowledgements).
 pub const HALT_SUBJECT: &str = "warden.cluster.halt";
 
@@ -66,6 +72,13 @@ pub struct Cluster {
     client: async_nats::Client,
     halt_kv: kv::Store,
     leases: kv::Store,
+    lockouts_kv: kv::Store,
+    /// Every agent's shared lockout as last seen (kept by the watch).
+    lockouts: lockout::Lockouts,
+    /// The other nodes whose heartbeat lived at the last beat (whose acks a halt waits for).
+    peers: Mutex<Vec<String>>,
+    /// Agents being unlocked through the cluster now (their lockout is not republished meanwhile).
+    unlocking: Mutex<std::collections::BTreeSet<AgentKey>>,
     supervisor: Supervisor,
     /// The halt epoch this node has applied.
     epoch: AtomicU64,
@@ -108,6 +121,7 @@ impl Cluster {
         let js = async_nats::jetstream::new(client.clone());
         let halt_kv = bucket(&js, HALT_BUCKET, 5, Duration::ZERO).await?;
         let leases = bucket(&js, LEASE_BUCKET, 1, config.lease_ttl).await?;
+        let lockouts_kv = bucket(&js, LOCKOUT_BUCKET, 5, Duration::ZERO).await?;
         let cluster = Arc::new(Cluster {
             instance: format!("{:016x}", rand::random::<u64>()),
             fail: failsafe::FailSafe::new(),
@@ -115,6 +129,10 @@ impl Cluster {
             client,
             halt_kv,
             leases,
+            lockouts_kv,
+            lockouts: Arc::default(),
+            unlocking: Mutex::default(),
+            peers: Mutex::default(),
             supervisor,
             epoch: AtomicU64::new(0),
             halt: Mutex::new((HaltState::default(), 0)),
@@ -157,10 +175,13 @@ impl Cluster {
             );
             self.supervisor.halt_all().await;
         }
+        self.supervisor
+            .set_remote_agents(Arc::new(lockout::LockoutView(self.lockouts.clone())));
         self.fail.beat_ok();
         self.supervisor.model_gate().open();
         actix_rt::spawn(self.clone().answer_halts());
         actix_rt::spawn(self.clone().watch_halt());
+        actix_rt::spawn(self.clone().watch_lockouts());
         actix_rt::spawn(self.clone().beat());
         actix_rt::spawn(self.clone().guard());
         eprintln!(
