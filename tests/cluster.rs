@@ -14,6 +14,9 @@
 //! * A lockout on node b: published to the lockout bucket, seen by a, a delegation from a to the
 //!   locked-out agent is refused `emergency_stop`; cut off, b refuses the unlock (503); healed, it
 //!   unlocks.
+//! * A three-server NATS cluster (replicated buckets): with one server killed the nodes recover and
+//!   a halt reaches every node and is written; with two killed (no quorum) every node fails safe and
+//!   a local halt still works; it is written once the quorum is back.
 //! * A partition (a TCP proxy between node b and NATS that black-holes the connection): b starts
 //!   no model call within `fail_safe_seconds` (+ one beat), says so in `GET /api/cluster`,
 //!   `/metrics` and its journal; a halt on a meanwhile returns at once listing b as unanswered; once
@@ -181,22 +184,38 @@ fn request(port: u16, method: &str, path: &str, body: Option<&str>) -> (u16, Str
 
 /// Waits until `node` knows exactly `others` as its peers (the nodes a halt waits for).
 fn peers(node: &Node, others: &[&str]) {
-    wait_until("the peers known", Duration::from_secs(10), || {
-        node.get("/api/cluster")["peers"] == serde_json::json!(others)
+    let mut last = Value::Null;
+    let known = wait_for(Duration::from_secs(10), || {
+        last = node.get("/api/cluster");
+        last["peers"] == serde_json::json!(others)
     });
+    assert!(
+        known,
+        "{} never knew {others:?} as its peers: {last}",
+        node.name
+    );
 }
 
 /// Polls `cond` every 20 ms until it holds; panics naming `what` after `limit`.
-fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) -> Duration {
+fn wait_until(what: &str, limit: Duration, cond: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    assert!(
+        wait_for(limit, cond),
+        "never happened within {limit:?}: {what}"
+    );
+    started.elapsed()
+}
+
+/// Polls `cond` every 20 ms until it holds (`true`) or `limit` passed (`false`).
+fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let started = Instant::now();
     loop {
         if cond() {
-            return started.elapsed();
+            return true;
         }
-        assert!(
-            started.elapsed() < limit,
-            "never happened within {limit:?}: {what}"
-        );
+        if started.elapsed() >= limit {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -611,4 +630,90 @@ fn a_lockout_on_b_refuses_delegation_from_a_and_an_unlock_needs_a_cluster_write(
     wait_until("a sees the unlock", Duration::from_secs(5), || {
         a.get("/api/cluster")["lockouts"]["worker"]["locked"] == false
     });
+}
+
+/// Healthy: connected, a heartbeat within the last 1.5 s, no fail safe.
+fn healthy_in_cluster(node: &Node) -> bool {
+    let cluster = node.get("/api/cluster");
+    cluster["connected"] == true
+        && cluster["fail_safe"].is_null()
+        && cluster["heartbeat_age_ms"].as_u64() < Some(1500)
+}
+
+#[test]
+fn on_a_three_server_nats_cluster_halts_survive_one_server_and_no_quorum_means_fail_safe() {
+    let dir = temp_dir("quorum");
+    let Some(mut servers) = NatsServer::cluster(&dir, 3) else {
+        return;
+    };
+    let urls: Vec<String> = servers.iter().map(NatsServer::url).collect();
+    // Each node lists every server, its own first.
+    let list = |first: usize| {
+        (0..3)
+            .map(|i| urls[(first + i) % 3].clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let replicated = |agent: &str| {
+        team(&[agent], 0).replace(
+            "[cluster]\n",
+            "[cluster]\nreplicas = 3\nconnect_timeout_seconds = 30\n",
+        )
+    };
+    let a = Node::start_with(&dir, "a", &list(0), &replicated("a1"));
+    let b = Node::start_with(&dir, "b", &list(1), &replicated("b1"));
+    let c = Node::start_with(&dir, "c", &list(2), &replicated("c1"));
+    peers(&b, &["a", "c"]);
+    // One server of three down: the replicated buckets keep their quorum.
+    servers[0].kill();
+    let back = wait_until(
+        "every node healthy on two servers",
+        Duration::from_secs(30),
+        || [&a, &b, &c].iter().all(|n| healthy_in_cluster(n)),
+    );
+    eprintln!(
+        "one NATS server of three killed: every node healthy again after {:.1} s",
+        back.as_secs_f64()
+    );
+    peers(&b, &["a", "c"]);
+    let (status, body) = b.post("/api/halt", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["unanswered"], serde_json::json!([]), "{body}");
+    assert_eq!(body["halted"].as_array().map(Vec::len), Some(3), "{body}");
+    for node in [&a, &b, &c] {
+        wait_until(
+            "the halt key written and read",
+            Duration::from_secs(10),
+            || node.get("/api/cluster")["halt"]["epoch"] == 1,
+        );
+    }
+    // Two of three down: no quorum, no write succeeds: every node fails safe.
+    servers[1].kill();
+    let cut = Instant::now();
+    wait_until("every node fails safe", Duration::from_secs(15), || {
+        [&a, &b, &c]
+            .iter()
+            .all(|n| n.get("/api/cluster")["fail_safe"].is_string())
+    });
+    eprintln!(
+        "two NATS servers of three killed: every node in fail safe after {:.1} s",
+        cut.elapsed().as_secs_f64()
+    );
+    // A local halt still works without the cluster.
+    let (status, _) = c.post("/api/agents/c1/resume", None);
+    assert_eq!(status, 200);
+    let (status, body) = c.post("/api/halt", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["halted"][0]["state"], "STOPPED", "{body}");
+    // Quorum back: the fail safe ends everywhere, and c's halt (epoch 2) was written.
+    servers[0].restart();
+    servers[1].restart();
+    wait_until("every node healthy again", Duration::from_secs(60), || {
+        [&a, &b, &c].iter().all(|n| healthy_in_cluster(n))
+    });
+    wait_until(
+        "c's halt written once the quorum is back",
+        Duration::from_secs(15),
+        || a.get("/api/cluster")["halt"]["epoch"] == 2,
+    );
 }

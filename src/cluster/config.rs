@@ -38,6 +38,11 @@ pub struct ClusterSection {
     /// seconds (1 to 600; default 10).
     #[serde(deserialize_with = "connect_timeout_seconds")]
     pub connect_timeout_seconds: u64,
+    /// Replicas of the buckets this node creates when they are missing (1 to 5; default 1). On a
+    /// NATS cluster of 3 servers, 3 keeps the halt key, leases and lockouts through the loss of one
+    /// server. Buckets that exist are used as they are.
+    #[serde(deserialize_with = "replicas")]
+    pub replicas: u64,
 }
 
 impl Default for ClusterSection {
@@ -49,6 +54,7 @@ impl Default for ClusterSection {
             lease_ttl_seconds: 6,
             halt_ack_timeout_ms: 2000,
             connect_timeout_seconds: 10,
+            replicas: 1,
         }
     }
 }
@@ -68,6 +74,8 @@ pub struct ClusterConfig {
     pub halt_ack_timeout: Duration,
     /// See [`ClusterSection::connect_timeout_seconds`].
     pub connect_timeout: Duration,
+    /// See [`ClusterSection::replicas`].
+    pub replicas: usize,
 }
 
 impl ClusterConfig {
@@ -138,6 +146,7 @@ impl ClusterSection {
             lease_ttl: Duration::from_secs(self.lease_ttl_seconds),
             halt_ack_timeout: Duration::from_millis(self.halt_ack_timeout_ms),
             connect_timeout: Duration::from_secs(self.connect_timeout_seconds),
+            replicas: usize::try_from(self.replicas).unwrap_or(1),
         }))
     }
 }
@@ -209,6 +218,10 @@ fn lease_ttl_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 
 fn halt_ack_timeout_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     in_range(d, 10, 60_000)
+}
+
+fn replicas<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    in_range(d, 1, 5)
 }
 
 fn connect_timeout_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {

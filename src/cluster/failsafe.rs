@@ -75,11 +75,13 @@ impl Cluster {
             Ok(Ok(())) => {
                 self.fail.beat_ok();
                 if let Ok(Ok(nodes)) = tokio::time::timeout(bound, self.nodes()).await {
-                    *self.peers.lock() = nodes
+                    let mut peers: Vec<String> = nodes
                         .into_iter()
                         .map(|n| n.node)
                         .filter(|n| *n != self.config.node)
                         .collect();
+                    peers.sort();
+                    *self.peers.lock() = peers;
                 }
             }
             Ok(Err(e)) => tracing::debug!("cluster heartbeat failed: {e}"),

@@ -119,9 +119,9 @@ impl Cluster {
             .close("cluster: joining (the halt key is not read yet)");
         let client = connect(&config).await?;
         let js = async_nats::jetstream::new(client.clone());
-        let halt_kv = bucket(&js, HALT_BUCKET, 5, Duration::ZERO).await?;
-        let leases = bucket(&js, LEASE_BUCKET, 1, config.lease_ttl).await?;
-        let lockouts_kv = bucket(&js, LOCKOUT_BUCKET, 5, Duration::ZERO).await?;
+        let halt_kv = bucket(&js, &config, HALT_BUCKET, 5, Duration::ZERO).await?;
+        let leases = bucket(&js, &config, LEASE_BUCKET, 1, config.lease_ttl).await?;
+        let lockouts_kv = bucket(&js, &config, LOCKOUT_BUCKET, 5, Duration::ZERO).await?;
         let cluster = Arc::new(Cluster {
             instance: format!("{:016x}", rand::random::<u64>()),
             fail: failsafe::FailSafe::new(),
@@ -238,23 +238,23 @@ async fn connect(config: &ClusterConfig) -> Result<async_nats::Client, ClusterEr
     }
 }
 
-/// Opens the bucket, creating it when missing (`max_age` zero: entries never expire).
+/// Opens the bucket, creating it when missing (`max_age` zero: entries never expire), retrying
+/// until `config.connect_timeout` (a NATS cluster that just started may still be electing its
+/// JetStream leader).
 ///
 /// The bucket's stream is created here rather than by `create_key_value`: the client reads the
 /// account's info first, in a shape nats-server 2.9 does not send. The stream is the one the
 /// client would make (`KV_NAME` on `$KV.NAME.>`, rollups, direct gets, discard new).
 async fn bucket(
     js: &async_nats::jetstream::Context,
+    config: &ClusterConfig,
     name: &str,
     history: i64,
     max_age: Duration,
 ) -> Result<kv::Store, ClusterError> {
     use async_nats::jetstream::stream;
-    if let Ok(store) = js.get_key_value(name).await {
-        return Ok(store);
-    }
     let two_minutes = Duration::from_secs(120);
-    let config = stream::Config {
+    let stream_config = stream::Config {
         name: format!("KV_{name}"),
         subjects: vec![format!("$KV.{name}.>")],
         max_messages_per_subject: history,
@@ -269,16 +269,25 @@ async fn bucket(
         deny_delete: true,
         allow_direct: true,
         discard: stream::DiscardPolicy::New,
-        num_replicas: 1,
+        num_replicas: config.replicas,
         ..Default::default()
     };
-    let created = js.get_or_create_stream(config).await;
-    match js.get_key_value(name).await {
-        Ok(store) => Ok(store),
-        Err(get) => Err(match created {
-            Err(create) => ClusterError::js(&format!("bucket {name}"), create),
-            Ok(_) => ClusterError::js(&format!("bucket {name}"), get),
-        }),
+    let deadline = tokio::time::Instant::now() + config.connect_timeout;
+    loop {
+        if let Ok(store) = js.get_key_value(name).await {
+            return Ok(store);
+        }
+        let created = js.get_or_create_stream(stream_config.clone()).await;
+        match js.get_key_value(name).await {
+            Ok(store) => return Ok(store),
+            Err(get) if tokio::time::Instant::now() >= deadline => {
+                return Err(match created {
+                    Err(create) => ClusterError::js(&format!("bucket {name}"), create),
+                    Ok(_) => ClusterError::js(&format!("bucket {name}"), get),
+                })
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
     }
 }
 

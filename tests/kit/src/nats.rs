@@ -39,6 +39,8 @@ pub struct NatsServer {
     /// The client port.
     pub port: u16,
     store: PathBuf,
+    /// `-n`, `--cluster_name`, `--cluster`, `--routes` for a member of a NATS cluster.
+    cluster_args: Vec<String>,
 }
 
 impl NatsServer {
@@ -57,9 +59,52 @@ impl NatsServer {
             binary,
             port: crate::free_port(),
             store: dir.join("jetstream"),
+            cluster_args: Vec::new(),
         };
         server.restart();
         Some(server)
+    }
+
+    /// A NATS cluster of `n` servers with JetStream (each storing under `dir/sI`, routes between
+    /// them on loopback ports), started and accepting connections; JetStream's meta leader may
+    /// still be electing (clients retry). `None` when `nats-server` is not installed.
+    ///
+    /// # Panics
+    /// If a server does not listen within 10 s.
+    pub fn cluster(dir: &Path, n: usize) -> Option<Vec<NatsServer>> {
+        let binary = nats_server_binary();
+        let Some(binary) = binary else {
+            eprintln!("SKIPPED: nats-server not installed (apt-get install nats-server)");
+            return None;
+        };
+        let routes: Vec<u16> = (0..n).map(|_| crate::free_port()).collect();
+        let servers = (0..n)
+            .map(|i| {
+                let others: Vec<String> = (0..n)
+                    .filter(|&j| j != i)
+                    .map(|j| format!("nats://127.0.0.1:{}", routes[j]))
+                    .collect();
+                let mut server = NatsServer {
+                    child: None,
+                    binary: binary.clone(),
+                    port: crate::free_port(),
+                    store: dir.join(format!("s{i}")),
+                    cluster_args: vec![
+                        "-n".into(),
+                        format!("s{i}"),
+                        "--cluster_name".into(),
+                        "warden-test".into(),
+                        "--cluster".into(),
+                        format!("nats://127.0.0.1:{}", routes[i]),
+                        "--routes".into(),
+                        others.join(","),
+                    ],
+                };
+                server.restart();
+                server
+            })
+            .collect();
+        Some(servers)
     }
 
     /// `nats://127.0.0.1:PORT`.
@@ -92,6 +137,7 @@ impl NatsServer {
                 "-sd",
             ])
             .arg(&self.store)
+            .args(&self.cluster_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
