@@ -346,6 +346,29 @@ fn a_node_started_after_the_halt_comes_up_halted() {
     let cluster = b.get("/api/cluster");
     assert_eq!(cluster["halt"]["halted"], true, "{cluster}");
     assert_eq!(cluster["halt_epoch"], 1, "{cluster}");
+    // The CLI reads a cluster node's answers: the whole fleet, every node's halt acks.
+    let cli = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_warden"))
+            .args(args)
+            .args([
+                "--url",
+                &format!("http://127.0.0.1:{}", b.port),
+                "--token",
+                TOKEN,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let status = cli(&["status"]);
+    assert!(status.contains("a1") && status.contains("b1"), "{status}");
+    let halted = cli(&["halt"]);
+    assert!(halted.contains("a1") && halted.contains("b1"), "{halted}");
 }
 
 #[test]
