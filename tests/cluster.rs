@@ -416,6 +416,19 @@ fn a_crashed_nodes_leases_expire_and_no_agent_runs_twice() {
             .iter()
             .any(|(k, node, _)| k == "shared" && node == "a")
     });
+    // A clean stop (SIGTERM) deletes a's leases: gone from b's listing well within the TTL.
+    let pid = a.child.as_ref().unwrap().id().to_string();
+    assert!(Command::new("kill").arg(&pid).status().unwrap().success());
+    let stopped = Instant::now();
+    let exited = a.child.as_mut().unwrap().wait().unwrap();
+    assert!(exited.success(), "{exited}: {}", a.stderr());
+    wait_until("a's agents leave at once", Duration::from_secs(2), || {
+        b.fleet().iter().all(|(_, node, _)| node != "a")
+    });
+    eprintln!(
+        "leases of the stopped node gone {:.2} s after SIGTERM",
+        stopped.elapsed().as_secs_f64()
+    );
 }
 
 #[test]

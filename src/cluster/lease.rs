@@ -125,6 +125,25 @@ impl Cluster {
         }
     }
 
+    /// Leaves the cluster at a clean stop: this node's leases and heartbeat are deleted, so other
+    /// nodes see it gone at once instead of after the TTL. Bounded by one beat; a failure leaves
+    /// them to expire.
+    pub async fn leave(&self) {
+        let owned: Vec<AgentKey> = self.owned.lock().keys().cloned().collect();
+        let bound = self
+            .config
+            .beat()
+            .max(std::time::Duration::from_millis(500));
+        let deleting = async {
+            for agent in &owned {
+                let _ = self.leases.delete(kv_key("agent", agent.as_str())).await;
+            }
+            let _ = self.leases.delete(kv_key("node", &self.config.node)).await;
+        };
+        let _ = tokio::time::timeout(bound, deleting).await;
+        let _ = self.client.flush().await;
+    }
+
     /// The node whose lease on `agent` lives, if any (`None` too when JetStream does not answer).
     pub async fn owner_of(&self, agent: &str) -> Option<String> {
         let value = self.leases.get(kv_key("agent", agent)).await.ok()??;

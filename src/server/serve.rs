@@ -204,7 +204,7 @@ pub async fn serve_team(
         .with_bus(bus)
         .with_events(hub.clone())
         .with_journal(journal.clone());
-    let state = match cluster {
+    let state = match cluster.clone() {
         Some(cluster) => state.with_cluster(cluster),
         None => state,
     };
@@ -224,6 +224,9 @@ pub async fn serve_team(
         eprintln!("{notice}");
     }
     server.await?;
+    if let Some(cluster) = cluster {
+        cluster.leave().await;
+    }
     supervisor.shutdown().await;
     if let Some(mcp) = mcp {
         mcp.shutdown().await;
