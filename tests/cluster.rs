@@ -513,6 +513,9 @@ fn a_partitioned_node_starts_no_model_call_within_fail_safe_seconds() {
         cut.elapsed()
     );
     assert!(b.get("/api/cluster")["fail_safe"].is_string());
+    let (status, health) = request(b.port, "GET", "/healthz", None);
+    assert_eq!(status, 503, "{health}");
+    assert!(health.contains("cluster fail safe"), "{health}");
     // A new event is accepted but its model call does not start.
     let (status, body) = b.post("/api/agents/b1/events", Some(r#"{"content":"again"}"#));
     assert_eq!(status, 202, "{body}");

@@ -62,6 +62,11 @@ impl FailSafe {
 }
 
 impl Cluster {
+    /// Why this node starts no model call, while its fail safe is on.
+    pub fn fail_safe(&self) -> Option<String> {
+        self.fail.reason()
+    }
+
     /// One beat: the halt key read and applied, the heartbeat written (both: a heartbeat), the
     /// leases renewed.
     async fn beat_once(self: &Arc<Self>) {

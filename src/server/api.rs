@@ -598,6 +598,11 @@ type Handled = Result<HttpResponse, ApiError>;
 /// `200 {"status": "ok"}`, or `503 {"status": "degraded", "journal": …}` while the journal cannot
 /// write (no event is accepted and no turn starts meanwhile).
 async fn healthz(state: web::Data<ApiState>) -> HttpResponse {
+    // A cluster node cut off from JetStream starts no model call: degraded too.
+    if let Some(reason) = state.cluster.as_ref().and_then(|c| c.fail_safe()) {
+        return HttpResponse::ServiceUnavailable()
+            .json(serde_json::json!({ "status": "degraded", "cluster": reason }));
+    }
     match state.supervisor.journal_degraded() {
         None => HttpResponse::Ok().json(serde_json::json!({ "status": "ok" })),
         Some(reason) => HttpResponse::ServiceUnavailable()
