@@ -5,6 +5,9 @@
 //! * Open by default; only [`ModelGate::close`] closes it. Nothing in the runtime closes it itself.
 //! * Checked before every model call (a turn's request, its wrap-up, a memory summary): a call that
 //!   already started is not cut (a halt does that), a call not yet started waits while it is closed.
+//! * Checked again when a call's result comes back: a result is held while the gate is closed, and
+//!   dropped if the agent is halted before it opens (the cluster reads the halt key before it
+//!   opens the gate, so a halt the node missed while cut off makes the result stale).
 //! * The wait ends at once when the agent is halted (its token cancelled), like the budget wait.
 //! * The open path is one atomic read of a `watch` value: no lock, no await.
 
