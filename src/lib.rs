@@ -37,6 +37,8 @@
 
 #[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "server")]
+pub mod cluster;
 #[cfg(feature = "sqlite")]
 pub mod journal;
 #[cfg(feature = "cli")]

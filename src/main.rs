@@ -62,6 +62,13 @@ enum Command {
         /// The journal database file (created if missing).
         #[arg(long, default_value = warden::journal::DEFAULT_DB)]
         db: PathBuf,
+        /// Join a cluster on NATS JetStream (nats://HOST:PORT); needs --node (or [cluster] in the
+        /// team file). See docs/cluster.md.
+        #[arg(long, value_name = "URL")]
+        cluster: Option<String>,
+        /// This node's name in the cluster (letters, digits, - and _).
+        #[arg(long, value_name = "NAME")]
+        node: Option<String>,
     },
     /// Serve a team as an MCP server over standard input/output (for Claude Desktop, an IDE, any
     /// MCP client): tools list_agents, agent_status, event_status, ask_agent, halt, halt_all.
@@ -657,7 +664,13 @@ fn command(cli: Cli) -> ExitCode {
             };
             client(server, call)
         }
-        Command::Serve { config, listen, db } => {
+        Command::Serve {
+            config,
+            listen,
+            db,
+            cluster,
+            node,
+        } => {
             let text = match &config {
                 Some(path) => match std::fs::read_to_string(path) {
                     Ok(text) => text,
@@ -669,7 +682,7 @@ fn command(cli: Cli) -> ExitCode {
                 None => warden::server::DEFAULT_TEAM.to_owned(),
             };
             // Validated as `warden config check` validates it: nothing is spawned from a bad file.
-            let file = match warden::team::TeamFile::from_toml(&text) {
+            let mut file = match warden::team::TeamFile::from_toml(&text) {
                 Ok(file) => file,
                 Err(err) => {
                     match &config {
@@ -679,6 +692,13 @@ fn command(cli: Cli) -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
+            match file.cluster.clone().with_flags(cluster, node) {
+                Ok(section) => file.cluster = section,
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    return ExitCode::FAILURE;
+                }
+            }
             let api = match file.api_config() {
                 Ok(api) => api,
                 Err(err) => {

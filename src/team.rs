@@ -523,6 +523,8 @@ pub struct TeamFile {
     pub telemetry: crate::telemetry::TelemetrySection,
     /// `[mcp_servers.NAME]`: MCP servers whose tools agents name in `tools`.
     pub mcp_servers: BTreeMap<String, McpServerConfig>,
+    /// `[cluster]`: scale-out on NATS JetStream for `warden serve` (docs/cluster.md).
+    pub cluster: crate::cluster::ClusterSection,
     /// One limiter per provider name, made by the first [`TeamFile::provider`] call for it and
     /// shared by every later one (and by clones of this file: one team).
     limiters: Arc<parking_lot::Mutex<BTreeMap<String, Arc<ProviderLimiter>>>>,
@@ -646,6 +648,8 @@ struct TeamDoc {
     telemetry: crate::telemetry::TelemetrySection,
     #[serde(default)]
     mcp_servers: BTreeMap<String, McpServerConfig>,
+    #[serde(default)]
+    cluster: crate::cluster::ClusterSection,
     /// `[workload]`: read by `warden loadtest --config` (`crate::loadtest::workload`), ignored by
     /// `warden run` and `warden serve`.
     #[serde(default)]
@@ -670,6 +674,7 @@ impl TeamDoc {
             api,
             telemetry,
             mcp_servers,
+            cluster,
             workload: _,
         } = self;
         TeamFile {
@@ -689,6 +694,7 @@ impl TeamDoc {
             api,
             telemetry,
             mcp_servers,
+            cluster,
             limiters: Arc::default(),
         }
     }
@@ -1848,7 +1854,7 @@ delegate = false
                 "invalid config: line {line}, column 2: `mailboxes`: unknown field `mailboxes`, \
                  expected one of `safety`, `execution`, `delegation`, `tools`, `mailbox`, \
                  `supervisor`, `journal`, `npc`, `memory`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`, \
-                 `workload`\n\
+                 `cluster`, `workload`\n\
                  {line} | [mailboxes]\n\
                  {} |  ^^^^^^^^^",
                 " ".repeat(line.to_string().len())

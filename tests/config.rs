@@ -218,7 +218,7 @@ fn an_unknown_section_lists_every_section() {
             "error: {}: invalid config: line 1, column 2: `mailboxes`: unknown field `mailboxes`, \
              expected one of `safety`, `execution`, `delegation`, `tools`, `mailbox`, \
              `supervisor`, `journal`, `npc`, `memory`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`, \
-             `workload`\n\
+             `cluster`, `workload`\n\
              1 | [mailboxes]\n  |  ^^^^^^^^^\n",
             file.path()
         )

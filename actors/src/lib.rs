@@ -84,8 +84,8 @@ pub use safety::{
     LimitContext, TeamBudget, Verdict,
 };
 pub use supervisor::{
-    AgentSpec, DelegationError, SpawnError, Supervisor, SupervisorBuilder, TickConfigError,
-    UnknownAgent,
+    AgentSpec, DelegationError, RemoteAgents, SpawnError, Supervisor, SupervisorBuilder,
+    TickConfigError, UnknownAgent,
 };
 pub use tools::{
     Admission, CachePolicy, CacheScope, CircuitConfig, CircuitStep, FnTool, PendingCall, Tool,

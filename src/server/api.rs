@@ -269,6 +269,9 @@ pub struct ApiState {
     pub mcp: Arc<crate::server::mcp::McpSessions>,
     /// The browser console's logged-in sessions ([`crate::server::console`]).
     pub console: Arc<crate::server::console::Sessions>,
+    /// This node's cluster (`warden serve --cluster`): its routes shadow `POST /api/halt` and
+    /// `GET /api/agents` (see [`crate::cluster`]).
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -295,7 +298,14 @@ impl ApiState {
             mcp: Arc::default(),
             console: Arc::new(crate::server::console::Sessions::new(config.session_ttl())),
             config,
+            cluster: None,
         }
+    }
+
+    /// The cluster this node belongs to.
+    pub fn with_cluster(mut self, cluster: Arc<crate::cluster::Cluster>) -> Self {
+        self.cluster = Some(cluster);
+        self
     }
 
     /// The bus behind `/api/interventions`.
@@ -610,6 +620,7 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg: &mut web::ServiceConfig| {
         let limit = state.config.limit();
+        let cluster = state.cluster.is_some();
         cfg.app_data(web::Data::new(state))
             .app_data(
                 web::JsonConfig::default()
@@ -618,6 +629,9 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
             )
             .app_data(web::QueryConfig::default().error_handler(query_error))
             .app_data(web::PathConfig::default().error_handler(path_error));
+        if cluster {
+            crate::cluster::http::configure(cfg); // first: they shadow their single-node routes
+        }
         register(cfg);
         // `/mcp` is a protocol endpoint, not a REST route: it answers JSON-RPC, serves the read
         // token too on POST, and takes three methods; it is not in `ROUTES` nor `openapi.json`.
@@ -633,6 +647,11 @@ type Handled = Result<HttpResponse, ApiError>;
 /// `200 {"status": "ok"}`, or `503 {"status": "degraded", "journal": …}` while the journal cannot
 /// write (no event is accepted and no turn starts meanwhile).
 async fn healthz(state: web::Data<ApiState>) -> HttpResponse {
+    // A cluster node cut off from JetStream starts no model call: degraded too.
+    if let Some(reason) = state.cluster.as_ref().and_then(|c| c.fail_safe()) {
+        return HttpResponse::ServiceUnavailable()
+            .json(serde_json::json!({ "status": "degraded", "cluster": reason }));
+    }
     match state.supervisor.journal_degraded() {
         None => HttpResponse::Ok().json(serde_json::json!({ "status": "ok" })),
         Some(reason) => HttpResponse::ServiceUnavailable()
@@ -670,9 +689,13 @@ async fn metrics_text(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
         provider_limits: warden_actors::provider_limit_stats(),
         otel: crate::telemetry::stats(),
     };
+    let mut body = metrics::render(&snapshot);
+    if let Some(cluster) = &state.cluster {
+        body.push_str(&crate::cluster::http::metrics(cluster));
+    }
     HttpResponse::Ok()
         .content_type(metrics::CONTENT_TYPE)
-        .body(metrics::render(&snapshot))
+        .body(body)
 }
 
 /// `GET /api/events` query: `?agent=KEY` keeps one agent's events and notices.

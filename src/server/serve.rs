@@ -190,13 +190,24 @@ pub async fn serve_team(
         Supervisor::builder(file.config.clone(), Arc::new(hub.journal(journal.clone())))
             .intervention_bus(Arc::new(hub.intervention_bus(bus.clone())))
             .build();
+    let mut file = file;
+    // `[cluster]`: only the agents whose lease this node holds are started; a halted cluster
+    // halts them before anything is served (docs/cluster.md).
+    let cluster = crate::cluster::join_for(&mut file, &supervisor).await?;
     let mcp = file.start_mcp().await?;
     file.spawn_agents_with_mcp(&supervisor, &records, mcp.as_ref())?;
+    if let Some(cluster) = &cluster {
+        cluster.run().await;
+    }
     let notice = token_notice(&config);
     let state = ApiState::new(supervisor.clone(), config)
         .with_bus(bus)
         .with_events(hub.clone())
         .with_journal(journal.clone());
+    let state = match cluster.clone() {
+        Some(cluster) => state.with_cluster(cluster),
+        None => state,
+    };
     let (server, addrs) = listen_on(state, listener)?;
     // actix-web stops gracefully on SIGTERM/SIGINT, waiting for open responses; an event stream
     // never ends by itself, so end them all on the same signals.
@@ -213,6 +224,9 @@ pub async fn serve_team(
         eprintln!("{notice}");
     }
     server.await?;
+    if let Some(cluster) = cluster {
+        cluster.leave().await;
+    }
     supervisor.shutdown().await;
     if let Some(mcp) = mcp {
         mcp.shutdown().await;

@@ -146,6 +146,8 @@ pub(crate) struct TeamSafety {
     pub checks: bool,
     /// The team's NPC↔NPC conversations (their limits and the pair-loop breaker).
     pub conversations: crate::npc::conversation::Conversations,
+    /// Closed by an outside layer (the cluster's fail safe): no model call starts meanwhile.
+    pub model_gate: super::ModelGate,
 }
 
 impl TeamSafety {

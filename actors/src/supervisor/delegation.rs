@@ -27,6 +27,10 @@ impl Supervisor {
             }));
         }
         let Some(delegate) = self.shared.agents.get(to).map(|e| e.cell.clone()) else {
+            // Not here: an agent of another node (the cluster) may be known to be locked out.
+            if let Some(refusal) = self.shared.remote.get().and_then(|r| r.refusal(to)) {
+                return Err(refuse(refusal));
+            }
             return Err(refuse(DelegationRefusal::UnknownDelegate {
                 delegate: to.clone(),
             }));

@@ -99,6 +99,17 @@ struct SupervisorShared {
     npc: Arc<warden_protocols::npc::NpcConfig>,
     /// The team's one tick arbiter (one timer task for every ticking NPC).
     ticks: TickArbiter,
+    /// What another node knows about agents not spawned here (set once, by the cluster layer).
+    remote: OnceLock<Arc<dyn RemoteAgents>>,
+}
+
+/// Agents that run elsewhere (on another node of a cluster): asked by a delegation whose delegate
+/// is not in this team, before it is refused as unknown. Synchronous: answer from what is known
+/// already (a cache kept by watching), never from the network.
+pub trait RemoteAgents: Send + Sync + 'static {
+    /// The refusal for a delegation to `agent`, if one is due (a lockout on its node:
+    /// [`DelegationRefusal::EmergencyStop`]); `None`: refused as unknown, as without a cluster.
+    fn refusal(&self, agent: &AgentKey) -> Option<DelegationRefusal>;
 }
 
 /// Builds a [`Supervisor`]. Must be used inside a running actix `System`.
@@ -192,6 +203,7 @@ impl SupervisorBuilder {
             monitor: Some(monitor),
             checks: self.safety_checks,
             conversations: Default::default(),
+            model_gate: Default::default(),
         });
         Supervisor::build(self.config, self.journal, arbiters, safety, self.capacity)
     }
@@ -296,6 +308,7 @@ impl Supervisor {
             shutting_down: AtomicBool::new(false),
             safety,
             replies: Arc::default(),
+            remote: OnceLock::new(),
         });
         let weak = Arc::downgrade(&shared);
         actix_rt::spawn(async move {
@@ -328,6 +341,17 @@ impl Supervisor {
     /// The team's token/cost totals and locked-out share (synchronous).
     pub fn fleet_view(&self) -> FleetView {
         self.shared.safety.team.fleet_view()
+    }
+
+    /// Sets what is known about agents of other nodes ([`RemoteAgents`]); once (a second call is
+    /// ignored and returns `false`).
+    pub fn set_remote_agents(&self, remote: Arc<dyn RemoteAgents>) -> bool {
+        self.shared.remote.set(remote).is_ok()
+    }
+
+    /// The team's model gate: closed, no model call starts (see [`crate::safety::ModelGate`]).
+    pub fn model_gate(&self) -> &crate::safety::ModelGate {
+        &self.shared.safety.model_gate
     }
 
     /// How many task runs the limit checkpoint keeps extension counts for (at most one per agent).

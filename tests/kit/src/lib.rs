@@ -3,6 +3,8 @@
 //! * [`http`] — a raw HTTP/1.1 server on 127.0.0.1 whose every byte a test scripts: complete
 //!   responses, chunked SSE bodies, connections cut mid-body, stalls, and noticing when the client
 //!   hangs up. The OpenAI provider's tests and the ReAct loop's HTTP tests both use it.
+//! * [`nats`] — real `nats-server` children (JetStream on) and a TCP proxy that black-holes a
+//!   connection, for the cluster tests.
 //! * [`free_port`] — a loopback port nobody listens on (for processes started on a port).
 //!
 //! Scenario helpers over the journal (replays, refusals, outcomes) stay in `tests/common`: they
@@ -11,6 +13,44 @@
 #![warn(missing_docs)]
 
 pub mod http;
+pub mod nats;
+
+/// One blocking HTTP/1.1 request to 127.0.0.1:`port` on a fresh connection (`Connection: close`),
+/// with `Authorization: Bearer token` and a JSON body when given: the status code and the body.
+/// For tests of `warden serve` processes.
+///
+/// # Errors
+/// When the connection or the exchange fails (a read waits at most 20 s).
+pub fn blocking_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Option<&str>,
+) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(20)))?;
+    let body = body.unwrap_or("");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
 
 /// A loopback port that was free a moment ago (bound, then released).
 ///

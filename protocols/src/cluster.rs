@@ -1,0 +1,130 @@
+//! Wire types of the cluster (`warden serve --cluster`, docs/cluster.md): what nodes write to the
+//! JetStream key-value buckets and send each other on NATS subjects. Serde only.
+//!
+//! Every type here is JSON on the wire and tolerant of fields it does not know (no
+//! `deny_unknown_fields`), so that nodes of neighbouring versions can share a cluster.
+
+use crate::{AgentKey, AgentState, AgentStatus};
+use serde::{Deserialize, Serialize};
+
+/// The cluster's halt, the value of the key `halt` in the bucket `warden_halt`. A halt is state,
+/// not a message: the epoch only grows (each halt writes `epoch + 1` by compare-and-swap), and a
+/// node applies any epoch at or above its own.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct HaltState {
+    /// How many cluster halts there were; 0: never halted.
+    pub epoch: u64,
+    /// Whether the cluster is halted (a node that starts now comes up halted).
+    pub halted: bool,
+    /// Why (free text).
+    #[serde(default)]
+    pub reason: String,
+    /// Who asked (the operator's name).
+    #[serde(default)]
+    pub by: String,
+    /// The node that received the halt and wrote it.
+    #[serde(default)]
+    pub node: String,
+    /// When it was written, ms since the Unix epoch.
+    #[serde(default)]
+    pub at_ms: u64,
+}
+
+/// One agent's acknowledgement of a cluster halt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentHaltAck {
+    /// The agent.
+    pub agent: AgentKey,
+    /// Its state after the halt (`STOPPED`, or `SAFETY_LOCKOUT`).
+    pub state: AgentState,
+    /// How many ordinary messages the halt cleared.
+    pub discarded: u64,
+}
+
+/// A node's answer to a halt broadcast (the reply on the request's inbox).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeHaltAck {
+    /// The node answering.
+    pub node: String,
+    /// The halt epoch it is at after applying (or not applying) the broadcast.
+    pub epoch: u64,
+    /// `true` when the broadcast's epoch was below the node's own: not applied.
+    #[serde(default)]
+    pub stale: bool,
+    /// Its agents, once halted.
+    #[serde(default)]
+    pub halted: Vec<AgentHaltAck>,
+}
+
+/// The lease on one agent, the value of `agent.KEY` in the bucket `warden_leases` (whose `max_age`
+/// is the lease TTL: a lease not renewed within it disappears). Renewed by revision-checked update.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentLease {
+    /// The node that owns the agent.
+    pub node: String,
+    /// The owning process (random per start): a restarted node takes its own leases back.
+    #[serde(default)]
+    pub instance: String,
+    /// When it was last renewed, ms since the Unix epoch.
+    pub renewed_ms: u64,
+    /// The agent's status at that renewal (for the fleet listing on every node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<AgentStatus>,
+}
+
+/// A node's heartbeat, the value of `node.NAME` in the bucket `warden_leases`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeBeat {
+    /// The node's name (`--node`).
+    pub node: String,
+    /// The process (random per start).
+    #[serde(default)]
+    pub instance: String,
+    /// When it last wrote this, ms since the Unix epoch.
+    pub renewed_ms: u64,
+    /// The halt epoch it has applied.
+    #[serde(default)]
+    pub halt_epoch: u64,
+    /// Its fail-safe reason, while it starts no model call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_safe: Option<String>,
+    /// The agents it owns.
+    #[serde(default)]
+    pub agents: Vec<AgentKey>,
+}
+
+/// An agent's shared lockout, the value of `agent.KEY` in the bucket `warden_lockouts`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockoutEntry {
+    /// Locked out (`true`) or unlocked.
+    pub locked: bool,
+    /// Why (the breaker's message), or who unlocked it.
+    #[serde(default)]
+    pub reason: String,
+    /// The node that wrote it.
+    pub node: String,
+    /// When, ms since the Unix epoch.
+    pub at_ms: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_halt_state_reads_back_and_tolerates_unknown_fields() {
+        let state = HaltState {
+            epoch: 3,
+            halted: true,
+            reason: "fire".into(),
+            by: "api".into(),
+            node: "a".into(),
+            at_ms: 7,
+        };
+        let text = serde_json::to_string(&state).unwrap();
+        assert_eq!(serde_json::from_str::<HaltState>(&text).unwrap(), state);
+        let newer = r#"{"epoch":4,"halted":false,"extra":1}"#;
+        let read: HaltState = serde_json::from_str(newer).unwrap();
+        assert_eq!((read.epoch, read.halted), (4, false));
+    }
+}

@@ -1,0 +1,303 @@
+//! `[cluster]` in a team file and `warden serve --cluster URL --node NAME` (the flags win).
+//!
+//! Every value is range-checked while the file is read, so a bad one is refused with its key, its
+//! value and its line, like the other sections:
+//!
+//! ```text
+//! invalid config: line 3, column 21: `cluster.fail_safe_seconds`: invalid value 0 (allowed: 1 to 3600)
+//! ```
+
+use serde::{de::Error as _, Deserialize, Deserializer, Serialize};
+use std::time::Duration;
+
+/// The `[cluster]` section. The cluster is on when both `url` and `node` are set (here or by the
+/// flags); see docs/cluster.md.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterSection {
+    /// The NATS server, `nats://HOST:PORT` (JetStream on). `--cluster` wins.
+    #[serde(deserialize_with = "nats_url")]
+    pub url: Option<String>,
+    /// This node's name, unique in the cluster: 1 to 64 letters, digits, `-` and `_`. `--node` wins.
+    #[serde(deserialize_with = "node_name")]
+    pub node: Option<String>,
+    /// How long a node may be cut off from JetStream (no successful heartbeat) before it starts no
+    /// model call, in seconds (1 to 3600; default 10).
+    #[serde(deserialize_with = "fail_safe_seconds")]
+    pub fail_safe_seconds: u64,
+    /// The lease TTL: an agent lease not renewed for this long expires (the lease bucket's
+    /// `max_age`), in seconds (2 to 3600; default 6). Renewals come every TTL/3 (at most every
+    /// second). Every node of a cluster must use the same value: the first node creates the bucket.
+    #[serde(deserialize_with = "lease_ttl_seconds")]
+    pub lease_ttl_seconds: u64,
+    /// How long `POST /api/halt` waits for the other nodes' acknowledgements, in milliseconds
+    /// (10 to 60000; default 2000). A node that did not answer is listed as such.
+    #[serde(deserialize_with = "halt_ack_timeout_ms")]
+    pub halt_ack_timeout_ms: u64,
+    /// How long `warden serve` waits for the first connection to NATS before it gives up, in
+    /// seconds (1 to 600; default 10).
+    #[serde(deserialize_with = "connect_timeout_seconds")]
+    pub connect_timeout_seconds: u64,
+    /// Replicas of the buckets this node creates when they are missing (1 to 5; default 1). On a
+    /// NATS cluster of 3 servers, 3 keeps the halt key, leases and lockouts through the loss of one
+    /// server. Buckets that exist are used as they are.
+    #[serde(deserialize_with = "replicas")]
+    pub replicas: u64,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        ClusterSection {
+            url: None,
+            node: None,
+            fail_safe_seconds: 10,
+            lease_ttl_seconds: 6,
+            halt_ack_timeout_ms: 2000,
+            connect_timeout_seconds: 10,
+            replicas: 1,
+        }
+    }
+}
+
+/// The cluster a node joins: a [`ClusterSection`] with both `url` and `node`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// The NATS server.
+    pub url: String,
+    /// This node's name.
+    pub node: String,
+    /// See [`ClusterSection::fail_safe_seconds`].
+    pub fail_safe: Duration,
+    /// See [`ClusterSection::lease_ttl_seconds`].
+    pub lease_ttl: Duration,
+    /// See [`ClusterSection::halt_ack_timeout_ms`].
+    pub halt_ack_timeout: Duration,
+    /// See [`ClusterSection::connect_timeout_seconds`].
+    pub connect_timeout: Duration,
+    /// See [`ClusterSection::replicas`].
+    pub replicas: usize,
+}
+
+impl ClusterConfig {
+    /// How often leases and the node's heartbeat are written: TTL/3, at most every second.
+    pub fn beat(&self) -> Duration {
+        (self.lease_ttl / 3).min(Duration::from_secs(1))
+    }
+}
+
+impl ClusterSection {
+    /// The section with the `--cluster` and `--node` flags applied (each wins over its key), checked
+    /// as the file's values are.
+    ///
+    /// # Errors
+    /// The flag's name, its value and what is allowed.
+    pub fn with_flags(
+        mut self,
+        url: Option<String>,
+        node: Option<String>,
+    ) -> Result<Self, super::ClusterError> {
+        let flag = |key: &'static str, value: Option<String>, check: Check| match value {
+            None => Ok(None),
+            Some(value) => match check(&value) {
+                Ok(()) => Ok(Some(value)),
+                Err(allowed) => Err(super::ClusterError::Invalid {
+                    key,
+                    value,
+                    allowed,
+                }),
+            },
+        };
+        if let Some(url) = flag("--cluster", url, check_url)? {
+            self.url = Some(url);
+        }
+        if let Some(node) = flag("--node", node, check_node)? {
+            self.node = Some(node);
+        }
+        Ok(self)
+    }
+
+    /// The cluster to join: `None` when neither `url` nor `node` is set (a single node).
+    ///
+    /// # Errors
+    /// [`super::ClusterError::Invalid`] when only one of them is set.
+    pub fn resolve(&self) -> Result<Option<ClusterConfig>, super::ClusterError> {
+        let (url, node) = match (&self.url, &self.node) {
+            (None, None) => return Ok(None),
+            (Some(url), Some(node)) => (url.clone(), node.clone()),
+            (Some(_), None) => {
+                return Err(super::ClusterError::Invalid {
+                    key: "cluster.node",
+                    value: "(unset)".into(),
+                    allowed: "a node name (`--node NAME`) whenever a cluster URL is set",
+                })
+            }
+            (None, Some(_)) => {
+                return Err(super::ClusterError::Invalid {
+                    key: "cluster.url",
+                    value: "(unset)".into(),
+                    allowed: "a NATS URL (`--cluster nats://HOST:PORT`) whenever a node is set",
+                })
+            }
+        };
+        Ok(Some(ClusterConfig {
+            url,
+            node,
+            fail_safe: Duration::from_secs(self.fail_safe_seconds),
+            lease_ttl: Duration::from_secs(self.lease_ttl_seconds),
+            halt_ack_timeout: Duration::from_millis(self.halt_ack_timeout_ms),
+            connect_timeout: Duration::from_secs(self.connect_timeout_seconds),
+            replicas: usize::try_from(self.replicas).unwrap_or(1),
+        }))
+    }
+}
+
+/// A value check: `Err(what is allowed)`.
+type Check = fn(&str) -> Result<(), &'static str>;
+
+const URL_ALLOWED: &str = "nats://HOST:PORT (several separated by commas)";
+const NODE_ALLOWED: &str = "1 to 64 letters, digits, `-` and `_`";
+
+fn check_url(url: &str) -> Result<(), &'static str> {
+    let ok = url.split(',').all(|one| {
+        one.trim()
+            .strip_prefix("nats://")
+            .is_some_and(|rest| !rest.is_empty() && !rest.contains(char::is_whitespace))
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(URL_ALLOWED)
+    }
+}
+
+fn check_node(node: &str) -> Result<(), &'static str> {
+    let ok = (1..=64).contains(&node.len())
+        && node
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(NODE_ALLOWED)
+    }
+}
+
+fn checked<'de, D: Deserializer<'de>>(d: D, check: Check) -> Result<Option<String>, D::Error> {
+    let value = String::deserialize(d)?;
+    check(&value).map_err(|allowed| {
+        D::Error::custom(format!("invalid value {value:?} (allowed: {allowed})"))
+    })?;
+    Ok(Some(value))
+}
+
+fn nats_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    checked(d, check_url)
+}
+
+fn node_name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    checked(d, check_node)
+}
+
+fn in_range<'de, D: Deserializer<'de>>(d: D, min: u64, max: u64) -> Result<u64, D::Error> {
+    let value = i64::deserialize(d)?;
+    match u64::try_from(value) {
+        Ok(v) if (min..=max).contains(&v) => Ok(v),
+        _ => Err(D::Error::custom(format!(
+            "invalid value {value} (allowed: {min} to {max})"
+        ))),
+    }
+}
+
+fn fail_safe_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    in_range(d, 1, 3600)
+}
+
+fn lease_ttl_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    in_range(d, 2, 3600)
+}
+
+fn halt_ack_timeout_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    in_range(d, 10, 60_000)
+}
+
+fn replicas<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    in_range(d, 1, 5)
+}
+
+fn connect_timeout_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    in_range(d, 1, 600)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct Doc {
+        #[serde(default)]
+        cluster: ClusterSection,
+    }
+
+    fn parse(text: &str) -> Result<ClusterSection, String> {
+        warden_protocols::parse_toml::<Doc>(text)
+            .map(|d| d.cluster)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_and_a_full_section() {
+        assert_eq!(parse("").unwrap(), ClusterSection::default());
+        assert_eq!(ClusterSection::default().resolve().unwrap(), None);
+        let section = parse(
+            "[cluster]\nurl = \"nats://127.0.0.1:4222\"\nnode = \"a-1\"\nfail_safe_seconds = 3\n",
+        )
+        .unwrap();
+        let config = section.resolve().unwrap().unwrap();
+        assert_eq!(
+            (config.url.as_str(), config.node.as_str()),
+            ("nats://127.0.0.1:4222", "a-1")
+        );
+        assert_eq!(config.fail_safe, Duration::from_secs(3));
+        assert_eq!(config.beat(), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_bad_value_names_its_key_value_and_line() {
+        let err = parse("[cluster]\nnode = \"a\"\nfail_safe_seconds = 0\n").unwrap_err();
+        assert!(
+            err.starts_with(
+                "invalid config: line 3, column 21: `cluster.fail_safe_seconds`: invalid value 0 \
+                 (allowed: 1 to 3600)"
+            ),
+            "{err}"
+        );
+        let err = parse("[cluster]\nnode = \"a b\"\n").unwrap_err();
+        assert!(
+            err.contains("line 2") && err.contains("`cluster.node`"),
+            "{err}"
+        );
+        let err = parse("[cluster]\nurl = \"http://x\"\n").unwrap_err();
+        assert!(
+            err.contains("`cluster.url`") && err.contains("nats://"),
+            "{err}"
+        );
+        let err = parse("[cluster]\nnodes = \"a\"\n").unwrap_err();
+        assert!(err.contains("unknown field `nodes`"), "{err}");
+    }
+
+    #[test]
+    fn flags_win_and_both_url_and_node_are_needed() {
+        let section = ClusterSection::default()
+            .with_flags(Some("nats://h:1".into()), None)
+            .unwrap();
+        assert!(section
+            .resolve()
+            .unwrap_err()
+            .to_string()
+            .contains("cluster.node"));
+        let err = ClusterSection::default()
+            .with_flags(None, Some("no/slash".into()))
+            .unwrap_err();
+        assert!(err.to_string().contains("--node"), "{err}");
+    }
+}

@@ -1,0 +1,309 @@
+//! The halt as state: the key `halt` of the bucket `warden_halt` holds a [`HaltState`]
+//! `{epoch, halted, reason, by, node, at_ms}`.
+//!
+//! ```text
+//! POST /api/halt on node a
+//!   1. every local agent's halt flag raised (SystemHalt, priority 0)      no network
+//!   2. epoch = max(own, last read) + 1; published on warden.cluster.halt   core NATS, bounded
+//!   3. halt key ← epoch by compare-and-swap (background, retried)         JetStream
+//!   4. acks: the local ones, then each node's reply until all known
+//!      nodes answered or cluster.halt_ack_timeout_ms                       listed per node
+//! every node
+//!   broadcast with epoch ≥ own → halt_all, reply with its acks (below own: `stale`)
+//!   KV watch / heartbeat poll with epoch > own → halt_all
+//! ```
+//!
+//! Model calls carry the epoch: applying a cluster epoch halts every local agent, which moves each
+//! agent's own halt epoch on, and a model result that comes back under an earlier one is dropped
+//! (the turn's staleness check).
+
+use super::{Cluster, HALT_KEY, HALT_SUBJECT};
+use async_nats::jetstream::kv::Operation;
+use futures::{FutureExt, StreamExt};
+use std::{collections::BTreeMap, sync::atomic::Ordering, sync::Arc, time::Duration};
+use warden_actors::{now_ms, HaltAck};
+use warden_protocols::cluster::{AgentHaltAck, HaltState, NodeHaltAck};
+
+/// What a cluster halt gathered: this node's acks, each other node's, and the nodes that did not
+/// answer in time.
+#[derive(Debug)]
+pub struct ClusterHalt {
+    /// The epoch written.
+    pub epoch: u64,
+    /// This node's agents.
+    pub local: Vec<HaltAck>,
+    /// The other nodes' answers, by node.
+    pub remote: BTreeMap<String, NodeHaltAck>,
+    /// Nodes with a live heartbeat that did not answer within the timeout.
+    pub unanswered: Vec<String>,
+}
+
+fn agent_acks(acks: &[HaltAck]) -> Vec<AgentHaltAck> {
+    acks.iter()
+        .map(|a| AgentHaltAck {
+            agent: a.agent.clone(),
+            state: a.state,
+            discarded: a.discarded,
+        })
+        .collect()
+}
+
+impl Cluster {
+    /// The halt epoch this node has applied.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// The halt key as last read.
+    pub fn halt_state(&self) -> HaltState {
+        self.halt.lock().0.clone()
+    }
+
+    /// Reads the halt key: its state and revision (0 and the default state when it was never
+    /// written).
+    pub(super) async fn read_halt(&self) -> Result<(HaltState, u64), String> {
+        let entry = self
+            .halt_kv
+            .entry(HALT_KEY)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(match entry.filter(|e| e.operation == Operation::Put) {
+            None => (HaltState::default(), 0),
+            Some(e) => (
+                serde_json::from_slice(&e.value).unwrap_or_default(),
+                e.revision,
+            ),
+        })
+    }
+
+    /// Applies `state` read from the key (watch or poll): remembered; a halt above this node's
+    /// epoch halts every local agent.
+    async fn seen(&self, state: HaltState, revision: u64) {
+        {
+            let mut halt = self.halt.lock();
+            if revision < halt.1 {
+                return;
+            }
+            *halt = (state.clone(), revision);
+        }
+        if state.halted && self.epoch.fetch_max(state.epoch, Ordering::SeqCst) < state.epoch {
+            tracing::warn!(epoch = state.epoch, by = %state.by, node = %state.node, "cluster halt applied");
+            self.supervisor.halt_all().await;
+        }
+    }
+
+    /// Reads the key and applies it (every heartbeat: the watch's fallback).
+    pub(super) async fn poll_halt(&self) -> Result<(), String> {
+        let (state, revision) = self.read_halt().await?;
+        self.seen(state, revision).await;
+        Ok(())
+    }
+
+    /// Halts the whole cluster: this node's agents first (before any network), then the broadcast,
+    /// the key's compare-and-swap (in the background) and the other nodes' acknowledgements.
+    pub async fn halt(self: &Arc<Self>, reason: &str, by: &str) -> ClusterHalt {
+        let local = self.supervisor.halt_all();
+        futures::pin_mut!(local);
+        // The first poll raises every local halt flag (see `Supervisor::halt_all`).
+        let mut local_acks = match futures::poll!(local.as_mut()) {
+            std::task::Poll::Ready(acks) => Some(acks),
+            std::task::Poll::Pending => None,
+        };
+        let seen = self.halt.lock().0.epoch;
+        let epoch = self.epoch().max(seen) + 1;
+        self.epoch.fetch_max(epoch, Ordering::SeqCst);
+        let state = HaltState {
+            epoch,
+            halted: true,
+            reason: reason.into(),
+            by: by.into(),
+            node: self.config.node.clone(),
+            at_ms: now_ms(),
+        };
+        let body = serde_json::to_vec(&state).unwrap_or_default();
+        let bound = self.config.halt_ack_timeout;
+        // Every network step bounded: a node cut off answers with its own acks after the bound.
+        let inbox = self.client.new_inbox();
+        let replies = match tokio::time::timeout(bound, self.client.subscribe(inbox.clone())).await
+        {
+            Ok(Ok(sub)) => {
+                let sent = self
+                    .client
+                    .publish_with_reply(HALT_SUBJECT, inbox, body.into());
+                tokio::time::timeout(bound, sent)
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .map(|()| sub)
+            }
+            _ => None,
+        };
+        actix_rt::spawn(self.clone().write_halt(state));
+        let local = match local_acks.take() {
+            Some(acks) => acks,
+            None => local.await,
+        };
+        // The nodes whose heartbeat lived at the last beat (no network here).
+        let expected = self.peers.lock().clone();
+        let mut remote = BTreeMap::new();
+        let take = |remote: &mut BTreeMap<String, NodeHaltAck>, msg: async_nats::Message| {
+            if let Ok(ack) = serde_json::from_slice::<NodeHaltAck>(&msg.payload) {
+                remote.insert(ack.node.clone(), ack);
+            }
+        };
+        if let Some(mut sub) = replies {
+            let deadline = tokio::time::Instant::now() + bound;
+            while !expected.iter().all(|n| remote.contains_key(n)) {
+                match tokio::time::timeout_at(deadline, sub.next()).await {
+                    Ok(Some(msg)) => take(&mut remote, msg),
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            // Answers already in from nodes not known at the last beat (one that just joined).
+            while let Some(Some(msg)) = sub.next().now_or_never() {
+                take(&mut remote, msg);
+            }
+        }
+        let unanswered = expected
+            .into_iter()
+            .filter(|n| !remote.contains_key(n))
+            .collect();
+        ClusterHalt {
+            epoch,
+            local,
+            remote,
+            unanswered,
+        }
+    }
+
+    /// Writes `state` to the halt key by compare-and-swap, retrying until it lands or a halt at or
+    /// above its epoch is there. Never awaited by a halt.
+    async fn write_halt(self: Arc<Self>, mut state: HaltState) {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let written = async {
+                let (current, revision) = self.read_halt().await?;
+                if current.halted && current.epoch >= state.epoch {
+                    return Ok(true);
+                }
+                state.epoch = state.epoch.max(current.epoch + 1);
+                let body = serde_json::to_vec(&state).unwrap_or_default();
+                let result = if revision == 0 {
+                    self.halt_kv
+                        .create(HALT_KEY, body.into())
+                        .await
+                        .map_err(|e| e.to_string())
+                } else {
+                    self.halt_kv
+                        .update(HALT_KEY, body.into(), revision)
+                        .await
+                        .map_err(|e| e.to_string())
+                };
+                // A lost race is retried at once with the new revision.
+                Ok::<bool, String>(result.is_ok())
+            }
+            .await;
+            match written {
+                Ok(true) => {
+                    self.epoch.fetch_max(state.epoch, Ordering::SeqCst);
+                    return;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!("cluster halt not written yet (retrying): {e}");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    /// Answers halt broadcasts: an epoch at or above this node's halts every local agent; the
+    /// reply carries the acks. Resubscribes if the subscription ends.
+    pub(super) async fn answer_halts(self: Arc<Self>) {
+        loop {
+            let Ok(mut sub) = self.client.subscribe(HALT_SUBJECT).await else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            };
+            while let Some(msg) = sub.next().await {
+                let Ok(state) = serde_json::from_slice::<HaltState>(&msg.payload) else {
+                    continue;
+                };
+                if state.node == self.config.node {
+                    continue; // our own: applied before it was sent
+                }
+                let own = self.epoch();
+                let ack = if state.epoch >= own {
+                    self.epoch.fetch_max(state.epoch, Ordering::SeqCst);
+                    let acks = self.supervisor.halt_all().await;
+                    tracing::warn!(epoch = state.epoch, from = %state.node, "cluster halt applied (broadcast)");
+                    NodeHaltAck {
+                        node: self.config.node.clone(),
+                        epoch: state.epoch,
+                        stale: false,
+                        halted: agent_acks(&acks),
+                    }
+                } else {
+                    NodeHaltAck {
+                        node: self.config.node.clone(),
+                        epoch: own,
+                        stale: true,
+                        halted: Vec::new(),
+                    }
+                };
+                if let Some(reply) = msg.reply {
+                    let body = serde_json::to_vec(&ack).unwrap_or_default();
+                    let _ = self.client.publish(reply, body.into()).await;
+                }
+            }
+        }
+    }
+
+    /// Watches the halt key; restarts the watch when it ends (a NATS restart).
+    pub(super) async fn watch_halt(self: Arc<Self>) {
+        loop {
+            if let Ok(mut watch) = self.halt_kv.watch(HALT_KEY).await {
+                while let Some(Ok(entry)) = watch.next().await {
+                    if entry.operation != Operation::Put {
+                        continue;
+                    }
+                    if let Ok(state) = serde_json::from_slice::<HaltState>(&entry.value) {
+                        self.seen(state, entry.revision).await;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// The acks of a cluster halt as JSON: `halted` lists every agent's ack with its node (this node's
+/// first), `nodes` each node's answer, `unanswered` the nodes that did not answer in time.
+pub(crate) fn halt_body(node: &str, halt: &ClusterHalt) -> serde_json::Value {
+    let mut halted = Vec::new();
+    let mut nodes = Vec::new();
+    let mut add = |node: &str, acks: &[AgentHaltAck], stale: bool| {
+        for a in acks {
+            halted.push(serde_json::json!({
+                "agent": a.agent, "state": a.state, "discarded": a.discarded, "node": node,
+            }));
+        }
+        nodes.push(serde_json::json!({
+            "node": node, "answered": true, "stale": stale, "agents": acks.len(),
+        }));
+    };
+    add(node, &agent_acks(&halt.local), false);
+    for (name, ack) in &halt.remote {
+        add(name, &ack.halted, ack.stale);
+    }
+    for name in &halt.unanswered {
+        nodes.push(serde_json::json!({ "node": name, "answered": false }));
+    }
+    serde_json::json!({
+        "epoch": halt.epoch,
+        "halted": halted,
+        "nodes": nodes,
+        "unanswered": halt.unanswered,
+    })
+}

@@ -1,0 +1,205 @@
+//! The routes a cluster node answers differently (registered before the API's own, which they
+//! shadow): `POST /api/halt` halts every node, `GET /api/agents` lists the whole fleet, and
+//! `GET /api/cluster` tells this node's view of the cluster. Plus the `/metrics` lines.
+
+use super::Cluster;
+use crate::server::api::{Admin, ApiState, Reader};
+use actix_web::{web, HttpResponse};
+use std::{collections::BTreeSet, fmt::Write as _, sync::atomic::Ordering, time::Duration};
+
+/// Registers the cluster's routes (only when the state has a cluster).
+pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/api/halt", web::post().to(halt))
+        .route("/api/agents", web::get().to(agents))
+        .route("/api/cluster", web::get().to(status))
+        .route("/api/agents/{key}/unlock", web::post().to(unlock));
+}
+
+fn cluster(state: &ApiState) -> &std::sync::Arc<Cluster> {
+    // Registered only with a cluster (see `configure`'s caller).
+    state
+        .cluster
+        .as_ref()
+        .expect("cluster routes without a cluster")
+}
+
+async fn halt(_: Admin, state: web::Data<ApiState>) -> HttpResponse {
+    let cluster = cluster(&state);
+    let started = tokio::time::Instant::now();
+    let halt = cluster
+        .halt(
+            "operator halt via the API",
+            crate::server::api::API_OPERATOR,
+        )
+        .await;
+    state.metrics.halt_all.observe(started.elapsed());
+    HttpResponse::Ok().json(super::halt::halt_body(cluster.node(), &halt))
+}
+
+/// An unlock needs a successful write to the cluster first: `503` when it failed (the agent stays
+/// locked out), `409` for an agent of another node.
+async fn unlock(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> HttpResponse {
+    let cluster = cluster(&state);
+    let Some(agent) = state.supervisor.get(&key) else {
+        let known = cluster.elsewhere.lock().get(key.as_str()).cloned();
+        let elsewhere = match known {
+            Some(node) => Some(node),
+            None => tokio::time::timeout(Duration::from_secs(1), cluster.owner_of(&key))
+                .await
+                .ok()
+                .flatten(),
+        };
+        return match elsewhere {
+            Some(node) => error(
+                actix_web::http::StatusCode::CONFLICT,
+                format!("agent {key} runs on node {node}: unlock it there"),
+            ),
+            None => error(
+                actix_web::http::StatusCode::NOT_FOUND,
+                format!("unknown agent {key}"),
+            ),
+        };
+    };
+    let bound = cluster.config.halt_ack_timeout;
+    match cluster.unlock(&agent, crate::server::api::API_OPERATOR, bound).await {
+        Ok(()) => HttpResponse::Ok().json(agent.status()),
+        Err(Some(control)) => {
+            let err = crate::server::api::ApiError::from(control);
+            error(err.status, err.message)
+        }
+        Err(None) => error(
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "unlock refused: it needs a successful write to the cluster's lockout key, and                  JetStream did not take it within {} ms (this node may be cut off); {key} stays                  locked out",
+                bound.as_millis()
+            ),
+        ),
+    }
+}
+
+fn error(status: actix_web::http::StatusCode, message: String) -> HttpResponse {
+    HttpResponse::build(status).json(serde_json::json!({ "error": message }))
+}
+
+/// Every local agent's live status with `"node"`, then every agent another node's lease names, with
+/// the status of its last renewal.
+async fn agents(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
+    let cluster = cluster(&state);
+    let mut listed = Vec::new();
+    let mut seen = BTreeSet::new();
+    for status in state.supervisor.statuses() {
+        seen.insert(status.key.to_string());
+        listed.push(with_node(serde_json::to_value(&status), cluster.node()));
+    }
+    let fleet = tokio::time::timeout(Duration::from_secs(2), cluster.fleet()).await;
+    let remote_error = match fleet {
+        Ok(Ok(leases)) => {
+            for lease in leases {
+                let Some(status) = lease.status else { continue };
+                if lease.node == cluster.node() || !seen.insert(status.key.to_string()) {
+                    continue;
+                }
+                listed.push(with_node(serde_json::to_value(&status), &lease.node));
+            }
+            None
+        }
+        Ok(Err(e)) => Some(e),
+        Err(_) => Some("no answer from JetStream within 2 s".to_owned()),
+    };
+    let mut response = HttpResponse::Ok();
+    if let Some(e) = remote_error {
+        // The local agents are still listed; the header says the rest is missing.
+        response.insert_header(("Warden-Fleet-Partial", e));
+    }
+    response.json(listed)
+}
+
+fn with_node(value: serde_json::Result<serde_json::Value>, node: &str) -> serde_json::Value {
+    let mut value = value.unwrap_or_default();
+    if let Some(map) = value.as_object_mut() {
+        map.insert("node".into(), node.into());
+    }
+    value
+}
+
+/// `GET /api/cluster`: this node, its fail safe, the halt key as last read, the live nodes.
+async fn status(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
+    let cluster = cluster(&state);
+    // Not while cut off (it would only wait for its timeout): `null` then.
+    let nodes = match cluster.fail.reason() {
+        Some(_) => None,
+        None => tokio::time::timeout(Duration::from_millis(500), cluster.nodes())
+            .await
+            .ok()
+            .and_then(Result::ok),
+    };
+    HttpResponse::Ok().json(serde_json::json!({
+        "node": cluster.node(),
+        "url": cluster.config.url,
+        "connected": cluster.connected(),
+        "halt_epoch": cluster.epoch(),
+        "halt": cluster.halt_state(),
+        "fail_safe": cluster.fail.reason(),
+        "fail_safe_since_ms": cluster.fail.since_ms(),
+        "heartbeat_age_ms": u64::try_from(cluster.fail.silence().as_millis()).unwrap_or(u64::MAX),
+        "owned": cluster.owned.lock().keys().collect::<Vec<_>>(),
+        "elsewhere": *cluster.elsewhere.lock(),
+        "lockouts": cluster.lockouts(),
+        "peers": *cluster.peers.lock(),
+        "nodes": nodes,
+    }))
+}
+
+/// The cluster's `/metrics` families.
+pub(crate) fn metrics(cluster: &Cluster) -> String {
+    let node = cluster.node();
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, value: String| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        let _ = writeln!(out, "{name}{{node=\"{node}\"}} {value}");
+    };
+    family(
+        "warden_cluster_fail_safe",
+        "gauge",
+        "1 while this node starts no model call (cut off from JetStream).",
+        u8::from(cluster.fail.reason().is_some()).to_string(),
+    );
+    family(
+        "warden_cluster_fail_safe_entered_total",
+        "counter",
+        "How many times the fail safe came on.",
+        cluster.fail.entered.load(Ordering::Relaxed).to_string(),
+    );
+    family(
+        "warden_cluster_heartbeat_age_seconds",
+        "gauge",
+        "Seconds since the last successful heartbeat to JetStream.",
+        format!("{:.3}", cluster.fail.silence().as_secs_f64()),
+    );
+    family(
+        "warden_cluster_halt_epoch",
+        "gauge",
+        "The cluster halt epoch this node has applied.",
+        cluster.epoch().to_string(),
+    );
+    family(
+        "warden_cluster_connected",
+        "gauge",
+        "1 while the NATS connection is up.",
+        u8::from(cluster.connected()).to_string(),
+    );
+    family(
+        "warden_cluster_agents_owned",
+        "gauge",
+        "Agents whose lease this node holds.",
+        cluster.owned.lock().len().to_string(),
+    );
+    out
+}
+
+impl Cluster {
+    /// Whether the NATS connection is up now.
+    pub fn connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+    }
+}

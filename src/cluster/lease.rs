@@ -1,0 +1,204 @@
+//! Agent leases and node heartbeats, both in the bucket `warden_leases`, whose `max_age` is the
+//! lease TTL (nats-server 2.9 has no per-key TTL: an entry not rewritten within the bucket's
+//! `max_age` ages out, and with it the lease).
+//!
+//! * `agent.KEY` — [`AgentLease`]: created by the node that starts the agent (`create` fails while
+//!   another node's lease lives), renewed every beat by `update` over the revision last written (a
+//!   renewal that finds another node's lease gives the agent up: it is halted here).
+//! * `node.NAME` — [`NodeBeat`]: this node's heartbeat; every node lists the others from these.
+//!
+//! The renewal carries the agent's status, so that `GET /api/agents` on any node lists the whole
+//! fleet (remote statuses are at most one beat old).
+
+use super::{kv_key, Cluster, ClusterError};
+use async_nats::jetstream::kv::{CreateErrorKind, Operation};
+use std::sync::Arc;
+use warden_actors::now_ms;
+use warden_protocols::{
+    cluster::{AgentLease, NodeBeat},
+    AgentKey, HaltCause,
+};
+
+impl Cluster {
+    fn lease(&self, agent: &AgentKey) -> AgentLease {
+        AgentLease {
+            node: self.config.node.clone(),
+            instance: self.instance.clone(),
+            renewed_ms: now_ms(),
+            status: self.supervisor.get(agent.as_str()).map(|a| a.status()),
+        }
+    }
+
+    /// Claims `agent`'s lease at join: free or this node's (a restart) → owned; another node's →
+    /// not started here.
+    pub(super) async fn claim(&self, agent: &AgentKey) -> Result<(), ClusterError> {
+        let key = kv_key("agent", agent.as_str());
+        for _ in 0..3 {
+            let body = serde_json::to_vec(&self.lease(agent)).unwrap_or_default();
+            let current = self
+                .leases
+                .entry(key.clone())
+                .await
+                .map_err(|e| ClusterError::js("reading a lease", e))?
+                .filter(|e| e.operation == Operation::Put);
+            let written = match &current {
+                None => match self.leases.create(&key, body.into()).await {
+                    Ok(revision) => Ok(revision),
+                    Err(e) if e.kind() == CreateErrorKind::AlreadyExists => continue,
+                    Err(e) => Err(ClusterError::js("creating a lease", e)),
+                },
+                Some(entry) => {
+                    let holder = serde_json::from_slice::<AgentLease>(&entry.value).ok();
+                    match holder {
+                        Some(lease) if lease.node != self.config.node => {
+                            self.elsewhere.lock().insert(agent.clone(), lease.node);
+                            return Ok(());
+                        }
+                        _ => match self.leases.update(&key, body.into(), entry.revision).await {
+                            Ok(revision) => Ok(revision),
+                            Err(_) => continue,
+                        },
+                    }
+                }
+            };
+            self.owned.lock().insert(agent.clone(), written?);
+            return Ok(());
+        }
+        Err(ClusterError::JetStream(format!(
+            "the lease of {agent} changed under every claim"
+        )))
+    }
+
+    /// Renews every owned lease (one beat). A lease that expired meanwhile is created again; one
+    /// another node took is given up, and the agent halted here.
+    pub(super) async fn renew(self: &Arc<Self>) {
+        let owned: Vec<(AgentKey, u64)> = self
+            .owned
+            .lock()
+            .iter()
+            .map(|(k, r)| (k.clone(), *r))
+            .collect();
+        for (agent, revision) in owned {
+            let key = kv_key("agent", agent.as_str());
+            let body = serde_json::to_vec(&self.lease(&agent)).unwrap_or_default();
+            let renewed = match self
+                .leases
+                .update(&key, body.clone().into(), revision)
+                .await
+            {
+                Ok(revision) => Some(revision),
+                Err(_) => self.retake(&agent, &key, body).await,
+            };
+            if let Some(revision) = renewed {
+                self.owned.lock().insert(agent, revision);
+            }
+        }
+    }
+
+    /// After a failed renewal: the lease expired (create it again), is still ours under another
+    /// revision (update over it), or another node holds it (give the agent up). `None`: not renewed.
+    async fn retake(self: &Arc<Self>, agent: &AgentKey, key: &str, body: Vec<u8>) -> Option<u64> {
+        let entry = self.leases.entry(key).await.ok()?;
+        match entry.filter(|e| e.operation == Operation::Put) {
+            None => self.leases.create(key, body.into()).await.ok(),
+            Some(entry) => {
+                let lease = serde_json::from_slice::<AgentLease>(&entry.value).ok()?;
+                if lease.node == self.config.node {
+                    return self
+                        .leases
+                        .update(key, body.into(), entry.revision)
+                        .await
+                        .ok();
+                }
+                eprintln!(
+                    "warden: cluster: the lease of {agent} is now node {}'s: halting it here",
+                    lease.node
+                );
+                self.owned.lock().remove(agent);
+                let cause = HaltCause::Operator {
+                    operator: format!("cluster: lease lost to node {}", lease.node),
+                };
+                self.elsewhere.lock().insert(agent.clone(), lease.node);
+                let _ = self.supervisor.halt(agent.as_str(), cause).await;
+                None
+            }
+        }
+    }
+
+    /// Leaves the cluster at a clean stop: this node's leases and heartbeat are deleted, so other
+    /// nodes see it gone at once instead of after the TTL. Bounded by one beat; a failure leaves
+    /// them to expire.
+    pub async fn leave(&self) {
+        let owned: Vec<AgentKey> = self.owned.lock().keys().cloned().collect();
+        let bound = self
+            .config
+            .beat()
+            .max(std::time::Duration::from_millis(500));
+        let deleting = async {
+            for agent in &owned {
+                let _ = self.leases.delete(kv_key("agent", agent.as_str())).await;
+            }
+            let _ = self.leases.delete(kv_key("node", &self.config.node)).await;
+        };
+        let _ = tokio::time::timeout(bound, deleting).await;
+        let _ = self.client.flush().await;
+    }
+
+    /// The node whose lease on `agent` lives, if any (`None` too when JetStream does not answer).
+    pub async fn owner_of(&self, agent: &str) -> Option<String> {
+        let value = self.leases.get(kv_key("agent", agent)).await.ok()??;
+        serde_json::from_slice::<AgentLease>(&value)
+            .ok()
+            .map(|l| l.node)
+    }
+
+    /// Writes this node's heartbeat. `Ok` means JetStream answered.
+    pub(super) async fn write_beat(&self) -> Result<(), String> {
+        let beat = NodeBeat {
+            node: self.config.node.clone(),
+            instance: self.instance.clone(),
+            renewed_ms: now_ms(),
+            halt_epoch: self.epoch(),
+            fail_safe: self.fail.reason(),
+            agents: self.owned.lock().keys().cloned().collect(),
+        };
+        let body = serde_json::to_vec(&beat).unwrap_or_default();
+        self.leases
+            .put(kv_key("node", &self.config.node), body.into())
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Every live entry of the lease bucket with the given prefix (`agent` or `node`), decoded.
+    async fn listed<T: serde::de::DeserializeOwned>(&self, prefix: &str) -> Result<Vec<T>, String> {
+        use futures::StreamExt;
+        let mut keys = self.leases.keys().await.map_err(|e| e.to_string())?;
+        let mut wanted = Vec::new();
+        while let Some(key) = keys.next().await {
+            let key = key.map_err(|e| e.to_string())?;
+            if key.starts_with(prefix) && key[prefix.len()..].starts_with('.') {
+                wanted.push(key);
+            }
+        }
+        let mut out = Vec::with_capacity(wanted.len());
+        for key in wanted {
+            if let Ok(Some(value)) = self.leases.get(key).await {
+                if let Ok(item) = serde_json::from_slice(&value) {
+                    out.push(item);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The nodes whose heartbeat lives (this one included).
+    pub async fn nodes(&self) -> Result<Vec<NodeBeat>, String> {
+        self.listed("node").await
+    }
+
+    /// Every agent lease that lives (the whole fleet, with each agent's node).
+    pub async fn fleet(&self) -> Result<Vec<AgentLease>, String> {
+        self.listed("agent").await
+    }
+}

@@ -1,0 +1,317 @@
+//! Scale-out on NATS JetStream: `warden serve --cluster nats://HOST:PORT --node NAME`
+//! (docs/cluster.md). No home-made consensus or membership: every shared fact is a JetStream
+//! key-value entry, every fast path a core-NATS subject.
+//!
+//! Files: `config.rs` (`[cluster]`, the flags), `error.rs`, `lease.rs` (agent leases, node
+//! heartbeats, the fleet listing), `halt.rs` (the halt as state), `failsafe.rs` (no model call while
+//! cut off), `http.rs` (the routes a cluster node answers differently). Wire types are in
+//! [`warden_protocols::cluster`].
+//!
+//! # Invariants
+//! * **A halt never waits on NATS.** The node that receives `POST /api/halt` raises every local
+//!   agent's halt flag (priority 0) before it touches the network; the broadcast, the KV write and the
+//!   acknowledgements come after, each bounded by a timeout, and the KV write retries in the
+//!   background until it lands.
+//! * **The halt epoch only grows.** It is written by compare-and-swap (`epoch + 1` over the revision
+//!   read), and a node applies any epoch above its own, from the broadcast, the KV watch or the poll
+//!   on every heartbeat, whichever comes first. A node that starts while the cluster is halted halts
+//!   its agents before it serves (the model gate is closed until then).
+//! * **An agent runs on one node.** A node starts only the agents whose lease (`agent.KEY` in
+//!   `warden_leases`) it holds; a lease held by another node is not taken while it lives (the bucket's
+//!   `max_age` is the lease TTL, renewals are revision-checked). A node that finds its lease taken
+//!   halts that agent.
+//! * **Lockouts are shared.** A lockout is published to `warden_lockouts` within a beat; a delegation
+//!   to an agent of another node that is locked out there is refused (`emergency_stop`); an unlock
+//!   on a cluster node happens only after its `locked: false` write succeeded.
+//! * **Fail safe.** A node whose heartbeats to JetStream have failed for longer than
+//!   `cluster.fail_safe_seconds` closes the team's model gate: no model call starts until a
+//!   heartbeat succeeds again (after the halt key was read again). It says so in the journal (a
+//!   `safety_alert` on every local agent), `GET /api/cluster` and `/metrics`.
+
+mod config;
+mod error;
+mod failsafe;
+mod halt;
+pub(crate) mod http;
+mod lease;
+mod lockout;
+
+pub use config::{ClusterConfig, ClusterSection};
+pub use error::ClusterError;
+
+use async_nats::jetstream::kv;
+use parking_lot::Mutex;
+use std::{
+    collections::BTreeMap,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+use warden_actors::Supervisor;
+use warden_protocols::{cluster::HaltState, AgentKey};
+
+/// The bucket of the halt key.
+pub const HALT_BUCKET: &str = "warden_halt";
+/// The halt key.
+pub const HALT_KEY: &str = "halt";
+/// The bucket of agent leases (`agent.KEY`) and node heartbeats (`node.NAME`).
+pub const LEASE_BUCKET: &str = "warden_leases";
+/// The bucket of shared lockouts (`agent.KEY`).
+pub const LOCKOUT_BUCKET: &str = "warden_lockouts";
+/// The core-NATS subject a halt is broadcast on (replies are the acknowledgements).
+pub const HALT_SUBJECT: &str = "warden.cluster.halt";
+
+/// This node's membership of a cluster. Made by [`Cluster::join`] before the team is spawned,
+/// started by [`Cluster::run`] after.
+pub struct Cluster {
+    config: ClusterConfig,
+    /// Random per process: a restarted node takes its own leases back.
+    instance: String,
+    client: async_nats::Client,
+    halt_kv: kv::Store,
+    leases: kv::Store,
+    lockouts_kv: kv::Store,
+    /// Every agent's shared lockout as last seen (kept by the watch).
+    lockouts: lockout::Lockouts,
+    /// The other nodes whose heartbeat lived at the last beat (whose acks a halt waits for).
+    peers: Mutex<Vec<String>>,
+    /// Agents being unlocked through the cluster now (their lockout is not republished meanwhile).
+    unlocking: Mutex<std::collections::BTreeSet<AgentKey>>,
+    supervisor: Supervisor,
+    /// The halt epoch this node has applied.
+    epoch: AtomicU64,
+    /// The halt key as last read (and its revision).
+    halt: Mutex<(HaltState, u64)>,
+    /// Agents this node holds the lease of, with the lease's revision.
+    owned: Mutex<BTreeMap<AgentKey, u64>>,
+    /// Agents of the team file another node owns (not started here), with that node.
+    elsewhere: Mutex<BTreeMap<AgentKey, String>>,
+    fail: failsafe::FailSafe,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("node", &self.config.node)
+            .field("url", &self.config.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// Joins the cluster for `supervisor`'s team: closes the team's model gate (until
+    /// [`Cluster::run`]), connects, opens (or creates) the buckets, reads the halt key and claims the
+    /// leases of `agents`. The agents whose lease another node holds are not this node's
+    /// ([`Cluster::owns`]).
+    ///
+    /// # Errors
+    /// [`ClusterError::Connect`] when NATS cannot be reached within the connect timeout,
+    /// [`ClusterError::JetStream`] when JetStream refuses.
+    pub async fn join(
+        config: ClusterConfig,
+        supervisor: Supervisor,
+        agents: &[AgentKey],
+    ) -> Result<Arc<Cluster>, ClusterError> {
+        supervisor
+            .model_gate()
+            .close("cluster: joining (the halt key is not read yet)");
+        let client = connect(&config).await?;
+        let js = async_nats::jetstream::new(client.clone());
+        let halt_kv = bucket(&js, &config, HALT_BUCKET, 5, Duration::ZERO).await?;
+        let leases = bucket(&js, &config, LEASE_BUCKET, 1, config.lease_ttl).await?;
+        let lockouts_kv = bucket(&js, &config, LOCKOUT_BUCKET, 5, Duration::ZERO).await?;
+        let cluster = Arc::new(Cluster {
+            instance: format!("{:016x}", rand::random::<u64>()),
+            fail: failsafe::FailSafe::new(),
+            config,
+            client,
+            halt_kv,
+            leases,
+            lockouts_kv,
+            lockouts: Arc::default(),
+            unlocking: Mutex::default(),
+            peers: Mutex::default(),
+            supervisor,
+            epoch: AtomicU64::new(0),
+            halt: Mutex::new((HaltState::default(), 0)),
+            owned: Mutex::default(),
+            elsewhere: Mutex::default(),
+        });
+        let (state, revision) = cluster
+            .read_halt()
+            .await
+            .map_err(|e| ClusterError::js("reading the halt key", e))?;
+        cluster.epoch.store(state.epoch, Ordering::SeqCst);
+        *cluster.halt.lock() = (state, revision);
+        for key in agents {
+            cluster.claim(key).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// Whether this node holds `agent`'s lease (and so starts it).
+    pub fn owns(&self, agent: &str) -> bool {
+        self.owned.lock().contains_key(agent)
+    }
+
+    /// This node's name.
+    pub fn node(&self) -> &str {
+        &self.config.node
+    }
+
+    /// Starts the node's part after the team is spawned: a halted cluster halts the team first,
+    /// then the model gate opens and the subscriber, watch, heartbeat and fail-safe tasks start.
+    pub async fn run(self: &Arc<Self>) {
+        let state = self.halt.lock().0.clone();
+        for (agent, node) in self.elsewhere.lock().iter() {
+            eprintln!("warden: cluster: agent {agent} is owned by node {node}: not started here");
+        }
+        if state.halted {
+            eprintln!(
+                "warden: cluster is halted (epoch {}, by {} on node {}: {}): coming up halted",
+                state.epoch, state.by, state.node, state.reason
+            );
+            self.supervisor.halt_all().await;
+        }
+        self.supervisor
+            .set_remote_agents(Arc::new(lockout::LockoutView(self.lockouts.clone())));
+        self.fail.beat_ok();
+        self.supervisor.model_gate().open();
+        actix_rt::spawn(self.clone().answer_halts());
+        actix_rt::spawn(self.clone().watch_halt());
+        actix_rt::spawn(self.clone().watch_lockouts());
+        actix_rt::spawn(self.clone().beat());
+        actix_rt::spawn(self.clone().guard());
+        eprintln!(
+            "warden: cluster node {} joined {} ({} agents owned, halt epoch {})",
+            self.config.node,
+            self.config.url,
+            self.owned.lock().len(),
+            state.epoch
+        );
+    }
+}
+
+/// `warden serve`'s hook: with a `[cluster]`, joins it for `file`'s agents and keeps in `file` only
+/// those this node owns (`None`: no cluster, `file` untouched).
+///
+/// # Errors
+/// Those of [`ClusterSection::resolve`] and [`Cluster::join`].
+pub async fn join_for(
+    file: &mut crate::team::TeamFile,
+    supervisor: &Supervisor,
+) -> Result<Option<Arc<Cluster>>, ClusterError> {
+    let Some(config) = file.cluster.resolve()? else {
+        return Ok(None);
+    };
+    let keys: Vec<AgentKey> = file.agents.iter().map(|a| a.key.as_str().into()).collect();
+    let cluster = Cluster::join(config, supervisor.clone(), &keys).await?;
+    file.agents.retain(|a| cluster.owns(&a.key));
+    Ok(Some(cluster))
+}
+
+/// Connects with fast reconnects (a NATS restart is noticed within a second of its return).
+async fn connect(config: &ClusterConfig) -> Result<async_nats::Client, ClusterError> {
+    let options = async_nats::ConnectOptions::new()
+        .name(format!("warden-{}", config.node))
+        .connection_timeout(config.connect_timeout)
+        .ping_interval(Duration::from_secs(1))
+        .request_timeout(Some(config.beat().max(Duration::from_millis(500))))
+        .max_reconnects(None)
+        .reconnect_delay_callback(|attempts| {
+            Duration::from_millis(100 * u64::try_from(attempts.min(10)).unwrap_or(10))
+        });
+    let urls: Vec<&str> = config.url.split(',').map(str::trim).collect();
+    let connecting = options.connect(urls.as_slice());
+    match tokio::time::timeout(config.connect_timeout, connecting).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) => Err(ClusterError::Connect {
+            url: config.url.clone(),
+            cause: e.to_string(),
+        }),
+        Err(_) => Err(ClusterError::Connect {
+            url: config.url.clone(),
+            cause: format!("no connection within {:?}", config.connect_timeout),
+        }),
+    }
+}
+
+/// Opens the bucket, creating it when missing (`max_age` zero: entries never expire), retrying
+/// until `config.connect_timeout` (a NATS cluster that just started may still be electing its
+/// JetStream leader).
+///
+/// The bucket's stream is created here rather than by `create_key_value`: the client reads the
+/// account's info first, in a shape nats-server 2.9 does not send. The stream is the one the
+/// client would make (`KV_NAME` on `$KV.NAME.>`, rollups, direct gets, discard new).
+async fn bucket(
+    js: &async_nats::jetstream::Context,
+    config: &ClusterConfig,
+    name: &str,
+    history: i64,
+    max_age: Duration,
+) -> Result<kv::Store, ClusterError> {
+    use async_nats::jetstream::stream;
+    let two_minutes = Duration::from_secs(120);
+    let stream_config = stream::Config {
+        name: format!("KV_{name}"),
+        subjects: vec![format!("$KV.{name}.>")],
+        max_messages_per_subject: history,
+        max_age,
+        // The server refuses a duplicate window longer than max_age (its default is 2 minutes).
+        duplicate_window: if max_age.is_zero() {
+            two_minutes
+        } else {
+            max_age.min(two_minutes)
+        },
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::New,
+        num_replicas: config.replicas,
+        ..Default::default()
+    };
+    let deadline = tokio::time::Instant::now() + config.connect_timeout;
+    loop {
+        if let Ok(store) = js.get_key_value(name).await {
+            return Ok(store);
+        }
+        let created = js.get_or_create_stream(stream_config.clone()).await;
+        match js.get_key_value(name).await {
+            Ok(store) => return Ok(store),
+            Err(get) if tokio::time::Instant::now() >= deadline => {
+                return Err(match created {
+                    Err(create) => ClusterError::js(&format!("bucket {name}"), create),
+                    Ok(_) => ClusterError::js(&format!("bucket {name}"), get),
+                })
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
+
+/// A KV key for `prefix` and an agent key or node name: kept as is when it only has characters KV
+/// keys allow, otherwise each other byte as `=XX`.
+pub(crate) fn kv_key(prefix: &str, name: &str) -> String {
+    let mut key = String::with_capacity(prefix.len() + 1 + name.len());
+    key.push_str(prefix);
+    key.push('.');
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            key.push(char::from(b));
+        } else {
+            key.push_str(&format!("={b:02X}"));
+        }
+    }
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn kv_keys_escape_what_kv_does_not_allow() {
+        assert_eq!(super::kv_key("agent", "scribe-1"), "agent.scribe-1");
+        assert_eq!(super::kv_key("agent", "a.b c"), "agent.a=2Eb=20c");
+    }
+}

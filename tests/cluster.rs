@@ -1,0 +1,793 @@
+//! `warden serve --cluster` on real processes: `nats-server -js` children and `warden serve`
+//! children on loopback ports (docs/cluster.md). Each test skips, saying
+//! `SKIPPED: nats-server not installed`, where there is no `nats-server`.
+//!
+//! * A halt on node a stops b and c: over 25 trials, `POST /api/halt` on a returns with every
+//!   node's acknowledgements (b's and c's agents `STOPPED`); p50/p99 of that round trip are
+//!   printed and p99 must be ≤ 1 s.
+//! * A node started after the halt comes up halted.
+//! * A node crash: its leases expire (the fleet listing on the others drops its agents within the
+//!   TTL), a node started meanwhile with the same agent does not start it while the lease lives,
+//!   and the crashed node, restarted, takes its agents back.
+//! * A NATS restart mid-run: the nodes reconnect, the halt key survived, and a later halt reaches
+//!   every node.
+//! * A lockout on node b: published to the lockout bucket, seen by a, a delegation from a to the
+//!   locked-out agent is refused `emergency_stop`; cut off, b refuses the unlock (503); healed, it
+//!   unlocks.
+//! * A three-server NATS cluster (replicated buckets): with one server killed the nodes recover and
+//!   a halt reaches every node and is written; with two killed (no quorum) every node fails safe and
+//!   a local halt still works; it is written once the quorum is back.
+//! * A partition (a TCP proxy between node b and NATS that black-holes the connection): b starts
+//!   no model call within `fail_safe_seconds`, says so in `GET /api/cluster`, `/healthz`,
+//!   `/metrics` and its journal; a halt on a meanwhile returns after its ack timeout listing b as
+//!   unanswered; the result of a call in flight at the cut is held, and dropped once b, healed,
+//!   reads the halt it missed; a halt on b while cut off stops b's agent at once.
+//!
+//! Waits poll with deadlines.
+use serde_json::Value;
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+use warden_testkit::{
+    free_port,
+    nats::{NatsServer, Proxy},
+};
+
+const TOKEN: &str = "cluster-test-token";
+
+fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    u64::try_from(since.unwrap_or_default().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A scratch directory, removed when the test passes (kept for a look when it fails). Declared
+/// first in a test, it is dropped last: after the nodes and NATS servers are stopped.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn temp_dir(name: &str) -> Scratch {
+    let dir = std::env::temp_dir().join(format!("warden-cluster-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    Scratch(dir)
+}
+
+/// A team of `agents` on a scripted model answering after `latency_ms`.
+fn team(agents: &[&str], latency_ms: u64) -> String {
+    let mut text = format!(
+        "[providers.m]\nkind = \"scripted\"\nreplies = [\"done\"]\ncycle = true\nlatency_ms = \
+         {latency_ms}\n\n[cluster]\nfail_safe_seconds = 2\nlease_ttl_seconds = 3\n\
+         halt_ack_timeout_ms = 1500\n"
+    );
+    for agent in agents {
+        text.push_str(&format!(
+            "\n[[agents]]\nkey = \"{agent}\"\nprovider = \"m\"\n"
+        ));
+    }
+    text
+}
+
+/// One `warden serve --cluster URL --node NAME` child.
+struct Node {
+    child: Option<Child>,
+    name: String,
+    port: u16,
+    dir: PathBuf,
+    url: String,
+}
+
+impl Node {
+    fn start(dir: &Path, name: &str, url: &str, agents: &[&str]) -> Node {
+        Node::start_with(dir, name, url, &team(agents, 0))
+    }
+
+    fn start_with(dir: &Path, name: &str, url: &str, team: &str) -> Node {
+        let dir = dir.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("team.toml"), team).unwrap();
+        let mut node = Node {
+            child: None,
+            name: name.into(),
+            port: free_port(),
+            dir,
+            url: url.into(),
+        };
+        node.spawn();
+        node
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(env!("CARGO_BIN_EXE_warden"))
+            .args(["serve", "--config"])
+            .arg(self.dir.join("team.toml"))
+            .arg("--db")
+            .arg(self.dir.join("journal.db"))
+            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+            .args(["--cluster", &self.url, "--node", &self.name])
+            .env("WARDEN_ADMIN_TOKEN", TOKEN)
+            .env_remove("WARDEN_READ_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.join("stderr.log")).unwrap())
+            .spawn()
+            .expect("start warden serve");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while request(self.port, "GET", "/healthz", None).0 != 200 {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("node {} exited with {status}: {}", self.name, self.stderr());
+            }
+            assert!(Instant::now() < deadline, "node {} never served", self.name);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default()
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn get(&self, path: &str) -> Value {
+        let (status, body) = request(self.port, "GET", path, None);
+        assert_eq!(status, 200, "GET {path} on {}: {body}", self.name);
+        serde_json::from_str(&body).unwrap_or(Value::String(body))
+    }
+
+    fn post(&self, path: &str, body: Option<&str>) -> (u16, Value) {
+        let (status, body) = request(self.port, "POST", path, body);
+        (
+            status,
+            serde_json::from_str(&body).unwrap_or(Value::String(body)),
+        )
+    }
+
+    /// Each agent of the fleet listing: (key, node, state).
+    fn fleet(&self) -> Vec<(String, String, String)> {
+        let listed = self.get("/api/agents");
+        let mut fleet: Vec<_> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                let s = |k: &str| a[k].as_str().unwrap_or_default().to_owned();
+                (s("key"), s("node"), s("state"))
+            })
+            .collect();
+        fleet.sort();
+        fleet
+    }
+
+    fn state_of(&self, agent: &str) -> String {
+        self.get(&format!("/api/agents/{agent}"))["state"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection: (status, body); (0, "") when nothing answers.
+fn request(port: u16, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    warden_testkit::blocking_request(port, method, path, TOKEN, body).unwrap_or_default()
+}
+
+/// Waits until `node` knows exactly `others` as its peers (the nodes a halt waits for).
+fn peers(node: &Node, others: &[&str]) {
+    let mut last = Value::Null;
+    let known = wait_for(Duration::from_secs(10), || {
+        last = node.get("/api/cluster");
+        last["peers"] == serde_json::json!(others)
+    });
+    assert!(
+        known,
+        "{} never knew {others:?} as its peers: {last}",
+        node.name
+    );
+}
+
+/// Polls `cond` every 20 ms until it holds; panics naming `what` after `limit`.
+fn wait_until(what: &str, limit: Duration, cond: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    assert!(
+        wait_for(limit, cond),
+        "never happened within {limit:?}: {what}"
+    );
+    started.elapsed()
+}
+
+/// Polls `cond` every 20 ms until it holds (`true`) or `limit` passed (`false`).
+fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let started = Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if started.elapsed() >= limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Three nodes, each answering a halt broadcast before the others' acks are in.
+fn three_nodes(dir: &Path, url: &str) -> [Node; 3] {
+    [
+        Node::start(dir, "a", url, &["a1", "a2"]),
+        Node::start(dir, "b", url, &["b1", "b2"]),
+        Node::start(dir, "c", url, &["c1"]),
+    ]
+}
+
+#[test]
+fn a_halt_on_node_a_stops_b_and_c() {
+    let dir = temp_dir("halt");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let [a, b, c] = three_nodes(&dir, &nats.url());
+    wait_until(
+        "every node lists the whole fleet",
+        Duration::from_secs(10),
+        || [&a, &b, &c].iter().all(|n| n.fleet().len() == 5),
+    );
+    peers(&a, &["b", "c"]);
+
+    assert_eq!(
+        b.fleet(),
+        [
+            ("a1", "a"),
+            ("a2", "a"),
+            ("b1", "b"),
+            ("b2", "b"),
+            ("c1", "c")
+        ]
+        .map(|(k, n)| (k.into(), n.into(), "WAITING_FOR_EVENT".into()))
+    );
+    let trials = 25;
+    let mut took = Vec::new();
+    for trial in 0..trials {
+        // Every agent running again (a resume is local), then a halt on a.
+        let stopped = if trial == 0 {
+            &[][..]
+        } else {
+            &[(&a, &["a1", "a2"][..]), (&b, &["b1", "b2"]), (&c, &["c1"])][..]
+        };
+        for (node, agents) in stopped {
+            for agent in *agents {
+                let (status, body) = node.post(&format!("/api/agents/{agent}/resume"), None);
+                assert_eq!(status, 200, "{body}");
+            }
+        }
+        let started = Instant::now();
+        let (status, body) = a.post("/api/halt", None);
+        took.push(started.elapsed());
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            body["unanswered"],
+            serde_json::json!([]),
+            "trial {trial}: {body}"
+        );
+        let mut halted: Vec<(String, String)> = body["halted"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h["agent"].as_str().unwrap().to_owned(),
+                    format!(
+                        "{} {}",
+                        h["node"].as_str().unwrap(),
+                        h["state"].as_str().unwrap()
+                    ),
+                )
+            })
+            .collect();
+        halted.sort();
+        assert_eq!(halted.len(), 5, "trial {trial}: {body}");
+        assert!(
+            halted.iter().all(|(_, s)| s.ends_with(" STOPPED")),
+            "{body}"
+        );
+        // The acks came from the nodes themselves: their own view agrees.
+        assert_eq!(b.state_of("b1"), "STOPPED");
+        assert_eq!(c.state_of("c1"), "STOPPED");
+        assert_eq!(body["epoch"], trial + 1, "{body}");
+    }
+    took.sort();
+    let (p50, p99) = (percentile(&took, 50.0), percentile(&took, 99.0));
+    eprintln!(
+        "cluster halt a→b,c over {trials} trials (POST /api/halt on a until every node's acks): \
+         p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        p50.as_secs_f64() * 1e3,
+        p99.as_secs_f64() * 1e3,
+        took[took.len() - 1].as_secs_f64() * 1e3
+    );
+    assert!(p99 <= Duration::from_secs(1), "p99 {p99:?}");
+    // Every node's view of the halt key caught up.
+    for node in [&a, &b, &c] {
+        wait_until(
+            "the halt key read everywhere",
+            Duration::from_secs(5),
+            || node.get("/api/cluster")["halt_epoch"] == trials,
+        );
+    }
+}
+
+#[test]
+fn a_node_started_after_the_halt_comes_up_halted() {
+    let dir = temp_dir("late");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let a = Node::start(&dir, "a", &nats.url(), &["a1"]);
+    let (status, body) = a.post("/api/halt", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(a.state_of("a1"), "STOPPED");
+    // b comes up after the halt, with a pending-free agent: halted before it serves.
+    let b = Node::start(&dir, "b", &nats.url(), &["b1"]);
+    assert_eq!(b.state_of("b1"), "STOPPED");
+    assert!(b.stderr().contains("coming up halted"), "{}", b.stderr());
+    let cluster = b.get("/api/cluster");
+    assert_eq!(cluster["halt"]["halted"], true, "{cluster}");
+    assert_eq!(cluster["halt_epoch"], 1, "{cluster}");
+    // The CLI reads a cluster node's answers: the whole fleet, every node's halt acks.
+    let cli = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_warden"))
+            .args(args)
+            .args([
+                "--url",
+                &format!("http://127.0.0.1:{}", b.port),
+                "--token",
+                TOKEN,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let status = cli(&["status"]);
+    assert!(status.contains("a1") && status.contains("b1"), "{status}");
+    let halted = cli(&["halt"]);
+    assert!(halted.contains("a1") && halted.contains("b1"), "{halted}");
+}
+
+#[test]
+fn a_crashed_nodes_leases_expire_and_no_agent_runs_twice() {
+    let dir = temp_dir("crash");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let mut a = Node::start(&dir, "a", &nats.url(), &["shared", "a1"]);
+    let b = Node::start(&dir, "b", &nats.url(), &["b1"]);
+    wait_until("b lists a's agents", Duration::from_secs(10), || {
+        b.fleet().len() == 3
+    });
+    // d's team file has `shared` too: a holds its lease, so d does not start it.
+    let d = Node::start(&dir, "d", &nats.url(), &["shared", "d1"]);
+    let (status, _) = request(d.port, "GET", "/api/agents/shared", None);
+    assert_eq!(status, 404, "d must not start an agent a owns");
+    assert!(
+        d.stderr().contains("agent shared is owned by node a"),
+        "{}",
+        d.stderr()
+    );
+    assert_eq!(d.get("/api/cluster")["elsewhere"]["shared"], "a");
+    drop(d);
+    // kill -9 a: its leases are not renewed and age out of the bucket (TTL 3 s).
+    a.kill();
+    let gone = wait_until(
+        "a's agents leave the fleet",
+        Duration::from_secs(10),
+        || {
+            b.fleet()
+                .iter()
+                .all(|(_, node, _)| node != "a" && node != "d")
+        },
+    );
+    eprintln!(
+        "leases of the killed node expired {:.1} s after the kill",
+        gone.as_secs_f64()
+    );
+    // Restarted under its name, a takes its agents back.
+    a.spawn();
+    assert_eq!(a.state_of("shared"), "WAITING_FOR_EVENT");
+    wait_until("b lists a's agents again", Duration::from_secs(10), || {
+        b.fleet()
+            .iter()
+            .any(|(k, node, _)| k == "shared" && node == "a")
+    });
+    // A clean stop (SIGTERM) deletes a's leases: gone from b's listing well within the TTL.
+    let pid = a.child.as_ref().unwrap().id().to_string();
+    assert!(Command::new("kill").arg(&pid).status().unwrap().success());
+    let stopped = Instant::now();
+    let exited = a.child.as_mut().unwrap().wait().unwrap();
+    assert!(exited.success(), "{exited}: {}", a.stderr());
+    wait_until("a's agents leave at once", Duration::from_secs(2), || {
+        b.fleet().iter().all(|(_, node, _)| node != "a")
+    });
+    eprintln!(
+        "leases of the stopped node gone {:.2} s after SIGTERM",
+        stopped.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn a_nats_restart_mid_run_keeps_the_halt_key_and_halts_still_reach_every_node() {
+    let dir = temp_dir("restart");
+    let Some(mut nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let a = Node::start(&dir, "a", &nats.url(), &["a1"]);
+    let b = Node::start(&dir, "b", &nats.url(), &["b1"]);
+    peers(&a, &["b"]);
+    let (status, body) = a.post("/api/halt", None);
+    assert_eq!(
+        (status, &body["unanswered"]),
+        (200, &serde_json::json!([])),
+        "{body}"
+    );
+    let (status, _) = b.post("/api/agents/b1/resume", None);
+    assert_eq!(status, 200);
+    nats.kill();
+    std::thread::sleep(Duration::from_millis(500));
+    nats.restart();
+    for node in [&a, &b] {
+        wait_until("reconnected", Duration::from_secs(15), || {
+            let cluster = node.get("/api/cluster");
+            cluster["connected"] == true && cluster["heartbeat_age_ms"].as_u64() < Some(1500)
+        });
+    }
+    // The halt key survived (file store): the next halt is epoch 2, and reaches b.
+    let (status, body) = a.post("/api/halt", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["epoch"], 2, "{body}");
+    assert_eq!(body["unanswered"], serde_json::json!([]), "{body}");
+    assert_eq!(b.state_of("b1"), "STOPPED");
+}
+
+#[test]
+fn a_partitioned_node_starts_no_model_call_within_fail_safe_seconds() {
+    let dir = temp_dir("partition");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let proxy = Proxy::start(nats.port);
+    let a = Node::start(&dir, "a", &nats.url(), &["a1"]);
+    // b's model answers after 3 s.
+    let b = Node::start_with(&dir, "b", &proxy.url(), &team(&["b1"], 3000));
+    peers(&a, &["b"]);
+    peers(&b, &["a"]);
+    // b answers while connected.
+    let (status, body) = b.post("/api/agents/b1/events?wait=10", Some(r#"{"content":"hi"}"#));
+    assert_eq!(status, 200, "{body}");
+    // A call in flight when the cut comes: its result returns while b is cut off (fail safe on
+    // after at most 2 s, the result after 3 s), so it is held, and dropped once b learns of the
+    // halt below.
+    let (status, body) = b.post("/api/agents/b1/events", Some(r#"{"content":"in flight"}"#));
+    assert_eq!(status, 202, "{body}");
+    let in_flight = body["id"].as_u64().unwrap();
+    wait_until("the call started", Duration::from_secs(5), || {
+        b.state_of("b1") == "EXECUTING"
+    });
+    proxy.black_hole();
+    let cut = Instant::now();
+    let cut_ms = now_ms();
+    // A halt on a meanwhile does not wait for b: b (its heartbeat still lives) is listed as not
+    // answering, after `halt_ack_timeout_ms`.
+    let (status, body) = a.post("/api/halt", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["unanswered"], serde_json::json!(["b"]), "{body}");
+    assert!(
+        cut.elapsed() < Duration::from_millis(1900),
+        "{:?}",
+        cut.elapsed()
+    );
+    wait_until("b's fail safe on", Duration::from_secs(10), || {
+        request(b.port, "GET", "/metrics", None)
+            .1
+            .contains("warden_cluster_fail_safe{node=\"b\"} 1")
+    });
+    let since_ms = b.get("/api/cluster")["fail_safe_since_ms"]
+        .as_u64()
+        .unwrap();
+    let on = Duration::from_millis(since_ms.saturating_sub(cut_ms));
+    eprintln!(
+        "partitioned node: fail safe on {:.2} s after the partition (fail_safe_seconds = 2, a beat \
+         is 1 s: the silence is counted from the last heartbeat, up to a beat before the cut)",
+        on.as_secs_f64()
+    );
+    // No later than fail_safe_seconds (2) after the cut, + the guard's tick and a bound beat.
+    assert!(
+        on <= Duration::from_millis(2600),
+        "{on:?} ({:?})",
+        cut.elapsed()
+    );
+    assert!(b.get("/api/cluster")["fail_safe"].is_string());
+    let (status, health) = request(b.port, "GET", "/healthz", None);
+    assert_eq!(status, 503, "{health}");
+    assert!(health.contains("cluster fail safe"), "{health}");
+    // A new event is accepted but its model call does not start.
+    let (status, body) = b.post("/api/agents/b1/events", Some(r#"{"content":"again"}"#));
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let fate = b.get(&format!("/api/agents/b1/events/{id}"));
+    assert_ne!(fate["status"], "answered", "{fate}");
+    assert_eq!(b.get("/api/agents/b1")["turns"], 1);
+    // Healed: b reads the halt key before its gate opens, so the waiting turn is halted, not run.
+    proxy.heal();
+    wait_until("b's fail safe off", Duration::from_secs(15), || {
+        b.get("/api/cluster")["fail_safe"].is_null()
+    });
+    assert_eq!(b.state_of("b1"), "STOPPED");
+    // The result that came back while b was cut off was dropped: the halt was older.
+    let fate = b.get(&format!("/api/agents/b1/events/{in_flight}"));
+    assert_ne!(fate["status"], "answered", "{fate}");
+    let fate = b.get(&format!("/api/agents/b1/events/{id}"));
+    assert_ne!(fate["status"], "answered", "{fate}");
+    assert!(b.stderr().contains("cluster fail safe:"), "{}", b.stderr());
+    // Journaled on b's agent (read with `warden journal tail`).
+    let out = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["journal", "tail", "-n", "500", "--db"])
+        .arg(b.dir.join("journal.db"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("cluster fail safe"), "{text}");
+    // Cut off again, a halt on b itself: b's agent is stopped at once (nothing waits on NATS), and
+    // a, which b knew at its last beat, is listed as not answering.
+    let (status, _) = b.post("/api/agents/b1/resume", None);
+    assert_eq!(status, 200);
+    proxy.black_hole();
+    let started = Instant::now();
+    let (status, body) = b.post("/api/halt", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["halted"][0]["agent"], "b1", "{body}");
+    assert_eq!(body["halted"][0]["state"], "STOPPED", "{body}");
+    assert_eq!(body["unanswered"], serde_json::json!(["a"]), "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(b.state_of("b1"), "STOPPED");
+    proxy.heal();
+}
+
+#[test]
+fn serve_refuses_a_bad_cluster_flag_and_an_unreachable_nats() {
+    let dir = temp_dir("flags");
+    std::fs::write(dir.join("team.toml"), team(&["x"], 0)).unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_warden"))
+            .args(["serve", "--config"])
+            .arg(dir.join("team.toml"))
+            .arg("--db")
+            .arg(dir.join("j.db"))
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(args)
+            .env("WARDEN_ADMIN_TOKEN", TOKEN)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["--cluster", "http://x:1", "--node", "a"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("invalid value for `--cluster`: http://x:1"),
+        "{err}"
+    );
+    let (code, err) = run(&["--cluster", "nats://127.0.0.1:1"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("`cluster.node`"), "{err}");
+    let text = team(&["x"], 0).replace("[cluster]\n", "[cluster]\nconnect_timeout_seconds = 1\n");
+    std::fs::write(dir.join("team.toml"), text).unwrap();
+    let port = free_port();
+    let (code, err) = run(&[
+        "--cluster",
+        &format!("nats://127.0.0.1:{port}"),
+        "--node",
+        "a",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("cannot connect to NATS"), "{err}");
+}
+
+#[test]
+fn a_lockout_on_b_refuses_delegation_from_a_and_an_unlock_needs_a_cluster_write() {
+    let dir = temp_dir("lockout");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let proxy = Proxy::start(nats.port);
+    let cluster =
+        "[cluster]\nfail_safe_seconds = 2\nlease_ttl_seconds = 3\nhalt_ack_timeout_ms = 1000\n";
+    let boss = format!(
+        "[providers.m]\nkind = \"scripted\"\ncycle = true\nreplies = [\n  {{ tool = \"delegate\", \
+         args = {{ agent = \"worker\", task = \"x\" }} }},\n  \"done\",\n]\n\n{cluster}\n\
+         [[agents]]\nkey = \"boss\"\nprovider = \"m\"\n"
+    );
+    let worker = format!(
+        "[safety.breakers]\nmax_consecutive_errors = 1\n\n[providers.m]\nkind = \"scripted\"\n\
+         cycle = true\nreplies = [{{ fail = \"model down\" }}]\n\n{cluster}\n[[agents]]\nkey = \
+         \"worker\"\nprovider = \"m\"\n"
+    );
+    let a = Node::start_with(&dir, "a", &nats.url(), &boss);
+    let b = Node::start_with(&dir, "b", &proxy.url(), &worker);
+    // The worker trips its breaker on b.
+    let (status, body) = b.post("/api/agents/worker/events", Some(r#"{"content":"go"}"#));
+    assert_eq!(status, 202, "{body}");
+    wait_until("worker locked out on b", Duration::from_secs(10), || {
+        b.state_of("worker") == "SAFETY_LOCKOUT"
+    });
+    let seen = wait_until("a sees the lockout", Duration::from_secs(5), || {
+        a.get("/api/cluster")["lockouts"]["worker"]["locked"] == true
+    });
+    eprintln!("lockout on b seen by a after {:.2} s", seen.as_secs_f64());
+    assert_eq!(
+        a.get("/api/cluster")["lockouts"]["worker"]["node"],
+        "b",
+        "the owning node wrote it"
+    );
+    // boss on a delegates to worker: refused as emergency_stop (and then answers).
+    let (status, body) = a.post(
+        "/api/agents/boss/events?wait=10",
+        Some(r#"{"content":"go"}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    let events = a.get("/api/events/recent?agent=boss&limit=100").to_string();
+    assert!(
+        events.contains("delegation_refused") && events.contains("emergency_stop"),
+        "{events}"
+    );
+    // b cut off: the unlock is refused, the worker stays locked out.
+    proxy.black_hole();
+    let (status, body) = b.post("/api/agents/worker/unlock", None);
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("unlock refused"),
+        "{body}"
+    );
+    assert_eq!(b.state_of("worker"), "SAFETY_LOCKOUT");
+    // Unlocking it on a, which does not run it, is refused too.
+    let (status, body) = a.post("/api/agents/worker/unlock", None);
+    assert_eq!(status, 409, "{body}");
+    // Healed: the unlock goes through once the write does.
+    proxy.heal();
+    wait_until("the unlock succeeds", Duration::from_secs(15), || {
+        b.post("/api/agents/worker/unlock", None).0 == 200
+    });
+    assert_eq!(b.state_of("worker"), "WAITING_FOR_EVENT");
+    wait_until("a sees the unlock", Duration::from_secs(5), || {
+        a.get("/api/cluster")["lockouts"]["worker"]["locked"] == false
+    });
+}
+
+/// Healthy: connected, a heartbeat within the last 1.5 s, no fail safe.
+fn healthy_in_cluster(node: &Node) -> bool {
+    let cluster = node.get("/api/cluster");
+    cluster["connected"] == true
+        && cluster["fail_safe"].is_null()
+        && cluster["heartbeat_age_ms"].as_u64() < Some(1500)
+}
+
+#[test]
+fn on_a_three_server_nats_cluster_halts_survive_one_server_and_no_quorum_means_fail_safe() {
+    let dir = temp_dir("quorum");
+    let Some(mut servers) = NatsServer::cluster(&dir, 3) else {
+        return;
+    };
+    let urls: Vec<String> = servers.iter().map(NatsServer::url).collect();
+    // Each node lists every server, its own first.
+    let list = |first: usize| {
+        (0..3)
+            .map(|i| urls[(first + i) % 3].clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let replicated = |agent: &str| {
+        team(&[agent], 0).replace(
+            "[cluster]\n",
+            "[cluster]\nreplicas = 3\nconnect_timeout_seconds = 30\n",
+        )
+    };
+    let a = Node::start_with(&dir, "a", &list(0), &replicated("a1"));
+    let b = Node::start_with(&dir, "b", &list(1), &replicated("b1"));
+    let c = Node::start_with(&dir, "c", &list(2), &replicated("c1"));
+    peers(&b, &["a", "c"]);
+    // One server of three down: the replicated buckets keep their quorum.
+    servers[0].kill();
+    let back = wait_until(
+        "every node healthy on two servers",
+        Duration::from_secs(30),
+        || [&a, &b, &c].iter().all(|n| healthy_in_cluster(n)),
+    );
+    eprintln!(
+        "one NATS server of three killed: every node healthy again after {:.1} s",
+        back.as_secs_f64()
+    );
+    peers(&b, &["a", "c"]);
+    let (status, body) = b.post("/api/halt", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["unanswered"], serde_json::json!([]), "{body}");
+    assert_eq!(body["halted"].as_array().map(Vec::len), Some(3), "{body}");
+    for node in [&a, &b, &c] {
+        wait_until(
+            "the halt key written and read",
+            Duration::from_secs(10),
+            || node.get("/api/cluster")["halt"]["epoch"] == 1,
+        );
+    }
+    // Two of three down: no quorum, no write succeeds: every node fails safe.
+    servers[1].kill();
+    let cut = Instant::now();
+    wait_until("every node fails safe", Duration::from_secs(15), || {
+        [&a, &b, &c]
+            .iter()
+            .all(|n| n.get("/api/cluster")["fail_safe"].is_string())
+    });
+    eprintln!(
+        "two NATS servers of three killed: every node in fail safe after {:.1} s",
+        cut.elapsed().as_secs_f64()
+    );
+    // A local halt still works without the cluster.
+    let (status, _) = c.post("/api/agents/c1/resume", None);
+    assert_eq!(status, 200);
+    let (status, body) = c.post("/api/halt", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["halted"][0]["state"], "STOPPED", "{body}");
+    // Quorum back: the fail safe ends everywhere, and c's halt (epoch 2) was written.
+    servers[0].restart();
+    servers[1].restart();
+    wait_until("every node healthy again", Duration::from_secs(60), || {
+        [&a, &b, &c].iter().all(|n| healthy_in_cluster(n))
+    });
+    wait_until(
+        "c's halt written once the quorum is back",
+        Duration::from_secs(15),
+        || a.get("/api/cluster")["halt"]["epoch"] == 2,
+    );
+}
