@@ -87,7 +87,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
         // 3. The kill switch: raised before `halt_all` returns, no waiting for acks.
         if frame == 42 {
-            warden.halt_all();
+            warden.halt_all("the kill switch");
             println!("[frame {frame:2}] halt_all: every NPC halted");
         }
 

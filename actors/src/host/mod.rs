@@ -15,8 +15,11 @@
 //!   autonomous ticks also notifies the tick timer on warden's thread directly.
 //! * [`WardenHandle::drain_replies`] moves settled events ([`NpcReply`]: the NPC's line or why
 //!   there is none, with its event id and halt epoch) into the host's buffer without blocking.
-//! * [`WardenHandle::halt_all`] raises every agent's halt at once (priority 0) before it returns;
-//!   [`WardenHandle::halt_all_acked`] also waits for the acknowledgements.
+//! * [`WardenHandle::halt_all`] raises every agent's halt at once (priority 0) before it returns,
+//!   journaled with the host's reason; [`WardenHandle::halt_all_acked`] also waits for the
+//!   acknowledgements; [`WardenHandle::resume_all`] queues every NPC's resume.
+//! * [`WardenHandle::spawn`] adds an NPC to the running team; an agent spawned after start by
+//!   any means (the admin API beside the host, a task of the setup's) is reachable too.
 //! * [`WardenHandle::stats`] reads counters (atomics).
 //! * Async hosts: [`WardenHandle::deliver`] (waits for room in the lane) and
 //!   [`WardenHandle::next_reply`].
@@ -60,7 +63,7 @@
 mod error;
 mod handle;
 
-pub use error::{DeliverError, StartError};
+pub use error::{AddError, DeliverError, StartError};
 pub use handle::{Delivered, HostStats, NpcReply, WardenHandle};
 
 use crate::{agent::cell::AgentCell, journal::Journal, AgentSpec, Supervisor};
@@ -73,6 +76,9 @@ use warden_protocols::WardenConfig;
 
 /// An event's id: unique per agent, growing (as [`crate::AgentHandle::try_send_event`] returns).
 pub type EventId = u64;
+
+/// A spawn, run on warden's thread ([`WardenHandle::spawn`]).
+type SpawnJob = Box<dyn FnOnce() + Send>;
 
 /// Starts warden on threads of its own; see the [module docs](self).
 #[derive(Debug)]
@@ -197,14 +203,27 @@ fn run(
         let agents: HashMap<_, _> = team
             .agents()
             .into_iter()
-            .map(|handle| (handle.key().clone(), HostAgent::new(handle)))
+            .map(|handle| (handle.key().clone(), Arc::new(HostAgent::new(handle))))
             .collect();
         let Some(replies) = replies else {
             // A fresh team's stream is untaken: unreachable, but never a panic on this thread.
             team.shutdown().await;
             return;
         };
-        let shared = Arc::new(Shared::new(team.clone(), agents, replies, stop.clone()));
+        let (spawns, mut spawn_rx) = tokio::sync::mpsc::unbounded_channel::<SpawnJob>();
+        let shared = Arc::new(Shared::new(
+            team.clone(),
+            agents,
+            replies,
+            spawns,
+            stop.clone(),
+        ));
+        // Spawns from the handle run here, on warden's thread (an actor starts on its arbiter).
+        actix_rt::spawn(async move {
+            while let Some(job) = spawn_rx.recv().await {
+                job();
+            }
+        });
         if ready.send(Ok(shared.clone())).is_err() {
             team.shutdown().await;
             return;
