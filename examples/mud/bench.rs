@@ -100,6 +100,8 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         "params".into(),
         json!({"players": args.players, "npcs": args.npcs, "seconds": args.seconds, "seed": args.seed}),
     );
+    // First, in a process that has not allocated much yet: what an NPC costs with a full history.
+    let memory = memory_phase(args.npcs)?;
     if args.scenario == Scenario::Compare {
         let (report, clients) = phase(&args, None, HaltPlan::default())?;
         out.insert("baseline".into(), ticks_json(&report));
@@ -120,11 +122,9 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         _ => HaltPlan::default(),
     };
-    let rss_before = rss_bytes();
     let meter = Meter::new();
     let model = crate::model::npc_model(args.npcs, args.seed, fault.clone(), meter.clone());
     let warden = crate::start_warden(args.npcs, model, None)?;
-    let rss_spawned = rss_bytes();
     let switch = {
         let fault = fault.clone();
         let kind = args.scenario.fault();
@@ -144,7 +144,6 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let (report, clients) = phase(&args, Some((warden.clone(), meter.clone())), halt)?;
     let _ = switch.join();
-    let rss_end = rss_bytes();
     let stats = warden.stats();
     let mut agents = ticks_json(&report);
     let extra = json!({
@@ -152,6 +151,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         "reply_ms": {"p50": q(&report.reply_ms, 0.5), "p99": q(&report.reply_ms, 0.99)},
         "llm_calls": meter.calls(),
         "llm_calls_dropped": meter.dropped(),
+        "llm_calls_failed": meter.failed(),
         "tokens": meter.tokens(),
         "classified": {
             "trigger": report.classified[0], "context": report.classified[1],
@@ -194,14 +194,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             "npc_lines_during_halt": halt.npc_lines_during_halt,
         }),
     );
-    let grown = rss_spawned.max(rss_end).saturating_sub(rss_before);
-    out.insert(
-        "memory".into(),
-        json!({
-            "bytes_per_npc": grown / args.npcs.max(1) as u64,
-            "rss_before": rss_before, "rss_spawned": rss_spawned, "rss_end": rss_end,
-        }),
-    );
+    out.insert("memory".into(), memory);
     warden.shutdown();
     let out = Value::Object(out);
     if args.json {
@@ -210,6 +203,64 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         print_table(&out);
     }
     Ok(())
+}
+
+/// Turns each NPC goes through in the memory phase: enough to fill its history to the compaction
+/// bound (each turn adds a ~100-token question and its answer).
+const FILL_TURNS: usize = 48;
+
+/// The resident memory an NPC costs: warden started with `npcs` NPCs on a model that answers at
+/// once, every NPC taken through [`FILL_TURNS`] turns (its history compacted at its bound, the
+/// context buffer full), the growth of the process's RSS divided by `npcs`.
+fn memory_phase(npcs: usize) -> Result<Value, Box<dyn std::error::Error>> {
+    use warden::{host::NpcReply, protocols::npc::WorldEventKind, ScriptStep, ScriptedProvider};
+    let before = rss_bytes();
+    let model = ScriptedProvider::new([]).with_fallback(|_| {
+        ScriptStep::reply(
+            "Aye, I have heard of it. Ask the smith, he knows more, and mind the wolves.",
+        )
+    });
+    let warden = crate::start_warden(npcs, Arc::new(model), None)?;
+    let spawned = rss_bytes();
+    let question =
+        "Tell me about the road north, the wolves, the smith and the old fountain. ".repeat(5);
+    let (mut batch, mut results, mut replies) = (Vec::new(), Vec::new(), Vec::<NpcReply>::new());
+    let mut answered = 0;
+    for turn in 0..FILL_TURNS {
+        for i in 0..npcs {
+            let text = format!("{turn}: {question}");
+            let event =
+                warden::protocols::npc::WorldEvent::player("p1", WorldEventKind::Whisper, text)
+                    .in_room(crate::world::room_name(crate::world::npc_room(i)));
+            batch.push((crate::world::npc_key(i).into(), event));
+        }
+        let delivered = warden.deliver_batch(&mut batch, &mut results);
+        results.clear();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut got = 0;
+        while got < delivered && std::time::Instant::now() < deadline {
+            got += warden.drain_replies(&mut replies, usize::MAX);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        answered += replies.iter().filter(|r| r.result.is_ok()).count();
+        replies.clear();
+    }
+    let full = rss_bytes();
+    let history: Vec<usize> = (0..npcs)
+        .filter_map(|i| warden.agent(&crate::world::npc_key(i)))
+        .map(|a| a.record().history.len())
+        .collect();
+    warden.shutdown();
+    let per = |rss: u64| rss.saturating_sub(before) / npcs.max(1) as u64;
+    Ok(json!({
+        "bytes_per_npc": per(full),
+        "bytes_per_npc_spawned": per(spawned),
+        "turns_per_npc": FILL_TURNS,
+        "answered": answered,
+        "history_messages_max": history.iter().max(),
+        "history_tokens_bound": crate::HISTORY_TOKENS,
+        "rss_before": before, "rss_spawned": spawned, "rss_full": full,
+    }))
 }
 
 /// One phase: the server with (or without) warden, the clients for the run's length.
@@ -364,7 +415,8 @@ fn command(rng: &mut SmallRng, npc: Option<&str>) -> String {
 fn ticks_json(report: &Report) -> Value {
     let h = &report.tick_us;
     json!({
-        "ticks": h.len(),
+        "ticks": report.ticks,
+        "tick_samples": h.len(),
         "tick_us": {
             "p50": h.value_at_quantile(0.5), "p99": h.value_at_quantile(0.99),
             "p999": h.value_at_quantile(0.999), "max": h.max(),

@@ -30,6 +30,9 @@ use warden::{
     AgentSpec, NullJournal, Provider, WardenConfig,
 };
 
+/// The NPCs' context window (`execution.max_context_tokens`): what bounds each one's history.
+pub const HISTORY_TOKENS: u64 = 4_096;
+
 const SYSTEM_PROMPT: &str = "You are a townsperson in a small fantasy village. Answer players in \
 one or two short sentences, in character.";
 
@@ -42,6 +45,9 @@ pub fn start_warden(
     let mut config = WardenConfig::default();
     // Each NPC answers one player at a time; a few more wait in its lane, the rest are `Busy`.
     config.mailbox.ordinary_capacity = std::num::NonZeroUsize::new(8).expect("not zero");
+    // A bounded history: at 80 % of 4,096 tokens the older turns are compacted into a summary
+    // (the default, 0, never compacts: a long-lived NPC's history would grow without end).
+    config.execution.max_context_tokens = HISTORY_TOKENS;
     // The journal: none. The benchmark measures the host and the NPCs, not a journal's growth (a
     // real server passes a `SqliteJournal`; `MemoryJournal` keeps every event in memory).
     Warden::start_with(config, Arc::new(NullJournal::default()), move |team| {

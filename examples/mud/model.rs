@@ -49,6 +49,7 @@ pub struct Meter {
     started: AtomicU64,
     ended: AtomicU64,
     completed: AtomicU64,
+    failed: AtomicU64,
     tokens: AtomicU64,
     me: std::sync::OnceLock<std::sync::Weak<Meter>>,
 }
@@ -86,9 +87,15 @@ impl Meter {
         self.started.load(Ordering::SeqCst)
     }
 
-    /// Calls that ended before their answer (dropped: a halt aborted them).
+    /// Calls dropped before their end (a halt aborted them).
     pub fn dropped(&self) -> u64 {
-        self.ended.load(Ordering::SeqCst) - self.completed.load(Ordering::SeqCst)
+        let done = self.completed.load(Ordering::SeqCst) + self.failed.load(Ordering::SeqCst);
+        self.ended.load(Ordering::SeqCst).saturating_sub(done)
+    }
+
+    /// Calls that ended with an error (the storm's 429s).
+    pub fn failed(&self) -> u64 {
+        self.failed.load(Ordering::SeqCst)
     }
 
     pub fn tokens(&self) -> u64 {
@@ -125,12 +132,17 @@ impl Provider for Metered {
         let call = self.inner.complete(request);
         Box::pin(async move {
             let result = call.await;
-            if let Ok(response) = &result {
-                let meter = &ending.0;
-                meter
-                    .tokens
-                    .fetch_add(response.usage.total(), Ordering::SeqCst);
-                meter.completed.fetch_add(1, Ordering::SeqCst);
+            let meter = &ending.0;
+            match &result {
+                Ok(response) => {
+                    meter
+                        .tokens
+                        .fetch_add(response.usage.total(), Ordering::SeqCst);
+                    meter.completed.fetch_add(1, Ordering::SeqCst);
+                }
+                Err(_) => {
+                    meter.failed.fetch_add(1, Ordering::SeqCst);
+                }
             }
             drop(ending);
             result

@@ -64,7 +64,7 @@ pub struct Setup {
 pub struct HaltReport {
     /// How long `halt_all` took on the world thread.
     pub halt_call_us: f64,
-    /// Model calls in flight when the halt returned.
+    /// Model calls in flight just before the halt.
     pub inflight_at_halt: u64,
     /// Model calls started between the halt and the resume.
     pub llm_calls_started_after_halt: u64,
@@ -86,6 +86,8 @@ pub struct HaltReport {
 pub struct Report {
     /// Tick durations in µs, corrected for coordinated omission (expected interval: one tick).
     pub tick_us: Histogram<u64>,
+    /// Ticks run (the histogram also holds the samples the correction added).
+    pub ticks: u64,
     /// Ticks that took more than 50 ms (uncorrected count).
     pub ticks_over_50ms: u64,
     /// Every host call (`deliver_batch`, `drain_replies`), in ns.
@@ -116,6 +118,7 @@ impl Report {
         let hist = |max| Histogram::new_with_bounds(1, max, 3).expect("histogram bounds");
         Report {
             tick_us: hist(3_600_000_000),
+            ticks: 0,
             ticks_over_50ms: 0,
             host_call_ns: hist(60_000_000_000),
             reply_ms: hist(3_600_000),
@@ -260,6 +263,7 @@ pub fn run(setup: Setup) -> Report {
             events.clear(); // agents off: the NPCs are furniture
         }
         let took = tick.elapsed();
+        report.ticks += 1;
         let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1);
         let _ = report.tick_us.record_correct(us, TICK.as_micros() as u64);
         if took > TICK {
@@ -320,10 +324,12 @@ fn count_delivery(
 }
 
 fn start_halt(warden: &WardenHandle, meter: Option<&Meter>, lines: u64) -> HaltState {
+    // Counted just before the halt: a call that starts between this and the halt counts as
+    // started after it (never the other way round).
+    let (calls, tokens, completed, inflight) = meter.map_or((0, 0, 0, 0), Meter::snapshot);
     let t = Instant::now();
     warden.halt_all("mud: the operator's kill switch");
     let halt_call_us = t.elapsed().as_secs_f64() * 1e6;
-    let (calls, tokens, completed, inflight) = meter.map_or((0, 0, 0, 0), Meter::snapshot);
     // Watches the model calls in flight end (aborted by the halt), off the world thread.
     let monitor = meter.map(|m| {
         let meter = m.clone_arc();

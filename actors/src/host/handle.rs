@@ -335,13 +335,18 @@ impl WardenHandle {
     /// perception is journaled all the same.
     pub fn try_deliver(&self, npc: &str, event: WorldEvent) -> Result<Delivered, DeliverError> {
         let before = wakes_posted_here();
-        let result = self.shared.deliver(npc, event).map(|(done, _)| done);
+        let mut woken = None;
+        let result = defer_wakes(|| {
+            self.shared.deliver(npc, event).map(|(done, cell)| {
+                woken = cell;
+                done
+            })
+        });
         let posted = wakes_posted_here().wrapping_sub(before);
+        let pumped = woken.map_or(0, |cell| u64::from(self.shared.pump.hand_over_one(cell)));
         self.shared.count(&result);
-        self.shared
-            .counters
-            .wakes
-            .fetch_add(posted, Ordering::Relaxed);
+        let counters = &self.shared.counters;
+        counters.wakes.fetch_add(posted + pumped, Ordering::Relaxed);
         result
     }
 
