@@ -157,11 +157,10 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             "trigger": report.classified[0], "context": report.classified[1],
             "capture": report.classified[2], "ignore": report.classified[3],
         },
-        "host_call_us": {
-            "p50": qus(&report.host_call_ns, 0.5), "p99": qus(&report.host_call_ns, 0.99),
-            "p999": qus(&report.host_call_ns, 0.999),
-            "max": report.host_call_ns.max() as f64 / 1e3, "calls": report.host_call_ns.len(),
-        },
+        "host_call_us": us(&report.host_call_ns),
+        "deliver_batch_us": us(&report.deliver_ns),
+        "deliver_per_event_us": us(&report.deliver_per_event_ns),
+        "drain_replies_us": us(&report.drain_ns),
         "delivered": report.delivered,
         "refused": {
             "busy": report.refused_busy, "halted": report.refused_halted,
@@ -434,8 +433,13 @@ fn q(h: &Histogram<u64>, quantile: f64) -> u64 {
     }
 }
 
-fn qus(h: &Histogram<u64>, quantile: f64) -> f64 {
-    q(h, quantile) as f64 / 1e3
+/// p50, p99, p99.9, max and count of a histogram of ns, in µs.
+fn us(h: &Histogram<u64>) -> Value {
+    let at = |quantile| q(h, quantile) as f64 / 1e3;
+    json!({
+        "p50": at(0.5), "p99": at(0.99), "p999": at(0.999),
+        "max": h.max() as f64 / 1e3, "calls": h.len(),
+    })
 }
 
 fn merge(into: &mut Value, from: Value) {
@@ -484,6 +488,8 @@ fn print_table(out: &Value) {
     }
     for (label, key) in [
         ("host call p50 / p99 / max (µs)", "agents.host_call_us"),
+        ("  delivery, per event (µs)", "agents.deliver_per_event_us"),
+        ("  drain_replies (µs)", "agents.drain_replies_us"),
         ("reply p50 / p99 (ms)", "agents.reply_ms"),
     ] {
         let parts: Vec<String> = ["p50", "p99", "max"]

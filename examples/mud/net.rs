@@ -61,6 +61,15 @@ async fn connection(
     if control.send(Input::Join { id, out }).is_err() {
         return;
     }
+    // The world's welcome first: the join is read before any of the player's lines is sent (the
+    // two go through different channels).
+    let Some(mut welcome) = lines_out.recv().await else {
+        return;
+    };
+    welcome.push('\n');
+    if write.write_all(welcome.as_bytes()).await.is_err() {
+        return;
+    }
     let writer = tokio::spawn(async move {
         while let Some(mut line) = lines_out.recv().await {
             line.push('\n');
@@ -91,7 +100,11 @@ async fn connection(
             break;
         }
     }
-    let _ = control.send(Input::Leave { id });
+    // After the player's lines, in the same channel; on the unbounded one if that is full (a
+    // leave is never lost).
+    if let Err(TrySendError::Full(leave)) = inputs.try_send(Input::Leave { id }) {
+        let _ = control.send(leave);
+    }
     // The world drops the connection's queue when the player leaves: the writer then ends.
     let _ = writer.await;
 }

@@ -92,6 +92,11 @@ pub struct Report {
     pub ticks_over_50ms: u64,
     /// Every host call (`deliver_batch`, `drain_replies`), in ns.
     pub host_call_ns: Histogram<u64>,
+    /// `deliver_batch` alone (ns), and divided by the batch's events.
+    pub deliver_ns: Histogram<u64>,
+    pub deliver_per_event_ns: Histogram<u64>,
+    /// `drain_replies` alone (ns).
+    pub drain_ns: Histogram<u64>,
     /// From delivery to the drained reply, in ms (answered events only).
     pub reply_ms: Histogram<u64>,
     pub npc_replies: u64,
@@ -121,6 +126,9 @@ impl Report {
             ticks: 0,
             ticks_over_50ms: 0,
             host_call_ns: hist(60_000_000_000),
+            deliver_ns: hist(60_000_000_000),
+            deliver_per_event_ns: hist(60_000_000_000),
+            drain_ns: hist(60_000_000_000),
             reply_ms: hist(3_600_000),
             npc_replies: 0,
             reply_failures: 0,
@@ -222,7 +230,10 @@ pub fn run(setup: Setup) -> Report {
                 }));
                 let t = Instant::now();
                 warden.deliver_batch(&mut events, &mut results);
-                record(&mut report.host_call_ns, t.elapsed().as_nanos());
+                let took = t.elapsed().as_nanos();
+                record(&mut report.host_call_ns, took);
+                record(&mut report.deliver_ns, took);
+                record(&mut report.deliver_per_event_ns, took / keys.len() as u128);
                 let now = Instant::now();
                 for ((key, from_npc), result) in keys.drain(..).zip(results.drain(..)) {
                     count_delivery(&mut report, &mut asked, key, from_npc, result, now);
@@ -231,7 +242,9 @@ pub fn run(setup: Setup) -> Report {
             // 4. The NPCs' replies since the last tick.
             let t = Instant::now();
             warden.drain_replies(&mut replies, MAX_REPLIES);
-            record(&mut report.host_call_ns, t.elapsed().as_nanos());
+            let took = t.elapsed().as_nanos();
+            record(&mut report.host_call_ns, took);
+            record(&mut report.drain_ns, took);
             let now = Instant::now();
             for reply in replies.drain(..) {
                 let sent = asked.remove(&(reply.agent.clone(), reply.event_id));

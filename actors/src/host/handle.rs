@@ -326,8 +326,9 @@ impl WardenHandle {
 
     /// Delivers a world event to NPC `npc` now: it is classified (journaled as `perceived`) and,
     /// when it is a TRIGGER, queued; its reply comes back through
-    /// [`WardenHandle::drain_replies`]. Never waits: at most one cross-thread wake (of an idle
-    /// NPC).
+    /// [`WardenHandle::drain_replies`]. Never waits: the NPC's wake-up is handed to warden's
+    /// thread, and a cross-thread wake is posted only when that thread is parked (no delivery for
+    /// 200 ms; see the module docs' *pump*).
     ///
     /// # Errors
     /// [`DeliverError`], with the event handed back: `Unknown` (no such NPC), `Busy` (its lane is

@@ -11,7 +11,8 @@
 //!   ([`DeliverError`]: unknown, busy, halted, locked out, shut down).
 //! * [`WardenHandle::deliver_batch`] does the same for many events and costs the host's thread at
 //!   most one cross-thread wake for the whole batch (the agents' wake-ups are posted by warden's
-//!   own thread; [`HostStats::wakes`] counts them). Not yet deferred: a TRIGGER for an NPC with
+//!   own thread; [`HostStats::wakes`] counts them). While the host keeps delivering, none: the
+//!   pump polls (see *Threads* below). Not yet deferred: a TRIGGER for an NPC with
 //!   autonomous ticks also notifies the tick timer on warden's thread directly.
 //! * [`WardenHandle::drain_replies`] moves settled events ([`NpcReply`]: the NPC's line or why
 //!   there is none, with its event id and halt epoch) into the host's buffer without blocking.
@@ -57,8 +58,9 @@
 //!
 //! # Threads
 //! One thread, `warden`, runs the actix `System` with every agent on it (model calls are I/O: one
-//! thread serves many agents), the SafetyMonitor, the tick arbiter and the *pump*: the task that
-//! posts a batch's wake-ups.
+//! thread serves many agents), the SafetyMonitor, the tick arbiter, the task that runs
+//! [`WardenHandle::spawn`]'s spawns, and the *pump*: the task that posts the host's wake-ups,
+//! polling every millisecond while deliveries come and parked after 200 ms without one.
 
 mod error;
 mod handle;
