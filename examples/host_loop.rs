@@ -66,7 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             batch.push(("smith".into(), say("p1", "and an axe?")));
         }
 
-        // 2. Deliver them: synchronous, never waits, one cross-thread wake for the whole batch.
+        // 2. Deliver them: synchronous, never waits, at most one cross-thread wake for the whole batch.
         let t = Instant::now();
         let keys: Vec<AgentKey> = batch.iter().map(|(key, _)| key.clone()).collect();
         warden.deliver_batch(&mut batch, &mut results);

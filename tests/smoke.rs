@@ -48,6 +48,21 @@ fn the_frame_loop_example_drops_the_stale_reply() {
     assert!(stdout.contains("; 0 unanswered"), "{stdout}");
 }
 
+/// The async host (`examples/tokio_host.rs`): three connection tasks each get the baker's answer
+/// to their own event, routed by event id.
+#[test]
+fn the_tokio_host_example_routes_replies_by_event_id() {
+    let stdout = run_example("tokio_host");
+    for player in ["p1", "p2", "p3"] {
+        assert!(
+            stdout.contains(&format!(
+                "{player} hears: baker says: Fresh bread, 2 silver."
+            )),
+            "{stdout}"
+        );
+    }
+}
+
 /// The MUD's benchmark (`examples/mud`), briefly: the JSON report has the keys of its contract,
 /// the halt started no model call and spent no token, and the tick never waited on a model.
 #[cfg(feature = "server")]

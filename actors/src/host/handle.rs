@@ -75,8 +75,9 @@ pub struct HostStats {
     pub refused: u64,
     /// Replies drained ([`WardenHandle::drain_replies`], [`WardenHandle::next_reply`]).
     pub replies: u64,
-    /// Cross-thread wakes the host's calls posted: one per [`WardenHandle::try_deliver`] that woke
-    /// an idle NPC, at most one per [`WardenHandle::deliver_batch`].
+    /// Cross-thread wakes the host's calls posted: at most one per [`WardenHandle::try_deliver`] or
+    /// [`WardenHandle::deliver_batch`], and none while warden's thread is polling (the host
+    /// delivered within the last 200 ms).
     pub wakes: u64,
     /// Batches delivered.
     pub batches: u64,
@@ -370,7 +371,7 @@ impl WardenHandle {
     /// let before = warden.stats().wakes;
     /// assert_eq!(warden.deliver_batch(&mut batch, &mut results), 2);
     /// assert!(batch.is_empty());
-    /// assert_eq!(warden.stats().wakes - before, 1);
+    /// assert!(warden.stats().wakes - before <= 1); // none if warden's thread was polling
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn deliver_batch(
