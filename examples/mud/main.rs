@@ -130,6 +130,11 @@ impl Server {
     /// Stops the world thread and the network; the world's measurements.
     pub fn stop(self) -> tick::Report {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.wait()
+    }
+
+    /// Waits for the world thread to end (once `stop` is set), then stops the network.
+    fn wait(self) -> tick::Report {
         let report = self.world.join().expect("the world thread panicked");
         self.runtime.shutdown_background();
         report
@@ -205,19 +210,31 @@ fn serve(
         );
     }
     println!("{}", protocol::HELP);
-    // Until the process is killed: the world thread never ends by itself.
-    let report = server.stop_on_exit();
-    drop(report);
+    // Until Ctrl-C or SIGTERM (the admin API's actix server takes those signals for itself: the
+    // MUD listens for them too, and stops the world, then warden).
+    let stop = server.stop.clone();
+    server.runtime.spawn(async move {
+        stopped_by_signal().await;
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    drop(server.wait());
     warden.shutdown();
+    println!("mud: stopped");
     Ok(())
 }
 
-impl Server {
-    /// Waits for the world thread (it runs until the process ends).
-    fn stop_on_exit(self) -> Option<tick::Report> {
-        let Server { world, runtime, .. } = self;
-        let report = world.join().ok();
-        runtime.shutdown_background();
-        report
+/// Resolves on Ctrl-C, or on SIGTERM where there is one.
+async fn stopped_by_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
     }
+    let _ = tokio::signal::ctrl_c().await;
 }
