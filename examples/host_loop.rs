@@ -66,7 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             batch.push(("smith".into(), say("p1", "and an axe?")));
         }
 
-        // 2. Deliver them: synchronous, never waits, one cross-thread wake for the whole batch.
+        // 2. Deliver them: synchronous, never waits, at most one cross-thread wake for the whole batch.
         let t = Instant::now();
         let keys: Vec<AgentKey> = batch.iter().map(|(key, _)| key.clone()).collect();
         warden.deliver_batch(&mut batch, &mut results);
@@ -87,7 +87,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
         // 3. The kill switch: raised before `halt_all` returns, no waiting for acks.
         if frame == 42 {
-            warden.halt_all();
+            warden.halt_all("the kill switch");
             println!("[frame {frame:2}] halt_all: every NPC halted");
         }
 

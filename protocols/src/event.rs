@@ -86,6 +86,12 @@ pub enum HaltCause {
     },
     /// The supervisor halted every agent.
     HaltAll,
+    /// The embedding host halted every agent through its handle (`WardenHandle::halt_all`), with
+    /// the reason it gave.
+    Host {
+        /// The host's reason, as given (`"admin halt"`, `"shard draining"`, …).
+        reason: String,
+    },
     /// The supervisor gave up restarting a crashing agent.
     RestartIntensity {
         /// Restarts counted within the window.

@@ -89,3 +89,14 @@ impl StartError {
         StartError::Setup(err.into())
     }
 }
+
+/// Why [`super::WardenHandle::spawn`] did not add an NPC.
+#[derive(Debug, thiserror::Error)]
+pub enum AddError {
+    /// The team refused the spec (a duplicate key, invalid goals or memory settings, …).
+    #[error(transparent)]
+    Spawn(#[from] crate::SpawnError),
+    /// warden is shut down.
+    #[error("warden is shut down")]
+    Shutdown,
+}

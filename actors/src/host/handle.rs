@@ -4,13 +4,13 @@
 // move of ~170 bytes, where boxing it would allocate on the path a busy frame loop takes most.
 #![allow(clippy::result_large_err)]
 
-use super::{DeliverError, EventId, Pump};
+use super::{AddError, DeliverError, EventId, Pump, SpawnJob};
 use crate::{
     agent::{cell::AgentCell, reply::Settlement},
     mailbox::{defer_wakes, wakes_posted_here},
-    AgentHandle, HaltAck, Settled, Supervisor,
+    AgentHandle, AgentSpec, HaltAck, Settled, Supervisor,
 };
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use std::{
     borrow::Cow,
     collections::HashMap,
@@ -24,7 +24,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 use warden_protocols::{
     npc::{Verdict, WorldEvent},
-    AgentKey,
+    AgentKey, HaltCause,
 };
 
 /// What [`WardenHandle::try_deliver`] did with a world event.
@@ -75,13 +75,16 @@ pub struct HostStats {
     pub refused: u64,
     /// Replies drained ([`WardenHandle::drain_replies`], [`WardenHandle::next_reply`]).
     pub replies: u64,
-    /// Cross-thread wakes the host's calls posted: one per [`WardenHandle::try_deliver`] that woke
-    /// an idle NPC, at most one per [`WardenHandle::deliver_batch`].
+    /// Cross-thread wakes the host's calls posted: at most one per [`WardenHandle::try_deliver`] or
+    /// [`WardenHandle::deliver_batch`], and none while warden's thread is polling (the host
+    /// delivered within the last 200 ms).
     pub wakes: u64,
     /// Batches delivered.
     pub batches: u64,
     /// [`WardenHandle::halt_all`] calls.
     pub halts: u64,
+    /// Resumes queued by [`WardenHandle::resume_all`] (one per NPC it was sent to).
+    pub resumes: u64,
 }
 
 #[derive(Default)]
@@ -92,6 +95,7 @@ struct Counters {
     wakes: AtomicU64,
     batches: AtomicU64,
     halts: AtomicU64,
+    resumes: AtomicU64,
 }
 
 /// One NPC, as the host sees it: its handle and where its halt epoch changed.
@@ -132,10 +136,14 @@ impl HostAgent {
 /// What the handles share with warden's thread.
 pub(super) struct Shared {
     team: Supervisor,
-    agents: HashMap<AgentKey, HostAgent>,
+    /// The NPCs the host has reached, by key (a leaf lock, read on every delivery: an agent
+    /// spawned after start is added on its first lookup, from the team's registry).
+    agents: RwLock<HashMap<AgentKey, Arc<HostAgent>>>,
     /// The team's reply stream (a leaf lock; never held across an `.await`).
     replies: Mutex<UnboundedReceiver<Settlement>>,
     pub(super) pump: Pump,
+    /// Spawns for warden's thread ([`WardenHandle::spawn`]).
+    spawns: tokio::sync::mpsc::UnboundedSender<SpawnJob>,
     stop: CancellationToken,
     closed: AtomicBool,
     counters: Counters,
@@ -144,15 +152,17 @@ pub(super) struct Shared {
 impl Shared {
     pub(super) fn new(
         team: Supervisor,
-        agents: HashMap<AgentKey, HostAgent>,
+        agents: HashMap<AgentKey, Arc<HostAgent>>,
         replies: UnboundedReceiver<Settlement>,
+        spawns: tokio::sync::mpsc::UnboundedSender<SpawnJob>,
         stop: CancellationToken,
     ) -> Self {
         Shared {
             team,
-            agents,
+            agents: RwLock::new(agents),
             replies: Mutex::new(replies),
             pump: Pump::default(),
+            spawns,
             stop,
             closed: AtomicBool::new(false),
             counters: Counters::default(),
@@ -164,16 +174,32 @@ impl Shared {
         self.closed.store(true, Ordering::SeqCst);
     }
 
-    /// Classifies `event` for `key` and queues it if it is a TRIGGER; the agent, when it queued.
+    /// The NPC with that key: one the host reached before, or one spawned since start (by
+    /// [`WardenHandle::spawn`], the admin API, a task of the setup's), found in the team's registry
+    /// and remembered.
+    fn agent(&self, key: &str) -> Option<Arc<HostAgent>> {
+        if let Some(agent) = self.agents.read().get(key) {
+            return Some(agent.clone());
+        }
+        let handle = self.team.get(key)?;
+        let mut agents = self.agents.write();
+        let agent = agents
+            .entry(handle.key().clone())
+            .or_insert_with(|| Arc::new(HostAgent::new(handle)));
+        Some(agent.clone())
+    }
+
+    /// Classifies `event` for `key` and queues it if it is a TRIGGER; the agent's cell, when it
+    /// queued.
     fn deliver(
         &self,
         key: &str,
         event: WorldEvent,
-    ) -> Result<(Delivered, Option<&HostAgent>), DeliverError> {
+    ) -> Result<(Delivered, Option<Arc<AgentCell>>), DeliverError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(DeliverError::Shutdown(event));
         }
-        let Some(agent) = self.agents.get(key) else {
+        let Some(agent) = self.agent(key) else {
             return Err(DeliverError::Unknown(event));
         };
         let cell = agent.cell();
@@ -207,7 +233,7 @@ impl Shared {
                     event_id: seen.queued,
                     halt_epoch: epoch,
                 },
-                seen.queued.map(|_| agent),
+                seen.queued.map(|_| agent.cell().clone()),
             )),
             Err(rejected) => Err(DeliverError::refused(event, rejected.refusal)),
         }
@@ -223,7 +249,7 @@ impl Shared {
 
     /// A settlement as the host sees it: tagged with its delivery epoch.
     fn tag(&self, settled: Settlement) -> NpcReply {
-        let (halt_epoch, now) = self.agents.get(&settled.agent).map_or((0, 0), |agent| {
+        let (halt_epoch, now) = self.agent(settled.agent.as_str()).map_or((0, 0), |agent| {
             (agent.epoch_of(settled.id), agent.cell().halt_epoch())
         });
         self.counters.replies.fetch_add(1, Ordering::Relaxed);
@@ -278,7 +304,7 @@ pub struct WardenHandle {
 impl std::fmt::Debug for WardenHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WardenHandle")
-            .field("agents", &self.shared.agents.len())
+            .field("agents", &self.shared.team.len())
             .field("closed", &self.shared.closed.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
@@ -301,8 +327,9 @@ impl WardenHandle {
 
     /// Delivers a world event to NPC `npc` now: it is classified (journaled as `perceived`) and,
     /// when it is a TRIGGER, queued; its reply comes back through
-    /// [`WardenHandle::drain_replies`]. Never waits: at most one cross-thread wake (of an idle
-    /// NPC).
+    /// [`WardenHandle::drain_replies`]. Never waits: the NPC's wake-up is handed to warden's
+    /// thread, and a cross-thread wake is posted only when that thread is parked (no delivery for
+    /// 200 ms; see the module docs' *pump*).
     ///
     /// # Errors
     /// [`DeliverError`], with the event handed back: `Unknown` (no such NPC), `Busy` (its lane is
@@ -310,13 +337,18 @@ impl WardenHandle {
     /// perception is journaled all the same.
     pub fn try_deliver(&self, npc: &str, event: WorldEvent) -> Result<Delivered, DeliverError> {
         let before = wakes_posted_here();
-        let result = self.shared.deliver(npc, event).map(|(done, _)| done);
+        let mut woken = None;
+        let result = defer_wakes(|| {
+            self.shared.deliver(npc, event).map(|(done, cell)| {
+                woken = cell;
+                done
+            })
+        });
         let posted = wakes_posted_here().wrapping_sub(before);
+        let pumped = woken.map_or(0, |cell| u64::from(self.shared.pump.hand_over_one(cell)));
         self.shared.count(&result);
-        self.shared
-            .counters
-            .wakes
-            .fetch_add(posted, Ordering::Relaxed);
+        let counters = &self.shared.counters;
+        counters.wakes.fetch_add(posted + pumped, Ordering::Relaxed);
         result
     }
 
@@ -339,7 +371,7 @@ impl WardenHandle {
     /// let before = warden.stats().wakes;
     /// assert_eq!(warden.deliver_batch(&mut batch, &mut results), 2);
     /// assert!(batch.is_empty());
-    /// assert_eq!(warden.stats().wakes - before, 1);
+    /// assert!(warden.stats().wakes - before <= 1); // none if warden's thread was polling
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn deliver_batch(
@@ -354,9 +386,9 @@ impl WardenHandle {
             results.reserve(batch.len());
             for (key, event) in batch.drain(..) {
                 let result = match self.shared.deliver(key.as_str(), event) {
-                    Ok((done, agent)) => {
+                    Ok((done, cell)) => {
                         delivered += 1;
-                        woken.extend(agent.map(|a| a.cell().clone()));
+                        woken.extend(cell);
                         Ok(done)
                     }
                     Err(err) => Err(err),
@@ -419,7 +451,7 @@ impl WardenHandle {
     pub async fn deliver(&self, npc: &str, event: WorldEvent) -> Result<Delivered, DeliverError> {
         let mut event = event;
         loop {
-            if let Some(agent) = self.shared.agents.get(npc) {
+            if let Some(agent) = self.shared.agent(npc) {
                 let mailbox = &agent.cell().mailbox;
                 let room = mailbox.retry_while_full(|| {
                     (mailbox.depths().ordinary < mailbox.capacity()
@@ -440,16 +472,17 @@ impl WardenHandle {
         }
     }
 
-    /// Halts every NPC (priority 0, cause `halt_all`): each one's halt flag is raised and its
-    /// running turn cancelled before this returns, so a model call in flight is abandoned, every
-    /// later delivery is refused as `Halted`, and every reply from before is [`NpcReply::stale`].
-    /// Queued events are discarded when the NPCs read the halt (their replies say so). Never
-    /// waits; [`WardenHandle::halt_all_acked`] waits for the acknowledgements.
-    pub fn halt_all(&self) {
+    /// Halts every NPC (priority 0; journaled with cause `host` and `reason`): each one's halt
+    /// flag is raised and its running turn cancelled before this returns, so a model call in
+    /// flight is abandoned, every later delivery is refused as `Halted`, and every reply from
+    /// before is [`NpcReply::stale`]. Queued events are discarded when the NPCs read the halt
+    /// (their replies say so). Never waits; [`WardenHandle::halt_all_acked`] waits for the
+    /// acknowledgements. [`WardenHandle::resume_all`] brings the NPCs back.
+    pub fn halt_all(&self, reason: &str) {
         self.shared.counters.halts.fetch_add(1, Ordering::Relaxed);
         // Polled once: every halt is raised and queued on the first poll (see
-        // `Supervisor::halt_all`); dropping the future gives up only the acknowledgements.
-        let _ = futures::FutureExt::now_or_never(self.shared.team.halt_all());
+        // `Supervisor::halt_all_with`); dropping the future gives up only the acknowledgements.
+        let _ = futures::FutureExt::now_or_never(self.shared.team.halt_all_with(host(reason)));
     }
 
     /// [`WardenHandle::halt_all`], resolving once every NPC has acknowledged (one ack per NPC, in
@@ -458,34 +491,83 @@ impl WardenHandle {
     /// # Cancel safety
     /// Cancel safe: the halts are raised on the first poll; dropping the future afterwards loses
     /// only the acknowledgements.
-    pub async fn halt_all_acked(&self) -> Vec<HaltAck> {
+    pub async fn halt_all_acked(&self, reason: &str) -> Vec<HaltAck> {
         self.shared.counters.halts.fetch_add(1, Ordering::Relaxed);
-        self.shared.team.halt_all().await
+        self.shared.team.halt_all_with(host(reason)).await
+    }
+
+    /// Brings every halted (or paused) NPC back to `WAITING_FOR_EVENT`: a resume is queued in
+    /// each NPC's control lane (priority 1), journaled with `operator`, and this returns how many
+    /// were queued without waiting for them to be applied (deliveries are refused as `Halted`
+    /// until an NPC has read its resume). A locked-out NPC stays locked out: only
+    /// [`AgentHandle::unlock`] (through [`WardenHandle::agent`]) lifts a breaker's lockout.
+    ///
+    /// The handle is the host's: as with the CLI and the admin API, authenticating `operator` is
+    /// the caller's business, and nothing an NPC or a model produces can reach this call.
+    pub fn resume_all(&self, operator: &str) -> usize {
+        let mut queued = 0;
+        for agent in self.shared.team.agents() {
+            // Queued on the first poll (`AgentHandle::resume`'s cancel safety); the outcome is not
+            // waited for: `NotStopped` for an NPC that was running is expected.
+            let resume = agent.resume(operator);
+            futures::pin_mut!(resume);
+            match futures::FutureExt::now_or_never(resume) {
+                Some(Err(crate::ControlError::Closed)) => {}
+                _ => queued += 1,
+            }
+        }
+        let counters = &self.shared.counters;
+        counters.resumes.fetch_add(queued as u64, Ordering::Relaxed);
+        queued
+    }
+
+    /// Spawns an NPC into the running team (on warden's thread) and resolves once it is spawned;
+    /// it is reachable through every clone of the handle from then on. Any executor will do; a
+    /// plain thread may `futures::executor::block_on` it (outside its frame: a spawn waits for
+    /// warden's thread).
+    ///
+    /// # Errors
+    /// [`AddError::Spawn`]: what `Supervisor::spawn` refused (a duplicate key, …);
+    /// [`AddError::Shutdown`] when warden is shut down.
+    pub async fn spawn(&self, spec: AgentSpec) -> Result<(), AddError> {
+        let (done, rx) = tokio::sync::oneshot::channel();
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(AddError::Shutdown);
+        }
+        let team = self.shared.team.clone();
+        let job: SpawnJob = Box::new(move || {
+            let _ = done.send(team.spawn(spec).map(drop).map_err(AddError::Spawn));
+        });
+        if self.shared.spawns.send(job).is_err() {
+            return Err(AddError::Shutdown);
+        }
+        rx.await.unwrap_or(Err(AddError::Shutdown))
     }
 
     /// NPC `npc`'s halt epoch now (how many halts it went through); `None` if there is no such
     /// NPC.
     pub fn halt_epoch(&self, npc: &str) -> Option<u64> {
-        self.shared.agents.get(npc).map(|a| a.cell().halt_epoch())
+        self.shared.agent(npc).map(|a| a.cell().halt_epoch())
     }
 
     /// The NPC with that key, for everything else an [`AgentHandle`] does (status, unlock,
     /// resume, asking with a reply of its own).
     pub fn agent(&self, npc: &str) -> Option<AgentHandle> {
-        self.shared.agents.get(npc).map(|a| a.handle.clone())
+        self.shared.agent(npc).map(|a| a.handle.clone())
     }
 
     /// The handle's counters (relaxed atomics: cheap, each exact, not a consistent snapshot).
     pub fn stats(&self) -> HostStats {
         let c = &self.shared.counters;
         HostStats {
-            agents: self.shared.agents.len(),
+            agents: self.shared.team.len(),
             delivered: c.delivered.load(Ordering::Relaxed),
             refused: c.refused.load(Ordering::Relaxed),
             replies: c.replies.load(Ordering::Relaxed),
             wakes: c.wakes.load(Ordering::Relaxed),
             batches: c.batches.load(Ordering::Relaxed),
             halts: c.halts.load(Ordering::Relaxed),
+            resumes: c.resumes.load(Ordering::Relaxed),
         }
     }
 
@@ -495,5 +577,12 @@ impl WardenHandle {
     /// call it from the host's thread, not from inside an async task.
     pub fn shutdown(self) {
         self.owner.stop_and_join();
+    }
+}
+
+/// The halt cause of the host's `halt_all`.
+fn host(reason: &str) -> HaltCause {
+    HaltCause::Host {
+        reason: reason.into(),
     }
 }

@@ -11,12 +11,16 @@
 //!   ([`DeliverError`]: unknown, busy, halted, locked out, shut down).
 //! * [`WardenHandle::deliver_batch`] does the same for many events and costs the host's thread at
 //!   most one cross-thread wake for the whole batch (the agents' wake-ups are posted by warden's
-//!   own thread; [`HostStats::wakes`] counts them). Not yet deferred: a TRIGGER for an NPC with
+//!   own thread; [`HostStats::wakes`] counts them). While the host keeps delivering, none: the
+//!   pump polls (see *Threads* below). Not yet deferred: a TRIGGER for an NPC with
 //!   autonomous ticks also notifies the tick timer on warden's thread directly.
 //! * [`WardenHandle::drain_replies`] moves settled events ([`NpcReply`]: the NPC's line or why
 //!   there is none, with its event id and halt epoch) into the host's buffer without blocking.
-//! * [`WardenHandle::halt_all`] raises every agent's halt at once (priority 0) before it returns;
-//!   [`WardenHandle::halt_all_acked`] also waits for the acknowledgements.
+//! * [`WardenHandle::halt_all`] raises every agent's halt at once (priority 0) before it returns,
+//!   journaled with the host's reason; [`WardenHandle::halt_all_acked`] also waits for the
+//!   acknowledgements; [`WardenHandle::resume_all`] queues every NPC's resume.
+//! * [`WardenHandle::spawn`] adds an NPC to the running team; an agent spawned after start by
+//!   any means (the admin API beside the host, a task of the setup's) is reachable too.
 //! * [`WardenHandle::stats`] reads counters (atomics).
 //! * Async hosts: [`WardenHandle::deliver`] (waits for room in the lane) and
 //!   [`WardenHandle::next_reply`].
@@ -54,25 +58,36 @@
 //!
 //! # Threads
 //! One thread, `warden`, runs the actix `System` with every agent on it (model calls are I/O: one
-//! thread serves many agents), the SafetyMonitor, the tick arbiter and the *pump*: the task that
-//! posts a batch's wake-ups.
+//! thread serves many agents), the SafetyMonitor, the tick arbiter, the task that runs
+//! [`WardenHandle::spawn`]'s spawns, and the *pump*: the task that posts the host's wake-ups,
+//! polling every millisecond while deliveries come and parked after 200 ms without one.
 
 mod error;
 mod handle;
 
-pub use error::{DeliverError, StartError};
+pub use error::{AddError, DeliverError, StartError};
 pub use handle::{Delivered, HostStats, NpcReply, WardenHandle};
 
 use crate::{agent::cell::AgentCell, journal::Journal, AgentSpec, Supervisor};
 use handle::{HostAgent, Shared};
 use parking_lot::Mutex;
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{fence, AtomicBool, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use warden_protocols::WardenConfig;
 
 /// An event's id: unique per agent, growing (as [`crate::AgentHandle::try_send_event`] returns).
 pub type EventId = u64;
+
+/// A spawn, run on warden's thread ([`WardenHandle::spawn`]).
+type SpawnJob = Box<dyn FnOnce() + Send>;
 
 /// Starts warden on threads of its own; see the [module docs](self).
 #[derive(Debug)]
@@ -154,12 +169,41 @@ impl Warden {
         journal: Arc<dyn Journal>,
         setup: impl FnOnce(&Supervisor) -> Result<(), StartError> + Send + 'static,
     ) -> Result<WardenHandle, StartError> {
+        Self::spawn_thread(config, journal, setup, Clock::Real)
+    }
+
+    /// [`Warden::start_with`] on *paused* time (feature `test-util`, for a host's tests): warden's
+    /// runtime starts with tokio's clock paused, so whenever warden's thread has nothing to do its
+    /// clock jumps to the next timer. A scripted model's latency ([`crate::ScriptStep::delayed`],
+    /// [`crate::Latency`]) then costs no wall time — a test of a host against NPCs that take
+    /// 30 s per answer runs in milliseconds, with every reply's `latency` still 30 s — and the
+    /// order in which one NPC's events are answered is the order they were delivered. The host's
+    /// own thread keeps real time: drain in a loop with a wall-clock deadline, as `tests/host.rs`
+    /// does.
+    ///
+    /// # Errors
+    /// As [`Warden::start_with`].
+    #[cfg(feature = "test-util")]
+    pub fn start_paused(
+        config: WardenConfig,
+        journal: Arc<dyn Journal>,
+        setup: impl FnOnce(&Supervisor) -> Result<(), StartError> + Send + 'static,
+    ) -> Result<WardenHandle, StartError> {
+        Self::spawn_thread(config, journal, setup, Clock::Paused)
+    }
+
+    fn spawn_thread(
+        config: WardenConfig,
+        journal: Arc<dyn Journal>,
+        setup: impl FnOnce(&Supervisor) -> Result<(), StartError> + Send + 'static,
+        clock: Clock,
+    ) -> Result<WardenHandle, StartError> {
         let stop = CancellationToken::new();
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let thread_stop = stop.clone();
         let thread = std::thread::Builder::new()
             .name("warden".into())
-            .spawn(move || run(config, journal, setup, thread_stop, ready_tx))?;
+            .spawn(move || run(config, journal, setup, thread_stop, ready_tx, clock))?;
         match ready_rx.recv() {
             Ok(Ok(shared)) => Ok(WardenHandle::new(shared, stop, thread)),
             Ok(Err(err)) => {
@@ -176,6 +220,14 @@ impl Warden {
 
 type Ready = std::sync::mpsc::SyncSender<Result<Arc<Shared>, StartError>>;
 
+/// warden's clock: real, or paused ([`Warden::start_paused`]).
+#[derive(Clone, Copy)]
+enum Clock {
+    Real,
+    #[cfg(feature = "test-util")]
+    Paused,
+}
+
 /// warden's thread: the System, the team, the pump; returns once `stop` is cancelled and the team
 /// is shut down.
 fn run(
@@ -184,8 +236,19 @@ fn run(
     setup: impl FnOnce(&Supervisor) -> Result<(), StartError>,
     stop: CancellationToken,
     ready: Ready,
+    clock: Clock,
 ) {
-    let system = actix_rt::System::new();
+    let system = match clock {
+        Clock::Real => actix_rt::System::new(),
+        #[cfg(feature = "test-util")]
+        Clock::Paused => actix_rt::System::with_tokio_rt(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build()
+                .expect("a current-thread runtime")
+        }),
+    };
     system.block_on(async move {
         let team = Supervisor::on_current_arbiter(config, journal);
         let replies = team.take_replies();
@@ -197,14 +260,27 @@ fn run(
         let agents: HashMap<_, _> = team
             .agents()
             .into_iter()
-            .map(|handle| (handle.key().clone(), HostAgent::new(handle)))
+            .map(|handle| (handle.key().clone(), Arc::new(HostAgent::new(handle))))
             .collect();
         let Some(replies) = replies else {
             // A fresh team's stream is untaken: unreachable, but never a panic on this thread.
             team.shutdown().await;
             return;
         };
-        let shared = Arc::new(Shared::new(team.clone(), agents, replies, stop.clone()));
+        let (spawns, mut spawn_rx) = tokio::sync::mpsc::unbounded_channel::<SpawnJob>();
+        let shared = Arc::new(Shared::new(
+            team.clone(),
+            agents,
+            replies,
+            spawns,
+            stop.clone(),
+        ));
+        // Spawns from the handle run here, on warden's thread (an actor starts on its arbiter).
+        actix_rt::spawn(async move {
+            while let Some(job) = spawn_rx.recv().await {
+                job();
+            }
+        });
         if ready.send(Ok(shared.clone())).is_err() {
             team.shutdown().await;
             return;
@@ -215,46 +291,94 @@ fn run(
     });
 }
 
-/// The mailboxes a batch queued to without waking their readers, and the one wake that tells
-/// warden's thread to wake them.
+/// The mailboxes the host's calls queued to without waking their readers, and the wake that
+/// tells warden's thread to wake them — posted only when warden's thread is parked.
+///
+/// While deliveries keep coming, the pump *polls*: it looks at `pending` every [`POLL`] on
+/// warden's own timer, so a host call only pushes to the list and reads `parked`, with no
+/// cross-thread wake at all (a wake is a futex or eventfd write, and on a busy machine the woken
+/// thread may preempt the caller: the tail of the host's call). After [`IDLE`] without a delivery
+/// the pump parks, and the next hand-over posts one wake. The price: a delivery waits up to
+/// `POLL` for warden's thread to look (nothing next to a model call), and warden's thread wakes
+/// every `POLL` while the host delivers.
 #[derive(Default)]
 pub(super) struct Pump {
     pending: Mutex<Vec<Arc<AgentCell>>>,
     notify: Notify,
+    /// The pump waits on `notify` (not polling): a hand-over must wake it.
+    parked: AtomicBool,
 }
 
+/// How often the pump looks at `pending` while deliveries come.
+const POLL: Duration = Duration::from_millis(1);
+/// How long the pump polls without finding anything before it parks.
+const IDLE: Duration = Duration::from_millis(200);
+
 impl Pump {
-    /// Hands `cells` to the pump; returns whether this posted a wake (it does unless the pump
-    /// already has a wake pending for earlier cells, which it will find these with).
+    /// Hands `cells` to the pump; returns whether this posted a cross-thread wake (only when the
+    /// pump is parked).
     pub(super) fn hand_over(&self, cells: &mut Vec<Arc<AgentCell>>) -> bool {
         if cells.is_empty() {
             return false;
         }
-        let was_empty = {
-            let mut pending = self.pending.lock();
-            let was_empty = pending.is_empty();
-            pending.append(cells);
-            was_empty
-        };
-        if was_empty {
+        self.pending.lock().append(cells);
+        self.wake_if_parked()
+    }
+
+    /// [`Pump::hand_over`] for one cell (no vector to fill: a single delivery allocates nothing).
+    pub(super) fn hand_over_one(&self, cell: Arc<AgentCell>) -> bool {
+        self.pending.lock().push(cell);
+        self.wake_if_parked()
+    }
+
+    fn wake_if_parked(&self) -> bool {
+        // Dekker with the pump's park: either it sees the cells when it checks after raising
+        // `parked`, or this load sees `parked` and wakes it (`Notify` keeps the permit).
+        fence(Ordering::SeqCst);
+        if self.parked.load(Ordering::SeqCst) && self.parked.swap(false, Ordering::SeqCst) {
             self.notify.notify_one();
+            return true;
         }
-        was_empty
+        false
     }
 }
 
-/// Posts the wake-ups of every batch handed over, until `stop`.
+/// Posts the wake-ups of every hand-over, until `stop`.
 async fn pump(pump: &Pump, stop: &CancellationToken) {
+    let mut idle = Duration::ZERO;
+    // Swapped with `pending`: the two buffers keep their capacity, a host push never allocates.
+    let mut cells = Vec::new();
     loop {
-        tokio::select! {
-            biased;
-            () = stop.cancelled() => return,
-            () = pump.notify.notified() => {}
+        std::mem::swap(&mut *pump.pending.lock(), &mut cells);
+        if cells.is_empty() {
+            idle += POLL;
+        } else {
+            idle = Duration::ZERO;
         }
-        let cells = std::mem::take(&mut *pump.pending.lock());
         // One mailbox may appear many times: after the first, `schedule_wake` finds a wake pending.
-        for cell in &cells {
+        for cell in cells.drain(..) {
             cell.mailbox.schedule_wake();
+        }
+        if idle >= IDLE {
+            pump.parked.store(true, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            if !pump.pending.lock().is_empty() {
+                pump.parked.store(false, Ordering::SeqCst);
+                continue;
+            }
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                () = pump.notify.notified() => {}
+            }
+            pump.parked.store(false, Ordering::SeqCst);
+            idle = Duration::ZERO;
+        } else {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(POLL) => {}
+            }
         }
     }
 }

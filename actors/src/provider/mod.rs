@@ -19,7 +19,7 @@ pub use openai::{
     retry_class, retry_counts, AttemptObserver, FailedAttempt, OpenAiCompatible, OpenAiConfig,
     OpenAiSetupError, RetryPolicy, StreamEvent, ToolFormat, RETRY_CLASSES,
 };
-pub use scripted::{ScriptStats, ScriptStep, ScriptedProvider};
+pub use scripted::{Latency, ScriptStats, ScriptStep, ScriptedProvider};
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};

@@ -73,12 +73,51 @@ impl ScriptStep {
 
 type Fallback = Arc<dyn Fn(&LlmRequest) -> ScriptStep + Send + Sync>;
 
+/// A seeded latency for every call of a [`ScriptedProvider`] ([`ScriptedProvider::with_latency`]):
+/// log-normal, the shape of real model latencies (most answers near the median, a long tail), set
+/// by its median and 99th percentile. The same seed gives the same sequence of latencies, call by
+/// call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Latency {
+    /// The median latency.
+    pub median: Duration,
+    /// The 99th percentile (at least the median).
+    pub p99: Duration,
+    /// The seed of the provider's generator.
+    pub seed: u64,
+}
+
+impl Latency {
+    /// A log-normal latency with this median and 99th percentile (σ = ln(p99 / median) / 2.326:
+    /// median 0.8 s and p99 5 s give σ ≈ 0.79).
+    pub fn lognormal(median: Duration, p99: Duration, seed: u64) -> Self {
+        Latency { median, p99, seed }
+    }
+
+    fn sigma(&self) -> f64 {
+        let median = self.median.as_secs_f64().max(1e-9);
+        (self.p99.as_secs_f64() / median).max(1.0).ln() / 2.326_347_874
+    }
+
+    /// One latency from `rng` (Box–Muller on two uniforms).
+    fn sample(&self, rng: &mut rand::rngs::SmallRng) -> Duration {
+        use rand::Rng;
+        let u1: f64 = rng.gen_range(f64::EPSILON..1.0);
+        let u2: f64 = rng.gen();
+        let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+        let secs = self.median.as_secs_f64() * (self.sigma() * z).exp();
+        // Capped at 100× the median: a sample far out in the tail is a stall, not a latency.
+        Duration::from_secs_f64(secs.min(self.median.as_secs_f64() * 100.0))
+    }
+}
+
 /// Plays [`ScriptStep`]s in order; when they run out, asks the fallback, or fails with
 /// [`ProviderError::ScriptExhausted`].
 pub struct ScriptedProvider {
     steps: Mutex<VecDeque<ScriptStep>>,
     fallback: Option<Fallback>,
     stats: Arc<ScriptStats>,
+    latency: Option<(Latency, Mutex<rand::rngs::SmallRng>)>,
 }
 
 impl std::fmt::Debug for ScriptedProvider {
@@ -135,7 +174,27 @@ impl ScriptedProvider {
             steps: Mutex::new(steps.into_iter().collect()),
             fallback: None,
             stats: Arc::default(),
+            latency: None,
         }
+    }
+
+    /// Delays every call by a seeded log-normal latency ([`Latency`]) on tokio's clock (pausable
+    /// in tests), before its step plays (a [`ScriptStep::Delay`] adds to it). Usage is estimated
+    /// as always (4 characters a token), so token counts follow the prompts and the answers.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// use warden_actors::{Latency, ScriptStep, ScriptedProvider};
+    /// let npc_model = ScriptedProvider::new([])
+    ///     .with_fallback(|_| ScriptStep::reply("Hm."))
+    ///     .with_latency(Latency::lognormal(Duration::from_millis(800), Duration::from_secs(5), 42));
+    /// ```
+    pub fn with_latency(mut self, latency: Latency) -> Self {
+        use rand::SeedableRng;
+        let rng = rand::rngs::SmallRng::seed_from_u64(latency.seed);
+        self.latency = Some((latency, Mutex::new(rng)));
+        self
     }
 
     /// Answers with `fallback` once the script is used up.
@@ -236,6 +295,10 @@ impl Provider for ScriptedProvider {
             (Some(step), _) => step,
             (None, Some(fallback)) => fallback(&request),
             (None, None) => ScriptStep::Fail(ProviderError::ScriptExhausted { calls: call_no }),
+        };
+        let step = match &self.latency {
+            Some((latency, rng)) => step.delayed(latency.sample(&mut rng.lock())),
+            None => step,
         };
         let mut outcome = Self::respond(&request, step, call_no);
         let guard = InFlight {

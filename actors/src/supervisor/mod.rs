@@ -736,6 +736,15 @@ impl Supervisor {
     /// Cancel safe: every halt is raised and queued when the future is first polled; dropping it
     /// afterwards loses only the acknowledgements (the agents still stop).
     pub async fn halt_all(&self) -> Vec<HaltAck> {
+        self.halt_all_with(HaltCause::HaltAll).await
+    }
+
+    /// [`Supervisor::halt_all`], journaling `cause` as every agent's halt cause (an embedding
+    /// host's reason: [`HaltCause::Host`]).
+    ///
+    /// # Cancel safety
+    /// As [`Supervisor::halt_all`].
+    pub async fn halt_all_with(&self, cause: HaltCause) -> Vec<HaltAck> {
         let cells = self.cells();
         // Every flag first: each agent is halted with this cause, its delegates included (they are
         // agents of the team), so nothing needs passing down a tree.
@@ -748,7 +757,7 @@ impl Supervisor {
                 slot,
                 to: to.clone(),
             };
-            queue_halt(cell, HaltCause::HaltAll, Some(reply));
+            queue_halt(cell, cause.clone(), Some(reply));
         }
         drop(to);
         let mut acks: Vec<Option<HaltAck>> = Vec::new();
