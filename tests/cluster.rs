@@ -643,13 +643,7 @@ fn a_lockout_on_b_refuses_delegation_from_a_and_an_unlock_needs_a_cluster_write(
         return;
     };
     let proxy = Proxy::start(nats.port);
-    let cluster =
-        "[cluster]\nfail_safe_seconds = 2\nlease_ttl_seconds = 3\nhalt_ack_timeout_ms = 1000\n";
-    let boss = format!(
-        "[providers.m]\nkind = \"scripted\"\ncycle = true\nreplies = [\n  {{ tool = \"delegate\", \
-         args = {{ agent = \"worker\", task = \"x\" }} }},\n  \"done\",\n]\n\n{cluster}\n\
-         [[agents]]\nkey = \"boss\"\nprovider = \"m\"\n"
-    );
+    let (cluster, boss) = (PAIR_CLUSTER, boss_team());
     let worker = format!(
         "[safety.breakers]\nmax_consecutive_errors = 1\n\n[providers.m]\nkind = \"scripted\"\n\
          cycle = true\nreplies = [{{ fail = \"model down\" }}]\n\n{cluster}\n[[agents]]\nkey = \
@@ -790,4 +784,152 @@ fn on_a_three_server_nats_cluster_halts_survive_one_server_and_no_quorum_means_f
         Duration::from_secs(15),
         || a.get("/api/cluster")["halt"]["epoch"] == 2,
     );
+}
+
+/// The `[cluster]` of the delegation tests.
+const PAIR_CLUSTER: &str =
+    "[cluster]\nfail_safe_seconds = 2\nlease_ttl_seconds = 3\nhalt_ack_timeout_ms = 1000\n";
+
+/// `boss`, whose model delegates a task to `worker`, then answers "done".
+fn boss_team() -> String {
+    format!(
+        "[providers.m]\nkind = \"scripted\"\ncycle = true\nreplies = [\n  {{ tool = \"delegate\", \
+         args = {{ agent = \"worker\", task = \"x\" }} }},\n  \"done\",\n]\n\n{PAIR_CLUSTER}\n\
+         [[agents]]\nkey = \"boss\"\nprovider = \"m\"\n"
+    )
+}
+
+/// Node a runs `boss`, whose model delegates to `worker` then answers; node b runs `worker`,
+/// answering "worker on b says hi" after `worker_latency_ms`.
+fn delegation_pair(dir: &Path, url: &str, worker_latency_ms: u64) -> (Node, Node) {
+    let worker = format!(
+        "[providers.m]\nkind = \"scripted\"\ncycle = true\nreplies = [\"worker on b says hi\"]\n\
+         latency_ms = {worker_latency_ms}\n\n{PAIR_CLUSTER}\n[[agents]]\nkey = \"worker\"\nprovider = \
+         \"m\"\n"
+    );
+    let a = Node::start_with(dir, "a", url, &boss_team());
+    let b = Node::start_with(dir, "b", url, &worker);
+    (a, b)
+}
+
+fn turns_of(node: &Node, agent: &str) -> u64 {
+    node.get(&format!("/api/agents/{agent}"))["turns"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn a_delegation_from_node_a_to_an_agent_of_node_b_runs_there_and_answers() {
+    let dir = temp_dir("delegate");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let (a, b) = delegation_pair(&dir, &nats.url(), 0);
+    let trials = 20;
+    let mut took = Vec::with_capacity(trials);
+    for _ in 0..trials {
+        let started = Instant::now();
+        let (status, body) = a.post(
+            "/api/agents/boss/events?wait=10",
+            Some(r#"{"content":"go"}"#),
+        );
+        took.push(started.elapsed());
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["answer"], "done", "{body}");
+    }
+    took.sort();
+    eprintln!(
+        "boss on a → worker on b → boss answers, {trials} trials: p50 {:.1} ms, p99 {:.1} ms",
+        percentile(&took, 50.0).as_secs_f64() * 1e3,
+        percentile(&took, 99.0).as_secs_f64() * 1e3
+    );
+    // b ran every task once, and the boss saw b's answer.
+    assert_eq!(turns_of(&b, "worker"), trials as u64);
+    assert_eq!(b.get("/api/cluster")["delegations"]["ran"], trials as u64);
+    let events = a.get("/api/events/recent?agent=boss&limit=200").to_string();
+    assert!(events.contains("worker on b says hi"), "{events}");
+    assert!(events.contains("delegation_ended"), "{events}");
+    assert!(!events.contains("delegation_refused"), "{events}");
+}
+
+#[test]
+fn a_redelivered_delegation_runs_once_and_both_copies_get_the_first_answer() {
+    let dir = temp_dir("delegate-once");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let (_a, b) = delegation_pair(&dir, &nats.url(), 300);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let replies: Vec<Value> = runtime.block_on(async {
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        let task = serde_json::json!({
+            "key": "boss/run-1/call-1",
+            "from": "boss",
+            "to": "worker",
+            "task": "x",
+            "lineage": ["boss", "worker"],
+        });
+        let body = serde_json::to_vec(&task).unwrap();
+        // Two copies of one request (the second while the first runs), then a third after.
+        let first = client.request("warden.cluster.delegate.b", body.clone().into());
+        let second = client.request("warden.cluster.delegate.b", body.clone().into());
+        let (first, second) = futures::join!(first, second);
+        let third = client
+            .request("warden.cluster.delegate.b", body.into())
+            .await
+            .unwrap();
+        [first.unwrap(), second.unwrap(), third]
+            .iter()
+            .map(|m| serde_json::from_slice(&m.payload).unwrap())
+            .collect()
+    });
+    for reply in &replies {
+        assert_eq!(
+            reply,
+            &serde_json::json!({"outcome": "answer", "answer": "worker on b says hi"})
+        );
+    }
+    assert_eq!(turns_of(&b, "worker"), 1, "three copies, one run");
+    let counts = &b.get("/api/cluster")["delegations"];
+    assert_eq!(counts, &serde_json::json!({"received": 3, "ran": 1}));
+}
+
+#[test]
+fn a_halt_of_the_delegator_on_a_ends_the_wait_and_halts_the_delegate_on_b() {
+    let dir = temp_dir("delegate-halt");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let (a, b) = delegation_pair(&dir, &nats.url(), 10_000);
+    let (status, body) = a.post("/api/agents/boss/events", Some(r#"{"content":"go"}"#));
+    assert_eq!(status, 202, "{body}");
+    wait_until(
+        "the worker on b runs the task",
+        Duration::from_secs(10),
+        || b.get("/api/cluster")["delegations"]["ran"] == 1,
+    );
+    let started = Instant::now();
+    let (status, body) = a.post("/api/agents/boss/halt", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(a.state_of("boss"), "STOPPED");
+    let events = a.get("/api/events/recent?agent=boss&limit=100").to_string();
+    assert!(
+        events.contains("delegation_ended") && events.contains("cancelled"),
+        "{events}"
+    );
+    let stopped = wait_until("the worker on b halted", Duration::from_secs(5), || {
+        b.state_of("worker") == "STOPPED"
+    });
+    eprintln!(
+        "halt of boss on a: wait ended at once ({:.1} ms), worker on b stopped {:.1} ms after",
+        started.elapsed().as_secs_f64() * 1e3,
+        stopped.as_secs_f64() * 1e3
+    );
+    let events = b
+        .get("/api/events/recent?agent=worker&limit=100")
+        .to_string();
+    assert!(events.contains("parent"), "{events}");
 }

@@ -147,6 +147,10 @@ async fn status(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
         "lockouts": cluster.lockouts(),
         "peers": *cluster.peers.lock(),
         "nodes": nodes,
+        "delegations": {
+            "received": cluster.delegation_counts().0,
+            "ran": cluster.delegation_counts().1,
+        },
     }))
 }
 

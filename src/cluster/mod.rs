@@ -29,6 +29,7 @@
 //!   `safety_alert` on every local agent), `GET /api/cluster` and `/metrics`.
 
 mod config;
+mod delegate;
 mod error;
 mod failsafe;
 mod halt;
@@ -61,6 +62,7 @@ pub const LEASE_BUCKET: &str = "warden_leases";
 /// The bucket of shared lockouts (`agent.KEY`).
 pub const LOCKOUT_BUCKET: &str = "warden_lockouts";
 /// The core-NATS subject a halt is broadcast on (replies are the acknowledgements).
+/// (Delegations to a node's agents: `warden.cluster.delegate.NODE`, see `delegate.rs`.)
 pub const HALT_SUBJECT: &str = "warden.cluster.halt";
 
 /// This node's membership of a cluster. Made by [`Cluster::join`] before the team is spawned,
@@ -89,6 +91,8 @@ pub struct Cluster {
     /// Agents of the team file another node owns (not started here), with that node.
     elsewhere: Mutex<BTreeMap<AgentKey, String>>,
     fail: failsafe::FailSafe,
+    /// Delegations received from other nodes, by idempotency key.
+    tasks: delegate::Tasks,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -138,6 +142,7 @@ impl Cluster {
             halt: Mutex::new((HaltState::default(), 0)),
             owned: Mutex::default(),
             elsewhere: Mutex::default(),
+            tasks: delegate::Tasks::default(),
         });
         let (state, revision) = cluster
             .read_halt()
@@ -176,10 +181,15 @@ impl Cluster {
             self.supervisor.halt_all().await;
         }
         self.supervisor
-            .set_remote_agents(Arc::new(lockout::LockoutView(self.lockouts.clone())));
+            .set_remote_agents(Arc::new(delegate::Remote {
+                cluster: Arc::downgrade(self),
+                lockouts: self.lockouts.clone(),
+            }));
         self.fail.beat_ok();
         self.supervisor.model_gate().open();
         actix_rt::spawn(self.clone().answer_halts());
+        actix_rt::spawn(self.clone().answer_delegations());
+        actix_rt::spawn(self.clone().answer_cancels());
         actix_rt::spawn(self.clone().watch_halt());
         actix_rt::spawn(self.clone().watch_lockouts());
         actix_rt::spawn(self.clone().beat());

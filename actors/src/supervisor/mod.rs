@@ -64,6 +64,7 @@ use std::{
 };
 use tokio::{sync::oneshot, time::Instant};
 use warden_protocols::{
+    cluster::{RemoteReply, RemoteTask},
     AgentKey, AgentRecord, AgentRole, AgentState, AgentStatus, ContextStrategyConfig,
     DelegationOutcome, DelegationRefusal, EventFate, EventKind, FleetView, HaltCause, LimitKind,
     RestartStrategy, TerminationReason, ToolCategory, ToolSpec, WardenConfig,
@@ -110,6 +111,27 @@ pub trait RemoteAgents: Send + Sync + 'static {
     /// The refusal for a delegation to `agent`, if one is due (a lockout on its node:
     /// [`DelegationRefusal::EmergencyStop`]); `None`: refused as unknown, as without a cluster.
     fn refusal(&self, agent: &AgentKey) -> Option<DelegationRefusal>;
+
+    /// The node that runs `agent`, when another node does (`None`: refused as unknown). May ask
+    /// the network; bounded by the implementation.
+    fn owner(&self, agent: &AgentKey) -> BoxFuture<'static, Option<String>> {
+        let _ = agent;
+        Box::pin(async { None })
+    }
+
+    /// Sends `task` to `node` and resolves with its reply, sending it again while none came
+    /// (at-least-once; the owner runs one `task.key` once). The delegation's wait limit is the
+    /// caller's (`safety.timeout.chain_seconds`): dropping the future stops waiting.
+    fn delegate(&self, node: &str, task: RemoteTask) -> BoxFuture<'static, RemoteReply> {
+        let _ = (node, task);
+        Box::pin(async { RemoteReply::Abandoned })
+    }
+
+    /// Best effort: the delegator of task `key` on `node` was halted while waiting (the owner
+    /// halts the delegate if the task still runs).
+    fn cancel(&self, node: &str, key: &str, from: &AgentKey) {
+        let _ = (node, key, from);
+    }
 }
 
 /// Builds a [`Supervisor`]. Must be used inside a running actix `System`.
