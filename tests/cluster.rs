@@ -933,3 +933,72 @@ fn a_halt_of_the_delegator_on_a_ends_the_wait_and_halts_the_delegate_on_b() {
         .to_string();
     assert!(events.contains("parent"), "{events}");
 }
+
+#[test]
+fn a_team_budget_is_shared_by_slices_and_stops_every_node_once_claimed() {
+    let dir = temp_dir("budget");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let (budget, slice) = (600_u64, 60_u64);
+    let team = |agent: &str| {
+        format!(
+            "[safety.budget]\ntokens_per_team = {budget}\n\n[providers.m]\nkind = \"scripted\"\n\
+             replies = [\"done\"]\ncycle = true\n\n{PAIR_CLUSTER}budget_slice_tokens = {slice}\n\n\
+             [[agents]]\nkey = \"{agent}\"\nprovider = \"m\"\n"
+        )
+    };
+    let a = Node::start_with(&dir, "a", &nats.url(), &team("a1"));
+    let b = Node::start_with(&dir, "b", &nats.url(), &team("b1"));
+    let nodes = [(&a, "a1"), (&b, "b1")];
+    let mut answered = [0_u32; 2];
+    for _ in 0..400 {
+        let mut running = false;
+        for (i, (node, agent)) in nodes.iter().enumerate() {
+            if node.state_of(agent) == "STOPPED" {
+                continue;
+            }
+            running = true;
+            let path = format!("/api/agents/{agent}/events?wait=10");
+            if node.post(&path, Some(r#"{"content":"go"}"#)).0 == 200 {
+                answered[i] += 1;
+            }
+        }
+        if !running {
+            break;
+        }
+    }
+    for (node, agent) in nodes {
+        assert_eq!(
+            node.state_of(agent),
+            "STOPPED",
+            "{} never stopped",
+            node.name
+        );
+        let events = node
+            .get(&format!("/api/events/recent?agent={agent}&limit=500"))
+            .to_string();
+        assert!(events.contains("held by this node"), "{events}");
+    }
+    let (ca, cb) = (a.get("/api/cluster"), b.get("/api/cluster"));
+    let shared = &ca["budget"]["shared"];
+    let figure = |c: &Value, k: &str| c["budget"][k].as_u64().unwrap();
+    let (held_a, held_b) = (figure(&ca, "held"), figure(&cb, "held"));
+    let (used_a, used_b) = (figure(&ca, "used"), figure(&cb, "used"));
+    eprintln!(
+        "budget {budget}, slices of {slice}: a answered {} (used {used_a} of {held_a} held), b \
+         answered {} (used {used_b} of {held_b} held); shared {shared}",
+        answered[0], answered[1]
+    );
+    assert_eq!(shared["budget"], budget);
+    assert_eq!(shared["claimed"], budget, "every slice claimed");
+    assert_eq!(held_a + held_b, budget);
+    assert_eq!(shared["nodes"]["a"], held_a);
+    assert_eq!(shared["nodes"]["b"], held_b);
+    assert!(held_a >= slice && held_b >= slice, "both nodes spent");
+    // Each node spends at most what it holds, plus the estimate's error on its last call.
+    assert!(
+        used_a + used_b <= budget + 2 * slice,
+        "overshoot past one slice a node"
+    );
+}

@@ -28,6 +28,7 @@
 //!   heartbeat succeeds again (after the halt key was read again). It says so in the journal (a
 //!   `safety_alert` on every local agent), `GET /api/cluster` and `/metrics`.
 
+mod budget;
 mod config;
 mod delegate;
 mod error;
@@ -37,6 +38,7 @@ pub(crate) mod http;
 mod lease;
 mod lockout;
 
+pub use budget::BUDGET_BUCKET;
 pub use config::{ClusterConfig, ClusterSection};
 pub use error::ClusterError;
 
@@ -75,6 +77,7 @@ pub struct Cluster {
     halt_kv: kv::Store,
     leases: kv::Store,
     lockouts_kv: kv::Store,
+    budget_kv: kv::Store,
     /// Every agent's shared lockout as last seen (kept by the watch).
     lockouts: lockout::Lockouts,
     /// The other nodes whose heartbeat lived at the last beat (whose acks a halt waits for).
@@ -126,6 +129,7 @@ impl Cluster {
         let halt_kv = bucket(&js, &config, HALT_BUCKET, 5, Duration::ZERO).await?;
         let leases = bucket(&js, &config, LEASE_BUCKET, 1, config.lease_ttl).await?;
         let lockouts_kv = bucket(&js, &config, LOCKOUT_BUCKET, 5, Duration::ZERO).await?;
+        let budget_kv = bucket(&js, &config, budget::BUDGET_BUCKET, 5, Duration::ZERO).await?;
         let cluster = Arc::new(Cluster {
             instance: format!("{:016x}", rand::random::<u64>()),
             fail: failsafe::FailSafe::new(),
@@ -134,6 +138,7 @@ impl Cluster {
             halt_kv,
             leases,
             lockouts_kv,
+            budget_kv,
             lockouts: Arc::default(),
             unlocking: Mutex::default(),
             peers: Mutex::default(),
@@ -180,6 +185,7 @@ impl Cluster {
             );
             self.supervisor.halt_all().await;
         }
+        self.share_budget();
         self.supervisor
             .set_remote_agents(Arc::new(delegate::Remote {
                 cluster: Arc::downgrade(self),

@@ -11,10 +11,14 @@
 //! * The near-budget warning for the team is given once (to whichever agent sees it first).
 //! * Cost is kept in integer nano-units (1e-9 of the price currency) so that it can be an atomic.
 
+use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use std::{
     collections::BTreeSet,
-    sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    sync::{
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        Arc, OnceLock,
+    },
 };
 use warden_protocols::{AgentKey, FleetView, SafetyBudgetConfig};
 
@@ -43,6 +47,22 @@ pub(crate) enum TeamCheck {
     Exceeded(String),
 }
 
+/// Where a node of a cluster claims slices of a team token budget shared by several nodes
+/// (`warden::cluster`): with it, the team's token limit is what this node holds, and a model call
+/// that would spend past it waits for [`BudgetSlices::claim`] first.
+pub trait BudgetSlices: Send + Sync + 'static {
+    /// Claims one more slice for this node (by compare-and-swap on the shared total). Resolves
+    /// with the tokens granted: 0 when the budget has no slice left, or the claim failed (the
+    /// call is then stopped by the budget, as on one node). Bounded by the implementation.
+    fn claim(&self) -> BoxFuture<'static, u64>;
+}
+
+impl std::fmt::Debug for dyn BudgetSlices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BudgetSlices")
+    }
+}
+
 /// Tokens and cost of the whole team. Share it with `Arc`.
 #[derive(Debug)]
 pub struct TeamBudget {
@@ -57,6 +77,12 @@ pub struct TeamBudget {
     agents: AtomicUsize,
     /// The agents locked out now, in key order.
     locked_out: Mutex<BTreeSet<AgentKey>>,
+    /// With slices (a cluster): the tokens this node holds (claimed slices); the token limit is
+    /// the smaller of it and `token_limit`.
+    slices: OnceLock<Arc<dyn BudgetSlices>>,
+    held: AtomicU64,
+    /// One claim at a time (agents waiting for a slice share it).
+    claiming: tokio::sync::Mutex<()>,
 }
 
 impl TeamBudget {
@@ -72,7 +98,44 @@ impl TeamBudget {
             warned: AtomicBool::new(false),
             agents: AtomicUsize::new(0),
             locked_out: Mutex::new(BTreeSet::new()),
+            slices: OnceLock::new(),
+            held: AtomicU64::new(0),
+            claiming: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Shares the token budget with other nodes: from now on this team may spend only the slices
+    /// it claims through `slices` ([`BudgetSlices`]). Once; `false` (ignored) when set already or
+    /// when there is no `tokens_per_team`.
+    pub fn set_slices(&self, slices: Arc<dyn BudgetSlices>) -> bool {
+        self.token_limit > 0 && self.slices.set(slices).is_ok()
+    }
+
+    /// With slices: the tokens this node holds (`None` without).
+    pub fn held(&self) -> Option<u64> {
+        self.slices.get().map(|_| self.held.load(Ordering::Acquire))
+    }
+
+    /// With slices: claims slices until a call of about `tokens` more fits what this node holds,
+    /// or no slice is granted (the budget check then stops the call). At once without slices, or
+    /// when it fits already.
+    pub(crate) async fn cover(&self, tokens: u64) -> bool {
+        let Some(slices) = self.slices.get() else {
+            return true;
+        };
+        let fits = || self.tokens().saturating_add(tokens) <= self.held.load(Ordering::Acquire);
+        if fits() {
+            return true;
+        }
+        let _one = self.claiming.lock().await;
+        while !fits() {
+            let granted = slices.claim().await;
+            if granted == 0 {
+                return false;
+            }
+            self.held.fetch_add(granted, Ordering::AcqRel);
+        }
+        true
     }
 
     /// Adds an agent to the fleet (idempotent).
@@ -137,6 +200,12 @@ impl TeamBudget {
     pub(crate) fn check(&self, tokens: u64, cost: f64) -> TeamCheck {
         let used = self.tokens();
         let after = used.saturating_add(tokens);
+        if let Some(held) = self.held().filter(|&h| h < self.token_limit && after > h) {
+            return TeamCheck::Exceeded(format!(
+                "team token budget exhausted: {used} used + about {tokens} for this call > {held} held by this node (no slice of safety.budget.tokens_per_team = {} left to claim)",
+                self.token_limit
+            ));
+        }
         if self.token_limit > 0 && after > self.token_limit {
             return TeamCheck::Exceeded(format!(
                 "team token budget exhausted: {used} used + about {tokens} for this call > {} (safety.budget.tokens_per_team)",

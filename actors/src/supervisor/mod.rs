@@ -371,6 +371,18 @@ impl Supervisor {
         self.shared.remote.set(remote).is_ok()
     }
 
+    /// Shares `safety.budget.tokens_per_team` with other nodes: this team spends only the slices it
+    /// claims through `slices` (see [`crate::BudgetSlices`]). Once; `false` when set already or
+    /// when there is no team token budget.
+    pub fn set_budget_slices(&self, slices: Arc<dyn crate::BudgetSlices>) -> bool {
+        self.shared.safety.team.set_slices(slices)
+    }
+
+    /// With budget slices: the tokens this team holds of the shared budget (`None` without).
+    pub fn budget_held(&self) -> Option<u64> {
+        self.shared.safety.team.held()
+    }
+
     /// The team's model gate: closed, no model call starts (see [`crate::safety::ModelGate`]).
     pub fn model_gate(&self) -> &crate::safety::ModelGate {
         &self.shared.safety.model_gate
