@@ -802,12 +802,22 @@ fn boss_team() -> String {
 /// Node a runs `boss`, whose model delegates to `worker` then answers; node b runs `worker`,
 /// answering "worker on b says hi" after `worker_latency_ms`.
 fn delegation_pair(dir: &Path, url: &str, worker_latency_ms: u64) -> (Node, Node) {
+    delegation_pair_with(dir, url, worker_latency_ms, "")
+}
+
+/// [`delegation_pair`] with `boss_settings` (TOML tables) in front of the boss's team file.
+fn delegation_pair_with(
+    dir: &Path,
+    url: &str,
+    worker_latency_ms: u64,
+    boss_settings: &str,
+) -> (Node, Node) {
     let worker = format!(
         "[providers.m]\nkind = \"scripted\"\ncycle = true\nreplies = [\"worker on b says hi\"]\n\
          latency_ms = {worker_latency_ms}\n\n{PAIR_CLUSTER}\n[[agents]]\nkey = \"worker\"\nprovider = \
          \"m\"\n"
     );
-    let a = Node::start_with(dir, "a", url, &boss_team());
+    let a = Node::start_with(dir, "a", url, &format!("{boss_settings}{}", boss_team()));
     let b = Node::start_with(dir, "b", url, &worker);
     (a, b)
 }
@@ -932,6 +942,35 @@ fn a_halt_of_the_delegator_on_a_ends_the_wait_and_halts_the_delegate_on_b() {
         .get("/api/events/recent?agent=worker&limit=100")
         .to_string();
     assert!(events.contains("parent"), "{events}");
+}
+
+#[test]
+fn a_cross_node_delegation_waits_through_the_chain_wait_checkpoint_and_times_out() {
+    let dir = temp_dir("delegate-timeout");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let settings =
+        "[safety.timeout]\nchain_seconds = 1\n\n[safety.on_limit]\nmode = \"unattended\"\n\n";
+    let (a, _b) = delegation_pair_with(&dir, &nats.url(), 10_000, settings);
+    let started = Instant::now();
+    let (status, body) = a.post(
+        "/api/agents/boss/events?wait=10",
+        Some(r#"{"content":"go"}"#),
+    );
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["answer"], "done", "{body}");
+    let events = a.get("/api/events/recent?agent=boss&limit=100").to_string();
+    assert!(
+        events.contains("limit_decided") && events.contains("timed_out"),
+        "{events}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "waited {took:?} for a 1 s chain wait"
+    );
+    eprintln!("cross-node delegation timed out through the checkpoint; the event took {took:?}");
 }
 
 #[test]

@@ -112,7 +112,8 @@ pub struct LockoutEntry {
 /// the owning node runs it once per `key` and answers every copy with the first result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoteTask {
-    /// The idempotency key: the delegator, its run id and the tool call id (`agent/run/call`).
+    /// The idempotency key: the delegator's process (random per start), the delegator, its run id
+    /// and the tool call id (`instance/agent/run/call`).
     pub key: String,
     /// The delegator (on the sending node).
     pub from: AgentKey,

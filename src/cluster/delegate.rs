@@ -6,7 +6,8 @@
 //!   lease) and sends the task, again every [`RESEND`] while no reply came (at-least-once, one
 //!   inbox for every copy). A halt of the delegator drops the wait and sends a [`RemoteCancel`]
 //!   on `warden.cluster.delegate.NODE.cancel` (best effort, core NATS).
-//! * **Owner's node.** Runs a task once per idempotency key (`delegator/run id/call id`): a copy
+//! * **Owner's node.** Runs a task once per idempotency key (`instance/delegator/run id/call id`,
+//!   the instance random per delegator process): a copy
 //!   that arrives while the first runs, or after it ended, is answered with the same result (the
 //!   last [`KEEP`] keys are remembered, in memory: a restart of the owner forgets them). A cancel
 //!   for a task still running halts the delegate (cause `parent`).
@@ -126,10 +127,11 @@ impl RemoteAgents for Remote {
         })
     }
 
-    fn delegate(&self, node: &str, task: RemoteTask) -> BoxFuture<'static, RemoteReply> {
+    fn delegate(&self, node: &str, mut task: RemoteTask) -> BoxFuture<'static, RemoteReply> {
         let Some(cluster) = self.cluster.upgrade() else {
             return Box::pin(async { RemoteReply::Abandoned });
         };
+        task.key = cluster.task_key(&task.key);
         Box::pin(cluster.send_task(node.to_owned(), task))
     }
 
@@ -138,7 +140,7 @@ impl RemoteAgents for Remote {
             return;
         };
         let cancel = RemoteCancel {
-            key: key.to_owned(),
+            key: cluster.task_key(key),
             from: from.clone(),
         };
         let subject = format!("{}.cancel", subject(node));
@@ -150,6 +152,13 @@ impl RemoteAgents for Remote {
 }
 
 impl Cluster {
+    /// The idempotency key on the wire: the supervisor's (`agent/run id/call id`) after this
+    /// process's instance. Run ids count from 1 again in a restarted process: the instance keeps a
+    /// key of this run from meeting one of an earlier process in the owner's memory.
+    fn task_key(&self, key: &str) -> String {
+        format!("{}/{key}", self.instance)
+    }
+
     /// Sends `task` to `node` every [`RESEND`] until a reply comes on the one inbox.
     async fn send_task(self: Arc<Self>, node: String, task: RemoteTask) -> RemoteReply {
         let subject = subject(&node);
