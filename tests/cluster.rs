@@ -812,14 +812,18 @@ fn delegation_pair_with(
     worker_latency_ms: u64,
     boss_settings: &str,
 ) -> (Node, Node) {
-    let worker = format!(
+    let a = Node::start_with(dir, "a", url, &format!("{boss_settings}{}", boss_team()));
+    let b = Node::start_with(dir, "b", url, &worker_team(worker_latency_ms));
+    (a, b)
+}
+
+/// `worker`, answering "worker on b says hi" after `worker_latency_ms`.
+fn worker_team(worker_latency_ms: u64) -> String {
+    format!(
         "[providers.m]\nkind = \"scripted\"\ncycle = true\nreplies = [\"worker on b says hi\"]\n\
          latency_ms = {worker_latency_ms}\n\n{PAIR_CLUSTER}\n[[agents]]\nkey = \"worker\"\nprovider = \
          \"m\"\n"
-    );
-    let a = Node::start_with(dir, "a", url, &format!("{boss_settings}{}", boss_team()));
-    let b = Node::start_with(dir, "b", url, &worker);
-    (a, b)
+    )
 }
 
 fn turns_of(node: &Node, agent: &str) -> u64 {
@@ -971,6 +975,47 @@ fn a_cross_node_delegation_waits_through_the_chain_wait_checkpoint_and_times_out
         "waited {took:?} for a 1 s chain wait"
     );
     eprintln!("cross-node delegation timed out through the checkpoint; the event took {took:?}");
+}
+
+#[test]
+fn a_delegation_whose_reply_is_lost_is_sent_again_and_answered_from_the_first_run() {
+    let dir = temp_dir("delegate-resend");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    // a reaches NATS through a proxy that can black-hole it; b directly.
+    let proxy = Proxy::start(nats.port);
+    let a = Node::start_with(&dir, "a", &proxy.url(), &boss_team());
+    let b = Node::start_with(&dir, "b", &nats.url(), &worker_team(2_000));
+    let (status, body) = a.post("/api/agents/boss/events", Some(r#"{"content":"go"}"#));
+    assert_eq!(status, 202, "{body}");
+    wait_until("b runs the task", Duration::from_secs(10), || {
+        b.get("/api/cluster")["delegations"]["ran"] == 1
+    });
+    // a is cut off while b works: b's reply goes nowhere.
+    proxy.black_hole();
+    std::thread::sleep(Duration::from_secs(3));
+    proxy.heal();
+    // a reconnects and sends the same key again: b answers from its first run.
+    let done = wait_until("boss answers", Duration::from_secs(20), || {
+        turns_of(&a, "boss") == 1 && a.state_of("boss") == "WAITING_FOR_EVENT"
+    });
+    let counts = &b.get("/api/cluster")["delegations"];
+    eprintln!(
+        "lost reply: boss answered {:.1} s after the heal; b: {counts}",
+        done.as_secs_f64()
+    );
+    assert_eq!(counts["ran"], 1, "one run");
+    assert!(
+        counts["received"].as_u64().unwrap() >= 2,
+        "sent again: {counts}"
+    );
+    assert_eq!(turns_of(&b, "worker"), 1);
+    let events = a.get("/api/events/recent?agent=boss&limit=100").to_string();
+    assert!(
+        events.contains("worker on b says hi") && events.contains("completed"),
+        "{events}"
+    );
 }
 
 #[test]
