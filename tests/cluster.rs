@@ -1086,3 +1086,103 @@ fn a_team_budget_is_shared_by_slices_and_stops_every_node_once_claimed() {
         "overshoot past one slice a node"
     );
 }
+
+/// A team file of `agents`, each (key, what its model does: delegate to `Some(agent)` first, or
+/// only answer), with its own scripted provider.
+fn chain_team(agents: &[(String, Option<String>)]) -> String {
+    let mut text = format!("{PAIR_CLUSTER}\n");
+    for (key, delegate) in agents {
+        let replies = match delegate {
+            Some(to) => format!(
+                "[\n  {{ tool = \"delegate\", args = {{ agent = \"{to}\", task = \"x\" }} }},\n  \
+                 \"{key} done\",\n]"
+            ),
+            None => format!("[\"{key} done\"]"),
+        };
+        text.push_str(&format!(
+            "\n[providers.{key}]\nkind = \"scripted\"\ncycle = true\nreplies = {replies}\n\n\
+             [[agents]]\nkey = \"{key}\"\nprovider = \"{key}\"\n"
+        ));
+    }
+    text
+}
+
+#[test]
+fn a_cascade_across_three_nodes_runs_every_hop_once_with_per_node_figures() {
+    let dir = temp_dir("cascade3");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    // Root r{i} on a delegates to m{i} on b, which delegates to l{i} on c.
+    let (trees, events) = (12, 25);
+    let level = |name: &str, next: Option<&str>| -> Vec<(String, Option<String>)> {
+        (0..trees)
+            .map(|i| (format!("{name}{i}"), next.map(|n| format!("{n}{i}"))))
+            .collect()
+    };
+    let a = Node::start_with(&dir, "a", &nats.url(), &chain_team(&level("r", Some("m"))));
+    let b = Node::start_with(&dir, "b", &nats.url(), &chain_team(&level("m", Some("l"))));
+    let c = Node::start_with(&dir, "c", &nats.url(), &chain_team(&level("l", None)));
+    let started = Instant::now();
+    let mut took: Vec<Duration> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..trees)
+            .map(|i| {
+                let a = &a;
+                s.spawn(move || {
+                    (0..events)
+                        .map(|_| {
+                            let at = Instant::now();
+                            let (status, body) = a.post(
+                                &format!("/api/agents/r{i}/events?wait=30"),
+                                Some(r#"{"content":"go"}"#),
+                            );
+                            assert_eq!(status, 200, "{body}");
+                            assert_eq!(body["answer"], format!("r{i} done"), "{body}");
+                            at.elapsed()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let wall = started.elapsed();
+    took.sort();
+    let total = trees * events;
+    let mut per_node = serde_json::Map::new();
+    for (node, prefix) in [(&a, "r"), (&b, "m"), (&c, "l")] {
+        let turns: u64 = (0..trees)
+            .map(|i| turns_of(node, &format!("{prefix}{i}")))
+            .sum();
+        let cluster = node.get("/api/cluster");
+        assert_eq!(turns, total as u64, "every hop ran once on {}", node.name);
+        per_node.insert(
+            node.name.clone(),
+            serde_json::json!({
+                "agents": trees,
+                "turns": turns,
+                "delegations_received": cluster["delegations"]["received"],
+                "delegations_ran": cluster["delegations"]["ran"],
+            }),
+        );
+    }
+    let ms = |d: Duration| (d.as_secs_f64() * 1e4).round() / 10.0;
+    let report = serde_json::json!({
+        "scenario": "cascade-3-nodes",
+        "trees": trees,
+        "events": total,
+        "wall_s": (wall.as_secs_f64() * 1e3).round() / 1e3,
+        "events_per_s": (total as f64 / wall.as_secs_f64()).round(),
+        "latency_ms": {"p50": ms(percentile(&took, 50.0)), "p99": ms(percentile(&took, 99.0)),
+                       "max": ms(*took.last().unwrap())},
+        "nodes": per_node,
+    });
+    eprintln!("{report}");
+    // b and c received one request a hop (no resends were needed on loopback).
+    assert_eq!(report["nodes"]["b"]["delegations_ran"], total);
+    assert_eq!(report["nodes"]["c"]["delegations_ran"], total);
+    assert_eq!(report["nodes"]["a"]["delegations_ran"], 0);
+}
