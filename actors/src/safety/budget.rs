@@ -291,6 +291,48 @@ mod tests {
         assert_eq!(view.agents_total, 4);
     }
 
+    /// Grants slices of `slice` out of `left` (a stand-in for the cluster's compare-and-swap).
+    struct Pool {
+        left: Mutex<u64>,
+        slice: u64,
+    }
+
+    impl BudgetSlices for Pool {
+        fn claim(&self) -> BoxFuture<'static, u64> {
+            let mut left = self.left.lock();
+            let grant = self.slice.min(*left);
+            *left -= grant;
+            Box::pin(async move { grant })
+        }
+    }
+
+    #[tokio::test]
+    async fn with_slices_a_team_spends_only_what_it_claimed() {
+        let team = TeamBudget::new(&config(1000, 0.0));
+        assert_eq!(team.held(), None, "no slices: no holding");
+        let pool = Arc::new(Pool {
+            left: Mutex::new(250), // the other nodes claimed the rest
+            slice: 100,
+        });
+        assert!(team.set_slices(pool.clone()));
+        assert_eq!(team.held(), Some(0));
+        assert!(team.cover(150).await, "two slices claimed for it");
+        assert_eq!(team.held(), Some(200));
+        assert_eq!(team.check(150, 0.0), TeamCheck::Ok);
+        team.record(&"a".into(), 180, 0.0);
+        assert!(team.cover(60).await, "the last, smaller slice");
+        assert_eq!(team.held(), Some(250));
+        assert!(!team.cover(100).await, "nothing left to claim");
+        let TeamCheck::Exceeded(why) = team.check(100, 0.0) else {
+            panic!("not stopped past what it holds");
+        };
+        assert!(why.contains("250 held by this node"), "{why}");
+        assert!(
+            !TeamBudget::new(&config(0, 0.0)).set_slices(pool),
+            "no team budget: no slices"
+        );
+    }
+
     #[test]
     fn the_fleet_view_counts_locked_out_agents() {
         let team = TeamBudget::new(&config(0, 0.0));
