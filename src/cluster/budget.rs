@@ -109,8 +109,9 @@ impl Cluster {
         serde_json::from_slice(&bytes).ok()
     }
 
-    /// Shares the team token budget through slices when there is one.
-    pub(super) fn share_budget(self: &Arc<Self>) {
+    /// Shares the team token budget through slices when there is one. A restarted node holds
+    /// again what it claimed before (its usage is restored from its journal too).
+    pub(super) async fn share_budget(self: &Arc<Self>) {
         let budget = self.supervisor.config().safety.budget.tokens_per_team;
         if budget == 0 {
             return;
@@ -119,10 +120,16 @@ impl Cluster {
             0 => (budget / 10).max(1),
             n => n,
         };
-        self.supervisor.set_budget_slices(Arc::new(Slices {
+        let held = self
+            .budget_claims()
+            .await
+            .and_then(|c| c.nodes.get(&self.config.node).copied())
+            .unwrap_or(0);
+        let slices = Arc::new(Slices {
             cluster: Arc::downgrade(self),
             budget,
             slice,
-        }));
+        });
+        self.supervisor.set_budget_slices(slices, held);
     }
 }

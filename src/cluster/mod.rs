@@ -191,7 +191,7 @@ impl Cluster {
             );
             self.supervisor.halt_all().await;
         }
-        self.share_budget();
+        self.share_budget().await;
         self.supervisor
             .set_remote_agents(Arc::new(delegate::Remote {
                 cluster: Arc::downgrade(self),

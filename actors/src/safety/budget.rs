@@ -104,11 +104,15 @@ impl TeamBudget {
         }
     }
 
-    /// Shares the token budget with other nodes: from now on this team may spend only the slices
-    /// it claims through `slices` ([`BudgetSlices`]). Once; `false` (ignored) when set already or
-    /// when there is no `tokens_per_team`.
-    pub fn set_slices(&self, slices: Arc<dyn BudgetSlices>) -> bool {
-        self.token_limit > 0 && self.slices.set(slices).is_ok()
+    /// Shares the token budget with other nodes: from now on this team may spend only `held` (what
+    /// it claimed before a restart) and the slices it claims through `slices` ([`BudgetSlices`]).
+    /// Once; `false` (ignored) when set already or when there is no `tokens_per_team`.
+    pub fn set_slices(&self, slices: Arc<dyn BudgetSlices>, held: u64) -> bool {
+        if self.token_limit == 0 || self.slices.set(slices).is_err() {
+            return false;
+        }
+        self.held.store(held, Ordering::Release);
+        true
     }
 
     /// With slices: the tokens this node holds (`None` without).
@@ -314,7 +318,7 @@ mod tests {
             left: Mutex::new(250), // the other nodes claimed the rest
             slice: 100,
         });
-        assert!(team.set_slices(pool.clone()));
+        assert!(team.set_slices(pool.clone(), 0));
         assert_eq!(team.held(), Some(0));
         assert!(team.cover(150).await, "two slices claimed for it");
         assert_eq!(team.held(), Some(200));
@@ -328,7 +332,7 @@ mod tests {
         };
         assert!(why.contains("250 held by this node"), "{why}");
         assert!(
-            !TeamBudget::new(&config(0, 0.0)).set_slices(pool),
+            !TeamBudget::new(&config(0, 0.0)).set_slices(pool, 0),
             "no team budget: no slices"
         );
     }

@@ -371,11 +371,12 @@ impl Supervisor {
         self.shared.remote.set(remote).is_ok()
     }
 
-    /// Shares `safety.budget.tokens_per_team` with other nodes: this team spends only the slices it
-    /// claims through `slices` (see [`crate::BudgetSlices`]). Once; `false` when set already or
-    /// when there is no team token budget.
-    pub fn set_budget_slices(&self, slices: Arc<dyn crate::BudgetSlices>) -> bool {
-        self.shared.safety.team.set_slices(slices)
+    /// Shares `safety.budget.tokens_per_team` with other nodes: this team spends only `held` (what
+    /// it claimed before a restart) and the slices it claims through `slices` (see
+    /// [`crate::BudgetSlices`]). Once; `false` when set already or when there is no team token
+    /// budget.
+    pub fn set_budget_slices(&self, slices: Arc<dyn crate::BudgetSlices>, held: u64) -> bool {
+        self.shared.safety.team.set_slices(slices, held)
     }
 
     /// With budget slices: the tokens this team holds of the shared budget (`None` without).
