@@ -22,6 +22,15 @@
 //!   `/metrics` and its journal; a halt on a meanwhile returns after its ack timeout listing b as
 //!   unanswered; the result of a call in flight at the cut is held, and dropped once b, healed,
 //!   reads the halt it missed; a halt on b while cut off stops b's agent at once.
+//! * Cross-node delegation: boss on a delegates to worker on b and gets b's answer (20 round
+//!   trips, p50/p99 printed); one request delivered three times runs once, every copy answered
+//!   alike; a reply lost while a is black-holed is asked again and answered from b's first run; a
+//!   1 s chain wait ends `timed_out` through the checkpoint; a halt of boss on a ends its wait and
+//!   the cancel halts worker on b.
+//! * A cascade across three nodes (a → b → c, 12 trees, 300 events): every hop runs once; a JSON
+//!   line with latency percentiles, events per second and per-node figures is printed.
+//! * A team token budget shared by two nodes in slices: both end stopped by it, every slice
+//!   claimed by compare-and-swap, no node past what it held; a restarted node holds what it held.
 //!
 //! Waits poll with deadlines.
 use serde_json::Value;
@@ -643,13 +652,7 @@ fn a_lockout_on_b_refuses_delegation_from_a_and_an_unlock_needs_a_cluster_write(
         return;
     };
     let proxy = Proxy::start(nats.port);
-    let cluster =
-        "[cluster]\nfail_safe_seconds = 2\nlease_ttl_seconds = 3\nhalt_ack_timeout_ms = 1000\n";
-    let boss = format!(
-        "[providers.m]\nkind = \"scripted\"\ncycle = true\nreplies = [\n  {{ tool = \"delegate\", \
-         args = {{ agent = \"worker\", task = \"x\" }} }},\n  \"done\",\n]\n\n{cluster}\n\
-         [[agents]]\nkey = \"boss\"\nprovider = \"m\"\n"
-    );
+    let (cluster, boss) = (PAIR_CLUSTER, boss_team());
     let worker = format!(
         "[safety.breakers]\nmax_consecutive_errors = 1\n\n[providers.m]\nkind = \"scripted\"\n\
          cycle = true\nreplies = [{{ fail = \"model down\" }}]\n\n{cluster}\n[[agents]]\nkey = \
@@ -790,4 +793,416 @@ fn on_a_three_server_nats_cluster_halts_survive_one_server_and_no_quorum_means_f
         Duration::from_secs(15),
         || a.get("/api/cluster")["halt"]["epoch"] == 2,
     );
+}
+
+/// The `[cluster]` of the delegation tests.
+const PAIR_CLUSTER: &str =
+    "[cluster]\nfail_safe_seconds = 2\nlease_ttl_seconds = 3\nhalt_ack_timeout_ms = 1000\n";
+
+/// `boss`, whose model delegates a task to `worker`, then answers "done".
+fn boss_team() -> String {
+    format!(
+        "[providers.m]\nkind = \"scripted\"\ncycle = true\nreplies = [\n  {{ tool = \"delegate\", \
+         args = {{ agent = \"worker\", task = \"x\" }} }},\n  \"done\",\n]\n\n{PAIR_CLUSTER}\n\
+         [[agents]]\nkey = \"boss\"\nprovider = \"m\"\n"
+    )
+}
+
+/// Node a runs `boss`, whose model delegates to `worker` then answers; node b runs `worker`,
+/// answering "worker on b says hi" after `worker_latency_ms`.
+fn delegation_pair(dir: &Path, url: &str, worker_latency_ms: u64) -> (Node, Node) {
+    delegation_pair_with(dir, url, worker_latency_ms, "")
+}
+
+/// [`delegation_pair`] with `boss_settings` (TOML tables) in front of the boss's team file.
+fn delegation_pair_with(
+    dir: &Path,
+    url: &str,
+    worker_latency_ms: u64,
+    boss_settings: &str,
+) -> (Node, Node) {
+    let a = Node::start_with(dir, "a", url, &format!("{boss_settings}{}", boss_team()));
+    let b = Node::start_with(dir, "b", url, &worker_team(worker_latency_ms));
+    (a, b)
+}
+
+/// `worker`, answering "worker on b says hi" after `worker_latency_ms`.
+fn worker_team(worker_latency_ms: u64) -> String {
+    format!(
+        "[providers.m]\nkind = \"scripted\"\ncycle = true\nreplies = [\"worker on b says hi\"]\n\
+         latency_ms = {worker_latency_ms}\n\n{PAIR_CLUSTER}\n[[agents]]\nkey = \"worker\"\nprovider = \
+         \"m\"\n"
+    )
+}
+
+fn turns_of(node: &Node, agent: &str) -> u64 {
+    node.get(&format!("/api/agents/{agent}"))["turns"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn a_delegation_from_node_a_to_an_agent_of_node_b_runs_there_and_answers() {
+    let dir = temp_dir("delegate");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let (a, b) = delegation_pair(&dir, &nats.url(), 0);
+    let trials = 20;
+    let mut took = Vec::with_capacity(trials);
+    for _ in 0..trials {
+        let started = Instant::now();
+        let (status, body) = a.post(
+            "/api/agents/boss/events?wait=10",
+            Some(r#"{"content":"go"}"#),
+        );
+        took.push(started.elapsed());
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["answer"], "done", "{body}");
+    }
+    took.sort();
+    eprintln!(
+        "boss on a → worker on b → boss answers, {trials} trials: p50 {:.1} ms, p99 {:.1} ms",
+        percentile(&took, 50.0).as_secs_f64() * 1e3,
+        percentile(&took, 99.0).as_secs_f64() * 1e3
+    );
+    // b ran every task once, and the boss saw b's answer.
+    assert_eq!(turns_of(&b, "worker"), trials as u64);
+    assert_eq!(b.get("/api/cluster")["delegations"]["ran"], trials as u64);
+    let events = a.get("/api/events/recent?agent=boss&limit=200").to_string();
+    assert!(events.contains("worker on b says hi"), "{events}");
+    assert!(events.contains("delegation_ended"), "{events}");
+    assert!(!events.contains("delegation_refused"), "{events}");
+}
+
+#[test]
+fn a_redelivered_delegation_runs_once_and_both_copies_get_the_first_answer() {
+    let dir = temp_dir("delegate-once");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let (_a, b) = delegation_pair(&dir, &nats.url(), 300);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let replies: Vec<Value> = runtime.block_on(async {
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        let task = serde_json::json!({
+            "key": "boss/run-1/call-1",
+            "from": "boss",
+            "to": "worker",
+            "task": "x",
+            "lineage": ["boss", "worker"],
+        });
+        let body = serde_json::to_vec(&task).unwrap();
+        // Two copies of one request (the second while the first runs), then a third after.
+        let first = client.request("warden.cluster.delegate.b", body.clone().into());
+        let second = client.request("warden.cluster.delegate.b", body.clone().into());
+        let (first, second) = futures::join!(first, second);
+        let third = client
+            .request("warden.cluster.delegate.b", body.into())
+            .await
+            .unwrap();
+        [first.unwrap(), second.unwrap(), third]
+            .iter()
+            .map(|m| serde_json::from_slice(&m.payload).unwrap())
+            .collect()
+    });
+    for reply in &replies {
+        assert_eq!(
+            reply,
+            &serde_json::json!({"outcome": "answer", "answer": "worker on b says hi"})
+        );
+    }
+    assert_eq!(turns_of(&b, "worker"), 1, "three copies, one run");
+    let counts = &b.get("/api/cluster")["delegations"];
+    assert_eq!(counts, &serde_json::json!({"received": 3, "ran": 1}));
+}
+
+#[test]
+fn a_halt_of_the_delegator_on_a_ends_the_wait_and_halts_the_delegate_on_b() {
+    let dir = temp_dir("delegate-halt");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let (a, b) = delegation_pair(&dir, &nats.url(), 10_000);
+    let (status, body) = a.post("/api/agents/boss/events", Some(r#"{"content":"go"}"#));
+    assert_eq!(status, 202, "{body}");
+    wait_until(
+        "the worker on b runs the task",
+        Duration::from_secs(10),
+        || b.get("/api/cluster")["delegations"]["ran"] == 1,
+    );
+    let started = Instant::now();
+    let (status, body) = a.post("/api/agents/boss/halt", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(a.state_of("boss"), "STOPPED");
+    let events = a.get("/api/events/recent?agent=boss&limit=100").to_string();
+    assert!(
+        events.contains("delegation_ended") && events.contains("cancelled"),
+        "{events}"
+    );
+    let stopped = wait_until("the worker on b halted", Duration::from_secs(5), || {
+        b.state_of("worker") == "STOPPED"
+    });
+    eprintln!(
+        "halt of boss on a: wait ended at once ({:.1} ms), worker on b stopped {:.1} ms after",
+        started.elapsed().as_secs_f64() * 1e3,
+        stopped.as_secs_f64() * 1e3
+    );
+    let events = b
+        .get("/api/events/recent?agent=worker&limit=100")
+        .to_string();
+    assert!(events.contains("parent"), "{events}");
+}
+
+#[test]
+fn a_cross_node_delegation_waits_through_the_chain_wait_checkpoint_and_times_out() {
+    let dir = temp_dir("delegate-timeout");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let settings =
+        "[safety.timeout]\nchain_seconds = 1\n\n[safety.on_limit]\nmode = \"unattended\"\n\n";
+    let (a, _b) = delegation_pair_with(&dir, &nats.url(), 10_000, settings);
+    let started = Instant::now();
+    let (status, body) = a.post(
+        "/api/agents/boss/events?wait=10",
+        Some(r#"{"content":"go"}"#),
+    );
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["answer"], "done", "{body}");
+    let events = a.get("/api/events/recent?agent=boss&limit=100").to_string();
+    assert!(
+        events.contains("limit_decided") && events.contains("timed_out"),
+        "{events}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "waited {took:?} for a 1 s chain wait"
+    );
+    eprintln!("cross-node delegation timed out through the checkpoint; the event took {took:?}");
+}
+
+#[test]
+fn a_delegation_whose_reply_is_lost_is_sent_again_and_answered_from_the_first_run() {
+    let dir = temp_dir("delegate-resend");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    // a reaches NATS through a proxy that can black-hole it; b directly.
+    let proxy = Proxy::start(nats.port);
+    let a = Node::start_with(&dir, "a", &proxy.url(), &boss_team());
+    let b = Node::start_with(&dir, "b", &nats.url(), &worker_team(2_000));
+    let (status, body) = a.post("/api/agents/boss/events", Some(r#"{"content":"go"}"#));
+    assert_eq!(status, 202, "{body}");
+    wait_until("b runs the task", Duration::from_secs(10), || {
+        b.get("/api/cluster")["delegations"]["ran"] == 1
+    });
+    // a is cut off while b works: b's reply goes nowhere.
+    proxy.black_hole();
+    std::thread::sleep(Duration::from_secs(3));
+    proxy.heal();
+    // a reconnects and sends the same key again: b answers from its first run.
+    let done = wait_until("boss answers", Duration::from_secs(20), || {
+        turns_of(&a, "boss") == 1 && a.state_of("boss") == "WAITING_FOR_EVENT"
+    });
+    let counts = &b.get("/api/cluster")["delegations"];
+    eprintln!(
+        "lost reply: boss answered {:.1} s after the heal; b: {counts}",
+        done.as_secs_f64()
+    );
+    assert_eq!(counts["ran"], 1, "one run");
+    assert!(
+        counts["received"].as_u64().unwrap() >= 2,
+        "sent again: {counts}"
+    );
+    assert_eq!(turns_of(&b, "worker"), 1);
+    let events = a.get("/api/events/recent?agent=boss&limit=100").to_string();
+    assert!(
+        events.contains("worker on b says hi") && events.contains("completed"),
+        "{events}"
+    );
+}
+
+#[test]
+fn a_team_budget_is_shared_by_slices_and_stops_every_node_once_claimed() {
+    let dir = temp_dir("budget");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let (budget, slice) = (600_u64, 60_u64);
+    let team = |agent: &str| {
+        format!(
+            "[safety.budget]\ntokens_per_team = {budget}\n\n[providers.m]\nkind = \"scripted\"\n\
+             replies = [\"done\"]\ncycle = true\n\n{PAIR_CLUSTER}budget_slice_tokens = {slice}\n\n\
+             [[agents]]\nkey = \"{agent}\"\nprovider = \"m\"\n"
+        )
+    };
+    let a = Node::start_with(&dir, "a", &nats.url(), &team("a1"));
+    let b = Node::start_with(&dir, "b", &nats.url(), &team("b1"));
+    let nodes = [(&a, "a1"), (&b, "b1")];
+    let mut answered = [0_u32; 2];
+    for _ in 0..400 {
+        let mut running = false;
+        for (i, (node, agent)) in nodes.iter().enumerate() {
+            if node.state_of(agent) == "STOPPED" {
+                continue;
+            }
+            running = true;
+            let path = format!("/api/agents/{agent}/events?wait=10");
+            if node.post(&path, Some(r#"{"content":"go"}"#)).0 == 200 {
+                answered[i] += 1;
+            }
+        }
+        if !running {
+            break;
+        }
+    }
+    for (node, agent) in nodes {
+        assert_eq!(
+            node.state_of(agent),
+            "STOPPED",
+            "{} never stopped",
+            node.name
+        );
+        let events = node
+            .get(&format!("/api/events/recent?agent={agent}&limit=500"))
+            .to_string();
+        assert!(events.contains("held by this node"), "{events}");
+    }
+    let (ca, cb) = (a.get("/api/cluster"), b.get("/api/cluster"));
+    let shared = &ca["budget"]["shared"];
+    let figure = |c: &Value, k: &str| c["budget"][k].as_u64().unwrap();
+    let (held_a, held_b) = (figure(&ca, "held"), figure(&cb, "held"));
+    let (used_a, used_b) = (figure(&ca, "used"), figure(&cb, "used"));
+    eprintln!(
+        "budget {budget}, slices of {slice}: a answered {} (used {used_a} of {held_a} held), b \
+         answered {} (used {used_b} of {held_b} held); shared {shared}",
+        answered[0], answered[1]
+    );
+    assert_eq!(shared["budget"], budget);
+    assert_eq!(shared["claimed"], budget, "every slice claimed");
+    assert_eq!(held_a + held_b, budget);
+    assert_eq!(shared["nodes"]["a"], held_a);
+    assert_eq!(shared["nodes"]["b"], held_b);
+    assert!(held_a >= slice && held_b >= slice, "both nodes spent");
+    // Each node spends at most what it holds (the check is on the call's estimate, which here
+    // is above what the scripted model reports): no overshoot at all, let alone one slice.
+    assert!(
+        used_a <= held_a && used_b <= held_b,
+        "a node spent past its slices"
+    );
+    assert!(used_a + used_b <= budget);
+    // a restarted holds what it claimed before (and its usage, from its journal): nothing is
+    // claimed again.
+    let mut a = a;
+    a.kill();
+    a.spawn();
+    let again = a.get("/api/cluster");
+    assert_eq!(figure(&again, "held"), held_a, "{again}");
+    assert_eq!(figure(&again, "used"), used_a, "{again}");
+    assert_eq!(again["budget"]["shared"]["claimed"], budget);
+}
+
+/// A team file of `agents`, each (key, what its model does: delegate to `Some(agent)` first, or
+/// only answer), with its own scripted provider.
+fn chain_team(agents: &[(String, Option<String>)]) -> String {
+    let mut text = format!("{PAIR_CLUSTER}\n");
+    for (key, delegate) in agents {
+        let replies = match delegate {
+            Some(to) => format!(
+                "[\n  {{ tool = \"delegate\", args = {{ agent = \"{to}\", task = \"x\" }} }},\n  \
+                 \"{key} done\",\n]"
+            ),
+            None => format!("[\"{key} done\"]"),
+        };
+        text.push_str(&format!(
+            "\n[providers.{key}]\nkind = \"scripted\"\ncycle = true\nreplies = {replies}\n\n\
+             [[agents]]\nkey = \"{key}\"\nprovider = \"{key}\"\n"
+        ));
+    }
+    text
+}
+
+#[test]
+fn a_cascade_across_three_nodes_runs_every_hop_once_with_per_node_figures() {
+    let dir = temp_dir("cascade3");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    // Root r{i} on a delegates to m{i} on b, which delegates to l{i} on c.
+    let (trees, events) = (12, 25);
+    let level = |name: &str, next: Option<&str>| -> Vec<(String, Option<String>)> {
+        (0..trees)
+            .map(|i| (format!("{name}{i}"), next.map(|n| format!("{n}{i}"))))
+            .collect()
+    };
+    let a = Node::start_with(&dir, "a", &nats.url(), &chain_team(&level("r", Some("m"))));
+    let b = Node::start_with(&dir, "b", &nats.url(), &chain_team(&level("m", Some("l"))));
+    let c = Node::start_with(&dir, "c", &nats.url(), &chain_team(&level("l", None)));
+    let started = Instant::now();
+    let mut took: Vec<Duration> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..trees)
+            .map(|i| {
+                let a = &a;
+                s.spawn(move || {
+                    (0..events)
+                        .map(|_| {
+                            let at = Instant::now();
+                            let (status, body) = a.post(
+                                &format!("/api/agents/r{i}/events?wait=30"),
+                                Some(r#"{"content":"go"}"#),
+                            );
+                            assert_eq!(status, 200, "{body}");
+                            assert_eq!(body["answer"], format!("r{i} done"), "{body}");
+                            at.elapsed()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let wall = started.elapsed();
+    took.sort();
+    let total = trees * events;
+    let mut per_node = serde_json::Map::new();
+    for (node, prefix) in [(&a, "r"), (&b, "m"), (&c, "l")] {
+        let turns: u64 = (0..trees)
+            .map(|i| turns_of(node, &format!("{prefix}{i}")))
+            .sum();
+        let cluster = node.get("/api/cluster");
+        assert_eq!(turns, total as u64, "every hop ran once on {}", node.name);
+        per_node.insert(
+            node.name.clone(),
+            serde_json::json!({
+                "agents": trees,
+                "turns": turns,
+                "delegations_received": cluster["delegations"]["received"],
+                "delegations_ran": cluster["delegations"]["ran"],
+            }),
+        );
+    }
+    let ms = |d: Duration| (d.as_secs_f64() * 1e4).round() / 10.0;
+    let report = serde_json::json!({
+        "scenario": "cascade-3-nodes",
+        "trees": trees,
+        "events": total,
+        "wall_s": (wall.as_secs_f64() * 1e3).round() / 1e3,
+        "events_per_s": (total as f64 / wall.as_secs_f64()).round(),
+        "latency_ms": {"p50": ms(percentile(&took, 50.0)), "p99": ms(percentile(&took, 99.0)),
+                       "max": ms(*took.last().unwrap())},
+        "nodes": per_node,
+    });
+    eprintln!("{report}");
+    // b and c received one request a hop (no resends were needed on loopback).
+    assert_eq!(report["nodes"]["b"]["delegations_ran"], total);
+    assert_eq!(report["nodes"]["c"]["delegations_ran"], total);
+    assert_eq!(report["nodes"]["a"]["delegations_ran"], 0);
 }

@@ -81,8 +81,8 @@ pub use provider::{
     OpenAiSetupError, RetryPolicy, StreamEvent, ToolFormat, RETRY_CLASSES,
 };
 pub use safety::{
-    AgentBreakers, ChannelInterventionBus, Fingerprint, InterventionBus, LimitCheckpoint,
-    LimitContext, TeamBudget, Verdict,
+    AgentBreakers, BudgetSlices, ChannelInterventionBus, Fingerprint, InterventionBus,
+    LimitCheckpoint, LimitContext, TeamBudget, Verdict,
 };
 pub use supervisor::{
     AgentSpec, DelegationError, RemoteAgents, SpawnError, Supervisor, SupervisorBuilder,

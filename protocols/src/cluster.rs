@@ -4,7 +4,7 @@
 //! Every type here is JSON on the wire and tolerant of fields it does not know (no
 //! `deny_unknown_fields`), so that nodes of neighbouring versions can share a cluster.
 
-use crate::{AgentKey, AgentState, AgentStatus};
+use crate::{AgentKey, AgentState, AgentStatus, DelegationRefusal};
 use serde::{Deserialize, Serialize};
 
 /// The cluster's halt, the value of the key `halt` in the bucket `warden_halt`. A halt is state,
@@ -105,6 +105,71 @@ pub struct LockoutEntry {
     pub node: String,
     /// When, ms since the Unix epoch.
     pub at_ms: u64,
+}
+
+/// A delegation to an agent of another node: the request on `warden.cluster.delegate.NODE`
+/// (NODE: the delegate's owner). At-least-once: the delegator sends it again while no answer came;
+/// the owning node runs it once per `key` and answers every copy with the first result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteTask {
+    /// The idempotency key: the delegator's process (random per start), the delegator, its run id
+    /// and the tool call id (`instance/agent/run/call`).
+    pub key: String,
+    /// The delegator (on the sending node).
+    pub from: AgentKey,
+    /// The delegate (on the owning node).
+    pub to: AgentKey,
+    /// What the delegate should do.
+    pub task: String,
+    /// The delegation chain, root first, ending with `to`.
+    pub lineage: Vec<AgentKey>,
+}
+
+/// The owning node's answer to a [`RemoteTask`] (the same for every copy of one key).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum RemoteReply {
+    /// The delegate's answer.
+    Answer {
+        /// Its text.
+        answer: String,
+    },
+    /// Refused on the owning node before anything was queued (unknown, locked out, stopped).
+    Refused {
+        /// Why.
+        refusal: DelegationRefusal,
+    },
+    /// The delegate took the task but produced no answer.
+    Failed {
+        /// Why (the delegate's task error).
+        error: String,
+    },
+    /// The delegate dropped the task unanswered (halted, crashed, shut down).
+    Abandoned,
+}
+
+/// Sent on `warden.cluster.delegate.NODE.cancel` when the delegator stopped waiting because it was
+/// halted: the owning node halts the delegate if the task `key` is still running (best effort).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteCancel {
+    /// The task's idempotency key.
+    pub key: String,
+    /// The halted delegator.
+    pub from: AgentKey,
+}
+
+/// The team token budget shared by the nodes, the value of `tokens` in the bucket
+/// `warden_budget`. Grown only by compare-and-swap: a node adds a slice to `claimed` (and to its
+/// own entry in `nodes`) before spending it; `claimed` never passes `budget`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct BudgetClaims {
+    /// `safety.budget.tokens_per_team` of the node that created the key (the one that counts).
+    pub budget: u64,
+    /// Tokens claimed by every node together.
+    pub claimed: u64,
+    /// Tokens claimed by each node.
+    #[serde(default)]
+    pub nodes: std::collections::BTreeMap<String, u64>,
 }
 
 #[cfg(test)]

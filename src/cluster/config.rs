@@ -43,6 +43,11 @@ pub struct ClusterSection {
     /// server. Buckets that exist are used as they are.
     #[serde(deserialize_with = "replicas")]
     pub replicas: u64,
+    /// With `safety.budget.tokens_per_team`, the nodes share it: each claims slices of this many
+    /// tokens (the last one smaller) by compare-and-swap before spending past what it holds
+    /// (0 to 10^12; default 0: a tenth of `tokens_per_team`).
+    #[serde(deserialize_with = "budget_slice_tokens")]
+    pub budget_slice_tokens: u64,
 }
 
 impl Default for ClusterSection {
@@ -55,6 +60,7 @@ impl Default for ClusterSection {
             halt_ack_timeout_ms: 2000,
             connect_timeout_seconds: 10,
             replicas: 1,
+            budget_slice_tokens: 0,
         }
     }
 }
@@ -76,6 +82,8 @@ pub struct ClusterConfig {
     pub connect_timeout: Duration,
     /// See [`ClusterSection::replicas`].
     pub replicas: usize,
+    /// See [`ClusterSection::budget_slice_tokens`] (0: a tenth of the team budget).
+    pub budget_slice_tokens: u64,
 }
 
 impl ClusterConfig {
@@ -147,6 +155,7 @@ impl ClusterSection {
             halt_ack_timeout: Duration::from_millis(self.halt_ack_timeout_ms),
             connect_timeout: Duration::from_secs(self.connect_timeout_seconds),
             replicas: usize::try_from(self.replicas).unwrap_or(1),
+            budget_slice_tokens: self.budget_slice_tokens,
         }))
     }
 }
@@ -222,6 +231,10 @@ fn halt_ack_timeout_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error>
 
 fn replicas<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     in_range(d, 1, 5)
+}
+
+fn budget_slice_tokens<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    in_range(d, 0, 1_000_000_000_000)
 }
 
 fn connect_timeout_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {

@@ -133,6 +133,19 @@ async fn status(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
             .ok()
             .and_then(Result::ok),
     };
+    let held = cluster.supervisor.budget_held();
+    let budget = match (held, cluster.fail.reason()) {
+        (Some(held), None) => serde_json::json!({
+            "held": held,
+            "used": cluster.supervisor.fleet_view().tokens,
+            "shared": cluster.budget_claims().await,
+        }),
+        (Some(held), Some(_)) => serde_json::json!({
+            "held": held,
+            "used": cluster.supervisor.fleet_view().tokens,
+        }),
+        (None, _) => serde_json::Value::Null,
+    };
     HttpResponse::Ok().json(serde_json::json!({
         "node": cluster.node(),
         "url": cluster.config.url,
@@ -147,6 +160,11 @@ async fn status(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
         "lockouts": cluster.lockouts(),
         "peers": *cluster.peers.lock(),
         "nodes": nodes,
+        "budget": budget,
+        "delegations": {
+            "received": cluster.delegation_counts().0,
+            "ran": cluster.delegation_counts().1,
+        },
     }))
 }
 

@@ -6,7 +6,7 @@
 //!   beat), by compare-and-swap over the revision it last saw.
 //! * Every node watches the bucket and keeps a cache; a delegation to an agent that is not local and
 //!   that the cache says is locked out is refused as `emergency_stop`
-//!   ([`warden_actors::RemoteAgents`]).
+//!   ([`warden_actors::RemoteAgents`], `delegate.rs`).
 //! * An unlock (`POST /api/agents/KEY/unlock` on a cluster node) writes `locked: false` first, by
 //!   compare-and-swap; only when that write succeeded is the agent unlocked locally. A node cut off
 //!   from the cluster cannot unlock (`503`).
@@ -16,24 +16,11 @@ use async_nats::jetstream::kv::Operation;
 use futures::StreamExt;
 use parking_lot::Mutex;
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
-use warden_actors::{now_ms, RemoteAgents};
-use warden_protocols::{cluster::LockoutEntry, AgentKey, AgentState, DelegationRefusal};
+use warden_actors::now_ms;
+use warden_protocols::{cluster::LockoutEntry, AgentKey};
 
 /// Every agent's lockout entry as last seen, with its revision (kept by the watch).
 pub(super) type Lockouts = Arc<Mutex<BTreeMap<AgentKey, (LockoutEntry, u64)>>>;
-
-/// The cache as the supervisor's delegation sees it.
-pub(super) struct LockoutView(pub(super) Lockouts);
-
-impl RemoteAgents for LockoutView {
-    fn refusal(&self, agent: &AgentKey) -> Option<DelegationRefusal> {
-        let locked = self.0.lock().get(agent).is_some_and(|(e, _)| e.locked);
-        locked.then(|| DelegationRefusal::EmergencyStop {
-            delegate: agent.clone(),
-            state: AgentState::SafetyLockout,
-        })
-    }
-}
 
 /// The agent key of a lockout entry's KV key (`agent.KEY`, escapes undone).
 fn agent_of(key: &str) -> Option<AgentKey> {

@@ -4,7 +4,8 @@
 //!
 //! Files: `config.rs` (`[cluster]`, the flags), `error.rs`, `lease.rs` (agent leases, node
 //! heartbeats, the fleet listing), `halt.rs` (the halt as state), `failsafe.rs` (no model call while
-//! cut off), `http.rs` (the routes a cluster node answers differently). Wire types are in
+//! cut off), `delegate.rs` (delegation to another node's agent), `budget.rs` (the team token budget
+//! in slices), `http.rs` (the routes a cluster node answers differently). Wire types are in
 //! [`warden_protocols::cluster`].
 //!
 //! # Invariants
@@ -23,12 +24,19 @@
 //! * **Lockouts are shared.** A lockout is published to `warden_lockouts` within a beat; a delegation
 //!   to an agent of another node that is locked out there is refused (`emergency_stop`); an unlock
 //!   on a cluster node happens only after its `locked: false` write succeeded.
+//! * **A delegation across nodes runs once per idempotency key.** The delegator's supervisor checks
+//!   and waits as for a local delegate; the request is sent until answered; the owner answers every
+//!   copy of a key with its first run's result; a halted delegator's cancel halts the delegate.
+//! * **The team token budget is claimed before it is spent.** Slices are added to `claimed` by
+//!   compare-and-swap, never past the budget; a node's budget check is against what it holds.
 //! * **Fail safe.** A node whose heartbeats to JetStream have failed for longer than
 //!   `cluster.fail_safe_seconds` closes the team's model gate: no model call starts until a
 //!   heartbeat succeeds again (after the halt key was read again). It says so in the journal (a
 //!   `safety_alert` on every local agent), `GET /api/cluster` and `/metrics`.
 
+mod budget;
 mod config;
+mod delegate;
 mod error;
 mod failsafe;
 mod halt;
@@ -36,6 +44,7 @@ pub(crate) mod http;
 mod lease;
 mod lockout;
 
+pub use budget::BUDGET_BUCKET;
 pub use config::{ClusterConfig, ClusterSection};
 pub use error::ClusterError;
 
@@ -61,6 +70,7 @@ pub const LEASE_BUCKET: &str = "warden_leases";
 /// The bucket of shared lockouts (`agent.KEY`).
 pub const LOCKOUT_BUCKET: &str = "warden_lockouts";
 /// The core-NATS subject a halt is broadcast on (replies are the acknowledgements).
+/// (Delegations to a node's agents: `warden.cluster.delegate.NODE`, see `delegate.rs`.)
 pub const HALT_SUBJECT: &str = "warden.cluster.halt";
 
 /// This node's membership of a cluster. Made by [`Cluster::join`] before the team is spawned,
@@ -73,6 +83,7 @@ pub struct Cluster {
     halt_kv: kv::Store,
     leases: kv::Store,
     lockouts_kv: kv::Store,
+    budget_kv: kv::Store,
     /// Every agent's shared lockout as last seen (kept by the watch).
     lockouts: lockout::Lockouts,
     /// The other nodes whose heartbeat lived at the last beat (whose acks a halt waits for).
@@ -89,6 +100,8 @@ pub struct Cluster {
     /// Agents of the team file another node owns (not started here), with that node.
     elsewhere: Mutex<BTreeMap<AgentKey, String>>,
     fail: failsafe::FailSafe,
+    /// Delegations received from other nodes, by idempotency key.
+    tasks: delegate::Tasks,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -122,6 +135,7 @@ impl Cluster {
         let halt_kv = bucket(&js, &config, HALT_BUCKET, 5, Duration::ZERO).await?;
         let leases = bucket(&js, &config, LEASE_BUCKET, 1, config.lease_ttl).await?;
         let lockouts_kv = bucket(&js, &config, LOCKOUT_BUCKET, 5, Duration::ZERO).await?;
+        let budget_kv = bucket(&js, &config, budget::BUDGET_BUCKET, 5, Duration::ZERO).await?;
         let cluster = Arc::new(Cluster {
             instance: format!("{:016x}", rand::random::<u64>()),
             fail: failsafe::FailSafe::new(),
@@ -130,6 +144,7 @@ impl Cluster {
             halt_kv,
             leases,
             lockouts_kv,
+            budget_kv,
             lockouts: Arc::default(),
             unlocking: Mutex::default(),
             peers: Mutex::default(),
@@ -138,6 +153,7 @@ impl Cluster {
             halt: Mutex::new((HaltState::default(), 0)),
             owned: Mutex::default(),
             elsewhere: Mutex::default(),
+            tasks: delegate::Tasks::default(),
         });
         let (state, revision) = cluster
             .read_halt()
@@ -175,11 +191,17 @@ impl Cluster {
             );
             self.supervisor.halt_all().await;
         }
+        self.share_budget().await;
         self.supervisor
-            .set_remote_agents(Arc::new(lockout::LockoutView(self.lockouts.clone())));
+            .set_remote_agents(Arc::new(delegate::Remote {
+                cluster: Arc::downgrade(self),
+                lockouts: self.lockouts.clone(),
+            }));
         self.fail.beat_ok();
         self.supervisor.model_gate().open();
         actix_rt::spawn(self.clone().answer_halts());
+        actix_rt::spawn(self.clone().answer_delegations());
+        actix_rt::spawn(self.clone().answer_cancels());
         actix_rt::spawn(self.clone().watch_halt());
         actix_rt::spawn(self.clone().watch_lockouts());
         actix_rt::spawn(self.clone().beat());

@@ -8,6 +8,7 @@
 //!   hourly_budget        last hour's tokens at safety.budget.tokens_per_hour → wait (halt ends it)
 //!   memory               reflection due → reflection call; history at ≥ 80 % of the window →
 //!                        compacted (summary call); see memory.rs
+//!   budget_slice         a cluster's shared team budget: claim a slice before spending past it
 //!   request              fit context → before_llm_call (budgets)
 //!   call_model           LLM call (≤ llm_call_seconds); unparsable → correcting message, again
 //!   read_response        record usage → after_llm_call → answer (or max-tokens continuation)
@@ -273,6 +274,7 @@ async fn react(
         step!(turn.hourly_budget().await);
         step!(turn.memory().await);
         step!(turn.hourly_budget().await);
+        step!(turn.budget_slice().await);
         let request = step!(turn.request());
         let response = step!(turn.call_model(request).await);
         let calls = step!(turn.read_response(response));
@@ -430,6 +432,21 @@ impl React<'_> {
             Next::Go(())
         } else {
             self.end(TerminationReason::Halted, self.iteration - 1)
+        }
+    }
+
+    /// A team budget shared by the nodes of a cluster (slices, [`crate::safety::BudgetSlices`]):
+    /// a call that would spend past what this node holds waits for a slice first (a halt ends the
+    /// wait). No slice granted: the budget check of the request stops it, as on one node.
+    async fn budget_slice(&self) -> Next<()> {
+        let team = &self.cell.safety.team;
+        if team.held().is_none() {
+            return Next::Go(());
+        }
+        let estimate = context::estimate_tokens(&self.cell.conversation());
+        match unless_halted(self.token, team.cover(estimate)).await {
+            Some(_) => Next::Go(()),
+            None => self.end(TerminationReason::Halted, self.iteration - 1),
         }
     }
 

@@ -11,10 +11,14 @@
 //! * The near-budget warning for the team is given once (to whichever agent sees it first).
 //! * Cost is kept in integer nano-units (1e-9 of the price currency) so that it can be an atomic.
 
+use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use std::{
     collections::BTreeSet,
-    sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    sync::{
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        Arc, OnceLock,
+    },
 };
 use warden_protocols::{AgentKey, FleetView, SafetyBudgetConfig};
 
@@ -43,6 +47,22 @@ pub(crate) enum TeamCheck {
     Exceeded(String),
 }
 
+/// Where a node of a cluster claims slices of a team token budget shared by several nodes
+/// (`warden::cluster`): with it, the team's token limit is what this node holds, and a model call
+/// that would spend past it waits for [`BudgetSlices::claim`] first.
+pub trait BudgetSlices: Send + Sync + 'static {
+    /// Claims one more slice for this node (by compare-and-swap on the shared total). Resolves
+    /// with the tokens granted: 0 when the budget has no slice left, or the claim failed (the
+    /// call is then stopped by the budget, as on one node). Bounded by the implementation.
+    fn claim(&self) -> BoxFuture<'static, u64>;
+}
+
+impl std::fmt::Debug for dyn BudgetSlices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BudgetSlices")
+    }
+}
+
 /// Tokens and cost of the whole team. Share it with `Arc`.
 #[derive(Debug)]
 pub struct TeamBudget {
@@ -57,6 +77,12 @@ pub struct TeamBudget {
     agents: AtomicUsize,
     /// The agents locked out now, in key order.
     locked_out: Mutex<BTreeSet<AgentKey>>,
+    /// With slices (a cluster): the tokens this node holds (claimed slices); the token limit is
+    /// the smaller of it and `token_limit`.
+    slices: OnceLock<Arc<dyn BudgetSlices>>,
+    held: AtomicU64,
+    /// One claim at a time (agents waiting for a slice share it).
+    claiming: tokio::sync::Mutex<()>,
 }
 
 impl TeamBudget {
@@ -72,7 +98,48 @@ impl TeamBudget {
             warned: AtomicBool::new(false),
             agents: AtomicUsize::new(0),
             locked_out: Mutex::new(BTreeSet::new()),
+            slices: OnceLock::new(),
+            held: AtomicU64::new(0),
+            claiming: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Shares the token budget with other nodes: from now on this team may spend only `held` (what
+    /// it claimed before a restart) and the slices it claims through `slices` ([`BudgetSlices`]).
+    /// Once; `false` (ignored) when set already or when there is no `tokens_per_team`.
+    pub fn set_slices(&self, slices: Arc<dyn BudgetSlices>, held: u64) -> bool {
+        if self.token_limit == 0 || self.slices.set(slices).is_err() {
+            return false;
+        }
+        self.held.store(held, Ordering::Release);
+        true
+    }
+
+    /// With slices: the tokens this node holds (`None` without).
+    pub fn held(&self) -> Option<u64> {
+        self.slices.get().map(|_| self.held.load(Ordering::Acquire))
+    }
+
+    /// With slices: claims slices until a call of about `tokens` more fits what this node holds,
+    /// or no slice is granted (the budget check then stops the call). At once without slices, or
+    /// when it fits already.
+    pub(crate) async fn cover(&self, tokens: u64) -> bool {
+        let Some(slices) = self.slices.get() else {
+            return true;
+        };
+        let fits = || self.tokens().saturating_add(tokens) <= self.held.load(Ordering::Acquire);
+        if fits() {
+            return true;
+        }
+        let _one = self.claiming.lock().await;
+        while !fits() {
+            let granted = slices.claim().await;
+            if granted == 0 {
+                return false;
+            }
+            self.held.fetch_add(granted, Ordering::AcqRel);
+        }
+        true
     }
 
     /// Adds an agent to the fleet (idempotent).
@@ -137,6 +204,12 @@ impl TeamBudget {
     pub(crate) fn check(&self, tokens: u64, cost: f64) -> TeamCheck {
         let used = self.tokens();
         let after = used.saturating_add(tokens);
+        if let Some(held) = self.held().filter(|&h| h < self.token_limit && after > h) {
+            return TeamCheck::Exceeded(format!(
+                "team token budget exhausted: {used} used + about {tokens} for this call > {held} held by this node (no slice of safety.budget.tokens_per_team = {} left to claim)",
+                self.token_limit
+            ));
+        }
         if self.token_limit > 0 && after > self.token_limit {
             return TeamCheck::Exceeded(format!(
                 "team token budget exhausted: {used} used + about {tokens} for this call > {} (safety.budget.tokens_per_team)",
@@ -220,6 +293,48 @@ mod tests {
         assert!((team.cost() - 4.0).abs() < 1e-9);
         let view = team.fleet_view();
         assert_eq!(view.agents_total, 4);
+    }
+
+    /// Grants slices of `slice` out of `left` (a stand-in for the cluster's compare-and-swap).
+    struct Pool {
+        left: Mutex<u64>,
+        slice: u64,
+    }
+
+    impl BudgetSlices for Pool {
+        fn claim(&self) -> BoxFuture<'static, u64> {
+            let mut left = self.left.lock();
+            let grant = self.slice.min(*left);
+            *left -= grant;
+            Box::pin(async move { grant })
+        }
+    }
+
+    #[tokio::test]
+    async fn with_slices_a_team_spends_only_what_it_claimed() {
+        let team = TeamBudget::new(&config(1000, 0.0));
+        assert_eq!(team.held(), None, "no slices: no holding");
+        let pool = Arc::new(Pool {
+            left: Mutex::new(250), // the other nodes claimed the rest
+            slice: 100,
+        });
+        assert!(team.set_slices(pool.clone(), 0));
+        assert_eq!(team.held(), Some(0));
+        assert!(team.cover(150).await, "two slices claimed for it");
+        assert_eq!(team.held(), Some(200));
+        assert_eq!(team.check(150, 0.0), TeamCheck::Ok);
+        team.record(&"a".into(), 180, 0.0);
+        assert!(team.cover(60).await, "the last, smaller slice");
+        assert_eq!(team.held(), Some(250));
+        assert!(!team.cover(100).await, "nothing left to claim");
+        let TeamCheck::Exceeded(why) = team.check(100, 0.0) else {
+            panic!("not stopped past what it holds");
+        };
+        assert!(why.contains("250 held by this node"), "{why}");
+        assert!(
+            !TeamBudget::new(&config(0, 0.0)).set_slices(pool, 0),
+            "no team budget: no slices"
+        );
     }
 
     #[test]

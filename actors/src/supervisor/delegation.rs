@@ -4,155 +4,70 @@
 use super::*;
 
 impl Supervisor {
-    /// Runs `task` on `to` for `from`, within the budgets. `lineage` is `from`'s current chain.
+    /// Runs `task` on `to` for `from`, within the budgets. `lineage` is `from`'s current chain;
+    /// `call_id` the tool call's id (part of a cross-node delegation's idempotency key).
     pub(crate) async fn delegate(
         &self,
         from: &Arc<AgentCell>,
         to: &AgentKey,
         task: String,
         lineage: &[AgentKey],
+        call_id: &str,
     ) -> Result<String, DelegationError> {
-        let config = &self.shared.config;
-        let refuse = |refusal: DelegationRefusal| {
-            crate::telemetry::refused("warden.delegation_refused", &refusal);
-            from.note(EventKind::DelegationRefused {
-                to: to.clone(),
-                refusal: refusal.clone(),
-            });
-            DelegationError::Refused(refusal)
-        };
         if from.state().refuses_work() {
-            return Err(refuse(DelegationRefusal::DelegatorNotRunning {
-                delegator: from.key.clone(),
-            }));
+            return Err(refused(
+                from,
+                to,
+                DelegationRefusal::DelegatorNotRunning {
+                    delegator: from.key.clone(),
+                },
+            ));
         }
         let Some(delegate) = self.shared.agents.get(to).map(|e| e.cell.clone()) else {
-            // Not here: an agent of another node (the cluster) may be known to be locked out.
-            if let Some(refusal) = self.shared.remote.get().and_then(|r| r.refusal(to)) {
-                return Err(refuse(refusal));
-            }
-            return Err(refuse(DelegationRefusal::UnknownDelegate {
-                delegate: to.clone(),
-            }));
+            // Not here: maybe an agent of another node (the cluster).
+            let ask = Ask {
+                to,
+                task,
+                lineage,
+                call_id,
+            };
+            return self.delegate_remote(from, ask).await;
         };
-        if lineage.contains(to) {
-            let mut chain = lineage.to_vec();
-            chain.push(to.clone());
-            return Err(refuse(DelegationRefusal::Cycle { chain }));
+        let hops = self
+            .admit(from, to, lineage)
+            .await
+            .map_err(|r| refused(from, to, r))?;
+        if let Some(refusal) = unwilling(&delegate, to) {
+            return Err(refused(from, to, refusal));
         }
-        let hops = lineage.len() as u32;
-        let max = config.safety.loop_.max_agent_hops;
-        if hops > max
-            && !self
-                .limit_allows(from, LimitKind::AgentHops, f64::from(hops), f64::from(max))
-                .await
-        {
-            return Err(refuse(DelegationRefusal::HopLimit { hops, max }));
-        }
-        {
-            let rec = delegate.lock();
-            let (locked, state) = (rec.emergency_stop(), rec.state);
-            drop(rec);
-            if locked {
-                return Err(refuse(DelegationRefusal::EmergencyStop {
-                    delegate: to.clone(),
-                    state,
-                }));
-            }
-            if state.refuses_work() {
-                return Err(refuse(DelegationRefusal::Stopped {
-                    delegate: to.clone(),
-                    state,
-                }));
-            }
-        }
-        let budget = from.settings.sub_agent_budget;
-        if let Err(active) = from.try_acquire_slot(budget) {
-            let allowed = self
-                .limit_allows(
-                    from,
-                    LimitKind::SubAgentBudget,
-                    f64::from(active + 1),
-                    f64::from(budget),
-                )
-                .await;
-            if !allowed || from.try_acquire_slot(active + 1).is_err() {
-                return Err(refuse(DelegationRefusal::SubAgentBudget { active, budget }));
-            }
-        }
+        self.acquire_slot(from)
+            .await
+            .map_err(|r| refused(from, to, r))?;
         let id = self.shared.next_delegation.fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "test-hooks")]
         crate::test_hooks::delegation_gap(&from.key);
-        let (mut slot, admitted) = Slot::new(from.clone(), delegate.clone(), id);
+        let (slot, admitted) = Slot::new(from.clone(), delegate.clone(), id);
         // A halt raised before the delegation was listed did not see it: refuse it here, before
         // the task is sent (the halt gate's ordering, `agent/cell/gate.rs`).
-        if !admitted {
-            drop(slot);
-            return Err(refuse(DelegationRefusal::DelegatorNotRunning {
-                delegator: from.key.clone(),
-            }));
-        }
-        from.note(EventKind::DelegationRequested {
-            id,
-            to: to.clone(),
-            hops,
-        });
-        let (reply, rx) = oneshot::channel();
-        let mut chain = lineage.to_vec();
-        chain.push(to.clone());
-        let task = AgentMsg::Work(Work::Delegated(DelegatedTask {
-            task,
-            lineage: Arc::from(chain),
-            reply,
-            parent: tracing::Span::current(),
-        }));
-        if let Err(err) = delegate.mailbox.try_send(task) {
-            let refusal = match err {
-                crate::mailbox::TrySendError::Full(_) => {
-                    warden_protocols::WorkRefusal::MailboxFull {
-                        capacity: delegate.mailbox.capacity(),
-                    }
-                }
-                crate::mailbox::TrySendError::Closed(_) => warden_protocols::WorkRefusal::Closed,
-            };
-            slot.outcome = Some(DelegationOutcome::Failed {
-                error: refusal.to_string(),
-            });
-            drop(slot);
-            return Err(refuse(DelegationRefusal::DelegateRefused {
-                delegate: to.clone(),
-                refusal,
-            }));
-        }
-        let chain_seconds = config.safety.timeout.chain_seconds;
-        let answer = if chain_seconds > 0.0 {
-            let limit = Duration::from_secs_f64(chain_seconds);
-            let mut rx = rx;
-            let mut waited = Duration::ZERO;
-            loop {
-                match tokio::time::timeout(limit, &mut rx).await {
-                    Ok(answer) => break answer,
-                    Err(_) => {
-                        waited += limit;
-                        let allowed = self
-                            .limit_allows(
-                                from,
-                                LimitKind::ChainWait,
-                                waited.as_secs_f64(),
-                                waited.as_secs_f64(),
-                            )
-                            .await;
-                        if !allowed {
-                            let after_ms = waited.as_millis() as u64;
-                            slot.outcome = Some(DelegationOutcome::TimedOut { after_ms });
-                            return Err(DelegationError::TimedOut(after_ms));
-                        }
-                    }
-                }
+        let (mut slot, chain) = slot.start(admitted, hops, lineage)?;
+        let rx = match send_task(&delegate, task, chain) {
+            Ok(rx) => rx,
+            Err(refusal) => {
+                slot.outcome = Some(DelegationOutcome::Failed {
+                    error: refusal.to_string(),
+                });
+                drop(slot);
+                return Err(refused(
+                    from,
+                    to,
+                    DelegationRefusal::DelegateRefused {
+                        delegate: to.clone(),
+                        refusal,
+                    },
+                ));
             }
-        } else {
-            rx.await
         };
+        let answer = self.wait_chain(&mut slot, rx).await?;
         match answer {
             Ok(Ok(answer)) => {
                 slot.outcome = Some(DelegationOutcome::Completed);
@@ -167,6 +82,202 @@ impl Supervisor {
             Err(_) => {
                 slot.outcome = Some(DelegationOutcome::Abandoned);
                 Err(DelegationError::Abandoned)
+            }
+        }
+    }
+
+    /// A delegation to an agent this team does not have: refused as unknown, unless another node
+    /// of the cluster runs it ([`RemoteAgents`]). Then the same checks as a local one (cycle,
+    /// hops, slots), the task sent as a request to the owning node with the idempotency key
+    /// `from/run id/call id`, and the same chain wait. A halt of `from` ends the wait (its turn is
+    /// cancelled, which drops this future) and sends a best-effort cancel to the owner.
+    async fn delegate_remote(
+        &self,
+        from: &Arc<AgentCell>,
+        ask: Ask<'_>,
+    ) -> Result<String, DelegationError> {
+        let Ask {
+            to,
+            task,
+            lineage,
+            call_id,
+        } = ask;
+        let unknown = || DelegationRefusal::UnknownDelegate {
+            delegate: to.clone(),
+        };
+        let Some(remote) = self.shared.remote.get().cloned() else {
+            return Err(refused(from, to, unknown()));
+        };
+        if let Some(refusal) = remote.refusal(to) {
+            return Err(refused(from, to, refusal));
+        }
+        let Some(node) = remote.owner(to).await else {
+            return Err(refused(from, to, unknown()));
+        };
+        let hops = self
+            .admit(from, to, lineage)
+            .await
+            .map_err(|r| refused(from, to, r))?;
+        self.acquire_slot(from)
+            .await
+            .map_err(|r| refused(from, to, r))?;
+        let id = self.shared.next_delegation.fetch_add(1, Ordering::Relaxed);
+        let key = format!("{}/{}/{}", from.key, from.current_run_id(), call_id);
+        let slot = Slot::remote(from.clone(), to.clone(), id);
+        let (mut slot, chain) = slot.start(!from.halt_requested(), hops, lineage)?;
+        let request = remote.delegate(
+            &node,
+            RemoteTask {
+                key: key.clone(),
+                from: from.key.clone(),
+                to: to.clone(),
+                task,
+                lineage: chain,
+            },
+        );
+        // From here a drop without an outcome (the delegator's turn cancelled by a halt) cancels.
+        slot.cancel = Some((remote, node, key));
+        let reply = self.wait_chain(&mut slot, request).await?;
+        match reply {
+            RemoteReply::Answer { answer } => {
+                slot.outcome = Some(DelegationOutcome::Completed);
+                Ok(answer)
+            }
+            RemoteReply::Refused { refusal } => {
+                slot.outcome = Some(DelegationOutcome::Failed {
+                    error: refusal.to_string(),
+                });
+                drop(slot);
+                Err(refused(from, to, refusal))
+            }
+            RemoteReply::Failed { error } => {
+                slot.outcome = Some(DelegationOutcome::Failed {
+                    error: error.clone(),
+                });
+                Err(DelegationError::Failed(TaskError::Failed(error)))
+            }
+            RemoteReply::Abandoned => {
+                slot.outcome = Some(DelegationOutcome::Abandoned);
+                Err(DelegationError::Abandoned)
+            }
+        }
+    }
+
+    /// Runs a task a delegator on another node sent to this team's `task.to` (the owning node's
+    /// side of a cross-node delegation): refused when the agent is unknown, locked out or stopped;
+    /// otherwise queued as a delegated task and answered. No wait limit here: the delegator's
+    /// chain wait bounds it, and its halt arrives as a halt of the delegate
+    /// ([`Supervisor::halt`] with [`HaltCause::Parent`]).
+    pub async fn run_remote_task(&self, task: RemoteTask) -> RemoteReply {
+        let RemoteTask {
+            to, task, lineage, ..
+        } = task;
+        let Some(delegate) = self.shared.agents.get(&to).map(|e| e.cell.clone()) else {
+            return RemoteReply::Refused {
+                refusal: DelegationRefusal::UnknownDelegate { delegate: to },
+            };
+        };
+        if let Some(refusal) = unwilling(&delegate, &to) {
+            return RemoteReply::Refused { refusal };
+        }
+        let rx = match send_task(&delegate, task, lineage) {
+            Ok(rx) => rx,
+            Err(refusal) => {
+                return RemoteReply::Refused {
+                    refusal: DelegationRefusal::DelegateRefused {
+                        delegate: to,
+                        refusal,
+                    },
+                }
+            }
+        };
+        match rx.await {
+            Ok(Ok(answer)) => RemoteReply::Answer { answer },
+            Ok(Err(error)) => RemoteReply::Failed {
+                error: error.to_string(),
+            },
+            Err(_) => RemoteReply::Abandoned,
+        }
+    }
+
+    /// The checks of every delegation before a slot: no cycle, hops within
+    /// `safety.loop.max_agent_hops` (or the checkpoint allows one more). `Ok`: the hops.
+    async fn admit(
+        &self,
+        from: &AgentCell,
+        to: &AgentKey,
+        lineage: &[AgentKey],
+    ) -> Result<u32, DelegationRefusal> {
+        if lineage.contains(to) {
+            let mut chain = lineage.to_vec();
+            chain.push(to.clone());
+            return Err(DelegationRefusal::Cycle { chain });
+        }
+        let hops = lineage.len() as u32;
+        let max = self.shared.config.safety.loop_.max_agent_hops;
+        if hops > max
+            && !self
+                .limit_allows(from, LimitKind::AgentHops, f64::from(hops), f64::from(max))
+                .await
+        {
+            return Err(DelegationRefusal::HopLimit { hops, max });
+        }
+        Ok(hops)
+    }
+
+    /// Takes one of `from`'s `delegation.sub_agent_budget` slots (or one more, if the checkpoint
+    /// allows it).
+    async fn acquire_slot(&self, from: &AgentCell) -> Result<(), DelegationRefusal> {
+        let budget = from.settings.sub_agent_budget;
+        if let Err(active) = from.try_acquire_slot(budget) {
+            let allowed = self
+                .limit_allows(
+                    from,
+                    LimitKind::SubAgentBudget,
+                    f64::from(active + 1),
+                    f64::from(budget),
+                )
+                .await;
+            if !allowed || from.try_acquire_slot(active + 1).is_err() {
+                return Err(DelegationRefusal::SubAgentBudget { active, budget });
+            }
+        }
+        Ok(())
+    }
+
+    /// Awaits `answer` within `safety.timeout.chain_seconds`, extended period by period while the
+    /// limit checkpoint allows; when it refuses more, the slot's outcome is `timed_out`.
+    async fn wait_chain<F: std::future::Future + Unpin>(
+        &self,
+        slot: &mut Slot,
+        mut answer: F,
+    ) -> Result<F::Output, DelegationError> {
+        let from = &*slot.from.clone();
+        let chain_seconds = self.shared.config.safety.timeout.chain_seconds;
+        if chain_seconds <= 0.0 {
+            return Ok(answer.await);
+        }
+        let limit = Duration::from_secs_f64(chain_seconds);
+        let mut waited = Duration::ZERO;
+        loop {
+            match tokio::time::timeout(limit, &mut answer).await {
+                Ok(answer) => return Ok(answer),
+                Err(_) => {
+                    waited += limit;
+                    let allowed = self
+                        .limit_allows(
+                            from,
+                            LimitKind::ChainWait,
+                            waited.as_secs_f64(),
+                            waited.as_secs_f64(),
+                        )
+                        .await;
+                    if !allowed {
+                        let after_ms = waited.as_millis() as u64;
+                        slot.outcome = Some(DelegationOutcome::TimedOut { after_ms });
+                        return Err(DelegationError::TimedOut(after_ms));
+                    }
+                }
             }
         }
     }
@@ -213,12 +324,76 @@ impl Supervisor {
     }
 }
 
+/// What a delegator asks of a delegate on another node.
+struct Ask<'a> {
+    to: &'a AgentKey,
+    task: String,
+    lineage: &'a [AgentKey],
+    call_id: &'a str,
+}
+
+/// Why `delegate` takes no task now: locked out (`emergency_stop`) or stopped.
+fn unwilling(delegate: &AgentCell, to: &AgentKey) -> Option<DelegationRefusal> {
+    let rec = delegate.lock();
+    let (locked, state) = (rec.emergency_stop(), rec.state);
+    drop(rec);
+    if locked {
+        return Some(DelegationRefusal::EmergencyStop {
+            delegate: to.clone(),
+            state,
+        });
+    }
+    state.refuses_work().then(|| DelegationRefusal::Stopped {
+        delegate: to.clone(),
+        state,
+    })
+}
+
+/// Queues `task` on `delegate` as a delegated task (`chain`: the lineage, ending with the
+/// delegate); the receiver gets its answer.
+fn send_task(
+    delegate: &AgentCell,
+    task: String,
+    chain: Vec<AgentKey>,
+) -> Result<oneshot::Receiver<Result<String, TaskError>>, warden_protocols::WorkRefusal> {
+    let (reply, rx) = oneshot::channel();
+    let task = AgentMsg::Work(Work::Delegated(DelegatedTask {
+        task,
+        lineage: Arc::from(chain),
+        reply,
+        parent: tracing::Span::current(),
+    }));
+    match delegate.mailbox.try_send(task) {
+        Ok(_) => Ok(rx),
+        Err(crate::mailbox::TrySendError::Full(_)) => {
+            Err(warden_protocols::WorkRefusal::MailboxFull {
+                capacity: delegate.mailbox.capacity(),
+            })
+        }
+        Err(crate::mailbox::TrySendError::Closed(_)) => Err(warden_protocols::WorkRefusal::Closed),
+    }
+}
+
+/// Journals `refusal` on `from` (and in telemetry) and returns it as the error.
+fn refused(from: &AgentCell, to: &AgentKey, refusal: DelegationRefusal) -> DelegationError {
+    crate::telemetry::refused("warden.delegation_refused", &refusal);
+    from.note(EventKind::DelegationRefused {
+        to: to.clone(),
+        refusal: refusal.clone(),
+    });
+    DelegationError::Refused(refusal)
+}
+
 /// One running delegation. Dropping it — on any ending — releases the delegator's slot.
 struct Slot {
     from: Arc<AgentCell>,
-    to: Arc<AgentCell>,
+    /// The delegate's cell; `None` for an agent of another node.
+    to: Option<Arc<AgentCell>>,
+    to_key: AgentKey,
     id: u64,
     outcome: Option<DelegationOutcome>,
+    /// A cross-node delegation's owner: told when the slot ends without an outcome (node, key).
+    cancel: Option<(Arc<dyn RemoteAgents>, String, String)>,
 }
 
 impl Slot {
@@ -230,22 +405,75 @@ impl Slot {
         to.add_delegator(id, &from);
         let slot = Slot {
             from,
-            to,
+            to_key: to.key.clone(),
+            to: Some(to),
             id,
             outcome: None,
+            cancel: None,
         };
         (slot, admitted)
+    }
+
+    /// The slot (already acquired on `from`) of a delegation to `to` on another node. Not listed
+    /// in `from`'s halt gate: a halt cancels `from`'s turn, which drops the wait and this slot.
+    fn remote(from: Arc<AgentCell>, to: AgentKey, id: u64) -> Self {
+        Slot {
+            from,
+            to: None,
+            to_key: to,
+            id,
+            outcome: None,
+            cancel: None,
+        }
+    }
+}
+
+impl Slot {
+    /// `admitted` (no halt of the delegator may have missed it): journals `DelegationRequested`
+    /// and returns the delegate's chain. Otherwise refused (`delegator_not_running`; dropping the
+    /// slot unlists it).
+    fn start(
+        self,
+        admitted: bool,
+        hops: u32,
+        lineage: &[AgentKey],
+    ) -> Result<(Self, Vec<AgentKey>), DelegationError> {
+        let (from, to) = (self.from.clone(), self.to_key.clone());
+        if !admitted {
+            drop(self);
+            let delegator = from.key.clone();
+            return Err(refused(
+                &from,
+                &to,
+                DelegationRefusal::DelegatorNotRunning { delegator },
+            ));
+        }
+        from.note(EventKind::DelegationRequested {
+            id: self.id,
+            to: to.clone(),
+            hops,
+        });
+        let mut chain = lineage.to_vec();
+        chain.push(to);
+        Ok((self, chain))
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.from.remove_delegation(self.id);
-        self.to.remove_delegator(self.id);
+        if let Some(to) = &self.to {
+            self.from.remove_delegation(self.id);
+            to.remove_delegator(self.id);
+        }
         self.from.release_slot();
+        if self.outcome.is_none() {
+            if let Some((remote, node, key)) = self.cancel.take() {
+                remote.cancel(&node, &key, &self.from.key);
+            }
+        }
         self.from.note(EventKind::DelegationEnded {
             id: self.id,
-            to: self.to.key.clone(),
+            to: self.to_key.clone(),
             outcome: self.outcome.take().unwrap_or(DelegationOutcome::Cancelled),
         });
     }
@@ -308,7 +536,7 @@ impl Tool for DelegateTool {
                 .map(|e| e.cell.clone())
                 .ok_or_else(|| ToolError::Failed(format!("unknown delegator {}", ctx.agent)))?;
             let answer = supervisor
-                .delegate(&from, &to, task, &ctx.lineage)
+                .delegate(&from, &to, task, &ctx.lineage, &ctx.call_id)
                 .await
                 .map_err(|e| ToolError::Failed(e.to_string()))?;
             Ok(json!({"agent": to, "answer": answer}))

@@ -64,6 +64,7 @@ use std::{
 };
 use tokio::{sync::oneshot, time::Instant};
 use warden_protocols::{
+    cluster::{RemoteReply, RemoteTask},
     AgentKey, AgentRecord, AgentRole, AgentState, AgentStatus, ContextStrategyConfig,
     DelegationOutcome, DelegationRefusal, EventFate, EventKind, FleetView, HaltCause, LimitKind,
     RestartStrategy, TerminationReason, ToolCategory, ToolSpec, WardenConfig,
@@ -110,6 +111,27 @@ pub trait RemoteAgents: Send + Sync + 'static {
     /// The refusal for a delegation to `agent`, if one is due (a lockout on its node:
     /// [`DelegationRefusal::EmergencyStop`]); `None`: refused as unknown, as without a cluster.
     fn refusal(&self, agent: &AgentKey) -> Option<DelegationRefusal>;
+
+    /// The node that runs `agent`, when another node does (`None`: refused as unknown). May ask
+    /// the network; bounded by the implementation.
+    fn owner(&self, agent: &AgentKey) -> BoxFuture<'static, Option<String>> {
+        let _ = agent;
+        Box::pin(async { None })
+    }
+
+    /// Sends `task` to `node` and resolves with its reply, sending it again while none came
+    /// (at-least-once; the owner runs one `task.key` once). The delegation's wait limit is the
+    /// caller's (`safety.timeout.chain_seconds`): dropping the future stops waiting.
+    fn delegate(&self, node: &str, task: RemoteTask) -> BoxFuture<'static, RemoteReply> {
+        let _ = (node, task);
+        Box::pin(async { RemoteReply::Abandoned })
+    }
+
+    /// Best effort: the delegator of task `key` on `node` was halted while waiting (the owner
+    /// halts the delegate if the task still runs).
+    fn cancel(&self, node: &str, key: &str, from: &AgentKey) {
+        let _ = (node, key, from);
+    }
 }
 
 /// Builds a [`Supervisor`]. Must be used inside a running actix `System`.
@@ -347,6 +369,19 @@ impl Supervisor {
     /// ignored and returns `false`).
     pub fn set_remote_agents(&self, remote: Arc<dyn RemoteAgents>) -> bool {
         self.shared.remote.set(remote).is_ok()
+    }
+
+    /// Shares `safety.budget.tokens_per_team` with other nodes: this team spends only `held` (what
+    /// it claimed before a restart) and the slices it claims through `slices` (see
+    /// [`crate::BudgetSlices`]). Once; `false` when set already or when there is no team token
+    /// budget.
+    pub fn set_budget_slices(&self, slices: Arc<dyn crate::BudgetSlices>, held: u64) -> bool {
+        self.shared.safety.team.set_slices(slices, held)
+    }
+
+    /// With budget slices: the tokens this team holds of the shared budget (`None` without).
+    pub fn budget_held(&self) -> Option<u64> {
+        self.shared.safety.team.held()
     }
 
     /// The team's model gate: closed, no model call starts (see [`crate::safety::ModelGate`]).
