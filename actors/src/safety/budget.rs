@@ -142,7 +142,7 @@ impl TeamBudget {
         true
     }
 
-    /// Adds an agent to the fleet (idempotent).
+    /// Counts an agent in the fleet (once per agent: `AgentBreakers::new` does it).
     pub fn register(&self, _agent: &AgentKey) {
         self.agents.fetch_add(1, Ordering::AcqRel);
     }
