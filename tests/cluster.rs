@@ -1027,18 +1027,52 @@ fn a_delegation_whose_reply_is_lost_is_sent_again_and_answered_from_the_first_ru
     );
 }
 
+/// Which team budget a shared-budget test spends.
+#[derive(Clone, Copy, Debug)]
+enum Spend {
+    /// `tokens_per_team` = 600 in slices of 60.
+    Tokens,
+    /// `cost_per_team` = 0.6 in slices of 0.06, at 1.0 per 1,000 tokens (the same calls).
+    Cost,
+}
+
 #[test]
 fn a_team_budget_is_shared_by_slices_and_stops_every_node_once_claimed() {
-    let dir = temp_dir("budget");
+    shared_budget_stops_every_node(Spend::Tokens);
+}
+
+#[test]
+fn a_team_cost_budget_is_shared_by_slices_and_stops_every_node_once_claimed() {
+    shared_budget_stops_every_node(Spend::Cost);
+}
+
+fn shared_budget_stops_every_node(spend: Spend) {
+    let dir = temp_dir(&format!("budget-{spend:?}"));
     let Some(nats) = NatsServer::start(&dir) else {
         return;
     };
-    let (budget, slice) = (600_u64, 60_u64);
+    let (budget, slice, keys) = match spend {
+        Spend::Tokens => (
+            600.0,
+            60.0,
+            "[safety.budget]\ntokens_per_team = 600\n".to_string(),
+        ),
+        Spend::Cost => (
+            0.6,
+            0.06,
+            "[safety.budget]\ncost_per_team = 0.6\n\n[safety.budget.prices.\"*\"]\n\
+             prompt_per_1k = 1.0\ncompletion_per_1k = 1.0\n"
+                .to_string(),
+        ),
+    };
+    let slice_key = match spend {
+        Spend::Tokens => "budget_slice_tokens = 60",
+        Spend::Cost => "budget_slice_cost = 0.06",
+    };
     let team = |agent: &str| {
         format!(
-            "[safety.budget]\ntokens_per_team = {budget}\n\n[providers.m]\nkind = \"scripted\"\n\
-             replies = [\"done\"]\ncycle = true\n\n{PAIR_CLUSTER}budget_slice_tokens = {slice}\n\n\
-             [[agents]]\nkey = \"{agent}\"\nprovider = \"m\"\n"
+            "{keys}\n[providers.m]\nkind = \"scripted\"\nreplies = [\"done\"]\ncycle = true\n\n\
+             {PAIR_CLUSTER}{slice_key}\n\n[[agents]]\nkey = \"{agent}\"\nprovider = \"m\"\n"
         )
     };
     let a = Node::start_with(&dir, "a", &nats.url(), &team("a1"));
@@ -1061,6 +1095,10 @@ fn a_team_budget_is_shared_by_slices_and_stops_every_node_once_claimed() {
             break;
         }
     }
+    let what = match spend {
+        Spend::Tokens => "team token budget exhausted",
+        Spend::Cost => "team cost budget exhausted",
+    };
     for (node, agent) in nodes {
         assert_eq!(
             node.state_of(agent),
@@ -1071,40 +1109,55 @@ fn a_team_budget_is_shared_by_slices_and_stops_every_node_once_claimed() {
         let events = node
             .get(&format!("/api/events/recent?agent={agent}&limit=500"))
             .to_string();
-        assert!(events.contains("held by this node"), "{events}");
+        assert!(
+            events.contains(what) && events.contains("held by this node"),
+            "{events}"
+        );
     }
-    let (ca, cb) = (a.get("/api/cluster"), b.get("/api/cluster"));
-    let shared = &ca["budget"]["shared"];
-    let figure = |c: &Value, k: &str| c["budget"][k].as_u64().unwrap();
+    // Tokens at the top of `budget`, cost under `budget.cost` (in the price currency).
+    let of = |c: &Value| match spend {
+        Spend::Tokens => c["budget"].clone(),
+        Spend::Cost => c["budget"]["cost"].clone(),
+    };
+    let (ca, cb) = (of(&a.get("/api/cluster")), of(&b.get("/api/cluster")));
+    let shared = &ca["shared"];
+    let figure = |c: &Value, k: &str| c[k].as_f64().unwrap_or_else(|| panic!("no {k} in {c}"));
     let (held_a, held_b) = (figure(&ca, "held"), figure(&cb, "held"));
     let (used_a, used_b) = (figure(&ca, "used"), figure(&cb, "used"));
     eprintln!(
-        "budget {budget}, slices of {slice}: a answered {} (used {used_a} of {held_a} held), b \
-         answered {} (used {used_b} of {held_b} held); shared {shared}",
+        "{spend:?}: budget {budget}, slices of {slice}: a answered {} (used {used_a} of {held_a} \
+         held), b answered {} (used {used_b} of {held_b} held); shared {shared}",
         answered[0], answered[1]
     );
-    assert_eq!(shared["budget"], budget);
-    assert_eq!(shared["claimed"], budget, "every slice claimed");
-    assert_eq!(held_a + held_b, budget);
-    assert_eq!(shared["nodes"]["a"], held_a);
-    assert_eq!(shared["nodes"]["b"], held_b);
-    assert!(held_a >= slice && held_b >= slice, "both nodes spent");
+    let same = |x: f64, y: f64| (x - y).abs() < 1e-9;
+    assert!(same(figure(shared, "budget"), budget), "{shared}");
+    assert!(
+        same(figure(shared, "claimed"), budget),
+        "every slice claimed: {shared}"
+    );
+    assert!(same(held_a + held_b, budget));
+    assert!(same(figure(&shared["nodes"], "a"), held_a));
+    assert!(same(figure(&shared["nodes"], "b"), held_b));
+    assert!(
+        held_a >= slice - 1e-9 && held_b >= slice - 1e-9,
+        "both nodes spent"
+    );
     // Each node spends at most what it holds (the check is on the call's estimate, which here
     // is above what the scripted model reports): no overshoot at all, let alone one slice.
     assert!(
-        used_a <= held_a && used_b <= held_b,
+        used_a <= held_a + 1e-9 && used_b <= held_b + 1e-9,
         "a node spent past its slices"
     );
-    assert!(used_a + used_b <= budget);
+    assert!(used_a + used_b <= budget + 1e-9);
     // a restarted holds what it claimed before (and its usage, from its journal): nothing is
     // claimed again.
     let mut a = a;
     a.kill();
     a.spawn();
-    let again = a.get("/api/cluster");
-    assert_eq!(figure(&again, "held"), held_a, "{again}");
-    assert_eq!(figure(&again, "used"), used_a, "{again}");
-    assert_eq!(again["budget"]["shared"]["claimed"], budget);
+    let again = of(&a.get("/api/cluster"));
+    assert!(same(figure(&again, "held"), held_a), "{again}");
+    assert!(same(figure(&again, "used"), used_a), "{again}");
+    assert!(same(figure(&again["shared"], "claimed"), budget), "{again}");
 }
 
 /// A team file of `agents`, each (key, what its model does: delegate to `Some(agent)` first, or

@@ -158,16 +158,18 @@ pub struct RemoteCancel {
     pub from: AgentKey,
 }
 
-/// The team token budget shared by the nodes, the value of `tokens` in the bucket
-/// `warden_budget`. Grown only by compare-and-swap: a node adds a slice to `claimed` (and to its
-/// own entry in `nodes`) before spending it; `claimed` never passes `budget`.
+/// A team budget shared by the nodes, the value of `tokens` (tokens) or `cost` (nano-units: 1e-9
+/// of the price currency) in the bucket `warden_budget`. Grown only by compare-and-swap: a node
+/// adds a slice to `claimed` (and to its own entry in `nodes`) before spending it; `claimed` never
+/// passes `budget`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct BudgetClaims {
-    /// `safety.budget.tokens_per_team` of the node that created the key (the one that counts).
+    /// `safety.budget.tokens_per_team` (or `cost_per_team`) of the node that created the key (the
+    /// one that counts).
     pub budget: u64,
-    /// Tokens claimed by every node together.
+    /// Claimed by every node together.
     pub claimed: u64,
-    /// Tokens claimed by each node.
+    /// Claimed by each node.
     #[serde(default)]
     pub nodes: std::collections::BTreeMap<String, u64>,
 }

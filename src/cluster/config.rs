@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// The `[cluster]` section. The cluster is on when both `url` and `node` are set (here or by the
 /// flags); see docs/cluster.md.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterSection {
     /// The NATS server, `nats://HOST:PORT` (JetStream on). `--cluster` wins.
@@ -48,6 +48,11 @@ pub struct ClusterSection {
     /// (0 to 10^12; default 0: a tenth of `tokens_per_team`).
     #[serde(deserialize_with = "budget_slice_tokens")]
     pub budget_slice_tokens: u64,
+    /// With `safety.budget.cost_per_team`, the nodes share it the same way, in slices of this much
+    /// cost (the currency of `safety.budget.prices`; 0 to 10^9, finite; default 0: a tenth of
+    /// `cost_per_team`).
+    #[serde(deserialize_with = "budget_slice_cost")]
+    pub budget_slice_cost: f64,
 }
 
 impl Default for ClusterSection {
@@ -61,12 +66,13 @@ impl Default for ClusterSection {
             connect_timeout_seconds: 10,
             replicas: 1,
             budget_slice_tokens: 0,
+            budget_slice_cost: 0.0,
         }
     }
 }
 
 /// The cluster a node joins: a [`ClusterSection`] with both `url` and `node`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ClusterConfig {
     /// The NATS server.
     pub url: String,
@@ -84,6 +90,8 @@ pub struct ClusterConfig {
     pub replicas: usize,
     /// See [`ClusterSection::budget_slice_tokens`] (0: a tenth of the team budget).
     pub budget_slice_tokens: u64,
+    /// See [`ClusterSection::budget_slice_cost`] (0: a tenth of the team budget).
+    pub budget_slice_cost: f64,
 }
 
 impl ClusterConfig {
@@ -156,6 +164,7 @@ impl ClusterSection {
             connect_timeout: Duration::from_secs(self.connect_timeout_seconds),
             replicas: usize::try_from(self.replicas).unwrap_or(1),
             budget_slice_tokens: self.budget_slice_tokens,
+            budget_slice_cost: self.budget_slice_cost,
         }))
     }
 }
@@ -237,6 +246,17 @@ fn budget_slice_tokens<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error>
     in_range(d, 0, 1_000_000_000_000)
 }
 
+fn budget_slice_cost<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let value = f64::deserialize(d)?;
+    if value.is_finite() && (0.0..=1e9).contains(&value) {
+        Ok(value)
+    } else {
+        Err(D::Error::custom(format!(
+            "invalid value {value} (allowed: 0 to 1000000000, a finite number)"
+        )))
+    }
+}
+
 fn connect_timeout_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     in_range(d, 1, 600)
 }
@@ -293,6 +313,21 @@ mod tests {
         assert!(
             err.contains("`cluster.url`") && err.contains("nats://"),
             "{err}"
+        );
+        let err = parse("[cluster]\nbudget_slice_cost = -0.5\n").unwrap_err();
+        assert!(
+            err.starts_with(
+                "invalid config: line 2, column 21: `cluster.budget_slice_cost`: invalid value \
+                 -0.5 (allowed: 0 to 1000000000, a finite number)"
+            ),
+            "{err}"
+        );
+        assert_eq!(
+            parse("[cluster]\nbudget_slice_cost = 2\n")
+                .unwrap()
+                .budget_slice_cost,
+            2.0,
+            "an integer is a cost too"
         );
         let err = parse("[cluster]\nnodes = \"a\"\n").unwrap_err();
         assert!(err.contains("unknown field `nodes`"), "{err}");

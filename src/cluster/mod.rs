@@ -4,8 +4,8 @@
 //!
 //! Files: `config.rs` (`[cluster]`, the flags), `error.rs`, `lease.rs` (agent leases, node
 //! heartbeats, the fleet listing), `halt.rs` (the halt as state), `failsafe.rs` (no model call while
-//! cut off), `delegate.rs` (delegation to another node's agent), `budget.rs` (the team token budget
-//! in slices), `http.rs` (the routes a cluster node answers differently). Wire types are in
+//! cut off), `delegate.rs` (delegation to another node's agent), `budget.rs` (the team token and
+//! cost budgets in slices), `http.rs` (the routes a cluster node answers differently). Wire types are in
 //! [`warden_protocols::cluster`].
 //!
 //! # Invariants
@@ -27,8 +27,9 @@
 //! * **A delegation across nodes runs once per idempotency key.** The delegator's supervisor checks
 //!   and waits as for a local delegate; the request is sent until answered; the owner answers every
 //!   copy of a key with its first run's result; a halted delegator's cancel halts the delegate.
-//! * **The team token budget is claimed before it is spent.** Slices are added to `claimed` by
-//!   compare-and-swap, never past the budget; a node's budget check is against what it holds.
+//! * **The team budgets are claimed before they are spent.** Slices (of tokens, of cost) are added
+//!   to `claimed` by compare-and-swap, never past the budget; a node's budget check is against
+//!   what it holds.
 //! * **Fail safe.** A node whose heartbeats to JetStream have failed for longer than
 //!   `cluster.fail_safe_seconds` closes the team's model gate: no model call starts until a
 //!   heartbeat succeeds again (after the halt key was read again). It says so in the journal (a
