@@ -917,7 +917,87 @@ fn a_redelivered_delegation_runs_once_and_both_copies_get_the_first_answer() {
     }
     assert_eq!(turns_of(&b, "worker"), 1, "three copies, one run");
     let counts = &b.get("/api/cluster")["delegations"];
-    assert_eq!(counts, &serde_json::json!({"received": 3, "ran": 1}));
+    assert_eq!(
+        counts,
+        &serde_json::json!({"received": 3, "ran": 1, "recovered": 0})
+    );
+}
+
+#[test]
+fn a_copy_sent_after_the_owner_restarted_is_answered_from_the_task_record() {
+    let dir = temp_dir("delegate-record");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let (_a, mut b) = delegation_pair(&dir, &nats.url(), 50);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = runtime
+        .block_on(async_nats::connect(nats.url()))
+        .expect("a NATS client");
+    let task = |key: &str| {
+        serde_json::to_vec(&serde_json::json!({
+            "key": key,
+            "from": "boss",
+            "to": "worker",
+            "task": "x",
+            "lineage": ["boss", "worker"],
+        }))
+        .unwrap()
+    };
+    let ask = |key: &str| -> Value {
+        let reply = runtime
+            .block_on(client.request("warden.cluster.delegate.b", task(key).into()))
+            .expect("a reply from b");
+        serde_json::from_slice(&reply.payload).unwrap()
+    };
+    let hi = serde_json::json!({"outcome": "answer", "answer": "worker on b says hi"});
+    assert_eq!(ask("i1/boss/1/call-1"), hi);
+    assert_eq!(turns_of(&b, "worker"), 1);
+    // The reply is recorded just after it was sent.
+    let recorded = runtime.block_on(async {
+        let js = async_nats::jetstream::new(client.clone());
+        let records = js.get_key_value("warden_tasks").await.expect("the bucket");
+        for _ in 0..100 {
+            let entry = records.get("task.i1=2Fboss=2F1=2Fcall-1").await;
+            if let Ok(Some(bytes)) = entry {
+                let record: Value = serde_json::from_slice(&bytes).unwrap();
+                if record["reply"] == hi {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    });
+    assert!(recorded, "the task's record never got its reply");
+    // b dies (its memory of the key with it) and comes back; a copy of the same request comes.
+    b.kill();
+    b.spawn();
+    assert_eq!(ask("i1/boss/1/call-1"), hi, "answered from the record");
+    assert_eq!(turns_of(&b, "worker"), 1, "not run again after the restart");
+    assert_eq!(
+        b.get("/api/cluster")["delegations"],
+        serde_json::json!({"received": 1, "ran": 0, "recovered": 1})
+    );
+    // A record another process left `running` (a crash cut that run short): the task runs.
+    runtime.block_on(async {
+        let js = async_nats::jetstream::new(client.clone());
+        let records = js.get_key_value("warden_tasks").await.expect("the bucket");
+        let cut_short = br#"{"node": "b", "instance": "0000000000000dead"}"#;
+        records
+            .put("task.i1=2Fboss=2F2=2Fcall-1", cut_short.to_vec().into())
+            .await
+            .expect("a record written");
+    });
+    assert_eq!(ask("i1/boss/2/call-1"), hi);
+    assert_eq!(turns_of(&b, "worker"), 2, "a run cut short runs again");
+    assert_eq!(
+        b.get("/api/cluster")["delegations"],
+        serde_json::json!({"received": 2, "ran": 1, "recovered": 1})
+    );
 }
 
 #[test]

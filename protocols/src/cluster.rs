@@ -148,6 +148,21 @@ pub enum RemoteReply {
     Abandoned,
 }
 
+/// What the owning node keeps of a delegated task in the bucket `warden_tasks`, by idempotency
+/// key, so that a copy of its request that arrives after the owner restarted is answered from the
+/// first run rather than run again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// The node that runs (ran) it.
+    pub node: String,
+    /// That node's process (random per process): a record of a run of another process with no
+    /// `reply` is a run a crash cut short.
+    pub instance: String,
+    /// The answer, once the task ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<RemoteReply>,
+}
+
 /// Sent on `warden.cluster.delegate.NODE.cancel` when the delegator stopped waiting because it was
 /// halted: the owning node halts the delegate if the task `key` is still running (best effort).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

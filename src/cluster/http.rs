@@ -152,6 +152,7 @@ async fn status(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
         "delegations": {
             "received": cluster.delegation_counts().0,
             "ran": cluster.delegation_counts().1,
+            "recovered": cluster.delegation_counts().2,
         },
     }))
 }

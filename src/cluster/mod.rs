@@ -70,6 +70,9 @@ pub const HALT_KEY: &str = "halt";
 pub const LEASE_BUCKET: &str = "warden_leases";
 /// The bucket of shared lockouts (`agent.KEY`).
 pub const LOCKOUT_BUCKET: &str = "warden_lockouts";
+/// The bucket of delegated tasks' records by idempotency key (`task.KEY`; entries age out after
+/// [`delegate::TASK_TTL`]).
+pub const TASK_BUCKET: &str = "warden_tasks";
 /// The core-NATS subject a halt is broadcast on (replies are the acknowledgements).
 /// (Delegations to a node's agents: `warden.cluster.delegate.NODE`, see `delegate.rs`.)
 pub const HALT_SUBJECT: &str = "warden.cluster.halt";
@@ -102,7 +105,7 @@ pub struct Cluster {
     elsewhere: Mutex<BTreeMap<AgentKey, String>>,
     fail: failsafe::FailSafe,
     /// Delegations received from other nodes, by idempotency key.
-    tasks: delegate::Tasks,
+    tasks: Arc<delegate::Tasks>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -137,6 +140,7 @@ impl Cluster {
         let leases = bucket(&js, &config, LEASE_BUCKET, 1, config.lease_ttl).await?;
         let lockouts_kv = bucket(&js, &config, LOCKOUT_BUCKET, 5, Duration::ZERO).await?;
         let budget_kv = bucket(&js, &config, budget::BUDGET_BUCKET, 5, Duration::ZERO).await?;
+        let tasks_kv = bucket(&js, &config, TASK_BUCKET, 1, delegate::TASK_TTL).await?;
         let cluster = Arc::new(Cluster {
             instance: format!("{:016x}", rand::random::<u64>()),
             fail: failsafe::FailSafe::new(),
@@ -154,7 +158,7 @@ impl Cluster {
             halt: Mutex::new((HaltState::default(), 0)),
             owned: Mutex::default(),
             elsewhere: Mutex::default(),
-            tasks: delegate::Tasks::default(),
+            tasks: Arc::new(delegate::Tasks::new(tasks_kv)),
         });
         let (state, revision) = cluster
             .read_halt()
