@@ -1067,6 +1067,90 @@ fn a_cross_node_delegation_waits_through_the_chain_wait_checkpoint_and_times_out
 }
 
 #[test]
+fn a_cancel_lost_to_a_partition_is_sent_again_and_halts_the_delegate() {
+    let dir = temp_dir("delegate-cancel-lost");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    // b reaches NATS through a proxy that can black-hole it; a directly. The worker takes 30 s.
+    let proxy = Proxy::start(nats.port);
+    let a = Node::start_with(&dir, "a", &nats.url(), &boss_team());
+    let b = Node::start_with(&dir, "b", &proxy.url(), &worker_team(30_000));
+    let (status, body) = a.post("/api/agents/boss/events", Some(r#"{"content":"go"}"#));
+    assert_eq!(status, 202, "{body}");
+    wait_until("b runs the task", Duration::from_secs(10), || {
+        b.get("/api/cluster")["delegations"]["ran"] == 1
+    });
+    // b is cut off, then boss on a is halted: NATS hands the first cancel to b's connection of
+    // before the partition, which b's client gives up on (its pings go unanswered) and replaces:
+    // that copy is lost with it (core NATS, at most once).
+    proxy.black_hole();
+    let (status, body) = a.post("/api/agents/boss/halt", None);
+    assert_eq!(status, 200, "{body}");
+    std::thread::sleep(Duration::from_secs(4));
+    proxy.heal();
+    let stopped = wait_until(
+        "the worker on b halted by a cancel sent again",
+        Duration::from_secs(15),
+        || b.state_of("worker") == "STOPPED",
+    );
+    eprintln!(
+        "lost cancel: the worker on b stopped {:.1} s after the heal",
+        stopped.as_secs_f64()
+    );
+    let events = b
+        .get("/api/events/recent?agent=worker&limit=100")
+        .to_string();
+    assert!(events.contains("parent"), "{events}");
+}
+
+#[test]
+fn a_cancel_that_comes_before_its_task_leaves_the_task_abandoned() {
+    let dir = temp_dir("delegate-cancel-first");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let (_a, b) = delegation_pair(&dir, &nats.url(), 50);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let replies: (Vec<u8>, Value) = runtime.block_on(async {
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        let cancel = serde_json::json!({"key": "i9/boss/1/call-1", "from": "boss"});
+        let ack = client
+            .request(
+                "warden.cluster.delegate.b.cancel",
+                serde_json::to_vec(&cancel).unwrap().into(),
+            )
+            .await
+            .expect("the cancel is acknowledged");
+        let task = serde_json::json!({
+            "key": "i9/boss/1/call-1",
+            "from": "boss",
+            "to": "worker",
+            "task": "x",
+            "lineage": ["boss", "worker"],
+        });
+        let reply = client
+            .request(
+                "warden.cluster.delegate.b",
+                serde_json::to_vec(&task).unwrap().into(),
+            )
+            .await
+            .expect("a reply");
+        (
+            ack.payload.to_vec(),
+            serde_json::from_slice(&reply.payload).unwrap(),
+        )
+    });
+    assert_eq!(replies.0, b"ack");
+    assert_eq!(replies.1, serde_json::json!({"outcome": "abandoned"}));
+    assert_eq!(turns_of(&b, "worker"), 0, "a cancelled task never runs");
+    assert_eq!(b.get("/api/cluster")["delegations"]["ran"], 0);
+}
+
+#[test]
 fn a_delegation_whose_reply_is_lost_is_sent_again_and_answered_from_the_first_run() {
     let dir = temp_dir("delegate-resend");
     let Some(nats) = NatsServer::start(&dir) else {

@@ -15,9 +15,15 @@
 //!   ended is answered from its record. A record left `running` by another process is a run a
 //!   crash cut short: the task runs again (at-least-once). When JetStream does not answer within
 //!   [`RECORD_WAIT`], the task runs (the memory still holds the key for this process). A cancel
-//!   for a task still running halts the delegate (cause `parent`).
+//!   for a task still running halts the delegate (cause `parent`); a cancel that comes before any
+//!   copy of its task (NATS orders nothing across subjects) leaves the key answered `abandoned`,
+//!   so a late copy does not start it. Every cancel is acknowledged.
+//! * **Cancels are sent until acknowledged**, as requests, for at most [`CANCEL_FOR`]: a cancel
+//!   lost to a partition or a reconnect is sent again.
 //!
 //! # Invariants
+//! * A halted delegator's cancel reaches a live owner unless the two are cut off from each other
+//!   for longer than [`CANCEL_FOR`].
 //! * One run per key per process: the memory entry is made, synchronously, before anything
 //!   awaits, so every copy that arrives meanwhile shares the first copy's answer.
 //! * A task whose record holds a reply is never run again while the record lives.
@@ -45,6 +51,10 @@ use warden_protocols::{
 
 /// How often a delegator sends its task again while no reply came.
 pub(super) const RESEND: Duration = Duration::from_secs(2);
+/// How long a halted delegator sends its cancel until the owner acknowledges it.
+pub(super) const CANCEL_FOR: Duration = Duration::from_secs(30);
+/// How long one copy of a cancel waits for its acknowledgement.
+const CANCEL_ACK_WAIT: Duration = Duration::from_secs(1);
 /// How many tasks' results an owner remembers in memory for copies of their request.
 pub(super) const KEEP: usize = 4096;
 /// How long a task's record stays in `warden_tasks` (the bucket's `max_age`): far longer than a
@@ -82,6 +92,19 @@ struct TasksInner {
     order: VecDeque<String>,
 }
 
+impl TasksInner {
+    /// Keeps `key`'s answer, forgetting the oldest key past [`KEEP`].
+    fn remember(&mut self, key: String, to: AgentKey, answer: Answer) {
+        self.by_key.insert(key.clone(), (to, answer));
+        self.order.push_back(key);
+        while self.order.len() > KEEP {
+            if let Some(old) = self.order.pop_front() {
+                self.by_key.remove(&old);
+            }
+        }
+    }
+}
+
 /// Who runs tasks here: the record's `node` and `instance`.
 struct Runner {
     supervisor: warden_actors::Supervisor,
@@ -113,13 +136,7 @@ impl Tasks {
         let answer = self.clone().run_once(runner, task).boxed().shared();
         // Runs to its end even if every copy's responder is gone.
         actix_rt::spawn(answer.clone().map(drop));
-        inner.by_key.insert(key.clone(), (to, answer.clone()));
-        inner.order.push_back(key);
-        while inner.order.len() > KEEP {
-            if let Some(old) = inner.order.pop_front() {
-                inner.by_key.remove(&old);
-            }
-        }
+        inner.remember(key, to, answer.clone());
         answer
     }
 
@@ -179,6 +196,30 @@ impl Tasks {
         }
     }
 
+    /// A cancel for `key` that came before any copy of its task: the key is answered
+    /// `abandoned` from now on (nothing runs). `false` when the key is known already.
+    fn cancelled_before(&self, key: &str, from: &AgentKey) -> bool {
+        let mut inner = self.inner.lock();
+        if inner.by_key.contains_key(key) {
+            return false;
+        }
+        let abandoned = futures::future::ready(RemoteReply::Abandoned)
+            .boxed()
+            .shared();
+        // The delegate is not known (no copy came): the delegator stands in for it; the entry
+        // is never `running`, so it is never halted.
+        inner
+            .by_key
+            .insert(key.to_owned(), (from.clone(), abandoned));
+        inner.order.push_back(key.to_owned());
+        while inner.order.len() > KEEP {
+            if let Some(old) = inner.order.pop_front() {
+                inner.by_key.remove(&old);
+            }
+        }
+        true
+    }
+
     /// The delegate of task `key`, while it runs.
     fn running(&self, key: &str) -> Option<AgentKey> {
         let inner = self.inner.lock();
@@ -236,9 +277,22 @@ impl RemoteAgents for Remote {
             from: from.clone(),
         };
         let subject = format!("{}.cancel", subject(node));
-        let body = serde_json::to_vec(&cancel).unwrap_or_default();
+        let body = bytes_of(&cancel);
         actix_rt::spawn(async move {
-            let _ = cluster.client.publish(subject, body.into()).await;
+            let deadline = tokio::time::Instant::now() + CANCEL_FOR;
+            while tokio::time::Instant::now() < deadline {
+                let ask = cluster.client.request(subject.clone(), body.clone().into());
+                match tokio::time::timeout(CANCEL_ACK_WAIT, ask).await {
+                    Ok(Ok(_)) => return,
+                    // No responder (the owner is not subscribed now) fails at once: not a spin.
+                    Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(250)).await,
+                    Err(_) => {}
+                }
+            }
+            eprintln!(
+                "warden: cluster: the cancel of delegated task {} was not acknowledged within {CANCEL_FOR:?}",
+                cancel.key
+            );
         });
     }
 }
@@ -328,6 +382,11 @@ impl Cluster {
                     parent: cancel.from,
                 };
                 let _ = self.supervisor.halt(to.as_str(), cause).await;
+            } else {
+                self.tasks.cancelled_before(&cancel.key, &cancel.from);
+            }
+            if let Some(reply_to) = message.reply {
+                let _ = self.client.publish(reply_to, "ack".into()).await;
             }
         }
     }
