@@ -346,6 +346,7 @@ fn a_node_cut_off_in_its_namespace_fails_safe_and_applies_the_missed_halt_before
         "fail safe {on:?} after the cut, more than fail_safe_seconds + one beat"
     );
     assert!(cluster["fail_safe"].is_string(), "{cluster}");
+    eprintln!("b says: {}", cluster["fail_safe"]);
     let (status, health) = b.request("GET", "/healthz", None);
     assert_eq!(status, 503, "{health}");
     assert!(
@@ -401,6 +402,10 @@ fn a_node_cut_off_in_its_namespace_fails_safe_and_applies_the_missed_halt_before
     let (halted_after, open_after) = (
         halted_after.unwrap_or_default(),
         open_after.unwrap_or_default(),
+    );
+    assert!(
+        open_after <= Duration::from_secs(5),
+        "b took {open_after:?} after the heal to read the halt key and leave its fail safe"
     );
     eprintln!(
         "healed after a {:.1} s cut: the missed halt applied on b {} ms after the heal, its fail \
