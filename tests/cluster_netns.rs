@@ -279,9 +279,10 @@ fn model_calls(node: &Node, agent: &str) -> usize {
 }
 
 fn in_fail_safe(node: &Node) -> bool {
-    node.request("GET", "/metrics", None)
-        .1
-        .contains(&format!("warden_cluster_fail_safe{{node=\"{}\"}} 1", node.name))
+    node.request("GET", "/metrics", None).1.contains(&format!(
+        "warden_cluster_fail_safe{{node=\"{}\"}} 1",
+        node.name
+    ))
 }
 
 #[test]
@@ -368,7 +369,11 @@ fn a_node_cut_off_in_its_namespace_fails_safe_and_applies_the_missed_halt_before
         let fate = b.get(&format!("/api/agents/{agent}/events/{id}"));
         assert_ne!(fate["status"], "answered", "{agent}, while cut off: {fate}");
     }
-    assert_eq!(model_calls(&b, "b2"), 0, "b2's model was called in the fail safe");
+    assert_eq!(
+        model_calls(&b, "b2"),
+        0,
+        "b2's model was called in the fail safe"
+    );
     // b1: the call before the cut, and maybe the one in flight at the cut (its usage is
     // recorded once b is back and drops it).
     let b1_calls = model_calls(&b, "b1");
@@ -394,7 +399,10 @@ fn a_node_cut_off_in_its_namespace_fails_safe_and_applies_the_missed_halt_before
             halted_after = Some(at);
         }
         if off {
-            assert!(stopped, "b's gate opened before the missed halt was applied");
+            assert!(
+                stopped,
+                "b's gate opened before the missed halt was applied"
+            );
             open_after = Some(at);
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -420,9 +428,16 @@ fn a_node_cut_off_in_its_namespace_fails_safe_and_applies_the_missed_halt_before
     assert_eq!(b.state_of("b2"), "STOPPED");
     for (agent, id) in [("b2", now), ("b1", again), ("b1", in_flight)] {
         let fate = b.get(&format!("/api/agents/{agent}/events/{id}"));
-        assert_ne!(fate["status"], "answered", "{agent}, after the heal: {fate}");
+        assert_ne!(
+            fate["status"], "answered",
+            "{agent}, after the heal: {fate}"
+        );
     }
-    assert_eq!(model_calls(&b, "b2"), 0, "b2's model was called after the heal");
+    assert_eq!(
+        model_calls(&b, "b2"),
+        0,
+        "b2's model was called after the heal"
+    );
     assert_eq!(
         model_calls(&b, "b1"),
         2,
@@ -508,7 +523,11 @@ fn a_lockout_on_a_cut_off_node_cannot_be_unlocked_and_still_refuses_delegation()
         cut.elapsed().as_secs_f64(),
         took.as_millis()
     );
-    // Delegation from a to the worker: still refused emergency_stop (a's cache, no network to b).
+    // Delegation from a to the worker, once b's lease has expired on a: still refused
+    // emergency_stop (a's cache of the lockout bucket, no network to b).
+    wait_until("b's lease expires on a", LEASE_TTL + BEAT * 2, || {
+        a.fleet().iter().all(|(_, node)| node != "b")
+    });
     let before = refusals(&a);
     let (status, body) = a.post(
         "/api/agents/boss/events?wait=10",
@@ -548,11 +567,9 @@ fn a_node_killed_while_cut_off_loses_its_leases_and_takes_them_back_on_restart()
     let cut = Instant::now();
     // Killed while cut off: nothing it sends on the way out (a FIN) reaches NATS.
     b.kill();
-    let gone = wait_until(
-        "b's agent leaves a's fleet",
-        LEASE_TTL + BEAT * 5,
-        || a.fleet().iter().all(|(_, node)| node != "b"),
-    );
+    let gone = wait_until("b's agent leaves a's fleet", LEASE_TTL + BEAT * 5, || {
+        a.fleet().iter().all(|(_, node)| node != "b")
+    });
     let after_cut = cut.elapsed();
     eprintln!(
         "node killed while cut off: its leases expired on a {:.2} s after the kill ({:.2} s after \

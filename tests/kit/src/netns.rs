@@ -159,7 +159,15 @@ impl Netns {
             ])?;
             ip(&["addr", "add", &format!("{host}/30"), "dev", dev])?;
             ip(&["link", "set", dev, "up"])?;
-            ip(&["-n", name, "addr", "add", &format!("{inside}/30"), "dev", peer])?;
+            ip(&[
+                "-n",
+                name,
+                "addr",
+                "add",
+                &format!("{inside}/30"),
+                "dev",
+                peer,
+            ])?;
             ip(&["-n", name, "link", "set", peer, "up"])?;
         }
         // The host's NATS address stays resolved in the namespace while the link is down: a
@@ -402,7 +410,9 @@ mod tests {
             .stderr(Stdio::piped())
             .spawn()
             .expect("run bash in the namespace");
-        let (mut conn, _) = listener.accept().expect("accept the namespace's connection");
+        let (mut conn, _) = listener
+            .accept()
+            .expect("accept the namespace's connection");
         let mut line = [0u8; 7];
         conn.read_exact(&mut line).expect("read `before`");
         assert_eq!(&line, b"before\n");
@@ -424,7 +434,8 @@ mod tests {
             ),
         }
         // The host writes into the cut too (queued: no error).
-        conn.write_all(b"after\n").expect("the host's write is queued");
+        conn.write_all(b"after\n")
+            .expect("the host's write is queued");
         // A new connection from the namespace: its SYNs are lost (timeout 124), not refused.
         let connect = ns
             .command("timeout")
