@@ -35,8 +35,9 @@
 //!   namespace would then follow the default route out of the machine. So each namespace's /29
 //!   also has a `blackhole` route on the host at a high metric, unused while the link is up
 //!   (the connected /30s are more specific); while it is down, the host's packets to the
-//!   namespace are discarded locally (their sends fail with `EINVAL` inside the kernel's
-//!   retransmit, which TCP retries: still no FIN, no RST on either side).
+//!   namespace go nowhere (`ip route get` to the namespace answers `Invalid argument`). The
+//!   host's side of a connection survives it: what the host wrote during the cut arrives after
+//!   the heal (this module's test), no FIN, no RST.
 //! * healed, the queued bytes arrive at the next retransmit (which, after a long cut, may be
 //!   seconds later: the backoff is not reset by the link coming back), on the same connection
 //!   (measured by this module's test: 2.6 s after the heal of a 5.2 s cut).
@@ -149,6 +150,8 @@ impl Netns {
     fn build(&self) -> Result<(), String> {
         let (name, block) = (self.name.as_str(), self.block);
         ip(&["netns", "add", name])?;
+        // Some containers allow `ip netns add` but not the mounts `ip netns exec` makes.
+        ip(&["netns", "exec", name, "true"])?;
         ip(&["-n", name, "link", "set", "lo", "up"])?;
         for (dev, peer, host, inside) in [
             (&self.nats_dev, "nats0", self.nats_host, self.nats_peer),
