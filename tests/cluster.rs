@@ -21,7 +21,8 @@
 //!   no model call within `fail_safe_seconds`, says so in `GET /api/cluster`, `/healthz`,
 //!   `/metrics` and its journal; a halt on a meanwhile returns after its ack timeout listing b as
 //!   unanswered; the result of a call in flight at the cut is held, and dropped once b, healed,
-//!   reads the halt it missed; a halt on b while cut off stops b's agent at once.
+//!   reads the halt it missed; a halt on b while cut off stops b's agent at once. (The same with a
+//!   real cut, node b in a network namespace whose link goes down: `tests/cluster_netns.rs`.)
 //! * Cross-node delegation: boss on a delegates to worker on b and gets b's answer (20 round
 //!   trips, p50/p99 printed); one request delivered three times runs once, every copy answered
 //!   alike; a reply lost while a is black-holed is asked again and answered from b's first run; a
