@@ -37,9 +37,10 @@ pub(super) const RESEND: Duration = Duration::from_secs(2);
 /// How many tasks' results an owner remembers for copies of their request.
 pub(super) const KEEP: usize = 4096;
 
-/// The subject a node receives delegations on.
-pub(crate) fn subject(node: &str) -> String {
-    format!("warden.cluster.delegate.{node}")
+/// The subject `node` receives delegations on (`warden.cluster.delegate.NODE` in the default
+/// namespace).
+pub(crate) fn subject(config: &super::ClusterConfig, node: &str) -> String {
+    config.subject(&format!("delegate.{node}"))
 }
 
 type Answer = Shared<BoxFuture<'static, RemoteReply>>;
@@ -52,6 +53,8 @@ pub(super) struct Tasks {
     pub(super) received: AtomicU64,
     /// Tasks run (one per key).
     pub(super) ran: AtomicU64,
+    /// Of those, the ones answered `refused` (never queued on the agent).
+    pub(super) refused: Arc<AtomicU64>,
 }
 
 #[derive(Default)]
@@ -72,9 +75,16 @@ impl Tasks {
         let key = task.key.clone();
         let to = task.to.clone();
         let supervisor = supervisor.clone();
-        let answer = async move { supervisor.run_remote_task(task).await }
-            .boxed()
-            .shared();
+        let refused = self.refused.clone();
+        let answer = async move {
+            let reply = supervisor.run_remote_task(task).await;
+            if matches!(reply, RemoteReply::Refused { .. }) {
+                refused.fetch_add(1, Ordering::Relaxed);
+            }
+            reply
+        }
+        .boxed()
+        .shared();
         // Runs to its end even if every copy's responder is gone.
         actix_rt::spawn(answer.clone().map(drop));
         inner.by_key.insert(key.clone(), (to, answer.clone()));
@@ -143,7 +153,7 @@ impl RemoteAgents for Remote {
             key: cluster.task_key(key),
             from: from.clone(),
         };
-        let subject = format!("{}.cancel", subject(node));
+        let subject = format!("{}.cancel", subject(&cluster.config, node));
         let body = serde_json::to_vec(&cancel).unwrap_or_default();
         actix_rt::spawn(async move {
             let _ = cluster.client.publish(subject, body.into()).await;
@@ -161,7 +171,7 @@ impl Cluster {
 
     /// Sends `task` to `node` every [`RESEND`] until a reply comes on the one inbox.
     async fn send_task(self: Arc<Self>, node: String, task: RemoteTask) -> RemoteReply {
-        let subject = subject(&node);
+        let subject = subject(&self.config, &node);
         let body = bytes_of(&task);
         let inbox = self.client.new_inbox();
         loop {
@@ -193,7 +203,7 @@ impl Cluster {
 
     /// Answers delegations sent to this node, each key run once.
     pub(super) async fn answer_delegations(self: Arc<Self>) {
-        let mut requests = match self.client.subscribe(subject(&self.config.node)).await {
+        let mut requests = match self.client.subscribe(subject(&self.config, &self.config.node)).await {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("warden: cluster: cannot receive delegations: {e}");
@@ -218,7 +228,7 @@ impl Cluster {
 
     /// Halts the delegate of a task still running whose delegator was halted.
     pub(super) async fn answer_cancels(self: Arc<Self>) {
-        let subject = format!("{}.cancel", subject(&self.config.node));
+        let subject = format!("{}.cancel", subject(&self.config, &self.config.node));
         let Ok(mut cancels) = self.client.subscribe(subject).await else {
             return;
         };
@@ -236,11 +246,17 @@ impl Cluster {
     }
 
     /// Requests received and tasks run (`GET /api/cluster`'s `delegations`).
-    pub(super) fn delegation_counts(&self) -> (u64, u64) {
+    pub fn delegation_counts(&self) -> (u64, u64) {
         (
             self.tasks.received.load(Ordering::Relaxed),
             self.tasks.ran.load(Ordering::Relaxed),
         )
+    }
+
+    /// Of the tasks run, those refused (unknown, locked out, stopped agent, full mailbox): never
+    /// queued on the agent. Their delegator journals the refusal if it still waits.
+    pub fn delegations_refused(&self) -> u64 {
+        self.tasks.refused.load(Ordering::Relaxed)
     }
 }
 

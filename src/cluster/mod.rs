@@ -45,7 +45,7 @@ mod lease;
 mod lockout;
 
 pub use budget::BUDGET_BUCKET;
-pub use config::{ClusterConfig, ClusterSection};
+pub use config::{ClusterConfig, ClusterSection, DEFAULT_NAMESPACE};
 pub use error::ClusterError;
 
 use async_nats::jetstream::kv;
@@ -61,7 +61,7 @@ use std::{
 use warden_actors::Supervisor;
 use warden_protocols::{cluster::HaltState, AgentKey};
 
-/// The bucket of the halt key.
+/// The bucket of the halt key (in the default namespace: [`ClusterConfig::bucket`]).
 pub const HALT_BUCKET: &str = "warden_halt";
 /// The halt key.
 pub const HALT_KEY: &str = "halt";
@@ -69,7 +69,8 @@ pub const HALT_KEY: &str = "halt";
 pub const LEASE_BUCKET: &str = "warden_leases";
 /// The bucket of shared lockouts (`agent.KEY`).
 pub const LOCKOUT_BUCKET: &str = "warden_lockouts";
-/// The core-NATS subject a halt is broadcast on (replies are the acknowledgements).
+/// The core-NATS subject a halt is broadcast on (replies are the acknowledgements), in the default
+/// namespace ([`ClusterConfig::subject`]).
 /// (Delegations to a node's agents: `warden.cluster.delegate.NODE`, see `delegate.rs`.)
 pub const HALT_SUBJECT: &str = "warden.cluster.halt";
 
@@ -102,6 +103,8 @@ pub struct Cluster {
     fail: failsafe::FailSafe,
     /// Delegations received from other nodes, by idempotency key.
     tasks: delegate::Tasks,
+    /// The tasks [`Cluster::run`] started (aborted by [`Cluster::stop`]).
+    workers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -132,10 +135,11 @@ impl Cluster {
             .close("cluster: joining (the halt key is not read yet)");
         let client = connect(&config).await?;
         let js = async_nats::jetstream::new(client.clone());
-        let halt_kv = bucket(&js, &config, HALT_BUCKET, 5, Duration::ZERO).await?;
-        let leases = bucket(&js, &config, LEASE_BUCKET, 1, config.lease_ttl).await?;
-        let lockouts_kv = bucket(&js, &config, LOCKOUT_BUCKET, 5, Duration::ZERO).await?;
-        let budget_kv = bucket(&js, &config, budget::BUDGET_BUCKET, 5, Duration::ZERO).await?;
+        let halt_kv = bucket(&js, &config, &config.bucket("halt"), 5, Duration::ZERO).await?;
+        let leases = bucket(&js, &config, &config.bucket("leases"), 1, config.lease_ttl).await?;
+        let lockouts_kv =
+            bucket(&js, &config, &config.bucket("lockouts"), 5, Duration::ZERO).await?;
+        let budget_kv = bucket(&js, &config, &config.bucket("budget"), 5, Duration::ZERO).await?;
         let cluster = Arc::new(Cluster {
             instance: format!("{:016x}", rand::random::<u64>()),
             fail: failsafe::FailSafe::new(),
@@ -154,6 +158,7 @@ impl Cluster {
             owned: Mutex::default(),
             elsewhere: Mutex::default(),
             tasks: delegate::Tasks::default(),
+            workers: Mutex::default(),
         });
         let (state, revision) = cluster
             .read_halt()
@@ -199,13 +204,15 @@ impl Cluster {
             }));
         self.fail.beat_ok();
         self.supervisor.model_gate().open();
-        actix_rt::spawn(self.clone().answer_halts());
-        actix_rt::spawn(self.clone().answer_delegations());
-        actix_rt::spawn(self.clone().answer_cancels());
-        actix_rt::spawn(self.clone().watch_halt());
-        actix_rt::spawn(self.clone().watch_lockouts());
-        actix_rt::spawn(self.clone().beat());
-        actix_rt::spawn(self.clone().guard());
+        self.workers.lock().extend([
+            actix_rt::spawn(self.clone().answer_halts()),
+            actix_rt::spawn(self.clone().answer_delegations()),
+            actix_rt::spawn(self.clone().answer_cancels()),
+            actix_rt::spawn(self.clone().watch_halt()),
+            actix_rt::spawn(self.clone().watch_lockouts()),
+            actix_rt::spawn(self.clone().beat()),
+            actix_rt::spawn(self.clone().guard()),
+        ]);
         eprintln!(
             "warden: cluster node {} joined {} ({} agents owned, halt epoch {})",
             self.config.node,
@@ -213,6 +220,47 @@ impl Cluster {
             self.owned.lock().len(),
             state.epoch
         );
+    }
+}
+
+impl Cluster {
+    /// Stops this node's part of the cluster (for a process that runs several nodes and outlives
+    /// them: `warden loadtest --cluster`): the tasks [`Cluster::run`] started are aborted (no more
+    /// beats, watches, halt or delegation answers), then [`Cluster::leave`]. The team is left as
+    /// it is (shut it down apart).
+    pub async fn stop(&self) {
+        for worker in self.workers.lock().drain(..) {
+            worker.abort();
+        }
+        self.leave().await;
+    }
+
+    /// Deletes this namespace's buckets (their streams `KV_NAME`), bounded by the connect timeout.
+    /// For namespaces made for one run (`warden loadtest --cluster`); refused for
+    /// [`DEFAULT_NAMESPACE`], whose buckets are a served cluster's state.
+    ///
+    /// # Errors
+    /// [`ClusterError::Invalid`] for the default namespace, [`ClusterError::JetStream`] when a
+    /// stream could not be deleted.
+    pub async fn remove_buckets(&self) -> Result<(), ClusterError> {
+        if self.config.namespace == DEFAULT_NAMESPACE {
+            return Err(ClusterError::Invalid {
+                key: "namespace",
+                value: DEFAULT_NAMESPACE.into(),
+                allowed: "a namespace of its own (the default one's buckets are never deleted)",
+            });
+        }
+        let js = async_nats::jetstream::new(self.client.clone());
+        for base in ["halt", "leases", "lockouts", "budget"] {
+            let stream = format!("KV_{}", self.config.bucket(base));
+            let deleting = js.delete_stream(&stream);
+            match tokio::time::timeout(self.config.connect_timeout, deleting).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(ClusterError::js(&format!("deleting {stream}"), e)),
+                Err(_) => return Err(ClusterError::JetStream(format!("deleting {stream}: no answer"))),
+            }
+        }
+        Ok(())
     }
 }
 
