@@ -1127,7 +1127,10 @@ fn a_cascade_on_three_cluster_nodes_runs_every_cross_node_delegation_once() {
         }
         let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
         // a delegates to b, b to c; c's leaves delegate nothing; a receives nothing.
-        assert!(u(&a["delegations_sent"]) > 0 && u(&b["delegations_sent"]) > 0, "{r}");
+        assert!(
+            u(&a["delegations_sent"]) > 0 && u(&b["delegations_sent"]) > 0,
+            "{r}"
+        );
         assert_eq!(u(&c["delegations_sent"]), 0, "{r}");
         assert_eq!(u(&a["delegations_ran"]), 0, "{r}");
         // Every delegation sent from a ran once on b, every one from b once on c.
@@ -1177,8 +1180,18 @@ fn a_halt_storm_on_two_cluster_nodes_keeps_its_accounting() {
     let (code, r, stderr) = cluster_run(
         &nats.url(),
         &[
-            "--nodes", "2", "--scenario", "halt-storm", "--agents", "40", "--tasks-per-agent",
-            "4", "--halt-probes", "0", "--timeout-s", "60",
+            "--nodes",
+            "2",
+            "--scenario",
+            "halt-storm",
+            "--agents",
+            "40",
+            "--tasks-per-agent",
+            "4",
+            "--halt-probes",
+            "0",
+            "--timeout-s",
+            "60",
         ],
     );
     assert_eq!(code, 0, "{stderr}\n{r}");
@@ -1188,8 +1201,11 @@ fn a_halt_storm_on_two_cluster_nodes_keeps_its_accounting() {
     let agents: Vec<u64> = nodes.iter().map(|n| u(&n["agents"])).collect();
     assert_eq!(agents, [31, 9], "{r}");
     assert_eq!(r["cluster"]["halt_unreached"], serde_json::json!([]), "{r}");
+    // Every node answered the halt broadcast (each had seen the other's heartbeat before the drive).
+    assert_eq!(u(&r["halt_all"]["agents"]), 40, "{r}");
     for n in nodes {
         assert!(n["halt_ack_ms"].as_f64().is_some(), "{n}");
+        assert_eq!(n["halt_answered"], true, "{n}");
     }
     drop(nats);
     let _ = std::fs::remove_dir_all(&dir);

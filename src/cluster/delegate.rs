@@ -203,7 +203,11 @@ impl Cluster {
 
     /// Answers delegations sent to this node, each key run once.
     pub(super) async fn answer_delegations(self: Arc<Self>) {
-        let mut requests = match self.client.subscribe(subject(&self.config, &self.config.node)).await {
+        let mut requests = match self
+            .client
+            .subscribe(subject(&self.config, &self.config.node))
+            .await
+        {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("warden: cluster: cannot receive delegations: {e}");

@@ -127,9 +127,9 @@ impl Cluster {
         let replies = match tokio::time::timeout(bound, self.client.subscribe(inbox.clone())).await
         {
             Ok(Ok(sub)) => {
-                let sent = self
-                    .client
-                    .publish_with_reply(self.config.subject("halt"), inbox, body.into());
+                let sent =
+                    self.client
+                        .publish_with_reply(self.config.subject("halt"), inbox, body.into());
                 tokio::time::timeout(bound, sent)
                     .await
                     .ok()

@@ -257,7 +257,11 @@ impl Cluster {
             match tokio::time::timeout(self.config.connect_timeout, deleting).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => return Err(ClusterError::js(&format!("deleting {stream}"), e)),
-                Err(_) => return Err(ClusterError::JetStream(format!("deleting {stream}: no answer"))),
+                Err(_) => {
+                    return Err(ClusterError::JetStream(format!(
+                        "deleting {stream}: no answer"
+                    )))
+                }
             }
         }
         Ok(())

@@ -39,7 +39,7 @@
 //! delegation sent was run exactly once by its owner (`delegations_sent == delegations_ran`).
 
 use super::{
-    depth_of, drive, fleet_config, fleet_shape, finish_fleet, proc_status_bytes, retries_since,
+    depth_of, drive, finish_fleet, fleet_config, fleet_shape, proc_status_bytes, retries_since,
     state_index, FleetModels, HarnessJournal, LoadReport, LoadtestOptions, Progress, Scenario,
     Spawned, Tally,
 };
@@ -52,9 +52,7 @@ use std::{
     sync::Arc,
     time::{Duration, Instant},
 };
-use warden_protocols::{
-    AgentKey, AgentState, DelegationOutcome, DelegationRefusal, EventKind,
-};
+use warden_protocols::{AgentKey, AgentState, DelegationOutcome, DelegationRefusal, EventKind};
 
 /// Fewest nodes of a cluster run.
 pub const MIN_NODES: usize = 2;
@@ -64,6 +62,9 @@ pub const MAX_NODES: usize = 26;
 pub const DEFAULT_NODES: usize = 3;
 /// How long a node waits for NATS at its start before the run gives up.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest wait, before the drive, for every node to see every other one's heartbeat (they
+/// beat every second).
+const PEERS_WAIT: Duration = Duration::from_secs(5);
 /// The longest wait, after the final halt, for every node's agents to be halted.
 const HALT_WAIT: Duration = Duration::from_secs(10);
 
@@ -613,6 +614,26 @@ pub async fn run_cluster_async(
     for cluster in &nodes.clusters {
         cluster.run().await;
     }
+    // A halt waits for the acknowledgements of the nodes seen at its node's last beat: before the
+    // drive, every node has seen every other one (the first beats ran before the others joined).
+    progress.note("waiting for every node's heartbeat".into());
+    let deadline = Instant::now() + PEERS_WAIT;
+    let everyone = |cluster: &Arc<Cluster>| {
+        let peers = cluster.peers();
+        names
+            .iter()
+            .all(|name| name == cluster.node() || peers.contains(name))
+    };
+    while !nodes.clusters.iter().all(everyone) {
+        if Instant::now() >= deadline {
+            eprintln!(
+                "warden: loadtest: not every node saw every other one's heartbeat within {PEERS_WAIT:?}: \
+                 the final halt may not wait for their acknowledgements"
+            );
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
     let calls_of = |node: &[Arc<crate::ScriptStats>]| -> u64 {
         node.iter()
             .map(|s| s.calls.load(std::sync::atomic::Ordering::SeqCst))
@@ -687,7 +708,9 @@ pub async fn run_cluster_async(
         figures
             .iter()
             .filter_map(|f| f.halt_ack_ms)
-            .fold(None, |max: Option<f64>, ms| Some(max.map_or(ms, |m| m.max(ms))))
+            .fold(None, |max: Option<f64>, ms| {
+                Some(max.map_or(ms, |m| m.max(ms)))
+            })
     } else {
         None
     };

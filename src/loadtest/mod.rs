@@ -528,7 +528,10 @@ impl Tally {
         t.add(&to, -1);
         let locked = match refusal {
             DelegationRefusal::DelegateRefused { refusal, .. } => {
-                matches!(refusal, WorkRefusal::LockedOut { .. } | WorkRefusal::Stopped)
+                matches!(
+                    refusal,
+                    WorkRefusal::LockedOut { .. } | WorkRefusal::Stopped
+                )
             }
             DelegationRefusal::EmergencyStop { .. } | DelegationRefusal::Stopped { .. } => true,
             _ => false,
@@ -1060,7 +1063,10 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
             .sum()
     };
 
-    let (driven, storm) = drive(&journal, &progress, &options, &team, &roots, agents, &llm_calls).await;
+    let (driven, storm) = drive(
+        &journal, &progress, &options, &team, &roots, agents, &llm_calls,
+    )
+    .await;
     let mut report = finish(
         team, &journal, &progress, &options, storm, driven, &llm_calls,
     )
@@ -1380,7 +1386,17 @@ async fn finish(
     driven: Driven,
     llm_calls: CallCount<'_>,
 ) -> LoadReport {
-    finish_fleet(vec![team], None, journal, progress, options, storm, driven, llm_calls).await
+    finish_fleet(
+        vec![team],
+        None,
+        journal,
+        progress,
+        options,
+        storm,
+        driven,
+        llm_calls,
+    )
+    .await
 }
 
 /// [`finish`] for a fleet of one team or of a cluster run's nodes (`cluster`: the final halt is

@@ -182,7 +182,8 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
         ),
     ]);
     if let Some(c) = &r.cluster {
-        let ms = |v: Option<f64>| v.map_or_else(|| "not reached".to_owned(), |ms| format!("{ms:.3} ms"));
+        let ms =
+            |v: Option<f64>| v.map_or_else(|| "not reached".to_owned(), |ms| format!("{ms:.3} ms"));
         rows.extend([
             (
                 "cluster",
@@ -222,7 +223,16 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
         writeln!(
             out,
             "  {:<16} {:>7} {:>8} {:>9} {:>6} {:>6} {:>6} {:>8} {:>8} {:>10}",
-            "node", "agents", "turns", "llm calls", "sent", "recv", "ran", "lockouts", "refusals", "halted ms"
+            "node",
+            "agents",
+            "turns",
+            "llm calls",
+            "sent",
+            "recv",
+            "ran",
+            "lockouts",
+            "refusals",
+            "halted ms"
         )?;
         for n in &r.nodes {
             let halted = n
