@@ -1162,6 +1162,29 @@ fn a_cascade_on_three_cluster_nodes_runs_every_cross_node_delegation_once() {
                 + u(&d["refused_cycle"]),
             "{r}"
         );
+        // Every agent has one parent, which sends it one task at a time: the counts do not
+        // depend on the interleaving, and are those of the same fleet on one node.
+        let one = run_loadtest(LoadtestOptions {
+            agents: 40,
+            tasks_per_agent: 10,
+            halt_probes: 0,
+            ..LoadtestOptions::new(Scenario::Cascade)
+        });
+        assert_eq!(u(&r["steps"]), one.steps, "{r}");
+        assert_eq!(u(&r["tool_calls"]), one.tool_calls, "{r}");
+        assert_eq!(
+            r["delegations"],
+            serde_json::to_value(&one.delegations).unwrap(),
+            "{r}"
+        );
+        assert_eq!(
+            r["lockouts_by_depth"],
+            serde_json::json!(one.lockouts_by_depth)
+        );
+        assert_eq!(
+            r["refusals_by_depth"],
+            serde_json::json!(one.refusals_by_depth)
+        );
         namespaces.push(cl["namespace"].as_str().unwrap_or_default().to_owned());
     }
     assert_ne!(namespaces[0], namespaces[1]);
