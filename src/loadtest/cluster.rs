@@ -117,8 +117,8 @@ pub struct NodeFigures {
     /// agents, halted before any network).
     pub halt_answered: bool,
     /// From the cluster halt issued on the first node until every agent of this node was halted
-    /// (STOPPED; a SAFETY_LOCKOUT agent is left as it is), as its journal says, in ms; `None` when
-    /// that did not happen within 10 s.
+    /// (STOPPED; a SAFETY_LOCKOUT agent is left as it is), as its journal says, in ms (0 when they
+    /// all were already); `None` when that did not happen within 10 s.
     pub halt_ack_ms: Option<f64>,
 }
 

@@ -18,6 +18,11 @@
 //!   shows lockouts by depth (how far the failure spread).
 //! * `halt-storm` — as `steady`, but every agent is halted while the fleet is at work.
 //!
+//! # On cluster nodes
+//! [`cluster`]: `warden loadtest --cluster nats://HOST:PORT --nodes N` runs the same scenarios on N
+//! cluster nodes in this process (depth `d` on node `d mod N`, so every delegation crosses nodes
+//! through NATS), with per-node and cluster figures and the same accounting across nodes.
+//!
 //! # Your own team
 //! [`workload`]: `warden loadtest --config team.toml` spawns a team file's agents with its providers
 //! and configuration and sends the events its `[workload]` section describes; the report is the
@@ -29,7 +34,8 @@
 //! supervisor, independently of the supervisor's own counters: every task it sends and every
 //! delegated task must end exactly once (a `TurnFinished`, a `WorkRefused`, a listing in
 //! `MessagesDiscarded`, or a halt/crash of the turn that ran it); every `DelegationRequested` id must be
-//! matched by exactly one `DelegationEnded`; and every agent must end with `active_sub_agents == 0`.
+//! matched by exactly one `DelegationEnded` (ids are per supervisor: on cluster nodes, per node and
+//! id); and every agent must end with `active_sub_agents == 0`.
 //! The harness journal keeps counts, not events, so a million idle agents are not measured with a
 //! million stored `Spawned` events.
 
