@@ -1145,6 +1145,7 @@ fn a_cascade_on_three_cluster_nodes_runs_every_cross_node_delegation_once() {
         assert_eq!(cl["url"], url.as_str());
         assert_eq!(u(&cl["delegations_sent"]), u(&cl["delegations_ran"]), "{r}");
         assert_eq!(u(&cl["delegations_unmatched"]), 0, "{r}");
+        assert_eq!(u(&cl["refused_unknown"]), 0, "every lease found: {r}");
         assert_eq!(cl["halt_unreached"], serde_json::json!([]), "{r}");
         assert!(cl["halt_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{r}");
         assert_eq!(cl["buckets_removed"], true, "{r}");

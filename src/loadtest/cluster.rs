@@ -113,6 +113,9 @@ pub struct NodeFigures {
     pub lockouts: u64,
     /// Delegation refusals journaled by its agents (as delegators).
     pub refusals: u64,
+    /// Of those, `unknown_delegate`: the delegate is an agent of the fleet, but its owner was not
+    /// found (its lease not found, or not read within 2 s).
+    pub refused_unknown: u64,
     /// It answered the cluster halt's broadcast with its acknowledgements (the first node: its own
     /// agents, halted before any network).
     pub halt_answered: bool,
@@ -142,6 +145,11 @@ pub struct ClusterFigures {
     pub delegations_received: u64,
     /// Delegations run by their owners, one per idempotency key.
     pub delegations_ran: u64,
+    /// Delegations refused as `unknown_delegate` although the delegate is an agent of the fleet:
+    /// its lease was not found (it lapsed: not renewed within `lease_ttl_seconds`) or not read
+    /// within 2 s. Not an accounting error (each is a refusal, counted once), but a sign that the
+    /// nodes' leases or JetStream did not keep up.
+    pub refused_unknown: u64,
     /// Delegations whose delegator was halted while it waited.
     pub delegations_cancelled: u64,
     /// Of those, the ones whose task never reached the delegate's queue (not sent yet, or refused
@@ -197,6 +205,7 @@ struct NodeTally {
     tool_calls: u64,
     lockouts: u64,
     refusals: u64,
+    refused_unknown: u64,
     sent: u64,
     /// Agents in each state, by [`AgentState::ALL`] index.
     states: [i64; AgentState::ALL.len()],
@@ -303,6 +312,9 @@ impl ClusterTally {
             }
             EventKind::DelegationRefused { to, refusal } => {
                 n.refusals += 1;
+                if matches!(refusal, DelegationRefusal::UnknownDelegate { .. }) {
+                    n.refused_unknown += 1;
+                }
                 let ended = cross
                     .then(|| self.ended_failed.remove(&(agent.clone(), to.clone())))
                     .flatten();
@@ -691,6 +703,7 @@ pub async fn run_cluster_async(
             delegations_refused: nodes.clusters[i].delegations_refused(),
             lockouts: tally.lockouts,
             refusals: tally.refusals,
+            refused_unknown: tally.refused_unknown,
             halt_answered: nodes.answered.get(i).copied().unwrap_or(false),
             halt_ack_ms: tally.halted_after.map(|d| d.as_secs_f64() * 1000.0),
         });
@@ -714,6 +727,13 @@ pub async fn run_cluster_async(
     } else {
         None
     };
+    let refused_unknown: u64 = figures.iter().map(|f| f.refused_unknown).sum();
+    if refused_unknown > 0 {
+        eprintln!(
+            "warden: loadtest: {refused_unknown} delegations refused as unknown_delegate: their \
+             delegate's lease was not found or not read within 2 s (leases not renewed in time?)"
+        );
+    }
     report.cluster = Some(ClusterFigures {
         url: nodes.url.clone(),
         namespace,
@@ -723,6 +743,7 @@ pub async fn run_cluster_async(
         delegations_sent: sent,
         delegations_received: received,
         delegations_ran: ran,
+        refused_unknown,
         delegations_cancelled: c.cancelled,
         cancelled_unqueued: unqueued,
         // A halt during the run may cancel a delegation before its request went out.
@@ -890,6 +911,21 @@ mod tests {
         assert_eq!(lost(&t), 0);
         let d = &t.delegations;
         assert_eq!((d.requested, d.accepted, d.refused_locked), (2, 0, 2));
+        // A delegate whose owner was not found: a refusal before the request, counted apart.
+        t.add(&root, 1);
+        t.count(
+            0,
+            &root,
+            EventKind::DelegationRefused {
+                to: child.clone(),
+                refusal: DelegationRefusal::UnknownDelegate { delegate: child },
+            },
+        );
+        turn(&mut t, 0, &root);
+        assert_eq!(lost(&t), 0);
+        let c = t.cluster.as_ref().unwrap();
+        assert_eq!((c.nodes[0].refusals, c.nodes[0].refused_unknown), (3, 1));
+        assert_eq!((t.delegations.requested, t.refused_other), (3, 1));
     }
 
     #[test]

@@ -204,10 +204,11 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
             (
                 "cross-node",
                 format!(
-                    "{} delegations sent, {} received, {} ran ({} cancelled, {} of them never queued); request → end p50 {:.3} ms, p99 {:.3} ms",
+                    "{} delegations sent, {} received, {} ran, {} refused as unknown ({} cancelled, {} of them never queued); request → end p50 {:.3} ms, p99 {:.3} ms",
                     c.delegations_sent,
                     c.delegations_received,
                     c.delegations_ran,
+                    c.refused_unknown,
                     c.delegations_cancelled,
                     c.cancelled_unqueued,
                     c.delegation_ms_p50,
