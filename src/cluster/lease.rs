@@ -12,12 +12,21 @@
 
 use super::{kv_key, Cluster, ClusterError};
 use async_nats::jetstream::kv::{CreateErrorKind, Operation};
-use std::sync::Arc;
+use futures::StreamExt;
+use std::sync::{
+    atomic::{AtomicUsize, Ordering},
+    Arc,
+};
 use warden_actors::now_ms;
 use warden_protocols::{
     cluster::{AgentLease, NodeBeat},
     AgentKey, HaltCause,
 };
+
+/// How many lease renewals a beat keeps in flight at once (each a revision-checked `update`, one
+/// JetStream round trip): one after another, a node with thousands of agents on a busy thread did
+/// not renew them all within a beat, and the same ones at the end lapsed every time.
+pub(super) const RENEW_IN_FLIGHT: usize = 256;
 
 impl Cluster {
     fn lease(&self, agent: &AgentKey) -> AgentLease {
@@ -69,28 +78,53 @@ impl Cluster {
         )))
     }
 
-    /// Renews every owned lease (one beat). A lease that expired meanwhile is created again; one
-    /// another node took is given up, and the agent halted here.
+    /// Renews every owned lease (one beat), [`RENEW_IN_FLIGHT`] at a time, starting after the
+    /// last lease the previous beat renewed (a beat cut short by its bound does not starve the
+    /// same leases every time). A lease that expired meanwhile is created again; one another node
+    /// took is given up, and the agent halted here.
     pub(super) async fn renew(self: &Arc<Self>) {
-        let owned: Vec<(AgentKey, u64)> = self
+        let mut owned: Vec<(AgentKey, u64)> = self
             .owned
             .lock()
             .iter()
             .map(|(k, r)| (k.clone(), *r))
             .collect();
-        for (agent, revision) in owned {
-            let key = kv_key("agent", agent.as_str());
-            let body = serde_json::to_vec(&self.lease(&agent)).unwrap_or_default();
-            let renewed = match self
-                .leases
-                .update(&key, body.clone().into(), revision)
-                .await
-            {
-                Ok(revision) => Some(revision),
-                Err(_) => self.retake(&agent, &key, body).await,
-            };
-            if let Some(revision) = renewed {
-                self.owned.lock().insert(agent, revision);
+        if owned.is_empty() {
+            return;
+        }
+        let from = self.renew_from.load(Ordering::Relaxed) % owned.len();
+        owned.rotate_left(from);
+        let count = owned.len();
+        let renewed = AtomicUsize::new(0);
+        futures::stream::iter(owned)
+            .for_each_concurrent(RENEW_IN_FLIGHT, |(agent, revision)| {
+                let renewed = &renewed;
+                async move {
+                    self.renew_one(agent, revision).await;
+                    let done = renewed.fetch_add(1, Ordering::Relaxed) + 1;
+                    self.renew_from
+                        .store((from + done) % count, Ordering::Relaxed);
+                }
+            })
+            .await;
+    }
+
+    /// Renews one lease (see [`Cluster::renew`]).
+    async fn renew_one(self: &Arc<Self>, agent: AgentKey, revision: u64) {
+        let key = kv_key("agent", agent.as_str());
+        let body = serde_json::to_vec(&self.lease(&agent)).unwrap_or_default();
+        let renewed = match self
+            .leases
+            .update(&key, body.clone().into(), revision)
+            .await
+        {
+            Ok(revision) => Some(revision),
+            Err(_) => self.retake(&agent, &key, body).await,
+        };
+        if let Some(revision) = renewed {
+            // Not while another path gave the agent up meanwhile (retake, leave).
+            if let Some(held) = self.owned.lock().get_mut(&agent) {
+                *held = revision;
             }
         }
     }

@@ -102,6 +102,8 @@ pub struct Cluster {
     halt: Mutex<(HaltState, u64)>,
     /// Agents this node holds the lease of, with the lease's revision.
     owned: Mutex<BTreeMap<AgentKey, u64>>,
+    /// Where the next beat's lease renewal starts (after the last one the previous beat renewed).
+    renew_from: std::sync::atomic::AtomicUsize,
     /// Agents of the team file another node owns (not started here), with that node.
     elsewhere: Mutex<BTreeMap<AgentKey, String>>,
     fail: failsafe::FailSafe,
@@ -161,6 +163,7 @@ impl Cluster {
             epoch: AtomicU64::new(0),
             halt: Mutex::new((HaltState::default(), 0)),
             owned: Mutex::default(),
+            renew_from: std::sync::atomic::AtomicUsize::new(0),
             elsewhere: Mutex::default(),
             tasks: Arc::new(delegate::Tasks::new(tasks_kv)),
             workers: Mutex::default(),
