@@ -85,7 +85,7 @@ pub use safety::{
     LimitCheckpoint, LimitContext, TeamBudget, Verdict,
 };
 pub use supervisor::{
-    AgentSpec, DelegationError, RemoteAgents, SpawnError, Supervisor, SupervisorBuilder,
+    AgentSpec, DelegationError, LiftOutcome, RemoteAgents, SpawnError, Supervisor, SupervisorBuilder,
     TickConfigError, UnknownAgent,
 };
 pub use tools::{

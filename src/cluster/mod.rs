@@ -47,6 +47,7 @@ mod lockout;
 pub use budget::BUDGET_BUCKET;
 pub use config::{ClusterConfig, ClusterSection};
 pub use error::ClusterError;
+pub use halt::{ClusterLift, LiftError};
 
 use async_nats::jetstream::kv;
 use parking_lot::Mutex;
@@ -102,6 +103,9 @@ pub struct Cluster {
     fail: failsafe::FailSafe,
     /// Delegations received from other nodes, by idempotency key.
     tasks: delegate::Tasks,
+    /// Held while a lift of the cluster halt is written or applied (one at a time; a halt never
+    /// takes it).
+    lifting: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -154,6 +158,7 @@ impl Cluster {
             owned: Mutex::default(),
             elsewhere: Mutex::default(),
             tasks: delegate::Tasks::default(),
+            lifting: tokio::sync::Mutex::new(()),
         });
         let (state, revision) = cluster
             .read_halt()
