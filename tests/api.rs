@@ -2599,3 +2599,54 @@ async fn the_host_reports_presence_and_sets_the_game_hour_over_http() {
     );
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
+
+#[actix_rt::test]
+async fn a_lift_resumes_what_the_fleet_halt_stopped_and_nothing_else() {
+    tokio::time::pause();
+    let f = fixture(WardenConfig::default());
+    let a = f.team.assistant("a", chatty());
+    let alone = f.team.assistant("alone", chatty());
+    let paused = f.team.assistant("paused", chatty());
+    let locked = f.team.assistant("locked", failing());
+    lock_out(&locked).await;
+    let app = app!(f);
+
+    let (status, body) = call!(app, post("/api/resume", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::CONFLICT, "nothing to lift yet: {body}");
+    let (status, _) = call!(app, post("/api/resume", Some(READ), None));
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // `alone` halted by itself before the fleet halt; `paused` paused by an operator.
+    let (status, _) = call!(app, post("/api/agents/alone/halt", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = call!(app, post("/api/agents/paused/pause", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = call!(app, post("/api/halt", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(a.state(), AgentState::Stopped);
+
+    let (status, body) = call!(
+        app,
+        post("/api/resume", Some(ADMIN), Some(json!({"reason": "all clear"})))
+    );
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["resumed"], json!([{"agent": "a"}]), "{body}");
+    assert_eq!(body["kept"][0]["agent"], "paused", "{body}");
+    assert_eq!(a.state(), AgentState::WaitingForEvent);
+    assert_eq!(alone.state(), AgentState::Stopped, "halted by itself: kept");
+    assert_eq!(paused.state(), AgentState::Stopped, "paused: kept");
+    assert!(paused.status().paused);
+    assert_eq!(locked.state(), AgentState::SafetyLockout, "only an unlock");
+    assert!(f.journal.events_of("a").iter().any(|e| matches!(
+        &e.kind,
+        EventKind::StateChanged { cause, .. }
+            if cause == "resumed by api:admin (lift of the fleet halt: all clear)"
+    )));
+    // Lifted: nothing stands any more.
+    let (status, _) = call!(app, post("/api/resume", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::CONFLICT);
+    let (status, body) = call!(
+        app,
+        request("POST", "/api/resume", Some(ADMIN), None).set_payload("{")
+    );
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+}
