@@ -1482,3 +1482,150 @@ fn a_locked_out_agent_stays_locked_out_after_a_lift() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(b.state_of("worker"), "WAITING_FOR_EVENT");
 }
+
+/// Agents `x` (answers) and `y` (its model fails: one failure locks it out), plus `extra`, with
+/// `[cluster]` `settings` after the pair's.
+fn adoption_team(extra: &[&str], settings: &str) -> String {
+    let mut text = format!(
+        "[safety.breakers]\nmax_consecutive_errors = 1\n\n[providers.m]\nkind = \"scripted\"\n\
+         cycle = true\nreplies = [\"x here\"]\n\n[providers.bad]\nkind = \"scripted\"\ncycle = \
+         true\nreplies = [{{ fail = \"model down\" }}]\n\n{PAIR_CLUSTER}{settings}\n[[agents]]\n\
+         key = \"x\"\nprovider = \"m\"\n\n[[agents]]\nkey = \"y\"\nprovider = \"bad\"\n"
+    );
+    for agent in extra {
+        text.push_str(&format!(
+            "\n[[agents]]\nkey = \"{agent}\"\nprovider = \"m\"\n"
+        ));
+    }
+    text
+}
+
+/// Whether `node` runs `agent` itself (its own `GET /api/agents/KEY` knows it).
+fn runs(node: &Node, agent: &str) -> bool {
+    request(node.port, "GET", &format!("/api/agents/{agent}"), None).0 == 200
+}
+
+#[test]
+fn a_dead_nodes_agents_are_adopted_with_their_lockout_and_not_started_twice() {
+    let dir = temp_dir("adopt");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let mut a = Node::start_with(&dir, "a", &nats.url(), &adoption_team(&[], ""));
+    let b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["b1"], ""));
+    // b was started second: a owns x and y, b has them elsewhere.
+    assert!(!runs(&b, "x") && !runs(&b, "y"));
+    assert_eq!(b.get("/api/cluster")["elsewhere"]["x"], "a");
+    // y locks itself out on a; b sees the lockout.
+    let (status, body) = a.post("/api/agents/y/events", Some(r#"{"content":"go"}"#));
+    assert_eq!(status, 202, "{body}");
+    wait_until("y locked out on a", Duration::from_secs(10), || {
+        a.state_of("y") == "SAFETY_LOCKOUT"
+    });
+    wait_until("b sees y's lockout", Duration::from_secs(5), || {
+        b.get("/api/cluster")["lockouts"]["y"]["locked"] == true
+    });
+    assert!(answered(&a, "x"));
+    // kill -9 a: b adopts x within the lease TTL (3 s) and a beat.
+    a.kill();
+    let killed = Instant::now();
+    wait_until("b adopts x", Duration::from_secs(10), || runs(&b, "x"));
+    let adopted = killed.elapsed();
+    assert!(answered(&b, "x"), "x answers on b");
+    let answered_after = killed.elapsed();
+    eprintln!(
+        "adoption: x running on b {:.2} s after kill -9 of a (lease_ttl_seconds = 3), answering \
+         {:.2} s after",
+        adopted.as_secs_f64(),
+        answered_after.as_secs_f64()
+    );
+    assert!(adopted < Duration::from_secs(3 + 2), "{adopted:?}");
+    // y came up locked out on b: it refuses work until an unlock.
+    wait_until("b adopts y", Duration::from_secs(5), || runs(&b, "y"));
+    assert_eq!(b.state_of("y"), "SAFETY_LOCKOUT");
+    let (status, body) = b.post("/api/agents/y/events", Some(r#"{"content":"go"}"#));
+    assert_eq!(status, 409, "{body}");
+    assert!(b.stderr().contains("adopted here"), "{}", b.stderr());
+    let cluster = b.get("/api/cluster");
+    assert!(cluster["elsewhere"].get("x").is_none(), "{cluster}");
+    assert_eq!(cluster["lockouts"]["y"]["locked"], true, "{cluster}");
+    // a restarted (same team file): x and y are b's now, a does not start them.
+    a.spawn();
+    assert!(!runs(&a, "x") && !runs(&a, "y"), "a must not start x twice");
+    assert!(
+        a.stderr().contains("agent x is owned by node b"),
+        "{}",
+        a.stderr()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(runs(&b, "x") && !runs(&a, "x"));
+    assert!(answered(&b, "x"));
+    let fleet = b.fleet();
+    assert_eq!(
+        fleet.iter().filter(|(k, _, _)| k == "x").count(),
+        1,
+        "{fleet:?}"
+    );
+}
+
+#[test]
+fn an_agent_adopted_while_the_cluster_is_halted_comes_up_halted_and_adopt_false_adopts_nothing() {
+    let dir = temp_dir("adopt-halted");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let mut a = Node::start_with(&dir, "a", &nats.url(), &adoption_team(&[], ""));
+    let b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["b1"], ""));
+    let c = Node::start_with(
+        &dir,
+        "c",
+        &nats.url(),
+        &adoption_team(&["c1"], "adopt = false\n"),
+    );
+    peers(&a, &["b", "c"]);
+    halt_cluster(&a, &[(&a, "x"), (&b, "b1"), (&c, "c1")]);
+    a.kill();
+    wait_until("b adopts x", Duration::from_secs(10), || runs(&b, "x"));
+    assert_eq!(b.state_of("x"), "STOPPED", "the cluster is halted");
+    assert!(!answered(&b, "x"));
+    // c has adoption off: it never takes x (nor y).
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(!runs(&c, "x") && !runs(&c, "y"));
+    assert!(runs(&b, "y"));
+    // The lift resumes the adopted agent with the others.
+    let (status, body) = c.post("/api/resume", None);
+    assert_eq!(status, 200, "{body}");
+    wait_until("x runs on b", Duration::from_secs(5), || {
+        b.state_of("x") == "WAITING_FOR_EVENT"
+    });
+    assert!(answered(&b, "x"));
+    assert_eq!(b.state_of("b1"), "WAITING_FOR_EVENT");
+}
+
+#[test]
+fn a_partitioned_owner_that_comes_back_halts_the_agent_another_node_adopted() {
+    let dir = temp_dir("adopt-partition");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let proxy = Proxy::start(nats.port);
+    let a = Node::start_with(&dir, "a", &proxy.url(), &adoption_team(&[], ""));
+    let b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["b1"], ""));
+    assert!(runs(&a, "x") && !runs(&b, "x"));
+    // a cut off longer than the TTL: its lease ages out and b adopts x.
+    proxy.black_hole();
+    wait_until("b adopts x", Duration::from_secs(10), || runs(&b, "x"));
+    assert!(answered(&b, "x"));
+    // a back: it finds x's lease b's and halts its copy.
+    proxy.heal();
+    wait_until("a halts its copy of x", Duration::from_secs(15), || {
+        a.state_of("x") == "STOPPED"
+    });
+    assert!(
+        a.stderr().contains("the lease of x is now node b's"),
+        "{}",
+        a.stderr()
+    );
+    assert_eq!(a.get("/api/cluster")["elsewhere"]["x"], "b");
+    assert!(answered(&b, "x"));
+}

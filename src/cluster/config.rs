@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! invalid config: line 3, column 21: `cluster.fail_safe_seconds`: invalid value 0 (allowed: 1 to 3600)
+//! invalid config: line 2, column 9: `cluster.adopt`: invalid value "yes" (allowed: true or false)
 //! ```
 
 use serde::{de::Error as _, Deserialize, Deserializer, Serialize};
@@ -48,6 +49,11 @@ pub struct ClusterSection {
     /// (0 to 10^12; default 0: a tenth of `tokens_per_team`).
     #[serde(deserialize_with = "budget_slice_tokens")]
     pub budget_slice_tokens: u64,
+    /// Whether this node adopts the agents of its team file that another node owned, once that
+    /// node's lease on them aged out (it died, or was cut off longer than the lease TTL): `true`
+    /// (the default) or `false` (such an agent is started again only by a node started with it).
+    #[serde(deserialize_with = "adopt_flag")]
+    pub adopt: bool,
 }
 
 impl Default for ClusterSection {
@@ -61,6 +67,7 @@ impl Default for ClusterSection {
             connect_timeout_seconds: 10,
             replicas: 1,
             budget_slice_tokens: 0,
+            adopt: true,
         }
     }
 }
@@ -84,6 +91,8 @@ pub struct ClusterConfig {
     pub replicas: usize,
     /// See [`ClusterSection::budget_slice_tokens`] (0: a tenth of the team budget).
     pub budget_slice_tokens: u64,
+    /// See [`ClusterSection::adopt`].
+    pub adopt: bool,
 }
 
 impl ClusterConfig {
@@ -156,6 +165,7 @@ impl ClusterSection {
             connect_timeout: Duration::from_secs(self.connect_timeout_seconds),
             replicas: usize::try_from(self.replicas).unwrap_or(1),
             budget_slice_tokens: self.budget_slice_tokens,
+            adopt: self.adopt,
         }))
     }
 }
@@ -241,6 +251,31 @@ fn connect_timeout_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Er
     in_range(d, 1, 600)
 }
 
+/// `true` or `false`, nothing else (`"yes"`, `1` are refused with what is allowed).
+fn adopt_flag<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    struct Flag;
+    impl serde::de::Visitor<'_> for Flag {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("true or false")
+        }
+        fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<bool, E> {
+            Ok(v)
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<bool, E> {
+            Err(E::custom(format!(
+                "invalid value {v:?} (allowed: true or false)"
+            )))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<bool, E> {
+            Err(E::custom(format!(
+                "invalid value {v} (allowed: true or false)"
+            )))
+        }
+    }
+    d.deserialize_any(Flag)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,6 +329,16 @@ mod tests {
             err.contains("`cluster.url`") && err.contains("nats://"),
             "{err}"
         );
+        let err = parse("[cluster]\nadopt = \"yes\"\n").unwrap_err();
+        assert!(
+            err.starts_with(
+                "invalid config: line 2, column 9: `cluster.adopt`: invalid value \"yes\" \
+                 (allowed: true or false)"
+            ),
+            "{err}"
+        );
+        let section = parse("[cluster]\nadopt = false\n").unwrap();
+        assert!(!section.adopt && ClusterSection::default().adopt);
         let err = parse("[cluster]\nnodes = \"a\"\n").unwrap_err();
         assert!(err.contains("unknown field `nodes`"), "{err}");
     }

@@ -20,7 +20,7 @@ use warden_protocols::{
 };
 
 impl Cluster {
-    fn lease(&self, agent: &AgentKey) -> AgentLease {
+    pub(super) fn lease(&self, agent: &AgentKey) -> AgentLease {
         AgentLease {
             node: self.config.node.clone(),
             instance: self.instance.clone(),

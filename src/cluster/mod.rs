@@ -34,6 +34,7 @@
 //!   heartbeat succeeds again (after the halt key was read again). It says so in the journal (a
 //!   `safety_alert` on every local agent), `GET /api/cluster` and `/metrics`.
 
+mod adopt;
 mod budget;
 mod config;
 mod delegate;
@@ -106,6 +107,8 @@ pub struct Cluster {
     /// Held while a lift of the cluster halt is written or applied (one at a time; a halt never
     /// takes it).
     lifting: tokio::sync::Mutex<()>,
+    /// What adopting an agent of a dead node needs (set by `warden serve`; unset: no adoption).
+    adopter: std::sync::OnceLock<adopt::Adopter>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -159,6 +162,7 @@ impl Cluster {
             elsewhere: Mutex::default(),
             tasks: delegate::Tasks::default(),
             lifting: tokio::sync::Mutex::new(()),
+            adopter: std::sync::OnceLock::new(),
         });
         let (state, revision) = cluster
             .read_halt()

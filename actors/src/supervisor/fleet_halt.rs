@@ -11,6 +11,9 @@
 //!   a breaker (a budget: `stopped_by`), and not paused (an operator's pause is kept: a resume would
 //!   undo it).
 //!
+//! An agent spawned halted ([`super::AgentSpec::starting_halted`]: a cluster node adopting it while
+//! the cluster is halted) is noted too.
+//!
 //! An agent already `STOPPED` or `SAFETY_LOCKOUT` when a fleet halt came is not noted by it: it
 //! was stopped by something else (an individual halt, a breaker), and a lift leaves it so.
 //!
@@ -22,7 +25,7 @@
 use super::Supervisor;
 use crate::agent::cell::AgentCell;
 use std::{collections::BTreeMap, sync::Arc};
-use warden_protocols::{AgentKey, AgentState};
+use warden_protocols::{AgentKey, AgentState, EventKind, Lockout};
 
 /// The agents a standing fleet halt stopped, with each one's halt epoch after it (`None`: no
 /// fleet halt stands).
@@ -56,29 +59,6 @@ impl Supervisor {
     /// Whether `state` counts as running for a fleet halt's note (not already stopped).
     pub(super) fn runs(state: AgentState) -> bool {
         !matches!(state, AgentState::Stopped | AgentState::SafetyLockout)
-    }
-
-    /// Halts one agent as part of the standing fleet halt (cause `halt_all`), noted as such: an
-    /// agent that joins the team while the fleet is halted (a cluster node adopting it) is resumed
-    /// by the lift with the others.
-    ///
-    /// # Errors
-    /// [`super::UnknownAgent`] when no agent has that key.
-    pub async fn fleet_halt_one(
-        &self,
-        key: &str,
-    ) -> Result<Vec<crate::agent::HaltAck>, super::UnknownAgent> {
-        let handle = self.get(key).ok_or_else(|| super::UnknownAgent(key.into()))?;
-        let running = Self::runs(handle.cell.state());
-        let halting = self.halt(key, warden_protocols::HaltCause::HaltAll);
-        futures::pin_mut!(halting);
-        // The first poll raises the halt flag (the epoch moves on), then the note.
-        let first = futures::poll!(halting.as_mut());
-        self.note_fleet_halt(std::slice::from_ref(&handle.cell), &[running]);
-        match first {
-            std::task::Poll::Ready(acks) => acks,
-            std::task::Poll::Pending => halting.await,
-        }
     }
 
     /// Forgets the standing fleet halt (every agent was resumed another way: the host's
@@ -146,4 +126,29 @@ impl Supervisor {
         }
         Some(outcomes)
     }
+}
+
+/// Journals `lockout` on a freshly made cell, before its actor starts: `locked_out` and the move to
+/// `SAFETY_LOCKOUT` in one batch (the record's lockout and state agree in every journal). Not
+/// through the transition table, which allows `SAFETY_LOCKOUT` only from `EXECUTING` (a breaker
+/// tripping mid-turn): this agent tripped where it ran before. Nothing when it is locked out
+/// already.
+pub(super) fn lock_out_at_start(cell: &AgentCell, lockout: Lockout) {
+    let mut rec = cell.lock();
+    if rec.lockout.is_some() {
+        return;
+    }
+    let from = rec.state;
+    let cause = format!("locked out where it ran before: {}", lockout.reason);
+    let locked = EventKind::LockedOut {
+        breaker: lockout.breaker,
+        reason: lockout.reason,
+        consecutive_errors: rec.consecutive_errors,
+    };
+    let change = EventKind::StateChanged {
+        from,
+        to: AgentState::SafetyLockout,
+        cause,
+    };
+    cell.emit_all(&mut rec, vec![locked, change]);
 }

@@ -453,6 +453,8 @@ impl Supervisor {
             npc,
             goals,
             memory,
+            start_lockout,
+            start_halted,
         } = spec;
         if let Some(memory) = &memory {
             memory.validate().map_err(SpawnError::InvalidMemory)?;
@@ -529,6 +531,15 @@ impl Supervisor {
                 tracing::info!(agent = %cell.key, requeued, "pending events queued again");
             }
         }
+        if let Some(lockout) = start_lockout {
+            fleet_halt::lock_out_at_start(&cell, lockout);
+        }
+        let start_halted = start_halted.then(|| {
+            let running = Self::runs(cell.state());
+            let _ = cell.request_halt();
+            queue_halt(&cell, HaltCause::HaltAll, None);
+            running
+        });
         let arbiter = (!self.shared.arbiters.is_empty()).then(|| {
             let i = self.shared.next_arbiter.fetch_add(1, Ordering::Relaxed);
             self.shared.arbiters[i % self.shared.arbiters.len()].clone()
@@ -552,6 +563,9 @@ impl Supervisor {
         if npc.tick.enabled {
             let ticking = self.shared.ticks.register(&cell, npc);
             cell.set_ticking(Some(ticking));
+        }
+        if let Some(running) = start_halted {
+            self.note_fleet_halt(std::slice::from_ref(&cell), &[running]);
         }
         start_actor(&entry);
         Ok(AgentHandle { cell })
