@@ -1483,18 +1483,18 @@ fn a_locked_out_agent_stays_locked_out_after_a_lift() {
     assert_eq!(b.state_of("worker"), "WAITING_FOR_EVENT");
 }
 
-/// Agents `x` (answers) and `y` (its model fails: one failure locks it out), plus `extra`, with
+/// A team of `agents` (`y`'s model fails: one failure locks it out; the others answer), with
 /// `[cluster]` `settings` after the pair's.
-fn adoption_team(extra: &[&str], settings: &str) -> String {
+fn adoption_team(agents: &[&str], settings: &str) -> String {
     let mut text = format!(
         "[safety.breakers]\nmax_consecutive_errors = 1\n\n[providers.m]\nkind = \"scripted\"\n\
          cycle = true\nreplies = [\"x here\"]\n\n[providers.bad]\nkind = \"scripted\"\ncycle = \
-         true\nreplies = [{{ fail = \"model down\" }}]\n\n{PAIR_CLUSTER}{settings}\n[[agents]]\n\
-         key = \"x\"\nprovider = \"m\"\n\n[[agents]]\nkey = \"y\"\nprovider = \"bad\"\n"
+         true\nreplies = [{{ fail = \"model down\" }}]\n\n{PAIR_CLUSTER}{settings}"
     );
-    for agent in extra {
+    for agent in agents {
+        let provider = if *agent == "y" { "bad" } else { "m" };
         text.push_str(&format!(
-            "\n[[agents]]\nkey = \"{agent}\"\nprovider = \"m\"\n"
+            "\n[[agents]]\nkey = \"{agent}\"\nprovider = \"{provider}\"\n"
         ));
     }
     text
@@ -1511,8 +1511,8 @@ fn a_dead_nodes_agents_are_adopted_with_their_lockout_and_not_started_twice() {
     let Some(nats) = NatsServer::start(&dir) else {
         return;
     };
-    let mut a = Node::start_with(&dir, "a", &nats.url(), &adoption_team(&[], ""));
-    let b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["b1"], ""));
+    let mut a = Node::start_with(&dir, "a", &nats.url(), &adoption_team(&["x", "y"], ""));
+    let b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["x", "y", "b1"], ""));
     // b was started second: a owns x and y, b has them elsewhere.
     assert!(!runs(&b, "x") && !runs(&b, "y"));
     assert_eq!(b.get("/api/cluster")["elsewhere"]["x"], "a");
@@ -1574,24 +1574,26 @@ fn an_agent_adopted_while_the_cluster_is_halted_comes_up_halted_and_adopt_false_
     let Some(nats) = NatsServer::start(&dir) else {
         return;
     };
-    let mut a = Node::start_with(&dir, "a", &nats.url(), &adoption_team(&[], ""));
-    let b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["b1"], ""));
+    let mut a = Node::start_with(&dir, "a", &nats.url(), &adoption_team(&["x", "z"], ""));
+    // b lists x (adopts it); c lists z with adoption off (never adopts it).
+    let b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["x", "b1"], ""));
     let c = Node::start_with(
         &dir,
         "c",
         &nats.url(),
-        &adoption_team(&["c1"], "adopt = false\n"),
+        &adoption_team(&["z", "c1"], "adopt = false\n"),
     );
+    assert_eq!(c.get("/api/cluster")["elsewhere"]["z"], "a");
     peers(&a, &["b", "c"]);
     halt_cluster(&a, &[(&a, "x"), (&b, "b1"), (&c, "c1")]);
     a.kill();
     wait_until("b adopts x", Duration::from_secs(10), || runs(&b, "x"));
     assert_eq!(b.state_of("x"), "STOPPED", "the cluster is halted");
     assert!(!answered(&b, "x"));
-    // c has adoption off: it never takes x (nor y).
-    std::thread::sleep(Duration::from_secs(4));
-    assert!(!runs(&c, "x") && !runs(&c, "y"));
-    assert!(runs(&b, "y"));
+    // c has adoption off: z is started nowhere.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!runs(&c, "z"), "adopt = false");
+    assert!(b.fleet().iter().all(|(k, _, _)| k != "z"));
     // The lift resumes the adopted agent with the others.
     let (status, body) = c.post("/api/resume", None);
     assert_eq!(status, 200, "{body}");
@@ -1609,8 +1611,8 @@ fn a_partitioned_owner_that_comes_back_halts_the_agent_another_node_adopted() {
         return;
     };
     let proxy = Proxy::start(nats.port);
-    let a = Node::start_with(&dir, "a", &proxy.url(), &adoption_team(&[], ""));
-    let b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["b1"], ""));
+    let a = Node::start_with(&dir, "a", &proxy.url(), &adoption_team(&["x"], ""));
+    let b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["x", "b1"], ""));
     assert!(runs(&a, "x") && !runs(&b, "x"));
     // a cut off longer than the TTL: its lease ages out and b adopts x.
     proxy.black_hole();
