@@ -2626,7 +2626,11 @@ async fn a_lift_resumes_what_the_fleet_halt_stopped_and_nothing_else() {
 
     let (status, body) = call!(
         app,
-        post("/api/resume", Some(ADMIN), Some(json!({"reason": "all clear"})))
+        post(
+            "/api/resume",
+            Some(ADMIN),
+            Some(json!({"reason": "all clear"}))
+        )
     );
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["resumed"], json!([{"agent": "a"}]), "{body}");

@@ -1286,7 +1286,10 @@ fn a_lift_on_b_runs_every_nodes_agents_again_and_a_later_node_comes_up_running()
     // Nothing to lift yet.
     let (status, body) = b.post("/api/resume", None);
     assert_eq!(status, 409, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("not halted"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("not halted"),
+        "{body}"
+    );
     halt_cluster(&a, &[(&a, "a1"), (&b, "b1")]);
     assert!(!answered(&b, "b1"), "a halted agent answers nothing");
     // The lift on b, through the CLI.
@@ -1373,7 +1376,9 @@ fn a_lift_whose_read_went_stale_is_refused_and_the_cluster_stays_halted() {
         runtime.block_on(async {
             let entry = kv.entry("halt").await.unwrap().unwrap();
             let body = serde_json::to_vec(&state).unwrap();
-            kv.update("halt", body.into(), entry.revision).await.unwrap();
+            kv.update("halt", body.into(), entry.revision)
+                .await
+                .unwrap();
         })
     };
     let lift_on_b = || {
@@ -1388,8 +1393,10 @@ fn a_lift_whose_read_went_stale_is_refused_and_the_cluster_stays_halted() {
     //    compare-and-swap can tell).
     let lifting = lift_on_b();
     std::thread::sleep(Duration::from_millis(500));
-    rewrite(serde_json::json!({"epoch": 1, "halted": true, "reason": "rewritten", "by": "test",
-                               "node": "test", "at_ms": now_ms()}));
+    rewrite(
+        serde_json::json!({"epoch": 1, "halted": true, "reason": "rewritten", "by": "test",
+                               "node": "test", "at_ms": now_ms()}),
+    );
     let ((status, body), took) = lifting.join().unwrap();
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("a halt came since"), "{body}");
@@ -1407,7 +1414,10 @@ fn a_lift_whose_read_went_stale_is_refused_and_the_cluster_stays_halted() {
     assert_eq!(b.state_of("b1"), "STOPPED");
     let halt = runtime.block_on(async { kv.get("halt").await.unwrap().unwrap() });
     let halt: Value = serde_json::from_slice(&halt).unwrap();
-    assert_eq!((halt["epoch"].as_u64(), &halt["halted"]), (Some(2), &Value::Bool(true)));
+    assert_eq!(
+        (halt["epoch"].as_u64(), &halt["halted"]),
+        (Some(2), &Value::Bool(true))
+    );
     // Nothing in between: the same lift goes through.
     let ((status, body), _) = lift_on_b().join().unwrap();
     assert_eq!(status, 200, "{body}");
@@ -1432,7 +1442,10 @@ fn a_node_cut_off_from_jetstream_cannot_lift_the_halt() {
     let started = Instant::now();
     let (status, body) = b.post("/api/resume", None);
     assert_eq!(status, 503, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("lift refused"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("lift refused"),
+        "{body}"
+    );
     assert!(started.elapsed() < Duration::from_secs(5), "bounded");
     assert_eq!(b.state_of("b1"), "STOPPED");
     std::thread::sleep(Duration::from_millis(500));
@@ -1475,7 +1488,11 @@ fn a_locked_out_agent_stays_locked_out_after_a_lift() {
     wait_until("b1 runs again", Duration::from_secs(5), || {
         b.state_of("b1") == "WAITING_FOR_EVENT"
     });
-    assert_eq!(b.state_of("worker"), "SAFETY_LOCKOUT", "only an unlock lifts it");
+    assert_eq!(
+        b.state_of("worker"),
+        "SAFETY_LOCKOUT",
+        "only an unlock lifts it"
+    );
     assert_eq!(b.get("/api/agents/worker")["emergency_stop"], true);
     // The unlock still works, and is what it takes.
     let (status, body) = b.post("/api/agents/worker/unlock", None);
@@ -1512,7 +1529,12 @@ fn a_dead_nodes_agents_are_adopted_with_their_lockout_and_not_started_twice() {
         return;
     };
     let mut a = Node::start_with(&dir, "a", &nats.url(), &adoption_team(&["x", "y"], ""));
-    let b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["x", "y", "b1"], ""));
+    let b = Node::start_with(
+        &dir,
+        "b",
+        &nats.url(),
+        &adoption_team(&["x", "y", "b1"], ""),
+    );
     // b was started second: a owns x and y, b has them elsewhere.
     assert!(!runs(&b, "x") && !runs(&b, "y"));
     assert_eq!(b.get("/api/cluster")["elsewhere"]["x"], "a");

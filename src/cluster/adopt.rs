@@ -4,7 +4,8 @@
 //! ```text
 //! every beat (heartbeat succeeded, fail safe off), for each agent listed under `elsewhere`:
 //!   1. its lease (agent.KEY in warden_leases) still lives → nothing (the owner noted)
-//!   2. gone (aged out: its node died or was cut off longer than the TTL) →
+//!   2. gone (aged out: its node died or was cut off longer than the TTL), and for long enough that
+//!      a cut-off owner's fail safe is on (see below) →
 //!      read its shared lockout (warden_lockouts)          no answer → not this beat
 //!   3. claim the lease: `create` (fails when another node created it first: it won)
 //!   4. spawn it from the team file's spec, in this node's journal:
@@ -14,6 +15,11 @@
 //! ```
 //!
 //! # Invariants
+//! * **The old owner starts no model call once the agent runs here.** A lease ages out
+//!   `lease_ttl_seconds` after its last renewal; a cut-off owner closes its model gate
+//!   `fail_safe_seconds` after its last heartbeat. When `fail_safe_seconds` is the longer (the
+//!   defaults: 10 > 6), a node waits the difference plus a beat after it first saw the lease gone
+//!   before it claims it ([`Cluster::adoption_wait`]).
 //! * **One node wins.** The lease is claimed by `create`, which JetStream grants to one writer; a
 //!   node that lost the race spawns nothing.
 //! * **Safety state follows the agent.** A lockout in `warden_lockouts` is journaled at the spawn
@@ -30,7 +36,7 @@
 
 use super::{kv_key, Cluster};
 use async_nats::jetstream::kv::{CreateErrorKind, Operation};
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 use warden_protocols::{
     cluster::{AgentLease, LockoutEntry},
     AgentKey, AgentRecord, Breaker, Lockout,
@@ -67,6 +73,14 @@ impl Adopter {
             spec = spec.starting_halted();
         }
         supervisor.spawn(spec).map(drop).map_err(|e| e.to_string())
+    }
+}
+
+/// See [`Cluster::adoption_wait`].
+fn adoption_wait(fail_safe: Duration, lease_ttl: Duration, beat: Duration) -> Duration {
+    match fail_safe.checked_sub(lease_ttl) {
+        Some(more) if !more.is_zero() => more + beat,
+        _ => Duration::ZERO,
     }
 }
 
@@ -127,12 +141,22 @@ impl Cluster {
                 return;
             };
             if let Some(entry) = entry.filter(|e| e.operation == Operation::Put) {
+                self.gone_since.lock().remove(&agent);
                 // Still owned: note by whom (it may have moved to a third node).
                 if let Ok(lease) = serde_json::from_slice::<AgentLease>(&entry.value) {
                     if lease.node != owner && lease.node != self.config.node {
                         self.elsewhere.lock().insert(agent, lease.node);
                     }
                 }
+                continue;
+            }
+            // Gone: long enough for a cut-off owner's fail safe to be on?
+            let first_seen = *self
+                .gone_since
+                .lock()
+                .entry(agent.clone())
+                .or_insert_with(tokio::time::Instant::now);
+            if first_seen.elapsed() < self.adoption_wait() {
                 continue;
             }
             // Its lockout first: without knowing it, nothing is adopted (fail safe).
@@ -159,6 +183,17 @@ impl Cluster {
         }
     }
 
+    /// How long a lease must have been seen gone before it is claimed: 0 when `fail_safe_seconds`
+    /// ≤ `lease_ttl_seconds` (a cut-off owner's model gate closed before its lease aged out),
+    /// otherwise the difference plus a beat.
+    pub(super) fn adoption_wait(&self) -> Duration {
+        adoption_wait(
+            self.config.fail_safe,
+            self.config.lease_ttl,
+            self.config.beat(),
+        )
+    }
+
     /// Spawns `agent`, whose lease this node just created at `revision`; on failure the lease is
     /// given back.
     async fn spawn_adopted(
@@ -179,6 +214,7 @@ impl Cluster {
         let locked = lockout.is_some();
         match adopter.spawn(&self.supervisor, agent, lockout, halted) {
             Ok(()) => {
+                self.gone_since.lock().remove(agent);
                 self.owned.lock().insert(agent.clone(), revision);
                 self.elsewhere.lock().remove(agent);
                 eprintln!(
@@ -198,5 +234,38 @@ impl Cluster {
                 let _ = self.leases.delete(kv_key("agent", agent.as_str())).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adoption_waits_for_a_cut_off_owners_fail_safe() {
+        let s = Duration::from_secs;
+        // The defaults: fail safe 10 s, TTL 6 s, beat 1 s → 5 s more after the lease is gone.
+        assert_eq!(adoption_wait(s(10), s(6), s(1)), s(5));
+        assert_eq!(adoption_wait(s(2), s(3), s(1)), Duration::ZERO);
+        assert_eq!(adoption_wait(s(6), s(6), s(1)), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_shared_lockout_reads_back_as_the_lockout_or_its_text() {
+        let published = Lockout {
+            breaker: Breaker::Stuck,
+            reason: "same call 5 times".into(),
+        };
+        let entry = |locked, reason: String| LockoutEntry {
+            locked,
+            reason,
+            node: "a".into(),
+            at_ms: 1,
+        };
+        let json = serde_json::to_string(&published).unwrap();
+        assert_eq!(lockout_of(&entry(true, json.clone())), Some(published));
+        assert_eq!(lockout_of(&entry(false, json)), None);
+        let text = lockout_of(&entry(true, "locked out".into())).unwrap();
+        assert_eq!(text.reason, "locked out on node a: locked out");
     }
 }

@@ -42,11 +42,10 @@
 //! (the turn's staleness check).
 
 use super::{Cluster, HALT_KEY, HALT_SUBJECT};
-use warden_actors::LiftOutcome;
 use async_nats::jetstream::kv::Operation;
 use futures::{FutureExt, StreamExt};
 use std::{collections::BTreeMap, sync::atomic::Ordering, sync::Arc, time::Duration};
-use warden_actors::{now_ms, HaltAck};
+use warden_actors::{now_ms, HaltAck, LiftOutcome};
 use warden_protocols::cluster::{AgentHaltAck, HaltState, NodeHaltAck};
 
 /// What a cluster halt gathered: this node's acks, each other node's, and the nodes that did not
@@ -425,17 +424,13 @@ impl Cluster {
             Ok(Ok(written)) => written,
             Ok(Err(e)) => {
                 // A lost race (the key moved) or JetStream's refusal: read again to tell which.
-                return Err(
-                    match tokio::time::timeout(bound, self.read_halt()).await {
-                        Ok(Ok((now, now_revision))) if now_revision != revision => {
-                            LiftError::Moved {
-                                read: current.epoch,
-                                now: now.epoch,
-                            }
-                        }
-                        _ => cut(format!("writing the halt key: {e}")),
+                return Err(match tokio::time::timeout(bound, self.read_halt()).await {
+                    Ok(Ok((now, now_revision))) if now_revision != revision => LiftError::Moved {
+                        read: current.epoch,
+                        now: now.epoch,
                     },
-                );
+                    _ => cut(format!("writing the halt key: {e}")),
+                });
             }
             Err(_) => return Err(cut("writing the halt key: no answer".into())),
         };
@@ -478,7 +473,10 @@ impl Cluster {
             })
             .ok()?;
         let operator = if state.reason.trim().is_empty() {
-            format!("{} (lift of the cluster halt, epoch {})", state.by, state.epoch)
+            format!(
+                "{} (lift of the cluster halt, epoch {})",
+                state.by, state.epoch
+            )
         } else {
             format!(
                 "{} (lift of the cluster halt, epoch {}: {})",

@@ -3,8 +3,8 @@
 //! key-value entry, every fast path a core-NATS subject.
 //!
 //! Files: `config.rs` (`[cluster]`, the flags), `error.rs`, `lease.rs` (agent leases, node
-//! heartbeats, the fleet listing), `halt.rs` (the halt as state), `failsafe.rs` (no model call while
-//! cut off), `delegate.rs` (delegation to another node's agent), `budget.rs` (the team token budget
+//! heartbeats, the fleet listing), `halt.rs` (the halt as state, and its lift), `adopt.rs` (moving
+//! a dead node's agents), `failsafe.rs` (no model call while cut off), `delegate.rs` (delegation to another node's agent), `budget.rs` (the team token budget
 //! in slices), `http.rs` (the routes a cluster node answers differently). Wire types are in
 //! [`warden_protocols::cluster`].
 //!
@@ -17,10 +17,15 @@
 //!   read), and a node applies any epoch above its own, from the broadcast, the KV watch or the poll
 //!   on every heartbeat, whichever comes first. A node that starts while the cluster is halted halts
 //!   its agents before it serves (the model gate is closed until then).
+//! * **A lift never overrides a halt it has not seen.** `POST /api/resume` writes `{epoch + 1,
+//!   halted: false}` by one compare-and-swap over the revision read (never retried: a moved key is a
+//!   `409`), and only a successful write resumes anything; a node applies a lift only above its own
+//!   epoch, and a halt racing a lift wins (`halt.rs`).
 //! * **An agent runs on one node.** A node starts only the agents whose lease (`agent.KEY` in
 //!   `warden_leases`) it holds; a lease held by another node is not taken while it lives (the bucket's
 //!   `max_age` is the lease TTL, renewals are revision-checked). A node that finds its lease taken
-//!   halts that agent.
+//!   halts that agent. A lease that aged out is adopted by `create` (one node wins), with the
+//!   agent's shared lockout and the cluster halt applied before it reads anything (`adopt.rs`).
 //! * **Lockouts are shared.** A lockout is published to `warden_lockouts` within a beat; a delegation
 //!   to an agent of another node that is locked out there is refused (`emergency_stop`); an unlock
 //!   on a cluster node happens only after its `locked: false` write succeeded.
@@ -109,6 +114,8 @@ pub struct Cluster {
     lifting: tokio::sync::Mutex<()>,
     /// What adopting an agent of a dead node needs (set by `warden serve`; unset: no adoption).
     adopter: std::sync::OnceLock<adopt::Adopter>,
+    /// Since when each agent of `elsewhere` was seen without a lease (adoption waits on it).
+    gone_since: Mutex<BTreeMap<AgentKey, tokio::time::Instant>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -163,6 +170,7 @@ impl Cluster {
             tasks: delegate::Tasks::default(),
             lifting: tokio::sync::Mutex::new(()),
             adopter: std::sync::OnceLock::new(),
+            gone_since: Mutex::default(),
         });
         let (state, revision) = cluster
             .read_halt()

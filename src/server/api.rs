@@ -1281,7 +1281,12 @@ impl LiftBody {
 
     /// The operator journaled with each resume: `api:admin (lift of the fleet halt: REASON)`.
     pub(crate) fn operator(&self, what: &str) -> String {
-        match self.reason.as_deref().map(str::trim).filter(|r| !r.is_empty()) {
+        match self
+            .reason
+            .as_deref()
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+        {
             Some(reason) => format!("{API_OPERATOR} ({what}: {reason})"),
             None => format!("{API_OPERATOR} ({what})"),
         }
