@@ -36,7 +36,10 @@
 
 use super::{kv_key, Cluster};
 use async_nats::jetstream::kv::{CreateErrorKind, Operation};
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{atomic::Ordering, Arc},
+    time::Duration,
+};
 use warden_protocols::{
     cluster::{AgentLease, LockoutEntry},
     AgentKey, AgentRecord, Breaker, Lockout,
@@ -204,12 +207,15 @@ impl Cluster {
         lockout: Option<Lockout>,
         revision: u64,
     ) {
-        // No lift is applied while the agent is spawned: an epoch that moves meanwhile is a halt.
+        // No lift is applied while the agent is spawned (a halt may be).
         let _lifting = self.lifting.lock().await;
-        let epoch = self.epoch();
+        let halts = self.halted_at.load(Ordering::SeqCst);
         let halted = {
+            // A halt applied here (its write may not have landed) or the key's, unless a lift
+            // above it was applied here (the key may not have been read again since).
             let key = &self.halt.lock().0;
-            key.halted || epoch > key.epoch
+            let halt = halts.max(if key.halted { key.epoch } else { 0 });
+            halt > 0 && halt >= self.lifted.load(Ordering::SeqCst)
         };
         let locked = lockout.is_some();
         match adopter.spawn(&self.supervisor, agent, lockout, halted) {
@@ -223,7 +229,7 @@ impl Cluster {
                     if locked { ", locked out" } else { "" },
                     if halted { ", halted" } else { "" },
                 );
-                if self.epoch() != epoch {
+                if self.halted_at.load(Ordering::SeqCst) != halts {
                     // A halt came while it was spawned (after `halt_all` listed the agents).
                     // Halted with the others again (noted with them: a lift resumes it).
                     self.supervisor.halt_all().await;

@@ -33,8 +33,8 @@
 //!   write has not landed) refuses too.
 //! * **A halt racing a lift wins.** A halt's write retries over a lift with `epoch + 1`, `halted:
 //!   true`; a halt broadcast at an epoch equal to a lift's is applied, a lift at an epoch equal to
-//!   or below a node's own is not. After resuming, a node that sees its epoch moved past the lift's
-//!   (a halt came meanwhile) halts every agent again.
+//!   or below a node's own is not. After resuming, a node that applied a halt meanwhile (its epoch
+//!   moved past the lift's, or a halt of the lift's epoch came) halts every agent again.
 //! * **Stale is ignored.** A lift below a node's epoch is not applied; a halt below it neither.
 //!
 //! Model calls carry the epoch: applying a cluster epoch halts every local agent, which moves each
@@ -111,6 +111,7 @@ impl Cluster {
             *halt = (state.clone(), revision);
         }
         if state.halted && self.epoch.fetch_max(state.epoch, Ordering::SeqCst) < state.epoch {
+            self.halted_at.fetch_max(state.epoch, Ordering::SeqCst);
             tracing::warn!(epoch = state.epoch, by = %state.by, node = %state.node, "cluster halt applied");
             self.supervisor.halt_all().await;
         } else if !state.halted && state.epoch > self.epoch() {
@@ -135,6 +136,7 @@ impl Cluster {
         let seen = self.halt.lock().0.epoch;
         let epoch = self.epoch().max(seen) + 1;
         self.epoch.fetch_max(epoch, Ordering::SeqCst);
+        self.halted_at.fetch_max(epoch, Ordering::SeqCst);
         let local = self.supervisor.halt_all();
         futures::pin_mut!(local);
         // The first poll raises every local halt flag (see `Supervisor::halt_all`).
@@ -236,6 +238,7 @@ impl Cluster {
             match written {
                 Ok(true) => {
                     self.epoch.fetch_max(state.epoch, Ordering::SeqCst);
+                    self.halted_at.fetch_max(state.epoch, Ordering::SeqCst);
                     return;
                 }
                 Ok(false) => {}
@@ -272,6 +275,7 @@ impl Cluster {
                 let own = self.epoch();
                 let ack = if state.epoch >= own {
                     self.epoch.fetch_max(state.epoch, Ordering::SeqCst);
+                    self.halted_at.fetch_max(state.epoch, Ordering::SeqCst);
                     let acks = self.supervisor.halt_all().await;
                     tracing::warn!(epoch = state.epoch, from = %state.node, "cluster halt applied (broadcast)");
                     NodeHaltAck {
@@ -472,6 +476,7 @@ impl Cluster {
                 (state.epoch > own).then_some(state.epoch)
             })
             .ok()?;
+        self.lifted.fetch_max(state.epoch, Ordering::SeqCst);
         let operator = if state.reason.trim().is_empty() {
             format!(
                 "{} (lift of the cluster halt, epoch {})",
@@ -490,8 +495,8 @@ impl Cluster {
             .resume_fleet_halt(&operator)
             .await
             .unwrap_or_default();
-        if self.epoch() != state.epoch {
-            // A halt came while the resumes were queued: it wins.
+        if self.epoch() != state.epoch || self.halted_at.load(Ordering::SeqCst) >= state.epoch {
+            // A halt came while the resumes were queued (above the lift, or of its epoch): it wins.
             self.supervisor.halt_all().await;
         }
         Some(outcomes)

@@ -100,6 +100,11 @@ pub struct Cluster {
     supervisor: Supervisor,
     /// The halt epoch this node has applied.
     epoch: AtomicU64,
+    /// The highest epoch of a halt this node applied (set before its agents are halted).
+    halted_at: AtomicU64,
+    /// The highest epoch of a lift this node applied. Halted while `halted_at` is at or above it
+    /// (a halt and a lift of one epoch: the halt wins).
+    lifted: AtomicU64,
     /// The halt key as last read (and its revision).
     halt: Mutex<(HaltState, u64)>,
     /// Agents this node holds the lease of, with the lease's revision.
@@ -164,6 +169,8 @@ impl Cluster {
             peers: Mutex::default(),
             supervisor,
             epoch: AtomicU64::new(0),
+            halted_at: AtomicU64::new(0),
+            lifted: AtomicU64::new(0),
             halt: Mutex::new((HaltState::default(), 0)),
             owned: Mutex::default(),
             elsewhere: Mutex::default(),
@@ -177,6 +184,10 @@ impl Cluster {
             .await
             .map_err(|e| ClusterError::js("reading the halt key", e))?;
         cluster.epoch.store(state.epoch, Ordering::SeqCst);
+        match state.halted {
+            true => cluster.halted_at.store(state.epoch, Ordering::SeqCst),
+            false => cluster.lifted.store(state.epoch, Ordering::SeqCst),
+        }
         *cluster.halt.lock() = (state, revision);
         for key in agents {
             cluster.claim(key).await?;
