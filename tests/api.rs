@@ -2654,3 +2654,42 @@ async fn a_lift_resumes_what_the_fleet_halt_stopped_and_nothing_else() {
     );
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
 }
+
+#[actix_rt::test]
+async fn an_agent_spawned_locked_out_or_halted_is_so_before_it_reads_anything_and_replays_so() {
+    tokio::time::pause();
+    let f = fixture(WardenConfig::default());
+    let lockout = protocols::Lockout {
+        breaker: protocols::Breaker::ConsecutiveErrors,
+        reason: "model down 1 time".into(),
+    };
+    let locked = f
+        .team
+        .spawn(
+            AgentSpec::assistant("locked", chatty())
+                .starting_locked_out(lockout)
+                .starting_halted(),
+        )
+        .unwrap();
+    let halted = f
+        .team
+        .spawn(AgentSpec::assistant("halted", chatty()).starting_halted())
+        .unwrap();
+    // Locked out at once, with the reason; the halted one reads its halt before any work: an event
+    // sent right after the spawn is discarded by it, never answered.
+    assert_eq!(locked.state(), AgentState::SafetyLockout);
+    assert!(locked.status().emergency_stop);
+    let _ = halted.try_send_event(UserEvent::new("hi"));
+    until("halted stops", || halted.state() == AgentState::Stopped).await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!((halted.status().turns, halted.status().history_len), (0, 0));
+    replay_matches(&f.journal, &locked);
+    replay_matches(&f.journal, &halted);
+    // Both were noted with the fleet halt: a lift resumes the halted one, not the locked-out one.
+    let app = app!(f);
+    let (status, body) = call!(app, post("/api/resume", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["resumed"], json!([{"agent": "halted"}]), "{body}");
+    assert_eq!(halted.state(), AgentState::WaitingForEvent);
+    assert_eq!(locked.state(), AgentState::SafetyLockout);
+}
