@@ -2080,8 +2080,8 @@ replies = [
             format!(
                 "invalid config: line {line}, column 1: `api.admin_tokn`: unknown field \
                  `admin_tokn`, expected one of `admin_token`, `read_token`, `listen`, \
-                 `max_body_bytes`, `session_ttl_seconds`\n{line} | admin_tokn = \"x\"\n   | \
-                 ^^^^^^^^^^"
+                 `max_body_bytes`, `session_ttl_seconds`, `auth_failures_per_minute`\n{line} | \
+                 admin_tokn = \"x\"\n   | ^^^^^^^^^^"
             )
         );
         let err = with("listen = \"nowhere\"").unwrap_err().to_string();
@@ -2096,6 +2096,7 @@ replies = [
             listen: None,
             max_body_bytes: Some(100),
             session_ttl_seconds: None,
+            auth_failures_per_minute: None,
         };
         let env = |admin: Option<&'static str>| {
             move |name: &str| match name {

@@ -449,14 +449,76 @@ fn the_session_cookie_authenticates_the_api_with_csrf_on_mutations() {
 }
 
 #[test]
+fn wrong_tokens_from_one_address_are_refused_for_the_rest_of_the_minute() {
+    // `api.auth_failures_per_minute = 3`: three wrong tokens, by bearer and by the login form.
+    let team = team(0, 3600).replace("[api]\n", "[api]\nauth_failures_per_minute = 3\n");
+    let serve = Serve::start("auth-limit", &team);
+    let client = http();
+    let (status, _) = serve.bearer("GET", "/api/agents", "guess-1", None);
+    assert_eq!(status, 401);
+    let (status, _) = serve.bearer("GET", "/api/agents", "guess-2", None);
+    assert_eq!(status, 401);
+    // A request without a token is not a guess: not counted.
+    let resp = client
+        .get(format!("{}/api/agents", serve.url))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    let resp = client
+        .post(format!("{}/console/login", serve.url))
+        .form(&[("token", "guess-3")])
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401, "the third wrong token");
+    // Now even the right token is refused, with how long to wait, by both doors.
+    let resp = client
+        .get(format!("{}/api/agents", serve.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 429);
+    let wait: u64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    let body: Value = resp.json().unwrap();
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("too many wrong tokens from 127.0.0.1")),
+        "{body}"
+    );
+    let resp = client
+        .post(format!("{}/console/login", serve.url))
+        .form(&[("token", ADMIN)])
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 429);
+    assert!(resp.headers().get("set-cookie").is_none());
+    assert!(resp.headers().get("retry-after").is_some());
+    assert!(resp.text().unwrap().contains("Too many wrong tokens"));
+    // Requests that need no token still work.
+    let resp = client.get(format!("{}/healthz", serve.url)).send().unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+}
+
+#[test]
 fn sessions_expire() {
     let serve = Serve::start("expiry", &team(0, 1));
     let admin = login(&serve, ADMIN);
     let (status, _) = with_cookie(&serve, &admin, "GET", "/api/agents", None);
     assert_eq!(status, 200);
     std::thread::sleep(Duration::from_millis(1300));
-    let (status, _) = with_cookie(&serve, &admin, "GET", "/api/agents", None);
+    let (status, body) = with_cookie(&serve, &admin, "GET", "/api/agents", None);
     assert_eq!(status, 401);
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("console session has expired")),
+        "a stale cookie is told so, not 'missing bearer token': {body}"
+    );
     let resp = http()
         .get(format!("{}/", serve.url))
         .header("cookie", admin.cookie())

@@ -82,7 +82,7 @@ pub use provider::{
 };
 pub use safety::{
     AgentBreakers, BudgetSlices, ChannelInterventionBus, Fingerprint, InterventionBus,
-    LimitCheckpoint, LimitContext, TeamBudget, Verdict,
+    LimitCheckpoint, LimitContext, SliceOf, TeamBudget, Verdict,
 };
 pub use supervisor::{
     AgentSpec, DelegationError, LiftOutcome, RemoteAgents, SpawnError, Supervisor,

@@ -148,6 +148,21 @@ pub enum RemoteReply {
     Abandoned,
 }
 
+/// What the owning node keeps of a delegated task in the bucket `warden_tasks`, by idempotency
+/// key, so that a copy of its request that arrives after the owner restarted is answered from the
+/// first run rather than run again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// The node that runs (ran) it.
+    pub node: String,
+    /// That node's process (random per process): a record of a run of another process with no
+    /// `reply` is a run a crash cut short.
+    pub instance: String,
+    /// The answer, once the task ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<RemoteReply>,
+}
+
 /// Sent on `warden.cluster.delegate.NODE.cancel` when the delegator stopped waiting because it was
 /// halted: the owning node halts the delegate if the task `key` is still running (best effort).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -158,16 +173,18 @@ pub struct RemoteCancel {
     pub from: AgentKey,
 }
 
-/// The team token budget shared by the nodes, the value of `tokens` in the bucket
-/// `warden_budget`. Grown only by compare-and-swap: a node adds a slice to `claimed` (and to its
-/// own entry in `nodes`) before spending it; `claimed` never passes `budget`.
+/// A team budget shared by the nodes, the value of `tokens` (tokens) or `cost` (nano-units: 1e-9
+/// of the price currency) in the bucket `warden_budget`. Grown only by compare-and-swap: a node
+/// adds a slice to `claimed` (and to its own entry in `nodes`) before spending it; `claimed` never
+/// passes `budget`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct BudgetClaims {
-    /// `safety.budget.tokens_per_team` of the node that created the key (the one that counts).
+    /// `safety.budget.tokens_per_team` (or `cost_per_team`) of the node that created the key (the
+    /// one that counts).
     pub budget: u64,
-    /// Tokens claimed by every node together.
+    /// Claimed by every node together.
     pub claimed: u64,
-    /// Tokens claimed by each node.
+    /// Claimed by each node.
     #[serde(default)]
     pub nodes: std::collections::BTreeMap<String, u64>,
 }

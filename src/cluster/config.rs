@@ -13,7 +13,7 @@ use std::time::Duration;
 
 /// The `[cluster]` section. The cluster is on when both `url` and `node` are set (here or by the
 /// flags); see docs/cluster.md.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterSection {
     /// The NATS server, `nats://HOST:PORT` (JetStream on). `--cluster` wins.
@@ -49,6 +49,11 @@ pub struct ClusterSection {
     /// (0 to 10^12; default 0: a tenth of `tokens_per_team`).
     #[serde(deserialize_with = "budget_slice_tokens")]
     pub budget_slice_tokens: u64,
+    /// With `safety.budget.cost_per_team`, the nodes share it the same way, in slices of this much
+    /// cost (the currency of `safety.budget.prices`; 0 to 10^9, finite; default 0: a tenth of
+    /// `cost_per_team`).
+    #[serde(deserialize_with = "budget_slice_cost")]
+    pub budget_slice_cost: f64,
     /// Whether this node adopts the agents of its team file that another node owned, once that
     /// node's lease on them aged out (it died, or was cut off longer than the lease TTL): `true`
     /// (the default) or `false` (such an agent is started again only by a node started with it).
@@ -67,13 +72,14 @@ impl Default for ClusterSection {
             connect_timeout_seconds: 10,
             replicas: 1,
             budget_slice_tokens: 0,
+            budget_slice_cost: 0.0,
             adopt: true,
         }
     }
 }
 
 /// The cluster a node joins: a [`ClusterSection`] with both `url` and `node`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ClusterConfig {
     /// The NATS server.
     pub url: String,
@@ -91,6 +97,8 @@ pub struct ClusterConfig {
     pub replicas: usize,
     /// See [`ClusterSection::budget_slice_tokens`] (0: a tenth of the team budget).
     pub budget_slice_tokens: u64,
+    /// See [`ClusterSection::budget_slice_cost`] (0: a tenth of the team budget).
+    pub budget_slice_cost: f64,
     /// See [`ClusterSection::adopt`].
     pub adopt: bool,
 }
@@ -165,6 +173,7 @@ impl ClusterSection {
             connect_timeout: Duration::from_secs(self.connect_timeout_seconds),
             replicas: usize::try_from(self.replicas).unwrap_or(1),
             budget_slice_tokens: self.budget_slice_tokens,
+            budget_slice_cost: self.budget_slice_cost,
             adopt: self.adopt,
         }))
     }
@@ -245,6 +254,17 @@ fn replicas<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 
 fn budget_slice_tokens<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     in_range(d, 0, 1_000_000_000_000)
+}
+
+fn budget_slice_cost<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let value = f64::deserialize(d)?;
+    if value.is_finite() && (0.0..=1e9).contains(&value) {
+        Ok(value)
+    } else {
+        Err(D::Error::custom(format!(
+            "invalid value {value} (allowed: 0 to 1000000000, a finite number)"
+        )))
+    }
 }
 
 fn connect_timeout_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
@@ -328,6 +348,21 @@ mod tests {
         assert!(
             err.contains("`cluster.url`") && err.contains("nats://"),
             "{err}"
+        );
+        let err = parse("[cluster]\nbudget_slice_cost = -0.5\n").unwrap_err();
+        assert!(
+            err.starts_with(
+                "invalid config: line 2, column 21: `cluster.budget_slice_cost`: invalid value \
+                 -0.5 (allowed: 0 to 1000000000, a finite number)"
+            ),
+            "{err}"
+        );
+        assert_eq!(
+            parse("[cluster]\nbudget_slice_cost = 2\n")
+                .unwrap()
+                .budget_slice_cost,
+            2.0,
+            "an integer is a cost too"
         );
         let err = parse("[cluster]\nadopt = \"yes\"\n").unwrap_err();
         assert!(

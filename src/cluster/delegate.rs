@@ -7,12 +7,29 @@
 //!   inbox for every copy). A halt of the delegator drops the wait and sends a [`RemoteCancel`]
 //!   on `warden.cluster.delegate.NODE.cancel` (best effort, core NATS).
 //! * **Owner's node.** Runs a task once per idempotency key (`instance/delegator/run id/call id`,
-//!   the instance random per delegator process): a copy
-//!   that arrives while the first runs, or after it ended, is answered with the same result (the
-//!   last [`KEEP`] keys are remembered, in memory: a restart of the owner forgets them). A cancel
-//!   for a task still running halts the delegate (cause `parent`).
+//!   the instance random per delegator process): a copy that arrives while the first runs, or
+//!   after it ended, is answered with the same result. The last [`KEEP`] keys are remembered in
+//!   memory, and every task has a [`TaskRecord`] in the bucket `warden_tasks` (written `running`
+//!   before the run, then with its reply; aged out after [`TASK_TTL`]): a key the memory does not
+//!   have (the owner restarted, or forgot it) is looked up there first, and a copy of a task that
+//!   ended is answered from its record. A record left `running` by another process is a run a
+//!   crash cut short: the task runs again (at-least-once). When JetStream does not answer within
+//!   [`RECORD_WAIT`], the task runs (the memory still holds the key for this process). A cancel
+//!   for a task still running halts the delegate (cause `parent`); a cancel that comes before any
+//!   copy of its task (NATS orders nothing across subjects) leaves the key answered `abandoned`,
+//!   so a late copy does not start it. Every cancel is acknowledged.
+//! * **Cancels are sent until acknowledged**, as requests, for at most [`CANCEL_FOR`]: a cancel
+//!   lost to a partition or a reconnect is sent again.
+//!
+//! # Invariants
+//! * A halted delegator's cancel reaches a live owner unless the two are cut off from each other
+//!   for longer than [`CANCEL_FOR`].
+//! * One run per key per process: the memory entry is made, synchronously, before anything
+//!   awaits, so every copy that arrives meanwhile shares the first copy's answer.
+//! * A task whose record holds a reply is never run again while the record lives.
 
 use super::{lockout::Lockouts, Cluster};
+use async_nats::jetstream::kv;
 use futures::{
     future::{BoxFuture, Shared},
     FutureExt, StreamExt,
@@ -28,14 +45,26 @@ use std::{
 };
 use warden_actors::RemoteAgents;
 use warden_protocols::{
-    cluster::{RemoteCancel, RemoteReply, RemoteTask},
+    cluster::{RemoteCancel, RemoteReply, RemoteTask, TaskRecord},
     AgentKey, AgentState, DelegationRefusal, HaltCause,
 };
 
 /// How often a delegator sends its task again while no reply came.
 pub(super) const RESEND: Duration = Duration::from_secs(2);
-/// How many tasks' results an owner remembers for copies of their request.
+/// How long a halted delegator sends its cancel until the owner acknowledges it.
+pub(super) const CANCEL_FOR: Duration = Duration::from_secs(30);
+/// How long one copy of a cancel waits for its acknowledgement.
+const CANCEL_ACK_WAIT: Duration = Duration::from_secs(1);
+/// How many tasks' results an owner remembers in memory for copies of their request.
 pub(super) const KEEP: usize = 4096;
+/// How long a task's record stays in `warden_tasks` (the bucket's `max_age`): far longer than a
+/// delegator sends copies (its chain wait).
+pub(super) const TASK_TTL: Duration = Duration::from_secs(3600);
+/// How long the owner waits for a record lookup before it runs the task anyway.
+pub(super) const RECORD_WAIT: Duration = Duration::from_secs(2);
+/// A reply larger than this is not recorded (a NATS message is at most 1 MiB by default): copies
+/// after a restart then run the task again.
+const RECORD_MAX_BYTES: usize = 512 * 1024;
 
 /// The subject a node receives delegations on.
 pub(crate) fn subject(node: &str) -> String {
@@ -44,14 +73,17 @@ pub(crate) fn subject(node: &str) -> String {
 
 type Answer = Shared<BoxFuture<'static, RemoteReply>>;
 
-/// The owner's record of tasks received, by idempotency key (bounded, oldest forgotten first).
-#[derive(Default)]
+/// The owner's record of tasks received, by idempotency key: in memory (bounded, oldest forgotten
+/// first) and in `warden_tasks`.
 pub(super) struct Tasks {
     inner: Mutex<TasksInner>,
+    records: kv::Store,
     /// Requests received (every copy).
     pub(super) received: AtomicU64,
     /// Tasks run (one per key).
     pub(super) ran: AtomicU64,
+    /// Copies answered from a record another process of this node wrote (after a restart).
+    pub(super) recovered: AtomicU64,
 }
 
 #[derive(Default)]
@@ -60,31 +92,132 @@ struct TasksInner {
     order: VecDeque<String>,
 }
 
+impl TasksInner {
+    /// Keeps `key`'s answer, forgetting the oldest key past [`KEEP`].
+    fn remember(&mut self, key: String, to: AgentKey, answer: Answer) {
+        self.by_key.insert(key.clone(), (to, answer));
+        self.order.push_back(key);
+        while self.order.len() > KEEP {
+            if let Some(old) = self.order.pop_front() {
+                self.by_key.remove(&old);
+            }
+        }
+    }
+}
+
+/// Who runs tasks here: the record's `node` and `instance`.
+struct Runner {
+    supervisor: warden_actors::Supervisor,
+    node: String,
+    instance: String,
+}
+
 impl Tasks {
-    /// The answer to `task`: the running or finished one of its key, or a new run.
-    fn answer(&self, supervisor: &warden_actors::Supervisor, task: RemoteTask) -> Answer {
+    pub(super) fn new(records: kv::Store) -> Tasks {
+        Tasks {
+            inner: Mutex::default(),
+            records,
+            received: AtomicU64::new(0),
+            ran: AtomicU64::new(0),
+            recovered: AtomicU64::new(0),
+        }
+    }
+
+    /// The answer to `task`: the running or finished one of its key (in memory, else in its
+    /// record), or a new run.
+    fn answer(self: &Arc<Self>, runner: Runner, task: RemoteTask) -> Answer {
         self.received.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.inner.lock();
         if let Some((_, answer)) = inner.by_key.get(&task.key) {
             return answer.clone();
         }
-        self.ran.fetch_add(1, Ordering::Relaxed);
         let key = task.key.clone();
         let to = task.to.clone();
-        let supervisor = supervisor.clone();
-        let answer = async move { supervisor.run_remote_task(task).await }
-            .boxed()
-            .shared();
+        let answer = self.clone().run_once(runner, task).boxed().shared();
         // Runs to its end even if every copy's responder is gone.
         actix_rt::spawn(answer.clone().map(drop));
-        inner.by_key.insert(key.clone(), (to, answer.clone()));
-        inner.order.push_back(key);
+        inner.remember(key, to, answer.clone());
+        answer
+    }
+
+    /// The reply of the record of `task`'s key if the task ended; else runs it. The record is
+    /// created `running` first — one JetStream round trip before the run, which is also the
+    /// lookup: only a key that has a record already is read — and gets the reply after the reply
+    /// was sent (a copy can only come after a restart while the delegator has no reply yet).
+    async fn run_once(self: Arc<Self>, runner: Runner, task: RemoteTask) -> RemoteReply {
+        let record_key = super::kv_key("task", &task.key);
+        let mut record = TaskRecord {
+            node: runner.node,
+            instance: runner.instance,
+            reply: None,
+        };
+        let create = self.records.create(&record_key, bytes_of(&record).into());
+        let created = tokio::time::timeout(RECORD_WAIT, create).await;
+        let exists =
+            matches!(&created, Ok(Err(e)) if e.kind() == kv::CreateErrorKind::AlreadyExists);
+        if exists {
+            let found = tokio::time::timeout(RECORD_WAIT, self.records.get(&record_key)).await;
+            if let Ok(Ok(Some(bytes))) = found {
+                if let Ok(TaskRecord {
+                    reply: Some(reply), ..
+                }) = serde_json::from_slice::<TaskRecord>(&bytes)
+                {
+                    self.recovered.fetch_add(1, Ordering::Relaxed);
+                    return reply;
+                }
+            }
+            // A run of another process that a crash cut short: this one runs it (at-least-once).
+            self.put(&record_key, &record).await;
+        } else if !matches!(created, Ok(Ok(_))) {
+            eprintln!("warden: cluster: delegated task {record_key}: no record (JetStream did not answer): it runs");
+        }
+        self.ran.fetch_add(1, Ordering::Relaxed);
+        let reply = runner.supervisor.run_remote_task(task).await;
+        record.reply = Some(reply.clone());
+        let tasks = self.clone();
+        actix_rt::spawn(async move { tasks.put(&record_key, &record).await });
+        reply
+    }
+
+    /// Writes a record, bounded by [`RECORD_WAIT`]; a failure is only said (the memory still
+    /// answers copies for this process).
+    async fn put(&self, key: &str, record: &TaskRecord) {
+        let body = bytes_of(record);
+        if body.len() > RECORD_MAX_BYTES {
+            eprintln!(
+                "warden: cluster: the reply to delegated task {key} is {} bytes (> {RECORD_MAX_BYTES}): not recorded",
+                body.len()
+            );
+            return;
+        }
+        let written = tokio::time::timeout(RECORD_WAIT, self.records.put(key, body.into())).await;
+        if !matches!(written, Ok(Ok(_))) {
+            eprintln!("warden: cluster: delegated task {key}: its record was not written (JetStream did not answer)");
+        }
+    }
+
+    /// A cancel for `key` that came before any copy of its task: the key is answered
+    /// `abandoned` from now on (nothing runs). `false` when the key is known already.
+    fn cancelled_before(&self, key: &str, from: &AgentKey) -> bool {
+        let mut inner = self.inner.lock();
+        if inner.by_key.contains_key(key) {
+            return false;
+        }
+        let abandoned = futures::future::ready(RemoteReply::Abandoned)
+            .boxed()
+            .shared();
+        // The delegate is not known (no copy came): the delegator stands in for it; the entry
+        // is never `running`, so it is never halted.
+        inner
+            .by_key
+            .insert(key.to_owned(), (from.clone(), abandoned));
+        inner.order.push_back(key.to_owned());
         while inner.order.len() > KEEP {
             if let Some(old) = inner.order.pop_front() {
                 inner.by_key.remove(&old);
             }
         }
-        answer
+        true
     }
 
     /// The delegate of task `key`, while it runs.
@@ -144,9 +277,22 @@ impl RemoteAgents for Remote {
             from: from.clone(),
         };
         let subject = format!("{}.cancel", subject(node));
-        let body = serde_json::to_vec(&cancel).unwrap_or_default();
+        let body = bytes_of(&cancel);
         actix_rt::spawn(async move {
-            let _ = cluster.client.publish(subject, body.into()).await;
+            let deadline = tokio::time::Instant::now() + CANCEL_FOR;
+            while tokio::time::Instant::now() < deadline {
+                let ask = cluster.client.request(subject.clone(), body.clone().into());
+                match tokio::time::timeout(CANCEL_ACK_WAIT, ask).await {
+                    Ok(Ok(_)) => return,
+                    // No responder (the owner is not subscribed now) fails at once: not a spin.
+                    Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(250)).await,
+                    Err(_) => {}
+                }
+            }
+            eprintln!(
+                "warden: cluster: the cancel of delegated task {} was not acknowledged within {CANCEL_FOR:?}",
+                cancel.key
+            );
         });
     }
 }
@@ -207,7 +353,12 @@ impl Cluster {
             let Ok(task) = serde_json::from_slice::<RemoteTask>(&message.payload) else {
                 continue;
             };
-            let answer = self.tasks.answer(&self.supervisor, task);
+            let runner = Runner {
+                supervisor: self.supervisor.clone(),
+                node: self.config.node.clone(),
+                instance: self.instance.clone(),
+            };
+            let answer = self.tasks.answer(runner, task);
             let client = self.client.clone();
             actix_rt::spawn(async move {
                 let reply = answer.await;
@@ -231,15 +382,22 @@ impl Cluster {
                     parent: cancel.from,
                 };
                 let _ = self.supervisor.halt(to.as_str(), cause).await;
+            } else {
+                self.tasks.cancelled_before(&cancel.key, &cancel.from);
+            }
+            if let Some(reply_to) = message.reply {
+                let _ = self.client.publish(reply_to, "ack".into()).await;
             }
         }
     }
 
-    /// Requests received and tasks run (`GET /api/cluster`'s `delegations`).
-    pub(super) fn delegation_counts(&self) -> (u64, u64) {
+    /// Requests received, tasks run, and copies answered from a record of an earlier process
+    /// (`GET /api/cluster`'s `delegations`).
+    pub(super) fn delegation_counts(&self) -> (u64, u64, u64) {
         (
             self.tasks.received.load(Ordering::Relaxed),
             self.tasks.ran.load(Ordering::Relaxed),
+            self.tasks.recovered.load(Ordering::Relaxed),
         )
     }
 }

@@ -163,19 +163,7 @@ async fn status(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
             .ok()
             .and_then(Result::ok),
     };
-    let held = cluster.supervisor.budget_held();
-    let budget = match (held, cluster.fail.reason()) {
-        (Some(held), None) => serde_json::json!({
-            "held": held,
-            "used": cluster.supervisor.fleet_view().tokens,
-            "shared": cluster.budget_claims().await,
-        }),
-        (Some(held), Some(_)) => serde_json::json!({
-            "held": held,
-            "used": cluster.supervisor.fleet_view().tokens,
-        }),
-        (None, _) => serde_json::Value::Null,
-    };
+    let budget = cluster.budget_status(cluster.fail.reason().is_none()).await;
     HttpResponse::Ok().json(serde_json::json!({
         "node": cluster.node(),
         "url": cluster.config.url,
@@ -194,6 +182,7 @@ async fn status(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
         "delegations": {
             "received": cluster.delegation_counts().0,
             "ran": cluster.delegation_counts().1,
+            "recovered": cluster.delegation_counts().2,
         },
     }))
 }

@@ -4,8 +4,9 @@
 //!
 //! Files: `config.rs` (`[cluster]`, the flags), `error.rs`, `lease.rs` (agent leases, node
 //! heartbeats, the fleet listing), `halt.rs` (the halt as state, and its lift), `adopt.rs` (moving
-//! a dead node's agents), `failsafe.rs` (no model call while cut off), `delegate.rs` (delegation to another node's agent), `budget.rs` (the team token budget
-//! in slices), `http.rs` (the routes a cluster node answers differently). Wire types are in
+//! a dead node's agents), `failsafe.rs` (no model call while cut off), `delegate.rs` (delegation to
+//! another node's agent), `budget.rs` (the team token and cost budgets in slices), `http.rs` (the
+//! routes a cluster node answers differently). Wire types are in
 //! [`warden_protocols::cluster`].
 //!
 //! # Invariants
@@ -32,8 +33,9 @@
 //! * **A delegation across nodes runs once per idempotency key.** The delegator's supervisor checks
 //!   and waits as for a local delegate; the request is sent until answered; the owner answers every
 //!   copy of a key with its first run's result; a halted delegator's cancel halts the delegate.
-//! * **The team token budget is claimed before it is spent.** Slices are added to `claimed` by
-//!   compare-and-swap, never past the budget; a node's budget check is against what it holds.
+//! * **The team budgets are claimed before they are spent.** Slices (of tokens, of cost) are added
+//!   to `claimed` by compare-and-swap, never past the budget; a node's budget check is against
+//!   what it holds.
 //! * **Fail safe.** A node whose heartbeats to JetStream have failed for longer than
 //!   `cluster.fail_safe_seconds` closes the team's model gate: no model call starts until a
 //!   heartbeat succeeds again (after the halt key was read again). It says so in the journal (a
@@ -76,6 +78,9 @@ pub const HALT_KEY: &str = "halt";
 pub const LEASE_BUCKET: &str = "warden_leases";
 /// The bucket of shared lockouts (`agent.KEY`).
 pub const LOCKOUT_BUCKET: &str = "warden_lockouts";
+/// The bucket of delegated tasks' records by idempotency key (`task.KEY`; entries age out after
+/// [`delegate::TASK_TTL`]).
+pub const TASK_BUCKET: &str = "warden_tasks";
 /// The core-NATS subject a halt is broadcast on (replies are the acknowledgements).
 /// (Delegations to a node's agents: `warden.cluster.delegate.NODE`, see `delegate.rs`.)
 pub const HALT_SUBJECT: &str = "warden.cluster.halt";
@@ -113,7 +118,7 @@ pub struct Cluster {
     elsewhere: Mutex<BTreeMap<AgentKey, String>>,
     fail: failsafe::FailSafe,
     /// Delegations received from other nodes, by idempotency key.
-    tasks: delegate::Tasks,
+    tasks: Arc<delegate::Tasks>,
     /// Held while a lift of the cluster halt is written or applied (one at a time; a halt never
     /// takes it).
     lifting: tokio::sync::Mutex<()>,
@@ -155,6 +160,7 @@ impl Cluster {
         let leases = bucket(&js, &config, LEASE_BUCKET, 1, config.lease_ttl).await?;
         let lockouts_kv = bucket(&js, &config, LOCKOUT_BUCKET, 5, Duration::ZERO).await?;
         let budget_kv = bucket(&js, &config, budget::BUDGET_BUCKET, 5, Duration::ZERO).await?;
+        let tasks_kv = bucket(&js, &config, TASK_BUCKET, 1, delegate::TASK_TTL).await?;
         let cluster = Arc::new(Cluster {
             instance: format!("{:016x}", rand::random::<u64>()),
             fail: failsafe::FailSafe::new(),
@@ -174,7 +180,7 @@ impl Cluster {
             halt: Mutex::new((HaltState::default(), 0)),
             owned: Mutex::default(),
             elsewhere: Mutex::default(),
-            tasks: delegate::Tasks::default(),
+            tasks: Arc::new(delegate::Tasks::new(tasks_kv)),
             lifting: tokio::sync::Mutex::new(()),
             adopter: std::sync::OnceLock::new(),
             gone_since: Mutex::default(),

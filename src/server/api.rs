@@ -62,6 +62,9 @@ pub struct ApiConfig {
     /// How long a console session lasts after its login, in seconds (0 =
     /// [`crate::server::console::DEFAULT_SESSION_TTL_SECONDS`]).
     pub session_ttl_seconds: u64,
+    /// Wrong tokens allowed per client address and minute before it is refused `429` for the
+    /// rest of the minute (`None`: 10; `Some(0)`: no limit). See `api.auth_failures_per_minute`.
+    pub auth_failures_per_minute: Option<u32>,
 }
 
 impl std::fmt::Debug for ApiConfig {
@@ -71,6 +74,7 @@ impl std::fmt::Debug for ApiConfig {
             .field("read_token", &self.read_token.as_ref().map(|_| "***"))
             .field("body_limit", &self.body_limit)
             .field("session_ttl_seconds", &self.session_ttl_seconds)
+            .field("auth_failures_per_minute", &self.auth_failures_per_minute)
             .finish()
     }
 }
@@ -92,6 +96,7 @@ impl ApiConfig {
             read_token: var("WARDEN_READ_TOKEN").or_else(|| section.read_token.clone()),
             body_limit: section.max_body_bytes.unwrap_or(DEFAULT_BODY_LIMIT),
             session_ttl_seconds: section.session_ttl_seconds.unwrap_or(0),
+            auth_failures_per_minute: section.auth_failures_per_minute,
         }
     }
 
@@ -142,6 +147,12 @@ impl ApiConfig {
         }
     }
 
+    /// Wrong tokens allowed per address and minute (0: no limit).
+    pub(crate) fn auth_failure_limit(&self) -> u32 {
+        self.auth_failures_per_minute
+            .unwrap_or(super::auth_limit::DEFAULT_AUTH_FAILURES_PER_MINUTE)
+    }
+
     /// How long a console session lasts.
     pub(crate) fn session_ttl(&self) -> std::time::Duration {
         std::time::Duration::from_secs(match self.session_ttl_seconds {
@@ -171,6 +182,10 @@ pub struct ApiSection {
     /// [`crate::server::console::DEFAULT_SESSION_TTL_SECONDS`], 8 hours).
     #[serde(default)]
     pub session_ttl_seconds: Option<u64>,
+    /// Wrong tokens allowed per client address and minute before every request from it that
+    /// needs a token is refused `429` for the rest of the minute (default 10; 0 = no limit).
+    #[serde(default)]
+    pub auth_failures_per_minute: Option<u32>,
 }
 
 impl std::fmt::Debug for ApiSection {
@@ -181,6 +196,7 @@ impl std::fmt::Debug for ApiSection {
             .field("listen", &self.listen)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("session_ttl_seconds", &self.session_ttl_seconds)
+            .field("auth_failures_per_minute", &self.auth_failures_per_minute)
             .finish()
     }
 }
@@ -269,6 +285,8 @@ pub struct ApiState {
     pub mcp: Arc<crate::server::mcp::McpSessions>,
     /// The browser console's logged-in sessions ([`crate::server::console`]).
     pub console: Arc<crate::server::console::Sessions>,
+    /// Wrong tokens by client address (`api.auth_failures_per_minute`).
+    pub auth_failures: Arc<super::auth_limit::AuthFailures>,
     /// This node's cluster (`warden serve --cluster`): its routes shadow `POST /api/halt` and
     /// `GET /api/agents` (see [`crate::cluster`]).
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
@@ -297,6 +315,9 @@ impl ApiState {
             metrics: Arc::default(),
             mcp: Arc::default(),
             console: Arc::new(crate::server::console::Sessions::new(config.session_ttl())),
+            auth_failures: Arc::new(super::auth_limit::AuthFailures::new(
+                config.auth_failure_limit(),
+            )),
             config,
             cluster: None,
         }
@@ -358,6 +379,8 @@ pub struct ApiError {
     pub status: StatusCode,
     /// The text of `{"error": …}`, and the error's `Display`.
     pub message: String,
+    /// Seconds for a `Retry-After` header (a `429`).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -366,6 +389,21 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// `429`: `addr` sent too many wrong tokens; it may try again in `seconds`.
+    pub(crate) fn too_many_failures(addr: std::net::IpAddr, seconds: u64) -> Self {
+        ApiError {
+            retry_after: Some(seconds),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "too many wrong tokens from {addr}: refused for {seconds} s more \
+                     (api.auth_failures_per_minute)"
+                ),
+            )
         }
     }
 
@@ -389,6 +427,9 @@ impl ResponseError for ApiError {
         let mut response = HttpResponse::build(self.status);
         if self.status == StatusCode::UNAUTHORIZED {
             response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+        }
+        if let Some(seconds) = self.retry_after {
+            response.insert_header((header::RETRY_AFTER, seconds.to_string()));
         }
         response.json(serde_json::json!({ "error": self.message }))
     }
@@ -441,6 +482,14 @@ pub(crate) fn access_of(req: &HttpRequest) -> Result<Access, ApiError> {
     let state = req
         .app_data::<web::Data<ApiState>>()
         .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "api state missing"))?;
+    // A client over the limit of wrong tokens is refused before its credentials are read.
+    let addr = req.peer_addr().map(|a| a.ip());
+    if let Some(addr) = addr {
+        state
+            .auth_failures
+            .check(addr)
+            .map_err(|seconds| ApiError::too_many_failures(addr, seconds))?;
+    }
     let Some(authorization) = req.headers().get(header::AUTHORIZATION) else {
         if let Some(access) = crate::server::console::cookie_access(state, req)? {
             return Ok(access);
@@ -455,8 +504,12 @@ pub(crate) fn access_of(req: &HttpRequest) -> Result<Access, ApiError> {
         .ok()
         .and_then(bearer_token)
         .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "missing bearer token"))?;
-    access_of_token(&state.config, token)
-        .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "invalid bearer token"))
+    access_of_token(&state.config, token).ok_or_else(|| {
+        if let Some(addr) = addr {
+            state.auth_failures.failed(addr);
+        }
+        ApiError::new(StatusCode::UNAUTHORIZED, "invalid bearer token")
+    })
 }
 
 /// Extractor: a request with the read or the admin token.

@@ -3,6 +3,7 @@
 //! SQLite journal and the API together for `warden serve`.
 
 pub mod api;
+pub mod auth_limit;
 pub mod console;
 pub mod events;
 pub mod mcp;

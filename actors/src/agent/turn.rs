@@ -435,16 +435,21 @@ impl React<'_> {
         }
     }
 
-    /// A team budget shared by the nodes of a cluster (slices, [`crate::safety::BudgetSlices`]):
-    /// a call that would spend past what this node holds waits for a slice first (a halt ends the
-    /// wait). No slice granted: the budget check of the request stops it, as on one node.
+    /// Team budgets shared by the nodes of a cluster (slices, [`crate::safety::BudgetSlices`]): a
+    /// call that would spend past what this node holds of the token or the cost budget waits for a
+    /// slice first (a halt ends the wait). No slice granted: the budget check of the request stops
+    /// it, as on one node.
     async fn budget_slice(&self) -> Next<()> {
         let team = &self.cell.safety.team;
-        if team.held().is_none() {
+        if !team.shared() {
             return Next::Go(());
         }
         let estimate = context::estimate_tokens(&self.cell.conversation());
-        match unless_halted(self.token, team.cover(estimate)).await {
+        let cost = self
+            .cell
+            .breakers(|b| b.estimated_cost(estimate))
+            .unwrap_or(0.0);
+        match unless_halted(self.token, team.cover(estimate, cost)).await {
             Some(_) => Next::Go(()),
             None => self.end(TerminationReason::Halted, self.iteration - 1),
         }

@@ -212,6 +212,15 @@ impl AgentBreakers {
         self.patterns.as_mut().and_then(|p| p.owed_warning.take())
     }
 
+    /// What a call of about `prompt_tokens` costs at this agent's model's price, as the budget
+    /// check estimates it (0 without a price).
+    pub(crate) fn estimated_cost(&self, prompt_tokens: u64) -> f64 {
+        self.config
+            .budget
+            .price(&self.model)
+            .map_or(0.0, |p| p.cost(prompt_tokens, 0))
+    }
+
     /// The budget checks; `team_stop` is set when the team's budget (not the agent's) stops the call.
     fn check_budgets(&mut self, estimated_prompt_tokens: u64, team_stop: &mut bool) -> Verdict {
         if let Some(v) = self.locked_verdict() {
@@ -230,7 +239,7 @@ impl AgentBreakers {
                 ),
             };
         }
-        let est_cost = b.price(&self.model).map_or(0.0, |p| p.cost(est, 0));
+        let est_cost = self.estimated_cost(est);
         let used_cost = self.totals.cost;
         let after_cost = used_cost + est_cost;
         if b.cost_per_agent > 0.0

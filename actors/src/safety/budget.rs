@@ -47,14 +47,25 @@ pub(crate) enum TeamCheck {
     Exceeded(String),
 }
 
-/// Where a node of a cluster claims slices of a team token budget shared by several nodes
-/// (`warden::cluster`): with it, the team's token limit is what this node holds, and a model call
-/// that would spend past it waits for [`BudgetSlices::claim`] first.
+/// Which team budget a slice is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SliceOf {
+    /// `safety.budget.tokens_per_team`, in tokens.
+    Tokens,
+    /// `safety.budget.cost_per_team`, in nano-units (1e-9 of the price currency), so that a
+    /// slice is an integer like a token slice.
+    Cost,
+}
+
+/// Where a node of a cluster claims slices of team budgets shared by several nodes
+/// (`warden::cluster`): with it, the team's token and cost limits are what this node holds, and a
+/// model call that would spend past either waits for [`BudgetSlices::claim`] first.
 pub trait BudgetSlices: Send + Sync + 'static {
-    /// Claims one more slice for this node (by compare-and-swap on the shared total). Resolves
-    /// with the tokens granted: 0 when the budget has no slice left, or the claim failed (the
-    /// call is then stopped by the budget, as on one node). Bounded by the implementation.
-    fn claim(&self) -> BoxFuture<'static, u64>;
+    /// Claims one more slice of `of` for this node (by compare-and-swap on the shared total).
+    /// Resolves with what was granted (tokens, or cost in nano-units): 0 when that budget has no
+    /// slice left, or the claim failed (the call is then stopped by the budget, as on one node).
+    /// Bounded by the implementation.
+    fn claim(&self, of: SliceOf) -> BoxFuture<'static, u64>;
 }
 
 impl std::fmt::Debug for dyn BudgetSlices {
@@ -77,10 +88,11 @@ pub struct TeamBudget {
     agents: AtomicUsize,
     /// The agents locked out now, in key order.
     locked_out: Mutex<BTreeSet<AgentKey>>,
-    /// With slices (a cluster): the tokens this node holds (claimed slices); the token limit is
-    /// the smaller of it and `token_limit`.
+    /// With slices (a cluster): the tokens and the cost (nano-units) this node holds (claimed
+    /// slices); each limit is the smaller of what is held and the configured one.
     slices: OnceLock<Arc<dyn BudgetSlices>>,
     held: AtomicU64,
+    held_cost_nanos: AtomicU64,
     /// One claim at a time (agents waiting for a slice share it).
     claiming: tokio::sync::Mutex<()>,
 }
@@ -100,44 +112,85 @@ impl TeamBudget {
             locked_out: Mutex::new(BTreeSet::new()),
             slices: OnceLock::new(),
             held: AtomicU64::new(0),
+            held_cost_nanos: AtomicU64::new(0),
             claiming: tokio::sync::Mutex::new(()),
         }
     }
 
-    /// Shares the token budget with other nodes: from now on this team may spend only `held` (what
-    /// it claimed before a restart) and the slices it claims through `slices` ([`BudgetSlices`]).
-    /// Once; `false` (ignored) when set already or when there is no `tokens_per_team`.
-    pub fn set_slices(&self, slices: Arc<dyn BudgetSlices>, held: u64) -> bool {
-        if self.token_limit == 0 || self.slices.set(slices).is_err() {
+    /// Shares the team budgets (`tokens_per_team`, `cost_per_team`, those that are set) with other
+    /// nodes: from now on this team may spend only what it holds — `held_tokens` and `held_cost`
+    /// (what it claimed before a restart) and the slices it claims through `slices`
+    /// ([`BudgetSlices`]). Once; `false` (ignored) when set already or when neither budget is set.
+    pub fn set_slices(
+        &self,
+        slices: Arc<dyn BudgetSlices>,
+        held_tokens: u64,
+        held_cost: f64,
+    ) -> bool {
+        if (self.token_limit == 0 && !self.has_cost_limit()) || self.slices.set(slices).is_err() {
             return false;
         }
-        self.held.store(held, Ordering::Release);
+        self.held.store(held_tokens, Ordering::Release);
+        self.held_cost_nanos
+            .store(to_nanos(held_cost), Ordering::Release);
         true
     }
 
-    /// With slices: the tokens this node holds (`None` without).
-    pub fn held(&self) -> Option<u64> {
-        self.slices.get().map(|_| self.held.load(Ordering::Acquire))
+    fn has_cost_limit(&self) -> bool {
+        to_nanos(self.cost_limit) > 0
     }
 
-    /// With slices: claims slices until a call of about `tokens` more fits what this node holds,
-    /// or no slice is granted (the budget check then stops the call). At once without slices, or
-    /// when it fits already.
-    pub(crate) async fn cover(&self, tokens: u64) -> bool {
+    /// Whether the budgets are shared through slices (a cluster with a team budget).
+    pub fn shared(&self) -> bool {
+        self.slices.get().is_some()
+    }
+
+    /// With a shared token budget: the tokens this node holds (`None` without).
+    pub fn held(&self) -> Option<u64> {
+        (self.shared() && self.token_limit > 0).then(|| self.held.load(Ordering::Acquire))
+    }
+
+    /// With a shared cost budget: the cost this node holds (`None` without).
+    pub fn held_cost(&self) -> Option<f64> {
+        (self.shared() && self.has_cost_limit())
+            .then(|| self.held_cost_nanos.load(Ordering::Acquire) as f64 / NANOS)
+    }
+
+    /// With slices: claims slices until a call of about `tokens` more tokens and `cost` more
+    /// cost fits what this node holds of each shared budget, or a claim grants nothing (the
+    /// budget check then stops the call). At once without slices, or when it fits already.
+    pub(crate) async fn cover(&self, tokens: u64, cost: f64) -> bool {
         let Some(slices) = self.slices.get() else {
             return true;
         };
-        let fits = || self.tokens().saturating_add(tokens) <= self.held.load(Ordering::Acquire);
-        if fits() {
+        let cost = to_nanos(cost);
+        let fits = |of: SliceOf| match of {
+            SliceOf::Tokens => {
+                self.token_limit == 0
+                    || self.tokens().saturating_add(tokens) <= self.held.load(Ordering::Acquire)
+            }
+            SliceOf::Cost => {
+                !self.has_cost_limit()
+                    || self.cost_nanos.load(Ordering::Acquire).saturating_add(cost)
+                        <= self.held_cost_nanos.load(Ordering::Acquire)
+            }
+        };
+        if fits(SliceOf::Tokens) && fits(SliceOf::Cost) {
             return true;
         }
         let _one = self.claiming.lock().await;
-        while !fits() {
-            let granted = slices.claim().await;
-            if granted == 0 {
-                return false;
+        for of in [SliceOf::Tokens, SliceOf::Cost] {
+            let held = match of {
+                SliceOf::Tokens => &self.held,
+                SliceOf::Cost => &self.held_cost_nanos,
+            };
+            while !fits(of) {
+                let granted = slices.claim(of).await;
+                if granted == 0 {
+                    return false;
+                }
+                held.fetch_add(granted, Ordering::AcqRel);
             }
-            self.held.fetch_add(granted, Ordering::AcqRel);
         }
         true
     }
@@ -218,6 +271,22 @@ impl TeamBudget {
         }
         let used_cost = self.cost();
         let after_cost = used_cost + cost;
+        let held_cost = self
+            .held_cost()
+            .map(|_| self.held_cost_nanos.load(Ordering::Acquire));
+        if let Some(held) = held_cost.filter(|&held| {
+            let after = self
+                .cost_nanos
+                .load(Ordering::Acquire)
+                .saturating_add(to_nanos(cost));
+            held < to_nanos(self.cost_limit) && after > held
+        }) {
+            return TeamCheck::Exceeded(format!(
+                "team cost budget exhausted: {used_cost:.4} used + about {cost:.4} for this call > {:.4} held by this node (no slice of safety.budget.cost_per_team = {} left to claim)",
+                held as f64 / NANOS,
+                self.cost_limit
+            ));
+        }
         if self.cost_limit > 0.0 && after_cost > self.cost_limit {
             return TeamCheck::Exceeded(format!(
                 "team cost budget exhausted: {used_cost:.4} used + about {cost:.4} for this call > {} (safety.budget.cost_per_team)",
@@ -302,7 +371,7 @@ mod tests {
     }
 
     impl BudgetSlices for Pool {
-        fn claim(&self) -> BoxFuture<'static, u64> {
+        fn claim(&self, _of: SliceOf) -> BoxFuture<'static, u64> {
             let mut left = self.left.lock();
             let grant = self.slice.min(*left);
             *left -= grant;
@@ -318,23 +387,102 @@ mod tests {
             left: Mutex::new(250), // the other nodes claimed the rest
             slice: 100,
         });
-        assert!(team.set_slices(pool.clone(), 0));
+        assert!(team.set_slices(pool.clone(), 0, 0.0));
         assert_eq!(team.held(), Some(0));
-        assert!(team.cover(150).await, "two slices claimed for it");
+        assert!(team.cover(150, 0.0).await, "two slices claimed for it");
         assert_eq!(team.held(), Some(200));
         assert_eq!(team.check(150, 0.0), TeamCheck::Ok);
         team.record(&"a".into(), 180, 0.0);
-        assert!(team.cover(60).await, "the last, smaller slice");
+        assert!(team.cover(60, 0.0).await, "the last, smaller slice");
         assert_eq!(team.held(), Some(250));
-        assert!(!team.cover(100).await, "nothing left to claim");
+        assert!(!team.cover(100, 0.0).await, "nothing left to claim");
         let TeamCheck::Exceeded(why) = team.check(100, 0.0) else {
             panic!("not stopped past what it holds");
         };
         assert!(why.contains("250 held by this node"), "{why}");
         assert!(
-            !TeamBudget::new(&config(0, 0.0)).set_slices(pool, 0),
+            !TeamBudget::new(&config(0, 0.0)).set_slices(pool, 0, 0.0),
             "no team budget: no slices"
         );
+    }
+
+    /// Grants slices of tokens and of cost from separate pools, counting the claims of each.
+    struct TwoPools {
+        tokens: Pool,
+        cost_nanos: Pool,
+        claims: Mutex<Vec<SliceOf>>,
+    }
+
+    impl BudgetSlices for TwoPools {
+        fn claim(&self, of: SliceOf) -> BoxFuture<'static, u64> {
+            self.claims.lock().push(of);
+            match of {
+                SliceOf::Tokens => self.tokens.claim(of),
+                SliceOf::Cost => self.cost_nanos.claim(of),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn with_slices_a_team_spends_only_the_cost_it_claimed() {
+        let nanos = |c: f64| (c * NANOS) as u64;
+        // Only a cost budget: 10.0, of which 2.5 is left to this node in slices of 1.0.
+        let team = TeamBudget::new(&config(0, 10.0));
+        let pools = Arc::new(TwoPools {
+            tokens: Pool {
+                left: Mutex::new(1_000_000),
+                slice: 1_000,
+            },
+            cost_nanos: Pool {
+                left: Mutex::new(nanos(2.5)),
+                slice: nanos(1.0),
+            },
+            claims: Mutex::default(),
+        });
+        assert!(team.set_slices(pools.clone(), 0, 0.0));
+        assert_eq!(team.held(), None, "no token budget: no token holding");
+        assert_eq!(team.held_cost(), Some(0.0));
+        assert!(team.cover(500, 1.5).await, "two cost slices claimed for it");
+        assert_eq!(team.held_cost(), Some(2.0));
+        assert_eq!(
+            *pools.claims.lock(),
+            vec![SliceOf::Cost, SliceOf::Cost],
+            "no token slice claimed without a token budget"
+        );
+        assert_eq!(team.check(500, 1.5), TeamCheck::Ok);
+        team.record(&"a".into(), 500, 1.8);
+        assert!(team.cover(500, 0.5).await, "the last, smaller slice");
+        assert_eq!(team.held_cost(), Some(2.5));
+        assert!(!team.cover(500, 1.0).await, "nothing left to claim");
+        let TeamCheck::Exceeded(why) = team.check(500, 1.0) else {
+            panic!("not stopped past the cost it holds");
+        };
+        assert!(why.contains("2.5000 held by this node"), "{why}");
+        assert!(why.contains("cost_per_team = 10"), "{why}");
+    }
+
+    #[tokio::test]
+    async fn with_both_budgets_shared_a_call_claims_what_it_lacks_of_each() {
+        let team = TeamBudget::new(&config(1_000, 10.0));
+        let pools = Arc::new(TwoPools {
+            tokens: Pool {
+                left: Mutex::new(1_000),
+                slice: 100,
+            },
+            cost_nanos: Pool {
+                left: Mutex::new(0),
+                slice: 1,
+            },
+            claims: Mutex::default(),
+        });
+        // Held from before a restart: 300 tokens, 0.5 of cost.
+        assert!(team.set_slices(pools.clone(), 300, 0.5));
+        assert!(team.cover(250, 0.4).await, "both fit what is held");
+        assert!(pools.claims.lock().is_empty());
+        assert!(team.cover(350, 0.4).await, "one token slice");
+        assert_eq!(team.held(), Some(400));
+        assert!(!team.cover(350, 0.6).await, "no cost slice left");
+        assert!(matches!(team.check(350, 0.6), TeamCheck::Exceeded(_)));
     }
 
     #[test]

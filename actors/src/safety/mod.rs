@@ -27,7 +27,7 @@ mod limits;
 mod monitor;
 
 pub use breakers::{AgentBreakers, Verdict, REPETITION_ALERT};
-pub use budget::{BudgetSlices, TeamBudget, UsageTotals};
+pub use budget::{BudgetSlices, SliceOf, TeamBudget, UsageTotals};
 pub(crate) use fingerprint::canonical_json_cut;
 pub use fingerprint::{canonical_call, Fingerprint};
 pub use gate::ModelGate;

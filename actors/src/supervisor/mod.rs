@@ -377,17 +377,31 @@ impl Supervisor {
         self.shared.remote.set(remote).is_ok()
     }
 
-    /// Shares `safety.budget.tokens_per_team` with other nodes: this team spends only `held` (what
-    /// it claimed before a restart) and the slices it claims through `slices` (see
-    /// [`crate::BudgetSlices`]). Once; `false` when set already or when there is no team token
-    /// budget.
-    pub fn set_budget_slices(&self, slices: Arc<dyn crate::BudgetSlices>, held: u64) -> bool {
-        self.shared.safety.team.set_slices(slices, held)
+    /// Shares `safety.budget.tokens_per_team` and `cost_per_team` (those set) with other nodes:
+    /// this team spends only `held_tokens` and `held_cost` (what it claimed before a restart) and
+    /// the slices it claims through `slices` (see [`crate::BudgetSlices`]). Once; `false` when set
+    /// already or when there is no team budget.
+    pub fn set_budget_slices(
+        &self,
+        slices: Arc<dyn crate::BudgetSlices>,
+        held_tokens: u64,
+        held_cost: f64,
+    ) -> bool {
+        self.shared
+            .safety
+            .team
+            .set_slices(slices, held_tokens, held_cost)
     }
 
-    /// With budget slices: the tokens this team holds of the shared budget (`None` without).
+    /// With budget slices: the tokens this team holds of the shared token budget (`None`
+    /// without).
     pub fn budget_held(&self) -> Option<u64> {
         self.shared.safety.team.held()
+    }
+
+    /// With budget slices: the cost this team holds of the shared cost budget (`None` without).
+    pub fn budget_held_cost(&self) -> Option<f64> {
+        self.shared.safety.team.held_cost()
     }
 
     /// The team's model gate: closed, no model call starts (see [`crate::safety::ModelGate`]).

@@ -75,14 +75,23 @@ fn session_of(state: &ApiState, req: &HttpRequest) -> Option<(String, Session)> 
 }
 
 /// The access a console session cookie gives `req`, for [`crate::server::api::access_of`]:
-/// `None` without a live session; `403` for a request other than `GET`/`HEAD` whose
+/// `None` without a session cookie; `401` for a cookie whose session expired or is unknown (a
+/// restart ends every session); `403` for a request other than `GET`/`HEAD` whose
 /// `X-CSRF-Token` is missing or is not the session's.
 pub(crate) fn cookie_access(
     state: &ApiState,
     req: &HttpRequest,
 ) -> Result<Option<Access>, ApiError> {
-    let Some((_, session)) = session_of(state, req) else {
+    let Some(id) = cookie(req, SESSION_COOKIE) else {
         return Ok(None);
+    };
+    let Some(session) = state.console.get(id) else {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "the console session has expired or is unknown (sessions end after \
+             api.session_ttl_seconds and when the server restarts): log in again at \
+             /console/login, or send a bearer token",
+        ));
     };
     if !req.method().is_safe() {
         let given = req
@@ -243,9 +252,28 @@ async fn login(
     if !same_origin(&req) {
         return cross_site();
     }
+    let addr = req.peer_addr().map(|a| a.ip());
+    if let Some((addr, seconds)) =
+        addr.and_then(|addr| state.auth_failures.check(addr).err().map(|s| (addr, s)))
+    {
+        tracing::warn!(%addr, "console login refused: too many wrong tokens");
+        let mut response = login_with(
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(&format!(
+                "Too many wrong tokens from {addr}: try again in {seconds} s."
+            )),
+        );
+        if let Ok(value) = header::HeaderValue::from_str(&seconds.to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        return response;
+    }
     let token = form.map(|f| f.into_inner().token).unwrap_or_default();
     let Some(access) = access_of_token(&state.config, token.trim()) else {
         tracing::warn!("console login refused: wrong token");
+        if let Some(addr) = addr {
+            state.auth_failures.failed(addr);
+        }
         return login_with(
             StatusCode::UNAUTHORIZED,
             Some("That token is not the admin token nor the read token."),

@@ -5,6 +5,8 @@
 //!   hangs up. The OpenAI provider's tests and the ReAct loop's HTTP tests both use it.
 //! * [`nats`] — real `nats-server` children (JetStream on) and a TCP proxy that black-holes a
 //!   connection, for the cluster tests.
+//! * [`netns`] — network namespaces joined to the host by veth pairs, for partitions that are
+//!   real (a link set down in the kernel), for the cluster tests run as root.
 //! * [`free_port`] — a loopback port nobody listens on (for processes started on a port).
 //!
 //! Scenario helpers over the journal (replays, refusals, outcomes) stay in `tests/common`: they
@@ -14,6 +16,7 @@
 
 pub mod http;
 pub mod nats;
+pub mod netns;
 
 /// One blocking HTTP/1.1 request to 127.0.0.1:`port` on a fresh connection (`Connection: close`),
 /// with `Authorization: Bearer token` and a JSON body when given: the status code and the body.
@@ -28,13 +31,31 @@ pub fn blocking_request(
     token: &str,
     body: Option<&str>,
 ) -> std::io::Result<(u16, String)> {
+    let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    blocking_request_to(loopback, method, path, token, body)
+}
+
+/// [`blocking_request`] to any address (a `warden serve` inside a network namespace); the
+/// connection waits at most 5 s.
+///
+/// # Errors
+/// When the connection or the exchange fails (a read waits at most 20 s).
+pub fn blocking_request_to(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Option<&str>,
+) -> std::io::Result<(u16, String)> {
     use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    let mut stream =
+        std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(5))?;
     stream.set_read_timeout(Some(std::time::Duration::from_secs(20)))?;
     let body = body.unwrap_or("");
+    let host = addr.ip();
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;

@@ -6,7 +6,7 @@
 
 use std::{
     io::{Read, Write},
-    net::{Shutdown, TcpListener, TcpStream},
+    net::{IpAddr, Ipv4Addr, Shutdown, TcpListener, TcpStream},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{
@@ -31,11 +31,14 @@ pub fn nats_server_binary() -> Option<PathBuf> {
     })
 }
 
-/// One `nats-server -js` child on a loopback port, its store in a directory of its own.
+/// One `nats-server -js` child on a loopback port (or the address given to
+/// [`NatsServer::start_on`]), its store in a directory of its own.
 #[derive(Debug)]
 pub struct NatsServer {
     child: Option<Child>,
     binary: PathBuf,
+    /// The address it listens on (`-a`).
+    pub host: IpAddr,
     /// The client port.
     pub port: u16,
     store: PathBuf,
@@ -50,6 +53,15 @@ impl NatsServer {
     /// # Panics
     /// If it is installed but does not start listening within 10 s.
     pub fn start(dir: &Path) -> Option<NatsServer> {
+        NatsServer::start_on(dir, IpAddr::V4(Ipv4Addr::LOCALHOST))
+    }
+
+    /// [`NatsServer::start`] listening on `host` only (a network namespace's host-side address,
+    /// which processes on the host reach too: it is one of the host's own addresses).
+    ///
+    /// # Panics
+    /// If it is installed but does not start listening within 10 s.
+    pub fn start_on(dir: &Path, host: IpAddr) -> Option<NatsServer> {
         let Some(binary) = nats_server_binary() else {
             eprintln!("SKIPPED: nats-server not installed (apt-get install nats-server)");
             return None;
@@ -57,6 +69,7 @@ impl NatsServer {
         let mut server = NatsServer {
             child: None,
             binary,
+            host,
             port: crate::free_port(),
             store: dir.join("jetstream"),
             cluster_args: Vec::new(),
@@ -87,6 +100,7 @@ impl NatsServer {
                 let mut server = NatsServer {
                     child: None,
                     binary: binary.clone(),
+                    host: IpAddr::V4(Ipv4Addr::LOCALHOST),
                     port: crate::free_port(),
                     store: dir.join(format!("s{i}")),
                     cluster_args: vec![
@@ -107,9 +121,9 @@ impl NatsServer {
         Some(servers)
     }
 
-    /// `nats://127.0.0.1:PORT`.
+    /// `nats://HOST:PORT` (`nats://127.0.0.1:PORT` unless started with [`NatsServer::start_on`]).
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        format!("nats://{}:{}", self.host, self.port)
     }
 
     /// Kills it (SIGKILL); its store stays.
@@ -131,7 +145,7 @@ impl NatsServer {
             .args([
                 "-js",
                 "-a",
-                "127.0.0.1",
+                &self.host.to_string(),
                 "-p",
                 &self.port.to_string(),
                 "-sd",
@@ -145,7 +159,7 @@ impl NatsServer {
             .expect("start nats-server");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        while TcpStream::connect((self.host, self.port)).is_err() {
             assert!(Instant::now() < deadline, "nats-server never listened");
             std::thread::sleep(Duration::from_millis(20));
         }
