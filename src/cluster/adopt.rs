@@ -32,7 +32,8 @@
 //!   here from this node's journal (its own record of the agent if it ever ran it, else fresh).
 //!
 //! Agents whose team-file entry names MCP tools are not adopted (their servers are started for the
-//! agents a node starts at launch only).
+//! agents a node starts at launch only); nor are agents this node ran and gave up (their halted copy
+//! is still in its team): only those owned elsewhere when it started are candidates.
 
 use super::{kv_key, Cluster};
 use async_nats::jetstream::kv::{CreateErrorKind, Operation};
