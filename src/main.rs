@@ -294,11 +294,53 @@ struct LoadtestArgs {
     /// lockouts by depth, the invariants, the configuration; no network references).
     #[arg(long, value_name = "FILE.html")]
     report: Option<PathBuf>,
+    /// Run the fleet on cluster nodes in this process, joined to this NATS server (JetStream
+    /// on): depth d of every tree runs on node d mod N, so every delegation crosses nodes. The
+    /// report adds "nodes" and "cluster" (docs/cluster.md). Not with --config.
+    #[arg(long, value_name = "nats://HOST:PORT", conflicts_with = "config", value_parser = nats_url)]
+    cluster: Option<String>,
+    /// With --cluster: nodes to run, 2 to 26 [default: 3].
+    #[arg(long, requires = "cluster", allow_negative_numbers = true, value_parser = node_count)]
+    nodes: Option<usize>,
     #[command(subcommand)]
     command: Option<LoadtestCommand>,
 }
 
+/// `--cluster`: a NATS URL, checked as `warden serve --cluster`'s.
+fn nats_url(text: &str) -> Result<String, String> {
+    warden::cluster::ClusterSection::default()
+        .with_flags(Some(text.to_owned()), None)
+        .map(|_| text.to_owned())
+        .map_err(|e| match e {
+            warden::cluster::ClusterError::Invalid { allowed, .. } => format!("allowed: {allowed}"),
+            other => other.to_string(),
+        })
+}
+
+/// `--nodes`: 2 to 26.
+fn node_count(text: &str) -> Result<usize, String> {
+    use warden::loadtest::cluster::{MAX_NODES, MIN_NODES};
+    match text.trim().parse::<usize>() {
+        Ok(n) if (MIN_NODES..=MAX_NODES).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "must be a whole number from {MIN_NODES} to {MAX_NODES}"
+        )),
+    }
+}
+
 impl LoadtestArgs {
+    /// `--cluster` and `--nodes`, when the run is on cluster nodes.
+    fn cluster_options(&self) -> Option<warden::loadtest::cluster::ClusterOptions> {
+        self.cluster
+            .as_ref()
+            .map(|url| warden::loadtest::cluster::ClusterOptions {
+                url: url.clone(),
+                nodes: self
+                    .nodes
+                    .unwrap_or(warden::loadtest::cluster::DEFAULT_NODES),
+            })
+    }
+
     /// Runs the same load test (`--repeat 1`, `--json`, no `--report`) in a child process and
     /// reads its report.
     fn run_child(&self) -> Result<warden::loadtest::LoadReport, String> {
@@ -308,7 +350,7 @@ impl LoadtestArgs {
         // The flags that were given or defaulted; a team file's run takes no fleet flags.
         let synthetic = self.config.is_none();
         let fleet = |value: String| synthetic.then_some(value);
-        let flags: [(&str, Option<String>); 17] = [
+        let flags: [(&str, Option<String>); 19] = [
             ("--scenario", fleet(self.scenario.as_str().to_owned())),
             ("--agents", fleet(self.agents.to_string())),
             ("--fanout", fleet(self.fanout.to_string())),
@@ -329,6 +371,8 @@ impl LoadtestArgs {
             ("--concurrency", self.concurrency.map(|v| v.to_string())),
             ("--duration", self.duration.map(|v| v.to_string())),
             ("--count", self.count.map(|v| v.to_string())),
+            ("--cluster", self.cluster.clone()),
+            ("--nodes", self.nodes.map(|v| v.to_string())),
         ];
         for (flag, value) in flags {
             if let Some(value) = value {
@@ -378,6 +422,8 @@ impl LoadtestArgs {
                 "panic_rate": self.panic_rate,
                 "llm_latency_ms": self.llm_latency_ms,
                 "safety": !self.no_safety,
+                "cluster": self.cluster,
+                "nodes": self.cluster_options().map(|c| c.nodes),
             }),
         };
         serde_json::json!({ "command line": specific, "common": common })
@@ -984,7 +1030,18 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
     }
     {
         let report = match &team {
-            None => warden::loadtest::run_loadtest(options.clone()),
+            None => match args.cluster_options() {
+                None => warden::loadtest::run_loadtest(options.clone()),
+                Some(cluster) => {
+                    match warden::loadtest::cluster::run_cluster(options.clone(), &cluster) {
+                        Ok(report) => report,
+                        Err(err) => {
+                            eprintln!("error: {err}");
+                            return ExitCode::FAILURE;
+                        }
+                    }
+                }
+            },
             Some((file, workload)) => {
                 let config = args
                     .config
@@ -1056,12 +1113,25 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
             args.timeout_s, r.unfinished_tasks
         );
     }
-    let violated = reports
-        .iter()
-        .find(|r| r.lost_events > 0 || r.leaked_slots > 0 || r.halt.processed_after_halt > 0);
+    let cluster_wrong = |r: &warden::loadtest::LoadReport| {
+        r.cluster
+            .as_ref()
+            .map(warden::loadtest::cluster::ClusterFigures::violations)
+            .unwrap_or_default()
+    };
+    let violated = reports.iter().find(|r| {
+        r.lost_events > 0
+            || r.leaked_slots > 0
+            || r.halt.processed_after_halt > 0
+            || !cluster_wrong(r).is_empty()
+    });
     if let Some(r) = violated {
+        let cluster: String = cluster_wrong(r)
+            .iter()
+            .map(|wrong| format!(", {wrong}"))
+            .collect();
         eprintln!(
-            "loadtest: invariant violated (lost_events {}, leaked_slots {}, processed_after_halt {})",
+            "loadtest: invariant violated (lost_events {}, leaked_slots {}, processed_after_halt {}{cluster})",
             r.lost_events, r.leaked_slots, r.halt.processed_after_halt
         );
         return ExitCode::from(warden::loadtest::EXIT_INVARIANT_VIOLATED);

@@ -1064,3 +1064,202 @@ fn the_soak_example_cascades_its_faults() {
     // A short run has no soak figures.
     assert!(json.get("soak").is_none(), "{json}");
 }
+
+// ---- `warden loadtest --cluster`: the fleet on cluster nodes (real nats-server) ----------------
+
+/// `warden loadtest --cluster URL ARGS --json`: the exit code, the report and stderr.
+fn cluster_run(url: &str, args: &[&str]) -> (i32, serde_json::Value, String) {
+    let mut all = vec!["--cluster", url, "--json"];
+    all.extend_from_slice(args);
+    let (code, stdout, stderr) = loadtest_cli(&all);
+    let json = serde_json::from_str(stdout.trim()).unwrap_or(serde_json::Value::Null);
+    (code, json, stderr)
+}
+
+fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+#[test]
+fn a_cascade_on_three_cluster_nodes_runs_every_cross_node_delegation_once() {
+    let dir = std::env::temp_dir().join(format!("warden-lt-cluster-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(nats) = warden_testkit::nats::NatsServer::start(&dir) else {
+        return;
+    };
+    let url = nats.url();
+    let args = [
+        "--nodes",
+        "3",
+        "--scenario",
+        "cascade",
+        "--agents",
+        "40",
+        "--tasks-per-agent",
+        "10",
+        "--halt-probes",
+        "1",
+        "--backlog",
+        "10",
+        "--timeout-s",
+        "60",
+    ];
+    let mut namespaces = Vec::new();
+    // Twice on one NATS server: the first run's halt key (left halted) does not halt the second.
+    for run in 0..2 {
+        let (code, r, stderr) = cluster_run(&url, &args);
+        assert_eq!(code, 0, "run {run}: {stderr}\n{r}");
+        assert_eq!(r["scenario"], "cascade");
+        assert_eq!((u(&r["lost_events"]), u(&r["leaked_slots"])), (0, 0), "{r}");
+        assert_eq!(u(&r["agents"]), 40);
+        assert_eq!(u(&r["halt_all"]["agents"]), 40, "{r}");
+        let nodes = r["nodes"].as_array().expect("nodes");
+        assert_eq!(nodes.len(), 3, "{r}");
+        // 40 agents = 3 trees of 13 + a root: depth 0 (4 roots) on a, 9 on b, 27 on c.
+        let agents: Vec<u64> = nodes.iter().map(|n| u(&n["agents"])).collect();
+        assert_eq!(agents, [4, 9, 27], "{r}");
+        for n in nodes {
+            assert!(u(&n["turns"]) > 0, "{n}");
+            assert!(u(&n["llm_calls"]) > 0, "{n}");
+            assert_eq!(n["halt_answered"], true, "{n}");
+            assert!(n["halt_ack_ms"].as_f64().is_some(), "{n}");
+        }
+        let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
+        // a delegates to b, b to c; c's leaves delegate nothing; a receives nothing.
+        assert!(
+            u(&a["delegations_sent"]) > 0 && u(&b["delegations_sent"]) > 0,
+            "{r}"
+        );
+        assert_eq!(u(&c["delegations_sent"]), 0, "{r}");
+        assert_eq!(u(&a["delegations_ran"]), 0, "{r}");
+        // Every delegation sent from a ran once on b, every one from b once on c.
+        assert_eq!(u(&a["delegations_sent"]), u(&b["delegations_ran"]), "{r}");
+        assert_eq!(u(&b["delegations_sent"]), u(&c["delegations_ran"]), "{r}");
+        assert!(u(&b["delegations_received"]) >= u(&b["delegations_ran"]));
+        // 4 roots × 10 tasks, each delegated by its root to each of its children on b.
+        assert_eq!(u(&r["tasks_sent"]), 40, "{r}");
+        assert_eq!(u(&a["delegations_sent"]), 10 * 9, "{r}");
+        let cl = &r["cluster"];
+        assert_eq!(u(&cl["nodes"]), 3);
+        assert_eq!(cl["url"], url.as_str());
+        assert_eq!(u(&cl["delegations_sent"]), u(&cl["delegations_ran"]), "{r}");
+        assert_eq!(u(&cl["delegations_unmatched"]), 0, "{r}");
+        assert_eq!(u(&cl["refused_unknown"]), 0, "every lease found: {r}");
+        assert_eq!(cl["halt_unreached"], serde_json::json!([]), "{r}");
+        assert!(cl["halt_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{r}");
+        assert_eq!(cl["buckets_removed"], true, "{r}");
+        // The leaves (depth 2, on c) fail and are locked out; b's delegations to them are refused.
+        assert!(u(&c["lockouts"]) > 0, "{r}");
+        assert_eq!(u(&c["lockouts"]), u(&r["lockouts_by_depth"][2]), "{r}");
+        assert!(u(&b["refusals"]) > 0, "{r}");
+        let d = &r["delegations"];
+        assert_eq!(
+            u(&d["requested"]),
+            u(&d["accepted"])
+                + u(&d["refused_budget"])
+                + u(&d["refused_hops"])
+                + u(&d["refused_locked"])
+                + u(&d["refused_cycle"]),
+            "{r}"
+        );
+        // Every agent has one parent, which sends it one task at a time: the counts do not
+        // depend on the interleaving, and are those of the same fleet on one node.
+        let one = run_loadtest(LoadtestOptions {
+            agents: 40,
+            tasks_per_agent: 10,
+            halt_probes: 0,
+            ..LoadtestOptions::new(Scenario::Cascade)
+        });
+        assert_eq!(u(&r["steps"]), one.steps, "{r}");
+        assert_eq!(u(&r["tool_calls"]), one.tool_calls, "{r}");
+        assert_eq!(
+            r["delegations"],
+            serde_json::to_value(&one.delegations).unwrap(),
+            "{r}"
+        );
+        assert_eq!(
+            r["lockouts_by_depth"],
+            serde_json::json!(one.lockouts_by_depth)
+        );
+        assert_eq!(
+            r["refusals_by_depth"],
+            serde_json::json!(one.refusals_by_depth)
+        );
+        namespaces.push(cl["namespace"].as_str().unwrap_or_default().to_owned());
+    }
+    assert_ne!(namespaces[0], namespaces[1]);
+    drop(nats);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_halt_storm_on_two_cluster_nodes_keeps_its_accounting() {
+    let dir = std::env::temp_dir().join(format!("warden-lt-storm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(nats) = warden_testkit::nats::NatsServer::start(&dir) else {
+        return;
+    };
+    let (code, r, stderr) = cluster_run(
+        &nats.url(),
+        &[
+            "--nodes",
+            "2",
+            "--scenario",
+            "halt-storm",
+            "--agents",
+            "40",
+            "--tasks-per-agent",
+            "4",
+            "--halt-probes",
+            "0",
+            "--timeout-s",
+            "60",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}\n{r}");
+    assert_eq!((u(&r["lost_events"]), u(&r["leaked_slots"])), (0, 0), "{r}");
+    let nodes = r["nodes"].as_array().expect("nodes");
+    // Depths 0 and 2 on a (4 + 27), depth 1 on b.
+    let agents: Vec<u64> = nodes.iter().map(|n| u(&n["agents"])).collect();
+    assert_eq!(agents, [31, 9], "{r}");
+    assert_eq!(r["cluster"]["halt_unreached"], serde_json::json!([]), "{r}");
+    // Every node answered the halt broadcast (each had seen the other's heartbeat before the drive).
+    assert_eq!(u(&r["halt_all"]["agents"]), 40, "{r}");
+    for n in nodes {
+        assert!(n["halt_ack_ms"].as_f64().is_some(), "{n}");
+        assert_eq!(n["halt_answered"], true, "{n}");
+    }
+    drop(nats);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cluster_flags_are_checked_and_an_unreachable_nats_is_named() {
+    let cases = [
+        (
+            &["--cluster", "nats://127.0.0.1:1", "--nodes", "1"][..],
+            "error: invalid value '1' for '--nodes <NODES>': must be a whole number from 2 to 26",
+        ),
+        (
+            &["--cluster", "http://127.0.0.1:1"][..],
+            "error: invalid value 'http://127.0.0.1:1' for '--cluster <nats://HOST:PORT>': \
+             allowed: nats://HOST:PORT (several separated by commas)",
+        ),
+    ];
+    assert_usage_errors(&cases);
+    let (code, _, stderr) = loadtest_cli(&["--nodes", "3"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--cluster"), "{stderr}");
+    // Nothing listens there: refused before anything runs.
+    let port = warden_testkit::free_port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let (code, stdout, stderr) = loadtest_cli(&["--cluster", &url, "--agents", "5"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains(&format!("error: cluster: cannot connect to NATS at {url}")),
+        "{stderr}"
+    );
+}

@@ -99,14 +99,34 @@ pub struct ClusterConfig {
     pub budget_slice_tokens: u64,
     /// See [`ClusterSection::budget_slice_cost`] (0: a tenth of the team budget).
     pub budget_slice_cost: f64,
+    /// The prefix of every bucket and subject ([`DEFAULT_NAMESPACE`] for `warden serve`: buckets
+    /// `warden_halt`, …, subjects `warden.cluster.…`). `warden loadtest --cluster` gives each run a
+    /// namespace of its own, so that its nodes never meet a served cluster's (nor an earlier run's
+    /// halt key). Not a `[cluster]` key.
+    pub namespace: String,
     /// See [`ClusterSection::adopt`].
     pub adopt: bool,
 }
+
+/// The namespace of `warden serve`'s buckets and subjects.
+pub const DEFAULT_NAMESPACE: &str = "warden";
 
 impl ClusterConfig {
     /// How often leases and the node's heartbeat are written: TTL/3, at most every second.
     pub fn beat(&self) -> Duration {
         (self.lease_ttl / 3).min(Duration::from_secs(1))
+    }
+
+    /// The bucket `base` (`halt`, `leases`, `lockouts`, `budget`) of this namespace:
+    /// `warden_halt` in the default one.
+    pub fn bucket(&self, base: &str) -> String {
+        format!("{}_{base}", self.namespace)
+    }
+
+    /// The subject `rest` (`halt`, `delegate.NODE`) of this namespace: `warden.cluster.halt` in the
+    /// default one.
+    pub fn subject(&self, rest: &str) -> String {
+        format!("{}.cluster.{rest}", self.namespace)
     }
 }
 
@@ -174,6 +194,7 @@ impl ClusterSection {
             replicas: usize::try_from(self.replicas).unwrap_or(1),
             budget_slice_tokens: self.budget_slice_tokens,
             budget_slice_cost: self.budget_slice_cost,
+            namespace: DEFAULT_NAMESPACE.to_owned(),
             adopt: self.adopt,
         }))
     }
@@ -327,6 +348,13 @@ mod tests {
         );
         assert_eq!(config.fail_safe, Duration::from_secs(3));
         assert_eq!(config.beat(), Duration::from_secs(1));
+        // `warden serve`'s names are those of the docs and of the constants.
+        assert_eq!(config.bucket("halt"), crate::cluster::HALT_BUCKET);
+        assert_eq!(config.bucket("leases"), crate::cluster::LEASE_BUCKET);
+        assert_eq!(config.bucket("lockouts"), crate::cluster::LOCKOUT_BUCKET);
+        assert_eq!(config.bucket("budget"), crate::cluster::BUDGET_BUCKET);
+        assert_eq!(config.bucket("tasks"), crate::cluster::TASK_BUCKET);
+        assert_eq!(config.subject("halt"), crate::cluster::HALT_SUBJECT);
     }
 
     #[test]

@@ -66,9 +66,10 @@ pub(super) const RECORD_WAIT: Duration = Duration::from_secs(2);
 /// after a restart then run the task again.
 const RECORD_MAX_BYTES: usize = 512 * 1024;
 
-/// The subject a node receives delegations on.
-pub(crate) fn subject(node: &str) -> String {
-    format!("warden.cluster.delegate.{node}")
+/// The subject `node` receives delegations on (`warden.cluster.delegate.NODE` in the default
+/// namespace).
+pub(crate) fn subject(config: &super::ClusterConfig, node: &str) -> String {
+    config.subject(&format!("delegate.{node}"))
 }
 
 type Answer = Shared<BoxFuture<'static, RemoteReply>>;
@@ -84,6 +85,8 @@ pub(super) struct Tasks {
     pub(super) ran: AtomicU64,
     /// Copies answered from a record another process of this node wrote (after a restart).
     pub(super) recovered: AtomicU64,
+    /// Of those, the ones answered `refused` (never queued on the agent).
+    pub(super) refused: AtomicU64,
 }
 
 #[derive(Default)]
@@ -120,6 +123,7 @@ impl Tasks {
             received: AtomicU64::new(0),
             ran: AtomicU64::new(0),
             recovered: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
         }
     }
 
@@ -173,6 +177,9 @@ impl Tasks {
         }
         self.ran.fetch_add(1, Ordering::Relaxed);
         let reply = runner.supervisor.run_remote_task(task).await;
+        if matches!(reply, RemoteReply::Refused { .. }) {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
         record.reply = Some(reply.clone());
         let tasks = self.clone();
         actix_rt::spawn(async move { tasks.put(&record_key, &record).await });
@@ -276,7 +283,7 @@ impl RemoteAgents for Remote {
             key: cluster.task_key(key),
             from: from.clone(),
         };
-        let subject = format!("{}.cancel", subject(node));
+        let subject = format!("{}.cancel", subject(&cluster.config, node));
         let body = bytes_of(&cancel);
         actix_rt::spawn(async move {
             let deadline = tokio::time::Instant::now() + CANCEL_FOR;
@@ -307,7 +314,7 @@ impl Cluster {
 
     /// Sends `task` to `node` every [`RESEND`] until a reply comes on the one inbox.
     async fn send_task(self: Arc<Self>, node: String, task: RemoteTask) -> RemoteReply {
-        let subject = subject(&node);
+        let subject = subject(&self.config, &node);
         let body = bytes_of(&task);
         let inbox = self.client.new_inbox();
         loop {
@@ -339,7 +346,11 @@ impl Cluster {
 
     /// Answers delegations sent to this node, each key run once.
     pub(super) async fn answer_delegations(self: Arc<Self>) {
-        let mut requests = match self.client.subscribe(subject(&self.config.node)).await {
+        let mut requests = match self
+            .client
+            .subscribe(subject(&self.config, &self.config.node))
+            .await
+        {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("warden: cluster: cannot receive delegations: {e}");
@@ -369,7 +380,7 @@ impl Cluster {
 
     /// Halts the delegate of a task still running whose delegator was halted.
     pub(super) async fn answer_cancels(self: Arc<Self>) {
-        let subject = format!("{}.cancel", subject(&self.config.node));
+        let subject = format!("{}.cancel", subject(&self.config, &self.config.node));
         let Ok(mut cancels) = self.client.subscribe(subject).await else {
             return;
         };
@@ -393,12 +404,18 @@ impl Cluster {
 
     /// Requests received, tasks run, and copies answered from a record of an earlier process
     /// (`GET /api/cluster`'s `delegations`).
-    pub(super) fn delegation_counts(&self) -> (u64, u64, u64) {
+    pub fn delegation_counts(&self) -> (u64, u64, u64) {
         (
             self.tasks.received.load(Ordering::Relaxed),
             self.tasks.ran.load(Ordering::Relaxed),
             self.tasks.recovered.load(Ordering::Relaxed),
         )
+    }
+
+    /// Of the tasks run, those refused (unknown, locked out, stopped agent, full mailbox): never
+    /// queued on the agent. Their delegator journals the refusal if it still waits.
+    pub fn delegations_refused(&self) -> u64 {
+        self.tasks.refused.load(Ordering::Relaxed)
     }
 }
 

@@ -67,6 +67,12 @@ impl Cluster {
         self.fail.reason()
     }
 
+    /// The other nodes whose heartbeat lived at the last beat: the nodes a halt issued here waits
+    /// for (a node that joined since is not waited for).
+    pub fn peers(&self) -> Vec<String> {
+        self.peers.lock().clone()
+    }
+
     /// One beat: the halt key read and applied, the heartbeat written (both: a heartbeat), the
     /// leases renewed.
     async fn beat_once(self: &Arc<Self>) {

@@ -41,7 +41,7 @@
 //! agent's own halt epoch on, and a model result that comes back under an earlier one is dropped
 //! (the turn's staleness check).
 
-use super::{Cluster, HALT_KEY, HALT_SUBJECT};
+use super::{Cluster, HALT_KEY};
 use async_nats::jetstream::kv::Operation;
 use futures::{FutureExt, StreamExt};
 use std::{collections::BTreeMap, sync::atomic::Ordering, sync::Arc, time::Duration};
@@ -159,9 +159,9 @@ impl Cluster {
         let replies = match tokio::time::timeout(bound, self.client.subscribe(inbox.clone())).await
         {
             Ok(Ok(sub)) => {
-                let sent = self
-                    .client
-                    .publish_with_reply(HALT_SUBJECT, inbox, body.into());
+                let sent =
+                    self.client
+                        .publish_with_reply(self.config.subject("halt"), inbox, body.into());
                 tokio::time::timeout(bound, sent)
                     .await
                     .ok()
@@ -255,7 +255,7 @@ impl Cluster {
     /// reply carries the acks. Resubscribes if the subscription ends.
     pub(super) async fn answer_halts(self: Arc<Self>) {
         loop {
-            let Ok(mut sub) = self.client.subscribe(HALT_SUBJECT).await else {
+            let Ok(mut sub) = self.client.subscribe(self.config.subject("halt")).await else {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             };
@@ -446,7 +446,12 @@ impl Cluster {
         }
         let local = self.resume_for_lift(&state).await.unwrap_or_default();
         // Best effort: the other nodes also read the key (watch, poll).
-        let _ = tokio::time::timeout(bound, self.client.publish(HALT_SUBJECT, body.into())).await;
+        let _ = tokio::time::timeout(
+            bound,
+            self.client
+                .publish(self.config.subject("halt"), body.into()),
+        )
+        .await;
         Ok(ClusterLift {
             epoch: state.epoch,
             local,

@@ -53,7 +53,7 @@ mod lease;
 mod lockout;
 
 pub use budget::BUDGET_BUCKET;
-pub use config::{ClusterConfig, ClusterSection};
+pub use config::{ClusterConfig, ClusterSection, DEFAULT_NAMESPACE};
 pub use error::ClusterError;
 pub use halt::{ClusterLift, LiftError};
 
@@ -70,7 +70,7 @@ use std::{
 use warden_actors::Supervisor;
 use warden_protocols::{cluster::HaltState, AgentKey};
 
-/// The bucket of the halt key.
+/// The bucket of the halt key (in the default namespace: [`ClusterConfig::bucket`]).
 pub const HALT_BUCKET: &str = "warden_halt";
 /// The halt key.
 pub const HALT_KEY: &str = "halt";
@@ -81,7 +81,8 @@ pub const LOCKOUT_BUCKET: &str = "warden_lockouts";
 /// The bucket of delegated tasks' records by idempotency key (`task.KEY`; entries age out after
 /// [`delegate::TASK_TTL`]).
 pub const TASK_BUCKET: &str = "warden_tasks";
-/// The core-NATS subject a halt is broadcast on (replies are the acknowledgements).
+/// The core-NATS subject a halt is broadcast on (replies are the acknowledgements), in the default
+/// namespace ([`ClusterConfig::subject`]).
 /// (Delegations to a node's agents: `warden.cluster.delegate.NODE`, see `delegate.rs`.)
 pub const HALT_SUBJECT: &str = "warden.cluster.halt";
 
@@ -119,6 +120,8 @@ pub struct Cluster {
     fail: failsafe::FailSafe,
     /// Delegations received from other nodes, by idempotency key.
     tasks: Arc<delegate::Tasks>,
+    /// The tasks [`Cluster::run`] started (aborted by [`Cluster::stop`]).
+    workers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Held while a lift of the cluster halt is written or applied (one at a time; a halt never
     /// takes it).
     lifting: tokio::sync::Mutex<()>,
@@ -156,11 +159,12 @@ impl Cluster {
             .close("cluster: joining (the halt key is not read yet)");
         let client = connect(&config).await?;
         let js = async_nats::jetstream::new(client.clone());
-        let halt_kv = bucket(&js, &config, HALT_BUCKET, 5, Duration::ZERO).await?;
-        let leases = bucket(&js, &config, LEASE_BUCKET, 1, config.lease_ttl).await?;
-        let lockouts_kv = bucket(&js, &config, LOCKOUT_BUCKET, 5, Duration::ZERO).await?;
-        let budget_kv = bucket(&js, &config, budget::BUDGET_BUCKET, 5, Duration::ZERO).await?;
-        let tasks_kv = bucket(&js, &config, TASK_BUCKET, 1, delegate::TASK_TTL).await?;
+        let halt_kv = bucket(&js, &config, &config.bucket("halt"), 5, Duration::ZERO).await?;
+        let leases = bucket(&js, &config, &config.bucket("leases"), 1, config.lease_ttl).await?;
+        let lockouts_kv =
+            bucket(&js, &config, &config.bucket("lockouts"), 5, Duration::ZERO).await?;
+        let budget_kv = bucket(&js, &config, &config.bucket("budget"), 5, Duration::ZERO).await?;
+        let tasks_kv = bucket(&js, &config, &config.bucket("tasks"), 1, delegate::TASK_TTL).await?;
         let cluster = Arc::new(Cluster {
             instance: format!("{:016x}", rand::random::<u64>()),
             fail: failsafe::FailSafe::new(),
@@ -181,6 +185,7 @@ impl Cluster {
             owned: Mutex::default(),
             elsewhere: Mutex::default(),
             tasks: Arc::new(delegate::Tasks::new(tasks_kv)),
+            workers: Mutex::default(),
             lifting: tokio::sync::Mutex::new(()),
             adopter: std::sync::OnceLock::new(),
             gone_since: Mutex::default(),
@@ -233,13 +238,15 @@ impl Cluster {
             }));
         self.fail.beat_ok();
         self.supervisor.model_gate().open();
-        actix_rt::spawn(self.clone().answer_halts());
-        actix_rt::spawn(self.clone().answer_delegations());
-        actix_rt::spawn(self.clone().answer_cancels());
-        actix_rt::spawn(self.clone().watch_halt());
-        actix_rt::spawn(self.clone().watch_lockouts());
-        actix_rt::spawn(self.clone().beat());
-        actix_rt::spawn(self.clone().guard());
+        self.workers.lock().extend([
+            actix_rt::spawn(self.clone().answer_halts()),
+            actix_rt::spawn(self.clone().answer_delegations()),
+            actix_rt::spawn(self.clone().answer_cancels()),
+            actix_rt::spawn(self.clone().watch_halt()),
+            actix_rt::spawn(self.clone().watch_lockouts()),
+            actix_rt::spawn(self.clone().beat()),
+            actix_rt::spawn(self.clone().guard()),
+        ]);
         eprintln!(
             "warden: cluster node {} joined {} ({} agents owned, halt epoch {})",
             self.config.node,
@@ -247,6 +254,51 @@ impl Cluster {
             self.owned.lock().len(),
             state.epoch
         );
+    }
+}
+
+impl Cluster {
+    /// Stops this node's part of the cluster (for a process that runs several nodes and outlives
+    /// them: `warden loadtest --cluster`): the tasks [`Cluster::run`] started are aborted (no more
+    /// beats, watches, halt or delegation answers), then [`Cluster::leave`]. The team is left as
+    /// it is (shut it down apart).
+    pub async fn stop(&self) {
+        for worker in self.workers.lock().drain(..) {
+            worker.abort();
+        }
+        self.leave().await;
+    }
+
+    /// Deletes this namespace's buckets (their streams `KV_NAME`), bounded by the connect timeout.
+    /// For namespaces made for one run (`warden loadtest --cluster`); refused for
+    /// [`DEFAULT_NAMESPACE`], whose buckets are a served cluster's state.
+    ///
+    /// # Errors
+    /// [`ClusterError::Invalid`] for the default namespace, [`ClusterError::JetStream`] when a
+    /// stream could not be deleted.
+    pub async fn remove_buckets(&self) -> Result<(), ClusterError> {
+        if self.config.namespace == DEFAULT_NAMESPACE {
+            return Err(ClusterError::Invalid {
+                key: "namespace",
+                value: DEFAULT_NAMESPACE.into(),
+                allowed: "a namespace of its own (the default one's buckets are never deleted)",
+            });
+        }
+        let js = async_nats::jetstream::new(self.client.clone());
+        for base in ["halt", "leases", "lockouts", "budget", "tasks"] {
+            let stream = format!("KV_{}", self.config.bucket(base));
+            let deleting = js.delete_stream(&stream);
+            match tokio::time::timeout(self.config.connect_timeout, deleting).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(ClusterError::js(&format!("deleting {stream}"), e)),
+                Err(_) => {
+                    return Err(ClusterError::JetStream(format!(
+                        "deleting {stream}: no answer"
+                    )))
+                }
+            }
+        }
+        Ok(())
     }
 }
 

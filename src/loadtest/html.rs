@@ -189,7 +189,7 @@ pub fn write_html(
     configuration: &serde_json::Value,
 ) -> io::Result<()> {
     let r = report;
-    let checks = [
+    let mut checks = vec![
         ("lost events", r.lost_events == 0, r.lost_events.to_string()),
         (
             "leaked slots",
@@ -207,6 +207,10 @@ pub fn write_html(
             format!("{} unfinished", r.unfinished_tasks),
         ),
     ];
+    if let Some(c) = &r.cluster {
+        let wrong = c.violations();
+        checks.push(("cluster", wrong.is_empty(), wrong.join("; ")));
+    }
     let pass = checks.iter().all(|(_, ok, _)| *ok);
     let x: Vec<f64> = r.series.iter().map(|s| s.t_s).collect();
     let per_s = |f: fn(&super::Sample) -> u64| -> Vec<f64> {
@@ -295,6 +299,8 @@ pub fn write_html(
         "halt": r.halt,
         "memory": r.memory,
         "soak": r.soak,
+        "nodes": r.nodes,
+        "cluster": r.cluster,
     });
     let soak = r.soak.as_ref().map_or_else(
         || "soak: run under 90 s, no RSS slope".to_owned(),

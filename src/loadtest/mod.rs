@@ -18,6 +18,11 @@
 //!   shows lockouts by depth (how far the failure spread).
 //! * `halt-storm` — as `steady`, but every agent is halted while the fleet is at work.
 //!
+//! # On cluster nodes
+//! [`cluster`]: `warden loadtest --cluster nats://HOST:PORT --nodes N` runs the same scenarios on N
+//! cluster nodes in this process (depth `d` on node `d mod N`, so every delegation crosses nodes
+//! through NATS), with per-node and cluster figures and the same accounting across nodes.
+//!
 //! # Your own team
 //! [`workload`]: `warden loadtest --config team.toml` spawns a team file's agents with its providers
 //! and configuration and sends the events its `[workload]` section describes; the report is the
@@ -29,7 +34,8 @@
 //! supervisor, independently of the supervisor's own counters: every task it sends and every
 //! delegated task must end exactly once (a `TurnFinished`, a `WorkRefused`, a listing in
 //! `MessagesDiscarded`, or a halt/crash of the turn that ran it); every `DelegationRequested` id must be
-//! matched by exactly one `DelegationEnded`; and every agent must end with `active_sub_agents == 0`.
+//! matched by exactly one `DelegationEnded` (ids are per supervisor: on cluster nodes, per node and
+//! id); and every agent must end with `active_sub_agents == 0`.
 //! The harness journal keeps counts, not events, so a million idle agents are not measured with a
 //! million stored `Spawned` events.
 
@@ -53,6 +59,7 @@ use warden_protocols::{
     WorkRefusal,
 };
 
+pub mod cluster;
 pub mod compare;
 pub mod html;
 mod report;
@@ -314,6 +321,13 @@ pub struct LoadReport {
     pub soak: Option<soak::Soak>,
     /// The workload of a team-file run (`--config`); `None` for the scenarios.
     pub workload: Option<workload::WorkloadSummary>,
+    /// A cluster run's nodes, each one's figures (`warden loadtest --cluster`; not in the JSON of
+    /// a run on one node).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<cluster::NodeFigures>,
+    /// A cluster run's cluster-wide figures (not in the JSON of a run on one node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<cluster::ClusterFigures>,
     /// Not in the JSON contract: delegation refusals of other kinds (unknown delegate, full mailbox).
     #[serde(skip)]
     pub refused_other: u64,
@@ -360,8 +374,9 @@ struct Tally {
     in_progress: HashSet<AgentKey>,
     /// Sum of `balance`.
     outstanding: i64,
-    /// Per delegation id: requested (+1) minus ended (−1).
-    open: HashMap<u64, i64>,
+    /// Per delegation (node, id): requested (+1) minus ended (−1). Ids are unique per supervisor,
+    /// so a cluster run keys them by node too (a single node is node 0).
+    open: HashMap<(usize, u64), i64>,
     delegations: DelegationCounts,
     refused_other: u64,
     tool_calls: u64,
@@ -377,6 +392,8 @@ struct Tally {
     /// Agents in each state, by [`AgentState::ALL`] index: from `Spawned` (an agent starts
     /// `WAITING_FOR_EVENT`) and every `StateChanged` (no status scan of the fleet).
     states: [i64; AgentState::ALL.len()],
+    /// A cluster run's per-node counts (`None` on one node).
+    cluster: Option<cluster::ClusterTally>,
 }
 
 /// `state`'s index in [`AgentState::ALL`].
@@ -406,11 +423,11 @@ impl Tally {
     /// A delegation id requested (+1) or ended (−1). An id back at 0 is forgotten, so the map
     /// holds only the delegations running now (and any ended twice or never requested, which
     /// stay ≠ 0 and are reported as leaked): a soak's memory is the fleet's, not the harness's.
-    fn open_delegation(&mut self, id: u64, n: i64) {
-        let slot = self.open.entry(id).or_default();
+    fn open_delegation(&mut self, node: usize, id: u64, n: i64) {
+        let slot = self.open.entry((node, id)).or_default();
         *slot += n;
         if *slot == 0 {
-            self.open.remove(&id);
+            self.open.remove(&(node, id));
         }
     }
 
@@ -444,8 +461,19 @@ fn depth_of(key: &str) -> usize {
 }
 
 impl Tally {
-    /// Counts one journaled event.
-    fn count(&mut self, agent: &AgentKey, kind: EventKind) {
+    /// Counts one journaled event, journaled by `node`'s supervisor (0 on one node).
+    fn count(&mut self, node: usize, agent: &AgentKey, kind: EventKind) {
+        if let Some(c) = &mut self.cluster {
+            // Before the fleet-wide counts: a refusal after a request is recognised here.
+            if c.count(node, agent, &kind) == cluster::Seen::RefusedAfterRequest {
+                if let EventKind::DelegationRefused { to, refusal } = kind {
+                    let d = self.depth(&to);
+                    bump(&mut self.refusals_by_depth, d);
+                    self.count_refusal_after_request(to, &refusal);
+                }
+                return;
+            }
+        }
         let t = self;
         if let EventKind::StateChanged { from, to, .. } = &kind {
             t.states[state_index(*from)] -= 1;
@@ -485,10 +513,10 @@ impl Tally {
             EventKind::DelegationRequested { id, to, .. } => {
                 t.delegations.requested += 1;
                 t.delegations.accepted += 1;
-                t.open_delegation(id, 1);
+                t.open_delegation(node, id, 1);
                 t.add(&to, 1);
             }
-            EventKind::DelegationEnded { id, .. } => t.open_delegation(id, -1),
+            EventKind::DelegationEnded { id, .. } => t.open_delegation(node, id, -1),
             EventKind::DelegationRefused { to, refusal } => {
                 let d = t.depth(&to);
                 bump(&mut t.refusals_by_depth, d);
@@ -498,20 +526,36 @@ impl Tally {
         }
     }
 
+    /// A refusal that came after its `DelegationRequested` (the delegate refused the task, here
+    /// or on its node): the task was never queued on `to`.
+    fn count_refusal_after_request(&mut self, to: AgentKey, refusal: &DelegationRefusal) {
+        let t = self;
+        t.delegations.accepted -= 1;
+        t.add(&to, -1);
+        let locked = match refusal {
+            DelegationRefusal::DelegateRefused { refusal, .. } => {
+                matches!(
+                    refusal,
+                    WorkRefusal::LockedOut { .. } | WorkRefusal::Stopped
+                )
+            }
+            DelegationRefusal::EmergencyStop { .. } | DelegationRefusal::Stopped { .. } => true,
+            _ => false,
+        };
+        if locked {
+            t.delegations.refused_locked += 1;
+        } else {
+            t.refused_other += 1;
+        }
+    }
+
     /// A `DelegationRefused` by kind.
     fn count_refusal(&mut self, to: AgentKey, refusal: DelegationRefusal) {
         let t = self;
         match refusal {
             // Refused after it was requested: the task was never queued on `to`.
-            DelegationRefusal::DelegateRefused { refusal, .. } => {
-                t.delegations.accepted -= 1;
-                t.add(&to, -1);
-                match refusal {
-                    WorkRefusal::LockedOut { .. } | WorkRefusal::Stopped => {
-                        t.delegations.refused_locked += 1
-                    }
-                    _ => t.refused_other += 1,
-                }
+            refusal @ DelegationRefusal::DelegateRefused { .. } => {
+                t.count_refusal_after_request(to, &refusal);
             }
             other => {
                 t.delegations.requested += 1;
@@ -531,17 +575,14 @@ impl Tally {
     }
 }
 
-impl Journal for HarnessJournal {
-    fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
-        self.append_all(agent, vec![kind])
-    }
-
-    fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
+impl HarnessJournal {
+    /// Counts `kinds`, journaled by `node`'s supervisor (0 on one node).
+    fn append_from(&self, node: usize, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
         let n = kinds.len() as u64;
         let mut t = self.tally.lock();
         let last = self.seq.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
         for kind in kinds {
-            t.count(agent, kind);
+            t.count(node, agent, kind);
         }
         let storm_turns = self.storm_turns.load(std::sync::atomic::Ordering::Relaxed);
         if storm_turns > 0
@@ -550,6 +591,16 @@ impl Journal for HarnessJournal {
             self.storm.notify_one();
         }
         last
+    }
+}
+
+impl Journal for HarnessJournal {
+    fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
+        self.append_all(agent, vec![kind])
+    }
+
+    fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
+        self.append_from(0, agent, kinds)
     }
 
     /// Keeps nothing across a crash.
@@ -785,6 +836,99 @@ fn fleet_shape(agents: usize, fanout: usize, depth: usize) -> Vec<Node> {
     nodes
 }
 
+/// The configuration of a synthetic fleet's team: no per-agent token budget, no iteration limit
+/// that a long run would reach, a mailbox that holds every task a root is sent.
+fn fleet_config(options: &LoadtestOptions) -> WardenConfig {
+    let mut config = WardenConfig::default();
+    config.safety.budget.tokens_per_agent = 0;
+    config.safety.loop_.max_iterations_per_task = 1_000_000;
+    config.mailbox.ordinary_capacity =
+        NonZeroUsize::new(fleet_tasks(options).max(1024)).unwrap_or(NonZeroUsize::MIN);
+    config
+}
+
+/// Tasks sent to every root: none for `idle`.
+fn fleet_tasks(options: &LoadtestOptions) -> usize {
+    if options.scenario == Scenario::Idle {
+        0
+    } else {
+        options.tasks_per_agent
+    }
+}
+
+/// The models and faults of a synthetic fleet: makes each agent's spec.
+struct FleetModels {
+    scenario: Scenario,
+    seed: u64,
+    inner: Faults,
+    leaf: Faults,
+    idle_model: Arc<ScriptedProvider>,
+}
+
+impl FleetModels {
+    fn new(options: &LoadtestOptions) -> Self {
+        let inner = Faults {
+            fail: options.fail_rate,
+            panic: options.panic_rate,
+            latency_ms: options.llm_latency_ms,
+        };
+        let leaf = if options.scenario == Scenario::Cascade {
+            Faults {
+                fail: options.fail_rate.max(0.8),
+                ..inner
+            }
+        } else {
+            inner
+        };
+        FleetModels {
+            scenario: options.scenario,
+            seed: options.seed,
+            inner,
+            leaf,
+            idle_model: Arc::new(
+                ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("ok")),
+            ),
+        }
+    }
+
+    /// The spec of the `index`th agent of the fleet, and its model's call counter (none for
+    /// `idle`, whose agents share one model that is never called).
+    fn spec(&self, node: Node, index: usize) -> (AgentSpec, Option<Arc<ScriptStats>>) {
+        let Node {
+            key,
+            parent,
+            children,
+        } = node;
+        let seed = agent_seed(self.seed, index);
+        if self.scenario == Scenario::Idle {
+            // No task will reach them: one shared model, no tools (measures the agents themselves).
+            let spec = match parent {
+                None => AgentSpec::assistant(key, self.idle_model.clone()),
+                Some(p) => AgentSpec::sub_agent(key, p, self.idle_model.clone()),
+            };
+            return (spec, None);
+        }
+        let faults = if children.is_empty() {
+            self.leaf
+        } else {
+            self.inner
+        };
+        let leafy = children.is_empty();
+        let model = node_model(children, faults, seed);
+        let stats = model.stats();
+        let spec = match parent {
+            None => AgentSpec::assistant(key, model),
+            Some(p) => AgentSpec::sub_agent(key, p, model),
+        };
+        let spec = if leafy {
+            spec.with_tool(work_tool(faults, seed)).without_delegation()
+        } else {
+            spec
+        };
+        (spec, Some(stats))
+    }
+}
+
 /// Runs a load test in its own actix `System` (blocks the calling thread). Every agent runs on
 /// the calling thread; only the halt probe uses an arbiter thread of its own. Nothing is written
 /// to disk and nothing goes over the network: the journal is the harness's own counter and the
@@ -879,16 +1023,7 @@ impl Drop for Progress {
 pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
     let progress = Progress::new(options.progress);
     let scenario = options.scenario;
-    let mut config = WardenConfig::default();
-    config.safety.budget.tokens_per_agent = 0;
-    config.safety.loop_.max_iterations_per_task = 1_000_000;
-    let tasks = if scenario == Scenario::Idle {
-        0
-    } else {
-        options.tasks_per_agent
-    };
-    config.mailbox.ordinary_capacity =
-        NonZeroUsize::new(tasks.max(1024)).unwrap_or(NonZeroUsize::MIN);
+    let config = fleet_config(&options);
     let journal = Arc::new(HarnessJournal::default());
     let team = Supervisor::builder(config, journal.clone())
         .current_arbiter()
@@ -897,23 +1032,10 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
         .build();
     let retries_before = warden_actors::retry_counts();
 
-    let inner = Faults {
-        fail: options.fail_rate,
-        panic: options.panic_rate,
-        latency_ms: options.llm_latency_ms,
-    };
-    let leaf = if scenario == Scenario::Cascade {
-        Faults {
-            fail: options.fail_rate.max(0.8),
-            ..inner
-        }
-    } else {
-        inner
-    };
+    let fleet = FleetModels::new(&options);
 
     // ---- spawn
     let shape = fleet_shape(options.agents, options.fanout, options.depth);
-    let idle_model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("ok")));
     let rss_before = proc_status_bytes("VmRSS");
     let mut roots = Vec::new();
     let mut stats: Vec<Arc<ScriptStats>> = Vec::new();
@@ -923,34 +1045,9 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
         if index % 4096 == 0 {
             progress.at(index as u64);
         }
-        let Node {
-            key,
-            parent,
-            children,
-        } = node;
-        let is_root = parent.is_none();
-        let seed = agent_seed(options.seed, index);
-        let spec = if scenario == Scenario::Idle {
-            // No task will reach them: one shared model, no tools (measures the agents themselves).
-            match parent {
-                None => AgentSpec::assistant(key, idle_model.clone()),
-                Some(p) => AgentSpec::sub_agent(key, p, idle_model.clone()),
-            }
-        } else {
-            let faults = if children.is_empty() { leaf } else { inner };
-            let leafy = children.is_empty();
-            let model = node_model(children, faults, seed);
-            stats.push(model.stats());
-            let spec = match parent {
-                None => AgentSpec::assistant(key, model),
-                Some(p) => AgentSpec::sub_agent(key, p, model),
-            };
-            if leafy {
-                spec.with_tool(work_tool(faults, seed)).without_delegation()
-            } else {
-                spec
-            }
-        };
+        let is_root = node.parent.is_none();
+        let (spec, model_stats) = fleet.spec(node, index);
+        stats.extend(model_stats);
         match team.spawn(spec) {
             Ok(handle) if is_root => roots.push(handle),
             _ => {}
@@ -972,6 +1069,34 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
             .sum()
     };
 
+    let (driven, storm) = drive(
+        &journal, &progress, &options, &team, &roots, agents, &llm_calls,
+    )
+    .await;
+    let mut report = finish(
+        team, &journal, &progress, &options, storm, driven, &llm_calls,
+    )
+    .await;
+    report.scenario = scenario.as_str().to_owned();
+    report.retries = retries_since(&retries_before);
+    spawned.apply(&mut report);
+    report
+}
+
+/// The drive phase: every root is sent its tasks (by `team`, the roots' team), then the fleet is
+/// waited for until it settles (or, for `halt-storm`, until the storm's halt is due) or the
+/// timeout passes. `storm`: the drive phase's start, when the final halt ends it.
+async fn drive(
+    journal: &HarnessJournal,
+    progress: &Progress,
+    options: &LoadtestOptions,
+    team: &Supervisor,
+    roots: &[crate::AgentHandle],
+    agents: u64,
+    llm_calls: CallCount<'_>,
+) -> (Driven, Option<Instant>) {
+    let scenario = options.scenario;
+    let tasks = fleet_tasks(options);
     // ---- drive
     if scenario == Scenario::HaltStorm {
         // Before any task is sent: the first turns must not be missed.
@@ -982,12 +1107,12 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
     }
     let drive_start = Instant::now();
     // Every settled event of the fleet, correlated by id: the roots' answers give the latencies.
-    let mut driven = Driven::new(&team, drive_start, false);
+    let mut driven = Driven::new(team, drive_start, false);
     // Turns without refusals: every agent runs every task once.
     progress.phase("drive", agents * tasks as u64);
     for t in 0..tasks {
-        for root in &roots {
-            driven.send(&journal, root, UserEvent::new(format!("task {t}")));
+        for root in roots {
+            driven.send(journal, root, UserEvent::new(format!("task {t}")));
         }
     }
     let deadline = Instant::now() + options.timeout;
@@ -1009,7 +1134,7 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
                     break;
                 }
             }
-            driven.poll(&journal, &llm_calls);
+            driven.poll(journal, llm_calls);
             let left = deadline
                 .saturating_duration_since(Instant::now())
                 .min(Duration::from_secs(1));
@@ -1019,18 +1144,11 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
             }
         }
     } else {
-        driven.unfinished = drain(&journal, &progress, &mut driven, &llm_calls, deadline).await;
+        driven.unfinished = drain(journal, progress, &mut driven, llm_calls, deadline).await;
     }
     driven.duration = drive_start.elapsed();
     let storm = (scenario == Scenario::HaltStorm).then_some(drive_start);
-    let mut report = finish(
-        team, &journal, &progress, &options, storm, driven, &llm_calls,
-    )
-    .await;
-    report.scenario = scenario.as_str().to_owned();
-    report.retries = retries_since(&retries_before);
-    spawned.apply(&mut report);
-    report
+    (driven, storm)
 }
 
 /// Whether every work item and every delegation id has ended.
@@ -1271,6 +1389,33 @@ async fn finish(
     progress: &Progress,
     options: &LoadtestOptions,
     storm: Option<Instant>,
+    driven: Driven,
+    llm_calls: CallCount<'_>,
+) -> LoadReport {
+    finish_fleet(
+        vec![team],
+        None,
+        journal,
+        progress,
+        options,
+        storm,
+        driven,
+        llm_calls,
+    )
+    .await
+}
+
+/// [`finish`] for a fleet of one team or of a cluster run's nodes (`cluster`: the final halt is
+/// then the cluster halt issued on the first node, and the nodes leave the cluster before the
+/// halt probe).
+#[allow(clippy::too_many_arguments)]
+async fn finish_fleet(
+    teams: Vec<Supervisor>,
+    mut cluster: Option<&mut cluster::Nodes>,
+    journal: &HarnessJournal,
+    progress: &Progress,
+    options: &LoadtestOptions,
+    storm: Option<Instant>,
     mut driven: Driven,
     llm_calls: CallCount<'_>,
 ) -> LoadReport {
@@ -1278,30 +1423,47 @@ async fn finish(
         driven.settle(s);
     }
     driven.sampler.sample(Instant::now(), journal, llm_calls);
-    let agents = team.len() as u64;
-    let statuses = team.statuses();
-    let stopped = statuses
+    let agents: u64 = teams.iter().map(|t| t.len() as u64).sum();
+    let stopped: u64 = teams
         .iter()
-        .filter(|s| s.state == AgentState::Stopped)
-        .count() as u64;
-    drop(statuses);
+        .map(|team| {
+            team.statuses()
+                .iter()
+                .filter(|s| s.state == AgentState::Stopped)
+                .count() as u64
+        })
+        .sum();
 
     // ---- halt all
     progress.phase("halt all", agents);
     let halt_start = Instant::now();
-    let acks = team.halt_all().await;
-    let halted_at = Instant::now();
+    let (acked, halted_at) = match cluster.as_deref_mut() {
+        None => {
+            let mut acked = 0;
+            for team in &teams {
+                acked += team.halt_all().await.len() as u64;
+            }
+            (acked, Instant::now())
+        }
+        Some(nodes) => nodes.halt(journal, options.timeout).await,
+    };
     let halt_all = HaltAll {
-        agents: acks.len() as u64,
+        agents: acked,
         ms: (halted_at - halt_start).as_secs_f64() * 1000.0,
     };
-    drop(acks);
     // The halts' deferred clean-ups list what they cleared; wait for the accounting to settle.
     // (At least a second, even after a short `--timeout-s`: a cut run has the most to clean up.)
     let settle_deadline =
         Instant::now() + Duration::from_secs(10).min(options.timeout.max(Duration::from_secs(1)));
     actix_rt::time::sleep(Duration::from_millis(5)).await;
-    while Instant::now() < settle_deadline && !settled(&journal.tally.lock()) {
+    let settled_now = |cluster: &Option<&mut cluster::Nodes>| {
+        let t = journal.tally.lock();
+        match cluster {
+            None => settled(&t),
+            Some(nodes) => nodes.settled(&t),
+        }
+    };
+    while Instant::now() < settle_deadline && !settled_now(&cluster) {
         actix_rt::time::sleep(Duration::from_millis(1)).await;
     }
     if let Some(drive_start) = storm {
@@ -1309,16 +1471,24 @@ async fn finish(
         driven.duration = halted_at - drive_start;
     }
 
-    let statuses = team.statuses();
-    let restarts: u64 = statuses.iter().map(|s| u64::from(s.restarts)).sum();
-    let active_slots: u64 = statuses
-        .iter()
-        .map(|s| u64::from(s.active_sub_agents))
-        .sum();
-    drop(statuses);
-    team.shutdown().await;
+    let (mut restarts, mut active_slots) = (0_u64, 0_u64);
+    for team in &teams {
+        let statuses = team.statuses();
+        restarts += statuses.iter().map(|s| u64::from(s.restarts)).sum::<u64>();
+        active_slots += statuses
+            .iter()
+            .map(|s| u64::from(s.active_sub_agents))
+            .sum::<u64>();
+    }
+    if let Some(nodes) = cluster {
+        // Nothing answers for these nodes any more (their agents are halted).
+        nodes.leave().await;
+    }
+    for team in &teams {
+        team.shutdown().await;
+    }
+    drop(teams);
     // The probes measure a quiet system: let the fleet's actors stop and free it first.
-    drop(team);
     actix_rt::time::sleep(Duration::from_millis(10)).await;
 
     let halt = if options.halt_probes > 0 {

@@ -181,8 +181,79 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
             },
         ),
     ]);
+    if let Some(c) = &r.cluster {
+        let ms =
+            |v: Option<f64>| v.map_or_else(|| "not reached".to_owned(), |ms| format!("{ms:.3} ms"));
+        rows.extend([
+            (
+                "cluster",
+                format!("{} nodes on {} (namespace {})", c.nodes, c.url, c.namespace),
+            ),
+            (
+                "cluster halt",
+                format!(
+                    "every agent of every node halted {} after the halt on the first node{}",
+                    ms(c.halt_ms),
+                    if c.halt_unreached.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (not reached: {})", c.halt_unreached.join(", "))
+                    }
+                ),
+            ),
+            (
+                "cross-node",
+                format!(
+                    "{} delegations sent, {} received, {} ran, {} refused as unknown ({} cancelled, {} of them never queued); request → end p50 {:.3} ms, p99 {:.3} ms",
+                    c.delegations_sent,
+                    c.delegations_received,
+                    c.delegations_ran,
+                    c.refused_unknown,
+                    c.delegations_cancelled,
+                    c.cancelled_unqueued,
+                    c.delegation_ms_p50,
+                    c.delegation_ms_p99
+                ),
+            ),
+        ]);
+    }
     for (name, value) in rows {
         writeln!(out, "  {name:<13} {value}")?;
+    }
+    if !r.nodes.is_empty() {
+        writeln!(
+            out,
+            "  {:<16} {:>7} {:>8} {:>9} {:>6} {:>6} {:>6} {:>8} {:>8} {:>10}",
+            "node",
+            "agents",
+            "turns",
+            "llm calls",
+            "sent",
+            "recv",
+            "ran",
+            "lockouts",
+            "refusals",
+            "halted ms"
+        )?;
+        for n in &r.nodes {
+            let halted = n
+                .halt_ack_ms
+                .map_or_else(|| "-".to_owned(), |ms| format!("{ms:.3}"));
+            writeln!(
+                out,
+                "  {:<16} {:>7} {:>8} {:>9} {:>6} {:>6} {:>6} {:>8} {:>8} {:>10}",
+                n.node,
+                n.agents,
+                n.turns,
+                n.llm_calls,
+                n.delegations_sent,
+                n.delegations_received,
+                n.delegations_ran,
+                n.lockouts,
+                n.refusals,
+                halted
+            )?;
+        }
     }
     Ok(())
 }
