@@ -139,10 +139,19 @@ enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// Resume a paused or halted agent on a running server.
+    /// Resume a paused or halted agent on a running server, or (`--all`) lift the fleet halt: every
+    /// agent `warden halt` stopped runs again (not one locked out, stopped by a breaker, paused, or
+    /// halted again since). On a cluster node the lift is for every node.
     Resume {
         /// The agent's key.
-        key: String,
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        key: Option<String>,
+        /// Lift the fleet halt instead of resuming one agent.
+        #[arg(long)]
+        all: bool,
+        /// Why (journaled with every resume of the lift).
+        #[arg(long, requires = "all")]
+        reason: Option<String>,
         #[command(flatten)]
         server: ServerArgs,
     },
@@ -689,9 +698,15 @@ fn command(cli: Cli) -> ExitCode {
             client(server, warden::cli::client::Call::Unlock { key })
         }
         Command::Pause { key, server } => client(server, warden::cli::client::Call::Pause { key }),
-        Command::Resume { key, server } => {
-            client(server, warden::cli::client::Call::Resume { key })
-        }
+        Command::Resume {
+            key,
+            all: _,
+            reason,
+            server,
+        } => match key {
+            Some(key) => client(server, warden::cli::client::Call::Resume { key }),
+            None => client(server, warden::cli::client::Call::ResumeAll { reason }),
+        },
         Command::Clear { key, server } => client(server, warden::cli::client::Call::Clear { key }),
         Command::Ask {
             id,

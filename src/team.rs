@@ -1412,37 +1412,53 @@ impl TeamFile {
             });
         }
         for (agent, tools) in self.agents.iter().zip(tools) {
-            let provider = wrap(self.provider(&agent.provider)?);
-            let mut spec = match (agent.role, &agent.parent) {
-                (AgentRole::SubAgent, Some(parent)) => {
-                    AgentSpec::sub_agent(agent.key.as_str(), parent.as_str(), provider)
-                }
-                _ => AgentSpec::assistant(agent.key.as_str(), provider),
-            };
-            if let Some(prompt) = &agent.system_prompt {
-                spec = spec.with_system_prompt(prompt.clone());
-            }
-            if !agent.delegate {
-                spec = spec.without_delegation();
-            }
-            if let Some(npc) = agent.npc_config(&self.config.npc) {
-                spec = spec.with_npc(npc);
-            }
-            if let Some(goals) = &agent.goals {
-                spec = spec.with_goals(goals.clone());
-            }
-            if let Some(own) = &agent.memory {
-                spec = spec.with_memory(own.apply(&self.config.memory));
-            }
-            for tool in tools {
-                spec = spec.with_tool_arc(tool);
-            }
-            if let Some(record) = records.iter().find(|r| r.key.as_str() == agent.key) {
-                spec = spec.restored_from(record.clone());
-            }
-            team.spawn(spec)?;
+            team.spawn(self.agent_spec(agent, tools, records, wrap)?)?;
         }
         Ok(())
+    }
+
+    /// The spec `agent` is spawned from: its provider (passed through `wrap`), prompt, delegation,
+    /// `[npc]`, goals, `[memory]`, `tools`, and its record in `records` when there is one.
+    ///
+    /// # Errors
+    ///
+    /// [`TeamError`] when its provider cannot be made.
+    pub(crate) fn agent_spec(
+        &self,
+        agent: &AgentFileSpec,
+        tools: Vec<Arc<dyn warden_actors::Tool>>,
+        records: &[warden_protocols::AgentRecord],
+        wrap: &dyn Fn(Arc<dyn Provider>) -> Arc<dyn Provider>,
+    ) -> Result<AgentSpec, TeamError> {
+        let provider = wrap(self.provider(&agent.provider)?);
+        let mut spec = match (agent.role, &agent.parent) {
+            (AgentRole::SubAgent, Some(parent)) => {
+                AgentSpec::sub_agent(agent.key.as_str(), parent.as_str(), provider)
+            }
+            _ => AgentSpec::assistant(agent.key.as_str(), provider),
+        };
+        if let Some(prompt) = &agent.system_prompt {
+            spec = spec.with_system_prompt(prompt.clone());
+        }
+        if !agent.delegate {
+            spec = spec.without_delegation();
+        }
+        if let Some(npc) = agent.npc_config(&self.config.npc) {
+            spec = spec.with_npc(npc);
+        }
+        if let Some(goals) = &agent.goals {
+            spec = spec.with_goals(goals.clone());
+        }
+        if let Some(own) = &agent.memory {
+            spec = spec.with_memory(own.apply(&self.config.memory));
+        }
+        for tool in tools {
+            spec = spec.with_tool_arc(tool);
+        }
+        if let Some(record) = records.iter().find(|r| r.key.as_str() == agent.key) {
+            spec = spec.restored_from(record.clone());
+        }
+        Ok(spec)
     }
 }
 

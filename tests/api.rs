@@ -2599,3 +2599,97 @@ async fn the_host_reports_presence_and_sets_the_game_hour_over_http() {
     );
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
+
+#[actix_rt::test]
+async fn a_lift_resumes_what_the_fleet_halt_stopped_and_nothing_else() {
+    tokio::time::pause();
+    let f = fixture(WardenConfig::default());
+    let a = f.team.assistant("a", chatty());
+    let alone = f.team.assistant("alone", chatty());
+    let paused = f.team.assistant("paused", chatty());
+    let locked = f.team.assistant("locked", failing());
+    lock_out(&locked).await;
+    let app = app!(f);
+
+    let (status, body) = call!(app, post("/api/resume", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::CONFLICT, "nothing to lift yet: {body}");
+    let (status, _) = call!(app, post("/api/resume", Some(READ), None));
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // `alone` halted by itself before the fleet halt; `paused` paused by an operator.
+    let (status, _) = call!(app, post("/api/agents/alone/halt", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = call!(app, post("/api/agents/paused/pause", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = call!(app, post("/api/halt", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(a.state(), AgentState::Stopped);
+
+    let (status, body) = call!(
+        app,
+        post(
+            "/api/resume",
+            Some(ADMIN),
+            Some(json!({"reason": "all clear"}))
+        )
+    );
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["resumed"], json!([{"agent": "a"}]), "{body}");
+    assert_eq!(body["kept"][0]["agent"], "paused", "{body}");
+    assert_eq!(a.state(), AgentState::WaitingForEvent);
+    assert_eq!(alone.state(), AgentState::Stopped, "halted by itself: kept");
+    assert_eq!(paused.state(), AgentState::Stopped, "paused: kept");
+    assert!(paused.status().paused);
+    assert_eq!(locked.state(), AgentState::SafetyLockout, "only an unlock");
+    assert!(f.journal.events_of("a").iter().any(|e| matches!(
+        &e.kind,
+        EventKind::StateChanged { cause, .. }
+            if cause == "resumed by api:admin (lift of the fleet halt: all clear)"
+    )));
+    // Lifted: nothing stands any more.
+    let (status, _) = call!(app, post("/api/resume", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::CONFLICT);
+    let (status, body) = call!(
+        app,
+        request("POST", "/api/resume", Some(ADMIN), None).set_payload("{")
+    );
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+}
+
+#[actix_rt::test]
+async fn an_agent_spawned_locked_out_or_halted_is_so_before_it_reads_anything_and_replays_so() {
+    tokio::time::pause();
+    let f = fixture(WardenConfig::default());
+    let lockout = protocols::Lockout {
+        breaker: protocols::Breaker::ConsecutiveErrors,
+        reason: "model down 1 time".into(),
+    };
+    let locked = f
+        .team
+        .spawn(
+            AgentSpec::assistant("locked", chatty())
+                .starting_locked_out(lockout)
+                .starting_halted(),
+        )
+        .unwrap();
+    let halted = f
+        .team
+        .spawn(AgentSpec::assistant("halted", chatty()).starting_halted())
+        .unwrap();
+    // Locked out at once, with the reason; the halted one reads its halt before any work: an event
+    // sent right after the spawn is discarded by it, never answered.
+    assert_eq!(locked.state(), AgentState::SafetyLockout);
+    assert!(locked.status().emergency_stop);
+    let _ = halted.try_send_event(UserEvent::new("hi"));
+    until("halted stops", || halted.state() == AgentState::Stopped).await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!((halted.status().turns, halted.status().history_len), (0, 0));
+    replay_matches(&f.journal, &locked);
+    replay_matches(&f.journal, &halted);
+    // Both were noted with the fleet halt: a lift resumes the halted one, not the locked-out one.
+    let app = app!(f);
+    let (status, body) = call!(app, post("/api/resume", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["resumed"], json!([{"agent": "halted"}]), "{body}");
+    assert_eq!(halted.state(), AgentState::WaitingForEvent);
+    assert_eq!(locked.state(), AgentState::SafetyLockout);
+}

@@ -1424,3 +1424,450 @@ fn a_cascade_across_three_nodes_runs_every_hop_once_with_per_node_figures() {
     assert_eq!(report["nodes"]["c"]["delegations_ran"], total);
     assert_eq!(report["nodes"]["a"]["delegations_ran"], 0);
 }
+
+// ================================================================================================
+// Lifting the cluster halt (`POST /api/resume`, `warden resume --all`) and moving agents off a
+// dead node (adoption). Added by the wip-lift branch; keep new tests of other topics out of here.
+// ================================================================================================
+
+/// [`Node::start_with`] with extra environment variables (the lift's test hook).
+fn start_node_env(dir: &Path, name: &str, url: &str, team: &str, env: &[(&str, &str)]) -> Node {
+    let dir = dir.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("team.toml"), team).unwrap();
+    let port = free_port();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
+    command
+        .args(["serve", "--config"])
+        .arg(dir.join("team.toml"))
+        .arg("--db")
+        .arg(dir.join("journal.db"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--cluster", url, "--node", name])
+        .env("WARDEN_ADMIN_TOKEN", TOKEN)
+        .env_remove("WARDEN_READ_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("stderr.log")).unwrap());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let node = Node {
+        child: Some(command.spawn().expect("start warden serve")),
+        name: name.into(),
+        port,
+        dir,
+        url: url.into(),
+    };
+    wait_until(
+        &format!("node {name} serves"),
+        Duration::from_secs(30),
+        || request(node.port, "GET", "/healthz", None).0 == 200,
+    );
+    node
+}
+
+/// Posts an event to `agent` on `node` and waits for its answer (`answered`).
+fn answered(node: &Node, agent: &str) -> bool {
+    let (status, body) = node.post(
+        &format!("/api/agents/{agent}/events?wait=10"),
+        Some(r#"{"content":"are you there"}"#),
+    );
+    status == 200 && body["status"] == "answered"
+}
+
+/// Halts the cluster on `node` and waits until every `(node, agent)` is `STOPPED`.
+fn halt_cluster(node: &Node, agents: &[(&Node, &str)]) {
+    let (status, body) = node.post("/api/halt", None);
+    assert_eq!(status, 200, "{body}");
+    for (n, agent) in agents {
+        wait_until(
+            &format!("{agent} stopped on {}", n.name),
+            Duration::from_secs(5),
+            || n.state_of(agent) == "STOPPED",
+        );
+    }
+}
+
+#[test]
+fn a_lift_on_b_runs_every_nodes_agents_again_and_a_later_node_comes_up_running() {
+    let dir = temp_dir("lift");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let a = Node::start(&dir, "a", &nats.url(), &["a1", "a2"]);
+    let b = Node::start(&dir, "b", &nats.url(), &["b1"]);
+    peers(&a, &["b"]);
+    // a2 halted by itself before the cluster halt: the lift leaves it stopped.
+    let (status, body) = a.post("/api/agents/a2/halt", None);
+    assert_eq!(status, 200, "{body}");
+    // Nothing to lift yet.
+    let (status, body) = b.post("/api/resume", None);
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("not halted"),
+        "{body}"
+    );
+    halt_cluster(&a, &[(&a, "a1"), (&b, "b1")]);
+    assert!(!answered(&b, "b1"), "a halted agent answers nothing");
+    // The lift on b, through the CLI.
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["resume", "--all", "--reason", "all clear"])
+        .args(["--url", &format!("http://127.0.0.1:{}", b.port)])
+        .args(["--token", TOKEN])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("cluster halt lifted (epoch 2)"), "{stdout}");
+    assert!(stdout.contains("resumed b1 (node b)"), "{stdout}");
+    wait_until("a1 runs again on a", Duration::from_secs(5), || {
+        a.state_of("a1") == "WAITING_FOR_EVENT"
+    });
+    eprintln!(
+        "cluster halt lifted on b: a's agent running {:.0} ms after the request",
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    assert_eq!(b.state_of("b1"), "WAITING_FOR_EVENT");
+    assert!(answered(&a, "a1"), "a1 answers after the lift");
+    assert!(answered(&b, "b1"), "b1 answers after the lift");
+    assert_eq!(a.state_of("a2"), "STOPPED", "halted by itself: kept");
+    for node in [&a, &b] {
+        wait_until("the lift read everywhere", Duration::from_secs(5), || {
+            let cluster = node.get("/api/cluster");
+            cluster["halt_epoch"] == 2 && cluster["halt"]["halted"] == false
+        });
+    }
+    // Journaled on a with the reason.
+    let events = a.get("/api/events/recent?agent=a1&limit=100").to_string();
+    assert!(
+        events.contains("lift of the cluster halt, epoch 2: all clear"),
+        "{events}"
+    );
+    // A node started after the lift is not halted.
+    let c = Node::start(&dir, "c", &nats.url(), &["c1"]);
+    assert_eq!(c.state_of("c1"), "WAITING_FOR_EVENT");
+    assert!(!c.stderr().contains("coming up halted"), "{}", c.stderr());
+    assert!(answered(&c, "c1"));
+    // Lifted already: a second lift is refused.
+    let (status, body) = a.post("/api/resume", None);
+    assert_eq!(status, 409, "{body}");
+    // A halt after the lift halts again, at the next epoch, everywhere.
+    halt_cluster(&c, &[(&a, "a1"), (&b, "b1"), (&c, "c1")]);
+    assert_eq!(a.get("/api/cluster")["halt_epoch"], 3);
+}
+
+#[test]
+fn a_lift_whose_read_went_stale_is_refused_and_the_cluster_stays_halted() {
+    let dir = temp_dir("lift-stale");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let a = Node::start(&dir, "a", &nats.url(), &["a1"]);
+    // b's lifts wait 1.5 s between reading the halt key and writing it (the test hook).
+    let b = start_node_env(
+        &dir,
+        "b",
+        &nats.url(),
+        &team(&["b1"], 0),
+        &[("WARDEN_TEST_LIFT_PAUSE_MS", "1500")],
+    );
+    peers(&a, &["b"]);
+    halt_cluster(&a, &[(&a, "a1"), (&b, "b1")]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let kv = runtime.block_on(async {
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        async_nats::jetstream::new(client)
+            .get_key_value("warden_halt")
+            .await
+            .unwrap()
+    });
+    let rewrite = |state: Value| {
+        runtime.block_on(async {
+            let entry = kv.entry("halt").await.unwrap().unwrap();
+            let body = serde_json::to_vec(&state).unwrap();
+            kv.update("halt", body.into(), entry.revision)
+                .await
+                .unwrap();
+        })
+    };
+    let lift_on_b = || {
+        let port = b.port;
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let answer = request(port, "POST", "/api/resume", Some(r#"{"reason":"stale"}"#));
+            (answer, started.elapsed())
+        })
+    };
+    // 1. The key is rewritten between the lift's read and its write (the same epoch: only the
+    //    compare-and-swap can tell).
+    let lifting = lift_on_b();
+    std::thread::sleep(Duration::from_millis(500));
+    rewrite(
+        serde_json::json!({"epoch": 1, "halted": true, "reason": "rewritten", "by": "test",
+                               "node": "test", "at_ms": now_ms()}),
+    );
+    let ((status, body), took) = lifting.join().unwrap();
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("a halt came since"), "{body}");
+    assert!(took >= Duration::from_millis(1500), "the hook paused it");
+    // 2. A halt on a between the read and the write.
+    let lifting = lift_on_b();
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, body) = a.post("/api/halt", None);
+    assert_eq!(status, 200, "{body}");
+    let ((status, body), _) = lifting.join().unwrap();
+    assert_eq!(status, 409, "{body}");
+    // The cluster stays halted: nothing resumed anywhere, the key halted.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(a.state_of("a1"), "STOPPED");
+    assert_eq!(b.state_of("b1"), "STOPPED");
+    let halt = runtime.block_on(async { kv.get("halt").await.unwrap().unwrap() });
+    let halt: Value = serde_json::from_slice(&halt).unwrap();
+    assert_eq!(
+        (halt["epoch"].as_u64(), &halt["halted"]),
+        (Some(2), &Value::Bool(true))
+    );
+    // Nothing in between: the same lift goes through.
+    let ((status, body), _) = lift_on_b().join().unwrap();
+    assert_eq!(status, 200, "{body}");
+    wait_until("a1 runs again", Duration::from_secs(5), || {
+        a.state_of("a1") == "WAITING_FOR_EVENT"
+    });
+    assert_eq!(b.state_of("b1"), "WAITING_FOR_EVENT");
+}
+
+#[test]
+fn a_node_cut_off_from_jetstream_cannot_lift_the_halt() {
+    let dir = temp_dir("lift-cut");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let proxy = Proxy::start(nats.port);
+    let a = Node::start(&dir, "a", &nats.url(), &["a1"]);
+    let b = Node::start(&dir, "b", &proxy.url(), &["b1"]);
+    peers(&a, &["b"]);
+    halt_cluster(&a, &[(&a, "a1"), (&b, "b1")]);
+    proxy.black_hole();
+    let started = Instant::now();
+    let (status, body) = b.post("/api/resume", None);
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("lift refused"),
+        "{body}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "bounded");
+    assert_eq!(b.state_of("b1"), "STOPPED");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(a.state_of("a1"), "STOPPED");
+    assert_eq!(a.get("/api/cluster")["halt"]["halted"], true);
+    // Healed, the lift goes through.
+    proxy.heal();
+    wait_until("the lift succeeds", Duration::from_secs(15), || {
+        b.post("/api/resume", None).0 == 200
+    });
+    wait_until("a1 runs again", Duration::from_secs(5), || {
+        a.state_of("a1") == "WAITING_FOR_EVENT"
+    });
+    assert_eq!(b.state_of("b1"), "WAITING_FOR_EVENT");
+}
+
+#[test]
+fn a_locked_out_agent_stays_locked_out_after_a_lift() {
+    let dir = temp_dir("lift-lockout");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let worker = format!(
+        "[safety.breakers]\nmax_consecutive_errors = 1\n\n[providers.m]\nkind = \"scripted\"\n\
+         cycle = true\nreplies = [{{ fail = \"model down\" }}]\n\n[providers.ok]\nkind = \
+         \"scripted\"\ncycle = true\nreplies = [\"fine\"]\n\n{PAIR_CLUSTER}\n[[agents]]\nkey = \
+         \"worker\"\nprovider = \"m\"\n\n[[agents]]\nkey = \"b1\"\nprovider = \"ok\"\n"
+    );
+    let a = Node::start(&dir, "a", &nats.url(), &["a1"]);
+    let b = Node::start_with(&dir, "b", &nats.url(), &worker);
+    peers(&a, &["b"]);
+    let (status, body) = b.post("/api/agents/worker/events", Some(r#"{"content":"go"}"#));
+    assert_eq!(status, 202, "{body}");
+    wait_until("worker locked out on b", Duration::from_secs(10), || {
+        b.state_of("worker") == "SAFETY_LOCKOUT"
+    });
+    halt_cluster(&a, &[(&a, "a1"), (&b, "b1")]);
+    let (status, body) = a.post("/api/resume", Some(r#"{"reason":"go on"}"#));
+    assert_eq!(status, 200, "{body}");
+    wait_until("b1 runs again", Duration::from_secs(5), || {
+        b.state_of("b1") == "WAITING_FOR_EVENT"
+    });
+    assert_eq!(
+        b.state_of("worker"),
+        "SAFETY_LOCKOUT",
+        "only an unlock lifts it"
+    );
+    assert_eq!(b.get("/api/agents/worker")["emergency_stop"], true);
+    // The unlock still works, and is what it takes.
+    let (status, body) = b.post("/api/agents/worker/unlock", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(b.state_of("worker"), "WAITING_FOR_EVENT");
+}
+
+/// A team of `agents` (`y`'s model fails: one failure locks it out; the others answer), with
+/// `[cluster]` `settings` after the pair's.
+fn adoption_team(agents: &[&str], settings: &str) -> String {
+    let mut text = format!(
+        "[safety.breakers]\nmax_consecutive_errors = 1\n\n[providers.m]\nkind = \"scripted\"\n\
+         cycle = true\nreplies = [\"x here\"]\n\n[providers.bad]\nkind = \"scripted\"\ncycle = \
+         true\nreplies = [{{ fail = \"model down\" }}]\n\n{PAIR_CLUSTER}{settings}"
+    );
+    for agent in agents {
+        let provider = if *agent == "y" { "bad" } else { "m" };
+        text.push_str(&format!(
+            "\n[[agents]]\nkey = \"{agent}\"\nprovider = \"{provider}\"\n"
+        ));
+    }
+    text
+}
+
+/// Whether `node` runs `agent` itself (its own `GET /api/agents/KEY` knows it).
+fn runs(node: &Node, agent: &str) -> bool {
+    request(node.port, "GET", &format!("/api/agents/{agent}"), None).0 == 200
+}
+
+#[test]
+fn a_dead_nodes_agents_are_adopted_with_their_lockout_and_not_started_twice() {
+    let dir = temp_dir("adopt");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let mut a = Node::start_with(&dir, "a", &nats.url(), &adoption_team(&["x", "y"], ""));
+    let b = Node::start_with(
+        &dir,
+        "b",
+        &nats.url(),
+        &adoption_team(&["x", "y", "b1"], ""),
+    );
+    // b was started second: a owns x and y, b has them elsewhere.
+    assert!(!runs(&b, "x") && !runs(&b, "y"));
+    assert_eq!(b.get("/api/cluster")["elsewhere"]["x"], "a");
+    // y locks itself out on a; b sees the lockout.
+    let (status, body) = a.post("/api/agents/y/events", Some(r#"{"content":"go"}"#));
+    assert_eq!(status, 202, "{body}");
+    wait_until("y locked out on a", Duration::from_secs(10), || {
+        a.state_of("y") == "SAFETY_LOCKOUT"
+    });
+    wait_until("b sees y's lockout", Duration::from_secs(5), || {
+        b.get("/api/cluster")["lockouts"]["y"]["locked"] == true
+    });
+    assert!(answered(&a, "x"));
+    // kill -9 a: b adopts x within the lease TTL (3 s) and a beat.
+    a.kill();
+    let killed = Instant::now();
+    wait_until("b adopts x", Duration::from_secs(10), || runs(&b, "x"));
+    let adopted = killed.elapsed();
+    assert!(answered(&b, "x"), "x answers on b");
+    let answered_after = killed.elapsed();
+    eprintln!(
+        "adoption: x running on b {:.2} s after kill -9 of a (lease_ttl_seconds = 3), answering \
+         {:.2} s after",
+        adopted.as_secs_f64(),
+        answered_after.as_secs_f64()
+    );
+    assert!(adopted < Duration::from_secs(3 + 2), "{adopted:?}");
+    // y came up locked out on b: it refuses work until an unlock.
+    wait_until("b adopts y", Duration::from_secs(5), || runs(&b, "y"));
+    assert_eq!(b.state_of("y"), "SAFETY_LOCKOUT");
+    let (status, body) = b.post("/api/agents/y/events", Some(r#"{"content":"go"}"#));
+    assert_eq!(status, 409, "{body}");
+    assert!(b.stderr().contains("adopted here"), "{}", b.stderr());
+    let cluster = b.get("/api/cluster");
+    assert!(cluster["elsewhere"].get("x").is_none(), "{cluster}");
+    assert_eq!(cluster["lockouts"]["y"]["locked"], true, "{cluster}");
+    // a restarted (same team file): x and y are b's now, a does not start them.
+    a.spawn();
+    assert!(!runs(&a, "x") && !runs(&a, "y"), "a must not start x twice");
+    assert!(
+        a.stderr().contains("agent x is owned by node b"),
+        "{}",
+        a.stderr()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(runs(&b, "x") && !runs(&a, "x"));
+    assert!(answered(&b, "x"));
+    let fleet = b.fleet();
+    assert_eq!(
+        fleet.iter().filter(|(k, _, _)| k == "x").count(),
+        1,
+        "{fleet:?}"
+    );
+}
+
+#[test]
+fn an_agent_adopted_while_the_cluster_is_halted_comes_up_halted_and_adopt_false_adopts_nothing() {
+    let dir = temp_dir("adopt-halted");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let mut a = Node::start_with(&dir, "a", &nats.url(), &adoption_team(&["x", "z"], ""));
+    // b lists x (adopts it); c lists z with adoption off (never adopts it).
+    let b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["x", "b1"], ""));
+    let c = Node::start_with(
+        &dir,
+        "c",
+        &nats.url(),
+        &adoption_team(&["z", "c1"], "adopt = false\n"),
+    );
+    assert_eq!(c.get("/api/cluster")["elsewhere"]["z"], "a");
+    peers(&a, &["b", "c"]);
+    halt_cluster(&a, &[(&a, "x"), (&b, "b1"), (&c, "c1")]);
+    a.kill();
+    wait_until("b adopts x", Duration::from_secs(10), || runs(&b, "x"));
+    assert_eq!(b.state_of("x"), "STOPPED", "the cluster is halted");
+    assert!(!answered(&b, "x"));
+    // c has adoption off: z is started nowhere.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!runs(&c, "z"), "adopt = false");
+    assert!(b.fleet().iter().all(|(k, _, _)| k != "z"));
+    // The lift resumes the adopted agent with the others.
+    let (status, body) = c.post("/api/resume", None);
+    assert_eq!(status, 200, "{body}");
+    wait_until("x runs on b", Duration::from_secs(5), || {
+        b.state_of("x") == "WAITING_FOR_EVENT"
+    });
+    assert!(answered(&b, "x"));
+    assert_eq!(b.state_of("b1"), "WAITING_FOR_EVENT");
+}
+
+#[test]
+fn a_partitioned_owner_that_comes_back_halts_the_agent_another_node_adopted() {
+    let dir = temp_dir("adopt-partition");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let proxy = Proxy::start(nats.port);
+    let a = Node::start_with(&dir, "a", &proxy.url(), &adoption_team(&["x"], ""));
+    let b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["x", "b1"], ""));
+    assert!(runs(&a, "x") && !runs(&b, "x"));
+    // a cut off longer than the TTL: its lease ages out and b adopts x.
+    proxy.black_hole();
+    wait_until("b adopts x", Duration::from_secs(10), || runs(&b, "x"));
+    assert!(answered(&b, "x"));
+    // a back: it finds x's lease b's and halts its copy.
+    proxy.heal();
+    wait_until("a halts its copy of x", Duration::from_secs(15), || {
+        a.state_of("x") == "STOPPED"
+    });
+    assert!(
+        a.stderr().contains("the lease of x is now node b's"),
+        "{}",
+        a.stderr()
+    );
+    assert_eq!(a.get("/api/cluster")["elsewhere"]["x"], "b");
+    assert!(answered(&b, "x"));
+}

@@ -85,8 +85,8 @@ pub use safety::{
     LimitCheckpoint, LimitContext, SliceOf, TeamBudget, Verdict,
 };
 pub use supervisor::{
-    AgentSpec, DelegationError, RemoteAgents, SpawnError, Supervisor, SupervisorBuilder,
-    TickConfigError, UnknownAgent,
+    AgentSpec, DelegationError, LiftOutcome, RemoteAgents, SpawnError, Supervisor,
+    SupervisorBuilder, TickConfigError, UnknownAgent,
 };
 pub use tools::{
     Admission, CachePolicy, CacheScope, CircuitConfig, CircuitStep, FnTool, PendingCall, Tool,

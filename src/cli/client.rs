@@ -551,6 +551,29 @@ impl Client {
             .await
     }
 
+    /// Lifts the fleet halt (`POST /api/resume`, with `reason` journaled): the server's answer,
+    /// `{"resumed": [{agent, node?}], "kept": [{agent, node?, why}]}` (and `epoch` on a cluster
+    /// node).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::recent_events`]: 403 with the read token, 409 when no fleet halt stands (or,
+    /// on a cluster node, a halt came since the lift read the halt key), 503 when a cluster node
+    /// cannot write the lift.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the request, which may or may not have reached the server
+    /// (see [`Client::recent_events`]).
+    pub async fn resume_all(&self, reason: Option<&str>) -> Result<Value, ClientError> {
+        let body = match reason {
+            Some(reason) => serde_json::json!({ "reason": reason }),
+            None => serde_json::json!({}),
+        };
+        self.call(Method::POST, &["api", "resume"], Some(body))
+            .await
+    }
+
     /// Clears an agent's emergency stop; its new status.
     ///
     /// # Errors
@@ -690,6 +713,11 @@ pub enum Call {
         /// The agent.
         key: String,
     },
+    /// `warden resume --all [--reason TEXT]`: lift the fleet halt.
+    ResumeAll {
+        /// Why (journaled); `None`: no reason.
+        reason: Option<String>,
+    },
     /// `warden ask [--json]`: the pending asks.
     Asks {
         /// JSON instead of the list.
@@ -816,6 +844,29 @@ pub async fn run(client: &Client, call: Call, out: &mut dyn Write) -> Result<(),
         Call::Resume { key } => {
             let status = client.resume(&key).await?;
             writeln!(out, "resumed {}: {}", status.key, status.state)?;
+        }
+        Call::ResumeAll { reason } => {
+            let lifted = client.resume_all(reason.as_deref()).await?;
+            let at = |item: &Value| match item["node"].as_str() {
+                Some(node) => format!(" (node {node})"),
+                None => String::new(),
+            };
+            if let Some(epoch) = lifted["epoch"].as_u64() {
+                writeln!(
+                    out,
+                    "cluster halt lifted (epoch {epoch}): every node resumes the agents it stopped"
+                )?;
+            }
+            let none = Vec::new();
+            for item in lifted["resumed"].as_array().unwrap_or(&none) {
+                let agent = item["agent"].as_str().unwrap_or_default();
+                writeln!(out, "resumed {agent}{}", at(item))?;
+            }
+            for item in lifted["kept"].as_array().unwrap_or(&none) {
+                let agent = item["agent"].as_str().unwrap_or_default();
+                let why = item["why"].as_str().unwrap_or_default();
+                writeln!(out, "kept {agent}{}: {why}", at(item))?;
+            }
         }
         Call::Asks { json } => {
             let pending = client.interventions().await?;

@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! invalid config: line 3, column 21: `cluster.fail_safe_seconds`: invalid value 0 (allowed: 1 to 3600)
+//! invalid config: line 2, column 9: `cluster.adopt`: invalid value "yes" (allowed: true or false)
 //! ```
 
 use serde::{de::Error as _, Deserialize, Deserializer, Serialize};
@@ -53,6 +54,11 @@ pub struct ClusterSection {
     /// `cost_per_team`).
     #[serde(deserialize_with = "budget_slice_cost")]
     pub budget_slice_cost: f64,
+    /// Whether this node adopts the agents of its team file that another node owned, once that
+    /// node's lease on them aged out (it died, or was cut off longer than the lease TTL): `true`
+    /// (the default) or `false` (such an agent is started again only by a node started with it).
+    #[serde(deserialize_with = "adopt_flag")]
+    pub adopt: bool,
 }
 
 impl Default for ClusterSection {
@@ -67,6 +73,7 @@ impl Default for ClusterSection {
             replicas: 1,
             budget_slice_tokens: 0,
             budget_slice_cost: 0.0,
+            adopt: true,
         }
     }
 }
@@ -97,6 +104,8 @@ pub struct ClusterConfig {
     /// namespace of its own, so that its nodes never meet a served cluster's (nor an earlier run's
     /// halt key). Not a `[cluster]` key.
     pub namespace: String,
+    /// See [`ClusterSection::adopt`].
+    pub adopt: bool,
 }
 
 /// The namespace of `warden serve`'s buckets and subjects.
@@ -186,6 +195,7 @@ impl ClusterSection {
             budget_slice_tokens: self.budget_slice_tokens,
             budget_slice_cost: self.budget_slice_cost,
             namespace: DEFAULT_NAMESPACE.to_owned(),
+            adopt: self.adopt,
         }))
     }
 }
@@ -282,6 +292,31 @@ fn connect_timeout_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Er
     in_range(d, 1, 600)
 }
 
+/// `true` or `false`, nothing else (`"yes"`, `1` are refused with what is allowed).
+fn adopt_flag<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    struct Flag;
+    impl serde::de::Visitor<'_> for Flag {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("true or false")
+        }
+        fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<bool, E> {
+            Ok(v)
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<bool, E> {
+            Err(E::custom(format!(
+                "invalid value {v:?} (allowed: true or false)"
+            )))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<bool, E> {
+            Err(E::custom(format!(
+                "invalid value {v} (allowed: true or false)"
+            )))
+        }
+    }
+    d.deserialize_any(Flag)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,6 +392,16 @@ mod tests {
             2.0,
             "an integer is a cost too"
         );
+        let err = parse("[cluster]\nadopt = \"yes\"\n").unwrap_err();
+        assert!(
+            err.starts_with(
+                "invalid config: line 2, column 9: `cluster.adopt`: invalid value \"yes\" \
+                 (allowed: true or false)"
+            ),
+            "{err}"
+        );
+        let section = parse("[cluster]\nadopt = false\n").unwrap();
+        assert!(!section.adopt && ClusterSection::default().adopt);
         let err = parse("[cluster]\nnodes = \"a\"\n").unwrap_err();
         assert!(err.contains("unknown field `nodes`"), "{err}");
     }

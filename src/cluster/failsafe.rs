@@ -82,6 +82,7 @@ impl Cluster {
             self.write_beat().await
         })
         .await;
+        let beat = matches!(heartbeat, Ok(Ok(())));
         match heartbeat {
             Ok(Ok(())) => {
                 self.fail.beat_ok();
@@ -100,6 +101,11 @@ impl Cluster {
         }
         let _ = tokio::time::timeout(bound, self.renew()).await;
         let _ = tokio::time::timeout(bound, self.publish_lockouts()).await;
+        // Only after a heartbeat: the halt key was just read (a dead node's agents come up halted
+        // if the cluster is).
+        if beat {
+            let _ = tokio::time::timeout(bound, self.adopt()).await;
+        }
     }
 
     /// Beats until the process ends.

@@ -13,6 +13,30 @@
 //!   KV watch / heartbeat poll with epoch > own → halt_all
 //! ```
 //!
+//! Lifting it (`POST /api/resume` on a cluster node):
+//!
+//! ```text
+//!   1. read the halt key (state, revision)                                  JetStream, bounded
+//!      not halted → 409; this node's epoch above the key's (a halt not written yet) → 409
+//!   2. key ← {epoch + 1, halted: false} by update over the revision read    JetStream, bounded
+//!      the key moved → 409 (never retried over a halt it has not seen); no answer → 503
+//!   3. only then: this node's agents the halt stopped are resumed, and the lift is published on
+//!      warden.cluster.halt (no acks awaited)
+//! every node
+//!   a lift (halted: false) with epoch > own, from the broadcast, the watch or the poll →
+//!   resume the agents the fleet halt stopped (`Supervisor::resume_fleet_halt`)
+//! ```
+//!
+//! # Invariants of the lift
+//! * **A lift never overrides a halt it has not seen.** The write is one compare-and-swap over the
+//!   revision read, never retried; a node whose epoch is above the key's (it applied a halt whose
+//!   write has not landed) refuses too.
+//! * **A halt racing a lift wins.** A halt's write retries over a lift with `epoch + 1`, `halted:
+//!   true`; a halt broadcast at an epoch equal to a lift's is applied, a lift at an epoch equal to
+//!   or below a node's own is not. After resuming, a node that applied a halt meanwhile (its epoch
+//!   moved past the lift's, or a halt of the lift's epoch came) halts every agent again.
+//! * **Stale is ignored.** A lift below a node's epoch is not applied; a halt below it neither.
+//!
 //! Model calls carry the epoch: applying a cluster epoch halts every local agent, which moves each
 //! agent's own halt epoch on, and a model result that comes back under an earlier one is dropped
 //! (the turn's staleness check).
@@ -21,7 +45,7 @@ use super::{Cluster, HALT_KEY};
 use async_nats::jetstream::kv::Operation;
 use futures::{FutureExt, StreamExt};
 use std::{collections::BTreeMap, sync::atomic::Ordering, sync::Arc, time::Duration};
-use warden_actors::{now_ms, HaltAck};
+use warden_actors::{now_ms, HaltAck, LiftOutcome};
 use warden_protocols::cluster::{AgentHaltAck, HaltState, NodeHaltAck};
 
 /// What a cluster halt gathered: this node's acks, each other node's, and the nodes that did not
@@ -77,8 +101,8 @@ impl Cluster {
     }
 
     /// Applies `state` read from the key (watch or poll): remembered; a halt above this node's
-    /// epoch halts every local agent.
-    async fn seen(&self, state: HaltState, revision: u64) {
+    /// epoch halts every local agent, a lift above it resumes those the halt stopped.
+    async fn seen(self: &Arc<Self>, state: HaltState, revision: u64) {
         {
             let mut halt = self.halt.lock();
             if revision < halt.1 {
@@ -87,13 +111,18 @@ impl Cluster {
             *halt = (state.clone(), revision);
         }
         if state.halted && self.epoch.fetch_max(state.epoch, Ordering::SeqCst) < state.epoch {
+            self.halted_at.fetch_max(state.epoch, Ordering::SeqCst);
             tracing::warn!(epoch = state.epoch, by = %state.by, node = %state.node, "cluster halt applied");
             self.supervisor.halt_all().await;
+        } else if !state.halted && state.epoch > self.epoch() {
+            // In its own task: a poll is bounded by the beat, the resumes are not.
+            let this = self.clone();
+            actix_rt::spawn(async move { this.apply_lift(&state).await });
         }
     }
 
     /// Reads the key and applies it (every heartbeat: the watch's fallback).
-    pub(super) async fn poll_halt(&self) -> Result<(), String> {
+    pub(super) async fn poll_halt(self: &Arc<Self>) -> Result<(), String> {
         let (state, revision) = self.read_halt().await?;
         self.seen(state, revision).await;
         Ok(())
@@ -102,6 +131,12 @@ impl Cluster {
     /// Halts the whole cluster: this node's agents first (before any network), then the broadcast,
     /// the key's compare-and-swap (in the background) and the other nodes' acknowledgements.
     pub async fn halt(self: &Arc<Self>, reason: &str, by: &str) -> ClusterHalt {
+        // The epoch moves on first (no network): a lift being applied here that reads it after
+        // this sees the halt and halts again (`apply_lift`).
+        let seen = self.halt.lock().0.epoch;
+        let epoch = self.epoch().max(seen) + 1;
+        self.epoch.fetch_max(epoch, Ordering::SeqCst);
+        self.halted_at.fetch_max(epoch, Ordering::SeqCst);
         let local = self.supervisor.halt_all();
         futures::pin_mut!(local);
         // The first poll raises every local halt flag (see `Supervisor::halt_all`).
@@ -109,9 +144,6 @@ impl Cluster {
             std::task::Poll::Ready(acks) => Some(acks),
             std::task::Poll::Pending => None,
         };
-        let seen = self.halt.lock().0.epoch;
-        let epoch = self.epoch().max(seen) + 1;
-        self.epoch.fetch_max(epoch, Ordering::SeqCst);
         let state = HaltState {
             epoch,
             halted: true,
@@ -206,6 +238,7 @@ impl Cluster {
             match written {
                 Ok(true) => {
                     self.epoch.fetch_max(state.epoch, Ordering::SeqCst);
+                    self.halted_at.fetch_max(state.epoch, Ordering::SeqCst);
                     return;
                 }
                 Ok(false) => {}
@@ -233,9 +266,16 @@ impl Cluster {
                 if state.node == self.config.node {
                     continue; // our own: applied before it was sent
                 }
+                if !state.halted {
+                    // A lift: applied when above this node's epoch (no reply is awaited).
+                    let this = self.clone();
+                    actix_rt::spawn(async move { this.apply_lift(&state).await });
+                    continue;
+                }
                 let own = self.epoch();
                 let ack = if state.epoch >= own {
                     self.epoch.fetch_max(state.epoch, Ordering::SeqCst);
+                    self.halted_at.fetch_max(state.epoch, Ordering::SeqCst);
                     let acks = self.supervisor.halt_all().await;
                     tracing::warn!(epoch = state.epoch, from = %state.node, "cluster halt applied (broadcast)");
                     NodeHaltAck {
@@ -275,6 +315,196 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+}
+
+/// What a lift of the cluster halt did on this node (the other nodes apply it from the broadcast
+/// or the key).
+#[derive(Debug)]
+pub struct ClusterLift {
+    /// The epoch written (`halted: false`).
+    pub epoch: u64,
+    /// This node's agents the halt had stopped, and what the lift did with each.
+    pub local: Vec<LiftOutcome>,
+}
+
+/// Why a lift of the cluster halt was refused (the cluster stays as it was).
+#[derive(Debug, thiserror::Error)]
+pub enum LiftError {
+    /// The halt key says the cluster is not halted.
+    #[error("the cluster is not halted (halt epoch {epoch}): nothing to lift")]
+    NotHalted {
+        /// The key's epoch.
+        epoch: u64,
+    },
+    /// A halt came that the lift had not seen: the key moved since it was read, or this node
+    /// applied a halt whose write has not landed yet.
+    #[error(
+        "lift refused: a halt came since the halt key was read (epoch {read}, now {now}): a lift \
+         never overrides a halt it has not seen; the cluster stays halted (lift again if still meant)"
+    )]
+    Moved {
+        /// The epoch the lift read.
+        read: u64,
+        /// The epoch there is now.
+        now: u64,
+    },
+    /// JetStream did not confirm the read or the write within the bound.
+    #[error(
+        "lift refused: it needs a write to the cluster's halt key confirmed by JetStream, and none \
+         came within {ms} ms (this node may be cut off: {cause}); the cluster stays halted unless \
+         the write landed unconfirmed, in which case every node applies it from the key"
+    )]
+    CutOff {
+        /// The bound (`cluster.halt_ack_timeout_ms`).
+        ms: u128,
+        /// What failed.
+        cause: String,
+    },
+}
+
+/// Test hook (not a setting): `WARDEN_TEST_LIFT_PAUSE_MS` makes a lift wait this long between
+/// its read of the halt key and its write, so that a test can put a halt in between.
+fn test_pause() -> Option<Duration> {
+    std::env::var("WARDEN_TEST_LIFT_PAUSE_MS")
+        .ok()?
+        .parse()
+        .ok()
+        .map(Duration::from_millis)
+}
+
+impl Cluster {
+    /// Lifts the cluster halt (see the module docs): the key written `{epoch + 1, halted: false}`
+    /// by one compare-and-swap over the revision read, then this node's agents resumed and the
+    /// lift published.
+    ///
+    /// # Errors
+    /// [`LiftError`]: nothing was lifted.
+    pub async fn lift(self: &Arc<Self>, reason: &str, by: &str) -> Result<ClusterLift, LiftError> {
+        let bound = self.config.halt_ack_timeout;
+        let cut = |cause: String| LiftError::CutOff {
+            ms: bound.as_millis(),
+            cause,
+        };
+        if let Some(fail) = self.fail.reason() {
+            return Err(cut(fail));
+        }
+        let _lifting = self.lifting.lock().await;
+        let (current, revision) = match tokio::time::timeout(bound, self.read_halt()).await {
+            Ok(Ok(read)) => read,
+            Ok(Err(e)) => return Err(cut(format!("reading the halt key: {e}"))),
+            Err(_) => return Err(cut("reading the halt key: no answer".into())),
+        };
+        if !current.halted || revision == 0 {
+            return Err(LiftError::NotHalted {
+                epoch: current.epoch,
+            });
+        }
+        if let Some(pause) = test_pause() {
+            tokio::time::sleep(pause).await;
+        }
+        let own = self.epoch();
+        if own > current.epoch {
+            return Err(LiftError::Moved {
+                read: current.epoch,
+                now: own,
+            });
+        }
+        let state = HaltState {
+            epoch: current.epoch + 1,
+            halted: false,
+            reason: reason.into(),
+            by: by.into(),
+            node: self.config.node.clone(),
+            at_ms: now_ms(),
+        };
+        let body = serde_json::to_vec(&state).unwrap_or_default();
+        let written = tokio::time::timeout(
+            bound,
+            self.halt_kv.update(HALT_KEY, body.clone().into(), revision),
+        )
+        .await;
+        let written = match written {
+            Ok(Ok(written)) => written,
+            Ok(Err(e)) => {
+                // A lost race (the key moved) or JetStream's refusal: read again to tell which.
+                return Err(match tokio::time::timeout(bound, self.read_halt()).await {
+                    Ok(Ok((now, now_revision))) if now_revision != revision => LiftError::Moved {
+                        read: current.epoch,
+                        now: now.epoch,
+                    },
+                    _ => cut(format!("writing the halt key: {e}")),
+                });
+            }
+            Err(_) => return Err(cut("writing the halt key: no answer".into())),
+        };
+        {
+            let mut halt = self.halt.lock();
+            if written > halt.1 {
+                *halt = (state.clone(), written);
+            }
+        }
+        let local = self.resume_for_lift(&state).await.unwrap_or_default();
+        // Best effort: the other nodes also read the key (watch, poll).
+        let _ = tokio::time::timeout(
+            bound,
+            self.client
+                .publish(self.config.subject("halt"), body.into()),
+        )
+        .await;
+        Ok(ClusterLift {
+            epoch: state.epoch,
+            local,
+        })
+    }
+
+    /// Applies a lift read from the key or received on the broadcast: when its epoch is above this
+    /// node's, resumes the agents the halt stopped.
+    async fn apply_lift(&self, state: &HaltState) {
+        let _lifting = self.lifting.lock().await;
+        if let Some(outcomes) = self.resume_for_lift(state).await {
+            let resumed = outcomes.iter().filter(|o| o.resumed).count();
+            tracing::warn!(epoch = state.epoch, by = %state.by, node = %state.node, resumed, "cluster halt lifted");
+            eprintln!(
+                "warden: cluster halt lifted (epoch {}, by {} on node {}: {}): {resumed} agents resumed",
+                state.epoch, state.by, state.node, state.reason
+            );
+        }
+    }
+
+    /// Moves this node's epoch to the lift's and resumes the agents the halt stopped; `None` when
+    /// the lift is not above this node's epoch (stale, or a halt at its epoch came first). A halt
+    /// that came while resuming halts every agent again. Called under `lifting`.
+    async fn resume_for_lift(&self, state: &HaltState) -> Option<Vec<LiftOutcome>> {
+        self.epoch
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |own| {
+                (state.epoch > own).then_some(state.epoch)
+            })
+            .ok()?;
+        self.lifted.fetch_max(state.epoch, Ordering::SeqCst);
+        let operator = if state.reason.trim().is_empty() {
+            format!(
+                "{} (lift of the cluster halt, epoch {})",
+                state.by, state.epoch
+            )
+        } else {
+            format!(
+                "{} (lift of the cluster halt, epoch {}: {})",
+                state.by,
+                state.epoch,
+                state.reason.trim()
+            )
+        };
+        let outcomes = self
+            .supervisor
+            .resume_fleet_halt(&operator)
+            .await
+            .unwrap_or_default();
+        if self.epoch() != state.epoch || self.halted_at.load(Ordering::SeqCst) >= state.epoch {
+            // A halt came while the resumes were queued (above the lift, or of its epoch): it wins.
+            self.supervisor.halt_all().await;
+        }
+        Some(outcomes)
     }
 }
 

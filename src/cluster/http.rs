@@ -1,5 +1,6 @@
 //! The routes a cluster node answers differently (registered before the API's own, which they
-//! shadow): `POST /api/halt` halts every node, `GET /api/agents` lists the whole fleet, and
+//! shadow): `POST /api/halt` halts every node, `POST /api/resume` lifts that halt (a write to the
+//! halt key first), `GET /api/agents` lists the whole fleet, and
 //! `GET /api/cluster` tells this node's view of the cluster. Plus the `/metrics` lines.
 
 use super::Cluster;
@@ -10,6 +11,7 @@ use std::{collections::BTreeSet, fmt::Write as _, sync::atomic::Ordering, time::
 /// Registers the cluster's routes (only when the state has a cluster).
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/api/halt", web::post().to(halt))
+        .route("/api/resume", web::post().to(lift))
         .route("/api/agents", web::get().to(agents))
         .route("/api/cluster", web::get().to(status))
         .route("/api/agents/{key}/unlock", web::post().to(unlock));
@@ -34,6 +36,34 @@ async fn halt(_: Admin, state: web::Data<ApiState>) -> HttpResponse {
         .await;
     state.metrics.halt_all.observe(started.elapsed());
     HttpResponse::Ok().json(super::halt::halt_body(cluster.node(), &halt))
+}
+
+/// A lift needs a successful compare-and-swap of the halt key first: `409` when the cluster is not
+/// halted or a halt came since the read, `503` when JetStream did not confirm the write.
+async fn lift(_: Admin, state: web::Data<ApiState>, body: web::Bytes) -> HttpResponse {
+    use super::LiftError;
+    use actix_web::http::StatusCode;
+    let cluster = cluster(&state);
+    let body = match crate::server::api::LiftBody::read(&body) {
+        Ok(body) => body,
+        Err(e) => return error(e.status, e.message),
+    };
+    let reason = body.reason.as_deref().map(str::trim).unwrap_or_default();
+    match cluster.lift(reason, crate::server::api::API_OPERATOR).await {
+        Ok(lift) => {
+            let (resumed, kept) = crate::server::api::lift_lists(&lift.local, Some(cluster.node()));
+            HttpResponse::Ok().json(serde_json::json!({
+                "epoch": lift.epoch,
+                "node": cluster.node(),
+                "resumed": resumed,
+                "kept": kept,
+            }))
+        }
+        Err(e @ (LiftError::NotHalted { .. } | LiftError::Moved { .. })) => {
+            error(StatusCode::CONFLICT, e.to_string())
+        }
+        Err(e @ LiftError::CutOff { .. }) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
 }
 
 /// An unlock needs a successful write to the cluster first: `503` when it failed (the agent stays

@@ -29,7 +29,7 @@ use warden_protocols::{
 pub(super) const RENEW_IN_FLIGHT: usize = 256;
 
 impl Cluster {
-    fn lease(&self, agent: &AgentKey) -> AgentLease {
+    pub(super) fn lease(&self, agent: &AgentKey) -> AgentLease {
         AgentLease {
             node: self.config.node.clone(),
             instance: self.instance.clone(),

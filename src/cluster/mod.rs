@@ -3,9 +3,10 @@
 //! key-value entry, every fast path a core-NATS subject.
 //!
 //! Files: `config.rs` (`[cluster]`, the flags), `error.rs`, `lease.rs` (agent leases, node
-//! heartbeats, the fleet listing), `halt.rs` (the halt as state), `failsafe.rs` (no model call while
-//! cut off), `delegate.rs` (delegation to another node's agent), `budget.rs` (the team token and
-//! cost budgets in slices), `http.rs` (the routes a cluster node answers differently). Wire types are in
+//! heartbeats, the fleet listing), `halt.rs` (the halt as state, and its lift), `adopt.rs` (moving
+//! a dead node's agents), `failsafe.rs` (no model call while cut off), `delegate.rs` (delegation to
+//! another node's agent), `budget.rs` (the team token and cost budgets in slices), `http.rs` (the
+//! routes a cluster node answers differently). Wire types are in
 //! [`warden_protocols::cluster`].
 //!
 //! # Invariants
@@ -17,10 +18,15 @@
 //!   read), and a node applies any epoch above its own, from the broadcast, the KV watch or the poll
 //!   on every heartbeat, whichever comes first. A node that starts while the cluster is halted halts
 //!   its agents before it serves (the model gate is closed until then).
+//! * **A lift never overrides a halt it has not seen.** `POST /api/resume` writes `{epoch + 1,
+//!   halted: false}` by one compare-and-swap over the revision read (never retried: a moved key is a
+//!   `409`), and only a successful write resumes anything; a node applies a lift only above its own
+//!   epoch, and a halt racing a lift wins (`halt.rs`).
 //! * **An agent runs on one node.** A node starts only the agents whose lease (`agent.KEY` in
 //!   `warden_leases`) it holds; a lease held by another node is not taken while it lives (the bucket's
 //!   `max_age` is the lease TTL, renewals are revision-checked). A node that finds its lease taken
-//!   halts that agent.
+//!   halts that agent. A lease that aged out is adopted by `create` (one node wins), with the
+//!   agent's shared lockout and the cluster halt applied before it reads anything (`adopt.rs`).
 //! * **Lockouts are shared.** A lockout is published to `warden_lockouts` within a beat; a delegation
 //!   to an agent of another node that is locked out there is refused (`emergency_stop`); an unlock
 //!   on a cluster node happens only after its `locked: false` write succeeded.
@@ -35,6 +41,7 @@
 //!   heartbeat succeeds again (after the halt key was read again). It says so in the journal (a
 //!   `safety_alert` on every local agent), `GET /api/cluster` and `/metrics`.
 
+mod adopt;
 mod budget;
 mod config;
 mod delegate;
@@ -48,6 +55,7 @@ mod lockout;
 pub use budget::BUDGET_BUCKET;
 pub use config::{ClusterConfig, ClusterSection, DEFAULT_NAMESPACE};
 pub use error::ClusterError;
+pub use halt::{ClusterLift, LiftError};
 
 use async_nats::jetstream::kv;
 use parking_lot::Mutex;
@@ -98,6 +106,11 @@ pub struct Cluster {
     supervisor: Supervisor,
     /// The halt epoch this node has applied.
     epoch: AtomicU64,
+    /// The highest epoch of a halt this node applied (set before its agents are halted).
+    halted_at: AtomicU64,
+    /// The highest epoch of a lift this node applied. Halted while `halted_at` is at or above it
+    /// (a halt and a lift of one epoch: the halt wins).
+    lifted: AtomicU64,
     /// The halt key as last read (and its revision).
     halt: Mutex<(HaltState, u64)>,
     /// Agents this node holds the lease of, with the lease's revision.
@@ -111,6 +124,13 @@ pub struct Cluster {
     tasks: Arc<delegate::Tasks>,
     /// The tasks [`Cluster::run`] started (aborted by [`Cluster::stop`]).
     workers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Held while a lift of the cluster halt is written or applied (one at a time; a halt never
+    /// takes it).
+    lifting: tokio::sync::Mutex<()>,
+    /// What adopting an agent of a dead node needs (set by `warden serve`; unset: no adoption).
+    adopter: std::sync::OnceLock<adopt::Adopter>,
+    /// Since when each agent of `elsewhere` was seen without a lease (adoption waits on it).
+    gone_since: Mutex<BTreeMap<AgentKey, tokio::time::Instant>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -161,18 +181,27 @@ impl Cluster {
             peers: Mutex::default(),
             supervisor,
             epoch: AtomicU64::new(0),
+            halted_at: AtomicU64::new(0),
+            lifted: AtomicU64::new(0),
             halt: Mutex::new((HaltState::default(), 0)),
             owned: Mutex::default(),
             renew_from: std::sync::atomic::AtomicUsize::new(0),
             elsewhere: Mutex::default(),
             tasks: Arc::new(delegate::Tasks::new(tasks_kv)),
             workers: Mutex::default(),
+            lifting: tokio::sync::Mutex::new(()),
+            adopter: std::sync::OnceLock::new(),
+            gone_since: Mutex::default(),
         });
         let (state, revision) = cluster
             .read_halt()
             .await
             .map_err(|e| ClusterError::js("reading the halt key", e))?;
         cluster.epoch.store(state.epoch, Ordering::SeqCst);
+        match state.halted {
+            true => cluster.halted_at.store(state.epoch, Ordering::SeqCst),
+            false => cluster.lifted.store(state.epoch, Ordering::SeqCst),
+        }
         *cluster.halt.lock() = (state, revision);
         for key in agents {
             cluster.claim(key).await?;

@@ -651,6 +651,7 @@ routes! {
     POST "/api/world/presence" => post_presence,
     POST "/api/world/clock" => post_clock,
     POST "/api/halt" => halt_all,
+    POST "/api/resume" => lift_halt,
     POST "/api/agents/{key}/halt" => halt_agent,
     POST "/api/agents/{key}/unlock" => unlock,
     POST "/api/agents/{key}/emergency/clear" => clear,
@@ -1310,6 +1311,80 @@ async fn halt_all(_: Admin, state: web::Data<ApiState>) -> Handled {
     let result = state.supervisor.halt_all().await;
     state.metrics.halt_all.observe(started.elapsed());
     Ok(acks(result))
+}
+
+/// `POST /api/resume` body (optional): `{"reason": "…"}`, journaled with every resume the lift
+/// makes. Other fields are ignored.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct LiftBody {
+    /// Why the operator lifts the fleet halt (free text; blank counts as none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl LiftBody {
+    /// Reads an optional body (empty or whitespace: none).
+    pub(crate) fn read(body: &[u8]) -> Result<LiftBody, ApiError> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(LiftBody::default());
+        }
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("malformed JSON: {e}")))
+    }
+
+    /// The operator journaled with each resume: `api:admin (lift of the fleet halt: REASON)`.
+    pub(crate) fn operator(&self, what: &str) -> String {
+        match self
+            .reason
+            .as_deref()
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+        {
+            Some(reason) => format!("{API_OPERATOR} ({what}: {reason})"),
+            None => format!("{API_OPERATOR} ({what})"),
+        }
+    }
+}
+
+/// The outcomes of a lift as JSON lists: `resumed` (keys), `kept` (`{agent, why}`).
+pub(crate) fn lift_lists(
+    outcomes: &[warden_actors::LiftOutcome],
+    node: Option<&str>,
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    let mut resumed = Vec::new();
+    let mut kept = Vec::new();
+    for o in outcomes {
+        let mut item = serde_json::json!({ "agent": o.agent });
+        if let (Some(node), Some(map)) = (node, item.as_object_mut()) {
+            map.insert("node".into(), node.into());
+        }
+        if o.resumed {
+            if !o.kept.is_empty() {
+                item["warning"] = o.kept.clone().into();
+            }
+            resumed.push(item);
+        } else {
+            item["why"] = o.kept.clone().into();
+            kept.push(item);
+        }
+    }
+    (resumed, kept)
+}
+
+/// `POST /api/resume`: lifts the standing fleet halt (`POST /api/halt`'s): resumes the agents it
+/// stopped, except those locked out, stopped by a breaker, paused, or halted again since. `409`
+/// when no fleet halt stands.
+async fn lift_halt(_: Admin, state: web::Data<ApiState>, body: web::Bytes) -> Handled {
+    let body = LiftBody::read(&body)?;
+    let operator = body.operator("lift of the fleet halt");
+    let Some(outcomes) = state.supervisor.resume_fleet_halt(&operator).await else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no fleet halt stands (POST /api/halt makes one): nothing to lift",
+        ));
+    };
+    let (resumed, kept) = lift_lists(&outcomes, None);
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "resumed": resumed, "kept": kept })))
 }
 
 async fn halt_agent(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> Handled {

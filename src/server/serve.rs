@@ -191,12 +191,15 @@ pub async fn serve_team(
             .intervention_bus(Arc::new(hub.intervention_bus(bus.clone())))
             .build();
     let mut file = file;
+    let whole = file.clone();
     // `[cluster]`: only the agents whose lease this node holds are started; a halted cluster
     // halts them before anything is served (docs/cluster.md).
     let cluster = crate::cluster::join_for(&mut file, &supervisor).await?;
     let mcp = file.start_mcp().await?;
     file.spawn_agents_with_mcp(&supervisor, &records, mcp.as_ref())?;
     if let Some(cluster) = &cluster {
+        // The agents another node owns now: adopted if that node's lease on them goes.
+        cluster.keep_for_adoption(&whole, &records);
         cluster.run().await;
     }
     let notice = token_notice(&config);

@@ -516,6 +516,8 @@ impl WardenHandle {
                 _ => queued += 1,
             }
         }
+        // Every NPC was sent a resume: no fleet halt stands any more.
+        self.shared.team.forget_fleet_halt();
         let counters = &self.shared.counters;
         counters.resumes.fetch_add(queued as u64, Ordering::Relaxed);
         queued

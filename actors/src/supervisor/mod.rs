@@ -2,7 +2,8 @@
 //!
 //! Files: this one (the registry: building, spawning, looking up, halting, shutting down),
 //! `spec.rs` (what to spawn, the errors), `delegation.rs` (budgets, the [`Slot`], the `delegate`
-//! tool), `restart.rs` (crash recovery and the restart intensity).
+//! tool), `restart.rs` (crash recovery and the restart intensity), `fleet_halt.rs` (which agents a
+//! fleet halt stopped, and lifting it).
 //!
 //! # Invariants
 //! * Every delegation holds a [`Slot`] for its whole life. The slot's `Drop` releases the delegator's
@@ -20,10 +21,12 @@
 //! the breaker's leaf notification (delegate record → delegator's mailbox lane).
 
 mod delegation;
+mod fleet_halt;
 mod goals;
 mod restart;
 mod spec;
 
+pub use fleet_halt::LiftOutcome;
 pub use spec::{AgentSpec, DelegationError, SpawnError, TickConfigError, UnknownAgent};
 
 use delegation::DelegateTool;
@@ -102,6 +105,8 @@ struct SupervisorShared {
     ticks: TickArbiter,
     /// What another node knows about agents not spawned here (set once, by the cluster layer).
     remote: OnceLock<Arc<dyn RemoteAgents>>,
+    /// The agents the standing fleet halt stopped (`fleet_halt.rs`).
+    fleet_halt: Mutex<fleet_halt::FleetHaltNote>,
 }
 
 /// Agents that run elsewhere (on another node of a cluster): asked by a delegation whose delegate
@@ -331,6 +336,7 @@ impl Supervisor {
             safety,
             replies: Arc::default(),
             remote: OnceLock::new(),
+            fleet_halt: Mutex::new(None),
         });
         let weak = Arc::downgrade(&shared);
         actix_rt::spawn(async move {
@@ -461,6 +467,8 @@ impl Supervisor {
             npc,
             goals,
             memory,
+            start_lockout,
+            start_halted,
         } = spec;
         if let Some(memory) = &memory {
             memory.validate().map_err(SpawnError::InvalidMemory)?;
@@ -537,6 +545,15 @@ impl Supervisor {
                 tracing::info!(agent = %cell.key, requeued, "pending events queued again");
             }
         }
+        if let Some(lockout) = start_lockout {
+            fleet_halt::lock_out_at_start(&cell, lockout);
+        }
+        let start_halted = start_halted.then(|| {
+            let running = Self::runs(cell.state());
+            let _ = cell.request_halt();
+            queue_halt(&cell, HaltCause::HaltAll, None);
+            running
+        });
         let arbiter = (!self.shared.arbiters.is_empty()).then(|| {
             let i = self.shared.next_arbiter.fetch_add(1, Ordering::Relaxed);
             self.shared.arbiters[i % self.shared.arbiters.len()].clone()
@@ -560,6 +577,9 @@ impl Supervisor {
         if npc.tick.enabled {
             let ticking = self.shared.ticks.register(&cell, npc);
             cell.set_ticking(Some(ticking));
+        }
+        if let Some(running) = start_halted {
+            self.note_fleet_halt(std::slice::from_ref(&cell), &[running]);
         }
         start_actor(&entry);
         Ok(AgentHandle { cell })
@@ -795,11 +815,14 @@ impl Supervisor {
     /// As [`Supervisor::halt_all`].
     pub async fn halt_all_with(&self, cause: HaltCause) -> Vec<HaltAck> {
         let cells = self.cells();
+        // Which agents this halt stops (the others were stopped already): a lift resumes those.
+        let running: Vec<bool> = cells.iter().map(|c| Self::runs(c.state())).collect();
         // Every flag first: each agent is halted with this cause, its delegates included (they are
         // agents of the team), so nothing needs passing down a tree.
         for cell in &cells {
             let _ = cell.request_halt();
         }
+        self.note_fleet_halt(&cells, &running);
         let (to, mut acks_rx) = tokio::sync::mpsc::unbounded_channel();
         for (slot, cell) in cells.iter().enumerate() {
             let reply = HaltReply::Gathered {

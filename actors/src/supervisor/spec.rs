@@ -52,6 +52,10 @@ pub struct AgentSpec {
     pub(super) goals: Option<Vec<String>>,
     /// `[memory]` for this agent; `None`: the team's.
     pub(super) memory: Option<warden_protocols::MemoryConfig>,
+    /// A lockout it must come up in (journaled at the spawn): it was locked out elsewhere.
+    pub(super) start_lockout: Option<warden_protocols::Lockout>,
+    /// It comes up halted, as part of the standing fleet halt.
+    pub(super) start_halted: bool,
 }
 
 impl std::fmt::Debug for AgentSpec {
@@ -80,6 +84,8 @@ impl AgentSpec {
             npc: None,
             goals: None,
             memory: None,
+            start_lockout: None,
+            start_halted: false,
         }
     }
 
@@ -141,6 +147,22 @@ impl AgentSpec {
     /// ([`warden_protocols::check_goals`]) fail the spawn.
     pub fn with_goals(mut self, goals: Vec<String>) -> Self {
         self.goals = Some(goals);
+        self
+    }
+
+    /// Comes up locked out (`SAFETY_LOCKOUT`, journaled at the spawn as a `locked_out` and a
+    /// `state_changed`, before the agent reads anything): it was locked out where it ran before (a
+    /// cluster node adopting an agent whose shared lockout says so). Only an authenticated unlock
+    /// lifts it. Nothing is journaled if the record is locked out already.
+    pub fn starting_locked_out(mut self, lockout: warden_protocols::Lockout) -> Self {
+        self.start_lockout = Some(lockout);
+        self
+    }
+
+    /// Comes up halted, as part of the standing fleet halt (its halt is raised before the agent
+    /// reads anything, cause `halt_all`, and noted: a lift of the fleet halt resumes it).
+    pub fn starting_halted(mut self) -> Self {
+        self.start_halted = true;
         self
     }
 

@@ -1,0 +1,154 @@
+//! Lifting a fleet-wide halt: which agents a halt of every agent stopped, and resuming exactly
+//! those.
+//!
+//! [`Supervisor::halt_all_with`] (every fleet halt: the API's, the MCP server's, an embedding host's,
+//! a cluster's) notes each agent it stops together with the agent's halt epoch after the halt.
+//! [`Supervisor::resume_fleet_halt`] takes that note and resumes an agent only when all of these
+//! hold:
+//! * the fleet halt is still the last halt it went through (its halt epoch has not moved: an agent
+//!   resumed and halted again individually meanwhile stays stopped);
+//! * it is `STOPPED`, not locked out (only an authenticated unlock lifts a lockout), not stopped by
+//!   a breaker (a budget: `stopped_by`), and not paused (an operator's pause is kept: a resume would
+//!   undo it).
+//!
+//! An agent spawned halted ([`super::AgentSpec::starting_halted`]: a cluster node adopting it while
+//! the cluster is halted) is noted too.
+//!
+//! An agent already `STOPPED` or `SAFETY_LOCKOUT` when a fleet halt came is not noted by it: it
+//! was stopped by something else (an individual halt, a breaker), and a lift leaves it so.
+//!
+//! # Invariants
+//! * The note is written on the halt's first poll, before its first await, like the halt flags
+//!   (a halt polled once and dropped still counts).
+//! * A lift takes the note: a second lift finds nothing until another fleet halt.
+
+use super::Supervisor;
+use crate::agent::cell::AgentCell;
+use std::{collections::BTreeMap, sync::Arc};
+use warden_protocols::{AgentKey, AgentState, EventKind, Lockout};
+
+/// The agents a standing fleet halt stopped, with each one's halt epoch after it (`None`: no
+/// fleet halt stands).
+pub(super) type FleetHaltNote = Option<BTreeMap<AgentKey, u64>>;
+
+/// What [`Supervisor::resume_fleet_halt`] did with one agent the fleet halt had stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiftOutcome {
+    /// The agent.
+    pub agent: AgentKey,
+    /// `true`: resumed (`WAITING_FOR_EVENT` once it read the resume).
+    pub resumed: bool,
+    /// Why it was left as it is (empty when resumed; when resumed but not durable, the journal's
+    /// error).
+    pub kept: String,
+}
+
+impl Supervisor {
+    /// Notes `cells` as stopped by a fleet halt; `running[i]`: whether `cells[i]` was neither
+    /// `STOPPED` nor locked out before it (see the module docs).
+    pub(super) fn note_fleet_halt(&self, cells: &[Arc<AgentCell>], running: &[bool]) {
+        let mut note = self.shared.fleet_halt.lock();
+        let agents = note.get_or_insert_with(BTreeMap::new);
+        for (cell, running) in cells.iter().zip(running) {
+            if *running {
+                agents.insert(cell.key.clone(), cell.halt_epoch());
+            }
+        }
+    }
+
+    /// Whether `state` counts as running for a fleet halt's note (not already stopped).
+    pub(super) fn runs(state: AgentState) -> bool {
+        !matches!(state, AgentState::Stopped | AgentState::SafetyLockout)
+    }
+
+    /// Forgets the standing fleet halt (every agent was resumed another way: the host's
+    /// `resume_all`).
+    pub(crate) fn forget_fleet_halt(&self) {
+        *self.shared.fleet_halt.lock() = None;
+    }
+
+    /// Whether a fleet halt stands (one was made and not lifted by
+    /// [`Supervisor::resume_fleet_halt`]).
+    pub fn fleet_halted(&self) -> bool {
+        self.shared.fleet_halt.lock().is_some()
+    }
+
+    /// Lifts the standing fleet halt: resumes every agent it stopped that may be resumed (see the
+    /// module docs; each resume journaled with `operator`), and says what it did with each. `None`:
+    /// no fleet halt stands (nothing done).
+    pub async fn resume_fleet_halt(&self, operator: &str) -> Option<Vec<LiftOutcome>> {
+        let noted = self.shared.fleet_halt.lock().take()?;
+        let mut outcomes = Vec::with_capacity(noted.len());
+        let mut resuming = Vec::new();
+        for (agent, epoch) in noted {
+            let Some(handle) = self.get(agent.as_str()) else {
+                continue;
+            };
+            let status = handle.status();
+            let kept = if handle.cell.halt_epoch() != epoch {
+                "halted again since the fleet halt"
+            } else if status.emergency_stop {
+                "locked out: only an unlock lifts it"
+            } else if status.stopped_by.is_some() {
+                "stopped by a breaker"
+            } else if status.paused {
+                "paused by an operator: resume it by itself"
+            } else if status.state != AgentState::Stopped {
+                "not stopped (resumed already)"
+            } else {
+                ""
+            };
+            if kept.is_empty() {
+                resuming.push((outcomes.len(), handle));
+            }
+            outcomes.push(LiftOutcome {
+                agent,
+                resumed: kept.is_empty(),
+                kept: kept.into(),
+            });
+        }
+        let results =
+            futures::future::join_all(resuming.iter().map(|(_, h)| h.resume(operator))).await;
+        for ((slot, _), result) in resuming.iter().zip(results) {
+            let Some(outcome) = outcomes.get_mut(*slot) else {
+                continue;
+            };
+            match result {
+                Ok(()) => {}
+                // Resumed, but the journal did not take it: said as such.
+                Err(e @ crate::ControlError::NotDurable(_)) => outcome.kept = e.to_string(),
+                // A lockout or breaker that came in between, or a team shut down.
+                Err(e) => {
+                    outcome.resumed = false;
+                    outcome.kept = e.to_string();
+                }
+            }
+        }
+        Some(outcomes)
+    }
+}
+
+/// Journals `lockout` on a freshly made cell, before its actor starts: `locked_out` and the move to
+/// `SAFETY_LOCKOUT` in one batch (the record's lockout and state agree in every journal). Not
+/// through the transition table, which allows `SAFETY_LOCKOUT` only from `EXECUTING` (a breaker
+/// tripping mid-turn): this agent tripped where it ran before. Nothing when it is locked out
+/// already.
+pub(super) fn lock_out_at_start(cell: &AgentCell, lockout: Lockout) {
+    let mut rec = cell.lock();
+    if rec.lockout.is_some() {
+        return;
+    }
+    let from = rec.state;
+    let cause = format!("locked out where it ran before: {}", lockout.reason);
+    let locked = EventKind::LockedOut {
+        breaker: lockout.breaker,
+        reason: lockout.reason,
+        consecutive_errors: rec.consecutive_errors,
+    };
+    let change = EventKind::StateChanged {
+        from,
+        to: AgentState::SafetyLockout,
+        cause,
+    };
+    cell.emit_all(&mut rec, vec![locked, change]);
+}

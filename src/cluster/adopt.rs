@@ -1,0 +1,278 @@
+//! Moving agents off a dead node: a node adopts the agents of its team file that another node owned
+//! once that node's lease on them is gone (`cluster.adopt`, default on).
+//!
+//! ```text
+//! every beat (heartbeat succeeded, fail safe off), for each agent listed under `elsewhere`:
+//!   1. its lease (agent.KEY in warden_leases) still lives → nothing (the owner noted)
+//!   2. gone (aged out: its node died or was cut off longer than the TTL), and for long enough that
+//!      a cut-off owner's fail safe is on (see below) →
+//!      read its shared lockout (warden_lockouts)          no answer → not this beat
+//!   3. claim the lease: `create` (fails when another node created it first: it won)
+//!   4. spawn it from the team file's spec, in this node's journal:
+//!      locked out in warden_lockouts → it comes up SAFETY_LOCKOUT (only an unlock lifts it)
+//!      the cluster halted (the key, or a halt applied here not written yet) → it comes up halted,
+//!      noted with the fleet halt (a lift resumes it)
+//! ```
+//!
+//! # Invariants
+//! * **The old owner starts no model call once the agent runs here.** A lease ages out
+//!   `lease_ttl_seconds` after its last renewal; a cut-off owner closes its model gate
+//!   `fail_safe_seconds` after its last heartbeat. When `fail_safe_seconds` is the longer (the
+//!   defaults: 10 > 6), a node waits the difference plus a beat after it first saw the lease gone
+//!   before it claims it ([`Cluster::adoption_wait`]).
+//! * **One node wins.** The lease is claimed by `create`, which JetStream grants to one writer; a
+//!   node that lost the race spawns nothing.
+//! * **Safety state follows the agent.** A lockout in `warden_lockouts` is journaled at the spawn
+//!   (`locked_out`, then `SAFETY_LOCKOUT`) before the agent reads anything; when the lockout cannot be
+//!   read, nothing is adopted. A halted cluster halts the agent before it reads anything, and a halt
+//!   that comes while it is spawned halts it after (lifts wait meanwhile: the spawn holds
+//!   `lifting`). The model gate is the team's: closed while the node is cut off, and no adoption
+//!   is tried then.
+//! * **History does not move.** The agent's conversation is in the dead node's journal; it starts
+//!   here from this node's journal (its own record of the agent if it ever ran it, else fresh).
+//!
+//! Agents whose team-file entry names MCP tools are not adopted (their servers are started for the
+//! agents a node starts at launch only); nor are agents this node ran and gave up (their halted copy
+//! is still in its team): only those owned elsewhere when it started are candidates.
+
+use super::{kv_key, Cluster};
+use async_nats::jetstream::kv::{CreateErrorKind, Operation};
+use std::{
+    sync::{atomic::Ordering, Arc},
+    time::Duration,
+};
+use warden_protocols::{
+    cluster::{AgentLease, LockoutEntry},
+    AgentKey, AgentRecord, Breaker, Lockout,
+};
+
+/// What a node needs to spawn an agent it adopts: the team file's specs of the agents it did not
+/// start, and its journal's records of them at start.
+#[derive(Debug)]
+pub(super) struct Adopter {
+    file: crate::team::TeamFile,
+    records: Vec<AgentRecord>,
+}
+
+impl Adopter {
+    /// The agent's spec, coming up as the cluster says.
+    fn spawn(
+        &self,
+        supervisor: &warden_actors::Supervisor,
+        agent: &AgentKey,
+        lockout: Option<Lockout>,
+        halted: bool,
+    ) -> Result<(), String> {
+        let Some(def) = self.file.agents.iter().find(|a| a.key == agent.as_str()) else {
+            return Err("not in the team file".into());
+        };
+        let mut spec = self
+            .file
+            .agent_spec(def, Vec::new(), &self.records, &|p| p)
+            .map_err(|e| e.to_string())?;
+        if let Some(lockout) = lockout {
+            spec = spec.starting_locked_out(lockout);
+        }
+        if halted {
+            spec = spec.starting_halted();
+        }
+        supervisor.spawn(spec).map(drop).map_err(|e| e.to_string())
+    }
+}
+
+/// See [`Cluster::adoption_wait`].
+fn adoption_wait(fail_safe: Duration, lease_ttl: Duration, beat: Duration) -> Duration {
+    match fail_safe.checked_sub(lease_ttl) {
+        Some(more) if !more.is_zero() => more + beat,
+        _ => Duration::ZERO,
+    }
+}
+
+/// The lockout a shared entry says `agent` is in (`None`: not locked out).
+fn lockout_of(entry: &LockoutEntry) -> Option<Lockout> {
+    if !entry.locked {
+        return None;
+    }
+    // The owner publishes the lockout itself as JSON; anything else is the reason as text.
+    Some(
+        serde_json::from_str::<Lockout>(&entry.reason).unwrap_or_else(|_| Lockout {
+            breaker: Breaker::ConsecutiveErrors,
+            reason: format!("locked out on node {}: {}", entry.node, entry.reason),
+        }),
+    )
+}
+
+impl Cluster {
+    /// Keeps what adopting needs (`warden serve`, after the team is spawned): `file` is the whole
+    /// team file, `records` the journal's records at start. Only the agents not started here and
+    /// naming no MCP tool are kept. Nothing when `cluster.adopt` is off.
+    pub fn keep_for_adoption(&self, file: &crate::team::TeamFile, records: &[AgentRecord]) {
+        if !self.config.adopt {
+            return;
+        }
+        let elsewhere = self.elsewhere.lock().clone();
+        let mut file = file.clone();
+        file.agents.retain(|a| {
+            let key = AgentKey::from(a.key.as_str());
+            elsewhere.contains_key(&key) && a.tools.is_empty()
+        });
+        let records = records
+            .iter()
+            .filter(|r| file.agents.iter().any(|a| a.key == r.key.as_str()))
+            .cloned()
+            .collect();
+        let _ = self.adopter.set(Adopter { file, records });
+    }
+
+    /// One beat of adoption (see the module docs). Bounded by the caller.
+    pub(super) async fn adopt(self: &Arc<Self>) {
+        let Some(adopter) = self.adopter.get() else {
+            return;
+        };
+        if self.fail.reason().is_some() {
+            return;
+        }
+        let candidates: Vec<(AgentKey, String)> = self
+            .elsewhere
+            .lock()
+            .iter()
+            .filter(|(k, _)| adopter.file.agents.iter().any(|a| a.key == k.as_str()))
+            .map(|(k, n)| (k.clone(), n.clone()))
+            .collect();
+        for (agent, owner) in candidates {
+            let key = kv_key("agent", agent.as_str());
+            let Ok(entry) = self.leases.entry(key.clone()).await else {
+                return;
+            };
+            if let Some(entry) = entry.filter(|e| e.operation == Operation::Put) {
+                self.gone_since.lock().remove(&agent);
+                // Still owned: note by whom (it may have moved to a third node).
+                if let Ok(lease) = serde_json::from_slice::<AgentLease>(&entry.value) {
+                    if lease.node != owner && lease.node != self.config.node {
+                        self.elsewhere.lock().insert(agent, lease.node);
+                    }
+                }
+                continue;
+            }
+            // Gone: long enough for a cut-off owner's fail safe to be on?
+            let first_seen = *self
+                .gone_since
+                .lock()
+                .entry(agent.clone())
+                .or_insert_with(tokio::time::Instant::now);
+            if first_seen.elapsed() < self.adoption_wait() {
+                continue;
+            }
+            // Its lockout first: without knowing it, nothing is adopted (fail safe).
+            let Ok(shared) = self
+                .lockouts_kv
+                .entry(kv_key("agent", agent.as_str()))
+                .await
+            else {
+                return;
+            };
+            let lockout = shared
+                .filter(|e| e.operation == Operation::Put)
+                .and_then(|e| serde_json::from_slice::<LockoutEntry>(&e.value).ok())
+                .and_then(|e| lockout_of(&e));
+            let body = serde_json::to_vec(&self.lease(&agent)).unwrap_or_default();
+            let revision = match self.leases.create(&key, body.into()).await {
+                Ok(revision) => revision,
+                // Another node claimed it first: it runs there (noted at the next beat).
+                Err(e) if e.kind() == CreateErrorKind::AlreadyExists => continue,
+                Err(_) => return,
+            };
+            self.spawn_adopted(adopter, &agent, &owner, lockout, revision)
+                .await;
+        }
+    }
+
+    /// How long a lease must have been seen gone before it is claimed: 0 when `fail_safe_seconds`
+    /// ≤ `lease_ttl_seconds` (a cut-off owner's model gate closed before its lease aged out),
+    /// otherwise the difference plus a beat.
+    pub(super) fn adoption_wait(&self) -> Duration {
+        adoption_wait(
+            self.config.fail_safe,
+            self.config.lease_ttl,
+            self.config.beat(),
+        )
+    }
+
+    /// Spawns `agent`, whose lease this node just created at `revision`; on failure the lease is
+    /// given back.
+    async fn spawn_adopted(
+        &self,
+        adopter: &Adopter,
+        agent: &AgentKey,
+        owner: &str,
+        lockout: Option<Lockout>,
+        revision: u64,
+    ) {
+        // No lift is applied while the agent is spawned (a halt may be).
+        let _lifting = self.lifting.lock().await;
+        let halts = self.halted_at.load(Ordering::SeqCst);
+        let halted = {
+            // A halt applied here (its write may not have landed) or the key's, unless a lift
+            // above it was applied here (the key may not have been read again since).
+            let key = &self.halt.lock().0;
+            let halt = halts.max(if key.halted { key.epoch } else { 0 });
+            halt > 0 && halt >= self.lifted.load(Ordering::SeqCst)
+        };
+        let locked = lockout.is_some();
+        match adopter.spawn(&self.supervisor, agent, lockout, halted) {
+            Ok(()) => {
+                self.gone_since.lock().remove(agent);
+                self.owned.lock().insert(agent.clone(), revision);
+                self.elsewhere.lock().remove(agent);
+                eprintln!(
+                    "warden: cluster: node {owner}'s lease on agent {agent} is gone: adopted here{}{} \
+                     (its conversation history stays in node {owner}'s journal)",
+                    if locked { ", locked out" } else { "" },
+                    if halted { ", halted" } else { "" },
+                );
+                if self.halted_at.load(Ordering::SeqCst) != halts {
+                    // A halt came while it was spawned (after `halt_all` listed the agents).
+                    // Halted with the others again (noted with them: a lift resumes it).
+                    self.supervisor.halt_all().await;
+                }
+            }
+            Err(e) => {
+                eprintln!("warden: cluster: agent {agent} could not be adopted: {e}");
+                let _ = self.leases.delete(kv_key("agent", agent.as_str())).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adoption_waits_for_a_cut_off_owners_fail_safe() {
+        let s = Duration::from_secs;
+        // The defaults: fail safe 10 s, TTL 6 s, beat 1 s → 5 s more after the lease is gone.
+        assert_eq!(adoption_wait(s(10), s(6), s(1)), s(5));
+        assert_eq!(adoption_wait(s(2), s(3), s(1)), Duration::ZERO);
+        assert_eq!(adoption_wait(s(6), s(6), s(1)), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_shared_lockout_reads_back_as_the_lockout_or_its_text() {
+        let published = Lockout {
+            breaker: Breaker::Stuck,
+            reason: "same call 5 times".into(),
+        };
+        let entry = |locked, reason: String| LockoutEntry {
+            locked,
+            reason,
+            node: "a".into(),
+            at_ms: 1,
+        };
+        let json = serde_json::to_string(&published).unwrap();
+        assert_eq!(lockout_of(&entry(true, json.clone())), Some(published));
+        assert_eq!(lockout_of(&entry(false, json)), None);
+        let text = lockout_of(&entry(true, "locked out".into())).unwrap();
+        assert_eq!(text.reason, "locked out on node a: locked out");
+    }
+}
