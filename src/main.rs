@@ -122,6 +122,9 @@ enum Command {
     Unlock {
         /// The agent's key.
         key: String,
+        /// Why (journaled with the unlock, as the console's unlock note is).
+        #[arg(long)]
+        reason: Option<String>,
         #[command(flatten)]
         server: ServerArgs,
     },
@@ -694,9 +697,11 @@ fn command(cli: Cli) -> ExitCode {
                 json,
             },
         ),
-        Command::Unlock { key, server } => {
-            client(server, warden::cli::client::Call::Unlock { key })
-        }
+        Command::Unlock {
+            key,
+            reason,
+            server,
+        } => client(server, warden::cli::client::Call::Unlock { key, reason }),
         Command::Pause { key, server } => client(server, warden::cli::client::Call::Pause { key }),
         Command::Resume {
             key,

@@ -144,8 +144,21 @@ async fn the_client_reads_halts_unlocks_and_clears_over_a_socket() {
     );
 
     assert_eq!(
-        admin.unlock("b").await.unwrap().state,
+        admin
+            .unlock_with_reason("b", Some("the model is back"))
+            .await
+            .unwrap()
+            .state,
         AgentState::WaitingForEvent
+    );
+    let recent = admin.recent_events(Some("b"), 100).await.unwrap();
+    let noted = recent.events.iter().any(|e| {
+        matches!(&e.kind, warden::EventKind::Unlocked { note: Some(n), .. } if n == "the model is back")
+    });
+    assert!(
+        noted,
+        "the unlock's reason is journaled: {:?}",
+        recent.events
     );
     assert_eq!(
         admin.clear("c").await.unwrap().state,

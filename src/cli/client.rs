@@ -517,7 +517,25 @@ impl Client {
     /// Dropping the future drops the request, which may or may not have reached the server
     /// (see [`Client::recent_events`]).
     pub async fn unlock(&self, key: &str) -> Result<AgentStatus, ClientError> {
-        self.call(Method::POST, &["api", "agents", key, "unlock"], None)
+        self.unlock_with_reason(key, None).await
+    }
+
+    /// [`Client::unlock`] with why, journaled with the unlock (`Unlocked.note`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::unlock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Client::unlock`].
+    pub async fn unlock_with_reason(
+        &self,
+        key: &str,
+        reason: Option<&str>,
+    ) -> Result<AgentStatus, ClientError> {
+        let body = reason.map(|reason| serde_json::json!({ "reason": reason }));
+        self.call(Method::POST, &["api", "agents", key, "unlock"], body)
             .await
     }
 
@@ -693,10 +711,12 @@ pub enum Call {
         /// One agent (and its delegates); `None`: every agent.
         key: Option<String>,
     },
-    /// `warden unlock KEY`.
+    /// `warden unlock KEY [--reason TEXT]`.
     Unlock {
         /// The agent.
         key: String,
+        /// Why (journaled with the unlock).
+        reason: Option<String>,
     },
     /// `warden clear KEY`.
     Clear {
@@ -829,8 +849,8 @@ pub async fn run(client: &Client, call: Call, out: &mut dyn Write) -> Result<(),
                 )?;
             }
         }
-        Call::Unlock { key } => {
-            let status = client.unlock(&key).await?;
+        Call::Unlock { key, reason } => {
+            let status = client.unlock_with_reason(&key, reason.as_deref()).await?;
             writeln!(out, "unlocked {}: {}", status.key, status.state)?;
         }
         Call::Clear { key } => {
