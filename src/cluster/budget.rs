@@ -15,6 +15,7 @@
 //!   call is stopped by the budget, as on one node.
 
 use super::Cluster;
+use async_nats::jetstream::kv;
 use futures::future::BoxFuture;
 use std::{
     sync::{Arc, Weak},
@@ -111,22 +112,25 @@ impl Cluster {
             *claims.nodes.entry(self.config.node.clone()).or_default() += grant;
             let body: Vec<u8> = serde_json::to_vec(&claims).unwrap_or_default();
             let written = if revision == 0 {
-                self.budget_kv
-                    .create(key, body.into())
-                    .await
-                    .map(drop)
-                    .map_err(drop)
+                match self.budget_kv.create(key, body.into()).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Err(true),
+                    Err(_) => Err(false),
+                }
             } else {
-                self.budget_kv
-                    .update(key, body.into(), revision)
-                    .await
-                    .map(drop)
-                    .map_err(drop)
+                match self.budget_kv.update(key, body.into(), revision).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Err(true),
+                    Err(_) => Err(false),
+                }
             };
-            if written.is_ok() {
-                return grant;
+            match written {
+                Ok(()) => return grant,
+                // Another node's claim came first: read again at once.
+                Err(true) => {}
+                // The write failed (no quorum, a timeout): read again after a pause, not in a spin.
+                Err(false) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
-            // Another node's claim came first (or the write failed): read again.
         }
     }
 

@@ -42,7 +42,7 @@
 //! (the turn's staleness check).
 
 use super::{Cluster, HALT_KEY};
-use async_nats::jetstream::kv::Operation;
+use async_nats::jetstream::kv::{self, Operation};
 use futures::{FutureExt, StreamExt};
 use std::{collections::BTreeMap, sync::atomic::Ordering, sync::Arc, time::Duration};
 use warden_actors::{now_ms, HaltAck, LiftOutcome};
@@ -220,19 +220,21 @@ impl Cluster {
                 }
                 state.epoch = state.epoch.max(current.epoch + 1);
                 let body = serde_json::to_vec(&state).unwrap_or_default();
-                let result = if revision == 0 {
-                    self.halt_kv
-                        .create(HALT_KEY, body.into())
-                        .await
-                        .map_err(|e| e.to_string())
+                // `Ok(false)`: a lost race, retried at once with the new revision; any other
+                // failure (no quorum, a timeout) backs off below rather than spin.
+                if revision == 0 {
+                    match self.halt_kv.create(HALT_KEY, body.into()).await {
+                        Ok(_) => Ok(true),
+                        Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(false),
+                        Err(e) => Err(e.to_string()),
+                    }
                 } else {
-                    self.halt_kv
-                        .update(HALT_KEY, body.into(), revision)
-                        .await
-                        .map_err(|e| e.to_string())
-                };
-                // A lost race is retried at once with the new revision.
-                Ok::<bool, String>(result.is_ok())
+                    match self.halt_kv.update(HALT_KEY, body.into(), revision).await {
+                        Ok(_) => Ok(true),
+                        Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(false),
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
             }
             .await;
             match written {
