@@ -1871,3 +1871,58 @@ fn a_partitioned_owner_that_comes_back_halts_the_agent_another_node_adopted() {
     assert_eq!(a.get("/api/cluster")["elsewhere"]["x"], "b");
     assert!(answered(&b, "x"));
 }
+
+/// How many model calls `agent` on `node` made (its `usage_recorded` events).
+fn model_calls(node: &Node, agent: &str) -> usize {
+    node.get(&format!("/api/events/recent?agent={agent}&limit=500"))
+        .to_string()
+        .matches("usage_recorded")
+        .count()
+}
+
+#[test]
+fn an_owner_that_stops_renewing_a_lease_starts_no_model_call_for_it_before_it_is_adopted() {
+    let dir = temp_dir("fence");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    // a never renews x's lease (the test hook: a thread too busy to renew it, or a bug), but
+    // beats and renews everything else; b lists x too.
+    let a = start_node_env(
+        &dir,
+        "a",
+        &nats.url(),
+        &adoption_team(&["x", "a1"], ""),
+        &[("WARDEN_TEST_SKIP_RENEW", "x")],
+    );
+    let claimed = Instant::now();
+    let b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["x", "b1"], ""));
+    assert!(answered(&a, "x"), "x answers on a while its lease is fresh");
+    let calls = model_calls(&a, "x");
+    assert!(calls >= 1);
+    // Past the TTL less a beat (3 - 1 s) since a's claim: x is fenced on a.
+    let fence = Duration::from_secs(2);
+    std::thread::sleep(fence.saturating_sub(claimed.elapsed()) + Duration::from_millis(300));
+    let (status, body) = a.post(
+        "/api/agents/x/events",
+        Some(r#"{"content":"still there?"}"#),
+    );
+    assert_eq!(status, 202, "the event is accepted and queued: {body}");
+    assert!(answered(&a, "a1"), "a's other agents go on");
+    // b adopts x once the lease aged out (3 s after a's claim, and a beat).
+    wait_until("b adopts x", Duration::from_secs(10), || runs(&b, "x"));
+    let adopted = claimed.elapsed();
+    assert!(answered(&b, "x"), "x answers on b");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        model_calls(&a, "x"),
+        calls,
+        "a started a model call for x after its lease could have lapsed"
+    );
+    eprintln!(
+        "lease fence: x fenced on a from {:.1} s after its last lease write; adopted by b {:.2} s \
+         after it; a made no model call for x meanwhile",
+        fence.as_secs_f64(),
+        adopted.as_secs_f64()
+    );
+}

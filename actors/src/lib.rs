@@ -81,7 +81,7 @@ pub use provider::{
     OpenAiSetupError, RetryPolicy, StreamEvent, ToolFormat, RETRY_CLASSES,
 };
 pub use safety::{
-    AgentBreakers, BudgetSlices, ChannelInterventionBus, Fingerprint, InterventionBus,
+    AgentBreakers, AgentFence, BudgetSlices, ChannelInterventionBus, Fingerprint, InterventionBus,
     LimitCheckpoint, LimitContext, SliceOf, TeamBudget, Verdict,
 };
 pub use supervisor::{

@@ -175,9 +175,13 @@ impl Cluster {
                 .filter(|e| e.operation == Operation::Put)
                 .and_then(|e| serde_json::from_slice::<LockoutEntry>(&e.value).ok())
                 .and_then(|e| lockout_of(&e));
+            let sent = std::time::Instant::now();
             let body = serde_json::to_vec(&self.lease(&agent)).unwrap_or_default();
             let revision = match self.leases.create(&key, body.into()).await {
-                Ok(revision) => revision,
+                Ok(revision) => {
+                    self.mark_renewed(&agent, sent);
+                    revision
+                }
                 // Another node claimed it first: it runs there (noted at the next beat).
                 Err(e) if e.kind() == CreateErrorKind::AlreadyExists => continue,
                 Err(_) => return,

@@ -9,15 +9,28 @@
 //!
 //! The renewal carries the agent's status, so that `GET /api/agents` on any node lists the whole
 //! fleet (remote statuses are at most one beat old).
+//!
+//! # The lease fence
+//! A lease ages out `lease_ttl_seconds` after its last write, and then another node may adopt the
+//! agent. So an agent whose lease this node has not written for `lease_ttl_seconds` − one beat
+//! (counted from when the last successful write was *sent*, which is before JetStream stored it)
+//! starts no model call here, and a result that comes back meanwhile is held
+//! ([`warden_actors::AgentFence`] on the team's model gate), until a renewal succeeds again — or
+//! the renewal finds the lease taken and halts the agent, which drops the result. An owner whose
+//! beats are starved (a saturated thread) therefore stops calling the model for its agents a beat
+//! before an adopter can take them. Calls that started before stay running (a halt cuts them).
 
 use super::{kv_key, Cluster, ClusterError};
 use async_nats::jetstream::kv::{CreateErrorKind, Operation};
 use futures::StreamExt;
-use std::sync::{
-    atomic::{AtomicUsize, Ordering},
-    Arc,
+use std::{
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Instant,
 };
-use warden_actors::now_ms;
+use warden_actors::{now_ms, AgentFence};
 use warden_protocols::{
     cluster::{AgentLease, NodeBeat},
     AgentKey, HaltCause,
@@ -28,7 +41,40 @@ use warden_protocols::{
 /// not renew them all within a beat, and the same ones at the end lapsed every time.
 pub(super) const RENEW_IN_FLIGHT: usize = 256;
 
+/// The team's [`AgentFence`]: an owned agent whose lease was last written longer ago than the TTL
+/// minus a beat is fenced (see the module docs).
+pub(super) struct LeaseFence {
+    pub(super) cluster: std::sync::Weak<Cluster>,
+}
+
+impl AgentFence for LeaseFence {
+    fn fenced(&self, agent: &AgentKey) -> Option<String> {
+        let cluster = self.cluster.upgrade()?;
+        let sent = *cluster.renewed.lock().get(agent)?;
+        let limit = cluster
+            .config
+            .lease_ttl
+            .saturating_sub(cluster.config.beat());
+        let age = sent.elapsed();
+        (age > limit).then(|| {
+            format!(
+                "cluster: the lease of {agent} was last written {:.1} s ago (> cluster.lease_ttl_seconds \
+                 = {} less a beat): no model call until it is renewed",
+                age.as_secs_f64(),
+                cluster.config.lease_ttl.as_secs()
+            )
+        })
+    }
+}
+
 impl Cluster {
+    /// Notes that a write of `agent`'s lease sent at `sent` succeeded (the lease fence).
+    pub(super) fn mark_renewed(&self, agent: &AgentKey, sent: Instant) {
+        let mut renewed = self.renewed.lock();
+        let at = renewed.entry(agent.clone()).or_insert(sent);
+        *at = (*at).max(sent);
+    }
+
     pub(super) fn lease(&self, agent: &AgentKey) -> AgentLease {
         AgentLease {
             node: self.config.node.clone(),
@@ -43,6 +89,7 @@ impl Cluster {
     pub(super) async fn claim(&self, agent: &AgentKey) -> Result<(), ClusterError> {
         let key = kv_key("agent", agent.as_str());
         for _ in 0..3 {
+            let sent = Instant::now();
             let body = serde_json::to_vec(&self.lease(agent)).unwrap_or_default();
             let current = self
                 .leases
@@ -71,6 +118,7 @@ impl Cluster {
                 }
             };
             self.owned.lock().insert(agent.clone(), written?);
+            self.mark_renewed(agent, sent);
             return Ok(());
         }
         Err(ClusterError::JetStream(format!(
@@ -89,6 +137,9 @@ impl Cluster {
             .iter()
             .map(|(k, r)| (k.clone(), *r))
             .collect();
+        if let Some(skip) = test_skip_renew() {
+            owned.retain(|(agent, _)| !skip.iter().any(|s| s == agent.as_str()));
+        }
         if owned.is_empty() {
             return;
         }
@@ -112,6 +163,7 @@ impl Cluster {
     /// Renews one lease (see [`Cluster::renew`]).
     async fn renew_one(self: &Arc<Self>, agent: AgentKey, revision: u64) {
         let key = kv_key("agent", agent.as_str());
+        let sent = Instant::now();
         let body = serde_json::to_vec(&self.lease(&agent)).unwrap_or_default();
         let renewed = match self
             .leases
@@ -123,8 +175,15 @@ impl Cluster {
         };
         if let Some(revision) = renewed {
             // Not while another path gave the agent up meanwhile (retake, leave).
-            if let Some(held) = self.owned.lock().get_mut(&agent) {
-                *held = revision;
+            let still_owned = match self.owned.lock().get_mut(&agent) {
+                Some(held) => {
+                    *held = revision;
+                    true
+                }
+                None => false,
+            };
+            if still_owned {
+                self.mark_renewed(&agent, sent);
             }
         }
     }
@@ -149,6 +208,7 @@ impl Cluster {
                     lease.node
                 );
                 self.owned.lock().remove(agent);
+                self.renewed.lock().remove(agent);
                 let cause = HaltCause::Operator {
                     operator: format!("cluster: lease lost to node {}", lease.node),
                 };
@@ -235,4 +295,12 @@ impl Cluster {
     pub async fn fleet(&self) -> Result<Vec<AgentLease>, String> {
         self.listed("agent").await
     }
+}
+
+/// Test hook (not a setting): `WARDEN_TEST_SKIP_RENEW=KEY[,KEY…]` makes this node never renew
+/// those agents' leases, so that a test can watch the lease fence and an adoption of a live
+/// owner's agent.
+fn test_skip_renew() -> Option<Vec<String>> {
+    let keys = std::env::var("WARDEN_TEST_SKIP_RENEW").ok()?;
+    Some(keys.split(',').map(|k| k.trim().to_owned()).collect())
 }

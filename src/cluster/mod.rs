@@ -25,7 +25,10 @@
 //! * **An agent runs on one node.** A node starts only the agents whose lease (`agent.KEY` in
 //!   `warden_leases`) it holds; a lease held by another node is not taken while it lives (the bucket's
 //!   `max_age` is the lease TTL, renewals are revision-checked). A node that finds its lease taken
-//!   halts that agent. A lease that aged out is adopted by `create` (one node wins), with the
+//!   halts that agent.
+//!   An owned agent whose lease was not written for the TTL less a beat starts no model call (the
+//!   lease fence, `lease.rs`), so a node that fails to renew stops calling the model for it before
+//!   another node can adopt it. A lease that aged out is adopted by `create` (one node wins), with the
 //!   agent's shared lockout and the cluster halt applied before it reads anything (`adopt.rs`).
 //! * **Lockouts are shared.** A lockout is published to `warden_lockouts` within a beat; a delegation
 //!   to an agent of another node that is locked out there is refused (`emergency_stop`); an unlock
@@ -117,6 +120,8 @@ pub struct Cluster {
     owned: Mutex<BTreeMap<AgentKey, u64>>,
     /// Where the next beat's lease renewal starts (after the last one the previous beat renewed).
     renew_from: std::sync::atomic::AtomicUsize,
+    /// When each owned lease's last successful write was sent (the lease fence, `lease.rs`).
+    renewed: Mutex<std::collections::HashMap<AgentKey, std::time::Instant>>,
     /// Agents of the team file another node owns (not started here), with that node.
     elsewhere: Mutex<BTreeMap<AgentKey, String>>,
     fail: failsafe::FailSafe,
@@ -186,6 +191,7 @@ impl Cluster {
             halt: Mutex::new((HaltState::default(), 0)),
             owned: Mutex::default(),
             renew_from: std::sync::atomic::AtomicUsize::new(0),
+            renewed: Mutex::default(),
             elsewhere: Mutex::default(),
             tasks: Arc::new(delegate::Tasks::new(tasks_kv)),
             workers: Mutex::default(),
@@ -234,6 +240,11 @@ impl Cluster {
             self.supervisor.halt_all().await;
         }
         self.share_budget().await;
+        self.supervisor
+            .model_gate()
+            .set_fence(Arc::new(lease::LeaseFence {
+                cluster: Arc::downgrade(self),
+            }));
         self.supervisor
             .set_remote_agents(Arc::new(delegate::Remote {
                 cluster: Arc::downgrade(self),

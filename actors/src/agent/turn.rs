@@ -806,9 +806,9 @@ pub(super) async fn call_provider(
     token: &CancellationToken,
     request: LlmRequest,
 ) -> Option<Result<LlmResponse, ProviderError>> {
-    // No model call starts while the team's gate is closed (the cluster's fail safe); a halt ends
-    // the wait.
-    if !cell.safety.model_gate.wait_open(token).await {
+    // No model call starts while the team's gate is closed (the cluster's fail safe) or this
+    // agent is fenced (its cluster lease not renewed in time); a halt ends the wait.
+    if !cell.safety.model_gate.wait_open_for(&cell.key, token).await {
         return None;
     }
     let span = telemetry::chat(cell.provider.name(), cell.provider.model(), &request);
@@ -819,7 +819,7 @@ pub(super) async fn call_provider(
     // A result that comes back while the gate is closed (the cluster's fail safe: this node may
     // have missed a halt) is held until it opens — after the node read the halt key again. A halt
     // meanwhile drops it (stale); its tokens still count.
-    if !cell.safety.model_gate.wait_open(token).await {
+    if !cell.safety.model_gate.wait_open_for(&cell.key, token).await {
         if let Some(Ok(response)) = &result {
             cell.record_usage(response.usage);
         }

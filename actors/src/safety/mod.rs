@@ -30,7 +30,7 @@ pub use breakers::{AgentBreakers, Verdict, REPETITION_ALERT};
 pub use budget::{BudgetSlices, SliceOf, TeamBudget, UsageTotals};
 pub(crate) use fingerprint::canonical_json_cut;
 pub use fingerprint::{canonical_call, Fingerprint};
-pub use gate::ModelGate;
+pub use gate::{AgentFence, ModelGate, FENCE_POLL};
 pub use intervention::{AnswerError, BusError, ChannelInterventionBus, InterventionBus};
 pub use limits::{limit_question, limit_refusal_message, LimitCheckpoint, LimitContext};
 pub(crate) use monitor::TeamSafety;
