@@ -43,6 +43,7 @@ use std::{
 use warden_testkit::{
     free_port,
     nats::{NatsServer, Proxy},
+    wait_for, wait_until,
 };
 
 const TOKEN: &str = "cluster-test-token";
@@ -224,30 +225,6 @@ fn peers(node: &Node, others: &[&str]) {
         "{} never knew {others:?} as its peers: {last}",
         node.name
     );
-}
-
-/// Polls `cond` every 20 ms until it holds; panics naming `what` after `limit`.
-fn wait_until(what: &str, limit: Duration, cond: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    assert!(
-        wait_for(limit, cond),
-        "never happened within {limit:?}: {what}"
-    );
-    started.elapsed()
-}
-
-/// Polls `cond` every 20 ms until it holds (`true`) or `limit` passed (`false`).
-fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let started = Instant::now();
-    loop {
-        if cond() {
-            return true;
-        }
-        if started.elapsed() >= limit {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

@@ -25,7 +25,7 @@ use std::{
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
-use warden_testkit::{free_port, nats::NatsServer, netns::Netns};
+use warden_testkit::{free_port, nats::NatsServer, netns::Netns, wait_for, wait_until};
 
 const TOKEN: &str = "cluster-netns-test-token";
 /// `cluster.fail_safe_seconds` of every team here.
@@ -240,30 +240,6 @@ fn peers(node: &Node, others: &[&str]) {
         "{} never knew {others:?} as its peers: {last}",
         node.name
     );
-}
-
-/// Polls `cond` every 20 ms until it holds; panics naming `what` after `limit`.
-fn wait_until(what: &str, limit: Duration, cond: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    assert!(
-        wait_for(limit, cond),
-        "never happened within {limit:?}: {what}"
-    );
-    started.elapsed()
-}
-
-/// Polls `cond` every 20 ms until it holds (`true`) or `limit` passed (`false`).
-fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let started = Instant::now();
-    loop {
-        if cond() {
-            return true;
-        }
-        if started.elapsed() >= limit {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The model calls `agent` on `node` made that returned: its `usage_recorded` journal entries

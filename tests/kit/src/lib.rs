@@ -8,6 +8,8 @@
 //! * [`netns`] — network namespaces joined to the host by veth pairs, for partitions that are
 //!   real (a link set down in the kernel), for the cluster tests run as root.
 //! * [`free_port`] — a loopback port nobody listens on (for processes started on a port).
+//! * [`wait_for`], [`wait_until`] — poll a condition with a deadline (tests of processes, which
+//!   have no paused clock).
 //!
 //! Scenario helpers over the journal (replays, refusals, outcomes) stay in `tests/common`: they
 //! need the `warden` facade, which this crate must not depend on (`warden-actors` uses it too).
@@ -17,6 +19,37 @@
 pub mod http;
 pub mod nats;
 pub mod netns;
+
+/// Polls `cond` every 20 ms until it holds (`true`) or `limit` passed (`false`).
+pub fn wait_for(limit: std::time::Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let started = std::time::Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if started.elapsed() >= limit {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// [`wait_for`], panicking with `what` when `limit` passed; how long it took.
+///
+/// # Panics
+/// When `cond` does not hold within `limit`.
+pub fn wait_until(
+    what: &str,
+    limit: std::time::Duration,
+    cond: impl FnMut() -> bool,
+) -> std::time::Duration {
+    let started = std::time::Instant::now();
+    assert!(
+        wait_for(limit, cond),
+        "never happened within {limit:?}: {what}"
+    );
+    started.elapsed()
+}
 
 /// One blocking HTTP/1.1 request to 127.0.0.1:`port` on a fresh connection (`Connection: close`),
 /// with `Authorization: Bearer token` and a JSON body when given: the status code and the body.
