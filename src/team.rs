@@ -40,6 +40,7 @@
 //! listen = "127.0.0.1:7878"           # unless --listen is given
 //! max_body_bytes = 65536
 //! session_ttl_seconds = 28800         # a browser console session (docs/console.md)
+//! auth_failures_per_minute = 10       # wrong tokens per address and minute, then 429
 //!
 //! [telemetry]                         # OpenTelemetry (docs/telemetry.md); OTEL_* variables win
 //! endpoint = "http://localhost:4318"  # OTLP/HTTP base URL; /v1/traces is appended
@@ -773,6 +774,8 @@ pub fn defaults_toml() -> String {
          max_body_bytes = {}\n\
          # how long a login to the browser console lasts (docs/console.md)\n\
          session_ttl_seconds = {}\n\
+         # wrong tokens per client address and minute before it gets 429 (0: no limit)\n\
+         auth_failures_per_minute = {}\n\
          \n\
          # OpenTelemetry export (docs/telemetry.md); off unless an endpoint is set here or in\n\
          # OTEL_EXPORTER_OTLP_ENDPOINT. Each OTEL_* variable wins over its key.\n\
@@ -787,6 +790,7 @@ pub fn defaults_toml() -> String {
         crate::server::api::DEFAULT_LISTEN,
         crate::server::api::DEFAULT_BODY_LIMIT,
         crate::server::console::DEFAULT_SESSION_TTL_SECONDS,
+        crate::server::auth_limit::DEFAULT_AUTH_FAILURES_PER_MINUTE,
     )
 }
 
