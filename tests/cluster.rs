@@ -673,9 +673,15 @@ fn a_lockout_on_b_refuses_delegation_from_a_and_an_unlock_needs_a_cluster_write(
         "{body}"
     );
     assert_eq!(b.state_of("worker"), "SAFETY_LOCKOUT");
-    // Unlocking it on a, which does not run it, is refused too.
+    // Unlocking it on a, which does not run it, is refused too (while b's lease lives).
     let (status, body) = a.post("/api/agents/worker/unlock", None);
     assert_eq!(status, 409, "{body}");
+    // So are the other routes that lift a lockout, on b.
+    for route in ["emergency/clear", "history/reset"] {
+        let (status, body) = b.post(&format!("/api/agents/worker/{route}"), None);
+        assert_eq!(status, 503, "{route}: {body}");
+    }
+    assert_eq!(b.state_of("worker"), "SAFETY_LOCKOUT");
     // Healed: the unlock goes through once the write does.
     proxy.heal();
     wait_until("the unlock succeeds", Duration::from_secs(15), || {
@@ -1822,14 +1828,14 @@ fn an_agent_adopted_while_the_cluster_is_halted_comes_up_halted_and_adopt_false_
 }
 
 #[test]
-fn a_partitioned_owner_that_comes_back_halts_the_agent_another_node_adopted() {
+fn a_partitioned_owner_that_comes_back_halts_the_agent_another_node_adopted_and_takes_it_back() {
     let dir = temp_dir("adopt-partition");
     let Some(nats) = NatsServer::start(&dir) else {
         return;
     };
     let proxy = Proxy::start(nats.port);
     let a = Node::start_with(&dir, "a", &proxy.url(), &adoption_team(&["x"], ""));
-    let b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["x", "b1"], ""));
+    let mut b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["x", "b1"], ""));
     assert!(runs(&a, "x") && !runs(&b, "x"));
     // a cut off longer than the TTL: its lease ages out and b adopts x.
     proxy.black_hole();
@@ -1847,6 +1853,89 @@ fn a_partitioned_owner_that_comes_back_halts_the_agent_another_node_adopted() {
     );
     assert_eq!(a.get("/api/cluster")["elsewhere"]["x"], "b");
     assert!(answered(&b, "x"));
+    // a's halted copy cannot be brought back by hand while b runs x.
+    for route in ["resume", "unlock"] {
+        let (status, body) = a.post(&format!("/api/agents/x/{route}"), None);
+        assert_eq!(status, 409, "{route}: {body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("runs on node b now"),
+            "{route}: {body}"
+        );
+    }
+    assert_eq!(a.state_of("x"), "STOPPED");
+    let calls = model_calls(&a, "x");
+    // b dies: a adopts x back (its halted copy, resumed) once b's lease has aged out.
+    b.kill();
+    wait_until("a takes x back", Duration::from_secs(10), || {
+        a.state_of("x") == "WAITING_FOR_EVENT"
+    });
+    assert!(
+        a.stderr().contains("adopted here back: resumed"),
+        "{}",
+        a.stderr()
+    );
+    assert!(answered(&a, "x"), "x answers on a again");
+    assert_eq!(model_calls(&a, "x"), calls + 1);
+    let cluster = a.get("/api/cluster");
+    assert!(cluster["elsewhere"].get("x").is_none(), "{cluster}");
+    let fleet = a.fleet();
+    assert_eq!(
+        fleet.iter().filter(|(k, _, _)| k == "x").count(),
+        1,
+        "{fleet:?}"
+    );
+}
+
+#[test]
+fn an_agent_with_mcp_tools_is_adopted_with_its_tools() {
+    let dir = temp_dir("adopt-mcp");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED: python3 is not installed (needed for the MCP server of this test)");
+        return;
+    }
+    // x calls the `ok` tool of the MCP server `h` (tests/mcp/hostile_server.py), then answers.
+    let team = |agents: &[&str]| {
+        let server = format!("{}/tests/mcp/hostile_server.py", env!("CARGO_MANIFEST_DIR"));
+        let mut text = format!(
+            "[providers.m]\nkind = \"scripted\"\ncycle = true\nreplies = [\"here\"]\n\n\
+             [providers.t]\nkind = \"scripted\"\ncycle = true\nreplies = [{{ tool = \"h__ok\", \
+             args = {{}} }}, \"the tool said ok\"]\n\n[mcp_servers.h]\ncommand = \"python3\"\n\
+             args = [{server:?}]\n\n{PAIR_CLUSTER}"
+        );
+        for agent in agents {
+            let (provider, tools) = match *agent {
+                "x" => ("t", "\ntools = [\"h.ok\"]"),
+                _ => ("m", ""),
+            };
+            text.push_str(&format!(
+                "\n[[agents]]\nkey = \"{agent}\"\nprovider = \"{provider}\"{tools}\n"
+            ));
+        }
+        text
+    };
+    let mut a = Node::start_with(&dir, "a", &nats.url(), &team(&["x"]));
+    let b = Node::start_with(&dir, "b", &nats.url(), &team(&["x", "b1"]));
+    assert!(runs(&a, "x") && !runs(&b, "x"));
+    assert!(answered(&a, "x"));
+    a.kill();
+    wait_until("b adopts x", Duration::from_secs(10), || runs(&b, "x"));
+    assert!(answered(&b, "x"), "x answers on b");
+    let events = b.get("/api/events/recent?agent=x&limit=100").to_string();
+    assert!(
+        events.contains("tool_finished") && events.contains("h__ok"),
+        "x called its MCP tool on b: {events}"
+    );
+    assert!(!events.contains("tool_refused"), "{events}");
 }
 
 /// How many model calls `agent` on `node` made (its `usage_recorded` events).

@@ -31,9 +31,18 @@
 //! * **History does not move.** The agent's conversation is in the dead node's journal; it starts
 //!   here from this node's journal (its own record of the agent if it ever ran it, else fresh).
 //!
-//! Agents whose team-file entry names MCP tools are not adopted (their servers are started for the
-//! agents a node starts at launch only); nor are agents this node ran and gave up (their halted copy
-//! is still in its team): only those owned elsewhere when it started are candidates.
+//! An agent whose team-file entry names MCP tools gets them from the servers this node started at
+//! launch (`[mcp_servers]` are all started, whichever agents a node owns).
+//!
+//! # Taking back an agent this node gave up
+//! A node that finds its lease on an agent taken (it was cut off longer than the TTL and another
+//! node adopted the agent) halts its copy and notes it given up. If the new owner dies in turn, the
+//! lease ages out again and this node adopts the agent back like any other — but its halted copy is
+//! still in its team, so step 4 brings that copy back instead of spawning one
+//! ([`warden_actors::Supervisor::take_back`]): locked out if the agent is locked out in
+//! `warden_lockouts`, kept halted (noted with the fleet halt) if the cluster is halted, resumed
+//! otherwise — each only if nothing touched the copy since the give-up. Meanwhile the copy makes
+//! no model call: an agent whose lease this node does not hold is fenced (`lease.rs`).
 
 use super::{kv_key, Cluster};
 use async_nats::jetstream::kv::{CreateErrorKind, Operation};
@@ -41,6 +50,7 @@ use std::{
     sync::{atomic::Ordering, Arc},
     time::Duration,
 };
+use warden_actors::tools::mcp::McpHub;
 use warden_protocols::{
     cluster::{AgentLease, LockoutEntry},
     AgentKey, AgentRecord, Breaker, Lockout,
@@ -52,6 +62,8 @@ use warden_protocols::{
 pub(super) struct Adopter {
     file: crate::team::TeamFile,
     records: Vec<AgentRecord>,
+    /// The MCP servers started at launch (the tools of adopted agents).
+    mcp: Option<Arc<McpHub>>,
 }
 
 impl Adopter {
@@ -66,9 +78,16 @@ impl Adopter {
         let Some(def) = self.file.agents.iter().find(|a| a.key == agent.as_str()) else {
             return Err("not in the team file".into());
         };
+        let tools = match &self.mcp {
+            _ if def.tools.is_empty() => Vec::new(),
+            Some(hub) => hub
+                .tools_for(agent, &def.tools, supervisor.journal())
+                .map_err(|e| e.to_string())?,
+            None => return Err("its MCP tools' servers are not started here".into()),
+        };
         let mut spec = self
             .file
-            .agent_spec(def, Vec::new(), &self.records, &|p| p)
+            .agent_spec(def, tools, &self.records, &|p| p)
             .map_err(|e| e.to_string())?;
         if let Some(lockout) = lockout {
             spec = spec.starting_locked_out(lockout);
@@ -104,24 +123,27 @@ fn lockout_of(entry: &LockoutEntry) -> Option<Lockout> {
 
 impl Cluster {
     /// Keeps what adopting needs (`warden serve`, after the team is spawned): `file` is the whole
-    /// team file, `records` the journal's records at start. Only the agents not started here and
-    /// naming no MCP tool are kept. Nothing when `cluster.adopt` is off.
-    pub fn keep_for_adoption(&self, file: &crate::team::TeamFile, records: &[AgentRecord]) {
+    /// team file, `records` the journal's records at start, `mcp` the MCP servers started for the
+    /// team. Only the agents not started here are kept. Nothing when `cluster.adopt` is off.
+    pub fn keep_for_adoption(
+        &self,
+        file: &crate::team::TeamFile,
+        records: &[AgentRecord],
+        mcp: Option<Arc<McpHub>>,
+    ) {
         if !self.config.adopt {
             return;
         }
         let elsewhere = self.elsewhere.lock().clone();
         let mut file = file.clone();
-        file.agents.retain(|a| {
-            let key = AgentKey::from(a.key.as_str());
-            elsewhere.contains_key(&key) && a.tools.is_empty()
-        });
+        file.agents
+            .retain(|a| elsewhere.contains_key(&AgentKey::from(a.key.as_str())));
         let records = records
             .iter()
             .filter(|r| file.agents.iter().any(|a| a.key == r.key.as_str()))
             .cloned()
             .collect();
-        let _ = self.adopter.set(Adopter { file, records });
+        let _ = self.adopter.set(Adopter { file, records, mcp });
     }
 
     /// One beat of adoption (see the module docs). Bounded by the caller.
@@ -132,13 +154,18 @@ impl Cluster {
         if self.fail.reason().is_some() {
             return;
         }
-        let candidates: Vec<(AgentKey, String)> = self
-            .elsewhere
-            .lock()
-            .iter()
-            .filter(|(k, _)| adopter.file.agents.iter().any(|a| a.key == k.as_str()))
-            .map(|(k, n)| (k.clone(), n.clone()))
-            .collect();
+        let candidates: Vec<(AgentKey, String)> = {
+            let given_up = self.given_up.lock();
+            self.elsewhere
+                .lock()
+                .iter()
+                .filter(|(k, _)| {
+                    given_up.contains_key(*k)
+                        || adopter.file.agents.iter().any(|a| a.key == k.as_str())
+                })
+                .map(|(k, n)| (k.clone(), n.clone()))
+                .collect()
+        };
         for (agent, owner) in candidates {
             let key = kv_key("agent", agent.as_str());
             let Ok(entry) = self.leases.entry(key.clone()).await else {
@@ -202,8 +229,9 @@ impl Cluster {
         )
     }
 
-    /// Spawns `agent`, whose lease this node just created at `revision`; on failure the lease is
-    /// given back.
+    /// Spawns `agent`, whose lease this node just created at `revision` — or brings back its halted
+    /// copy when this node gave it up — and makes it this node's; on failure the lease is given
+    /// back.
     async fn spawn_adopted(
         &self,
         adopter: &Adopter,
@@ -223,16 +251,42 @@ impl Cluster {
             halt > 0 && halt >= self.lifted.load(Ordering::SeqCst)
         };
         let locked = lockout.is_some();
-        match adopter.spawn(&self.supervisor, agent, lockout, halted) {
-            Ok(()) => {
+        let given_up = self.given_up.lock().get(agent).copied();
+        let done = match given_up {
+            Some(epoch) => self
+                .supervisor
+                .take_back(
+                    agent.as_str(),
+                    epoch,
+                    lockout,
+                    halted,
+                    &format!("cluster: adopted back from node {owner}"),
+                )
+                .await
+                .map(|outcome| match outcome.resumed {
+                    true => " back: resumed".to_owned(),
+                    false => format!(" back: {}", outcome.kept),
+                })
+                .map_err(|e| e.to_string()),
+            None => adopter
+                .spawn(&self.supervisor, agent, lockout, halted)
+                .map(|()| {
+                    format!(
+                        "{}{}",
+                        if locked { ", locked out" } else { "" },
+                        if halted { ", halted" } else { "" },
+                    )
+                }),
+        };
+        match done {
+            Ok(how) => {
                 self.gone_since.lock().remove(agent);
+                self.given_up.lock().remove(agent);
                 self.owned.lock().insert(agent.clone(), revision);
                 self.elsewhere.lock().remove(agent);
                 eprintln!(
-                    "warden: cluster: node {owner}'s lease on agent {agent} is gone: adopted here{}{} \
-                     (its conversation history stays in node {owner}'s journal)",
-                    if locked { ", locked out" } else { "" },
-                    if halted { ", halted" } else { "" },
+                    "warden: cluster: node {owner}'s lease on agent {agent} is gone: adopted \
+                     here{how} (its conversation history stays in node {owner}'s journal)"
                 );
                 if self.halted_at.load(Ordering::SeqCst) != halts {
                     // A halt came while it was spawned (after `halt_all` listed the agents).

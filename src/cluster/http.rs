@@ -1,7 +1,10 @@
 //! The routes a cluster node answers differently (registered before the API's own, which they
 //! shadow): `POST /api/halt` halts every node, `POST /api/resume` lifts that halt (a write to the
 //! halt key first), `GET /api/agents` lists the whole fleet, and
-//! `GET /api/cluster` tells this node's view of the cluster. Plus the `/metrics` lines.
+//! `GET /api/cluster` tells this node's view of the cluster. Every route that lifts a lockout
+//! (`unlock`, `emergency/clear`, `history/reset` of a locked-out agent) writes the lockout key
+//! first, and every route that brings back an agent (those and `resume`) is refused for an agent
+//! this node gave up. Plus the `/metrics` lines.
 
 use super::Cluster;
 use crate::server::api::{Admin, ApiState, Reader};
@@ -14,7 +17,41 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
         .route("/api/resume", web::post().to(lift))
         .route("/api/agents", web::get().to(agents))
         .route("/api/cluster", web::get().to(status))
-        .route("/api/agents/{key}/unlock", web::post().to(unlock));
+        .route("/api/agents/{key}/unlock", web::post().to(unlock))
+        .route("/api/agents/{key}/resume", web::post().to(resume))
+        .route("/api/agents/{key}/emergency/clear", web::post().to(clear))
+        .route(
+            "/api/agents/{key}/history/reset",
+            web::post().to(reset_history),
+        );
+}
+
+/// `409` for an agent this node runs no more (it gave it up: its lease is another node's, and the
+/// copy here is halted), naming the node to ask; `None` for one it owns, or one it never had.
+fn given_up(cluster: &Cluster, key: &str, what: &str) -> Option<HttpResponse> {
+    if cluster.owns(key) {
+        return None;
+    }
+    let node = cluster.elsewhere.lock().get(key).cloned()?;
+    Some(error(
+        actix_web::http::StatusCode::CONFLICT,
+        format!(
+            "agent {key} runs on node {node} now (this node's copy was halted when node {node} \
+             took its lease): {what} it there"
+        ),
+    ))
+}
+
+/// A resume of an agent this node gave up is refused (`409`): it runs on another node.
+async fn resume(
+    admin: Admin,
+    state: web::Data<ApiState>,
+    key: web::Path<String>,
+) -> Result<HttpResponse, crate::server::api::ApiError> {
+    if let Some(refused) = given_up(cluster(&state), &key, "resume") {
+        return Ok(refused);
+    }
+    crate::server::api::resume(admin, state, key).await
 }
 
 fn cluster(state: &ApiState) -> &std::sync::Arc<Cluster> {
@@ -66,15 +103,60 @@ async fn lift(_: Admin, state: web::Data<ApiState>, body: web::Bytes) -> HttpRes
     }
 }
 
+/// What lifts a lockout, by route (each needs a successful write to the cluster first when the
+/// agent is locked out).
+enum Lifting {
+    /// `POST /api/agents/{key}/unlock`, with the body's note.
+    Unlock(Option<String>),
+    /// `POST /api/agents/{key}/emergency/clear`.
+    Clear,
+    /// `POST /api/agents/{key}/history/reset` (it unlocks a locked-out agent too).
+    ResetHistory,
+}
+
 /// An unlock needs a successful write to the cluster first: `503` when it failed (the agent stays
-/// locked out), `409` for an agent of another node.
-async fn unlock(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> HttpResponse {
-    let cluster = cluster(&state);
-    let Some(agent) = state.supervisor.get(&key) else {
-        let known = cluster.elsewhere.lock().get(key.as_str()).cloned();
+/// locked out), `409` for an agent of another node (given up here included).
+async fn unlock(
+    _: Admin,
+    state: web::Data<ApiState>,
+    key: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
+    match crate::server::api::UnlockBody::note(&body) {
+        Ok(note) => lift_lockout(&state, &key, Lifting::Unlock(note)).await,
+        Err(e) => error(e.status, e.message),
+    }
+}
+
+/// The emergency clear is an unlock (the same rules).
+async fn clear(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> HttpResponse {
+    lift_lockout(&state, &key, Lifting::Clear).await
+}
+
+/// A history reset unlocks a locked-out agent: the same rules then; a plain reset otherwise.
+async fn reset_history(
+    _: Admin,
+    state: web::Data<ApiState>,
+    key: web::Path<String>,
+) -> HttpResponse {
+    lift_lockout(&state, &key, Lifting::ResetHistory).await
+}
+
+async fn lift_lockout(state: &ApiState, key: &str, lifting: Lifting) -> HttpResponse {
+    let cluster = cluster(state);
+    let what = match lifting {
+        Lifting::Unlock(_) => "unlock",
+        Lifting::Clear => "clear",
+        Lifting::ResetHistory => "reset",
+    };
+    if let Some(refused) = given_up(cluster, key, what) {
+        return refused;
+    }
+    let Some(agent) = state.supervisor.get(key) else {
+        let known = cluster.elsewhere.lock().get(key).cloned();
         let elsewhere = match known {
             Some(node) => Some(node),
-            None => tokio::time::timeout(Duration::from_secs(1), cluster.owner_of(&key))
+            None => tokio::time::timeout(Duration::from_secs(1), cluster.owner_of(key))
                 .await
                 .ok()
                 .flatten(),
@@ -82,7 +164,7 @@ async fn unlock(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) ->
         return match elsewhere {
             Some(node) => error(
                 actix_web::http::StatusCode::CONFLICT,
-                format!("agent {key} runs on node {node}: unlock it there"),
+                format!("agent {key} runs on node {node}: {what} it there"),
             ),
             None => error(
                 actix_web::http::StatusCode::NOT_FOUND,
@@ -90,8 +172,30 @@ async fn unlock(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) ->
             ),
         };
     };
+    let operator = crate::server::api::API_OPERATOR;
+    let resetting = matches!(lifting, Lifting::ResetHistory);
+    let local = {
+        let agent = agent.clone();
+        async move {
+            match lifting {
+                Lifting::Unlock(note) => agent.unlock_with_note(operator, note).await,
+                Lifting::Clear => agent.clear_emergency(operator).await,
+                Lifting::ResetHistory => agent.reset_history(operator).await,
+            }
+        }
+    };
+    if resetting && !agent.status().emergency_stop {
+        // Nothing to unlock: no cluster write.
+        return match local.await {
+            Ok(()) => HttpResponse::Ok().json(agent.status()),
+            Err(control) => {
+                let err = crate::server::api::ApiError::from(control);
+                error(err.status, err.message)
+            }
+        };
+    }
     let bound = cluster.config.halt_ack_timeout;
-    match cluster.unlock(&agent, crate::server::api::API_OPERATOR, bound).await {
+    match cluster.unlock(&agent, operator, bound, local).await {
         Ok(()) => HttpResponse::Ok().json(agent.status()),
         Err(Some(control)) => {
             let err = crate::server::api::ApiError::from(control);
@@ -100,7 +204,9 @@ async fn unlock(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) ->
         Err(None) => error(
             actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
             format!(
-                "unlock refused: it needs a successful write to the cluster's lockout key, and                  JetStream did not take it within {} ms (this node may be cut off); {key} stays                  locked out",
+                "{what} refused: lifting a lockout needs a successful write to the cluster's \
+                 lockout key, and JetStream did not take it within {} ms (this node may be cut \
+                 off); {key} stays locked out",
                 bound.as_millis()
             ),
         ),

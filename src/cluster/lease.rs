@@ -19,6 +19,8 @@
 //! the renewal finds the lease taken and halts the agent, which drops the result. An owner whose
 //! beats are starved (a saturated thread) therefore stops calling the model for its agents a beat
 //! before an adopter can take them. Calls that started before stay running (a halt cuts them).
+//! An agent whose lease this node does not hold (given up to another node, and halted here) is
+//! fenced too, so that resuming its halted copy here starts no model call.
 
 use super::{kv_key, Cluster, ClusterError};
 use async_nats::jetstream::kv::{CreateErrorKind, Operation};
@@ -50,7 +52,15 @@ pub(super) struct LeaseFence {
 impl AgentFence for LeaseFence {
     fn fenced(&self, agent: &AgentKey) -> Option<String> {
         let cluster = self.cluster.upgrade()?;
-        let sent = *cluster.renewed.lock().get(agent)?;
+        let Some(sent) = cluster.renewed.lock().get(agent).copied() else {
+            // Not (or no longer) owned here: its lease is another node's, which runs it.
+            let owner = cluster.elsewhere.lock().get(agent).cloned();
+            return Some(format!(
+                "cluster: this node does not hold the lease of {agent} (node {} does): no model \
+                 call here",
+                owner.as_deref().unwrap_or("another")
+            ));
+        };
         let limit = cluster
             .config
             .lease_ttl
@@ -214,6 +224,11 @@ impl Cluster {
                 };
                 self.elsewhere.lock().insert(agent.clone(), lease.node);
                 let _ = self.supervisor.halt(agent.as_str(), cause).await;
+                if let Some(handle) = self.supervisor.get(agent.as_str()) {
+                    self.given_up
+                        .lock()
+                        .insert(agent.clone(), handle.halt_epoch());
+                }
                 None
             }
         }

@@ -148,15 +148,20 @@ impl Cluster {
             .collect()
     }
 
-    /// Unlocks `agent` (a local one): `locked: false` written to the bucket first, then the local
-    /// unlock. `Err(None)`: the write failed (the agent stays locked out); `Err(Some)`: the local
-    /// unlock failed.
-    pub(super) async fn unlock(
+    /// Lifts `agent`'s lockout (a local one) with `local` — an unlock, an emergency clear, or a
+    /// history reset of a locked-out agent — after `locked: false` is written to the bucket.
+    /// `Err(None)`: the write failed within `bound` (`local` is not run: the agent stays locked
+    /// out); `Err(Some)`: `local` failed.
+    pub(super) async fn unlock<F>(
         &self,
         agent: &warden_actors::AgentHandle,
         operator: &str,
         bound: Duration,
-    ) -> Result<(), Option<warden_actors::ControlError>> {
+        local: F,
+    ) -> Result<(), Option<warden_actors::ControlError>>
+    where
+        F: std::future::Future<Output = Result<(), warden_actors::ControlError>>,
+    {
         let key = agent.key().clone();
         self.unlocking.lock().insert(key.clone());
         let written = tokio::time::timeout(
@@ -165,7 +170,7 @@ impl Cluster {
         )
         .await;
         let result = match written {
-            Ok(Ok(())) => agent.unlock(operator).await.map_err(Some),
+            Ok(Ok(())) => local.await.map_err(Some),
             Ok(Err(e)) => {
                 tracing::warn!(agent = %key, "unlock refused: the cluster write failed: {e}");
                 Err(None)

@@ -122,8 +122,11 @@ pub struct Cluster {
     renew_from: std::sync::atomic::AtomicUsize,
     /// When each owned lease's last successful write was sent (the lease fence, `lease.rs`).
     renewed: Mutex<std::collections::HashMap<AgentKey, std::time::Instant>>,
-    /// Agents of the team file another node owns (not started here), with that node.
+    /// Agents of the team file another node owns (not started here, or given up), with that node.
     elsewhere: Mutex<BTreeMap<AgentKey, String>>,
+    /// Agents this node ran and gave up (their lease went to another node: halted here), with
+    /// their halt epoch after that halt. Adopted back like the others (`adopt.rs`).
+    given_up: Mutex<BTreeMap<AgentKey, u64>>,
     fail: failsafe::FailSafe,
     /// Delegations received from other nodes, by idempotency key.
     tasks: Arc<delegate::Tasks>,
@@ -193,6 +196,7 @@ impl Cluster {
             renew_from: std::sync::atomic::AtomicUsize::new(0),
             renewed: Mutex::default(),
             elsewhere: Mutex::default(),
+            given_up: Mutex::default(),
             tasks: Arc::new(delegate::Tasks::new(tasks_kv)),
             workers: Mutex::default(),
             lifting: tokio::sync::Mutex::new(()),

@@ -1425,6 +1425,24 @@ pub struct UnlockBody {
     pub reason: Option<String>,
 }
 
+impl UnlockBody {
+    /// The note a request's body gives (`None`: no body, no reason, or a blank one).
+    ///
+    /// # Errors
+    /// `400` when the body is not such JSON.
+    pub(crate) fn note(body: &[u8]) -> Result<Option<String>, ApiError> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(None);
+        }
+        let body: UnlockBody = serde_json::from_slice(body)
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("malformed JSON: {e}")))?;
+        Ok(body
+            .reason
+            .map(|r| r.trim().to_owned())
+            .filter(|r| !r.is_empty()))
+    }
+}
+
 async fn unlock(
     _: Admin,
     state: web::Data<ApiState>,
@@ -1434,16 +1452,7 @@ async fn unlock(
     if state.supervisor.get(&key).is_none() {
         return Err(ApiError::unknown_agent(&key));
     }
-    let body: UnlockBody = if body.iter().all(u8::is_ascii_whitespace) {
-        UnlockBody::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("malformed JSON: {e}")))?
-    };
-    let note = body
-        .reason
-        .map(|r| r.trim().to_owned())
-        .filter(|r| !r.is_empty());
+    let note = UnlockBody::note(&body)?;
     control(&state, &key, |a| async move {
         a.unlock_with_note(API_OPERATOR, note).await
     })
@@ -1454,7 +1463,11 @@ async fn pause(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> 
     control(&state, &key, |a| async move { a.pause(API_OPERATOR).await }).await
 }
 
-async fn resume(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> Handled {
+pub(crate) async fn resume(
+    _: Admin,
+    state: web::Data<ApiState>,
+    key: web::Path<String>,
+) -> Handled {
     control(
         &state,
         &key,

@@ -195,11 +195,11 @@ pub async fn serve_team(
     // `[cluster]`: only the agents whose lease this node holds are started; a halted cluster
     // halts them before anything is served (docs/cluster.md).
     let cluster = crate::cluster::join_for(&mut file, &supervisor).await?;
-    let mcp = file.start_mcp().await?;
-    file.spawn_agents_with_mcp(&supervisor, &records, mcp.as_ref())?;
+    let mcp = file.start_mcp().await?.map(Arc::new);
+    file.spawn_agents_with_mcp(&supervisor, &records, mcp.as_deref())?;
     if let Some(cluster) = &cluster {
         // The agents another node owns now: adopted if that node's lease on them goes.
-        cluster.keep_for_adoption(&whole, &records);
+        cluster.keep_for_adoption(&whole, &records, mcp.clone());
         cluster.run().await;
     }
     let notice = token_notice(&config);

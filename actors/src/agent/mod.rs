@@ -406,6 +406,13 @@ impl AgentHandle {
         self.cell.status()
     }
 
+    /// How many halts were requested of the agent in this process (one that finds it halted
+    /// already, not resumed since, does not count): a caller that noted it after a halt can tell
+    /// later whether the agent was resumed and halted again since.
+    pub fn halt_epoch(&self) -> u64 {
+        self.cell.halt_epoch()
+    }
+
     /// The current state, read without taking the record lock (cheaper than
     /// [`AgentHandle::status`]).
     pub fn state(&self) -> AgentState {

@@ -17,6 +17,11 @@
 //! An agent already `STOPPED` or `SAFETY_LOCKOUT` when a fleet halt came is not noted by it: it
 //! was stopped by something else (an individual halt, a breaker), and a lift leaves it so.
 //!
+//! [`Supervisor::take_back`] brings back an agent this team halted when it gave it up (a cluster
+//! node whose lease on it went to another node, which then died): as a spawn with
+//! [`super::AgentSpec::starting_locked_out`] or [`super::AgentSpec::starting_halted`] would bring
+//! it up, and under the lift's rules otherwise.
+//!
 //! # Invariants
 //! * The note is written on the halt's first poll, before its first await, like the halt flags
 //!   (a halt polled once and dropped still counts).
@@ -84,20 +89,7 @@ impl Supervisor {
             let Some(handle) = self.get(agent.as_str()) else {
                 continue;
             };
-            let status = handle.status();
-            let kept = if handle.cell.halt_epoch() != epoch {
-                "halted again since the fleet halt"
-            } else if status.emergency_stop {
-                "locked out: only an unlock lifts it"
-            } else if status.stopped_by.is_some() {
-                "stopped by a breaker"
-            } else if status.paused {
-                "paused by an operator: resume it by itself"
-            } else if status.state != AgentState::Stopped {
-                "not stopped (resumed already)"
-            } else {
-                ""
-            };
+            let kept = kept(&handle, epoch, "halted again since the fleet halt");
             if kept.is_empty() {
                 resuming.push((outcomes.len(), handle));
             }
@@ -128,10 +120,90 @@ impl Supervisor {
     }
 }
 
-/// Journals `lockout` on a freshly made cell, before its actor starts: `locked_out` and the move to
-/// `SAFETY_LOCKOUT` in one batch (the record's lockout and state agree in every journal). Not
-/// through the transition table, which allows `SAFETY_LOCKOUT` only from `EXECUTING` (a breaker
-/// tripping mid-turn): this agent tripped where it ran before. Nothing when it is locked out
+impl Supervisor {
+    /// Brings back `key`, an agent halted here when this node gave it up, `epoch` its
+    /// [`crate::AgentHandle::halt_epoch`] after that halt:
+    /// * `lockout` — locked out where it ran meanwhile: journaled here as at a spawn
+    ///   (`locked_out`, then `SAFETY_LOCKOUT`); only an unlock lifts it;
+    /// * else `halted` — the fleet is halted: it stays `STOPPED`, noted with the fleet halt (a
+    ///   lift resumes it);
+    /// * else it is resumed (journaled with `operator`).
+    ///
+    /// Each only while it is still as the give-up left it: `STOPPED`, not resumed since (its halt
+    /// epoch is still `epoch`), and neither locked out, stopped by a breaker nor paused here. An
+    /// agent in any other condition is left as it is, and the outcome says why.
+    ///
+    /// # Errors
+    /// [`UnknownAgent`] when the team has no such agent.
+    pub async fn take_back(
+        &self,
+        key: &str,
+        epoch: u64,
+        lockout: Option<Lockout>,
+        halted: bool,
+        operator: &str,
+    ) -> Result<LiftOutcome, super::UnknownAgent> {
+        let handle = self
+            .get(key)
+            .ok_or_else(|| super::UnknownAgent(key.into()))?;
+        let kept = kept(
+            &handle,
+            epoch,
+            "resumed or halted again since it was given up",
+        );
+        let mut outcome = LiftOutcome {
+            agent: handle.key().clone(),
+            resumed: false,
+            kept: kept.into(),
+        };
+        if !kept.is_empty() {
+            return Ok(outcome);
+        }
+        if let Some(lockout) = lockout {
+            lock_out_at_start(&handle.cell, lockout);
+            outcome.kept = "locked out where it ran meanwhile: only an unlock lifts it".into();
+        } else if halted {
+            self.note_fleet_halt(std::slice::from_ref(&handle.cell), &[true]);
+            outcome.kept = "the fleet is halted: a lift resumes it".into();
+        } else {
+            match handle.resume(operator).await {
+                Ok(()) => outcome.resumed = true,
+                Err(e @ crate::ControlError::NotDurable(_)) => {
+                    outcome.resumed = true;
+                    outcome.kept = e.to_string();
+                }
+                Err(e) => outcome.kept = e.to_string(),
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+/// Why `handle`, halted with its halt epoch then at `epoch`, is left as it is rather than resumed
+/// (`""`: it may be resumed): it moved since (`moved` says how), or it is locked out, stopped by a
+/// breaker, paused, or not stopped.
+fn kept(handle: &crate::AgentHandle, epoch: u64, moved: &'static str) -> &'static str {
+    let status = handle.status();
+    if handle.cell.halt_epoch() != epoch {
+        moved
+    } else if status.emergency_stop {
+        "locked out: only an unlock lifts it"
+    } else if status.stopped_by.is_some() {
+        "stopped by a breaker"
+    } else if status.paused {
+        "paused by an operator: resume it by itself"
+    } else if status.state != AgentState::Stopped {
+        "not stopped (resumed already)"
+    } else {
+        ""
+    }
+}
+
+/// Journals `lockout` on a freshly made cell, before its actor starts, or on a `STOPPED` one taken
+/// back ([`Supervisor::take_back`]: its actor reads nothing while stopped): `locked_out` and the
+/// move to `SAFETY_LOCKOUT` in one batch (the record's lockout and state agree in every journal).
+/// Not through the transition table, which allows `SAFETY_LOCKOUT` only from `EXECUTING` (a
+/// breaker tripping mid-turn): this agent tripped where it ran before. Nothing when it is locked out
 /// already.
 pub(super) fn lock_out_at_start(cell: &AgentCell, lockout: Lockout) {
     let mut rec = cell.lock();

@@ -60,7 +60,9 @@ pub struct ListedTool {
 #[derive(Debug, Default)]
 pub struct McpHub {
     servers: BTreeMap<String, Arc<Shared>>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Taken by [`McpHub::shutdown`] (which needs only `&self`: a cluster node's adoption shares
+    /// the hub).
+    tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for McpHub {
@@ -126,6 +128,7 @@ impl McpHub {
             match outcome {
                 Ok((shared, connection)) => {
                     hub.tasks
+                        .get_mut()
                         .push(tokio::spawn(shared.clone().supervise(connection)));
                     hub.servers.insert(shared.name.clone(), shared);
                 }
@@ -270,11 +273,12 @@ impl McpHub {
 
     /// Ends every server: children get their stdin closed and are killed, HTTP sessions closed.
     /// Waits for that (a few seconds at most per server).
-    pub async fn shutdown(mut self) {
+    pub async fn shutdown(&self) {
         for server in self.servers.values() {
             server.shutdown.cancel();
         }
-        for task in std::mem::take(&mut self.tasks) {
+        let tasks = std::mem::take(&mut *self.tasks.lock());
+        for task in tasks {
             let _ = task.await;
         }
     }
