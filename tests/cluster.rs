@@ -164,6 +164,17 @@ impl Node {
         }
     }
 
+    /// Sends `signal` (`STOP`, `CONT`) to the node's process.
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let sent = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill");
+        assert!(sent.success());
+    }
+
     fn get(&self, path: &str) -> Value {
         let (status, body) = request(self.port, "GET", path, None);
         assert_eq!(status, 200, "GET {path} on {}: {body}", self.name);
@@ -391,8 +402,10 @@ fn a_crashed_nodes_leases_expire_and_no_agent_runs_twice() {
     });
     // d's team file has `shared` too: a holds its lease, so d does not start it.
     let d = Node::start(&dir, "d", &nats.url(), &["shared", "d1"]);
-    let (status, _) = request(d.port, "GET", "/api/agents/shared", None);
-    assert_eq!(status, 404, "d must not start an agent a owns");
+    assert!(!runs(&d, "shared"), "d must not start an agent a owns");
+    wait_until("d shows shared on a", Duration::from_secs(5), || {
+        d.get("/api/agents/shared")["node"] == "a"
+    });
     assert!(
         d.stderr().contains("agent shared is owned by node a"),
         "{}",
@@ -1718,9 +1731,11 @@ fn adoption_team(agents: &[&str], settings: &str) -> String {
     text
 }
 
-/// Whether `node` runs `agent` itself (its own `GET /api/agents/KEY` knows it).
+/// Whether `node` runs `agent` itself (its `GET /api/agents/KEY` names it as the node).
 fn runs(node: &Node, agent: &str) -> bool {
-    request(node.port, "GET", &format!("/api/agents/{agent}"), None).0 == 200
+    let (status, body) = request(node.port, "GET", &format!("/api/agents/{agent}"), None);
+    status == 200
+        && serde_json::from_str::<Value>(&body).is_ok_and(|v| v["node"] == node.name.as_str())
 }
 
 #[test]
@@ -1844,7 +1859,9 @@ fn a_partitioned_owner_that_comes_back_halts_the_agent_another_node_adopted_and_
     // a back: it finds x's lease b's and halts its copy.
     proxy.heal();
     wait_until("a halts its copy of x", Duration::from_secs(15), || {
-        a.state_of("x") == "STOPPED"
+        a.get("/api/events/recent?agent=x&limit=100")
+            .to_string()
+            .contains("lease lost to node b")
     });
     assert!(
         a.stderr().contains("the lease of x is now node b's"),
@@ -1865,12 +1882,16 @@ fn a_partitioned_owner_that_comes_back_halts_the_agent_another_node_adopted_and_
             "{route}: {body}"
         );
     }
-    assert_eq!(a.state_of("x"), "STOPPED");
+    // GET on a tells where x runs: b (once a reads the cluster again after the heal).
+    wait_until("a shows x on b", Duration::from_secs(5), || {
+        let x = a.get("/api/agents/x");
+        x["node"] == "b" && x["state"] == "WAITING_FOR_EVENT"
+    });
     let calls = model_calls(&a, "x");
     // b dies: a adopts x back (its halted copy, resumed) once b's lease has aged out.
     b.kill();
     wait_until("a takes x back", Duration::from_secs(10), || {
-        a.state_of("x") == "WAITING_FOR_EVENT"
+        runs(&a, "x") && a.state_of("x") == "WAITING_FOR_EVENT"
     });
     assert!(
         a.stderr().contains("adopted here back: resumed"),
@@ -1936,6 +1957,68 @@ fn an_agent_with_mcp_tools_is_adopted_with_its_tools() {
         "x called its MCP tool on b: {events}"
     );
     assert!(!events.contains("tool_refused"), "{events}");
+}
+
+#[test]
+fn an_agent_of_another_node_is_shown_and_halted_from_any_node() {
+    let dir = temp_dir("remote-agent");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    // b lists x (a's: started first) but not a1.
+    let mut a = Node::start_with(&dir, "a", &nats.url(), &adoption_team(&["x", "a1"], ""));
+    let b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["x", "b1"], ""));
+    for agent in ["x", "a1"] {
+        wait_until(
+            &format!("b shows {agent} on a"),
+            Duration::from_secs(5),
+            || {
+                let (status, body) = request(b.port, "GET", &format!("/api/agents/{agent}"), None);
+                status == 200 && body.contains(r#""node":"a""#)
+            },
+        );
+    }
+    assert_eq!(b.get("/api/agents/b1")["node"], "b");
+    assert_eq!(request(b.port, "GET", "/api/agents/nobody", None).0, 404);
+    // The routes that act on x through b name its node.
+    let (status, body) = b.post("/api/agents/x/events", Some(r#"{"content":"hi"}"#));
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("runs on node a"),
+        "{body}"
+    );
+    // A halt asked on b is applied on a and answered with a's acks.
+    for agent in ["x", "a1"] {
+        let (status, body) = b.post(&format!("/api/agents/{agent}/halt"), None);
+        assert_eq!(status, 200, "{agent}: {body}");
+        assert_eq!(body["node"], "a", "{body}");
+        assert_eq!(body["halted"][0]["agent"], agent, "{body}");
+        assert_eq!(body["halted"][0]["state"], "STOPPED", "{body}");
+        assert_eq!(a.state_of(agent), "STOPPED", "applied before the answer");
+        let events = a.get(&format!("/api/events/recent?agent={agent}&limit=50"));
+        assert!(events.to_string().contains(" via node b"), "{events}");
+    }
+    assert_eq!(b.state_of("b1"), "WAITING_FOR_EVENT");
+    // a frozen: the halt cannot be acknowledged, and the answer says so (never a success).
+    a.signal("STOP");
+    let (status, body) = b.post("/api/agents/x/halt", None);
+    a.signal("CONT");
+    assert_eq!(status, 504, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("did not acknowledge"),
+        "{body}"
+    );
+    // a killed: until its lease ages out, b asks a, and nothing listens on NATS.
+    a.kill();
+    let (status, body) = b.post("/api/agents/x/halt", None);
+    assert_eq!(status, 504, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("not reachable"),
+        "{body}"
+    );
 }
 
 /// How many model calls `agent` on `node` made (its `usage_recorded` events).

@@ -56,6 +56,31 @@ pub struct NodeHaltAck {
     pub halted: Vec<AgentHaltAck>,
 }
 
+/// A halt of one agent of another node: the request on `warden.cluster.agent_halt.NODE` (NODE:
+/// the agent's owner), sent by the node an operator asked (`POST /api/agents/KEY/halt`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteAgentHalt {
+    /// The agent.
+    pub agent: AgentKey,
+    /// Who asked, and through which node (journaled as the halt's operator).
+    pub by: String,
+}
+
+/// The owner's answer to a [`RemoteAgentHalt`], once the halt is applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteAgentHaltReply {
+    /// The node answering.
+    pub node: String,
+    /// `false` when it does not run the agent (its lease moved): nothing was halted.
+    pub found: bool,
+    /// The agent and the delegates it halted with it, once halted.
+    #[serde(default)]
+    pub halted: Vec<AgentHaltAck>,
+    /// Set when the halt is applied but the owner's journal did not make it durable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_durable: Option<String>,
+}
+
 /// The lease on one agent, the value of `agent.KEY` in the bucket `warden_leases` (whose `max_age`
 /// is the lease TTL: a lease not renewed within it disappears). Renewed by revision-checked update.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -62,7 +62,7 @@ pub struct ClusterHalt {
     pub unanswered: Vec<String>,
 }
 
-fn agent_acks(acks: &[HaltAck]) -> Vec<AgentHaltAck> {
+pub(super) fn agent_acks(acks: &[HaltAck]) -> Vec<AgentHaltAck> {
     acks.iter()
         .map(|a| AgentHaltAck {
             agent: a.agent.clone(),

@@ -18,6 +18,8 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
         .route("/api/agents", web::get().to(agents))
         .route("/api/cluster", web::get().to(status))
         .route("/api/agents/{key}/unlock", web::post().to(unlock))
+        .route("/api/agents/{key}", web::get().to(agent))
+        .route("/api/agents/{key}/halt", web::post().to(halt_agent))
         .route("/api/agents/{key}/resume", web::post().to(resume))
         .route("/api/agents/{key}/emergency/clear", web::post().to(clear))
         .route(
@@ -40,6 +42,67 @@ fn given_up(cluster: &Cluster, key: &str, what: &str) -> Option<HttpResponse> {
              took its lease): {what} it there"
         ),
     ))
+}
+
+/// `GET /api/agents/{key}` with `"node"`: an agent of this node, its live status; of another
+/// node, the status its last lease renewal wrote (at most a beat old). A copy this node gave up is
+/// shown only while no other node's lease lists the agent.
+async fn agent(
+    reader: Reader,
+    state: web::Data<ApiState>,
+    key: web::Path<String>,
+) -> Result<HttpResponse, crate::server::api::ApiError> {
+    let cluster = cluster(&state);
+    let here = state.supervisor.get(&key);
+    if !cluster.owns(&key) {
+        if let Some((status, node)) = cluster.remote_status(&key).await {
+            if node != cluster.node() {
+                return Ok(HttpResponse::Ok().json(with_node(serde_json::to_value(&status), &node)));
+            }
+        }
+    }
+    match here {
+        Some(agent) => Ok(HttpResponse::Ok().json(with_node(
+            serde_json::to_value(agent.status()),
+            cluster.node(),
+        ))),
+        None => crate::server::api::get_agent(reader, state, key).await,
+    }
+}
+
+/// A halt of an agent of another node is sent to that node and answered with its acks once
+/// applied, with `"node"` (`504` when it did not answer in time, `409` when it does not run the
+/// agent: see [`super::RemoteHaltError`]).
+async fn halt_agent(
+    admin: Admin,
+    state: web::Data<ApiState>,
+    key: web::Path<String>,
+) -> Result<HttpResponse, crate::server::api::ApiError> {
+    use super::RemoteHaltError;
+    use actix_web::http::StatusCode;
+    let cluster = cluster(&state);
+    if cluster.owns(&key) {
+        return crate::server::api::halt_agent(admin, state, key).await;
+    }
+    let Some(node) = cluster.owner(&key).await else {
+        // Nobody else runs it: a copy given up here (halting it again is harmless), or the 404.
+        return crate::server::api::halt_agent(admin, state, key).await;
+    };
+    let agent = warden_protocols::AgentKey::from(key.as_str());
+    let started = tokio::time::Instant::now();
+    let halted = cluster
+        .halt_remote(&node, &agent, crate::server::api::API_OPERATOR)
+        .await;
+    Ok(match halted {
+        Ok(halted) => {
+            state.metrics.halt_agent.observe(started.elapsed());
+            HttpResponse::Ok().json(serde_json::json!({ "node": node, "halted": halted }))
+        }
+        Err(e @ RemoteHaltError::Moved { .. }) => error(StatusCode::CONFLICT, e.to_string()),
+        Err(e @ (RemoteHaltError::Unanswered { .. } | RemoteHaltError::NoResponder { .. })) => {
+            error(StatusCode::GATEWAY_TIMEOUT, e.to_string())
+        }
+    })
 }
 
 /// A resume of an agent this node gave up is refused (`409`): it runs on another node.
@@ -153,15 +216,7 @@ async fn lift_lockout(state: &ApiState, key: &str, lifting: Lifting) -> HttpResp
         return refused;
     }
     let Some(agent) = state.supervisor.get(key) else {
-        let known = cluster.elsewhere.lock().get(key).cloned();
-        let elsewhere = match known {
-            Some(node) => Some(node),
-            None => tokio::time::timeout(Duration::from_secs(1), cluster.owner_of(key))
-                .await
-                .ok()
-                .flatten(),
-        };
-        return match elsewhere {
+        return match cluster.owner(key).await {
             Some(node) => error(
                 actix_web::http::StatusCode::CONFLICT,
                 format!("agent {key} runs on node {node}: {what} it there"),
@@ -223,7 +278,13 @@ async fn agents(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
     let cluster = cluster(&state);
     let mut listed = Vec::new();
     let mut seen = BTreeSet::new();
+    // Copies this node gave up are listed only if no other node's lease lists the agent.
+    let mut given_up = Vec::new();
     for status in state.supervisor.statuses() {
+        if !cluster.owns(status.key.as_str()) && cluster.runs_on(status.key.as_str()).is_some() {
+            given_up.push(status);
+            continue;
+        }
         seen.insert(status.key.to_string());
         listed.push(with_node(serde_json::to_value(&status), cluster.node()));
     }
@@ -242,6 +303,11 @@ async fn agents(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
         Ok(Err(e)) => Some(e),
         Err(_) => Some("no answer from JetStream within 2 s".to_owned()),
     };
+    for status in given_up {
+        if seen.insert(status.key.to_string()) {
+            listed.push(with_node(serde_json::to_value(&status), cluster.node()));
+        }
+    }
     let mut response = HttpResponse::Ok();
     if let Some(e) = remote_error {
         // The local agents are still listed; the header says the rest is missing.

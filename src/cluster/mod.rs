@@ -5,8 +5,9 @@
 //! Files: `config.rs` (`[cluster]`, the flags), `error.rs`, `lease.rs` (agent leases, node
 //! heartbeats, the fleet listing), `halt.rs` (the halt as state, and its lift), `adopt.rs` (moving
 //! a dead node's agents), `failsafe.rs` (no model call while cut off), `delegate.rs` (delegation to
-//! another node's agent), `budget.rs` (the team token and cost budgets in slices), `http.rs` (the
-//! routes a cluster node answers differently). Wire types are in
+//! another node's agent), `remote.rs` (one agent of another node: where it runs, its halt),
+//! `budget.rs` (the team token and cost budgets in slices), `http.rs` (the routes a cluster node
+//! answers differently). Wire types are in
 //! [`warden_protocols::cluster`].
 //!
 //! # Invariants
@@ -54,11 +55,13 @@ mod halt;
 pub(crate) mod http;
 mod lease;
 mod lockout;
+mod remote;
 
 pub use budget::BUDGET_BUCKET;
 pub use config::{ClusterConfig, ClusterSection, DEFAULT_NAMESPACE};
 pub use error::ClusterError;
 pub use halt::{ClusterLift, LiftError};
+pub use remote::RemoteHaltError;
 
 use async_nats::jetstream::kv;
 use parking_lot::Mutex;
@@ -260,6 +263,7 @@ impl Cluster {
             actix_rt::spawn(self.clone().answer_halts()),
             actix_rt::spawn(self.clone().answer_delegations()),
             actix_rt::spawn(self.clone().answer_cancels()),
+            actix_rt::spawn(self.clone().answer_agent_halts()),
             actix_rt::spawn(self.clone().watch_halt()),
             actix_rt::spawn(self.clone().watch_lockouts()),
             actix_rt::spawn(self.clone().beat()),

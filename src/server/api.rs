@@ -323,6 +323,18 @@ impl ApiState {
         }
     }
 
+    /// `404 unknown agent KEY` — or, on a cluster node whose team file lists `KEY` as another
+    /// node's agent, `409 agent KEY runs on node N: ask node N there`.
+    fn unknown_agent(&self, key: &str) -> ApiError {
+        match self.cluster.as_ref().and_then(|c| c.runs_on(key)) {
+            Some(node) => ApiError::new(
+                StatusCode::CONFLICT,
+                format!("agent {key} runs on node {node}: ask node {node}"),
+            ),
+            None => ApiError::unknown_agent(key),
+        }
+    }
+
     /// The cluster this node belongs to.
     pub fn with_cluster(mut self, cluster: Arc<crate::cluster::Cluster>) -> Self {
         self.cluster = Some(cluster);
@@ -814,7 +826,7 @@ fn agent_filter(state: &ApiState, agent: Option<String>) -> Result<Option<AgentK
     state
         .supervisor
         .get(&key)
-        .ok_or_else(|| ApiError::unknown_agent(&key))?;
+        .ok_or_else(|| state.unknown_agent(&key))?;
     Ok(Some(AgentKey::new(key)))
 }
 
@@ -924,11 +936,15 @@ async fn list_agents(_: Reader, state: web::Data<ApiState>) -> Handled {
     Ok(HttpResponse::Ok().json(state.supervisor.statuses()))
 }
 
-async fn get_agent(_: Reader, state: web::Data<ApiState>, key: web::Path<String>) -> Handled {
+pub(crate) async fn get_agent(
+    _: Reader,
+    state: web::Data<ApiState>,
+    key: web::Path<String>,
+) -> Handled {
     let agent = state
         .supervisor
         .get(&key)
-        .ok_or_else(|| ApiError::unknown_agent(&key))?;
+        .ok_or_else(|| state.unknown_agent(&key))?;
     Ok(HttpResponse::Ok().json(agent.status()))
 }
 
@@ -1108,7 +1124,7 @@ async fn post_event_in(
     let agent = state
         .supervisor
         .get(&key)
-        .ok_or_else(|| ApiError::unknown_agent(&key))?;
+        .ok_or_else(|| state.unknown_agent(&key))?;
     let options = Submit {
         idempotency_key,
         watch: wait.is_some(),
@@ -1182,7 +1198,7 @@ async fn post_world(
     let agent = state
         .supervisor
         .get(&key)
-        .ok_or_else(|| ApiError::unknown_agent(&key))?;
+        .ok_or_else(|| state.unknown_agent(&key))?;
     match agent.perceive(event.into_inner()) {
         Ok(seen) => Ok(HttpResponse::Ok().json(serde_json::json!({
             "perception": seen.perception,
@@ -1249,7 +1265,7 @@ async fn get_event(
 ) -> Handled {
     let (key, id) = path.into_inner();
     if state.supervisor.get(&key).is_none() {
-        return Err(ApiError::unknown_agent(&key));
+        return Err(state.unknown_agent(&key));
     }
     let id: u64 = id.parse().map_err(|_| {
         ApiError::new(
@@ -1387,7 +1403,11 @@ async fn lift_halt(_: Admin, state: web::Data<ApiState>, body: web::Bytes) -> Ha
     Ok(HttpResponse::Ok().json(serde_json::json!({ "resumed": resumed, "kept": kept })))
 }
 
-async fn halt_agent(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> Handled {
+pub(crate) async fn halt_agent(
+    _: Admin,
+    state: web::Data<ApiState>,
+    key: web::Path<String>,
+) -> Handled {
     let cause = HaltCause::Operator {
         operator: API_OPERATOR.into(),
     };
@@ -1396,7 +1416,7 @@ async fn halt_agent(_: Admin, state: web::Data<ApiState>, key: web::Path<String>
         .supervisor
         .halt(&key, cause)
         .await
-        .map_err(|_| ApiError::unknown_agent(&key))?;
+        .map_err(|_| state.unknown_agent(&key))?;
     state.metrics.halt_agent.observe(started.elapsed());
     Ok(acks(result))
 }
@@ -1410,7 +1430,7 @@ where
     let agent = state
         .supervisor
         .get(key)
-        .ok_or_else(|| ApiError::unknown_agent(key))?;
+        .ok_or_else(|| state.unknown_agent(key))?;
     op(agent.clone()).await?;
     Ok(HttpResponse::Ok().json(agent.status()))
 }
@@ -1450,7 +1470,7 @@ async fn unlock(
     body: web::Bytes,
 ) -> Handled {
     if state.supervisor.get(&key).is_none() {
-        return Err(ApiError::unknown_agent(&key));
+        return Err(state.unknown_agent(&key));
     }
     let note = UnlockBody::note(&body)?;
     control(&state, &key, |a| async move {
@@ -1508,7 +1528,7 @@ async fn set_goals(
     let agent = state
         .supervisor
         .get(&key)
-        .ok_or_else(|| ApiError::unknown_agent(&key))?;
+        .ok_or_else(|| state.unknown_agent(&key))?;
     agent
         .set_goals(body.into_inner().goals, API_OPERATOR)
         .map_err(|why| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid goals: {why}")))?;
