@@ -383,8 +383,19 @@ fn a_node_started_after_the_halt_comes_up_halted() {
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
+    // Each agent with its node (the NODE column).
     let status = cli(&["status"]);
-    assert!(status.contains("a1") && status.contains("b1"), "{status}");
+    let row = |agent: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(agent))
+            .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>())
+    };
+    assert!(status.starts_with("AGENT  NODE  ROLE"), "{status}");
+    assert_eq!(row("a1"), Some(vec!["a1", "a"]), "{status}");
+    assert_eq!(row("b1"), Some(vec!["b1", "b"]), "{status}");
+    let one = cli(&["status", "a1"]);
+    assert!(one.starts_with("AGENT  NODE"), "{one}");
     let halted = cli(&["halt"]);
     assert!(halted.contains("a1") && halted.contains("b1"), "{halted}");
 }
@@ -594,26 +605,30 @@ fn a_partitioned_node_starts_no_model_call_within_fail_safe_seconds() {
     proxy.heal();
 }
 
+/// `warden serve` on `dir/team.toml` with `args`, run until it exits (for runs that must fail):
+/// its exit code and standard error.
+fn serve_to_the_end(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["serve", "--config"])
+        .arg(dir.join("team.toml"))
+        .arg("--db")
+        .arg(dir.join("j.db"))
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .args(args)
+        .env("WARDEN_ADMIN_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn serve_refuses_a_bad_cluster_flag_and_an_unreachable_nats() {
     let dir = temp_dir("flags");
     std::fs::write(dir.join("team.toml"), team(&["x"], 0)).unwrap();
-    let run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_warden"))
-            .args(["serve", "--config"])
-            .arg(dir.join("team.toml"))
-            .arg("--db")
-            .arg(dir.join("j.db"))
-            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
-            .args(args)
-            .env("WARDEN_ADMIN_TOKEN", TOKEN)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run = |args: &[&str]| serve_to_the_end(&dir, args);
     let (code, err) = run(&["--cluster", "http://x:1", "--node", "a"]);
     assert_eq!(code, Some(1));
     assert!(
@@ -634,6 +649,38 @@ fn serve_refuses_a_bad_cluster_flag_and_an_unreachable_nats() {
     ]);
     assert_eq!(code, Some(1));
     assert!(err.contains("cannot connect to NATS"), "{err}");
+}
+
+#[test]
+fn a_nats_server_that_wants_a_password_gets_the_one_in_the_url_and_it_is_never_shown() {
+    let dir = temp_dir("nats-auth");
+    let Some(nats) = NatsServer::start_with_args(&dir, &["--user", "warden", "--pass", "s3cret"])
+    else {
+        return;
+    };
+    let text = team(&["x"], 0).replace("[cluster]\n", "[cluster]\nconnect_timeout_seconds = 2\n");
+    std::fs::write(dir.join("team.toml"), &text).unwrap();
+    // Without the password: refused, and said so.
+    let (code, err) = serve_to_the_end(&dir, &["--cluster", &nats.url(), "--node", "a"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("authorization violation"), "{err}");
+    // With it in the URL: joined, and the password appears nowhere.
+    let url = format!("nats://warden:s3cret@127.0.0.1:{}", nats.port);
+    let a = Node::start_with(&dir, "a", &url, &text);
+    assert!(answered(&a, "x"));
+    let cluster = a.get("/api/cluster");
+    assert_eq!(
+        cluster["url"],
+        format!("nats://warden:***@127.0.0.1:{}", nats.port),
+        "{cluster}"
+    );
+    assert!(cluster["connected"] == true, "{cluster}");
+    assert!(
+        a.stderr().contains("joined nats://warden:***@"),
+        "{}",
+        a.stderr()
+    );
+    assert!(!a.stderr().contains("s3cret"), "{}", a.stderr());
 }
 
 #[test]

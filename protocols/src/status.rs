@@ -74,6 +74,10 @@ pub struct AgentStatus {
     /// How it perceives world events, once it has perceived one (an NPC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub npc: Option<NpcStatus>,
+    /// The cluster node it runs on, as a cluster node's API tells it (`warden serve --cluster`);
+    /// `None` outside a cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// An NPC's perception and ticks, in its status.

@@ -21,7 +21,7 @@ pub const HEADER: [&str; 11] = [
     "TOKENS",
 ];
 
-/// Columns from this one on are numbers, aligned right.
+/// Columns from this one on are numbers, aligned right (one more with the NODE column).
 const FIRST_NUMBER: usize = 5;
 
 fn yes_no(flag: bool) -> String {
@@ -29,12 +29,22 @@ fn yes_no(flag: bool) -> String {
 }
 
 /// Statuses as a table (a header, then one agent a line), then one line per lockout or breaker
-/// stop saying which breaker and why (`b: locked out by consecutive_errors: …`).
+/// stop saying which breaker and why (`b: locked out by consecutive_errors: …`). Statuses from a
+/// cluster node (with `node`) get a `NODE` column after `AGENT`.
 pub fn status_table(statuses: &[AgentStatus]) -> String {
-    let rows: Vec<[String; 11]> = statuses
+    let nodes = statuses.iter().any(|s| s.node.is_some());
+    let with_node = |mut cells: Vec<String>, node: &str| {
+        if nodes {
+            cells.insert(1, node.to_owned());
+        }
+        cells
+    };
+    let header = with_node(HEADER.map(str::to_owned).to_vec(), "NODE");
+    let first_number = FIRST_NUMBER + usize::from(nodes);
+    let rows: Vec<Vec<String>> = statuses
         .iter()
         .map(|s| {
-            [
+            let cells = vec![
                 s.key.to_string(),
                 s.role.to_string(),
                 s.state.to_string(),
@@ -46,23 +56,24 @@ pub fn status_table(statuses: &[AgentStatus]) -> String {
                 s.discarded_by_halt.to_string(),
                 s.turns.to_string(),
                 s.tokens_used.to_string(),
-            ]
+            ];
+            with_node(cells, s.node.as_deref().unwrap_or("-"))
         })
         .collect();
-    let mut widths = HEADER.map(str::len);
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
     let mut text = String::new();
-    let mut line = |cells: &[&str]| {
+    let mut line = |cells: &[String]| {
         let padded: Vec<String> = cells
             .iter()
-            .zip(widths)
+            .zip(&widths)
             .enumerate()
-            .map(|(i, (cell, w))| {
-                if i >= FIRST_NUMBER {
+            .map(|(i, (cell, &w))| {
+                if i >= first_number {
                     format!("{cell:>w$}")
                 } else {
                     format!("{cell:<w$}")
@@ -72,9 +83,9 @@ pub fn status_table(statuses: &[AgentStatus]) -> String {
         text.push_str(padded.join("  ").trim_end());
         text.push('\n');
     };
-    line(&HEADER);
+    line(&header);
     for row in &rows {
-        line(&row.each_ref().map(String::as_str));
+        line(row);
     }
     for s in statuses {
         if let Some(lockout) = &s.lockout {

@@ -128,6 +128,47 @@ impl ClusterConfig {
     pub fn subject(&self, rest: &str) -> String {
         format!("{}.cluster.{rest}", self.namespace)
     }
+
+    /// [`ClusterConfig::url`] as it may be shown (logs, `GET /api/cluster`, reports): a password or
+    /// token in it replaced by `***`.
+    pub fn shown_url(&self) -> String {
+        shown_url(&self.url)
+    }
+
+    /// The credentials the URL carries (`nats://USER:PASSWORD@HOST:PORT`, or `nats://TOKEN@…`),
+    /// from its first server that has any: `(user or token, password)`. async-nats 0.51 does not
+    /// take them from the URL itself.
+    pub(super) fn credentials(&self) -> Option<(String, Option<String>)> {
+        self.url.split(',').find_map(|one| {
+            let rest = one.trim().strip_prefix("nats://")?;
+            let (userinfo, _) = rest.rsplit_once('@')?;
+            Some(match userinfo.split_once(':') {
+                Some((user, pass)) => (user.to_owned(), Some(pass.to_owned())),
+                None => (userinfo.to_owned(), None),
+            })
+        })
+    }
+}
+
+/// `url` with the secret of each server's credentials replaced by `***` (a password, or a token:
+/// the user part when there is no password).
+pub fn shown_url(url: &str) -> String {
+    url.split(',')
+        .map(|one| {
+            let one = one.trim();
+            let Some((userinfo, host)) = one
+                .strip_prefix("nats://")
+                .and_then(|rest| rest.rsplit_once('@'))
+            else {
+                return one.to_owned();
+            };
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("nats://{user}:***@{host}"),
+                None => format!("nats://***@{host}"),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 impl ClusterSection {
@@ -203,7 +244,8 @@ impl ClusterSection {
 /// A value check: `Err(what is allowed)`.
 type Check = fn(&str) -> Result<(), &'static str>;
 
-const URL_ALLOWED: &str = "nats://HOST:PORT (several separated by commas)";
+const URL_ALLOWED: &str =
+    "nats://HOST:PORT, several separated by commas (USER:PASSWORD@ or TOKEN@ before HOST for a server that wants them)";
 const NODE_ALLOWED: &str = "1 to 64 letters, digits, `-` and `_`";
 
 fn check_url(url: &str) -> Result<(), &'static str> {
@@ -404,6 +446,27 @@ mod tests {
         assert!(!section.adopt && ClusterSection::default().adopt);
         let err = parse("[cluster]\nnodes = \"a\"\n").unwrap_err();
         assert!(err.contains("unknown field `nodes`"), "{err}");
+    }
+
+    #[test]
+    fn credentials_come_from_the_url_and_are_never_shown() {
+        let config = |url: &str| {
+            ClusterSection::default()
+                .with_flags(Some(url.into()), Some("a".into()))
+                .unwrap()
+                .resolve()
+                .unwrap()
+                .unwrap()
+        };
+        let plain = config("nats://h:1");
+        assert_eq!(plain.credentials(), None);
+        assert_eq!(plain.shown_url(), "nats://h:1");
+        let user = config("nats://h:1, nats://u:p:w@h2:2");
+        assert_eq!(user.credentials(), Some(("u".into(), Some("p:w".into()))));
+        assert_eq!(user.shown_url(), "nats://h:1,nats://u:***@h2:2");
+        let token = config("nats://t0ken@h:1");
+        assert_eq!(token.credentials(), Some(("t0ken".into(), None)));
+        assert_eq!(token.shown_url(), "nats://***@h:1");
     }
 
     #[test]

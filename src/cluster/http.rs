@@ -10,6 +10,7 @@ use super::Cluster;
 use crate::server::api::{Admin, ApiState, Reader};
 use actix_web::{web, HttpResponse};
 use std::{collections::BTreeSet, fmt::Write as _, sync::atomic::Ordering, time::Duration};
+use warden_protocols::AgentStatus;
 
 /// Registers the cluster's routes (only when the state has a cluster).
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
@@ -57,15 +58,12 @@ async fn agent(
     if !cluster.owns(&key) {
         if let Some((status, node)) = cluster.remote_status(&key).await {
             if node != cluster.node() {
-                return Ok(HttpResponse::Ok().json(with_node(serde_json::to_value(&status), &node)));
+                return Ok(HttpResponse::Ok().json(with_node(status, &node)));
             }
         }
     }
     match here {
-        Some(agent) => Ok(HttpResponse::Ok().json(with_node(
-            serde_json::to_value(agent.status()),
-            cluster.node(),
-        ))),
+        Some(agent) => Ok(HttpResponse::Ok().json(with_node(agent.status(), cluster.node()))),
         None => crate::server::api::get_agent(reader, state, key).await,
     }
 }
@@ -286,7 +284,7 @@ async fn agents(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
             continue;
         }
         seen.insert(status.key.to_string());
-        listed.push(with_node(serde_json::to_value(&status), cluster.node()));
+        listed.push(with_node(status, cluster.node()));
     }
     let fleet = tokio::time::timeout(Duration::from_secs(2), cluster.fleet()).await;
     let remote_error = match fleet {
@@ -296,7 +294,7 @@ async fn agents(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
                 if lease.node == cluster.node() || !seen.insert(status.key.to_string()) {
                     continue;
                 }
-                listed.push(with_node(serde_json::to_value(&status), &lease.node));
+                listed.push(with_node(status, &lease.node));
             }
             None
         }
@@ -305,7 +303,7 @@ async fn agents(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
     };
     for status in given_up {
         if seen.insert(status.key.to_string()) {
-            listed.push(with_node(serde_json::to_value(&status), cluster.node()));
+            listed.push(with_node(status, cluster.node()));
         }
     }
     let mut response = HttpResponse::Ok();
@@ -316,12 +314,9 @@ async fn agents(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
     response.json(listed)
 }
 
-fn with_node(value: serde_json::Result<serde_json::Value>, node: &str) -> serde_json::Value {
-    let mut value = value.unwrap_or_default();
-    if let Some(map) = value.as_object_mut() {
-        map.insert("node".into(), node.into());
-    }
-    value
+fn with_node(mut status: AgentStatus, node: &str) -> AgentStatus {
+    status.node = Some(node.to_owned());
+    status
 }
 
 /// `GET /api/cluster`: this node, its fail safe, the halt key as last read, the live nodes.
@@ -338,7 +333,7 @@ async fn status(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
     let budget = cluster.budget_status(cluster.fail.reason().is_none()).await;
     HttpResponse::Ok().json(serde_json::json!({
         "node": cluster.node(),
-        "url": cluster.config.url,
+        "url": cluster.config.shown_url(),
         "connected": cluster.connected(),
         "halt_epoch": cluster.epoch(),
         "halt": cluster.halt_state(),

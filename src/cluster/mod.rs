@@ -58,7 +58,7 @@ mod lockout;
 mod remote;
 
 pub use budget::BUDGET_BUCKET;
-pub use config::{ClusterConfig, ClusterSection, DEFAULT_NAMESPACE};
+pub use config::{shown_url, ClusterConfig, ClusterSection, DEFAULT_NAMESPACE};
 pub use error::ClusterError;
 pub use halt::{ClusterLift, LiftError};
 pub use remote::RemoteHaltError;
@@ -148,7 +148,7 @@ impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cluster")
             .field("node", &self.config.node)
-            .field("url", &self.config.url)
+            .field("url", &self.config.shown_url())
             .finish_non_exhaustive()
     }
 }
@@ -272,7 +272,7 @@ impl Cluster {
         eprintln!(
             "warden: cluster node {} joined {} ({} agents owned, halt epoch {})",
             self.config.node,
-            self.config.url,
+            self.config.shown_url(),
             self.owned.lock().len(),
             state.epoch
         );
@@ -353,16 +353,21 @@ async fn connect(config: &ClusterConfig) -> Result<async_nats::Client, ClusterEr
         .reconnect_delay_callback(|attempts| {
             Duration::from_millis(100 * u64::try_from(attempts.min(10)).unwrap_or(10))
         });
+    let options = match config.credentials() {
+        Some((user, Some(password))) => options.user_and_password(user, password),
+        Some((token, None)) => options.token(token),
+        None => options,
+    };
     let urls: Vec<&str> = config.url.split(',').map(str::trim).collect();
     let connecting = options.connect(urls.as_slice());
     match tokio::time::timeout(config.connect_timeout, connecting).await {
         Ok(Ok(client)) => Ok(client),
         Ok(Err(e)) => Err(ClusterError::Connect {
-            url: config.url.clone(),
+            url: config.shown_url(),
             cause: e.to_string(),
         }),
         Err(_) => Err(ClusterError::Connect {
-            url: config.url.clone(),
+            url: config.shown_url(),
             cause: format!("no connection within {:?}", config.connect_timeout),
         }),
     }

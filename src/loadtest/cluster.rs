@@ -586,7 +586,7 @@ pub async fn run_cluster_async(
         progress.at(clusters.len() as u64);
     }
     let mut nodes = Nodes {
-        url: cluster.url.clone(),
+        url: crate::cluster::shown_url(&cluster.url),
         namespace: namespace.clone(),
         names: names.clone(),
         clusters,

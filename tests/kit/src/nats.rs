@@ -42,8 +42,9 @@ pub struct NatsServer {
     /// The client port.
     pub port: u16,
     store: PathBuf,
-    /// `-n`, `--cluster_name`, `--cluster`, `--routes` for a member of a NATS cluster.
-    cluster_args: Vec<String>,
+    /// More arguments: `-n`, `--cluster_name`, `--cluster`, `--routes` for a member of a NATS
+    /// cluster; `--user`, `--pass` for a server that wants them.
+    args: Vec<String>,
 }
 
 impl NatsServer {
@@ -56,12 +57,24 @@ impl NatsServer {
         NatsServer::start_on(dir, IpAddr::V4(Ipv4Addr::LOCALHOST))
     }
 
+    /// [`NatsServer::start`] with more arguments for `nats-server` (`--user U --pass P`).
+    ///
+    /// # Panics
+    /// If it is installed but does not start listening within 10 s.
+    pub fn start_with_args(dir: &Path, args: &[&str]) -> Option<NatsServer> {
+        NatsServer::launch(dir, IpAddr::V4(Ipv4Addr::LOCALHOST), args)
+    }
+
     /// [`NatsServer::start`] listening on `host` only (a network namespace's host-side address,
     /// which processes on the host reach too: it is one of the host's own addresses).
     ///
     /// # Panics
     /// If it is installed but does not start listening within 10 s.
     pub fn start_on(dir: &Path, host: IpAddr) -> Option<NatsServer> {
+        NatsServer::launch(dir, host, &[])
+    }
+
+    fn launch(dir: &Path, host: IpAddr, args: &[&str]) -> Option<NatsServer> {
         let Some(binary) = nats_server_binary() else {
             eprintln!("SKIPPED: nats-server not installed (apt-get install nats-server)");
             return None;
@@ -72,7 +85,7 @@ impl NatsServer {
             host,
             port: crate::free_port(),
             store: dir.join("jetstream"),
-            cluster_args: Vec::new(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
         };
         server.restart();
         Some(server)
@@ -103,7 +116,7 @@ impl NatsServer {
                     host: IpAddr::V4(Ipv4Addr::LOCALHOST),
                     port: crate::free_port(),
                     store: dir.join(format!("s{i}")),
-                    cluster_args: vec![
+                    args: vec![
                         "-n".into(),
                         format!("s{i}"),
                         "--cluster_name".into(),
@@ -151,7 +164,7 @@ impl NatsServer {
                 "-sd",
             ])
             .arg(&self.store)
-            .args(&self.cluster_args)
+            .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -474,6 +474,7 @@ impl AgentCell {
             tokens_used,
             cost_used,
             npc: self.npc_status(),
+            node: None,
         }
     }
 
