@@ -43,40 +43,13 @@ use std::{
 use warden_testkit::{
     free_port,
     nats::{NatsServer, Proxy},
-    wait_for, wait_until,
+    now_ms, scratch_dir, wait_for, wait_until, Scratch,
 };
 
 const TOKEN: &str = "cluster-test-token";
 
-fn now_ms() -> u64 {
-    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    u64::try_from(since.unwrap_or_default().as_millis()).unwrap_or(u64::MAX)
-}
-
-/// A scratch directory, removed when the test passes (kept for a look when it fails). Declared
-/// first in a test, it is dropped last: after the nodes and NATS servers are stopped.
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
 fn temp_dir(name: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("warden-cluster-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    Scratch(dir)
+    scratch_dir("cluster", name)
 }
 
 /// A team of `agents` on a scripted model answering after `latency_ms`.

@@ -25,7 +25,9 @@ use std::{
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
-use warden_testkit::{free_port, nats::NatsServer, netns::Netns, wait_for, wait_until};
+use warden_testkit::{
+    free_port, nats::NatsServer, netns::Netns, now_ms, scratch_dir, wait_for, wait_until, Scratch,
+};
 
 const TOKEN: &str = "cluster-netns-test-token";
 /// `cluster.fail_safe_seconds` of every team here.
@@ -38,35 +40,8 @@ const LEASE_TTL: Duration = Duration::from_secs(3);
 const CLUSTER: &str =
     "[cluster]\nfail_safe_seconds = 2\nlease_ttl_seconds = 3\nhalt_ack_timeout_ms = 1500\n";
 
-fn now_ms() -> u64 {
-    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    u64::try_from(since.unwrap_or_default().as_millis()).unwrap_or(u64::MAX)
-}
-
-/// A scratch directory, removed when the test passes (kept for a look when it fails). Declared
-/// first in a test, it is dropped last.
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
 fn temp_dir(name: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("warden-netns-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create the scratch directory");
-    Scratch(dir)
+    scratch_dir("netns", name)
 }
 
 /// A namespace for node b and a `nats-server` it can reach (on the host's address of its NATS

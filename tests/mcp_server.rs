@@ -22,8 +22,6 @@ use rmcp::{
 };
 use serde_json::{json, Value};
 use std::{
-    io::{Read, Write},
-    net::TcpStream,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -66,18 +64,12 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// Whether `GET /healthz` on 127.0.0.1:`port` answers 200.
 fn healthy(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let request = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    response.starts_with("HTTP/1.1 200")
+    matches!(
+        warden_testkit::blocking_request(port, "GET", "/healthz", "", None),
+        Ok((200, _))
+    )
 }
 
 /// `warden serve` on a free port, killed on drop.

@@ -10,6 +10,7 @@
 //! * [`free_port`] — a loopback port nobody listens on (for processes started on a port).
 //! * [`wait_for`], [`wait_until`] — poll a condition with a deadline (tests of processes, which
 //!   have no paused clock).
+//! * [`scratch_dir`] — a directory removed when the test passes; [`now_ms`].
 //!
 //! Scenario helpers over the journal (replays, refusals, outcomes) stay in `tests/common`: they
 //! need the `warden` facade, which this crate must not depend on (`warden-actors` uses it too).
@@ -19,6 +20,43 @@
 pub mod http;
 pub mod nats;
 pub mod netns;
+
+/// A scratch directory, removed when the test passes (kept for a look when it fails). Declared
+/// first in a test, it is dropped last: after the processes and servers it holds are stopped.
+#[derive(Debug)]
+pub struct Scratch(std::path::PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// A fresh [`Scratch`] directory `warden-PREFIX-PID-NAME` under the system's temporary directory.
+///
+/// # Panics
+/// When it cannot be created.
+pub fn scratch_dir(prefix: &str, name: &str) -> Scratch {
+    let dir = std::env::temp_dir().join(format!("warden-{prefix}-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the scratch directory");
+    Scratch(dir)
+}
+
+/// Milliseconds since the Unix epoch (0 before it).
+pub fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    u64::try_from(since.unwrap_or_default().as_millis()).unwrap_or(u64::MAX)
+}
 
 /// Polls `cond` every 20 ms until it holds (`true`) or `limit` passed (`false`).
 pub fn wait_for(limit: std::time::Duration, mut cond: impl FnMut() -> bool) -> bool {
