@@ -2041,6 +2041,133 @@ fn an_agent_of_another_node_is_shown_and_halted_from_any_node() {
     );
 }
 
+/// One tool call over `warden serve`'s MCP endpoint on `node` (a session opened for it, with the
+/// admin token): the tool's structured result.
+fn mcp_call(node: &Node, tool: &str, arguments: Value) -> Value {
+    let client = reqwest::blocking::Client::new();
+    let url = format!("http://127.0.0.1:{}/mcp", node.port);
+    let post = |session: Option<&str>, body: Value| {
+        let mut request = client
+            .post(&url)
+            .bearer_auth(TOKEN)
+            .header("Accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(session) = session {
+            request = request.header("Mcp-Session-Id", session);
+        }
+        request.send().unwrap()
+    };
+    let init = post(
+        None,
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "cluster-test", "version": "0"}}}),
+    );
+    assert_eq!(init.status().as_u16(), 200);
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    post(
+        Some(&session),
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    let called = post(
+        Some(&session),
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}}),
+    );
+    let body: Value = called.json().unwrap();
+    assert_eq!(body["result"]["isError"], false, "{tool}: {body}");
+    body["result"]["structuredContent"].clone()
+}
+
+/// HALT ALL through `node`'s console form (a session logged in with the admin token): where it
+/// sends the browser.
+fn console_halt_all(node: &Node) -> String {
+    let client = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{}", node.port);
+    let login = client
+        .post(format!("{base}/console/login"))
+        .form(&[("token", TOKEN)])
+        .send()
+        .unwrap();
+    assert_eq!(login.status().as_u16(), 303);
+    let cookies: Vec<(String, String)> = login
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| {
+            let (pair, _) = v.to_str().ok()?.split_once(';')?;
+            let (k, v) = pair.split_once('=')?;
+            Some((k.to_owned(), v.to_owned()))
+        })
+        .collect();
+    let cookie = |name: &str| {
+        cookies
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    let halted = client
+        .post(format!("{base}/console/halt"))
+        .header(
+            "Cookie",
+            format!(
+                "warden_session={}; warden_csrf={}",
+                cookie("warden_session"),
+                cookie("warden_csrf")
+            ),
+        )
+        .form(&[("csrf", cookie("warden_csrf")), ("confirm", "on".into())])
+        .send()
+        .unwrap();
+    assert_eq!(halted.status().as_u16(), 303);
+    halted.headers()["location"].to_str().unwrap().to_owned()
+}
+
+#[test]
+fn the_console_form_and_the_mcp_tools_halt_across_the_cluster() {
+    let dir = temp_dir("halt-paths");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let a = Node::start(&dir, "a", &nats.url(), &["a1"]);
+    let b = Node::start(&dir, "b", &nats.url(), &["b1"]);
+    peers(&a, &["b"]);
+    peers(&b, &["a"]);
+    let running = |node: &Node, agent: &str| {
+        wait_until(&format!("{agent} running"), Duration::from_secs(5), || {
+            node.state_of(agent) == "WAITING_FOR_EVENT"
+        });
+    };
+    // MCP halt_all on b: the cluster halt, a's agent included.
+    let result = mcp_call(&b, "halt_all", serde_json::json!({}));
+    assert!(result["epoch"].as_u64() >= Some(1), "{result}");
+    assert!(result.to_string().contains(r#""node":"a""#), "{result}");
+    assert_eq!(a.state_of("a1"), "STOPPED");
+    assert_eq!(b.state_of("b1"), "STOPPED");
+    let (status, body) = b.post("/api/resume", None);
+    assert_eq!(status, 200, "{body}");
+    running(&a, "a1");
+    // MCP halt of a's agent, asked on b: applied on a.
+    let result = mcp_call(&b, "halt", serde_json::json!({"agent": "a1"}));
+    assert_eq!(result["node"], "a", "{result}");
+    assert_eq!(a.state_of("a1"), "STOPPED");
+    assert_eq!(b.state_of("b1"), "WAITING_FOR_EVENT");
+    let (status, body) = a.post("/api/agents/a1/resume", None);
+    assert_eq!(status, 200, "{body}");
+    // The console's plain HALT ALL form on b: every node's agents.
+    assert_eq!(console_halt_all(&b), "/?halted=2");
+    assert_eq!(a.state_of("a1"), "STOPPED");
+    assert_eq!(b.state_of("b1"), "STOPPED");
+    assert_eq!(a.get("/api/cluster")["halt"]["by"], "console:admin");
+}
+
 /// How many model calls `agent` on `node` made (its `usage_recorded` events).
 fn model_calls(node: &Node, agent: &str) -> usize {
     node.get(&format!("/api/events/recent?agent={agent}&limit=500"))

@@ -170,7 +170,9 @@ impl Cluster {
             }
             _ => None,
         };
-        actix_rt::spawn(self.clone().write_halt(state));
+        // `tokio::spawn`, not actix's: a halt may be asked from a task outside an arbiter's
+        // `LocalSet` (an MCP session's tool call).
+        tokio::spawn(self.clone().write_halt(state));
         let local = match local_acks.take() {
             Some(acks) => acks,
             None => local.await,

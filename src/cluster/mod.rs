@@ -60,6 +60,7 @@ mod remote;
 pub use budget::BUDGET_BUCKET;
 pub use config::{shown_url, ClusterConfig, ClusterSection, DEFAULT_NAMESPACE};
 pub use error::ClusterError;
+pub(crate) use halt::halt_body;
 pub use halt::{ClusterLift, LiftError};
 pub use remote::RemoteHaltError;
 

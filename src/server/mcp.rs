@@ -113,6 +113,9 @@ pub struct WardenMcp {
     fates: Option<Arc<dyn EventFates>>,
     access: McpAccess,
     operator: &'static str,
+    /// On a cluster node (`warden serve --cluster`): `halt_all` halts the cluster, and `halt` of
+    /// another node's agent is sent to that node, as the API's routes do.
+    cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl std::fmt::Debug for WardenMcp {
@@ -144,7 +147,14 @@ impl WardenMcp {
             fates,
             access,
             operator,
+            cluster: None,
         }
+    }
+
+    /// The same, on a cluster node: its halts are the cluster's (see [`crate::cluster`]).
+    pub fn on_cluster(mut self, cluster: Option<Arc<crate::cluster::Cluster>>) -> Self {
+        self.cluster = cluster;
+        self
     }
 
     /// The tools this session may call, with their input schemas.
@@ -437,6 +447,15 @@ impl WardenMcp {
             operator: self.operator.into(),
         };
         tracing::info!(agent, operator = self.operator, "halt asked over MCP");
+        if let Some(cluster) = self.cluster.as_ref().filter(|c| !c.owns(agent)) {
+            if let Some(node) = cluster.owner(agent).await {
+                let key = warden_protocols::AgentKey::from(agent);
+                return match cluster.halt_remote(&node, &key, self.operator).await {
+                    Ok(acks) => structured(json!({ "node": node, "halted": acks }), false),
+                    Err(e) => structured(json!({ "error": e.to_string(), "node": node }), true),
+                };
+            }
+        }
         match self.supervisor.halt(agent, cause).await {
             Ok(acks) => halted(acks),
             Err(_) => unknown_agent(agent),
@@ -445,7 +464,13 @@ impl WardenMcp {
 
     async fn halt_all(&self) -> CallToolResult {
         tracing::info!(operator = self.operator, "halt_all asked over MCP");
-        halted(self.supervisor.halt_all().await)
+        match &self.cluster {
+            Some(cluster) => {
+                let halt = cluster.halt("halt_all asked over MCP", self.operator).await;
+                structured(crate::cluster::halt_body(cluster.node(), &halt), false)
+            }
+            None => halted(self.supervisor.halt_all().await),
+        }
     }
 
     /// The event's fate from the journal, on a blocking thread (a SQLite read flushes first).
@@ -1035,7 +1060,8 @@ async fn post(state: web::Data<ApiState>, req: HttpRequest, payload: web::Payloa
             state.fates.clone(),
             access,
             operator,
-        );
+        )
+        .on_cluster(state.cluster.clone());
         match state.mcp.open(handler) {
             Some(opened) => opened,
             None => {

@@ -338,6 +338,9 @@ async fn logout(
     response.finish()
 }
 
+/// Who a HALT ALL from the plain form is journaled as, on a cluster (the halt key's `by`).
+const CONSOLE_OPERATOR: &str = "console:admin";
+
 /// `POST /console/halt`: HALT ALL from the plain form; back to `/` with how many were halted.
 async fn halt_form(
     state: web::Data<ApiState>,
@@ -359,20 +362,42 @@ async fn halt_form(
         return see_other("/?halt=unconfirmed").finish();
     }
     let started = tokio::time::Instant::now();
-    let acks = state.supervisor.halt_all().await;
+    // On a cluster node, HALT ALL is the cluster's halt (every node), as `POST /api/halt` is.
+    let acks = match &state.cluster {
+        Some(cluster) => {
+            let halt = cluster
+                .halt("HALT ALL from the console form", CONSOLE_OPERATOR)
+                .await;
+            let remote: usize = halt.remote.values().map(|n| n.halted.len()).sum();
+            state.metrics.halt_all.observe(started.elapsed());
+            let halted = halt.local.len() + remote;
+            tracing::warn!(
+                agents = halted,
+                unanswered = ?halt.unanswered,
+                "HALT ALL of the cluster from the console form"
+            );
+            if let Some(cause) = halt.local.iter().find_map(|a| a.not_durable.as_ref()) {
+                return not_durable(halted, cause);
+            }
+            return see_other(&format!("/?halted={halted}")).finish();
+        }
+        None => state.supervisor.halt_all().await,
+    };
     state.metrics.halt_all.observe(started.elapsed());
     tracing::warn!(agents = acks.len(), "HALT ALL from the console form");
     if let Some(cause) = acks.iter().find_map(|a| a.not_durable.as_ref()) {
-        return page(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain; charset=utf-8",
-            format!(
-                "HALT ALL applied to {} agents but not durable: {cause}",
-                acks.len()
-            ),
-        );
+        return not_durable(acks.len(), cause);
     }
     see_other(&format!("/?halted={}", acks.len())).finish()
+}
+
+/// The answer to a HALT ALL applied to `halted` agents whose journal could not make it durable.
+fn not_durable(halted: usize, cause: &impl std::fmt::Display) -> HttpResponse {
+    page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "text/plain; charset=utf-8",
+        format!("HALT ALL applied to {halted} agents but not durable: {cause}"),
+    )
 }
 
 /// `GET /console/assets/{name}`.
