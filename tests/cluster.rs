@@ -2015,6 +2015,11 @@ fn an_agent_of_another_node_is_shown_and_halted_from_any_node() {
         assert_eq!(body["halted"][0]["agent"], agent, "{body}");
         assert_eq!(body["halted"][0]["state"], "STOPPED", "{body}");
         assert_eq!(a.state_of(agent), "STOPPED", "applied before the answer");
+        assert_eq!(
+            b.state_of(agent),
+            "STOPPED",
+            "b shows it halted once it has the answer (the owner wrote its lease)"
+        );
         let events = a.get(&format!("/api/events/recent?agent={agent}&limit=50"));
         assert!(events.to_string().contains(" via node b"), "{events}");
     }

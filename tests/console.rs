@@ -1188,3 +1188,103 @@ fn the_first_paint_with_a_thousand_agents() {
     // The target is 200 ms; a shared two-core CI machine gets a margin, and the figure is printed.
     assert!(best <= 1000.0, "first paint {best} ms");
 }
+
+/// A cluster node's team: `agents` answering, in the cluster at `url` as `node`.
+fn cluster_team(url: &str, node: &str, agents: &[&str]) -> String {
+    let mut team = format!(
+        "[providers.ok]\nkind = \"scripted\"\ncycle = true\nreplies = [\"hi\"]\n\n[cluster]\n\
+         url = \"{url}\"\nnode = \"{node}\"\nfail_safe_seconds = 2\nlease_ttl_seconds = 3\n"
+    );
+    for agent in agents {
+        team.push_str(&format!(
+            "\n[[agents]]\nkey = \"{agent}\"\nprovider = \"ok\"\n"
+        ));
+    }
+    team
+}
+
+#[test]
+fn the_console_of_a_cluster_node_shows_every_node_and_halts_another_nodes_agent() {
+    let Some((chromium, chromedriver)) = browser_or_skip(
+        "the_console_of_a_cluster_node_shows_every_node_and_halts_another_nodes_agent",
+    ) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("warden-console-{}-nats", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(nats) = warden_testkit::nats::NatsServer::start(&dir) else {
+        return;
+    };
+    let _one = BROWSER_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let a = Serve::start("cluster-a", &cluster_team(&nats.url(), "a", &["a1"]));
+    let b = Serve::start("cluster-b", &cluster_team(&nats.url(), "b", &["b1"]));
+    let browser = Browser::start(&chromium, &chromedriver);
+    log_in(&browser, &b, ADMIN);
+    // b's console lists a's agent with its node, and says which node it is.
+    browser.until(
+        "both nodes' agents",
+        &rows_script(
+            "rows.length === 2 && \
+             document.querySelector('tr[data-key=a1] .node').dataset.node === 'a' && \
+             document.querySelector('tr[data-key=b1] .node').dataset.node === 'b'",
+        ),
+    );
+    browser.until(
+        "the cluster gauge",
+        "return document.getElementById('g-cluster').textContent.startsWith('node b · 2 nodes')",
+    );
+    assert_eq!(
+        browser.js("return document.getElementById('cluster-banner').hidden"),
+        true
+    );
+    // Another node's agent: resume and unlock are not offered here; its halt is.
+    assert_eq!(
+        browser.js(
+            "return document.querySelector('button[data-action=resume][data-key=a1]').disabled"
+        ),
+        true
+    );
+    browser.screenshot("cluster");
+    browser.click("button[data-action=halt][data-key=a1]");
+    browser.until(
+        "a1 stopped on screen",
+        "return document.querySelector('tr[data-key=a1]').dataset.state === 'STOPPED'",
+    );
+    assert_eq!(a.agent("a1")["state"], "STOPPED", "halted on node a");
+    assert_eq!(b.agent("b1")["state"], "WAITING_FOR_EVENT");
+    // Its detail says where it runs.
+    browser.goto(&format!("{}/#agent/a1", b.url));
+    browser.until(
+        "the node in the detail",
+        "return document.getElementById('agent-summary').textContent.includes('another node')",
+    );
+    assert_eq!(
+        browser
+            .js("return document.getElementById('agent-summary').textContent.includes('STOPPED')"),
+        true,
+        "the detail shows the halt the owner applied"
+    );
+    browser.until(
+        "the timeline says where its events are",
+        "return document.getElementById('timeline').textContent.includes('runs on node a')",
+    );
+    assert_eq!(
+        browser.js("return document.getElementById('chat-send').disabled"),
+        true
+    );
+    // NATS gone: b's fail safe comes on (fail_safe_seconds = 2), and the console says so.
+    let mut nats = nats;
+    nats.kill();
+    browser.until(
+        "the fail-safe banner",
+        "const b = document.getElementById('cluster-banner'); \
+         return !b.hidden && b.textContent.includes('fail safe')",
+    );
+    browser.screenshot("cluster-fail-safe");
+    drop(browser);
+    drop(b);
+    drop(a);
+    drop(nats);
+    let _ = std::fs::remove_dir_all(&dir);
+}

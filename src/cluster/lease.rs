@@ -171,7 +171,7 @@ impl Cluster {
     }
 
     /// Renews one lease (see [`Cluster::renew`]).
-    async fn renew_one(self: &Arc<Self>, agent: AgentKey, revision: u64) {
+    pub(super) async fn renew_one(self: &Arc<Self>, agent: AgentKey, revision: u64) {
         let key = kv_key("agent", agent.as_str());
         let sent = Instant::now();
         let body = serde_json::to_vec(&self.lease(&agent)).unwrap_or_default();

@@ -186,7 +186,7 @@ impl Cluster {
     }
 
     /// Applies a [`RemoteAgentHalt`] here (only to an agent this node owns).
-    async fn halt_here(&self, request: RemoteAgentHalt) -> RemoteAgentHaltReply {
+    async fn halt_here(self: &Arc<Self>, request: RemoteAgentHalt) -> RemoteAgentHaltReply {
         let mut reply = RemoteAgentHaltReply {
             node: self.config.node.clone(),
             found: false,
@@ -200,6 +200,12 @@ impl Cluster {
             operator: request.by,
         };
         if let Ok(acks) = self.supervisor.halt(request.agent.as_str(), cause).await {
+            // The lease carries the status other nodes show: written now, not at the next beat,
+            // so that the asking node reads it halted once it has the answer.
+            let revision = self.owned.lock().get(&request.agent).copied();
+            if let Some(revision) = revision {
+                self.renew_one(request.agent.clone(), revision).await;
+            }
             reply.found = true;
             reply.not_durable = acks
                 .iter()

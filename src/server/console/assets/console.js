@@ -85,14 +85,51 @@
       cost: status.cost_used || 0,
       paused: !!status.paused,
       npc: status.npc || null,
+      node: status.node || "",
       last: 0,
     };
+  }
+
+  // ---- the cluster (warden serve --cluster): GET /api/cluster, or false when not a cluster ----
+  let cluster = null;
+
+  /** Whether `a` runs on another node of the cluster (only its halt can be asked from here). */
+  function remote(a) {
+    return !!cluster && !!a.node && a.node !== cluster.node;
+  }
+
+  async function loadCluster() {
+    if (cluster === false) return;
+    const r = await api("GET", "/api/cluster");
+    if (r.status === 404) {
+      cluster = false;
+      return;
+    }
+    if (!r.ok || !r.data) return;
+    const first = cluster === null;
+    cluster = r.data;
+    $("g-cluster-box").hidden = false;
+    const nodes = cluster.nodes ? cluster.nodes.length + " nodes" : "nodes unknown";
+    const halt = cluster.halt && cluster.halt.halted
+      ? " · ■ cluster halted (epoch " + cluster.halt.epoch + ", by " + cluster.halt.by + " on " + cluster.halt.node + ")"
+      : "";
+    $("g-cluster").textContent = "node " + cluster.node + " · " + nodes + halt;
+    const banner = $("cluster-banner");
+    if (cluster.fail_safe) {
+      banner.hidden = false;
+      banner.textContent = "⚠ Node " + cluster.node + ": " + cluster.fail_safe;
+    } else {
+      banner.hidden = true;
+    }
+    if (first) markDirty();
   }
 
   function upsert(status) {
     const prev = agents.get(status.key);
     const m = model(status);
     if (prev) m.last = prev.last;
+    // A status from an agent route may come without its node (kept from the fleet listing).
+    if (prev && !m.node) m.node = prev.node;
     else sortedKeys = null;
     agents.set(status.key, m);
   }
@@ -194,6 +231,16 @@
 
   function actions(a) {
     const box = el("div", { class: "actions" });
+    if (remote(a)) {
+      // Another node's agent: its halt is sent to that node; the rest is done on its own console.
+      const elsewhere = "runs on node " + a.node + ": use its console";
+      box.append(
+        actionButton("halt", a.key, "Halt", a.state !== "STOPPED" && a.state !== "SAFETY_LOCKOUT", "already stopped"),
+        actionButton("resume", a.key, "Resume", false, elsewhere),
+        actionButton("unlock", a.key, "Unlock…", false, elsewhere)
+      );
+      return box;
+    }
     box.append(
       actionButton("halt", a.key, "Halt", a.state !== "STOPPED" && a.state !== "SAFETY_LOCKOUT", "already stopped"),
       a.paused || a.state === "STOPPED"
@@ -216,6 +263,7 @@
       const name = el("td");
       name.append(el("a", { href: "#agent/" + encodeURIComponent(a.key) }, a.key));
       if (a.parent) name.append(el("span", { class: "muted" }, " ← " + a.parent));
+      if (cluster && a.node) name.append(el("span", { class: "node muted", "data-node": a.node }, " @ " + a.node));
       const st = el("td");
       st.append(stateBadge(a.state, a.paused));
       const estop = a.emergency
@@ -756,6 +804,9 @@
       sum.append(d);
     };
     field("State", stateBadge(a.state, a.paused));
+    if (cluster && a.node) {
+      field("Node", remote(a) ? a.node + " — another node: its status is at most a beat old, and its conversation and events are in that node's journal (open its console)" : a.node + " (this node)");
+    }
     field("Role", a.role + (a.parent ? " of " + a.parent : ""));
     field("Emergency stop", a.emergency ? "⚠ LOCKED: " + (a.lockout ? a.lockout.breaker + " — " + a.lockout.reason : "") : "no");
     field("Errors in a row", a.errors + " / " + a.maxErrors);
@@ -769,7 +820,7 @@
     if (s.data.goals && s.data.goals.length) field("Goals", s.data.goals.join("; "));
     const acts = $("agent-actions");
     acts.replaceChildren(actions(a));
-    $("chat-send").disabled = !ADMIN;
+    $("chat-send").disabled = !ADMIN || remote(a);
     const tl = document.createDocumentFragment();
     const hist = document.createDocumentFragment();
     const events = ev.ok ? ev.data.events : [];
@@ -789,7 +840,8 @@
     }
     $("timeline").replaceChildren(tl);
     $("history").replaceChildren(hist);
-    if (!ev.ok) $("timeline").append(el("li", { class: "muted" }, "journal unavailable: " + (ev.data ? ev.data.error : ev.status)));
+    if (remote(a)) $("timeline").append(el("li", { class: "muted" }, "runs on node " + a.node + ": its events are in that node's journal"));
+    else if (!ev.ok) $("timeline").append(el("li", { class: "muted" }, "journal unavailable: " + (ev.data ? ev.data.error : ev.status)));
   }
 
   $("chat-form").addEventListener("submit", async (ev) => {
@@ -853,10 +905,12 @@
   stream();
   loadAgents().then(seedActivity);
   loadFleet();
+  loadCluster();
   loadApprovals();
   // The header's budgets and health every second; the whole table now and then (queue depths are
   // not all on the stream), less often for a large fleet.
   setInterval(loadFleet, 1000);
+  setInterval(loadCluster, 2000);
   setInterval(() => {
     if (!document.hidden) loadAgents();
   }, 10000);
