@@ -1891,14 +1891,19 @@ fn a_partitioned_owner_that_comes_back_halts_the_agent_another_node_adopted_and_
     assert_eq!(a.get("/api/cluster")["elsewhere"]["x"], "b");
     assert!(answered(&b, "x"));
     // a's halted copy cannot be brought back by hand while b runs x.
-    for route in ["resume", "unlock"] {
-        let (status, body) = a.post(&format!("/api/agents/x/{route}"), None);
+    for (route, body) in [
+        ("resume", None),
+        ("unlock", None),
+        ("pause", None),
+        ("events", Some(r#"{"content":"hi"}"#)),
+    ] {
+        let (status, body) = a.post(&format!("/api/agents/x/{route}"), body);
         assert_eq!(status, 409, "{route}: {body}");
         assert!(
             body["error"]
                 .as_str()
                 .unwrap_or_default()
-                .contains("runs on node b now"),
+                .contains("runs on node b"),
             "{route}: {body}"
         );
     }

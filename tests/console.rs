@@ -1226,8 +1226,8 @@ fn the_console_of_a_cluster_node_shows_every_node_and_halts_another_nodes_agent(
         "both nodes' agents",
         &rows_script(
             "rows.length === 2 && \
-             document.querySelector('tr[data-key=a1] .node').dataset.node === 'a' && \
-             document.querySelector('tr[data-key=b1] .node').dataset.node === 'b'",
+             document.querySelector('tr[data-key=a1] .node')?.dataset.node === 'a' && \
+             document.querySelector('tr[data-key=b1] .node')?.dataset.node === 'b'",
         ),
     );
     browser.until(

@@ -324,15 +324,33 @@ impl ApiState {
     }
 
     /// `404 unknown agent KEY` — or, on a cluster node whose team file lists `KEY` as another
-    /// node's agent, `409 agent KEY runs on node N: ask node N there`.
+    /// node's agent, `409 agent KEY runs on node N: ask node N`.
     fn unknown_agent(&self, key: &str) -> ApiError {
-        match self.cluster.as_ref().and_then(|c| c.runs_on(key)) {
+        match self.runs_elsewhere(key) {
             Some(node) => ApiError::new(
                 StatusCode::CONFLICT,
                 format!("agent {key} runs on node {node}: ask node {node}"),
             ),
             None => ApiError::unknown_agent(key),
         }
+    }
+
+    /// On a cluster node, the node that runs `key` when this one does not (its team file lists it
+    /// as another node's, or this node gave it up: the copy here is halted).
+    fn runs_elsewhere(&self, key: &str) -> Option<String> {
+        let cluster = self.cluster.as_ref()?;
+        (!cluster.owns(key)).then(|| cluster.runs_on(key)).flatten()
+    }
+
+    /// The agent `key` to act on: this node's — [`ApiState::unknown_agent`] when there is none, or
+    /// when it runs on another node (a copy given up here included).
+    fn agent(&self, key: &str) -> Result<warden_actors::AgentHandle, ApiError> {
+        if self.runs_elsewhere(key).is_some() {
+            return Err(self.unknown_agent(key));
+        }
+        self.supervisor
+            .get(key)
+            .ok_or_else(|| self.unknown_agent(key))
     }
 
     /// The cluster this node belongs to.
@@ -941,10 +959,7 @@ pub(crate) async fn get_agent(
     state: web::Data<ApiState>,
     key: web::Path<String>,
 ) -> Handled {
-    let agent = state
-        .supervisor
-        .get(&key)
-        .ok_or_else(|| state.unknown_agent(&key))?;
+    let agent = state.agent(&key)?;
     Ok(HttpResponse::Ok().json(agent.status()))
 }
 
@@ -1121,10 +1136,7 @@ async fn post_event_in(
             }
         },
     };
-    let agent = state
-        .supervisor
-        .get(&key)
-        .ok_or_else(|| state.unknown_agent(&key))?;
+    let agent = state.agent(&key)?;
     let options = Submit {
         idempotency_key,
         watch: wait.is_some(),
@@ -1195,10 +1207,7 @@ async fn post_world(
     key: web::Path<String>,
     event: web::Json<warden_protocols::npc::WorldEvent>,
 ) -> Handled {
-    let agent = state
-        .supervisor
-        .get(&key)
-        .ok_or_else(|| state.unknown_agent(&key))?;
+    let agent = state.agent(&key)?;
     match agent.perceive(event.into_inner()) {
         Ok(seen) => Ok(HttpResponse::Ok().json(serde_json::json!({
             "perception": seen.perception,
@@ -1427,10 +1436,7 @@ where
     F: FnOnce(warden_actors::AgentHandle) -> Fut,
     Fut: Future<Output = Result<(), ControlError>>,
 {
-    let agent = state
-        .supervisor
-        .get(key)
-        .ok_or_else(|| state.unknown_agent(key))?;
+    let agent = state.agent(key)?;
     op(agent.clone()).await?;
     Ok(HttpResponse::Ok().json(agent.status()))
 }
@@ -1525,10 +1531,7 @@ async fn set_goals(
     key: web::Path<String>,
     body: web::Json<GoalsBody>,
 ) -> Handled {
-    let agent = state
-        .supervisor
-        .get(&key)
-        .ok_or_else(|| state.unknown_agent(&key))?;
+    let agent = state.agent(&key)?;
     agent
         .set_goals(body.into_inner().goals, API_OPERATOR)
         .map_err(|why| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid goals: {why}")))?;
