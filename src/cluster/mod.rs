@@ -86,7 +86,7 @@ pub const LEASE_BUCKET: &str = "warden_leases";
 /// The bucket of shared lockouts (`agent.KEY`).
 pub const LOCKOUT_BUCKET: &str = "warden_lockouts";
 /// The bucket of delegated tasks' records by idempotency key (`task.KEY`; entries age out after
-/// [`delegate::TASK_TTL`]).
+/// `TASK_TTL`, an hour).
 pub const TASK_BUCKET: &str = "warden_tasks";
 /// The core-NATS subject a halt is broadcast on (replies are the acknowledgements), in the default
 /// namespace ([`ClusterConfig::subject`]).

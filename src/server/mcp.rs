@@ -16,7 +16,7 @@
 //! which serves everything else here. Rather than re-implement the protocol (the `initialize`
 //! handshake and version negotiation, `ping`, cancellation, unknown methods, and what each protocol
 //! revision adds or strips from a result), each HTTP session runs the same rmcp service that serves
-//! stdio, fed through a channel ([`SessionTransport`]): a POST hands its JSON-RPC message to the
+//! stdio, fed through a channel (`SessionTransport`): a POST hands its JSON-RPC message to the
 //! session's service and waits for the response with the same id. So both transports answer
 //! exactly alike, and only the HTTP framing is ours: `Mcp-Session-Id` issued at `initialize` and
 //! required after, `application/json` responses (this server never starts a stream of its own, so

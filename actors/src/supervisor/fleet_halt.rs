@@ -134,7 +134,7 @@ impl Supervisor {
     /// agent in any other condition is left as it is, and the outcome says why.
     ///
     /// # Errors
-    /// [`UnknownAgent`] when the team has no such agent.
+    /// [`UnknownAgent`](super::UnknownAgent) when the team has no such agent.
     pub async fn take_back(
         &self,
         key: &str,

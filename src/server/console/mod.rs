@@ -12,7 +12,7 @@
 //!   form's `csrf` field equal to the session's token and its `confirm` box ticked;
 //! * `GET /console/assets/{name}` — the stylesheet and the script.
 //!
-//! The session cookie also authenticates `/api/*` (see [`crate::server::api::access_of`]), with
+//! The session cookie also authenticates `/api/*` (see `access_of` in `server::api`), with
 //! the role of the token the session logged in with; a cookie-authenticated request other than
 //! `GET` must carry `X-CSRF-Token` equal to the session's token, else `403`. The bearer-token API
 //! is unchanged. Every page is sent with a `Content-Security-Policy` that allows no inline script,
