@@ -1824,3 +1824,44 @@ async fn a_delegation_that_the_halt_could_not_see_is_refused_before_its_task_is_
     replay_matches(&journal, &lead);
     replay_matches(&journal, &sub);
 }
+
+/// A lift that comes right behind its fleet halt — the halt raised and queued, but no actor has
+/// applied it yet (a cluster node that receives both at once after a pause) — resumes every agent
+/// the halt stopped: the resume is queued behind the halt and applied after it. It used to skip
+/// them as "not stopped", and they stopped a moment later with nothing left to resume them.
+#[actix_rt::test]
+async fn a_lift_right_behind_its_fleet_halt_resumes_the_agents_that_had_not_applied_it_yet() {
+    let (team, journal) = team(WardenConfig::default());
+    let agents: Vec<AgentHandle> = (0..4)
+        .map(|i| team.assistant(&format!("a{i}"), model([])))
+        .collect();
+    team.started().await;
+    {
+        // Polled once: every halt raised and queued (cancel safe), none applied yet.
+        let halting = team.halt_all();
+        futures::pin_mut!(halting);
+        assert!(futures::poll!(halting.as_mut()).is_pending());
+    }
+    assert!(
+        agents
+            .iter()
+            .all(|a| a.state() == AgentState::WaitingForEvent),
+        "the actors have not run since"
+    );
+    let outcomes = team
+        .resume_fleet_halt("operator")
+        .await
+        .expect("a fleet halt stands");
+    assert_eq!(outcomes.len(), 4);
+    assert!(outcomes.iter().all(|o| o.resumed), "{outcomes:?}");
+    for a in &agents {
+        let s = a.status();
+        assert_eq!(
+            (s.state, s.halts),
+            (AgentState::WaitingForEvent, 1),
+            "{}",
+            a.key()
+        );
+        replay_matches(&journal, a);
+    }
+}

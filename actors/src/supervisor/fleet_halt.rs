@@ -26,6 +26,10 @@
 //! * The note is written on the halt's first poll, before its first await, like the halt flags
 //!   (a halt polled once and dropped still counts).
 //! * A lift takes the note: a second lift finds nothing until another fleet halt.
+//! * A lift that comes before the halt is applied (the halt raised and queued, the actor not yet
+//!   at it) resumes the agent all the same: the resume is queued behind the halt (the `SystemHalt`
+//!   lane goes first) and applied after it. Without this, a lift right behind its halt — a cluster
+//!   node that receives both at once after a pause — left agents stopped with no note.
 
 use super::Supervisor;
 use crate::agent::cell::AgentCell;
@@ -192,7 +196,10 @@ fn kept(handle: &crate::AgentHandle, epoch: u64, moved: &'static str) -> &'stati
         "stopped by a breaker"
     } else if status.paused {
         "paused by an operator: resume it by itself"
-    } else if status.state != AgentState::Stopped {
+    } else if status.state != AgentState::Stopped && !handle.cell.halt_requested() {
+        // Not stopped, and no halt pending: resumed already. (A halt raised and queued but not
+        // yet applied — the actor is busy, or on another arbiter — is still this halt: the resume
+        // is queued behind it, and applied after it.)
         "not stopped (resumed already)"
     } else {
         ""
