@@ -1827,6 +1827,56 @@ fn a_dead_nodes_agents_are_adopted_with_their_lockout_and_not_started_twice() {
 }
 
 #[test]
+fn an_operators_halt_and_pause_survive_the_death_of_the_node() {
+    let dir = temp_dir("adopt-stopped");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let mut a = Node::start_with(&dir, "a", &nats.url(), &adoption_team(&["x", "z", "w"], ""));
+    let b = Node::start_with(
+        &dir,
+        "b",
+        &nats.url(),
+        &adoption_team(&["x", "z", "w", "b1"], ""),
+    );
+    // On a: x halted by an operator, z paused; w runs. Then a dies at once.
+    let (status, body) = a.post("/api/agents/x/halt", None);
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = a.post("/api/agents/z/pause", None);
+    assert_eq!(status, 200, "{body}");
+    a.kill();
+    for agent in ["x", "z", "w"] {
+        wait_until(
+            &format!("b adopts {agent}"),
+            Duration::from_secs(10),
+            || runs(&b, agent),
+        );
+    }
+    // The operator's decisions hold on the new node; a lift of a fleet halt would not undo them.
+    assert_eq!(b.state_of("x"), "STOPPED");
+    assert_eq!(b.get("/api/agents/z")["paused"], true);
+    assert!(!answered(&b, "x"));
+    assert!(answered(&b, "w"));
+    assert!(
+        b.stderr().contains("adopted here, halted on node a"),
+        "{}",
+        b.stderr()
+    );
+    // A cluster halt and its lift leave x halted (its halt was not the fleet's).
+    halt_cluster(&b, &[(&b, "w")]);
+    let (status, body) = b.post("/api/resume", None);
+    assert_eq!(status, 200, "{body}");
+    wait_until("w runs again", Duration::from_secs(5), || {
+        b.state_of("w") == "WAITING_FOR_EVENT"
+    });
+    assert_eq!(b.state_of("x"), "STOPPED");
+    // Resumed by hand on b, x works again.
+    let (status, body) = b.post("/api/agents/x/resume", None);
+    assert_eq!(status, 200, "{body}");
+    assert!(answered(&b, "x"));
+}
+
+#[test]
 fn an_agent_adopted_while_the_cluster_is_halted_comes_up_halted_and_adopt_false_adopts_nothing() {
     let dir = temp_dir("adopt-halted");
     let Some(nats) = NatsServer::start(&dir) else {

@@ -53,7 +53,7 @@ use std::{
 use warden_actors::tools::mcp::McpHub;
 use warden_protocols::{
     cluster::{AgentLease, LockoutEntry},
-    AgentKey, AgentRecord, Breaker, Lockout,
+    AgentKey, AgentRecord, AgentState, Breaker, HaltCause, Lockout,
 };
 
 /// What a node needs to spawn an agent it adopts: the team file's specs of the agents it did not
@@ -74,7 +74,8 @@ impl Adopter {
         agent: &AgentKey,
         lockout: Option<Lockout>,
         halted: bool,
-    ) -> Result<(), String> {
+        stopped: Option<HaltCause>,
+    ) -> Result<warden_actors::AgentHandle, String> {
         let Some(def) = self.file.agents.iter().find(|a| a.key == agent.as_str()) else {
             return Err("not in the team file".into());
         };
@@ -94,8 +95,10 @@ impl Adopter {
         }
         if halted {
             spec = spec.starting_halted();
+        } else if let Some(cause) = stopped {
+            spec = spec.starting_stopped(cause);
         }
-        supervisor.spawn(spec).map(drop).map_err(|e| e.to_string())
+        supervisor.spawn(spec).map_err(|e| e.to_string())
     }
 }
 
@@ -173,8 +176,9 @@ impl Cluster {
             };
             if let Some(entry) = entry.filter(|e| e.operation == Operation::Put) {
                 self.gone_since.lock().remove(&agent);
-                // Still owned: note by whom (it may have moved to a third node).
+                // Still owned: note by whom (it may have moved to a third node), and as what.
                 if let Ok(lease) = serde_json::from_slice::<AgentLease>(&entry.value) {
+                    self.saw(&agent, &lease);
                     if lease.node != owner && lease.node != self.config.node {
                         self.elsewhere.lock().insert(agent, lease.node);
                     }
@@ -229,9 +233,22 @@ impl Cluster {
         )
     }
 
+    /// How `agent` was on `owner` when its lease was last read here: STOPPED, paused (each
+    /// `false` when unknown).
+    fn as_it_was(&self, agent: &AgentKey) -> (bool, bool) {
+        self.last_seen
+            .lock()
+            .get(agent)
+            .map_or((false, false), |(_, s)| {
+                (s.state == AgentState::Stopped, s.paused)
+            })
+    }
+
     /// Spawns `agent`, whose lease this node just created at `revision` — or brings back its halted
     /// copy when this node gave it up — and makes it this node's; on failure the lease is given
-    /// back.
+    /// back. It comes up locked out if it is locked out; halted with the cluster if the cluster is
+    /// halted; otherwise as its owner's last lease renewal showed it: halted (only its own resume
+    /// brings it back) or paused by an operator there, else running.
     async fn spawn_adopted(
         &self,
         adopter: &Adopter,
@@ -251,8 +268,18 @@ impl Cluster {
             halt > 0 && halt >= self.lifted.load(Ordering::SeqCst)
         };
         let locked = lockout.is_some();
+        let (stopped_there, paused_there) = self.as_it_was(agent);
+        // An operator's halt there holds here (not as part of a fleet halt: a lift keeps it).
+        let stopped = (stopped_there && !halted && !locked).then(|| HaltCause::Operator {
+            operator: format!("cluster: STOPPED on node {owner} when its lease was last renewed"),
+        });
+        let paused = paused_there && !locked;
         let given_up = self.given_up.lock().get(agent).copied();
         let done = match given_up {
+            // Its copy here is halted already (the give-up): kept so.
+            Some(_) if stopped.is_some() => {
+                Ok(format!(" back: kept halted (STOPPED on node {owner})"))
+            }
             Some(epoch) => self
                 .supervisor
                 .take_back(
@@ -269,17 +296,25 @@ impl Cluster {
                 })
                 .map_err(|e| e.to_string()),
             None => adopter
-                .spawn(&self.supervisor, agent, lockout, halted)
-                .map(|()| {
+                .spawn(&self.supervisor, agent, lockout, halted, stopped.clone())
+                .map(|_| {
                     format!(
-                        "{}{}",
+                        "{}{}{}",
                         if locked { ", locked out" } else { "" },
                         if halted { ", halted" } else { "" },
+                        if stopped.is_some() {
+                            format!(", halted on node {owner}")
+                        } else {
+                            String::new()
+                        },
                     )
                 }),
         };
         match done {
-            Ok(how) => {
+            Ok(mut how) => {
+                if paused {
+                    how.push_str(&self.pause_adopted(agent, owner).await);
+                }
                 self.gone_since.lock().remove(agent);
                 self.given_up.lock().remove(agent);
                 self.owned.lock().insert(agent.clone(), revision);
@@ -298,6 +333,20 @@ impl Cluster {
                 eprintln!("warden: cluster: agent {agent} could not be adopted: {e}");
                 let _ = self.leases.delete(kv_key("agent", agent.as_str())).await;
             }
+        }
+    }
+
+    /// Pauses an adopted agent that was paused on `owner`: what to add to the log line.
+    async fn pause_adopted(&self, agent: &AgentKey, owner: &str) -> String {
+        let Some(handle) = self.supervisor.get(agent.as_str()) else {
+            return String::new();
+        };
+        let operator = format!("cluster: paused on node {owner} when its lease was last renewed");
+        match handle.pause(&operator).await {
+            Ok(()) | Err(warden_actors::ControlError::NotDurable(_)) => {
+                format!(", paused on node {owner}")
+            }
+            Err(e) => format!(", paused on node {owner} but not here: {e}"),
         }
     }
 }

@@ -22,6 +22,7 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
         .route("/api/agents/{key}", web::get().to(agent))
         .route("/api/agents/{key}/halt", web::post().to(halt_agent))
         .route("/api/agents/{key}/resume", web::post().to(resume))
+        .route("/api/agents/{key}/pause", web::post().to(pause))
         .route("/api/agents/{key}/emergency/clear", web::post().to(clear))
         .route(
             "/api/agents/{key}/history/reset",
@@ -78,9 +79,13 @@ async fn halt_agent(
 ) -> Result<HttpResponse, crate::server::api::ApiError> {
     use super::RemoteHaltError;
     use actix_web::http::StatusCode;
-    let cluster = cluster(&state);
+    let cluster = cluster(&state).clone();
     if cluster.owns(&key) {
-        return crate::server::api::halt_agent(admin, state, key).await;
+        let name = key.as_str().to_owned();
+        let halted = crate::server::api::halt_agent(admin, state, key).await;
+        // Its lease shows it halted now: an adopter keeps it halted if this node dies.
+        cluster.write_lease_now(&name).await;
+        return halted;
     }
     let Some(node) = cluster.owner(&key).await else {
         // Nobody else runs it: a copy given up here (halting it again is harmless), or the 404.
@@ -103,16 +108,34 @@ async fn halt_agent(
     })
 }
 
-/// A resume of an agent this node gave up is refused (`409`): it runs on another node.
+/// A resume of an agent this node gave up is refused (`409`): it runs on another node. Done, the
+/// lease is rewritten at once (an adopter brings it up running if this node dies).
 async fn resume(
     admin: Admin,
     state: web::Data<ApiState>,
     key: web::Path<String>,
 ) -> Result<HttpResponse, crate::server::api::ApiError> {
-    if let Some(refused) = given_up(cluster(&state), &key, "resume") {
+    let cluster = cluster(&state).clone();
+    if let Some(refused) = given_up(&cluster, &key, "resume") {
         return Ok(refused);
     }
-    crate::server::api::resume(admin, state, key).await
+    let name = key.as_str().to_owned();
+    let resumed = crate::server::api::resume(admin, state, key).await;
+    cluster.write_lease_now(&name).await;
+    resumed
+}
+
+/// A pause rewrites the lease at once: an adopter brings the agent up paused if this node dies.
+async fn pause(
+    admin: Admin,
+    state: web::Data<ApiState>,
+    key: web::Path<String>,
+) -> Result<HttpResponse, crate::server::api::ApiError> {
+    let cluster = cluster(&state).clone();
+    let name = key.as_str().to_owned();
+    let paused = crate::server::api::pause(admin, state, key).await;
+    cluster.write_lease_now(&name).await;
+    paused
 }
 
 fn cluster(state: &ApiState) -> &std::sync::Arc<Cluster> {

@@ -117,6 +117,7 @@ impl Cluster {
                     let holder = serde_json::from_slice::<AgentLease>(&entry.value).ok();
                     match holder {
                         Some(lease) if lease.node != self.config.node => {
+                            self.saw(agent, &lease);
                             self.elsewhere.lock().insert(agent.clone(), lease.node);
                             return Ok(());
                         }
@@ -170,8 +171,28 @@ impl Cluster {
             .await;
     }
 
+    /// Notes the status another node's lease on `agent` carries (see `last_seen`).
+    pub(super) fn saw(&self, agent: &AgentKey, lease: &AgentLease) {
+        if let Some(status) = &lease.status {
+            self.last_seen
+                .lock()
+                .insert(agent.clone(), (lease.node.clone(), status.clone()));
+        }
+    }
+
+    /// Rewrites `agent`'s lease now (bounded by a beat), not at the next beat: after an operator
+    /// halted, paused or resumed it here, so that the other nodes — and an adopter, if this node
+    /// dies — read its status as it is. Nothing for an agent this node does not own.
+    pub async fn write_lease_now(self: &Arc<Self>, agent: &str) {
+        let revision = self.owned.lock().get(agent).copied();
+        if let Some(revision) = revision {
+            let renewing = self.renew_one(AgentKey::from(agent), revision);
+            let _ = tokio::time::timeout(self.config.beat(), renewing).await;
+        }
+    }
+
     /// Renews one lease (see [`Cluster::renew`]).
-    pub(super) async fn renew_one(self: &Arc<Self>, agent: AgentKey, revision: u64) {
+    async fn renew_one(self: &Arc<Self>, agent: AgentKey, revision: u64) {
         let key = kv_key("agent", agent.as_str());
         let sent = Instant::now();
         let body = serde_json::to_vec(&self.lease(&agent)).unwrap_or_default();

@@ -200,12 +200,9 @@ impl Cluster {
             operator: request.by,
         };
         if let Ok(acks) = self.supervisor.halt(request.agent.as_str(), cause).await {
-            // The lease carries the status other nodes show: written now, not at the next beat,
-            // so that the asking node reads it halted once it has the answer.
-            let revision = self.owned.lock().get(&request.agent).copied();
-            if let Some(revision) = revision {
-                self.renew_one(request.agent.clone(), revision).await;
-            }
+            // The lease carries the status other nodes show: the asking node reads it halted
+            // once it has the answer.
+            self.write_lease_now(request.agent.as_str()).await;
             reply.found = true;
             reply.not_durable = acks
                 .iter()

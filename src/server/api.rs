@@ -1485,7 +1485,7 @@ async fn unlock(
     .await
 }
 
-async fn pause(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> Handled {
+pub(crate) async fn pause(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> Handled {
     control(&state, &key, |a| async move { a.pause(API_OPERATOR).await }).await
 }
 

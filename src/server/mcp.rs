@@ -457,7 +457,13 @@ impl WardenMcp {
             }
         }
         match self.supervisor.halt(agent, cause).await {
-            Ok(acks) => halted(acks),
+            Ok(acks) => {
+                if let Some(cluster) = &self.cluster {
+                    // Its lease shows it halted now (see the API's halt).
+                    cluster.write_lease_now(agent).await;
+                }
+                halted(acks)
+            }
             Err(_) => unknown_agent(agent),
         }
     }

@@ -548,11 +548,20 @@ impl Supervisor {
         if let Some(lockout) = start_lockout {
             fleet_halt::lock_out_at_start(&cell, lockout);
         }
-        let start_halted = start_halted.then(|| {
+        // Noted with the fleet halt only when it is part of it (`Some(running)`).
+        let start_halted = start_halted.and_then(|how| {
             let running = Self::runs(cell.state());
             let _ = cell.request_halt();
-            queue_halt(&cell, HaltCause::HaltAll, None);
-            running
+            match how {
+                spec::StartHalted::Fleet => {
+                    queue_halt(&cell, HaltCause::HaltAll, None);
+                    Some(running)
+                }
+                spec::StartHalted::By(cause) => {
+                    queue_halt(&cell, cause, None);
+                    None
+                }
+            }
         });
         let arbiter = (!self.shared.arbiters.is_empty()).then(|| {
             let i = self.shared.next_arbiter.fetch_add(1, Ordering::Relaxed);

@@ -54,8 +54,17 @@ pub struct AgentSpec {
     pub(super) memory: Option<warden_protocols::MemoryConfig>,
     /// A lockout it must come up in (journaled at the spawn): it was locked out elsewhere.
     pub(super) start_lockout: Option<warden_protocols::Lockout>,
-    /// It comes up halted, as part of the standing fleet halt.
-    pub(super) start_halted: bool,
+    /// It comes up halted: as part of the standing fleet halt, or by a cause of its own.
+    pub(super) start_halted: Option<StartHalted>,
+}
+
+/// How an agent comes up halted ([`AgentSpec::starting_halted`], [`AgentSpec::starting_stopped`]).
+#[derive(Debug, Clone)]
+pub(super) enum StartHalted {
+    /// Part of the standing fleet halt: noted with it (a lift resumes it).
+    Fleet,
+    /// Halted by this cause: only a resume of the agent itself brings it back.
+    By(warden_protocols::HaltCause),
 }
 
 impl std::fmt::Debug for AgentSpec {
@@ -85,7 +94,7 @@ impl AgentSpec {
             goals: None,
             memory: None,
             start_lockout: None,
-            start_halted: false,
+            start_halted: None,
         }
     }
 
@@ -162,7 +171,15 @@ impl AgentSpec {
     /// Comes up halted, as part of the standing fleet halt (its halt is raised before the agent
     /// reads anything, cause `halt_all`, and noted: a lift of the fleet halt resumes it).
     pub fn starting_halted(mut self) -> Self {
-        self.start_halted = true;
+        self.start_halted = Some(StartHalted::Fleet);
+        self
+    }
+
+    /// Comes up halted with `cause` (its halt raised before the agent reads anything), not noted
+    /// with the fleet halt: only a resume of this agent brings it back. For a cluster node that
+    /// adopts an agent an operator had halted on the node that died.
+    pub fn starting_stopped(mut self, cause: warden_protocols::HaltCause) -> Self {
+        self.start_halted = Some(StartHalted::By(cause));
         self
     }
 
