@@ -1877,6 +1877,27 @@ fn an_operators_halt_and_pause_survive_the_death_of_the_node() {
 }
 
 #[test]
+fn an_agent_stopped_by_a_cluster_halt_lifted_since_comes_up_running_on_the_adopter() {
+    let dir = temp_dir("adopt-lifted");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let mut a = Node::start_with(&dir, "a", &nats.url(), &adoption_team(&["x"], ""));
+    let b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["x", "b1"], ""));
+    peers(&a, &["b"]);
+    halt_cluster(&a, &[(&a, "x"), (&b, "b1")]);
+    // Two beats: a's lease on x says STOPPED by the fleet halt, and b has read it.
+    std::thread::sleep(Duration::from_secs(2));
+    a.kill();
+    let (status, body) = b.post("/api/resume", None);
+    assert_eq!(status, 200, "{body}");
+    wait_until("b adopts x", Duration::from_secs(10), || runs(&b, "x"));
+    // Its halt was the cluster's, and it is lifted: x runs (it used to stay STOPPED).
+    assert_eq!(b.state_of("x"), "WAITING_FOR_EVENT");
+    assert!(answered(&b, "x"));
+}
+
+#[test]
 fn an_agent_adopted_while_the_cluster_is_halted_comes_up_halted_and_adopt_false_adopts_nothing() {
     let dir = temp_dir("adopt-halted");
     let Some(nats) = NatsServer::start(&dir) else {

@@ -95,6 +95,10 @@ pub struct AgentLease {
     /// The agent's status at that renewal (for the fleet listing on every node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<AgentStatus>,
+    /// `true` when it is `STOPPED` as part of the standing fleet halt (a lift resumes it), not by a
+    /// halt of its own: a node that adopts it then brings it up running once the halt is lifted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fleet_halted: bool,
 }
 
 /// A node's heartbeat, the value of `node.NAME` in the bucket `warden_leases`.

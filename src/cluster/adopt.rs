@@ -233,14 +233,15 @@ impl Cluster {
         )
     }
 
-    /// How `agent` was on `owner` when its lease was last read here: STOPPED, paused (each
-    /// `false` when unknown).
+    /// How `agent` was on `owner` when its lease was last read here: STOPPED by a halt of its own
+    /// (not the fleet halt's: the cluster's halt key decides that one), paused (each `false` when
+    /// unknown).
     fn as_it_was(&self, agent: &AgentKey) -> (bool, bool) {
         self.last_seen
             .lock()
             .get(agent)
-            .map_or((false, false), |(_, s)| {
-                (s.state == AgentState::Stopped, s.paused)
+            .map_or((false, false), |(_, s, fleet)| {
+                (s.state == AgentState::Stopped && !fleet, s.paused)
             })
     }
 

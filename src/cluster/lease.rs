@@ -91,6 +91,7 @@ impl Cluster {
             instance: self.instance.clone(),
             renewed_ms: now_ms(),
             status: self.supervisor.get(agent.as_str()).map(|a| a.status()),
+            fleet_halted: self.supervisor.in_fleet_halt(agent.as_str()),
         }
     }
 
@@ -174,9 +175,10 @@ impl Cluster {
     /// Notes the status another node's lease on `agent` carries (see `last_seen`).
     pub(super) fn saw(&self, agent: &AgentKey, lease: &AgentLease) {
         if let Some(status) = &lease.status {
-            self.last_seen
-                .lock()
-                .insert(agent.clone(), (lease.node.clone(), status.clone()));
+            self.last_seen.lock().insert(
+                agent.clone(),
+                (lease.node.clone(), status.clone(), lease.fleet_halted),
+            );
         }
     }
 

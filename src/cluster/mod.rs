@@ -141,9 +141,10 @@ pub struct Cluster {
     lifting: tokio::sync::Mutex<()>,
     /// What adopting an agent of a dead node needs (set by `warden serve`; unset: no adoption).
     adopter: std::sync::OnceLock<adopt::Adopter>,
-    /// The status each agent of `elsewhere` had in its owner's lease when last read (an adopter
-    /// brings it up halted or paused as it was there).
-    last_seen: Mutex<BTreeMap<AgentKey, (String, warden_protocols::AgentStatus)>>,
+    /// The status each agent of `elsewhere` had in its owner's lease when last read, with the
+    /// node and whether it was stopped by the fleet halt (an adopter brings it up halted or paused
+    /// as it was there).
+    last_seen: Mutex<BTreeMap<AgentKey, (String, warden_protocols::AgentStatus, bool)>>,
     /// Since when each agent of `elsewhere` was seen without a lease (adoption waits on it).
     gone_since: Mutex<BTreeMap<AgentKey, tokio::time::Instant>>,
 }

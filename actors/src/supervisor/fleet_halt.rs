@@ -76,6 +76,16 @@ impl Supervisor {
         *self.shared.fleet_halt.lock() = None;
     }
 
+    /// Whether `key` is one of the agents the standing fleet halt stopped (a lift would resume
+    /// it), rather than stopped by a halt of its own.
+    pub fn in_fleet_halt(&self, key: &str) -> bool {
+        self.shared
+            .fleet_halt
+            .lock()
+            .as_ref()
+            .is_some_and(|noted| noted.contains_key(key))
+    }
+
     /// Whether a fleet halt stands (one was made and not lifted by
     /// [`Supervisor::resume_fleet_halt`]).
     pub fn fleet_halted(&self) -> bool {
