@@ -1579,6 +1579,63 @@ fn a_lift_on_b_runs_every_nodes_agents_again_and_a_later_node_comes_up_running()
 }
 
 #[test]
+fn a_node_killed_while_the_cluster_is_halted_runs_its_agents_again_after_the_lift() {
+    let dir = temp_dir("halt-restart");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let a = Node::start(&dir, "a", &nats.url(), &["a1"]);
+    let mut b = Node::start(&dir, "b", &nats.url(), &["b1", "b2"]);
+    peers(&a, &["b"]);
+    // b2 halted by itself before the cluster halt: no lift resumes it, restarts or not.
+    let (status, body) = b.post("/api/agents/b2/halt", None);
+    assert_eq!(status, 200, "{body}");
+
+    // 1. Killed while halted, lifted while down: b comes back with b1 running.
+    halt_cluster(&a, &[(&a, "a1"), (&b, "b1")]);
+    b.kill();
+    let (status, body) = a.post("/api/resume", None);
+    assert_eq!(status, 200, "{body}");
+    wait_until("a1 runs again", Duration::from_secs(5), || {
+        a.state_of("a1") == "WAITING_FOR_EVENT"
+    });
+    b.spawn();
+    wait_until("b1 resumed at b's start", Duration::from_secs(5), || {
+        b.state_of("b1") == "WAITING_FOR_EVENT"
+    });
+    assert!(
+        b.stderr()
+            .contains("cluster halt was lifted while this node was down (epoch 2): 1 of the 1"),
+        "{}",
+        b.stderr()
+    );
+    assert!(answered(&b, "b1"), "b1 answers after the restart");
+    assert_eq!(b.state_of("b2"), "STOPPED", "halted by itself: kept");
+
+    // 2. Killed while halted, restarted while still halted, lifted after: b1 runs again.
+    halt_cluster(&a, &[(&a, "a1"), (&b, "b1")]);
+    b.kill();
+    b.spawn();
+    assert!(b.stderr().contains("coming up halted"), "{}", b.stderr());
+    assert_eq!(b.state_of("b1"), "STOPPED");
+    assert!(!answered(&b, "b1"), "a halted agent answers nothing");
+    let (status, body) = a.post("/api/resume", None);
+    assert_eq!(status, 200, "{body}");
+    wait_until("b1 resumed by the lift", Duration::from_secs(5), || {
+        b.state_of("b1") == "WAITING_FOR_EVENT"
+    });
+    assert!(answered(&b, "b1"), "b1 answers after the lift");
+    assert_eq!(b.state_of("b2"), "STOPPED", "halted by itself: kept");
+    // The resumes are journaled with the lift that made them.
+    let events = b.get("/api/events/recent?agent=b1&limit=200").to_string();
+    assert!(events.contains("read at the start of node b"), "{events}");
+    assert!(
+        events.contains("lift of the cluster halt, epoch 4"),
+        "{events}"
+    );
+}
+
+#[test]
 fn a_lift_whose_read_went_stale_is_refused_and_the_cluster_stays_halted() {
     let dir = temp_dir("lift-stale");
     let Some(nats) = NatsServer::start(&dir) else {
@@ -1986,14 +2043,20 @@ fn a_partitioned_owner_that_comes_back_halts_the_agent_another_node_adopted_and_
     let calls = model_calls(&a, "x");
     // b dies: a adopts x back (its halted copy, resumed) once b's lease has aged out.
     b.kill();
-    wait_until("a takes x back", Duration::from_secs(10), || {
-        runs(&a, "x") && a.state_of("x") == "WAITING_FOR_EVENT"
-    });
-    assert!(
-        a.stderr().contains("adopted here back: resumed"),
-        "{}",
-        a.stderr()
-    );
+    // The log line comes after the resume is visible: waited for too, not read right after.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(a.stderr().contains("adopted here back: resumed")
+        && runs(&a, "x")
+        && a.state_of("x") == "WAITING_FOR_EVENT")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "a never took x back: x on a is {}; a's stderr:\n{}",
+            a.get("/api/agents/x"),
+            a.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert!(answered(&a, "x"), "x answers on a again");
     assert_eq!(model_calls(&a, "x"), calls + 1);
     let cluster = a.get("/api/cluster");

@@ -27,6 +27,7 @@ fn halted() -> EventKind {
             operator: "op".into(),
         },
         discarded: 2,
+        stopped: true,
     }
 }
 
@@ -396,6 +397,77 @@ async fn a_locked_out_agent_restored_from_the_file_stays_locked_out() {
     assert!(!after[0].emergency_stop());
 }
 
+#[actix_rt::test]
+async fn a_fleet_halt_outlives_a_restart_and_its_lift_resumes_only_what_it_stopped() {
+    tokio::time::pause();
+    let db = TempDb::new("fleet-halt");
+    let model = || Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("ok")));
+    let keys = ["running", "halted-alone", "paused-after"];
+    {
+        let journal = Arc::new(SqliteJournal::open(&db.0).unwrap());
+        let team = Supervisor::on_current_arbiter(WardenConfig::default(), journal.clone());
+        let agents: Vec<_> = keys.iter().map(|k| team.assistant(k, model())).collect();
+        // Stopped by an operator before the fleet halt: not the fleet halt's.
+        let op = HaltCause::Operator {
+            operator: "op".into(),
+        };
+        agents[1].halt(op).await;
+        team.halt_all().await;
+        // Paused by an operator after it: a lift leaves it.
+        agents[2].pause("op").await.unwrap();
+        assert!(team.in_fleet_halt("running") && team.in_fleet_halt("paused-after"));
+        // The "crash", with the fleet halt standing.
+        journal.close();
+        drop(team);
+    }
+    let journal = Arc::new(SqliteJournal::open(&db.0).unwrap());
+    let records = journal.recover_records().unwrap();
+    let flagged: Vec<_> = records
+        .iter()
+        .filter(|r| r.fleet_halted)
+        .map(|r| r.key.as_str())
+        .collect();
+    assert_eq!(flagged, ["running"]);
+    let team = Supervisor::on_current_arbiter(WardenConfig::default(), journal.clone());
+    assert_eq!(records.len(), keys.len());
+    for record in &records {
+        team.spawn(
+            AgentSpec::assistant(record.key.as_str(), model()).restored_from(record.clone()),
+        )
+        .unwrap();
+    }
+    settle(20).await;
+    // The fleet halt stands again, with the one agent it stopped.
+    assert!(team.fleet_halted());
+    assert!(team.in_fleet_halt("running"));
+    assert!(!team.in_fleet_halt("halted-alone") && !team.in_fleet_halt("paused-after"));
+    let outcomes = team
+        .resume_fleet_halt("lifter")
+        .await
+        .expect("a fleet halt stands");
+    let resumed: Vec<_> = outcomes
+        .iter()
+        .filter(|o| o.resumed)
+        .map(|o| o.agent.as_str())
+        .collect();
+    assert_eq!(resumed, ["running"], "{outcomes:?}");
+    settle(20).await;
+    let state = |k: &str| team.get(k).unwrap().state();
+    assert_eq!(state("running"), AgentState::WaitingForEvent);
+    assert_eq!(state("halted-alone"), AgentState::Stopped);
+    assert_eq!(state("paused-after"), AgentState::Stopped);
+    // The resume cleared the flag: a second restart restores no fleet halt.
+    assert!(!team.get("running").unwrap().record().fleet_halted);
+    journal.close();
+    drop(team);
+    let journal = Arc::new(SqliteJournal::open(&db.0).unwrap());
+    assert!(journal
+        .recover_records()
+        .unwrap()
+        .iter()
+        .all(|r| !r.fleet_halted));
+}
+
 #[test]
 fn inspection_commands_print_tail_show_and_export() {
     let db = TempDb::new("inspect");
@@ -640,6 +712,7 @@ fn random_kind(rng: &mut SmallRng, i: usize) -> EventKind {
         9 => EventKind::Halted {
             cause: HaltCause::HaltAll,
             discarded: rng.gen_range(0..4),
+            stopped: rng.gen_bool(0.5),
         },
         10..=12 => EventKind::HistoryAppended {
             message: match rng.gen_range(0..5) {

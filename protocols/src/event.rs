@@ -101,6 +101,20 @@ pub enum HaltCause {
     },
 }
 
+impl HaltCause {
+    /// Whether this is the cause of a halt of every agent (the supervisor's, an embedding host's),
+    /// which a lift of that halt undoes — unlike an operator's halt of one agent, a delegator's
+    /// halt passed down, or the restart intensity.
+    pub fn is_fleet(&self) -> bool {
+        matches!(self, HaltCause::HaltAll | HaltCause::Host { .. })
+    }
+}
+
+/// `skip_serializing_if` for flags omitted while `false`.
+fn is_false(flag: &bool) -> bool {
+    !flag
+}
+
 /// A queued message cleared by a halt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DiscardedMessage {
@@ -420,12 +434,17 @@ pub enum EventKind {
         operator: String,
     },
     /// Record: `halts += 1`, `discarded_by_halt += discarded`, `pending` cleared (a halt discards the
-    /// whole ordinary lane). Durable before the halt is acknowledged.
+    /// whole ordinary lane); when `stopped`, `fleet_halted` set for a fleet halt's cause
+    /// ([`HaltCause::is_fleet`]) and cleared for any other. Durable before the halt is acknowledged.
     Halted {
         /// Who or what halted the agent.
         cause: HaltCause,
         /// How many queued messages the halt cleared.
         discarded: u64,
+        /// `true`: this halt stopped the agent (it was neither `STOPPED` nor locked out before it).
+        /// Omitted when `false`, and absent (= `false`) in journals written before it.
+        #[serde(default, skip_serializing_if = "is_false")]
+        stopped: bool,
     },
     /// The messages a halt cleared, each listed. Record: the listed `queued` ids are settled (the
     /// `Halted` before it already cleared them; the listing settles them on its own too).
@@ -808,6 +827,7 @@ mod tests {
         let halted = || EventKind::Halted {
             cause: HaltCause::HaltAll,
             discarded: 0,
+            stopped: true,
         };
         assert_eq!(fate(vec![queued(6)]), None, "never queued");
         assert_eq!(fate(vec![queued(7)]), Some(EventFate::Pending));

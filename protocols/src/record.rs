@@ -111,6 +111,13 @@ pub struct AgentRecord {
     pub max_consecutive_errors: u32,
     /// `true` while paused: the ordinary lane is not read.
     pub paused: bool,
+    /// `true` while the agent is `STOPPED` by a halt of every agent ([`crate::HaltCause::is_fleet`]) that
+    /// found it running: the agents a lift of that halt resumes, kept across restarts. Set by such
+    /// a `Halted` (one that `stopped` it); cleared by a halt of another cause that stopped it, by
+    /// any state change out of `STOPPED` (a resume, a lockout), and by a pause (an operator took
+    /// it in hand: a lift leaves a paused agent anyway). Omitted while `false`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub fleet_halted: bool,
     /// Halts so far.
     pub halts: u64,
     /// Ordinary messages cleared by halts, in total.
@@ -185,6 +192,10 @@ pub fn check_goals(goals: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+fn is_false(flag: &bool) -> bool {
+    !flag
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
@@ -202,6 +213,7 @@ impl AgentRecord {
             consecutive_errors: 0,
             max_consecutive_errors: 5,
             paused: false,
+            fleet_halted: false,
             halts: 0,
             discarded_by_halt: 0,
             turns: 0,
@@ -274,6 +286,9 @@ impl AgentRecord {
                 if *to == AgentState::WaitingForEvent {
                     self.stopped_by = None;
                 }
+                if *to != AgentState::Stopped {
+                    self.fleet_halted = false;
+                }
             }
             EventKind::BreakerStopped { breaker, reason } => {
                 self.stopped_by = Some(Box::new(Lockout {
@@ -301,9 +316,19 @@ impl AgentRecord {
                 self.history.clear();
                 self.history_tokens = 0;
             }
-            EventKind::Paused { .. } => self.paused = true,
+            EventKind::Paused { .. } => {
+                self.paused = true;
+                self.fleet_halted = false;
+            }
             EventKind::Unpaused { .. } => self.paused = false,
-            EventKind::Halted { discarded, .. } => {
+            EventKind::Halted {
+                cause,
+                discarded,
+                stopped,
+            } => {
+                if *stopped {
+                    self.fleet_halted = cause.is_fleet();
+                }
                 self.halts += 1;
                 self.discarded_by_halt += discarded;
                 self.pending.clear();
@@ -498,6 +523,7 @@ mod tests {
         record.apply(&EventKind::Halted {
             cause: HaltCause::HaltAll,
             discarded: 2,
+            stopped: false,
         });
         assert!(record.pending.is_empty());
         // Ids keep growing after every event is settled.
@@ -515,6 +541,7 @@ mod tests {
             EventKind::Halted {
                 cause: HaltCause::HaltAll,
                 discarded: 2,
+                stopped: true,
             },
             queued(4, "four"),
         ];
@@ -526,6 +553,85 @@ mod tests {
         assert_eq!(replayed, live);
         assert_eq!(ids(&replayed), [4]);
         assert_eq!(replayed.next_event_id(), 5);
+    }
+
+    #[test]
+    fn the_fleet_halt_flag_marks_exactly_the_agents_a_fleet_halt_stopped() {
+        use crate::AgentState::{Executing, SafetyLockout, Stopped, WaitingForEvent};
+        let halted = |cause: HaltCause, stopped| EventKind::Halted {
+            cause,
+            discarded: 0,
+            stopped,
+        };
+        let to = |from, to| EventKind::StateChanged {
+            from,
+            to,
+            cause: "test".into(),
+        };
+        let operator = || HaltCause::Operator {
+            operator: "op".into(),
+        };
+        let host = || HaltCause::Host {
+            reason: "drain".into(),
+        };
+        let after = |kinds: &[EventKind]| {
+            let mut record = AgentRecord::new("a".into());
+            for kind in kinds {
+                record.apply(kind);
+            }
+            let replayed = AgentRecord::replay("a".into(), &events(kinds.to_vec()));
+            assert_eq!(replayed, record, "replay equals applying");
+            record.fleet_halted
+        };
+        let stop = to(WaitingForEvent, Stopped);
+        // Stopped by a fleet halt (the supervisor's or a host's): set.
+        assert!(after(&[stop.clone(), halted(HaltCause::HaltAll, true)]));
+        assert!(after(&[stop.clone(), halted(host(), true)]));
+        // A fleet halt that found it stopped (or locked out) already: not its halt.
+        assert!(!after(&[stop.clone(), halted(HaltCause::HaltAll, false)]));
+        // Stopped by an operator's halt of it, or a delegator's: not a fleet halt's.
+        assert!(!after(&[stop.clone(), halted(operator(), true)]));
+        // The fleet halt's agent halted again by an operator: still the fleet halt's (the halt
+        // epoch does not move for a halt of a stopped agent, and a lift resumes it in memory too).
+        assert!(after(&[
+            stop.clone(),
+            halted(HaltCause::HaltAll, true),
+            halted(operator(), false),
+        ]));
+        // Resumed, locked out, or paused since: cleared.
+        let fleet = [stop.clone(), halted(HaltCause::HaltAll, true)];
+        assert!(!after(
+            &[fleet.clone().as_slice(), &[to(Stopped, WaitingForEvent)]].concat()
+        ));
+        assert!(!after(
+            &[fleet.clone().as_slice(), &[to(Stopped, SafetyLockout)]].concat()
+        ));
+        let pause = EventKind::Paused {
+            operator: "op".into(),
+        };
+        assert!(!after(&[fleet.as_slice(), &[pause]].concat()));
+        // Resumed, then stopped by an operator's halt: cleared.
+        assert!(!after(&[
+            stop.clone(),
+            halted(HaltCause::HaltAll, true),
+            to(Stopped, WaitingForEvent),
+            to(WaitingForEvent, Executing),
+            to(Executing, Stopped),
+            halted(operator(), true),
+        ]));
+        // Journals written before the flag: a `Halted` without `stopped` decodes as `false`, and
+        // a record without `fleet_halted` as not halted by the fleet; `false` is not written.
+        let old: EventKind =
+            serde_json::from_str(r#"{"type":"halted","cause":{"by":"halt_all"},"discarded":0}"#)
+                .unwrap();
+        assert_eq!(old, halted(HaltCause::HaltAll, false));
+        let text = serde_json::to_string(&AgentRecord::new("a".into())).unwrap();
+        assert!(!text.contains("fleet_halted"), "{text}");
+        let mut record = AgentRecord::new("a".into());
+        record.fleet_halted = true;
+        let text = serde_json::to_string(&record).unwrap();
+        let back: AgentRecord = serde_json::from_str(&text).unwrap();
+        assert!(back.fleet_halted, "{text}");
     }
 
     #[test]

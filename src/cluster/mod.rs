@@ -238,8 +238,9 @@ impl Cluster {
         &self.config.node
     }
 
-    /// Starts the node's part after the team is spawned: a halted cluster halts the team first,
-    /// then the model gate opens and the subscriber, watch, heartbeat and fail-safe tasks start.
+    /// Starts the node's part after the team is spawned: a halted cluster halts the team first (a
+    /// lifted one resumes the agents a cluster halt had stopped before this node restarted), then
+    /// the model gate opens and the subscriber, watch, heartbeat and fail-safe tasks start.
     pub async fn run(self: &Arc<Self>) {
         let state = self.halt.lock().0.clone();
         for (agent, node) in self.elsewhere.lock().iter() {
@@ -251,6 +252,26 @@ impl Cluster {
                 state.epoch, state.by, state.node, state.reason
             );
             self.supervisor.halt_all().await;
+        } else if state.epoch > 0 && self.supervisor.fleet_halted() {
+            // Agents a cluster halt stopped before this node went down (their journal says so),
+            // lifted since: resumed as the lift would have resumed them. (Epoch 0: this cluster
+            // never had a halt, so theirs was this node's own from before it joined: kept.)
+            let operator = format!(
+                "{} (lift of the cluster halt, epoch {}, read at the start of node {})",
+                state.by, state.epoch, self.config.node
+            );
+            let outcomes = self
+                .supervisor
+                .resume_fleet_halt(&operator)
+                .await
+                .unwrap_or_default();
+            let resumed = outcomes.iter().filter(|o| o.resumed).count();
+            eprintln!(
+                "warden: cluster halt was lifted while this node was down (epoch {}): {resumed} \
+                 of the {} agents it had stopped resumed",
+                state.epoch,
+                outcomes.len()
+            );
         }
         self.share_budget().await;
         self.supervisor

@@ -205,7 +205,8 @@ impl AgentActor {
             // A locked-out agent is not moved (its halt is journaled): it already refuses all work,
             // and only an unlock may take it out of `SAFETY_LOCKOUT` (a `STOPPED` one could be
             // resumed past its lockout).
-            if !already_stopped && rec.state != AgentState::SafetyLockout {
+            let stops = !already_stopped && rec.state != AgentState::SafetyLockout;
+            if stops {
                 let _ = self
                     .cell
                     .transition(&mut rec, AgentState::Stopped, "system halt");
@@ -222,6 +223,7 @@ impl AgentActor {
                     EventKind::Halted {
                         cause: request.cause.clone(),
                         discarded: discarded.len() as u64,
+                        stopped: stops,
                     },
                 );
             }

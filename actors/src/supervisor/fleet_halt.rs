@@ -14,6 +14,12 @@
 //! An agent spawned halted ([`super::AgentSpec::starting_halted`]: a cluster node adopting it while
 //! the cluster is halted) is noted too.
 //!
+//! The note outlives the process: each agent's record keeps `fleet_halted` (set by the journaled
+//! `Halted` of a fleet halt that stopped it, cleared when it leaves `STOPPED` or is paused), and an
+//! agent restored from the journal with it is noted again at its spawn. So after a restart a lift
+//! resumes what the fleet halt stopped before it, and a cluster node that comes back after the
+//! cluster halt was lifted resumes them itself (`Cluster::run`).
+//!
 //! An agent already `STOPPED` or `SAFETY_LOCKOUT` when a fleet halt came is not noted by it: it
 //! was stopped by something else (an individual halt, a breaker), and a lift leaves it so.
 //!

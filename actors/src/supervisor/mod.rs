@@ -545,6 +545,12 @@ impl Supervisor {
                 tracing::info!(agent = %cell.key, requeued, "pending events queued again");
             }
         }
+        // A restored agent that a fleet halt stopped (its record says so) is noted with the
+        // standing fleet halt again: a lift resumes it, as it would have before the restart.
+        let restored_fleet_halted = !fresh && {
+            let rec = cell.lock();
+            rec.fleet_halted && rec.state == AgentState::Stopped
+        };
         if let Some(lockout) = start_lockout {
             fleet_halt::lock_out_at_start(&cell, lockout);
         }
@@ -589,6 +595,9 @@ impl Supervisor {
         }
         if let Some(running) = start_halted {
             self.note_fleet_halt(std::slice::from_ref(&cell), &[running]);
+        }
+        if restored_fleet_halted && cell.lock().lockout.is_none() {
+            self.note_fleet_halt(std::slice::from_ref(&cell), &[true]);
         }
         start_actor(&entry);
         Ok(AgentHandle { cell })

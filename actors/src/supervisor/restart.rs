@@ -155,7 +155,8 @@ fn give_up(cell: &AgentCell, restarts: u32, window: Duration) {
         let _ = cell.transition(&mut rec, AgentState::Executing, "actor crashed");
     }
     // A locked-out agent stays `SAFETY_LOCKOUT` (only an unlock leaves it); it refuses work anyway.
-    if !rec.state.refuses_work() {
+    let stops = !rec.state.refuses_work();
+    if stops {
         let _ = cell.transition(&mut rec, AgentState::Stopped, "restart intensity exceeded");
     }
     cell.emit(
@@ -166,6 +167,7 @@ fn give_up(cell: &AgentCell, restarts: u32, window: Duration) {
                 within_ms: window.as_millis() as u64,
             },
             discarded: discarded.len() as u64,
+            stopped: stops,
         },
     );
     drop(rec);
