@@ -656,6 +656,140 @@ fn a_nats_server_that_wants_a_password_gets_the_one_in_the_url_and_it_is_never_s
     assert!(!a.stderr().contains("s3cret"), "{}", a.stderr());
 }
 
+/// A CA, and the NATS server's and a node's certificates signed by it, written under `dir` as
+/// `ca.pem`, `server.pem`/`server-key.pem` and `node.pem`/`node-key.pem`; also `other-ca.pem`, a
+/// CA that signed none of them.
+fn certificates(dir: &Path) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    };
+    let ca = |name: &str| {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        (cert, key)
+    };
+    let (ca_cert, ca_key) = ca("warden test CA");
+    std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
+    std::fs::write(dir.join("other-ca.pem"), ca("another CA").0.pem()).unwrap();
+    for (name, sans, usage) in [
+        (
+            "server",
+            vec!["127.0.0.1".to_owned(), "localhost".to_owned()],
+            ExtendedKeyUsagePurpose::ServerAuth,
+        ),
+        (
+            "node",
+            vec!["warden-node".to_owned()],
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ),
+    ] {
+        let mut params = CertificateParams::new(sans).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![usage];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &ca_cert, &ca_key).unwrap();
+        std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
+        std::fs::write(dir.join(format!("{name}-key.pem")), key.serialize_pem()).unwrap();
+    }
+}
+
+#[test]
+fn a_nats_server_with_tls_and_nkeys_takes_a_node_with_its_certificate_and_seed() {
+    let dir = temp_dir("nats-tls");
+    let path = |name: &str| dir.join(name).display().to_string();
+    certificates(&dir);
+    let user = nkeys::KeyPair::new_user();
+    let seed = user.seed().unwrap();
+    std::fs::write(dir.join("seed"), format!("{seed}\n")).unwrap();
+    std::fs::write(
+        dir.join("stranger"),
+        nkeys::KeyPair::new_user().seed().unwrap(),
+    )
+    .unwrap();
+    std::fs::write(dir.join("not-a-seed"), "hunter2 is my password\n").unwrap();
+    // Clients must present a certificate of the CA (`verify`), and be the nkey user.
+    let conf = format!(
+        "tls {{\n  cert_file: \"{}\"\n  key_file: \"{}\"\n  ca_file: \"{}\"\n  verify: true\n}}\n\
+         authorization {{\n  users = [ {{ nkey: \"{}\" }} ]\n}}\n",
+        path("server.pem"),
+        path("server-key.pem"),
+        path("ca.pem"),
+        user.public_key()
+    );
+    std::fs::write(dir.join("nats.conf"), conf).unwrap();
+    let Some(nats) = NatsServer::start_with_args(&dir, &["-c", &path("nats.conf")]) else {
+        return;
+    };
+    let keys = |ca: &str, client: bool, seed: &str| {
+        let mut keys = format!(
+            "[cluster]\nconnect_timeout_seconds = 2\ntls_ca_file = \"{}\"\n",
+            path(ca)
+        );
+        if client {
+            keys.push_str(&format!(
+                "tls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n",
+                path("node.pem"),
+                path("node-key.pem")
+            ));
+        }
+        if !seed.is_empty() {
+            keys.push_str(&format!("nkey_seed_file = \"{}\"\n", path(seed)));
+        }
+        team(&["x"], 0).replace("[cluster]\n", &keys)
+    };
+    let refused = |team: &str| {
+        std::fs::write(dir.join("team.toml"), team).unwrap();
+        let (code, err) = serve_to_the_end(&dir, &["--cluster", &nats.url(), "--node", "a"]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(!err.contains(&seed), "the seed is never shown: {err}");
+        err
+    };
+    // Each thing missing or wrong is refused, and says which.
+    let err = refused(&keys("ca.pem", true, "not-a-seed"));
+    assert!(
+        err.contains(&format!(
+            "cluster: `cluster.nkey_seed_file` = {}: not a NATS user nkey seed",
+            path("not-a-seed")
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+    let err = refused(&keys("missing.pem", true, "seed"));
+    assert!(
+        err.contains(&format!(
+            "`cluster.tls_ca_file` = {}: ",
+            path("missing.pem")
+        )),
+        "{err}"
+    );
+    let err = refused(&keys("ca.pem", true, "stranger"));
+    assert!(err.contains("authorization violation"), "{err}");
+    let err = refused(&keys("ca.pem", true, ""));
+    assert!(err.contains("authorization violation"), "{err}");
+    // The server's certificate is not of a CA the node trusts.
+    let err = refused(&keys("other-ca.pem", true, "seed"));
+    assert!(
+        err.contains("invalid peer certificate: UnknownIssuer"),
+        "{err}"
+    );
+    // No client certificate: the server's `verify` refuses the handshake.
+    let err = refused(&keys("ca.pem", false, "seed"));
+    assert!(
+        err.contains("cannot connect to NATS") && err.contains("BadCertificate"),
+        "{err}"
+    );
+    // All of it: joined, and working (an event answered, a halt applied).
+    let a = Node::start_with(&dir, "a", &nats.url(), &keys("ca.pem", true, "seed"));
+    assert!(answered(&a, "x"));
+    let cluster = a.get("/api/cluster");
+    assert!(cluster["connected"] == true, "{cluster}");
+    halt_cluster(&a, &[(&a, "x")]);
+    assert!(!a.stderr().contains(&seed), "{}", a.stderr());
+}
+
 #[test]
 fn a_lockout_on_b_refuses_delegation_from_a_and_an_unlock_needs_a_cluster_write() {
     let dir = temp_dir("lockout");

@@ -9,7 +9,7 @@
 //! ```
 
 use serde::{de::Error as _, Deserialize, Deserializer, Serialize};
-use std::time::Duration;
+use std::{path::PathBuf, time::Duration};
 
 /// The `[cluster]` section. The cluster is on when both `url` and `node` are set (here or by the
 /// flags); see docs/cluster.md.
@@ -59,6 +59,23 @@ pub struct ClusterSection {
     /// (the default) or `false` (such an agent is started again only by a node started with it).
     #[serde(deserialize_with = "adopt_flag")]
     pub adopt: bool,
+    /// A file holding this node's NATS user nkey seed (one line, `SU…`); the server lists the user
+    /// by its public key (`authorization { users = [{ nkey: "U…" }] }`). Not with a user or token
+    /// in `url`. Read at start; the seed is never shown. Relative to the working directory.
+    #[serde(deserialize_with = "file_path")]
+    pub nkey_seed_file: Option<PathBuf>,
+    /// PEM root certificates the NATS server's certificate must chain to. Setting it (or a client
+    /// certificate, or a `tls://` URL) makes TLS required: a server that does not offer it is
+    /// refused.
+    #[serde(deserialize_with = "file_path")]
+    pub tls_ca_file: Option<PathBuf>,
+    /// This node's PEM client certificate, for a server that verifies clients (`tls { verify:
+    /// true }`); with `tls_key_file`.
+    #[serde(deserialize_with = "file_path")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The PEM private key of `tls_cert_file`.
+    #[serde(deserialize_with = "file_path")]
+    pub tls_key_file: Option<PathBuf>,
 }
 
 impl Default for ClusterSection {
@@ -74,6 +91,10 @@ impl Default for ClusterSection {
             budget_slice_tokens: 0,
             budget_slice_cost: 0.0,
             adopt: true,
+            nkey_seed_file: None,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
@@ -106,6 +127,23 @@ pub struct ClusterConfig {
     pub namespace: String,
     /// See [`ClusterSection::adopt`].
     pub adopt: bool,
+    /// How this node proves itself to NATS and checks the server, beyond a user or token in `url`.
+    pub security: NatsSecurity,
+}
+
+/// The `[cluster]` keys of NATS authentication and TLS, checked (a client certificate has its
+/// key; an nkey is not given with a user or token in the URL). Files are read when connecting.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NatsSecurity {
+    /// See [`ClusterSection::nkey_seed_file`].
+    pub nkey_seed_file: Option<PathBuf>,
+    /// See [`ClusterSection::tls_ca_file`].
+    pub tls_ca_file: Option<PathBuf>,
+    /// [`ClusterSection::tls_cert_file`] with its [`ClusterSection::tls_key_file`].
+    pub tls_client: Option<(PathBuf, PathBuf)>,
+    /// TLS is required: a CA file or a client certificate is set, or a server of the URL is
+    /// `tls://`.
+    pub tls_required: bool,
 }
 
 /// The namespace of `warden serve`'s buckets and subjects.
@@ -139,15 +177,20 @@ impl ClusterConfig {
     /// from its first server that has any: `(user or token, password)`. async-nats 0.51 does not
     /// take them from the URL itself.
     pub(super) fn credentials(&self) -> Option<(String, Option<String>)> {
-        self.url.split(',').find_map(|one| {
-            let rest = one.trim().strip_prefix("nats://")?;
-            let (userinfo, _) = rest.rsplit_once('@')?;
-            Some(match userinfo.split_once(':') {
-                Some((user, pass)) => (user.to_owned(), Some(pass.to_owned())),
-                None => (userinfo.to_owned(), None),
-            })
-        })
+        credentials(&self.url)
     }
+}
+
+/// See [`ClusterConfig::credentials`].
+fn credentials(url: &str) -> Option<(String, Option<String>)> {
+    url.split(',').find_map(|one| {
+        let rest = strip_scheme(one.trim())?.1;
+        let (userinfo, _) = rest.rsplit_once('@')?;
+        Some(match userinfo.split_once(':') {
+            Some((user, pass)) => (user.to_owned(), Some(pass.to_owned())),
+            None => (userinfo.to_owned(), None),
+        })
+    })
 }
 
 /// `url` with the secret of each server's credentials replaced by `***` (a password, or a token:
@@ -156,19 +199,28 @@ pub fn shown_url(url: &str) -> String {
     url.split(',')
         .map(|one| {
             let one = one.trim();
-            let Some((userinfo, host)) = one
-                .strip_prefix("nats://")
-                .and_then(|rest| rest.rsplit_once('@'))
+            let Some((scheme, (userinfo, host))) =
+                strip_scheme(one).and_then(|(scheme, rest)| Some((scheme, rest.rsplit_once('@')?)))
             else {
                 return one.to_owned();
             };
             match userinfo.split_once(':') {
-                Some((user, _)) => format!("nats://{user}:***@{host}"),
-                None => format!("nats://***@{host}"),
+                Some((user, _)) => format!("{scheme}{user}:***@{host}"),
+                None => format!("{scheme}***@{host}"),
             }
         })
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// The schemes a server of `cluster.url` may have: `tls://` requires TLS of that server.
+const SCHEMES: [&str; 2] = ["nats://", "tls://"];
+
+/// `(scheme, the rest)` of one server of a URL; `None` for another scheme.
+fn strip_scheme(one: &str) -> Option<(&'static str, &str)> {
+    SCHEMES
+        .iter()
+        .find_map(|scheme| Some((*scheme, one.strip_prefix(scheme)?)))
 }
 
 impl ClusterSection {
@@ -225,7 +277,9 @@ impl ClusterSection {
                 })
             }
         };
+        let security = self.security(&url)?;
         Ok(Some(ClusterConfig {
+            security,
             url,
             node,
             fail_safe: Duration::from_secs(self.fail_safe_seconds),
@@ -241,18 +295,60 @@ impl ClusterSection {
     }
 }
 
+impl ClusterSection {
+    /// The authentication and TLS keys, checked against each other and `url`.
+    fn security(&self, url: &str) -> Result<NatsSecurity, super::ClusterError> {
+        let unset = |key: &'static str, allowed: &'static str| super::ClusterError::Invalid {
+            key,
+            value: "(unset)".into(),
+            allowed,
+        };
+        let tls_client = match (&self.tls_cert_file, &self.tls_key_file) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            (Some(_), None) => {
+                return Err(unset(
+                    "cluster.tls_key_file",
+                    "the PEM private key of cluster.tls_cert_file, whenever that is set",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(unset(
+                    "cluster.tls_cert_file",
+                    "the PEM client certificate of cluster.tls_key_file, whenever that is set",
+                ))
+            }
+        };
+        if let Some(seed) = &self.nkey_seed_file {
+            if credentials(url).is_some() {
+                return Err(super::ClusterError::Invalid {
+                    key: "cluster.nkey_seed_file",
+                    value: seed.display().to_string(),
+                    allowed: "an nkey or a user (or token) in cluster.url, not both",
+                });
+            }
+        }
+        let tls_url = url.split(',').any(|one| one.trim().starts_with("tls://"));
+        Ok(NatsSecurity {
+            nkey_seed_file: self.nkey_seed_file.clone(),
+            tls_ca_file: self.tls_ca_file.clone(),
+            tls_required: tls_url || self.tls_ca_file.is_some() || tls_client.is_some(),
+            tls_client,
+        })
+    }
+}
+
 /// A value check: `Err(what is allowed)`.
 type Check = fn(&str) -> Result<(), &'static str>;
 
 const URL_ALLOWED: &str =
-    "nats://HOST:PORT, several separated by commas (USER:PASSWORD@ or TOKEN@ before HOST for a server that wants them)";
+    "nats://HOST:PORT (tls://HOST:PORT: TLS required), several separated by commas (USER:PASSWORD@ or TOKEN@ before HOST for a server that wants them)";
 const NODE_ALLOWED: &str = "1 to 64 letters, digits, `-` and `_`";
 
 fn check_url(url: &str) -> Result<(), &'static str> {
     let ok = url.split(',').all(|one| {
-        one.trim()
-            .strip_prefix("nats://")
-            .is_some_and(|rest| !rest.is_empty() && !rest.contains(char::is_whitespace))
+        strip_scheme(one.trim())
+            .is_some_and(|(_, rest)| !rest.is_empty() && !rest.contains(char::is_whitespace))
     });
     if ok {
         Ok(())
@@ -287,6 +383,17 @@ fn nats_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error>
 
 fn node_name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     checked(d, check_node)
+}
+
+/// A file's path: not empty.
+fn file_path<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+    let value = String::deserialize(d)?;
+    if value.trim().is_empty() {
+        return Err(D::Error::custom(format!(
+            "invalid value {value:?} (allowed: a file's path)"
+        )));
+    }
+    Ok(Some(PathBuf::from(value)))
 }
 
 fn in_range<'de, D: Deserializer<'de>>(d: D, min: u64, max: u64) -> Result<u64, D::Error> {
@@ -467,6 +574,60 @@ mod tests {
         let token = config("nats://t0ken@h:1");
         assert_eq!(token.credentials(), Some(("t0ken".into(), None)));
         assert_eq!(token.shown_url(), "nats://***@h:1");
+    }
+
+    #[test]
+    fn tls_and_nkey_keys_are_checked_against_each_other_and_the_url() {
+        let resolve = |text: &str| {
+            parse(&format!("[cluster]\nnode = \"a\"\n{text}"))
+                .and_then(|s| s.resolve().map_err(|e| e.to_string()))
+                .map(|c| c.unwrap().security)
+        };
+        // Nothing set: no TLS asked for (a server that offers it is still used).
+        let plain = resolve("url = \"nats://h:1\"\n").unwrap();
+        assert_eq!(plain, NatsSecurity::default());
+        // A tls:// server, a CA, or a client certificate: TLS required.
+        assert!(
+            resolve("url = \"nats://h:1, tls://h:2\"\n")
+                .unwrap()
+                .tls_required
+        );
+        let ca = resolve("url = \"nats://h:1\"\ntls_ca_file = \"ca.pem\"\n").unwrap();
+        assert!(ca.tls_required && ca.tls_ca_file == Some("ca.pem".into()));
+        let client =
+            resolve("url = \"nats://h:1\"\ntls_cert_file = \"c.pem\"\ntls_key_file = \"k.pem\"\n")
+                .unwrap();
+        assert_eq!(client.tls_client, Some(("c.pem".into(), "k.pem".into())));
+        assert!(client.tls_required);
+        // A certificate without its key, or the other way round.
+        let err = resolve("url = \"nats://h:1\"\ntls_cert_file = \"c.pem\"\n").unwrap_err();
+        assert_eq!(
+            err,
+            "invalid value for `cluster.tls_key_file`: (unset) (allowed: the PEM private key of \
+             cluster.tls_cert_file, whenever that is set)"
+        );
+        let err = resolve("url = \"nats://h:1\"\ntls_key_file = \"k.pem\"\n").unwrap_err();
+        assert!(err.contains("`cluster.tls_cert_file`"), "{err}");
+        // An nkey and a user in the URL: one or the other.
+        let err = resolve("url = \"nats://u:p@h:1\"\nnkey_seed_file = \"seed\"\n").unwrap_err();
+        assert_eq!(
+            err,
+            "invalid value for `cluster.nkey_seed_file`: seed (allowed: an nkey or a user (or \
+             token) in cluster.url, not both)"
+        );
+        // An empty path, with its line.
+        let err = parse("[cluster]\ntls_ca_file = \" \"\n").unwrap_err();
+        assert!(
+            err.starts_with(
+                "invalid config: line 2, column 15: `cluster.tls_ca_file`: invalid value \" \" \
+                 (allowed: a file's path)"
+            ),
+            "{err}"
+        );
+        // tls:// credentials are hidden as nats:// ones are.
+        assert_eq!(shown_url("tls://u:pw@h:1"), "tls://u:***@h:1");
+        assert_eq!(credentials("tls://tok@h:1"), Some(("tok".into(), None)));
+        assert!(check_url("http://h:1").is_err() && check_url("tls://h:1").is_ok());
     }
 
     #[test]

@@ -21,6 +21,17 @@ pub enum ClusterError {
         /// What the client said.
         cause: String,
     },
+    /// A file a `[cluster]` key names (`nkey_seed_file`, `tls_ca_file`, …) cannot be read or is
+    /// not what the key wants. (The content of a seed file is never shown.)
+    #[error("cluster: `{key}` = {path}: {cause}")]
+    File {
+        /// The key (`cluster.nkey_seed_file`).
+        key: &'static str,
+        /// The file, as given.
+        path: String,
+        /// What is wrong with it.
+        cause: String,
+    },
     /// JetStream refused or did not answer (it is off on the server, a bucket could not be made).
     #[error("cluster: JetStream: {0}")]
     JetStream(String),

@@ -58,7 +58,7 @@ mod lockout;
 mod remote;
 
 pub use budget::BUDGET_BUCKET;
-pub use config::{shown_url, ClusterConfig, ClusterSection, DEFAULT_NAMESPACE};
+pub use config::{shown_url, ClusterConfig, ClusterSection, NatsSecurity, DEFAULT_NAMESPACE};
 pub use error::ClusterError;
 pub(crate) use halt::halt_body;
 pub use halt::{ClusterLift, LiftError};
@@ -385,6 +385,7 @@ async fn connect(config: &ClusterConfig) -> Result<async_nats::Client, ClusterEr
         Some((token, None)) => options.token(token),
         None => options,
     };
+    let options = secure(options, &config.security)?;
     let urls: Vec<&str> = config.url.split(',').map(str::trim).collect();
     let connecting = options.connect(urls.as_slice());
     match tokio::time::timeout(config.connect_timeout, connecting).await {
@@ -398,6 +399,48 @@ async fn connect(config: &ClusterConfig) -> Result<async_nats::Client, ClusterEr
             cause: format!("no connection within {:?}", config.connect_timeout),
         }),
     }
+}
+
+/// `options` with the nkey and TLS of `security`. The files are checked here, so that a missing or
+/// wrong one is said with its key rather than as the client's connect error.
+fn secure(
+    mut options: async_nats::ConnectOptions,
+    security: &config::NatsSecurity,
+) -> Result<async_nats::ConnectOptions, ClusterError> {
+    let readable = |key: &'static str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| ClusterError::File {
+            key,
+            path: path.display().to_string(),
+            cause: e.to_string(),
+        })
+    };
+    if let Some(path) = &security.nkey_seed_file {
+        let text = readable("cluster.nkey_seed_file", path)?;
+        let seed = String::from_utf8(text).unwrap_or_default();
+        let seed = seed.trim();
+        // Checked before it is handed over: the client would only fail the handshake. The cause
+        // never quotes the file (it is a secret).
+        let user = nkeys::KeyPair::from_seed(seed)
+            .is_ok_and(|pair| pair.key_pair_type() == nkeys::KeyPairType::User);
+        if !user {
+            return Err(ClusterError::File {
+                key: "cluster.nkey_seed_file",
+                path: path.display().to_string(),
+                cause: "not a NATS user nkey seed (one line starting with SU)".into(),
+            });
+        }
+        options = options.nkey(seed.to_owned());
+    }
+    if let Some(path) = &security.tls_ca_file {
+        readable("cluster.tls_ca_file", path)?;
+        options = options.add_root_certificates(path.clone());
+    }
+    if let Some((cert, key)) = &security.tls_client {
+        readable("cluster.tls_cert_file", cert)?;
+        readable("cluster.tls_key_file", key)?;
+        options = options.add_client_certificate(cert.clone(), key.clone());
+    }
+    Ok(options.require_tls(security.tls_required))
 }
 
 /// Opens the bucket, creating it when missing (`max_age` zero: entries never expire), retrying
