@@ -1943,6 +1943,21 @@ fn adoption_team(agents: &[&str], settings: &str) -> String {
 }
 
 /// Whether `node` runs `agent` itself (its `GET /api/agents/KEY` names it as the node).
+/// Waits (5 s at most) for `node`'s standard error to hold `line`. An adoption or take-back is
+/// visible (the agent listed, its state) a moment before its log line is written.
+fn logs(node: &Node, line: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !node.stderr().contains(line) {
+        assert!(
+            Instant::now() < deadline,
+            "node {} never logged {line:?}:\n{}",
+            node.name,
+            node.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn runs(node: &Node, agent: &str) -> bool {
     let (status, body) = request(node.port, "GET", &format!("/api/agents/{agent}"), None);
     status == 200
@@ -1994,7 +2009,7 @@ fn a_dead_nodes_agents_are_adopted_with_their_lockout_and_not_started_twice() {
     assert_eq!(b.state_of("y"), "SAFETY_LOCKOUT");
     let (status, body) = b.post("/api/agents/y/events", Some(r#"{"content":"go"}"#));
     assert_eq!(status, 409, "{body}");
-    assert!(b.stderr().contains("adopted here"), "{}", b.stderr());
+    logs(&b, "adopted here");
     let cluster = b.get("/api/cluster");
     assert!(cluster["elsewhere"].get("x").is_none(), "{cluster}");
     assert_eq!(cluster["lockouts"]["y"]["locked"], true, "{cluster}");
@@ -2048,11 +2063,7 @@ fn an_operators_halt_and_pause_survive_the_death_of_the_node() {
     assert_eq!(b.get("/api/agents/z")["paused"], true);
     assert!(!answered(&b, "x"));
     assert!(answered(&b, "w"));
-    assert!(
-        b.stderr().contains("adopted here, halted on node a"),
-        "{}",
-        b.stderr()
-    );
+    logs(&b, "adopted here, halted on node a");
     // A cluster halt and its lift leave x halted (its halt was not the fleet's).
     halt_cluster(&b, &[(&b, "w")]);
     let (status, body) = b.post("/api/resume", None);
@@ -2177,20 +2188,10 @@ fn a_partitioned_owner_that_comes_back_halts_the_agent_another_node_adopted_and_
     let calls = model_calls(&a, "x");
     // b dies: a adopts x back (its halted copy, resumed) once b's lease has aged out.
     b.kill();
-    // The log line comes after the resume is visible: waited for too, not read right after.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !(a.stderr().contains("adopted here back: resumed")
-        && runs(&a, "x")
-        && a.state_of("x") == "WAITING_FOR_EVENT")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "a never took x back: x on a is {}; a's stderr:\n{}",
-            a.get("/api/agents/x"),
-            a.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("a takes x back", Duration::from_secs(10), || {
+        runs(&a, "x") && a.state_of("x") == "WAITING_FOR_EVENT"
+    });
+    logs(&a, "adopted here back: resumed");
     assert!(answered(&a, "x"), "x answers on a again");
     assert_eq!(model_calls(&a, "x"), calls + 1);
     let cluster = a.get("/api/cluster");
