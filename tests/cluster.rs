@@ -790,6 +790,129 @@ fn a_nats_server_with_tls_and_nkeys_takes_a_node_with_its_certificate_and_seed()
     assert!(!a.stderr().contains(&seed), "{}", a.stderr());
 }
 
+/// A NATS JWT (v2) of `claims` about `subject`, signed by `issuer`: what `nsc` writes, made here
+/// because Debian has no `nsc`.
+fn jwt(issuer: &nkeys::KeyPair, subject: &str, name: &str, nats: Value) -> String {
+    use data_encoding::BASE64URL_NOPAD as B64;
+    let header = B64.encode(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+    let claims = serde_json::json!({
+        "jti": format!("{name}-{subject}"),
+        "iat": 1_700_000_000u64,
+        "iss": issuer.public_key(),
+        "name": name,
+        "sub": subject,
+        "nats": nats,
+    });
+    let body = format!("{header}.{}", B64.encode(claims.to_string().as_bytes()));
+    let signature = issuer.sign(body.as_bytes()).unwrap();
+    format!("{body}.{}", B64.encode(&signature))
+}
+
+#[test]
+fn a_nats_server_in_operator_mode_takes_a_node_with_its_credentials_file() {
+    let dir = temp_dir("nats-creds");
+    let path = |name: &str| dir.join(name).display().to_string();
+    let operator = nkeys::KeyPair::new_operator();
+    let account = nkeys::KeyPair::new_account();
+    let system = nkeys::KeyPair::new_account();
+    let user = nkeys::KeyPair::new_user();
+    let operator_jwt = jwt(
+        &operator,
+        &operator.public_key(),
+        "op",
+        serde_json::json!({"type": "operator", "version": 2}),
+    );
+    let unlimited = serde_json::json!({"subs": -1, "data": -1, "payload": -1, "imports": -1,
+        "exports": -1, "wildcards": true, "conn": -1, "leaf": -1});
+    let mut limits = unlimited.clone();
+    for (k, v) in [
+        ("mem_storage", -1),
+        ("disk_storage", -1),
+        ("streams", -1),
+        ("consumer", -1),
+    ] {
+        limits[k] = v.into();
+    }
+    let account_jwt = jwt(
+        &operator,
+        &account.public_key(),
+        "warden",
+        serde_json::json!({"limits": limits, "type": "account", "version": 2}),
+    );
+    let system_jwt = jwt(
+        &operator,
+        &system.public_key(),
+        "SYS",
+        serde_json::json!({"limits": unlimited, "type": "account", "version": 2}),
+    );
+    let user_jwt = jwt(
+        &account,
+        &user.public_key(),
+        "node",
+        serde_json::json!({"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1,
+            "type": "user", "version": 2}),
+    );
+    let seed = user.seed().unwrap();
+    let creds = format!(
+        "-----BEGIN NATS USER JWT-----\n{user_jwt}\n------END NATS USER JWT------\n\n\
+         -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n"
+    );
+    std::fs::write(dir.join("node.creds"), &creds).unwrap();
+    std::fs::write(dir.join("broken.creds"), format!("{user_jwt}\n{seed}\n")).unwrap();
+    // The same user, signed by an account the server does not know.
+    let forged = jwt(
+        &nkeys::KeyPair::new_account(),
+        &user.public_key(),
+        "node",
+        serde_json::json!({"type": "user", "version": 2}),
+    );
+    std::fs::write(dir.join("forged.creds"), creds.replace(&user_jwt, &forged)).unwrap();
+    let conf = format!(
+        "operator: \"{operator_jwt}\"\nsystem_account: \"{}\"\nresolver: MEMORY\n\
+         resolver_preload: {{\n  {}: \"{account_jwt}\"\n  {}: \"{system_jwt}\"\n}}\n",
+        system.public_key(),
+        account.public_key(),
+        system.public_key()
+    );
+    std::fs::write(dir.join("nats.conf"), conf).unwrap();
+    let Some(nats) = NatsServer::start_with_args(&dir, &["-c", &path("nats.conf")]) else {
+        return;
+    };
+    let with = |creds: &str| {
+        let keys = match creds {
+            "" => "[cluster]\nconnect_timeout_seconds = 2\n".to_owned(),
+            file => format!(
+                "[cluster]\nconnect_timeout_seconds = 2\ncredentials_file = \"{}\"\n",
+                path(file)
+            ),
+        };
+        team(&["x"], 0).replace("[cluster]\n", &keys)
+    };
+    let refused = |team: &str| {
+        std::fs::write(dir.join("team.toml"), team).unwrap();
+        let (code, err) = serve_to_the_end(&dir, &["--cluster", &nats.url(), "--node", "a"]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(!err.contains(&seed), "the seed is never shown: {err}");
+        err
+    };
+    let err = refused(&with(""));
+    assert!(err.contains("authorization violation"), "{err}");
+    let err = refused(&with("forged.creds"));
+    assert!(err.contains("authorization violation"), "{err}");
+    let err = refused(&with("broken.creds"));
+    assert!(
+        err.contains(&format!(
+            "`cluster.credentials_file` = {}: not a NATS credentials file",
+            path("broken.creds")
+        )),
+        "{err}"
+    );
+    let a = Node::start_with(&dir, "a", &nats.url(), &with("node.creds"));
+    assert!(answered(&a, "x"));
+    halt_cluster(&a, &[(&a, "x")]);
+    assert!(!a.stderr().contains(&seed), "{}", a.stderr());
+}
+
 #[test]
 fn a_lockout_on_b_refuses_delegation_from_a_and_an_unlock_needs_a_cluster_write() {
     let dir = temp_dir("lockout");

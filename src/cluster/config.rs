@@ -64,6 +64,10 @@ pub struct ClusterSection {
     /// in `url`. Read at start; the seed is never shown. Relative to the working directory.
     #[serde(deserialize_with = "file_path")]
     pub nkey_seed_file: Option<PathBuf>,
+    /// A NATS credentials file (`.creds`: the user's JWT and nkey seed, as `nsc` writes it) for a
+    /// server in operator (JWT) mode. Not with `nkey_seed_file` nor a user or token in `url`.
+    #[serde(deserialize_with = "file_path")]
+    pub credentials_file: Option<PathBuf>,
     /// PEM root certificates the NATS server's certificate must chain to. Setting it (or a client
     /// certificate, or a `tls://` URL) makes TLS required: a server that does not offer it is
     /// refused.
@@ -92,6 +96,7 @@ impl Default for ClusterSection {
             budget_slice_cost: 0.0,
             adopt: true,
             nkey_seed_file: None,
+            credentials_file: None,
             tls_ca_file: None,
             tls_cert_file: None,
             tls_key_file: None,
@@ -137,6 +142,8 @@ pub struct ClusterConfig {
 pub struct NatsSecurity {
     /// See [`ClusterSection::nkey_seed_file`].
     pub nkey_seed_file: Option<PathBuf>,
+    /// See [`ClusterSection::credentials_file`].
+    pub credentials_file: Option<PathBuf>,
     /// See [`ClusterSection::tls_ca_file`].
     pub tls_ca_file: Option<PathBuf>,
     /// [`ClusterSection::tls_cert_file`] with its [`ClusterSection::tls_key_file`].
@@ -319,18 +326,27 @@ impl ClusterSection {
                 ))
             }
         };
-        if let Some(seed) = &self.nkey_seed_file {
-            if credentials(url).is_some() {
+        // One way of proving who the node is.
+        let ways = [
+            ("cluster.nkey_seed_file", &self.nkey_seed_file),
+            ("cluster.credentials_file", &self.credentials_file),
+        ];
+        for (i, (key, file)) in ways.iter().enumerate() {
+            let Some(file) = file else { continue };
+            let other = ways.iter().skip(i + 1).any(|(_, f)| f.is_some());
+            if other || credentials(url).is_some() {
                 return Err(super::ClusterError::Invalid {
-                    key: "cluster.nkey_seed_file",
-                    value: seed.display().to_string(),
-                    allowed: "an nkey or a user (or token) in cluster.url, not both",
+                    key,
+                    value: file.display().to_string(),
+                    allowed: "one of cluster.nkey_seed_file, cluster.credentials_file and a user \
+                              (or token) in cluster.url",
                 });
             }
         }
         let tls_url = url.split(',').any(|one| one.trim().starts_with("tls://"));
         Ok(NatsSecurity {
             nkey_seed_file: self.nkey_seed_file.clone(),
+            credentials_file: self.credentials_file.clone(),
             tls_ca_file: self.tls_ca_file.clone(),
             tls_required: tls_url || self.tls_ca_file.is_some() || tls_client.is_some(),
             tls_client,
@@ -612,9 +628,17 @@ mod tests {
         let err = resolve("url = \"nats://u:p@h:1\"\nnkey_seed_file = \"seed\"\n").unwrap_err();
         assert_eq!(
             err,
-            "invalid value for `cluster.nkey_seed_file`: seed (allowed: an nkey or a user (or \
-             token) in cluster.url, not both)"
+            "invalid value for `cluster.nkey_seed_file`: seed (allowed: one of \
+             cluster.nkey_seed_file, cluster.credentials_file and a user (or token) in \
+             cluster.url)"
         );
+        let err = resolve(
+            "url = \"nats://h:1\"\nnkey_seed_file = \"seed\"\ncredentials_file = \"c.creds\"\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("`cluster.nkey_seed_file`"), "{err}");
+        let err = resolve("url = \"nats://t@h:1\"\ncredentials_file = \"c.creds\"\n").unwrap_err();
+        assert!(err.contains("`cluster.credentials_file`: c.creds"), "{err}");
         // An empty path, with its line.
         let err = parse("[cluster]\ntls_ca_file = \" \"\n").unwrap_err();
         assert!(

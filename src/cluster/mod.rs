@@ -431,6 +431,16 @@ fn secure(
         }
         options = options.nkey(seed.to_owned());
     }
+    if let Some(path) = &security.credentials_file {
+        let text = readable("cluster.credentials_file", path)?;
+        let text = String::from_utf8(text).unwrap_or_default();
+        // The client's parse error names what is missing (the JWT, the seed), never the content.
+        options = options.credentials(&text).map_err(|e| ClusterError::File {
+            key: "cluster.credentials_file",
+            path: path.display().to_string(),
+            cause: format!("not a NATS credentials file: {e}"),
+        })?;
+    }
     if let Some(path) = &security.tls_ca_file {
         readable("cluster.tls_ca_file", path)?;
         options = options.add_root_certificates(path.clone());
