@@ -656,6 +656,16 @@ fn a_nats_server_that_wants_a_password_gets_the_one_in_the_url_and_it_is_never_s
     assert!(!a.stderr().contains("s3cret"), "{}", a.stderr());
 }
 
+/// `warden serve` of `team` (node a) against `nats`, which must refuse it: standard error, which
+/// must not hold `secret`.
+fn refused_by(dir: &Path, nats: &NatsServer, team: &str, secret: &str) -> String {
+    std::fs::write(dir.join("team.toml"), team).unwrap();
+    let (code, err) = serve_to_the_end(dir, &["--cluster", &nats.url(), "--node", "a"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(!err.contains(secret), "the secret is never shown: {err}");
+    err
+}
+
 /// A CA, and the NATS server's and a node's certificates signed by it, written under `dir` as
 /// `ca.pem`, `server.pem`/`server-key.pem` and `node.pem`/`node-key.pem`; also `other-ca.pem`, a
 /// CA that signed none of them.
@@ -740,13 +750,7 @@ fn a_nats_server_with_tls_and_nkeys_takes_a_node_with_its_certificate_and_seed()
         }
         team(&["x"], 0).replace("[cluster]\n", &keys)
     };
-    let refused = |team: &str| {
-        std::fs::write(dir.join("team.toml"), team).unwrap();
-        let (code, err) = serve_to_the_end(&dir, &["--cluster", &nats.url(), "--node", "a"]);
-        assert_eq!(code, Some(1), "{err}");
-        assert!(!err.contains(&seed), "the seed is never shown: {err}");
-        err
-    };
+    let refused = |team: &str| refused_by(&dir, &nats, team, &seed);
     // Each thing missing or wrong is refused, and says which.
     let err = refused(&keys("ca.pem", true, "not-a-seed"));
     assert!(
@@ -888,13 +892,7 @@ fn a_nats_server_in_operator_mode_takes_a_node_with_its_credentials_file() {
         };
         team(&["x"], 0).replace("[cluster]\n", &keys)
     };
-    let refused = |team: &str| {
-        std::fs::write(dir.join("team.toml"), team).unwrap();
-        let (code, err) = serve_to_the_end(&dir, &["--cluster", &nats.url(), "--node", "a"]);
-        assert_eq!(code, Some(1), "{err}");
-        assert!(!err.contains(&seed), "the seed is never shown: {err}");
-        err
-    };
+    let refused = |team: &str| refused_by(&dir, &nats, team, &seed);
     let err = refused(&with(""));
     assert!(err.contains("authorization violation"), "{err}");
     let err = refused(&with("forged.creds"));
