@@ -2256,6 +2256,65 @@ fn an_agent_adopted_while_the_cluster_is_halted_comes_up_halted_and_adopt_false_
     assert_eq!(b.state_of("b1"), "WAITING_FOR_EVENT");
 }
 
+/// Cuts `a` (joined through `proxy`) off until `b` adopts x, heals it, and waits until `a` has
+/// given its copy up.
+fn give_x_up(proxy: &Proxy, a: &Node, b: &Node) {
+    proxy.black_hole();
+    wait_until("b adopts x", Duration::from_secs(10), || runs(b, "x"));
+    proxy.heal();
+    wait_until("a gives its copy of x up", Duration::from_secs(15), || {
+        a.get("/api/agents/x")["node"] == "b"
+            && a.get("/api/events/recent?agent=x&limit=100")
+                .to_string()
+                .contains(r#""by":"lease_lost""#)
+    });
+}
+
+#[test]
+fn a_node_restarted_after_giving_an_agent_up_takes_it_back_all_the_same() {
+    let dir = temp_dir("give-up-restart");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let proxy = Proxy::start(nats.port);
+    let mut a = Node::start_with(&dir, "a", &proxy.url(), &adoption_team(&["x"], ""));
+    let mut b = Node::start_with(&dir, "b", &nats.url(), &adoption_team(&["x", "b1"], ""));
+    assert!(runs(&a, "x"));
+
+    // 1. a gives x up, restarts while b runs x, and adopts x back when b dies.
+    give_x_up(&proxy, &a, &b);
+    a.kill();
+    a.spawn();
+    assert!(!runs(&a, "x"), "b holds x's lease");
+    b.kill();
+    wait_until("a adopts x back", Duration::from_secs(10), || {
+        runs(&a, "x") && a.state_of("x") == "WAITING_FOR_EVENT"
+    });
+    logs(&a, "adopted here back: resumed");
+    assert!(answered(&a, "x"), "x answers on a");
+
+    // 2. a gives x up again, both nodes die, and a restarted claims x at its start.
+    b.spawn();
+    give_x_up(&proxy, &a, &b);
+    a.kill();
+    b.kill();
+    // x's lease (b's) ages out: TTL 3 s.
+    std::thread::sleep(Duration::from_secs(4));
+    a.spawn();
+    assert!(runs(&a, "x"));
+    assert_eq!(a.state_of("x"), "WAITING_FOR_EVENT");
+    logs(
+        &a,
+        "agent x, given up here before this node restarted, is this node's again: resumed",
+    );
+    assert!(answered(&a, "x"), "x answers on a");
+    let events = a.get("/api/events/recent?agent=x&limit=200").to_string();
+    assert!(
+        events.contains("taken back at the start of node a"),
+        "{events}"
+    );
+}
+
 #[test]
 fn a_partitioned_owner_that_comes_back_halts_the_agent_another_node_adopted_and_takes_it_back() {
     let dir = temp_dir("adopt-partition");
@@ -2275,7 +2334,7 @@ fn a_partitioned_owner_that_comes_back_halts_the_agent_another_node_adopted_and_
     wait_until("a halts its copy of x", Duration::from_secs(15), || {
         a.get("/api/events/recent?agent=x&limit=100")
             .to_string()
-            .contains("lease lost to node b")
+            .contains(r#"{"by":"lease_lost","node":"b"}"#)
     });
     assert!(
         a.stderr().contains("the lease of x is now node b's"),

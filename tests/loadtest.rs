@@ -1245,7 +1245,8 @@ fn cluster_flags_are_checked_and_an_unreachable_nats_is_named() {
         (
             &["--cluster", "http://127.0.0.1:1"][..],
             "error: invalid value 'http://127.0.0.1:1' for '--cluster <nats://HOST:PORT>': \
-             allowed: nats://HOST:PORT, several separated by commas (USER:PASSWORD@ or TOKEN@ \
+             allowed: nats://HOST:PORT (tls://HOST:PORT: TLS required), several separated by \
+             commas (USER:PASSWORD@ or TOKEN@ \
              before HOST for a server that wants them)",
         ),
     ];

@@ -92,6 +92,12 @@ pub enum HaltCause {
         /// The host's reason, as given (`"admin halt"`, `"shard draining"`, …).
         reason: String,
     },
+    /// A cluster node gave the agent up: its lease went to another node, which runs it now. The
+    /// node takes it back when that node's lease on it ages out.
+    LeaseLost {
+        /// The node the lease went to.
+        node: String,
+    },
     /// The supervisor gave up restarting a crashing agent.
     RestartIntensity {
         /// Restarts counted within the window.
@@ -435,7 +441,8 @@ pub enum EventKind {
     },
     /// Record: `halts += 1`, `discarded_by_halt += discarded`, `pending` cleared (a halt discards the
     /// whole ordinary lane); when `stopped`, `fleet_halted` set for a fleet halt's cause
-    /// ([`HaltCause::is_fleet`]) and cleared for any other. Durable before the halt is acknowledged.
+    /// ([`HaltCause::is_fleet`]) and cleared for any other, and likewise `lease_lost` for
+    /// [`HaltCause::LeaseLost`]. Durable before the halt is acknowledged.
     Halted {
         /// Who or what halted the agent.
         cause: HaltCause,

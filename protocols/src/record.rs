@@ -5,7 +5,8 @@
 //! (`WorkRefused` with `queued`) settles it. Settling an id that is not pending changes nothing.
 
 use crate::{
-    AgentKey, AgentRole, AgentState, Breaker, ChatMessage, Event, EventKind, Usage, UserEvent,
+    AgentKey, AgentRole, AgentState, Breaker, ChatMessage, Event, EventKind, HaltCause, Usage,
+    UserEvent,
 };
 use serde::{Deserialize, Serialize};
 use std::{collections::VecDeque, sync::Arc};
@@ -118,6 +119,12 @@ pub struct AgentRecord {
     /// it in hand: a lift leaves a paused agent anyway). Omitted while `false`.
     #[serde(default, skip_serializing_if = "is_false")]
     pub fleet_halted: bool,
+    /// `true` while the agent is `STOPPED` by its cluster node giving it up
+    /// ([`crate::HaltCause::LeaseLost`]): the node takes it back — across a restart too — when the
+    /// lease comes back to it. Set and cleared as `fleet_halted` is (a pause does not clear it: a
+    /// take-back leaves a paused agent anyway). Omitted while `false`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub lease_lost: bool,
     /// Halts so far.
     pub halts: u64,
     /// Ordinary messages cleared by halts, in total.
@@ -214,6 +221,7 @@ impl AgentRecord {
             max_consecutive_errors: 5,
             paused: false,
             fleet_halted: false,
+            lease_lost: false,
             halts: 0,
             discarded_by_halt: 0,
             turns: 0,
@@ -288,6 +296,7 @@ impl AgentRecord {
                 }
                 if *to != AgentState::Stopped {
                     self.fleet_halted = false;
+                    self.lease_lost = false;
                 }
             }
             EventKind::BreakerStopped { breaker, reason } => {
@@ -328,6 +337,7 @@ impl AgentRecord {
             } => {
                 if *stopped {
                     self.fleet_halted = cause.is_fleet();
+                    self.lease_lost = matches!(cause, HaltCause::LeaseLost { .. });
                 }
                 self.halts += 1;
                 self.discarded_by_halt += discarded;
@@ -458,7 +468,7 @@ impl AgentRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{DiscardedMessage, HaltCause, Priority, WorkRefusal};
+    use crate::{DiscardedMessage, Priority, WorkRefusal};
 
     fn queued(id: u64, content: &str) -> EventKind {
         EventKind::EventQueued {
@@ -632,6 +642,45 @@ mod tests {
         let text = serde_json::to_string(&record).unwrap();
         let back: AgentRecord = serde_json::from_str(&text).unwrap();
         assert!(back.fleet_halted, "{text}");
+    }
+
+    #[test]
+    fn the_lease_lost_flag_marks_an_agent_its_node_gave_up() {
+        let given_up = || HaltCause::LeaseLost { node: "b".into() };
+        let apply = |kinds: &[EventKind]| {
+            let mut record = AgentRecord::new("a".into());
+            for kind in kinds {
+                record.apply(kind);
+            }
+            record
+        };
+        let stop = EventKind::StateChanged {
+            from: AgentState::WaitingForEvent,
+            to: AgentState::Stopped,
+            cause: "system halt".into(),
+        };
+        let halted = |cause, stopped| EventKind::Halted {
+            cause,
+            discarded: 0,
+            stopped,
+        };
+        let record = apply(&[stop.clone(), halted(given_up(), true)]);
+        assert!(record.lease_lost && !record.fleet_halted);
+        // Given up while stopped already (by an operator, or the fleet halt): not the give-up's.
+        assert!(!apply(&[stop.clone(), halted(given_up(), false)]).lease_lost);
+        // Taken back (resumed) or locked out: cleared; paused: kept.
+        let resume = EventKind::StateChanged {
+            from: AgentState::Stopped,
+            to: AgentState::WaitingForEvent,
+            cause: "resumed".into(),
+        };
+        assert!(!apply(&[stop.clone(), halted(given_up(), true), resume]).lease_lost);
+        let pause = EventKind::Paused {
+            operator: "op".into(),
+        };
+        assert!(apply(&[stop, halted(given_up(), true), pause]).lease_lost);
+        let text = serde_json::to_string(&given_up()).unwrap();
+        assert_eq!(text, r#"{"by":"lease_lost","node":"b"}"#);
     }
 
     #[test]

@@ -43,6 +43,11 @@
 //! `warden_lockouts`, kept halted (noted with the fleet halt) if the cluster is halted, resumed
 //! otherwise — each only if nothing touched the copy since the give-up. Meanwhile the copy makes
 //! no model call: an agent whose lease this node does not hold is fenced (`lease.rs`).
+//!
+//! The give-up's halt is journaled as [`HaltCause::LeaseLost`], and the agent's record keeps
+//! `lease_lost` while it stays stopped so: a node restarted meanwhile takes the agent back too —
+//! at its start when it claims the lease ([`Cluster::take_back_at_start`]), or when it adopts it
+//! later (the copy its journal restored is taken back rather than left `STOPPED`).
 
 use super::{kv_key, Cluster};
 use async_nats::jetstream::kv::{CreateErrorKind, Operation};
@@ -281,35 +286,32 @@ impl Cluster {
             Some(_) if stopped.is_some() => {
                 Ok(format!(" back: kept halted (STOPPED on node {owner})"))
             }
-            Some(epoch) => self
-                .supervisor
-                .take_back(
-                    agent.as_str(),
-                    epoch,
-                    lockout,
-                    halted,
-                    &format!("cluster: adopted back from node {owner}"),
-                )
-                .await
-                .map(|outcome| match outcome.resumed {
-                    true => " back: resumed".to_owned(),
-                    false => format!(" back: {}", outcome.kept),
-                })
-                .map_err(|e| e.to_string()),
-            None => adopter
-                .spawn(&self.supervisor, agent, lockout, halted, stopped.clone())
-                .map(|_| {
-                    format!(
-                        "{}{}{}",
-                        if locked { ", locked out" } else { "" },
-                        if halted { ", halted" } else { "" },
-                        if stopped.is_some() {
-                            format!(", halted on node {owner}")
-                        } else {
-                            String::new()
-                        },
-                    )
-                }),
+            Some(epoch) => self.bring_back(agent, epoch, lockout, halted, owner).await,
+            None => match adopter.spawn(
+                &self.supervisor,
+                agent,
+                lockout.clone(),
+                halted,
+                stopped.clone(),
+            ) {
+                // Its copy in this node's journal was given up here before this node restarted:
+                // brought back as a take-back would.
+                Ok(handle) if stopped.is_none() && handle.given_up() => {
+                    self.bring_back(agent, handle.halt_epoch(), lockout, halted, owner)
+                        .await
+                }
+                Ok(_) => Ok(format!(
+                    "{}{}{}",
+                    if locked { ", locked out" } else { "" },
+                    if halted { ", halted" } else { "" },
+                    if stopped.is_some() {
+                        format!(", halted on node {owner}")
+                    } else {
+                        String::new()
+                    },
+                )),
+                Err(e) => Err(e),
+            },
         };
         match done {
             Ok(mut how) => {
@@ -334,6 +336,87 @@ impl Cluster {
                 eprintln!("warden: cluster: agent {agent} could not be adopted: {e}");
                 let _ = self.leases.delete(kv_key("agent", agent.as_str())).await;
             }
+        }
+    }
+
+    /// Takes back `agent`, given up here with its halt epoch then at `epoch`, from `owner`
+    /// ([`warden_actors::Supervisor::take_back`]): what to add to the log line.
+    async fn bring_back(
+        &self,
+        agent: &AgentKey,
+        epoch: u64,
+        lockout: Option<Lockout>,
+        halted: bool,
+        owner: &str,
+    ) -> Result<String, String> {
+        let operator = format!("cluster: adopted back from node {owner}");
+        match self
+            .supervisor
+            .take_back(agent.as_str(), epoch, lockout, halted, &operator)
+            .await
+        {
+            Ok(outcome) if outcome.resumed => Ok(" back: resumed".to_owned()),
+            Ok(outcome) => Ok(format!(" back: {}", outcome.kept)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// At this node's start (`Cluster::run`, after the halt key is applied): takes back each agent
+    /// it claimed that its journal restored as given up here before the restart
+    /// ([`warden_actors::AgentHandle::given_up`]: `STOPPED` as `lease_lost`) — locked out if
+    /// `warden_lockouts` says so, kept halted (noted with the fleet halt) if `halted`, resumed
+    /// otherwise. When its shared lockout cannot be read, it is left `STOPPED` (fail safe) and
+    /// said so.
+    pub(super) async fn take_back_at_start(&self, halted: bool) {
+        let owned: Vec<AgentKey> = self.owned.lock().keys().cloned().collect();
+        for agent in owned {
+            let Some(handle) = self.supervisor.get(agent.as_str()) else {
+                continue;
+            };
+            if !handle.given_up() {
+                continue;
+            }
+            let lockout = match self
+                .lockouts_kv
+                .entry(kv_key("agent", agent.as_str()))
+                .await
+            {
+                Ok(shared) => shared
+                    .filter(|e| e.operation == Operation::Put)
+                    .and_then(|e| serde_json::from_slice::<LockoutEntry>(&e.value).ok())
+                    .and_then(|e| lockout_of(&e)),
+                Err(e) => {
+                    eprintln!(
+                        "warden: cluster: agent {agent} was given up here before this node \
+                         restarted, and its shared lockout cannot be read ({e}): left STOPPED \
+                         (resume it by hand)"
+                    );
+                    continue;
+                }
+            };
+            let operator = format!(
+                "cluster: taken back at the start of node {}",
+                self.config.node
+            );
+            let how = match self
+                .supervisor
+                .take_back(
+                    agent.as_str(),
+                    handle.halt_epoch(),
+                    lockout,
+                    halted,
+                    &operator,
+                )
+                .await
+            {
+                Ok(outcome) if outcome.resumed => "resumed".to_owned(),
+                Ok(outcome) => outcome.kept,
+                Err(e) => e.to_string(),
+            };
+            eprintln!(
+                "warden: cluster: agent {agent}, given up here before this node restarted, is \
+                 this node's again: {how}"
+            );
         }
     }
 

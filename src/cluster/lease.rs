@@ -242,8 +242,8 @@ impl Cluster {
                 );
                 self.owned.lock().remove(agent);
                 self.renewed.lock().remove(agent);
-                let cause = HaltCause::Operator {
-                    operator: format!("cluster: lease lost to node {}", lease.node),
+                let cause = HaltCause::LeaseLost {
+                    node: lease.node.clone(),
                 };
                 self.elsewhere.lock().insert(agent.clone(), lease.node);
                 let _ = self.supervisor.halt(agent.as_str(), cause).await;

@@ -273,6 +273,7 @@ impl Cluster {
                 outcomes.len()
             );
         }
+        self.take_back_at_start(state.halted).await;
         self.share_budget().await;
         self.supervisor
             .model_gate()

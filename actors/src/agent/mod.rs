@@ -413,6 +413,12 @@ impl AgentHandle {
         self.cell.halt_epoch()
     }
 
+    /// Whether the agent is `STOPPED` by its cluster node giving it up
+    /// ([`HaltCause::LeaseLost`]; the record's `lease_lost`, restored across restarts).
+    pub fn given_up(&self) -> bool {
+        self.cell.lock().lease_lost
+    }
+
     /// The current state, read without taking the record lock (cheaper than
     /// [`AgentHandle::status`]).
     pub fn state(&self) -> AgentState {
