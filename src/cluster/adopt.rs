@@ -50,7 +50,7 @@
 //! later (the copy its journal restored is taken back rather than left `STOPPED`).
 
 use super::{kv_key, Cluster};
-use async_nats::jetstream::kv::{CreateErrorKind, Operation};
+use async_nats::jetstream::kv::{self, CreateErrorKind, Operation};
 use std::{
     sync::{atomic::Ordering, Arc},
     time::Duration,
@@ -200,17 +200,9 @@ impl Cluster {
                 continue;
             }
             // Its lockout first: without knowing it, nothing is adopted (fail safe).
-            let Ok(shared) = self
-                .lockouts_kv
-                .entry(kv_key("agent", agent.as_str()))
-                .await
-            else {
+            let Ok(lockout) = self.shared_lockout(&agent).await else {
                 return;
             };
-            let lockout = shared
-                .filter(|e| e.operation == Operation::Put)
-                .and_then(|e| serde_json::from_slice::<LockoutEntry>(&e.value).ok())
-                .and_then(|e| lockout_of(&e));
             let sent = std::time::Instant::now();
             let body = serde_json::to_vec(&self.lease(&agent)).unwrap_or_default();
             let revision = match self.leases.create(&key, body.into()).await {
@@ -339,6 +331,18 @@ impl Cluster {
         }
     }
 
+    /// The lockout `warden_lockouts` holds for `agent` (`None`: not locked out).
+    async fn shared_lockout(&self, agent: &AgentKey) -> Result<Option<Lockout>, kv::EntryError> {
+        let shared = self
+            .lockouts_kv
+            .entry(kv_key("agent", agent.as_str()))
+            .await?;
+        Ok(shared
+            .filter(|e| e.operation == Operation::Put)
+            .and_then(|e| serde_json::from_slice::<LockoutEntry>(&e.value).ok())
+            .and_then(|e| lockout_of(&e)))
+    }
+
     /// Takes back `agent`, given up here with its halt epoch then at `epoch`, from `owner`
     /// ([`warden_actors::Supervisor::take_back`]): what to add to the log line.
     async fn bring_back(
@@ -376,15 +380,8 @@ impl Cluster {
             if !handle.given_up() {
                 continue;
             }
-            let lockout = match self
-                .lockouts_kv
-                .entry(kv_key("agent", agent.as_str()))
-                .await
-            {
-                Ok(shared) => shared
-                    .filter(|e| e.operation == Operation::Put)
-                    .and_then(|e| serde_json::from_slice::<LockoutEntry>(&e.value).ok())
-                    .and_then(|e| lockout_of(&e)),
+            let lockout = match self.shared_lockout(&agent).await {
+                Ok(lockout) => lockout,
                 Err(e) => {
                     eprintln!(
                         "warden: cluster: agent {agent} was given up here before this node \
