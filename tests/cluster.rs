@@ -2402,7 +2402,7 @@ fn an_agent_with_mcp_tools_is_adopted_with_its_tools() {
         .output()
         .is_err()
     {
-        eprintln!("SKIPPED: python3 is not installed (needed for the MCP server of this test)");
+        warden_testkit::skip("python3 is not installed (needed for the MCP server of this test)");
         return;
     }
     // x calls the `ok` tool of the MCP server `h` (tests/mcp/hostile_server.py), then answers.

@@ -5,7 +5,7 @@
 //!   session that cannot mutate, logout, expiry (`api.session_ttl_seconds`), the no-JavaScript
 //!   HALT ALL form, the security headers, and the bearer API unchanged.
 //! * In headless Chromium through WebDriver (`chromium` and `chromedriver` on PATH; otherwise the
-//!   tests print `SKIPPED …` and pass; `WARDEN_TEST_BROWSER=skip` skips them on purpose): log in,
+//!   tests print `SKIPPED …` and pass, or fail under `CI=true`; `WARDEN_TEST_BROWSER=skip` skips them on purpose): log in,
 //!   see the agents, unlock a locked-out agent with a reason, chat with an agent, answer an
 //!   approval, see the breaker's trip, a CSRF refusal, HALT ALL with every row STOPPED, Escape on
 //!   the confirmation, a read session, the degraded journal's banner; and the first paint with
@@ -828,8 +828,8 @@ fn browser_or_skip(test: &str) -> Option<(PathBuf, PathBuf)> {
     let found = browser_binaries()
         .filter(|_| std::env::var("WARDEN_TEST_BROWSER").map_or(true, |v| v != "skip"));
     if found.is_none() {
-        say(&format!(
-            "SKIPPED {test}: no chromium and chromedriver on PATH, or WARDEN_TEST_BROWSER=skip \
+        warden_testkit::skip(&format!(
+            "{test}: no chromium and chromedriver on PATH, or WARDEN_TEST_BROWSER=skip \
              (Debian: apt-get install chromium chromium-driver; .ci/run installs them)"
         ));
     }

@@ -914,7 +914,7 @@ fn the_html_report_renders_in_a_headless_browser() {
                 .is_ok_and(|o| o.status.success())
         });
     let Some(browser) = browser else {
-        eprintln!("SKIPPED the_html_report_renders_in_a_headless_browser: no chromium on PATH");
+        warden_testkit::skip("the_html_report_renders_in_a_headless_browser: no chromium on PATH");
         return;
     };
     let (path, _) = html_report("render", &["--agents", "13", "--halt-probes", "0"]);

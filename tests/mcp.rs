@@ -30,9 +30,7 @@ fn have(program: &str) -> bool {
 /// The reference server's entry point, or `None` (said loudly) when it cannot run here.
 fn everything() -> Option<String> {
     if !have("node") {
-        eprintln!(
-            "SKIPPED: node is not installed (needed for @modelcontextprotocol/server-everything)"
-        );
+        warden_testkit::skip("node is not installed (needed for @modelcontextprotocol/server-everything)");
         return None;
     }
     let path = match std::env::var_os("WARDEN_MCP_EVERYTHING") {
@@ -52,12 +50,12 @@ fn everything() -> Option<String> {
         }
     };
     if !path.is_file() {
-        eprintln!(
-            "SKIPPED: {} not found; install it with `npm install --prefix \
+        warden_testkit::skip(&format!(
+            "{} not found; install it with `npm install --prefix \
              \"${{WARDEN_NPM_CACHE:-$HOME/.cache/warden-npm}}\" @modelcontextprotocol/server-everything` \
              (or set WARDEN_MCP_EVERYTHING)",
             path.display()
-        );
+        ));
         return None;
     }
     Some(path.to_string_lossy().into_owned())
@@ -65,7 +63,7 @@ fn everything() -> Option<String> {
 
 fn hostile() -> Option<String> {
     if !have("python3") {
-        eprintln!("SKIPPED: python3 is not installed (needed for the hostile MCP server)");
+        warden_testkit::skip("python3 is not installed (needed for the hostile MCP server)");
         return None;
     }
     Some(format!(

@@ -608,15 +608,15 @@ async fn the_official_typescript_sdk_talks_to_mcp() {
     let sdk = npm_cache().join("node_modules/@modelcontextprotocol/sdk");
     let node = Command::new("node").arg("--version").output();
     if !node.is_ok_and(|o| o.status.success()) {
-        eprintln!("SKIPPED the_official_typescript_sdk_talks_to_mcp: node is not installed");
+        warden_testkit::skip("the_official_typescript_sdk_talks_to_mcp: node is not installed");
         return;
     }
     if !sdk.join("package.json").exists() {
-        eprintln!(
-            "SKIPPED the_official_typescript_sdk_talks_to_mcp: {} is missing (.ci/run installs \
+        warden_testkit::skip(&format!(
+            "the_official_typescript_sdk_talks_to_mcp: {} is missing (.ci/run installs \
              @modelcontextprotocol/sdk there)",
             sdk.display()
-        );
+        ));
         return;
     }
     let server = Server::start("node");

@@ -154,3 +154,22 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("bind a loopback port")
 }
+
+/// Skips a test whose tool (a browser, node, `nats-server`, root for namespaces…) is missing:
+/// prints `SKIPPED: WHY` on standard error and returns, so the caller returns and the test passes.
+/// Under `CI=true` (what `.ci/run` runs with) a missing tool is a failure, never a silent pass: this
+/// panics with the same text instead.
+///
+/// # Panics
+/// When the environment variable `CI` is set to anything but `false` or `0`.
+pub fn skip(why: &str) {
+    if in_ci() {
+        panic!("{why} (required under CI=true: .ci/run installs it)");
+    }
+    eprintln!("SKIPPED: {why}");
+}
+
+/// Whether the tests run under CI (`CI` set, and not to `false` or `0`).
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}

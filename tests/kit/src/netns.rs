@@ -141,7 +141,7 @@ impl Netns {
         match Netns::create() {
             Ok(netns) => Some(netns),
             Err(reason) => {
-                eprintln!("SKIPPED: network namespaces unavailable: {reason}");
+                crate::skip(&format!("network namespaces unavailable: {reason}"));
                 None
             }
         }
