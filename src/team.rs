@@ -41,6 +41,7 @@
 //! max_body_bytes = 65536
 //! session_ttl_seconds = 28800         # a browser console session (docs/console.md)
 //! auth_failures_per_minute = 10       # wrong tokens per address and minute, then 429
+//! allowed_origins = []                # browser origins besides its own that may call /mcp
 //!
 //! [telemetry]                         # OpenTelemetry (docs/telemetry.md); OTEL_* variables win
 //! endpoint = "http://localhost:4318"  # OTLP/HTTP base URL; /v1/traces is appended
@@ -2084,7 +2085,8 @@ replies = [
             format!(
                 "invalid config: line {line}, column 1: `api.admin_tokn`: unknown field \
                  `admin_tokn`, expected one of `admin_token`, `read_token`, `listen`, \
-                 `max_body_bytes`, `session_ttl_seconds`, `auth_failures_per_minute`\n{line} | \
+                 `max_body_bytes`, `session_ttl_seconds`, `auth_failures_per_minute`, \
+                 `allowed_origins`\n{line} | \
                  admin_tokn = \"x\"\n   | ^^^^^^^^^^"
             )
         );
@@ -2101,6 +2103,7 @@ replies = [
             max_body_bytes: Some(100),
             session_ttl_seconds: None,
             auth_failures_per_minute: None,
+            allowed_origins: Vec::new(),
         };
         let env = |admin: Option<&'static str>| {
             move |name: &str| match name {

@@ -449,7 +449,7 @@ fn the_session_cookie_authenticates_the_api_with_csrf_on_mutations() {
 }
 
 #[test]
-fn wrong_tokens_from_one_address_are_refused_for_the_rest_of_the_minute() {
+fn wrong_tokens_past_the_limit_are_refused_and_the_right_token_never_is() {
     // `api.auth_failures_per_minute = 3`: three wrong tokens, by bearer and by the login form.
     let team = team(0, 3600).replace("[api]\n", "[api]\nauth_failures_per_minute = 3\n");
     let serve = Serve::start("auth-limit", &team);
@@ -470,10 +470,10 @@ fn wrong_tokens_from_one_address_are_refused_for_the_rest_of_the_minute() {
         .send()
         .unwrap();
     assert_eq!(resp.status().as_u16(), 401, "the third wrong token");
-    // Now even the right token is refused, with how long to wait, by both doors.
+    // Past the limit a wrong token is refused 429, with how long to wait, by both doors...
     let resp = client
         .get(format!("{}/api/agents", serve.url))
-        .bearer_auth(ADMIN)
+        .bearer_auth("guess-4")
         .send()
         .unwrap();
     assert_eq!(resp.status().as_u16(), 429);
@@ -492,16 +492,281 @@ fn wrong_tokens_from_one_address_are_refused_for_the_rest_of_the_minute() {
     );
     let resp = client
         .post(format!("{}/console/login", serve.url))
-        .form(&[("token", ADMIN)])
+        .form(&[("token", "guess-5")])
         .send()
         .unwrap();
     assert_eq!(resp.status().as_u16(), 429);
     assert!(resp.headers().get("set-cookie").is_none());
     assert!(resp.headers().get("retry-after").is_some());
-    assert!(resp.text().unwrap().contains("Too many wrong tokens"));
+    assert!(resp.text().unwrap().contains("too many wrong"));
+    // ...but the right token is never refused for a rate: the admin reads, halts and logs in
+    // from the very address that guessed.
+    let (status, body) = serve.bearer("GET", "/api/agents", ADMIN, None);
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = serve.bearer("POST", "/api/halt", ADMIN, None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serve.agent("greeter")["state"], "STOPPED");
+    let admin = login(&serve, ADMIN);
+    let (status, _) = with_cookie(&serve, &admin, "GET", "/api/fleet", None);
+    assert_eq!(status, 200);
     // Requests that need no token still work.
     let resp = client.get(format!("{}/healthz", serve.url)).send().unwrap();
     assert_eq!(resp.status().as_u16(), 200);
+}
+
+/// A client whose connections come from `addr` (any of 127.0.0.0/8 is this host on Linux).
+fn http_from(addr: [u8; 4]) -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .local_address(std::net::IpAddr::from(addr))
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn guesses_from_many_loopback_addresses_share_one_limit_and_never_lock_the_admin_out() {
+    // 3 a minute per address, so 30 from all addresses together.
+    let team = team(0, 3600).replace("[api]\n", "[api]\nauth_failures_per_minute = 3\n");
+    let serve = Serve::start("auth-global", &team);
+    let (mut unauthorized, mut refused) = (0, 0);
+    // One wrong guess from each of 60 addresses, 127.0.0.2 to 127.0.0.61: none over its own
+    // limit, so only a limit over all of them refuses any.
+    for n in 0..60u8 {
+        let client = http_from([127, 0, 0, 2 + n]);
+        let resp = client
+            .get(format!("{}/api/agents", serve.url))
+            .bearer_auth(format!("guess-{n}"))
+            .send()
+            .unwrap();
+        match resp.status().as_u16() {
+            401 => unauthorized += 1,
+            429 => {
+                refused += 1;
+                let body: Value = resp.json().unwrap();
+                assert!(
+                    body["error"]
+                        .as_str()
+                        .is_some_and(|e| e.contains("from all addresses together")),
+                    "{body}"
+                );
+            }
+            other => panic!("guess {n}: {other}"),
+        }
+    }
+    say(&format!(
+        "60 wrong guesses from 60 loopback addresses: {unauthorized} answered 401, {refused} 429"
+    ));
+    assert_eq!((unauthorized, refused), (30, 30));
+    // One address past its own limit as well.
+    let guesser = http_from([127, 0, 0, 2]);
+    for n in 0..5 {
+        let resp = guesser
+            .post(format!("{}/api/halt", serve.url))
+            .bearer_auth(format!("again-{n}"))
+            .send()
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 429);
+    }
+    // The admin, from that very address (behind a shared proxy, say) and from another: every
+    // door still halts — the API, /mcp's tools are the same extractor, the console's login.
+    for addr in [[127, 0, 0, 2], [127, 0, 0, 1], [127, 0, 0, 99]] {
+        let admin = http_from(addr);
+        let resp = admin
+            .post(format!("{}/api/agents/greeter/resume", serve.url))
+            .bearer_auth(ADMIN)
+            .send()
+            .unwrap();
+        assert!(
+            [200, 409].contains(&resp.status().as_u16()),
+            "{addr:?}: {}",
+            resp.status()
+        );
+        let resp = admin
+            .post(format!("{}/api/halt", serve.url))
+            .bearer_auth(ADMIN)
+            .send()
+            .unwrap();
+        assert_eq!(
+            resp.status().as_u16(),
+            200,
+            "the admin's halt from {addr:?}"
+        );
+        assert_eq!(serve.agent("greeter")["state"], "STOPPED");
+        let resp = admin
+            .post(format!("{}/console/login", serve.url))
+            .form(&[("token", ADMIN)])
+            .send()
+            .unwrap();
+        assert_eq!(
+            resp.status().as_u16(),
+            303,
+            "the admin's login from {addr:?}"
+        );
+        let resp = admin
+            .get(format!("{}/api/agents", serve.url))
+            .bearer_auth(READ)
+            .send()
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "the read token from {addr:?}");
+    }
+}
+
+/// `warden_session` twice — a tossed one first, as a browser orders a cookie with a longer path
+/// — and the admin's.
+fn tossed(admin: &Login) -> String {
+    format!(
+        "warden_session=tossed; warden_session={}; warden_csrf=00",
+        admin.session
+    )
+}
+
+#[test]
+fn two_session_cookies_are_refused_as_ambiguous_unless_the_pages_token_tells_them_apart() {
+    let serve = Serve::start("tossed", &team(0, 3600));
+    let admin = login(&serve, ADMIN);
+    let call = |method: &str, path: &str, csrf: Option<&str>| {
+        let mut req = http()
+            .request(method.parse().unwrap(), format!("{}{path}", serve.url))
+            .header("cookie", tossed(&admin));
+        if let Some(csrf) = csrf {
+            req = req.header("x-csrf-token", csrf);
+        }
+        let resp = req.send().unwrap();
+        let status = resp.status().as_u16();
+        let cleared: Vec<String> = resp
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect();
+        (status, cleared, resp.json::<Value>().unwrap_or(Value::Null))
+    };
+    // Without the page's token: 400, ambiguous — not 401 (the page's way to the login), and the
+    // answer deletes the cookie at the paths below / that this request could carry.
+    let (status, cleared, body) = call("GET", "/api/agents", None);
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("ambiguous"),
+        "{body}"
+    );
+    for path in ["/api", "/api/", "/api/agents"] {
+        let line = format!("warden_session=; Path={path}; Max-Age=0");
+        assert!(cleared.contains(&line), "{line} in {cleared:?}");
+    }
+    assert!(
+        !cleared.iter().any(|c| c.contains("Path=/;")),
+        "{cleared:?}"
+    );
+    // A token that is no session's (the tossed CSRF cookie's 00): ambiguous still, nothing halted.
+    let (status, _, body) = call("POST", "/api/halt", Some("00"));
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(serve.agent("greeter")["state"], "WAITING_FOR_EVENT");
+    // The page's token tells the admin's session apart: reads and HALT ALL work.
+    let (status, _, body) = call("GET", "/api/agents", Some(&admin.csrf));
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = call("POST", "/api/halt", Some(&admin.csrf));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serve.agent("greeter")["state"], "STOPPED");
+    // The no-JavaScript form too (its csrf field is the page's token).
+    let resp = http()
+        .post(format!("{}/console/halt", serve.url))
+        .header("cookie", tossed(&admin))
+        .form(&[("csrf", admin.csrf.as_str()), ("confirm", "on")])
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 303);
+    assert!(resp.headers()["location"]
+        .to_str()
+        .unwrap()
+        .starts_with("/?halted="));
+    // Nothing of it was a logout: the admin's cookie alone still works.
+    let (status, _) = with_cookie(&serve, &admin, "GET", "/api/agents", None);
+    assert_eq!(status, 200);
+    // A read session's cookie tossed in (someone with the read token) does not win either.
+    let read = login(&serve, READ);
+    let both = format!(
+        "warden_session={}; warden_session={}",
+        read.session, admin.session
+    );
+    let resp = http()
+        .post(format!("{}/api/agents/greeter/resume", serve.url))
+        .header("cookie", both)
+        .header("x-csrf-token", &admin.csrf)
+        .send()
+        .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        200,
+        "the admin's session, by its token"
+    );
+}
+
+#[test]
+fn over_https_the_cookies_are_host_prefixed_and_secure() {
+    let serve = Serve::start("host-prefix", &team(0, 3600));
+    let resp = http()
+        .post(format!("{}/console/login", serve.url))
+        .header("x-forwarded-proto", "https")
+        .form(&[("token", ADMIN)])
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 303);
+    let lines: Vec<String> = resp
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    let session = lines
+        .iter()
+        .find(|l| l.starts_with("__Host-warden_session="))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(
+        session.contains("; Secure") && session.contains("Path=/;"),
+        "{session}"
+    );
+    assert!(!session.contains("Domain"), "{session}");
+    let id = session
+        .split(';')
+        .next()
+        .unwrap()
+        .trim_start_matches("__Host-warden_session=");
+    let get = |cookie: String| {
+        http()
+            .get(format!("{}/api/agents", serve.url))
+            .header("x-forwarded-proto", "https")
+            .header("cookie", cookie)
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(get(format!("__Host-warden_session={id}")), 200);
+    // Over https a plain-named cookie (which any port of the host could set) opens nothing.
+    assert_eq!(get(format!("warden_session={id}")), 401);
+}
+
+#[test]
+fn a_thousand_read_logins_never_end_the_admins_session_nor_keep_the_admin_out() {
+    let serve = Serve::start("read-cap", &team(0, 3600));
+    let admin = login(&serve, ADMIN);
+    let client = http();
+    for n in 0..1100 {
+        let resp = client
+            .post(format!("{}/console/login", serve.url))
+            .form(&[("token", READ)])
+            .send()
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 303, "read login {n}");
+    }
+    let (status, body) = with_cookie(&serve, &admin, "GET", "/api/agents", None);
+    assert_eq!(status, 200, "the admin's session survives: {body}");
+    let (status, body) = with_cookie(&serve, &admin, "POST", "/api/halt", Some(&admin.csrf));
+    assert_eq!(status, 200, "{body}");
+    let again = login(&serve, ADMIN);
+    let (status, _) = with_cookie(&serve, &again, "GET", "/api/agents", None);
+    assert_eq!(status, 200);
 }
 
 #[test]

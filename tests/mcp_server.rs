@@ -9,6 +9,10 @@
 //!   once (bounded by a guard far below its `wait_s`).
 //! * HTTP faults: no token → 401; a body that is not JSON → a JSON-RPC parse error (and the server
 //!   goes on); no session → 400; an unknown session → 404; GET → 405; DELETE ends a session.
+//! * The read token cannot deny the admin: 256 read sessions fill the read class only; the admin
+//!   still initializes and may end a read session.
+//! * The transport's `Origin` rule (403 for a foreign or rebinding origin), `-32602` for a
+//!   `tools/call` without (or with wrong) params, a second `initialize` on an open session refused.
 //!
 //! Waits poll with a deadline; nothing asserts a duration.
 use rmcp::{
@@ -427,6 +431,18 @@ async fn raw(
     session: Option<&str>,
     body: &str,
 ) -> (u16, reqwest::header::HeaderMap, String) {
+    raw_with(server, method, token, session, body, &[]).await
+}
+
+/// [`raw`] with more request headers.
+async fn raw_with(
+    server: &Server,
+    method: reqwest::Method,
+    token: Option<&str>,
+    session: Option<&str>,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> (u16, reqwest::header::HeaderMap, String) {
     let client = reqwest::Client::new();
     let mut request = client
         .request(method, server.url())
@@ -438,6 +454,9 @@ async fn raw(
     }
     if let Some(session) = session {
         request = request.header("Mcp-Session-Id", session);
+    }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
     }
     let response = request.send().await.unwrap();
     let status = response.status().as_u16();
@@ -541,6 +560,163 @@ async fn http_faults_are_answered_not_crashed_on() {
     let (status, _, _) = raw(&server, Method::POST, Some(ADMIN), None, &big).await;
     assert_eq!(status, 413);
     assert!(healthy(server.port));
+}
+
+/// An `initialize` with `token`: the session id it opened, or the status and body of its refusal.
+async fn initialize(server: &Server, token: &str) -> Result<String, (u16, String)> {
+    let (status, headers, body) =
+        raw(server, reqwest::Method::POST, Some(token), None, INITIALIZE).await;
+    match headers.get("mcp-session-id") {
+        Some(id) if status == 200 => Ok(id.to_str().unwrap().to_owned()),
+        _ => Err((status, body)),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_sessions_cannot_fill_the_admins_cap_and_the_admin_may_end_any_session() {
+    use reqwest::Method;
+    let server = Server::start("caps");
+    let mut read_sessions = Vec::new();
+    for n in 0..256 {
+        let id = initialize(&server, READ)
+            .await
+            .unwrap_or_else(|e| panic!("read session {n}: {e:?}"));
+        read_sessions.push(id);
+    }
+    // The read class is full: a 257th read session is refused, clearly.
+    let (status, body) = initialize(&server, READ).await.unwrap_err();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("read token"), "{body}");
+    // The admin still gets a session, and it works.
+    let admin = initialize(&server, ADMIN)
+        .await
+        .expect("the admin initializes while the read token's sessions are full");
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let (status, _, body) = raw(&server, Method::POST, Some(ADMIN), Some(&admin), list).await;
+    assert_eq!(status, 200, "{body}");
+    // The admin ends a read session; the read token may not end the admin's.
+    let (status, _, body) = raw(
+        &server,
+        Method::DELETE,
+        Some(ADMIN),
+        Some(&read_sessions[0]),
+        "",
+    )
+    .await;
+    assert_eq!(status, 204, "the admin ends a read session: {body}");
+    let (status, _, _) = raw(&server, Method::DELETE, Some(READ), Some(&admin), "").await;
+    assert_eq!(status, 403);
+    // Room for one read session again; the read token may end its own.
+    let again = initialize(&server, READ).await.expect("room again");
+    let (status, _, _) = raw(&server, Method::DELETE, Some(READ), Some(&again), "").await;
+    assert_eq!(status, 204);
+    // More admin sessions than the cap: the admin is never refused (the least recently used of
+    // its own sessions ends).
+    for n in 0..300 {
+        initialize(&server, ADMIN)
+            .await
+            .unwrap_or_else(|e| panic!("admin session {n}: {e:?}"));
+    }
+    let (status, _, body) = raw(
+        &server,
+        Method::POST,
+        Some(READ),
+        Some(&read_sessions[1]),
+        list,
+    )
+    .await;
+    assert_eq!(status, 200, "admin sessions never end read ones: {body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_origin_bad_params_and_a_second_initialize_are_refused() {
+    use reqwest::Method;
+    let server = Server::start("origin");
+    async fn post(server: &Server, origin: &str, host: Option<&str>) -> u16 {
+        let mut headers = vec![("Origin", origin)];
+        if let Some(host) = host {
+            headers.push(("Host", host));
+        }
+        raw_with(
+            server,
+            Method::POST,
+            Some(ADMIN),
+            None,
+            INITIALIZE,
+            &headers,
+        )
+        .await
+        .0
+    }
+    // A page elsewhere: refused before anything else (the right token included).
+    assert_eq!(post(&server, "http://evil.example", None).await, 403);
+    assert_eq!(post(&server, "null", None).await, 403);
+    // DNS rebinding: the attacker's name resolved to this address; Origin and Host agree.
+    let rebound = format!("evil.example:{}", server.port);
+    let origin = format!("http://{rebound}");
+    assert_eq!(post(&server, &origin, Some(&rebound)).await, 403);
+    // This server's own origin, and no Origin at all (not a browser): served.
+    let own = format!("http://127.0.0.1:{}", server.port);
+    assert_eq!(post(&server, &own, None).await, 200);
+    let session = initialize(&server, ADMIN).await.unwrap();
+    // DELETE and GET check it too.
+    let (status, _, _) = raw_with(
+        &server,
+        Method::DELETE,
+        Some(ADMIN),
+        Some(&session),
+        "",
+        &[("Origin", "http://evil.example")],
+    )
+    .await;
+    assert_eq!(status, 403);
+
+    // tools/call without params, and with params that are not a tool call: -32602.
+    for body in [
+        r#"{"jsonrpc":"2.0","id":5,"method":"tools/call"}"#,
+        r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":5}}"#,
+        r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":[]}"#,
+    ] {
+        let (status, _, answer) =
+            raw(&server, Method::POST, Some(ADMIN), Some(&session), body).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        let answer: Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(answer["error"]["code"], -32602, "{body}: {answer}");
+        assert_eq!(answer["id"], 5);
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("invalid params for tools/call")),
+            "{answer}"
+        );
+    }
+    // A second initialize on the open session: refused, and the session goes on.
+    let (status, headers, answer) = raw(
+        &server,
+        Method::POST,
+        Some(ADMIN),
+        Some(&session),
+        INITIALIZE,
+    )
+    .await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(headers.get("mcp-session-id").is_none());
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("already initialized")),
+        "{answer}"
+    );
+    let list = r#"{"jsonrpc":"2.0","id":6,"method":"tools/list"}"#;
+    let (status, _, answer) = raw(&server, Method::POST, Some(ADMIN), Some(&session), list).await;
+    assert_eq!(status, 200, "{answer}");
+    // A well-formed call still works.
+    let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"list_agents","arguments":{}}}"#;
+    let (status, _, answer) = raw(&server, Method::POST, Some(ADMIN), Some(&session), call).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("quick"), "{answer}");
 }
 
 fn stdio_client_command(dir: &Path, read_only: bool) -> tokio::process::Command {

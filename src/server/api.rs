@@ -65,6 +65,9 @@ pub struct ApiConfig {
     /// Wrong tokens allowed per client address and minute before it is refused `429` for the
     /// rest of the minute (`None`: 10; `Some(0)`: no limit). See `api.auth_failures_per_minute`.
     pub auth_failures_per_minute: Option<u32>,
+    /// Browser origins (`http://localhost:6274`) that may call `/mcp` besides the server's own
+    /// (`api.allowed_origins`): a request with another `Origin` is refused `403`.
+    pub allowed_origins: Vec<String>,
 }
 
 impl std::fmt::Debug for ApiConfig {
@@ -75,6 +78,7 @@ impl std::fmt::Debug for ApiConfig {
             .field("body_limit", &self.body_limit)
             .field("session_ttl_seconds", &self.session_ttl_seconds)
             .field("auth_failures_per_minute", &self.auth_failures_per_minute)
+            .field("allowed_origins", &self.allowed_origins)
             .finish()
     }
 }
@@ -97,6 +101,7 @@ impl ApiConfig {
             body_limit: section.max_body_bytes.unwrap_or(DEFAULT_BODY_LIMIT),
             session_ttl_seconds: section.session_ttl_seconds.unwrap_or(0),
             auth_failures_per_minute: section.auth_failures_per_minute,
+            allowed_origins: section.allowed_origins.clone(),
         }
     }
 
@@ -186,6 +191,10 @@ pub struct ApiSection {
     /// needs a token is refused `429` for the rest of the minute (default 10; 0 = no limit).
     #[serde(default)]
     pub auth_failures_per_minute: Option<u32>,
+    /// Browser origins besides the server's own that may call `/mcp` (`["http://localhost:6274"]`);
+    /// a request with any other `Origin` header is refused `403`.
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
 }
 
 impl std::fmt::Debug for ApiSection {
@@ -197,6 +206,7 @@ impl std::fmt::Debug for ApiSection {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("session_ttl_seconds", &self.session_ttl_seconds)
             .field("auth_failures_per_minute", &self.auth_failures_per_minute)
+            .field("allowed_origins", &self.allowed_origins)
             .finish()
     }
 }
@@ -219,7 +229,7 @@ impl ApiSection {
     /// # Errors
     ///
     /// [`ApiSectionError`] for the first such value, keyed `api.admin_token`, `api.read_token` or
-    /// `api.max_body_bytes` or `api.session_ttl_seconds`.
+    /// `api.max_body_bytes`, `api.session_ttl_seconds` or `api.allowed_origins`.
     pub fn validate(&self) -> Result<(), ApiSectionError> {
         let tokens = [
             ("api.admin_token", &self.admin_token),
@@ -247,6 +257,18 @@ impl ApiSection {
             return Err(ApiSectionError {
                 key: "api.session_ttl_seconds",
                 problem: "must be at least 1",
+            });
+        }
+        let origin_ok = |o: &String| {
+            o.strip_prefix("http://")
+                .or_else(|| o.strip_prefix("https://"))
+                .is_some_and(|host| !host.is_empty() && !host.contains('/'))
+        };
+        if !self.allowed_origins.iter().all(origin_ok) {
+            return Err(ApiSectionError {
+                key: "api.allowed_origins",
+                problem: "each must be a browser origin: http:// or https://, a host and an \
+                          optional port, no path (such as \"http://localhost:6274\")",
             });
         }
         Ok(())
@@ -411,6 +433,8 @@ pub struct ApiError {
     pub message: String,
     /// Seconds for a `Retry-After` header (a `429`).
     pub retry_after: Option<u64>,
+    /// `Set-Cookie` values sent with the error (the removal of cookies another site tossed in).
+    pub set_cookies: Vec<String>,
 }
 
 impl ApiError {
@@ -420,18 +444,30 @@ impl ApiError {
             status,
             message: message.into(),
             retry_after: None,
+            set_cookies: Vec::new(),
         }
     }
 
-    /// `429`: `addr` sent too many wrong tokens; it may try again in `seconds`.
-    pub(crate) fn too_many_failures(addr: std::net::IpAddr, seconds: u64) -> Self {
+    /// `429`: a wrong token from `addr` past `api.auth_failures_per_minute` (that address's, or
+    /// the global one); wrong tokens are answered `401` again in `refused.seconds`. Only ever a
+    /// wrong token's answer: a right token is never refused for a rate.
+    pub(crate) fn too_many_failures(
+        addr: Option<std::net::IpAddr>,
+        refused: super::auth_limit::Refused,
+    ) -> Self {
+        let who = match (refused.everyone, addr) {
+            (true, _) => "from all addresses together".to_owned(),
+            (false, Some(addr)) => format!("from {addr}"),
+            (false, None) => "from this address".to_owned(),
+        };
+        let seconds = refused.seconds;
         ApiError {
             retry_after: Some(seconds),
             ..Self::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 format!(
-                    "too many wrong tokens from {addr}: refused for {seconds} s more \
-                     (api.auth_failures_per_minute)"
+                    "too many wrong tokens {who}: wrong tokens are refused for {seconds} s more \
+                     (api.auth_failures_per_minute; the right token is always accepted)"
                 ),
             )
         }
@@ -460,6 +496,9 @@ impl ResponseError for ApiError {
         }
         if let Some(seconds) = self.retry_after {
             response.insert_header((header::RETRY_AFTER, seconds.to_string()));
+        }
+        for cookie in &self.set_cookies {
+            response.append_header((header::SET_COOKIE, cookie.as_str()));
         }
         response.json(serde_json::json!({ "error": self.message }))
     }
@@ -512,14 +551,6 @@ pub(crate) fn access_of(req: &HttpRequest) -> Result<Access, ApiError> {
     let state = req
         .app_data::<web::Data<ApiState>>()
         .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "api state missing"))?;
-    // A client over the limit of wrong tokens is refused before its credentials are read.
-    let addr = req.peer_addr().map(|a| a.ip());
-    if let Some(addr) = addr {
-        state
-            .auth_failures
-            .check(addr)
-            .map_err(|seconds| ApiError::too_many_failures(addr, seconds))?;
-    }
     let Some(authorization) = req.headers().get(header::AUTHORIZATION) else {
         if let Some(access) = crate::server::console::cookie_access(state, req)? {
             return Ok(access);
@@ -534,12 +565,30 @@ pub(crate) fn access_of(req: &HttpRequest) -> Result<Access, ApiError> {
         .ok()
         .and_then(bearer_token)
         .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "missing bearer token"))?;
-    access_of_token(&state.config, token).ok_or_else(|| {
-        if let Some(addr) = addr {
-            state.auth_failures.failed(addr);
+    // The token is judged first: a right one is never refused for others' (or its own address's)
+    // wrong ones. Only a wrong token is counted, and refused `429` past the limit.
+    access_of_token(&state.config, token).ok_or_else(|| wrong_token(state, req))
+}
+
+/// The answer to a wrong token: counted (`api.auth_failures_per_minute`), `401`, or `429` past
+/// the limit of this address or of all of them.
+pub(crate) fn wrong_token(state: &ApiState, req: &HttpRequest) -> ApiError {
+    let addr = req.peer_addr().map(|a| a.ip());
+    match state.auth_failures.failed(addr) {
+        None => ApiError::new(StatusCode::UNAUTHORIZED, "invalid bearer token"),
+        Some(refused) => {
+            if refused.first {
+                tracing::warn!(
+                    ?addr,
+                    everyone = refused.everyone,
+                    seconds = refused.seconds,
+                    "wrong tokens past api.auth_failures_per_minute: refused 429 for the rest \
+                     of the minute (right tokens are still accepted)"
+                );
+            }
+            ApiError::too_many_failures(addr, refused)
         }
-        ApiError::new(StatusCode::UNAUTHORIZED, "invalid bearer token")
-    })
+    }
 }
 
 /// Extractor: a request with the read or the admin token.

@@ -77,8 +77,10 @@ pub const MCP_STDIO_OPERATOR: &str = "mcp:stdio";
 pub const MCP_SENDER: &str = "mcp";
 /// How long `ask_agent` waits for the answer when `wait_s` is not given, in seconds.
 pub const DEFAULT_WAIT_SECONDS: f64 = 30.0;
-/// The most HTTP sessions open at once; an `initialize` beyond it is answered `503` (after the idle
-/// ones are ended).
+/// The most HTTP sessions open at once per token class (admin, read). A read `initialize` beyond
+/// it is answered `503` (after the idle ones are ended); an admin `initialize` beyond it ends the
+/// admin session used least recently instead: the admin can always open a session, and read-token
+/// sessions never count against it.
 pub const MAX_SESSIONS: usize = 256;
 /// An HTTP session with no request for this long is ended (its next request gets `404`: the
 /// client initializes again).
@@ -888,13 +890,27 @@ impl McpSessions {
         Some(session)
     }
 
-    /// Opens a session whose service serves `handler`: its id, or `None` when [`MAX_SESSIONS`] are
-    /// open and none is idle.
+    /// Opens a session whose service serves `handler`: its id, or `None` when [`MAX_SESSIONS`]
+    /// read sessions are open and none is idle (for a read `handler`). An admin session is always
+    /// opened: past [`MAX_SESSIONS`] admin sessions, the one used least recently is ended.
     fn open(&self, handler: WardenMcp) -> Option<(String, Arc<Session>)> {
         self.sweep(Instant::now());
         let mut sessions = self.sessions.lock();
-        if sessions.len() >= MAX_SESSIONS {
-            return None;
+        let class = handler.access;
+        let of_class = sessions.values().filter(|s| s.access == class).count();
+        if of_class >= MAX_SESSIONS {
+            if class == McpAccess::Read {
+                return None;
+            }
+            let oldest = sessions
+                .iter()
+                .filter(|(_, s)| s.access == McpAccess::Admin)
+                .min_by_key(|(_, s)| (s.in_flight.load(Ordering::Acquire) > 0, *s.last_used.lock()))
+                .map(|(id, _)| id.clone());
+            if let Some(id) = oldest {
+                tracing::info!("MCP: an admin initialize past {MAX_SESSIONS} admin sessions ends the least recently used");
+                sessions.remove(&id);
+            }
         }
         let (to_service, inbox) = mpsc::channel(64);
         let waiters = Waiters::default();
@@ -927,6 +943,15 @@ impl McpSessions {
 
     fn close(&self, id: &str) -> bool {
         self.sessions.lock().remove(id).is_some()
+    }
+
+    /// Open sessions of class `access`.
+    pub fn count(&self, access: McpAccess) -> usize {
+        self.sessions
+            .lock()
+            .values()
+            .filter(|s| s.access == access)
+            .count()
     }
 }
 
@@ -992,6 +1017,9 @@ async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::Bytes
 /// `POST /mcp`: one JSON-RPC message. `initialize` opens a session (`Mcp-Session-Id` in the
 /// response); every other message names it.
 async fn post(state: web::Data<ApiState>, req: HttpRequest, payload: web::Payload) -> HttpResponse {
+    if let Err(refused) = check_origin(&state, &req) {
+        return refused;
+    }
     let access = match access_of(&req) {
         Ok(access) => McpAccess::from(access),
         Err(err) => return err.error_response(),
@@ -1052,10 +1080,32 @@ async fn post(state: web::Data<ApiState>, req: HttpRequest, payload: web::Payloa
             );
         }
     }
+    if let Some(refusal) = invalid_params(&message) {
+        return rpc_error(StatusCode::BAD_REQUEST, given_id.as_ref(), refusal);
+    }
     let initialize = matches!(
         &message,
         JsonRpcMessage::Request(r) if matches!(r.request, ClientRequest::InitializeRequest(_))
     );
+    if initialize {
+        // A second `initialize` on an open session: refused, the session goes on as it was.
+        if let Some(open) = header_str(&req, SESSION_HEADER).map(str::trim) {
+            if state.mcp.get(open).is_some() {
+                return rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    given_id.as_ref(),
+                    ErrorData::invalid_request(
+                        format!(
+                            "this MCP session is already initialized: initialize opens a new \
+                             session, so send it without {SESSION_HEADER} (or end this one \
+                             with DELETE /mcp first)"
+                        ),
+                        None,
+                    ),
+                );
+            }
+        }
+    }
     let (session_id, session) = if initialize {
         let operator = match access {
             McpAccess::Admin => MCP_HTTP_OPERATOR,
@@ -1076,7 +1126,8 @@ async fn post(state: web::Data<ApiState>, req: HttpRequest, payload: web::Payloa
                     given_id.as_ref(),
                     ErrorData::internal_error(
                         format!(
-                            "too many MCP sessions open ({MAX_SESSIONS}): end one with DELETE /mcp"
+                            "too many MCP sessions of the read token open ({MAX_SESSIONS}): end \
+                             one with DELETE /mcp (the admin token may end any)"
                         ),
                         None,
                     ),
@@ -1173,7 +1224,10 @@ async fn post(state: web::Data<ApiState>, req: HttpRequest, payload: web::Payloa
 }
 
 /// `GET /mcp`: this server starts no stream of its own (every answer comes with its POST).
-async fn get(req: HttpRequest) -> HttpResponse {
+async fn get(state: web::Data<ApiState>, req: HttpRequest) -> HttpResponse {
+    if let Err(refused) = check_origin(&state, &req) {
+        return refused;
+    }
     if let Err(err) = access_of(&req) {
         return err.error_response();
     }
@@ -1189,8 +1243,12 @@ async fn get(req: HttpRequest) -> HttpResponse {
     response
 }
 
-/// `DELETE /mcp`: ends the session `Mcp-Session-Id` names.
+/// `DELETE /mcp`: ends the session `Mcp-Session-Id` names: the admin token may end any session,
+/// the read token only a read session.
 async fn delete(state: web::Data<ApiState>, req: HttpRequest) -> HttpResponse {
+    if let Err(refused) = check_origin(&state, &req) {
+        return refused;
+    }
     let access = match access_of(&req) {
         Ok(access) => McpAccess::from(access),
         Err(err) => return err.error_response(),
@@ -1203,11 +1261,13 @@ async fn delete(state: web::Data<ApiState>, req: HttpRequest) -> HttpResponse {
         .error_response();
     };
     match state.mcp.get(id) {
-        Some(session) if session.access != access => ApiError::new(
-            StatusCode::FORBIDDEN,
-            "this MCP session was opened with another token",
-        )
-        .error_response(),
+        Some(session) if access == McpAccess::Read && session.access != McpAccess::Read => {
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                "this MCP session was opened with the admin token: only the admin token may end it",
+            )
+            .error_response()
+        }
         Some(_) => {
             state.mcp.close(id);
             HttpResponse::NoContent().finish()
@@ -1216,6 +1276,109 @@ async fn delete(state: web::Data<ApiState>, req: HttpRequest) -> HttpResponse {
             ApiError::new(StatusCode::NOT_FOUND, "unknown or expired MCP session").error_response()
         }
     }
+}
+
+/// The MCP methods whose `params` are required: rmcp reads such a request with missing or
+/// malformed `params` as a custom request (answered "method not found"); it is answered here
+/// as what it is, `-32602` invalid params.
+const METHODS_WITH_PARAMS: [&str; 8] = [
+    "initialize",
+    "tools/call",
+    "prompts/get",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+    "logging/setLevel",
+];
+
+/// `-32602` for a request of a known method whose `params` did not parse (missing, not an
+/// object, or without a required field), with the parser's reason.
+fn invalid_params(message: &ClientJsonRpcMessage) -> Option<ErrorData> {
+    let JsonRpcMessage::Request(request) = message else {
+        return None;
+    };
+    let ClientRequest::CustomRequest(custom) = &request.request else {
+        return None;
+    };
+    let method = custom.method.as_str();
+    if !METHODS_WITH_PARAMS.contains(&method) {
+        return None;
+    }
+    let reason = match (method, &custom.params) {
+        (_, None) => "params are missing".to_owned(),
+        ("tools/call", Some(params)) => {
+            match serde_json::from_value::<CallToolRequestParams>(params.clone()) {
+                Err(err) => err.to_string(),
+                Ok(_) => "params do not fit the method".to_owned(),
+            }
+        }
+        (_, Some(_)) => "params do not fit the method".to_owned(),
+    };
+    Some(ErrorData::invalid_params(
+        format!("invalid params for {method}: {reason}"),
+        None,
+    ))
+}
+
+/// The MCP streamable-HTTP transport's `Origin` rule (against DNS rebinding): a request whose
+/// `Origin` is present and is neither this server's own origin nor one of `api.allowed_origins`
+/// is refused `403`. Without `Origin` (a client that is not a browser) the request goes on.
+///
+/// This server's own origin is `http(s)://` and the `Host` the request was sent to, when that
+/// host is an IP address or `localhost`: a name (what a rebinding page would use, its own name
+/// resolving to this address) must be listed in `api.allowed_origins`.
+fn check_origin(state: &ApiState, req: &HttpRequest) -> Result<(), HttpResponse> {
+    let Some(origin) = req.headers().get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let origin = origin.to_str().unwrap_or("").trim();
+    if allowed_origin(&state.config.allowed_origins, req, origin) {
+        return Ok(());
+    }
+    tracing::warn!(
+        origin,
+        "MCP request refused: its Origin is not this server's"
+    );
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        format!(
+            "Origin {origin:?} is not this server's origin nor one of api.allowed_origins \
+             (MCP transport rule against DNS rebinding)"
+        ),
+    )
+    .error_response())
+}
+
+/// Whether `origin` may call `/mcp`: listed, or this server's own (see [`check_origin`]).
+fn allowed_origin(allowed: &[String], req: &HttpRequest, origin: &str) -> bool {
+    let origin = origin.trim_end_matches('/');
+    if allowed
+        .iter()
+        .any(|a| a.trim_end_matches('/').eq_ignore_ascii_case(origin))
+    {
+        return true;
+    }
+    let Some(host) = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+    else {
+        return false;
+    };
+    let bare = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    if !bare.is_some_and(|b| b.eq_ignore_ascii_case(host)) {
+        return false;
+    }
+    // The host without its port: an IP literal (`[::1]` included) or `localhost`.
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
 }
 
 /// Any other method on `/mcp`.

@@ -25,16 +25,23 @@ pub use session::{Session, Sessions, MAX_SESSIONS};
 use super::api::{access_of_token, Access, ApiError, ApiState};
 use actix_web::{
     http::{header, StatusCode},
-    web, HttpRequest, HttpResponse,
+    web, HttpRequest, HttpResponse, ResponseError,
 };
 
 /// How long a console session lasts by default (`api.session_ttl_seconds`): 8 hours, a shift.
 pub const DEFAULT_SESSION_TTL_SECONDS: u64 = 8 * 60 * 60;
 
-/// The session cookie (HttpOnly).
+/// The session cookie (HttpOnly) over plain http.
 pub const SESSION_COOKIE: &str = "warden_session";
-/// The CSRF cookie (readable by the page, echoed in `X-CSRF-Token`).
+/// The session cookie over https (`__Host-`: only this host's https pages can set it, with
+/// `Secure`, `Path=/` and no `Domain`).
+pub const SECURE_SESSION_COOKIE: &str = "__Host-warden_session";
+/// The CSRF cookie over plain http: informational only (scripts may read their token from the
+/// login's answer). Neither the server nor the console reads it: the console's token is the one
+/// in the page, which no other site can overwrite.
 pub const CSRF_COOKIE: &str = "warden_csrf";
+/// The CSRF cookie over https.
+pub const SECURE_CSRF_COOKIE: &str = "__Host-warden_csrf";
 /// The header a cookie-authenticated mutating request carries.
 pub const CSRF_HEADER: &str = "X-CSRF-Token";
 
@@ -57,35 +64,127 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
         .route("/console/assets/{name}", web::get().to(asset));
 }
 
-/// The value of cookie `name` in the request's `Cookie` headers.
-fn cookie<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
+/// Whether the browser reached this server over https (directly, or through a TLS-terminating
+/// proxy that says so with `X-Forwarded-Proto: https`): the cookies are then `Secure` and named
+/// `__Host-…`.
+fn https(req: &HttpRequest) -> bool {
+    req.app_config().secure()
+        || req
+            .headers()
+            .get("x-forwarded-proto")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"))
+}
+
+/// The session cookie's name for this request's scheme.
+fn session_cookie_name(req: &HttpRequest) -> &'static str {
+    if https(req) {
+        SECURE_SESSION_COOKIE
+    } else {
+        SESSION_COOKIE
+    }
+}
+
+/// Every value of cookie `name` in the request's `Cookie` headers, in the order sent.
+fn cookies_named<'a>(req: &'a HttpRequest, name: &str) -> Vec<&'a str> {
     req.headers()
         .get_all(header::COOKIE)
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
+        .filter(|(k, _)| *k == name)
         .map(|(_, v)| v.trim())
+        .collect()
 }
 
-/// The live session the request's cookie names, if any.
-fn session_of(state: &ApiState, req: &HttpRequest) -> Option<(String, Session)> {
-    let id = cookie(req, SESSION_COOKIE)?;
-    state.console.get(id).map(|s| (id.to_owned(), s))
+/// The session cookies the request carries.
+fn session_ids(req: &HttpRequest) -> Vec<&str> {
+    cookies_named(req, session_cookie_name(req))
+}
+
+/// `Set-Cookie` values that delete the session cookie at every path, other than `/` (the
+/// console's own), that a browser sends with a request for this request's path: where a page on
+/// another port of this host (cookies do not isolate ports) can put a second `warden_session`.
+fn clear_tossed(req: &HttpRequest) -> Vec<String> {
+    let name = session_cookie_name(req);
+    let secure = if https(req) { "; Secure" } else { "" };
+    let path = req.path();
+    let mut paths = Vec::new();
+    for (i, c) in path.char_indices().skip(1) {
+        if c == '/' {
+            paths.push(&path[..i]);
+            paths.push(&path[..=i]);
+        }
+    }
+    if path.len() > 1 && !path.ends_with('/') {
+        paths.push(path);
+    }
+    paths.dedup();
+    paths
+        .into_iter()
+        .take(16)
+        .map(|p| format!("{name}=; Path={p}; Max-Age=0{secure}"))
+        .collect()
+}
+
+/// What several session cookies in one request are answered when the page's CSRF token does not
+/// tell which is the console's: `400`, never a logout (no session is ended, and not `401`, which
+/// sends the page to the login). The answer deletes the extra cookies where it can.
+fn ambiguous(req: &HttpRequest) -> ApiError {
+    ApiError {
+        set_cookies: clear_tossed(req),
+        ..ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "ambiguous credentials: {} session cookies were sent, and warden will not guess \
+                 which is yours (a page on another port of this host can set a cookie for this \
+                 one: cookies do not isolate ports). The console tells them apart with its CSRF \
+                 token (X-CSRF-Token); this answer deletes the extra ones below /; if that does \
+                 not help, clear this site's cookies in the browser and log in again",
+                session_ids(req).len()
+            ),
+        )
+    }
+}
+
+/// The live session the request names, told apart by `proof` (the page's CSRF token: a form's
+/// `csrf` field or `X-CSRF-Token`) when the request carries several session cookies.
+///
+/// # Errors
+/// `400` ([`ambiguous`]) for several session cookies that `proof` does not tell apart.
+fn session_of(
+    state: &ApiState,
+    req: &HttpRequest,
+    proof: Option<&str>,
+) -> Result<Option<(String, Session)>, ApiError> {
+    match session_ids(req).as_slice() {
+        [] => Ok(None),
+        [id] => Ok(state.console.get(id).map(|s| ((*id).to_owned(), s))),
+        ids => match proof.and_then(|given| state.console.by_csrf(ids, given)) {
+            Some((id, session)) => Ok(Some((id.to_owned(), session))),
+            None => Err(ambiguous(req)),
+        },
+    }
+}
+
+/// The request's `X-CSRF-Token`.
+fn csrf_header(req: &HttpRequest) -> Option<&str> {
+    req.headers().get(CSRF_HEADER).and_then(|v| v.to_str().ok())
 }
 
 /// The access a console session cookie gives `req`, for [`crate::server::api::access_of`]:
 /// `None` without a session cookie; `401` for a cookie whose session expired or is unknown (a
 /// restart ends every session); `403` for a request other than `GET`/`HEAD` whose
-/// `X-CSRF-Token` is missing or is not the session's.
+/// `X-CSRF-Token` is missing or is not the session's; `400` for several session cookies that
+/// `X-CSRF-Token` does not tell apart (see [`session_of`]).
 pub(crate) fn cookie_access(
     state: &ApiState,
     req: &HttpRequest,
 ) -> Result<Option<Access>, ApiError> {
-    let Some(id) = cookie(req, SESSION_COOKIE) else {
-        return Ok(None);
-    };
-    let Some(session) = state.console.get(id) else {
+    let sent = session_ids(req).len();
+    let Some((_, session)) = session_of(state, req, csrf_header(req))? else {
+        if sent == 0 {
+            return Ok(None);
+        }
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "the console session has expired or is unknown (sessions end after \
@@ -93,17 +192,14 @@ pub(crate) fn cookie_access(
              /console/login, or send a bearer token",
         ));
     };
-    if !req.method().is_safe() {
-        let given = req
-            .headers()
-            .get(CSRF_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
+    // With several cookies the session was found by its CSRF token: checked already.
+    if sent == 1 && !req.method().is_safe() {
+        let given = csrf_header(req).unwrap_or("");
         if !session.csrf_matches(given) {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "a request authenticated by the console's session cookie needs X-CSRF-Token \
-                 equal to the warden_csrf cookie",
+                 equal to its session's token (the console page holds it)",
             ));
         }
     }
@@ -149,12 +245,16 @@ fn escape(text: &str) -> String {
 
 /// `GET /`: the console, or the login page's address.
 async fn index(state: web::Data<ApiState>, req: HttpRequest) -> HttpResponse {
-    let Some((_, session)) = session_of(&state, &req) else {
+    let found = match session_of(&state, &req, None) {
+        Ok(found) => found,
+        Err(err) => return err.error_response(),
+    };
+    let Some((_, session)) = found else {
         // A cookie that names no live session: it expired, or the server restarted.
-        let to = if cookie(&req, SESSION_COOKIE).is_some() {
-            "/console/login?expired"
-        } else {
+        let to = if session_ids(&req).is_empty() {
             "/console/login"
+        } else {
+            "/console/login?expired"
         };
         return see_other(to).finish();
     };
@@ -226,20 +326,20 @@ fn cross_site() -> HttpResponse {
     )
 }
 
-/// `Set-Cookie` values for a session (or, with `max_age` 0, their removal).
+/// `Set-Cookie` values for a session (or, with `max_age` 0, their removal): over https `Secure`
+/// and named `__Host-…`; over plain http (the loopback default, where a `Secure` cookie may not
+/// come back) the plain names.
 fn cookies(req: &HttpRequest, id: &str, csrf: &str, max_age: u64) -> [String; 2] {
-    // Secure only behind a TLS-terminating proxy that says so: on plain http (the loopback default)
-    // a Secure cookie would never come back.
-    let secure = req
-        .headers()
-        .get("x-forwarded-proto")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
-    let secure = if secure { "; Secure" } else { "" };
+    let (session_name, csrf_name, secure) = if https(req) {
+        (SECURE_SESSION_COOKIE, SECURE_CSRF_COOKIE, "; Secure")
+    } else {
+        (SESSION_COOKIE, CSRF_COOKIE, "")
+    };
     [
         format!(
-            "{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{secure}"
+            "{session_name}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{secure}"
         ),
-        format!("{CSRF_COOKIE}={csrf}; SameSite=Strict; Path=/; Max-Age={max_age}{secure}"),
+        format!("{csrf_name}={csrf}; SameSite=Strict; Path=/; Max-Age={max_age}{secure}"),
     ]
 }
 
@@ -252,32 +352,35 @@ async fn login(
     if !same_origin(&req) {
         return cross_site();
     }
-    let addr = req.peer_addr().map(|a| a.ip());
-    if let Some((addr, seconds)) =
-        addr.and_then(|addr| state.auth_failures.check(addr).err().map(|s| (addr, s)))
-    {
-        tracing::warn!(%addr, "console login refused: too many wrong tokens");
+    let token = form.map(|f| f.into_inner().token).unwrap_or_default();
+    // The token is judged first: a right one is never refused for a rate.
+    let Some(access) = access_of_token(&state.config, token.trim()) else {
+        let addr = req.peer_addr().map(|a| a.ip());
+        let Some(refused) = state.auth_failures.failed(addr) else {
+            tracing::warn!("console login refused: wrong token");
+            return login_with(
+                StatusCode::UNAUTHORIZED,
+                Some("That token is not the admin token nor the read token."),
+            );
+        };
+        tracing::warn!(?addr, "console login refused: too many wrong tokens");
+        let seconds = refused.seconds;
+        let from = match (refused.everyone, addr) {
+            (true, _) => "from all addresses together".to_owned(),
+            (false, Some(addr)) => format!("from {addr}"),
+            (false, None) => "from this address".to_owned(),
+        };
         let mut response = login_with(
             StatusCode::TOO_MANY_REQUESTS,
             Some(&format!(
-                "Too many wrong tokens from {addr}: try again in {seconds} s."
+                "That token is not the admin token nor the read token, and too many wrong \
+                 tokens came {from}: wrong tokens are refused for {seconds} s more."
             )),
         );
         if let Ok(value) = header::HeaderValue::from_str(&seconds.to_string()) {
             response.headers_mut().insert(header::RETRY_AFTER, value);
         }
         return response;
-    }
-    let token = form.map(|f| f.into_inner().token).unwrap_or_default();
-    let Some(access) = access_of_token(&state.config, token.trim()) else {
-        tracing::warn!("console login refused: wrong token");
-        if let Some(addr) = addr {
-            state.auth_failures.failed(addr);
-        }
-        return login_with(
-            StatusCode::UNAUTHORIZED,
-            Some("That token is not the admin token nor the read token."),
-        );
     };
     let (id, session) = state.console.open(access);
     tracing::info!(?access, "console login");
@@ -306,10 +409,12 @@ fn form_session(
     if !same_origin(req) {
         return Err(Box::new(cross_site()));
     }
-    let Some((id, session)) = session_of(state, req) else {
+    let given = form.as_ref().map_or("", |f| f.csrf.as_str());
+    let Some((id, session)) =
+        session_of(state, req, Some(given)).map_err(|e| Box::new(e.error_response()))?
+    else {
         return Err(Box::new(see_other("/console/login?expired").finish()));
     };
-    let given = form.as_ref().map_or("", |f| f.csrf.as_str());
     if !session.csrf_matches(given) {
         return Err(Box::new(page(
             StatusCode::FORBIDDEN,

@@ -4,8 +4,10 @@
 //! * Ids and CSRF tokens are 256 random bits from the operating system (`OsRng`), in hex.
 //! * A session lasts `api.session_ttl_seconds` from its login (not sliding): after that its cookie
 //!   opens nothing, and the page sends the operator back to the login.
-//! * At most [`MAX_SESSIONS`] are kept: a login beyond that first drops the expired ones, then the
-//!   one closest to its end.
+//! * At most [`MAX_SESSIONS`] are kept per token class (admin, read): a login beyond that first
+//!   drops the expired ones, then the one of its own class closest to its end. The classes never
+//!   evict each other: a thousand read-token logins cannot end the admin's session, nor keep the
+//!   admin from opening one.
 //! * Tokens (the CSRF token) are compared in constant time.
 
 use super::super::api::{token_matches, Access};
@@ -15,7 +17,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// The most sessions kept at once.
+/// The most sessions kept at once per token class (admin and read each).
 pub const MAX_SESSIONS: usize = 1024;
 
 /// One logged-in browser.
@@ -78,13 +80,16 @@ impl Sessions {
             expires: Instant::now() + self.ttl,
         };
         let mut map = self.map.lock();
-        if map.len() >= MAX_SESSIONS {
+        let of_class =
+            |map: &HashMap<String, Session>| map.values().filter(|s| s.access == access).count();
+        if of_class(&map) >= MAX_SESSIONS {
             let now = Instant::now();
             map.retain(|_, s| s.expires > now);
         }
-        if map.len() >= MAX_SESSIONS {
+        if of_class(&map) >= MAX_SESSIONS {
             let soonest = map
                 .iter()
+                .filter(|(_, s)| s.access == access)
                 .min_by_key(|(_, s)| s.expires)
                 .map(|(k, _)| k.clone());
             if let Some(key) = soonest {
@@ -109,6 +114,21 @@ impl Sessions {
     /// Ends the session with this id (logout); nothing if there is none.
     pub fn close(&self, id: &str) {
         self.map.lock().remove(id);
+    }
+
+    /// The live session with id `id` among `ids` whose CSRF token is `given` (constant time per
+    /// comparison): how a request that carries several session cookies (one tossed in by
+    /// another site on this host) is told apart by the token only the page holds.
+    pub fn by_csrf<'a>(&self, ids: &[&'a str], given: &str) -> Option<(&'a str, Session)> {
+        let mut found = None;
+        for id in ids {
+            if let Some(session) = self.get(id) {
+                if session.csrf_matches(given) && found.is_none() {
+                    found = Some((*id, session));
+                }
+            }
+        }
+        found
     }
 
     /// Sessions kept now (expired ones included until they are next looked at).
@@ -149,5 +169,35 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         assert!(short.get(&c).is_none());
         assert!(short.is_empty());
+    }
+
+    #[test]
+    fn read_logins_never_evict_the_admin_nor_keep_the_admin_out() {
+        let sessions = Sessions::new(Duration::from_secs(60));
+        let (admin, _) = sessions.open(Access::Admin);
+        for _ in 0..MAX_SESSIONS * 2 {
+            sessions.open(Access::Read);
+        }
+        assert!(
+            sessions.get(&admin).is_some(),
+            "the admin's session survives"
+        );
+        let (again, _) = sessions.open(Access::Admin);
+        assert!(sessions.get(&again).is_some());
+        assert_eq!(sessions.len(), MAX_SESSIONS + 2);
+    }
+
+    #[test]
+    fn the_csrf_token_tells_apart_the_sessions_of_several_cookies() {
+        let sessions = Sessions::new(Duration::from_secs(60));
+        let (admin, admin_session) = sessions.open(Access::Admin);
+        let (read, read_session) = sessions.open(Access::Read);
+        let ids = ["tossed", read.as_str(), admin.as_str()];
+        let (id, found) = sessions.by_csrf(&ids, &admin_session.csrf).unwrap();
+        assert_eq!((id, found.access), (admin.as_str(), Access::Admin));
+        let (id, _) = sessions.by_csrf(&ids, &read_session.csrf).unwrap();
+        assert_eq!(id, read.as_str());
+        assert!(sessions.by_csrf(&ids, "00").is_none());
+        assert!(sessions.by_csrf(&ids, "").is_none());
     }
 }

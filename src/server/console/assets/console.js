@@ -1,6 +1,8 @@
 // warden console: plain JavaScript, no build step, no dependency. Served by `warden serve` from the
 // binary. Talks to the same /api/* routes as the CLI, authenticated by the session cookie; every
-// mutating call carries X-CSRF-Token (the warden_csrf cookie).
+// call carries X-CSRF-Token: the token the server wrote into this page (body[data-csrf]), never a
+// cookie — a page on another port of this host can overwrite cookies (they do not isolate ports),
+// and the token is also what tells the server which of several session cookies is ours.
 //
 // Scale: the agents live in a Map; the event stream (SSE) applies deltas to it and marks it dirty;
 // the table (one page of rows) is re-rendered at most once per animation frame.
@@ -22,16 +24,13 @@
     sseLagMs: [], // for state changes: on screen (Date.now()) minus the journal's at_ms
   });
 
-  function csrf() {
-    const m = document.cookie.match(/(?:^|;\s*)warden_csrf=([0-9a-f]+)/);
-    return m ? m[1] : body.dataset.csrf;
-  }
+  const CSRF = body.dataset.csrf;
 
   // ---- HTTP ---------------------------------------------------------------------------------
   async function api(method, path, payload) {
     const headers = { Accept: "application/json" };
     const init = { method, headers, credentials: "same-origin" };
-    if (method !== "GET") headers["X-CSRF-Token"] = csrf();
+    headers["X-CSRF-Token"] = CSRF;
     if (payload !== undefined) {
       headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(payload);
