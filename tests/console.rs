@@ -1402,6 +1402,108 @@ fn the_console_in_a_headless_browser() {
     browser.screenshot("journal-degraded");
 }
 
+/// A hostile page on another loopback port (cookies do not isolate ports): it sets
+/// `warden_session=x; Path=/api` and `warden_csrf=00` for 127.0.0.1, by `Set-Cookie` and by
+/// script. Serves until the test ends; its port.
+fn attack_page() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let body = "<!doctype html><title>cats</title><p id=tossed>cute cats</p>\
+                        <script>document.cookie = 'warden_session=x; path=/api'; \
+                        document.cookie = 'warden_csrf=00; path=/';</script>";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\
+                 Set-Cookie: warden_session=x; Path=/api\r\n\
+                 Set-Cookie: warden_csrf=00; Path=/\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn a_cookie_tossed_from_another_port_does_not_stop_halt_all() {
+    let Some((chromium, chromedriver)) =
+        browser_or_skip("a_cookie_tossed_from_another_port_does_not_stop_halt_all")
+    else {
+        return;
+    };
+    let _one = BROWSER_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let serve = Serve::start("tossing", &team(4, 3600));
+    let attacker = attack_page();
+    let browser = Browser::start(&chromium, &chromedriver);
+    log_in(&browser, &serve, ADMIN);
+    browser.until("8 rows", &rows_script("rows.length === 8"));
+
+    // The admin visits another page on this host; it tosses its cookies in.
+    browser.goto(&format!("http://127.0.0.1:{attacker}/"));
+    browser.until(
+        "the hostile page",
+        "return !!document.getElementById('tossed')",
+    );
+    // Back to the console: it still shows the agents (not the login page), its stream comes back,
+    // and HALT ALL halts.
+    browser.goto(&format!("{}/#agents", serve.url));
+    browser.until("8 rows", &rows_script("rows.length === 8"));
+    browser.until(
+        "the event stream open again",
+        "return document.body.dataset.stream === 'open'",
+    );
+    browser.click("#halt-all");
+    browser.until(
+        "the confirmation",
+        "return document.getElementById('halt-dialog').open",
+    );
+    browser.click("#halt-yes");
+    wait_for("every agent STOPPED", Duration::from_secs(20), || {
+        serve
+            .bearer("GET", "/api/agents", READ, None)
+            .1
+            .as_array()
+            .is_some_and(|a| a.len() == 8 && a.iter().all(|x| x["state"] == "STOPPED"))
+    });
+    browser.until(
+        "every row STOPPED",
+        &rows_script("rows.every(r => r.dataset.state === 'STOPPED')"),
+    );
+    browser.screenshot("tossed-halted");
+
+    // Tossed again, then a fresh login (the attacker's cookies still in the jar) works too.
+    let (status, _) = serve.bearer("POST", "/api/agents/greeter/resume", ADMIN, None);
+    assert_eq!(status, 200);
+    browser.goto(&format!("http://127.0.0.1:{attacker}/"));
+    browser.until(
+        "the hostile page",
+        "return !!document.getElementById('tossed')",
+    );
+    browser.goto(&format!("{}/console/login", serve.url));
+    browser.until(
+        "the login page",
+        "return !!document.getElementById('token')",
+    );
+    browser.type_into("#token", ADMIN);
+    browser.click("#login-submit");
+    browser.until("8 rows", &rows_script("rows.length === 8"));
+    browser.until(
+        "greeter resumed on screen",
+        "return document.querySelector('tr[data-key=greeter]').dataset.state === 'WAITING_FOR_EVENT'",
+    );
+    // (Clicked by script: the table is redrawn as events arrive, a found element can go stale.)
+    browser.js("document.querySelector('button[data-action=halt][data-key=greeter]').click()");
+    wait_for("greeter STOPPED", Duration::from_secs(20), || {
+        serve.agent("greeter")["state"] == "STOPPED"
+    });
+}
+
 #[test]
 fn the_first_paint_with_a_thousand_agents() {
     let Some((chromium, chromedriver)) = browser_or_skip("the_first_paint_with_a_thousand_agents")
