@@ -1051,8 +1051,24 @@ async fn post(state: web::Data<ApiState>, req: HttpRequest, payload: web::Payloa
     let given_id: Option<RequestId> = value
         .get("id")
         .and_then(|id| serde_json::from_value(id.clone()).ok());
+    let method = value
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     let message: ClientJsonRpcMessage = match serde_json::from_value(value) {
         Ok(message) => message,
+        // A known method whose `params` are not even an object (`[]`): invalid params.
+        Err(_) if method.as_deref().is_some_and(|m| METHODS_WITH_PARAMS.contains(&m)) => {
+            let method = method.unwrap_or_default();
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                given_id.as_ref(),
+                ErrorData::invalid_params(
+                    format!("invalid params for {method}: params must be an object"),
+                    None,
+                ),
+            );
+        }
         Err(err) => {
             return rpc_error(
                 StatusCode::BAD_REQUEST,
