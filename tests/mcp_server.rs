@@ -583,14 +583,17 @@ async fn read_sessions_cannot_fill_the_admins_cap_and_the_admin_may_end_any_sess
             .unwrap_or_else(|e| panic!("read session {n}: {e:?}"));
         read_sessions.push(id);
     }
-    // The read class is full: a 257th read session is refused, clearly.
+    // The read class is full: a 257th read session is refused.
     let (status, body) = initialize(&server, READ).await.unwrap_err();
     assert_eq!(status, 503, "{body}");
-    assert!(body.contains("read token"), "{body}");
     // The admin still gets a session, and it works.
     let admin = initialize(&server, ADMIN)
         .await
         .expect("the admin initializes while the read token's sessions are full");
+    assert!(
+        body.contains("read token"),
+        "the refusal says whose: {body}"
+    );
     let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
     let (status, _, body) = raw(&server, Method::POST, Some(ADMIN), Some(&admin), list).await;
     assert_eq!(status, 200, "{body}");
@@ -629,7 +632,7 @@ async fn read_sessions_cannot_fill_the_admins_cap_and_the_admin_may_end_any_sess
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_foreign_origin_bad_params_and_a_second_initialize_are_refused() {
+async fn a_foreign_origin_is_refused_and_a_client_without_origin_is_served() {
     use reqwest::Method;
     let server = Server::start("origin");
     async fn post(server: &Server, origin: &str, host: Option<&str>) -> u16 {
@@ -670,7 +673,13 @@ async fn a_foreign_origin_bad_params_and_a_second_initialize_are_refused() {
     )
     .await;
     assert_eq!(status, 403);
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tools_call_without_params_is_invalid_params() {
+    use reqwest::Method;
+    let server = Server::start("params");
+    let session = initialize(&server, ADMIN).await.unwrap();
     // tools/call without params, and with params that are not a tool call: -32602.
     for body in [
         r#"{"jsonrpc":"2.0","id":5,"method":"tools/call"}"#,
@@ -690,6 +699,18 @@ async fn a_foreign_origin_bad_params_and_a_second_initialize_are_refused() {
             "{answer}"
         );
     }
+    // A well-formed call works.
+    let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"list_agents","arguments":{}}}"#;
+    let (status, _, answer) = raw(&server, Method::POST, Some(ADMIN), Some(&session), call).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("quick"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_initialize_on_an_open_session_is_refused() {
+    use reqwest::Method;
+    let server = Server::start("reinit");
+    let session = initialize(&server, ADMIN).await.unwrap();
     // A second initialize on the open session: refused, and the session goes on.
     let (status, headers, answer) = raw(
         &server,
@@ -712,11 +733,6 @@ async fn a_foreign_origin_bad_params_and_a_second_initialize_are_refused() {
     let list = r#"{"jsonrpc":"2.0","id":6,"method":"tools/list"}"#;
     let (status, _, answer) = raw(&server, Method::POST, Some(ADMIN), Some(&session), list).await;
     assert_eq!(status, 200, "{answer}");
-    // A well-formed call still works.
-    let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"list_agents","arguments":{}}}"#;
-    let (status, _, answer) = raw(&server, Method::POST, Some(ADMIN), Some(&session), call).await;
-    assert_eq!(status, 200, "{answer}");
-    assert!(answer.contains("quick"), "{answer}");
 }
 
 fn stdio_client_command(dir: &Path, read_only: bool) -> tokio::process::Command {

@@ -1058,7 +1058,11 @@ async fn post(state: web::Data<ApiState>, req: HttpRequest, payload: web::Payloa
     let message: ClientJsonRpcMessage = match serde_json::from_value(value) {
         Ok(message) => message,
         // A known method whose `params` are not even an object (`[]`): invalid params.
-        Err(_) if method.as_deref().is_some_and(|m| METHODS_WITH_PARAMS.contains(&m)) => {
+        Err(_)
+            if method
+                .as_deref()
+                .is_some_and(|m| METHODS_WITH_PARAMS.contains(&m)) =>
+        {
             let method = method.unwrap_or_default();
             return rpc_error(
                 StatusCode::BAD_REQUEST,
@@ -1462,6 +1466,46 @@ mod tests {
         assert!(sessions.get(&busy).is_some(), "busy session kept");
         assert!(sessions.close(&busy));
         assert!(sessions.get(&busy).is_none());
+    }
+
+    #[test]
+    fn origins_are_this_servers_own_by_address_or_listed() {
+        let req = |host: &str| {
+            actix_web::test::TestRequest::default()
+                .insert_header((header::HOST, host))
+                .to_http_request()
+        };
+        let listed = vec!["http://localhost:6274".to_owned()];
+        let cases = [
+            ("127.0.0.1:7878", "http://127.0.0.1:7878", true),
+            ("localhost:7878", "http://localhost:7878", true),
+            ("[::1]:7878", "http://[::1]:7878", true),
+            ("127.0.0.1:7878", "https://127.0.0.1:7878/", true),
+            ("127.0.0.1:7878", "http://localhost:6274", true),
+            ("127.0.0.1:7878", "http://127.0.0.1:8000", false),
+            ("127.0.0.1:7878", "http://evil.example", false),
+            ("127.0.0.1:7878", "null", false),
+            // DNS rebinding: a name that resolved to this address, Host and Origin agreeing.
+            ("evil.example:7878", "http://evil.example:7878", false),
+        ];
+        for (host, origin, ok) in cases {
+            assert_eq!(
+                allowed_origin(&listed, &req(host), origin),
+                ok,
+                "{host} {origin}"
+            );
+        }
+        let section = |origins: &[&str]| api::ApiSection {
+            allowed_origins: origins.iter().map(|o| (*o).to_owned()).collect(),
+            ..api::ApiSection::default()
+        };
+        assert!(section(&["http://localhost:6274", "https://ops.example"])
+            .validate()
+            .is_ok());
+        for bad in ["localhost:6274", "http://", "http://x/path", "*"] {
+            let err = section(&[bad]).validate().unwrap_err();
+            assert_eq!(err.key, "api.allowed_origins", "{bad}");
+        }
     }
 
     #[actix_rt::test]
