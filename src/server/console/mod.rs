@@ -5,8 +5,9 @@
 //! * `GET /` — the console for a logged-in browser, else `303` to the login page;
 //! * `GET /console/login`, `POST /console/login` (form field `token`: the admin or the read token)
 //!   — success sets the `warden_session` cookie (HttpOnly, SameSite=Strict, Path=/) and the
-//!   `warden_csrf` cookie (readable by the page) and redirects to `/`; a wrong token sets no cookie
-//!   and shows the login page again with an error (`401`);
+//!   informational `warden_csrf` cookie (`__Host-…` and `Secure` over https) and redirects to `/`;
+//!   a wrong token sets no cookie and shows the login page again with an error (`401`, or `429`
+//!   past `api.auth_failures_per_minute`: the right token is never refused for a rate);
 //! * `POST /console/logout` — ends the session, clears both cookies;
 //! * `POST /console/halt` — HALT ALL from a plain form (no JavaScript needed): admin session, the
 //!   form's `csrf` field equal to the session's token and its `confirm` box ticked;
@@ -14,7 +15,11 @@
 //!
 //! The session cookie also authenticates `/api/*` (see `access_of` in `server::api`), with
 //! the role of the token the session logged in with; a cookie-authenticated request other than
-//! `GET` must carry `X-CSRF-Token` equal to the session's token, else `403`. The bearer-token API
+//! `GET` must carry `X-CSRF-Token` equal to the session's token, else `403`. The page holds that
+//! token (written into it by `GET /`), never a cookie: a page on another port of this host can
+//! overwrite cookies. A request with several session cookies (one tossed in from another port) is
+//! told apart by that token, or refused `400` as ambiguous — never taken by its first cookie, never
+//! a logout. The bearer-token API
 //! is unchanged. Every page is sent with a `Content-Security-Policy` that allows no inline script,
 //! `X-Frame-Options: DENY` and `Cache-Control: no-store`.
 
