@@ -1017,7 +1017,7 @@ async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::Bytes
 /// `POST /mcp`: one JSON-RPC message. `initialize` opens a session (`Mcp-Session-Id` in the
 /// response); every other message names it.
 async fn post(state: web::Data<ApiState>, req: HttpRequest, payload: web::Payload) -> HttpResponse {
-    if let Err(refused) = check_origin(&state, &req) {
+    if let Some(refused) = check_origin(&state, &req) {
         return refused;
     }
     let access = match access_of(&req) {
@@ -1245,7 +1245,7 @@ async fn post(state: web::Data<ApiState>, req: HttpRequest, payload: web::Payloa
 
 /// `GET /mcp`: this server starts no stream of its own (every answer comes with its POST).
 async fn get(state: web::Data<ApiState>, req: HttpRequest) -> HttpResponse {
-    if let Err(refused) = check_origin(&state, &req) {
+    if let Some(refused) = check_origin(&state, &req) {
         return refused;
     }
     if let Err(err) = access_of(&req) {
@@ -1266,7 +1266,7 @@ async fn get(state: web::Data<ApiState>, req: HttpRequest) -> HttpResponse {
 /// `DELETE /mcp`: ends the session `Mcp-Session-Id` names: the admin token may end any session,
 /// the read token only a read session.
 async fn delete(state: web::Data<ApiState>, req: HttpRequest) -> HttpResponse {
-    if let Err(refused) = check_origin(&state, &req) {
+    if let Some(refused) = check_origin(&state, &req) {
         return refused;
     }
     let access = match access_of(&req) {
@@ -1343,31 +1343,32 @@ fn invalid_params(message: &ClientJsonRpcMessage) -> Option<ErrorData> {
 
 /// The MCP streamable-HTTP transport's `Origin` rule (against DNS rebinding): a request whose
 /// `Origin` is present and is neither this server's own origin nor one of `api.allowed_origins`
-/// is refused `403`. Without `Origin` (a client that is not a browser) the request goes on.
+/// is refused: the `403` to send. Without `Origin` (a client that is not a browser) the request
+/// goes on (`None`).
 ///
 /// This server's own origin is `http(s)://` and the `Host` the request was sent to, when that
 /// host is an IP address or `localhost`: a name (what a rebinding page would use, its own name
 /// resolving to this address) must be listed in `api.allowed_origins`.
-fn check_origin(state: &ApiState, req: &HttpRequest) -> Result<(), HttpResponse> {
-    let Some(origin) = req.headers().get(header::ORIGIN) else {
-        return Ok(());
-    };
+fn check_origin(state: &ApiState, req: &HttpRequest) -> Option<HttpResponse> {
+    let origin = req.headers().get(header::ORIGIN)?;
     let origin = origin.to_str().unwrap_or("").trim();
     if allowed_origin(&state.config.allowed_origins, req, origin) {
-        return Ok(());
+        return None;
     }
     tracing::warn!(
         origin,
         "MCP request refused: its Origin is not this server's"
     );
-    Err(ApiError::new(
-        StatusCode::FORBIDDEN,
-        format!(
-            "Origin {origin:?} is not this server's origin nor one of api.allowed_origins \
-             (MCP transport rule against DNS rebinding)"
-        ),
+    Some(
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "Origin {origin:?} is not this server's origin nor one of api.allowed_origins \
+                 (MCP transport rule against DNS rebinding)"
+            ),
+        )
+        .error_response(),
     )
-    .error_response())
 }
 
 /// Whether `origin` may call `/mcp`: listed, or this server's own (see [`check_origin`]).
