@@ -562,18 +562,67 @@ fn guesses_from_many_loopback_addresses_share_one_limit_and_never_lock_the_admin
         "60 wrong guesses from 60 loopback addresses: {unauthorized} answered 401, {refused} 429"
     ));
     assert_eq!((unauthorized, refused), (30, 30));
-    // One address past its own limit as well.
-    let guesser = http_from([127, 0, 0, 2]);
-    for n in 0..5 {
-        let resp = guesser
-            .post(format!("{}/api/halt", serve.url))
-            .bearer_auth(format!("again-{n}"))
-            .send()
-            .unwrap();
-        assert_eq!(resp.status().as_u16(), 429);
+    // Two addresses past their own limits as well: 127.0.0.2, and 127.0.0.1 (where the CLI and
+    // the MCP client below come from).
+    for addr in [[127, 0, 0, 2], [127, 0, 0, 1]] {
+        let guesser = http_from(addr);
+        for n in 0..5 {
+            let resp = guesser
+                .post(format!("{}/api/halt", serve.url))
+                .bearer_auth(format!("again-{n}"))
+                .send()
+                .unwrap();
+            assert_eq!(resp.status().as_u16(), 429);
+        }
     }
-    // The admin, from that very address (behind a shared proxy, say) and from another: every
-    // door still halts — the API, /mcp's tools are the same extractor, the console's login.
+    // `warden halt` halts.
+    let out = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["halt", "--url", &serve.url])
+        .env("WARDEN_ADMIN_TOKEN", ADMIN)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "warden halt: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(serve.agent("greeter")["state"], "STOPPED");
+    let (status, _) = serve.bearer("POST", "/api/agents/greeter/resume", ADMIN, None);
+    assert_eq!(status, 200);
+    // /mcp's halt_all halts.
+    let mcp = |session: Option<&str>, body: Value| {
+        let mut req = http()
+            .post(format!("{}/mcp", serve.url))
+            .bearer_auth(ADMIN)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(session) = session {
+            req = req.header("mcp-session-id", session);
+        }
+        req.send().unwrap()
+    };
+    let init = mcp(
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"}}}),
+    );
+    assert_eq!(init.status().as_u16(), 200);
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let halted = mcp(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "halt_all", "arguments": {}}}),
+    );
+    assert_eq!(halted.status().as_u16(), 200);
+    let halted: Value = halted.json().unwrap();
+    assert_ne!(halted["result"]["isError"], true, "{halted}");
+    assert_eq!(serve.agent("greeter")["state"], "STOPPED");
+    // The admin, from those very addresses (behind a shared proxy, say) and from another: the API
+    // and the console's login still work.
     for addr in [[127, 0, 0, 2], [127, 0, 0, 1], [127, 0, 0, 99]] {
         let admin = http_from(addr);
         let resp = admin
