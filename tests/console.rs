@@ -3,13 +3,16 @@
 //! * Plain HTTP (always run): the login page, a wrong token (no cookie, an error), the session
 //!   cookie on `/api/*`, the CSRF rule (403 without `X-CSRF-Token`, accepted with it), a read
 //!   session that cannot mutate, logout, expiry (`api.session_ttl_seconds`), the no-JavaScript
-//!   HALT ALL form, the security headers, and the bearer API unchanged.
+//!   HALT ALL form, the security headers, and the bearer API unchanged; the wrong-token limit
+//!   (never the right token; one limit for many loopback addresses), two session cookies (told
+//!   apart by the page's CSRF token, else 400, never a logout), `__Host-` cookies over https, read
+//!   logins that cannot evict the admin.
 //! * In headless Chromium through WebDriver (`chromium` and `chromedriver` on PATH; otherwise the
 //!   tests print `SKIPPED …` and pass, or fail under `CI=true`; `WARDEN_TEST_BROWSER=skip` skips them on purpose): log in,
 //!   see the agents, unlock a locked-out agent with a reason, chat with an agent, answer an
 //!   approval, see the breaker's trip, a CSRF refusal, HALT ALL with every row STOPPED, Escape on
-//!   the confirmation, a read session, the degraded journal's banner; and the first paint with
-//!   1,000 agents. Screenshots are kept in
+//!   the confirmation, a read session, the degraded journal's banner; a cookie tossed in from a page
+//!   on another port that does not stop HALT ALL; and the first paint with 1,000 agents. Screenshots are kept in
 //!   `target/tmp/artefacts/console-*.png`; the measured figures are printed.
 //!
 //! The WebDriver client is the few W3C WebDriver commands these tests use (new session, navigate,
@@ -736,6 +739,15 @@ fn two_session_cookies_are_refused_as_ambiguous_unless_the_pages_token_tells_the
     // Nothing of it was a logout: the admin's cookie alone still works.
     let (status, _) = with_cookie(&serve, &admin, "GET", "/api/agents", None);
     assert_eq!(status, 200);
+    // Several cookies none of which is a live session: the browser's own session ended, so 401
+    // (the page's way to the login), not an ambiguity the operator could not get out of.
+    let resp = http()
+        .get(format!("{}/api/agents", serve.url))
+        .header("cookie", "warden_session=tossed; warden_session=ended")
+        .header("x-csrf-token", &admin.csrf)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
     // A read session's cookie tossed in (someone with the read token) does not win either.
     let read = login(&serve, READ);
     let both = format!(

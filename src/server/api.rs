@@ -11,11 +11,12 @@
 //! never from an agent's event content or model output: an event is data, delivered to the agent's
 //! mailbox (or refused while it is locked out) and never interpreted.
 //!
-//! Errors are JSON `{"error": "..."}`: 400 malformed JSON (with serde's message), query or path, 401,
-//! 403, 404 unknown agent or intervention or no such route, 405 (with `Allow`) a served path asked
-//! with another method, 409 the agent refuses (locked out, stopped, not locked out), 413
-//! body larger than [`ApiConfig::body_limit`], 429 mailbox full, 503 agent shut down (or no event
-//! stream configured).
+//! Errors are JSON `{"error": "..."}`: 400 malformed JSON (with serde's message), query or path, or
+//! ambiguous console cookies, 401, 403, 404 unknown agent or intervention or no such route, 405
+//! (with `Allow`) a served path asked with another method, 409 the agent refuses (locked out,
+//! stopped, not locked out), 413 body larger than [`ApiConfig::body_limit`], 429 mailbox full or a
+//! wrong token past `api.auth_failures_per_minute` (a right token is never refused for a rate:
+//! [`crate::server::auth_limit`]), 503 agent shut down (or no event stream configured).
 //!
 //! [`ROUTES`] is the one list of what is served: [`configure`] registers exactly it, and the
 //! OpenAPI document ([`OPENAPI`], `GET /api/openapi.json`) is tested against it.

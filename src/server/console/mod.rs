@@ -152,10 +152,12 @@ fn ambiguous(req: &HttpRequest) -> ApiError {
 }
 
 /// The live session the request names, told apart by `proof` (the page's CSRF token: a form's
-/// `csrf` field or `X-CSRF-Token`) when the request carries several session cookies.
+/// `csrf` field or `X-CSRF-Token`) when the request carries several session cookies. Several
+/// cookies none of which names a live session name none (`None`: the browser's own session ended;
+/// the page goes to the login).
 ///
 /// # Errors
-/// `400` ([`ambiguous`]) for several session cookies that `proof` does not tell apart.
+/// `400` ([`ambiguous`]) for several session cookies, some live, that `proof` does not tell apart.
 fn session_of(
     state: &ApiState,
     req: &HttpRequest,
@@ -166,6 +168,7 @@ fn session_of(
         [id] => Ok(state.console.get(id).map(|s| ((*id).to_owned(), s))),
         ids => match proof.and_then(|given| state.console.by_csrf(ids, given)) {
             Some((id, session)) => Ok(Some((id.to_owned(), session))),
+            None if ids.iter().all(|id| state.console.get(id).is_none()) => Ok(None),
             None => Err(ambiguous(req)),
         },
     }
