@@ -40,7 +40,7 @@
 //! listen = "127.0.0.1:7878"           # unless --listen is given
 //! max_body_bytes = 65536
 //! session_ttl_seconds = 28800         # a browser console session (docs/console.md)
-//! auth_failures_per_minute = 10       # wrong tokens per address and minute, then 429
+//! auth_failures_per_minute = 10       # wrong tokens per address and minute, then 429 for wrong ones
 //! allowed_origins = []                # browser origins besides its own that may call /mcp
 //!
 //! [telemetry]                         # OpenTelemetry (docs/telemetry.md); OTEL_* variables win
@@ -775,7 +775,7 @@ pub fn defaults_toml() -> String {
          max_body_bytes = {}\n\
          # how long a login to the browser console lasts (docs/console.md)\n\
          session_ttl_seconds = {}\n\
-         # wrong tokens per client address and minute before it gets 429 (0: no limit)\n\
+         # wrong tokens per client address and minute before its wrong ones get 429 (0: no limit)\n\
          auth_failures_per_minute = {}\n\
          \n\
          # OpenTelemetry export (docs/telemetry.md); off unless an endpoint is set here or in\n\

@@ -63,8 +63,9 @@ pub struct ApiConfig {
     /// How long a console session lasts after its login, in seconds (0 =
     /// [`crate::server::console::DEFAULT_SESSION_TTL_SECONDS`]).
     pub session_ttl_seconds: u64,
-    /// Wrong tokens allowed per client address and minute before it is refused `429` for the
-    /// rest of the minute (`None`: 10; `Some(0)`: no limit). See `api.auth_failures_per_minute`.
+    /// Wrong tokens allowed per client address and minute (10× that from all addresses) before
+    /// further wrong tokens are refused `429` for the rest of the minute; a right token never is
+    /// (`None`: 10; `Some(0)`: no limit). See `api.auth_failures_per_minute`.
     pub auth_failures_per_minute: Option<u32>,
     /// Browser origins (`http://localhost:6274`) that may call `/mcp` besides the server's own
     /// (`api.allowed_origins`): a request with another `Origin` is refused `403`.
@@ -188,8 +189,9 @@ pub struct ApiSection {
     /// [`crate::server::console::DEFAULT_SESSION_TTL_SECONDS`], 8 hours).
     #[serde(default)]
     pub session_ttl_seconds: Option<u64>,
-    /// Wrong tokens allowed per client address and minute before every request from it that
-    /// needs a token is refused `429` for the rest of the minute (default 10; 0 = no limit).
+    /// Wrong tokens allowed per client address and minute (10× that from all addresses) before
+    /// further wrong tokens are refused `429` for the rest of the minute; a right token never is
+    /// (default 10; 0 = no limit).
     #[serde(default)]
     pub auth_failures_per_minute: Option<u32>,
     /// Browser origins besides the server's own that may call `/mcp` (`["http://localhost:6274"]`);

@@ -902,13 +902,21 @@ impl McpSessions {
             if class == McpAccess::Read {
                 return None;
             }
+            // Idle ones first, then the least recently used.
+            let busy_then_used = |s: &Arc<Session>| {
+                let busy = s.in_flight.load(Ordering::Acquire) > 0;
+                (busy, *s.last_used.lock())
+            };
             let oldest = sessions
                 .iter()
                 .filter(|(_, s)| s.access == McpAccess::Admin)
-                .min_by_key(|(_, s)| (s.in_flight.load(Ordering::Acquire) > 0, *s.last_used.lock()))
+                .min_by_key(|(_, s)| busy_then_used(s))
                 .map(|(id, _)| id.clone());
             if let Some(id) = oldest {
-                tracing::info!("MCP: an admin initialize past {MAX_SESSIONS} admin sessions ends the least recently used");
+                tracing::info!(
+                    "MCP: an admin initialize past {MAX_SESSIONS} admin sessions ends the one \
+                     used least recently"
+                );
                 sessions.remove(&id);
             }
         }
@@ -943,15 +951,6 @@ impl McpSessions {
 
     fn close(&self, id: &str) -> bool {
         self.sessions.lock().remove(id).is_some()
-    }
-
-    /// Open sessions of class `access`.
-    pub fn count(&self, access: McpAccess) -> usize {
-        self.sessions
-            .lock()
-            .values()
-            .filter(|s| s.access == access)
-            .count()
     }
 }
 
