@@ -389,19 +389,34 @@ impl Cluster {
         }
     }
 
-    /// Answers delegations sent to this node, each key run once.
-    pub(super) async fn answer_delegations(self: Arc<Self>) {
-        let mut requests = match self
-            .client
-            .subscribe(subject(&self.config, &self.config.node))
-            .await
-        {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("warden: cluster: cannot receive delegations: {e}");
-                return;
-            }
-        };
+    /// Subscribes to this node's delegations and their cancels, and flushes: once this returns,
+    /// the NATS server has both subscriptions (a node that answers `/healthz` answers its
+    /// delegations too: a request sent then finds a responder). `None` for one that failed (said).
+    pub(super) async fn delegation_subscriptions(
+        &self,
+    ) -> (
+        Option<async_nats::Subscriber>,
+        Option<async_nats::Subscriber>,
+    ) {
+        let tasks = subject(&self.config, &self.config.node);
+        let cancels = format!("{tasks}.cancel");
+        let (tasks, cancels) = (
+            self.client.subscribe(tasks).await,
+            self.client.subscribe(cancels).await,
+        );
+        if let Err(e) = &tasks {
+            eprintln!("warden: cluster: cannot receive delegations: {e}");
+        }
+        if let Err(e) = &cancels {
+            eprintln!("warden: cluster: cannot receive the cancels of delegations: {e}");
+        }
+        let _ = tokio::time::timeout(RECORD_WAIT, self.client.flush()).await;
+        (tasks.ok(), cancels.ok())
+    }
+
+    /// Answers delegations sent to this node (`requests`: [`Cluster::delegation_subscriptions`]),
+    /// each key run once.
+    pub(super) async fn answer_delegations(self: Arc<Self>, mut requests: async_nats::Subscriber) {
         while let Some(message) = requests.next().await {
             let Some(reply_to) = message.reply else {
                 continue;
@@ -424,11 +439,7 @@ impl Cluster {
     }
 
     /// Halts the delegate of a task still running whose delegator was halted.
-    pub(super) async fn answer_cancels(self: Arc<Self>) {
-        let subject = format!("{}.cancel", subject(&self.config, &self.config.node));
-        let Ok(mut cancels) = self.client.subscribe(subject).await else {
-            return;
-        };
+    pub(super) async fn answer_cancels(self: Arc<Self>, mut cancels: async_nats::Subscriber) {
         while let Some(message) = cancels.next().await {
             let Ok(cancel) = serde_json::from_slice::<RemoteCancel>(&message.payload) else {
                 continue;
