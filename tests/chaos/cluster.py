@@ -32,7 +32,7 @@ them (SIGSTOP/SIGCONT) and restarts NATS; a team token budget is shared by the n
 At the end everything is healed (thawed, restarted, lifted, locked-out agents unlocked): every
 agent must be owned by exactly one node and answer. Prints a table of what it did and found.
 """
-import http.server, json, os, random, re, signal, socketserver, subprocess, sys, threading, time
+import http.server as httpserver, json, os, random, re, signal, socketserver, subprocess, sys, threading, time
 import urllib.error, urllib.request
 
 W = os.environ.get("WARDEN_BIN", os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../target/debug/warden"))
@@ -82,7 +82,7 @@ def text_of(message):
         return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
     return content or ""
 
-class Mock(http.server.BaseHTTPRequestHandler):
+class Mock(httpserver.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def log_message(self, *a):
         pass
@@ -141,7 +141,7 @@ class Mock(http.server.BaseHTTPRequestHandler):
                               "job": job, "kind": kind,
                               "tokens": TOKENS_PER_CALL if status == 200 else 0})
 
-class MockServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
+class MockServer(socketserver.ThreadingMixIn, httpserver.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
