@@ -1149,7 +1149,8 @@ fn a_clean_sigterm_of_a_cluster_node_is_no_crash_and_counts_no_error() {
     let Some(nats) = NatsServer::start(&dir) else {
         return;
     };
-    let mut a = Node::start_with(&dir, "a", &nats.url(), &team(&["x"], 60_000));
+    // x in a turn at each stop, y idle.
+    let mut a = Node::start_with(&dir, "a", &nats.url(), &team(&["x", "y"], 60_000));
     for round in 1..=3 {
         let (status, body) = a.post("/api/agents/x/events", Some(r#"{"content":"think long"}"#));
         assert_eq!(status, 202, "{body}");
@@ -1187,10 +1188,13 @@ fn a_clean_sigterm_of_a_cluster_node_is_no_crash_and_counts_no_error() {
         assert!(crashes.is_empty(), "round {round}: journaled {crashes:?}");
         a.spawn();
     }
-    let x = a.get("/api/agents/x");
-    assert_eq!(x["consecutive_errors"], 0, "{x}");
-    assert_ne!(x["state"], "SAFETY_LOCKOUT", "{x}");
-    assert_eq!(x["emergency_stop"], false, "{x}");
+    for agent in ["x", "y"] {
+        let status = a.get(&format!("/api/agents/{agent}"));
+        assert_eq!(status["consecutive_errors"], 0, "{status}");
+        assert_ne!(status["state"], "SAFETY_LOCKOUT", "{status}");
+        assert_eq!(status["emergency_stop"], false, "{status}");
+        assert_eq!(status["restarts"], 0, "{status}");
+    }
 }
 
 #[test]
