@@ -34,6 +34,7 @@
 //!   claimed by compare-and-swap, no node past what it held; a restarted node holds what it held.
 //!
 //! Waits poll with deadlines.
+use futures::StreamExt;
 use serde_json::Value;
 use std::{
     path::{Path, PathBuf},
@@ -135,6 +136,24 @@ impl Node {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// SIGTERM, then waits (at most 20 s) for the process to end: its exit status.
+    fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
     }
 
     /// Sends `signal` (`STOP`, `CONT`) to the node's process.
@@ -1120,6 +1139,64 @@ fn turns_of(node: &Node, agent: &str) -> u64 {
         .unwrap()
 }
 
+/// Three rolling SIGTERMs of a cluster node with a turn in flight (a 60 s model), restarted each
+/// time: a clean stop journals no `crashed`, `restarted` or `error_counted`, logs no `ERROR`, and
+/// leaves the agent unlocked (each stop used to count an error, shared with the other nodes, so
+/// the third locked it out).
+#[test]
+fn a_clean_sigterm_of_a_cluster_node_is_no_crash_and_counts_no_error() {
+    let dir = temp_dir("sigterm");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    // x in a turn at each stop, y idle.
+    let mut a = Node::start_with(&dir, "a", &nats.url(), &team(&["x", "y"], 60_000));
+    for round in 1..=3 {
+        let (status, body) = a.post("/api/agents/x/events", Some(r#"{"content":"think long"}"#));
+        assert_eq!(status, 202, "{body}");
+        wait_until(
+            &format!("round {round}: a turn in flight"),
+            Duration::from_secs(20),
+            || a.state_of("x") == "EXECUTING",
+        );
+        let status = a.terminate();
+        let stderr = a.stderr();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "round {round}: {status:?}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("agent actor crashed") && !stderr.contains("ERROR"),
+            "round {round}: a clean stop logged an error: {stderr}"
+        );
+        let events = warden::journal::JournalReader::open(a.dir.join("journal.db"))
+            .unwrap()
+            .events()
+            .unwrap();
+        let crashes: Vec<String> = events
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.kind,
+                    warden::EventKind::Crashed { .. }
+                        | warden::EventKind::Restarted { .. }
+                        | warden::EventKind::ErrorCounted { .. }
+                )
+            })
+            .map(|e| format!("{} {:?}", e.seq, e.kind))
+            .collect();
+        assert!(crashes.is_empty(), "round {round}: journaled {crashes:?}");
+        a.spawn();
+    }
+    for agent in ["x", "y"] {
+        let status = a.get(&format!("/api/agents/{agent}"));
+        assert_eq!(status["consecutive_errors"], 0, "{status}");
+        assert_ne!(status["state"], "SAFETY_LOCKOUT", "{status}");
+        assert_eq!(status["emergency_stop"], false, "{status}");
+        assert_eq!(status["restarts"], 0, "{status}");
+    }
+}
+
 #[test]
 fn a_delegation_from_node_a_to_an_agent_of_node_b_runs_there_and_answers() {
     let dir = temp_dir("delegate");
@@ -1427,6 +1504,184 @@ fn a_cancel_that_comes_before_its_task_leaves_the_task_abandoned() {
     assert_eq!(replies.1, serde_json::json!({"outcome": "abandoned"}));
     assert_eq!(turns_of(&b, "worker"), 0, "a cancelled task never runs");
     assert_eq!(b.get("/api/cluster")["delegations"]["ran"], 0);
+}
+
+/// boss on a delegates to worker on b (a 3 s model); c lists worker too (started after b, it
+/// does not run it). b is killed (`SIGKILL`) while the task runs and never comes back: c adopts
+/// worker, a's copies of the request go to c with the same key, c runs the task once, and boss
+/// gets its answer. (Before, a sent its copies to the dead b until its chain wait ran out.)
+#[test]
+fn a_delegation_whose_delegates_node_dies_is_sent_to_the_adopter_and_runs_there_once() {
+    let dir = temp_dir("delegate-adopted");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let (a, mut b) = delegation_pair(&dir, &nats.url(), 3_000);
+    let c = Node::start_with(&dir, "c", &nats.url(), &worker_team(3_000));
+    assert_eq!(c.get("/api/cluster")["elsewhere"]["worker"], "b");
+    let (status, body) = a.post("/api/agents/boss/events", Some(r#"{"content":"go"}"#));
+    assert_eq!(status, 202, "{body}");
+    wait_until("b runs the task", Duration::from_secs(10), || {
+        b.get("/api/cluster")["delegations"]["ran"] == 1
+    });
+    b.kill();
+    wait_until("c adopts worker", Duration::from_secs(10), || {
+        runs(&c, "worker")
+    });
+    wait_until("c runs the task", Duration::from_secs(10), || {
+        c.get("/api/cluster")["delegations"]["ran"] == 1
+    });
+    wait_until("boss gets its answer", Duration::from_secs(15), || {
+        let events = a.get("/api/events/recent?agent=boss&limit=200").to_string();
+        events.contains("worker on b says hi") && events.contains("turn_finished")
+    });
+    logs(&a, "agent worker moved from node b to node c");
+    // Once: c's worker ran one turn, every copy of the request was answered from that run.
+    wait_until(
+        "the worker's turn ended on c",
+        Duration::from_secs(5),
+        || turns_of(&c, "worker") == 1,
+    );
+    std::thread::sleep(Duration::from_secs(3)); // a resend window: no second run
+    assert_eq!(turns_of(&c, "worker"), 1);
+    assert_eq!(c.get("/api/cluster")["delegations"]["ran"], 1);
+    let events = a.get("/api/events/recent?agent=boss&limit=200").to_string();
+    assert!(events.contains("completed"), "{events}");
+}
+
+/// Node b alone runs `worker` (10 s model); the test stands in for the delegator's node with an
+/// async-nats client: it sends a task, then the cancel a cluster halt of epoch 1 makes its
+/// delegator send — before b has seen that halt (NATS orders nothing across subjects, and on a
+/// three-server NATS cluster the cancel came first in 5 of 12 trials) — then writes the halt key
+/// as the halting node would, and lifts the halt on b. The lift must resume the worker: the
+/// cluster halt stopped it, through its delegator's cancel.
+#[test]
+fn a_cancel_that_comes_before_its_cluster_halt_leaves_the_delegate_to_the_lift() {
+    let dir = temp_dir("cancel-before-halt");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let b = Node::start_with(&dir, "b", &nats.url(), &worker_team(10_000));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = runtime
+        .block_on(async_nats::connect(nats.url()))
+        .expect("a NATS client");
+    let task = serde_json::json!({
+        "key": "i7/boss/1/call-1",
+        "from": "boss",
+        "to": "worker",
+        "task": "x",
+        "lineage": ["boss", "worker"],
+    });
+    // The task runs (its reply is never awaited: the delegator was halted).
+    runtime.block_on(async {
+        client
+            .publish_with_reply(
+                "warden.cluster.delegate.b",
+                "_INBOX.nobody",
+                serde_json::to_vec(&task).unwrap().into(),
+            )
+            .await
+            .unwrap();
+        client.flush().await.unwrap();
+    });
+    wait_until("b runs the task", Duration::from_secs(10), || {
+        b.get("/api/cluster")["delegations"]["ran"] == 1
+    });
+    assert_eq!(b.state_of("worker"), "EXECUTING");
+    // The delegator's cancel, sent because the cluster halt of epoch 1 stopped it.
+    let cancel = serde_json::json!({"key": "i7/boss/1/call-1", "from": "boss", "halt_epoch": 1});
+    let ack = runtime
+        .block_on(client.request(
+            "warden.cluster.delegate.b.cancel",
+            serde_json::to_vec(&cancel).unwrap().into(),
+        ))
+        .expect("the cancel is acknowledged");
+    assert_eq!(&ack.payload[..], b"ack");
+    wait_until("the worker stopped", Duration::from_secs(5), || {
+        b.state_of("worker") == "STOPPED"
+    });
+    // The halting node's write of the halt key lands after the cancel.
+    runtime.block_on(async {
+        let js = async_nats::jetstream::new(client.clone());
+        let halt = js.get_key_value("warden_halt").await.expect("the bucket");
+        let state = serde_json::json!({
+            "epoch": 1, "halted": true, "reason": "", "by": "api:admin", "node": "a", "at_ms": now_ms(),
+        });
+        halt.put("halt", serde_json::to_vec(&state).unwrap().into())
+            .await
+            .expect("the halt key written");
+    });
+    wait_until("b read the halt key", Duration::from_secs(5), || {
+        b.get("/api/cluster")["halt"]["halted"] == true
+    });
+    let (status, body) = b.post("/api/resume", Some(r#"{"reason":"lift"}"#));
+    assert_eq!(status, 200, "{body}");
+    wait_until(
+        "the lift resumed the worker",
+        Duration::from_secs(5),
+        || b.state_of("worker") == "WAITING_FOR_EVENT",
+    );
+    let (status, body) = b.post("/api/agents/worker/events", Some(r#"{"content":"again"}"#));
+    assert_eq!(
+        status, 202,
+        "the worker takes work again after the lift: {body}"
+    );
+}
+
+/// A cluster halt on a while boss (on a) waits for worker (on b): the cancel boss's halt sends
+/// carries the halt's epoch, and the lift runs both again.
+#[test]
+fn a_cluster_halt_during_a_cross_node_delegation_is_lifted_for_the_delegate_too() {
+    let dir = temp_dir("halt-during-delegation");
+    let Some(nats) = NatsServer::start(&dir) else {
+        return;
+    };
+    let (a, b) = delegation_pair(&dir, &nats.url(), 10_000);
+    peers(&a, &["b"]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = runtime
+        .block_on(async_nats::connect(nats.url()))
+        .expect("a NATS client");
+    let mut cancels = runtime
+        .block_on(client.subscribe("warden.cluster.delegate.b.cancel"))
+        .expect("a subscription");
+    runtime.block_on(client.flush()).unwrap();
+    let (status, body) = a.post("/api/agents/boss/events", Some(r#"{"content":"go"}"#));
+    assert_eq!(status, 202, "{body}");
+    wait_until("b runs the task", Duration::from_secs(10), || {
+        b.get("/api/cluster")["delegations"]["ran"] == 1
+    });
+    let (status, body) = a.post("/api/halt", None);
+    assert_eq!(status, 200, "{body}");
+    let epoch = body["epoch"].as_u64().expect("the halt's epoch");
+    let cancel: Value = runtime.block_on(async {
+        let message = tokio::time::timeout(Duration::from_secs(5), cancels.next())
+            .await
+            .expect("a cancel within 5 s")
+            .expect("the subscription lives");
+        serde_json::from_slice(&message.payload).unwrap()
+    });
+    assert_eq!(cancel["from"], "boss", "{cancel}");
+    assert_eq!(cancel["halt_epoch"], epoch, "{cancel}");
+    wait_until("the worker stopped", Duration::from_secs(5), || {
+        b.state_of("worker") == "STOPPED"
+    });
+    let (status, body) = a.post("/api/resume", Some(r#"{"reason":"lift"}"#));
+    assert_eq!(status, 200, "{body}");
+    for (node, agent) in [(&a, "boss"), (&b, "worker")] {
+        wait_until(
+            &format!("the lift resumed {agent}"),
+            Duration::from_secs(5),
+            || node.state_of(agent) != "STOPPED",
+        );
+    }
 }
 
 #[test]
@@ -2468,6 +2723,18 @@ fn an_agent_of_another_node_is_shown_and_halted_from_any_node() {
         body["error"].as_str().unwrap().contains("runs on node a"),
         "{body}"
     );
+    // b never ran x: an unlock or resume asked there says where x runs, not that b's copy was
+    // halted (b has none).
+    for route in ["unlock", "resume", "emergency/clear"] {
+        let (status, body) = b.post(&format!("/api/agents/x/{route}"), None);
+        assert_eq!(status, 409, "{route}: {body}");
+        let said = body["error"].as_str().unwrap_or_default();
+        assert!(said.contains("runs on node a"), "{route}: {body}");
+        assert!(
+            !said.contains("copy"),
+            "{route}: b never had a copy: {body}"
+        );
+    }
     // A halt asked on b is applied on a and answered with a's acks.
     for agent in ["x", "a1"] {
         let (status, body) = b.post(&format!("/api/agents/{agent}/halt"), None);

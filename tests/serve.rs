@@ -5,6 +5,8 @@
 //! * A journal with 8 KiB scribbled into it is refused with one line saying how to recover.
 //! * A zero-length journal starts fresh, and says so.
 //! * SIGTERM with a connected event-stream client ends the process (hang guard, not a timing claim).
+//! * SIGTERM during a turn, three times: a clean stop, never a crash (nothing journaled as one, no
+//!   error logged, no error counted toward a lockout).
 //! * Tokens from the environment are validated like the team file's.
 //! * `warden events --follow` outlives a SIGKILL of the server: it reconnects with the last seq it
 //!   printed and shows every event once, in order, across the restart.
@@ -318,6 +320,101 @@ fn sigterm_ends_the_server_while_an_event_stream_is_open() {
         "{}",
         String::from_utf8_lossy(&seen)
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The crash-like events a clean stop must not journal: `crashed`, `restarted`, `error_counted`.
+fn crash_events(db: &Path) -> Vec<String> {
+    journal_events(db)
+        .into_iter()
+        .filter(|e| {
+            matches!(
+                e.kind,
+                EventKind::Crashed { .. }
+                    | EventKind::Restarted { .. }
+                    | EventKind::ErrorCounted { .. }
+            )
+        })
+        .map(|e| format!("{} {:?}", e.seq, e.kind))
+        .collect()
+}
+
+/// Three times: `warden serve` with a turn in flight (a 60 s model), SIGTERM, the process waited
+/// for. A clean stop is no crash: exit 0, no `ERROR … agent actor crashed` on standard error, no
+/// `crashed`, `restarted` or `error_counted` in the journal, and the agent is not locked out after
+/// the third (each stop used to count an error for the turn it cut).
+#[test]
+fn a_sigterm_during_a_turn_is_a_clean_stop_not_a_crash() {
+    let dir = temp_dir("sigterm-turn");
+    std::fs::write(
+        dir.join("team.toml"),
+        TEAM.replace("cycle = true", "cycle = true\nlatency_ms = 60000"),
+    )
+    .unwrap();
+    let db = dir.join("warden.db");
+    for round in 1..=3 {
+        let port = free_port();
+        let log = dir.join(format!("stderr-{round}.log"));
+        let child = serve_command(&dir, &db, port)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start warden serve");
+        let mut server = Server { child, port };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !healthy(port) {
+            assert!(Instant::now() < deadline, "warden serve never served");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let (status, body) = warden_testkit::blocking_request(
+            port,
+            "POST",
+            "/api/agents/a/events",
+            TOKEN,
+            Some(r#"{"content":"think long"}"#),
+        )
+        .unwrap_or_default();
+        assert_eq!(status, 202, "{body}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (_, body) =
+                warden_testkit::blocking_request(port, "GET", "/api/agents/a", TOKEN, None)
+                    .unwrap_or_default();
+            if body.contains(r#""state":"EXECUTING""#) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no turn in flight: {body}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let killed = Command::new("kill")
+            .args(["-TERM", &server.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let status = server.wait_for_exit(Duration::from_secs(20));
+        let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "round {round}: {status:?}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("agent actor crashed") && !stderr.contains("ERROR"),
+            "round {round}: a clean stop logged an error: {stderr}"
+        );
+        let crashes = crash_events(&db);
+        assert!(
+            crashes.is_empty(),
+            "round {round}: a clean stop journaled {crashes:?}"
+        );
+    }
+    let record = warden::journal::JournalReader::open(&db)
+        .unwrap()
+        .restore_records()
+        .unwrap()
+        .into_iter()
+        .find(|r| r.key.as_str() == "a")
+        .expect("a's record");
+    assert_eq!(record.consecutive_errors, 0);
+    assert!(record.lockout.is_none(), "{:?}", record.lockout);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

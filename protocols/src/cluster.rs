@@ -200,6 +200,11 @@ pub struct RemoteCancel {
     pub key: String,
     /// The halted delegator.
     pub from: AgentKey,
+    /// The epoch of the cluster halt that stopped the delegator, when that is what stopped it.
+    /// The owner applies that halt (if it has not yet) before it halts the delegate, so that the
+    /// delegate counts among the agents the cluster halt stopped, and its lift resumes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub halt_epoch: Option<u64>,
 }
 
 /// A team budget shared by the nodes, the value of `tokens` (tokens) or `cost` (nano-units: 1e-9

@@ -4,7 +4,8 @@
 //! * **Delegator's node.** The supervisor keeps every check of a local delegation (cycle, hops,
 //!   slots, the shared lockout cache) and its chain wait; this module finds the owner (the agent's
 //!   lease) and sends the task, again every [`RESEND`] while no reply came (at-least-once, one
-//!   inbox for every copy). A halt of the delegator drops the wait and sends a [`RemoteCancel`]
+//!   inbox for every copy), each copy to the node whose lease it reads then (an owner that died
+//!   and whose agent was adopted gets no more copies: the adopter does). A halt of the delegator drops the wait and sends a [`RemoteCancel`]
 //!   on `warden.cluster.delegate.NODE.cancel` (best effort, core NATS).
 //! * **Owner's node.** Runs a task once per idempotency key (`instance/delegator/run id/call id`,
 //!   the instance random per delegator process): a copy that arrives while the first runs, or
@@ -14,7 +15,9 @@
 //!   have (the owner restarted, or forgot it) is looked up there first, and a copy of a task that
 //!   ended is answered from its record. A record left `running` by another process is a run a
 //!   crash cut short: the task runs again (at-least-once). When JetStream does not answer within
-//!   [`RECORD_WAIT`], the task runs (the memory still holds the key for this process). A cancel
+//!   [`RECORD_WAIT`], the task runs (the memory still holds the key for this process). A reply
+//!   leaves only after the delegate's turn is durable in the owner's journal and the record holds
+//!   the reply (or its write's bound passed). A cancel
 //!   for a task still running halts the delegate (cause `parent`); a cancel that comes before any
 //!   copy of its task (NATS orders nothing across subjects) leaves the key answered `abandoned`,
 //!   so a late copy does not start it. Every cancel is acknowledged.
@@ -27,6 +30,8 @@
 //! * One run per key per process: the memory entry is made, synchronously, before anything
 //!   awaits, so every copy that arrives meanwhile shares the first copy's answer.
 //! * A task whose record holds a reply is never run again while the record lives.
+//! * A reply that left the owner names a turn that is on the owner's disk, and (unless JetStream
+//!   did not answer within [`RECORD_WAIT`]) in the task's record.
 
 use super::{lockout::Lockouts, Cluster};
 use async_nats::jetstream::kv;
@@ -60,6 +65,8 @@ pub(super) const KEEP: usize = 4096;
 /// How long a task's record stays in `warden_tasks` (the bucket's `max_age`): far longer than a
 /// delegator sends copies (its chain wait).
 pub(super) const TASK_TTL: Duration = Duration::from_secs(3600);
+/// How long a delegator waits for the delegate's lease when it looks its owner up again.
+const OWNER_WAIT: Duration = Duration::from_secs(1);
 /// How long the owner waits for a record lookup before it runs the task anyway.
 pub(super) const RECORD_WAIT: Duration = Duration::from_secs(2);
 /// A reply larger than this is not recorded (a NATS message is at most 1 MiB by default): copies
@@ -146,8 +153,10 @@ impl Tasks {
 
     /// The reply of the record of `task`'s key if the task ended; else runs it. The record is
     /// created `running` first — one JetStream round trip before the run, which is also the
-    /// lookup: only a key that has a record already is read — and gets the reply after the reply
-    /// was sent (a copy can only come after a restart while the delegator has no reply yet).
+    /// lookup: only a key that has a record already is read — and gets the reply before the reply
+    /// is sent, which is after the delegate's turn is durable in this node's journal
+    /// ([`warden_actors::Supervisor::run_remote_task`]): once a reply has left, neither a restart
+    /// of this node nor a copy of the request runs the task again.
     async fn run_once(self: Arc<Self>, runner: Runner, task: RemoteTask) -> RemoteReply {
         let record_key = super::kv_key("task", &task.key);
         let mut record = TaskRecord {
@@ -180,9 +189,11 @@ impl Tasks {
         if matches!(reply, RemoteReply::Refused { .. }) {
             self.refused.fetch_add(1, Ordering::Relaxed);
         }
+        // The record gets the reply before the reply leaves (bounded by `RECORD_WAIT`): an owner
+        // killed right after it answered, whose answer was lost, answers a later copy from the
+        // record instead of running the task again.
         record.reply = Some(reply.clone());
-        let tasks = self.clone();
-        actix_rt::spawn(async move { tasks.put(&record_key, &record).await });
+        self.put(&record_key, &record).await;
         reply
     }
 
@@ -279,9 +290,17 @@ impl RemoteAgents for Remote {
         let Some(cluster) = self.cluster.upgrade() else {
             return;
         };
+        // Sent while this node applies a cluster halt (its epoch is set before any agent is
+        // halted, so before this slot is dropped) or is halted by one: the owner is told its
+        // epoch. (The fleet halt's note is no test: the turn, on another arbiter, may end and
+        // drop this slot between the halt flags and the note.)
+        let halted_at = cluster.halted_at.load(Ordering::SeqCst);
+        let halt_epoch = (halted_at > 0 && halted_at >= cluster.lifted.load(Ordering::SeqCst))
+            .then_some(halted_at);
         let cancel = RemoteCancel {
             key: cluster.task_key(key),
             from: from.clone(),
+            halt_epoch,
         };
         let subject = format!("{}.cancel", subject(&cluster.config, node));
         let body = bytes_of(&cancel);
@@ -312,9 +331,13 @@ impl Cluster {
         format!("{}/{key}", self.instance)
     }
 
-    /// Sends `task` to `node` every [`RESEND`] until a reply comes on the one inbox.
-    async fn send_task(self: Arc<Self>, node: String, task: RemoteTask) -> RemoteReply {
-        let subject = subject(&self.config, &node);
+    /// Sends `task` to `node` every [`RESEND`] until a reply comes on the one inbox. Before each
+    /// copy after the first, the delegate's lease is read again: when another node holds it now
+    /// (the owner died and another node adopted the agent), the copies go there — the same key, so
+    /// the adopter runs the task once (or answers it from the record, if the dead owner finished
+    /// it).
+    async fn send_task(self: Arc<Self>, mut node: String, task: RemoteTask) -> RemoteReply {
+        let mut subject = subject(&self.config, &node);
         let body = bytes_of(&task);
         let inbox = self.client.new_inbox();
         loop {
@@ -331,32 +354,69 @@ impl Cluster {
                     tokio::time::sleep(RESEND).await;
                     continue;
                 }
-                match tokio::time::timeout(RESEND, replies.next()).await {
-                    Ok(Some(message)) => {
-                        if let Ok(reply) = serde_json::from_slice(&message.payload) {
-                            return reply;
+                // Until the period ends: a reply, or something else on the inbox — NATS's "no
+                // responders" status when nothing listens on the owner's subject (it is down),
+                // which is waited out, not answered at once with another copy (a spin).
+                let deadline = tokio::time::Instant::now() + RESEND;
+                let ended = loop {
+                    match tokio::time::timeout_at(deadline, replies.next()).await {
+                        Ok(Some(message)) => {
+                            if let Ok(reply) = serde_json::from_slice(&message.payload) {
+                                return reply;
+                            }
                         }
+                        Ok(None) => break true,
+                        Err(_) => break false,
                     }
-                    Ok(None) => break, // the subscription ended: subscribe again
-                    Err(_) => {}       // no reply yet: send again (same key)
+                };
+                if ended {
+                    break; // the subscription ended: subscribe again
+                }
+                // No reply yet: send again (same key), to the owner the lease names now.
+                let lookup = self.owner_of(task.to.as_str());
+                if let Ok(Some(owner)) = tokio::time::timeout(OWNER_WAIT, lookup).await {
+                    if owner != node {
+                        eprintln!(
+                            "warden: cluster: agent {} moved from node {node} to node {owner}: \
+                             delegated task {} sent there",
+                            task.to, task.key
+                        );
+                        subject = self::subject(&self.config, &owner);
+                        node = owner;
+                    }
                 }
             }
         }
     }
 
-    /// Answers delegations sent to this node, each key run once.
-    pub(super) async fn answer_delegations(self: Arc<Self>) {
-        let mut requests = match self
-            .client
-            .subscribe(subject(&self.config, &self.config.node))
-            .await
-        {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("warden: cluster: cannot receive delegations: {e}");
-                return;
-            }
-        };
+    /// Subscribes to this node's delegations and their cancels, and flushes: once this returns,
+    /// the NATS server has both subscriptions (a node that answers `/healthz` answers its
+    /// delegations too: a request sent then finds a responder). `None` for one that failed (said).
+    pub(super) async fn delegation_subscriptions(
+        &self,
+    ) -> (
+        Option<async_nats::Subscriber>,
+        Option<async_nats::Subscriber>,
+    ) {
+        let tasks = subject(&self.config, &self.config.node);
+        let cancels = format!("{tasks}.cancel");
+        let (tasks, cancels) = (
+            self.client.subscribe(tasks).await,
+            self.client.subscribe(cancels).await,
+        );
+        if let Err(e) = &tasks {
+            eprintln!("warden: cluster: cannot receive delegations: {e}");
+        }
+        if let Err(e) = &cancels {
+            eprintln!("warden: cluster: cannot receive the cancels of delegations: {e}");
+        }
+        let _ = tokio::time::timeout(RECORD_WAIT, self.client.flush()).await;
+        (tasks.ok(), cancels.ok())
+    }
+
+    /// Answers delegations sent to this node (`requests`: [`Cluster::delegation_subscriptions`]),
+    /// each key run once.
+    pub(super) async fn answer_delegations(self: Arc<Self>, mut requests: async_nats::Subscriber) {
         while let Some(message) = requests.next().await {
             let Some(reply_to) = message.reply else {
                 continue;
@@ -379,20 +439,18 @@ impl Cluster {
     }
 
     /// Halts the delegate of a task still running whose delegator was halted.
-    pub(super) async fn answer_cancels(self: Arc<Self>) {
-        let subject = format!("{}.cancel", subject(&self.config, &self.config.node));
-        let Ok(mut cancels) = self.client.subscribe(subject).await else {
-            return;
-        };
+    pub(super) async fn answer_cancels(self: Arc<Self>, mut cancels: async_nats::Subscriber) {
         while let Some(message) = cancels.next().await {
             let Ok(cancel) = serde_json::from_slice::<RemoteCancel>(&message.payload) else {
                 continue;
             };
             if let Some(to) = self.tasks.running(&cancel.key) {
-                let cause = HaltCause::Parent {
-                    parent: cancel.from,
-                };
-                let _ = self.supervisor.halt(to.as_str(), cause).await;
+                if self.cluster_halt_first(&cancel).await {
+                    let cause = HaltCause::Parent {
+                        parent: cancel.from,
+                    };
+                    let _ = self.supervisor.halt(to.as_str(), cause).await;
+                }
             } else {
                 self.tasks.cancelled_before(&cancel.key, &cancel.from);
             }
@@ -400,6 +458,41 @@ impl Cluster {
                 let _ = self.client.publish(reply_to, "ack".into()).await;
             }
         }
+    }
+
+    /// For a cancel sent because a cluster halt stopped the delegator (`halt_epoch`): applies that
+    /// halt here first when this node has not yet (NATS orders nothing across subjects: the cancel
+    /// may come before the halt's broadcast), so the delegate is stopped as one of the agents the
+    /// cluster halt stopped — noted with it, and resumed by its lift — not as a halt of its own
+    /// that the lift would leave. `false`: that halt was lifted here already (its lift resumed
+    /// the delegator), so the delegate is not halted for it.
+    async fn cluster_halt_first(&self, cancel: &RemoteCancel) -> bool {
+        let Some(epoch) = cancel.halt_epoch else {
+            return true;
+        };
+        if self.epoch.fetch_max(epoch, Ordering::SeqCst) < epoch {
+            self.halted_at.fetch_max(epoch, Ordering::SeqCst);
+            tracing::warn!(
+                epoch,
+                from = %cancel.from,
+                "cluster halt applied (from a delegator's cancel, before its broadcast)"
+            );
+            self.supervisor.halt_all().await;
+            return true;
+        }
+        let (halted_at, lifted) = (
+            self.halted_at.load(Ordering::SeqCst),
+            self.lifted.load(Ordering::SeqCst),
+        );
+        if lifted > epoch && halted_at < lifted {
+            eprintln!(
+                "warden: cluster: a cancel of delegated task {} for the cluster halt of epoch {epoch} \
+                 came after its lift (epoch {lifted}): the delegate is not halted for it",
+                cancel.key
+            );
+            return false;
+        }
+        true
     }
 
     /// Requests received, tasks run, and copies answered from a record of an earlier process

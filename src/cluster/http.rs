@@ -30,20 +30,27 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
         );
 }
 
-/// `409` for an agent this node runs no more (it gave it up: its lease is another node's, and the
-/// copy here is halted), naming the node to ask; `None` for one it owns, or one it never had.
+/// `409` for an agent another node runs (this node's team file lists it there), naming the node
+/// to ask: one this node gave up (its lease is another node's, and the copy here is halted) says
+/// so; one this node never ran (no copy here) says only where it runs. `None` for one it owns, or
+/// one its team file does not list.
 fn given_up(cluster: &Cluster, key: &str, what: &str) -> Option<HttpResponse> {
     if cluster.owns(key) {
         return None;
     }
     let node = cluster.elsewhere.lock().get(key).cloned()?;
-    Some(error(
-        actix_web::http::StatusCode::CONFLICT,
+    let message = if cluster.supervisor.get(key).is_some() {
         format!(
             "agent {key} runs on node {node} now (this node's copy was halted when node {node} \
              took its lease): {what} it there"
-        ),
-    ))
+        )
+    } else {
+        format!(
+            "agent {key} runs on node {node}, not on node {} (it never ran here): {what} it there",
+            cluster.node()
+        )
+    };
+    Some(error(actix_web::http::StatusCode::CONFLICT, message))
 }
 
 /// `GET /api/agents/{key}` with `"node"`: an agent of this node, its live status; of another

@@ -285,18 +285,27 @@ impl Cluster {
                 cluster: Arc::downgrade(self),
                 lockouts: self.lockouts.clone(),
             }));
+        let (delegations, cancels) = self.delegation_subscriptions().await;
         self.fail.beat_ok();
         self.supervisor.model_gate().open();
-        self.workers.lock().extend([
+        let mut workers = self.workers.lock();
+        if let Some(delegations) = delegations {
+            workers.push(actix_rt::spawn(
+                self.clone().answer_delegations(delegations),
+            ));
+        }
+        if let Some(cancels) = cancels {
+            workers.push(actix_rt::spawn(self.clone().answer_cancels(cancels)));
+        }
+        workers.extend([
             actix_rt::spawn(self.clone().answer_halts()),
-            actix_rt::spawn(self.clone().answer_delegations()),
-            actix_rt::spawn(self.clone().answer_cancels()),
             actix_rt::spawn(self.clone().answer_agent_halts()),
             actix_rt::spawn(self.clone().watch_halt()),
             actix_rt::spawn(self.clone().watch_lockouts()),
             actix_rt::spawn(self.clone().beat()),
             actix_rt::spawn(self.clone().guard()),
         ]);
+        drop(workers);
         eprintln!(
             "warden: cluster node {} joined {} ({} agents owned, halt epoch {})",
             self.config.node,

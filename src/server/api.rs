@@ -1718,11 +1718,16 @@ pub fn bind(
 ) -> Result<(actix_web::dev::Server, Vec<SocketAddr>), ServeError> {
     check_listen(addr, &state.config)?;
     let listener = std::net::TcpListener::bind(addr).map_err(|e| ServeError::Bind(addr, e))?;
-    listen_on(state, listener)
+    http_server(state, listener, true)
 }
 
 /// Serves the API on a socket already bound (`warden serve` binds before it opens the journal, so
 /// a port in use fails before the journal is touched). Must run inside an actix `System`.
+///
+/// The server does not act on SIGTERM or SIGINT: the caller stops it (with its
+/// [`actix_web::dev::Server::handle`]). actix's own handling stops the whole actix `System` after a
+/// signal, and with it the supervisor's arbiters — every agent's actor dropped before the team was
+/// shut down, which read as a crash of each (`warden serve` stops the server, then the team).
 ///
 /// # Errors
 ///
@@ -1732,13 +1737,27 @@ pub fn listen_on(
     state: ApiState,
     listener: std::net::TcpListener,
 ) -> Result<(actix_web::dev::Server, Vec<SocketAddr>), ServeError> {
+    http_server(state, listener, false)
+}
+
+/// The API's server on `listener`; `signals`: actix stops it (and the `System`) on SIGTERM/SIGINT.
+fn http_server(
+    state: ApiState,
+    listener: std::net::TcpListener,
+    signals: bool,
+) -> Result<(actix_web::dev::Server, Vec<SocketAddr>), ServeError> {
     let addr = listener.local_addr()?;
     check_listen(addr, &state.config)?;
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new().configure(configure(state.clone()))
     })
-    .workers(api_workers())
-    .listen(listener)?;
+    .workers(api_workers());
+    let server = if signals {
+        server
+    } else {
+        server.disable_signals()
+    };
+    let server = server.listen(listener)?;
     let addrs = server.addrs();
     Ok((server.run(), addrs))
 }

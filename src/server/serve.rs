@@ -212,9 +212,12 @@ pub async fn serve_team(
         None => state,
     };
     let (server, addrs) = listen_on(state, listener)?;
-    // actix-web stops gracefully on SIGTERM/SIGINT, waiting for open responses; an event stream
-    // never ends by itself, so end them all on the same signals.
-    actix_rt::spawn(close_streams_on_signal(hub.clone()));
+    // On SIGTERM/SIGINT: every event stream ended (one never ends by itself), then the server
+    // stopped — gracefully on SIGTERM, waiting for open responses — and only then the team, below.
+    // Not actix's own signal handling: it stops the whole actix System, whose arbiters are the
+    // agents' — each agent's actor dropped while the team still ran, taken for a crash (journaled
+    // `crashed`, `restarted`, an error counted for a turn in flight).
+    actix_rt::spawn(stop_on_signal(hub.clone(), server.handle()));
     let shown: Vec<String> = addrs.iter().map(|a| format!("http://{a}")).collect();
     eprintln!(
         "warden: serving {} agents on {} (journal {}, {} restored)",
@@ -227,10 +230,13 @@ pub async fn serve_team(
         eprintln!("{notice}");
     }
     server.await?;
+    // A clean stop: the agents first (each actor told to stop: nothing is a crash, a turn in
+    // flight counts no error and its event stays pending for the next start), then the cluster
+    // leases released (no other node adopts an agent still running here).
+    supervisor.shutdown().await;
     if let Some(cluster) = cluster {
         cluster.leave().await;
     }
-    supervisor.shutdown().await;
     if let Some(mcp) = mcp {
         mcp.shutdown().await;
     }
@@ -271,8 +277,9 @@ fn agents_not_in_team(
     unknown
 }
 
-/// Closes `hub` (ending every event stream) on the first SIGTERM or SIGINT.
-async fn close_streams_on_signal(hub: EventHub) {
+/// On the first SIGTERM or SIGINT: closes `hub` (ending every event stream) and stops `server`
+/// (gracefully on SIGTERM), without stopping the actix System.
+async fn stop_on_signal(hub: EventHub, server: actix_web::dev::ServerHandle) {
     #[cfg(unix)]
     {
         use actix_rt::signal::unix::{signal, SignalKind};
@@ -280,19 +287,22 @@ async fn close_streams_on_signal(hub: EventHub) {
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
         ) else {
-            tracing::error!("cannot listen for SIGTERM/SIGINT: event streams will not be closed");
+            tracing::error!("cannot listen for SIGTERM/SIGINT: stop warden serve with SIGKILL");
             return;
         };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
+        let graceful = tokio::select! {
+            _ = term.recv() => true,
+            _ = int.recv() => false,
+        };
+        hub.close();
+        server.stop(graceful).await;
     }
     #[cfg(not(unix))]
     {
         if actix_rt::signal::ctrl_c().await.is_err() {
             return;
         }
+        hub.close();
+        server.stop(true).await;
     }
-    hub.close();
 }

@@ -168,6 +168,11 @@ impl Supervisor {
     /// otherwise queued as a delegated task and answered. No wait limit here: the delegator's
     /// chain wait bounds it, and its halt arrives as a halt of the delegate
     /// ([`Supervisor::halt`] with [`HaltCause::Parent`]).
+    ///
+    /// The answer leaves only once the delegate's turn is durable (its `turn_finished` and
+    /// everything it journaled before): a node killed right after it replied still knows on restart
+    /// that the task ran. When the journal cannot write, the answer is
+    /// [`RemoteReply::Failed`] saying so (the turn ran, but this node could not keep it).
     pub async fn run_remote_task(&self, task: RemoteTask) -> RemoteReply {
         let RemoteTask {
             to, task, lineage, ..
@@ -191,12 +196,22 @@ impl Supervisor {
                 }
             }
         };
-        match rx.await {
+        let reply = match rx.await {
             Ok(Ok(answer)) => RemoteReply::Answer { answer },
             Ok(Err(error)) => RemoteReply::Failed {
                 error: error.to_string(),
             },
             Err(_) => RemoteReply::Abandoned,
+        };
+        // The turn's end is journaled before its answer is sent to `rx`: wait until it is on disk.
+        match delegate.durable_so_far().await {
+            Ok(()) => reply,
+            Err(e) => RemoteReply::Failed {
+                error: format!(
+                    "the task ran on {to}, but its turn is not durable on that node ({e}): it \
+                     may be lost there if the node stops now"
+                ),
+            },
         }
     }
 
