@@ -165,6 +165,16 @@ pub struct AgentRecord {
     /// decode and mean the same.
     #[serde(default, skip_serializing_if = "UsageTotals::is_zero")]
     pub usage: UsageTotals,
+    /// Messages halts cleared that no `MessagesDiscarded` has listed yet (a halt is acknowledged
+    /// before its listing is written): `Halted` adds its `discarded`, each listed message takes one
+    /// off. Non-zero after a restart only when a crash cut a listing: the restart lists what the
+    /// journal knows of them (`discarding`) and counts the rest. Omitted while zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unlisted: u64,
+    /// The user events among the `unlisted` messages (the pending events a halt cleared), in id
+    /// order, until a `MessagesDiscarded` lists them. Omitted while empty.
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub discarding: VecDeque<PendingEvent>,
 }
 
 /// The most goals an agent has.
@@ -235,6 +245,8 @@ impl AgentRecord {
             last_event_id: 0,
             keyed: VecDeque::new(),
             usage: UsageTotals::default(),
+            unlisted: 0,
+            discarding: VecDeque::new(),
         }
     }
 
@@ -275,6 +287,39 @@ impl AgentRecord {
         } else if let Some(at) = self.pending.iter().position(|p| p.id == id) {
             self.pending.remove(at);
         }
+    }
+
+    /// A halt's cleared event `id` is listed (O(1) for the oldest: a listing goes in lane order).
+    fn listed(&mut self, id: u64) {
+        if self.discarding.front().is_some_and(|p| p.id == id) {
+            self.discarding.pop_front();
+        } else if let Some(at) = self.discarding.iter().position(|p| p.id == id) {
+            self.discarding.remove(at);
+        }
+    }
+
+    /// What a restart lists for a halt whose listing a crash cut ([`AgentRecord::unlisted`]): each
+    /// cleared user event the journal knows (kind `user_event`, its `queued` id; the mailbox id died
+    /// with the process: 0), then one `unlisted` entry for each message the journal never knew
+    /// (ticks, delegated tasks). Empty when nothing is outstanding.
+    pub fn unlisted_discards(&self) -> Vec<crate::DiscardedMessage> {
+        let known = self.discarding.iter().map(|p| crate::DiscardedMessage {
+            id: 0,
+            priority: crate::Priority::Ordinary,
+            kind: "user_event".into(),
+            queued: Some(p.id),
+        });
+        let others = self.unlisted.saturating_sub(self.discarding.len() as u64);
+        let unknown = (0..others).map(|_| crate::DiscardedMessage {
+            id: 0,
+            priority: crate::Priority::Ordinary,
+            kind: "unlisted".into(),
+            queued: None,
+        });
+        if self.unlisted == 0 {
+            return Vec::new();
+        }
+        known.chain(unknown).collect()
     }
 
     /// Folds one event into the record.
@@ -341,7 +386,16 @@ impl AgentRecord {
                 }
                 self.halts += 1;
                 self.discarded_by_halt += discarded;
-                self.pending.clear();
+                self.unlisted = self.unlisted.saturating_add(*discarded);
+                // The cleared pending events wait for their listing (moved, not copied: O(1)).
+                if self.discarding.is_empty() {
+                    self.discarding = std::mem::take(&mut self.pending);
+                } else {
+                    self.discarding.append(&mut self.pending);
+                }
+                if self.unlisted == 0 {
+                    self.discarding.clear();
+                }
             }
             EventKind::EventQueued { id, event } => {
                 self.pending.push_back(PendingEvent {
@@ -370,6 +424,11 @@ impl AgentRecord {
             EventKind::MessagesDiscarded { messages } => {
                 for id in messages.iter().filter_map(|m| m.queued) {
                     self.settle(id);
+                    self.listed(id);
+                }
+                self.unlisted = self.unlisted.saturating_sub(messages.len() as u64);
+                if self.unlisted == 0 {
+                    self.discarding.clear();
                 }
             }
             EventKind::HistoryAppended { message } => {

@@ -243,7 +243,9 @@ impl AgentCell {
         if record.emergency_stop() {
             safety.team.set_locked_out(&record.key, true);
         }
-        AgentCell {
+        // A record that has spent tokens was restored: its rolling budget starts from the journal.
+        let spent = record.usage.tokens() > 0;
+        let cell = AgentCell {
             key: record.key.clone(),
             state_mirror: AtomicU8::new(state_index(record.state)),
             paused_mirror: AtomicBool::new(record.paused),
@@ -267,7 +269,11 @@ impl AgentCell {
             last_seq: AtomicU64::new(0),
             waiters: Waiters::default(),
             replies,
+        };
+        if spent {
+            cell.hourly_restore();
         }
+        cell
     }
 
     /// Its [`Busy`] part, allocated at the first call.
