@@ -175,6 +175,11 @@ pub struct AgentRecord {
     /// order, until a `MessagesDiscarded` lists them. Omitted while empty.
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     pub discarding: VecDeque<PendingEvent>,
+    /// The error-cascade window while it holds a failure (`ErrorWindow`: `x` failed, `.` good,
+    /// oldest first), cleared with the breakers (unlock, history reset, resume): what a restart
+    /// restores the breakers' window from. Omitted while empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error_window: String,
 }
 
 /// The most goals an agent has.
@@ -247,6 +252,7 @@ impl AgentRecord {
             usage: UsageTotals::default(),
             unlisted: 0,
             discarding: VecDeque::new(),
+            error_window: String::new(),
         }
     }
 
@@ -354,6 +360,7 @@ impl AgentRecord {
                 consecutive_errors, ..
             } => self.consecutive_errors = *consecutive_errors,
             EventKind::ErrorsReset => self.consecutive_errors = 0,
+            EventKind::ErrorWindow { window } => self.error_window.clone_from(window),
             EventKind::LockedOut {
                 breaker, reason, ..
             } => {
@@ -365,10 +372,12 @@ impl AgentRecord {
             EventKind::Unlocked { .. } => {
                 self.lockout = None;
                 self.consecutive_errors = 0;
+                self.error_window.clear();
             }
             EventKind::HistoryReset { .. } => {
                 self.history.clear();
                 self.history_tokens = 0;
+                self.error_window.clear();
             }
             EventKind::Paused { .. } => {
                 self.paused = true;

@@ -324,6 +324,15 @@ impl AgentActor {
                         let cause = format!("resumed by {operator}");
                         let _ = cell.transition(&mut rec, AgentState::WaitingForEvent, &cause);
                         cell.breakers_cleared();
+                        // The breakers start clean: so does the journal's copy of their window.
+                        if !rec.error_window.is_empty() {
+                            cell.emit(
+                                &mut rec,
+                                EventKind::ErrorWindow {
+                                    window: String::new(),
+                                },
+                            );
+                        }
                         did = true;
                     }
                     if did {
