@@ -994,11 +994,17 @@ const NOT_DURABLE_BY_DESIGN: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// `a` and `b` answer at once; `down`'s model is down (five failed turns lock it out).
+/// `a` and `b` answer at once, `slow` after 50 ms (its turn ends long after its event's acceptance
+/// was committed); `down`'s model is down (five failed turns lock it out).
 const ROUTES_TEAM: &str = r#"
 [providers.scripted]
 kind = "scripted"
 replies = ["answered"]
+
+[providers.slowly]
+kind = "scripted"
+replies = ["answered"]
+latency_ms = 50
 
 [providers.down]
 kind = "scripted"
@@ -1011,6 +1017,10 @@ provider = "scripted"
 [[agents]]
 key = "b"
 provider = "scripted"
+
+[[agents]]
+key = "slow"
+provider = "slowly"
 
 [[agents]]
 key = "down"
@@ -1171,11 +1181,16 @@ fn every_state_change_acknowledged_over_http_survives_a_sigkill_right_after_its_
         // the restart would find the event pending and run it again, for an answer already sent).
         let content = format!("answered in round {round}");
         let body = serde_json::json!({ "content": content }).to_string();
-        let answered = acknowledged(&server, "POST", "/api/agents/a/events?wait=30", Some(&body));
+        let answered = acknowledged(
+            &server,
+            "POST",
+            "/api/agents/slow/events?wait=30",
+            Some(&body),
+        );
         assert_eq!(answered["status"], "answered", "{answered}");
         let id = answered["id"].as_u64().unwrap();
         server.kill();
-        let rec = record_of(&db, "a");
+        let rec = record_of(&db, "slow");
         check(
             !rec.pending.iter().any(|p| p.id == id),
             "an answered event is pending again: it would run twice",
