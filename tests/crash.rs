@@ -1444,3 +1444,161 @@ provider = "scripted"
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One JSON-RPC message to `POST /mcp` (with the session, once there is one): the status, the
+/// `Mcp-Session-Id` the answer carries (at `initialize`) and the body as JSON.
+fn mcp(
+    port: u16,
+    session: Option<&str>,
+    message: &serde_json::Value,
+) -> (u16, Option<String>, serde_json::Value) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(40)))
+        .unwrap();
+    let body = message.to_string();
+    let session = session
+        .map(|s| format!("Mcp-Session-Id: {s}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         {session}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let session = head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("mcp-session-id")
+            .then(|| value.trim().to_owned())
+    });
+    (
+        status,
+        session,
+        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// An MCP session on `/mcp` (admin token), initialized.
+fn mcp_session(port: u16) -> String {
+    let (status, session, answer) = mcp(
+        port,
+        None,
+        &serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-03-26",
+                "capabilities": {},
+                "clientInfo": {"name": "crash-test", "version": "0"}
+            }
+        }),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let session = session.expect("a session id");
+    let (status, _, _) = mcp(
+        port,
+        Some(&session),
+        &serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert!((200..300).contains(&status), "initialized: {status}");
+    session
+}
+
+/// A `tools/call` on the session: the call's `structuredContent`, after asserting it succeeded.
+fn mcp_call(port: u16, session: &str, tool: &str, args: serde_json::Value) -> serde_json::Value {
+    let (status, _, answer) = mcp(
+        port,
+        Some(session),
+        &serde_json::json!({
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": tool, "arguments": args}
+        }),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert_ne!(answer["result"]["isError"], true, "{tool}: {answer}");
+    answer["result"]["structuredContent"].clone()
+}
+
+/// Issue 31 item 7, over `/mcp`: what its tools acknowledge is on disk when the answer leaves —
+/// `ask_agent`'s answer (its turn), `halt` and `halt_all` — SIGKILLed right after each, three
+/// rounds.
+#[test]
+fn every_state_change_acknowledged_over_mcp_survives_a_sigkill_right_after_it() {
+    let dir = temp_dir("mcp-tools", 0, ROUTES_TEAM);
+    let db = dir.join("warden.db");
+    let mut lost: Vec<String> = Vec::new();
+    let mut server = Server::start(&dir);
+    for round in 0..3 {
+        let mut check = |held: bool, step: &str| {
+            if !held {
+                lost.push(format!("round {round}: {step}"));
+            }
+        };
+        let session = mcp_session(server.port);
+        let content = format!("asked over mcp in round {round}");
+        let fate = mcp_call(
+            server.port,
+            &session,
+            "ask_agent",
+            serde_json::json!({"agent": "slow", "content": content, "wait_s": 30}),
+        );
+        assert_eq!(fate["status"], "answered", "{fate}");
+        server.kill();
+        let rec = record_of(&db, "slow");
+        let asked = rec
+            .history
+            .iter()
+            .position(|m| m.content.as_deref().is_some_and(|c| c.contains(&content)));
+        check(
+            asked.is_some_and(|at| {
+                rec.history[at + 1..]
+                    .iter()
+                    .any(|m| m.content.as_deref() == Some("answered"))
+            }),
+            "ask_agent's answer is not on disk",
+        );
+        server = Server::start(&dir);
+
+        let session = mcp_session(server.port);
+        mcp_call(
+            server.port,
+            &session,
+            "halt",
+            serde_json::json!({"agent": "a"}),
+        );
+        server.kill();
+        check(
+            record_of(&db, "a").state == AgentState::Stopped,
+            "halt lost",
+        );
+        server = Server::start(&dir);
+        acknowledged(&server, "POST", "/api/agents/a/resume", None);
+
+        let session = mcp_session(server.port);
+        mcp_call(server.port, &session, "halt_all", serde_json::json!({}));
+        server.kill();
+        check(
+            record_of(&db, "b").state == AgentState::Stopped,
+            "halt_all lost",
+        );
+        server = Server::start(&dir);
+        acknowledged(&server, "POST", "/api/resume", None);
+    }
+    drop(server);
+    assert!(
+        lost.is_empty(),
+        "acknowledged, killed, lost:\n{}",
+        lost.join("\n")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -132,8 +132,8 @@ pub const SCHEMA_VERSION: u32 = 3;
 /// and `history_compacted`): a format-1 snapshot has a history but no estimate of it, so it is
 /// ignored and the record rebuilt from its events.
 ///
-/// 3: `unlisted` and `discarding` (a halt's cleared messages until its `messages_discarded` lists
-/// them): a format-2 snapshot taken between a halt and its listing would lack them.
+/// 3: `outstanding` (a halt's cleared messages until its `messages_discarded` lists them, the
+/// error-cascade window): a format-2 snapshot taken between a halt and its listing would lack them.
 pub const SNAPSHOT_FORMAT: u32 = 3;
 
 /// The default of [`JournalOptions::snapshot_every`] (`journal.snapshot_every`).

@@ -509,7 +509,7 @@ impl SqliteJournal {
             if !listing.is_empty() {
                 tracing::info!(
                     agent = %record.key,
-                    unlisted = record.unlisted,
+                    unlisted = record.unlisted(),
                     "listing the messages a halt cleared before the crash"
                 );
                 let kind = EventKind::MessagesDiscarded { messages: listing };

@@ -325,7 +325,7 @@ impl AgentActor {
                         let _ = cell.transition(&mut rec, AgentState::WaitingForEvent, &cause);
                         cell.breakers_cleared();
                         // The breakers start clean: so does the journal's copy of their window.
-                        if !rec.error_window.is_empty() {
+                        if !rec.error_window().is_empty() {
                             cell.emit(
                                 &mut rec,
                                 EventKind::ErrorWindow {

@@ -238,7 +238,7 @@ impl AgentCell {
             Some(safety.team.clone()),
         );
         breakers.restore_consecutive_errors(record.consecutive_errors);
-        breakers.restore_error_window(&record.error_window);
+        breakers.restore_error_window(record.error_window());
         // Budgets spent before a restart stay spent (a fresh record has spent nothing).
         breakers.restore_usage(record.usage);
         if record.emergency_stop() {

@@ -77,7 +77,7 @@ impl AgentCell {
     }
 
     fn journal_window(&self, rec: &mut AgentRecord, window: String) {
-        if window != rec.error_window {
+        if window != rec.error_window() {
             self.emit(rec, EventKind::ErrorWindow { window });
         }
     }
