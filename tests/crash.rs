@@ -970,3 +970,635 @@ provider = "scripted"
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// ---- every acknowledged change is on disk -------------------------------------------------------
+
+/// The routes that change state but whose `2xx` promises nothing across a crash, and why. Every
+/// other route that is not a `GET` is checked by
+/// [`every_state_change_acknowledged_over_http_survives_a_sigkill_right_after_its_2xx`].
+const NOT_DURABLE_BY_DESIGN: &[(&str, &str, &str)] = &[
+    (
+        "POST",
+        "/api/world/presence",
+        "kept in memory only (never journaled): the host reports presence again",
+    ),
+    (
+        "POST",
+        "/api/world/clock",
+        "kept in memory only (never journaled): the host sets the game hour again",
+    ),
+    (
+        "POST",
+        "/api/interventions/{id}",
+        "answers a question of a running turn, which a crash ends (the turn is not resumed)",
+    ),
+];
+
+/// `a` and `b` answer at once, `slow` after 50 ms (its turn ends long after its event's acceptance
+/// was committed); `down`'s model is down (five failed turns lock it out).
+const ROUTES_TEAM: &str = r#"
+[providers.scripted]
+kind = "scripted"
+replies = ["answered"]
+
+[providers.slowly]
+kind = "scripted"
+replies = ["answered"]
+latency_ms = 50
+
+[providers.down]
+kind = "scripted"
+error = "model down"
+
+[[agents]]
+key = "a"
+provider = "scripted"
+
+[[agents]]
+key = "b"
+provider = "scripted"
+
+[[agents]]
+key = "slow"
+provider = "slowly"
+
+[[agents]]
+key = "down"
+provider = "down"
+"#;
+
+/// One acknowledged request: asserts a `2xx` and returns the body as JSON.
+fn acknowledged(
+    server: &Server,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> serde_json::Value {
+    let (status, answer) = http(server.port, method, path, body).unwrap();
+    assert!(
+        (200..300).contains(&status),
+        "{method} {path}: {status} {answer}"
+    );
+    serde_json::from_str(&answer).unwrap_or(serde_json::Value::Null)
+}
+
+/// Locks `down` out (five events, each a failed turn).
+fn lock_out(server: &Server) {
+    for i in 0..5 {
+        assert_eq!(server.send("down", &format!("fail {i}")), 202);
+    }
+    wait_for("down locked out", || {
+        server.state("down") == AgentState::SafetyLockout
+    });
+}
+
+/// Issue 31 item 7: a `2xx` means the change is on disk. For every route that changes state (the
+/// route table is walked, so a new route cannot be forgotten), `warden serve` is SIGKILLed right
+/// after the acknowledgement — no wait, no shutdown — and the journal file must hold the change;
+/// the restarted process must show it. Three rounds, each with a new value; every loss is listed.
+#[test]
+fn every_state_change_acknowledged_over_http_survives_a_sigkill_right_after_its_2xx() {
+    let dir = temp_dir("routes", 0, ROUTES_TEAM);
+    let db = dir.join("warden.db");
+    let mut covered = std::collections::BTreeSet::new();
+    // What was acknowledged and then missing, all of it (not only the first).
+    let mut lost: Vec<String> = Vec::new();
+    // The kill comes right after each acknowledgement; the restarted process is the next step's.
+    let mut server = Server::start(&dir);
+    for round in 0..3 {
+        let mut check = |held: bool, step: &str| {
+            if !held {
+                lost.push(format!("round {round}: {step}"));
+            }
+        };
+
+        covered.insert(("PUT", "/api/agents/{key}/goals"));
+        let goals = vec![format!("goal of round {round}")];
+        let body = serde_json::json!({ "goals": goals }).to_string();
+        acknowledged(&server, "PUT", "/api/agents/a/goals", Some(&body));
+        server.kill();
+        check(record_of(&db, "a").goals == goals, "goals lost");
+        server = Server::start(&dir);
+        check(
+            server.status("a")["goals"] == serde_json::json!(goals),
+            "goals lost after the restart",
+        );
+
+        covered.insert(("POST", "/api/agents/{key}/pause"));
+        acknowledged(&server, "POST", "/api/agents/a/pause", None);
+        server.kill();
+        check(record_of(&db, "a").paused, "pause lost");
+        server = Server::start(&dir);
+        check(
+            server.status("a")["paused"] == true,
+            "pause lost after the restart",
+        );
+
+        covered.insert(("POST", "/api/agents/{key}/resume"));
+        acknowledged(&server, "POST", "/api/agents/a/resume", None);
+        server.kill();
+        check(!record_of(&db, "a").paused, "unpause lost");
+        server = Server::start(&dir);
+        check(
+            server.status("a")["paused"] == false,
+            "unpause lost after the restart",
+        );
+
+        covered.insert(("POST", "/api/agents/{key}/halt"));
+        acknowledged(&server, "POST", "/api/agents/a/halt", None);
+        server.kill();
+        check(
+            record_of(&db, "a").state == AgentState::Stopped,
+            "halt lost",
+        );
+        server = Server::start(&dir);
+        check(
+            server.state("a") == AgentState::Stopped,
+            "halt lost after the restart",
+        );
+
+        acknowledged(&server, "POST", "/api/agents/a/resume", None);
+        server.kill();
+        check(
+            record_of(&db, "a").state == AgentState::WaitingForEvent,
+            "resume lost",
+        );
+        server = Server::start(&dir);
+        check(
+            server.state("a") == AgentState::WaitingForEvent,
+            "resume lost after the restart",
+        );
+
+        covered.insert(("POST", "/api/halt"));
+        acknowledged(&server, "POST", "/api/halt", None);
+        server.kill();
+        for agent in ["a", "b"] {
+            let rec = record_of(&db, agent);
+            check(
+                rec.state == AgentState::Stopped && rec.fleet_halted,
+                "fleet halt lost",
+            );
+        }
+        server = Server::start(&dir);
+        check(
+            server.state("b") == AgentState::Stopped,
+            "fleet halt lost after the restart",
+        );
+
+        covered.insert(("POST", "/api/resume"));
+        acknowledged(&server, "POST", "/api/resume", None);
+        server.kill();
+        for agent in ["a", "b"] {
+            check(
+                record_of(&db, agent).state == AgentState::WaitingForEvent,
+                "lift lost",
+            );
+        }
+        server = Server::start(&dir);
+        check(
+            server.state("b") == AgentState::WaitingForEvent,
+            "lift lost after the restart",
+        );
+
+        covered.insert(("POST", "/api/agents/{key}/events"));
+        let content = format!("queued in round {round}");
+        let body = serde_json::json!({ "content": content }).to_string();
+        let queued = acknowledged(&server, "POST", "/api/agents/b/events", Some(&body));
+        let id = queued["id"].as_u64().unwrap();
+        server.kill();
+        let rec = record_of(&db, "b");
+        check(
+            rec.pending.iter().any(|p| p.id == id)
+                || rec
+                    .history
+                    .iter()
+                    .any(|m| m.content.as_deref().is_some_and(|c| c.contains(&content))),
+            "a 202 event lost",
+        );
+        server = Server::start(&dir);
+
+        // The same route waiting for the answer: the answer sent means its turn is on disk (else
+        // the restart would find the event pending and run it again, for an answer already sent).
+        let content = format!("answered in round {round}");
+        let body = serde_json::json!({ "content": content }).to_string();
+        let answered = acknowledged(
+            &server,
+            "POST",
+            "/api/agents/slow/events?wait=30",
+            Some(&body),
+        );
+        assert_eq!(answered["status"], "answered", "{answered}");
+        let id = answered["id"].as_u64().unwrap();
+        server.kill();
+        let rec = record_of(&db, "slow");
+        check(
+            !rec.pending.iter().any(|p| p.id == id),
+            "an answered event is pending again: it would run twice",
+        );
+        let asked = rec
+            .history
+            .iter()
+            .position(|m| m.content.as_deref().is_some_and(|c| c.contains(&content)));
+        check(
+            asked.is_some_and(|at| {
+                rec.history[at + 1..]
+                    .iter()
+                    .any(|m| m.content.as_deref() == Some("answered"))
+            }),
+            "the answer sent is not on disk",
+        );
+        server = Server::start(&dir);
+
+        covered.insert(("POST", "/api/agents/{key}/world"));
+        let text = format!("psst, round {round}");
+        let body = serde_json::json!({
+            "speaker": {"id": "p1", "kind": "player"}, "kind": "whisper", "text": text
+        })
+        .to_string();
+        let seen = acknowledged(&server, "POST", "/api/agents/b/world", Some(&body));
+        let id = seen["id"].as_u64().expect("a whisper is a TRIGGER");
+        server.kill();
+        let rec = record_of(&db, "b");
+        check(
+            rec.pending.iter().any(|p| p.id == id)
+                || rec
+                    .history
+                    .iter()
+                    .any(|m| m.content.as_deref().is_some_and(|c| c.contains(&text))),
+            "a queued world event lost",
+        );
+        server = Server::start(&dir);
+
+        covered.insert(("POST", "/api/agents/{key}/history/reset"));
+        wait_for("b answered", || {
+            let s = server.status("b");
+            s["history_len"].as_u64() > Some(0) && s["queued"]["ordinary"] == 0
+        });
+        wait_for("b idle", || {
+            server.state("b") == AgentState::WaitingForEvent
+        });
+        acknowledged(&server, "POST", "/api/agents/b/history/reset", None);
+        server.kill();
+        check(record_of(&db, "b").history.is_empty(), "history reset lost");
+        server = Server::start(&dir);
+        check(
+            server.status("b")["history_len"] == 0,
+            "history reset lost after the restart",
+        );
+
+        covered.insert(("POST", "/api/agents/{key}/unlock"));
+        lock_out(&server);
+        acknowledged(&server, "POST", "/api/agents/down/unlock", None);
+        server.kill();
+        check(record_of(&db, "down").lockout.is_none(), "unlock lost");
+        server = Server::start(&dir);
+        check(
+            server.state("down") == AgentState::WaitingForEvent,
+            "unlock lost after the restart",
+        );
+
+        covered.insert(("POST", "/api/agents/{key}/emergency/clear"));
+        if server.state("down") == AgentState::WaitingForEvent {
+            lock_out(&server);
+            acknowledged(&server, "POST", "/api/agents/down/emergency/clear", None);
+            server.kill();
+            check(
+                record_of(&db, "down").lockout.is_none(),
+                "emergency clear lost",
+            );
+            server = Server::start(&dir);
+            check(
+                server.state("down") == AgentState::WaitingForEvent,
+                "emergency clear lost after the restart",
+            );
+        }
+    }
+    drop(server);
+    assert!(
+        lost.is_empty(),
+        "acknowledged, killed, lost:\n{}",
+        lost.join("\n")
+    );
+    for &(method, path) in warden::server::api::ROUTES {
+        if method == "GET" || covered.contains(&(method, path)) {
+            continue;
+        }
+        assert!(
+            NOT_DURABLE_BY_DESIGN
+                .iter()
+                .any(|&(m, p, _)| (m, p) == (method, path)),
+            "{method} {path} changes state: check that its 2xx survives a SIGKILL"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 31 item 7, on a failing disk (an insert the journal cannot commit, as a full disk makes
+/// it): goals the journal cannot write are answered `503 applied but not durable`, never `200`,
+/// and the restarted process has the goals that were on disk.
+#[test]
+fn goals_the_journal_cannot_write_are_answered_503_not_200() {
+    let dir = temp_dir("goals-full-disk", 0, ROUTES_TEAM);
+    let db = dir.join("warden.db");
+    let server = Server::start(&dir);
+    let body = serde_json::json!({ "goals": ["on disk"] }).to_string();
+    acknowledged(&server, "PUT", "/api/agents/a/goals", Some(&body));
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER poison BEFORE INSERT ON events WHEN NEW.body LIKE '%poison%'
+             BEGIN SELECT RAISE(ABORT, 'injected write failure'); END;",
+        )
+        .unwrap();
+    let body = serde_json::json!({ "goals": ["poison"] }).to_string();
+    let (status, answer) = http(server.port, "PUT", "/api/agents/a/goals", Some(&body)).unwrap();
+    assert_eq!(status, 503, "{answer}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(
+        answer["error"],
+        "applied but not durable: journal write failed: injected write failure"
+    );
+    server.kill();
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch("DROP TRIGGER poison;")
+        .unwrap();
+    let server = Server::start(&dir);
+    assert_eq!(server.status("a")["goals"], serde_json::json!(["on disk"]));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 31 item 9: a halt is acknowledged before its `messages_discarded` listing is written (so
+/// the ack stays O(1) whatever the backlog). SIGKILLed right after the ack, the restart completes
+/// what the crash cut: every user event the halt cleared is listed, by its id, exactly once.
+#[test]
+fn a_halts_listing_cut_by_a_sigkill_right_after_the_ack_is_completed_by_the_restart() {
+    const SENDERS: usize = 8;
+    const EACH: usize = 250;
+    let dir = temp_dir("halt-listing", 0, TEAM);
+    let db = dir.join("warden.db");
+    let server = Server::start(&dir);
+    acknowledged(&server, "POST", "/api/agents/a/pause", None);
+    let mut ids: Vec<u64> = std::thread::scope(|scope| {
+        let senders: Vec<_> = (0..SENDERS)
+            .map(|t| {
+                let port = server.port;
+                scope.spawn(move || {
+                    (0..EACH)
+                        .map(|i| {
+                            let body =
+                                serde_json::json!({ "content": format!("m{t}-{i}") }).to_string();
+                            let (status, answer) =
+                                http(port, "POST", "/api/agents/a/events", Some(&body)).unwrap();
+                            assert_eq!(status, 202, "{answer}");
+                            let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+                            answer["id"].as_u64().unwrap()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        senders
+            .into_iter()
+            .flat_map(|s| s.join().unwrap())
+            .collect()
+    });
+    ids.sort_unstable();
+    let halted = acknowledged(&server, "POST", "/api/agents/a/halt", None);
+    server.kill();
+    assert_eq!(halted["halted"][0]["discarded"], SENDERS * EACH, "{halted}");
+    let listed = |events: &[Event]| -> Vec<u64> {
+        let mut listed: Vec<u64> = events
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::MessagesDiscarded { messages } => Some(messages),
+                _ => None,
+            })
+            .flatten()
+            .filter_map(|m| m.queued)
+            .collect();
+        listed.sort_unstable();
+        listed
+    };
+    let at_kill = listed(&events_of(&db, "a")).len();
+    eprintln!("listed at the kill: {at_kill} of {}", ids.len());
+
+    let server = Server::start(&dir);
+    assert_eq!(server.state("a"), AgentState::Stopped);
+    drop(server);
+    assert_eq!(
+        listed(&events_of(&db, "a")),
+        ids,
+        "every cleared event listed once (at the kill: {at_kill})"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 31 item 8: `safety.budget.tokens_per_hour` is not refilled by a restart. One call spends
+/// the hour's budget; after each of three SIGKILLs and restarts (a crash loop) the next event waits
+/// for the window instead of calling the model: the restored window comes from the journal's
+/// `usage_recorded` times.
+#[test]
+fn the_rolling_token_budget_is_not_refilled_by_restarts() {
+    let team = r#"
+[safety.budget]
+tokens_per_hour = 1
+
+[providers.scripted]
+kind = "scripted"
+replies = ["spent"]
+
+[[agents]]
+key = "a"
+provider = "scripted"
+"#;
+    let dir = temp_dir("hourly-after-kill", 0, team);
+    let db = dir.join("warden.db");
+    let mut server = Server::start(&dir);
+    let body = serde_json::json!({ "content": "spend it" }).to_string();
+    let answered = acknowledged(&server, "POST", "/api/agents/a/events?wait=30", Some(&body));
+    assert_eq!(answered["status"], "answered", "{answered}");
+    let spent = server.status("a")["tokens_used"].as_u64().unwrap();
+    assert!(spent > 0);
+    for restart in 0..3 {
+        wait_for("usage committed", || {
+            record_of(&db, "a").usage.tokens() == spent
+        });
+        server.kill();
+        server = Server::start(&dir);
+        assert_eq!(server.send("a", &format!("after restart {restart}")), 202);
+        // Either the agent waits for its window, or it called the model again.
+        wait_for("the event taken", || {
+            let s = server.status("a");
+            !s["budget_wait_until_ms"].is_null() || s["tokens_used"].as_u64() != Some(spent)
+        });
+        let status = server.status("a");
+        assert_eq!(
+            status["tokens_used"].as_u64(),
+            Some(spent),
+            "restart {restart}: the model was called again within the hour: {status}"
+        );
+        assert!(!status["budget_wait_until_ms"].is_null(), "{status}");
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One JSON-RPC message to `POST /mcp` (with the session, once there is one): the status, the
+/// `Mcp-Session-Id` the answer carries (at `initialize`) and the body as JSON.
+fn mcp(
+    port: u16,
+    session: Option<&str>,
+    message: &serde_json::Value,
+) -> (u16, Option<String>, serde_json::Value) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(40)))
+        .unwrap();
+    let body = message.to_string();
+    let session = session
+        .map(|s| format!("Mcp-Session-Id: {s}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         {session}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let session = head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("mcp-session-id")
+            .then(|| value.trim().to_owned())
+    });
+    (
+        status,
+        session,
+        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// An MCP session on `/mcp` (admin token), initialized.
+fn mcp_session(port: u16) -> String {
+    let (status, session, answer) = mcp(
+        port,
+        None,
+        &serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-03-26",
+                "capabilities": {},
+                "clientInfo": {"name": "crash-test", "version": "0"}
+            }
+        }),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let session = session.expect("a session id");
+    let (status, _, _) = mcp(
+        port,
+        Some(&session),
+        &serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert!((200..300).contains(&status), "initialized: {status}");
+    session
+}
+
+/// A `tools/call` on the session: the call's `structuredContent`, after asserting it succeeded.
+fn mcp_call(port: u16, session: &str, tool: &str, args: serde_json::Value) -> serde_json::Value {
+    let (status, _, answer) = mcp(
+        port,
+        Some(session),
+        &serde_json::json!({
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": tool, "arguments": args}
+        }),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert_ne!(answer["result"]["isError"], true, "{tool}: {answer}");
+    answer["result"]["structuredContent"].clone()
+}
+
+/// Issue 31 item 7, over `/mcp`: what its tools acknowledge is on disk when the answer leaves —
+/// `ask_agent`'s answer (its turn), `halt` and `halt_all` — SIGKILLed right after each, three
+/// rounds.
+#[test]
+fn every_state_change_acknowledged_over_mcp_survives_a_sigkill_right_after_it() {
+    let dir = temp_dir("mcp-tools", 0, ROUTES_TEAM);
+    let db = dir.join("warden.db");
+    let mut lost: Vec<String> = Vec::new();
+    let mut server = Server::start(&dir);
+    for round in 0..3 {
+        let mut check = |held: bool, step: &str| {
+            if !held {
+                lost.push(format!("round {round}: {step}"));
+            }
+        };
+        let session = mcp_session(server.port);
+        let content = format!("asked over mcp in round {round}");
+        let fate = mcp_call(
+            server.port,
+            &session,
+            "ask_agent",
+            serde_json::json!({"agent": "slow", "content": content, "wait_s": 30}),
+        );
+        assert_eq!(fate["status"], "answered", "{fate}");
+        server.kill();
+        let rec = record_of(&db, "slow");
+        let asked = rec
+            .history
+            .iter()
+            .position(|m| m.content.as_deref().is_some_and(|c| c.contains(&content)));
+        check(
+            asked.is_some_and(|at| {
+                rec.history[at + 1..]
+                    .iter()
+                    .any(|m| m.content.as_deref() == Some("answered"))
+            }),
+            "ask_agent's answer is not on disk",
+        );
+        server = Server::start(&dir);
+
+        let session = mcp_session(server.port);
+        mcp_call(
+            server.port,
+            &session,
+            "halt",
+            serde_json::json!({"agent": "a"}),
+        );
+        server.kill();
+        check(
+            record_of(&db, "a").state == AgentState::Stopped,
+            "halt lost",
+        );
+        server = Server::start(&dir);
+        acknowledged(&server, "POST", "/api/agents/a/resume", None);
+
+        let session = mcp_session(server.port);
+        mcp_call(server.port, &session, "halt_all", serde_json::json!({}));
+        server.kill();
+        check(
+            record_of(&db, "b").state == AgentState::Stopped,
+            "halt_all lost",
+        );
+        server = Server::start(&dir);
+        acknowledged(&server, "POST", "/api/resume", None);
+    }
+    drop(server);
+    assert!(
+        lost.is_empty(),
+        "acknowledged, killed, lost:\n{}",
+        lost.join("\n")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

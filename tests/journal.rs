@@ -1055,6 +1055,7 @@ fn recovery_gives_the_same_answer_with_and_without_snapshots() {
         }
         for record in &full {
             assert!(!record.state.is_busy(), "seed {seed}: {record:?}");
+            assert_eq!(record.unlisted(), 0, "seed {seed}: a listing left cut");
             assert!(journal::recovery_path(record).is_empty(), "seed {seed}");
             if record.emergency_stop() {
                 // Locked out idle happens only in journals of older versions (random plans make
@@ -1078,6 +1079,10 @@ fn recovery_gives_the_same_answer_with_and_without_snapshots() {
                         AgentState::WaitingForEvent,
                         "seed {seed}: recovery invented a turn"
                     );
+                }
+                // A halt whose `messages_discarded` listing the crash cut is listed now.
+                EventKind::MessagesDiscarded { messages } => {
+                    assert!(!messages.is_empty(), "seed {seed}");
                 }
                 other => panic!("seed {seed}: recovery journaled {other:?}"),
             }

@@ -550,6 +550,56 @@ async fn the_error_cascade_trips_when_8_of_the_last_10_operations_failed() {
     replay_matches(&journal, &a);
 }
 
+/// Issue 31 item 10: the error-cascade window survives a restart. Seven failed operations (with
+/// `max_consecutive_errors` out of the way), a restart from the journal file, then the eighth
+/// failure trips the cascade (8 of the last 10) — not eight more. The restored record equals the
+/// replay, window included; an unlock clears the window in the file too.
+#[actix_rt::test]
+async fn the_error_cascade_window_survives_a_restart_from_the_journal_file() {
+    tokio::time::pause();
+    let db = TempDb::new("window-restart");
+    let mut config = WardenConfig::default();
+    config.safety.breakers.max_consecutive_errors = NonZeroU32::new(50).unwrap();
+    let failing =
+        || Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("model down")));
+    {
+        let journal = Arc::new(SqliteJournal::open(&db.0).unwrap());
+        let team = Supervisor::on_current_arbiter(config.clone(), journal.clone());
+        let a = team.spawn(AgentSpec::assistant("a", failing())).unwrap();
+        for i in 0..7 {
+            a.try_send_event(UserEvent::new(format!("e{i}"))).unwrap();
+            turns(&a, i + 1).await;
+        }
+        assert_eq!(a.state(), AgentState::WaitingForEvent);
+        assert_eq!(a.status().consecutive_errors, 7);
+        team.shutdown().await;
+        journal.close();
+    }
+
+    let journal = Arc::new(SqliteJournal::open(&db.0).unwrap());
+    let records = journal.recover_records().unwrap();
+    let team = Supervisor::on_current_arbiter(config, journal.clone());
+    let a = team
+        .spawn(AgentSpec::assistant("a", failing()).restored_from(records[0].clone()))
+        .unwrap();
+    a.try_send_event(UserEvent::new("the eighth")).unwrap();
+    until("locked out", || a.state() == AgentState::SafetyLockout).await;
+    assert_eq!(
+        a.status().lockout,
+        Some(Lockout {
+            breaker: Breaker::ErrorCascade,
+            reason: "error cascade: 8 failed operations in the last 8 (safety.breakers.error_window_threshold = 8, error_window = 10)".into()
+        })
+    );
+    a.unlock("test").await.unwrap();
+    until("journal caught up", || {
+        journal.restore_records().unwrap() == vec![a.record()]
+    })
+    .await;
+    team.shutdown().await;
+    journal.close();
+}
+
 // ---- 4. budgets -----------------------------------------------------------------------------------
 
 /// `tokens_per_agent = 1000`: the call that would exceed it is never made; the agent is STOPPED by

@@ -58,6 +58,17 @@ pub trait Journal: Send + Sync + 'static {
     /// write; ask again with the same `seq` to wait again.
     fn durable(&self, seq: u64) -> BoxFuture<'static, Result<(), NotDurable>>;
 
+    /// The tokens of `agent`'s model calls journaled at or after `since_ms` (its `usage_recorded`
+    /// events, milliseconds since the epoch), oldest first, each with the time it was journaled:
+    /// what a restored agent's rolling budget (`safety.budget.tokens_per_hour`) starts from, so a
+    /// restart does not forget the last hour's spending. Read once per restored agent, never on a
+    /// hot path. A journal that keeps nothing across a restart has nothing to give (the default);
+    /// one that wraps another must forward it, or a restart forgets the window again.
+    fn recent_usage(&self, agent: &AgentKey, since_ms: u64) -> Vec<(u64, u64)> {
+        let _ = (agent, since_ms);
+        Vec::new()
+    }
+
     /// `Some(reason)` while the journal cannot write (a failing disk): nothing appended now would
     /// survive a crash. Agents start no turn and accept no event meanwhile (fail closed: work a
     /// restart would not know about is work it could not stop). Cheap: called on hot paths.
@@ -193,6 +204,18 @@ impl Journal for MemoryJournal {
 
     fn durable(&self, _seq: u64) -> BoxFuture<'static, Result<(), NotDurable>> {
         already_durable()
+    }
+
+    fn recent_usage(&self, agent: &AgentKey, since_ms: u64) -> Vec<(u64, u64)> {
+        self.events
+            .lock()
+            .iter()
+            .filter(|e| e.agent == *agent && e.at_ms >= since_ms)
+            .filter_map(|e| match &e.kind {
+                EventKind::UsageRecorded { usage, .. } => Some((e.at_ms, usage.total())),
+                _ => None,
+            })
+            .collect()
     }
 
     fn degraded(&self) -> Option<String> {

@@ -406,6 +406,14 @@ pub enum EventKind {
     },
     /// Record: `consecutive_errors = 0` (a success after failures).
     ErrorsReset,
+    /// Record: `error_window = window`. The error-cascade window after an operation that moved it
+    /// while it held a failure: `x` a failed or anomalous operation, `.` a good one, oldest first;
+    /// empty once no failure is left in it. Journaled only then (a window of good operations is
+    /// not), so a restart restores the window the breakers had.
+    ErrorWindow {
+        /// The window's marks, oldest first (`x` failed, `.` good); empty: no failure in it.
+        window: String,
+    },
     /// Record: `lockout` set (the emergency stop). Journaled in one batch with the state change into
     /// `SAFETY_LOCKOUT`.
     LockedOut {

@@ -41,8 +41,8 @@ pub use event::{
 pub use mcp::{valid_server_name, McpServerConfig, McpToolSelector, MCP_NAME_SEPARATOR};
 pub use priority::Priority;
 pub use record::{
-    check_goals, AgentRecord, KeyedEvent, Lockout, PendingEvent, UsageTotals, MAX_GOALS,
-    MAX_GOAL_CHARS,
+    check_goals, AgentRecord, KeyedEvent, Lockout, Outstanding, PendingEvent, UsageTotals,
+    MAX_GOALS, MAX_GOAL_CHARS,
 };
 pub use refusal::{DelegationRefusal, WorkRefusal};
 pub use safety::{

@@ -165,6 +165,47 @@ pub struct AgentRecord {
     /// decode and mean the same.
     #[serde(default, skip_serializing_if = "UsageTotals::is_zero")]
     pub usage: UsageTotals,
+    /// What is rarely set and must survive a crash: a halt's listing not written yet, the
+    /// error-cascade window while it holds a failure. Boxed (and `None` while all of it is empty):
+    /// an idle agent's record is part of its cell, whose size every agent of a fleet pays.
+    /// Omitted while `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outstanding: Option<Box<Outstanding>>,
+}
+
+/// The rarely set part of an [`AgentRecord`] ([`AgentRecord::outstanding`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Outstanding {
+    /// Messages halts cleared that no `MessagesDiscarded` has listed yet (a halt is acknowledged
+    /// before its listing is written): `Halted` adds its `discarded`, each listed message takes one
+    /// off. Non-zero after a restart only when a crash cut a listing: the restart lists what the
+    /// journal knows of them (`discarding`) and counts the rest. Omitted while zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unlisted: u64,
+    /// The user events among the `unlisted` messages (the pending events a halt cleared), in id
+    /// order, until a `MessagesDiscarded` lists them. Omitted while empty.
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub discarding: VecDeque<PendingEvent>,
+    /// The error-cascade window while it holds a failure (`ErrorWindow`: `x` failed, `.` good,
+    /// oldest first), cleared with the breakers (unlock, history reset, resume): what a restart
+    /// restores the breakers' window from. Omitted while empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error_window: String,
+}
+
+impl Outstanding {
+    /// A halt's cleared event `id` is listed (O(1) for the oldest: a listing goes in lane order).
+    fn listed(&mut self, id: u64) {
+        if self.discarding.front().is_some_and(|p| p.id == id) {
+            self.discarding.pop_front();
+        } else if let Some(at) = self.discarding.iter().position(|p| p.id == id) {
+            self.discarding.remove(at);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.unlisted == 0 && self.discarding.is_empty() && self.error_window.is_empty()
+    }
 }
 
 /// The most goals an agent has.
@@ -235,6 +276,7 @@ impl AgentRecord {
             last_event_id: 0,
             keyed: VecDeque::new(),
             usage: UsageTotals::default(),
+            outstanding: None,
         }
     }
 
@@ -277,6 +319,65 @@ impl AgentRecord {
         }
     }
 
+    fn outstanding_mut(&mut self) -> &mut Outstanding {
+        self.outstanding.get_or_insert_with(Box::default)
+    }
+
+    /// Back to `None` once nothing is outstanding (live and replayed records fold alike).
+    fn tidy(&mut self) {
+        if self
+            .outstanding
+            .as_deref()
+            .is_some_and(Outstanding::is_empty)
+        {
+            self.outstanding = None;
+        }
+    }
+
+    fn clear_error_window(&mut self) {
+        if let Some(o) = self.outstanding.as_deref_mut() {
+            o.error_window.clear();
+        }
+        self.tidy();
+    }
+
+    /// Messages halts cleared and not listed yet ([`Outstanding::unlisted`]).
+    pub fn unlisted(&self) -> u64 {
+        self.outstanding.as_deref().map_or(0, |o| o.unlisted)
+    }
+
+    /// The error-cascade window's marks while it holds a failure ([`Outstanding::error_window`];
+    /// empty otherwise).
+    pub fn error_window(&self) -> &str {
+        self.outstanding
+            .as_deref()
+            .map_or("", |o| o.error_window.as_str())
+    }
+
+    /// What a restart lists for a halt whose listing a crash cut ([`AgentRecord::unlisted`]): each
+    /// cleared user event the journal knows (kind `user_event`, its `queued` id; the mailbox id died
+    /// with the process: 0), then one `unlisted` entry for each message the journal never knew
+    /// (ticks, delegated tasks). Empty when nothing is outstanding.
+    pub fn unlisted_discards(&self) -> Vec<crate::DiscardedMessage> {
+        let Some(o) = self.outstanding.as_deref().filter(|o| o.unlisted > 0) else {
+            return Vec::new();
+        };
+        let known = o.discarding.iter().map(|p| crate::DiscardedMessage {
+            id: 0,
+            priority: crate::Priority::Ordinary,
+            kind: "user_event".into(),
+            queued: Some(p.id),
+        });
+        let others = o.unlisted.saturating_sub(o.discarding.len() as u64);
+        let unknown = (0..others).map(|_| crate::DiscardedMessage {
+            id: 0,
+            priority: crate::Priority::Ordinary,
+            kind: "unlisted".into(),
+            queued: None,
+        });
+        known.chain(unknown).collect()
+    }
+
     /// Folds one event into the record.
     pub fn apply(&mut self, kind: &EventKind) {
         match kind {
@@ -309,6 +410,10 @@ impl AgentRecord {
                 consecutive_errors, ..
             } => self.consecutive_errors = *consecutive_errors,
             EventKind::ErrorsReset => self.consecutive_errors = 0,
+            EventKind::ErrorWindow { window } => {
+                self.outstanding_mut().error_window.clone_from(window);
+                self.tidy();
+            }
             EventKind::LockedOut {
                 breaker, reason, ..
             } => {
@@ -320,10 +425,12 @@ impl AgentRecord {
             EventKind::Unlocked { .. } => {
                 self.lockout = None;
                 self.consecutive_errors = 0;
+                self.clear_error_window();
             }
             EventKind::HistoryReset { .. } => {
                 self.history.clear();
                 self.history_tokens = 0;
+                self.clear_error_window();
             }
             EventKind::Paused { .. } => {
                 self.paused = true;
@@ -341,7 +448,19 @@ impl AgentRecord {
                 }
                 self.halts += 1;
                 self.discarded_by_halt += discarded;
-                self.pending.clear();
+                if *discarded > 0 {
+                    // The cleared pending events wait for their listing (moved, not copied: O(1)).
+                    let mut pending = std::mem::take(&mut self.pending);
+                    let o = self.outstanding_mut();
+                    o.unlisted = o.unlisted.saturating_add(*discarded);
+                    if o.discarding.is_empty() {
+                        o.discarding = pending;
+                    } else {
+                        o.discarding.append(&mut pending);
+                    }
+                } else {
+                    self.pending.clear();
+                }
             }
             EventKind::EventQueued { id, event } => {
                 self.pending.push_back(PendingEvent {
@@ -371,6 +490,16 @@ impl AgentRecord {
                 for id in messages.iter().filter_map(|m| m.queued) {
                     self.settle(id);
                 }
+                if let Some(o) = self.outstanding.as_deref_mut() {
+                    for id in messages.iter().filter_map(|m| m.queued) {
+                        o.listed(id);
+                    }
+                    o.unlisted = o.unlisted.saturating_sub(messages.len() as u64);
+                    if o.unlisted == 0 {
+                        o.discarding.clear();
+                    }
+                }
+                self.tidy();
             }
             EventKind::HistoryAppended { message } => {
                 self.history_tokens = self
@@ -787,5 +916,87 @@ mod tests {
             key: "stray".into(),
         });
         assert!(record.keyed("stray").is_none());
+    }
+
+    #[test]
+    fn a_halts_cleared_messages_wait_in_the_record_until_listed() {
+        let listed = |queued: Option<u64>| DiscardedMessage {
+            id: 9,
+            priority: Priority::Ordinary,
+            kind: if queued.is_some() {
+                "user_event"
+            } else {
+                "tick"
+            }
+            .into(),
+            queued,
+        };
+        let mut record = AgentRecord::new("a".into());
+        for id in 1..=3 {
+            record.apply(&queued(id, &format!("e{id}")));
+        }
+        // Three user events and a tick cleared: nothing listed yet.
+        record.apply(&EventKind::Halted {
+            cause: HaltCause::HaltAll,
+            discarded: 4,
+            stopped: true,
+        });
+        assert!(record.pending.is_empty());
+        assert_eq!(record.unlisted(), 4);
+        let waiting: Vec<u64> = record
+            .outstanding
+            .as_ref()
+            .map(|o| o.discarding.iter().map(|p| p.id).collect())
+            .unwrap_or_default();
+        assert_eq!(waiting, [1, 2, 3]);
+        // A listing cut after its first chunk: a restart lists the rest, the tick as `unlisted`.
+        record.apply(&EventKind::MessagesDiscarded {
+            messages: vec![listed(Some(1))],
+        });
+        let rest = record.unlisted_discards();
+        let kinds: Vec<(&str, Option<u64>)> =
+            rest.iter().map(|m| (m.kind.as_str(), m.queued)).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("user_event", Some(2)),
+                ("user_event", Some(3)),
+                ("unlisted", None)
+            ]
+        );
+        record.apply(&EventKind::MessagesDiscarded { messages: rest });
+        assert_eq!(record.outstanding, None);
+        assert!(record.unlisted_discards().is_empty());
+        // A listing in full, as the live agent writes it, leaves nothing either.
+        let mut live = AgentRecord::new("a".into());
+        live.apply(&queued(1, "e1"));
+        live.apply(&EventKind::Halted {
+            cause: HaltCause::HaltAll,
+            discarded: 2,
+            stopped: true,
+        });
+        live.apply(&EventKind::MessagesDiscarded {
+            messages: vec![listed(Some(1)), listed(None)],
+        });
+        assert_eq!(live.outstanding, None);
+    }
+
+    #[test]
+    fn the_error_window_is_kept_until_unlock_or_reset() {
+        let mut record = AgentRecord::new("a".into());
+        record.apply(&EventKind::ErrorWindow {
+            window: "x.xx".into(),
+        });
+        assert_eq!(record.error_window(), "x.xx");
+        record.apply(&EventKind::Unlocked {
+            operator: "op".into(),
+            note: None,
+        });
+        assert_eq!(record.outstanding, None);
+        record.apply(&EventKind::ErrorWindow { window: "x".into() });
+        record.apply(&EventKind::HistoryReset {
+            operator: "op".into(),
+        });
+        assert_eq!(record.outstanding, None);
     }
 }

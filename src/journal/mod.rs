@@ -131,7 +131,10 @@ pub const SCHEMA_VERSION: u32 = 3;
 /// 2: `history_tokens` (the running token estimate of the history, folded from `history_appended`
 /// and `history_compacted`): a format-1 snapshot has a history but no estimate of it, so it is
 /// ignored and the record rebuilt from its events.
-pub const SNAPSHOT_FORMAT: u32 = 2;
+///
+/// 3: `outstanding` (a halt's cleared messages until its `messages_discarded` lists them, the
+/// error-cascade window): a format-2 snapshot taken between a halt and its listing would lack them.
+pub const SNAPSHOT_FORMAT: u32 = 3;
 
 /// The default of [`JournalOptions::snapshot_every`] (`journal.snapshot_every`).
 pub const DEFAULT_SNAPSHOT_EVERY: u64 = 1000;

@@ -489,7 +489,10 @@ impl SqliteJournal {
     /// * an agent in `SAFETY_LOCKOUT` whose unlock is journaled (no `emergency_stop`) but whose state
     ///   change out of it is not goes to `WAITING_FOR_EVENT`, as the operator decided;
     /// * any other agent caught mid-turn (`EXECUTING`, `WAITING_FOR_TOOL`, `WAITING_FOR_INPUT`) goes
-    ///   back to `WAITING_FOR_EVENT`. The interrupted turn is not resumed.
+    ///   back to `WAITING_FOR_EVENT`. The interrupted turn is not resumed;
+    /// * a halt whose `messages_discarded` listing the crash cut (it is written after the ack) is
+    ///   listed: each cleared user event by its `queued` id, one `unlisted` entry for each other
+    ///   message ([`AgentRecord::unlisted_discards`]).
     ///
     /// Stopped agents, and locked-out agents in `SAFETY_LOCKOUT`, are left as they are. Call it before
     /// the agents are spawned.
@@ -500,6 +503,19 @@ impl SqliteJournal {
     pub fn recover_records(&self) -> Result<Vec<AgentRecord>, JournalError> {
         let mut records = self.restore_records()?;
         for record in &mut records {
+            // A halt whose listing the crash cut (it is written after the ack): list what the
+            // journal knows of the cleared messages now (see `AgentRecord::unlisted`).
+            let listing = record.unlisted_discards();
+            if !listing.is_empty() {
+                tracing::info!(
+                    agent = %record.key,
+                    unlisted = record.unlisted(),
+                    "listing the messages a halt cleared before the crash"
+                );
+                let kind = EventKind::MessagesDiscarded { messages: listing };
+                self.append(&record.key, kind.clone());
+                record.apply(&kind);
+            }
             for &to in recovery_path(record) {
                 let kind = EventKind::StateChanged {
                     from: record.state,
@@ -633,6 +649,21 @@ impl Journal for SqliteJournal {
             let fate = shared.queue.lock().fate(seq);
             fate
         })
+    }
+
+    /// Read newest first along the `(agent, seq)` index, stopping at the first event older than
+    /// `since_ms`: an hour of the agent's events at most. A failed read is logged and gives what
+    /// was read (the window then starts emptier, as before restarts kept it).
+    fn recent_usage(&self, agent: &AgentKey, since_ms: u64) -> Vec<(u64, u64)> {
+        self.flush();
+        let store = self.shared.store.lock();
+        match read_recent_usage(&store.conn, agent.as_str(), since_ms) {
+            Ok(calls) => calls,
+            Err(err) => {
+                tracing::error!(%agent, "journal: the last hour's usage not read: {err}");
+                Vec::new()
+            }
+        }
     }
 
     fn degraded(&self) -> Option<String> {

@@ -131,6 +131,35 @@ pub(super) fn read_recent(
     rows.into_iter().map(decode).collect()
 }
 
+/// The `(at_ms, tokens)` of `agent`'s `usage_recorded` events at or after `since_ms`, oldest first
+/// (see `Journal::recent_usage`): newest first along the `(agent, seq)` index until an older event.
+pub(super) fn read_recent_usage(
+    conn: &Connection,
+    agent: &str,
+    since_ms: u64,
+) -> Result<Vec<(u64, u64)>, JournalError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT at_ms, kind, body FROM events WHERE agent = ?1 ORDER BY seq DESC",
+    )?;
+    let mut rows = stmt.query(params![agent])?;
+    let mut calls = Vec::new();
+    while let Some(row) = rows.next()? {
+        let at_ms = u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0);
+        if at_ms < since_ms {
+            break;
+        }
+        if row.get_ref(1)?.as_str().ok() != Some("usage_recorded") {
+            continue;
+        }
+        let body: String = row.get(2)?;
+        if let Ok(EventKind::UsageRecorded { usage, .. }) = serde_json::from_str(&body) {
+            calls.push((at_ms, usage.total()));
+        }
+    }
+    calls.reverse();
+    Ok(calls)
+}
+
 /// Agent keys in order of their first event: from the `agents` table (schema 2), or by scanning the
 /// log (a read-only view of a schema-1 file).
 pub(super) fn read_agents(

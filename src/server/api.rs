@@ -1198,6 +1198,11 @@ async fn post_event_in(
             let id = submitted.id;
             if let (Some(reply), Some(wait)) = (submitted.reply, wait) {
                 if let Ok(settled) = tokio::time::timeout(wait, reply).await {
+                    // The answer leaves once its turn is on disk: a crash right after it must not
+                    // find the event pending and run it again.
+                    if let Err(cause) = agent.durable_so_far().await {
+                        return Ok(not_durable_event(&key, id, "settled", &cause));
+                    }
                     return Ok(fate_response(
                         id,
                         &settled_fate(settled),
@@ -1226,6 +1231,19 @@ async fn post_event_in(
         }
         Err(SubmitError::Refused(err)) => Ok(refused(&err.refusal)),
     }
+}
+
+/// `500 {"error": "event N was <what> but is not durable: …", "id": N}`: the event is queued (or
+/// ran) but a crash would lose that; sending it again would run it twice.
+fn not_durable_event(
+    key: &str,
+    id: u64,
+    what: &str,
+    cause: &warden_actors::NotDurable,
+) -> HttpResponse {
+    let error = format!("event {id} was {what} but is not durable: {cause}");
+    tracing::error!(agent = %key, id, "{error}");
+    HttpResponse::InternalServerError().json(serde_json::json!({ "error": error, "id": id }))
 }
 
 /// A refused user event: 409 (locked out, stopped), 429 (full lane) or 503 (closed, journal
@@ -1261,10 +1279,19 @@ async fn post_world(
 ) -> Handled {
     let agent = state.agent(&key)?;
     match agent.perceive(event.into_inner()) {
-        Ok(seen) => Ok(HttpResponse::Ok().json(serde_json::json!({
-            "perception": seen.perception,
-            "id": seen.queued,
-        }))),
+        Ok(seen) => {
+            // A TRIGGER is queued as a user event: its id is acknowledged once that is on disk,
+            // as `POST …/events` acknowledges one.
+            if let Some(id) = seen.queued {
+                if let Err(cause) = agent.durable_so_far().await {
+                    return Ok(not_durable_event(&key, id, "queued", &cause));
+                }
+            }
+            Ok(HttpResponse::Ok().json(serde_json::json!({
+                "perception": seen.perception,
+                "id": seen.queued,
+            })))
+        }
         Err(err) => Ok(refused(&err.refusal)),
     }
 }
@@ -1584,9 +1611,17 @@ async fn set_goals(
     body: web::Json<GoalsBody>,
 ) -> Handled {
     let agent = state.agent(&key)?;
+    // Answered once the change is on disk, like the other controls (a 200 is never lost).
     agent
-        .set_goals(body.into_inner().goals, API_OPERATOR)
-        .map_err(|why| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid goals: {why}")))?;
+        .set_goals_durable(body.into_inner().goals, API_OPERATOR)
+        .await
+        .map_err(|err| {
+            let status = match err {
+                warden_actors::GoalsError::Invalid(_) => StatusCode::BAD_REQUEST,
+                warden_actors::GoalsError::NotDurable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            ApiError::new(status, err.to_string())
+        })?;
     Ok(HttpResponse::Ok().json(agent.status()))
 }
 

@@ -507,6 +507,10 @@ impl Journal for BroadcastJournal {
         self.inner.durable(seq)
     }
 
+    fn recent_usage(&self, agent: &AgentKey, since_ms: u64) -> Vec<(u64, u64)> {
+        self.inner.recent_usage(agent, since_ms)
+    }
+
     fn degraded(&self) -> Option<String> {
         self.inner.degraded()
     }

@@ -429,6 +429,12 @@ impl WardenMcp {
             // not at the end of the wait.
             let wait = Duration::from_secs_f64(wait_s);
             if let Ok(settled) = tokio::time::timeout(wait, reply).await {
+                // The answer leaves once its turn is on disk (as `?wait=` does).
+                if let Err(cause) = handle.durable_so_far().await {
+                    let error = format!("event {id} was settled but is not durable: {cause}");
+                    tracing::error!(%agent, id, "{error}");
+                    return refusal_with(error.clone(), json!({ "error": error, "id": id }));
+                }
                 let fate = api::settled_fate(settled);
                 return fate_result(&agent, id, &fate, submitted.duplicate, Some(wait_s));
             }

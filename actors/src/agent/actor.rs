@@ -194,13 +194,12 @@ impl AgentActor {
             ctx.cancel_future(turn);
         }
         self.cell.reset_tools_in_flight();
-        let (discarded, settled, ack) = {
+        let (discarded, ack) = {
             let mut rec = self.cell.lock();
             // Cleared under the record lock: a sender queues (mailbox push and `EventQueued`) under
             // it too, so each user event is either cleared here and settled by `Halted`, or queued
             // after it.
             let discarded = self.cell.mailbox.take_ordinary();
-            let mut settled = VecDeque::new();
             let already_stopped = rec.state == AgentState::Stopped;
             // A locked-out agent is not moved (its halt is journaled): it already refuses all work,
             // and only an unlock may take it out of `SAFETY_LOCKOUT` (a `STOPPED` one could be
@@ -214,10 +213,10 @@ impl AgentActor {
             // A second halt of a stopped agent (e.g. the supervisor and the parent both propagating
             // down a tree) is acknowledged but journaled only if it cleared something.
             if !already_stopped || !discarded.is_empty() {
-                // `Halted` clears the pending events (they are the ones in `discarded`); moving
-                // them out first changes nothing but when they are freed: after the ack, with the
-                // backlog, not O(N) under the lock.
-                settled = std::mem::take(&mut rec.pending);
+                // `Halted` settles the pending events (they are the ones in `discarded`) and moves
+                // them, in O(1), to the record's `discarding` until the listing after the ack names
+                // them (and frees them, chunk by chunk): a crash before that leaves them in the
+                // record, and the restart lists them.
                 self.cell.emit(
                     &mut rec,
                     EventKind::Halted {
@@ -233,7 +232,7 @@ impl AgentActor {
                 discarded: discarded.len() as u64,
                 not_durable: None,
             };
-            (discarded, settled, ack)
+            (discarded, ack)
         };
         if let Some(reply) = request.ack {
             // The ack says whether the halt is on disk; it waits for that off every lock, and
@@ -257,16 +256,18 @@ impl AgentActor {
         if let Some((id, accepted)) = self.cell.take_answering() {
             self.cell.settle(id, Some(accepted), EventFate::Discarded);
         }
-        for pending in &settled {
-            self.cell.settle(pending.id, None, EventFate::Discarded);
+        for id in discarded.iter().filter_map(|e| match &e.msg {
+            AgentMsg::Work(w) => w.queued(),
+            _ => None,
+        }) {
+            self.cell.settle(id, None, EventFate::Discarded);
         }
         // Listing and dropping the backlog is O(N): it runs as its own task after the ack, so the halt
         // is acknowledged in O(1) whatever the backlog.
-        if !discarded.is_empty() || !settled.is_empty() {
+        if !discarded.is_empty() {
             let cell = self.cell.clone();
             actix_rt::spawn(async move {
                 discard_backlog_gently(&cell, discarded).await;
-                drop_gently(settled).await;
             });
         }
     }
@@ -323,6 +324,15 @@ impl AgentActor {
                         let cause = format!("resumed by {operator}");
                         let _ = cell.transition(&mut rec, AgentState::WaitingForEvent, &cause);
                         cell.breakers_cleared();
+                        // The breakers start clean: so does the journal's copy of their window.
+                        if !rec.error_window().is_empty() {
+                            cell.emit(
+                                &mut rec,
+                                EventKind::ErrorWindow {
+                                    window: String::new(),
+                                },
+                            );
+                        }
                         did = true;
                     }
                     if did {
@@ -472,15 +482,6 @@ async fn discard_backlog_gently(cell: &AgentCell, mut discarded: VecDeque<Envelo
 
 /// How many queued items a deferred clean-up lists or frees between two yields.
 const CHUNK: usize = 1024;
-
-/// Frees `items` in chunks, yielding between them.
-async fn drop_gently<T>(mut items: VecDeque<T>) {
-    while !items.is_empty() {
-        let n = items.len().min(CHUNK);
-        items.drain(..n);
-        tokio::task::yield_now().await;
-    }
-}
 
 impl Actor for AgentActor {
     type Context = Context<Self>;

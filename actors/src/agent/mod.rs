@@ -202,6 +202,19 @@ pub enum ControlError {
     Closed,
 }
 
+/// Why [`AgentHandle::set_goals_durable`] did not acknowledge new goals.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GoalsError {
+    /// The goals are invalid ([`warden_protocols::check_goals`]): what is wrong, in words. Nothing
+    /// was changed.
+    #[error("invalid goals: {0}")]
+    Invalid(String),
+    /// Applied (in memory, at once) but the journal could not make it durable: after a crash the
+    /// agent would come back with its old goals.
+    #[error("applied but not durable: {0}")]
+    NotDurable(NotDurable),
+}
+
 /// A halt's acknowledgement: the agent is `STOPPED` (or stays `SAFETY_LOCKOUT`: a halt never lifts a
 /// lockout) and its ordinary queue is cleared.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -442,6 +455,50 @@ impl AgentHandle {
             by: operator.to_owned(),
         });
         Ok(())
+    }
+
+    /// [`AgentHandle::set_goals`], acknowledged once the `goals_set` is on disk (awaited off every
+    /// lock, without blocking a thread): what the operator's `PUT …/goals` answers with.
+    ///
+    /// # Errors
+    /// [`GoalsError::Invalid`] (nothing changed), [`GoalsError::NotDurable`] (applied in memory,
+    /// but the journal cannot make it durable: after a crash the agent would have its old goals).
+    ///
+    /// # Cancel safety
+    /// The goals are set when the future is first polled; dropping it afterwards only loses the
+    /// answer on their durability.
+    pub async fn set_goals_durable(
+        &self,
+        goals: Vec<String>,
+        operator: &str,
+    ) -> Result<(), GoalsError> {
+        warden_protocols::check_goals(&goals).map_err(GoalsError::Invalid)?;
+        let seq = {
+            let mut rec = self.cell.lock();
+            self.cell.emit(
+                &mut rec,
+                EventKind::GoalsSet {
+                    goals,
+                    by: operator.to_owned(),
+                },
+            )
+        };
+        self.cell
+            .journal()
+            .durable(seq)
+            .await
+            .map_err(GoalsError::NotDurable)
+    }
+
+    /// Resolves once everything this agent has journaled so far is on disk (without blocking a
+    /// thread), or with why it is not: for an acknowledgement that leaves the process after a call
+    /// that does not wait itself (a queued [`AgentHandle::perceive`], an answer heard on a
+    /// [`PendingReply`]: its turn's events).
+    ///
+    /// # Errors
+    /// As [`Journal::durable`](crate::Journal::durable).
+    pub async fn durable_so_far(&self) -> Result<(), NotDurable> {
+        self.cell.durable_so_far().await
     }
 
     fn refusal_now(&self) -> Option<WorkRefusal> {

@@ -115,6 +115,9 @@ struct Patterns {
     succeeding: Option<(Fingerprint, u32)>,
     /// `true` = failed/anomalous operation, newest at the back.
     window: VecDeque<bool>,
+    /// The window moved while it held a failure since [`AgentBreakers::take_window_change`] last
+    /// looked: the journal must learn its new marks.
+    window_moved: bool,
     /// Extensions the limit checkpoint granted, by limit (a few at most: a short list).
     extensions: Vec<(LimitKind, u32)>,
     locked: Option<(Breaker, String)>,
@@ -402,11 +405,47 @@ impl AgentBreakers {
 
     fn push_window(&mut self, bad: bool) {
         let size = self.config.breakers.error_window.max(1) as usize;
+        let p = pat(&mut self.patterns);
+        // A window of good operations only is not journaled (nothing to restore from it).
+        p.window_moved |= bad || p.window.contains(&true);
+        while p.window.len() >= size {
+            p.window.pop_front();
+        }
+        p.window.push_back(bad);
+    }
+
+    /// The error-cascade window's marks (`x` failed, `.` good, oldest first; empty when no failure
+    /// is in it) if it moved while it held a failure since the last call, for the journal
+    /// (`ErrorWindow`); `None` when there is nothing new to journal.
+    pub fn take_window_change(&mut self) -> Option<String> {
+        let p = self.patterns.as_deref_mut()?;
+        if !std::mem::take(&mut p.window_moved) {
+            return None;
+        }
+        if !p.window.contains(&true) {
+            return Some(String::new());
+        }
+        Some(
+            p.window
+                .iter()
+                .map(|&bad| if bad { 'x' } else { '.' })
+                .collect(),
+        )
+    }
+
+    /// Seeds the error-cascade window from the journaled record's marks after a restart (see
+    /// [`AgentBreakers::take_window_change`]); the newest `error_window` of them are kept.
+    pub fn restore_error_window(&mut self, marks: &str) {
+        if marks.is_empty() {
+            return;
+        }
+        let size = self.config.breakers.error_window.max(1) as usize;
         let window = &mut pat(&mut self.patterns).window;
-        while window.len() >= size {
+        window.clear();
+        window.extend(marks.chars().map(|c| c == 'x'));
+        while window.len() > size {
             window.pop_front();
         }
-        window.push_back(bad);
     }
 
     /// Counts one failed operation; `fingerprint` for tool calls. Returns the most severe verdict.
@@ -516,6 +555,8 @@ impl AgentBreakers {
             p.alerted = false;
             p.succeeding = None;
             p.window.clear();
+            // The journal clears its copy with the unlock, reset or resume itself.
+            p.window_moved = false;
         }
         if let Some(team) = &self.team {
             team.set_locked_out(&self.key, false);

@@ -5,8 +5,10 @@
 //! turn does not start its next model call (a request or a summary) until enough of them aged out:
 //! it waits — cancellable by a halt, journaled once as `token_budget_waiting`, shown in the status
 //! (`budget_wait_until_ms`) — instead of stopping. The call that crosses the limit is not cut: the
-//! limit is checked before a call, so the last hour may exceed it by one call. A restart forgets the
-//! window (the journal keeps every call's usage, the lifetime budget's).
+//! limit is checked before a call, so the last hour may exceed it by one call. A restart keeps the
+//! window: a restored agent starts it from the journal's `usage_recorded` events of the last hour,
+//! each at the time it was journaled ([`crate::Journal::recent_usage`]), so restarts (a crash loop
+//! included) do not hand out a fresh hour.
 
 use super::*;
 use std::collections::VecDeque;
@@ -55,6 +57,30 @@ impl HourlyWindow {
 impl AgentCell {
     fn tokens_per_hour(&self) -> u64 {
         self.safety.config.budget.tokens_per_hour
+    }
+
+    /// After a restart: the last hour's calls as the journal has them, each aging out one hour
+    /// after it was journaled (when the rolling budget is on).
+    pub(crate) fn hourly_restore(&self) {
+        if self.tokens_per_hour() == 0 {
+            return;
+        }
+        let now_ms = now_ms();
+        let calls = self
+            .journal
+            .recent_usage(&self.key, now_ms.saturating_sub(HOUR.as_millis() as u64));
+        if calls.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut w = self.busy().hourly.lock();
+        for (at_ms, tokens) in calls {
+            // A call journaled "in the future" (the clock went back) counts as made now.
+            let ago = Duration::from_millis(now_ms.saturating_sub(at_ms));
+            let at = now.checked_sub(ago).unwrap_or(now);
+            w.calls.push_back((at, tokens));
+            w.sum = w.sum.saturating_add(tokens);
+        }
     }
 
     /// Counts a call's `tokens` in the last hour (when the rolling budget is on).

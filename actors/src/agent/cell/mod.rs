@@ -238,12 +238,15 @@ impl AgentCell {
             Some(safety.team.clone()),
         );
         breakers.restore_consecutive_errors(record.consecutive_errors);
+        breakers.restore_error_window(record.error_window());
         // Budgets spent before a restart stay spent (a fresh record has spent nothing).
         breakers.restore_usage(record.usage);
         if record.emergency_stop() {
             safety.team.set_locked_out(&record.key, true);
         }
-        AgentCell {
+        // A record that has spent tokens was restored: its rolling budget starts from the journal.
+        let spent = record.usage.tokens() > 0;
+        let cell = AgentCell {
             key: record.key.clone(),
             state_mirror: AtomicU8::new(state_index(record.state)),
             paused_mirror: AtomicBool::new(record.paused),
@@ -267,7 +270,11 @@ impl AgentCell {
             last_seq: AtomicU64::new(0),
             waiters: Waiters::default(),
             replies,
+        };
+        if spent {
+            cell.hourly_restore();
         }
+        cell
     }
 
     /// Its [`Busy`] part, allocated at the first call.

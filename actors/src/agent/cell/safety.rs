@@ -17,6 +17,7 @@ impl AgentCell {
                 error: error.to_owned(),
             },
         );
+        self.journal_error_window(&mut rec);
         if rec.state != AgentState::Executing {
             return Counted::Below;
         }
@@ -41,16 +42,44 @@ impl AgentCell {
         if rec.consecutive_errors > 0 {
             self.emit(&mut rec, EventKind::ErrorsReset);
         }
+        self.journal_error_window(&mut rec);
         self.obey_locked(&mut rec, verdict)
     }
 
-    /// Obeys a verdict that is neither a success nor a failure (budget check, loop start).
+    /// Obeys a verdict that is neither a success nor a failure (budget check, loop start, a model
+    /// call that asked for tools: that one moves the error window).
     pub(crate) fn obey(&self, verdict: Verdict) -> Counted {
-        if matches!(verdict, Verdict::Continue) {
+        let moved = self
+            .safety
+            .checks
+            .then(|| self.breakers.lock().take_window_change())
+            .flatten();
+        if matches!(verdict, Verdict::Continue) && moved.is_none() {
             return Counted::Below;
         }
         let mut rec = self.lock();
+        if let Some(window) = moved {
+            self.journal_window(&mut rec, window);
+        }
         self.obey_locked(&mut rec, verdict)
+    }
+
+    /// Journals the breakers' error window if it moved while it held a failure (`ErrorWindow`), so
+    /// a restart restores it (under the record lock; the breakers' lock is taken inside it).
+    fn journal_error_window(&self, rec: &mut AgentRecord) {
+        if !self.safety.checks {
+            return;
+        }
+        let moved = self.breakers.lock().take_window_change();
+        if let Some(window) = moved {
+            self.journal_window(rec, window);
+        }
+    }
+
+    fn journal_window(&self, rec: &mut AgentRecord, window: String) {
+        if window != rec.error_window() {
+            self.emit(rec, EventKind::ErrorWindow { window });
+        }
     }
 
     fn obey_locked(&self, rec: &mut AgentRecord, verdict: Verdict) -> Counted {

@@ -457,7 +457,7 @@
   function stream() {
     const es = new EventSource("/api/events");
     const kinds = [
-      "spawned", "state_changed", "transition_refused", "error_counted", "errors_reset", "locked_out",
+      "spawned", "state_changed", "transition_refused", "error_counted", "errors_reset", "error_window", "locked_out",
       "unlocked", "history_reset", "paused", "unpaused", "halted", "messages_discarded", "work_refused",
       "event_queued", "event_keyed", "event_taken", "history_appended", "history_compacted", "reflected",
       "goals_set", "token_budget_waiting", "turn_finished", "usage_recorded", "tool_started",
