@@ -640,6 +640,8 @@ struct TeamDoc {
     #[serde(default)]
     memory: warden_protocols::MemoryConfig,
     #[serde(default)]
+    permissions: warden_protocols::PermissionsConfig,
+    #[serde(default)]
     providers: BTreeMap<String, ProviderSpec>,
     #[serde(default)]
     agents: Vec<AgentFileSpec>,
@@ -670,6 +672,7 @@ impl TeamDoc {
             journal,
             npc,
             memory,
+            permissions,
             providers,
             agents,
             api,
@@ -689,6 +692,7 @@ impl TeamDoc {
                 journal,
                 npc,
                 memory,
+                permissions,
             },
             providers,
             agents,

@@ -30,7 +30,9 @@ fn have(program: &str) -> bool {
 /// The reference server's entry point, or `None` (said loudly) when it cannot run here.
 fn everything() -> Option<String> {
     if !have("node") {
-        warden_testkit::skip("node is not installed (needed for @modelcontextprotocol/server-everything)");
+        warden_testkit::skip(
+            "node is not installed (needed for @modelcontextprotocol/server-everything)",
+        );
         return None;
     }
     let path = match std::env::var_os("WARDEN_MCP_EVERYTHING") {

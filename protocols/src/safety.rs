@@ -263,25 +263,33 @@ impl From<Answer> for OperatorReply {
     }
 }
 
-/// A yes/no question to an operator about a limit.
+/// A yes/no question to an operator: about a limit (`kind` set), or about a tool call the
+/// permission gate holds (`permission` set).
+///
+/// Asks written before the permission gate always have `kind`; a permission ask has no `kind`
+/// (`current` and `configured` are 0, `config_key` is the key whose `ask` verdict asked).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Intervention {
     /// Unique within the process; the operator answers by this id.
     pub id: u64,
-    /// The agent that hit the limit.
+    /// The agent that asks.
     pub agent: AgentKey,
-    /// The run (task) the limit was hit in.
+    /// The run (task) the ask comes from.
     pub run_id: String,
-    /// Which limit.
-    pub kind: LimitKind,
-    /// The value reached (count, or seconds).
+    /// Which limit; `None` for a permission ask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<LimitKind>,
+    /// The value reached (count, or seconds); 0 for a permission ask.
     pub current: f64,
-    /// The configured limit (count, or seconds), extensions included.
+    /// The configured limit (count, or seconds), extensions included; 0 for a permission ask.
     pub configured: f64,
-    /// The key to raise (`LimitKind::config_key`).
+    /// The key to raise (`LimitKind::config_key`), or the key whose `ask` verdict asked.
     pub config_key: String,
     /// The question shown to the operator.
     pub question: String,
+    /// The tool call a permission ask is about; `None` for a limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission: Option<crate::PermissionAsk>,
 }
 
 /// An operator's answer. Only `Yes` allows.

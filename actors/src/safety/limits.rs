@@ -168,11 +168,12 @@ impl LimitCheckpoint {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             agent: ctx.agent.clone(),
             run_id: ctx.run_id.clone(),
-            kind: ctx.kind,
+            kind: Some(ctx.kind),
             current: ctx.current,
             configured: ctx.configured,
             config_key: ctx.kind.config_key().to_owned(),
             question: limit_question(ctx),
+            permission: None,
         };
         let asked = bus.ask(intervention);
         let answer = match ask_timeout(self.config.ask_timeout_seconds) {
@@ -385,7 +386,7 @@ mod tests {
     async fn interactive_allows_only_on_yes() {
         let (d, iv) = interactive_answer(Answer::Yes).await;
         assert_eq!(d, allowed(1, LimitReason::UserApproved));
-        assert_eq!(iv.kind, LimitKind::IterationsPerTask);
+        assert_eq!(iv.kind, Some(LimitKind::IterationsPerTask));
         assert_eq!(iv.config_key, "safety.loop.max_iterations_per_task");
         assert_eq!((iv.current, iv.configured), (51.0, 50.0));
         assert_eq!(
