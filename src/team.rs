@@ -493,9 +493,31 @@ pub struct AgentFileSpec {
     /// replaces the team's; `None`: the team's `[memory]`.
     #[serde(default)]
     pub memory: Option<warden_protocols::MemoryOverride>,
+    /// This agent's own `[permissions]` keys (`permissions = { dangerous = "deny" }`): each key
+    /// set replaces the team's, and its `rules` are tried before the team's; `None`: the team's
+    /// `[permissions]`.
+    #[serde(default)]
+    pub permissions: Option<warden_protocols::PermissionsOverride>,
 }
 
 impl AgentFileSpec {
+    /// The agent's permission policy: the team's `[permissions]` with this agent's keys (the
+    /// `at`-th `[[agents]]`) over it.
+    pub fn permission_policy(
+        &self,
+        team: &warden_protocols::PermissionsConfig,
+        at: usize,
+    ) -> warden_protocols::PermissionPolicy {
+        match &self.permissions {
+            None => warden_protocols::PermissionPolicy::team(team),
+            Some(own) => warden_protocols::PermissionPolicy::agent(
+                team,
+                own,
+                &format!("agents[{at}].permissions"),
+            ),
+        }
+    }
+
     /// The agent's `[npc]` settings: the team's with this agent's keys over them, when it sets any.
     pub fn npc_config(
         &self,
@@ -1019,6 +1041,17 @@ impl TeamFile {
                     });
                 }
             }
+            if agent.permissions.is_some() {
+                let policy = agent.permission_policy(&self.config.permissions, i);
+                if let Err((key, value, allowed)) = policy.config().check() {
+                    return Err(TeamError::Invalid {
+                        key: format!("agents[{i}].permissions.{key}"),
+                        agent: Some(agent.key.clone()),
+                        value,
+                        allowed: allowed.into(),
+                    });
+                }
+            }
             if let Some(goals) = &agent.goals {
                 if let Err(why) = warden_protocols::check_goals(goals) {
                     return Err(TeamError::Invalid {
@@ -1460,6 +1493,14 @@ impl TeamFile {
         if let Some(own) = &agent.memory {
             spec = spec.with_memory(own.apply(&self.config.memory));
         }
+        if agent.permissions.is_some() {
+            let at = self
+                .agents
+                .iter()
+                .position(|a| a.key == agent.key)
+                .unwrap_or_default();
+            spec = spec.with_permissions(agent.permission_policy(&self.config.permissions, at));
+        }
         for tool in tools {
             spec = spec.with_tool_arc(tool);
         }
@@ -1467,6 +1508,49 @@ impl TeamFile {
             spec = spec.restored_from(record.clone());
         }
         Ok(spec)
+    }
+}
+
+impl TeamFile {
+    /// The permission gate's effective rule for every tool of every agent, as `warden config
+    /// check` prints it: one line per tool, `  AGENT  TOOL (TIER): RULING`, the rulings in the
+    /// order tried (see [`warden_protocols::PermissionPolicy::describe`]). `mcp` gives each
+    /// agent's MCP tools (name as the model sees it, tier), when the servers were started.
+    pub fn permission_table(
+        &self,
+        mcp: &BTreeMap<String, Vec<(String, warden_protocols::ToolCategory)>>,
+    ) -> String {
+        use warden_protocols::ToolCategory;
+        let mut out =
+            String::from("permissions (the effective rule for each tool, first match first):\n");
+        for (at, agent) in self.agents.iter().enumerate() {
+            let policy = agent.permission_policy(&self.config.permissions, at);
+            let mut tools: Vec<(String, ToolCategory)> = Vec::new();
+            if agent.delegate {
+                tools.push(("delegate".into(), ToolCategory::SafeChain));
+            }
+            if agent.goals.is_some() {
+                tools.push(("set_goals".into(), ToolCategory::SafeChain));
+            }
+            tools.extend(mcp.get(&agent.key).cloned().unwrap_or_default());
+            tools.sort_by(|a, b| a.0.cmp(&b.0));
+            if tools.is_empty() {
+                out.push_str(&format!("  {}: no tools\n", agent.key));
+            }
+            for (tool, category) in tools {
+                let tier = match category {
+                    ToolCategory::SafeChain => "SAFE_CHAIN",
+                    ToolCategory::Terminal => "TERMINAL",
+                    ToolCategory::Dangerous => "DANGEROUS",
+                };
+                out.push_str(&format!(
+                    "  {}  {tool} ({tier}): {}\n",
+                    agent.key,
+                    policy.describe(&tool, category)
+                ));
+            }
+        }
+        out
     }
 }
 

@@ -65,7 +65,8 @@ pub struct LimitCheckpoint {
     config: SafetyOnLimitConfig,
     bus: Option<Arc<dyn InterventionBus>>,
     granted: Mutex<HashMap<(String, LimitKind), u32>>,
-    next_id: AtomicU64,
+    /// Intervention ids, shared with the permission gate (one bus, one id space).
+    next_id: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for LimitCheckpoint {
@@ -85,8 +86,14 @@ impl LimitCheckpoint {
             config,
             bus,
             granted: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
+            next_id: Arc::new(AtomicU64::new(1)),
         }
+    }
+
+    /// The bus asks go to, and the id counter of its asks: the permission gate asks through the
+    /// same bus with ids from the same counter (the bus refuses a duplicate id).
+    pub(crate) fn bus_and_ids(&self) -> (Option<Arc<dyn InterventionBus>>, Arc<AtomicU64>) {
+        (self.bus.clone(), self.next_id.clone())
     }
 
     /// The configured mode: unattended, auto-extend or interactive.
