@@ -1677,7 +1677,7 @@ delegate = false
             err.to_string(),
             "invalid config: line 24, column 1: `agents[1].delegates`: unknown field `delegates`, \
              expected one of `key`, `role`, `parent`, `provider`, `system_prompt`, `delegate`, \
-             `tools`, `npc`, `goals`, `memory`\n\
+             `tools`, `npc`, `goals`, `memory`, `permissions`\n\
              24 | delegates = false\n   \
                 | ^^^^^^^^^"
         );
@@ -1961,7 +1961,7 @@ delegate = false
             format!(
                 "invalid config: line {line}, column 2: `mailboxes`: unknown field `mailboxes`, \
                  expected one of `safety`, `execution`, `delegation`, `tools`, `mailbox`, \
-                 `supervisor`, `journal`, `npc`, `memory`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`, \
+                 `supervisor`, `journal`, `npc`, `memory`, `permissions`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`, \
                  `cluster`, `workload`\n\
                  {line} | [mailboxes]\n\
                  {} |  ^^^^^^^^^",
