@@ -590,3 +590,381 @@ fn the_examples_in_docs_permissions_md_parse() {
     }
     assert!(examples >= 3, "{examples}");
 }
+
+// ---- real processes: `warden serve` over HTTP, server-everything as the MCP server --------------
+
+const ADMIN: &str = "gate-admin-token";
+
+/// server-everything's `dist/index.js`, or `None` (skipped loudly; a failure under `CI=true`).
+fn everything() -> Option<String> {
+    let have_node = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_node {
+        warden_testkit::skip(
+            "node is not installed (needed for @modelcontextprotocol/server-everything)",
+        );
+        return None;
+    }
+    let path = match std::env::var_os("WARDEN_MCP_EVERYTHING") {
+        Some(path) => std::path::PathBuf::from(path),
+        None => std::env::var_os("WARDEN_NPM_CACHE")
+            .map(std::path::PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .map(|h| std::path::PathBuf::from(h).join(".cache/warden-npm"))
+            })
+            .unwrap_or_default()
+            .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
+    };
+    if !path.is_file() {
+        warden_testkit::skip(&format!(
+            "{} not found; install it with `npm install --prefix \"$HOME/.cache/warden-npm\" @modelcontextprotocol/server-everything`",
+            path.display()
+        ));
+        return None;
+    }
+    Some(path.display().to_string())
+}
+
+/// The team of the contract: `dangerous = "ask"`, server-everything's `echo` (annotated
+/// read-only) made DANGEROUS by the team file's `category`; the model calls it once per event.
+fn gated_team(js: &str, category: &str) -> String {
+    format!(
+        r#"
+[permissions]
+dangerous = "ask"
+
+[providers.m]
+kind = "scripted"
+replies = [
+  {{ tool = "everything__echo", args = {{ message = "one" }} }},
+  {{ tool = "everything__echo", args = {{ message = "two" }} }},
+  "refused, so I stop",
+  {{ tool = "everything__echo", args = {{ message = "three" }} }},
+]
+
+[mcp_servers.everything]
+command = "node"
+args = ["{js}"]
+{category}
+
+[[agents]]
+key = "a"
+provider = "m"
+delegate = false
+tools = ["everything.echo"]
+"#
+    )
+}
+
+struct Serve {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Serve {
+    fn start(team: &std::path::Path, db: &std::path::Path) -> Serve {
+        let port = warden_testkit::free_port();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+            .args(["serve", "--config"])
+            .arg(team)
+            .arg("--db")
+            .arg(db)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("WARDEN_ADMIN_TOKEN", ADMIN)
+            .env_remove("WARDEN_READ_TOKEN")
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start warden serve");
+        let mut serve = Serve { child, port };
+        let up = warden_testkit::wait_for(Duration::from_secs(30), || {
+            if let Ok(Some(status)) = serve.child.try_wait() {
+                panic!("warden serve exited: {status}");
+            }
+            matches!(serve.request("GET", "/healthz", None), Ok((200, _)))
+        });
+        assert!(up, "warden serve did not come up");
+        serve
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> std::io::Result<(u16, String)> {
+        warden_testkit::blocking_request(self.port, method, path, ADMIN, body)
+    }
+
+    fn json(&self, method: &str, path: &str, body: Option<&str>) -> (u16, serde_json::Value) {
+        let (status, text) = self.request(method, path, body).expect("request");
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    /// Waits for exactly one pending ask and returns it.
+    fn ask(&self) -> serde_json::Value {
+        let mut found = serde_json::Value::Null;
+        let asked = warden_testkit::wait_for(Duration::from_secs(30), || {
+            let (status, list) = self.json("GET", "/api/interventions", None);
+            assert_eq!(status, 200);
+            match list.as_array() {
+                Some(list) if !list.is_empty() => {
+                    assert_eq!(list.len(), 1, "{list:?}");
+                    found = list[0].clone();
+                    true
+                }
+                _ => false,
+            }
+        });
+        assert!(asked, "no ask came");
+        found
+    }
+
+    fn send(&self, text: &str) {
+        let (status, body) = self.json(
+            "POST",
+            "/api/agents/a/events",
+            Some(&json!({"content": text}).to_string()),
+        );
+        assert_eq!(status, 202, "{body}");
+    }
+
+    fn turns(&self, n: u64) {
+        let done = warden_testkit::wait_for(Duration::from_secs(30), || {
+            self.json("GET", "/api/agents/a", None).1["turns"].as_u64() >= Some(n)
+        });
+        assert!(done, "turn {n} never finished");
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn journal(db: &std::path::Path) -> Vec<warden::Event> {
+    warden::journal::JournalReader::open(db)
+        .unwrap()
+        .events()
+        .unwrap()
+}
+
+fn echo_runs(db: &std::path::Path) -> usize {
+    journal(db)
+        .iter()
+        .filter(|e| matches!(&e.kind, EventKind::ToolStarted { tool, .. } if tool == "everything__echo"))
+        .count()
+}
+
+/// The contract over real processes: `[permissions] dangerous = "ask"` and `[mcp_servers.NAME]
+/// category = "DANGEROUS"`: `GET /api/interventions` lists the ask naming the tool, `POST
+/// /api/interventions/{id}` with yes runs it, with no refuses it; a SIGKILL while an ask is pending
+/// and a restart on the same journal: the call never runs on its own, the ask is gone, and the next
+/// call is asked again.
+#[test]
+fn over_http_a_dangerous_mcp_tool_waits_for_yes_or_no_and_a_kill_never_runs_it() {
+    let Some(js) = everything() else { return };
+    let dir = warden_testkit::scratch_dir("permissions", "http");
+    let team = dir.join("team.toml");
+    let db = dir.join("warden.db");
+    std::fs::write(&team, gated_team(&js, "category = \"DANGEROUS\"")).unwrap();
+
+    // `warden config check` prints the ruling: DANGEROUS by the team file, so asked.
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["config", "check"])
+        .arg(&team)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success(), "{check:?}");
+    assert!(
+        stdout.contains("  a  everything__echo (DANGEROUS): ask (permissions.dangerous)\n"),
+        "{stdout}"
+    );
+
+    let serve = Serve::start(&team, &db);
+    serve.send("echo one");
+    let ask = serve.ask();
+    assert_eq!(ask["permission"]["tool"], "everything__echo", "{ask}");
+    assert_eq!(
+        ask["permission"]["arguments"],
+        json!({"message": "one"}),
+        "{ask}"
+    );
+    assert_eq!(ask["config_key"], "permissions.dangerous");
+    assert!(
+        ask["question"]
+            .as_str()
+            .unwrap()
+            .contains("`everything__echo`"),
+        "{ask}"
+    );
+    assert_eq!(
+        serve.json("GET", "/api/agents/a", None).1["state"],
+        "WAITING_FOR_INPUT"
+    );
+    assert_eq!(echo_runs(&db), 0, "nothing runs while asked");
+    let id = ask["id"].as_u64().unwrap();
+    let (status, body) = serve.json(
+        "POST",
+        &format!("/api/interventions/{id}"),
+        Some(r#"{"answer":"yes","note":"fine"}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    serve.turns(1);
+    assert_eq!(echo_runs(&db), 1);
+
+    serve.send("echo two");
+    let ask = serve.ask();
+    assert_eq!(ask["permission"]["arguments"], json!({"message": "two"}));
+    let id = ask["id"].as_u64().unwrap();
+    let (status, _) = serve.json(
+        "POST",
+        &format!("/api/interventions/{id}"),
+        Some(r#"{"answer":"no"}"#),
+    );
+    assert_eq!(status, 200);
+    serve.turns(2);
+    assert_eq!(echo_runs(&db), 1, "no refused it");
+    let decisions: Vec<PermissionDecision> = journal(&db)
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::PermissionDecided { decision, .. } => Some(decision),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(decisions.len(), 2);
+    assert_eq!((decisions[0].allow, decisions[1].allow), (true, false));
+    let by = decisions[0].answered_by.clone().unwrap();
+    assert_eq!(
+        (by.operator.as_str(), by.note.as_deref()),
+        ("api:admin", Some("fine"))
+    );
+
+    // An ask pending, then SIGKILL: the call must never run.
+    serve.send("echo three");
+    let pending = serve.ask();
+    assert_eq!(
+        pending["permission"]["arguments"],
+        json!({"message": "three"})
+    );
+    drop(serve); // Child::kill is SIGKILL
+    assert_eq!(echo_runs(&db), 1, "still one run");
+    let serve = Serve::start(&team, &db);
+    std::thread::sleep(Duration::from_millis(300)); // real processes: give a wrong run a chance
+    let (_, list) = serve.json("GET", "/api/interventions", None);
+    assert_eq!(list, json!([]), "the ask died with the process");
+    assert_eq!(
+        echo_runs(&db),
+        1,
+        "the pending call did not run after the restart"
+    );
+    // The scripted model starts over in the new process: its next call is asked again.
+    serve.send("echo again");
+    let again = serve.ask();
+    assert_eq!(again["permission"]["tool"], "everything__echo");
+    assert_eq!(echo_runs(&db), 1);
+}
+
+/// A minimal MCP stdio server (newline-delimited JSON-RPC, no SDK) whose tools carry the three
+/// kinds of annotations: `wipe` `destructiveHint: true`, `peek` `readOnlyHint: true`, `plain` none.
+const ANNOTATED_SERVER: &str = r#"
+import json, sys
+TOOLS = [
+    {"name": "wipe", "annotations": {"destructiveHint": True, "readOnlyHint": False}},
+    {"name": "peek", "annotations": {"readOnlyHint": True}},
+    {"name": "plain"},
+]
+for t in TOOLS:
+    t["description"] = "Does " + t["name"] + "."
+    t["inputSchema"] = {"type": "object", "properties": {}}
+for line in sys.stdin:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    if msg.get("id") is None:
+        continue
+    method, id = msg.get("method"), msg["id"]
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"].get("protocolVersion", "2025-06-18"),
+                  "capabilities": {"tools": {}}, "serverInfo": {"name": "annotated", "version": "0"}}
+    elif method == "tools/list":
+        result = {"tools": TOOLS}
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": "done"}]}
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": id, "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
+/// An MCP tool's tier comes from its annotations (`destructiveHint` → DANGEROUS, `readOnlyHint` →
+/// SAFE_CHAIN, neither → SAFE_CHAIN) unless the team file's `category` says otherwise; `warden
+/// config check` prints the ruling each gets under `dangerous = "ask"`.
+#[test]
+fn an_mcp_tools_annotations_give_its_tier_unless_the_team_file_says_otherwise() {
+    let have_python = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_python {
+        warden_testkit::skip("python3 is not installed (needed for the annotated MCP server)");
+        return;
+    }
+    let dir = warden_testkit::scratch_dir("permissions", "annotations");
+    let server = dir.join("annotated.py");
+    std::fs::write(&server, ANNOTATED_SERVER).unwrap();
+    let team = dir.join("team.toml");
+    let check = |category: &str| {
+        std::fs::write(
+            &team,
+            format!(
+                "[permissions]\ndangerous = \"ask\"\n\n[providers.m]\nkind = \"scripted\"\n\n\
+                 [mcp_servers.ann]\ncommand = \"python3\"\nargs = [{:?}]\n{category}\n\n\
+                 [[agents]]\nkey = \"a\"\nprovider = \"m\"\ndelegate = false\ntools = [\"ann.*\"]\n",
+                server.display().to_string()
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+            .args(["config", "check"])
+            .arg(&team)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let table: Vec<String> = stdout
+            .lines()
+            .filter(|l| l.starts_with("  a  "))
+            .map(str::to_owned)
+            .collect();
+        table
+    };
+    assert_eq!(
+        check(""),
+        [
+            "  a  ann__peek (SAFE_CHAIN): allow (permissions.safe_chain)",
+            "  a  ann__plain (SAFE_CHAIN): allow (permissions.safe_chain)",
+            "  a  ann__wipe (DANGEROUS): ask (permissions.dangerous)",
+        ]
+    );
+    assert_eq!(
+        check("category = \"TERMINAL\""),
+        [
+            "  a  ann__peek (TERMINAL): allow (permissions.terminal)",
+            "  a  ann__plain (TERMINAL): allow (permissions.terminal)",
+            "  a  ann__wipe (TERMINAL): allow (permissions.terminal)",
+        ]
+    );
+}
