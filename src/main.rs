@@ -192,14 +192,15 @@ enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// List the pending limit asks, or answer one: `warden ask ID yes|no`.
+    /// List the pending asks (limits and tool permissions), or answer one: `warden ask ID yes|no`.
     Ask {
         /// The ask to answer (without it: list the pending asks).
         id: Option<u64>,
         /// The answer (required with ID).
         #[arg(value_parser = ["yes", "no", "y", "n"], requires = "id")]
         answer: Option<String>,
-        /// A note for the record: journaled with the decision and who answered (`limit_decided`).
+        /// A note for the record: journaled with the decision and who answered (`limit_decided`,
+        /// `permission_decided`).
         #[arg(long, requires = "answer")]
         note: Option<String>,
         /// The pending asks as JSON.

@@ -759,6 +759,18 @@ fn journal(db: &std::path::Path) -> Vec<warden::Event> {
         .unwrap()
 }
 
+/// Waits until `n` turns have ended in the journal at `db` (it is written behind the live record).
+fn journaled_turns(db: &std::path::Path, n: usize) {
+    let written = warden_testkit::wait_for(Duration::from_secs(30), || {
+        journal(db)
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::TurnFinished { .. }))
+            .count()
+            >= n
+    });
+    assert!(written, "turn {n} never reached the journal");
+}
+
 fn echo_runs(db: &std::path::Path) -> usize {
     journal(db)
         .iter()
@@ -822,27 +834,51 @@ fn over_http_a_dangerous_mcp_tool_waits_for_yes_or_no_and_a_kill_never_runs_it()
     );
     assert_eq!(status, 200, "{body}");
     serve.turns(1);
+    journaled_turns(&db, 1);
     assert_eq!(echo_runs(&db), 1);
 
     serve.send("echo two");
     let ask = serve.ask();
     assert_eq!(ask["permission"]["arguments"], json!({"message": "two"}));
     let id = ask["id"].as_u64().unwrap();
-    let (status, _) = serve.json(
-        "POST",
-        &format!("/api/interventions/{id}"),
-        Some(r#"{"answer":"no"}"#),
+    // This one through the CLI: `warden ask` lists it (naming the tool), `warden ask ID no` refuses.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+            .args(args)
+            .env("WARDEN_URL", format!("http://127.0.0.1:{}", serve.port))
+            .env("WARDEN_ADMIN_TOKEN", ADMIN)
+            .env_remove("WARDEN_READ_TOKEN")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let listed = cli(&["ask"]);
+    assert!(
+        listed.starts_with(&format!("{id}  a  Agent a wants to run the DANGEROUS tool `everything__echo` with {{\"message\":\"two\"}}")),
+        "{listed}"
     );
-    assert_eq!(status, 200);
+    cli(&["ask", &id.to_string(), "no", "--note", "not now"]);
     serve.turns(2);
+    // The journal is written behind the live record: wait until the second turn's end is in it.
+    let mut decisions: Vec<PermissionDecision> = Vec::new();
+    let written = warden_testkit::wait_for(Duration::from_secs(30), || {
+        let events = journal(&db);
+        decisions = events
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::PermissionDecided { decision, .. } => Some(decision.clone()),
+                _ => None,
+            })
+            .collect();
+        events
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::TurnFinished { .. }))
+            .count()
+            == 2
+    });
+    assert!(written, "the second turn never reached the journal");
     assert_eq!(echo_runs(&db), 1, "no refused it");
-    let decisions: Vec<PermissionDecision> = journal(&db)
-        .into_iter()
-        .filter_map(|e| match e.kind {
-            EventKind::PermissionDecided { decision, .. } => Some(decision),
-            _ => None,
-        })
-        .collect();
     assert_eq!(decisions.len(), 2);
     assert_eq!((decisions[0].allow, decisions[1].allow), (true, false));
     let by = decisions[0].answered_by.clone().unwrap();
@@ -850,6 +886,8 @@ fn over_http_a_dangerous_mcp_tool_waits_for_yes_or_no_and_a_kill_never_runs_it()
         (by.operator.as_str(), by.note.as_deref()),
         ("api:admin", Some("fine"))
     );
+    let by = decisions[1].answered_by.clone().unwrap();
+    assert_eq!(by.note.as_deref(), Some("not now"));
 
     // An ask pending, then SIGKILL: the call must never run.
     serve.send("echo three");
