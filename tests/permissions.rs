@@ -218,8 +218,8 @@ async fn every_verdict_mode_and_bus_combination_through_an_agent() {
                 };
                 let (team, journal) = team_of(config(permissions), bus.clone());
                 let (rm, runs) = dangerous("rm");
-                // Two tasks, the same call each time: in auto_extend the second is within the
-                // first's task? No — each event is a task of its own, so it is asked again.
+                // One call of the DANGEROUS tool; an operator (when there is a bus) says yes to
+                // every ask and counts them.
                 let a = team
                     .spawn(
                         AgentSpec::assistant(
