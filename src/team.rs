@@ -1689,6 +1689,54 @@ delegate = false
     }
 
     #[test]
+    fn permissions_per_team_and_per_agent_with_exact_errors() {
+        let base = "[permissions]\ndangerous = \"ask\"\n\n[providers.m]\nkind = \"scripted\"\n\n\
+                    [[agents]]\nkey = \"a\"\nprovider = \"m\"\n";
+        let team = TeamFile::from_toml(base).unwrap();
+        assert_eq!(
+            team.config.permissions.dangerous,
+            warden_protocols::PermissionVerdict::Ask
+        );
+        let own = format!(
+            "{base}permissions = {{ dangerous = \"deny\", rules = [{{ tool = \"delegate\", verdict = \"ask\" }}] }}\n"
+        );
+        let team = TeamFile::from_toml(&own).unwrap();
+        let policy = team.agents[0].permission_policy(&team.config.permissions, 0);
+        let ruling = policy.rule_for(
+            "delegate",
+            warden_protocols::ToolCategory::SafeChain,
+            &serde_json::json!({}),
+        );
+        assert_eq!(ruling.key, "agents[0].permissions.rules[0]");
+        assert_eq!(
+            team.permission_table(&BTreeMap::new()),
+            "permissions (the effective rule for each tool, first match first):\n  \
+             a  delegate (SAFE_CHAIN): ask (agents[0].permissions.rules[0])\n"
+        );
+        // A bad rule in an agent's own keys: the key path and the line.
+        let bad = format!(
+            "{base}permissions = {{ rules = [{{ tool = \"x\", arg = \"/p\", regex = \"(\", verdict = \"ask\" }}] }}\n"
+        );
+        let e = TeamFile::from_toml(&bad).unwrap_err().to_string();
+        assert!(
+            e.starts_with("invalid config: line 10, column 25: `agents[0].permissions.rules[0]`: invalid value for `regex`: \"(\""),
+            "{e}"
+        );
+        // A range error in an agent's own keys names the agent.
+        let far = format!("{base}permissions = {{ remember_minutes = 20000 }}\n");
+        assert_eq!(
+            TeamFile::from_toml(&far).unwrap_err().to_string(),
+            "invalid value for `agents[0].permissions.remember_minutes` (agent `a`): 20000 (allowed: 0 (until the task ends) to 10080 (a week))"
+        );
+        let typo = format!("{base}permissions = {{ dangerus = \"ask\" }}\n");
+        let e = TeamFile::from_toml(&typo).unwrap_err().to_string();
+        assert!(
+            e.contains("`agents[0].permissions.dangerus`: unknown field `dangerus`"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn an_agent_can_have_goals_and_the_team_a_memory_section() {
         let text = "[memory]\nreflection_interval = 5\n\n[providers.m]\nkind = \"scripted\"\n\n\
                     [[agents]]\nkey = \"innkeeper\"\nprovider = \"m\"\ngoals = [\"keep the inn tidy\"]\n";
