@@ -413,6 +413,63 @@ verdict = "allow"
     assert_eq!(ran(&runs), 1, "the agent's own rule allowed it");
 }
 
+/// A permission ask and a limit ask pending at once (two agents) share the bus and its id space:
+/// distinct ids, each answered on its own.
+#[actix_rt::test]
+async fn permission_and_limit_asks_share_one_bus_and_one_id_space() {
+    tokio::time::pause();
+    let bus = Arc::new(ChannelInterventionBus::new());
+    let mut config = config(ask_dangerous(OnLimitMode::Interactive));
+    // b's third iteration (its answer) needs one extension: one limit ask.
+    config.safety.loop_.max_iterations_per_task = 2;
+    let (team, _journal) = team_of(config, Some(bus.clone()));
+    let (rm, runs) = dangerous("rm");
+    let a = team
+        .spawn(
+            AgentSpec::assistant("a", model([ScriptStep::call("rm", json!({}))]))
+                .with_tool(rm)
+                .without_delegation(),
+        )
+        .unwrap();
+    let (look, looks) = counting_tool("look", ToolCategory::SafeChain, false);
+    let b = team
+        .spawn(
+            AgentSpec::assistant(
+                "b",
+                model([
+                    ScriptStep::call("look", json!({"at": 1})),
+                    ScriptStep::call("look", json!({"at": 2})),
+                    ScriptStep::reply("seen"),
+                ]),
+            )
+            .with_tool(look)
+            .without_delegation(),
+        )
+        .unwrap();
+    a.try_send_event(UserEvent::new("remove it")).unwrap();
+    until("a's permission ask", || bus.pending().len() == 1).await;
+    b.try_send_event(UserEvent::new("look twice")).unwrap();
+    until("b's limit ask too", || bus.pending().len() == 2).await;
+    let pending = bus.pending();
+    let permission = pending.iter().find(|i| i.permission.is_some()).unwrap();
+    let limit = pending.iter().find(|i| i.kind.is_some()).unwrap();
+    assert_ne!(permission.id, limit.id);
+    assert_eq!(
+        (permission.agent.as_str(), limit.agent.as_str()),
+        ("a", "b")
+    );
+    bus.answer(limit.id, Answer::Yes).unwrap();
+    turns(&b, 1).await;
+    assert_eq!(
+        (count(&looks), ran(&runs)),
+        (2, 0),
+        "the limit yes ran nothing of a's"
+    );
+    bus.answer(permission.id, Answer::Yes).unwrap();
+    turns(&a, 1).await;
+    assert_eq!(ran(&runs), 1);
+}
+
 /// A halt while the operator is asked: the ask is withdrawn, the tool never runs, a late answer
 /// is refused.
 #[actix_rt::test]
