@@ -1063,3 +1063,50 @@ fn an_mcp_tools_annotations_give_its_tier_unless_the_team_file_says_otherwise() 
         ]
     );
 }
+
+/// `warden run` at a terminal: a permission ask is shown as `? QUESTION` and the next input line
+/// answers it, so the run goes on to the answer (what yes and no do is tested above).
+#[actix_rt::test]
+async fn warden_run_shows_a_permission_ask_and_the_next_line_answers_it() {
+    for answer in ["yes", "no"] {
+        let file = warden::team::TeamFile::from_toml(
+            r#"
+[[permissions.rules]]
+tool = "set_goals"
+verdict = "ask"
+
+[providers.s]
+kind = "scripted"
+replies = [{ tool = "set_goals", args = { goals = ["keep the fire lit"] } }, "done"]
+
+[[agents]]
+key = "inn"
+provider = "s"
+delegate = false
+goals = []
+"#,
+        )
+        .unwrap();
+        let (tx, input) = tokio::sync::mpsc::unbounded_channel::<String>();
+        tx.send(answer.into()).unwrap();
+        let mut out = Vec::new();
+        let options = warden::cli::run::RunOptions {
+            agent: None,
+            events: vec!["set your goals".into()],
+        };
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            warden::cli::run::run(file, options, Some(input), &mut out),
+        )
+        .await
+        .expect("run returned after its event")
+        .unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            out.contains("? Agent inn wants to run the SAFE_CHAIN tool `set_goals` with {\"goals\":[\"keep the fire lit\"]} (`permissions.rules[0]` = \"ask\"). Allow it? (yes/no)\n"),
+            "{out}"
+        );
+        assert!(out.contains("inn: done\n"), "{out}");
+        drop(tx);
+    }
+}
