@@ -424,6 +424,36 @@ mod tests {
     }
 
     #[test]
+    fn an_ask_written_before_the_permission_gate_still_reads_and_a_limit_ask_writes_as_before() {
+        let old = r#"{"id":3,"agent":"a","run_id":"a#1","kind":"agent_hops","current":4.0,"configured":3.0,"config_key":"safety.loop.max_agent_hops","question":"continue?"}"#;
+        let iv: Intervention = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            (iv.kind, iv.permission.as_ref()),
+            (Some(LimitKind::AgentHops), None)
+        );
+        assert_eq!(serde_json::to_string(&iv).unwrap(), old);
+        let permission = Intervention {
+            kind: None,
+            permission: Some(crate::PermissionAsk {
+                call_id: "call_1".into(),
+                tool: "rm".into(),
+                category: crate::ToolCategory::Dangerous,
+                arguments: serde_json::json!({"path": "x"}),
+                rule: "permissions.dangerous".into(),
+                last_message: None,
+            }),
+            ..iv
+        };
+        let text = serde_json::to_string(&permission).unwrap();
+        assert!(!text.contains("\"kind\""), "{text}");
+        assert!(text.contains(r#""permission":{"call_id":"call_1","tool":"rm","category":"DANGEROUS","arguments":{"path":"x"},"rule":"permissions.dangerous"}"#), "{text}");
+        assert_eq!(
+            serde_json::from_str::<Intervention>(&text).unwrap(),
+            permission
+        );
+    }
+
+    #[test]
     fn only_yes_allows() {
         assert_eq!(Answer::parse(" YES "), Answer::Yes);
         assert_eq!(Answer::parse("y"), Answer::Yes);
