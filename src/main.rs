@@ -192,14 +192,15 @@ enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// List the pending limit asks, or answer one: `warden ask ID yes|no`.
+    /// List the pending asks (limits and tool permissions), or answer one: `warden ask ID yes|no`.
     Ask {
         /// The ask to answer (without it: list the pending asks).
         id: Option<u64>,
         /// The answer (required with ID).
         #[arg(value_parser = ["yes", "no", "y", "n"], requires = "id")]
         answer: Option<String>,
-        /// A note for the record: journaled with the decision and who answered (`limit_decided`).
+        /// A note for the record: journaled with the decision and who answered (`limit_decided`,
+        /// `permission_decided`).
         #[arg(long, requires = "answer")]
         note: Option<String>,
         /// The pending asks as JSON.
@@ -855,8 +856,12 @@ fn command(cli: Cli) -> ExitCode {
                 match warden::team::check(&text) {
                     Ok(warden::team::Checked::Team { agents }) => {
                         let noun = if agents == 1 { "agent" } else { "agents" };
-                        if !check_mcp_servers(&text) {
+                        let mut mcp_tools = std::collections::BTreeMap::new();
+                        if !check_mcp_servers(&text, &mut mcp_tools) {
                             return ExitCode::FAILURE;
+                        }
+                        if let Ok(team) = warden::team::TeamFile::parse(&text) {
+                            print!("{}", team.permission_table(&mcp_tools));
                         }
                         println!("{}: ok (a team of {agents} {noun})", file.display());
                         ExitCode::SUCCESS
@@ -881,8 +886,15 @@ fn command(cli: Cli) -> ExitCode {
 
 /// `warden config check` of a team file with `[mcp_servers]`: starts each server, lists its tools
 /// (printed) and ends it; checks that every agent's `tools` entry names a tool that exists. Prints
-/// exactly why not and returns false on any failure.
-fn check_mcp_servers(text: &str) -> bool {
+/// exactly why not and returns false on any failure. Each agent's MCP tools (the name the model
+/// sees, the tier) go into `agent_tools` for the permission table.
+fn check_mcp_servers(
+    text: &str,
+    agent_tools: &mut std::collections::BTreeMap<
+        String,
+        Vec<(String, warden_protocols::ToolCategory)>,
+    >,
+) -> bool {
     let Ok(file) = warden::team::TeamFile::parse(text) else {
         return true; // reported by the check already
     };
@@ -929,7 +941,18 @@ fn check_mcp_servers(text: &str) -> bool {
         if let Some(hub) = &hub {
             for agent in &file.agents {
                 if !agent.tools.is_empty() {
-                    hub.tools_for(&agent.key.as_str().into(), &agent.tools, &journal)?;
+                    let tools =
+                        hub.tools_for(&agent.key.as_str().into(), &agent.tools, &journal)?;
+                    agent_tools.insert(
+                        agent.key.clone(),
+                        tools
+                            .iter()
+                            .map(|t| {
+                                let spec = warden_actors::Tool::spec(t.as_ref());
+                                (spec.name, spec.category)
+                            })
+                            .collect(),
+                    );
                 }
             }
         }

@@ -494,9 +494,31 @@ pub struct AgentFileSpec {
     /// replaces the team's; `None`: the team's `[memory]`.
     #[serde(default)]
     pub memory: Option<warden_protocols::MemoryOverride>,
+    /// This agent's own `[permissions]` keys (`permissions = { dangerous = "deny" }`): each key
+    /// set replaces the team's, and its `rules` are tried before the team's; `None`: the team's
+    /// `[permissions]`.
+    #[serde(default)]
+    pub permissions: Option<warden_protocols::PermissionsOverride>,
 }
 
 impl AgentFileSpec {
+    /// The agent's permission policy: the team's `[permissions]` with this agent's keys (the
+    /// `at`-th `[[agents]]`) over it.
+    pub fn permission_policy(
+        &self,
+        team: &warden_protocols::PermissionsConfig,
+        at: usize,
+    ) -> warden_protocols::PermissionPolicy {
+        match &self.permissions {
+            None => warden_protocols::PermissionPolicy::team(team),
+            Some(own) => warden_protocols::PermissionPolicy::agent(
+                team,
+                own,
+                &format!("agents[{at}].permissions"),
+            ),
+        }
+    }
+
     /// The agent's `[npc]` settings: the team's with this agent's keys over them, when it sets any.
     pub fn npc_config(
         &self,
@@ -641,6 +663,8 @@ struct TeamDoc {
     #[serde(default)]
     memory: warden_protocols::MemoryConfig,
     #[serde(default)]
+    permissions: warden_protocols::PermissionsConfig,
+    #[serde(default)]
     providers: BTreeMap<String, ProviderSpec>,
     #[serde(default)]
     agents: Vec<AgentFileSpec>,
@@ -671,6 +695,7 @@ impl TeamDoc {
             journal,
             npc,
             memory,
+            permissions,
             providers,
             agents,
             api,
@@ -690,6 +715,7 @@ impl TeamDoc {
                 journal,
                 npc,
                 memory,
+                permissions,
             },
             providers,
             agents,
@@ -1010,6 +1036,17 @@ impl TeamFile {
                 {
                     return Err(TeamError::Invalid {
                         key: format!("agents[{i}].{key}"),
+                        agent: Some(agent.key.clone()),
+                        value,
+                        allowed: allowed.into(),
+                    });
+                }
+            }
+            if agent.permissions.is_some() {
+                let policy = agent.permission_policy(&self.config.permissions, i);
+                if let Err((key, value, allowed)) = policy.config().check() {
+                    return Err(TeamError::Invalid {
+                        key: format!("agents[{i}].permissions.{key}"),
                         agent: Some(agent.key.clone()),
                         value,
                         allowed: allowed.into(),
@@ -1457,6 +1494,14 @@ impl TeamFile {
         if let Some(own) = &agent.memory {
             spec = spec.with_memory(own.apply(&self.config.memory));
         }
+        if agent.permissions.is_some() {
+            let at = self
+                .agents
+                .iter()
+                .position(|a| a.key == agent.key)
+                .unwrap_or_default();
+            spec = spec.with_permissions(agent.permission_policy(&self.config.permissions, at));
+        }
         for tool in tools {
             spec = spec.with_tool_arc(tool);
         }
@@ -1464,6 +1509,49 @@ impl TeamFile {
             spec = spec.restored_from(record.clone());
         }
         Ok(spec)
+    }
+}
+
+impl TeamFile {
+    /// The permission gate's effective rule for every tool of every agent, as `warden config
+    /// check` prints it: one line per tool, `  AGENT  TOOL (TIER): RULING`, the rulings in the
+    /// order tried (see [`warden_protocols::PermissionPolicy::describe`]). `mcp` gives each
+    /// agent's MCP tools (name as the model sees it, tier), when the servers were started.
+    pub fn permission_table(
+        &self,
+        mcp: &BTreeMap<String, Vec<(String, warden_protocols::ToolCategory)>>,
+    ) -> String {
+        use warden_protocols::ToolCategory;
+        let mut out =
+            String::from("permissions (the effective rule for each tool, first match first):\n");
+        for (at, agent) in self.agents.iter().enumerate() {
+            let policy = agent.permission_policy(&self.config.permissions, at);
+            let mut tools: Vec<(String, ToolCategory)> = Vec::new();
+            if agent.delegate {
+                tools.push(("delegate".into(), ToolCategory::SafeChain));
+            }
+            if agent.goals.is_some() {
+                tools.push(("set_goals".into(), ToolCategory::SafeChain));
+            }
+            tools.extend(mcp.get(&agent.key).cloned().unwrap_or_default());
+            tools.sort_by(|a, b| a.0.cmp(&b.0));
+            if tools.is_empty() {
+                out.push_str(&format!("  {}: no tools\n", agent.key));
+            }
+            for (tool, category) in tools {
+                let tier = match category {
+                    ToolCategory::SafeChain => "SAFE_CHAIN",
+                    ToolCategory::Terminal => "TERMINAL",
+                    ToolCategory::Dangerous => "DANGEROUS",
+                };
+                out.push_str(&format!(
+                    "  {}  {tool} ({tier}): {}\n",
+                    agent.key,
+                    policy.describe(&tool, category)
+                ));
+            }
+        }
+        out
     }
 }
 
@@ -1590,7 +1678,7 @@ delegate = false
             err.to_string(),
             "invalid config: line 24, column 1: `agents[1].delegates`: unknown field `delegates`, \
              expected one of `key`, `role`, `parent`, `provider`, `system_prompt`, `delegate`, \
-             `tools`, `npc`, `goals`, `memory`\n\
+             `tools`, `npc`, `goals`, `memory`, `permissions`\n\
              24 | delegates = false\n   \
                 | ^^^^^^^^^"
         );
@@ -1598,6 +1686,54 @@ delegate = false
         assert!(
             err.to_string().contains("unknown field `capacity`"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn permissions_per_team_and_per_agent_with_exact_errors() {
+        let base = "[permissions]\ndangerous = \"ask\"\n\n[providers.m]\nkind = \"scripted\"\n\n\
+                    [[agents]]\nkey = \"a\"\nprovider = \"m\"\n";
+        let team = TeamFile::from_toml(base).unwrap();
+        assert_eq!(
+            team.config.permissions.dangerous,
+            warden_protocols::PermissionVerdict::Ask
+        );
+        let own = format!(
+            "{base}permissions = {{ dangerous = \"deny\", rules = [{{ tool = \"delegate\", verdict = \"ask\" }}] }}\n"
+        );
+        let team = TeamFile::from_toml(&own).unwrap();
+        let policy = team.agents[0].permission_policy(&team.config.permissions, 0);
+        let ruling = policy.rule_for(
+            "delegate",
+            warden_protocols::ToolCategory::SafeChain,
+            &serde_json::json!({}),
+        );
+        assert_eq!(ruling.key, "agents[0].permissions.rules[0]");
+        assert_eq!(
+            team.permission_table(&BTreeMap::new()),
+            "permissions (the effective rule for each tool, first match first):\n  \
+             a  delegate (SAFE_CHAIN): ask (agents[0].permissions.rules[0])\n"
+        );
+        // A bad rule in an agent's own keys: the key path and the line.
+        let bad = format!(
+            "{base}permissions = {{ rules = [{{ tool = \"x\", arg = \"/p\", regex = \"(\", verdict = \"ask\" }}] }}\n"
+        );
+        let e = TeamFile::from_toml(&bad).unwrap_err().to_string();
+        assert!(
+            e.starts_with("invalid config: line 10, column 25: `agents[0].permissions.rules[0]`: invalid value for `regex`: \"(\""),
+            "{e}"
+        );
+        // A range error in an agent's own keys names the agent.
+        let far = format!("{base}permissions = {{ remember_minutes = 20000 }}\n");
+        assert_eq!(
+            TeamFile::from_toml(&far).unwrap_err().to_string(),
+            "invalid value for `agents[0].permissions.remember_minutes` (agent `a`): 20000 (allowed: 0 (until the task ends) to 10080 (a week))"
+        );
+        let typo = format!("{base}permissions = {{ dangerus = \"ask\" }}\n");
+        let e = TeamFile::from_toml(&typo).unwrap_err().to_string();
+        assert!(
+            e.contains("`agents[0].permissions.dangerus`: unknown field `dangerus`"),
+            "{e}"
         );
     }
 
@@ -1874,7 +2010,7 @@ delegate = false
             format!(
                 "invalid config: line {line}, column 2: `mailboxes`: unknown field `mailboxes`, \
                  expected one of `safety`, `execution`, `delegation`, `tools`, `mailbox`, \
-                 `supervisor`, `journal`, `npc`, `memory`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`, \
+                 `supervisor`, `journal`, `npc`, `memory`, `permissions`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`, \
                  `cluster`, `workload`\n\
                  {line} | [mailboxes]\n\
                  {} |  ^^^^^^^^^",

@@ -177,7 +177,13 @@ fn check_tells_a_team_from_configuration_only() {
         (code, stdout, stderr),
         (
             0,
-            format!("{}: ok (a team of 2 agents)\n", file.path()),
+            format!(
+                "permissions (the effective rule for each tool, first match first):\n  \
+                 bar  delegate (SAFE_CHAIN): allow (permissions.safe_chain)\n  \
+                 inn  delegate (SAFE_CHAIN): allow (permissions.safe_chain)\n\
+                 {}: ok (a team of 2 agents)\n",
+                file.path()
+            ),
             String::new()
         )
     );
@@ -217,7 +223,7 @@ fn an_unknown_section_lists_every_section() {
         format!(
             "error: {}: invalid config: line 1, column 2: `mailboxes`: unknown field `mailboxes`, \
              expected one of `safety`, `execution`, `delegation`, `tools`, `mailbox`, \
-             `supervisor`, `journal`, `npc`, `memory`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`, \
+             `supervisor`, `journal`, `npc`, `memory`, `permissions`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`, \
              `cluster`, `workload`\n\
              1 | [mailboxes]\n  |  ^^^^^^^^^\n",
             file.path()

@@ -1294,11 +1294,12 @@ fn intervention(id: u64, current: u32, configured: u32) -> Intervention {
         id,
         agent: key("a"),
         run_id: "a#1".into(),
-        kind: LimitKind::IterationsPerTask,
+        kind: Some(LimitKind::IterationsPerTask),
         current: f64::from(current),
         configured: f64::from(configured),
         config_key: "safety.loop.max_iterations_per_task".into(),
         question: question(current, configured),
+        permission: None,
     }
 }
 

@@ -50,6 +50,9 @@ pub struct WardenConfig {
     pub npc: crate::npc::NpcConfig,
     /// `[memory]`: bounded memory — compaction of the history, reflection (docs/memory.md).
     pub memory: MemoryConfig,
+    /// `[permissions]`: the permission gate before every tool call — allow, deny or ask an
+    /// operator, by tier and by rule (docs/permissions.md).
+    pub permissions: crate::PermissionsConfig,
 }
 
 /// `[memory]`: what keeps an agent's memory bounded (docs/memory.md). Compaction needs
@@ -783,6 +786,13 @@ impl WardenConfig {
             self.supervisor.restart.within_seconds,
         )?;
         self.memory.validate()?;
+        if let Err((key, value, allowed)) = self.permissions.check() {
+            return Err(ConfigError::Invalid {
+                key: format!("permissions.{key}").into(),
+                value,
+                allowed,
+            });
+        }
         range_u64(
             "journal.snapshot_every",
             self.journal.snapshot_every,
@@ -1096,6 +1106,42 @@ completion_per_1k = 0.0006
             located("a = 1\r\r\n", 6..7, "m"),
             "line 1, column 7: m\n1 | a = 1\n  |       ^"
         );
+    }
+
+    #[test]
+    fn permissions_parse_and_bad_values_are_refused_with_key_and_line() {
+        let c = WardenConfig::from_toml(
+            "[permissions]\ndangerous = \"ask\"\nmode = \"auto_extend\"\nremember_minutes = 30\n\n[[permissions.rules]]\ntool = \"fs__*\"\narg = \"/path\"\nglob = \"notes/*\"\nverdict = \"allow\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.permissions.dangerous, crate::PermissionVerdict::Ask);
+        assert_eq!(c.permissions.mode, OnLimitMode::AutoExtend);
+        assert_eq!(c.permissions.rules.len(), 1);
+        let text = toml::to_string_pretty(&c).unwrap();
+        assert_eq!(WardenConfig::from_toml(&text), Ok(c));
+        assert_eq!(
+            err("[permissions]\ndangerous = \"maybe\"\n"),
+            "invalid config: line 2, column 13: `permissions.dangerous`: unknown variant `maybe`, expected one of `allow`, `deny`, `ask`\n\
+             2 | dangerous = \"maybe\"\n  \
+               |             ^^^^^^^"
+        );
+        assert_eq!(
+            err("[permissions]\nremember_minutes = 10081\n"),
+            "invalid value for `permissions.remember_minutes`: 10081 (allowed: 0 (until the task ends) to 10080 (a week))"
+        );
+        assert_eq!(
+            err("[permissions]\nask_timeout_seconds = -1.0\n"),
+            "invalid value for `permissions.ask_timeout_seconds`: -1 (allowed: a number of seconds from 0 to 31536000)"
+        );
+        assert_eq!(
+            err("[permissions]\n\n[[permissions.rules]]\ntool = \"x\"\narg = \"/p\"\nregex = \"[\"\nverdict = \"deny\"\n"),
+            "invalid config: line 3, column 1: `permissions.rules[0]`: invalid value for `regex`: \"[\" (error: unclosed character class) (allowed: a regular expression in the syntax of the Rust `regex` crate)\n\
+             3 | [[permissions.rules]]\n  \
+               | ^^^^^^^^^^^^^^^^^^^^^"
+        );
+        assert!(err("[permissions]\ndangerus = \"ask\"\n").contains(
+            "unknown field `dangerus`, expected one of `safe_chain`, `terminal`, `dangerous`, `mode`, `remember_minutes`, `ask_timeout_seconds`, `rules`"
+        ));
     }
 
     #[test]

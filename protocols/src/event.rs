@@ -663,6 +663,30 @@ pub enum EventKind {
         /// Why it was refused.
         reason: crate::LimitReason,
     },
+    /// The permission gate asked an operator about a tool call (verdict `ask`). No change.
+    PermissionAsked {
+        /// The intervention id the operator answers by.
+        id: u64,
+        /// The model's id of the call.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// The arguments (canonical JSON, cut at 2000 characters).
+        arguments: String,
+        /// The key whose `ask` verdict asked.
+        rule: String,
+    },
+    /// The permission gate decided a tool call whose verdict was not a plain `allow`: refused, or
+    /// allowed by an operator (or a remembered yes). Journaled before an allowed call starts. No
+    /// change.
+    PermissionDecided {
+        /// The model's id of the call.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// Allowed or refused, by what, who answered.
+        decision: crate::PermissionDecision,
+    },
     /// A tool's circuit breaker changed state (`opened`, `reopened`, `closed`). No change.
     ToolCircuitChanged {
         /// The tool.

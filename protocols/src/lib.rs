@@ -19,6 +19,7 @@ mod config;
 mod event;
 mod mcp;
 pub mod npc;
+mod permissions;
 mod priority;
 mod record;
 mod refusal;
@@ -39,6 +40,11 @@ pub use event::{
     TurnOutcome, RECOVERY_CAUSE,
 };
 pub use mcp::{valid_server_name, McpServerConfig, McpToolSelector, MCP_NAME_SEPARATOR};
+pub use permissions::{
+    glob_match, permission_refusal, PermissionAsk, PermissionDecision, PermissionPolicy,
+    PermissionReason, PermissionRule, PermissionVerdict, PermissionsConfig, PermissionsOverride,
+    RuleError, Ruling,
+};
 pub use priority::Priority;
 pub use record::{
     check_goals, AgentRecord, KeyedEvent, Lockout, Outstanding, PendingEvent, UsageTotals,

@@ -63,9 +63,11 @@ pub struct McpServerConfig {
     /// A tool whose input schema is larger than this (as JSON, bytes) is refused. Default 65536.
     #[serde(default = "default_max_schema_bytes")]
     pub max_schema_bytes: usize,
-    /// The category of this server's tools for the ReAct loop. Default `SAFE_CHAIN`.
+    /// The category (tier) of this server's tools, for the ReAct loop and the permission gate.
+    /// Unset: each tool's own annotations decide — `destructiveHint: true` → `DANGEROUS`,
+    /// `readOnlyHint: true` → `SAFE_CHAIN` — and a tool with neither is `SAFE_CHAIN`.
     #[serde(default)]
-    pub category: ToolCategory,
+    pub category: Option<ToolCategory>,
 }
 
 fn default_startup_timeout() -> f64 {
@@ -118,7 +120,7 @@ impl McpServerConfig {
             max_result_bytes: default_max_result_bytes(),
             max_description_chars: default_max_description_chars(),
             max_schema_bytes: default_max_schema_bytes(),
-            category: ToolCategory::default(),
+            category: None,
         }
     }
 

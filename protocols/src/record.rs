@@ -551,6 +551,8 @@ impl AgentRecord {
             | EventKind::BudgetWarning { .. }
             | EventKind::LimitDecided { .. }
             | EventKind::LimitDenied { .. }
+            | EventKind::PermissionAsked { .. }
+            | EventKind::PermissionDecided { .. }
             | EventKind::ToolCircuitChanged { .. }
             | EventKind::ToolProgress { .. }
             | EventKind::ToolDefined { .. }

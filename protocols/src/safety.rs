@@ -263,25 +263,33 @@ impl From<Answer> for OperatorReply {
     }
 }
 
-/// A yes/no question to an operator about a limit.
+/// A yes/no question to an operator: about a limit (`kind` set), or about a tool call the
+/// permission gate holds (`permission` set).
+///
+/// Asks written before the permission gate always have `kind`; a permission ask has no `kind`
+/// (`current` and `configured` are 0, `config_key` is the key whose `ask` verdict asked).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Intervention {
     /// Unique within the process; the operator answers by this id.
     pub id: u64,
-    /// The agent that hit the limit.
+    /// The agent that asks.
     pub agent: AgentKey,
-    /// The run (task) the limit was hit in.
+    /// The run (task) the ask comes from.
     pub run_id: String,
-    /// Which limit.
-    pub kind: LimitKind,
-    /// The value reached (count, or seconds).
+    /// Which limit; `None` for a permission ask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<LimitKind>,
+    /// The value reached (count, or seconds); 0 for a permission ask.
     pub current: f64,
-    /// The configured limit (count, or seconds), extensions included.
+    /// The configured limit (count, or seconds), extensions included; 0 for a permission ask.
     pub configured: f64,
-    /// The key to raise (`LimitKind::config_key`).
+    /// The key to raise (`LimitKind::config_key`), or the key whose `ask` verdict asked.
     pub config_key: String,
     /// The question shown to the operator.
     pub question: String,
+    /// The tool call a permission ask is about; `None` for a limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission: Option<crate::PermissionAsk>,
 }
 
 /// An operator's answer. Only `Yes` allows.
@@ -413,6 +421,36 @@ mod tests {
                 format!("\"{}\"", r.as_str())
             );
         }
+    }
+
+    #[test]
+    fn an_ask_written_before_the_permission_gate_still_reads_and_a_limit_ask_writes_as_before() {
+        let old = r#"{"id":3,"agent":"a","run_id":"a#1","kind":"agent_hops","current":4.0,"configured":3.0,"config_key":"safety.loop.max_agent_hops","question":"continue?"}"#;
+        let iv: Intervention = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            (iv.kind, iv.permission.as_ref()),
+            (Some(LimitKind::AgentHops), None)
+        );
+        assert_eq!(serde_json::to_string(&iv).unwrap(), old);
+        let permission = Intervention {
+            kind: None,
+            permission: Some(crate::PermissionAsk {
+                call_id: "call_1".into(),
+                tool: "rm".into(),
+                category: crate::ToolCategory::Dangerous,
+                arguments: serde_json::json!({"path": "x"}),
+                rule: "permissions.dangerous".into(),
+                last_message: None,
+            }),
+            ..iv
+        };
+        let text = serde_json::to_string(&permission).unwrap();
+        assert!(!text.contains("\"kind\""), "{text}");
+        assert!(text.contains(r#""permission":{"call_id":"call_1","tool":"rm","category":"DANGEROUS","arguments":{"path":"x"},"rule":"permissions.dangerous"}"#), "{text}");
+        assert_eq!(
+            serde_json::from_str::<Intervention>(&text).unwrap(),
+            permission
+        );
     }
 
     #[test]

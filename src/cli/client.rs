@@ -648,7 +648,7 @@ impl Client {
         .await
     }
 
-    /// The pending limit asks, oldest first.
+    /// The pending asks (limits and tool permissions), oldest first.
     ///
     /// # Errors
     ///

@@ -2,7 +2,8 @@
 //!
 //! Events come from `--event` flags (exactly those, then it exits), or else one per line of standard
 //! input; each answer is the reply correlated to its event (`AgentHandle::try_ask`). While an agent waits on
-//! an interactive limit ask (`safety.on_limit.mode = "interactive"`), the next input line answers it
+//! an interactive limit ask (`safety.on_limit.mode = "interactive"`) or a permission ask
+//! (`[permissions]`), the next input line answers it
 //! (`yes`/`no`). Without input (no terminal, no `--event` left) asks are refused (`no_bus`).
 //!
 //! The returned [`RunSummary`] gives the exit code: [`EXIT_LOCKED_OUT`] when the agent ended locked
@@ -193,7 +194,7 @@ pub async fn run(
                 continue;
             }
         };
-        // The answer, correlated to the event; meanwhile, an interactive limit ask is shown and
+        // The answer, correlated to the event; meanwhile, an ask (a limit or a permission) is shown and
         // the next input line answers it.
         let mut asked = None;
         let settled = loop {

@@ -1635,7 +1635,8 @@ async fn list_interventions(_: Reader, state: web::Data<ApiState>) -> Handled {
 }
 
 /// `POST /api/interventions/{id}` body: `{"answer": "yes"}` (`yes`/`y`, `no`/`n`; anything else is
-/// a no), with an optional `note`, journaled with the decision (`limit_decided.decision.answered_by`).
+/// a no), with an optional `note`, journaled with the decision (`limit_decided.decision.answered_by`,
+/// or `permission_decided.decision.answered_by` for a permission ask: yes runs the tool).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AnswerBody {
@@ -1679,7 +1680,8 @@ async fn answer_intervention(
     let bus = state.bus.as_ref().ok_or_else(|| not_pending(id))?;
     let AnswerBody { answer, note } = body.into_inner();
     let answer = Answer::parse(&answer);
-    // Who answered and the note go with the answer: the agent journals them in `limit_decided`.
+    // Who answered and the note go with the answer: the agent journals them in `limit_decided`
+    // (a limit ask) or `permission_decided` (a permission ask).
     bus.reply(
         id,
         OperatorReply::by(answer.clone(), API_OPERATOR, note.clone()),

@@ -12,7 +12,8 @@
 //!   request              fit context → before_llm_call (budgets)
 //!   call_model           LLM call (≤ llm_call_seconds); unparsable → correcting message, again
 //!   read_response        record usage → after_llm_call → answer (or max-tokens continuation)
-//!   run_tools            validate, circuit, cache, run → after_tool_execution each
+//!   run_tools            validate, circuit, cache, permission gate (allow / deny / ask an
+//!                        operator in WAITING_FOR_INPUT), run → after_tool_execution each
 //!   conclude             TERMINAL / DANGEROUS / critical context end the turn; else again
 //! ```
 //!
@@ -31,7 +32,7 @@ use super::{cell::AgentCell, cell::Counted, DelegatedTask, TaskReply, Work};
 use crate::{
     context,
     provider::{LlmRequest, LlmResponse, ProviderError},
-    safety::{limit_refusal_message, LimitContext, Verdict},
+    safety::{limit_refusal_message, LimitContext, PermissionRequest, Verdict},
     telemetry,
     tools::{self, panic_message, Admission, CircuitStep, CircuitTransition, ToolRun},
     tools::{ToolContext, ToolError},
@@ -42,8 +43,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use warden_protocols::{
     AgentKey, AgentState, AnomalyKind, Breaker, ChatMessage, ChatRole, EventKind, FinishReason,
-    LimitDecision, LimitKind, LlmOutcome, TerminationReason, ToolCall, ToolCategory, ToolOutcome,
-    TurnOutcome,
+    LimitDecision, LimitKind, LlmOutcome, PermissionDecision, PermissionVerdict, Ruling,
+    TerminationReason, ToolCall, ToolCategory, ToolOutcome, TurnOutcome,
 };
 
 /// The internal message that asks the model to continue an answer cut by `finish_reason: length`.
@@ -591,11 +592,20 @@ impl React<'_> {
     async fn run_tools(&self, calls: &[ToolCall]) -> Next<Vec<ToolStep>> {
         let cell = self.cell;
         let (token, lineage) = (self.token, &self.lineage);
+        // In parallel only when no call waits for the permission gate (one ask at a time, each
+        // in WAITING_FOR_INPUT).
         let parallel = calls.len() > 1
             && calls.iter().all(|c| {
                 cell.tools
                     .get(&c.function.name)
                     .is_some_and(|(spec, _)| spec.category == ToolCategory::SafeChain)
+                    && gated(
+                        cell,
+                        c.function.name.as_str(),
+                        ToolCategory::SafeChain,
+                        || tools::parse_arguments(&c.function.arguments).unwrap_or_default(),
+                    )
+                    .is_none()
             });
         let mut steps = Vec::with_capacity(calls.len());
         if parallel {
@@ -926,6 +936,15 @@ async fn execute_in(
             )
         }
     };
+    // The permission gate's ruling, on the parsed arguments (`None`: allowed outright).
+    let gate = cell
+        .tools
+        .get(name)
+        .map(|(spec, _)| spec.category)
+        .and_then(|category| {
+            gated(cell, name, category, || args.clone())
+                .map(|(ruling, arguments)| (ruling, category, arguments))
+        });
     let pending = match cell.runner().admit(&cell.tools, name, args) {
         Admission::Finished(run) => {
             let anomaly = match &run.result {
@@ -946,6 +965,30 @@ async fn execute_in(
         }
         Admission::Ready(pending) => pending,
     };
+    // After validation (an operator is never asked about a call that could not run), before the
+    // tool starts. A halt while asked drops the ask and the call: the tool never runs.
+    if let Some((ruling, category, arguments)) = gate {
+        match permit(cell, token, call, ruling, category, arguments).await {
+            None => return Executed::Halted,
+            Some(decision) if decision.allow => {}
+            Some(decision) => {
+                drop(pending);
+                let message = warden_protocols::permission_refusal(
+                    name,
+                    &decision,
+                    cell.settings.permissions.mode_key(),
+                );
+                let run = ToolRun {
+                    result: Err(ToolError::Refused(message)),
+                    cached: false,
+                    executed: false,
+                    circuit: CircuitStep::NotChecked,
+                    category: Some(category),
+                };
+                return rejected(cell, call, run, None);
+            }
+        }
+    }
     if !cell.begin_tool(&call.id, name) {
         return Executed::Halted;
     }
@@ -987,7 +1030,98 @@ async fn execute_in(
     Executed::Ran(run, None)
 }
 
-/// A call that did not start (unknown tool, unparsable or invalid arguments, open circuit).
+/// The permission gate's ruling for a call of `name`, when it is not a plain `allow`: the ruling
+/// and the arguments (made by `arguments` only then).
+fn gated(
+    cell: &AgentCell,
+    name: &str,
+    category: ToolCategory,
+    arguments: impl FnOnce() -> serde_json::Value,
+) -> Option<(Ruling, serde_json::Value)> {
+    let policy = &cell.settings.permissions;
+    // Most calls of most teams: nothing but the tier defaults, and `allow` for this tier.
+    if policy.config().rules.is_empty()
+        && policy.config().tier(category) == PermissionVerdict::Allow
+    {
+        return None;
+    }
+    let arguments = arguments();
+    let ruling = policy.rule_for(name, category, &arguments);
+    (ruling.verdict != PermissionVerdict::Allow).then_some((ruling, arguments))
+}
+
+/// The permission gate for a call ruled `deny` or `ask`: journals the ask (`permission_asked`) and
+/// the decision (`permission_decided`, before an allowed call starts). While an operator is asked
+/// the agent waits in `WAITING_FOR_INPUT`, and a halt preempts the ask. `None` = halted.
+async fn permit(
+    cell: &AgentCell,
+    token: &CancellationToken,
+    call: &ToolCall,
+    ruling: Ruling,
+    category: ToolCategory,
+    arguments: serde_json::Value,
+) -> Option<PermissionDecision> {
+    let tool = call.function.name.clone();
+    // What the agent said with the call: the content of the message that made it.
+    let last_message = cell
+        .lock()
+        .history
+        .iter()
+        .rev()
+        .find(|m| m.role == ChatRole::Assistant && m.tool_calls.iter().any(|c| c.id == call.id))
+        .and_then(|m| m.content.clone())
+        .filter(|text| !text.trim().is_empty());
+    let request = PermissionRequest {
+        agent: cell.key.clone(),
+        run_id: cell.current_run_id(),
+        call_id: call.id.clone(),
+        tool: tool.clone(),
+        category,
+        arguments,
+        last_message,
+    };
+    let policy = cell.settings.permissions.clone();
+    let gate = &cell.safety.permissions;
+    let waits = ruling.verdict == PermissionVerdict::Ask && gate.will_wait(&policy, &request);
+    if waits {
+        let mut rec = cell.lock();
+        let _ = cell.transition(
+            &mut rec,
+            AgentState::WaitingForInput,
+            &format!("permission: {tool}"),
+        );
+    }
+    let asking = |iv: &warden_protocols::Intervention| {
+        cell.note(EventKind::PermissionAsked {
+            id: iv.id,
+            call_id: call.id.clone(),
+            tool: tool.clone(),
+            arguments: crate::safety::canonical_json_cut(&request.arguments, 2000),
+            rule: iv.config_key.clone(),
+        })
+    };
+    let decision = unless_halted(token, gate.decide(&policy, ruling, &request, asking)).await;
+    if waits && decision.is_some() {
+        let mut rec = cell.lock();
+        if rec.state == AgentState::WaitingForInput {
+            let _ = cell.transition(&mut rec, AgentState::Executing, "operator answered");
+        }
+    }
+    let decision = decision?;
+    // A result that raced a halt is not applied.
+    if token.is_cancelled() {
+        return None;
+    }
+    cell.note(EventKind::PermissionDecided {
+        call_id: call.id.clone(),
+        tool,
+        decision: decision.clone(),
+    });
+    Some(decision)
+}
+
+/// A call that did not start (unknown tool, unparsable or invalid arguments, open circuit, refused
+/// by the permission gate).
 fn rejected(
     cell: &AgentCell,
     call: &ToolCall,
@@ -1032,6 +1166,15 @@ fn account(cell: &AgentCell, call: &ToolCall, executed: Executed) -> ToolStep {
         content = context::append_advisory(&content, estimate, max);
     }
     cell.append_history(ChatMessage::tool_result(&call.id, content));
+    // Refused by the permission gate: neither a success nor an error of the agent's; it did not
+    // run, so its category does not end the turn either.
+    if matches!(run.result, Err(ToolError::Refused(_))) {
+        return ToolStep::Done {
+            category: None,
+            anomaly: false,
+            critical,
+        };
+    }
     let tool_outcome = match (&run.result, anomaly) {
         (Ok(_), _) => ToolOutcome::Ok,
         (Err(_), Some(kind)) => ToolOutcome::Anomaly(kind),

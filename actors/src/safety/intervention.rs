@@ -164,11 +164,12 @@ mod tests {
             id,
             agent: "a".into(),
             run_id: "r".into(),
-            kind: LimitKind::AgentHops,
+            kind: Some(LimitKind::AgentHops),
             current: 4.0,
             configured: 3.0,
             config_key: LimitKind::AgentHops.config_key().into(),
             question: "continue?".into(),
+            permission: None,
         }
     }
 

@@ -65,7 +65,8 @@ pub struct LimitCheckpoint {
     config: SafetyOnLimitConfig,
     bus: Option<Arc<dyn InterventionBus>>,
     granted: Mutex<HashMap<(String, LimitKind), u32>>,
-    next_id: AtomicU64,
+    /// Intervention ids, shared with the permission gate (one bus, one id space).
+    next_id: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for LimitCheckpoint {
@@ -85,8 +86,14 @@ impl LimitCheckpoint {
             config,
             bus,
             granted: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
+            next_id: Arc::new(AtomicU64::new(1)),
         }
+    }
+
+    /// The bus asks go to, and the id counter of its asks: the permission gate asks through the
+    /// same bus with ids from the same counter (the bus refuses a duplicate id).
+    pub(crate) fn bus_and_ids(&self) -> (Option<Arc<dyn InterventionBus>>, Arc<AtomicU64>) {
+        (self.bus.clone(), self.next_id.clone())
     }
 
     /// The configured mode: unattended, auto-extend or interactive.
@@ -168,11 +175,12 @@ impl LimitCheckpoint {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             agent: ctx.agent.clone(),
             run_id: ctx.run_id.clone(),
-            kind: ctx.kind,
+            kind: Some(ctx.kind),
             current: ctx.current,
             configured: ctx.configured,
             config_key: ctx.kind.config_key().to_owned(),
             question: limit_question(ctx),
+            permission: None,
         };
         let asked = bus.ask(intervention);
         let answer = match ask_timeout(self.config.ask_timeout_seconds) {
@@ -385,7 +393,7 @@ mod tests {
     async fn interactive_allows_only_on_yes() {
         let (d, iv) = interactive_answer(Answer::Yes).await;
         assert_eq!(d, allowed(1, LimitReason::UserApproved));
-        assert_eq!(iv.kind, LimitKind::IterationsPerTask);
+        assert_eq!(iv.kind, Some(LimitKind::IterationsPerTask));
         assert_eq!(iv.config_key, "safety.loop.max_iterations_per_task");
         assert_eq!((iv.current, iv.configured), (51.0, 50.0));
         assert_eq!(

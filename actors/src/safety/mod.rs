@@ -10,6 +10,8 @@
 //! * [`Fingerprint`] — tool name + canonicalised arguments.
 //! * [`LimitCheckpoint::handle_limit_exceeded`] — the one policy (`safety.on_limit`) for every
 //!   checkpointed limit, asking through an [`InterventionBus`] in interactive mode.
+//! * [`PermissionGate::decide`] — the permission gate before a tool call (`[permissions]`):
+//!   allow, deny, or ask through the same bus.
 //!
 //! # Invariants
 //! * Nothing here owns agent state: verdicts are advice the agent's turn must obey, and the breakers
@@ -25,6 +27,7 @@ mod gate;
 mod intervention;
 mod limits;
 mod monitor;
+mod permission;
 
 pub use breakers::{AgentBreakers, Verdict, REPETITION_ALERT};
 pub use budget::{BudgetSlices, SliceOf, TeamBudget, UsageTotals};
@@ -35,3 +38,4 @@ pub use intervention::{AnswerError, BusError, ChannelInterventionBus, Interventi
 pub use limits::{limit_question, limit_refusal_message, LimitCheckpoint, LimitContext};
 pub(crate) use monitor::TeamSafety;
 pub use monitor::{Cleared, GetSafetyReport, SafetyMonitor, SafetyReport, TripNotice};
+pub use permission::{permission_question, PermissionGate, PermissionRequest};

@@ -139,6 +139,8 @@ impl Handler<GetSafetyReport> for SafetyMonitor {
 pub(crate) struct TeamSafety {
     pub config: Arc<SafetyConfig>,
     pub checkpoint: Arc<LimitCheckpoint>,
+    /// The permission gate: asks through the checkpoint's bus, with its ids.
+    pub permissions: Arc<super::PermissionGate>,
     pub team: Arc<TeamBudget>,
     pub monitor: Option<actix::Addr<SafetyMonitor>>,
     /// `false` runs the SafetyMonitor's checks off (load-test overhead comparisons). The

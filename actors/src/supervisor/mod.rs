@@ -220,12 +220,15 @@ impl SupervisorBuilder {
         };
         let team = Arc::new(TeamBudget::new(&self.config.safety.budget));
         let monitor = SafetyMonitor::new(team.clone()).start();
+        let checkpoint = Arc::new(LimitCheckpoint::new(
+            self.config.safety.on_limit.clone(),
+            self.bus,
+        ));
+        let (bus, ids) = checkpoint.bus_and_ids();
         let safety = Arc::new(TeamSafety {
             config: Arc::new(self.config.safety.clone()),
-            checkpoint: Arc::new(LimitCheckpoint::new(
-                self.config.safety.on_limit.clone(),
-                self.bus,
-            )),
+            checkpoint,
+            permissions: Arc::new(crate::safety::PermissionGate::new(bus, ids)),
             team,
             monitor: Some(monitor),
             checks: self.safety_checks,
@@ -467,6 +470,7 @@ impl Supervisor {
             npc,
             goals,
             memory,
+            permissions,
             start_lockout,
             start_halted,
         } = spec;
@@ -505,13 +509,13 @@ impl Supervisor {
         };
         // One allocation for the registry's entries, not the doubling growth's spare room.
         tools.shrink_to_fit();
-        let settings = match (npc, memory) {
-            (None, None) => self
+        let settings = match (npc, memory, permissions) {
+            (None, None, None) => self
                 .shared
                 .default_settings
-                .get_or_init(|| Arc::new(self.settings(None, None)))
+                .get_or_init(|| Arc::new(self.settings(None, None, None)))
                 .clone(),
-            (npc, memory) => Arc::new(self.settings(npc, memory)),
+            (npc, memory, permissions) => Arc::new(self.settings(npc, memory, permissions)),
         };
         let npc = settings.npc.clone();
         let cell = Arc::new(AgentCell::new(CellParts {
@@ -608,6 +612,7 @@ impl Supervisor {
         &self,
         npc: Option<warden_protocols::npc::NpcConfig>,
         memory: Option<warden_protocols::MemoryConfig>,
+        permissions: Option<warden_protocols::PermissionPolicy>,
     ) -> AgentSettings {
         let config = &self.shared.config;
         AgentSettings {
@@ -623,6 +628,11 @@ impl Supervisor {
             max_tokens_recoveries: config.execution.max_tokens_recoveries,
             npc: npc.map_or_else(|| self.shared.npc.clone(), Arc::new),
             memory: memory.unwrap_or(config.memory),
+            permissions: Arc::new(
+                permissions.unwrap_or_else(|| {
+                    warden_protocols::PermissionPolicy::team(&config.permissions)
+                }),
+            ),
             circuit: CircuitConfig {
                 failure_threshold: config.tools.circuit_failure_threshold.get(),
                 cool_down: Duration::from_secs_f64(config.tools.circuit_cool_down_seconds),

@@ -52,6 +52,8 @@ pub struct AgentSpec {
     pub(super) goals: Option<Vec<String>>,
     /// `[memory]` for this agent; `None`: the team's.
     pub(super) memory: Option<warden_protocols::MemoryConfig>,
+    /// The permission gate's policy for this agent; `None`: the team's `[permissions]`.
+    pub(super) permissions: Option<warden_protocols::PermissionPolicy>,
     /// A lockout it must come up in (journaled at the spawn): it was locked out elsewhere.
     pub(super) start_lockout: Option<warden_protocols::Lockout>,
     /// It comes up halted: as part of the standing fleet halt, or by a cause of its own.
@@ -93,6 +95,7 @@ impl AgentSpec {
             npc: None,
             goals: None,
             memory: None,
+            permissions: None,
             start_lockout: None,
             start_halted: None,
         }
@@ -147,6 +150,14 @@ impl AgentSpec {
     /// team's. Out-of-range values fail the spawn ([`SpawnError::InvalidMemory`]).
     pub fn with_memory(mut self, memory: warden_protocols::MemoryConfig) -> Self {
         self.memory = Some(memory);
+        self
+    }
+
+    /// Gives this agent its own permission policy (`[[agents]] permissions = { … }` over the
+    /// team's `[permissions]`, [`warden_protocols::PermissionPolicy::agent`]) instead of the
+    /// team's.
+    pub fn with_permissions(mut self, policy: warden_protocols::PermissionPolicy) -> Self {
+        self.permissions = Some(policy);
         self
     }
 

@@ -41,6 +41,11 @@ pub enum ToolError {
     /// circuit.
     #[error("tool panicked: {0}")]
     Panicked(String),
+    /// The permission gate refused the call (`[permissions]`): the tool did not run. The text says
+    /// which tool, which key refused it and what to change. Counts against nothing: not the
+    /// circuit, not the agent's breakers.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// A tool an agent can call.

@@ -88,6 +88,8 @@ pub(crate) struct AgentSettings {
     pub memory: warden_protocols::MemoryConfig,
     /// `[tools]`: when a tool's circuit opens and for how long.
     pub circuit: crate::tools::CircuitConfig,
+    /// `[permissions]` (with the agent's own keys over it): the gate before each tool call.
+    pub permissions: Arc<warden_protocols::PermissionPolicy>,
 }
 
 /// The task (event or delegated task) the agent is working on: loop caps and the wall clock count

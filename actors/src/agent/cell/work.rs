@@ -12,6 +12,7 @@ impl AgentCell {
         let mut task = self.busy().task.lock();
         if !task.run_id.is_empty() {
             self.safety.checkpoint.forget_run(&task.run_id);
+            self.safety.permissions.forget_run(&task.run_id);
         }
         task.seq += 1;
         task.run_id = format!("{}#{}", self.key, task.seq);

@@ -23,6 +23,9 @@ pub(crate) struct ToolDef {
     pub(crate) schema_sha256: String,
     /// The server marks it read-only or idempotent (a hint; caching also needs `cache = true`).
     pub(crate) cache_hint: bool,
+    /// The tier its annotations give: `destructiveHint: true` → DANGEROUS, `readOnlyHint: true` →
+    /// SAFE_CHAIN; `None` without either (the server's `category`, else SAFE_CHAIN, decides).
+    pub(crate) annotated: Option<warden_protocols::ToolCategory>,
     /// Set when the tool may no longer be called, with why.
     pub(crate) disabled: Option<String>,
 }
@@ -97,7 +100,17 @@ impl ToolDef {
             .annotations
             .as_ref()
             .is_some_and(|a| a.read_only_hint == Some(true) || a.idempotent_hint == Some(true));
+        let annotated = tool.annotations.as_ref().and_then(|a| {
+            if a.destructive_hint == Some(true) && a.read_only_hint != Some(true) {
+                Some(warden_protocols::ToolCategory::Dangerous)
+            } else if a.read_only_hint == Some(true) {
+                Some(warden_protocols::ToolCategory::SafeChain)
+            } else {
+                None
+            }
+        });
         Ok(ToolDef {
+            annotated,
             description_sha256: sha256_hex(description.as_bytes()),
             schema_sha256: sha256_hex(schema_text.as_bytes()),
             remote,

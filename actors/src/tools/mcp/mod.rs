@@ -242,7 +242,8 @@ impl McpHub {
                         name: def.model_name.clone(),
                         description: def.description.clone(),
                         parameters: def.schema.clone(),
-                        category: shared.config.category,
+                        // The team file's `category` wins over the tool's annotations.
+                        category: shared.config.category.or(def.annotated).unwrap_or_default(),
                     },
                     cacheable: shared.config.cache && def.cache_hint,
                     agent: agent.clone(),
