@@ -30,7 +30,9 @@ fn have(program: &str) -> bool {
 /// The reference server's entry point, or `None` (said loudly) when it cannot run here.
 fn everything() -> Option<String> {
     if !have("node") {
-        warden_testkit::skip("node is not installed (needed for @modelcontextprotocol/server-everything)");
+        warden_testkit::skip(
+            "node is not installed (needed for @modelcontextprotocol/server-everything)",
+        );
         return None;
     }
     let path = match std::env::var_os("WARDEN_MCP_EVERYTHING") {
@@ -566,7 +568,8 @@ fn the_docs_example_parses() {
 }
 
 /// A halt of an agent whose turn is inside an MCP call reaches the server: the turn's tool future is
-/// dropped and `notifications/cancelled` arrives for the call's request id.
+/// dropped and `notifications/cancelled` arrives for the call's request id. The model later learns
+/// that the call was interrupted and may have run.
 #[actix_rt::test]
 async fn halting_an_agent_cancels_its_mcp_call_on_the_server() {
     let Some(py) = hostile() else { return };
@@ -628,6 +631,35 @@ async fn halting_an_agent_cancels_its_mcp_call_on_the_server() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // Resumed, the agent's next turn answers the interrupted call first: the server had received
+    // it, so the model is told it may have run, not invited to call it again.
+    agent.resume("test").await.expect("resumed");
+    let reply = agent
+        .ask(warden::UserEvent::new("again"))
+        .await
+        .expect("answered");
+    assert_eq!(reply.answer, "done");
+    let results: Vec<String> = journal
+        .events_of("a")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::HistoryAppended { message }
+                if message.role == warden_protocols::ChatRole::Tool =>
+            {
+                message.content
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(
+        results[0].contains("interrupted") && results[0].contains("may have run"),
+        "{results:?}"
+    );
+    assert!(
+        !results[0].contains("call it again if still needed"),
+        "{results:?}"
+    );
     team.shutdown().await;
     hub.shutdown().await;
     let _ = std::fs::remove_file(&log);
@@ -653,6 +685,25 @@ fn config_check_lists_each_servers_tools_or_says_why_not() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
+    // Each server is started once (it was twice: once to list, once to check the agents' tools):
+    // the hostile server logs each `notifications/initialized` it gets.
+    if let Some(py) = hostile() {
+        let log = dir.join("hostile.log");
+        let team = format!(
+            "[providers.m]\nkind = \"scripted\"\nreplies = [\"done\"]\n\n[mcp_servers.h]\n\
+             command = \"python3\"\nargs = [\"{py}\"]\nenv = {{ HOSTILE_LOG = \"{}\" }}\n\n\
+             [[agents]]\nkey = \"a\"\nprovider = \"m\"\ntools = [\"h.ok\"]\n",
+            log.display()
+        );
+        let (ok, stdout, stderr) = check(&team);
+        assert!(ok, "{stderr}");
+        assert!(stdout.contains("h.ok (the model sees h__ok)"), "{stdout}");
+        let starts = logged(&log)
+            .iter()
+            .filter(|m| m["method"] == "notifications/initialized")
+            .count();
+        assert_eq!(starts, 1, "config check started the server {starts} times");
+    }
     let missing = TEAM.replace("command = \"node\"", "command = \"warden-no-such-program\"");
     let (ok, _, stderr) = check(&missing);
     assert!(!ok);
@@ -676,4 +727,136 @@ fn config_check_lists_each_servers_tools_or_says_why_not() {
         assert!(stderr.contains("no usable tool `nope`"), "{stderr}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether process `pid` runs (a zombie does not: nobody may reap an orphan in a container).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat
+            .rfind(')')
+            .and_then(|at| stat[at + 1..].split_whitespace().next());
+        !matches!(state, Some("Z") | Some("X") | None)
+    })
+}
+
+/// The `server PID` and `helper PID` lines `hostile_server.py` wrote in busy mode, in order.
+fn busy_pids(path: &std::path::Path) -> Vec<(String, u32)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (what, pid) = l.split_once(' ')?;
+            Some((what.to_owned(), pid.parse().ok()?))
+        })
+        .collect()
+}
+
+/// `warden serve` with the busy hostile server on a free port; ready once `/healthz` answers.
+fn serve_busy(team: &std::path::Path, db: &std::path::Path) -> (std::process::Child, u16) {
+    let port = warden_testkit::free_port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--config",
+        ])
+        .arg(team)
+        .arg("--db")
+        .arg(db)
+        .env("WARDEN_ADMIN_TOKEN", "admin-token-for-mcp-tests")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("warden serve starts");
+    warden_testkit::wait_until("warden serve answers", Duration::from_secs(30), || {
+        warden_testkit::blocking_request(port, "GET", "/healthz", "", None)
+            .is_ok_and(|(status, _)| status == 200)
+    });
+    (child, port)
+}
+
+/// A busy stdio server (it does not exit when its stdin closes, and has started a helper process)
+/// does not outlive a `SIGKILL`ed `warden serve`: the server dies with warden (parent-death
+/// signal), its helper is ended by the next start (the process groups recorded next to the
+/// journal), and a clean stop ends the server's whole group.
+#[test]
+fn a_sigkilled_warden_leaves_no_mcp_server_behind() {
+    if !cfg!(target_os = "linux") {
+        return; // the parent-death signal and /proc are Linux's
+    }
+    let Some(py) = hostile() else { return };
+    let dir = warden_testkit::scratch_dir("mcp", "orphans");
+    let pids = dir.join("pids");
+    let team = dir.join("team.toml");
+    let db = dir.join("journal.db");
+    std::fs::write(
+        &team,
+        format!(
+            r#"
+[providers.m]
+kind = "scripted"
+replies = ["done"]
+
+[mcp_servers.h]
+command = "python3"
+args = ["{py}"]
+env = {{ HOSTILE_BUSY = "1", HOSTILE_PIDS = "{pids}" }}
+
+[[agents]]
+key = "a"
+provider = "m"
+tools = ["h.ok"]
+"#,
+            pids = pids.display()
+        ),
+    )
+    .unwrap();
+    let (mut first, _) = serve_busy(&team, &db);
+    let started = busy_pids(&pids);
+    let (server, helper) = match started.as_slice() {
+        [(s, server), (h, helper)] if s == "server" && h == "helper" => (*server, *helper),
+        other => panic!("the server did not say its pids: {other:?}"),
+    };
+    assert!(running(server) && running(helper));
+
+    // SIGKILL: warden cannot end anything itself.
+    first.kill().expect("SIGKILL warden");
+    first.wait().expect("reaped");
+    let server_gone = warden_testkit::wait_for(Duration::from_secs(10), || !running(server));
+    // Its helper is in the server's group, orphaned; the next start ends it.
+    let (mut second, _) = serve_busy(&team, &db);
+    let helper_gone = warden_testkit::wait_for(Duration::from_secs(10), || !running(helper));
+    let restarted = busy_pids(&pids);
+    assert_eq!(restarted.len(), 4, "{restarted:?}");
+    let (server2, helper2) = (restarted[2].1, restarted[3].1);
+
+    // A clean stop (SIGTERM) ends the new server and its helper.
+    // SAFETY: a plain signal to our own child.
+    unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
+    second.wait().expect("warden exits");
+    let stopped_clean = warden_testkit::wait_for(Duration::from_secs(10), || {
+        !running(server2) && !running(helper2)
+    });
+    // Whatever failed, leave nothing behind.
+    for pid in [server, helper, server2, helper2] {
+        if running(pid) {
+            // SAFETY: a plain signal to a process this test started.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    }
+    assert!(
+        server_gone,
+        "the busy MCP server {server} outlived the SIGKILLed warden"
+    );
+    assert!(
+        helper_gone,
+        "the next warden did not end the helper {helper} the killed one left behind"
+    );
+    assert!(
+        stopped_clean,
+        "a clean stop left the server {server2} or its helper {helper2} running"
+    );
 }
