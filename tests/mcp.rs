@@ -274,6 +274,77 @@ async fn the_reference_server_over_streamable_http_echoes() {
     let _ = server.kill().await;
 }
 
+/// `server-everything` over streamable HTTP on `port`; returns once it listens.
+async fn everything_http(js: &str, port: u16) -> tokio::process::Child {
+    let server = tokio::process::Command::new("node")
+        .arg(js)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node starts");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the HTTP server did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server
+}
+
+/// A streamable-HTTP server that restarts loses its sessions; `server-everything` then answers 400
+/// to the old session id (the spec says 404). warden takes either as "session gone" and
+/// initializes a new session, so calls work again without restarting warden.
+#[tokio::test]
+async fn an_http_server_restarted_mid_run_is_reconnected() {
+    let Some(js) = everything() else { return };
+    let port = warden_testkit::free_port();
+    let mut server = everything_http(&js, port).await;
+    let mut config = McpServerConfig::http(format!("http://127.0.0.1:{port}/mcp"));
+    config.timeout_seconds = Some(5.0);
+    let hub = McpHub::start(&servers("web", config), no_env())
+        .await
+        .expect("connected");
+    let echo = |hub: &McpHub| Agent::new(hub, &["web.echo"]).expect("tools");
+    let said = |run: &ToolRun, what: &str| {
+        run.result
+            .as_ref()
+            .is_ok_and(|v| v.as_str().is_some_and(|t| t.contains(what)))
+    };
+    let run = echo(&hub)
+        .call("web__echo", json!({"message": "before"}))
+        .await;
+    assert!(said(&run, "before"), "{:?}", run.result);
+
+    // The server restarts on the same port: every session it had is gone.
+    server.kill().await.expect("killed");
+    let _ = server.wait().await;
+    let _server = everything_http(&js, port).await;
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut failures = Vec::new();
+    loop {
+        // A fresh runner each time: the calls failing meanwhile would open the circuit.
+        let run = echo(&hub)
+            .call("web__echo", json!({"message": "after"}))
+            .await;
+        if said(&run, "after") {
+            break;
+        }
+        failures.push(format!("{:?}", run.result));
+        assert!(
+            Instant::now() < deadline,
+            "no call worked after the restart in 30 s: {failures:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    hub.shutdown().await;
+}
+
 fn hostile_config(py: &str, log: &std::path::Path) -> McpServerConfig {
     let mut config = McpServerConfig::stdio("python3", [py.to_owned()]);
     config

@@ -198,9 +198,15 @@ impl Shared {
                 (service, Some(child))
             }
             (None, Some(url)) => {
-                let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
-                    self.http_config(url)?,
-                );
+                // First: it installs the TLS provider the client needs.
+                let config = self.http_config(url)?;
+                let client =
+                    super::session::SessionAware::new().map_err(|detail| McpError::Config {
+                        server: self.name.clone(),
+                        detail,
+                    })?;
+                let transport =
+                    rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
                 let served = tokio::time::timeout(timeout, handler.serve(transport)).await;
                 (self.served(served, &mut None).await?, None)
             }

@@ -25,13 +25,16 @@
 //!   meanwhile fail at once saying so. [`McpHub::shutdown`] (or dropping the hub) ends children.
 //!
 //! Files: `client.rs` (connection, restarts, notifications), `definition.rs` (checking listed
-//! tools), `tool.rs` ([`McpTool`], result mapping), `capped.rs` (the stdio line cap), `error.rs`.
+//! tools), `tool.rs` ([`McpTool`], result mapping), `capped.rs` (the stdio line cap), `group.rs`
+//! (stdio servers' process groups), `session.rs` (a 400 on a known HTTP session is the session
+//! gone), `error.rs`.
 
 mod capped;
 mod client;
 mod definition;
 mod error;
 mod group;
+mod session;
 mod tool;
 
 pub use definition::model_tool_name;
