@@ -535,6 +535,21 @@ async fn starting_says_exactly_why_not() {
     .await
     .unwrap_err();
     assert!(matches!(err, McpError::CommandNotFound { .. }), "{err}");
+    // Nobody listens at the URL: said in words, not the SDK's type names.
+    let mut config = McpServerConfig::http(format!(
+        "http://127.0.0.1:{}/mcp",
+        warden_testkit::free_port()
+    ));
+    config.startup_timeout_seconds = 10.0;
+    let err = McpHub::start(&servers("web", config), no_env())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        !err.contains("rmcp::") && !err.contains("WorkerTransport") && !err.contains('<'),
+        "{err}"
+    );
+    assert!(err.to_lowercase().contains("connection refused"), "{err}");
     if have("python3") {
         // A program that is no MCP server: the handshake fails, with its stderr.
         let config = McpServerConfig::stdio(

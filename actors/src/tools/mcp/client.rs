@@ -221,14 +221,14 @@ impl Shared {
     }
 
     /// The outcome of a handshake as a [`McpError`], with the child's stderr.
-    async fn served<E: std::fmt::Display>(
+    async fn served<E: std::error::Error + 'static>(
         &self,
         served: Result<Result<RunningService<RoleClient, Handler>, E>, tokio::time::error::Elapsed>,
         child: &mut Option<&mut tokio::process::Child>,
     ) -> Result<RunningService<RoleClient, Handler>, McpError> {
         let failed = match served {
             Ok(Ok(service)) => return Ok(service),
-            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Err(e)) => Err(super::error::in_words(&e)),
             Err(_) => Ok(()),
         };
         if let Some(child) = child.as_mut() {
@@ -349,7 +349,7 @@ impl Shared {
             Ok(Ok(tools)) => Ok(tools),
             Ok(Err(e)) => Err(McpError::List {
                 server: self.name.clone(),
-                detail: e.to_string(),
+                detail: super::error::in_words(&e),
             }),
             Err(_) => Err(McpError::TimedOut {
                 server: self.name.clone(),
