@@ -377,7 +377,18 @@ async fn timeout_is_retried_then_reported() {
         .complete(simple_request())
         .await
         .unwrap_err();
-    assert_eq!(error, ProviderError::Timeout { after_ms: 200 });
+    // The final error says how many attempts were made.
+    assert_eq!(
+        error,
+        ProviderError::Retried {
+            attempts: 2,
+            last: Box::new(ProviderError::Timeout { after_ms: 200 })
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "llm call timed out after 200 ms (after 2 attempts)"
+    );
     assert_eq!(server.requests().len(), 2);
     // Both abandoned attempts closed their connections.
     server.client_closed().await;
@@ -405,7 +416,11 @@ async fn connection_refused_is_a_retried_connection_error() {
         .with_attempt_observer(observer);
     let error = provider.complete(simple_request()).await.unwrap_err();
     assert!(
-        matches!(error, ProviderError::Connection { .. }),
+        matches!(
+            &error,
+            ProviderError::Retried { attempts: 2, last }
+                if matches!(**last, ProviderError::Connection { .. })
+        ),
         "{error:?}"
     );
     let seen = seen.lock();
@@ -686,9 +701,9 @@ async fn stream_error_status_finishes_once_after_retries() {
     assert!(matches!(
         &events[0],
         StreamEvent::Finished {
-            outcome: Err(ProviderError::Http { status: 502, .. }),
+            outcome: Err(ProviderError::Retried { attempts: 3, last }),
             attempts: 3
-        }
+        } if matches!(**last, ProviderError::Http { status: 502, .. })
     ));
     assert_eq!(server.requests().len(), 3);
 }
