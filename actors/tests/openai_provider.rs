@@ -447,6 +447,32 @@ async fn malformed_json_body_is_not_retried() {
     assert_eq!(server.requests().len(), 1);
 }
 
+/// A completion with no text and no tool call is no answer: an error (the agent then tells the
+/// model and its breaker counts it), not "" delivered as the answer. Plain and streamed.
+#[tokio::test]
+async fn an_empty_completion_is_an_error() {
+    let server = Server::start(vec![
+        vec![ok_json(text_reply(""))],
+        vec![ok_json(text_reply("  \n"))],
+        vec![Step::SseHead, sse(text_delta("")), done()],
+    ])
+    .await;
+    let provider = OpenAiCompatible::new(config(&server)).unwrap();
+    for _ in 0..2 {
+        let error = provider.complete(simple_request()).await.unwrap_err();
+        assert!(
+            matches!(&error, ProviderError::Malformed { message } if message.contains("answered nothing")),
+            "{error:?}"
+        );
+    }
+    let events = collect(&provider, simple_request()).await;
+    assert!(
+        matches!(single_finish(&events), Err(ProviderError::Malformed { message }) if message.contains("answered nothing")),
+        "{events:?}"
+    );
+    assert_eq!(server.requests().len(), 3, "not retried");
+}
+
 #[tokio::test]
 async fn missing_choices_is_malformed() {
     let server = Server::start(vec![
