@@ -2448,7 +2448,7 @@ impl std::io::Write for LogBuffer {
 }
 
 #[actix_rt::test]
-async fn provider_retries_are_logged_at_info_and_counted_on_metrics() {
+async fn provider_retries_are_logged_at_warn_and_counted_on_metrics() {
     let addr = plain_http_server(vec![
         (429, r#"{"error":{"message":"slow down"}}"#),
         (503, "busy"),
