@@ -345,6 +345,74 @@ async fn an_http_server_restarted_mid_run_is_reconnected() {
     hub.shutdown().await;
 }
 
+/// Calls `web.echo` (a fresh runner each time: failures would open the circuit) until it answers,
+/// within 30 s; panics with every failure seen otherwise.
+async fn echo_works_again(hub: &McpHub, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut failures = Vec::new();
+    loop {
+        let agent = Agent::new(hub, &["web.echo"]).expect("tools");
+        let run = agent.call("web__echo", json!({"message": "after"})).await;
+        if run
+            .result
+            .as_ref()
+            .is_ok_and(|v| v.as_str().is_some_and(|t| t.contains("after")))
+        {
+            return;
+        }
+        failures.push(format!("{:?}", run.result));
+        assert!(
+            Instant::now() < deadline,
+            "{what}: no call worked after the restart in 30 s: {failures:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `tests/mcp/http_server.py` on `port`, answering an unknown session as `gone` says; returns once
+/// it listens.
+async fn python_http(py: &str, port: u16, gone: &str) -> tokio::process::Child {
+    let server = tokio::process::Command::new("python3")
+        .arg(py)
+        .arg(port.to_string())
+        .env("SESSION_GONE", gone)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 starts");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the HTTP server did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server
+}
+
+/// However a restarted streamable-HTTP server says it no longer knows the session — 404 (the
+/// spec), 400 with an error for no request, 400 in plain text — warden starts a new session.
+#[tokio::test]
+async fn a_session_the_server_forgot_is_started_again_on_404_or_400() {
+    let Some(hostile) = hostile() else { return };
+    let py = hostile.replace("hostile_server.py", "http_server.py");
+    for gone in ["404", "400-json", "400-text"] {
+        let port = warden_testkit::free_port();
+        let mut server = python_http(&py, port, gone).await;
+        let mut config = McpServerConfig::http(format!("http://127.0.0.1:{port}/mcp"));
+        config.timeout_seconds = Some(5.0);
+        let hub = McpHub::start(&servers("web", config), no_env())
+            .await
+            .expect("connected");
+        echo_works_again(&hub, gone).await;
+        server.kill().await.expect("killed");
+        let _ = server.wait().await;
+        let _server = python_http(&py, port, gone).await;
+        echo_works_again(&hub, gone).await;
+        hub.shutdown().await;
+    }
+}
+
 fn hostile_config(py: &str, log: &std::path::Path) -> McpServerConfig {
     let mut config = McpServerConfig::stdio("python3", [py.to_owned()]);
     config
