@@ -1,6 +1,8 @@
 //! MCP client tools (`warden_actors::tools::mcp`, `[mcp_servers]` in team files), against the real
-//! reference server `@modelcontextprotocol/server-everything` (stdio and streamable HTTP) and against
-//! a hostile server of our own (`tests/mcp/hostile_server.py`).
+//! reference server `@modelcontextprotocol/server-everything` (stdio and streamable HTTP), against
+//! a hostile server of our own (`tests/mcp/hostile_server.py`) and a minimal streamable-HTTP one
+//! (`tests/mcp/http_server.py`, for how a server says a session is gone), and with `warden serve`
+//! `SIGKILL`ed under a busy stdio server.
 //!
 //! The reference server comes from npm: `.ci/run` installs it into `$WARDEN_NPM_CACHE` (default
 //! `~/.cache/warden-npm`); `WARDEN_MCP_EVERYTHING` may name its `dist/index.js` directly. Without
