@@ -911,9 +911,11 @@ fn check_mcp_servers(
             return false;
         }
     };
-    let probes = runtime.block_on(file.probe_mcp());
+    // Each server is started once: its tools listed, then every agent's `tools` checked against it
+    // (the same check `warden run` makes at start).
+    let check = runtime.block_on(file.check_mcp());
     let mut ok = true;
-    for (name, probe) in &probes {
+    for (name, probe) in &check.servers {
         match probe {
             Ok(tools) => {
                 println!("mcp server {name}: {} tools", tools.len());
@@ -933,37 +935,12 @@ fn check_mcp_servers(
     if !ok {
         return false;
     }
-    // Every named tool must exist (the same check `warden run` makes at start).
-    let hub_check = runtime.block_on(async {
-        let hub = file.start_mcp().await?;
-        let journal: std::sync::Arc<dyn warden::Journal> =
-            std::sync::Arc::new(warden::MemoryJournal::new());
-        if let Some(hub) = &hub {
-            for agent in &file.agents {
-                if !agent.tools.is_empty() {
-                    let tools =
-                        hub.tools_for(&agent.key.as_str().into(), &agent.tools, &journal)?;
-                    agent_tools.insert(
-                        agent.key.clone(),
-                        tools
-                            .iter()
-                            .map(|t| {
-                                let spec = warden_actors::Tool::spec(t.as_ref());
-                                (spec.name, spec.category)
-                            })
-                            .collect(),
-                    );
-                }
-            }
+    match check.tools {
+        Ok(tiers) => agent_tools.extend(tiers),
+        Err(err) => {
+            eprintln!("error: {err}");
+            return false;
         }
-        if let Some(hub) = hub {
-            hub.shutdown().await;
-        }
-        Ok::<(), warden::team::TeamError>(())
-    });
-    if let Err(err) = hub_check {
-        eprintln!("error: {err}");
-        return false;
     }
     true
 }

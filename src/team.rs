@@ -728,6 +728,17 @@ impl TeamDoc {
     }
 }
 
+/// What [`TeamFile::check_mcp`] found: per MCP server its tools or why it did not start, then
+/// whether every agent's `tools` names a usable tool (checked only when all servers started).
+#[derive(Debug)]
+pub struct McpCheck {
+    /// Per server (by name), its tools or why not.
+    pub servers: Vec<(String, Result<Vec<ListedTool>, McpError>)>,
+    /// Per agent that names tools, each tool's name and category (its permission tier); or the
+    /// first agent entry naming no usable tool.
+    pub tools: Result<BTreeMap<String, Vec<(String, warden_protocols::ToolCategory)>>, TeamError>,
+}
+
 /// What `warden config check` found in a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Checked {
@@ -927,21 +938,56 @@ impl TeamFile {
         Ok(Some(McpHub::start(&self.mcp_servers, env).await?))
     }
 
-    /// Connects to each `[mcp_servers]` entry, lists its tools and disconnects (`warden config
-    /// check`): per server, its tools or exactly why not.
-    pub async fn probe_mcp(&self) -> Vec<(String, Result<Vec<ListedTool>, McpError>)> {
+    /// [`TeamFile::start_mcp`] for `warden serve`: the stdio servers' process groups are recorded
+    /// in the file `record` (next to the journal), and those a previous run left there still
+    /// running (a `SIGKILL`ed warden) are ended first, even when the team has no MCP server now.
+    pub async fn start_mcp_recorded(
+        &self,
+        record: &std::path::Path,
+    ) -> Result<Option<McpHub>, TeamError> {
+        if self.mcp_servers.is_empty() {
+            warden_actors::tools::mcp::end_recorded(record);
+            return Ok(None);
+        }
+        let env = Arc::new(|name: &str| std::env::var(name).ok());
+        Ok(Some(
+            McpHub::start_recorded(&self.mcp_servers, env, record).await?,
+        ))
+    }
+
+    /// `warden config check` of the `[mcp_servers]`: starts each server once, lists its tools, checks
+    /// every agent's `tools` against them (when all servers started) and ends them. Per server its
+    /// tools or exactly why not; then the first agent entry naming no usable tool, if any.
+    pub async fn check_mcp(&self) -> McpCheck {
         let env: warden_actors::tools::mcp::EnvLookup =
             Arc::new(|name: &str| std::env::var(name).ok());
-        let probes = self.mcp_servers.iter().map(|(name, config)| {
-            let env = env.clone();
-            async move {
-                (
-                    name.clone(),
-                    warden_actors::tools::mcp::probe(name, config, env).await,
-                )
+        let (hub, servers) = warden_actors::tools::mcp::start_each(&self.mcp_servers, env).await;
+        let mut tools = Ok(BTreeMap::new());
+        if servers.iter().all(|(_, listed)| listed.is_ok()) {
+            let journal: Arc<dyn crate::Journal> = Arc::new(crate::MemoryJournal::new());
+            for agent in self.agents.iter().filter(|a| !a.tools.is_empty()) {
+                match hub.tools_for(&agent.key.as_str().into(), &agent.tools, &journal) {
+                    Ok(given) => {
+                        let tiers = given
+                            .iter()
+                            .map(|t| {
+                                let spec = warden_actors::Tool::spec(t.as_ref());
+                                (spec.name, spec.category)
+                            })
+                            .collect();
+                        if let Ok(table) = &mut tools {
+                            table.insert(agent.key.clone(), tiers);
+                        }
+                    }
+                    Err(e) => {
+                        tools = Err(TeamError::from(e));
+                        break;
+                    }
+                }
             }
-        });
-        futures::future::join_all(probes).await
+        }
+        hub.shutdown().await;
+        McpCheck { servers, tools }
     }
 
     /// Parses a team file without checking the team ([`TeamFile::validate`]): syntax, types, unknown

@@ -358,23 +358,34 @@ impl opentelemetry_sdk::trace::SpanExporter for CountingExporter {
     }
 }
 
-/// The HTTP client of the exporter: the workspace's reqwest, blocking (the batch processor exports
-/// on its own thread, outside any async runtime), bounded by the export timeout.
-#[derive(Debug)]
-struct BlockingClient(reqwest::blocking::Client);
+/// Retries of one export after its first attempt (connection errors, timeouts, 429, 502, 503,
+/// 504), waiting [`RETRY_FIRST_WAIT`] doubling to [`RETRY_MAX_WAIT`]: the OTLP exporter's own
+/// policy, made here so that an exit does not wait for them ([`Telemetry::shutdown`]).
+const RETRIES: u32 = 3;
+const RETRY_FIRST_WAIT: Duration = Duration::from_millis(100);
+const RETRY_MAX_WAIT: Duration = Duration::from_millis(1600);
 
-#[async_trait::async_trait]
-impl opentelemetry_http::HttpClient for BlockingClient {
-    async fn send_bytes(
+/// The HTTP client of the exporter: the workspace's reqwest, blocking (the batch processor exports
+/// on its own thread, outside any async runtime), bounded by the export timeout. It retries a
+/// failed export itself ([`RETRIES`]) — except once `stopping` is set: at exit each export is
+/// tried once, so a collector that refuses the connection ends the exit at once.
+#[derive(Debug)]
+struct BlockingClient {
+    client: reqwest::blocking::Client,
+    timeout: Duration,
+    stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl BlockingClient {
+    fn send_once(
         &self,
-        request: http::Request<bytes::Bytes>,
+        parts: &http::request::Parts,
+        body: &bytes::Bytes,
     ) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
-        let (parts, body) = request.into_parts();
-        let url = parts.uri.to_string();
         let response = self
-            .0
-            .request(parts.method, url)
-            .headers(parts.headers)
+            .client
+            .request(parts.method.clone(), parts.uri.to_string())
+            .headers(parts.headers.clone())
             .body(body.to_vec())
             .send()?;
         let status = response.status();
@@ -387,12 +398,46 @@ impl opentelemetry_http::HttpClient for BlockingClient {
     }
 }
 
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for BlockingClient {
+    async fn send_bytes(
+        &self,
+        request: http::Request<bytes::Bytes>,
+    ) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
+        let (parts, body) = request.into_parts();
+        let started = std::time::Instant::now();
+        let mut wait = RETRY_FIRST_WAIT;
+        let mut retries = 0;
+        loop {
+            let outcome = self.send_once(&parts, &body);
+            let retryable = match &outcome {
+                Ok(response) => matches!(response.status().as_u16(), 429 | 502 | 503 | 504),
+                Err(_) => true,
+            };
+            let stopping = self.stopping.load(Ordering::Acquire);
+            if !retryable
+                || stopping
+                || retries == RETRIES
+                || started.elapsed() + wait >= self.timeout
+            {
+                return outcome;
+            }
+            // The SDK runs this on its own thread (`block_on`): a plain sleep is the wait.
+            std::thread::sleep(wait);
+            wait = (wait * 2).min(RETRY_MAX_WAIT);
+            retries += 1;
+        }
+    }
+}
+
 /// Running telemetry: the tracer provider and its exporter thread. Keep it for the life of the
 /// process and call [`Telemetry::shutdown`] at the end (dropping it shuts down too).
 #[derive(Debug)]
 pub struct Telemetry {
     provider: SdkTracerProvider,
     config: TelemetryConfig,
+    /// Set at shutdown: the exporter stops retrying.
+    stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Telemetry {
@@ -407,9 +452,16 @@ impl Telemetry {
             .connect_timeout(config.export_timeout.min(Duration::from_secs(5)))
             .build()
             .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+        let stopping = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
-            .with_http_client(BlockingClient(client))
+            .with_http_client(BlockingClient {
+                client,
+                timeout: config.export_timeout,
+                stopping: stopping.clone(),
+            })
+            // Retried by `BlockingClient`, which can stop retrying at exit.
+            .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
             .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
             .with_endpoint(config.traces_endpoint.clone())
             .with_timeout(config.export_timeout)
@@ -436,6 +488,7 @@ impl Telemetry {
         Ok(Telemetry {
             provider,
             config: config.clone(),
+            stopping,
         })
     }
 
@@ -469,8 +522,10 @@ impl Telemetry {
     }
 
     /// Sends what is queued and stops the exporter, waiting at most [`SHUTDOWN_TIMEOUT`] (a
-    /// collector that does not answer cannot hold the process longer).
+    /// collector that does not answer cannot hold the process longer). Each export is tried once
+    /// from here on: a collector that refuses the connection ends it at once.
     pub fn shutdown(self) {
+        self.stopping.store(true, Ordering::Release);
         let _ = self.provider.shutdown_with_timeout(SHUTDOWN_TIMEOUT);
     }
 }

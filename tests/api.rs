@@ -2448,7 +2448,7 @@ impl std::io::Write for LogBuffer {
 }
 
 #[actix_rt::test]
-async fn provider_retries_are_logged_at_info_and_counted_on_metrics() {
+async fn provider_retries_are_logged_at_warn_and_counted_on_metrics() {
     let addr = plain_http_server(vec![
         (429, r#"{"error":{"message":"slow down"}}"#),
         (503, "busy"),
@@ -2500,7 +2500,7 @@ async fn provider_retries_are_logged_at_info_and_counted_on_metrics() {
     let logs = String::from_utf8(logs.0.lock().clone()).unwrap();
     let retries: Vec<&str> = logs.lines().filter(|l| l.contains("retrying")).collect();
     assert_eq!(retries.len(), 2, "{logs}");
-    assert!(retries[0].contains(" INFO "), "{logs}");
+    assert!(retries[0].contains(" WARN "), "{logs}");
     assert!(retries[0].contains("attempt=1"), "{logs}");
     assert!(retries[0].contains("class=\"429\""), "{logs}");
     assert!(retries[0].contains("delay_ms=10"), "{logs}");

@@ -1636,3 +1636,54 @@ fn journal_export_is_json_lines_db_errors_name_the_path_and_a_closed_pipe_is_qui
         );
     }
 }
+
+/// `warden journal` reads a journal on a read-only mount (a backup, a volume mounted `ro`): SQLite
+/// cannot create the WAL's shared-memory file there, so the reader opens it as an immutable file.
+/// Needs root, to bind-mount the journal's directory read-only.
+#[test]
+fn journal_commands_read_a_journal_on_a_read_only_mount() {
+    let dir = warden_testkit::scratch_dir("journal", "read-only");
+    let source = dir.join("source");
+    let mount = dir.join("mount");
+    std::fs::create_dir_all(&source).unwrap();
+    std::fs::create_dir_all(&mount).unwrap();
+    {
+        let journal = SqliteJournal::open(source.join("warden.db")).unwrap();
+        for i in 0..3 {
+            journal.append(&key("npc"), alert(i));
+        }
+        journal.close();
+    }
+    let bound = std::process::Command::new("mount")
+        .args(["--bind", "-o", "ro"])
+        .arg(&source)
+        .arg(&mount)
+        .output();
+    match bound {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => {
+            warden_testkit::skip(&format!(
+                "cannot bind-mount read-only (needs root): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+            return;
+        }
+        Err(e) => {
+            warden_testkit::skip(&format!("cannot run mount: {e}"));
+            return;
+        }
+    }
+    let db = mount.join("warden.db");
+    // The mount really is read-only.
+    let writable = std::fs::write(mount.join("probe"), "x").is_ok();
+    let results: Vec<(i32, String, String)> = [&["show", "npc"][..], &["tail"], &["export"]]
+        .iter()
+        .map(|args| journal_cli(&db, args))
+        .collect();
+    let _ = std::process::Command::new("umount").arg(&mount).status();
+    assert!(!writable, "the bind mount is writable");
+    for ((code, out, err), what) in results.iter().zip(["show", "tail", "export"]) {
+        assert_eq!((*code, err.as_str()), (0, ""), "journal {what}");
+        assert!(out.contains("npc"), "journal {what}: {out}");
+    }
+}

@@ -1,6 +1,8 @@
 //! MCP client tools (`warden_actors::tools::mcp`, `[mcp_servers]` in team files), against the real
-//! reference server `@modelcontextprotocol/server-everything` (stdio and streamable HTTP) and against
-//! a hostile server of our own (`tests/mcp/hostile_server.py`).
+//! reference server `@modelcontextprotocol/server-everything` (stdio and streamable HTTP), against
+//! a hostile server of our own (`tests/mcp/hostile_server.py`) and a minimal streamable-HTTP one
+//! (`tests/mcp/http_server.py`, for how a server says a session is gone), and with `warden serve`
+//! `SIGKILL`ed under a busy stdio server.
 //!
 //! The reference server comes from npm: `.ci/run` installs it into `$WARDEN_NPM_CACHE` (default
 //! `~/.cache/warden-npm`); `WARDEN_MCP_EVERYTHING` may name its `dist/index.js` directly. Without
@@ -274,6 +276,145 @@ async fn the_reference_server_over_streamable_http_echoes() {
     let _ = server.kill().await;
 }
 
+/// `server-everything` over streamable HTTP on `port`; returns once it listens.
+async fn everything_http(js: &str, port: u16) -> tokio::process::Child {
+    let server = tokio::process::Command::new("node")
+        .arg(js)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node starts");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the HTTP server did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server
+}
+
+/// A streamable-HTTP server that restarts loses its sessions; `server-everything` then answers 400
+/// to the old session id (the spec says 404). warden takes either as "session gone" and
+/// initializes a new session, so calls work again without restarting warden.
+#[tokio::test]
+async fn an_http_server_restarted_mid_run_is_reconnected() {
+    let Some(js) = everything() else { return };
+    let port = warden_testkit::free_port();
+    let mut server = everything_http(&js, port).await;
+    let mut config = McpServerConfig::http(format!("http://127.0.0.1:{port}/mcp"));
+    config.timeout_seconds = Some(5.0);
+    let hub = McpHub::start(&servers("web", config), no_env())
+        .await
+        .expect("connected");
+    let echo = |hub: &McpHub| Agent::new(hub, &["web.echo"]).expect("tools");
+    let said = |run: &ToolRun, what: &str| {
+        run.result
+            .as_ref()
+            .is_ok_and(|v| v.as_str().is_some_and(|t| t.contains(what)))
+    };
+    let run = echo(&hub)
+        .call("web__echo", json!({"message": "before"}))
+        .await;
+    assert!(said(&run, "before"), "{:?}", run.result);
+
+    // The server restarts on the same port: every session it had is gone.
+    server.kill().await.expect("killed");
+    let _ = server.wait().await;
+    let _server = everything_http(&js, port).await;
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut failures = Vec::new();
+    loop {
+        // A fresh runner each time: the calls failing meanwhile would open the circuit.
+        let run = echo(&hub)
+            .call("web__echo", json!({"message": "after"}))
+            .await;
+        if said(&run, "after") {
+            break;
+        }
+        failures.push(format!("{:?}", run.result));
+        assert!(
+            Instant::now() < deadline,
+            "no call worked after the restart in 30 s: {failures:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    hub.shutdown().await;
+}
+
+/// Calls `web.echo` (a fresh runner each time: failures would open the circuit) until it answers,
+/// within 30 s; panics with every failure seen otherwise.
+async fn echo_works_again(hub: &McpHub, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut failures = Vec::new();
+    loop {
+        let agent = Agent::new(hub, &["web.echo"]).expect("tools");
+        let run = agent.call("web__echo", json!({"message": "after"})).await;
+        if run
+            .result
+            .as_ref()
+            .is_ok_and(|v| v.as_str().is_some_and(|t| t.contains("after")))
+        {
+            return;
+        }
+        failures.push(format!("{:?}", run.result));
+        assert!(
+            Instant::now() < deadline,
+            "{what}: no call worked after the restart in 30 s: {failures:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `tests/mcp/http_server.py` on `port`, answering an unknown session as `gone` says; returns once
+/// it listens.
+async fn python_http(py: &str, port: u16, gone: &str) -> tokio::process::Child {
+    let server = tokio::process::Command::new("python3")
+        .arg(py)
+        .arg(port.to_string())
+        .env("SESSION_GONE", gone)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 starts");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the HTTP server did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server
+}
+
+/// However a restarted streamable-HTTP server says it no longer knows the session — 404 (the
+/// spec), 400 with an error for no request, 400 in plain text — warden starts a new session.
+#[tokio::test]
+async fn a_session_the_server_forgot_is_started_again_on_404_or_400() {
+    let Some(hostile) = hostile() else { return };
+    let py = hostile.replace("hostile_server.py", "http_server.py");
+    for gone in ["404", "400-json", "400-text"] {
+        let port = warden_testkit::free_port();
+        let mut server = python_http(&py, port, gone).await;
+        let mut config = McpServerConfig::http(format!("http://127.0.0.1:{port}/mcp"));
+        config.timeout_seconds = Some(5.0);
+        let hub = McpHub::start(&servers("web", config), no_env())
+            .await
+            .expect("connected");
+        echo_works_again(&hub, gone).await;
+        server.kill().await.expect("killed");
+        let _ = server.wait().await;
+        let _server = python_http(&py, port, gone).await;
+        echo_works_again(&hub, gone).await;
+        hub.shutdown().await;
+    }
+}
+
 fn hostile_config(py: &str, log: &std::path::Path) -> McpServerConfig {
     let mut config = McpServerConfig::stdio("python3", [py.to_owned()]);
     config
@@ -464,6 +605,21 @@ async fn starting_says_exactly_why_not() {
     .await
     .unwrap_err();
     assert!(matches!(err, McpError::CommandNotFound { .. }), "{err}");
+    // Nobody listens at the URL: said in words, not the SDK's type names.
+    let mut config = McpServerConfig::http(format!(
+        "http://127.0.0.1:{}/mcp",
+        warden_testkit::free_port()
+    ));
+    config.startup_timeout_seconds = 10.0;
+    let err = McpHub::start(&servers("web", config), no_env())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        !err.contains("rmcp::") && !err.contains("WorkerTransport") && !err.contains('<'),
+        "{err}"
+    );
+    assert!(err.to_lowercase().contains("connection refused"), "{err}");
     if have("python3") {
         // A program that is no MCP server: the handshake fails, with its stderr.
         let config = McpServerConfig::stdio(
@@ -568,7 +724,8 @@ fn the_docs_example_parses() {
 }
 
 /// A halt of an agent whose turn is inside an MCP call reaches the server: the turn's tool future is
-/// dropped and `notifications/cancelled` arrives for the call's request id.
+/// dropped and `notifications/cancelled` arrives for the call's request id. The model later learns
+/// that the call was interrupted and may have run.
 #[actix_rt::test]
 async fn halting_an_agent_cancels_its_mcp_call_on_the_server() {
     let Some(py) = hostile() else { return };
@@ -630,6 +787,35 @@ async fn halting_an_agent_cancels_its_mcp_call_on_the_server() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // Resumed, the agent's next turn answers the interrupted call first: the server had received
+    // it, so the model is told it may have run, not invited to call it again.
+    agent.resume("test").await.expect("resumed");
+    let reply = agent
+        .ask(warden::UserEvent::new("again"))
+        .await
+        .expect("answered");
+    assert_eq!(reply.answer, "done");
+    let results: Vec<String> = journal
+        .events_of("a")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::HistoryAppended { message }
+                if message.role == warden_protocols::ChatRole::Tool =>
+            {
+                message.content
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(
+        results[0].contains("interrupted") && results[0].contains("may have run"),
+        "{results:?}"
+    );
+    assert!(
+        !results[0].contains("call it again if still needed"),
+        "{results:?}"
+    );
     team.shutdown().await;
     hub.shutdown().await;
     let _ = std::fs::remove_file(&log);
@@ -655,6 +841,25 @@ fn config_check_lists_each_servers_tools_or_says_why_not() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
+    // Each server is started once (it was twice: once to list, once to check the agents' tools):
+    // the hostile server logs each `notifications/initialized` it gets.
+    if let Some(py) = hostile() {
+        let log = dir.join("hostile.log");
+        let team = format!(
+            "[providers.m]\nkind = \"scripted\"\nreplies = [\"done\"]\n\n[mcp_servers.h]\n\
+             command = \"python3\"\nargs = [\"{py}\"]\nenv = {{ HOSTILE_LOG = \"{}\" }}\n\n\
+             [[agents]]\nkey = \"a\"\nprovider = \"m\"\ntools = [\"h.ok\"]\n",
+            log.display()
+        );
+        let (ok, stdout, stderr) = check(&team);
+        assert!(ok, "{stderr}");
+        assert!(stdout.contains("h.ok (the model sees h__ok)"), "{stdout}");
+        let starts = logged(&log)
+            .iter()
+            .filter(|m| m["method"] == "notifications/initialized")
+            .count();
+        assert_eq!(starts, 1, "config check started the server {starts} times");
+    }
     let missing = TEAM.replace("command = \"node\"", "command = \"warden-no-such-program\"");
     let (ok, _, stderr) = check(&missing);
     assert!(!ok);
@@ -678,4 +883,136 @@ fn config_check_lists_each_servers_tools_or_says_why_not() {
         assert!(stderr.contains("no usable tool `nope`"), "{stderr}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether process `pid` runs (a zombie does not: nobody may reap an orphan in a container).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat
+            .rfind(')')
+            .and_then(|at| stat[at + 1..].split_whitespace().next());
+        !matches!(state, Some("Z") | Some("X") | None)
+    })
+}
+
+/// The `server PID` and `helper PID` lines `hostile_server.py` wrote in busy mode, in order.
+fn busy_pids(path: &std::path::Path) -> Vec<(String, u32)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (what, pid) = l.split_once(' ')?;
+            Some((what.to_owned(), pid.parse().ok()?))
+        })
+        .collect()
+}
+
+/// `warden serve` with the busy hostile server on a free port; ready once `/healthz` answers.
+fn serve_busy(team: &std::path::Path, db: &std::path::Path) -> (std::process::Child, u16) {
+    let port = warden_testkit::free_port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--config",
+        ])
+        .arg(team)
+        .arg("--db")
+        .arg(db)
+        .env("WARDEN_ADMIN_TOKEN", "admin-token-for-mcp-tests")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("warden serve starts");
+    warden_testkit::wait_until("warden serve answers", Duration::from_secs(30), || {
+        warden_testkit::blocking_request(port, "GET", "/healthz", "", None)
+            .is_ok_and(|(status, _)| status == 200)
+    });
+    (child, port)
+}
+
+/// A busy stdio server (it does not exit when its stdin closes, and has started a helper process)
+/// does not outlive a `SIGKILL`ed `warden serve`: the server dies with warden (parent-death
+/// signal), its helper is ended by the next start (the process groups recorded next to the
+/// journal), and a clean stop ends the server's whole group.
+#[test]
+fn a_sigkilled_warden_leaves_no_mcp_server_behind() {
+    if !cfg!(target_os = "linux") {
+        return; // the parent-death signal and /proc are Linux's
+    }
+    let Some(py) = hostile() else { return };
+    let dir = warden_testkit::scratch_dir("mcp", "orphans");
+    let pids = dir.join("pids");
+    let team = dir.join("team.toml");
+    let db = dir.join("journal.db");
+    std::fs::write(
+        &team,
+        format!(
+            r#"
+[providers.m]
+kind = "scripted"
+replies = ["done"]
+
+[mcp_servers.h]
+command = "python3"
+args = ["{py}"]
+env = {{ HOSTILE_BUSY = "1", HOSTILE_PIDS = "{pids}" }}
+
+[[agents]]
+key = "a"
+provider = "m"
+tools = ["h.ok"]
+"#,
+            pids = pids.display()
+        ),
+    )
+    .unwrap();
+    let (mut first, _) = serve_busy(&team, &db);
+    let started = busy_pids(&pids);
+    let (server, helper) = match started.as_slice() {
+        [(s, server), (h, helper)] if s == "server" && h == "helper" => (*server, *helper),
+        other => panic!("the server did not say its pids: {other:?}"),
+    };
+    assert!(running(server) && running(helper));
+
+    // SIGKILL: warden cannot end anything itself.
+    first.kill().expect("SIGKILL warden");
+    first.wait().expect("reaped");
+    let server_gone = warden_testkit::wait_for(Duration::from_secs(10), || !running(server));
+    // Its helper is in the server's group, orphaned; the next start ends it.
+    let (mut second, _) = serve_busy(&team, &db);
+    let helper_gone = warden_testkit::wait_for(Duration::from_secs(10), || !running(helper));
+    let restarted = busy_pids(&pids);
+    assert_eq!(restarted.len(), 4, "{restarted:?}");
+    let (server2, helper2) = (restarted[2].1, restarted[3].1);
+
+    // A clean stop (SIGTERM) ends the new server and its helper.
+    // SAFETY: a plain signal to our own child.
+    unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
+    second.wait().expect("warden exits");
+    let stopped_clean = warden_testkit::wait_for(Duration::from_secs(10), || {
+        !running(server2) && !running(helper2)
+    });
+    // Whatever failed, leave nothing behind.
+    for pid in [server, helper, server2, helper2] {
+        if running(pid) {
+            // SAFETY: a plain signal to a process this test started.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    }
+    assert!(
+        server_gone,
+        "the busy MCP server {server} outlived the SIGKILLed warden"
+    );
+    assert!(
+        helper_gone,
+        "the next warden did not end the helper {helper} the killed one left behind"
+    );
+    assert!(
+        stopped_clean,
+        "a clean stop left the server {server2} or its helper {helper2} running"
+    );
 }

@@ -798,3 +798,77 @@ fn the_example_team_file_parses_with_its_telemetry_section() {
     .to_string();
     assert!(err.contains("telemetry.endpoint"), "{err}");
 }
+
+/// A collector that answers every request with `503` (a failure the exporter retries), counting
+/// the requests it got.
+fn failing_collector() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the collector");
+    let port = listener.local_addr().unwrap().port();
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = count.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let counted = counted.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut writer = stream;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut length = 0;
+                    loop {
+                        let mut header = String::new();
+                        if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if header.trim().is_empty() {
+                            break;
+                        }
+                        if let Some((name, value)) = header.split_once(':') {
+                            if name.eq_ignore_ascii_case("content-length") {
+                                length = value.trim().parse().unwrap_or(0);
+                            }
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let reply = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n";
+                    if writer.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, count)
+}
+
+/// At exit each export is tried once: the exporter's retries (for a collector that fails, or
+/// refuses the connection) would only delay the exit. Spans are exported only at exit here, in one
+/// batch; the collector fails it.
+#[test]
+fn at_exit_a_failing_export_is_not_retried() {
+    let (port, requests) = failing_collector();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let served = Served::start(
+        TEAM,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "600000"),
+        ],
+    );
+    let (status, body) = served.post("lead", "USER-PROMPT-TEXT", &[]);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let (_, stderr) = served.stop();
+    assert_eq!(
+        requests.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "export attempts at exit\n{stderr}"
+    );
+}

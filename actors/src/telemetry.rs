@@ -256,7 +256,7 @@ pub(crate) fn chat_ended(span: &Span, result: Option<&Result<LlmResponse, Provid
             }
         }
         Some(Err(failure)) => {
-            let kind = match failure {
+            let kind = match failure.last_attempt() {
                 ProviderError::Timeout { .. } => "timeout",
                 ProviderError::Connection { .. } => "connection",
                 ProviderError::Http { .. } => "http",

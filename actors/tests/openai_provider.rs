@@ -377,7 +377,18 @@ async fn timeout_is_retried_then_reported() {
         .complete(simple_request())
         .await
         .unwrap_err();
-    assert_eq!(error, ProviderError::Timeout { after_ms: 200 });
+    // The final error says how many attempts were made.
+    assert_eq!(
+        error,
+        ProviderError::Retried {
+            attempts: 2,
+            last: Box::new(ProviderError::Timeout { after_ms: 200 })
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "llm call timed out after 200 ms (after 2 attempts)"
+    );
     assert_eq!(server.requests().len(), 2);
     // Both abandoned attempts closed their connections.
     server.client_closed().await;
@@ -405,7 +416,11 @@ async fn connection_refused_is_a_retried_connection_error() {
         .with_attempt_observer(observer);
     let error = provider.complete(simple_request()).await.unwrap_err();
     assert!(
-        matches!(error, ProviderError::Connection { .. }),
+        matches!(
+            &error,
+            ProviderError::Retried { attempts: 2, last }
+                if matches!(**last, ProviderError::Connection { .. })
+        ),
         "{error:?}"
     );
     let seen = seen.lock();
@@ -430,6 +445,32 @@ async fn malformed_json_body_is_not_retried() {
         "{error:?}"
     );
     assert_eq!(server.requests().len(), 1);
+}
+
+/// A completion with no text and no tool call is no answer: an error (the agent then tells the
+/// model and its breaker counts it), not "" delivered as the answer. Plain and streamed.
+#[tokio::test]
+async fn an_empty_completion_is_an_error() {
+    let server = Server::start(vec![
+        vec![ok_json(text_reply(""))],
+        vec![ok_json(text_reply("  \n"))],
+        vec![Step::SseHead, sse(text_delta("")), done()],
+    ])
+    .await;
+    let provider = OpenAiCompatible::new(config(&server)).unwrap();
+    for _ in 0..2 {
+        let error = provider.complete(simple_request()).await.unwrap_err();
+        assert!(
+            matches!(&error, ProviderError::Malformed { message } if message.contains("answered nothing")),
+            "{error:?}"
+        );
+    }
+    let events = collect(&provider, simple_request()).await;
+    assert!(
+        matches!(single_finish(&events), Err(ProviderError::Malformed { message }) if message.contains("answered nothing")),
+        "{events:?}"
+    );
+    assert_eq!(server.requests().len(), 3, "not retried");
 }
 
 #[tokio::test]
@@ -686,9 +727,9 @@ async fn stream_error_status_finishes_once_after_retries() {
     assert!(matches!(
         &events[0],
         StreamEvent::Finished {
-            outcome: Err(ProviderError::Http { status: 502, .. }),
+            outcome: Err(ProviderError::Retried { attempts: 3, last }),
             attempts: 3
-        }
+        } if matches!(**last, ProviderError::Http { status: 502, .. })
     ));
     assert_eq!(server.requests().len(), 3);
 }

@@ -81,16 +81,34 @@ impl JournalReader {
             path: shown.clone(),
             error,
         };
-        let conn = Connection::open_with_flags(
-            path_ref,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(opened)?;
-        conn.busy_timeout(Duration::from_secs(5))?;
-        let version = schema_version(&conn).map_err(|e| match e {
-            JournalError::Sqlite(error) => opened(error),
-            other => other,
-        })?;
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let first = Connection::open_with_flags(path_ref, flags)
+            .map_err(JournalError::Sqlite)
+            .and_then(|conn| {
+                conn.busy_timeout(Duration::from_secs(5))?;
+                let version = schema_version(&conn)?;
+                Ok((conn, version))
+            });
+        let (conn, version) = match first {
+            Ok(opened) => opened,
+            // A WAL journal whose shared-memory file does not exist and cannot be created: a
+            // read-only mount (or directory) of a journal closed cleanly. Nobody can be writing it
+            // there, so it is read as the file on disk (`immutable`: no locks, no -shm).
+            Err(JournalError::Sqlite(error)) if cannot_open(&error) => {
+                let conn = Connection::open_with_flags(
+                    immutable_uri(path_ref),
+                    flags | OpenFlags::SQLITE_OPEN_URI,
+                )
+                .map_err(opened)?;
+                let version = schema_version(&conn).map_err(|e| match e {
+                    JournalError::Sqlite(error) => opened(error),
+                    other => other,
+                })?;
+                (conn, version)
+            }
+            Err(JournalError::Sqlite(error)) => return Err(opened(error)),
+            Err(other) => return Err(other),
+        };
         if version > SCHEMA_VERSION {
             return Err(JournalError::NewerSchema {
                 path: shown,
@@ -170,4 +188,26 @@ impl JournalReader {
         let folded = fold_agent(&tx, &AgentKey::new(agent), true)?;
         Ok(folded.snapshot_seq.map(|seq| (seq, folded.record)))
     }
+}
+
+/// Whether SQLite could not open the file (`SQLITE_CANTOPEN`).
+fn cannot_open(error: &rusqlite::Error) -> bool {
+    matches!(
+        error,
+        rusqlite::Error::SqliteFailure(e, _) if e.code == rusqlite::ErrorCode::CannotOpen
+    )
+}
+
+/// `file:PATH?immutable=1`, the path percent-encoded as SQLite's URI filenames want it.
+fn immutable_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for &byte in path.as_os_str().as_encoded_bytes() {
+        if byte.is_ascii_alphanumeric() || b"/-_.~".contains(&byte) {
+            uri.push(char::from(byte));
+        } else {
+            uri.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
 }

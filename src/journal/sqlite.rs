@@ -115,7 +115,8 @@ pub struct JournalStats {
     /// Events appended that a safety decision rests on ([`must_be_durable`]); their acknowledgements
     /// wait on [`Journal::durable`] (append itself never waits).
     pub durable_waits: u64,
-    /// Batches dropped after repeated write failures (see [`SqliteJournal::last_error`]).
+    /// Batches whose write still failed after the retries: the journal went degraded and retries
+    /// them until it can write (see [`SqliteJournal::last_error`]); not dropped.
     pub failed_batches: u64,
     /// Highest sequence number committed.
     pub committed_seq: u64,

@@ -405,7 +405,7 @@ pub fn render(s: &Snapshot) -> String {
         e.single(
             "warden_journal_failed_batches_total",
             "counter",
-            "Batches dropped after repeated write failures.",
+            "Batches whose write still failed after the retries: the journal is degraded and retries them until it can write (their events are lost only if it closes first).",
             j.failed_batches,
         );
         e.single(

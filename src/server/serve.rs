@@ -195,7 +195,13 @@ pub async fn serve_team(
     // `[cluster]`: only the agents whose lease this node holds are started; a halted cluster
     // halts them before anything is served (docs/cluster.md).
     let cluster = crate::cluster::join_for(&mut file, &supervisor).await?;
-    let mcp = file.start_mcp().await?.map(Arc::new);
+    // The stdio MCP servers' process groups, next to the journal: a killed warden's are ended here.
+    let mut groups = db.as_os_str().to_owned();
+    groups.push(".mcp-groups");
+    let mcp = file
+        .start_mcp_recorded(std::path::Path::new(&groups))
+        .await?
+        .map(Arc::new);
     file.spawn_agents_with_mcp(&supervisor, &records, mcp.as_deref())?;
     if let Some(cluster) = &cluster {
         // The agents another node owns now: adopted if that node's lease on them goes.

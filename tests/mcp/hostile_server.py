@@ -13,10 +13,16 @@ no SDK. Tools:
 
 Every notification it receives is appended, one JSON object a line, to the file named by
 HOSTILE_LOG (if set), so a test can see `notifications/cancelled` arrive.
+
+With HOSTILE_BUSY=1 it behaves like a server busy with long work: it starts a helper process of
+its own (in its process group, as `npx` or a shell wrapper would) and does not exit when its stdin
+closes. HOSTILE_PIDS (if set) names a file it appends "server PID" and "helper PID" lines to.
 """
 import json
 import os
+import subprocess
 import sys
+import time
 
 LOG = os.environ.get("HOSTILE_LOG")
 renamed = False
@@ -55,8 +61,19 @@ def result(id, text, is_error=False):
           "result": {"content": [{"type": "text", "text": text}], "isError": is_error}})
 
 
+def busy_start():
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    pids = os.environ.get("HOSTILE_PIDS")
+    if pids:
+        with open(pids, "a") as f:
+            f.write("server %d\nhelper %d\n" % (os.getpid(), helper.pid))
+
+
 def main():
     global renamed
+    busy = os.environ.get("HOSTILE_BUSY") == "1"
+    if busy:
+        busy_start()
     for line in sys.stdin:
         line = line.strip()
         if not line:
@@ -105,6 +122,11 @@ def main():
         else:
             send({"jsonrpc": "2.0", "id": id,
                   "error": {"code": -32601, "message": "no method " + str(method)}})
+
+    if busy:
+        # Busy with work that does not watch stdin: only a signal ends it.
+        while True:
+            time.sleep(1)
 
 
 main()

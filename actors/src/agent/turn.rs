@@ -52,11 +52,16 @@ pub(crate) const CONTINUE_PROMPT: &str =
     "Your previous reply was cut off by the length limit. Continue exactly where you left off, without repeating anything.";
 
 /// The result given to a tool call that was not run (after a DANGEROUS tool or a trip in the same
-/// response, or when a halt interrupted the turn).
-const NOT_RUN_RESULT: &str = r#"{"success":false,"error":"not run: only one DANGEROUS tool per tick, or the turn was stopped; call it again if still needed"}"#;
+/// response).
+const NOT_RUN_RESULT: &str = r#"{"success":false,"error":"not run: only one DANGEROUS tool per tick, or the turn was stopped by a safety limit; call it again if still needed"}"#;
 
-/// Gives every tool call left without a result (a turn interrupted by a halt or a crash) a `not run`
-/// result, so the next request is a valid conversation. Only the end of the history is read: the
+/// The result given to a tool call a halt, a pause or a crash interrupted: it may have been sent
+/// (an MCP server may have received it and acted) before the turn stopped, so the model must not
+/// take it for a call that did not happen.
+const INTERRUPTED_RESULT: &str = r#"{"success":false,"error":"interrupted: the turn was stopped (halt, pause or restart) before this call's result came back; it may have run, in part or in full. Do not call it again before checking whether it took effect"}"#;
+
+/// Gives every tool call left without a result (a turn interrupted by a halt or a crash) an
+/// `interrupted` result, so the next request is a valid conversation. Only the end of the history is read: the
 /// results of a call are appended right after it, and every turn starts here, so an unanswered call
 /// can only be in the newest assistant message, followed by nothing but tool results and internal
 /// system alerts.
@@ -83,7 +88,7 @@ fn answer_dangling_calls(cell: &AgentCell) {
             .collect()
     };
     for id in dangling {
-        cell.append_history(ChatMessage::tool_result(id, NOT_RUN_RESULT));
+        cell.append_history(ChatMessage::tool_result(id, INTERRUPTED_RESULT));
     }
 }
 

@@ -610,7 +610,9 @@ impl Provider for Limited {
             };
             match &result {
                 Ok(response) => permit.settle(Some(&response.usage)),
-                Err(ProviderError::Http { status: 429, .. }) => limiter.note_throttled(),
+                Err(e) if matches!(e.last_attempt(), ProviderError::Http { status: 429, .. }) => {
+                    limiter.note_throttled()
+                }
                 Err(_) => {}
             }
             result

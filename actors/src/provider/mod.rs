@@ -96,10 +96,29 @@ pub enum ProviderError {
         /// The error text.
         message: String,
     },
+    /// A retryable failure that lasted through every attempt the provider's retry policy allows
+    /// (`retry_attempts`, at least 2): the last attempt's error. Not retried again.
+    #[error("{last} (after {attempts} attempts)")]
+    Retried {
+        /// Attempts made, the first included.
+        attempts: u32,
+        /// The last attempt's error.
+        last: Box<ProviderError>,
+    },
 }
 
 impl ProviderError {
-    /// Whether another attempt may succeed: timeouts, connection errors, 408, 429 and 5xx.
+    /// The error itself, or for [`ProviderError::Retried`] the last attempt's: what went wrong,
+    /// retries aside.
+    pub fn last_attempt(&self) -> &ProviderError {
+        match self {
+            ProviderError::Retried { last, .. } => last.last_attempt(),
+            other => other,
+        }
+    }
+
+    /// Whether another attempt may succeed: timeouts, connection errors, 408, 429 and 5xx (not a
+    /// [`ProviderError::Retried`]: its attempts are spent).
     pub fn is_retryable(&self) -> bool {
         match self {
             ProviderError::Timeout { .. } | ProviderError::Connection { .. } => true,

@@ -11,8 +11,10 @@
 //!   `Wed, 21 Oct 2015 07:28:00 GMT`, and the obsolete RFC 850 and asctime forms), which means
 //!   `date - now`, 0 for a date in the past. An unreadable value is ignored (the computed delay is
 //!   used).
-//! - Every retry is logged at `info` (attempt, class, error, delay) and counted per class in a
-//!   process-wide counter ([`retry_counts`], `warden_provider_retries_total` on `/metrics`).
+//! - Every retry is logged at `warn` (attempt, class, error, delay) and counted per class in a
+//!   process-wide counter ([`retry_counts`], `warden_provider_retries_total` on `/metrics`). A
+//!   call that still fails after retries fails as [`ProviderError::Retried`] (`… (after 4
+//!   attempts)`), logged at `error` (the binary's default level).
 //! - Waiting uses `tokio::time::sleep`, so it follows a paused test clock, and dropping the future
 //!   stops the retries.
 
@@ -177,7 +179,7 @@ static RETRIES: [AtomicU64; RETRY_CLASSES.len()] =
 /// The class a retried error is counted under: `408`, `429`, `5xx`, `timeout`, `connect`, or
 /// `other` (any other error a future policy might retry).
 pub fn retry_class(error: &ProviderError) -> &'static str {
-    match error {
+    match error.last_attempt() {
         ProviderError::Http { status: 408, .. } => "408",
         ProviderError::Http { status: 429, .. } => "429",
         ProviderError::Http { status, .. } if (500..=599).contains(status) => "5xx",
@@ -230,11 +232,27 @@ where
                     observer.report(&failed);
                 }
                 match retry_in {
+                    None if number > 1 => {
+                        let class = retry_class(&failed.error);
+                        // At `error`: the default level of `warden serve` shows it.
+                        tracing::error!(
+                            attempts = number,
+                            class,
+                            error = %failed.error,
+                            "llm call failed after {number} attempts ({class}): {}",
+                            failed.error
+                        );
+                        let error = ProviderError::Retried {
+                            attempts: number,
+                            last: Box::new(failed.error),
+                        };
+                        return (Err(error), number);
+                    }
                     None => return (Err(failed.error), number),
                     Some(delay) => {
                         let class = retry_class(&failed.error);
                         count_retry(class);
-                        tracing::info!(
+                        tracing::warn!(
                             attempt = number,
                             max_attempts,
                             class,
@@ -459,7 +477,11 @@ mod tests {
             }
         })
         .await;
-        assert!(matches!(result, Err(ProviderError::Connection { .. })));
+        assert!(matches!(
+            &result,
+            Err(ProviderError::Retried { attempts: 4, last })
+                if matches!(**last, ProviderError::Connection { .. })
+        ));
         assert_eq!((attempts, *calls.lock()), (4, 4));
 
         let (result, attempts) = run_with_retries::<(), _, _>(&fixed(10, 100), None, |_| async {

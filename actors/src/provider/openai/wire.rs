@@ -284,6 +284,20 @@ impl Draft {
                 .iter()
                 .map(|c| c.function.arguments.chars().count() + c.function.name.len())
                 .sum::<usize>();
+        // Nothing at all (no text, no tool call) is no answer: an error, so the agent tells the model
+        // and the consecutive-error breaker counts it, instead of delivering "" as the answer. A
+        // reply cut by the token limit is not this case (the agent asks the model to go on).
+        if calls.is_empty()
+            && content.as_deref().is_none_or(|c| c.trim().is_empty())
+            && self.finish_reason.as_deref() != Some("length")
+        {
+            return Err(ProviderError::Malformed {
+                message: format!(
+                    "the model answered nothing (no text, no tool call; finish_reason {})",
+                    self.finish_reason.as_deref().unwrap_or("absent")
+                ),
+            });
+        }
         let finish_reason = match self.finish_reason.as_deref().map(map_finish_reason) {
             // A server that says "stop" while calling tools (some local servers do) still called them.
             Some(FinishReason::Stop) | None if !calls.is_empty() => FinishReason::ToolCalls,

@@ -1,7 +1,12 @@
 //! One MCP server's connection: starting it (a stdio child or a streamable-HTTP session), the
 //! handshake, `tools/list`, restarts with backoff, `list_changed`, progress routing, shutdown.
 
-use super::{capped::CappedLines, definition::ToolDef, McpError};
+use super::{
+    capped::CappedLines,
+    definition::ToolDef,
+    group::{kill_group, set_parent_death_signal, GroupRecord},
+    McpError,
+};
 use crate::journal::Journal;
 use parking_lot::{Mutex, RwLock};
 use rmcp::{
@@ -55,6 +60,8 @@ pub(crate) struct Shared {
     pub(crate) shutdown: CancellationToken,
     /// Resolves the environment variables named in the config (`bearer_env`, `headers_env`).
     env: super::EnvLookup,
+    /// Where a stdio child's process group is recorded (`warden serve`: next to the journal).
+    pub(crate) groups: Option<Arc<GroupRecord>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -97,7 +104,12 @@ pub(crate) struct Connection {
 }
 
 impl Shared {
-    pub(crate) fn new(name: String, config: McpServerConfig, env: super::EnvLookup) -> Arc<Self> {
+    pub(crate) fn new(
+        name: String,
+        config: McpServerConfig,
+        env: super::EnvLookup,
+        groups: Option<Arc<GroupRecord>>,
+    ) -> Arc<Self> {
         Arc::new(Shared {
             name,
             config,
@@ -112,6 +124,7 @@ impl Shared {
             list_changed: Notify::new(),
             shutdown: CancellationToken::new(),
             env,
+            groups,
         })
     }
 
@@ -185,9 +198,15 @@ impl Shared {
                 (service, Some(child))
             }
             (None, Some(url)) => {
-                let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
-                    self.http_config(url)?,
-                );
+                // First: it installs the TLS provider the client needs.
+                let config = self.http_config(url)?;
+                let client =
+                    super::session::SessionAware::new().map_err(|detail| McpError::Config {
+                        server: self.name.clone(),
+                        detail,
+                    })?;
+                let transport =
+                    rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
                 let served = tokio::time::timeout(timeout, handler.serve(transport)).await;
                 (self.served(served, &mut None).await?, None)
             }
@@ -202,18 +221,18 @@ impl Shared {
     }
 
     /// The outcome of a handshake as a [`McpError`], with the child's stderr.
-    async fn served<E: std::fmt::Display>(
+    async fn served<E: std::error::Error + 'static>(
         &self,
         served: Result<Result<RunningService<RoleClient, Handler>, E>, tokio::time::error::Elapsed>,
         child: &mut Option<&mut tokio::process::Child>,
     ) -> Result<RunningService<RoleClient, Handler>, McpError> {
         let failed = match served {
             Ok(Ok(service)) => return Ok(service),
-            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Err(e)) => Err(super::error::in_words(&e)),
             Err(_) => Ok(()),
         };
         if let Some(child) = child.as_mut() {
-            let _ = child.start_kill();
+            kill_group(child);
             let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
         }
         // Let the stderr reader catch up with what the child wrote before it ended.
@@ -250,7 +269,8 @@ impl Shared {
         cmd.envs(&self.config.env);
         #[cfg(unix)]
         cmd.process_group(0); // its own group: a shutdown kills what it started too
-        cmd.spawn().map_err(|e| {
+        set_parent_death_signal(&mut cmd); // and a SIGKILLed warden takes it along
+        let child = cmd.spawn().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound
                 || e.kind() == std::io::ErrorKind::PermissionDenied
             {
@@ -265,7 +285,11 @@ impl Shared {
                     detail: e.to_string(),
                 }
             }
-        })
+        })?;
+        if let (Some(groups), Some(pid)) = (&self.groups, child.id()) {
+            groups.spawned(&self.name, pid);
+        }
+        Ok(child)
     }
 
     fn http_config(
@@ -325,7 +349,7 @@ impl Shared {
             Ok(Ok(tools)) => Ok(tools),
             Ok(Err(e)) => Err(McpError::List {
                 server: self.name.clone(),
-                detail: e.to_string(),
+                detail: super::error::in_words(&e),
             }),
             Err(_) => Err(McpError::TimedOut {
                 server: self.name.clone(),
@@ -458,7 +482,7 @@ impl Shared {
                         token.cancel();
                         let _ = tokio::time::timeout(Duration::from_secs(2), &mut waiting).await;
                         if let Some(child) = child.as_mut() {
-                            let _ = child.start_kill();
+                            kill_group(child);
                             let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
                         }
                         return;
@@ -469,7 +493,7 @@ impl Shared {
             };
             let status = match child.as_mut() {
                 Some(child) => {
-                    let _ = child.start_kill();
+                    kill_group(child);
                     match tokio::time::timeout(Duration::from_secs(2), child.wait()).await {
                         Ok(Ok(status)) => format!("the process ended ({status})"),
                         _ => "the process was killed".to_owned(),

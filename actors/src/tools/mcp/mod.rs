@@ -25,12 +25,16 @@
 //!   meanwhile fail at once saying so. [`McpHub::shutdown`] (or dropping the hub) ends children.
 //!
 //! Files: `client.rs` (connection, restarts, notifications), `definition.rs` (checking listed
-//! tools), `tool.rs` ([`McpTool`], result mapping), `capped.rs` (the stdio line cap), `error.rs`.
+//! tools), `tool.rs` ([`McpTool`], result mapping), `capped.rs` (the stdio line cap), `group.rs`
+//! (stdio servers' process groups), `session.rs` (a 400 on a known HTTP session is the session
+//! gone), `error.rs`.
 
 mod capped;
 mod client;
 mod definition;
 mod error;
+mod group;
+mod session;
 mod tool;
 
 pub use definition::model_tool_name;
@@ -63,6 +67,8 @@ pub struct McpHub {
     /// Taken by [`McpHub::shutdown`] (which needs only `&self`: a cluster node's adoption shares
     /// the hub).
     tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Where the stdio children's process groups are recorded, if anywhere.
+    groups: Option<Arc<group::GroupRecord>>,
 }
 
 impl Drop for McpHub {
@@ -80,8 +86,37 @@ impl McpHub {
         configs: &BTreeMap<String, McpServerConfig>,
         env: EnvLookup,
     ) -> Result<Self, McpError> {
+        Self::start_with(configs, env, None).await
+    }
+
+    /// [`McpHub::start`], recording the process group of each stdio server in the file `record`
+    /// (`warden serve` keeps it next to its journal): the groups a previous run recorded there and
+    /// that still run — a warden killed by `SIGKILL` leaves behind what its children started, and
+    /// outside Linux its children too — are killed first. See `docs/mcp.md` ("Processes").
+    pub async fn start_recorded(
+        configs: &BTreeMap<String, McpServerConfig>,
+        env: EnvLookup,
+        record: &std::path::Path,
+    ) -> Result<Self, McpError> {
+        let (groups, ended) = group::GroupRecord::take_over(record);
+        for (server, pgid) in ended {
+            tracing::warn!(
+                server = %server,
+                pgid,
+                "ended MCP server `{server}` (process group {pgid}) left running by a previous \
+                 warden that did not stop cleanly"
+            );
+        }
+        Self::start_with(configs, env, Some(Arc::new(groups))).await
+    }
+
+    async fn start_with(
+        configs: &BTreeMap<String, McpServerConfig>,
+        env: EnvLookup,
+        groups: Option<Arc<group::GroupRecord>>,
+    ) -> Result<Self, McpError> {
         let starts = configs.iter().map(|(name, config)| {
-            let shared = Shared::new(name.clone(), config.clone(), env.clone());
+            let shared = Shared::new(name.clone(), config.clone(), env.clone(), groups.clone());
             async move {
                 let connection = shared.connect().await?;
                 shared.up(&connection);
@@ -122,7 +157,11 @@ impl McpHub {
             }
         });
         let started = futures::future::join_all(starts).await;
-        let mut hub = McpHub::default();
+        let mut hub = McpHub {
+            servers: BTreeMap::new(),
+            tasks: parking_lot::Mutex::new(Vec::new()),
+            groups,
+        };
         let mut first_error = None;
         for outcome in started {
             match outcome {
@@ -282,10 +321,58 @@ impl McpHub {
         for task in tasks {
             let _ = task.await;
         }
+        if let Some(groups) = &self.groups {
+            groups.clear();
+        }
     }
 }
 
-/// Starts one server, lists its tools and ends it (`warden config check`).
+/// Ends the process groups a previous run recorded in `record` that still run (see
+/// [`McpHub::start_recorded`]) and removes the file: for a team that no longer has MCP servers.
+pub fn end_recorded(record: &std::path::Path) {
+    if !record.exists() {
+        return;
+    }
+    let (_, ended) = group::GroupRecord::take_over(record);
+    for (server, pgid) in ended {
+        tracing::warn!(
+            server = %server,
+            pgid,
+            "ended MCP server `{server}` (process group {pgid}) left running by a previous warden \
+             that did not stop cleanly"
+        );
+    }
+    let _ = std::fs::remove_file(record);
+}
+
+/// Starts every server (all at once), each on its own: the hub of those that started, and per
+/// server its tools or why it did not start (`warden config check`, which then checks the agents'
+/// `tools` against the same hub: each server is started once).
+pub async fn start_each(
+    configs: &BTreeMap<String, McpServerConfig>,
+    env: EnvLookup,
+) -> (McpHub, Vec<(String, Result<Vec<ListedTool>, McpError>)>) {
+    let starts = configs.iter().map(|(name, config)| {
+        let one = BTreeMap::from([(name.clone(), config.clone())]);
+        let env = env.clone();
+        async move { (name.clone(), McpHub::start(&one, env).await) }
+    });
+    let mut hub = McpHub::default();
+    let mut listed = Vec::new();
+    for (name, started) in futures::future::join_all(starts).await {
+        match started {
+            Ok(mut one) => {
+                listed.push((name.clone(), Ok(one.listed(&name))));
+                hub.servers.append(&mut one.servers);
+                hub.tasks.get_mut().append(one.tasks.get_mut());
+            }
+            Err(e) => listed.push((name, Err(e))),
+        }
+    }
+    (hub, listed)
+}
+
+/// Starts one server, lists its tools and ends it.
 pub async fn probe(
     name: &str,
     config: &McpServerConfig,

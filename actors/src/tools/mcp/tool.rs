@@ -1,7 +1,10 @@
 //! [`McpTool`]: one MCP server's tool as a warden [`Tool`], and the mapping of its results to what a
 //! chat model can take.
 
-use super::client::{ProgressRoute, Shared};
+use super::{
+    client::{ProgressRoute, Shared},
+    error::in_words,
+};
 use crate::tools::{CachePolicy, CacheScope, Tool, ToolContext, ToolError};
 use futures::future::BoxFuture;
 use rmcp::{
@@ -70,7 +73,9 @@ impl Tool for McpTool {
             let handle = peer
                 .send_cancellable_request(request, PeerRequestOptions::no_options())
                 .await
-                .map_err(|e| ToolError::Failed(format!("MCP server `{}`: {e}", shared.name)))?;
+                .map_err(|e| {
+                    ToolError::Failed(format!("MCP server `{}`: {}", shared.name, in_words(&e)))
+                })?;
             // From here on a drop (a halt cancels the turn, a timeout) tells the server.
             let guard = InFlight {
                 peer: peer.clone(),
@@ -98,8 +103,9 @@ impl Tool for McpTool {
                 }
                 Err(e) => {
                     return Err(ToolError::Failed(format!(
-                        "MCP server `{}`: {e}",
-                        shared.name
+                        "MCP server `{}`: {}",
+                        shared.name,
+                        in_words(&e)
                     )))
                 }
             };
