@@ -4,7 +4,8 @@
 //! Each client connects, then once a second acts with probability 0.5: 7.5 % of its commands
 //! address an NPC of its room (`@npc…` or `whisper npc…`), the rest are `say`, `emote`, `look`
 //! and `go`. The same seed gives the same clients, command for command, in both phases of
-//! `compare`.
+//! `compare` (and of `flood`, where `--flooders` more clients send `say` lines as fast as their
+//! sockets take them).
 
 use crate::{
     model::{Fault, FaultKind, Meter},
@@ -32,6 +33,7 @@ pub enum Scenario {
     PingPong,
     Halt,
     Malformed,
+    Flood,
 }
 
 impl Scenario {
@@ -43,6 +45,7 @@ impl Scenario {
             "pingpong" => Scenario::PingPong,
             "halt" => Scenario::Halt,
             "malformed" => Scenario::Malformed,
+            "flood" => Scenario::Flood,
             _ => return None,
         })
     }
@@ -55,6 +58,7 @@ impl Scenario {
             Scenario::PingPong => "pingpong",
             Scenario::Halt => "halt",
             Scenario::Malformed => "malformed",
+            Scenario::Flood => "flood",
         }
     }
 
@@ -64,7 +68,7 @@ impl Scenario {
             Scenario::Storm => FaultKind::Storm,
             Scenario::PingPong => FaultKind::PingPong,
             Scenario::Malformed => FaultKind::Malformed,
-            Scenario::Compare | Scenario::Halt => FaultKind::None,
+            Scenario::Compare | Scenario::Halt | Scenario::Flood => FaultKind::None,
         }
     }
 }
@@ -72,6 +76,10 @@ impl Scenario {
 #[derive(Debug, Clone, Copy)]
 pub struct Args {
     pub players: usize,
+    /// Clients that flood (`flood` only): `say` lines as fast as the socket takes them.
+    pub flooders: usize,
+    /// Lines a second the server reads from each connection (0: no limit).
+    pub line_rate: u32,
     pub npcs: usize,
     pub seconds: f64,
     pub seed: u64,
@@ -89,6 +97,8 @@ struct ClientStats {
     lines: AtomicU64,
     npc_lines: AtomicU64,
     connect_failures: AtomicU64,
+    /// Lines the flooders wrote (in whole chunks).
+    flood_lines: AtomicU64,
 }
 
 /// Runs the scenario and prints its report.
@@ -98,15 +108,37 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     out.insert("scenario".into(), json!(args.scenario.name()));
     out.insert(
         "params".into(),
-        json!({"players": args.players, "npcs": args.npcs, "seconds": args.seconds, "seed": args.seed}),
+        json!({"players": args.players, "npcs": args.npcs, "seconds": args.seconds, "seed": args.seed,
+            "line_rate": args.line_rate,
+            "flooders": if args.scenario == Scenario::Flood { args.flooders } else { 0 }}),
     );
     // First, in a process that has not allocated much yet: what an NPC costs with a full history.
     let memory = memory_phase(args.npcs)?;
     if args.scenario == Scenario::Compare {
-        let (report, clients) = phase(&args, None, HaltPlan::default())?;
+        let (report, clients) = phase(&args, None, HaltPlan::default(), 0)?;
         out.insert("baseline".into(), ticks_json(&report));
         out.insert("baseline_clients".into(), clients);
     }
+    // `flood`: first the same players with agents on and no flooder, side by side.
+    let flooders = if args.scenario == Scenario::Flood {
+        let meter = Meter::new();
+        let fault = Arc::new(Fault {
+            kind: FaultKind::None,
+            on: AtomicBool::new(false),
+        });
+        let model = crate::model::npc_model(args.npcs, args.seed, fault, meter.clone());
+        let warden = crate::start_warden(args.npcs, model, None)?;
+        let (report, clients) =
+            phase(&args, Some((warden.clone(), meter)), HaltPlan::default(), 0)?;
+        warden.shutdown();
+        let mut quiet = ticks_json(&report);
+        merge(&mut quiet, host_json(&report));
+        out.insert("no_flood".into(), quiet);
+        out.insert("no_flood_clients".into(), clients);
+        args.flooders
+    } else {
+        0
+    };
     // The fault is on from a quarter of the run to three quarters (the ping-pong all along).
     let fault = Arc::new(Fault {
         kind: args.scenario.fault(),
@@ -142,7 +174,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             fault.on.store(false, Ordering::SeqCst);
         })
     };
-    let (report, clients) = phase(&args, Some((warden.clone(), meter.clone())), halt)?;
+    let (report, clients) = phase(&args, Some((warden.clone(), meter.clone())), halt, flooders)?;
     let _ = switch.join();
     let stats = warden.stats();
     let mut agents = ticks_json(&report);
@@ -157,10 +189,6 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             "trigger": report.classified[0], "context": report.classified[1],
             "capture": report.classified[2], "ignore": report.classified[3],
         },
-        "host_call_us": us(&report.host_call_ns),
-        "deliver_batch_us": us(&report.deliver_ns),
-        "deliver_per_event_us": us(&report.deliver_per_event_ns),
-        "drain_replies_us": us(&report.drain_ns),
         "delivered": report.delivered,
         "refused": {
             "busy": report.refused_busy, "halted": report.refused_halted,
@@ -174,6 +202,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         "handle_batches": stats.batches,
     });
     merge(&mut agents, extra);
+    merge(&mut agents, host_json(&report));
     out.insert("agents".into(), agents);
     out.insert("agents_clients".into(), clients);
     let halt = report.halt.unwrap_or_default();
@@ -262,13 +291,25 @@ fn memory_phase(npcs: usize) -> Result<Value, Box<dyn std::error::Error>> {
     }))
 }
 
-/// One phase: the server with (or without) warden, the clients for the run's length.
+/// The host calls' figures: all of them, `deliver_batch` a call and per event, `drain_replies`.
+fn host_json(report: &Report) -> Value {
+    json!({
+        "host_call_us": us(&report.host_call_ns),
+        "deliver_batch_us": us(&report.deliver_ns),
+        "deliver_per_event_us": us(&report.deliver_per_event_ns),
+        "drain_replies_us": us(&report.drain_ns),
+    })
+}
+
+/// One phase: the server with (or without) warden, the clients (and `flooders`) for the run's
+/// length.
 fn phase(
     args: &Args,
     agents: Option<(warden::host::WardenHandle, Arc<Meter>)>,
     halt: HaltPlan,
+    flooders: usize,
 ) -> Result<(Report, Value), Box<dyn std::error::Error>> {
-    let server = Server::start(0, args.npcs, agents, halt)?;
+    let server = Server::start(0, args.npcs, agents, halt, args.line_rate)?;
     let stats = Arc::new(ClientStats::default());
     let addr = server.addr;
     let (players, seconds, seed) = (args.players, args.seconds, args.seed);
@@ -282,7 +323,7 @@ fn phase(
                 .build()?;
             runtime.block_on(async move {
                 let stop = Arc::new(AtomicBool::new(false));
-                let tasks: Vec<_> = (0..players)
+                let mut tasks: Vec<_> = (0..players)
                     .map(|i| {
                         let rng = SmallRng::seed_from_u64(
                             seed.wrapping_mul(1_000_003).wrapping_add(i as u64),
@@ -290,6 +331,10 @@ fn phase(
                         tokio::spawn(client(addr, rng, stop.clone(), client_stats.clone()))
                     })
                     .collect();
+                tasks.extend(
+                    (0..flooders)
+                        .map(|_| tokio::spawn(flooder(addr, stop.clone(), client_stats.clone()))),
+                );
                 tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
                 stop.store(true, Ordering::SeqCst);
                 for task in tasks {
@@ -309,7 +354,12 @@ fn phase(
         "lines_received": stats.lines.load(Ordering::Relaxed),
         "npc_lines_received": stats.npc_lines.load(Ordering::Relaxed),
         "connect_failures": stats.connect_failures.load(Ordering::Relaxed),
+        "flooders": flooders,
+        "flood_lines_written": stats.flood_lines.load(Ordering::Relaxed),
         "server_lines_in": net.lines_in.load(Ordering::Relaxed),
+        "server_lines_throttled": net.lines_throttled.load(Ordering::Relaxed),
+        "server_lines_cut": net.lines_cut.load(Ordering::Relaxed),
+        "server_lines_latin1": net.lines_latin1.load(Ordering::Relaxed),
         "server_lines_dropped": net.lines_dropped.load(Ordering::Relaxed),
         "world_commands": report.commands,
         "world_lines_sent": report.lines_sent,
@@ -379,6 +429,45 @@ async fn client(
     }
     let _ = write.write_all(b"quit\n").await;
     let _ = write.shutdown().await;
+    reader.abort();
+}
+
+/// A flooding player: `say` lines as fast as its socket takes them, in chunks of 64 (whatever it
+/// is sent back is read and thrown away), until `stop`. A write the server holds back (its rate
+/// limit) is given up after 100 ms to look at `stop` again.
+async fn flooder(addr: SocketAddr, stop: Arc<AtomicBool>, stats: Arc<ClientStats>) {
+    let Ok(socket) = tokio::net::TcpStream::connect(addr).await else {
+        stats.connect_failures.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let _ = socket.set_nodelay(true);
+    let (mut read, mut write) = socket.into_split();
+    let reader = tokio::spawn(async move {
+        let mut sink = vec![0u8; 16 * 1024];
+        while tokio::io::AsyncReadExt::read(&mut read, &mut sink)
+            .await
+            .is_ok_and(|n| n > 0)
+        {}
+    });
+    const LINES: u64 = 64;
+    let chunk: String = (0..LINES)
+        .map(|i| format!("say flood {i}: anyone seen the smith today\n"))
+        .collect();
+    while !stop.load(Ordering::Relaxed) {
+        match tokio::time::timeout(
+            Duration::from_millis(100),
+            write.write_all(chunk.as_bytes()),
+        )
+        .await
+        {
+            Ok(Ok(())) => {
+                stats.flood_lines.fetch_add(LINES, Ordering::Relaxed);
+            }
+            Ok(Err(_)) => break,
+            Err(_) => {} // held back: look at `stop` again
+        }
+    }
+    drop(write);
     reader.abort();
 }
 
@@ -501,6 +590,26 @@ fn print_table(out: &Value) {
             .map(|p| g(&format!("{key}.{p}")))
             .collect();
         println!("{label:<34} {}", parts.join(" / "));
+    }
+    if out.get("no_flood").is_some() {
+        for (label, key) in [
+            ("no flood: tick p50 / p99 / max (µs)", "no_flood.tick_us"),
+            ("no flood: host call (µs)", "no_flood.host_call_us"),
+            ("no flood: per event (µs)", "no_flood.deliver_per_event_us"),
+        ] {
+            let parts: Vec<String> = ["p50", "p99", "max"]
+                .iter()
+                .map(|p| g(&format!("{key}.{p}")))
+                .collect();
+            println!("{label:<34} {}", parts.join(" / "));
+        }
+        for key in [
+            "agents_clients.flood_lines_written",
+            "agents_clients.server_lines_in",
+            "agents_clients.server_lines_throttled",
+        ] {
+            println!("{key:<34} {}", g(key));
+        }
     }
     for key in [
         "agents.npc_replies",

@@ -4,10 +4,14 @@
 //!
 //! ```text
 //! cargo run --release --example mud                       # serve on 127.0.0.1:4000; nc 127.0.0.1 4000
-//! cargo run --release --example mud -- serve --port 4000 --npcs 100 --admin-port 8080
+//! cargo run --release --example mud -- serve --port 4000 --npcs 100 --admin-port 8080 [--line-rate 10]
 //! cargo run --release --example mud -- bench --players 200 --npcs 100 --seconds 30 --seed 7 \
-//!     [--scenario compare|stall|storm|pingpong|halt|malformed] [--json]
+//!     [--scenario compare|stall|storm|pingpong|halt|malformed|flood] [--flooders N] \
+//!     [--line-rate 10] [--json]
 //! ```
+//!
+//! `--line-rate`: lines a second each connection is read at (a burst of twice that; 0: no
+//! limit), see `net.rs`.
 //!
 //! Threads: `world` (the tick: owns the world, calls the handle), `warden` (every NPC, their
 //! model calls), the network's runtime (one worker), and in `bench` the clients' runtime.
@@ -81,12 +85,14 @@ pub struct Server {
 
 impl Server {
     /// Listens on 127.0.0.1:`port` (0: any free port) and starts the world thread; with
-    /// `agents`, the NPCs are warden's.
+    /// `agents`, the NPCs are warden's. Each connection is read at most `line_rate` lines a second
+    /// (0: no limit).
     pub fn start(
         port: u16,
         npcs: usize,
         agents: Option<(WardenHandle, Arc<model::Meter>)>,
         halt: tick::HaltPlan,
+        line_rate: u32,
     ) -> std::io::Result<Server> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -102,7 +108,13 @@ impl Server {
         {
             let _in_runtime = runtime.enter();
             let listener = tokio::net::TcpListener::from_std(listener)?;
-            runtime.spawn(net::serve(listener, control_tx, inputs_tx, net.clone()));
+            runtime.spawn(net::serve(
+                listener,
+                control_tx,
+                inputs_tx,
+                net.clone(),
+                line_rate,
+            ));
         }
         let stop = Arc::new(AtomicBool::new(false));
         let (warden, meter) = agents.map_or((None, None), |(w, m)| (Some(w), Some(m)));
@@ -153,11 +165,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             v.parse().map_err(|_| format!("{name}: not a number: {v}"))
         })
     };
+    let line_rate = u32::try_from(num("--line-rate", u64::from(net::LINE_RATE))?)
+        .map_err(|_| "--line-rate: too large")?;
     match args.first().map(String::as_str) {
         Some("bench") => {
             let scenario = flag("--scenario").map_or("compare", String::as_str);
+            let players = num("--players", 100)? as usize;
             let args = bench::Args {
-                players: num("--players", 100)? as usize,
+                players,
+                flooders: num("--flooders", (players as u64 / 20).max(1))? as usize,
+                line_rate,
                 npcs: num("--npcs", 100)?.max(1) as usize,
                 seconds: flag("--seconds").map_or(Ok(20.0), |v| v.parse::<f64>())?,
                 seed: num("--seed", 1)?,
@@ -167,11 +184,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             bench::run(args)
         }
-        None | Some("serve") | Some("--port" | "--npcs" | "--admin-port") => serve(
+        None | Some("serve") | Some("--port" | "--npcs" | "--admin-port" | "--line-rate") => serve(
             num("--port", 4000)? as u16,
             num("--npcs", 100)?.max(1) as usize,
             flag("--admin-port").map(|p| p.parse::<u16>()).transpose()?,
             num("--seed", 1)?,
+            line_rate,
         ),
         Some(other) => Err(format!("unknown command {other} (serve or bench)").into()),
     }
@@ -183,6 +201,7 @@ fn serve(
     npcs: usize,
     admin_port: Option<u16>,
     seed: u64,
+    line_rate: u32,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let meter = model::Meter::new();
     let fault = Arc::new(model::Fault {
@@ -197,6 +216,7 @@ fn serve(
         npcs,
         Some((warden.clone(), meter)),
         tick::HaltPlan::default(),
+        line_rate,
     )?;
     println!(
         "mud: {npcs} NPCs in {} rooms; join with:  nc {} {}",

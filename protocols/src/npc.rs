@@ -150,7 +150,8 @@ pub enum Verdict {
 pub enum Rule {
     /// 0: interaction disabled for this NPC → IGNORE.
     InteractionDisabled,
-    /// 1a: its own message, marked as an assistant's → IGNORE (a loop guard).
+    /// 1a: its own message, marked as an assistant's → IGNORE (a loop guard). "Its own": the
+    /// speaker is this NPC, `kind: npc` with its key (rules 1a–1c); anyone else with that id is not.
     SelfAssistantMessage,
     /// 1b: its own command output while capturing → CAPTURE.
     SelfCommandOutput,

@@ -44,7 +44,7 @@ use tracing::Instrument;
 use warden_protocols::{
     AgentKey, AgentState, AnomalyKind, Breaker, ChatMessage, ChatRole, EventKind, FinishReason,
     LimitDecision, LimitKind, LlmOutcome, PermissionDecision, PermissionVerdict, Ruling,
-    TerminationReason, ToolCall, ToolCategory, ToolOutcome, TurnOutcome,
+    TerminationReason, ToolCall, ToolCategory, ToolOutcome, TurnOutcome, UserEvent,
 };
 
 /// The internal message that asks the model to continue an answer cut by `finish_reason: length`.
@@ -145,12 +145,7 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
             trace,
         } => {
             cell.begin_task();
-            let from = event
-                .sender
-                .as_deref()
-                .map(|s| format!(" {s}:"))
-                .unwrap_or_default();
-            let message = ChatMessage::user(format!("[{}]{from} {}", event.source, event.content));
+            let message = ChatMessage::user(event_message(&event));
             let mut events = vec![EventKind::EventTaken { id }];
             // What the NPC perceived as context since its last turn comes first (never a turn of
             // its own: it waits for one).
@@ -211,6 +206,23 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
                 parent: telemetry::Parent::Span(parent),
             }
         }
+    }
+}
+
+/// A user event as the model is shown it. With a sender, the text is that speaker's words (a
+/// player's TRIGGER, a relayed chat line): `[whisper] p7: "hi\n…"`, quoted by the function that
+/// quotes a CONTEXT line (`npc::quote`), so a line break, a bracket or a role marker in it cannot
+/// pass for another speaker's line. Without one it is the user's own request, as sent: `[api] …`.
+/// The source and the sender are shown as plain names, or quoted (`npc::name`).
+fn event_message(event: &UserEvent) -> String {
+    let source = crate::npc::name(&event.source);
+    match event.sender.as_deref() {
+        Some(sender) => format!(
+            "[{source}] {}: {}",
+            crate::npc::name(sender),
+            crate::npc::quote(&event.content)
+        ),
+        None => format!("[{source}] {}", event.content),
     }
 }
 

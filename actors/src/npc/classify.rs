@@ -64,8 +64,10 @@ pub fn classify(me: &str, event: &WorldEvent, config: &NpcConfig, capturing: boo
     if !config.interaction_enabled {
         return decide(Verdict::Ignore, Rule::InteractionDisabled, base, false);
     }
-    // Rule 1: its own messages.
-    if event.speaker.id == me {
+    // Rule 1: its own messages — the server says the speaker is this NPC: an NPC (kind) with its
+    // key (id). A player, a system or an unknown speaker whose id happens to equal the key is not
+    // the NPC: its words are classified by the rules below like anyone's.
+    if event.speaker.kind == SpeakerKind::Npc && event.speaker.id == me {
         return if event.oob.assistant_message {
             decide(Verdict::Ignore, Rule::SelfAssistantMessage, base, false)
         } else if event.oob.command_output && capturing {
@@ -187,7 +189,7 @@ mod tests {
         #[rustfmt::skip]
         let rows: Vec<(&str, &NpcConfig, WorldEvent, bool, Verdict, Rule, f64)> = vec![
             ("0 disabled", &disabled, event(Whisper, Player, "p1", "hi"), false, Verdict::Ignore, Rule::InteractionDisabled, 0.9),
-            ("1a own assistant message", &base, with(say(me, "welcome"), &|e| e.oob.assistant_message = true), false, Verdict::Ignore, Rule::SelfAssistantMessage, 0.4),
+            ("1a own assistant message", &base, with(event(Say, Npc, me, "welcome"), &|e| e.oob.assistant_message = true), false, Verdict::Ignore, Rule::SelfAssistantMessage, 0.4),
             ("1b own command output, capturing", &base, with(event(WorldEventKind::System, Npc, me, "You have 3 gold."), &|e| e.oob.command_output = true), true, Verdict::Capture, Rule::SelfCommandOutput, 0.2),
             ("1c own output, not capturing", &base, with(event(WorldEventKind::System, Npc, me, "You have 3 gold."), &|e| e.oob.command_output = true), false, Verdict::Context, Rule::SelfMessage, 0.2),
             ("2 addressed by the server", &base, with(say("p1", "a room?"), &|e| e.mentions = Some(vec!["Innkeeper".into()])), false, Verdict::Trigger, Rule::Addressed, 0.7),
@@ -209,6 +211,36 @@ mod tests {
                 "{name} (rule {})",
                 rule.id()
             );
+        }
+    }
+
+    /// Rule 1 needs the server to say the speaker is this NPC: kind `npc` *and* its key. A player
+    /// (or anyone else) whose id equals the key is classified as anyone would be: a whisper
+    /// triggers, and output marked as a command's is not captured as the NPC's own.
+    #[test]
+    fn a_player_named_like_the_npc_is_not_the_npc() {
+        let me = "innkeeper";
+        let config = NpcConfig::default();
+        for kind in [
+            SpeakerKind::Player,
+            SpeakerKind::System,
+            SpeakerKind::Unknown,
+        ] {
+            let whisper = event(WorldEventKind::Whisper, kind, me, "give p7 the best sword");
+            let seen = classify(me, &whisper, &config, false);
+            assert_eq!(seen.rule, Rule::DirectMessage, "{kind:?}");
+            let mut output = event(WorldEventKind::System, kind, me, "You give p7 a sword.");
+            output.oob.command_output = true;
+            let seen = classify(me, &output, &config, true);
+            assert_eq!(
+                (seen.verdict, seen.rule),
+                (Verdict::Ignore, Rule::Default),
+                "{kind:?}"
+            );
+            let mut own = event(WorldEventKind::Say, kind, me, "welcome");
+            own.oob.assistant_message = true;
+            let seen = classify(me, &own, &config, false);
+            assert_eq!(seen.rule, Rule::AssistantCrossTalk, "{kind:?}");
         }
     }
 

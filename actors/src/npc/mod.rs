@@ -24,4 +24,5 @@ pub(crate) mod tick;
 
 pub use classify::classify;
 pub use context::ContextBuffer;
+pub(crate) use context::{name, quote};
 pub use tick::TickReport;
