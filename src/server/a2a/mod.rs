@@ -1,0 +1,31 @@
+//! warden's agents as A2A servers (A2A 1.0, JSON-RPC binding; docs/a2a.md).
+//!
+//! * [`card`]: `GET /.well-known/agent-card.json`, open like A2A discovery expects: one card for
+//!   the server, one skill per agent this node runs (docs/design-decisions.md says why).
+//! * [`jsonrpc`]: `POST /a2a`, the JSON-RPC endpoint the card names: the envelope, the methods'
+//!   dispatch (1.0 names and the 0.3 ones), the tokens (the admin token sends and cancels, the read
+//!   token gets, lists and subscribes), and the errors.
+//! * [`tasks`]: a task is a warden user event (`AGENT/EVENT_ID`): its state is read from the
+//!   event's fate in the journal, so tasks outlive a restart as events do; cancel is a halt.
+//! * [`stream`]: `SendStreamingMessage` and `SubscribeToTask` over Server-Sent Events.
+//!
+//! Not in `api::ROUTES` nor `openapi.json`: a protocol endpoint, like `/mcp`.
+
+pub mod card;
+pub mod jsonrpc;
+mod stream;
+pub mod tasks;
+
+use actix_web::web;
+
+/// The JSON-RPC endpoint's path.
+pub const ENDPOINT: &str = "/a2a";
+
+/// Registers the card and the endpoint (inside [`crate::server::api::configure`]).
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route(
+        warden_protocols::a2a::AGENT_CARD_PATH,
+        web::get().to(card::agent_card),
+    )
+    .route(ENDPOINT, web::post().to(jsonrpc::endpoint));
+}
