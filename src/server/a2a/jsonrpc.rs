@@ -235,14 +235,16 @@ pub(crate) async fn endpoint(
         }
         Method::Get => match params::<TaskIdParams>(params_value) {
             Ok(p) => match tasks::get(&state, &p.id).await {
-                Ok(task) => result(&id, dialect.shape(json!({ "task": task }))),
+                // `GetTask` and `CancelTask` answer the task itself (`SendMessage` wraps it).
+                Ok(task) => result(&id, dialect.shape(json!(task))),
                 Err(err) => failed(&id, err),
             },
             Err(err) => failed(&id, err),
         },
         Method::Cancel => match params::<TaskIdParams>(params_value) {
             Ok(p) => match tasks::cancel(&state, &p.id).await {
-                Ok(task) => result(&id, dialect.shape(json!({ "task": task }))),
+                // `GetTask` and `CancelTask` answer the task itself (`SendMessage` wraps it).
+                Ok(task) => result(&id, dialect.shape(json!(task))),
                 Err(err) => failed(&id, err),
             },
             Err(err) => failed(&id, err),
