@@ -516,48 +516,19 @@ async fn bad_input_is_a_json_rpc_error_and_queues_nothing() {
 
 // ---- real processes -------------------------------------------------------------------------
 
-const TEAM: &str = r#"
-[safety.loop]
-max_iterations_per_task = 1
+/// docs/a2a.md's team file (its one `toml` block): the doc's example is the team these tests run.
+fn team() -> String {
+    let doc = include_str!("../docs/a2a.md");
+    let start = doc.find("```toml\n").expect("docs/a2a.md has a toml block") + "```toml\n".len();
+    let len = doc[start..].find("```").expect("the toml block ends");
+    doc[start..start + len].to_owned()
+}
 
-[providers.quick]
-kind = "scripted"
-replies = ["hello from a"]
-latency_ms = 50
-
-[providers.slow]
-kind = "scripted"
-replies = ["too late"]
-latency_ms = 600000
-
-[providers.asker]
-kind = "scripted"
-cycle = true
-replies = [{ tool = "delegate", args = { agent = "helper", task = "look it up" } }, "Done after the extension."]
-
-[providers.helper]
-kind = "scripted"
-replies = ["Found it."]
-
-[[agents]]
-key = "a"
-provider = "quick"
-
-[[agents]]
-key = "slow"
-provider = "slow"
-
-[[agents]]
-key = "asker"
-provider = "asker"
-
-[[agents]]
-key = "helper"
-role = "sub_agent"
-parent = "asker"
-provider = "helper"
-delegate = false
-"#;
+#[::core::prelude::v1::test]
+fn the_docs_team_file_parses() {
+    let team = warden::team::TeamFile::parse(&team()).expect("docs/a2a.md's team file");
+    let _ = team;
+}
 
 struct Served {
     child: std::process::Child,
@@ -613,7 +584,7 @@ impl Drop for Served {
 
 fn scratch(name: &str) -> warden_testkit::Scratch {
     let dir = warden_testkit::scratch_dir("warden-a2a", name);
-    std::fs::write(dir.join("team.toml"), TEAM).unwrap();
+    std::fs::write(dir.join("team.toml"), team()).unwrap();
     dir
 }
 

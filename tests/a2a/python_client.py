@@ -22,6 +22,7 @@ from a2a.types.a2a_pb2 import (
     Part,
     Role,
     SendMessageRequest,
+    SubscribeToTaskRequest,
     TaskState,
 )
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
@@ -42,6 +43,10 @@ async def client(token, streaming, polling=False):
     http = httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
     config = ClientConfig(streaming=streaming, polling=polling, httpx_client=http)
     return await create_client(BASE, client_config=config)
+
+
+async def collect(stream):
+    return [e async for e in stream]
 
 
 async def events(c, request):
@@ -81,8 +86,20 @@ async def main():
     [e] = await events(p, message("take your time", agent="slow"))
     slow = e.task
     assert slow.status.state in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING), slow
+    # A subscriber (read token) sees the cancel as the stream's last status.
+    reader = await client(READ, streaming=True)
+    watched = asyncio.ensure_future(
+        collect(reader.subscribe(SubscribeToTaskRequest(id=slow.id)))
+    )
+    await asyncio.sleep(0.5)  # let the subscription start (the assertion does not depend on it)
     canceled = await c.cancel_task(CancelTaskRequest(id=slow.id))
     assert canceled.status.state == TaskState.TASK_STATE_CANCELED, canceled
+    seen = await asyncio.wait_for(watched, 30)
+    assert seen[0].WhichOneof("payload") == "task", seen
+    assert seen[-1].WhichOneof("payload") in ("status_update", "task"), seen
+    final = seen[-1].status_update.status if seen[-1].WhichOneof("payload") == "status_update" \
+        else seen[-1].task.status
+    assert final.state == TaskState.TASK_STATE_CANCELED, seen
     try:
         await c.cancel_task(CancelTaskRequest(id=slow.id))
         raise AssertionError("a canceled task was canceled again")
