@@ -663,3 +663,50 @@ fn the_python_a2a_sdk_sends_gets_lists_streams_cancels_and_answers_an_ask() {
         );
     }
 }
+
+/// Where `.ci/run` installs the npm packages the tests use (`WARDEN_NPM_CACHE`, else
+/// `~/.cache/warden-npm`).
+fn npm_cache() -> std::path::PathBuf {
+    match std::env::var_os("WARDEN_NPM_CACHE") {
+        Some(dir) if !dir.is_empty() => std::path::PathBuf::from(dir),
+        _ => std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/warden-npm"),
+    }
+}
+
+#[::core::prelude::v1::test]
+fn the_js_a2a_sdk_sends_gets_streams_and_answers_an_ask() {
+    let sdk = npm_cache().join("node_modules/@a2a-js/sdk");
+    let node = std::process::Command::new("node").arg("--version").output();
+    if !node.is_ok_and(|o| o.status.success()) {
+        warden_testkit::skip("the_js_a2a_sdk_…: node is not installed");
+        return;
+    }
+    if !sdk.join("package.json").exists() {
+        warden_testkit::skip(&format!(
+            "the_js_a2a_sdk_…: @a2a-js/sdk is not installed in {} \
+             (npm install --prefix … @a2a-js/sdk)",
+            npm_cache().display()
+        ));
+        return;
+    }
+    let dir = scratch("js");
+    let served = Served::start(&dir);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/a2a/js_client.mjs");
+    let out = std::process::Command::new("node")
+        .arg(script)
+        .arg(&sdk)
+        .arg(format!("http://127.0.0.1:{}", served.port))
+        .arg(ADMIN)
+        .output()
+        .expect("run the JS client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for check in ["send", "get", "stream", "input_required", "errors"] {
+        assert!(
+            stdout.lines().any(|l| l == format!("PASS {check}")),
+            "{check} missing:\n{stdout}\n{stderr}"
+        );
+    }
+}
