@@ -486,7 +486,19 @@ async fn bad_input_is_a_json_rpc_error_and_queues_nothing() {
             json!({"jsonrpc": "2.0", "id": 1, "method": "CreateTaskPushNotificationConfig",
             "params": {}})
             .to_string(),
-            -32003,
+            -32602,
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 1, "method": "CreateTaskPushNotificationConfig",
+            "params": {"taskId": "a/99", "url": "http://127.0.0.1:9/hook"}})
+            .to_string(),
+            -32001,
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ListTaskPushNotificationConfigs",
+            "params": {"taskId": "a/99"}})
+            .to_string(),
+            -32001,
         ),
         (
             json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/pushNotificationConfig/set",
@@ -561,18 +573,18 @@ impl Served {
     }
 
     fn rpc(&self, method: &str, params: Value) -> Value {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        let (status, text) = warden_testkit::blocking_request(
-            self.port,
-            "POST",
-            "/a2a",
-            ADMIN,
-            Some(&body.to_string()),
-        )
-        .expect("POST /a2a");
-        assert_eq!(status, 200, "{text}");
-        serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"))
+        rpc_on(self.port, method, params)
     }
+}
+
+/// A JSON-RPC call with the admin token to `warden serve` on `port` (blocking).
+fn rpc_on(port: u16, method: &str, params: Value) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let (status, text) =
+        warden_testkit::blocking_request(port, "POST", "/a2a", ADMIN, Some(&body.to_string()))
+            .expect("POST /a2a");
+    assert_eq!(status, 200, "{text}");
+    serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"))
 }
 
 impl Drop for Served {
@@ -709,4 +721,85 @@ fn the_js_a2a_sdk_sends_gets_streams_and_answers_an_ask() {
             "{check} missing:\n{stdout}\n{stderr}"
         );
     }
+}
+
+/// A webhook that fails the first POST: warden retries it (backoff), sends the client's token, and
+/// delivers the task's states in order up to `completed`; the send itself never waited for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_notifications_reach_the_webhook_with_the_token_and_a_failed_post_is_retried() {
+    use warden_testkit::http::{ok_json, status, Server};
+    let mut scripts = vec![vec![status(500, "try again")]];
+    scripts.extend((0..10).map(|_| vec![ok_json(json!({}))]));
+    let hook = Server::start(scripts).await;
+    let dir = scratch("push");
+    let served = tokio::task::spawn_blocking(move || (Served::start(&dir), dir))
+        .await
+        .unwrap();
+    let (served, _dir) = served;
+    let url = format!("http://{}/hook", hook.addr);
+    let port = served.port;
+    let sent = tokio::task::spawn_blocking(move || {
+        let sent = rpc_on(
+            port,
+            "SendMessage",
+            json!({"message": {"messageId": "p1", "role": "ROLE_USER",
+                "parts": [{"text": "push it"}], "metadata": {"agent": "a"}},
+                "configuration": {"returnImmediately": true,
+                    "taskPushNotificationConfig": {"url": url, "token": "client-token"}}}),
+        );
+        let listed = rpc_on(
+            port,
+            "ListTaskPushNotificationConfigs",
+            json!({"taskId": sent["result"]["task"]["id"]}),
+        );
+        (sent, listed)
+    })
+    .await
+    .unwrap();
+    let (sent, listed) = sent;
+    assert_eq!(
+        sent["result"]["task"]["status"]["state"], "TASK_STATE_SUBMITTED",
+        "{sent}"
+    );
+    assert_eq!(
+        listed["result"]["configs"][0]["token"], "client-token",
+        "{listed}"
+    );
+    let completed = |r: &warden_testkit::http::Recorded| {
+        r.body["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !hook.requests().iter().any(completed) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no completed update: {:?}",
+            hook.requests()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let requests = hook.requests();
+    // The first POST was answered 500 and sent again, the same update.
+    assert!(requests.len() >= 3, "{requests:?}");
+    assert_eq!(requests[0].body, requests[1].body, "{requests:?}");
+    for r in &requests {
+        assert!(
+            r.head
+                .to_ascii_lowercase()
+                .contains("x-a2a-notification-token: client-token"),
+            "{}",
+            r.head
+        );
+        assert_eq!(r.body["statusUpdate"]["taskId"], "a/1");
+    }
+    let states: Vec<&str> = requests
+        .iter()
+        .skip(1)
+        .map(|r| {
+            r.body["statusUpdate"]["status"]["state"]
+                .as_str()
+                .unwrap_or("")
+        })
+        .collect();
+    assert_eq!(states.last(), Some(&"TASK_STATE_COMPLETED"), "{states:?}");
+    drop(served);
 }

@@ -356,6 +356,51 @@ pub struct SendMessageConfiguration {
     /// 0.3: `false` answers at once (the opposite of `returnImmediately`).
     #[serde(default)]
     pub blocking: Option<bool>,
+    /// Where to POST the new task's updates.
+    #[serde(default)]
+    pub task_push_notification_config: Option<TaskPushNotificationConfig>,
+}
+
+/// Where and how to POST a task's updates (`CreateTaskPushNotificationConfig`, or
+/// `SendMessage`'s `configuration.taskPushNotificationConfig`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskPushNotificationConfig {
+    /// The config's id within the task (given by the server when empty).
+    #[serde(default)]
+    pub id: String,
+    /// The task (empty in `SendMessage`: the task being created).
+    #[serde(default)]
+    pub task_id: String,
+    /// The webhook (`http` or `https`).
+    pub url: String,
+    /// Sent back as `X-A2A-Notification-Token`, for the client to check.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token: String,
+    /// Sent as `Authorization: SCHEME CREDENTIALS`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authentication: Option<AuthenticationInfo>,
+}
+
+/// Credentials for a webhook.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthenticationInfo {
+    /// `Bearer`, `Basic`, …
+    pub scheme: String,
+    /// The credentials.
+    #[serde(default)]
+    pub credentials: String,
+}
+
+/// `Get…` and `Delete…PushNotificationConfig`'s params; `List…`'s (without `id`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PushConfigParams {
+    /// The task.
+    pub task_id: String,
+    /// The config.
+    #[serde(default)]
+    pub id: String,
 }
 
 /// `GetTask`'s, `CancelTask`'s and `SubscribeToTask`'s params.

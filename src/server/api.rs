@@ -315,6 +315,8 @@ pub struct ApiState {
     /// This node's cluster (`warden serve --cluster`): its routes shadow `POST /api/halt` and
     /// `GET /api/agents` (see [`crate::cluster`]).
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// A2A push-notification configs and their webhook deliveries ([`crate::server::a2a`]).
+    pub a2a_push: Arc<crate::server::a2a::push::Pushes>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -345,6 +347,7 @@ impl ApiState {
             )),
             config,
             cluster: None,
+            a2a_push: Arc::default(),
         }
     }
 

@@ -52,7 +52,7 @@ pub fn card_for(state: &ApiState, req: &HttpRequest) -> AgentCard {
         version: env!("CARGO_PKG_VERSION").into(),
         capabilities: AgentCapabilities {
             streaming: true,
-            push_notifications: false,
+            push_notifications: true,
         },
         security_schemes: [(
             BEARER_SCHEME.to_owned(),

@@ -4,7 +4,9 @@
 //! `SendMessage` (`message/send`), `SendStreamingMessage` (`message/stream`), `GetTask`
 //! (`tasks/get`), `ListTasks` (`tasks/list`), `CancelTask` (`tasks/cancel`), `SubscribeToTask`
 //! (`tasks/resubscribe`), `GetExtendedAgentCard` (`agent/getAuthenticatedExtendedCard`: the public
-//! card). The push-notification config methods answer `-32003` (not served).
+//! card), `CreateTaskPushNotificationConfig`, `GetTaskPushNotificationConfig`,
+//! `ListTaskPushNotificationConfigs`, `DeleteTaskPushNotificationConfig` (1.0 names only; the 0.3
+//! ones answer `-32003`).
 //!
 //! Tokens are HTTP's business, as for the rest of the API: no or a wrong token is `401`, the read
 //! token on `SendMessage`, `SendStreamingMessage` or `CancelTask` is `403`. Everything else that
@@ -19,7 +21,10 @@ use actix_web::{http::StatusCode, web, HttpRequest, HttpResponse, ResponseError}
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use warden_protocols::a2a::{codes, to_v03, ListTasksRequest, SendMessageRequest, TaskIdParams};
+use warden_protocols::a2a::{
+    codes, to_v03, ListTasksRequest, PushConfigParams, SendMessageRequest, TaskIdParams,
+    TaskPushNotificationConfig,
+};
 
 /// Which spelling of the protocol a call used: its answer is given in the same one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +55,11 @@ enum Method {
     Cancel,
     Subscribe,
     Card,
-    Push,
+    PushCreate,
+    PushGet,
+    PushList,
+    PushDelete,
+    PushV03,
 }
 
 fn method_of(name: &str) -> Option<(Method, Dialect)> {
@@ -71,14 +80,14 @@ fn method_of(name: &str) -> Option<(Method, Dialect)> {
         "tasks/resubscribe" => (Subscribe, V03),
         "GetExtendedAgentCard" => (Card, V10),
         "agent/getAuthenticatedExtendedCard" => (Card, V03),
-        "CreateTaskPushNotificationConfig"
-        | "GetTaskPushNotificationConfig"
-        | "ListTaskPushNotificationConfigs"
-        | "DeleteTaskPushNotificationConfig" => (Push, V10),
+        "CreateTaskPushNotificationConfig" => (PushCreate, V10),
+        "GetTaskPushNotificationConfig" => (PushGet, V10),
+        "ListTaskPushNotificationConfigs" => (PushList, V10),
+        "DeleteTaskPushNotificationConfig" => (PushDelete, V10),
         "tasks/pushNotificationConfig/set"
         | "tasks/pushNotificationConfig/get"
         | "tasks/pushNotificationConfig/list"
-        | "tasks/pushNotificationConfig/delete" => (Push, V03),
+        | "tasks/pushNotificationConfig/delete" => (PushV03, V03),
         _ => return None,
     })
 }
@@ -170,7 +179,10 @@ pub(crate) async fn endpoint(
             format!("no method {name:?} (docs/a2a.md lists the methods)"),
         );
     };
-    let needs_admin = matches!(method, Method::Send | Method::Stream | Method::Cancel);
+    let needs_admin = matches!(
+        method,
+        Method::Send | Method::Stream | Method::Cancel | Method::PushCreate | Method::PushDelete
+    );
     if needs_admin && access != Access::Admin {
         return ApiError::new(
             StatusCode::FORBIDDEN,
@@ -190,7 +202,14 @@ pub(crate) async fn endpoint(
                 Ok(sent) => sent,
                 Err(err) => return failed(&id, err),
             };
-            let config = send.configuration.unwrap_or_default();
+            let config = send.configuration.clone().unwrap_or_default();
+            if let Some(push) = config.task_push_notification_config.clone() {
+                if sent.id != 0 {
+                    if let Err(err) = super::push::create(&state, &sent.task, push) {
+                        return failed(&id, err);
+                    }
+                }
+            }
             let immediately = config.return_immediately || config.blocking == Some(false);
             let task = if immediately {
                 Ok(sent.task.clone())
@@ -266,11 +285,44 @@ pub(crate) async fn endpoint(
             let card = super::card::card_for(&state, &req);
             result(&id, json!(card))
         }
-        Method::Push => error(
+        Method::PushCreate => {
+            let config: TaskPushNotificationConfig = match params(params_value) {
+                Ok(p) => p,
+                Err(err) => return failed(&id, err),
+            };
+            let created = match tasks::get(&state, &config.task_id).await {
+                Ok(task) => super::push::create(&state, &task, config),
+                Err(err) => Err(err),
+            };
+            match created {
+                Ok(config) => result(&id, json!(config)),
+                Err(err) => failed(&id, err),
+            }
+        }
+        Method::PushGet | Method::PushList | Method::PushDelete => {
+            let p: PushConfigParams = match params(params_value) {
+                Ok(p) => p,
+                Err(err) => return failed(&id, err),
+            };
+            if let Err(err) = tasks::get(&state, &p.task_id).await {
+                return failed(&id, err);
+            }
+            let pushes = &state.a2a_push;
+            let answer = match method {
+                Method::PushGet => pushes.get(&p.task_id, &p.id).map(|c| json!(c)),
+                Method::PushList => Ok(json!({ "configs": pushes.list(&p.task_id) })),
+                _ => pushes.delete(&p.task_id, &p.id).map(|()| json!({})),
+            };
+            match answer {
+                Ok(value) => result(&id, value),
+                Err(err) => failed(&id, err),
+            }
+        }
+        Method::PushV03 => error(
             &id,
             codes::PUSH_NOTIFICATION_NOT_SUPPORTED,
-            "push notifications are not served by warden yet (capabilities.pushNotifications \
-             is false): stream with SendStreamingMessage or poll GetTask",
+            "the 0.3 push-notification config methods are not served: use A2A 1.0's \
+             CreateTaskPushNotificationConfig and the like",
         ),
     }
 }
