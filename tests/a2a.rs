@@ -640,7 +640,7 @@ fn a2a_python() -> Option<std::path::PathBuf> {
 }
 
 #[::core::prelude::v1::test]
-fn the_python_a2a_sdk_sends_gets_lists_streams_cancels_and_answers_an_ask() {
+fn the_python_a2a_sdk_sends_gets_lists_streams_cancels_answers_an_ask_and_gets_pushes() {
     let Some(python) = a2a_python() else {
         warden_testkit::skip(
             "the Python a2a-sdk is not installed in $HOME/.cache/warden-a2a-venv \
@@ -668,6 +668,7 @@ fn the_python_a2a_sdk_sends_gets_lists_streams_cancels_and_answers_an_ask() {
         "cancel",
         "input_required",
         "errors",
+        "push",
     ] {
         assert!(
             stdout.lines().any(|l| l == format!("PASS {check}")),

@@ -8,7 +8,10 @@ limit and asks.
 """
 
 import asyncio
+import http.server
+import json
 import sys
+import threading
 import uuid
 
 import httpx
@@ -23,6 +26,7 @@ from a2a.types.a2a_pb2 import (
     Role,
     SendMessageRequest,
     SubscribeToTaskRequest,
+    TaskPushNotificationConfig,
     TaskState,
 )
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
@@ -128,6 +132,43 @@ async def main():
     except A2AClientError:
         pass
     print("PASS errors")
+
+
+    # Push notifications to a local webhook, set with the SDK's config method.
+    received = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            received.append((self.headers.get("X-A2A-Notification-Token"), json.loads(body)))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    hook = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    [e] = await events(p, message("push me", agent="a"))
+    config = await c.create_task_push_notification_config(
+        TaskPushNotificationConfig(
+            task_id=e.task.id,
+            url=f"http://127.0.0.1:{hook.server_address[1]}/hook",
+            token="py-token",
+        )
+    )
+    assert config.id and config.task_id == e.task.id, config
+    for _ in range(600):
+        if any(
+            b.get("statusUpdate", {}).get("status", {}).get("state") == "TASK_STATE_COMPLETED"
+            for _, b in received
+        ):
+            break
+        await asyncio.sleep(0.05)
+    assert received and all(t == "py-token" for t, _ in received), received
+    assert received[-1][1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED", received
+    hook.shutdown()
+    print("PASS push")
 
 
 asyncio.run(main())
