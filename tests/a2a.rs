@@ -156,6 +156,20 @@ async fn the_card_is_open_and_names_the_endpoint_the_bearer_scheme_and_each_agen
         .collect();
     assert_eq!(skills, ["a", "b"]);
     assert_eq!(card["capabilities"]["streaming"], true);
+    // Other methods: 405 with Allow, as the API's routes.
+    for (method, path, allow) in [
+        (
+            actix_web::http::Method::POST,
+            "/.well-known/agent-card.json",
+            "GET",
+        ),
+        (actix_web::http::Method::GET, "/a2a", "POST"),
+    ] {
+        let req = test::TestRequest::default().method(method).uri(path);
+        let resp = test::call_service(&app, req.to_request()).await;
+        assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED, "{path}");
+        assert_eq!(resp.headers().get("allow").unwrap(), allow);
+    }
 }
 
 #[actix_rt::test]

@@ -18,16 +18,43 @@ pub mod push;
 mod stream;
 pub mod tasks;
 
-use actix_web::web;
+use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 
 /// The JSON-RPC endpoint's path.
 pub const ENDPOINT: &str = "/a2a";
 
-/// Registers the card and the endpoint (inside [`crate::server::api::configure`]).
+/// Registers the card and the endpoint (inside [`crate::server::api::configure`]). Another method
+/// on either path is `405 {"error"}` with `Allow`, as the API's routes answer.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route(
-        warden_protocols::a2a::AGENT_CARD_PATH,
-        web::get().to(card::agent_card),
+    cfg.service(
+        web::resource(warden_protocols::a2a::AGENT_CARD_PATH)
+            .route(web::get().to(card::agent_card))
+            .default_service(web::to(|req: HttpRequest| async move {
+                not_allowed(&req, "GET")
+            })),
     )
-    .route(ENDPOINT, web::post().to(jsonrpc::endpoint));
+    .service(
+        web::resource(ENDPOINT)
+            .route(web::post().to(jsonrpc::endpoint))
+            .default_service(web::to(|req: HttpRequest| async move {
+                not_allowed(&req, "POST")
+            })),
+    );
+}
+
+fn not_allowed(req: &HttpRequest, allow: &'static str) -> HttpResponse {
+    let mut response = crate::server::api::ApiError::new(
+        actix_web::http::StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{} {} is not served; allowed: {allow}",
+            req.method(),
+            req.path()
+        ),
+    )
+    .error_response();
+    response.headers_mut().insert(
+        actix_web::http::header::ALLOW,
+        actix_web::http::header::HeaderValue::from_static(allow),
+    );
+    response
 }
