@@ -14,6 +14,7 @@
 
 #![warn(missing_debug_implementations, missing_docs, unreachable_pub)]
 
+pub mod a2a;
 pub mod cluster;
 mod config;
 mod event;

@@ -315,6 +315,8 @@ pub struct ApiState {
     /// This node's cluster (`warden serve --cluster`): its routes shadow `POST /api/halt` and
     /// `GET /api/agents` (see [`crate::cluster`]).
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// A2A push-notification configs and their webhook deliveries ([`crate::server::a2a`]).
+    pub a2a_push: Arc<crate::server::a2a::push::Pushes>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -345,6 +347,7 @@ impl ApiState {
             )),
             config,
             cluster: None,
+            a2a_push: Arc::default(),
         }
     }
 
@@ -362,14 +365,14 @@ impl ApiState {
 
     /// On a cluster node, the node that runs `key` when this one does not (its team file lists it
     /// as another node's, or this node gave it up: the copy here is halted).
-    fn runs_elsewhere(&self, key: &str) -> Option<String> {
+    pub(crate) fn runs_elsewhere(&self, key: &str) -> Option<String> {
         let cluster = self.cluster.as_ref()?;
         (!cluster.owns(key)).then(|| cluster.runs_on(key)).flatten()
     }
 
     /// The agent `key` to act on: this node's — [`ApiState::unknown_agent`] when there is none, or
     /// when it runs on another node (a copy given up here included).
-    fn agent(&self, key: &str) -> Result<warden_actors::AgentHandle, ApiError> {
+    pub(crate) fn agent(&self, key: &str) -> Result<warden_actors::AgentHandle, ApiError> {
         if self.runs_elsewhere(key).is_some() {
             return Err(self.unknown_agent(key));
         }
@@ -772,6 +775,8 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
         // `/mcp` is a protocol endpoint, not a REST route: it answers JSON-RPC, serves the read
         // token too on POST, and takes three methods; it is not in `ROUTES` nor `openapi.json`.
         crate::server::mcp::configure(cfg);
+        // A2A (`/.well-known/agent-card.json`, `/a2a`): a protocol endpoint too, like `/mcp`.
+        crate::server::a2a::configure(cfg);
         // The browser console (`/`, `/console/…`): pages, not REST routes, so not in `ROUTES`.
         crate::server::console::configure(cfg);
         cfg.default_service(web::to(no_route));
@@ -1119,7 +1124,7 @@ pub(crate) fn settled_fate(settled: warden_actors::Settled) -> EventFate {
 }
 
 /// The event's fate from the journal, on a blocking thread (a SQLite read flushes first).
-async fn fate_from_journal(
+pub(crate) async fn fate_from_journal(
     state: &ApiState,
     agent: &str,
     id: u64,

@@ -2,6 +2,7 @@
 //! stream (`sse`), the operator console in the browser ([`console`]), Prometheus metrics ([`metrics`]), the MCP server ([`mcp`]: `/mcp` and `warden mcp`), and [`serve_team`], which puts a team file, the
 //! SQLite journal and the API together for `warden serve`.
 
+pub mod a2a;
 pub mod api;
 pub mod auth_limit;
 pub mod console;
