@@ -9,7 +9,7 @@
 
 use super::{
     cell::AgentCell, turn, AgentMsg, ControlError, ControlOp, ControlRequest, HaltAck, HaltRequest,
-    Signal, TaskError, TaskReply, Work,
+    SentAck, Signal, TaskError, TaskReply, Work,
 };
 use crate::mailbox::{Envelope, Wake};
 use actix::{
@@ -236,22 +236,23 @@ impl AgentActor {
             (discarded, settled, ack)
         };
         if let Some(reply) = request.ack {
-            // The ack says whether the halt is on disk; it waits for that off every lock, and
-            // without a task when the answer is already there (an in-memory journal, a fast disk).
+            // The ack says whether the halt is on disk. It goes out now, with the wait for that
+            // (off every lock) when the answer is not already there (an in-memory journal, a fast
+            // disk): its receiver awaits it, not a task on this arbiter, which a flooded agent
+            // may keep busy (see `SentAck`).
             let mut durable = self.cell.durable_so_far();
             let mut ack = ack;
-            match (&mut durable).now_or_never() {
+            let sent = match (&mut durable).now_or_never() {
                 Some(result) => {
                     ack.not_durable = result.err();
-                    reply.send(ack);
+                    SentAck::settled(ack)
                 }
-                None => {
-                    actix_rt::spawn(async move {
-                        ack.not_durable = durable.await.err();
-                        reply.send(ack);
-                    });
-                }
-            }
+                None => SentAck {
+                    ack,
+                    durable: Some(durable),
+                },
+            };
+            reply.send(sent);
         }
         // Whoever waits on the stopped turn's event or on a cleared one is answered at once.
         if let Some((id, accepted)) = self.cell.take_answering() {
@@ -333,22 +334,9 @@ impl AgentActor {
                 }
             }
         };
-        if result.is_err() {
-            let _ = reply.send(result);
-            return;
-        }
-        // Acknowledged once what it changed is on disk (off every lock; at once when it already is).
-        let mut durable = self.cell.durable_so_far();
-        match (&mut durable).now_or_never() {
-            Some(done) => {
-                let _ = reply.send(done.map_err(ControlError::NotDurable));
-            }
-            None => {
-                actix_rt::spawn(async move {
-                    let _ = reply.send(durable.await.map_err(ControlError::NotDurable));
-                });
-            }
-        }
+        // Acknowledged once what it changed is on disk: the caller waits for that (off every lock,
+        // and off this arbiter, which a flooded agent may keep busy: see `SentAck`).
+        let _ = reply.send(result.map(|()| self.cell.durable_so_far()));
     }
 
     fn on_signal(&mut self, signal: Signal) {
