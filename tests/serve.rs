@@ -10,7 +10,7 @@
 //!   printed and shows every event once, in order, across the restart.
 //! * Controls do not queue behind ordinary work (issue 31, item 4): with an agent working through a
 //!   backlog while 8 clients flood it, `POST …/resume` is answered while most of the backlog is still
-//!   queued.
+//!   queued, and so is a halt of another agent on the same arbiter thread.
 //!
 //! Waits poll with a deadline; nothing asserts a duration.
 use std::{
@@ -543,7 +543,7 @@ fn serve_says_when_no_token_is_set_and_warns_of_agents_not_in_the_team() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// One agent on one arbiter thread, whose turns never wait for anything (the scripted model
+/// Two agents on one arbiter thread, whose turns never wait for anything (the scripted model
 /// answers at once): a backlog keeps that thread busy turn after turn. No token budget (it would
 /// stop the agent part-way), and a context window that keeps each turn's prompt small.
 const BUSY_TEAM: &str = r#"
@@ -566,6 +566,10 @@ cycle = true
 
 [[agents]]
 key = "a"
+provider = "scripted"
+
+[[agents]]
+key = "b"
 provider = "scripted"
 "#;
 
@@ -682,6 +686,54 @@ fn a_resume_is_answered_while_the_agent_it_resumed_works_through_a_flood() {
          behind the agent's work; {body}",
         resumed.turns,
         resumed.queued.ordinary
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 31, item 4, the other half: a flooded agent kept its arbiter thread from the other agents
+/// on it — actix polls an actor's context until it has nothing left to do, and a turn that waits
+/// for nothing ends in the poll that started it and starts the next — so `POST …/b/halt` for an
+/// agent sharing that thread was acted on only when the flooded agent's backlog was done. Now a
+/// busy agent yields the thread between turns once its cooperative budget is spent.
+///
+/// Without the fix the halt of `b` got no answer within the client's 20 s (or one only once `a`'s
+/// backlog was gone). Nothing here measures a duration.
+#[test]
+fn a_halt_of_another_agent_on_the_flooded_agents_thread_is_answered_during_the_flood() {
+    use std::sync::{atomic::AtomicBool, atomic::Ordering, Arc};
+    let dir = temp_dir("halt-beside-flood");
+    std::fs::write(dir.join("team.toml"), BUSY_TEAM).unwrap();
+    let db = dir.join("warden.db");
+    paused_with_backlog(&db);
+    let server = Server::start(&dir, &db);
+    let port = server.port;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let flooders = flood(port, 8, &stop);
+    warden_testkit::wait_until("the flood is accepted", Duration::from_secs(20), || {
+        agent_status(port, "a").queued.ordinary as u64 > BACKLOG
+    });
+    let resume =
+        warden_testkit::blocking_request(port, "POST", "/api/agents/a/resume", TOKEN, None);
+    let halt = warden_testkit::blocking_request(port, "POST", "/api/agents/b/halt", TOKEN, None);
+    let a = agent_status(port, "a");
+    stop.store(true, Ordering::Relaxed);
+    for flooder in flooders {
+        flooder.join().unwrap();
+    }
+    let (status, body) = resume.expect("POST /api/agents/a/resume got no answer within 20 s");
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = halt.expect("POST /api/agents/b/halt got no answer within 20 s");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""state":"STOPPED""#), "{body}");
+    assert_eq!(agent_status(port, "b").state, warden::AgentState::Stopped);
+    assert!(
+        a.queued.ordinary as u64 >= BACKLOG / 2,
+        "b's halt was answered only after a ran {} turns, with {} events left queued: it waited \
+         behind a's work",
+        a.turns,
+        a.queued.ordinary
     );
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);

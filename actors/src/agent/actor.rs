@@ -97,9 +97,19 @@ impl AgentActor {
                 AgentMsg::Work(work) => self.on_work(work, ctx),
             }
         }
-        // Batch used up: continue on a fresh wake so other actors on this arbiter get a turn.
+        // Batch used up: continue after yielding the arbiter thread, so its other actors get a turn.
+        // (Not with `ctx.notify(Wake)`: actix handles a notification in the same poll of this
+        // actor's context, so the thread was never yielded.) The wake stays marked pending
+        // meanwhile: senders post none, and this continuation drains as a `Wake` would.
         self.cell.mailbox.mark_wake_pending();
-        ctx.notify(Wake);
+        ctx.spawn(
+            tokio::task::yield_now()
+                .into_actor(self)
+                .map(|(), act, ctx| {
+                    act.cell.mailbox.begin_drain();
+                    act.pump(ctx);
+                }),
+        );
     }
 
     fn on_work(&mut self, work: Work, ctx: &mut Context<Self>) {
@@ -140,13 +150,21 @@ impl AgentActor {
             }
         }
         let taken = turn::take(&self.cell, work);
-        let future = turn::run(self.cell.clone(), taken).into_actor(self).map(
-            |(outcome, reply), act, ctx| {
-                act.turn = None;
-                act.finish_turn(outcome, reply);
-                act.pump(ctx);
-            },
-        );
+        let cell = self.cell.clone();
+        let turn = async move {
+            // A turn that waits for nothing (a scripted or cached answer) ends in the poll that
+            // started it, and its end starts the next one: actix polls this actor's context until
+            // it has nothing left to do, so a backlog kept the arbiter thread from every other
+            // actor on it — their halts and controls included — until the backlog was done
+            // (issue 31). Once this task has spent its cooperative budget, the turn yields first.
+            tokio::task::consume_budget().await;
+            turn::run(cell, taken).await
+        };
+        let future = turn.into_actor(self).map(|(outcome, reply), act, ctx| {
+            act.turn = None;
+            act.finish_turn(outcome, reply);
+            act.pump(ctx);
+        });
         self.turn = Some(ctx.spawn(future));
     }
 
