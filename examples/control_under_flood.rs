@@ -156,6 +156,33 @@ impl Probe {
 struct Phase {
     halt: Probe,
     resume: Probe,
+    /// The server's own mean time for `POST /api/halt` in this phase (handler entered → every
+    /// acknowledgement in, from `warden_api_halt_duration_seconds{scope="all"}`), in ms: what the
+    /// round trip spends inside warden's halt rather than reaching it and answering.
+    server_halt_mean_ms: f64,
+}
+
+/// `warden_api_halt_duration_seconds{scope="all"}`'s sum (seconds) and count, from `/metrics`.
+async fn server_halt_totals(client: &reqwest::Client, base: &str) -> (f64, f64) {
+    let text = match client
+        .get(format!("{base}/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+    {
+        Ok(response) => response.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|rest| rest.trim().parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    (
+        value("warden_api_halt_duration_seconds_sum{scope=\"all\"}"),
+        value("warden_api_halt_duration_seconds_count{scope=\"all\"}"),
+    )
 }
 
 /// Sends one control, timing it until the whole answer is read.
@@ -182,6 +209,7 @@ async fn probe(base: &str, options: &Options) -> Phase {
     // One client, as an operator's tool would use: its connection is kept alive between probes.
     let client = reqwest::Client::new();
     let mut phase = Phase::default();
+    let (sum_before, count_before) = server_halt_totals(&client, base).await;
     for _ in 0..options.probes {
         tokio::time::sleep(options.every).await;
         let sent = Instant::now();
@@ -225,6 +253,8 @@ async fn probe(base: &str, options: &Options) -> Phase {
             timed(&client, url, options.timeout, &mut phase.resume).await;
         }
     }
+    let (sum_after, count_after) = server_halt_totals(&client, base).await;
+    phase.server_halt_mean_ms = (sum_after - sum_before) / (count_after - count_before) * 1000.0;
     phase
 }
 
@@ -361,8 +391,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|p| p.halt.unanswered + p.resume.unanswered)
         .sum::<usize>();
     if options.json {
-        let phase =
-            |p: &Phase| serde_json::json!({ "halt": p.halt.json(), "resume": p.resume.json() });
+        let phase = |p: &Phase| {
+            serde_json::json!({
+                "halt": p.halt.json(),
+                "resume": p.resume.json(),
+                "server_halt_mean_ms": p.server_halt_mean_ms,
+            })
+        };
         let report = serde_json::json!({
             "flood_connections": options.flood,
             "probes": options.probes,
@@ -392,6 +427,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("{name}:");
             println!("{}", phase.halt.line("POST /api/halt"));
             println!("{}", phase.resume.line("POST /api/agents/K/resume"));
+            println!(
+                "  {:<28} mean {:>8.2} ms (warden_api_halt_duration_seconds)",
+                "halt inside the server", phase.server_halt_mean_ms
+            );
         }
         println!(
             "flood: {rate:.0} answers/s during the probes; {} accepted (202), {} refused ({}), {} failed",
