@@ -10,6 +10,9 @@
 //! * Tokens from the environment are validated like the team file's.
 //! * `warden events --follow` outlives a SIGKILL of the server: it reconnects with the last seq it
 //!   printed and shows every event once, in order, across the restart.
+//! * Controls do not queue behind ordinary work (issue 31, item 4): with an agent working through a
+//!   backlog while 8 clients flood it, `POST …/resume` is answered while most of the backlog is still
+//!   queued, and so is a halt of another agent on the same arbiter thread.
 //!
 //! Waits poll with a deadline; nothing asserts a duration.
 use std::{
@@ -634,5 +637,201 @@ fn serve_says_when_no_token_is_set_and_warns_of_agents_not_in_the_team() {
         ),
         "{stderr}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two agents on one arbiter thread, whose turns never wait for anything (the scripted model
+/// answers at once): a backlog keeps that thread busy turn after turn. No token budget (it would
+/// stop the agent part-way), and a context window that keeps each turn's prompt small.
+const BUSY_TEAM: &str = r#"
+[supervisor]
+arbiters = 1
+
+[safety.budget]
+tokens_per_agent = 0
+
+[execution]
+max_context_tokens = 4000
+
+[memory]
+compaction = false
+
+[providers.scripted]
+kind = "scripted"
+replies = ["one"]
+cycle = true
+
+[[agents]]
+key = "a"
+provider = "scripted"
+
+[[agents]]
+key = "b"
+provider = "scripted"
+"#;
+
+/// Events queued in the journal before the server starts: a backlog the agent needs seconds for.
+const BACKLOG: u64 = 20_000;
+
+/// A journal at `db` in which agent `a` is paused with [`BACKLOG`] events queued — what a flood
+/// leaves behind while an agent is paused, written directly (20,000 requests would take the test
+/// longer than the rest of it).
+fn paused_with_backlog(db: &Path) {
+    let journal = SqliteJournal::open(db).unwrap();
+    let a = AgentKey::new("a");
+    journal.append(
+        &a,
+        EventKind::Spawned {
+            role: warden::AgentRole::Assistant,
+            parent: None,
+            max_consecutive_errors: 5,
+        },
+    );
+    journal.append(
+        &a,
+        EventKind::Paused {
+            operator: "test".into(),
+        },
+    );
+    let queued = (1..=BACKLOG).map(|id| EventKind::EventQueued {
+        id,
+        event: std::sync::Arc::new(warden::UserEvent::new(format!("backlog {id}"))),
+    });
+    journal.append_all(&a, queued.collect());
+    journal.close();
+}
+
+/// `GET /api/agents/{key}`: the agent's status.
+fn agent_status(port: u16, key: &str) -> warden::AgentStatus {
+    let (status, body) =
+        warden_testkit::blocking_request(port, "GET", &format!("/api/agents/{key}"), TOKEN, None)
+            .expect("GET the agent");
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).expect("an agent status")
+}
+
+/// `clients` threads that post events to `a` as fast as they are answered, until `stop`.
+fn flood(
+    port: u16,
+    clients: usize,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<std::thread::JoinHandle<u64>> {
+    use std::sync::atomic::Ordering;
+    (0..clients)
+        .map(|i| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut accepted = 0;
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let body = format!(r#"{{"content": "flood {i} {n}"}}"#);
+                    let sent = warden_testkit::blocking_request(
+                        port,
+                        "POST",
+                        "/api/agents/a/events",
+                        TOKEN,
+                        Some(&body),
+                    );
+                    if matches!(sent, Ok((202, _))) {
+                        accepted += 1;
+                    }
+                }
+                accepted
+            })
+        })
+        .collect()
+}
+
+/// Issue 31, item 4: a resume applied at once was answered only when the agent's backlog was done
+/// — never, while a flood kept it fed. The control was applied by the agent's actor, but its
+/// answer waited for durability in a task on the agent's arbiter thread, and actix polls an actor
+/// that has work turn after turn without letting that thread run anything else. Now the answer
+/// leaves the actor the moment the control is applied and the caller waits for durability.
+///
+/// Without the fix the resume was answered after the whole backlog ran (`queued.ordinary` 0 in
+/// its answer, or no answer within the client's 20 s). Nothing here measures a duration: the
+/// answer's own status says how much was still queued when it was given.
+#[test]
+fn a_resume_is_answered_while_the_agent_it_resumed_works_through_a_flood() {
+    use std::sync::{atomic::AtomicBool, atomic::Ordering, Arc};
+    let dir = temp_dir("resume-flood");
+    std::fs::write(dir.join("team.toml"), BUSY_TEAM).unwrap();
+    let db = dir.join("warden.db");
+    paused_with_backlog(&db);
+    let server = Server::start(&dir, &db);
+    let port = server.port;
+    assert!(agent_status(port, "a").paused);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let flooders = flood(port, 8, &stop);
+    warden_testkit::wait_until("the flood is accepted", Duration::from_secs(20), || {
+        agent_status(port, "a").queued.ordinary as u64 > BACKLOG
+    });
+    let answer =
+        warden_testkit::blocking_request(port, "POST", "/api/agents/a/resume", TOKEN, None);
+    stop.store(true, Ordering::Relaxed);
+    let accepted: u64 = flooders.into_iter().map(|f| f.join().unwrap()).sum();
+    let (status, body) = answer.expect("POST /api/agents/a/resume got no answer within 20 s");
+    assert_eq!(status, 200, "{body}");
+    let resumed: warden::AgentStatus = serde_json::from_str(&body).expect("an agent status");
+    assert!(!resumed.paused, "{body}");
+    assert!(accepted > 0, "the flood was never accepted");
+    assert!(
+        resumed.queued.ordinary as u64 >= BACKLOG / 2,
+        "the resume was answered only after {} turns, with {} events left queued: it waited \
+         behind the agent's work; {body}",
+        resumed.turns,
+        resumed.queued.ordinary
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 31, item 4, the other half: a flooded agent kept its arbiter thread from the other agents
+/// on it — actix polls an actor's context until it has nothing left to do, and a turn that waits
+/// for nothing ends in the poll that started it and starts the next — so `POST …/b/halt` for an
+/// agent sharing that thread was acted on only when the flooded agent's backlog was done. Now a
+/// busy agent yields the thread between turns once its cooperative budget is spent.
+///
+/// Without the fix the halt of `b` got no answer within the client's 20 s (or one only once `a`'s
+/// backlog was gone). Nothing here measures a duration.
+#[test]
+fn a_halt_of_another_agent_on_the_flooded_agents_thread_is_answered_during_the_flood() {
+    use std::sync::{atomic::AtomicBool, atomic::Ordering, Arc};
+    let dir = temp_dir("halt-beside-flood");
+    std::fs::write(dir.join("team.toml"), BUSY_TEAM).unwrap();
+    let db = dir.join("warden.db");
+    paused_with_backlog(&db);
+    let server = Server::start(&dir, &db);
+    let port = server.port;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let flooders = flood(port, 8, &stop);
+    warden_testkit::wait_until("the flood is accepted", Duration::from_secs(20), || {
+        agent_status(port, "a").queued.ordinary as u64 > BACKLOG
+    });
+    let resume =
+        warden_testkit::blocking_request(port, "POST", "/api/agents/a/resume", TOKEN, None);
+    let halt = warden_testkit::blocking_request(port, "POST", "/api/agents/b/halt", TOKEN, None);
+    let a = agent_status(port, "a");
+    stop.store(true, Ordering::Relaxed);
+    for flooder in flooders {
+        flooder.join().unwrap();
+    }
+    let (status, body) = resume.expect("POST /api/agents/a/resume got no answer within 20 s");
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = halt.expect("POST /api/agents/b/halt got no answer within 20 s");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""state":"STOPPED""#), "{body}");
+    assert_eq!(agent_status(port, "b").state, warden::AgentState::Stopped);
+    assert!(
+        a.queued.ordinary as u64 >= BACKLOG / 2,
+        "b's halt was answered only after a ran {} turns, with {} events left queued: it waited \
+         behind a's work",
+        a.turns,
+        a.queued.ordinary
+    );
+    drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }

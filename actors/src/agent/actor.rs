@@ -9,7 +9,7 @@
 
 use super::{
     cell::AgentCell, turn, AgentMsg, ControlError, ControlOp, ControlRequest, HaltAck, HaltRequest,
-    Signal, TaskError, TaskReply, Work,
+    SentAck, Signal, TaskError, TaskReply, Work,
 };
 use crate::mailbox::{Envelope, Wake};
 use actix::{
@@ -97,9 +97,19 @@ impl AgentActor {
                 AgentMsg::Work(work) => self.on_work(work, ctx),
             }
         }
-        // Batch used up: continue on a fresh wake so other actors on this arbiter get a turn.
+        // Batch used up: continue after yielding the arbiter thread, so its other actors get a turn.
+        // (Not with `ctx.notify(Wake)`: actix handles a notification in the same poll of this
+        // actor's context, so the thread was never yielded.) The wake stays marked pending
+        // meanwhile: senders post none, and this continuation drains as a `Wake` would.
         self.cell.mailbox.mark_wake_pending();
-        ctx.notify(Wake);
+        ctx.spawn(
+            tokio::task::yield_now()
+                .into_actor(self)
+                .map(|(), act, ctx| {
+                    act.cell.mailbox.begin_drain();
+                    act.pump(ctx);
+                }),
+        );
     }
 
     fn on_work(&mut self, work: Work, ctx: &mut Context<Self>) {
@@ -140,13 +150,21 @@ impl AgentActor {
             }
         }
         let taken = turn::take(&self.cell, work);
-        let future = turn::run(self.cell.clone(), taken).into_actor(self).map(
-            |(outcome, reply), act, ctx| {
-                act.turn = None;
-                act.finish_turn(outcome, reply);
-                act.pump(ctx);
-            },
-        );
+        let cell = self.cell.clone();
+        let turn = async move {
+            // A turn that waits for nothing (a scripted or cached answer) ends in the poll that
+            // started it, and its end starts the next one: actix polls this actor's context until
+            // it has nothing left to do, so a backlog kept the arbiter thread from every other
+            // actor on it — their halts and controls included — until the backlog was done
+            // (issue 31). Once this task has spent its cooperative budget, the turn yields first.
+            tokio::task::consume_budget().await;
+            turn::run(cell, taken).await
+        };
+        let future = turn.into_actor(self).map(|(outcome, reply), act, ctx| {
+            act.turn = None;
+            act.finish_turn(outcome, reply);
+            act.pump(ctx);
+        });
         self.turn = Some(ctx.spawn(future));
     }
 
@@ -235,22 +253,23 @@ impl AgentActor {
             (discarded, ack)
         };
         if let Some(reply) = request.ack {
-            // The ack says whether the halt is on disk; it waits for that off every lock, and
-            // without a task when the answer is already there (an in-memory journal, a fast disk).
+            // The ack says whether the halt is on disk. It goes out now, with the wait for that
+            // (off every lock) when the answer is not already there (an in-memory journal, a fast
+            // disk): its receiver awaits it, not a task on this arbiter, which a flooded agent
+            // may keep busy (see `SentAck`).
             let mut durable = self.cell.durable_so_far();
             let mut ack = ack;
-            match (&mut durable).now_or_never() {
+            let sent = match (&mut durable).now_or_never() {
                 Some(result) => {
                     ack.not_durable = result.err();
-                    reply.send(ack);
+                    SentAck::settled(ack)
                 }
-                None => {
-                    actix_rt::spawn(async move {
-                        ack.not_durable = durable.await.err();
-                        reply.send(ack);
-                    });
-                }
-            }
+                None => SentAck {
+                    ack,
+                    durable: Some(durable),
+                },
+            };
+            reply.send(sent);
         }
         // Whoever waits on the stopped turn's event or on a cleared one is answered at once.
         if let Some((id, accepted)) = self.cell.take_answering() {
@@ -343,22 +362,9 @@ impl AgentActor {
                 }
             }
         };
-        if result.is_err() {
-            let _ = reply.send(result);
-            return;
-        }
-        // Acknowledged once what it changed is on disk (off every lock; at once when it already is).
-        let mut durable = self.cell.durable_so_far();
-        match (&mut durable).now_or_never() {
-            Some(done) => {
-                let _ = reply.send(done.map_err(ControlError::NotDurable));
-            }
-            None => {
-                actix_rt::spawn(async move {
-                    let _ = reply.send(durable.await.map_err(ControlError::NotDurable));
-                });
-            }
-        }
+        // Acknowledged once what it changed is on disk: the caller waits for that (off every lock,
+        // and off this arbiter, which a flooded agent may keep busy: see `SentAck`).
+        let _ = reply.send(result.map(|()| self.cell.durable_so_far()));
     }
 
     fn on_signal(&mut self, signal: Signal) {

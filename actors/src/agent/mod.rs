@@ -66,17 +66,17 @@ pub(crate) struct HaltRequest {
 /// Where a halt's acknowledgement goes.
 pub(crate) enum HaltReply {
     /// One waiter (a single halt).
-    One(oneshot::Sender<HaltAck>),
+    One(oneshot::Sender<SentAck>),
     /// Many halts gathered on one channel (`halt_all`): no per-agent channel or future. `slot` is
     /// the agent's place in the caller's list.
     Gathered {
         slot: usize,
-        to: mpsc::UnboundedSender<(usize, HaltAck)>,
+        to: mpsc::UnboundedSender<(usize, SentAck)>,
     },
 }
 
 impl HaltReply {
-    pub(crate) fn send(self, ack: HaltAck) {
+    pub(crate) fn send(self, ack: SentAck) {
         match self {
             HaltReply::One(tx) => {
                 let _ = tx.send(ack);
@@ -88,9 +88,43 @@ impl HaltReply {
     }
 }
 
+/// The wait for a journal's durability ([`crate::Journal::durable`]).
+pub(crate) type Durability = futures::future::BoxFuture<'static, Result<(), NotDurable>>;
+
+/// A halt's acknowledgement as the actor sends it, the moment the halt is applied: the ack, and
+/// — unless the journal had already answered — the wait for the halt to be on disk, which the
+/// *receiver* awaits ([`SentAck::settle`]) on its own task.
+///
+/// Never awaited on the agent's arbiter: while a flooded agent runs turn after turn without an
+/// await that is pending, its arbiter runs no other task (actix polls the actor's context until
+/// it has nothing left to do), so an answer waiting there waited for the flood to end
+/// (issue 31: a resume applied 108 ms after the halt got no HTTP answer in 60 s).
+pub(crate) struct SentAck {
+    pub(crate) ack: HaltAck,
+    pub(crate) durable: Option<Durability>,
+}
+
+impl SentAck {
+    /// An acknowledgement with nothing left to wait for.
+    pub(crate) fn settled(ack: HaltAck) -> Self {
+        SentAck { ack, durable: None }
+    }
+
+    /// The acknowledgement once the halt is durable, or with why it is not.
+    pub(crate) async fn settle(self) -> HaltAck {
+        let mut ack = self.ack;
+        if let Some(durable) = self.durable {
+            ack.not_durable = durable.await.err();
+        }
+        ack
+    }
+}
+
 pub(crate) struct ControlRequest {
     pub op: ControlOp,
-    pub reply: oneshot::Sender<Result<(), ControlError>>,
+    /// Sent as soon as the control is applied (in memory), with the wait for its durability: the
+    /// caller awaits that itself, off the agent's arbiter (see [`SentAck`] for why).
+    pub reply: oneshot::Sender<Result<Durability, ControlError>>,
 }
 
 /// Supervision and safety signals.
@@ -946,20 +980,23 @@ impl AgentHandle {
         let cell = self.cell.clone();
         async move {
             match rx.await {
-                Ok(ack) => ack,
+                Ok(sent) => sent.settle().await,
                 // The actor is gone for good (shut down): report what the record says.
                 Err(_) => cell.halt_ack_now(),
             }
         }
     }
 
+    /// Sends `op` through the control lane; once the actor has applied it, waits here (on the
+    /// caller's task) until it is durable.
     async fn control(&self, op: ControlOp) -> Result<(), ControlError> {
         let (reply, rx) = oneshot::channel();
         self.cell
             .mailbox
             .try_send(AgentMsg::Control(ControlRequest { op, reply }))
             .map_err(|_| ControlError::Closed)?;
-        rx.await.unwrap_or(Err(ControlError::Closed))
+        let durable = rx.await.unwrap_or(Err(ControlError::Closed))?;
+        durable.await.map_err(ControlError::NotDurable)
     }
 
     /// Authenticated unlock: `SAFETY_LOCKOUT → WAITING_FOR_EVENT`. `operator` is journaled. Callers
@@ -1069,7 +1106,7 @@ pub(crate) fn refusal_for(rec: &AgentRecord) -> Option<WorkRefusal> {
 }
 
 /// Marks the halt visible and queues it in lane 0. The receiver resolves on the acknowledgement.
-pub(crate) fn send_halt(cell: &AgentCell, cause: HaltCause) -> oneshot::Receiver<HaltAck> {
+pub(crate) fn send_halt(cell: &AgentCell, cause: HaltCause) -> oneshot::Receiver<SentAck> {
     let (ack, rx) = oneshot::channel();
     send_halt_to(cell, cause, Some(HaltReply::One(ack)));
     rx
@@ -1102,7 +1139,7 @@ pub(crate) fn queue_halt(cell: &AgentCell, cause: HaltCause, reply: Option<HaltR
             ack: Some(reply), ..
         }) = err.into_inner()
         {
-            reply.send(cell.halt_ack_now());
+            reply.send(SentAck::settled(cell.halt_ack_now()));
         }
     }
 }

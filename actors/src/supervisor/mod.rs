@@ -38,7 +38,8 @@ use crate::{
         cell::{AgentCell, AgentSettings, CellParts},
         queue_halt,
         reply::{ReplyHub, Settlement},
-        send_halt, AgentHandle, AgentMsg, DelegatedTask, HaltAck, HaltReply, TaskError, Work,
+        send_halt, AgentHandle, AgentMsg, DelegatedTask, HaltAck, HaltReply, SentAck, TaskError,
+        Work,
     },
     context::ContextStrategy,
     journal::Journal,
@@ -862,8 +863,23 @@ impl Supervisor {
         drop(to);
         let mut acks: Vec<Option<HaltAck>> = Vec::new();
         acks.resize_with(cells.len(), || None);
+        // Halts applied whose durability is still to be awaited (here, not on the agents'
+        // arbiters: see `SentAck`).
+        let mut unsettled = Vec::new();
         // Ends when every request was answered or dropped (an actor that died with it queued).
-        while let Some((slot, ack)) = acks_rx.recv().await {
+        while let Some((slot, sent)) = acks_rx.recv().await {
+            match sent.durable {
+                None => {
+                    if let Some(place) = acks.get_mut(slot) {
+                        *place = Some(sent.ack);
+                    }
+                }
+                Some(_) => unsettled.push((slot, sent)),
+            }
+        }
+        // One after the other: they wait for the same commits, so after the first most are ready.
+        for (slot, sent) in unsettled {
+            let ack = sent.settle().await;
             if let Some(place) = acks.get_mut(slot) {
                 *place = Some(ack);
             }
@@ -910,12 +926,13 @@ impl Supervisor {
 
 /// Waits for every ack; an agent whose actor is gone reports its record's state.
 async fn collect_acks(
-    receivers: Vec<(Arc<AgentCell>, oneshot::Receiver<HaltAck>)>,
+    receivers: Vec<(Arc<AgentCell>, oneshot::Receiver<SentAck>)>,
 ) -> Vec<HaltAck> {
-    join_all(
-        receivers
-            .into_iter()
-            .map(|(cell, rx)| async move { rx.await.unwrap_or_else(|_| cell.halt_ack_now()) }),
-    )
+    join_all(receivers.into_iter().map(|(cell, rx)| async move {
+        match rx.await {
+            Ok(sent) => sent.settle().await,
+            Err(_) => cell.halt_ack_now(),
+        }
+    }))
     .await
 }

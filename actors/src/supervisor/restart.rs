@@ -181,7 +181,7 @@ fn give_up(cell: &AgentCell, restarts: u32, window: Duration) {
     while let Some(envelope) = cell.mailbox.pop() {
         if let AgentMsg::Halt(request) = envelope.msg {
             if let Some(reply) = request.ack {
-                reply.send(cell.halt_ack_now());
+                reply.send(crate::agent::SentAck::settled(cell.halt_ack_now()));
             }
         }
     }
