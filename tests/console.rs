@@ -1830,17 +1830,18 @@ tools = ["w.wipe"]
     send("tidy up");
     browser.goto(&format!("{}/#approvals", serve.url));
     browser.until(
-        "the permission ask",
-        "return !!document.querySelector('li[data-kind=permission] .ask-arguments')",
+        "the ask's card",
+        "return !!document.querySelector('li[data-intervention]')",
     );
     let card = browser.js(
-        "const li = document.querySelector('li[data-kind=permission]'); \
+        "const li = document.querySelector('li[data-intervention]'); \
+         const text = (css) => li.querySelector(css)?.textContent ?? null; \
          return { text: li.innerText, \
-                  tool: li.querySelector('.ask-tool').textContent, \
-                  args: li.querySelector('.ask-arguments').textContent, \
+                  tool: text('.ask-tool'), \
+                  args: text('.ask-arguments'), \
                   parsed: li.querySelectorAll('img').length, \
-                  category: li.querySelector('.ask-category').textContent, \
-                  rule: li.querySelector('.ask-rule').textContent, \
+                  category: text('.ask-category'), \
+                  rule: text('.ask-rule'), \
                   icon: li.querySelectorAll('strong svg.icon').length };",
     );
     browser.screenshot("permission-ask");
