@@ -71,7 +71,8 @@ enum Command {
         node: Option<String>,
     },
     /// Serve a team as an MCP server over standard input/output (for Claude Desktop, an IDE, any
-    /// MCP client): tools list_agents, agent_status, event_status, ask_agent, halt, halt_all.
+    /// MCP client): tools list_agents, agent_status, event_status, list_asks, ask_agent, halt,
+    /// halt_all, answer_ask.
     ///
     /// Agents are restored from the journal as `warden serve` does. Standard output carries the
     /// protocol only; logs go to standard error (RUST_LOG=info shows more). Ends when the client
@@ -83,8 +84,8 @@ enum Command {
         /// The journal database file (created if missing; not one a running `warden serve` holds).
         #[arg(long, default_value = warden::journal::DEFAULT_DB)]
         db: PathBuf,
-        /// Offer only the tools that read (list_agents, agent_status, event_status): no ask_agent,
-        /// no halts.
+        /// Offer only the tools that read (list_agents, agent_status, event_status, list_asks): no
+        /// ask_agent, no halts, no answer_ask.
         #[arg(long)]
         read_only: bool,
     },

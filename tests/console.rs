@@ -1720,3 +1720,207 @@ fn the_console_of_a_cluster_node_shows_every_node_and_halts_another_nodes_agent(
     drop(nats);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// ---- a permission ask on the approvals page -----------------------------------------------------
+
+/// A minimal MCP stdio server (newline-delimited JSON-RPC, no SDK): `wipe` is annotated
+/// `destructiveHint: true` (so DANGEROUS) and appends its arguments to `ran.log` beside this
+/// script when it runs, so the test sees whether it ran.
+const WIPE_SERVER: &str = r#"
+import json, os, sys
+LOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ran.log")
+TOOLS = [{"name": "wipe", "description": "Deletes a path.",
+          "annotations": {"destructiveHint": True, "readOnlyHint": False},
+          "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+for line in sys.stdin:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    if msg.get("id") is None:
+        continue
+    method, id = msg.get("method"), msg["id"]
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"].get("protocolVersion", "2025-06-18"),
+                  "capabilities": {"tools": {}}, "serverInfo": {"name": "wipe", "version": "0"}}
+    elif method == "tools/list":
+        result = {"tools": TOOLS}
+    elif method == "tools/call":
+        with open(LOG, "a") as f:
+            f.write(json.dumps(msg["params"].get("arguments", {})) + "\n")
+        result = {"content": [{"type": "text", "text": "wiped"}]}
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": id, "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
+/// The arguments `wipe` ran with, one per run.
+fn wipe_runs(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("ran.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// `[permissions] dangerous = "ask"` and a DANGEROUS MCP tool: the approvals page shows the ask as
+/// the agent, the tool, its arguments (markup in them shown as text, never parsed), the category
+/// and the rule, with a drawn pause sign (no "⏸" glyph); yes runs the tool, the next ask's no
+/// refuses it, and the journal has both decisions with their notes.
+#[test]
+fn a_permission_ask_shows_the_tool_and_its_arguments_and_yes_or_no_decides() {
+    let Some((chromium, chromedriver)) = browser_or_skip("a_permission_ask_in_the_browser") else {
+        return;
+    };
+    let have_python = Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_python {
+        warden_testkit::skip("python3 is not installed (needed for the wipe MCP server)");
+        return;
+    }
+    let _one = BROWSER_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let tool_dir = std::env::temp_dir().join(format!(
+        "warden-console-{}-permission-tool",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&tool_dir);
+    std::fs::create_dir_all(&tool_dir).unwrap();
+    let script = tool_dir.join("wipe.py");
+    std::fs::write(&script, WIPE_SERVER).unwrap();
+    let team = format!(
+        r#"
+[permissions]
+dangerous = "ask"
+
+[providers.m]
+kind = "scripted"
+replies = [
+  {{ tool = "w__wipe", args = {{ path = "notes/<img src=x onerror=alert(1)>old" }} }},
+  {{ tool = "w__wipe", args = {{ path = "/etc" }} }},
+  "refused, so I stop",
+]
+
+[mcp_servers.w]
+command = "python3"
+args = [{script:?}]
+
+[[agents]]
+key = "g"
+provider = "m"
+delegate = false
+tools = ["w.wipe"]
+"#
+    );
+    let serve = Serve::start("permission", &team);
+    let browser = Browser::start(&chromium, &chromedriver);
+    log_in(&browser, &serve, ADMIN);
+    let send = |text: &str| {
+        let (status, body) = serve.bearer(
+            "POST",
+            "/api/agents/g/events",
+            ADMIN,
+            Some(json!({ "content": text })),
+        );
+        assert_eq!(status, 202, "{body}");
+    };
+
+    send("tidy up");
+    browser.goto(&format!("{}/#approvals", serve.url));
+    browser.until(
+        "the ask's card",
+        "return !!document.querySelector('li[data-intervention]')",
+    );
+    let card = browser.js(
+        "const li = document.querySelector('li[data-intervention]'); \
+         const text = (css) => li.querySelector(css)?.textContent ?? null; \
+         return { text: li.innerText, \
+                  tool: text('.ask-tool'), \
+                  args: text('.ask-arguments'), \
+                  parsed: li.querySelectorAll('img').length, \
+                  category: text('.ask-category'), \
+                  rule: text('.ask-rule'), \
+                  icon: li.querySelectorAll('strong svg.icon').length };",
+    );
+    browser.screenshot("permission-ask");
+    let shown = card["text"].as_str().unwrap();
+    assert!(!shown.contains("undefined"), "{shown}");
+    assert!(
+        !shown.contains('⏸'),
+        "the glyph Debian's fonts lack: {shown}"
+    );
+    assert!(shown.contains("g wants to run"), "{shown}");
+    assert_eq!(card["tool"], "w__wipe");
+    assert_eq!(card["category"], "DANGEROUS");
+    assert_eq!(card["rule"], "permissions.dangerous");
+    assert_eq!(card["icon"], 1, "a drawn pause sign");
+    assert_eq!(card["parsed"], 0, "the arguments' markup is text: {card}");
+    let args: Value = serde_json::from_str(card["args"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        args,
+        json!({"path": "notes/<img src=x onerror=alert(1)>old"})
+    );
+    assert!(
+        card["args"].as_str().unwrap().contains("\n  \"path\""),
+        "pretty JSON: {card}"
+    );
+    assert!(wipe_runs(&tool_dir).is_empty(), "nothing runs while asked");
+
+    let id =
+        browser.js("return document.querySelector('li[data-intervention]').dataset.intervention");
+    browser.type_into(
+        &format!("#note-{}", id.as_str().unwrap()),
+        "old notes may go",
+    );
+    browser.click("li[data-intervention] button[data-answer=yes]");
+    browser.until(
+        "the ask answered",
+        "return !document.querySelector('li[data-intervention]')",
+    );
+    wait_for("the yes ran the tool", Duration::from_secs(30), || {
+        wipe_runs(&tool_dir).len() == 1
+    });
+    assert_eq!(
+        wipe_runs(&tool_dir),
+        vec![json!({"path": "notes/<img src=x onerror=alert(1)>old"})]
+    );
+    wait_for("turn 1", Duration::from_secs(30), || {
+        serve.agent("g")["turns"].as_u64() >= Some(1)
+    });
+
+    send("tidy more");
+    browser.until(
+        "the second ask",
+        "return !!document.querySelector('li[data-kind=permission] .ask-arguments') && \
+         document.querySelector('.ask-arguments').textContent.includes('/etc')",
+    );
+    let id =
+        browser.js("return document.querySelector('li[data-intervention]').dataset.intervention");
+    browser.type_into(&format!("#note-{}", id.as_str().unwrap()), "never /etc");
+    browser.click("li[data-intervention] button[data-answer=no]");
+    browser.until(
+        "the second ask answered",
+        "return !document.querySelector('li[data-intervention]')",
+    );
+    wait_for("turn 2", Duration::from_secs(30), || {
+        serve.agent("g")["turns"].as_u64() >= Some(2)
+    });
+    assert_eq!(wipe_runs(&tool_dir).len(), 1, "no refused it");
+    let (_, asks) = serve.bearer("GET", "/api/interventions", READ, None);
+    assert_eq!(asks, json!([]));
+    let mut recent = String::new();
+    wait_for("both decisions journaled", Duration::from_secs(30), || {
+        recent = serve
+            .bearer("GET", "/api/events/recent?agent=g&limit=200", READ, None)
+            .1
+            .to_string();
+        recent.matches("\"permission_decided\"").count() == 2
+    });
+    assert!(
+        recent.contains("old notes may go") && recent.contains("never /etc"),
+        "{recent}"
+    );
+    let _ = std::fs::remove_dir_all(&tool_dir);
+}

@@ -61,10 +61,14 @@ provider = "slow"
 "#;
 
 fn temp_dir(name: &str) -> PathBuf {
+    temp_dir_with(name, TEAM)
+}
+
+fn temp_dir_with(name: &str, team: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("warden-mcp-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("team.toml"), TEAM).unwrap();
+    std::fs::write(dir.join("team.toml"), team).unwrap();
     dir
 }
 
@@ -85,7 +89,10 @@ struct Server {
 
 impl Server {
     fn start(name: &str) -> Server {
-        let dir = temp_dir(name);
+        Server::start_in(temp_dir(name))
+    }
+
+    fn start_in(dir: PathBuf) -> Server {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_warden"))
             .args(["serve", "--config"])
@@ -181,15 +188,17 @@ async fn tool_names(client: &Client) -> Vec<String> {
     names
 }
 
-const ALL_TOOLS: [&str; 6] = [
+const ALL_TOOLS: [&str; 8] = [
     "agent_status",
+    "answer_ask",
     "ask_agent",
     "event_status",
     "halt",
     "halt_all",
     "list_agents",
+    "list_asks",
 ];
-const READ_TOOLS: [&str; 3] = ["agent_status", "event_status", "list_agents"];
+const READ_TOOLS: [&str; 4] = ["agent_status", "event_status", "list_agents", "list_asks"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_token_gets_every_tool_and_the_read_token_only_reads() {
@@ -536,7 +545,10 @@ async fn http_faults_are_answered_not_crashed_on() {
     assert_eq!(status, 200, "{body}");
     let listed: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(listed["id"], 2);
-    assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 6);
+    assert_eq!(
+        listed["result"]["tools"].as_array().unwrap().len(),
+        ALL_TOOLS.len()
+    );
     // An unknown method: a JSON-RPC error, the session lives on.
     let nope = r#"{"jsonrpc":"2.0","id":3,"method":"nope/nothing"}"#;
     let (status, _, body) = raw(&server, Method::POST, Some(ADMIN), Some(&session), nope).await;
@@ -838,4 +850,207 @@ async fn the_official_typescript_sdk_talks_to_mcp() {
     assert_eq!(report["answer"], ANSWER);
     assert_eq!(report["asked_error"], false);
     assert_eq!(report["halt_error"], false, "{}", report["halt_text"]);
+}
+
+// ---- permission asks over /mcp ------------------------------------------------------------------
+
+/// A minimal MCP stdio server (newline-delimited JSON-RPC, no SDK): `wipe` is annotated
+/// `destructiveHint: true` (so DANGEROUS) and appends its arguments to `ran.log` beside this
+/// script when it runs, so a test sees whether it ran.
+const WIPE_SERVER: &str = r#"
+import json, os, sys
+LOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ran.log")
+TOOLS = [{"name": "wipe", "description": "Deletes a path.",
+          "annotations": {"destructiveHint": True, "readOnlyHint": False},
+          "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+for line in sys.stdin:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    if msg.get("id") is None:
+        continue
+    method, id = msg.get("method"), msg["id"]
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"].get("protocolVersion", "2025-06-18"),
+                  "capabilities": {"tools": {}}, "serverInfo": {"name": "wipe", "version": "0"}}
+    elif method == "tools/list":
+        result = {"tools": TOOLS}
+    elif method == "tools/call":
+        with open(LOG, "a") as f:
+            f.write(json.dumps(msg["params"].get("arguments", {})) + "\n")
+        result = {"content": [{"type": "text", "text": "wiped"}]}
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": id, "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
+/// `dangerous = "ask"`; agent `g`'s model calls `wipe` once per event (a yes ends the turn; after
+/// a no it says so and stops).
+fn gated_team(script: &Path) -> String {
+    format!(
+        r#"
+[permissions]
+dangerous = "ask"
+
+[providers.m]
+kind = "scripted"
+replies = [
+  {{ tool = "w__wipe", args = {{ path = "notes/old" }} }},
+  {{ tool = "w__wipe", args = {{ path = "/etc" }} }},
+  "refused, so I stop",
+]
+
+[mcp_servers.w]
+command = "python3"
+args = [{script:?}]
+
+[[agents]]
+key = "g"
+provider = "m"
+delegate = false
+tools = ["w.wipe"]
+"#
+    )
+}
+
+/// The arguments `wipe` ran with, one per run.
+fn wipe_runs(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("ran.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Polls `list_asks` until one ask is pending; returns it.
+async fn pending_ask(client: &Client) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = call(client, "list_asks", json!({})).await;
+        assert!(!is_error(&listed), "{}", text(&listed));
+        let asks = listed.structured_content.clone().unwrap()["asks"].clone();
+        if let Some([ask]) = asks.as_array().map(Vec::as_slice) {
+            return ask.clone();
+        }
+        assert!(Instant::now() < deadline, "no ask came: {asks}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A DANGEROUS MCP tool's ask, answered over `/mcp`: `list_asks` (read token too) names the tool
+/// and its arguments; `answer_ask` with the read token is refused like the other admin tools and
+/// answers nothing; the admin's yes runs the tool, its no refuses it, an unknown id is a tool error;
+/// the journal names `mcp:admin` and the note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_ask_is_listed_and_answered_over_mcp() {
+    let have_python = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_python {
+        warden_testkit::skip("python3 is not installed (needed for the wipe MCP server)");
+        return;
+    }
+    let dir = temp_dir_with("asks", "");
+    let script = dir.join("wipe.py");
+    std::fs::write(&script, WIPE_SERVER).unwrap();
+    std::fs::write(dir.join("team.toml"), gated_team(&script)).unwrap();
+    let server = Server::start_in(dir.clone());
+    let admin = http_client(&server, ADMIN).await;
+    let read = http_client(&server, READ).await;
+
+    let sent = call(
+        &admin,
+        "ask_agent",
+        json!({ "agent": "g", "content": "tidy up", "wait_s": 0 }),
+    )
+    .await;
+    assert!(!is_error(&sent), "{}", text(&sent));
+    let ask = pending_ask(&read).await;
+    assert_eq!(ask["agent"], "g", "{ask}");
+    assert_eq!(ask["permission"]["tool"], "w__wipe", "{ask}");
+    assert_eq!(ask["permission"]["arguments"], json!({"path": "notes/old"}));
+    assert_eq!(ask["permission"]["category"], "DANGEROUS");
+    assert_eq!(ask["permission"]["rule"], "permissions.dangerous");
+    let id = ask["id"].as_u64().unwrap();
+
+    // The read token: refused as halt is, and the ask is still pending.
+    let refused = call(&read, "answer_ask", json!({ "id": id, "answer": "yes" })).await;
+    assert!(is_error(&refused));
+    assert!(text(&refused).contains("admin token"), "{}", text(&refused));
+    assert_eq!(pending_ask(&admin).await["id"], id);
+    assert!(wipe_runs(&dir).is_empty(), "nothing runs while asked");
+    // Not yes or no; an unknown id: tool errors that answer nothing.
+    let odd = call(&admin, "answer_ask", json!({ "id": id, "answer": "maybe" })).await;
+    assert!(is_error(&odd), "{}", text(&odd));
+    let unknown = call(&admin, "answer_ask", json!({ "id": 9999, "answer": "yes" })).await;
+    assert!(is_error(&unknown));
+    assert!(text(&unknown).contains("9999"), "{}", text(&unknown));
+
+    let yes = call(
+        &admin,
+        "answer_ask",
+        json!({ "id": id, "answer": "yes", "note": "old notes may go" }),
+    )
+    .await;
+    assert!(!is_error(&yes), "{}", text(&yes));
+    wait_for_turns(&admin, "g", 1).await;
+    assert_eq!(wipe_runs(&dir), vec![json!({"path": "notes/old"})]);
+    // Answered once: a second answer finds nothing pending.
+    let again = call(&admin, "answer_ask", json!({ "id": id, "answer": "no" })).await;
+    assert!(is_error(&again), "{}", text(&again));
+
+    call(
+        &admin,
+        "ask_agent",
+        json!({ "agent": "g", "content": "tidy more", "wait_s": 0 }),
+    )
+    .await;
+    let ask = pending_ask(&admin).await;
+    assert_eq!(ask["permission"]["arguments"], json!({"path": "/etc"}));
+    let no = call(
+        &admin,
+        "answer_ask",
+        json!({ "id": ask["id"], "answer": "no", "note": "never /etc" }),
+    )
+    .await;
+    assert!(!is_error(&no), "{}", text(&no));
+    wait_for_turns(&admin, "g", 2).await;
+    assert_eq!(wipe_runs(&dir).len(), 1, "no refused it");
+
+    // The journal: both decisions, by mcp:admin, with the notes.
+    let (status, recent) = warden_testkit::blocking_request(
+        server.port,
+        "GET",
+        "/api/events/recent?agent=g&limit=200",
+        READ,
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{recent}");
+    let recent: Value = serde_json::from_str(&recent).unwrap();
+    let text = recent.to_string();
+    assert_eq!(text.matches("\"permission_decided\"").count(), 2, "{text}");
+    assert!(text.contains("mcp:admin"), "{text}");
+    assert!(
+        text.contains("old notes may go") && text.contains("never /etc"),
+        "{text}"
+    );
+    admin.cancel().await.unwrap();
+    read.cancel().await.unwrap();
+}
+
+/// Polls `agent_status` until `agent` has finished `n` turns (bounded).
+async fn wait_for_turns(client: &Client, agent: &str, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = call(client, "agent_status", json!({ "agent": agent })).await;
+        if status.structured_content.as_ref().unwrap()["turns"].as_u64() >= Some(n) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{agent} never finished turn {n}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -1,5 +1,6 @@
 //! warden as an MCP server: the team's agents as tools any MCP client can call — `list_agents`,
-//! `agent_status`, `ask_agent`, `event_status`, and with admin access `halt` and `halt_all`.
+//! `agent_status`, `ask_agent`, `event_status`, `list_asks`, and with admin access `halt`,
+//! `halt_all` and `answer_ask` (an operator's yes or no to a pending limit or permission ask).
 //!
 //! One handler, [`WardenMcp`] (an `rmcp` [`ServerHandler`]), serves both transports:
 //!
@@ -66,8 +67,11 @@ use tokio::{
     sync::{mpsc, oneshot},
     time::Instant,
 };
-use warden_actors::{Submit, SubmitError, Supervisor};
-use warden_protocols::{EventFate, HaltCause, UserEvent};
+use warden_actors::{
+    safety::{AnswerError, ChannelInterventionBus},
+    Submit, SubmitError, Supervisor,
+};
+use warden_protocols::{Answer, EventFate, HaltCause, OperatorReply, UserEvent};
 
 /// The operator name journaled for halts asked through `/mcp` with the admin token.
 pub const MCP_HTTP_OPERATOR: &str = "mcp:admin";
@@ -93,9 +97,9 @@ pub const PROTOCOL_VERSION_HEADER: &str = "MCP-Protocol-Version";
 /// What a session may do: every tool, or only the ones that read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum McpAccess {
-    /// `list_agents`, `agent_status`, `event_status`.
+    /// `list_agents`, `agent_status`, `event_status`, `list_asks`.
     Read,
-    /// Those, `ask_agent`, `halt` and `halt_all`.
+    /// Those, `ask_agent`, `halt`, `halt_all` and `answer_ask`.
     Admin,
 }
 
@@ -118,6 +122,9 @@ pub struct WardenMcp {
     /// On a cluster node (`warden serve --cluster`): `halt_all` halts the cluster, and `halt` of
     /// another node's agent is sent to that node, as the API's routes do.
     cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// The intervention bus the team's limit and permission asks wait on (`list_asks`,
+    /// `answer_ask`); `None`: nobody can be asked, so nothing is pending.
+    bus: Option<Arc<ChannelInterventionBus>>,
 }
 
 impl std::fmt::Debug for WardenMcp {
@@ -130,9 +137,9 @@ impl std::fmt::Debug for WardenMcp {
 }
 
 /// The tools a read session sees.
-const READ_TOOLS: [&str; 3] = ["list_agents", "agent_status", "event_status"];
+const READ_TOOLS: [&str; 4] = ["list_agents", "agent_status", "event_status", "list_asks"];
 /// The tools only an admin session sees (and may call).
-const ADMIN_TOOLS: [&str; 3] = ["ask_agent", "halt", "halt_all"];
+const ADMIN_TOOLS: [&str; 4] = ["ask_agent", "halt", "halt_all", "answer_ask"];
 
 impl WardenMcp {
     /// The tools of `supervisor`'s team for a session with `access`; halts are journaled as asked by
@@ -150,7 +157,14 @@ impl WardenMcp {
             access,
             operator,
             cluster: None,
+            bus: None,
         }
+    }
+
+    /// The same, answering the asks on `bus` (`warden serve`'s, as `/api/interventions` does).
+    pub fn with_bus(mut self, bus: Option<Arc<ChannelInterventionBus>>) -> Self {
+        self.bus = bus;
+        self
     }
 
     /// The same, on a cluster node: its halts are the cluster's (see [`crate::cluster`]).
@@ -192,6 +206,16 @@ impl WardenMcp {
                     }
                 }),
                 &["agent", "id"],
+                ToolAnnotations::new().read_only(true),
+            ),
+            tool(
+                "list_asks",
+                "The pending asks an operator must answer (answer_ask, with the admin token): an \
+                 agent waiting for a yes or no. A permission ask names the tool the agent wants to \
+                 run, its arguments, its category, the rule that asked and what the agent said; a \
+                 limit ask names the limit (kind), the value reached and the configured one.",
+                json!({}),
+                &[],
                 ToolAnnotations::new().read_only(true),
             ),
         ];
@@ -259,6 +283,34 @@ impl WardenMcp {
                         .idempotent(true)
                         .open_world(false),
                 ),
+                tool(
+                    "answer_ask",
+                    "Answer a pending ask (list_asks lists them) as an operator: yes runs the \
+                     tool (or grants the limit's extension), no refuses it. The note is journaled \
+                     with the decision.",
+                    json!({
+                        "id": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "description": "The ask's id (list_asks gives it)."
+                        },
+                        "answer": {
+                            "type": "string",
+                            "enum": ["yes", "no"],
+                            "description": "yes allows, no refuses."
+                        },
+                        "note": {
+                            "type": "string",
+                            "description": "Why, journaled with the decision."
+                        }
+                    }),
+                    &["id", "answer"],
+                    ToolAnnotations::new()
+                        .read_only(false)
+                        .destructive(true)
+                        .idempotent(false)
+                        .open_world(false),
+                ),
             ]);
         }
         tools
@@ -306,6 +358,14 @@ impl WardenMcp {
             },
             "halt_all" => match parse::<NoArgs>(name, args) {
                 Ok(NoArgs {}) => self.halt_all().await,
+                Err(refused) => refused,
+            },
+            "list_asks" => match parse::<NoArgs>(name, args) {
+                Ok(NoArgs {}) => self.list_asks(),
+                Err(refused) => refused,
+            },
+            "answer_ask" => match parse::<AnswerArgs>(name, args) {
+                Ok(answer) => self.answer_ask(answer),
                 Err(refused) => refused,
             },
             other => {
@@ -487,6 +547,50 @@ impl WardenMcp {
         }
     }
 
+    fn list_asks(&self) -> CallToolResult {
+        let pending = self
+            .bus
+            .as_ref()
+            .map(|bus| bus.pending())
+            .unwrap_or_default();
+        match serde_json::to_value(pending) {
+            Ok(asks) => structured(json!({ "asks": asks }), false),
+            Err(err) => refusal(format!("cannot encode the pending asks: {err}")),
+        }
+    }
+
+    /// The API's `POST /api/interventions/{id}`: the answer, who gave it (`mcp:admin`, or
+    /// `mcp:stdio`) and the note go to the waiting agent, which journals them with the decision.
+    fn answer_ask(&self, args: AnswerArgs) -> CallToolResult {
+        let AnswerArgs { id, answer, note } = args;
+        let answer = match Answer::parse(&answer) {
+            Answer::Other(other) => {
+                return refusal(format!("answer must be \"yes\" or \"no\", not {other:?}"))
+            }
+            answer => answer,
+        };
+        let note = note.map(|n| n.trim().to_owned()).filter(|n| !n.is_empty());
+        let Some(bus) = &self.bus else {
+            return refusal(format!(
+                "no pending ask with id {id}: this server asks nobody (no intervention bus), so \
+                 every ask is refused on its own"
+            ));
+        };
+        match bus.reply(
+            id,
+            OperatorReply::by(answer.clone(), self.operator, note.clone()),
+        ) {
+            Ok(()) => {
+                tracing::info!(id, operator = self.operator, answer = %answer, "ask answered over MCP");
+                structured(json!({ "id": id, "answer": answer, "note": note }), false)
+            }
+            Err(AnswerError::Unknown(id)) => refusal(format!(
+                "no pending ask with id {id} (answered, withdrawn by a halt, or never asked; \
+                 list_asks lists the pending ones)"
+            )),
+        }
+    }
+
     /// The event's fate from the journal, on a blocking thread (a SQLite read flushes first).
     async fn fate(&self, agent: &str, id: u64) -> Result<Option<EventFate>, String> {
         let Some(fates) = self.fates.clone() else {
@@ -539,6 +643,14 @@ struct AgentArgs {
 struct EventArgs {
     agent: String,
     id: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnswerArgs {
+    id: u64,
+    answer: String,
+    note: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -1142,7 +1254,8 @@ async fn post(state: web::Data<ApiState>, req: HttpRequest, payload: web::Payloa
             access,
             operator,
         )
-        .on_cluster(state.cluster.clone());
+        .on_cluster(state.cluster.clone())
+        .with_bus(state.bus.clone());
         match state.mcp.open(handler) {
             Some(opened) => opened,
             None => {

@@ -632,6 +632,49 @@
     renderApprovals();
   }
 
+  // A pause sign drawn, not a glyph: "⏸" is missing from Debian's stock fonts.
+  function pauseIcon() {
+    const ns = "http://www.w3.org/2000/svg";
+    const svg = document.createElementNS(ns, "svg");
+    for (const [k, v] of [["viewBox", "0 0 10 10"], ["width", "0.9em"], ["height", "0.9em"], ["class", "icon"], ["aria-hidden", "true"]]) svg.setAttribute(k, v);
+    for (const x of ["1.5", "6"]) {
+      const r = document.createElementNS(ns, "rect");
+      for (const [k, v] of [["x", x], ["y", "1"], ["width", "2.5"], ["height", "8"], ["fill", "currentColor"]]) r.setAttribute(k, v);
+      svg.append(r);
+    }
+    return svg;
+  }
+
+  // A permission ask as what it is: who wants to run which tool with which arguments, which rule
+  // asked, and what the agent said with the call. Model and tool text only ever as textContent.
+  function permissionAsk(i) {
+    const p = i.permission;
+    const box = document.createDocumentFragment();
+    const title = el("strong", null, " Permission: " + i.agent + " wants to run ");
+    title.prepend(pauseIcon());
+    title.append(el("code", { class: "ask-tool" }, p.tool));
+    box.append(title);
+    const dl = el("dl", { class: "ask-detail" });
+    const row = (term, value) => {
+      dl.append(el("dt", null, term));
+      const dd = el("dd");
+      dd.append(value);
+      dl.append(dd);
+    };
+    row("Category", el("span", { class: "ask-category" }, p.category));
+    row("Rule", el("code", { class: "ask-rule" }, p.rule));
+    let args;
+    try {
+      args = JSON.stringify(p.arguments, null, 2);
+    } catch (_) {
+      args = String(p.arguments);
+    }
+    row("Arguments", el("pre", { class: "ask-arguments" }, args));
+    if (p.last_message) row("Agent said", el("blockquote", { class: "ask-last" }, p.last_message));
+    box.append(dl);
+    return box;
+  }
+
   function renderApprovals() {
     setApprovalCount(approvals.size);
     const list = $("approvals");
@@ -639,11 +682,19 @@
     if (approvals.size === 0) list.append(el("li", { class: "empty" }, "No pending ask."));
     for (const i of approvals.values()) {
       const li = el("li", { "data-intervention": i.id });
-      li.append(
-        el("strong", null, "⏸ " + i.agent + ": "),
-        el("span", null, i.question),
-        el("div", { class: "muted" }, i.kind + " reached " + i.current + " of " + i.configured + " (" + i.config_key + ")")
-      );
+      if (i.permission) {
+        li.setAttribute("data-kind", "permission");
+        li.append(permissionAsk(i));
+      } else {
+        li.setAttribute("data-kind", "limit");
+        const title = el("strong", null, " " + i.agent + ": ");
+        title.prepend(pauseIcon());
+        li.append(
+          title,
+          el("span", null, i.question),
+          el("div", { class: "muted" }, i.kind + " reached " + i.current + " of " + i.configured + " (" + i.config_key + ")")
+        );
+      }
       const form = el("form", { "data-id": i.id });
       const noteId = "note-" + i.id;
       form.append(el("label", { for: noteId }, "Note"), el("input", { id: noteId, name: "note", type: "text" }));
