@@ -97,7 +97,7 @@ fn agent_message(task: &str, agent: &str, suffix: &str, text: impl Into<String>)
     }
 }
 
-/// The limit ask agent `agent` waits on now, if any (the oldest).
+/// The ask (a limit or a permission ask) agent `agent` waits on now, if any (the oldest).
 pub fn pending_ask(state: &ApiState, agent: &str) -> Option<Intervention> {
     let bus = state.bus.as_ref()?;
     bus.pending()
