@@ -953,6 +953,16 @@ fn over_http_a_dangerous_mcp_tool_waits_for_yes_or_no_and_a_kill_never_runs_it()
         pending["permission"]["arguments"],
         json!({"message": "three"})
     );
+    // Kill once the ask is on disk: its event is then known to be taken. Killed before, the event
+    // may still read as queued in the file, and a restart rightly delivers it again (its turn then
+    // asks anew), which is not what this test is about.
+    let asked_on_disk = warden_testkit::wait_for(Duration::from_secs(30), || {
+        journal(&db).iter().any(|e| {
+            matches!(&e.kind, EventKind::PermissionAsked { arguments, .. }
+                if arguments.to_string().contains("three"))
+        })
+    });
+    assert!(asked_on_disk, "the third ask never reached the journal");
     drop(serve); // Child::kill is SIGKILL
     assert_eq!(echo_runs(&db), 1, "still one run");
     let serve = Serve::start(&team, &db);

@@ -191,6 +191,12 @@ pub struct Outstanding {
     /// restores the breakers' window from. Omitted while empty.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub error_window: String,
+    /// The tool call a permission ask holds (`PermissionAsked`) until its decision
+    /// (`PermissionDecided`) or a result for it in the history: a call the turn stopped at while
+    /// asking certainly did not run, and is answered so (not "interrupted, may have run"). Omitted
+    /// while none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asking: Option<String>,
 }
 
 impl Outstanding {
@@ -204,7 +210,10 @@ impl Outstanding {
     }
 
     fn is_empty(&self) -> bool {
-        self.unlisted == 0 && self.discarding.is_empty() && self.error_window.is_empty()
+        self.unlisted == 0
+            && self.discarding.is_empty()
+            && self.error_window.is_empty()
+            && self.asking.is_none()
     }
 }
 
@@ -321,6 +330,18 @@ impl AgentRecord {
 
     fn outstanding_mut(&mut self) -> &mut Outstanding {
         self.outstanding.get_or_insert_with(Box::default)
+    }
+
+    /// The tool call a permission ask holds ([`Outstanding::asking`]), if any.
+    pub fn asking_call(&self) -> Option<String> {
+        self.outstanding.as_deref().and_then(|o| o.asking.clone())
+    }
+
+    fn stop_asking(&mut self) {
+        if let Some(o) = self.outstanding.as_deref_mut() {
+            o.asking = None;
+        }
+        self.tidy();
     }
 
     /// Back to `None` once nothing is outstanding (live and replayed records fold alike).
@@ -506,7 +527,14 @@ impl AgentRecord {
                     .history_tokens
                     .saturating_add(message.estimated_tokens());
                 self.history.push(message.clone());
+                if message.tool_call_id.is_some() && message.tool_call_id == self.asking_call() {
+                    self.stop_asking();
+                }
             }
+            EventKind::PermissionAsked { call_id, .. } => {
+                self.outstanding_mut().asking = Some(call_id.clone());
+            }
+            EventKind::PermissionDecided { .. } => self.stop_asking(),
             EventKind::GoalsSet { goals, .. } => self.goals = goals.clone(),
             EventKind::Reflected { reflection } => {
                 if self.reflections.len() == Self::REFLECTIONS_KEPT {
@@ -551,8 +579,6 @@ impl AgentRecord {
             | EventKind::BudgetWarning { .. }
             | EventKind::LimitDecided { .. }
             | EventKind::LimitDenied { .. }
-            | EventKind::PermissionAsked { .. }
-            | EventKind::PermissionDecided { .. }
             | EventKind::ToolCircuitChanged { .. }
             | EventKind::ToolProgress { .. }
             | EventKind::ToolDefined { .. }
@@ -998,6 +1024,47 @@ mod tests {
         record.apply(&EventKind::ErrorWindow { window: "x".into() });
         record.apply(&EventKind::HistoryReset {
             operator: "op".into(),
+        });
+        assert_eq!(record.outstanding, None);
+    }
+
+    #[test]
+    fn a_call_held_by_a_permission_ask_is_known_until_its_result() {
+        let mut record = AgentRecord::new("a".into());
+        let asked = EventKind::PermissionAsked {
+            id: 1,
+            call_id: "c1".into(),
+            tool: "rm".into(),
+            arguments: "{}".into(),
+            rule: "permissions.dangerous".into(),
+        };
+        record.apply(&asked);
+        assert_eq!(record.asking_call().as_deref(), Some("c1"));
+        // Another call's result leaves it held; its own result ends it.
+        record.apply(&EventKind::HistoryAppended {
+            message: ChatMessage::tool_result("c0", "{}"),
+        });
+        assert_eq!(record.asking_call().as_deref(), Some("c1"));
+        record.apply(&EventKind::HistoryAppended {
+            message: ChatMessage::tool_result("c1", "{}"),
+        });
+        assert_eq!(record.asking_call(), None);
+        assert_eq!(record.outstanding, None, "tidied");
+        // A decision ends it too.
+        record.apply(&asked);
+        record.apply(&EventKind::PermissionDecided {
+            call_id: "c1".into(),
+            tool: "rm".into(),
+            decision: crate::PermissionDecision {
+                allow: false,
+                ruling: crate::Ruling {
+                    verdict: crate::PermissionVerdict::Ask,
+                    key: "permissions.dangerous".into(),
+                },
+                reason: crate::PermissionReason::Unattended,
+                asked: None,
+                answered_by: None,
+            },
         });
         assert_eq!(record.outstanding, None);
     }

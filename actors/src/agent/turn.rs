@@ -60,14 +60,19 @@ const NOT_RUN_RESULT: &str = r#"{"success":false,"error":"not run: only one DANG
 /// take it for a call that did not happen.
 const INTERRUPTED_RESULT: &str = r#"{"success":false,"error":"interrupted: the turn was stopped (halt, pause or restart) before this call's result came back; it may have run, in part or in full. Do not call it again before checking whether it took effect"}"#;
 
+/// The result given to a tool call the turn stopped at while its permission ask waited: it
+/// certainly did not run.
+const NOT_RUN_ASKED_RESULT: &str = r#"{"success":false,"error":"not run: the turn was stopped (halt, pause or restart) while this call waited for an operator's permission; call it again if still needed"}"#;
+
 /// Gives every tool call left without a result (a turn interrupted by a halt or a crash) an
 /// `interrupted` result, so the next request is a valid conversation. Only the end of the history is read: the
 /// results of a call are appended right after it, and every turn starts here, so an unanswered call
 /// can only be in the newest assistant message, followed by nothing but tool results and internal
 /// system alerts.
 fn answer_dangling_calls(cell: &AgentCell) {
-    let dangling: Vec<String> = {
+    let (dangling, asking) = {
         let rec = cell.lock();
+        let asking = rec.asking_call();
         let Some(pos) = rec.history.iter().rposition(|m| {
             !(m.role == ChatRole::Tool || (m.role == ChatRole::System && m.internal))
         }) else {
@@ -81,14 +86,21 @@ fn answer_dangling_calls(cell: &AgentCell) {
             .iter()
             .filter_map(|m| m.tool_call_id.as_deref())
             .collect();
-        last.tool_calls
+        let dangling: Vec<String> = last
+            .tool_calls
             .iter()
             .filter(|c| !answered.contains(&c.id.as_str()))
             .map(|c| c.id.clone())
-            .collect()
+            .collect();
+        (dangling, asking)
     };
     for id in dangling {
-        cell.append_history(ChatMessage::tool_result(id, INTERRUPTED_RESULT));
+        let result = if asking.as_deref() == Some(id.as_str()) {
+            NOT_RUN_ASKED_RESULT
+        } else {
+            INTERRUPTED_RESULT
+        };
+        cell.append_history(ChatMessage::tool_result(id, result));
     }
 }
 
