@@ -37,6 +37,8 @@
 //! [api]                               # warden serve only; the environment wins over these
 //! admin_token = "…"                   # WARDEN_ADMIN_TOKEN
 //! read_token = "…"                    # WARDEN_READ_TOKEN
+//! host_tokens = ["…"]                 # a game server's: world events, replies, halts only
+//! max_batch_events = 256              # most events in one POST /api/world/batch
 //! listen = "127.0.0.1:7878"           # unless --listen is given
 //! max_body_bytes = 65536
 //! session_ttl_seconds = 28800         # a browser console session (docs/console.md)
@@ -771,6 +773,10 @@ pub fn defaults_toml() -> String {
          [api]\n\
          # admin_token = \"…\"\n\
          # read_token = \"…\"\n\
+         # a game server's tokens: world events, replies, presence, clock and halts only\n\
+         # host_tokens = [\"…\"]\n\
+         # most events in one POST /api/world/batch\n\
+         max_batch_events = {}\n\
          listen = \"{}\"\n\
          max_body_bytes = {}\n\
          # how long a login to the browser console lasts (docs/console.md)\n\
@@ -788,6 +794,7 @@ pub fn defaults_toml() -> String {
          \n\
          # A team file for warden run and warden serve adds [providers.NAME] and [[agents]].\n",
         WardenConfig::defaults_toml().trim_end(),
+        crate::server::api::DEFAULT_MAX_BATCH_EVENTS,
         crate::server::api::DEFAULT_LISTEN,
         crate::server::api::DEFAULT_BODY_LIMIT,
         crate::server::console::DEFAULT_SESSION_TTL_SECONDS,
@@ -2070,6 +2077,27 @@ replies = [
                 "max_body_bytes = 0",
                 "api.max_body_bytes: must be at least 1",
             ),
+            ("host_tokens = [\"\"]", "api.host_tokens: must not be empty"),
+            (
+                "host_tokens = [\"h \"]",
+                "api.host_tokens: must not start or end with whitespace",
+            ),
+            (
+                "admin_token = \"same\"\nhost_tokens = [\"h\", \"same\"]",
+                "api.host_tokens: each must differ from api.admin_token",
+            ),
+            (
+                "read_token = \"same\"\nhost_tokens = [\"same\"]",
+                "api.host_tokens: each must differ from api.read_token",
+            ),
+            (
+                "host_tokens = [\"h\", \"h\"]",
+                "api.host_tokens: each must be listed once",
+            ),
+            (
+                "max_batch_events = 0",
+                "api.max_batch_events: must be at least 1",
+            ),
             (
                 "session_ttl_seconds = 0",
                 "api.session_ttl_seconds: must be at least 1",
@@ -2084,9 +2112,9 @@ replies = [
             err,
             format!(
                 "invalid config: line {line}, column 1: `api.admin_tokn`: unknown field \
-                 `admin_tokn`, expected one of `admin_token`, `read_token`, `listen`, \
-                 `max_body_bytes`, `session_ttl_seconds`, `auth_failures_per_minute`, \
-                 `allowed_origins`\n{line} | \
+                 `admin_tokn`, expected one of `admin_token`, `read_token`, `host_tokens`, \
+                 `max_batch_events`, `listen`, `max_body_bytes`, `session_ttl_seconds`, \
+                 `auth_failures_per_minute`, `allowed_origins`\n{line} | \
                  admin_tokn = \"x\"\n   | ^^^^^^^^^^"
             )
         );
@@ -2099,6 +2127,8 @@ replies = [
         let section = ApiSection {
             admin_token: Some("file-admin".into()),
             read_token: Some("file-read".into()),
+            host_tokens: vec!["file-host".into()],
+            max_batch_events: None,
             listen: None,
             max_body_bytes: Some(100),
             session_ttl_seconds: None,
