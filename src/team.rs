@@ -2198,6 +2198,22 @@ replies = [
                 env(None, Some("x")),
                 "WARDEN_READ_TOKEN: must differ from api.admin_token",
             ),
+            (
+                ApiSection {
+                    host_tokens: vec!["h".into()],
+                    ..ApiSection::default()
+                },
+                env(Some("h"), None),
+                "api.host_tokens: each must differ from WARDEN_ADMIN_TOKEN",
+            ),
+            (
+                ApiSection {
+                    host_tokens: vec!["h".into()],
+                    ..ApiSection::default()
+                },
+                env(Some("a"), Some("h")),
+                "api.host_tokens: each must differ from WARDEN_READ_TOKEN",
+            ),
         ];
         for (section, env, expected) in cases {
             let err = ApiConfig::try_resolve(&section, env).unwrap_err();

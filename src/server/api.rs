@@ -158,18 +158,18 @@ impl ApiConfig {
         // A host token equal to an admin or read token from the environment would open two
         // classes at once: refused like the read token equal to the admin token.
         for host in &config.host_tokens {
-            if config.admin_token.as_ref() == Some(host) {
-                return Err(ApiSectionError {
-                    key: "api.host_tokens",
-                    problem: "each must differ from the admin token",
-                });
-            }
-            if config.read_token.as_ref() == Some(host) {
-                return Err(ApiSectionError {
-                    key: "api.host_tokens",
-                    problem: "each must differ from the read token",
-                });
-            }
+            let problem = if admin_env.as_ref() == Some(host) {
+                "each must differ from WARDEN_ADMIN_TOKEN"
+            } else if read_env.as_ref() == Some(host) {
+                "each must differ from WARDEN_READ_TOKEN"
+            } else {
+                // Equal to the file's tokens: refused by `ApiSection::validate`.
+                continue;
+            };
+            return Err(ApiSectionError {
+                key: "api.host_tokens",
+                problem,
+            });
         }
         Ok(config)
     }
