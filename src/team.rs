@@ -773,12 +773,12 @@ pub fn defaults_toml() -> String {
          [api]\n\
          # admin_token = \"…\"\n\
          # read_token = \"…\"\n\
+         listen = \"{}\"\n\
+         max_body_bytes = {}\n\
          # a game server's tokens: world events, replies, presence, clock and halts only\n\
          # host_tokens = [\"…\"]\n\
          # most events in one POST /api/world/batch\n\
          max_batch_events = {}\n\
-         listen = \"{}\"\n\
-         max_body_bytes = {}\n\
          # how long a login to the browser console lasts (docs/console.md)\n\
          session_ttl_seconds = {}\n\
          # wrong tokens per client address and minute before its wrong ones get 429 (0: no limit)\n\
@@ -794,9 +794,9 @@ pub fn defaults_toml() -> String {
          \n\
          # A team file for warden run and warden serve adds [providers.NAME] and [[agents]].\n",
         WardenConfig::defaults_toml().trim_end(),
-        crate::server::api::DEFAULT_MAX_BATCH_EVENTS,
         crate::server::api::DEFAULT_LISTEN,
         crate::server::api::DEFAULT_BODY_LIMIT,
+        crate::server::api::DEFAULT_MAX_BATCH_EVENTS,
         crate::server::console::DEFAULT_SESSION_TTL_SECONDS,
         crate::server::auth_limit::DEFAULT_AUTH_FAILURES_PER_MINUTE,
     )

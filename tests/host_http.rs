@@ -572,4 +572,16 @@ async fn journal_ignored_false_counts_an_ignore_without_a_journal_row_and_true_j
     assert_eq!((npc.perceived, npc.ignored_unjournaled), (2, 1));
     let npc = keeping.status().npc.unwrap();
     assert_eq!((npc.perceived, npc.ignored_unjournaled), (1, 0));
+    // And on /metrics, summed over the NPCs.
+    let resp = test::call_service(
+        &app,
+        request("GET", "/metrics", Some(READ), None).to_request(),
+    )
+    .await;
+    let text = String::from_utf8(test::read_body(resp).await.to_vec()).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l == "warden_npc_ignored_unjournaled_total 1"),
+        "{text}"
+    );
 }
