@@ -241,18 +241,24 @@ async fn a_host_token_cannot_log_in_to_the_console_nor_call_mcp() {
     tokio::time::pause();
     let h = host_team();
     let app = service!(state(&h));
-    let resp = test::call_service(
-        &app,
+    let login = |token: &str| {
         test::TestRequest::post()
             .uri("/console/login")
-            .insert_header(("Origin", "http://localhost:8080"))
-            .insert_header(("Host", "localhost:8080"))
-            .set_form([("token", HOST)])
-            .to_request(),
-    )
-    .await;
+            .set_form([("token", token)])
+            .to_request()
+    };
+    let resp = test::call_service(&app, login(HOST)).await;
     assert_eq!(resp.status(), StatusCode::FORBIDDEN);
     assert!(resp.headers().get("set-cookie").is_none());
+    let page = String::from_utf8(test::read_body(resp).await.to_vec()).unwrap();
+    assert!(
+        page.contains("A host token cannot log in to the console"),
+        "{page}"
+    );
+    // The same form with the admin token logs in: the refusal is the host token's.
+    let resp = test::call_service(&app, login(ADMIN)).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert!(resp.headers().get("set-cookie").is_some());
     let (status, body) = call!(
         app,
         request(
@@ -269,6 +275,12 @@ async fn a_host_token_cannot_log_in_to_the_console_nor_call_mcp() {
         .insert_header(("Accept", "application/json, text/event-stream"))
     );
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("a host token may only")),
+        "{body}"
+    );
 }
 
 #[actix_rt::test]
