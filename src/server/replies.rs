@@ -158,33 +158,60 @@ fn host_items(
     }
 }
 
-/// Replies and notices after `after` (at most about `max`), and the last row read.
+/// What one read of the journal found.
+struct Read {
+    /// Replies and notices, oldest first.
+    items: Vec<serde_json::Value>,
+    /// The last row read.
+    next: u64,
+    /// `true` when the read stopped before the journal's end (`max` items, or `max_rows` rows):
+    /// an empty answer must not wait then, there is more to read.
+    more: bool,
+}
+
+/// Replies and notices after `after` (at most about `max`), reading at most about `max_rows` rows.
 fn read_replies(
     log: &dyn EventLog,
     mut after: u64,
     max: usize,
-) -> Result<(Vec<serde_json::Value>, u64), ApiError> {
+    max_rows: usize,
+) -> Result<Read, ApiError> {
     let mut items = Vec::new();
     let mut lockouts = HashMap::new();
     let mut read = 0;
-    while read < MAX_ROWS_PER_ANSWER {
+    let page_size = PAGE.min(max_rows.max(1));
+    loop {
         let rows = log
-            .events_since(after, PAGE)
+            .events_since(after, page_size)
             .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
         let page = rows.len();
         for event in &rows {
             host_items(event, &mut lockouts, &mut items);
             after = event.seq;
             if items.len() >= max {
-                return Ok((items, after));
+                return Ok(Read {
+                    items,
+                    next: after,
+                    more: true,
+                });
             }
         }
         read += page;
-        if page < PAGE {
-            break;
+        if page < page_size {
+            return Ok(Read {
+                items,
+                next: after,
+                more: false,
+            });
+        }
+        if read >= max_rows {
+            return Ok(Read {
+                items,
+                next: after,
+                more: true,
+            });
         }
     }
-    Ok((items, after))
 }
 
 /// Whether a live item could be a reply or notice (the wait ends and the journal is read again).
@@ -234,11 +261,14 @@ pub(crate) async fn get_replies(
     let mut after = query.after;
     loop {
         let reader = log.clone();
-        let (items, next) = web::block(move || read_replies(reader.as_ref(), after, max))
-            .await
-            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+        let read =
+            web::block(move || read_replies(reader.as_ref(), after, max, MAX_ROWS_PER_ANSWER))
+                .await
+                .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+        let Read { items, next, more } = read;
         after = next;
-        let Some(sub) = live.as_mut().filter(|_| items.is_empty()) else {
+        // Wait only at the journal's end with nothing found: rows left unread are read now.
+        let Some(sub) = live.as_mut().filter(|_| items.is_empty() && !more) else {
             return Ok(HttpResponse::Ok().json(serde_json::json!({
                 "replies": items,
                 "next": after,
@@ -275,6 +305,48 @@ mod tests {
             agent: AgentKey::from("innkeeper"),
             kind,
         }
+    }
+
+    /// A journal in memory.
+    struct Rows(Vec<Event>);
+
+    impl EventLog for Rows {
+        fn events_since(
+            &self,
+            after: u64,
+            limit: usize,
+        ) -> Result<Vec<Event>, crate::server::events::ReplayError> {
+            Ok(self
+                .0
+                .iter()
+                .filter(|e| e.seq > after)
+                .take(limit)
+                .cloned()
+                .collect())
+        }
+
+        fn recent(
+            &self,
+            _: Option<&AgentKey>,
+            _: usize,
+        ) -> Result<crate::server::events::RecentEvents, crate::server::events::ReplayError>
+        {
+            unreachable!("not read here")
+        }
+    }
+
+    #[test]
+    fn a_read_cut_by_the_row_cap_says_there_is_more_and_the_end_says_there_is_not() {
+        let rows = Rows(
+            (1..=10)
+                .map(|seq| event(seq, EventKind::ErrorsReset))
+                .collect(),
+        );
+        // Ten rows of chatter, four read at most: nothing found, but the journal goes on.
+        let read = read_replies(&rows, 0, 16, 4).unwrap();
+        assert_eq!((read.items.len(), read.next, read.more), (0, 4, true));
+        let read = read_replies(&rows, 8, 16, 4).unwrap();
+        assert_eq!((read.items.len(), read.next, read.more), (0, 10, false));
     }
 
     #[test]
