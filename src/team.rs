@@ -37,6 +37,8 @@
 //! [api]                               # warden serve only; the environment wins over these
 //! admin_token = "…"                   # WARDEN_ADMIN_TOKEN
 //! read_token = "…"                    # WARDEN_READ_TOKEN
+//! host_tokens = ["…"]                 # a game server's: world events, replies, halts only
+//! max_batch_events = 256              # most events in one POST /api/world/batch
 //! listen = "127.0.0.1:7878"           # unless --listen is given
 //! max_body_bytes = 65536
 //! session_ttl_seconds = 28800         # a browser console session (docs/console.md)
@@ -810,6 +812,10 @@ pub fn defaults_toml() -> String {
          # read_token = \"…\"\n\
          listen = \"{}\"\n\
          max_body_bytes = {}\n\
+         # a game server's tokens: world events, replies, presence, clock and halts only\n\
+         # host_tokens = [\"…\"]\n\
+         # most events in one POST /api/world/batch\n\
+         max_batch_events = {}\n\
          # how long a login to the browser console lasts (docs/console.md)\n\
          session_ttl_seconds = {}\n\
          # wrong tokens per client address and minute before its wrong ones get 429 (0: no limit)\n\
@@ -827,6 +833,7 @@ pub fn defaults_toml() -> String {
         WardenConfig::defaults_toml().trim_end(),
         crate::server::api::DEFAULT_LISTEN,
         crate::server::api::DEFAULT_BODY_LIMIT,
+        crate::server::api::DEFAULT_MAX_BATCH_EVENTS,
         crate::server::console::DEFAULT_SESSION_TTL_SECONDS,
         crate::server::auth_limit::DEFAULT_AUTH_FAILURES_PER_MINUTE,
     )
@@ -2252,6 +2259,27 @@ replies = [
                 "max_body_bytes = 0",
                 "api.max_body_bytes: must be at least 1",
             ),
+            ("host_tokens = [\"\"]", "api.host_tokens: must not be empty"),
+            (
+                "host_tokens = [\"h \"]",
+                "api.host_tokens: must not start or end with whitespace",
+            ),
+            (
+                "admin_token = \"same\"\nhost_tokens = [\"h\", \"same\"]",
+                "api.host_tokens: each must differ from api.admin_token",
+            ),
+            (
+                "read_token = \"same\"\nhost_tokens = [\"same\"]",
+                "api.host_tokens: each must differ from api.read_token",
+            ),
+            (
+                "host_tokens = [\"h\", \"h\"]",
+                "api.host_tokens: each must be listed once",
+            ),
+            (
+                "max_batch_events = 0",
+                "api.max_batch_events: must be at least 1",
+            ),
             (
                 "session_ttl_seconds = 0",
                 "api.session_ttl_seconds: must be at least 1",
@@ -2266,9 +2294,9 @@ replies = [
             err,
             format!(
                 "invalid config: line {line}, column 1: `api.admin_tokn`: unknown field \
-                 `admin_tokn`, expected one of `admin_token`, `read_token`, `listen`, \
-                 `max_body_bytes`, `session_ttl_seconds`, `auth_failures_per_minute`, \
-                 `allowed_origins`\n{line} | \
+                 `admin_tokn`, expected one of `admin_token`, `read_token`, `host_tokens`, \
+                 `max_batch_events`, `listen`, `max_body_bytes`, `session_ttl_seconds`, \
+                 `auth_failures_per_minute`, `allowed_origins`\n{line} | \
                  admin_tokn = \"x\"\n   | ^^^^^^^^^^"
             )
         );
@@ -2281,6 +2309,8 @@ replies = [
         let section = ApiSection {
             admin_token: Some("file-admin".into()),
             read_token: Some("file-read".into()),
+            host_tokens: vec!["file-host".into()],
+            max_batch_events: None,
             listen: None,
             max_body_bytes: Some(100),
             session_ttl_seconds: None,
@@ -2349,6 +2379,22 @@ replies = [
                 section(Some("x"), None),
                 env(None, Some("x")),
                 "WARDEN_READ_TOKEN: must differ from api.admin_token",
+            ),
+            (
+                ApiSection {
+                    host_tokens: vec!["h".into()],
+                    ..ApiSection::default()
+                },
+                env(Some("h"), None),
+                "api.host_tokens: each must differ from WARDEN_ADMIN_TOKEN",
+            ),
+            (
+                ApiSection {
+                    host_tokens: vec!["h".into()],
+                    ..ApiSection::default()
+                },
+                env(Some("a"), Some("h")),
+                "api.host_tokens: each must differ from WARDEN_READ_TOKEN",
             ),
         ];
         for (section, env, expected) in cases {

@@ -2113,6 +2113,9 @@ async fn the_openapi_document_matches_the_served_routes_and_responses() {
         })),
         "/api/world/presence" => Some(json!({"rooms": {"tavern": 0, "forge": 2}})),
         "/api/world/clock" => Some(json!({"hour": 6.5})),
+        "/api/world/batch" => Some(json!({"events": [{
+            "npc": "b", "speaker": {"id": "p1", "kind": "player"}, "kind": "say", "text": "hi"
+        }]})),
         _ => None,
     };
     // What no route answers is `{"error": "no route …"}` (404) or 405.
@@ -2252,6 +2255,8 @@ async fn the_openapi_document_matches_the_served_routes_and_responses() {
         "POST /api/agents/{key}/unlock 409",
         "POST /api/world/presence 200",
         "POST /api/world/clock 200",
+        "POST /api/world/batch 200",
+        "GET /api/replies 503",
         "GET /healthz 200",
     ] {
         assert!(

@@ -1229,6 +1229,39 @@ fn every_state_change_acknowledged_over_http_survives_a_sigkill_right_after_its_
         );
         server = Server::start(&dir);
 
+        // A batch: both TRIGGERs acknowledged with the 200 are in the file at the kill.
+        covered.insert(("POST", "/api/world/batch"));
+        let texts = [
+            format!("batched to a, round {round}"),
+            format!("batched to b, round {round}"),
+        ];
+        let body = serde_json::json!({"events": [
+            {"npc": "a", "speaker": {"id": "p1", "kind": "player"}, "kind": "whisper", "text": texts[0]},
+            {"npc": "b", "speaker": {"id": "p1", "kind": "player"}, "kind": "whisper", "text": texts[1]},
+        ]})
+        .to_string();
+        let seen = acknowledged(&server, "POST", "/api/world/batch", Some(&body));
+        let ids: Vec<u64> = (0..2)
+            .map(|i| {
+                seen["results"][i]["id"]
+                    .as_u64()
+                    .expect("a whisper is a TRIGGER")
+            })
+            .collect();
+        server.kill();
+        for ((agent, id), text) in ["a", "b"].into_iter().zip(ids).zip(&texts) {
+            let rec = record_of(&db, agent);
+            check(
+                rec.pending.iter().any(|p| p.id == id)
+                    || rec
+                        .history
+                        .iter()
+                        .any(|m| m.content.as_deref().is_some_and(|c| c.contains(text))),
+                "a batched world event lost",
+            );
+        }
+        server = Server::start(&dir);
+
         covered.insert(("POST", "/api/agents/{key}/history/reset"));
         wait_for("b answered", || {
             let s = server.status("b");
@@ -1290,6 +1323,84 @@ fn every_state_change_acknowledged_over_http_survives_a_sigkill_right_after_its_
             "{method} {path} changes state: check that its 2xx survives a SIGKILL"
         );
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every reply and notice in `GET /api/replies` after `after` (long-polls until `until` holds).
+fn replies_until(
+    server: &Server,
+    mut after: u64,
+    until: impl Fn(&[serde_json::Value]) -> bool,
+) -> (Vec<serde_json::Value>, u64) {
+    let mut replies = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = http(
+            server.port,
+            "GET",
+            &format!("/api/replies?after={after}&wait=5"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(status, 200, "{body}");
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        replies.extend(body["replies"].as_array().unwrap().iter().cloned());
+        after = body["next"].as_u64().unwrap();
+        if until(&replies) {
+            return (replies, after);
+        }
+        assert!(Instant::now() < deadline, "no such replies: {replies:?}");
+    }
+}
+
+/// Issue 37 §2: `GET /api/replies` reads the journal, so a host that was told `next` before a
+/// SIGKILL of warden reads the same replies with the same `seq` after the restart, and resumes
+/// after `next` with nothing repeated and the new replies after it.
+#[test]
+fn replies_resume_after_a_sigkill_from_the_next_a_host_was_given() {
+    let dir = temp_dir("replies", 0, ROUTES_TEAM);
+    let server = Server::start(&dir);
+    let whisper = |npc: &str, text: &str| {
+        serde_json::json!({"npc": npc, "speaker": {"id": "p1", "kind": "player"},
+            "kind": "whisper", "text": text})
+    };
+    let body =
+        serde_json::json!({"events": [whisper("a", "one"), whisper("b", "two")]}).to_string();
+    let seen = acknowledged(&server, "POST", "/api/world/batch", Some(&body));
+    let ids: Vec<u64> = (0..2)
+        .map(|i| seen["results"][i]["id"].as_u64().unwrap())
+        .collect();
+    let answered = |agent: &'static str, id: u64| {
+        move |r: &serde_json::Value| {
+            r["type"] == "reply" && r["agent"] == agent && r["event_id"] == id
+        }
+    };
+    let (before, next) = replies_until(&server, 0, |r| {
+        r.iter().any(answered("a", ids[0])) && r.iter().any(answered("b", ids[1]))
+    });
+    assert!(before
+        .iter()
+        .all(|r| r["status"] == "answered" || r["type"] != "reply"));
+    server.kill();
+    let server = Server::start(&dir);
+    // The same replies, the same sequence numbers, from the file.
+    let (again, _) = replies_until(&server, 0, |r| r.len() >= before.len());
+    assert_eq!(again[..before.len()], before[..]);
+    // After `next`: nothing repeated, and a reply journaled after the restart comes.
+    let body = serde_json::json!({"events": [whisper("a", "three")]}).to_string();
+    let seen = acknowledged(&server, "POST", "/api/world/batch", Some(&body));
+    let id = seen["results"][0]["id"].as_u64().unwrap();
+    let (after, _) = replies_until(&server, next, |r| r.iter().any(answered("a", id)));
+    for reply in &after {
+        assert!(reply["seq"].as_u64().unwrap() > next, "{reply}");
+        assert!(
+            !before.iter().any(|b| b["type"] == "reply"
+                && b["event_id"] == reply["event_id"]
+                && b["agent"] == reply["agent"]),
+            "repeated after the restart: {reply}"
+        );
+    }
+    drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

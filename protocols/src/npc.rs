@@ -376,6 +376,11 @@ pub struct NpcConfig {
     /// `[npc.clock]`: the game clock the sleep schedule reads. One clock per team: only the team's
     /// `[npc.clock]` counts (an agent's own settings cannot move it).
     pub clock: ClockConfig,
+    /// Whether an IGNORE verdict is journaled (`perceived`, one row per NPC per line). Default
+    /// true. `false`: IGNOREs are counted (the status's `npc.ignored_unjournaled`) but not
+    /// journaled, so room chatter heard by many NPCs does not cost a journal row per listener;
+    /// every other verdict is journaled as before.
+    pub journal_ignored: bool,
 }
 
 /// `[npc.tick]`: autonomous ticks — a turn with no new event, every `rate` seconds while the NPC
@@ -501,6 +506,7 @@ impl Default for NpcConfig {
             tick: TickConfig::default(),
             sleep: SleepConfig::default(),
             clock: ClockConfig::default(),
+            journal_ignored: true,
         }
     }
 }
@@ -694,6 +700,8 @@ pub struct NpcOverride {
     pub tick: TickOverride,
     /// Replaces the `npc.sleep` values it sets.
     pub sleep: SleepOverride,
+    /// Replaces `npc.journal_ignored`.
+    pub journal_ignored: Option<bool>,
 }
 
 /// The tick values an agent sets for itself (see [`TickConfig`]).
@@ -784,6 +792,9 @@ impl NpcOverride {
         }
         if let Some(v) = self.context_max_tokens {
             npc.context_max_tokens = v;
+        }
+        if let Some(v) = self.journal_ignored {
+            npc.journal_ignored = v;
         }
         let (c, o) = (&mut npc.conversation, &self.conversation);
         if let Some(v) = o.max_exchanges {

@@ -95,6 +95,9 @@ pub struct NpcStatus {
     /// TRIGGERs from other NPCs that a conversation limit (`npc.conversation`) kept as CONTEXT.
     #[serde(default)]
     pub conversation_limited: u64,
+    /// IGNORE verdicts counted but not journaled (`npc.journal_ignored = false`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ignored_unjournaled: u64,
     /// Its autonomous ticks, while the tick arbiter schedules it (`npc.tick.enabled`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tick: Option<TickStatus>,
@@ -117,4 +120,8 @@ pub struct TickStatus {
     /// Its room as the no-player rule reads it (`npc.tick.room`, else its last world event's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub room: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -7,7 +7,7 @@
 //! this node gave up. Plus the `/metrics` lines.
 
 use super::Cluster;
-use crate::server::api::{Admin, ApiState, Reader};
+use crate::server::api::{Admin, ApiState, Host, Reader};
 use actix_web::{web, HttpResponse};
 use std::{collections::BTreeSet, fmt::Write as _, sync::atomic::Ordering, time::Duration};
 use warden_protocols::AgentStatus;
@@ -80,7 +80,7 @@ async fn agent(
 /// applied, with `"node"` (`504` when it did not answer in time, `409` when it does not run the
 /// agent: see [`super::RemoteHaltError`]).
 async fn halt_agent(
-    admin: Admin,
+    admin: Host,
     state: web::Data<ApiState>,
     key: web::Path<String>,
 ) -> Result<HttpResponse, crate::server::api::ApiError> {
@@ -153,7 +153,7 @@ fn cluster(state: &ApiState) -> &std::sync::Arc<Cluster> {
         .expect("cluster routes without a cluster")
 }
 
-async fn halt(_: Admin, state: web::Data<ApiState>) -> HttpResponse {
+async fn halt(_: Host, state: web::Data<ApiState>) -> HttpResponse {
     let cluster = cluster(&state);
     let started = tokio::time::Instant::now();
     let halt = cluster

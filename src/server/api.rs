@@ -45,6 +45,9 @@ use warden_protocols::{
 /// Default request body limit (bytes).
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
 
+/// Default most events in one `POST /api/world/batch` (`api.max_batch_events`).
+pub const DEFAULT_MAX_BATCH_EVENTS: usize = 256;
+
 /// Where `warden serve` listens unless `--listen` or `api.listen` says otherwise.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 
@@ -58,8 +61,13 @@ pub struct ApiConfig {
     pub admin_token: Option<String>,
     /// Read-only access (`GET`).
     pub read_token: Option<String>,
+    /// Host tokens (`api.host_tokens`): a game server's access — world events (single and batch),
+    /// replies, presence, clock and halts; nothing else (see [`Access::Host`]).
+    pub host_tokens: Vec<String>,
     /// Largest accepted JSON body in bytes (0 = [`DEFAULT_BODY_LIMIT`]).
     pub body_limit: usize,
+    /// Most events in one `POST /api/world/batch` (0 = [`DEFAULT_MAX_BATCH_EVENTS`]).
+    pub max_batch_events: usize,
     /// How long a console session lasts after its login, in seconds (0 =
     /// [`crate::server::console::DEFAULT_SESSION_TTL_SECONDS`]).
     pub session_ttl_seconds: u64,
@@ -77,7 +85,9 @@ impl std::fmt::Debug for ApiConfig {
         f.debug_struct("ApiConfig")
             .field("admin_token", &self.admin_token.as_ref().map(|_| "***"))
             .field("read_token", &self.read_token.as_ref().map(|_| "***"))
+            .field("host_tokens", &self.host_tokens.len())
             .field("body_limit", &self.body_limit)
+            .field("max_batch_events", &self.max_batch_events)
             .field("session_ttl_seconds", &self.session_ttl_seconds)
             .field("auth_failures_per_minute", &self.auth_failures_per_minute)
             .field("allowed_origins", &self.allowed_origins)
@@ -100,7 +110,9 @@ impl ApiConfig {
         ApiConfig {
             admin_token: var("WARDEN_ADMIN_TOKEN").or_else(|| section.admin_token.clone()),
             read_token: var("WARDEN_READ_TOKEN").or_else(|| section.read_token.clone()),
+            host_tokens: section.host_tokens.clone(),
             body_limit: section.max_body_bytes.unwrap_or(DEFAULT_BODY_LIMIT),
+            max_batch_events: section.max_batch_events.unwrap_or(DEFAULT_MAX_BATCH_EVENTS),
             session_ttl_seconds: section.session_ttl_seconds.unwrap_or(0),
             auth_failures_per_minute: section.auth_failures_per_minute,
             allowed_origins: section.allowed_origins.clone(),
@@ -143,7 +155,31 @@ impl ApiConfig {
             };
             return Err(ApiSectionError { key, problem });
         }
+        // A host token equal to an admin or read token from the environment would open two
+        // classes at once: refused like the read token equal to the admin token.
+        for host in &config.host_tokens {
+            let problem = if admin_env.as_ref() == Some(host) {
+                "each must differ from WARDEN_ADMIN_TOKEN"
+            } else if read_env.as_ref() == Some(host) {
+                "each must differ from WARDEN_READ_TOKEN"
+            } else {
+                // Equal to the file's tokens: refused by `ApiSection::validate`.
+                continue;
+            };
+            return Err(ApiSectionError {
+                key: "api.host_tokens",
+                problem,
+            });
+        }
         Ok(config)
+    }
+
+    /// Most events one `POST /api/world/batch` may carry.
+    pub(crate) fn batch_limit(&self) -> usize {
+        match self.max_batch_events {
+            0 => DEFAULT_MAX_BATCH_EVENTS,
+            n => n,
+        }
     }
 
     pub(crate) fn limit(&self) -> usize {
@@ -179,6 +215,14 @@ pub struct ApiSection {
     /// Read-only access; `WARDEN_READ_TOKEN` wins over it.
     #[serde(default)]
     pub read_token: Option<String>,
+    /// Host tokens: each may deliver world events (single and batch), read replies, report
+    /// presence and the clock, and halt — never unlock, clear, resume, change goals or answer
+    /// asks. For a game server, which should not hold the admin token.
+    #[serde(default)]
+    pub host_tokens: Vec<String>,
+    /// Most events in one `POST /api/world/batch` (default [`DEFAULT_MAX_BATCH_EVENTS`]).
+    #[serde(default)]
+    pub max_batch_events: Option<usize>,
     /// Where `warden serve` listens unless `--listen` is given.
     #[serde(default)]
     pub listen: Option<SocketAddr>,
@@ -205,6 +249,8 @@ impl std::fmt::Debug for ApiSection {
         f.debug_struct("ApiSection")
             .field("admin_token", &self.admin_token.as_ref().map(|_| "***"))
             .field("read_token", &self.read_token.as_ref().map(|_| "***"))
+            .field("host_tokens", &self.host_tokens.len())
+            .field("max_batch_events", &self.max_batch_events)
             .field("listen", &self.listen)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("session_ttl_seconds", &self.session_ttl_seconds)
@@ -248,6 +294,29 @@ impl ApiSection {
             return Err(ApiSectionError {
                 key: "api.read_token",
                 problem: "must differ from api.admin_token",
+            });
+        }
+        for (i, host) in self.host_tokens.iter().enumerate() {
+            let problem = if let Some(problem) = token_problem(host) {
+                problem
+            } else if self.admin_token.as_ref() == Some(host) {
+                "each must differ from api.admin_token"
+            } else if self.read_token.as_ref() == Some(host) {
+                "each must differ from api.read_token"
+            } else if self.host_tokens[..i].contains(host) {
+                "each must be listed once"
+            } else {
+                continue;
+            };
+            return Err(ApiSectionError {
+                key: "api.host_tokens",
+                problem,
+            });
+        }
+        if self.max_batch_events == Some(0) {
+            return Err(ApiSectionError {
+                key: "api.max_batch_events",
+                problem: "must be at least 1",
             });
         }
         if self.max_body_bytes == Some(0) {
@@ -529,10 +598,15 @@ pub enum Access {
     Read,
     /// The admin token: everything.
     Admin,
+    /// A host token (`api.host_tokens`), a game server's: world events (single and batch),
+    /// replies, presence, clock and halts ([`Host`], [`ReplyReader`]); no other route, no console
+    /// login, no `/mcp`.
+    Host,
 }
 
-/// What `token` opens: the admin token, the read token, or nothing. Both are compared (in constant
-/// time), so the time taken does not tell which one matched.
+/// What `token` opens: the admin token, the read token, a host token, or nothing. Every configured
+/// token is compared (in constant time, none skipped), so the time taken does not tell which one
+/// matched.
 pub(crate) fn access_of_token(config: &ApiConfig, token: &str) -> Option<Access> {
     let matches = |configured: &Option<String>| {
         configured
@@ -541,10 +615,16 @@ pub(crate) fn access_of_token(config: &ApiConfig, token: &str) -> Option<Access>
     };
     let admin = matches(&config.admin_token);
     let read = matches(&config.read_token);
+    let host = config
+        .host_tokens
+        .iter()
+        .fold(false, |found, c| token_matches(c, token) | found);
     if admin {
         Some(Access::Admin)
     } else if read {
         Some(Access::Read)
+    } else if host {
+        Some(Access::Host)
     } else {
         None
     }
@@ -597,20 +677,43 @@ pub(crate) fn wrong_token(state: &ApiState, req: &HttpRequest) -> ApiError {
     }
 }
 
-/// Extractor: a request with the read or the admin token.
+/// Extractor: a request with the read or the admin token (403 for a host token).
 #[derive(Debug)]
 pub struct Reader;
 
-/// Extractor: a request with the admin token (403 for the read token).
+/// Extractor: a request with the admin token (403 for the read token or a host token).
 #[derive(Debug)]
 pub struct Admin;
+
+/// Extractor: a request with the admin token or a host token (403 for the read token): world
+/// events, presence, clock, halts.
+#[derive(Debug)]
+pub struct Host;
+
+/// Extractor: a request with any token (`GET /api/replies`: the host reads them, the read token
+/// may watch them).
+#[derive(Debug)]
+pub struct ReplyReader;
+
+/// The `403` of a host token on a route not open to it.
+pub(crate) fn host_refused() -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "a host token may only deliver world events, read replies, report presence and the \
+         clock, and halt",
+    )
+}
 
 impl FromRequest for Reader {
     type Error = ApiError;
     type Future = std::future::Ready<Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        std::future::ready(access_of(req).map(|_| Reader))
+        std::future::ready(match access_of(req) {
+            Ok(Access::Admin | Access::Read) => Ok(Reader),
+            Ok(Access::Host) => Err(host_refused()),
+            Err(err) => Err(err),
+        })
     }
 }
 
@@ -625,8 +728,36 @@ impl FromRequest for Admin {
                 StatusCode::FORBIDDEN,
                 "this call needs the admin token",
             )),
+            Ok(Access::Host) => Err(host_refused()),
             Err(err) => Err(err),
         })
+    }
+}
+
+impl FromRequest for Host {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        std::future::ready(match access_of(req) {
+            Ok(Access::Admin | Access::Host) => Ok(Host),
+            // The text the read token has always got here (the CLI shows it to an operator, who
+            // needs the admin token; a host token is a game server's).
+            Ok(Access::Read) => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "this call needs the admin token",
+            )),
+            Err(err) => Err(err),
+        })
+    }
+}
+
+impl FromRequest for ReplyReader {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        std::future::ready(access_of(req).map(|_| ReplyReader))
     }
 }
 
@@ -733,6 +864,8 @@ routes! {
     POST "/api/agents/{key}/events" => post_event,
     GET "/api/agents/{key}/events/{id}" => get_event,
     POST "/api/agents/{key}/world" => post_world,
+    POST "/api/world/batch" => post_world_batch,
+    GET "/api/replies" => crate::server::replies::get_replies,
     POST "/api/world/presence" => post_presence,
     POST "/api/world/clock" => post_clock,
     POST "/api/halt" => halt_all,
@@ -1081,7 +1214,7 @@ pub(crate) mod fuzzing {
 pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 
 /// `{"id": …, "status": …, …}`: an event's id with its fate.
-fn fate_body(id: u64, fate: &EventFate) -> serde_json::Value {
+pub(crate) fn fate_body(id: u64, fate: &EventFate) -> serde_json::Value {
     let mut body = serde_json::to_value(fate).unwrap_or_else(|_| serde_json::json!({}));
     if let Some(map) = body.as_object_mut() {
         map.insert("id".into(), id.into());
@@ -1277,7 +1410,7 @@ fn refused(refusal: &WorkRefusal) -> HttpResponse {
 /// with the perception (verdict, rule, trust) and, for a TRIGGER, the id of the user event it was
 /// queued as; a TRIGGER the agent refuses is answered like a refused event.
 async fn post_world(
-    _: Admin,
+    _: Host,
     state: web::Data<ApiState>,
     key: web::Path<String>,
     event: web::Json<warden_protocols::npc::WorldEvent>,
@@ -1301,6 +1434,95 @@ async fn post_world(
     }
 }
 
+/// One item of `POST /api/world/batch`: the NPC's key and the body of
+/// `POST /api/agents/{key}/world`.
+#[derive(Debug, Deserialize)]
+struct BatchItem {
+    /// The NPC that perceives the event.
+    npc: String,
+    #[serde(flatten)]
+    event: warden_protocols::npc::WorldEvent,
+}
+
+/// The body of `POST /api/world/batch`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    events: Vec<BatchItem>,
+}
+
+/// `POST /api/world/batch`: many world events, for many NPCs, in one request — a game server's
+/// tick. The whole batch is checked first (at most [`ApiConfig::max_batch_events`] events, `413`
+/// beyond; every NPC known here, `404`/`409` naming the first that is not): a refused batch
+/// delivers nothing. Then each event is perceived in order, as `POST /api/agents/{key}/world`
+/// perceives one, and the answer waits for one durable commit covering every queued TRIGGER.
+/// `200 {"results": [...]}`, one per event in order: `{"npc", "perception", "id"}` (the id of the
+/// user event a TRIGGER was queued as, else null) or `{"npc", "error", "refusal"}` for a TRIGGER
+/// the agent refused (locked out, stopped, mailbox full, …). `500` with the results when the
+/// queued events could not be made durable.
+async fn post_world_batch(
+    _: Host,
+    state: web::Data<ApiState>,
+    body: web::Json<BatchBody>,
+) -> Handled {
+    let events = body.into_inner().events;
+    let limit = state.config.batch_limit();
+    if events.len() > limit {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "{} events in one batch: at most {limit} (api.max_batch_events); send the rest \
+                 in another batch",
+                events.len()
+            ),
+        ));
+    }
+    // Every NPC first: an invalid batch queues nothing.
+    let mut agents = Vec::with_capacity(events.len());
+    for (i, item) in events.iter().enumerate() {
+        let agent = state
+            .agent(&item.npc)
+            .map_err(|err| ApiError::new(err.status, format!("events[{i}]: {}", err.message)))?;
+        agents.push(agent);
+    }
+    let mut results = Vec::with_capacity(events.len());
+    // One agent per key whose TRIGGER was queued: their events are acknowledged once on disk.
+    let mut queued: Vec<(String, u64, warden_actors::AgentHandle)> = Vec::new();
+    for (item, agent) in events.into_iter().zip(agents) {
+        let npc = item.npc;
+        match agent.perceive(item.event) {
+            Ok(seen) => {
+                if let Some(id) = seen.queued {
+                    if !queued.iter().any(|(key, _, _)| *key == npc) {
+                        queued.push((npc.clone(), id, agent));
+                    }
+                }
+                results.push(serde_json::json!({
+                    "npc": npc,
+                    "perception": seen.perception,
+                    "id": seen.queued,
+                }));
+            }
+            Err(err) => results.push(serde_json::json!({
+                "npc": npc,
+                "error": err.refusal.to_string(),
+                "refusal": err.refusal,
+            })),
+        }
+    }
+    // The journal commits in groups: the first wait covers every row appended before it, the
+    // others find their rows on disk already.
+    for (key, id, agent) in &queued {
+        if let Err(cause) = agent.durable_so_far().await {
+            let error = format!("events of the batch were queued but are not durable: {cause}");
+            tracing::error!(agent = %key, id, "{error}");
+            return Ok(HttpResponse::InternalServerError()
+                .json(serde_json::json!({ "error": error, "results": results })));
+        }
+    }
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "results": results })))
+}
+
 /// The body of `POST /api/world/presence`: players per room, as the game server counts them.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1312,7 +1534,7 @@ struct PresenceBody {
 /// (`Supervisor::set_presence`); an NPC whose room is reported empty goes idle. 200 with the
 /// number of rooms reported and the game hour.
 async fn post_presence(
-    _: Admin,
+    _: Host,
     state: web::Data<ApiState>,
     body: web::Json<PresenceBody>,
 ) -> Handled {
@@ -1335,7 +1557,7 @@ struct ClockBody {
 
 /// `POST /api/world/clock`: the host sets the game hour (`Supervisor::set_game_hour`); every
 /// ticking NPC's sleep schedule is read again. 200 with the game hour; 400 outside 0 to 24.
-async fn post_clock(_: Admin, state: web::Data<ApiState>, body: web::Json<ClockBody>) -> Handled {
+async fn post_clock(_: Host, state: web::Data<ApiState>, body: web::Json<ClockBody>) -> Handled {
     let hour = body.hour;
     if !(0.0..24.0).contains(&hour) {
         return Err(ApiError::new(
@@ -1415,7 +1637,7 @@ fn acks(acks: Vec<HaltAck>) -> HttpResponse {
     }
 }
 
-async fn halt_all(_: Admin, state: web::Data<ApiState>) -> Handled {
+async fn halt_all(_: Host, state: web::Data<ApiState>) -> Handled {
     let started = tokio::time::Instant::now();
     let result = state.supervisor.halt_all().await;
     state.metrics.halt_all.observe(started.elapsed());
@@ -1497,7 +1719,7 @@ async fn lift_halt(_: Admin, state: web::Data<ApiState>, body: web::Bytes) -> Ha
 }
 
 pub(crate) async fn halt_agent(
-    _: Admin,
+    _: Host,
     state: web::Data<ApiState>,
     key: web::Path<String>,
 ) -> Handled {

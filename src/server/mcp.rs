@@ -106,7 +106,9 @@ pub enum McpAccess {
 impl From<Access> for McpAccess {
     fn from(access: Access) -> Self {
         match access {
-            Access::Read => McpAccess::Read,
+            // A host token is refused before a session opens (`api::host_refused`); were it not,
+            // it would read only.
+            Access::Read | Access::Host => McpAccess::Read,
             Access::Admin => McpAccess::Admin,
         }
     }
@@ -1138,6 +1140,7 @@ async fn post(state: web::Data<ApiState>, req: HttpRequest, payload: web::Payloa
         return refused;
     }
     let access = match access_of(&req) {
+        Ok(Access::Host) => return api::host_refused().error_response(),
         Ok(access) => McpAccess::from(access),
         Err(err) => return err.error_response(),
     };
@@ -1388,6 +1391,7 @@ async fn delete(state: web::Data<ApiState>, req: HttpRequest) -> HttpResponse {
         return refused;
     }
     let access = match access_of(&req) {
+        Ok(Access::Host) => return api::host_refused().error_response(),
         Ok(access) => McpAccess::from(access),
         Err(err) => return err.error_response(),
     };

@@ -353,6 +353,17 @@ pub fn render(s: &Snapshot) -> String {
         "NPC ticks skipped because a turn ran or a tick was still queued, summed over the agents.",
         ticks(|t| t.skipped),
     );
+    e.single(
+        "warden_npc_ignored_unjournaled_total",
+        "counter",
+        "IGNORE verdicts counted but not journaled (npc.journal_ignored = false), summed over the \
+         agents.",
+        s.statuses
+            .iter()
+            .filter_map(|a| a.npc.as_ref())
+            .map(|n| n.ignored_unjournaled)
+            .sum::<u64>(),
+    );
     e.family(
         "warden_npcs",
         "gauge",

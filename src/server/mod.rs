@@ -9,6 +9,7 @@ pub mod console;
 pub mod events;
 pub mod mcp;
 pub mod metrics;
+pub mod replies;
 mod serve;
 mod sse;
 

@@ -254,6 +254,12 @@ pub async fn serve_team(
 /// reachable; without the admin token, nothing can be changed.
 pub(super) fn token_notice(config: &ApiConfig) -> Option<&'static str> {
     match (&config.admin_token, &config.read_token) {
+        (None, None) if !config.host_tokens.is_empty() => Some(
+            "warden: no admin token configured: only the host tokens' routes (world events, \
+             replies, presence, clock, halts) and GET /healthz are reachable. To unlock, resume \
+             or read statuses, set WARDEN_ADMIN_TOKEN, or api.admin_token in the team file's \
+             [api] section",
+        ),
         (None, None) => Some(
             "warden: no token configured: only GET /healthz is reachable. To use the API and the \
              CLI, set WARDEN_ADMIN_TOKEN (and optionally WARDEN_READ_TOKEN) in the environment, or \

@@ -269,6 +269,8 @@ async fn index(state: web::Data<ApiState>, req: HttpRequest) -> HttpResponse {
     let role = match session.access {
         Access::Admin => "admin",
         Access::Read => "read",
+        // Never opened: `login` refuses a host token.
+        Access::Host => "host",
     };
     let body = INDEX
         .replace("{{CSRF}}", &session.csrf)
@@ -390,6 +392,16 @@ async fn login(
         }
         return response;
     };
+    if access == Access::Host {
+        // A game server's token, not a person's: the console's pages call routes it may not.
+        tracing::warn!("console login refused: a host token");
+        return login_with(
+            StatusCode::FORBIDDEN,
+            Some(
+                "A host token cannot log in to the console: use the admin token or the read token.",
+            ),
+        );
+    }
     let (id, session) = state.console.open(access);
     tracing::info!(?access, "console login");
     let mut response = see_other("/");

@@ -18,6 +18,8 @@ pub(crate) struct NpcState {
     last: Option<Perception>,
     /// TRIGGERs from other NPCs that a conversation limit kept as CONTEXT.
     limited: u64,
+    /// IGNOREs not journaled (`npc.journal_ignored = false`).
+    ignored_unjournaled: u64,
     /// The pair-loop breaker tripped on a perceived exchange: the reason, for the turn that takes
     /// it (a trip is `EXECUTING → SAFETY_LOCKOUT`).
     pair_loop: Option<String>,
@@ -36,6 +38,7 @@ impl AgentCell {
                 perceived: 0,
                 last: None,
                 limited: 0,
+                ignored_unjournaled: 0,
                 pair_loop: None,
             })
         });
@@ -78,6 +81,12 @@ impl AgentCell {
         }
         state.perceived += 1;
         state.last = Some(perception.clone());
+        // `npc.journal_ignored = false`: an IGNORE is counted, not journaled (room chatter would
+        // cost a row per listener). Every other verdict is journaled.
+        if perception.verdict == Verdict::Ignore && !config.journal_ignored {
+            state.ignored_unjournaled += 1;
+            return perception;
+        }
         drop(slot);
         self.note(EventKind::Perceived {
             event: event.clone(),
@@ -140,6 +149,7 @@ impl AgentCell {
             context_buffered: state.map_or(0, |s| s.buffer.len()),
             context_dropped: state.map_or(0, |s| s.buffer.dropped()),
             conversation_limited: state.map_or(0, |s| s.limited),
+            ignored_unjournaled: state.map_or(0, |s| s.ignored_unjournaled),
             tick,
         })
     }
