@@ -1208,10 +1208,18 @@ mod tests {
             http(404),
             http(409),
             http(500),
+            ClientError::StillPending {
+                id: 1,
+                status: "pending".into(),
+                waited: 1.0,
+                key: "a".into(),
+                asks: vec![],
+                other_asks: 0,
+            },
         ]
         .iter()
         .map(ClientError::exit_code)
         .collect();
-        assert_eq!(codes, [3, 4, 5, 6, 7, 1]);
+        assert_eq!(codes, [3, 4, 5, 6, 7, 1, EXIT_STILL_PENDING]);
     }
 }
