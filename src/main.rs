@@ -97,6 +97,24 @@ enum Command {
         #[command(subcommand)]
         action: JournalAction,
     },
+    /// Write a commented team file to start from (default: warden.toml): the scripted model (runs
+    /// offline), one assistant and one sub-agent, the safety keys with their defaults, an [api]
+    /// section taking its tokens from the environment. Never overwrites a file without --force.
+    Init {
+        /// Where to write it.
+        #[arg(default_value = warden::cli::init::DEFAULT_PATH)]
+        path: PathBuf,
+        /// Replace the file if one is there.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Print a shell completion script: `warden completions bash > ~/.local/share/bash-completion/completions/warden`,
+    /// `warden completions zsh > ~/.zfunc/_warden`, `warden completions fish > ~/.config/fish/completions/warden.fish`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Validate or print configuration files.
     Config {
         #[command(subcommand)]
@@ -160,12 +178,17 @@ enum Command {
         server: ServerArgs,
     },
     /// Send a user event to an agent on a running server and print its answer.
+    ///
+    /// Exits 14 when the event is still pending (or running) after --wait seconds: it stays queued
+    /// on the server, and the message names what it may wait for (a pending ask: answer it with
+    /// `warden ask ID yes|no`). Exits 8 when it ended without an answer (refused, discarded,
+    /// failed), 7 when the agent refuses events (locked out, halted).
     Send {
         /// The agent.
         key: String,
         /// The event's text.
         text: String,
-        /// Wait up to this many seconds (0–300) for the answer [default: 60].
+        /// Wait up to this many seconds (0–300) for the answer; 0: only queue it (exit 0).
         #[arg(long, default_value_t = 60.0)]
         wait: f64,
         /// Print the event's fate as JSON (`{"id", "status", "answer", …}`).
@@ -665,6 +688,32 @@ fn command(cli: Cli) -> ExitCode {
             }
         }
         Command::Loadtest(args) => loadtest(args),
+        Command::Init { path, force } => match warden::cli::init::write(&path, force) {
+            Ok(()) => {
+                println!(
+                    "wrote {0}: `warden config check {0}` checks it, `warden run --config {0}` \
+                     talks to it",
+                    path.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("error: {err}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "warden", &mut out);
+            match std::io::Write::write_all(&mut std::io::stdout(), &out) {
+                Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
+                    eprintln!("error: {err}");
+                    ExitCode::FAILURE
+                }
+                _ => ExitCode::SUCCESS,
+            }
+        }
         Command::Status { key, json, server } => {
             client(server, warden::cli::client::Call::Status { key, json })
         }
@@ -856,6 +905,12 @@ fn command(cli: Cli) -> ExitCode {
                 };
                 match warden::team::check(&text) {
                     Ok(warden::team::Checked::Team { agents }) => {
+                        // Each agent's provider built as `run` and `serve` build it: an
+                        // `api_key_env` that is unset or empty fails here as it fails there.
+                        if let Err(err) = build_providers(&text) {
+                            eprintln!("error: {}: {err}", file.display());
+                            return ExitCode::FAILURE;
+                        }
                         let noun = if agents == 1 { "agent" } else { "agents" };
                         let mut mcp_tools = std::collections::BTreeMap::new();
                         if !check_mcp_servers(&text, &mut mcp_tools) {
@@ -883,6 +938,21 @@ fn command(cli: Cli) -> ExitCode {
             }
         },
     }
+}
+
+/// `warden config check` of a valid team file: builds the provider of every agent (reading each
+/// `api_key_env` variable) as [`warden::team::TeamFile::spawn_agents`] does, and nothing else (no
+/// request is sent).
+fn build_providers(text: &str) -> Result<(), warden::team::TeamError> {
+    let Ok(team) = warden::team::TeamFile::from_toml(text) else {
+        return Ok(()); // reported by the check already
+    };
+    let used: std::collections::BTreeSet<&str> =
+        team.agents.iter().map(|a| a.provider.as_str()).collect();
+    for name in used {
+        team.provider(name)?;
+    }
+    Ok(())
 }
 
 /// `warden config check` of a team file with `[mcp_servers]`: starts each server, lists its tools

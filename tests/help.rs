@@ -33,6 +33,8 @@ const COMMANDS: &[&[&str]] = &[
     &["send"],
     &["events"],
     &["ask"],
+    &["init"],
+    &["completions"],
 ];
 
 #[test]
@@ -94,4 +96,26 @@ fn serve_and_ask_help_are_current_and_rust_log_is_documented() {
             "warden {command} --help:\n{text}"
         );
     }
+}
+
+/// Issue 35: each default is shown once (clap's `[default: …]`, not also in the doc text), and
+/// `send --help` documents the exit code of an event still pending after --wait.
+#[test]
+fn defaults_are_shown_once_and_send_documents_its_exit_codes() {
+    for command in COMMANDS {
+        let mut args = command.to_vec();
+        args.push("--help");
+        let text = help(&args);
+        for line in text.lines() {
+            let defaults = line.matches("[default: ").count();
+            assert!(defaults <= 1, "warden {command:?}: {line:?}\n{text}");
+        }
+    }
+    let send = help(&["send", "--help"]);
+    assert_eq!(send.matches("[default: 60]").count(), 1, "{send}");
+    assert!(
+        send.contains("Exits 14 when the event is still pending"),
+        "{send}"
+    );
+    assert!(send.contains("`warden ask ID yes|no`"), "{send}");
 }

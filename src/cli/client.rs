@@ -5,7 +5,9 @@
 //! * Every failure is one [`ClientError`] whose message is one line (the server's own `error` text
 //!   for an HTTP error), and [`ClientError::exit_code`] tells the kinds apart: 3 the server cannot be
 //!   reached, 4 unauthorized (401), 5 forbidden (403), 6 not found (404), 7 refused (409), 8 an event
-//!   sent with `warden send` ended without an answer (refused, discarded or failed), 1 anything else.
+//!   sent with `warden send` ended without an answer (refused, discarded or failed), 14 an event
+//!   sent with `warden send --wait S` was still pending or running after S seconds
+//!   ([`EXIT_STILL_PENDING`]), 1 anything else.
 //! * The token travels only in the `Authorization` header; it is never put in a URL or printed.
 //! * An agent key is percent-encoded as one path segment, whatever it contains.
 
@@ -35,6 +37,10 @@ const STREAM_IDLE: Duration = Duration::from_secs(45);
 /// The first and the longest wait before reconnecting a broken event stream (doubling between).
 const RECONNECT_FIRST: Duration = Duration::from_millis(500);
 const RECONNECT_MAX: Duration = Duration::from_secs(8);
+
+/// `warden send --wait S`: the exit code when the event has no answer yet after S seconds (it
+/// stays queued or running on the server).
+pub const EXIT_STILL_PENDING: u8 = 14;
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +102,61 @@ pub enum ClientError {
         /// Why, from the fate (`error`, `reason` or the refusal's reason); may be empty.
         detail: String,
     },
+    /// `warden send --wait S`: the event was accepted and is still pending or running after S
+    /// seconds (exit code [`EXIT_STILL_PENDING`]). The message says what it may be waiting for.
+    #[error("{}", still_pending(.id, .status, .waited, .key, .asks, .other_asks))]
+    StillPending {
+        /// The user event's id.
+        id: u64,
+        /// Its fate's status: `pending` or `running`.
+        status: String,
+        /// The seconds waited (`--wait`).
+        waited: f64,
+        /// The agent it was sent to.
+        key: String,
+        /// The ids of the pending asks (limits, tool permissions) of that agent, oldest first.
+        asks: Vec<u64>,
+        /// How many asks of other agents (its delegates, say) are pending.
+        other_asks: usize,
+    },
+}
+
+/// The message of [`ClientError::StillPending`]: what the event may wait for and what to do.
+fn still_pending(
+    id: &u64,
+    status: &str,
+    waited: &f64,
+    key: &str,
+    asks: &[u64],
+    other_asks: &usize,
+) -> String {
+    let mut text = format!(
+        "event {id} still {status} after {waited} s (no answer yet; it stays on the server)"
+    );
+    match asks {
+        [] => text.push_str(&format!(
+            "; if an operator ask holds it, `warden ask` lists the pending asks{}",
+            if *other_asks > 0 {
+                format!(" ({other_asks} pending for other agents)")
+            } else {
+                String::new()
+            }
+        )),
+        [ask] => text.push_str(&format!(
+            "; {key} waits for an operator: ask {ask} is pending, answer it with `warden ask {ask} yes|no`"
+        )),
+        many => {
+            let ids: Vec<String> = many.iter().map(u64::to_string).collect();
+            text.push_str(&format!(
+                "; {key} waits for an operator: asks {} are pending, answer each with `warden ask ID yes|no`",
+                ids.join(", ")
+            ));
+        }
+    }
+    text.push_str(&format!(
+        "; follow it with `warden events --agent {key} --follow`, or send again with a longer --wait (up to 300)"
+    ));
+    text
 }
 
 impl ClientError {
@@ -108,6 +169,7 @@ impl ClientError {
             ClientError::Http { status: 404, .. } => 6,
             ClientError::Http { status: 409, .. } => 7,
             ClientError::NotAnswered { .. } => 8,
+            ClientError::StillPending { .. } => EXIT_STILL_PENDING,
             _ => 1,
         }
     }
@@ -769,7 +831,8 @@ pub enum Call {
         key: String,
         /// The user event's text.
         content: String,
-        /// Seconds to wait for the answer (0 to 300); `None`: return once it is queued.
+        /// Seconds to wait for the answer (0 to 300); `None` or 0: return once it is queued. Still
+        /// pending after a wait above 0: [`ClientError::StillPending`].
         wait: Option<f64>,
         /// The fate as JSON instead of the answer's text.
         json: bool,
@@ -794,7 +857,8 @@ impl Call {
 ///
 /// Those of the [`Client`] call it makes ([`ClientError::Connect`] when no server is there,
 /// [`ClientError::Http`] when it refuses), [`ClientError::Output`] when `out` fails, and for
-/// [`Call::Send`] [`ClientError::NotAnswered`] when the event was refused, discarded or failed.
+/// [`Call::Send`] [`ClientError::NotAnswered`] when the event was refused, discarded or failed, and
+/// [`ClientError::StillPending`] when it has no answer after a `wait` above 0.
 /// [`Call::Events`] with `follow` ends only with an error.
 ///
 /// # Cancel safety
@@ -919,11 +983,29 @@ pub async fn run(client: &Client, call: Call, out: &mut dyn Write) -> Result<(),
                             ""
                         }
                     )?,
-                    "pending" | "running" => writeln!(
+                    "pending" | "running" if !waited(wait) => writeln!(
                         out,
-                        "event {id} queued ({status}); `warden send --wait S` waits for the answer"
+                        "event {id} queued ({status}); `warden events --agent {key}` shows its answer"
                     )?,
                     _ => {}
+                }
+            }
+            if matches!(status.as_str(), "pending" | "running") {
+                if let Some(waited) = wait.filter(|w| *w > 0.0) {
+                    out.flush()?;
+                    // What it may wait for: an operator's answer to an ask. A server that will not
+                    // list them (an older one, a token without the right) leaves the generic hint.
+                    let pending = client.interventions().await.unwrap_or_default();
+                    let (asks, others): (Vec<_>, Vec<_>) =
+                        pending.iter().partition(|i| i.agent.as_str() == key);
+                    return Err(ClientError::StillPending {
+                        id,
+                        status,
+                        waited,
+                        key,
+                        asks: asks.iter().map(|i| i.id).collect(),
+                        other_asks: others.len(),
+                    });
                 }
             }
             if !matches!(status.as_str(), "answered" | "pending" | "running") {
@@ -1047,6 +1129,11 @@ fn to_json(value: &impl serde::Serialize) -> Result<String, ClientError> {
 
 pub use crate::cli::table::status_table;
 
+/// Whether `warden send` waited for the answer (`--wait` above 0); `--wait 0` only queues.
+fn waited(wait: Option<f64>) -> bool {
+    wait.is_some_and(|w| w > 0.0)
+}
+
 /// Pending asks, one a line: `ID  AGENT  QUESTION`, or a line saying there are none.
 pub fn interventions_list(pending: &[Intervention]) -> String {
     if pending.is_empty() {
@@ -1121,10 +1208,18 @@ mod tests {
             http(404),
             http(409),
             http(500),
+            ClientError::StillPending {
+                id: 1,
+                status: "pending".into(),
+                waited: 1.0,
+                key: "a".into(),
+                asks: vec![],
+                other_asks: 0,
+            },
         ]
         .iter()
         .map(ClientError::exit_code)
         .collect();
-        assert_eq!(codes, [3, 4, 5, 6, 7, 1]);
+        assert_eq!(codes, [3, 4, 5, 6, 7, 1, EXIT_STILL_PENDING]);
     }
 }

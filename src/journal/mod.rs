@@ -163,12 +163,24 @@ pub enum JournalError {
         /// The newest this build knows ([`SCHEMA_VERSION`]).
         supported: u32,
     },
-    /// A reader ([`JournalReader::open`]) was pointed at a file that does not exist or holds no
-    /// journal (readers never create one).
+    /// A reader ([`JournalReader::open`]) was pointed at a file that does not exist (readers never
+    /// create one).
     #[error("journal {path} does not exist")]
     Missing {
         /// The journal's path, as given.
         path: String,
+    },
+    /// A reader ([`JournalReader::open`]) was pointed at a file that is empty, or a SQLite
+    /// database without a journal in it.
+    #[error(
+        "{path} is {}not a warden journal (`warden serve --db {path}` creates one)",
+        if *.empty { "empty: " } else { "a SQLite database but " }
+    )]
+    NotAJournal {
+        /// The path, as given.
+        path: String,
+        /// Whether the file is empty (0 bytes).
+        empty: bool,
     },
     /// `--db` names a directory.
     #[error(

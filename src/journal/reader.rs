@@ -25,7 +25,8 @@ impl JournalReader {
     /// # Errors
     ///
     /// * [`JournalError::IsDirectory`] — `path` is a directory.
-    /// * [`JournalError::Missing`] — no file there, or a file with no journal in it.
+    /// * [`JournalError::Missing`] — no file there.
+    /// * [`JournalError::NotAJournal`] — an empty file, or a SQLite database with no journal in it.
     /// * [`JournalError::Open`] — SQLite cannot open it (no permission, not a database).
     /// * [`JournalError::NewerSchema`] — written by a newer warden.
     /// * [`JournalError::Sqlite`] — another SQLite failure.
@@ -117,7 +118,8 @@ impl JournalReader {
             });
         }
         if version == 0 {
-            return Err(JournalError::Missing { path: shown });
+            let empty = std::fs::metadata(path_ref).is_ok_and(|m| m.len() == 0);
+            return Err(JournalError::NotAJournal { path: shown, empty });
         }
         Ok(JournalReader { conn, version })
     }
