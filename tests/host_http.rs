@@ -597,3 +597,42 @@ async fn journal_ignored_false_counts_an_ignore_without_a_journal_row_and_true_j
         "{text}"
     );
 }
+
+/// A halt made with a host token is journaled as the host's (`api:host`), one made with the admin
+/// token as the operator's (`api:admin`): the audit trail tells the game server from the operator.
+#[actix_web::test]
+async fn a_halt_by_a_host_token_is_journaled_as_the_hosts() {
+    tokio::time::pause();
+    let h = host_team();
+    h.team.assistant("by-host", chatty());
+    h.team.assistant("by-admin", chatty());
+    let app = service!(state(&h));
+    for (agent, token) in [("by-host", HOST), ("by-admin", ADMIN)] {
+        let (status, body) = call!(
+            app,
+            request(
+                "POST",
+                &format!("/api/agents/{agent}/halt"),
+                Some(token),
+                None
+            )
+        );
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let halted_by = |agent: &str| -> Vec<String> {
+        h.sqlite
+            .events_of(agent)
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| match e.kind {
+                EventKind::Halted {
+                    cause: HaltCause::Operator { operator },
+                    ..
+                } => Some(operator),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(halted_by("by-host"), ["api:host"]);
+    assert_eq!(halted_by("by-admin"), ["api:admin"]);
+}

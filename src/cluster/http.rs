@@ -80,7 +80,7 @@ async fn agent(
 /// applied, with `"node"` (`504` when it did not answer in time, `409` when it does not run the
 /// agent: see [`super::RemoteHaltError`]).
 async fn halt_agent(
-    admin: Host,
+    who: Host,
     state: web::Data<ApiState>,
     key: web::Path<String>,
 ) -> Result<HttpResponse, crate::server::api::ApiError> {
@@ -89,20 +89,19 @@ async fn halt_agent(
     let cluster = cluster(&state).clone();
     if cluster.owns(&key) {
         let name = key.as_str().to_owned();
-        let halted = crate::server::api::halt_agent(admin, state, key).await;
+        let halted = crate::server::api::halt_agent(who, state, key).await;
         // Its lease shows it halted now: an adopter keeps it halted if this node dies.
         cluster.write_lease_now(&name).await;
         return halted;
     }
     let Some(node) = cluster.owner(&key).await else {
         // Nobody else runs it: a copy given up here (halting it again is harmless), or the 404.
-        return crate::server::api::halt_agent(admin, state, key).await;
+        return crate::server::api::halt_agent(who, state, key).await;
     };
     let agent = warden_protocols::AgentKey::from(key.as_str());
     let started = tokio::time::Instant::now();
-    let halted = cluster
-        .halt_remote(&node, &agent, crate::server::api::API_OPERATOR)
-        .await;
+    let operator = who.operator();
+    let halted = cluster.halt_remote(&node, &agent, operator).await;
     Ok(match halted {
         Ok(halted) => {
             state.metrics.halt_agent.observe(started.elapsed());

@@ -53,6 +53,9 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 
 /// The operator name journaled for calls made with the admin token.
 pub const API_OPERATOR: &str = "api:admin";
+/// The operator name journaled for what a host token (`api.host_tokens`) does over the API: a
+/// halt by the game server is told from the operator's.
+pub const HOST_OPERATOR: &str = "api:host";
 
 /// Tokens and limits.
 #[derive(Clone, Default)]
@@ -686,9 +689,21 @@ pub struct Reader;
 pub struct Admin;
 
 /// Extractor: a request with the admin token or a host token (403 for the read token): world
-/// events, presence, clock, halts.
+/// events, presence, clock, halts. Holds which of the two it was (a halt is journaled with who
+/// made it).
 #[derive(Debug)]
-pub struct Host;
+pub struct Host(pub Access);
+
+impl Host {
+    /// The operator name journaled for what this request does: [`API_OPERATOR`] for the admin
+    /// token, [`HOST_OPERATOR`] for a host token.
+    pub fn operator(&self) -> &'static str {
+        match self.0 {
+            Access::Host => HOST_OPERATOR,
+            Access::Admin | Access::Read => API_OPERATOR,
+        }
+    }
+}
 
 /// Extractor: a request with any token (`GET /api/replies`: the host reads them, the read token
 /// may watch them).
@@ -740,7 +755,7 @@ impl FromRequest for Host {
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         std::future::ready(match access_of(req) {
-            Ok(Access::Admin | Access::Host) => Ok(Host),
+            Ok(access @ (Access::Admin | Access::Host)) => Ok(Host(access)),
             // The text the read token has always got here (the CLI shows it to an operator, who
             // needs the admin token; a host token is a game server's).
             Ok(Access::Read) => Err(ApiError::new(
@@ -1719,12 +1734,12 @@ async fn lift_halt(_: Admin, state: web::Data<ApiState>, body: web::Bytes) -> Ha
 }
 
 pub(crate) async fn halt_agent(
-    _: Host,
+    who: Host,
     state: web::Data<ApiState>,
     key: web::Path<String>,
 ) -> Handled {
     let cause = HaltCause::Operator {
-        operator: API_OPERATOR.into(),
+        operator: who.operator().into(),
     };
     let started = tokio::time::Instant::now();
     let result = state
