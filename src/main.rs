@@ -345,8 +345,10 @@ impl LoadtestArgs {
     }
 
     /// Runs the same load test (`--repeat 1`, `--json`, no `--report`) in a child process and
-    /// reads its report.
-    fn run_child(&self) -> Result<warden::loadtest::LoadReport, String> {
+    /// reads its report. The child runs in a process group of its own (a Ctrl-C in the terminal
+    /// reaches only this process) and its pid is in `signals.child` while it runs, so that a
+    /// SIGINT or SIGTERM of this process is forwarded to it, once.
+    fn run_child(&self, signals: &LoadtestSignals) -> Result<warden::loadtest::LoadReport, String> {
         let mut cmd =
             std::process::Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
         cmd.arg("loadtest").arg("--json");
@@ -385,10 +387,18 @@ impl LoadtestArgs {
         if self.no_safety {
             cmd.arg("--no-safety");
         }
-        let out = cmd
+        use std::os::unix::process::CommandExt;
+        let child = cmd
             .stdin(std::process::Stdio::null())
-            .output()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
             .map_err(|e| e.to_string())?;
+        signals.running(child.id());
+        let out = child.wait_with_output();
+        signals.running(0);
+        let out = out.map_err(|e| e.to_string())?;
         serde_json::from_slice(&out.stdout).map_err(|e| {
             format!(
                 "{e} (exit {:?}): {}",
@@ -995,7 +1005,31 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
             default_hook(info);
         }
     }));
+    // Where the report goes, checked before an hour's run rather than after it.
+    let html_out = match &args.report {
+        None => None,
+        Some(path) => match std::fs::File::create(path) {
+            Ok(file) => Some(file),
+            Err(err) => {
+                eprintln!("error: cannot write {}: {err}", path.display());
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    if !stdout_is_open() {
+        eprintln!("error: stdout is closed: the report would be lost");
+        return ExitCode::FAILURE;
+    }
+    // SIGINT / SIGTERM: stop, drain, report (exit 14); a second one exits at once.
+    let signals = match LoadtestSignals::install() {
+        Ok(signals) => signals,
+        Err(err) => {
+            eprintln!("error: cannot catch SIGINT/SIGTERM: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
     let options = warden::loadtest::LoadtestOptions {
+        interrupt: signals.interrupt.clone(),
         scenario: args.scenario,
         agents: args.agents,
         fanout: args.fanout,
@@ -1025,15 +1059,19 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
     // process-wide; a second run in the same process would reuse the first one's memory): the
     // first N-1 in children, the last in this process, which has run nothing else.
     for _ in 1..args.repeat {
-        match args.run_child() {
+        match args.run_child(&signals) {
             Ok(report) => reports.push(report),
             Err(err) => {
                 eprintln!("error: a repeat of the run failed: {err}");
                 return ExitCode::FAILURE;
             }
         }
+        if signals.interrupt.raised().is_some() {
+            break;
+        }
     }
-    {
+    // Interrupted during a repeat: report what was done, without starting another run.
+    if signals.interrupt.raised().is_none() || reports.is_empty() {
         let report = match &team {
             None => match args.cluster_options() {
                 None => warden::loadtest::run_loadtest(options.clone()),
@@ -1099,13 +1137,13 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
         }
         _ => {}
     }
-    if let Some(path) = &args.report {
-        let written = std::fs::File::create(path).and_then(|file| {
+    if let (Some(path), Some(file)) = (&args.report, html_out) {
+        let written = (|| {
             let mut out = std::io::BufWriter::new(file);
             warden::loadtest::html::write_html(&mut out, report, &args.configuration())?;
             use std::io::Write;
             out.flush()
-        });
+        })();
         if let Err(err) = written {
             eprintln!("error: cannot write {}: {err}", path.display());
             return ExitCode::FAILURE;
@@ -1141,10 +1179,129 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
         );
         return ExitCode::from(warden::loadtest::EXIT_INVARIANT_VIOLATED);
     }
+    if let Some(signal) = reports.iter().find_map(|r| r.interrupted.as_deref()) {
+        eprintln!(
+            "loadtest: interrupted by {signal}: the report covers what was done ({} of {} events settled)",
+            report.outcomes.total() - report.outcomes.timed_out,
+            report.tasks_sent
+        );
+        return ExitCode::from(warden::loadtest::EXIT_INTERRUPTED);
+    }
     if timed_out.is_some() {
         return ExitCode::from(warden::loadtest::EXIT_TIMED_OUT);
     }
     ExitCode::SUCCESS
+}
+
+/// Whether file descriptor 1 is open (a closed stdout would lose the report after the run).
+fn stdout_is_open() -> bool {
+    // SAFETY: F_GETFD on a descriptor number only reads the descriptor table.
+    unsafe { libc::fcntl(1, libc::F_GETFD) != -1 }
+}
+
+/// `warden loadtest`'s signal handling: SIGINT and SIGTERM, caught on a thread of their own.
+/// The first raises [`warden::loadtest::Interrupt`] (the run stops sending, drains for a grace
+/// period, halts and reports) and is forwarded to a `--repeat` child running then; a second one
+/// ends the process at once (exit 128 + the signal), the child killed with it.
+struct LoadtestSignals {
+    interrupt: std::sync::Arc<warden::loadtest::Interrupt>,
+    /// The `--repeat` child running now.
+    child: std::sync::Arc<std::sync::Mutex<RepeatChild>>,
+}
+
+/// The `--repeat` child running now (pid 0: none), and whether it was sent the interrupt.
+#[derive(Default)]
+struct RepeatChild {
+    pid: i32,
+    told: bool,
+}
+
+impl RepeatChild {
+    /// Sends `signal` to the child, once per child.
+    fn tell(&mut self, signal: i32) {
+        if self.pid > 0 && !self.told {
+            self.told = true;
+            // SAFETY: kill(2) with the pid of our own child and a valid signal number.
+            unsafe {
+                libc::kill(self.pid, signal);
+            }
+        }
+    }
+}
+
+/// `SIGINT` or `SIGTERM`'s number.
+fn signal_number(name: &str) -> i32 {
+    if name == "SIGTERM" {
+        libc::SIGTERM
+    } else {
+        libc::SIGINT
+    }
+}
+
+impl LoadtestSignals {
+    /// Catches SIGINT and SIGTERM from now on.
+    fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (mut int, mut term) = runtime.block_on(async {
+            Ok::<_, std::io::Error>((
+                signal(SignalKind::interrupt())?,
+                signal(SignalKind::terminate())?,
+            ))
+        })?;
+        let signals = LoadtestSignals {
+            interrupt: std::sync::Arc::default(),
+            child: std::sync::Arc::default(),
+        };
+        let interrupt = signals.interrupt.clone();
+        let child = signals.child.clone();
+        std::thread::Builder::new()
+            .name("loadtest-signals".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    loop {
+                        let name = tokio::select! {
+                            _ = int.recv() => "SIGINT",
+                            _ = term.recv() => "SIGTERM",
+                        };
+                        let number = signal_number(name);
+                        let mut running = child.lock().unwrap_or_else(|e| e.into_inner());
+                        if !interrupt.raise(name) {
+                            if running.pid > 0 {
+                                // SAFETY: kill(2) with the pid of our own child.
+                                unsafe {
+                                    libc::kill(running.pid, libc::SIGKILL);
+                                }
+                            }
+                            eprintln!("\nloadtest: {name} again: exiting at once, no report");
+                            std::process::exit(128 + number);
+                        }
+                        running.tell(number);
+                        drop(running);
+                        eprintln!(
+                            "\nloadtest: {name}: stopped sending; waiting at most {} s for the events in flight, then the report ({name} again exits at once)",
+                            warden::loadtest::INTERRUPT_GRACE.as_secs()
+                        );
+                    }
+                });
+            })?;
+        Ok(signals)
+    }
+
+    /// A `--repeat` child started (`pid`) or ended (0). A signal that came just before it
+    /// started is forwarded now.
+    fn running(&self, pid: u32) {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        *child = RepeatChild {
+            pid: i32::try_from(pid).unwrap_or(0),
+            told: false,
+        };
+        if let Some(signal) = self.interrupt.raised() {
+            child.tell(signal_number(signal));
+        }
+    }
 }
 
 /// `warden loadtest --config FILE`: the team and its workload (flags applied), its model servers

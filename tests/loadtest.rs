@@ -226,8 +226,27 @@ fn json_report_has_exactly_the_contract_keys() {
             "tasks_refused",
             "series",
             "workload",
+            // Added by issue 34 (the keys above are unchanged).
+            "outcomes",
+            "turns_by_depth",
+            "turns_by_agent",
+            "stopped_agents",
+            "interrupted",
         ])
     );
+    assert_eq!(
+        keys(&json["outcomes"]),
+        sorted(&[
+            "answered",
+            "failed",
+            "refused",
+            "discarded",
+            "gone",
+            "timed_out",
+            "reasons"
+        ])
+    );
+    assert_eq!(json["interrupted"], serde_json::Value::Null);
     assert_eq!(
         keys(&json["delegations"]),
         sorted(&[
@@ -1264,4 +1283,317 @@ fn cluster_flags_are_checked_and_an_unreachable_nats_is_named() {
         stderr.contains(&format!("error: cluster: cannot connect to NATS at {url}")),
         "{stderr}"
     );
+}
+
+// ---- issue 34: interrupts keep the report, every event counted by fate ------------------------
+
+/// A desk that delegates every event to a cook who answers in `cook_ms`, at `rate` events/s for
+/// an hour: a run that is only ever ended by a signal.
+fn endless_team(name: &str, cook_ms: u64) -> std::path::PathBuf {
+    let text = DESK_AND_COOK.replace(
+        "replies = [\"cooked\"]",
+        &format!("replies = [\"cooked\"]\nlatency_ms = {cook_ms}"),
+    ) + "\n[workload]\nrate = 50\nduration_seconds = 3600\n";
+    team_file(name, &text)
+}
+
+/// Polls `done` every 50 ms for at most `limit` (a bound on a wait, not a timing assertion).
+fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    done()
+}
+
+/// Whether process `pid` catches `signal` (its `SigCgt` mask in /proc): its handler is in place.
+fn catches(pid: u32, signal: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (signal - 1)) != 0)
+}
+
+/// The children of process `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Whether `pid` is a live process (not gone, not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .next()?
+                .to_owned();
+            Some(state != "Z")
+        })
+        .unwrap_or(false)
+}
+
+/// Every event sent is counted once by fate.
+fn check_outcomes(json: &serde_json::Value) {
+    let o = &json["outcomes"];
+    let total: u64 = [
+        "answered",
+        "failed",
+        "refused",
+        "discarded",
+        "gone",
+        "timed_out",
+    ]
+    .iter()
+    .map(|k| o[k].as_u64().unwrap())
+    .sum();
+    assert_eq!(total, u(&json["tasks_sent"]), "{json}");
+    assert_eq!(o["answered"], json["event_latency"]["answered"], "{json}");
+    let by_reason: u64 = o["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| u(&r["count"]))
+        .sum();
+    assert_eq!(by_reason, total - u(&o["answered"]), "{json}");
+}
+
+#[test]
+fn ctrl_c_in_a_terminal_drains_and_keeps_the_report() {
+    if std::process::Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        warden_testkit::skip("ctrl_c_in_a_terminal_drains_and_keeps_the_report: no tmux");
+        return;
+    }
+    let path = endless_team("ctrl-c", 20);
+    let dir = path.parent().unwrap().to_owned();
+    let (out, html, rc) = (dir.join("out.json"), dir.join("run.html"), dir.join("rc"));
+    let session = format!("warden-loadtest-{}", std::process::id());
+    // stdout and the exit code to files; stderr (the progress bar) on the terminal. The shell
+    // traps SIGINT (a handler, reset to the default in warden) so that it lives to write the code.
+    let command = format!(
+        "trap : INT; {} loadtest --config {} --halt-probes 1 --json --report {} > {}; echo $? > {}",
+        env!("CARGO_BIN_EXE_warden"),
+        path.display(),
+        html.display(),
+        out.display(),
+        rc.display()
+    );
+    let tmux = |args: &[&str]| {
+        std::process::Command::new("tmux")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let started = tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session,
+        "-x",
+        "200",
+        "-y",
+        "20",
+        "sh",
+        "-c",
+        &command,
+    ]);
+    assert!(started.status.success(), "{started:?}");
+    let pane = || {
+        String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", &session]).stdout).into_owned()
+    };
+    // The drive phase is under way when its progress bar shows.
+    let driving = wait_for(Duration::from_secs(60), || pane().contains("drive"));
+    assert!(driving, "no progress bar: {}", pane());
+    tmux(&["send-keys", "-t", &session, "C-c", ""]);
+    let ended = wait_for(Duration::from_secs(60), || {
+        std::fs::read_to_string(&rc).is_ok_and(|t| t.ends_with('\n'))
+    });
+    let screen = pane();
+    tmux(&["kill-session", "-t", &session]);
+    assert!(ended, "the run did not end after Ctrl-C: {screen}");
+    let code = std::fs::read_to_string(&rc).unwrap();
+    let stdout = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(code.trim(), "14", "stdout: {stdout:?}, screen: {screen}");
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(json["interrupted"], "SIGINT", "{json}");
+    assert!(u(&json["tasks_sent"]) > 0, "{json}");
+    assert_eq!(json["lost_events"], 0, "{json}");
+    assert_eq!(json["leaked_slots"], 0, "{json}");
+    // Stopped sending and drained: every event sent settled, none cut.
+    check_outcomes(&json);
+    assert_eq!(json["outcomes"]["timed_out"], 0, "{json}");
+    assert_eq!(json["timed_out"], false, "{json}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("interrupted by SIGINT"), "{page}");
+}
+
+#[test]
+fn sigterm_to_a_repeating_run_is_forwarded_to_its_child_and_reported() {
+    let path = endless_team("sigterm", 20);
+    let mut parent = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["loadtest", "--config", path.to_str().unwrap()])
+        .args(["--halt-probes", "0", "--repeat", "2", "--json"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = parent.id();
+    // The first repeat runs in a child; both catch SIGTERM once their handlers are in place.
+    let mut child = 0;
+    let ready = wait_for(Duration::from_secs(60), || {
+        child = children(pid).first().copied().unwrap_or(0);
+        child > 0 && catches(pid, 15) && catches(child, 15)
+    });
+    assert!(
+        ready,
+        "no child catching SIGTERM (children {:?})",
+        children(pid)
+    );
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let waited = wait_for(Duration::from_secs(60), || {
+        matches!(parent.try_wait(), Ok(Some(_)))
+    });
+    let child_left = alive(child);
+    if child_left || !waited {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &child.to_string(), &pid.to_string()])
+            .status();
+    }
+    assert!(waited, "the parent did not end after SIGTERM");
+    let out = parent.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !child_left,
+        "the child run is still going after the parent's SIGTERM: {stderr}"
+    );
+    assert_eq!(out.status.code(), Some(14), "{stderr}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // (The signal may come before the child's first event: what was done can be nothing.)
+    assert_eq!(json["interrupted"], "SIGTERM", "{json}");
+    check_outcomes(&json);
+    assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
+}
+
+#[test]
+fn report_destinations_are_checked_before_the_run() {
+    let path = team_file(
+        "destinations",
+        &format!("{DESK_AND_COOK}\n[workload]\nrate = 500\ncount = 3\n"),
+    );
+    let (code, stdout, stderr) = loadtest_cli(&[
+        "--config",
+        path.to_str().unwrap(),
+        "--halt-probes",
+        "0",
+        "--report",
+        "/nonexistent-warden-dir/run.html",
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: cannot write /nonexistent-warden-dir/run.html"),
+        "{stderr}"
+    );
+    // Nothing ran: no report on stdout.
+    assert_eq!(stdout, "", "{stderr}");
+}
+
+#[test]
+fn every_event_is_counted_by_fate_and_a_run_where_all_failed_says_so() {
+    // Every model call fails as a 401 would: nothing is answered.
+    let text = r#"
+[providers.desk]
+kind = "scripted"
+cycle = true
+replies = [{ fail = "401 Unauthorized: invalid api key" }]
+
+[[agents]]
+key = "desk"
+provider = "desk"
+
+[safety.breakers]
+max_consecutive_errors = 1000
+
+[workload]
+rate = 500
+count = 10
+"#;
+    let path = team_file("all-fail", text);
+    let json = team_json(&path, &["--halt-probes", "0"]);
+    check_outcomes(&json);
+    // 7 turns fail; the 8th failure trips the error-window breaker (its turn ends in the
+    // lockout: refused), and the last two events are refused by the locked-out desk.
+    let o = &json["outcomes"];
+    assert_eq!(o["answered"], 0, "{json}");
+    assert_eq!(o["failed"], 7, "{json}");
+    assert_eq!(o["refused"], 3, "{json}");
+    assert_eq!(o["reasons"][0]["fate"], "failed", "{json}");
+    assert_eq!(o["reasons"][0]["reason"], "llm_error", "{json}");
+    assert_eq!(o["reasons"][0]["count"], 7, "{json}");
+    let sample = |i: usize| o["reasons"][i]["sample"].as_str().unwrap().to_owned();
+    assert!(sample(0).contains("401"), "{json}");
+    assert_eq!(o["reasons"][1]["reason"], "locked_out", "{json}");
+    assert!(sample(1).contains("error cascade"), "{json}");
+    let desk = &json["turns_by_agent"]["desk"];
+    assert_eq!(desk["turns"]["llm_error"], 7, "{json}");
+    assert_eq!(desk["turns"]["safety_lockout"], 1, "{json}");
+    assert_eq!(desk["role"], "assistant", "{json}");
+    assert_eq!(json["turns_by_depth"][0]["llm_error"], 7, "{json}");
+    // The table says it in words.
+    let (code, table, stderr) =
+        loadtest_cli(&["--config", path.to_str().unwrap(), "--halt-probes", "0"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        table.contains("10 settled: 0 answered, 7 failed, 3 refused"),
+        "{table}"
+    );
+    assert!(table.contains("NONE ANSWERED"), "{table}");
+    assert!(
+        table.contains("failed      7 llm_error: llm call failed: 401 Unauthorized"),
+        "{table}"
+    );
+}
+
+#[test]
+fn a_budget_stop_names_the_stopped_agent_its_depth_and_cause() {
+    // A budget of one token: the desk is stopped by its first call; the rest are refused.
+    let text = format!(
+        "{DESK_AND_COOK}\n[safety.budget]\ntokens_per_agent = 1\n\n[workload]\nconcurrency = 1\ncount = 5\n"
+    );
+    let path = team_file("budget", &text);
+    let json = team_json(&path, &["--halt-probes", "0"]);
+    check_outcomes(&json);
+    assert_eq!(json["stopped"], 1, "{json}");
+    let stopped = &json["stopped_agents"][0];
+    assert_eq!(stopped["agent"], "desk", "{json}");
+    assert_eq!(stopped["depth"], 0, "{json}");
+    assert!(
+        stopped["cause"]
+            .as_str()
+            .unwrap()
+            .starts_with("budget_exceeded"),
+        "{json}"
+    );
+    assert!(u(&json["outcomes"]["refused"]) >= 4, "{json}");
 }

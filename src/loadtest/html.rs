@@ -288,6 +288,40 @@ pub fn write_html(
             esc(value)
         );
     }
+    // The events' fates: a run where nothing was answered is not a green page.
+    let o = &r.outcomes;
+    let events_class = match (o.total(), o.answered) {
+        (0, _) => "ok",
+        (_, 0) => "bad",
+        (total, answered) if answered < total => "warn",
+        _ => "ok",
+    };
+    let mut reasons = String::new();
+    for reason in &o.reasons {
+        let _ = write!(
+            reasons,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&reason.fate),
+            esc(&reason.reason),
+            reason.count,
+            esc(&reason.sample)
+        );
+    }
+    if !reasons.is_empty() {
+        reasons = format!(
+            "<table><tr><th>fate</th><th>reason</th><th>events</th><th>sample</th></tr>{reasons}</table>"
+        );
+    }
+    let interrupted = r.interrupted.as_ref().map_or_else(String::new, |signal| {
+        format!(
+            "<div class=\"banner warn\">interrupted by {}: the figures cover what was done before it</div>\n",
+            esc(signal)
+        )
+    });
+    let events_banner = format!(
+        "{interrupted}<div class=\"banner {events_class}\">events: {}</div>\n{reasons}\n",
+        esc(&super::report::describe_outcomes(o))
+    );
     let figures = serde_json::json!({
         "duration_s": r.duration_s,
         "steps": r.steps,
@@ -295,6 +329,10 @@ pub fn write_html(
         "event_latency": r.event_latency,
         "delegations": r.delegations,
         "lockouts": r.lockouts,
+        "outcomes": r.outcomes,
+        "turns_by_depth": r.turns_by_depth,
+        "turns_by_agent": r.turns_by_agent,
+        "stopped_agents": r.stopped_agents,
         "retries": r.retries,
         "halt": r.halt,
         "memory": r.memory,
@@ -317,14 +355,14 @@ pub fn write_html(
          <title>{title}</title><style>\
          body{{font-family:sans-serif;margin:2em;max-width:1400px}}\
          .banner{{padding:.6em 1em;color:#fff;font-weight:bold}}\
-         .ok{{background:#2ca02c}}.bad{{background:#d62728}}\
+         .ok{{background:#2ca02c}}.bad{{background:#d62728}}.warn{{background:#e07b00}}\
          td.pass{{color:#2ca02c}}td.fail{{color:#d62728;font-weight:bold}}\
          td{{padding:2px 10px}}pre{{background:#f4f4f4;padding:1em;overflow:auto}}\
          .t{{font-size:13px;font-weight:bold}}.l{{font-size:11px}}\
          .axis{{stroke:#888}}svg{{margin:.5em;border:1px solid #ddd}}\
          </style></head><body>\n\
          <h1>{title}</h1>\n\
-         <div class=\"banner {}\">invariants: {}</div>\n\
+         <div class=\"banner {}\">invariants: {}</div>\n{events_banner}\
          <table>{table}</table>\n<p>{}</p>\n\
          <h2>Over time</h2>\n<div>{throughput}{latency}{agents}</div>\n\
          <h2>Distribution and spread</h2>\n<div>{hist}{lockouts}{refusals}</div>\n\

@@ -62,6 +62,7 @@ use warden_protocols::{
 pub mod cluster;
 pub mod compare;
 pub mod html;
+pub mod outcomes;
 mod report;
 pub mod soak;
 pub mod workload;
@@ -74,6 +75,58 @@ pub const EXIT_INVARIANT_VIOLATED: u8 = 11;
 /// `warden loadtest`'s exit code when `--timeout-s` cut the drive phase short (and no invariant was
 /// violated).
 pub const EXIT_TIMED_OUT: u8 = 12;
+
+/// `warden loadtest`'s exit code when SIGINT or SIGTERM stopped the run (the report of what was
+/// done is printed, marked `interrupted`). An invariant violation (11) wins over it; it wins over
+/// a timeout (12).
+pub const EXIT_INTERRUPTED: u8 = 14;
+
+/// How long an interrupted run waits for the events in flight to settle before it is cut
+/// (at most `--timeout-s`).
+pub const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
+
+/// A request to stop a run early (SIGINT, SIGTERM): the run stops sending, waits for the events
+/// in flight (at most [`INTERRUPT_GRACE`]), halts the fleet and reports what was done, with
+/// [`LoadReport::interrupted`] set. Shared between the run and whoever catches the signal.
+#[derive(Debug, Default)]
+pub struct Interrupt {
+    signal: std::sync::OnceLock<String>,
+    notify: tokio::sync::Notify,
+}
+
+impl Interrupt {
+    /// Asks the run to stop, naming why (`SIGINT`, `SIGTERM`). `true` the first time; `false`
+    /// when it was asked already (the reason stays the first one).
+    pub fn raise(&self, signal: &str) -> bool {
+        let first = self.signal.set(signal.to_owned()).is_ok();
+        self.notify.notify_waiters();
+        first
+    }
+
+    /// Why the run was asked to stop, if it was.
+    pub fn raised(&self) -> Option<&str> {
+        self.signal.get().map(String::as_str)
+    }
+
+    /// Resolves once the run is asked to stop (at once if it was already).
+    pub async fn wait(&self) {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.raised().is_some() {
+            return;
+        }
+        notified.await;
+    }
+
+    /// `deadline`, or sooner if the run was asked to stop: [`INTERRUPT_GRACE`] from now.
+    fn cut(&self, deadline: Instant) -> Instant {
+        match self.raised() {
+            Some(_) => deadline.min(Instant::now() + INTERRUPT_GRACE),
+            None => deadline,
+        }
+    }
+}
 
 /// Marker in the message of every injected panic (the CLI's panic hook keeps them quiet).
 pub const INJECTED_PANIC: &str = "loadtest: injected panic";
@@ -141,6 +194,8 @@ pub struct LoadtestOptions {
     pub timeout: Duration,
     /// Draw a progress bar on stderr (the CLI sets it when stderr is a terminal).
     pub progress: bool,
+    /// Raised to stop the run early (the CLI raises it on SIGINT and SIGTERM).
+    pub interrupt: Arc<Interrupt>,
 }
 
 impl LoadtestOptions {
@@ -163,6 +218,7 @@ impl LoadtestOptions {
             safety: true,
             timeout: Duration::from_secs(300),
             progress: false,
+            interrupt: Arc::default(),
         }
     }
 }
@@ -328,6 +384,26 @@ pub struct LoadReport {
     /// A cluster run's cluster-wide figures (not in the JSON of a run on one node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<cluster::ClusterFigures>,
+    /// Every event the harness sent, by fate (answered, failed, refused, discarded, gone, timed
+    /// out) and reason, with a sample of each reason ([`outcomes`]). Added by issue 34.
+    #[serde(default)]
+    pub outcomes: outcomes::Outcomes,
+    /// Every finished turn (user events and delegated tasks) by termination reason, per depth
+    /// (index 0 = roots). Added by issue 34.
+    #[serde(default)]
+    pub turns_by_depth: Vec<outcomes::TurnReasons>,
+    /// A team file's run: every agent's finished turns by termination reason, with its depth and
+    /// role (empty for the scenarios). Added by issue 34.
+    #[serde(default)]
+    pub turns_by_agent: BTreeMap<String, outcomes::AgentTurns>,
+    /// The agents STOPPED before the final halt, with their depth and cause (at most 100; the
+    /// count of all is `stopped`). Added by issue 34.
+    #[serde(default)]
+    pub stopped_agents: Vec<outcomes::StoppedAgent>,
+    /// `SIGINT` or `SIGTERM` when a signal stopped the run early (its figures cover what was done);
+    /// `null` otherwise. Added by issue 34.
+    #[serde(default)]
+    pub interrupted: Option<String>,
     /// Not in the JSON contract: delegation refusals of other kinds (unknown delegate, full mailbox).
     #[serde(skip)]
     pub refused_other: u64,
@@ -389,6 +465,12 @@ struct Tally {
     events_accepted: u64,
     /// Agents' depths in their delegation trees (team files); empty: a key's number of dots.
     depths: HashMap<AgentKey, usize>,
+    /// Agents' roles (team files: `turns_by_agent` is kept for these); empty for the scenarios.
+    roles: HashMap<AgentKey, String>,
+    /// Finished turns by termination reason, per depth.
+    turns_by_depth: Vec<outcomes::TurnReasons>,
+    /// Finished turns by termination reason, per agent (team files only).
+    turns_by_agent: BTreeMap<String, outcomes::AgentTurns>,
     /// Agents in each state, by [`AgentState::ALL`] index: from `Spawned` (an agent starts
     /// `WAITING_FOR_EVENT`) and every `StateChanged` (no status scan of the fleet).
     states: [i64; AgentState::ALL.len()],
@@ -434,6 +516,28 @@ impl Tally {
     fn add(&mut self, agent: &AgentKey, n: i64) {
         *self.balance.entry(agent.clone()).or_default() += n;
         self.outstanding += n;
+    }
+
+    /// A finished turn of `agent`, by its termination reason.
+    fn count_turn(&mut self, agent: &AgentKey, reason: &str) {
+        let depth = self.depth(agent);
+        if self.turns_by_depth.len() <= depth {
+            self.turns_by_depth.resize_with(depth + 1, Default::default);
+        }
+        *self.turns_by_depth[depth]
+            .entry(reason.to_owned())
+            .or_default() += 1;
+        if let Some(role) = self.roles.get(agent) {
+            let entry = self
+                .turns_by_agent
+                .entry(agent.as_str().to_owned())
+                .or_insert_with(|| outcomes::AgentTurns {
+                    depth,
+                    role: role.clone(),
+                    turns: Default::default(),
+                });
+            *entry.turns.entry(reason.to_owned()).or_default() += 1;
+        }
     }
 
     fn end_in_progress(&mut self, agent: &AgentKey) {
@@ -486,9 +590,10 @@ impl Tally {
             {
                 t.in_progress.insert(agent.clone());
             }
-            EventKind::TurnFinished { .. } => {
+            EventKind::TurnFinished { outcome } => {
                 t.turns += 1;
                 t.end_in_progress(agent);
+                t.count_turn(agent, outcome.reason.as_str());
             }
             // The turn running when the halt came was cancelled (no TurnFinished will come).
             EventKind::Halted { .. } | EventKind::Crashed { .. } => t.end_in_progress(agent),
@@ -836,6 +941,18 @@ fn fleet_shape(agents: usize, fanout: usize, depth: usize) -> Vec<Node> {
     nodes
 }
 
+/// At most this many agents are listed in [`LoadReport::stopped_agents`].
+const MAX_STOPPED_LISTED: usize = 100;
+
+/// What stopped an agent: the breaker that did (a budget), else a halt, else `stopped`.
+fn stop_cause(status: &warden_protocols::AgentStatus) -> String {
+    match &status.stopped_by {
+        Some(lockout) => format!("{}: {}", lockout.breaker.as_str(), lockout.reason),
+        None if status.halts > 0 => "halted".to_owned(),
+        None => "stopped".to_owned(),
+    }
+}
+
 /// The configuration of a synthetic fleet's team: no per-agent token budget, no iteration limit
 /// that a long run would reach, a mailbox that holds every task a root is sent.
 fn fleet_config(options: &LoadtestOptions) -> WardenConfig {
@@ -1129,7 +1246,7 @@ async fn drive(
                 if t.turns >= target || settled(&t) {
                     break;
                 }
-                if Instant::now() >= deadline {
+                if Instant::now() >= deadline || options.interrupt.raised().is_some() {
                     driven.unfinished = Some(t.outstanding.max(0) as u64);
                     break;
                 }
@@ -1140,11 +1257,20 @@ async fn drive(
                 .min(Duration::from_secs(1));
             tokio::select! {
                 () = journal.storm.notified() => {}
+                () = options.interrupt.wait() => {}
                 () = actix_rt::time::sleep(left) => {}
             }
         }
     } else {
-        driven.unfinished = drain(journal, progress, &mut driven, llm_calls, deadline).await;
+        driven.unfinished = drain(
+            journal,
+            progress,
+            &mut driven,
+            llm_calls,
+            deadline,
+            &options.interrupt,
+        )
+        .await;
     }
     driven.duration = drive_start.elapsed();
     let storm = (scenario == Scenario::HaltStorm).then_some(drive_start);
@@ -1160,14 +1286,23 @@ fn settled(t: &Tally) -> bool {
 type CallCount<'a> = &'a dyn Fn() -> u64;
 
 /// Waits until the fleet has settled or `deadline` passes; `Some(work items still open)` then.
+/// An interrupt ([`LoadtestOptions::interrupt`]) brings the deadline to [`INTERRUPT_GRACE`] from
+/// when it came.
 async fn drain(
     journal: &HarnessJournal,
     progress: &Progress,
     driven: &mut Driven,
     llm_calls: CallCount<'_>,
     deadline: Instant,
+    interrupt: &Interrupt,
 ) -> Option<u64> {
+    let mut deadline = deadline;
+    let mut cut_once = false;
     loop {
+        if !cut_once && interrupt.raised().is_some() {
+            deadline = interrupt.cut(deadline);
+            cut_once = true;
+        }
         {
             let t = journal.tally.lock();
             if settled(&t) {
@@ -1219,6 +1354,10 @@ struct Driven {
     /// The harness's own events not settled yet; `None`: every settlement is the harness's.
     in_flight: Option<HashSet<(AgentKey, u64)>>,
     sampler: Sampler,
+    /// The harness's events by fate and reason.
+    outcomes: outcomes::Outcomes,
+    /// The drive phase was cut (timeout, interrupt): what settles from now on was not waited for.
+    cut: bool,
 }
 
 impl Driven {
@@ -1236,6 +1375,8 @@ impl Driven {
             _spare: spare,
             in_flight: track.then(HashSet::new),
             sampler: Sampler::new(start),
+            outcomes: outcomes::Outcomes::default(),
+            cut: false,
         }
     }
 
@@ -1250,6 +1391,9 @@ impl Driven {
             None => true,
             Some(set) => set.remove(&(s.agent, s.id)),
         };
+        if ours {
+            self.outcomes.settled(&s.result, self.cut);
+        }
         if let (true, Ok(reply)) = (ours, s.result) {
             let us = reply.latency.as_micros() as u64;
             self.latencies.push(us);
@@ -1285,6 +1429,7 @@ impl Driven {
             }
             Err(err) => {
                 self.tasks_refused += 1;
+                self.outcomes.refused_at_once(&err.refusal);
                 // A refusal by a locked-out or stopped agent is journaled (and counted as the
                 // task's ending); a full or closed mailbox is not.
                 if matches!(
@@ -1422,17 +1567,31 @@ async fn finish_fleet(
     while let Ok(s) = driven.replies.try_recv() {
         driven.settle(s);
     }
+    // What the final halt discards from now on was not waited for.
+    driven.cut = driven.unfinished.is_some();
     driven.sampler.sample(Instant::now(), journal, llm_calls);
     let agents: u64 = teams.iter().map(|t| t.len() as u64).sum();
-    let stopped: u64 = teams
-        .iter()
-        .map(|team| {
-            team.statuses()
-                .iter()
-                .filter(|s| s.state == AgentState::Stopped)
-                .count() as u64
-        })
-        .sum();
+    let (stopped, stopped_agents) = {
+        let t = journal.tally.lock();
+        let mut stopped = 0;
+        let mut listed = Vec::new();
+        for team in &teams {
+            for status in team.statuses() {
+                if status.state != AgentState::Stopped {
+                    continue;
+                }
+                stopped += 1;
+                if listed.len() < MAX_STOPPED_LISTED {
+                    listed.push(outcomes::StoppedAgent {
+                        agent: status.key.as_str().to_owned(),
+                        depth: t.depth(&status.key),
+                        cause: stop_cause(&status),
+                    });
+                }
+            }
+        }
+        (stopped, listed)
+    };
 
     // ---- halt all
     progress.phase("halt all", agents);
@@ -1465,6 +1624,10 @@ async fn finish_fleet(
     };
     while Instant::now() < settle_deadline && !settled_now(&cluster) {
         actix_rt::time::sleep(Duration::from_millis(1)).await;
+    }
+    // The events the final halt settled (discarded from the queues, or their turns stopped).
+    while let Ok(s) = driven.replies.try_recv() {
+        driven.settle(s);
     }
     if let Some(drive_start) = storm {
         // The drive phase ends when the storm's halts are acknowledged.
@@ -1506,6 +1669,9 @@ async fn finish_fleet(
     let lost_events: u64 = t.balance.values().map(|b| b.unsigned_abs()).sum();
     let open_ids: u64 = t.open.values().map(|v| v.unsigned_abs()).sum();
     let duration_s = driven.duration.as_secs_f64();
+    let mut outcomes = driven.outcomes;
+    outcomes.unsettled(driven.tasks_sent.saturating_sub(outcomes.total()));
+    outcomes.finish();
     LoadReport {
         seed: options.seed,
         agents,
@@ -1535,13 +1701,19 @@ async fn finish_fleet(
         },
         lost_events,
         leaked_slots: active_slots + open_ids,
-        timed_out: driven.unfinished.is_some(),
+        // An interrupted run cut at its grace period was not timed out (`interrupted` says why).
+        timed_out: driven.unfinished.is_some() && options.interrupt.raised().is_none(),
         unfinished_tasks: driven.unfinished.unwrap_or(0),
         lockouts_by_depth: t.lockouts_by_depth.clone(),
         refusals_by_depth: t.refusals_by_depth.clone(),
         refused_other: t.refused_other,
         tasks_sent: driven.tasks_sent,
         tasks_refused: driven.tasks_refused,
+        outcomes,
+        turns_by_depth: t.turns_by_depth.clone(),
+        turns_by_agent: t.turns_by_agent.clone(),
+        stopped_agents,
+        interrupted: options.interrupt.raised().map(str::to_owned),
         soak: soak::analyse(&driven.sampler.samples),
         series: driven.sampler.samples,
         ..LoadReport::default()

@@ -554,7 +554,15 @@ pub async fn run_team_async(
 ) -> Result<LoadReport, TeamError> {
     let progress = Progress::new(options.progress);
     let journal = Arc::new(HarnessJournal::default());
-    journal.tally.lock().depths = depths(team_file);
+    {
+        let mut tally = journal.tally.lock();
+        tally.depths = depths(team_file);
+        tally.roles = team_file
+            .agents
+            .iter()
+            .map(|a| (AgentKey::from(a.key.as_str()), a.role.as_str().to_owned()))
+            .collect();
+    }
     let team = Supervisor::builder(team_file.config.clone(), journal.clone())
         .current_arbiter()
         .safety_checks(options.safety)
@@ -598,6 +606,7 @@ pub async fn run_team_async(
     let stop_at = workload.duration.map(|d| start + d);
     let deadline = stop_at.unwrap_or(start) + options.timeout;
     let limit = workload.count.unwrap_or(u64::MAX);
+    let interrupt = &options.interrupt;
     let mut n = 0u64;
     loop {
         let now = Instant::now();
@@ -608,7 +617,8 @@ pub async fn run_team_async(
             Pace::Rate(rate) => start + Duration::from_secs_f64(n as f64 / rate),
             Pace::Concurrency(_) => now,
         };
-        if n >= limit || stop_at.is_some_and(|s| scheduled >= s) {
+        // Interrupted: stop sending; what was sent drains (for a grace period) below.
+        if n >= limit || stop_at.is_some_and(|s| scheduled >= s) || interrupt.raised().is_some() {
             break;
         }
         if now >= deadline {
@@ -651,11 +661,20 @@ pub async fn run_team_async(
                     driven.settle(s);
                 }
             }
+            () = interrupt.wait() => {}
             () = actix_rt::time::sleep(until.saturating_duration_since(now)) => {}
         }
     }
     if driven.unfinished.is_none() {
-        driven.unfinished = drain(&journal, &progress, &mut driven, &llm_calls, deadline).await;
+        driven.unfinished = drain(
+            &journal,
+            &progress,
+            &mut driven,
+            &llm_calls,
+            deadline,
+            interrupt,
+        )
+        .await;
     }
     driven.duration = start.elapsed();
     let mut report = finish(team, &journal, &progress, options, None, driven, &llm_calls).await;
