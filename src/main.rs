@@ -305,8 +305,18 @@ struct LoadtestArgs {
     /// With --cluster: nodes to run, 2 to 26 [default: 3].
     #[arg(long, requires = "cluster", allow_negative_numbers = true, value_parser = node_count)]
     nodes: Option<usize>,
+    /// A condition on the report that fails the run (exit 15) when it does not hold, k6-like:
+    /// METRIC OP VALUE, e.g. 'event_latency.p99_ms<500', 'failed_rate<0.01', 'lockouts.d2<=1'
+    /// (repeatable; added to the team file's [workload] thresholds; docs/loadtest.md).
+    #[arg(long, value_name = "METRIC<VALUE", value_parser = threshold)]
+    threshold: Vec<warden::loadtest::thresholds::Threshold>,
     #[command(subcommand)]
     command: Option<LoadtestCommand>,
+}
+
+/// `--threshold`: METRIC OP VALUE with a metric the report has.
+fn threshold(text: &str) -> Result<warden::loadtest::thresholds::Threshold, String> {
+    warden::loadtest::thresholds::Threshold::parse(text).map_err(|e| e.to_string())
 }
 
 /// `--cluster`: a NATS URL, checked as `warden serve --cluster`'s.
@@ -1102,6 +1112,25 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
         };
         reports.push(report);
     }
+    // Thresholds: the team file's, then the flags'; judged on the report printed (the last).
+    let thresholds: Vec<warden::loadtest::thresholds::Threshold> = team
+        .iter()
+        .flat_map(|(_, workload)| workload.thresholds.iter().cloned())
+        .chain(args.threshold.iter().cloned())
+        .collect();
+    if let Some(last) = reports.last_mut() {
+        if !thresholds.is_empty() {
+            match serde_json::to_value(&*last) {
+                Ok(value) => {
+                    last.thresholds = warden::loadtest::thresholds::evaluate(&thresholds, &value)
+                }
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    }
     let Some(report) = reports.last() else {
         return ExitCode::SUCCESS;
     };
@@ -1186,6 +1215,21 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
             report.tasks_sent
         );
         return ExitCode::from(warden::loadtest::EXIT_INTERRUPTED);
+    }
+    let failed: Vec<&str> = report
+        .thresholds
+        .iter()
+        .filter(|v| !v.pass)
+        .map(|v| v.threshold.as_str())
+        .collect();
+    if !failed.is_empty() {
+        eprintln!(
+            "loadtest: {} of {} thresholds failed: {}",
+            failed.len(),
+            report.thresholds.len(),
+            failed.join(", ")
+        );
+        return ExitCode::from(warden::loadtest::thresholds::EXIT_THRESHOLD_FAILED);
     }
     if timed_out.is_some() {
         return ExitCode::from(warden::loadtest::EXIT_TIMED_OUT);

@@ -231,6 +231,7 @@ fn json_report_has_exactly_the_contract_keys() {
             "turns_by_depth",
             "turns_by_agent",
             "stopped_agents",
+            "thresholds",
             "interrupted",
         ])
     );
@@ -1020,6 +1021,7 @@ fn the_documented_team_file_runs_and_its_documented_errors_are_the_real_ones() {
         toml.replace("agents = [\"concierge\"]", "agents = [\"conceirge\"]"),
         toml.replace(&rate_line, "rate = \"fast\""),
         toml.replace(&rate_line, "rate = -2"),
+        toml.replace("\"failed_rate == 0\"", "\"p99 < fast\""),
     ];
     assert_eq!(errors.len(), mutations.len(), "{errors:?}");
     for (i, (text, documented)) in mutations.iter().zip(&errors).enumerate() {
@@ -1462,6 +1464,12 @@ fn sigterm_to_a_repeating_run_is_forwarded_to_its_child_and_reported() {
         child = children(pid).first().copied().unwrap_or(0);
         child > 0 && catches(pid, 15) && catches(child, 15)
     });
+    if !ready {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .args(children(pid).iter().map(u32::to_string))
+            .status();
+    }
     assert!(
         ready,
         "no child catching SIGTERM (children {:?})",
@@ -1596,4 +1604,168 @@ fn a_budget_stop_names_the_stopped_agent_its_depth_and_cause() {
         "{json}"
     );
     assert!(u(&json["outcomes"]["refused"]) >= 4, "{json}");
+}
+
+// ---- thresholds: parsed and judged on synthetic reports --------------------------------------
+
+use serde_json::json;
+use warden::loadtest::thresholds::{Op, Threshold, ThresholdError};
+
+#[test]
+fn thresholds_parse_every_operator_and_refuses_what_is_not_a_threshold() {
+    for (text, op) in [
+        ("steps<1", Op::Lt),
+        ("steps<=1", Op::Le),
+        ("steps>1", Op::Gt),
+        ("steps>=1", Op::Ge),
+        ("steps==1", Op::Eq),
+    ] {
+        assert_eq!(Threshold::parse(text).unwrap().op, op, "{text}");
+    }
+    assert!(matches!(
+        Threshold::parse("steps"),
+        Err(ThresholdError::Malformed(_))
+    ));
+    assert!(matches!(
+        Threshold::parse("<5"),
+        Err(ThresholdError::Malformed(_))
+    ));
+    assert!(matches!(
+        Threshold::parse("steps<fast"),
+        Err(ThresholdError::NotANumber { .. })
+    ));
+    assert!(matches!(
+        Threshold::parse("steps<inf"),
+        Err(ThresholdError::NotANumber { .. })
+    ));
+    assert!(matches!(
+        Threshold::parse("event_latency.p98_ms<5"),
+        Err(ThresholdError::UnknownMetric { .. })
+    ));
+    // Not a number: an object.
+    assert!(matches!(
+        Threshold::parse("event_latency<5"),
+        Err(ThresholdError::UnknownMetric { .. })
+    ));
+    assert!(Threshold::parse("retries.429==0").is_ok());
+    assert!(Threshold::parse("retries.418==0").is_err());
+}
+
+#[test]
+fn thresholds_evaluate_paths_rates_and_depths() {
+    let report = json!({
+        "tasks_sent": 200,
+        "outcomes": {"answered": 190, "failed": 6, "refused": 4},
+        "event_latency": {"p99_ms": 480.0},
+        "lockouts_by_depth": [0, 0, 2],
+    });
+    let verdict = |text: &str| Threshold::parse(text).unwrap().evaluate(&report);
+    assert!(verdict("event_latency.p99_ms<500").pass);
+    assert!(!verdict("event_latency.p99_ms<400").pass);
+    assert_eq!(verdict("failed_rate<0.01").value, Some(0.03));
+    assert!(!verdict("failed_rate<0.01").pass);
+    assert_eq!(verdict("unanswered_rate<=0.05").value, Some(0.05));
+    assert!(verdict("unanswered_rate<=0.05").pass);
+    assert!(!verdict("lockouts.d2<=1").pass);
+    assert!(verdict("lockouts.d7==0").pass);
+    // A figure the report does not have fails.
+    let missing = verdict("halt.latency_us_p99<10");
+    assert_eq!((missing.value, missing.pass), (None, false));
+}
+
+#[test]
+fn thresholds_fail_a_run_with_exit_15_and_are_listed_in_the_report() {
+    // Every model call fails: a latency threshold holds (nothing answered, p99 0), the failure
+    // rate's does not.
+    let text = r#"
+[providers.desk]
+kind = "scripted"
+cycle = true
+replies = [{ fail = "401 Unauthorized" }]
+
+[[agents]]
+key = "desk"
+provider = "desk"
+
+[workload]
+rate = 500
+count = 4
+thresholds = ["event_latency.p99_ms < 100000"]
+"#;
+    let path = team_file("thresholds", text);
+    let config = path.to_str().unwrap();
+    let (code, stdout, stderr) = loadtest_cli(&[
+        "--config",
+        config,
+        "--halt-probes",
+        "0",
+        "--threshold",
+        "failed_rate<0.01",
+        "--threshold",
+        "lockouts.d0<=1",
+        "--json",
+    ]);
+    assert_eq!(code, 15, "{stderr}");
+    assert_eq!(
+        stderr,
+        "loadtest: 1 of 3 thresholds failed: failed_rate<0.01\n"
+    );
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        json["thresholds"],
+        json!([
+            {"threshold": "event_latency.p99_ms<100000", "value": 0.0, "pass": true},
+            {"threshold": "failed_rate<0.01", "value": 1.0, "pass": false},
+            {"threshold": "lockouts.d0<=1", "value": 0.0, "pass": true},
+        ])
+    );
+    // The table lists the verdicts first.
+    let (code, table, _) = loadtest_cli(&[
+        "--config",
+        config,
+        "--halt-probes",
+        "0",
+        "--threshold",
+        "failed_rate<0.01",
+    ]);
+    assert_eq!(code, 15);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(
+        lines[1], "  threshold     pass event_latency.p99_ms<100000 (value 0)",
+        "{table}"
+    );
+    assert_eq!(
+        lines[2], "  threshold     FAIL failed_rate<0.01 (value 1)",
+        "{table}"
+    );
+    // All hold: exit 0.
+    let (code, _, stderr) = loadtest_cli(&[
+        "--config",
+        config,
+        "--halt-probes",
+        "0",
+        "--threshold",
+        "failed_rate<=1",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    // Bad thresholds are refused before the run: a flag's as a usage error, the file's with its
+    // line and column.
+    let (code, stdout, stderr) = loadtest_cli(&["--threshold", "latency<5"]);
+    assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "error: invalid value 'latency<5' for '--threshold <METRIC<VALUE>': `latency<5`: unknown metric `latency` (a number of the JSON report"
+        ),
+        "{stderr}"
+    );
+    let bad = team_file(
+        "bad-threshold",
+        &text.replace("event_latency.p99_ms < 100000", "p99 < fast"),
+    );
+    let (code, stdout, stderr) = loadtest_cli(&["--config", bad.to_str().unwrap()]);
+    assert_eq!((code, stdout.as_str()), (1, ""), "{stderr}");
+    assert!(
+        stderr.contains("line 14, column 15: invalid value for `workload.thresholds[0]`: `p99<fast`: `fast` is not a number"),
+        "{stderr}"
+    );
 }

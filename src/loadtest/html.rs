@@ -318,8 +318,33 @@ pub fn write_html(
             esc(signal)
         )
     });
+    let mut verdicts = String::new();
+    for v in &r.thresholds {
+        let _ = write!(
+            verdicts,
+            "<tr><td>threshold <code>{}</code></td><td class=\"{}\">{}</td><td>value {}</td></tr>",
+            esc(&v.threshold),
+            if v.pass { "pass" } else { "fail" },
+            if v.pass { "pass" } else { "FAIL" },
+            v.value.map_or_else(|| "missing".to_owned(), format_value)
+        );
+    }
+    let thresholds_banner = if r.thresholds.is_empty() {
+        String::new()
+    } else {
+        let failed = r.thresholds.iter().filter(|v| !v.pass).count();
+        format!(
+            "<div class=\"banner {}\">thresholds: {}</div>\n<table>{verdicts}</table>\n",
+            if failed == 0 { "ok" } else { "bad" },
+            if failed == 0 {
+                format!("all {} pass", r.thresholds.len())
+            } else {
+                format!("{failed} of {} FAIL", r.thresholds.len())
+            }
+        )
+    };
     let events_banner = format!(
-        "{interrupted}<div class=\"banner {events_class}\">events: {}</div>\n{reasons}\n",
+        "{thresholds_banner}{interrupted}<div class=\"banner {events_class}\">events: {}</div>\n{reasons}\n",
         esc(&super::report::describe_outcomes(o))
     );
     let figures = serde_json::json!({
@@ -330,6 +355,7 @@ pub fn write_html(
         "delegations": r.delegations,
         "lockouts": r.lockouts,
         "outcomes": r.outcomes,
+        "thresholds": r.thresholds,
         "turns_by_depth": r.turns_by_depth,
         "turns_by_agent": r.turns_by_agent,
         "stopped_agents": r.stopped_agents,

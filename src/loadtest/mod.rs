@@ -65,6 +65,7 @@ pub mod html;
 pub mod outcomes;
 mod report;
 pub mod soak;
+pub mod thresholds;
 pub mod workload;
 
 pub use report::{write_repeat, write_report};
@@ -400,6 +401,10 @@ pub struct LoadReport {
     /// count of all is `stopped`). Added by issue 34.
     #[serde(default)]
     pub stopped_agents: Vec<outcomes::StoppedAgent>,
+    /// The thresholds (`--threshold`, `[workload] thresholds`) and their verdicts on this run
+    /// ([`thresholds`]); empty without any. Added by issue 34.
+    #[serde(default)]
+    pub thresholds: Vec<thresholds::Verdict>,
     /// `SIGINT` or `SIGTERM` when a signal stopped the run early (its figures cover what was done);
     /// `null` otherwise. Added by issue 34.
     #[serde(default)]

@@ -133,6 +133,19 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
         r.scenario, r.seed
     )?;
     let mut rows: Vec<(&str, String)> = Vec::new();
+    // The verdicts first: what a CI log shows.
+    for v in &r.thresholds {
+        rows.push((
+            "threshold",
+            format!(
+                "{} {} (value {})",
+                if v.pass { "pass" } else { "FAIL" },
+                v.threshold,
+                v.value
+                    .map_or_else(|| "missing".to_owned(), super::compare::format_value)
+            ),
+        ));
+    }
     if let Some(w) = &r.workload {
         let limits = match (w.duration_s, w.count) {
             (Some(d), Some(c)) => format!("{d} s or {c} events"),

@@ -82,6 +82,8 @@ pub struct Workload {
     pub count: Option<u64>,
     /// Event texts, in turn; `{n}` and `{agent}` are replaced (never empty).
     pub templates: Vec<String>,
+    /// `thresholds`: conditions on the report that pass or fail the run ([`super::thresholds`]).
+    pub thresholds: Vec<super::thresholds::Threshold>,
 }
 
 /// Flag values that override the file's (`--rate`, `--concurrency`, `--duration`, `--count`).
@@ -158,6 +160,8 @@ struct Section {
     count: Option<Spanned<i64>>,
     #[serde(default)]
     templates: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    thresholds: Option<Vec<Spanned<String>>>,
 }
 
 /// `key = value` is out of range: the error, placed at the value.
@@ -359,6 +363,21 @@ impl Workload {
                 out
             }
         };
+        let mut thresholds = Vec::new();
+        for (i, t) in section.thresholds.iter().flatten().enumerate() {
+            match super::thresholds::Threshold::parse(t.get_ref()) {
+                Ok(threshold) => thresholds.push(threshold),
+                Err(err) => {
+                    let message = format!("invalid value for `workload.thresholds[{i}]`: {err}");
+                    return Err(ConfigError::Parse(warden_protocols::located(
+                        text,
+                        t.span(),
+                        &message,
+                    ))
+                    .into());
+                }
+            }
+        }
         let pace = match (overrides.rate, overrides.concurrency, rate, concurrency) {
             (Some(r), _, _, _) => Pace::Rate(r),
             (None, Some(c), _, _) => Pace::Concurrency(c),
@@ -378,6 +397,7 @@ impl Workload {
             duration: duration_s.map(Duration::from_secs_f64),
             count,
             templates,
+            thresholds,
         })
     }
 
