@@ -468,6 +468,10 @@ enum LoadtestCommand {
         /// Exit 13 when a figure of B is worse than A's beyond the noise band.
         #[arg(long)]
         fail_on_regression: bool,
+        /// Compare even when A and B are not the same run (another scenario, seed, fleet or
+        /// workload, or different work done); refused otherwise.
+        #[arg(long)]
+        allow_different: bool,
     },
 }
 
@@ -999,9 +1003,10 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
         b,
         json,
         fail_on_regression,
+        allow_different,
     }) = &args.command
     {
-        return loadtest_compare(a, b, *json, *fail_on_regression);
+        return loadtest_compare(a, b, *json, *fail_on_regression, *allow_different);
     }
     // The flags' ranges are checked by their value parsers (a usage error, exit 2).
     // Injected panics are expected: keep them off stderr, report any other.
@@ -1377,6 +1382,7 @@ fn loadtest_compare(
     b: &std::path::Path,
     json: bool,
     fail_on_regression: bool,
+    allow_different: bool,
 ) -> ExitCode {
     let read = |path: &std::path::Path| -> Result<serde_json::Value, ExitCode> {
         let text = std::fs::read_to_string(path).map_err(|err| {
@@ -1391,10 +1397,31 @@ fn loadtest_compare(
             ExitCode::FAILURE
         })
     };
-    let (a, b) = match (read(a), read(b)) {
+    let checked = |path: &std::path::Path| {
+        let value = read(path)?;
+        match warden::loadtest::compare::check_report(&value) {
+            Ok(()) => Ok(value),
+            Err(why) => {
+                eprintln!(
+                    "error: {}: not a `warden loadtest --json` report: {why}",
+                    path.display()
+                );
+                Err(ExitCode::FAILURE)
+            }
+        }
+    };
+    let (a, b) = match (checked(a), checked(b)) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(code), _) | (_, Err(code)) => return code,
     };
+    let differ = warden::loadtest::compare::differences(&a, &b);
+    if !differ.is_empty() && !allow_different {
+        eprintln!(
+            "error: A and B are not the same run, so their timings do not compare: {} (--allow-different compares them anyway)",
+            differ.join("; ")
+        );
+        return ExitCode::FAILURE;
+    }
     let rows = warden::loadtest::compare::compare(&a, &b);
     let printed = if json {
         use std::io::Write;

@@ -822,9 +822,9 @@ fn repeat_reports_median_and_range_and_compare_reads_them() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = json["figures"].as_array().unwrap();
     let duration = rows.iter().find(|r| r["figure"] == "duration_s").unwrap();
-    // Both sides have bands: the verdict is about noise.
+    // Both sides have every run's value: the test over 3 + 3 runs cannot reach p < 0.05.
     let verdict = duration["verdict"].as_str().unwrap();
-    assert!(verdict.ends_with("noise"), "{verdict}");
+    assert!(verdict.starts_with("too few runs to tell"), "{verdict}");
     let table = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
         .args(["loadtest", "compare"])
         .args([&a, &b])
@@ -1766,6 +1766,167 @@ thresholds = ["event_latency.p99_ms < 100000"]
     assert_eq!((code, stdout.as_str()), (1, ""), "{stderr}");
     assert!(
         stderr.contains("line 14, column 15: invalid value for `workload.thresholds[0]`: `p99<fast`: `fast` is not a number"),
+        "{stderr}"
+    );
+}
+
+// ---- compare: a test over the runs, the same work on both sides, real reports only -------------
+
+/// A synthetic report of `values.len()` repeated runs whose `duration_s` were `values`.
+fn synthetic_report(values: &[f64], refused: u64, mode: &str) -> serde_json::Value {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    json!({
+        "scenario": "team", "seed": 1, "agents": 3, "duration_s": median, "steps": 900,
+        "steps_per_sec": 900.0 / median, "tasks_sent": 300, "tasks_refused": refused,
+        "lost_events": 0, "lockouts": 0,
+        "event_latency": {"answered": 300 - refused, "p50_ms": 10.0},
+        "outcomes": {"answered": 300 - refused},
+        "delegations": {"accepted": 300},
+        "workload": {"config": "team.toml", "mode": mode, "level": 20.0, "duration_s": 15.0,
+                     "count": null, "agents": ["desk"], "templates": 1},
+        "repeat": {"runs": values.len(), "figures": {
+            "duration_s": {"median": median, "min": sorted[0], "max": sorted[sorted.len() - 1],
+                           "values": values},
+            "event_latency.p50_ms": {"median": 10.0, "min": 9.0, "max": 11.0,
+                                     "values": vec![10.0; values.len()]},
+        }},
+    })
+}
+
+/// `warden loadtest compare A B ARGS` on two reports: exit code, stdout, stderr.
+fn compare_cli(
+    name: &str,
+    a: &serde_json::Value,
+    b: &serde_json::Value,
+    args: &[&str],
+) -> (i32, String, String) {
+    let dir = team_file(name, "").with_file_name("");
+    let (pa, pb) = (dir.join("a.json"), dir.join("b.json"));
+    std::fs::write(&pa, a.to_string()).unwrap();
+    std::fs::write(&pb, b.to_string()).unwrap();
+    let mut all = vec!["compare", pa.to_str().unwrap(), pb.to_str().unwrap()];
+    all.extend_from_slice(args);
+    loadtest_cli(&all)
+}
+
+fn duration_row(stdout: &str) -> serde_json::Value {
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    json["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["figure"] == "duration_s")
+        .cloned()
+        .unwrap_or(serde_json::Value::Null)
+}
+
+#[test]
+fn compare_finds_a_slowdown_whose_ranges_overlap() {
+    // B is 1.75x slower; one noisy run of A overlaps B's range (the old rule said "within noise").
+    let a = synthetic_report(&[1.00, 1.02, 0.98, 1.05, 1.76], 0, "concurrency");
+    let b = synthetic_report(&[1.75, 1.78, 1.72, 1.80, 1.79], 0, "concurrency");
+    let (code, stdout, stderr) =
+        compare_cli("cmp-slow", &a, &b, &["--json", "--fail-on-regression"]);
+    assert_eq!(code, 13, "{stdout} {stderr}");
+    let row = duration_row(&stdout);
+    assert_eq!(row["regression"], true, "{row}");
+    // U = 23 of 25 pairs: P(U >= 23) = 4/252, two-sided 0.032; Cliff's delta (23 - 2) / 25.
+    let p = row["p_value"].as_f64().unwrap();
+    assert!((p - 8.0 / 252.0).abs() < 1e-9, "{row}");
+    assert!(
+        (row["effect"].as_f64().unwrap() - 0.84).abs() < 1e-9,
+        "{row}"
+    );
+    assert!(
+        row["verdict"]
+            .as_str()
+            .unwrap()
+            .starts_with("slower (p=0.032, effect +0.84)"),
+        "{row}"
+    );
+    // The same runs shuffled between A and B: within noise, no regression.
+    let a = synthetic_report(&[1.00, 1.78, 0.98, 1.80, 1.76], 0, "concurrency");
+    let b = synthetic_report(&[1.75, 1.02, 1.72, 1.05, 1.79], 0, "concurrency");
+    let (code, stdout, _) = compare_cli("cmp-same", &a, &b, &["--json", "--fail-on-regression"]);
+    assert_eq!(code, 0, "{stdout}");
+    let row = duration_row(&stdout);
+    assert!(
+        row["verdict"]
+            .as_str()
+            .unwrap()
+            .starts_with("within noise (p="),
+        "{row}"
+    );
+    // Three runs a side cannot tell even a complete separation.
+    let a = synthetic_report(&[1.0, 1.1, 1.2], 0, "concurrency");
+    let b = synthetic_report(&[2.0, 2.1, 2.2], 0, "concurrency");
+    let (code, stdout, _) = compare_cli("cmp-few", &a, &b, &["--json", "--fail-on-regression"]);
+    assert_eq!(code, 0, "{stdout}");
+    let row = duration_row(&stdout);
+    assert!(
+        row["verdict"]
+            .as_str()
+            .unwrap()
+            .starts_with("too few runs to tell (3+3 runs: p ≥ 0.100"),
+        "{row}"
+    );
+}
+
+#[test]
+fn compare_skips_what_an_open_loop_schedule_fixes() {
+    let a = synthetic_report(&[15.00, 15.01, 15.02, 15.00, 15.01], 0, "rate");
+    let b = synthetic_report(&[15.09, 15.10, 15.11, 15.09, 15.10], 0, "rate");
+    let (code, stdout, stderr) =
+        compare_cli("cmp-open", &a, &b, &["--json", "--fail-on-regression"]);
+    assert_eq!(code, 0, "{stdout} {stderr}");
+    assert_eq!(duration_row(&stdout), serde_json::Value::Null, "{stdout}");
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let figures: Vec<&str> = json["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["figure"].as_str().unwrap())
+        .collect();
+    assert_eq!(figures, ["event_latency.p50_ms"], "{stdout}");
+    let (_, table, _) = compare_cli("cmp-open-table", &a, &b, &[]);
+    assert!(
+        table.contains(
+            "note: open loop: duration_s, steps_per_sec are fixed by the schedule, not compared"
+        ),
+        "{table}"
+    );
+}
+
+#[test]
+fn compare_refuses_different_work_and_what_is_not_a_report() {
+    // 142 events refused in A, none in B: B is "faster" only because it did less.
+    let a = synthetic_report(&[4.0, 4.1, 4.2, 4.3], 142, "concurrency");
+    let b = synthetic_report(&[1.0, 1.1, 1.2, 1.3], 0, "concurrency");
+    let (code, stdout, stderr) = compare_cli("cmp-work", &a, &b, &[]);
+    assert_eq!((code, stdout.as_str()), (1, ""), "{stderr}");
+    assert_eq!(
+        stderr,
+        "error: A and B are not the same run, so their timings do not compare: \
+         tasks_refused: 142 vs 0; outcomes.answered: 158 vs 300 (--allow-different compares them anyway)\n"
+    );
+    let (code, stdout, _) = compare_cli("cmp-work-allowed", &a, &b, &["--allow-different"]);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("note: A and B are not the same run, timings may not be comparable: tasks_refused: 142 vs 0"),
+        "{stdout}"
+    );
+    let mut other_seed = b.clone();
+    other_seed["seed"] = json!(2);
+    let (code, _, stderr) = compare_cli("cmp-seed", &b, &other_seed, &[]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("seed: 1 vs 2"), "{stderr}");
+    // `{}` is not a report.
+    let (code, stdout, stderr) = compare_cli("cmp-empty", &json!({}), &json!({}), &[]);
+    assert_eq!((code, stdout.as_str()), (1, ""), "{stderr}");
+    assert!(
+        stderr.contains("a.json: not a `warden loadtest --json` report: no scenario, seed, agents, duration_s, steps, tasks_sent, event_latency, lost_events\n"),
         "{stderr}"
     );
 }
