@@ -41,8 +41,9 @@ enum Command {
     },
     /// Load-test a fleet of agents (delegation trees on the scripted model), or your own team with
     /// --config (its [workload] section), and print a report; `loadtest compare A.json B.json`
-    /// compares two reports. Exits 11 when an invariant is violated, 12 when --timeout-s cut the
-    /// run short.
+    /// compares two reports. Exits 11 when an invariant is violated, 14 when Ctrl-C or SIGTERM
+    /// stopped it (the report of what was done is printed), 15 when a --threshold failed, 12 when
+    /// --timeout-s cut the run short.
     Loadtest(LoadtestArgs),
     /// Run a team and the HTTP admin API on a durable journal (agents are restored from it).
     ///
@@ -257,7 +258,8 @@ struct LoadtestArgs {
     /// Halt probes to run (0 = none).
     #[arg(long, default_value_t = 11, allow_negative_numbers = true)]
     halt_probes: usize,
-    /// Turn the SafetyMonitor's checks off (overhead comparison).
+    /// Turn the SafetyMonitor's checks off, for overhead comparisons: budgets, loop caps,
+    /// repetition and error-cascade breakers. The consecutive-error breaker and halts stay on.
     #[arg(long)]
     no_safety: bool,
     /// Stop waiting for the fleet after this many seconds (> 0); a run cut short is reported as
@@ -289,8 +291,8 @@ struct LoadtestArgs {
     /// With --config: send this many events (replaces the file's duration_seconds and count).
     #[arg(long, requires = "config", allow_negative_numbers = true, value_parser = at_least_one_u64)]
     count: Option<u64>,
-    /// Run N times with the same seed and add the median and range of each headline figure
-    /// ("repeat" in the JSON; `loadtest compare` uses the ranges as the noise band).
+    /// Run N times with the same seed and add the median, range and values of each headline
+    /// figure ("repeat" in the JSON; `loadtest compare` tests B against A over them).
     #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = at_least_one)]
     repeat: usize,
     /// Also write the run as one self-contained HTML file (charts over time, latency histogram,
@@ -455,8 +457,9 @@ impl LoadtestArgs {
 
 #[derive(Subcommand)]
 enum LoadtestCommand {
-    /// Compare two JSON reports (`warden loadtest --json > A.json`): B/A per headline figure, and
-    /// whether B is faster or slower beyond the noise band (reports made with --repeat).
+    /// Compare two JSON reports (`warden loadtest --json > A.json`) of the same run: B/A per
+    /// headline figure, and whether B is faster or slower than A by a Mann-Whitney U test over
+    /// the runs (reports made with --repeat), with its p-value and effect size.
     Compare {
         /// The baseline report.
         a: PathBuf,
@@ -1109,7 +1112,8 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
                 match warden::loadtest::workload::run_team(file, workload, &config, &options) {
                     Ok(report) => report,
                     Err(err) => {
-                        eprintln!("error: {err}");
+                        // Named by its file, as every other error of a team file.
+                        eprintln!("error: {config}: {err}");
                         return ExitCode::FAILURE;
                     }
                 }

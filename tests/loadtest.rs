@@ -1420,8 +1420,12 @@ fn ctrl_c_in_a_terminal_drains_and_keeps_the_report() {
     let pane = || {
         String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", &session]).stdout).into_owned()
     };
-    // The drive phase is under way when its progress bar shows.
-    let driving = wait_for(Duration::from_secs(60), || pane().contains("drive"));
+    // The drive phase is under way when its progress bar shows, with its total known: 50
+    // events/s for 3600 s (not "…/0").
+    let driving = wait_for(Duration::from_secs(60), || {
+        let screen = pane();
+        screen.contains("drive") && screen.contains("/180000")
+    });
     assert!(driving, "no progress bar: {}", pane());
     tmux(&["send-keys", "-t", &session, "C-c", ""]);
     let ended = wait_for(Duration::from_secs(60), || {
@@ -1928,5 +1932,73 @@ fn compare_refuses_different_work_and_what_is_not_a_report() {
     assert!(
         stderr.contains("a.json: not a `warden loadtest --json` report: no scenario, seed, agents, duration_s, steps, tasks_sent, event_latency, lost_events\n"),
         "{stderr}"
+    );
+}
+
+// ---- small ones: unknown placeholders, the file named, what --no-safety turns off ---------------
+
+#[test]
+fn unknown_template_placeholders_are_refused_with_their_place() {
+    let text = format!(
+        "{DESK_AND_COOK}\n[workload]\ncount = 2\ntemplates = [\"order {{n}} for {{nope}}\", \"{{\\\"json\\\": 1}}\"]\n"
+    );
+    let path = team_file("placeholder", &text);
+    let (code, stdout, stderr) = loadtest_cli(&["--config", path.to_str().unwrap()]);
+    assert_eq!((code, stdout.as_str()), (1, ""), "{stderr}");
+    assert_eq!(
+        stderr.lines().next().unwrap(),
+        format!(
+            "error: {}: invalid config: line 23, column 14: invalid value for `workload.templates[0]`: \"order {{n}} for {{nope}}\" (allowed: the placeholders {{n}} and {{agent}}; `{{nope}}` is not one)",
+            path.display()
+        )
+    );
+    // Braces around what is not a name are text.
+    let ok = team_file(
+        "placeholder-ok",
+        &text.replace("order {n} for {nope}", "order {n} for {agent}"),
+    );
+    let json = team_json(&ok, &["--halt-probes", "0"]);
+    assert_eq!(json["outcomes"]["answered"], 2, "{json}");
+}
+
+#[test]
+fn an_unset_api_key_variable_is_named_with_the_file() {
+    // A server that accepts connections (the preflight's connect), never called.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let text = format!(
+        "[providers.local]\nkind = \"openai_compatible\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"m\"\napi_key_env = \"WARDEN_LOADTEST_UNSET_KEY\"\n\n[[agents]]\nkey = \"desk\"\nprovider = \"local\"\n"
+    );
+    let path = team_file("unset-key", &text);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args([
+            "loadtest",
+            "--config",
+            path.to_str().unwrap(),
+            "--halt-probes",
+            "0",
+        ])
+        .env_remove("WARDEN_LOADTEST_UNSET_KEY")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr,
+        format!(
+            "error: {}: provider `local`: environment variable WARDEN_LOADTEST_UNSET_KEY holds no api key\n",
+            path.display()
+        )
+    );
+}
+
+#[test]
+fn no_safety_says_what_it_turns_off() {
+    let (code, help, _) = loadtest_cli(&["--help"]);
+    assert_eq!(code, 0);
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains("--no-safety Turn the SafetyMonitor's checks off, for overhead comparisons: budgets, loop caps, repetition and error-cascade breakers. The consecutive-error breaker and halts stay on"),
+        "{help}"
     );
 }

@@ -1121,6 +1121,14 @@ impl Progress {
         self.0.set_message("");
     }
 
+    /// A phase whose total may be unknown (`None`: the bar counts up with no total).
+    fn phase_of(&self, name: &'static str, len: Option<u64>) {
+        self.phase(name, len.unwrap_or(0));
+        if len.is_none() {
+            self.0.unset_length();
+        }
+    }
+
     fn at(&self, pos: u64) {
         self.0.set_position(pos);
     }

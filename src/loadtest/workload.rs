@@ -164,6 +164,29 @@ struct Section {
     thresholds: Option<Vec<Spanned<String>>>,
 }
 
+/// The first `{name}` of `template` that is not `{n}` or `{agent}` (a name: a letter or `_`, then
+/// letters, digits or `_`); text in braces that is not a name (`{"a": 1}`) is left alone.
+fn unknown_placeholder(template: &str) -> Option<&str> {
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('}') else {
+            return None;
+        };
+        let name = &after[..close];
+        let is_name = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if is_name && name != "n" && name != "agent" {
+            return Some(name);
+        }
+        rest = &after[close..];
+    }
+    None
+}
+
 /// `key = value` is out of range: the error, placed at the value.
 fn invalid<T: std::fmt::Display>(
     text: &str,
@@ -358,6 +381,16 @@ impl Workload {
                             "a text that is not blank",
                         ));
                     }
+                    if let Some(unknown) = unknown_placeholder(t.get_ref()) {
+                        return Err(invalid(
+                            text,
+                            &format!("templates[{i}]"),
+                            &Spanned::new(t.span(), format!("{:?}", t.get_ref())),
+                            &format!(
+                                "the placeholders {{n}} and {{agent}}; `{{{unknown}}}` is not one"
+                            ),
+                        ));
+                    }
                     out.push(t.get_ref().clone());
                 }
                 out
@@ -399,6 +432,40 @@ impl Workload {
             templates,
             thresholds,
         })
+    }
+
+    /// The events a run will send when that is known before it starts: `count`, or for an
+    /// open loop with a `duration_seconds` `ceil(rate × duration)` (the smaller of the two when
+    /// both are set); `None` for a closed loop with a duration only (how many it sends depends on
+    /// how fast they settle). The progress bar's total.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use warden::loadtest::workload::{Pace, Workload};
+    ///
+    /// let w = Workload {
+    ///     agents: vec!["desk".into()],
+    ///     pace: Pace::Rate(20.0),
+    ///     duration: Some(Duration::from_secs_f64(4.7)),
+    ///     count: None,
+    ///     templates: vec!["event {n}".into()],
+    ///     thresholds: Vec::new(),
+    /// };
+    /// assert_eq!(w.planned(), Some(94));
+    /// assert_eq!(Workload { pace: Pace::Concurrency(2), ..w.clone() }.planned(), None);
+    /// assert_eq!(Workload { count: Some(10), ..w }.planned(), Some(10));
+    /// ```
+    pub fn planned(&self) -> Option<u64> {
+        let scheduled = match (self.pace, self.duration) {
+            (Pace::Rate(rate), Some(d)) => Some((rate * d.as_secs_f64()).ceil() as u64),
+            _ => None,
+        };
+        match (scheduled, self.count) {
+            (Some(s), Some(c)) => Some(s.min(c)),
+            (s, c) => s.or(c),
+        }
     }
 
     /// Event `n`: its recipient and its text (`""` for what an empty list cannot give).
@@ -622,7 +689,7 @@ pub async fn run_team_async(
     // ---- drive
     let start = Instant::now();
     let mut driven = Driven::new(&team, start, true);
-    progress.phase("drive", workload.count.unwrap_or(0));
+    progress.phase_of("drive", workload.planned());
     let stop_at = workload.duration.map(|d| start + d);
     let deadline = stop_at.unwrap_or(start) + options.timeout;
     let limit = workload.count.unwrap_or(u64::MAX);
