@@ -896,8 +896,12 @@ fn cli_writes_a_self_contained_html_report() {
     assert!(!tags
         .iter()
         .any(|t| ["script", "link", "img", "iframe"].contains(&t.as_str())));
-    // Six charts: throughput, latency, agents by state, histogram, lockouts, refusals.
-    assert_eq!(tags.iter().filter(|t| *t == "svg").count(), 6);
+    // Eight charts: throughput, latency, events not answered, agents by state, RSS, histogram,
+    // lockouts, refusals.
+    assert_eq!(tags.iter().filter(|t| *t == "svg").count(), 8);
+    assert!(html.contains("Resident set (VmRSS) (MiB)"), "{html}");
+    assert!(html.contains("Events not answered, by fate"), "{html}");
+    assert!(html.contains(">p95</text>"), "{html}");
     assert!(html.contains("invariants: pass"), "{html}");
     assert!(html.contains("Lockouts by depth"));
     assert!(
@@ -920,6 +924,48 @@ fn cli_writes_a_self_contained_html_report() {
         html.contains("<td class=\"fail\">FAIL</td><td>1</td>"),
         "{html}"
     );
+
+    // A second with no answer is a gap in the latency lines, not a zero; the histogram is on a
+    // log scale (a fast bulk and a slow tail both show).
+    let second = |t_s: f64, answered: u64| warden::loadtest::Sample {
+        t_s,
+        answered,
+        latency_p50_ms: if answered > 0 { 10.0 } else { 0.0 },
+        latency_p90_ms: if answered > 0 { 20.0 } else { 0.0 },
+        latency_p95_ms: if answered > 0 { 30.0 } else { 0.0 },
+        latency_p99_ms: if answered > 0 { 40.0 } else { 0.0 },
+        ..Default::default()
+    };
+    report.series = vec![
+        second(1.0, 3),
+        second(2.0, 3),
+        second(3.0, 0),
+        second(4.0, 3),
+        second(5.0, 3),
+    ];
+    report.event_latencies_us = vec![1_000; 1000];
+    report.event_latencies_us.push(1_000_000);
+    let mut out = Vec::new();
+    warden::loadtest::html::write_html(&mut out, &report, &serde_json::json!({})).unwrap();
+    let html = String::from_utf8(out).unwrap();
+    check_well_formed(&html);
+    let chart = |title: &str| {
+        html.split("<svg")
+            .find(|svg| svg.contains(title))
+            .unwrap()
+            .to_owned()
+    };
+    let latency = chart("Event latency (accepted");
+    // Four lines (p50, p90, p95, p99), each in two pieces around the silent second.
+    assert_eq!(latency.matches("<polyline").count(), 8, "{latency}");
+    // Nothing is drawn at 0 ms: the y axis of 0 is at y = 180.
+    assert!(!latency.contains(",180.0"), "{latency}");
+    let histogram = chart("histogram");
+    assert!(histogram.contains("log scale"), "{histogram}");
+    // 1 ms to 1000 ms: 13 buckets of a quarter decade, the first and last labelled.
+    assert_eq!(histogram.matches("<rect").count(), 13, "{histogram}");
+    assert!(histogram.contains(">1.0</text>"), "{histogram}");
+    assert!(histogram.contains(">1000</text>"), "{histogram}");
 }
 
 /// Renders the report in a headless Chromium when one is installed (optional; skipped loudly).
@@ -1426,7 +1472,11 @@ fn ctrl_c_in_a_terminal_drains_and_keeps_the_report() {
         let screen = pane();
         screen.contains("drive") && screen.contains("/180000")
     });
-    assert!(driving, "no progress bar: {}", pane());
+    if !driving {
+        let screen = pane();
+        tmux(&["kill-session", "-t", &session]);
+        panic!("no progress bar with its total: {screen}");
+    }
     tmux(&["send-keys", "-t", &session, "C-c", ""]);
     let ended = wait_for(Duration::from_secs(60), || {
         std::fs::read_to_string(&rc).is_ok_and(|t| t.ends_with('\n'))

@@ -438,6 +438,22 @@ pub struct Sample {
     pub latency_p50_ms: f64,
     /// 99th percentile of the same, in ms.
     pub latency_p99_ms: f64,
+    /// 90th percentile of the same, in ms (added by issue 34).
+    #[serde(default)]
+    pub latency_p90_ms: f64,
+    /// 95th percentile of the same, in ms (added by issue 34).
+    #[serde(default)]
+    pub latency_p95_ms: f64,
+    /// The harness's events that failed in the interval (added by issue 34).
+    #[serde(default)]
+    pub failed: u64,
+    /// The harness's events refused in the interval, at once or later (added by issue 34).
+    #[serde(default)]
+    pub refused: u64,
+    /// The harness's events discarded by a halt or left to the final halt in the interval
+    /// (added by issue 34).
+    #[serde(default)]
+    pub discarded: u64,
     /// Agents in each state at `t_s`, by state name (`EXECUTING`, …; states with no agent
     /// left out).
     pub agents_by_state: BTreeMap<String, u64>,
@@ -1406,6 +1422,14 @@ impl Driven {
         };
         if ours {
             self.outcomes.settled(&s.result, self.cut);
+            match &s.result {
+                Ok(_) | Err(crate::AskError::AgentGone) => {}
+                Err(crate::AskError::Failed { .. }) => self.sampler.failed += 1,
+                Err(crate::AskError::Refused { .. } | crate::AskError::NotQueued(_)) => {
+                    self.sampler.refused += 1
+                }
+                Err(crate::AskError::Discarded { .. }) => self.sampler.discarded += 1,
+            }
         }
         if let (true, Ok(reply)) = (ours, s.result) {
             let us = reply.latency.as_micros() as u64;
@@ -1443,6 +1467,7 @@ impl Driven {
             Err(err) => {
                 self.tasks_refused += 1;
                 self.outcomes.refused_at_once(&err.refusal);
+                self.sampler.refused += 1;
                 // A refusal by a locked-out or stopped agent is journaled (and counted as the
                 // task's ending); a full or closed mailbox is not.
                 if matches!(
@@ -1465,6 +1490,10 @@ struct Sampler {
     last: [u64; 4],
     /// Latencies (µs) of the events answered since the last sample.
     answered: Vec<u64>,
+    /// The harness's events failed, refused and discarded since the last sample.
+    failed: u64,
+    refused: u64,
+    discarded: u64,
     samples: Vec<Sample>,
 }
 
@@ -1475,6 +1504,9 @@ impl Sampler {
             next: start + Duration::from_secs(1),
             last: [0; 4],
             answered: Vec::new(),
+            failed: 0,
+            refused: 0,
+            discarded: 0,
             samples: Vec::new(),
         }
     }
@@ -1511,12 +1543,20 @@ impl Sampler {
             .filter(|(_, n)| *n > 0)
             .map(|(state, n)| (state.as_str().to_owned(), n as u64))
             .collect();
-        let answered = EventLatency::of(std::mem::take(&mut self.answered));
+        let mut latencies = std::mem::take(&mut self.answered);
+        latencies.sort_unstable();
+        let p95_ms = percentile(&latencies, 0.95) as f64 / 1000.0;
+        let answered = EventLatency::of(latencies);
         self.samples.push(Sample {
             t_s: (now - self.start).as_secs_f64(),
             answered: answered.answered,
             latency_p50_ms: answered.p50_ms,
             latency_p99_ms: answered.p99_ms,
+            latency_p90_ms: answered.p90_ms,
+            latency_p95_ms: p95_ms,
+            failed: std::mem::take(&mut self.failed),
+            refused: std::mem::take(&mut self.refused),
+            discarded: std::mem::take(&mut self.discarded),
             events_accepted: delta[0],
             turns: delta[1],
             llm_calls: delta[2],
