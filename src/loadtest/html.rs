@@ -51,8 +51,9 @@ fn line_chart(title: &str, unit: &str, x: &[f64], lines: &[(String, Vec<f64>)]) 
         .iter()
         .flat_map(|(_, ys)| ys.iter().copied())
         .filter(|v| v.is_finite())
-        .fold(0.0_f64, f64::max)
-        .max(1e-9);
+        .fold(0.0_f64, f64::max);
+    // Nothing above 0 (or nothing at all): an axis of 0 to 1.
+    let y_data = if y_data > 0.0 { y_data } else { 1.0 };
     // The axes end at the first tick at or above the data.
     let (x_step, y_step) = (nice_step(x_data, 5.0), nice_step(y_data, 4.0));
     let x_max = (x_data / x_step).ceil() * x_step;
@@ -99,6 +100,17 @@ fn line_chart(title: &str, unit: &str, x: &[f64], lines: &[(String, Vec<f64>)]) 
             b = HEIGHT - PAD,
         );
         tick += x_step;
+    }
+    if lines
+        .iter()
+        .all(|(_, ys)| ys.iter().all(|v| !v.is_finite()))
+    {
+        let _ = write!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{:.1}\" class=\"l\" text-anchor=\"middle\">nothing to show</text>",
+            WIDTH / 2.0,
+            HEIGHT / 2.0
+        );
     }
     // Legend entries side by side, each as wide as its label (about 6.5 px a character).
     let mut legend_x = PAD + 8.0;
