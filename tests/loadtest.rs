@@ -231,6 +231,7 @@ fn json_report_has_exactly_the_contract_keys() {
             "turns_by_depth",
             "turns_by_agent",
             "stopped_agents",
+            "recoveries",
             "thresholds",
             "interrupted",
         ])
@@ -2051,4 +2052,62 @@ fn no_safety_says_what_it_turns_off() {
         help.contains("--no-safety Turn the SafetyMonitor's checks off, for overhead comparisons: budgets, loop caps, repetition and error-cascade breakers. The consecutive-error breaker and halts stay on"),
         "{help}"
     );
+}
+
+#[test]
+fn a_workload_that_unlocks_measures_the_time_to_recover() {
+    // The cook fails three calls in a row, then answers: locked out at its first burst, unlocked
+    // by the harness 0.2 s later, it answers again.
+    // (Then 100 answers: enough for the run, with no second burst.)
+    let text = r#"
+[safety.breakers]
+max_consecutive_errors = 3
+
+[providers.desk]
+kind = "scripted"
+cycle = true
+replies = [{ tool = "delegate", args = { agent = "cook", task = "cook it" } }, "served"]
+
+[providers.cook]
+kind = "scripted"
+cycle = true
+replies = [{ fail = "stove down" }, { fail = "stove down" }, { fail = "stove down" }, COOKED]
+
+[[agents]]
+key = "desk"
+provider = "desk"
+
+[[agents]]
+key = "cook"
+role = "sub_agent"
+parent = "desk"
+provider = "cook"
+
+[workload]
+rate = 20
+duration_seconds = 2
+unlock_after_seconds = 0.2
+"#
+    .replace("COOKED", &vec!["\"cooked\""; 100].join(", "));
+    let path = team_file("unlock", &text);
+    let json = team_json(&path, &["--halt-probes", "0"]);
+    let recoveries = json["recoveries"].as_array().unwrap();
+    let cook = recoveries
+        .iter()
+        .find(|r| r["agent"] == "cook")
+        .unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(cook["depth"], 1, "{json}");
+    let at = |k: &str| cook[k].as_f64().unwrap_or_else(|| panic!("{k}: {json}"));
+    // Unlocked no sooner than 0.2 s after the lockout, answering again after that.
+    assert!(at("unlocked_s") >= at("locked_s") + 0.2, "{json}");
+    assert!(at("recovered_s") >= at("unlocked_s"), "{json}");
+    assert_eq!(json["lost_events"], 0, "{json}");
+    // Without the option nothing is unlocked and no recovery is listed.
+    let still = team_file(
+        "no-unlock",
+        &text.replace("unlock_after_seconds = 0.2\n", ""),
+    );
+    let json = team_json(&still, &["--halt-probes", "0"]);
+    assert_eq!(json["recoveries"], json!([]), "{json}");
+    assert!(json["lockouts"].as_u64().unwrap() >= 1, "{json}");
 }

@@ -33,12 +33,11 @@ fn esc(text: &str) -> String {
 fn nice_step(max: f64, ticks: f64) -> f64 {
     let raw = (max / ticks).max(1e-12);
     let power = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0]
+    [1.0, 2.0, 5.0, 10.0]
         .into_iter()
         .map(|m| m * power)
         .find(|s| *s >= raw)
-        .unwrap_or(10.0 * power);
-    step
+        .unwrap_or(10.0 * power)
 }
 
 /// A line chart of `lines` (name, y values) over `x`, with its title, axes (ticks at round

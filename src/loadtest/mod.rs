@@ -401,6 +401,10 @@ pub struct LoadReport {
     /// count of all is `stopped`). Added by issue 34.
     #[serde(default)]
     pub stopped_agents: Vec<outcomes::StoppedAgent>,
+    /// A workload with `unlock_after_seconds`: every lockout, when the harness unlocked the agent
+    /// and when it answered again ([`outcomes::Recovery`]); empty otherwise. Added by issue 34.
+    #[serde(default)]
+    pub recoveries: Vec<outcomes::Recovery>,
     /// The thresholds (`--threshold`, `[workload] thresholds`) and their verdicts on this run
     /// ([`thresholds`]); empty without any. Added by issue 34.
     #[serde(default)]
@@ -492,11 +496,23 @@ struct Tally {
     turns_by_depth: Vec<outcomes::TurnReasons>,
     /// Finished turns by termination reason, per agent (team files only).
     turns_by_agent: BTreeMap<String, outcomes::AgentTurns>,
+    /// Every lockout, for a workload that unlocks (`unlock_after_seconds`); `None`: not kept.
+    recoveries: Option<Vec<Recovering>>,
     /// Agents in each state, by [`AgentState::ALL`] index: from `Spawned` (an agent starts
     /// `WAITING_FOR_EVENT`) and every `StateChanged` (no status scan of the fleet).
     states: [i64; AgentState::ALL.len()],
     /// A cluster run's per-node counts (`None` on one node).
     cluster: Option<cluster::ClusterTally>,
+}
+
+/// One lockout of a workload that unlocks: when it came, when the harness unlocked the agent,
+/// when the agent finished a turn with an answer again.
+#[derive(Debug, Clone)]
+struct Recovering {
+    agent: AgentKey,
+    locked: Instant,
+    unlocked: Option<Instant>,
+    recovered: Option<Instant>,
 }
 
 /// `state`'s index in [`AgentState::ALL`].
@@ -615,6 +631,15 @@ impl Tally {
                 t.turns += 1;
                 t.end_in_progress(agent);
                 t.count_turn(agent, outcome.reason.as_str());
+                if outcome.reason == warden_protocols::TerminationReason::Answered {
+                    if let Some(r) = t.recoveries.as_mut().and_then(|all| {
+                        all.iter_mut().rev().find(|r| {
+                            &r.agent == agent && r.unlocked.is_some() && r.recovered.is_none()
+                        })
+                    }) {
+                        r.recovered = Some(Instant::now());
+                    }
+                }
             }
             // The turn running when the halt came was cancelled (no TurnFinished will come).
             EventKind::Halted { .. } | EventKind::Crashed { .. } => t.end_in_progress(agent),
@@ -632,6 +657,14 @@ impl Tally {
             }
             EventKind::ToolStarted { tool, .. } if tool != "delegate" => t.tool_calls += 1,
             EventKind::LockedOut { .. } => {
+                if let Some(all) = &mut t.recoveries {
+                    all.push(Recovering {
+                        agent: agent.clone(),
+                        locked: Instant::now(),
+                        unlocked: None,
+                        recovered: None,
+                    });
+                }
                 t.lockouts += 1;
                 let d = t.depth(agent);
                 bump(&mut t.lockouts_by_depth, d);
@@ -1766,6 +1799,24 @@ async fn finish_fleet(
         turns_by_depth: t.turns_by_depth.clone(),
         turns_by_agent: t.turns_by_agent.clone(),
         stopped_agents,
+        recoveries: t
+            .recoveries
+            .iter()
+            .flatten()
+            .map(|r| {
+                let at = |i: Instant| {
+                    i.saturating_duration_since(driven.sampler.start)
+                        .as_secs_f64()
+                };
+                outcomes::Recovery {
+                    agent: r.agent.as_str().to_owned(),
+                    depth: t.depth(&r.agent),
+                    locked_s: at(r.locked),
+                    unlocked_s: r.unlocked.map(at),
+                    recovered_s: r.recovered.map(at),
+                }
+            })
+            .collect(),
         interrupted: options.interrupt.raised().map(str::to_owned),
         soak: soak::analyse(&driven.sampler.samples),
         series: driven.sampler.samples,

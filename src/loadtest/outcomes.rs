@@ -208,3 +208,19 @@ pub struct StoppedAgent {
     /// breaker, a halt, …).
     pub cause: String,
 }
+
+/// One lockout of a workload that unlocks (`unlock_after_seconds`), in seconds since the drive
+/// phase started (`recoveries`): time to recover is `recovered_s - locked_s`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Recovery {
+    /// The agent locked out.
+    pub agent: String,
+    /// Its depth (roots are 0).
+    pub depth: usize,
+    /// When it was locked out.
+    pub locked_s: f64,
+    /// When the harness unlocked it (`null`: the run ended first).
+    pub unlocked_s: Option<f64>,
+    /// When it next finished a turn with an answer (`null`: not before the run ended).
+    pub recovered_s: Option<f64>,
+}

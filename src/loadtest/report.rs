@@ -309,6 +309,24 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
             ),
         ]);
     }
+    for rec in &r.recoveries {
+        let at = |v: Option<f64>| v.map_or_else(|| "never".to_owned(), |s| format!("{s:.3} s"));
+        let recover = match rec.recovered_s {
+            Some(s) => format!(" — recovered in {:.3} s", s - rec.locked_s),
+            None => String::new(),
+        };
+        rows.push((
+            "recovery",
+            format!(
+                "{} d{}: locked out at {:.3} s, unlocked {}, answering again {}{recover}",
+                rec.agent,
+                rec.depth,
+                rec.locked_s,
+                at(rec.unlocked_s),
+                at(rec.recovered_s)
+            ),
+        ));
+    }
     if let Some(signal) = &r.interrupted {
         rows.push((
             "interrupted",

@@ -84,6 +84,9 @@ pub struct Workload {
     pub templates: Vec<String>,
     /// `thresholds`: conditions on the report that pass or fail the run ([`super::thresholds`]).
     pub thresholds: Vec<super::thresholds::Threshold>,
+    /// `unlock_after_seconds`: unlock a locked-out agent this long after its lockout, as an
+    /// operator would (while events are sent), so that its recovery is measured.
+    pub unlock_after: Option<Duration>,
 }
 
 /// Flag values that override the file's (`--rate`, `--concurrency`, `--duration`, `--count`).
@@ -162,6 +165,8 @@ struct Section {
     templates: Option<Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
     thresholds: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    unlock_after_seconds: Option<Spanned<f64>>,
 }
 
 /// The first `{name}` of `template` that is not `{n}` or `{agent}` (a name: a letter or `_`, then
@@ -170,9 +175,7 @@ fn unknown_placeholder(template: &str) -> Option<&str> {
     let mut rest = template;
     while let Some(open) = rest.find('{') {
         let after = &rest[open + 1..];
-        let Some(close) = after.find('}') else {
-            return None;
-        };
+        let close = after.find('}')?;
         let name = &after[..close];
         let is_name = name
             .chars()
@@ -431,6 +434,15 @@ impl Workload {
             count,
             templates,
             thresholds,
+            unlock_after: match &section.unlock_after_seconds {
+                Some(v) => Some(Duration::from_secs_f64(positive(
+                    text,
+                    "unlock_after_seconds",
+                    v,
+                    MAX_DURATION_S,
+                )?)),
+                None => None,
+            },
         })
     }
 
@@ -452,6 +464,7 @@ impl Workload {
     ///     count: None,
     ///     templates: vec!["event {n}".into()],
     ///     thresholds: Vec::new(),
+    ///     unlock_after: None,
     /// };
     /// assert_eq!(w.planned(), Some(94));
     /// assert_eq!(Workload { pace: Pace::Concurrency(2), ..w.clone() }.planned(), None);
@@ -644,6 +657,7 @@ pub async fn run_team_async(
     {
         let mut tally = journal.tally.lock();
         tally.depths = depths(team_file);
+        tally.recoveries = workload.unlock_after.map(|_| Vec::new());
         tally.roles = team_file
             .agents
             .iter()
@@ -714,6 +728,33 @@ pub async fn run_team_async(
         }
         driven.poll(&journal, &llm_calls);
         progress.at(n);
+        // Unlock what has been locked out long enough, as an operator would.
+        let mut next_unlock = None;
+        if let Some(after) = workload.unlock_after {
+            let due: Vec<AgentKey> = {
+                let mut t = journal.tally.lock();
+                let mut due = Vec::new();
+                for r in t.recoveries.iter_mut().flatten() {
+                    if r.unlocked.is_some() {
+                        continue;
+                    }
+                    let at = r.locked + after;
+                    if at <= now {
+                        r.unlocked = Some(now);
+                        due.push(r.agent.clone());
+                    } else {
+                        next_unlock = Some(next_unlock.map_or(at, |n: Instant| n.min(at)));
+                    }
+                }
+                due
+            };
+            for agent in due {
+                if let Some(handle) = team.get(agent.as_str()) {
+                    // Not locked out any more (a halt, a reset): nothing to unlock.
+                    let _ = handle.unlock("loadtest").await;
+                }
+            }
+        }
         // When the next event is due (open loop), or `None` when it waits for a settlement.
         let due = match workload.pace {
             Pace::Rate(_) => Some(scheduled),
@@ -741,6 +782,9 @@ pub async fn run_team_async(
         }
         if let Some(stop) = stop_at {
             until = until.min(stop);
+        }
+        if let Some(unlock) = next_unlock {
+            until = until.min(unlock);
         }
         tokio::select! {
             settled = driven.replies.recv() => {
