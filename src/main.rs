@@ -44,7 +44,7 @@ enum Command {
     /// compares two reports. Exits 11 when an invariant is violated, 14 when Ctrl-C or SIGTERM
     /// stopped it (the report of what was done is printed), 15 when a --threshold failed, 12 when
     /// --timeout-s cut the run short.
-    Loadtest(LoadtestArgs),
+    Loadtest(Box<LoadtestArgs>),
     /// Run a team and the HTTP admin API on a durable journal (agents are restored from it).
     ///
     /// Every route but GET /healthz needs a token: set WARDEN_ADMIN_TOKEN (and optionally
@@ -311,14 +311,17 @@ struct LoadtestArgs {
     /// METRIC OP VALUE, e.g. 'event_latency.p99_ms<500', 'failed_rate<0.01', 'lockouts.d2<=1'
     /// (repeatable; added to the team file's [workload] thresholds; docs/loadtest.md).
     #[arg(long, value_name = "METRIC<VALUE", value_parser = threshold)]
-    threshold: Vec<warden::loadtest::thresholds::Threshold>,
+    threshold: Vec<String>,
     #[command(subcommand)]
     command: Option<LoadtestCommand>,
 }
 
-/// `--threshold`: METRIC OP VALUE with a metric the report has.
-fn threshold(text: &str) -> Result<warden::loadtest::thresholds::Threshold, String> {
-    warden::loadtest::thresholds::Threshold::parse(text).map_err(|e| e.to_string())
+/// `--threshold`: METRIC OP VALUE with a metric the report has (kept as text: parsed again when
+/// the run is judged).
+fn threshold(text: &str) -> Result<String, String> {
+    warden::loadtest::thresholds::Threshold::parse(text)
+        .map(|_| text.to_owned())
+        .map_err(|e| e.to_string())
 }
 
 /// `--cluster`: a NATS URL, checked as `warden serve --cluster`'s.
@@ -689,7 +692,7 @@ fn command(cli: Cli) -> ExitCode {
                 }
             }
         }
-        Command::Loadtest(args) => loadtest(args),
+        Command::Loadtest(args) => loadtest(*args),
         Command::Status { key, json, server } => {
             client(server, warden::cli::client::Call::Status { key, json })
         }
@@ -1125,7 +1128,11 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
     let thresholds: Vec<warden::loadtest::thresholds::Threshold> = team
         .iter()
         .flat_map(|(_, workload)| workload.thresholds.iter().cloned())
-        .chain(args.threshold.iter().cloned())
+        .chain(
+            args.threshold
+                .iter()
+                .filter_map(|t| warden::loadtest::thresholds::Threshold::parse(t).ok()),
+        )
         .collect();
     if let Some(last) = reports.last_mut() {
         if !thresholds.is_empty() {
