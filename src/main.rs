@@ -1041,6 +1041,8 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
         eprintln!("error: stdout is closed: the report would be lost");
         return ExitCode::FAILURE;
     }
+    // Every sample reads mimalloc's committed memory beside RSS (the soak is judged on it).
+    warden::loadtest::set_committed_probe(mimalloc_committed);
     // SIGINT / SIGTERM: stop, drain, report (exit 14); a second one exits at once.
     let signals = match LoadtestSignals::install() {
         Ok(signals) => signals,
@@ -1251,6 +1253,26 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
         return ExitCode::from(warden::loadtest::EXIT_TIMED_OUT);
     }
     ExitCode::SUCCESS
+}
+
+/// mimalloc's committed memory now (`current_commit` of `mi_process_info`), in bytes.
+fn mimalloc_committed() -> u64 {
+    let mut info = [0usize; 8];
+    let [elapsed, user, system, rss, peak_rss, commit, peak_commit, faults] = &mut info;
+    // SAFETY: mi_process_info writes one usize through each pointer, all valid and distinct.
+    unsafe {
+        libmimalloc_sys::mi_process_info(
+            elapsed,
+            user,
+            system,
+            rss,
+            peak_rss,
+            commit,
+            peak_commit,
+            faults,
+        );
+    }
+    info[5] as u64
 }
 
 /// Whether file descriptor 1 is open (a closed stdout would lose the report after the run).

@@ -2111,3 +2111,44 @@ unlock_after_seconds = 0.2
     assert_eq!(json["recoveries"], json!([]), "{json}");
     assert!(json["lockouts"].as_u64().unwrap() >= 1, "{json}");
 }
+
+#[test]
+fn the_soak_verdict_is_judged_on_the_allocators_committed_memory() {
+    // Half an hour, a sample a second: RSS climbs 20 MiB/h (freed pages kept by the allocator)
+    // while the allocator's committed memory stays at 10 MiB.
+    let mib = 1024.0 * 1024.0;
+    let series = |committed: bool| -> Vec<warden::loadtest::Sample> {
+        (1..=1800)
+            .map(|t| warden::loadtest::Sample {
+                t_s: f64::from(t),
+                turns: 10,
+                rss_bytes: (40.0 * mib + 20.0 * mib * f64::from(t) / 3600.0) as u64,
+                committed_bytes: if committed { (10.0 * mib) as u64 } else { 0 },
+                ..Default::default()
+            })
+            .collect()
+    };
+    let soak = warden::loadtest::soak::analyse(&series(true)).unwrap();
+    assert!(
+        (soak.rss_slope_bytes_per_hour / mib - 20.0).abs() < 0.01,
+        "{soak:?}"
+    );
+    assert_eq!(soak.committed_slope_bytes_per_hour, Some(0.0), "{soak:?}");
+    assert!(!soak.growth, "{soak:?}");
+    assert!(
+        warden::loadtest::soak::describe(&soak).contains("allocator committed +0.00 MiB/h"),
+        "{soak:?}"
+    );
+    // Without the allocator's figure the RSS line decides, as before.
+    let soak = warden::loadtest::soak::analyse(&series(false)).unwrap();
+    assert_eq!(soak.committed_slope_bytes_per_hour, None);
+    assert!(soak.growth, "{soak:?}");
+    // The binary samples mimalloc's committed memory beside RSS.
+    let path = team_file(
+        "committed",
+        &format!("{DESK_AND_COOK}\n[workload]\nrate = 500\ncount = 3\n"),
+    );
+    let json = team_json(&path, &["--halt-probes", "0"]);
+    let sample = &json["series"][0];
+    assert!(u(&sample["committed_bytes"]) > 0, "{json}");
+}

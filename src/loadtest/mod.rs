@@ -463,6 +463,20 @@ pub struct Sample {
     pub agents_by_state: BTreeMap<String, u64>,
     /// Resident set at `t_s` (`VmRSS`; 0 where unavailable).
     pub rss_bytes: u64,
+    /// Memory the allocator has committed at `t_s` (the `warden` binary: mimalloc's
+    /// `current_commit`; 0 where the allocator does not say). Unlike RSS it drops when the
+    /// allocator frees, even before freed pages are purged. Added by issue 34.
+    #[serde(default)]
+    pub committed_bytes: u64,
+}
+
+/// How the samples read the allocator's committed memory ([`set_committed_probe`]).
+static COMMITTED_PROBE: std::sync::OnceLock<fn() -> u64> = std::sync::OnceLock::new();
+
+/// Tells the samples how to read the global allocator's committed memory (the `warden` binary
+/// sets mimalloc's); without it [`Sample::committed_bytes`] is 0. Only the first call counts.
+pub fn set_committed_probe(probe: fn() -> u64) {
+    let _ = COMMITTED_PROBE.set(probe);
 }
 
 // ---- the harness journal ------------------------------------------------------------------------
@@ -1596,6 +1610,7 @@ impl Sampler {
             lockouts: delta[3],
             agents_by_state,
             rss_bytes: proc_status_bytes("VmRSS"),
+            committed_bytes: COMMITTED_PROBE.get().map_or(0, |probe| probe()),
         });
     }
 }
