@@ -41,9 +41,10 @@ enum Command {
     },
     /// Load-test a fleet of agents (delegation trees on the scripted model), or your own team with
     /// --config (its [workload] section), and print a report; `loadtest compare A.json B.json`
-    /// compares two reports. Exits 11 when an invariant is violated, 12 when --timeout-s cut the
-    /// run short.
-    Loadtest(LoadtestArgs),
+    /// compares two reports. Exits 11 when an invariant is violated, 14 when Ctrl-C or SIGTERM
+    /// stopped it (the report of what was done is printed), 15 when a --threshold failed, 12 when
+    /// --timeout-s cut the run short.
+    Loadtest(Box<LoadtestArgs>),
     /// Run a team and the HTTP admin API on a durable journal (agents are restored from it).
     ///
     /// Every route but GET /healthz needs a token: set WARDEN_ADMIN_TOKEN (and optionally
@@ -179,7 +180,7 @@ enum Command {
     },
     /// Send a user event to an agent on a running server and print its answer.
     ///
-    /// Exits 14 when the event is still pending (or running) after --wait seconds: it stays queued
+    /// Exits 16 when the event is still pending (or running) after --wait seconds: it stays queued
     /// on the server, and the message names what it may wait for (a pending ask: answer it with
     /// `warden ask ID yes|no`). Exits 8 when it ended without an answer (refused, discarded,
     /// failed), 7 when the agent refuses events (locked out, halted).
@@ -282,7 +283,8 @@ struct LoadtestArgs {
     /// Halt probes to run (0 = none).
     #[arg(long, default_value_t = 11, allow_negative_numbers = true)]
     halt_probes: usize,
-    /// Turn the SafetyMonitor's checks off (overhead comparison).
+    /// Turn the SafetyMonitor's checks off, for overhead comparisons: budgets, loop caps,
+    /// repetition and error-cascade breakers. The consecutive-error breaker and halts stay on.
     #[arg(long)]
     no_safety: bool,
     /// Stop waiting for the fleet after this many seconds (> 0); a run cut short is reported as
@@ -314,8 +316,8 @@ struct LoadtestArgs {
     /// With --config: send this many events (replaces the file's duration_seconds and count).
     #[arg(long, requires = "config", allow_negative_numbers = true, value_parser = at_least_one_u64)]
     count: Option<u64>,
-    /// Run N times with the same seed and add the median and range of each headline figure
-    /// ("repeat" in the JSON; `loadtest compare` uses the ranges as the noise band).
+    /// Run N times with the same seed and add the median, range and values of each headline
+    /// figure ("repeat" in the JSON; `loadtest compare` tests B against A over them).
     #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = at_least_one)]
     repeat: usize,
     /// Also write the run as one self-contained HTML file (charts over time, latency histogram,
@@ -330,8 +332,21 @@ struct LoadtestArgs {
     /// With --cluster: nodes to run, 2 to 26 [default: 3].
     #[arg(long, requires = "cluster", allow_negative_numbers = true, value_parser = node_count)]
     nodes: Option<usize>,
+    /// A condition on the report that fails the run (exit 15) when it does not hold, k6-like:
+    /// METRIC OP VALUE, e.g. 'event_latency.p99_ms<500', 'failed_rate<0.01', 'lockouts.d2<=1'
+    /// (repeatable; added to the team file's [workload] thresholds; docs/loadtest.md).
+    #[arg(long, value_name = "METRIC<VALUE", value_parser = threshold)]
+    threshold: Vec<String>,
     #[command(subcommand)]
     command: Option<LoadtestCommand>,
+}
+
+/// `--threshold`: METRIC OP VALUE with a metric the report has (kept as text: parsed again when
+/// the run is judged).
+fn threshold(text: &str) -> Result<String, String> {
+    warden::loadtest::thresholds::Threshold::parse(text)
+        .map(|_| text.to_owned())
+        .map_err(|e| e.to_string())
 }
 
 /// `--cluster`: a NATS URL, checked as `warden serve --cluster`'s.
@@ -370,8 +385,10 @@ impl LoadtestArgs {
     }
 
     /// Runs the same load test (`--repeat 1`, `--json`, no `--report`) in a child process and
-    /// reads its report.
-    fn run_child(&self) -> Result<warden::loadtest::LoadReport, String> {
+    /// reads its report. The child runs in a process group of its own (a Ctrl-C in the terminal
+    /// reaches only this process) and its pid is in `signals.child` while it runs, so that a
+    /// SIGINT or SIGTERM of this process is forwarded to it, once.
+    fn run_child(&self, signals: &LoadtestSignals) -> Result<warden::loadtest::LoadReport, String> {
         let mut cmd =
             std::process::Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
         cmd.arg("loadtest").arg("--json");
@@ -410,10 +427,18 @@ impl LoadtestArgs {
         if self.no_safety {
             cmd.arg("--no-safety");
         }
-        let out = cmd
+        use std::os::unix::process::CommandExt;
+        let child = cmd
             .stdin(std::process::Stdio::null())
-            .output()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
             .map_err(|e| e.to_string())?;
+        signals.running(child.id());
+        let out = child.wait_with_output();
+        signals.running(0);
+        let out = out.map_err(|e| e.to_string())?;
         serde_json::from_slice(&out.stdout).map_err(|e| {
             format!(
                 "{e} (exit {:?}): {}",
@@ -460,8 +485,9 @@ impl LoadtestArgs {
 
 #[derive(Subcommand)]
 enum LoadtestCommand {
-    /// Compare two JSON reports (`warden loadtest --json > A.json`): B/A per headline figure, and
-    /// whether B is faster or slower beyond the noise band (reports made with --repeat).
+    /// Compare two JSON reports (`warden loadtest --json > A.json`) of the same run: B/A per
+    /// headline figure, and whether B is faster or slower than A by a Mann-Whitney U test over
+    /// the runs (reports made with --repeat), with its p-value and effect size.
     Compare {
         /// The baseline report.
         a: PathBuf,
@@ -473,6 +499,10 @@ enum LoadtestCommand {
         /// Exit 13 when a figure of B is worse than A's beyond the noise band.
         #[arg(long)]
         fail_on_regression: bool,
+        /// Compare even when A and B are not the same run (another scenario, seed, fleet or
+        /// workload, or different work done); refused otherwise.
+        #[arg(long)]
+        allow_different: bool,
     },
 }
 
@@ -687,7 +717,7 @@ fn command(cli: Cli) -> ExitCode {
                 }
             }
         }
-        Command::Loadtest(args) => loadtest(args),
+        Command::Loadtest(args) => loadtest(*args),
         Command::Init { path, force } => match warden::cli::init::write(&path, force) {
             Ok(()) => {
                 println!(
@@ -1050,9 +1080,10 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
         b,
         json,
         fail_on_regression,
+        allow_different,
     }) = &args.command
     {
-        return loadtest_compare(a, b, *json, *fail_on_regression);
+        return loadtest_compare(a, b, *json, *fail_on_regression, *allow_different);
     }
     // The flags' ranges are checked by their value parsers (a usage error, exit 2).
     // Injected panics are expected: keep them off stderr, report any other.
@@ -1066,7 +1097,33 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
             default_hook(info);
         }
     }));
+    // Where the report goes, checked before an hour's run rather than after it.
+    let html_out = match &args.report {
+        None => None,
+        Some(path) => match std::fs::File::create(path) {
+            Ok(file) => Some(file),
+            Err(err) => {
+                eprintln!("error: cannot write {}: {err}", path.display());
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    if !stdout_is_open() {
+        eprintln!("error: stdout is closed: the report would be lost");
+        return ExitCode::FAILURE;
+    }
+    // Every sample reads mimalloc's committed memory beside RSS (the soak is judged on it).
+    warden::loadtest::set_committed_probe(mimalloc_committed);
+    // SIGINT / SIGTERM: stop, drain, report (exit 14); a second one exits at once.
+    let signals = match LoadtestSignals::install() {
+        Ok(signals) => signals,
+        Err(err) => {
+            eprintln!("error: cannot catch SIGINT/SIGTERM: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
     let options = warden::loadtest::LoadtestOptions {
+        interrupt: signals.interrupt.clone(),
         scenario: args.scenario,
         agents: args.agents,
         fanout: args.fanout,
@@ -1096,15 +1153,19 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
     // process-wide; a second run in the same process would reuse the first one's memory): the
     // first N-1 in children, the last in this process, which has run nothing else.
     for _ in 1..args.repeat {
-        match args.run_child() {
+        match args.run_child(&signals) {
             Ok(report) => reports.push(report),
             Err(err) => {
                 eprintln!("error: a repeat of the run failed: {err}");
                 return ExitCode::FAILURE;
             }
         }
+        if signals.interrupt.raised().is_some() {
+            break;
+        }
     }
-    {
+    // Interrupted during a repeat: report what was done, without starting another run.
+    if signals.interrupt.raised().is_none() || reports.is_empty() {
         let report = match &team {
             None => match args.cluster_options() {
                 None => warden::loadtest::run_loadtest(options.clone()),
@@ -1127,13 +1188,37 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
                 match warden::loadtest::workload::run_team(file, workload, &config, &options) {
                     Ok(report) => report,
                     Err(err) => {
-                        eprintln!("error: {err}");
+                        // Named by its file, as every other error of a team file.
+                        eprintln!("error: {config}: {err}");
                         return ExitCode::FAILURE;
                     }
                 }
             }
         };
         reports.push(report);
+    }
+    // Thresholds: the team file's, then the flags'; judged on the report printed (the last).
+    let thresholds: Vec<warden::loadtest::thresholds::Threshold> = team
+        .iter()
+        .flat_map(|(_, workload)| workload.thresholds.iter().cloned())
+        .chain(
+            args.threshold
+                .iter()
+                .filter_map(|t| warden::loadtest::thresholds::Threshold::parse(t).ok()),
+        )
+        .collect();
+    if let Some(last) = reports.last_mut() {
+        if !thresholds.is_empty() {
+            match serde_json::to_value(&*last) {
+                Ok(value) => {
+                    last.thresholds = warden::loadtest::thresholds::evaluate(&thresholds, &value)
+                }
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
     }
     let Some(report) = reports.last() else {
         return ExitCode::SUCCESS;
@@ -1170,13 +1255,13 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
         }
         _ => {}
     }
-    if let Some(path) = &args.report {
-        let written = std::fs::File::create(path).and_then(|file| {
+    if let (Some(path), Some(file)) = (&args.report, html_out) {
+        let written = (|| {
             let mut out = std::io::BufWriter::new(file);
             warden::loadtest::html::write_html(&mut out, report, &args.configuration())?;
             use std::io::Write;
             out.flush()
-        });
+        })();
         if let Err(err) = written {
             eprintln!("error: cannot write {}: {err}", path.display());
             return ExitCode::FAILURE;
@@ -1212,10 +1297,164 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
         );
         return ExitCode::from(warden::loadtest::EXIT_INVARIANT_VIOLATED);
     }
+    if let Some(signal) = reports.iter().find_map(|r| r.interrupted.as_deref()) {
+        eprintln!(
+            "loadtest: interrupted by {signal}: the report covers what was done ({} of {} events settled)",
+            report.outcomes.total() - report.outcomes.timed_out,
+            report.tasks_sent
+        );
+        return ExitCode::from(warden::loadtest::EXIT_INTERRUPTED);
+    }
+    let failed: Vec<&str> = report
+        .thresholds
+        .iter()
+        .filter(|v| !v.pass)
+        .map(|v| v.threshold.as_str())
+        .collect();
+    if !failed.is_empty() {
+        eprintln!(
+            "loadtest: {} of {} thresholds failed: {}",
+            failed.len(),
+            report.thresholds.len(),
+            failed.join(", ")
+        );
+        return ExitCode::from(warden::loadtest::thresholds::EXIT_THRESHOLD_FAILED);
+    }
     if timed_out.is_some() {
         return ExitCode::from(warden::loadtest::EXIT_TIMED_OUT);
     }
     ExitCode::SUCCESS
+}
+
+/// mimalloc's committed memory now (`current_commit` of `mi_process_info`), in bytes.
+fn mimalloc_committed() -> u64 {
+    let mut info = [0usize; 8];
+    let [elapsed, user, system, rss, peak_rss, commit, peak_commit, faults] = &mut info;
+    // SAFETY: mi_process_info writes one usize through each pointer, all valid and distinct.
+    unsafe {
+        libmimalloc_sys::mi_process_info(
+            elapsed,
+            user,
+            system,
+            rss,
+            peak_rss,
+            commit,
+            peak_commit,
+            faults,
+        );
+    }
+    info[5] as u64
+}
+
+/// Whether file descriptor 1 is open (a closed stdout would lose the report after the run).
+fn stdout_is_open() -> bool {
+    // SAFETY: F_GETFD on a descriptor number only reads the descriptor table.
+    unsafe { libc::fcntl(1, libc::F_GETFD) != -1 }
+}
+
+/// `warden loadtest`'s signal handling: SIGINT and SIGTERM, caught on a thread of their own.
+/// The first raises [`warden::loadtest::Interrupt`] (the run stops sending, drains for a grace
+/// period, halts and reports) and is forwarded to a `--repeat` child running then; a second one
+/// ends the process at once (exit 128 + the signal), the child killed with it.
+struct LoadtestSignals {
+    interrupt: std::sync::Arc<warden::loadtest::Interrupt>,
+    /// The `--repeat` child running now.
+    child: std::sync::Arc<std::sync::Mutex<RepeatChild>>,
+}
+
+/// The `--repeat` child running now (pid 0: none), and whether it was sent the interrupt.
+#[derive(Default)]
+struct RepeatChild {
+    pid: i32,
+    told: bool,
+}
+
+impl RepeatChild {
+    /// Sends `signal` to the child, once per child.
+    fn tell(&mut self, signal: i32) {
+        if self.pid > 0 && !self.told {
+            self.told = true;
+            // SAFETY: kill(2) with the pid of our own child and a valid signal number.
+            unsafe {
+                libc::kill(self.pid, signal);
+            }
+        }
+    }
+}
+
+/// `SIGINT` or `SIGTERM`'s number.
+fn signal_number(name: &str) -> i32 {
+    if name == "SIGTERM" {
+        libc::SIGTERM
+    } else {
+        libc::SIGINT
+    }
+}
+
+impl LoadtestSignals {
+    /// Catches SIGINT and SIGTERM from now on.
+    fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (mut int, mut term) = runtime.block_on(async {
+            Ok::<_, std::io::Error>((
+                signal(SignalKind::interrupt())?,
+                signal(SignalKind::terminate())?,
+            ))
+        })?;
+        let signals = LoadtestSignals {
+            interrupt: std::sync::Arc::default(),
+            child: std::sync::Arc::default(),
+        };
+        let interrupt = signals.interrupt.clone();
+        let child = signals.child.clone();
+        std::thread::Builder::new()
+            .name("loadtest-signals".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    loop {
+                        let name = tokio::select! {
+                            _ = int.recv() => "SIGINT",
+                            _ = term.recv() => "SIGTERM",
+                        };
+                        let number = signal_number(name);
+                        let mut running = child.lock().unwrap_or_else(|e| e.into_inner());
+                        if !interrupt.raise(name) {
+                            if running.pid > 0 {
+                                // SAFETY: kill(2) with the pid of our own child.
+                                unsafe {
+                                    libc::kill(running.pid, libc::SIGKILL);
+                                }
+                            }
+                            eprintln!("\nloadtest: {name} again: exiting at once, no report");
+                            std::process::exit(128 + number);
+                        }
+                        running.tell(number);
+                        drop(running);
+                        eprintln!(
+                            "\nloadtest: {name}: stopped sending; waiting at most {} s for the events in flight, then the report ({name} again exits at once)",
+                            warden::loadtest::INTERRUPT_GRACE.as_secs()
+                        );
+                    }
+                });
+            })?;
+        Ok(signals)
+    }
+
+    /// A `--repeat` child started (`pid`) or ended (0). A signal that came just before it
+    /// started is forwarded now.
+    fn running(&self, pid: u32) {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        *child = RepeatChild {
+            pid: i32::try_from(pid).unwrap_or(0),
+            told: false,
+        };
+        if let Some(signal) = self.interrupt.raised() {
+            child.tell(signal_number(signal));
+        }
+    }
 }
 
 /// `warden loadtest --config FILE`: the team and its workload (flags applied), its model servers
@@ -1247,6 +1486,7 @@ fn loadtest_compare(
     b: &std::path::Path,
     json: bool,
     fail_on_regression: bool,
+    allow_different: bool,
 ) -> ExitCode {
     let read = |path: &std::path::Path| -> Result<serde_json::Value, ExitCode> {
         let text = std::fs::read_to_string(path).map_err(|err| {
@@ -1261,10 +1501,31 @@ fn loadtest_compare(
             ExitCode::FAILURE
         })
     };
-    let (a, b) = match (read(a), read(b)) {
+    let checked = |path: &std::path::Path| {
+        let value = read(path)?;
+        match warden::loadtest::compare::check_report(&value) {
+            Ok(()) => Ok(value),
+            Err(why) => {
+                eprintln!(
+                    "error: {}: not a `warden loadtest --json` report: {why}",
+                    path.display()
+                );
+                Err(ExitCode::FAILURE)
+            }
+        }
+    };
+    let (a, b) = match (checked(a), checked(b)) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(code), _) | (_, Err(code)) => return code,
     };
+    let differ = warden::loadtest::compare::differences(&a, &b);
+    if !differ.is_empty() && !allow_different {
+        eprintln!(
+            "error: A and B are not the same run, so their timings do not compare: {} (--allow-different compares them anyway)",
+            differ.join("; ")
+        );
+        return ExitCode::FAILURE;
+    }
     let rows = warden::loadtest::compare::compare(&a, &b);
     let printed = if json {
         use std::io::Write;

@@ -477,12 +477,12 @@ async fn warden_send_prints_the_answer_and_says_why_there_is_none() {
     server.stop().await;
 }
 
-/// Issue 35: `warden send --wait S` on an event still pending after S exits 14 (not 0 like an
+/// Issue 35: `warden send --wait S` on an event still pending after S exits 16 (not 0 like an
 /// answer), says so, names the pending ask that holds the agent and how to answer it, and points to
 /// `warden events`; `--wait 0` only queues (exit 0). The ask is pending before the send, so what
 /// the message names does not depend on timing.
 #[actix_rt::test]
-async fn warden_send_still_pending_after_its_wait_names_the_ask_and_exits_14() {
+async fn warden_send_still_pending_after_its_wait_names_the_ask_and_exits_16() {
     let (server, agent) = asking_server();
     agent.try_send_event(UserEvent::new("scout")).unwrap();
     eventually("ask", || !server.bus.pending().is_empty()).await;
@@ -492,7 +492,7 @@ async fn warden_send_still_pending_after_its_wait_names_the_ask_and_exits_14() {
         ("WARDEN_ADMIN_TOKEN", ADMIN),
     ];
     let (code, out, err) = warden(&["send", "a", "more", "--wait", "0.5"], &env).await;
-    assert_eq!(code, 14, "{out}{err}");
+    assert_eq!(code, 16, "{out}{err}");
     assert_eq!(out, "", "{err}");
     assert!(err.contains("still pending after 0.5 s"), "{err}");
     assert!(
@@ -505,7 +505,7 @@ async fn warden_send_still_pending_after_its_wait_names_the_ask_and_exits_14() {
     assert!(!err.contains("`warden send --wait S`"), "{err}");
     // --json: the fate on standard output, the same exit code.
     let (code, out, err) = warden(&["send", "a", "more", "--wait", "0.5", "--json"], &env).await;
-    assert_eq!(code, 14, "{out}{err}");
+    assert_eq!(code, 16, "{out}{err}");
     let fate: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(fate["status"], "pending", "{out}");
     // --wait 0 asks for no answer: queued, exit 0.

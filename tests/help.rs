@@ -114,7 +114,7 @@ fn defaults_are_shown_once_and_send_documents_its_exit_codes() {
     let send = help(&["send", "--help"]);
     assert_eq!(send.matches("[default: 60]").count(), 1, "{send}");
     assert!(
-        send.contains("Exits 14 when the event is still pending"),
+        send.contains("Exits 16 when the event is still pending"),
         "{send}"
     );
     assert!(send.contains("`warden ask ID yes|no`"), "{send}");

@@ -5,7 +5,7 @@
 //! * Every failure is one [`ClientError`] whose message is one line (the server's own `error` text
 //!   for an HTTP error), and [`ClientError::exit_code`] tells the kinds apart: 3 the server cannot be
 //!   reached, 4 unauthorized (401), 5 forbidden (403), 6 not found (404), 7 refused (409), 8 an event
-//!   sent with `warden send` ended without an answer (refused, discarded or failed), 14 an event
+//!   sent with `warden send` ended without an answer (refused, discarded or failed), 16 an event
 //!   sent with `warden send --wait S` was still pending or running after S seconds
 //!   ([`EXIT_STILL_PENDING`]), 1 anything else.
 //! * The token travels only in the `Authorization` header; it is never put in a URL or printed.
@@ -40,7 +40,7 @@ const RECONNECT_MAX: Duration = Duration::from_secs(8);
 
 /// `warden send --wait S`: the exit code when the event has no answer yet after S seconds (it
 /// stays queued or running on the server).
-pub const EXIT_STILL_PENDING: u8 = 14;
+pub const EXIT_STILL_PENDING: u8 = 16;
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]

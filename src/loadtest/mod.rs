@@ -62,8 +62,10 @@ use warden_protocols::{
 pub mod cluster;
 pub mod compare;
 pub mod html;
+pub mod outcomes;
 mod report;
 pub mod soak;
+pub mod thresholds;
 pub mod workload;
 
 pub use report::{write_repeat, write_report};
@@ -74,6 +76,58 @@ pub const EXIT_INVARIANT_VIOLATED: u8 = 11;
 /// `warden loadtest`'s exit code when `--timeout-s` cut the drive phase short (and no invariant was
 /// violated).
 pub const EXIT_TIMED_OUT: u8 = 12;
+
+/// `warden loadtest`'s exit code when SIGINT or SIGTERM stopped the run (the report of what was
+/// done is printed, marked `interrupted`). An invariant violation (11) wins over it; it wins over
+/// a timeout (12).
+pub const EXIT_INTERRUPTED: u8 = 14;
+
+/// How long an interrupted run waits for the events in flight to settle before it is cut
+/// (at most `--timeout-s`).
+pub const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
+
+/// A request to stop a run early (SIGINT, SIGTERM): the run stops sending, waits for the events
+/// in flight (at most [`INTERRUPT_GRACE`]), halts the fleet and reports what was done, with
+/// [`LoadReport::interrupted`] set. Shared between the run and whoever catches the signal.
+#[derive(Debug, Default)]
+pub struct Interrupt {
+    signal: std::sync::OnceLock<String>,
+    notify: tokio::sync::Notify,
+}
+
+impl Interrupt {
+    /// Asks the run to stop, naming why (`SIGINT`, `SIGTERM`). `true` the first time; `false`
+    /// when it was asked already (the reason stays the first one).
+    pub fn raise(&self, signal: &str) -> bool {
+        let first = self.signal.set(signal.to_owned()).is_ok();
+        self.notify.notify_waiters();
+        first
+    }
+
+    /// Why the run was asked to stop, if it was.
+    pub fn raised(&self) -> Option<&str> {
+        self.signal.get().map(String::as_str)
+    }
+
+    /// Resolves once the run is asked to stop (at once if it was already).
+    pub async fn wait(&self) {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.raised().is_some() {
+            return;
+        }
+        notified.await;
+    }
+
+    /// `deadline`, or sooner if the run was asked to stop: [`INTERRUPT_GRACE`] from now.
+    fn cut(&self, deadline: Instant) -> Instant {
+        match self.raised() {
+            Some(_) => deadline.min(Instant::now() + INTERRUPT_GRACE),
+            None => deadline,
+        }
+    }
+}
 
 /// Marker in the message of every injected panic (the CLI's panic hook keeps them quiet).
 pub const INJECTED_PANIC: &str = "loadtest: injected panic";
@@ -141,6 +195,8 @@ pub struct LoadtestOptions {
     pub timeout: Duration,
     /// Draw a progress bar on stderr (the CLI sets it when stderr is a terminal).
     pub progress: bool,
+    /// Raised to stop the run early (the CLI raises it on SIGINT and SIGTERM).
+    pub interrupt: Arc<Interrupt>,
 }
 
 impl LoadtestOptions {
@@ -163,6 +219,7 @@ impl LoadtestOptions {
             safety: true,
             timeout: Duration::from_secs(300),
             progress: false,
+            interrupt: Arc::default(),
         }
     }
 }
@@ -328,6 +385,34 @@ pub struct LoadReport {
     /// A cluster run's cluster-wide figures (not in the JSON of a run on one node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<cluster::ClusterFigures>,
+    /// Every event the harness sent, by fate (answered, failed, refused, discarded, gone, timed
+    /// out) and reason, with a sample of each reason ([`outcomes`]). Added by issue 34.
+    #[serde(default)]
+    pub outcomes: outcomes::Outcomes,
+    /// Every finished turn (user events and delegated tasks) by termination reason, per depth
+    /// (index 0 = roots). Added by issue 34.
+    #[serde(default)]
+    pub turns_by_depth: Vec<outcomes::TurnReasons>,
+    /// A team file's run: every agent's finished turns by termination reason, with its depth and
+    /// role (empty for the scenarios). Added by issue 34.
+    #[serde(default)]
+    pub turns_by_agent: BTreeMap<String, outcomes::AgentTurns>,
+    /// The agents STOPPED before the final halt, with their depth and cause (at most 100; the
+    /// count of all is `stopped`). Added by issue 34.
+    #[serde(default)]
+    pub stopped_agents: Vec<outcomes::StoppedAgent>,
+    /// A workload with `unlock_after_seconds`: every lockout, when the harness unlocked the agent
+    /// and when it answered again ([`outcomes::Recovery`]); empty otherwise. Added by issue 34.
+    #[serde(default)]
+    pub recoveries: Vec<outcomes::Recovery>,
+    /// The thresholds (`--threshold`, `[workload] thresholds`) and their verdicts on this run
+    /// ([`thresholds`]); empty without any. Added by issue 34.
+    #[serde(default)]
+    pub thresholds: Vec<thresholds::Verdict>,
+    /// `SIGINT` or `SIGTERM` when a signal stopped the run early (its figures cover what was done);
+    /// `null` otherwise. Added by issue 34.
+    #[serde(default)]
+    pub interrupted: Option<String>,
     /// Not in the JSON contract: delegation refusals of other kinds (unknown delegate, full mailbox).
     #[serde(skip)]
     pub refused_other: u64,
@@ -357,11 +442,41 @@ pub struct Sample {
     pub latency_p50_ms: f64,
     /// 99th percentile of the same, in ms.
     pub latency_p99_ms: f64,
+    /// 90th percentile of the same, in ms (added by issue 34).
+    #[serde(default)]
+    pub latency_p90_ms: f64,
+    /// 95th percentile of the same, in ms (added by issue 34).
+    #[serde(default)]
+    pub latency_p95_ms: f64,
+    /// The harness's events that failed in the interval (added by issue 34).
+    #[serde(default)]
+    pub failed: u64,
+    /// The harness's events refused in the interval, at once or later (added by issue 34).
+    #[serde(default)]
+    pub refused: u64,
+    /// The harness's events discarded by a halt or left to the final halt in the interval
+    /// (added by issue 34).
+    #[serde(default)]
+    pub discarded: u64,
     /// Agents in each state at `t_s`, by state name (`EXECUTING`, …; states with no agent
     /// left out).
     pub agents_by_state: BTreeMap<String, u64>,
     /// Resident set at `t_s` (`VmRSS`; 0 where unavailable).
     pub rss_bytes: u64,
+    /// Memory the allocator has committed at `t_s` (the `warden` binary: mimalloc's
+    /// `current_commit`; 0 where the allocator does not say). Unlike RSS it drops when the
+    /// allocator frees, even before freed pages are purged. Added by issue 34.
+    #[serde(default)]
+    pub committed_bytes: u64,
+}
+
+/// How the samples read the allocator's committed memory ([`set_committed_probe`]).
+static COMMITTED_PROBE: std::sync::OnceLock<fn() -> u64> = std::sync::OnceLock::new();
+
+/// Tells the samples how to read the global allocator's committed memory (the `warden` binary
+/// sets mimalloc's); without it [`Sample::committed_bytes`] is 0. Only the first call counts.
+pub fn set_committed_probe(probe: fn() -> u64) {
+    let _ = COMMITTED_PROBE.set(probe);
 }
 
 // ---- the harness journal ------------------------------------------------------------------------
@@ -389,11 +504,29 @@ struct Tally {
     events_accepted: u64,
     /// Agents' depths in their delegation trees (team files); empty: a key's number of dots.
     depths: HashMap<AgentKey, usize>,
+    /// Agents' roles (team files: `turns_by_agent` is kept for these); empty for the scenarios.
+    roles: HashMap<AgentKey, String>,
+    /// Finished turns by termination reason, per depth.
+    turns_by_depth: Vec<outcomes::TurnReasons>,
+    /// Finished turns by termination reason, per agent (team files only).
+    turns_by_agent: BTreeMap<String, outcomes::AgentTurns>,
+    /// Every lockout, for a workload that unlocks (`unlock_after_seconds`); `None`: not kept.
+    recoveries: Option<Vec<Recovering>>,
     /// Agents in each state, by [`AgentState::ALL`] index: from `Spawned` (an agent starts
     /// `WAITING_FOR_EVENT`) and every `StateChanged` (no status scan of the fleet).
     states: [i64; AgentState::ALL.len()],
     /// A cluster run's per-node counts (`None` on one node).
     cluster: Option<cluster::ClusterTally>,
+}
+
+/// One lockout of a workload that unlocks: when it came, when the harness unlocked the agent,
+/// when the agent finished a turn with an answer again.
+#[derive(Debug, Clone)]
+struct Recovering {
+    agent: AgentKey,
+    locked: Instant,
+    unlocked: Option<Instant>,
+    recovered: Option<Instant>,
 }
 
 /// `state`'s index in [`AgentState::ALL`].
@@ -434,6 +567,28 @@ impl Tally {
     fn add(&mut self, agent: &AgentKey, n: i64) {
         *self.balance.entry(agent.clone()).or_default() += n;
         self.outstanding += n;
+    }
+
+    /// A finished turn of `agent`, by its termination reason.
+    fn count_turn(&mut self, agent: &AgentKey, reason: &str) {
+        let depth = self.depth(agent);
+        if self.turns_by_depth.len() <= depth {
+            self.turns_by_depth.resize_with(depth + 1, Default::default);
+        }
+        *self.turns_by_depth[depth]
+            .entry(reason.to_owned())
+            .or_default() += 1;
+        if let Some(role) = self.roles.get(agent) {
+            let entry = self
+                .turns_by_agent
+                .entry(agent.as_str().to_owned())
+                .or_insert_with(|| outcomes::AgentTurns {
+                    depth,
+                    role: role.clone(),
+                    turns: Default::default(),
+                });
+            *entry.turns.entry(reason.to_owned()).or_default() += 1;
+        }
     }
 
     fn end_in_progress(&mut self, agent: &AgentKey) {
@@ -486,9 +641,19 @@ impl Tally {
             {
                 t.in_progress.insert(agent.clone());
             }
-            EventKind::TurnFinished { .. } => {
+            EventKind::TurnFinished { outcome } => {
                 t.turns += 1;
                 t.end_in_progress(agent);
+                t.count_turn(agent, outcome.reason.as_str());
+                if outcome.reason == warden_protocols::TerminationReason::Answered {
+                    if let Some(r) = t.recoveries.as_mut().and_then(|all| {
+                        all.iter_mut().rev().find(|r| {
+                            &r.agent == agent && r.unlocked.is_some() && r.recovered.is_none()
+                        })
+                    }) {
+                        r.recovered = Some(Instant::now());
+                    }
+                }
             }
             // The turn running when the halt came was cancelled (no TurnFinished will come).
             EventKind::Halted { .. } | EventKind::Crashed { .. } => t.end_in_progress(agent),
@@ -506,6 +671,14 @@ impl Tally {
             }
             EventKind::ToolStarted { tool, .. } if tool != "delegate" => t.tool_calls += 1,
             EventKind::LockedOut { .. } => {
+                if let Some(all) = &mut t.recoveries {
+                    all.push(Recovering {
+                        agent: agent.clone(),
+                        locked: Instant::now(),
+                        unlocked: None,
+                        recovered: None,
+                    });
+                }
                 t.lockouts += 1;
                 let d = t.depth(agent);
                 bump(&mut t.lockouts_by_depth, d);
@@ -836,6 +1009,18 @@ fn fleet_shape(agents: usize, fanout: usize, depth: usize) -> Vec<Node> {
     nodes
 }
 
+/// At most this many agents are listed in [`LoadReport::stopped_agents`].
+const MAX_STOPPED_LISTED: usize = 100;
+
+/// What stopped an agent: the breaker that did (a budget), else a halt, else `stopped`.
+fn stop_cause(status: &warden_protocols::AgentStatus) -> String {
+    match &status.stopped_by {
+        Some(lockout) => format!("{}: {}", lockout.breaker.as_str(), lockout.reason),
+        None if status.halts > 0 => "halted".to_owned(),
+        None => "stopped".to_owned(),
+    }
+}
+
 /// The configuration of a synthetic fleet's team: no per-agent token budget, no iteration limit
 /// that a long run would reach, a mailbox that holds every task a root is sent.
 fn fleet_config(options: &LoadtestOptions) -> WardenConfig {
@@ -999,6 +1184,14 @@ impl Progress {
         self.0.set_message("");
     }
 
+    /// A phase whose total may be unknown (`None`: the bar counts up with no total).
+    fn phase_of(&self, name: &'static str, len: Option<u64>) {
+        self.phase(name, len.unwrap_or(0));
+        if len.is_none() {
+            self.0.unset_length();
+        }
+    }
+
     fn at(&self, pos: u64) {
         self.0.set_position(pos);
     }
@@ -1129,7 +1322,7 @@ async fn drive(
                 if t.turns >= target || settled(&t) {
                     break;
                 }
-                if Instant::now() >= deadline {
+                if Instant::now() >= deadline || options.interrupt.raised().is_some() {
                     driven.unfinished = Some(t.outstanding.max(0) as u64);
                     break;
                 }
@@ -1140,11 +1333,20 @@ async fn drive(
                 .min(Duration::from_secs(1));
             tokio::select! {
                 () = journal.storm.notified() => {}
+                () = options.interrupt.wait() => {}
                 () = actix_rt::time::sleep(left) => {}
             }
         }
     } else {
-        driven.unfinished = drain(journal, progress, &mut driven, llm_calls, deadline).await;
+        driven.unfinished = drain(
+            journal,
+            progress,
+            &mut driven,
+            llm_calls,
+            deadline,
+            &options.interrupt,
+        )
+        .await;
     }
     driven.duration = drive_start.elapsed();
     let storm = (scenario == Scenario::HaltStorm).then_some(drive_start);
@@ -1160,14 +1362,23 @@ fn settled(t: &Tally) -> bool {
 type CallCount<'a> = &'a dyn Fn() -> u64;
 
 /// Waits until the fleet has settled or `deadline` passes; `Some(work items still open)` then.
+/// An interrupt ([`LoadtestOptions::interrupt`]) brings the deadline to [`INTERRUPT_GRACE`] from
+/// when it came.
 async fn drain(
     journal: &HarnessJournal,
     progress: &Progress,
     driven: &mut Driven,
     llm_calls: CallCount<'_>,
     deadline: Instant,
+    interrupt: &Interrupt,
 ) -> Option<u64> {
+    let mut deadline = deadline;
+    let mut cut_once = false;
     loop {
+        if !cut_once && interrupt.raised().is_some() {
+            deadline = interrupt.cut(deadline);
+            cut_once = true;
+        }
         {
             let t = journal.tally.lock();
             if settled(&t) {
@@ -1219,6 +1430,10 @@ struct Driven {
     /// The harness's own events not settled yet; `None`: every settlement is the harness's.
     in_flight: Option<HashSet<(AgentKey, u64)>>,
     sampler: Sampler,
+    /// The harness's events by fate and reason.
+    outcomes: outcomes::Outcomes,
+    /// The drive phase was cut (timeout, interrupt): what settles from now on was not waited for.
+    cut: bool,
 }
 
 impl Driven {
@@ -1236,6 +1451,8 @@ impl Driven {
             _spare: spare,
             in_flight: track.then(HashSet::new),
             sampler: Sampler::new(start),
+            outcomes: outcomes::Outcomes::default(),
+            cut: false,
         }
     }
 
@@ -1250,6 +1467,17 @@ impl Driven {
             None => true,
             Some(set) => set.remove(&(s.agent, s.id)),
         };
+        if ours {
+            self.outcomes.settled(&s.result, self.cut);
+            match &s.result {
+                Ok(_) | Err(crate::AskError::AgentGone) => {}
+                Err(crate::AskError::Failed { .. }) => self.sampler.failed += 1,
+                Err(crate::AskError::Refused { .. } | crate::AskError::NotQueued(_)) => {
+                    self.sampler.refused += 1
+                }
+                Err(crate::AskError::Discarded { .. }) => self.sampler.discarded += 1,
+            }
+        }
         if let (true, Ok(reply)) = (ours, s.result) {
             let us = reply.latency.as_micros() as u64;
             self.latencies.push(us);
@@ -1285,6 +1513,8 @@ impl Driven {
             }
             Err(err) => {
                 self.tasks_refused += 1;
+                self.outcomes.refused_at_once(&err.refusal);
+                self.sampler.refused += 1;
                 // A refusal by a locked-out or stopped agent is journaled (and counted as the
                 // task's ending); a full or closed mailbox is not.
                 if matches!(
@@ -1307,6 +1537,10 @@ struct Sampler {
     last: [u64; 4],
     /// Latencies (µs) of the events answered since the last sample.
     answered: Vec<u64>,
+    /// The harness's events failed, refused and discarded since the last sample.
+    failed: u64,
+    refused: u64,
+    discarded: u64,
     samples: Vec<Sample>,
 }
 
@@ -1317,6 +1551,9 @@ impl Sampler {
             next: start + Duration::from_secs(1),
             last: [0; 4],
             answered: Vec::new(),
+            failed: 0,
+            refused: 0,
+            discarded: 0,
             samples: Vec::new(),
         }
     }
@@ -1353,18 +1590,27 @@ impl Sampler {
             .filter(|(_, n)| *n > 0)
             .map(|(state, n)| (state.as_str().to_owned(), n as u64))
             .collect();
-        let answered = EventLatency::of(std::mem::take(&mut self.answered));
+        let mut latencies = std::mem::take(&mut self.answered);
+        latencies.sort_unstable();
+        let p95_ms = percentile(&latencies, 0.95) as f64 / 1000.0;
+        let answered = EventLatency::of(latencies);
         self.samples.push(Sample {
             t_s: (now - self.start).as_secs_f64(),
             answered: answered.answered,
             latency_p50_ms: answered.p50_ms,
             latency_p99_ms: answered.p99_ms,
+            latency_p90_ms: answered.p90_ms,
+            latency_p95_ms: p95_ms,
+            failed: std::mem::take(&mut self.failed),
+            refused: std::mem::take(&mut self.refused),
+            discarded: std::mem::take(&mut self.discarded),
             events_accepted: delta[0],
             turns: delta[1],
             llm_calls: delta[2],
             lockouts: delta[3],
             agents_by_state,
             rss_bytes: proc_status_bytes("VmRSS"),
+            committed_bytes: COMMITTED_PROBE.get().map_or(0, |probe| probe()),
         });
     }
 }
@@ -1422,17 +1668,31 @@ async fn finish_fleet(
     while let Ok(s) = driven.replies.try_recv() {
         driven.settle(s);
     }
+    // What the final halt discards from now on was not waited for.
+    driven.cut = driven.unfinished.is_some();
     driven.sampler.sample(Instant::now(), journal, llm_calls);
     let agents: u64 = teams.iter().map(|t| t.len() as u64).sum();
-    let stopped: u64 = teams
-        .iter()
-        .map(|team| {
-            team.statuses()
-                .iter()
-                .filter(|s| s.state == AgentState::Stopped)
-                .count() as u64
-        })
-        .sum();
+    let (stopped, stopped_agents) = {
+        let t = journal.tally.lock();
+        let mut stopped = 0;
+        let mut listed = Vec::new();
+        for team in &teams {
+            for status in team.statuses() {
+                if status.state != AgentState::Stopped {
+                    continue;
+                }
+                stopped += 1;
+                if listed.len() < MAX_STOPPED_LISTED {
+                    listed.push(outcomes::StoppedAgent {
+                        agent: status.key.as_str().to_owned(),
+                        depth: t.depth(&status.key),
+                        cause: stop_cause(&status),
+                    });
+                }
+            }
+        }
+        (stopped, listed)
+    };
 
     // ---- halt all
     progress.phase("halt all", agents);
@@ -1465,6 +1725,10 @@ async fn finish_fleet(
     };
     while Instant::now() < settle_deadline && !settled_now(&cluster) {
         actix_rt::time::sleep(Duration::from_millis(1)).await;
+    }
+    // The events the final halt settled (discarded from the queues, or their turns stopped).
+    while let Ok(s) = driven.replies.try_recv() {
+        driven.settle(s);
     }
     if let Some(drive_start) = storm {
         // The drive phase ends when the storm's halts are acknowledged.
@@ -1506,6 +1770,9 @@ async fn finish_fleet(
     let lost_events: u64 = t.balance.values().map(|b| b.unsigned_abs()).sum();
     let open_ids: u64 = t.open.values().map(|v| v.unsigned_abs()).sum();
     let duration_s = driven.duration.as_secs_f64();
+    let mut outcomes = driven.outcomes;
+    outcomes.unsettled(driven.tasks_sent.saturating_sub(outcomes.total()));
+    outcomes.finish();
     LoadReport {
         seed: options.seed,
         agents,
@@ -1535,13 +1802,37 @@ async fn finish_fleet(
         },
         lost_events,
         leaked_slots: active_slots + open_ids,
-        timed_out: driven.unfinished.is_some(),
+        // An interrupted run cut at its grace period was not timed out (`interrupted` says why).
+        timed_out: driven.unfinished.is_some() && options.interrupt.raised().is_none(),
         unfinished_tasks: driven.unfinished.unwrap_or(0),
         lockouts_by_depth: t.lockouts_by_depth.clone(),
         refusals_by_depth: t.refusals_by_depth.clone(),
         refused_other: t.refused_other,
         tasks_sent: driven.tasks_sent,
         tasks_refused: driven.tasks_refused,
+        outcomes,
+        turns_by_depth: t.turns_by_depth.clone(),
+        turns_by_agent: t.turns_by_agent.clone(),
+        stopped_agents,
+        recoveries: t
+            .recoveries
+            .iter()
+            .flatten()
+            .map(|r| {
+                let at = |i: Instant| {
+                    i.saturating_duration_since(driven.sampler.start)
+                        .as_secs_f64()
+                };
+                outcomes::Recovery {
+                    agent: r.agent.as_str().to_owned(),
+                    depth: t.depth(&r.agent),
+                    locked_s: at(r.locked),
+                    unlocked_s: r.unlocked.map(at),
+                    recovered_s: r.recovered.map(at),
+                }
+            })
+            .collect(),
+        interrupted: options.interrupt.raised().map(str::to_owned),
         soak: soak::analyse(&driven.sampler.samples),
         series: driven.sampler.samples,
         ..LoadReport::default()

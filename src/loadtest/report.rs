@@ -42,6 +42,84 @@ pub fn write_repeat(out: &mut dyn Write, repeat: &serde_json::Value) -> io::Resu
     Ok(())
 }
 
+/// Reasons listed under the table's `events` row.
+const SHOWN_REASONS: usize = 5;
+
+/// `10 settled: 0 answered, 10 failed, …` and, when some were not answered, a warning.
+pub(super) fn describe_outcomes(o: &super::outcomes::Outcomes) -> String {
+    let text = format!(
+        "{} settled: {} answered, {} failed, {} refused, {} discarded, {} gone, {} timed out",
+        o.total(),
+        o.answered,
+        o.failed,
+        o.refused,
+        o.discarded,
+        o.gone,
+        o.timed_out
+    );
+    match (o.total(), o.answered) {
+        (0, _) => text,
+        (_, 0) => format!("{text} — NONE ANSWERED"),
+        (total, answered) if answered < total => format!(
+            "{text} — {:.1} % unanswered",
+            (total - answered) as f64 * 100.0 / total as f64
+        ),
+        _ => text,
+    }
+}
+
+/// Finished turns by termination reason, per depth: `d0 answered=10 llm_error=2; d1 …`; per
+/// agent for a team file. `None` when no turn finished.
+fn describe_turns(r: &LoadReport) -> Option<String> {
+    let reasons = |m: &super::outcomes::TurnReasons| {
+        m.iter()
+            .map(|(reason, n)| format!("{reason}={n}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    if !r.turns_by_agent.is_empty() {
+        return Some(
+            r.turns_by_agent
+                .iter()
+                .map(|(agent, t)| {
+                    format!("{agent} (d{} {}) {}", t.depth, t.role, reasons(&t.turns))
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+        );
+    }
+    if r.turns_by_depth.is_empty() {
+        return None;
+    }
+    Some(
+        r.turns_by_depth
+            .iter()
+            .enumerate()
+            .map(|(depth, m)| format!("d{depth} {}", reasons(m)))
+            .collect::<Vec<_>>()
+            .join("; "),
+    )
+}
+
+/// `2 (desk d0: budget_exceeded: …; …)`: the count and the first few with depth and cause.
+fn describe_stopped(r: &LoadReport) -> String {
+    if r.stopped_agents.is_empty() {
+        return r.stopped.to_string();
+    }
+    let listed: Vec<String> = r
+        .stopped_agents
+        .iter()
+        .take(3)
+        .map(|s| format!("{} d{}: {}", s.agent, s.depth, s.cause))
+        .collect();
+    let more = if r.stopped > 3 {
+        format!("; {} more", r.stopped - 3)
+    } else {
+        String::new()
+    };
+    format!("{} ({}{more})", r.stopped, listed.join("; "))
+}
+
 /// The human-readable table.
 ///
 /// # Errors
@@ -55,6 +133,19 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
         r.scenario, r.seed
     )?;
     let mut rows: Vec<(&str, String)> = Vec::new();
+    // The verdicts first: what a CI log shows.
+    for v in &r.thresholds {
+        rows.push((
+            "threshold",
+            format!(
+                "{} {} (value {})",
+                if v.pass { "pass" } else { "FAIL" },
+                v.threshold,
+                v.value
+                    .map_or_else(|| "missing".to_owned(), super::compare::format_value)
+            ),
+        ));
+    }
     if let Some(w) = &r.workload {
         let limits = match (w.duration_s, w.count) {
             (Some(d), Some(c)) => format!("{d} s or {c} events"),
@@ -81,6 +172,7 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
             "tasks",
             format!("{} sent, {} refused", r.tasks_sent, r.tasks_refused),
         ),
+        ("events", describe_outcomes(&r.outcomes)),
         ("duration", format!("{:.3} s", r.duration_s)),
         (
             "steps",
@@ -128,7 +220,7 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
                     .join(" ")
             ),
         ),
-        ("stopped", r.stopped.to_string()),
+        ("stopped", describe_stopped(r)),
         ("restarts", r.restarts.to_string()),
         (
             "halt probe",
@@ -217,8 +309,46 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
             ),
         ]);
     }
+    for rec in &r.recoveries {
+        let at = |v: Option<f64>| v.map_or_else(|| "never".to_owned(), |s| format!("{s:.3} s"));
+        let recover = match rec.recovered_s {
+            Some(s) => format!(" — recovered in {:.3} s", s - rec.locked_s),
+            None => String::new(),
+        };
+        rows.push((
+            "recovery",
+            format!(
+                "{} d{}: locked out at {:.3} s, unlocked {}, answering again {}{recover}",
+                rec.agent,
+                rec.depth,
+                rec.locked_s,
+                at(rec.unlocked_s),
+                at(rec.recovered_s)
+            ),
+        ));
+    }
+    if let Some(signal) = &r.interrupted {
+        rows.push((
+            "interrupted",
+            format!("yes, by {signal}: the figures cover what was done before it"),
+        ));
+    }
+    let reasons = r.outcomes.reasons.iter().take(SHOWN_REASONS);
+    let turns = describe_turns(r);
     for (name, value) in rows {
         writeln!(out, "  {name:<13} {value}")?;
+        if name == "events" {
+            for reason in reasons.clone() {
+                writeln!(
+                    out,
+                    "    {:<11} {} {}: {}",
+                    reason.fate, reason.count, reason.reason, reason.sample
+                )?;
+            }
+            if let Some(turns) = &turns {
+                writeln!(out, "  {:<13} {turns}", "turns")?;
+            }
+        }
     }
     if !r.nodes.is_empty() {
         writeln!(

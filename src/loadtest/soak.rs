@@ -43,6 +43,14 @@ pub struct Soak {
     pub rss_slope_bytes_per_turn: f64,
     /// The growth is above both thresholds (see the module docs).
     pub growth: bool,
+    /// Mean of the allocator's committed memory after the warm-up, when every sample has it
+    /// (added by issue 34).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub committed_mean_bytes: Option<u64>,
+    /// Its fitted growth per hour: what `growth` is judged on when present, since RSS also
+    /// counts freed pages the allocator keeps (added by issue 34).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub committed_slope_bytes_per_hour: Option<f64>,
 }
 
 /// Least-squares slope of `y` over `x` (`None`: fewer than two distinct `x`).
@@ -66,12 +74,14 @@ pub fn analyse(series: &[Sample]) -> Option<Soak> {
     let warmup_s = (end * 0.1).max(60.0);
     let mut turns = 0u64;
     let (mut t, mut by_turn, mut rss) = (Vec::new(), Vec::new(), Vec::new());
+    let mut committed = Vec::new();
     for s in series {
         turns += s.turns;
         if s.t_s > warmup_s && s.rss_bytes > 0 {
             t.push(s.t_s);
             by_turn.push(turns as f64);
             rss.push(s.rss_bytes as f64);
+            committed.push(s.committed_bytes as f64);
         }
     }
     if rss.len() < MIN_SAMPLES {
@@ -80,6 +90,21 @@ pub fn analyse(series: &[Sample]) -> Option<Soak> {
     let per_hour = slope(&t, &rss)? * 3_600.0;
     let per_turn = slope(&by_turn, &rss).unwrap_or(0.0);
     let mean = rss.iter().sum::<f64>() / rss.len() as f64;
+    // The allocator's committed memory, when every sample has it: growth is judged on it.
+    let (committed_mean, committed_slope) = if committed.iter().all(|c| *c > 0.0) {
+        (
+            Some(committed.iter().sum::<f64>() / committed.len() as f64),
+            slope(&t, &committed).map(|s| s * 3_600.0),
+        )
+    } else {
+        (None, None)
+    };
+    let growth = match (committed_mean, committed_slope) {
+        (Some(mean), Some(per_hour)) => {
+            per_hour > GROWTH_FLOOR_BYTES && per_hour > GROWTH_FRACTION * mean
+        }
+        _ => per_hour > GROWTH_FLOOR_BYTES && per_hour > GROWTH_FRACTION * mean,
+    };
     Some(Soak {
         warmup_s,
         samples: rss.len() as u64,
@@ -88,15 +113,28 @@ pub fn analyse(series: &[Sample]) -> Option<Soak> {
         rss_last_bytes: rss.last().copied().unwrap_or(0.0) as u64,
         rss_slope_bytes_per_hour: per_hour,
         rss_slope_bytes_per_turn: per_turn,
-        growth: per_hour > GROWTH_FLOOR_BYTES && per_hour > GROWTH_FRACTION * mean,
+        growth,
+        committed_mean_bytes: committed_mean.map(|m| m as u64),
+        committed_slope_bytes_per_hour: committed_slope,
     })
 }
 
 /// One line for the table.
 pub fn describe(soak: &Soak) -> String {
     let mib = |b: f64| b / (1024.0 * 1024.0);
+    let committed = match (
+        soak.committed_slope_bytes_per_hour,
+        soak.committed_mean_bytes,
+    ) {
+        (Some(per_hour), Some(mean)) => format!(
+            "; allocator committed {:+.2} MiB/h (mean {:.1} MiB), judged on it",
+            mib(per_hour),
+            mib(mean as f64)
+        ),
+        _ => String::new(),
+    };
     format!(
-        "RSS {:+.2} MiB/h, {:+.1} bytes/turn after {:.0} s warm-up ({} samples, mean {:.1} MiB): {}",
+        "RSS {:+.2} MiB/h, {:+.1} bytes/turn after {:.0} s warm-up ({} samples, mean {:.1} MiB){committed}: {}",
         mib(soak.rss_slope_bytes_per_hour),
         soak.rss_slope_bytes_per_turn,
         soak.warmup_s,

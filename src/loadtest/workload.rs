@@ -82,6 +82,11 @@ pub struct Workload {
     pub count: Option<u64>,
     /// Event texts, in turn; `{n}` and `{agent}` are replaced (never empty).
     pub templates: Vec<String>,
+    /// `thresholds`: conditions on the report that pass or fail the run ([`super::thresholds`]).
+    pub thresholds: Vec<super::thresholds::Threshold>,
+    /// `unlock_after_seconds`: unlock a locked-out agent this long after its lockout, as an
+    /// operator would (while events are sent), so that its recovery is measured.
+    pub unlock_after: Option<Duration>,
 }
 
 /// Flag values that override the file's (`--rate`, `--concurrency`, `--duration`, `--count`).
@@ -158,6 +163,31 @@ struct Section {
     count: Option<Spanned<i64>>,
     #[serde(default)]
     templates: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    thresholds: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    unlock_after_seconds: Option<Spanned<f64>>,
+}
+
+/// The first `{name}` of `template` that is not `{n}` or `{agent}` (a name: a letter or `_`, then
+/// letters, digits or `_`); text in braces that is not a name (`{"a": 1}`) is left alone.
+fn unknown_placeholder(template: &str) -> Option<&str> {
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let close = after.find('}')?;
+        let name = &after[..close];
+        let is_name = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if is_name && name != "n" && name != "agent" {
+            return Some(name);
+        }
+        rest = &after[close..];
+    }
+    None
 }
 
 /// `key = value` is out of range: the error, placed at the value.
@@ -354,11 +384,36 @@ impl Workload {
                             "a text that is not blank",
                         ));
                     }
+                    if let Some(unknown) = unknown_placeholder(t.get_ref()) {
+                        return Err(invalid(
+                            text,
+                            &format!("templates[{i}]"),
+                            &Spanned::new(t.span(), format!("{:?}", t.get_ref())),
+                            &format!(
+                                "the placeholders {{n}} and {{agent}}; `{{{unknown}}}` is not one"
+                            ),
+                        ));
+                    }
                     out.push(t.get_ref().clone());
                 }
                 out
             }
         };
+        let mut thresholds = Vec::new();
+        for (i, t) in section.thresholds.iter().flatten().enumerate() {
+            match super::thresholds::Threshold::parse(t.get_ref()) {
+                Ok(threshold) => thresholds.push(threshold),
+                Err(err) => {
+                    let message = format!("invalid value for `workload.thresholds[{i}]`: {err}");
+                    return Err(ConfigError::Parse(warden_protocols::located(
+                        text,
+                        t.span(),
+                        &message,
+                    ))
+                    .into());
+                }
+            }
+        }
         let pace = match (overrides.rate, overrides.concurrency, rate, concurrency) {
             (Some(r), _, _, _) => Pace::Rate(r),
             (None, Some(c), _, _) => Pace::Concurrency(c),
@@ -378,7 +433,52 @@ impl Workload {
             duration: duration_s.map(Duration::from_secs_f64),
             count,
             templates,
+            thresholds,
+            unlock_after: match &section.unlock_after_seconds {
+                Some(v) => Some(Duration::from_secs_f64(positive(
+                    text,
+                    "unlock_after_seconds",
+                    v,
+                    MAX_DURATION_S,
+                )?)),
+                None => None,
+            },
         })
+    }
+
+    /// The events a run will send when that is known before it starts: `count`, or for an
+    /// open loop with a `duration_seconds` `ceil(rate × duration)` (the smaller of the two when
+    /// both are set); `None` for a closed loop with a duration only (how many it sends depends on
+    /// how fast they settle). The progress bar's total.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use warden::loadtest::workload::{Pace, Workload};
+    ///
+    /// let w = Workload {
+    ///     agents: vec!["desk".into()],
+    ///     pace: Pace::Rate(20.0),
+    ///     duration: Some(Duration::from_secs_f64(4.7)),
+    ///     count: None,
+    ///     templates: vec!["event {n}".into()],
+    ///     thresholds: Vec::new(),
+    ///     unlock_after: None,
+    /// };
+    /// assert_eq!(w.planned(), Some(94));
+    /// assert_eq!(Workload { pace: Pace::Concurrency(2), ..w.clone() }.planned(), None);
+    /// assert_eq!(Workload { count: Some(10), ..w }.planned(), Some(10));
+    /// ```
+    pub fn planned(&self) -> Option<u64> {
+        let scheduled = match (self.pace, self.duration) {
+            (Pace::Rate(rate), Some(d)) => Some((rate * d.as_secs_f64()).ceil() as u64),
+            _ => None,
+        };
+        match (scheduled, self.count) {
+            (Some(s), Some(c)) => Some(s.min(c)),
+            (s, c) => s.or(c),
+        }
     }
 
     /// Event `n`: its recipient and its text (`""` for what an empty list cannot give).
@@ -554,7 +654,16 @@ pub async fn run_team_async(
 ) -> Result<LoadReport, TeamError> {
     let progress = Progress::new(options.progress);
     let journal = Arc::new(HarnessJournal::default());
-    journal.tally.lock().depths = depths(team_file);
+    {
+        let mut tally = journal.tally.lock();
+        tally.depths = depths(team_file);
+        tally.recoveries = workload.unlock_after.map(|_| Vec::new());
+        tally.roles = team_file
+            .agents
+            .iter()
+            .map(|a| (AgentKey::from(a.key.as_str()), a.role.as_str().to_owned()))
+            .collect();
+    }
     let team = Supervisor::builder(team_file.config.clone(), journal.clone())
         .current_arbiter()
         .safety_checks(options.safety)
@@ -594,10 +703,11 @@ pub async fn run_team_async(
     // ---- drive
     let start = Instant::now();
     let mut driven = Driven::new(&team, start, true);
-    progress.phase("drive", workload.count.unwrap_or(0));
+    progress.phase_of("drive", workload.planned());
     let stop_at = workload.duration.map(|d| start + d);
     let deadline = stop_at.unwrap_or(start) + options.timeout;
     let limit = workload.count.unwrap_or(u64::MAX);
+    let interrupt = &options.interrupt;
     let mut n = 0u64;
     loop {
         let now = Instant::now();
@@ -608,7 +718,8 @@ pub async fn run_team_async(
             Pace::Rate(rate) => start + Duration::from_secs_f64(n as f64 / rate),
             Pace::Concurrency(_) => now,
         };
-        if n >= limit || stop_at.is_some_and(|s| scheduled >= s) {
+        // Interrupted: stop sending; what was sent drains (for a grace period) below.
+        if n >= limit || stop_at.is_some_and(|s| scheduled >= s) || interrupt.raised().is_some() {
             break;
         }
         if now >= deadline {
@@ -617,6 +728,33 @@ pub async fn run_team_async(
         }
         driven.poll(&journal, &llm_calls);
         progress.at(n);
+        // Unlock what has been locked out long enough, as an operator would.
+        let mut next_unlock = None;
+        if let Some(after) = workload.unlock_after {
+            let due: Vec<AgentKey> = {
+                let mut t = journal.tally.lock();
+                let mut due = Vec::new();
+                for r in t.recoveries.iter_mut().flatten() {
+                    if r.unlocked.is_some() {
+                        continue;
+                    }
+                    let at = r.locked + after;
+                    if at <= now {
+                        r.unlocked = Some(now);
+                        due.push(r.agent.clone());
+                    } else {
+                        next_unlock = Some(next_unlock.map_or(at, |n: Instant| n.min(at)));
+                    }
+                }
+                due
+            };
+            for agent in due {
+                if let Some(handle) = team.get(agent.as_str()) {
+                    // Not locked out any more (a halt, a reset): nothing to unlock.
+                    let _ = handle.unlock("loadtest").await;
+                }
+            }
+        }
         // When the next event is due (open loop), or `None` when it waits for a settlement.
         let due = match workload.pace {
             Pace::Rate(_) => Some(scheduled),
@@ -645,17 +783,29 @@ pub async fn run_team_async(
         if let Some(stop) = stop_at {
             until = until.min(stop);
         }
+        if let Some(unlock) = next_unlock {
+            until = until.min(unlock);
+        }
         tokio::select! {
             settled = driven.replies.recv() => {
                 if let Some(s) = settled {
                     driven.settle(s);
                 }
             }
+            () = interrupt.wait() => {}
             () = actix_rt::time::sleep(until.saturating_duration_since(now)) => {}
         }
     }
     if driven.unfinished.is_none() {
-        driven.unfinished = drain(&journal, &progress, &mut driven, &llm_calls, deadline).await;
+        driven.unfinished = drain(
+            &journal,
+            &progress,
+            &mut driven,
+            &llm_calls,
+            deadline,
+            interrupt,
+        )
+        .await;
     }
     driven.duration = start.elapsed();
     let mut report = finish(team, &journal, &progress, options, None, driven, &llm_calls).await;
