@@ -349,6 +349,9 @@
         "⚠ Journal degraded: " + f.journal.degraded + " — no event is accepted and no turn starts until it can write again.";
     }
     setApprovalCount(f.interventions_pending);
+    // An ask made while the stream was (re)connecting is on no stream: the count tells, and the
+    // list is read again.
+    if (f.interventions_pending !== approvals.size) loadApprovals();
   }
 
   // ---- loading and the event stream ---------------------------------------------------------
@@ -482,7 +485,11 @@
     // Skipped items: read the statuses again (the table is then exact).
     es.addEventListener("lagged", reloadSoon);
     es.addEventListener("replay_unavailable", reloadSoon);
-    es.addEventListener("open", () => body.setAttribute("data-stream", "open"));
+    es.addEventListener("open", () => {
+      body.setAttribute("data-stream", "open");
+      // Asks made before the stream opened came on no stream.
+      loadApprovals();
+    });
     es.addEventListener("error", () => {
       body.setAttribute("data-stream", "reconnecting");
       // A closed stream may be an ended session: the fleet read answers 401 and sends us to login.
