@@ -826,7 +826,8 @@
       case "limit_denied":
         return ["limit " + k.kind + " refused at " + k.current + " of " + k.configured, "fail"];
       case "delegation_requested":
-        return ["delegates to " + k.to + ": " + short(k.task, 200), ""];
+        // The task text is the delegate's own event; this row names the delegation and its hop.
+        return ["delegates to " + k.to + " (delegation " + k.id + ", hop " + k.hops + ")", ""];
       case "crashed":
         return ["crashed in " + k.state, "fail"];
       default: {
