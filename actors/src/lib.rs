@@ -41,6 +41,8 @@
 //! ```
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+// One module may use unsafe: tools::mcp::group (process groups for MCP servers: pre_exec, killpg).
+#![deny(unsafe_code)]
 
 mod agent;
 #[cfg(all(feature = "fuzzing", feature = "openai"))]

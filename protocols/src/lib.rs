@@ -13,6 +13,7 @@
 //! * [`WardenConfig`] — the configuration file, with defaults and validation.
 
 #![warn(missing_debug_implementations, missing_docs, unreachable_pub)]
+#![forbid(unsafe_code)]
 
 pub mod a2a;
 pub mod cluster;

@@ -33,6 +33,7 @@ mod capped;
 mod client;
 mod definition;
 mod error;
+#[allow(unsafe_code)] // pre_exec and killpg: the SAFETY comments are in group.rs
 mod group;
 mod session;
 mod tool;
