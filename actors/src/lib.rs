@@ -50,10 +50,10 @@ pub mod fuzzing {
     pub use crate::provider::fuzzing::*;
 }
 pub mod context;
-pub use agent::memory;
 pub mod host;
 mod journal;
 pub mod mailbox;
+pub mod memory;
 pub mod npc;
 mod provider;
 pub mod safety;

@@ -770,6 +770,35 @@ pub enum EventKind {
         /// Why, in words (`sleep hours began at game hour 2.00`, `no player in tavern`, …).
         cause: String,
     },
+    /// Record: `memory` gains `memory` (long-term memory, docs/memory.md) after the `evicted` ids
+    /// are removed; a fact is merged into or resolved against a standing one by
+    /// [`crate::memory::MemoryStore::stored`].
+    MemoryStored {
+        /// The new memory (its links chosen when it was stored). Boxed: every event's size is
+        /// its largest variant's.
+        memory: Box<crate::memory::Memory>,
+        /// The memories evicted to keep the store within `memory.max_memories` and
+        /// `memory.max_bytes` (the lowest retention first).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        evicted: Vec<u64>,
+    },
+    /// Record: the `ids` are removed from `memory`, and the profile of `about` when given.
+    MemoryForgotten {
+        /// The memories removed.
+        ids: Vec<u64>,
+        /// The entity forgotten (`DELETE /api/memories?about=`), when it was one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        about: Option<String>,
+        /// Who: `model` (the `forget` tool) or the operator's name.
+        by: String,
+    },
+    /// Record: the `ids` were recalled into a model call: `accessed = at` (memory time).
+    MemoryRecalled {
+        /// The memories recalled.
+        ids: Vec<u64>,
+        /// Memory time of the recall.
+        at: f64,
+    },
     /// Record: `restarts += 1`. Safety state is kept.
     Restarted {
         /// The restart count after this restart.
