@@ -416,3 +416,142 @@ async fn a_chatter_flood_stays_within_the_rate_caps_and_the_bounds() {
     replay_matches(&journal, &npc);
     let _: &MemoryJournal = &journal;
 }
+
+/// A team whose NPCs tick rarely while awake and every game hour while asleep (2:00 to 6:00),
+/// its clock starting at `hour` (a game hour a real minute).
+fn sleepy(hour: f64) -> WardenConfig {
+    let mut config = config();
+    config.npc.clock.start_hour = hour;
+    config.npc.tick.enabled = true;
+    config.npc.tick.rate = 3600.0;
+    config.npc.tick.wake_seconds = 1.0;
+    config.npc.sleep.enabled = true;
+    config.npc.sleep.tick_rate = 60.0;
+    config
+}
+
+/// The model at night: a dream gets a reflection (after `delay`), anything else "Aye.".
+fn dreamer(delay: Duration) -> Arc<ScriptedProvider> {
+    Arc::new(ScriptedProvider::new([]).with_fallback(move |r| {
+        if warden::memory::sleep::is_dream_request(r) {
+            ScriptStep::reply("Today I met Aldric, who greeted me twice.").delayed(delay)
+        } else {
+            ScriptStep::reply("Aye.")
+        }
+    }))
+}
+
+fn phases(journal: &MemoryJournal) -> Vec<warden::protocols::memory::SleepPhase> {
+    journal
+        .events_of("smith")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::MemoryConsolidated { phase, .. } => Some(phase),
+            _ => None,
+        })
+        .collect()
+}
+
+fn slept_away(journal: &MemoryJournal) -> Vec<Vec<u64>> {
+    journal
+        .events_of("smith")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::MemoryForgotten { ids, by, .. } if by == "sleep" => Some(ids),
+            _ => None,
+        })
+        .collect()
+}
+
+#[actix_rt::test]
+async fn sleep_compacts_then_dreams_once_a_night_and_a_crash_resumes_the_phase_it_reached() {
+    use warden::protocols::memory::SleepPhase::{Done, Dreaming};
+    tokio::time::pause();
+    let (team, journal) = team(sleepy(1.5));
+    let npc = team
+        .spawn(AgentSpec::assistant("smith", dreamer(Duration::ZERO)))
+        .unwrap();
+    // 1:30: p1 greets the smith twice, word for word.
+    for n in 1..=2 {
+        npc.perceive(whisper("p1", "Hello smith, I am Aldric."))
+            .unwrap();
+        turns(&npc, n).await;
+    }
+    assert_eq!(observations(&npc.record()), 2);
+    // The night: every asleep tick; the work is done once.
+    tokio::time::advance(GAME_HOUR * 3).await;
+    until("the night's work", || phases(&journal).len() == 2).await;
+    tokio::time::advance(GAME_HOUR * 2).await;
+    settle(100).await;
+    assert_eq!(phases(&journal), vec![Dreaming, Done]);
+    assert_eq!(
+        slept_away(&journal),
+        vec![vec![0]],
+        "the older greeting merged away"
+    );
+    let record = npc.record();
+    assert_eq!(observations(&record), 1);
+    assert!(record
+        .memory()
+        .unwrap()
+        .memories
+        .values()
+        .any(|m| { matches!(m.kind, MemoryKind::Reflection) && m.text.contains("Aldric") }));
+    replay_matches(&journal, &npc);
+
+    // A crash right after compacting: the restart dreams, and does not compact again.
+    let cut: Vec<_> = {
+        let events = journal.events();
+        let at = events
+            .iter()
+            .position(|e| {
+                matches!(
+                    e.kind,
+                    EventKind::MemoryConsolidated {
+                        phase: Dreaming,
+                        ..
+                    }
+                )
+            })
+            .unwrap();
+        events[..=at].to_vec()
+    };
+    let record = AgentRecord::replay("smith".into(), &cut);
+    assert_eq!(
+        record.memory().unwrap().consolidation.map(|c| c.phase),
+        Some(Dreaming)
+    );
+    let (team2, journal2) = common::team(sleepy(2.5));
+    // A halt during the dream: nothing is done; after a resume the next asleep tick dreams.
+    let again = team2
+        .spawn(
+            AgentSpec::assistant("smith", dreamer(Duration::from_secs(30))).restored_from(record),
+        )
+        .unwrap();
+    until("dreaming", || {
+        again.status().state == warden::AgentState::Executing
+    })
+    .await;
+    again.halt(op()).await;
+    settle(50).await;
+    assert!(
+        phases(&journal2).is_empty(),
+        "a halted dream finishes nothing"
+    );
+    again.resume("op").await.unwrap();
+    tokio::time::advance(GAME_HOUR * 2).await;
+    until("the dream after the restart", || {
+        phases(&journal2) == vec![Done]
+    })
+    .await;
+    assert!(
+        slept_away(&journal2).is_empty(),
+        "compacting is not done twice"
+    );
+    let events: Vec<_> = cut
+        .iter()
+        .chain(journal2.events().iter())
+        .cloned()
+        .collect();
+    assert_eq!(AgentRecord::replay("smith".into(), &events), again.record());
+}

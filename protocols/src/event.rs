@@ -792,6 +792,15 @@ pub enum EventKind {
         /// Who: `model` (the `forget` tool) or the operator's name.
         by: String,
     },
+    /// Record: `memory.consolidation = {day, phase}` — a night's consolidation reached `phase`
+    /// (design 001's `consolidation_progress`): journaled in one batch with what the phase before
+    /// it did, so a crash mid-phase resumes at the phase it reached.
+    MemoryConsolidated {
+        /// The game day consolidated.
+        day: u64,
+        /// The phase reached (the next to run, or `done`).
+        phase: crate::memory::SleepPhase,
+    },
     /// Record: the `ids` were recalled into a model call: `accessed = at` (memory time).
     MemoryRecalled {
         /// The memories recalled.

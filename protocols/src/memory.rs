@@ -227,6 +227,32 @@ impl EntityProfile {
     }
 }
 
+/// Where a night's consolidation is (design 001's `sleep_phase`, `consolidation_progress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SleepPhase {
+    /// Merging duplicates and letting unimportant, never-recalled observations go (no model).
+    Compacting,
+    /// Reflecting over the day's memories (a model call).
+    Dreaming,
+    /// The night's work is done.
+    Done,
+}
+
+/// The consolidation of one game day (journaled as `memory_consolidated`, so a crash mid-phase
+/// resumes at the phase it reached).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Consolidation {
+    /// The game day consolidated (memory time / [`DAY_SECS`], from 0).
+    pub day: u64,
+    /// The phase reached: the next one to run (or `done`).
+    pub phase: SleepPhase,
+}
+
+/// An observation of importance at most this that was never recalled decays at the first sleep
+/// after it is a game day old.
+pub const DECAY_IMPORTANCE: u8 = 3;
+
 /// An agent's long-term memory: its memories by id and its entity profiles by speaker id.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct MemoryStore {
@@ -242,6 +268,9 @@ pub struct MemoryStore {
     pub bytes: u64,
     /// The newest memory time the store has seen: where memory time goes on after a restart.
     pub clock: f64,
+    /// The latest night's consolidation, once one began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consolidation: Option<Consolidation>,
 }
 
 /// `subject predicate` compared as the fold compares them: trimmed, lower case.
@@ -554,6 +583,34 @@ impl MemoryStore {
         }
     }
 
+    /// What a night's compacting lets go at memory time `now`: an observation that repeats a newer
+    /// one of the same speaker word for word (case and spacing aside), and an observation of
+    /// importance at most [`DECAY_IMPORTANCE`] never recalled since it was made, a game day old
+    /// or more. Ascending ids.
+    pub fn compactable(&self, now: f64) -> Vec<u64> {
+        let mut seen = std::collections::HashSet::new();
+        let mut gone = Vec::new();
+        for m in self.memories.values().rev() {
+            let MemoryKind::Observation { speaker, .. } = &m.kind else {
+                continue;
+            };
+            let words: Vec<String> = m.text.split_whitespace().map(str::to_lowercase).collect();
+            let duplicate = !seen.insert((speaker.clone(), words.join(" ")));
+            let decayed =
+                m.importance <= DECAY_IMPORTANCE && m.accessed <= m.at && now - m.at >= DAY_SECS;
+            if duplicate || decayed {
+                gone.push(m.id);
+            }
+        }
+        gone.reverse();
+        gone
+    }
+
+    /// Folds `MemoryConsolidated`.
+    pub fn consolidated(&mut self, day: u64, phase: SleepPhase) {
+        self.consolidation = Some(Consolidation { day, phase });
+    }
+
     /// Folds `MemoryForgotten`: removes `ids` (and their links), and the profile of `about`.
     pub fn forgotten(&mut self, ids: &[u64], about: Option<&str>) {
         self.remove(ids);
@@ -706,6 +763,20 @@ mod tests {
         assert_eq!(s.profiles["p1"].heard, 2);
         s.forgotten(&s.about("p1"), Some("p1"));
         assert!(s.memories.is_empty() && s.profiles.is_empty() && s.bytes == 0);
+    }
+
+    #[test]
+    fn compacting_drops_repeats_and_unimportant_unrecalled_old_observations() {
+        let mut s = MemoryStore::default();
+        s.stored(&observation(0, "p1", 0.0, 2), &[]); // old, unimportant, never recalled
+        s.stored(&observation(1, "p2", 0.0, 2), &[]); // recalled: kept
+        s.recalled(&[1], 10.0);
+        s.stored(&observation(2, "p3", 0.0, 8), &[]); // important: kept
+        s.stored(&observation(3, "p1", DAY_SECS, 5), &[]); // "hello from p1" again: 0 repeats it
+        let mut m = observation(4, "p1", DAY_SECS + 1.0, 5);
+        m.text = "HELLO   from p1".into();
+        s.stored(&m, &[]);
+        assert_eq!(s.compactable(DAY_SECS + 2.0), vec![0, 3]);
     }
 
     #[test]

@@ -596,6 +596,11 @@ impl AgentRecord {
                     store.forgotten(ids, about.as_deref());
                 }
             }
+            EventKind::MemoryConsolidated { day, phase } => {
+                if let Some(store) = self.memory_mut() {
+                    store.consolidated(*day, *phase);
+                }
+            }
             EventKind::MemoryRecalled { ids, at } => {
                 if let Some(store) = self.memory_mut() {
                     store.recalled(ids, *at);

@@ -252,6 +252,37 @@ fn side_request(cell: &AgentCell, prompt: &str, text: String) -> LlmRequest {
     }
 }
 
+/// A long-term memory call of its own (extraction, dreaming): the system message `prompt`, the
+/// user message `text`, no tools; its tokens count against the budgets, and a budget that would
+/// stop the agent refuses it. `None`: a halt came. `Some(None)`: refused, failed or empty.
+pub(crate) async fn side_call(
+    cell: &AgentCell,
+    token: &CancellationToken,
+    prompt: &str,
+    text: String,
+) -> Option<Option<String>> {
+    let request = side_request(cell, prompt, text);
+    if !budgets_allow(cell, &request) {
+        return Some(None);
+    }
+    match call_provider(cell, token, request).await {
+        None => None,
+        Some(Ok(response)) => {
+            cell.record_usage(response.usage);
+            Some(
+                response
+                    .message
+                    .content
+                    .filter(|t| !t.trim().is_empty() && response.message.tool_calls.is_empty()),
+            )
+        }
+        Some(Err(error)) => {
+            tracing::warn!(agent = %cell.key, %error, "memory call failed; skipped");
+            Some(None)
+        }
+    }
+}
+
 /// Whether the budgets let `request` go (a verdict that would stop or lock out the agent refuses
 /// it; the turn's own request then obeys that verdict).
 fn budgets_allow(cell: &AgentCell, request: &LlmRequest) -> bool {
@@ -350,21 +381,10 @@ async fn extract(
     transcript: &str,
     stale: &impl Fn() -> bool,
 ) -> bool {
-    let request = side_request(cell, EXTRACTION_PROMPT, transcript.to_owned());
-    if !budgets_allow(cell, &request) {
-        return true;
-    }
-    let text = match call_provider(cell, token, request).await {
-        None => return false,
-        Some(Ok(response)) => {
-            cell.record_usage(response.usage);
-            response.message.content.unwrap_or_default()
-        }
-        Some(Err(error)) => {
-            tracing::warn!(agent = %cell.key, %error, "memory extraction failed; skipped");
-            return true;
-        }
+    let Some(text) = side_call(cell, token, EXTRACTION_PROMPT, transcript.to_owned()).await else {
+        return false;
     };
+    let text = text.unwrap_or_default();
     if stale() {
         return false;
     }

@@ -494,7 +494,8 @@ impl React<'_> {
     async fn memory(&self) -> Next<()> {
         let (cell, token) = (self.cell, self.token);
         let go = (self.iteration > 1
-            || super::memory::reflect_if_due(cell, token, || self.stale()).await)
+            || (crate::memory::sleep::consolidate_if_asleep(cell, token, || self.stale()).await
+                && super::memory::reflect_if_due(cell, token, || self.stale()).await))
             && super::memory::compact_if_due(cell, token, || self.stale()).await;
         if go {
             Next::Go(())

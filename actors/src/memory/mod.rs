@@ -12,6 +12,7 @@
 //! * `write` — storing an observation, a fact, a note: rate caps, importance, links, eviction.
 //! * `recall` — choosing and quoting what a model call is shown.
 //! * `tools` — the agent's own tools.
+//! * `sleep` — consolidation while the NPC sleeps (compacting, then dreaming).
 //!
 //! Lock order: an agent's record → the team memory's mutex (a leaf).
 //!
@@ -24,6 +25,7 @@ mod handle;
 #[cfg(feature = "fts")]
 mod index;
 pub mod recall;
+pub mod sleep;
 mod team;
 pub(crate) mod tools;
 pub mod write;
