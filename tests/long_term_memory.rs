@@ -555,3 +555,28 @@ async fn sleep_compacts_then_dreams_once_a_night_and_a_crash_resumes_the_phase_i
         .collect();
     assert_eq!(AgentRecord::replay("smith".into(), &events), again.record());
 }
+
+/// docs/memory.md: every ```toml example is a team file (or a part of one) that parses.
+#[test]
+fn the_examples_in_docs_memory_md_parse() {
+    let doc = include_str!("../docs/memory.md");
+    let (mut examples, mut long_term) = (0, 0);
+    for block in doc.split("```toml\n").skip(1) {
+        let text = block.split("```").next().unwrap();
+        if text.contains("[[agents]]") {
+            let team =
+                warden::team::TeamFile::from_toml(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            if team.config.memory.long_term {
+                assert_eq!(team.config.memory.max_bytes, 256 * 1024);
+                assert_eq!(team.config.npc.clock.speed, 60.0);
+                let own = team.agents[0].memory.expect("smith's own memory keys");
+                assert_eq!(own.apply(&team.config.memory).recall_k, 6);
+                long_term += 1;
+            }
+        } else {
+            warden::team::TeamFile::parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        }
+        examples += 1;
+    }
+    assert!(examples >= 2 && long_term == 1, "{examples} {long_term}");
+}

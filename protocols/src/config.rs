@@ -1023,6 +1023,59 @@ mod tests {
     }
 
     #[test]
+    fn long_term_memory_keys_have_defaults_ranges_and_exact_errors() {
+        let m = WardenConfig::default().memory;
+        assert!(!m.long_term);
+        assert_eq!(
+            (
+                m.max_memories,
+                m.max_bytes,
+                m.recall_k,
+                m.recall_tokens,
+                m.speaker_writes_per_minute,
+                m.writes_per_minute
+            ),
+            (2000, 262_144, 8, 400, 6, 30)
+        );
+        let c = WardenConfig::from_toml(
+            "[memory]\nlong_term = true\nmax_memories = 10\nmax_bytes = 4096\nrecall_k = 0\nrecall_tokens = 50\n",
+        )
+        .unwrap();
+        assert!(c.memory.long_term && c.memory.recall_k == 0 && c.memory.max_bytes == 4096);
+        for (text, message) in [
+            (
+                "max_memories = 9",
+                "`memory.max_memories`: 9 (allowed: 10 to 1000000)",
+            ),
+            (
+                "max_bytes = 4095",
+                "`memory.max_bytes`: 4095 (allowed: 4096 to 1073741824)",
+            ),
+            (
+                "recall_k = 65",
+                "`memory.recall_k`: 65 (allowed: 0 (off) to 64)",
+            ),
+            (
+                "recall_tokens = 49",
+                "`memory.recall_tokens`: 49 (allowed: 50 to 100000)",
+            ),
+            (
+                "speaker_writes_per_minute = 0",
+                "`memory.speaker_writes_per_minute`: 0 (allowed: 1 to 10000)",
+            ),
+            (
+                "writes_per_minute = 100001",
+                "`memory.writes_per_minute`: 100001 (allowed: 1 to 100000)",
+            ),
+        ] {
+            assert_eq!(
+                err(&format!("[memory]\n{text}\n")),
+                format!("invalid value for {message}")
+            );
+        }
+    }
+
+    #[test]
     fn safety_defaults_are_the_documented_ones() {
         let s = WardenConfig::default().safety;
         assert_eq!(s.on_limit.mode, OnLimitMode::Interactive);
