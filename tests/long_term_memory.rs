@@ -173,6 +173,23 @@ async fn the_blacksmith_remembers_a_name_on_day_three_after_compaction_and_a_res
             .contains("Aldric")),
         "the name left the history"
     );
+    // Every model call counted against the budgets, the extractions and summaries included.
+    let usage = journal
+        .events_of("smith")
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::UsageRecorded { .. }))
+        .count();
+    let extractions = seen
+        .lock()
+        .iter()
+        .filter(|r| is_extraction_request(r))
+        .count();
+    assert!(extractions > 0);
+    assert_eq!(
+        usage,
+        seen.lock().len(),
+        "one usage_recorded per model call"
+    );
     // The extraction stored the name as p1's: the profile has it.
     assert_eq!(
         npc.profile("p1").and_then(|p| p.name).as_deref(),

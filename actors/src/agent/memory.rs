@@ -480,3 +480,45 @@ pub(super) async fn reflect_if_due(
     }
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_extraction_is_read_from_prose_or_a_fence_and_malformed_output_gives_nothing() {
+        let facts = parse_extraction(
+            "Sure! ```json\n[{\"subject\": \"p1\", \"predicate\": \"name\", \"object\": \"Aldric\", \"said_by\": \"p1\"},\n {\"subject\": \"\", \"predicate\": \"x\", \"object\": \"y\"},\n {\"note\": \"not a fact\"},\n 42]\n```",
+        );
+        assert_eq!(facts.len(), 1);
+        assert_eq!(
+            (
+                facts[0].subject.as_str(),
+                facts[0].said_by.as_deref(),
+                facts[0].importance
+            ),
+            ("p1", Some("p1"), None)
+        );
+        for bad in [
+            "",
+            "no facts",
+            "[{\"subject\": ",
+            "] [",
+            "{\"subject\": \"a\"}",
+        ] {
+            assert!(parse_extraction(bad).is_empty(), "{bad}");
+        }
+        let many: Vec<String> = (0..50)
+            .map(|i| format!("{{\"subject\":\"s{i}\",\"predicate\":\"p\",\"object\":\"o\"}}"))
+            .collect();
+        assert_eq!(
+            parse_extraction(&format!("[{}]", many.join(","))).len(),
+            MAX_EXTRACTED
+        );
+        let long = "x".repeat(201);
+        assert!(parse_extraction(&format!(
+            "[{{\"subject\":\"{long}\",\"predicate\":\"p\",\"object\":\"o\"}}]"
+        ))
+        .is_empty());
+    }
+}
