@@ -597,3 +597,63 @@ fn the_examples_in_docs_memory_md_parse() {
     }
     assert!(examples >= 2 && long_term == 1, "{examples} {long_term}");
 }
+
+/// Design 001's `scheduled_wake_time` and `activity_since_wake`: asleep at 2:30, the smith's tick
+/// turn schedules its wake for 4:00 (`wake_at`); the tick loop keeps it asleep until then and wakes
+/// it at 4:00, inside its sleep hours (2:00 to 6:00). Tool calls since the last wake are counted.
+#[actix_rt::test]
+async fn an_npc_wakes_when_it_scheduled_and_counts_its_activity_since() {
+    tokio::time::pause();
+    let (team, journal) = team(sleepy(2.5));
+    let provider = Arc::new(ScriptedProvider::new([]).with_fallback(|r| {
+        if warden::memory::sleep::is_dream_request(r) {
+            return ScriptStep::reply("A quiet night.");
+        }
+        let last = r.messages.last().unwrap();
+        if last.role == ChatRole::Tool {
+            ScriptStep::reply("Back to sleep.")
+        } else if last
+            .content
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("[tick]")
+        {
+            ScriptStep::call("wake_at", serde_json::json!({"hour": 4}))
+        } else {
+            ScriptStep::reply("Aye.")
+        }
+    }));
+    let npc = team.spawn(AgentSpec::assistant("smith", provider)).unwrap();
+    // Something to remember, so the store exists (the wake is kept there).
+    npc.perceive(whisper("p1", "good night, smith")).unwrap();
+    turns(&npc, 1).await;
+    let mode = |npc: &AgentHandle| npc.status().npc.and_then(|n| n.tick).map(|t| t.mode);
+    use warden::protocols::npc::NpcMode::{Asleep, Awake};
+    until("asleep", || mode(&npc) == Some(Asleep)).await;
+    until("the wake scheduled", || {
+        npc.record()
+            .memory()
+            .is_some_and(|s| s.scheduled_wake.is_some())
+    })
+    .await;
+    assert_eq!(
+        npc.record().memory().unwrap().activity_since_wake,
+        1,
+        "the wake_at call"
+    );
+    // Still asleep at 3:55; awake at 4:00.
+    let hour = team.game_hour();
+    assert!(hour < 3.9, "{hour}");
+    tokio::time::advance(GAME_HOUR.mul_f64(3.92 - hour)).await;
+    settle(50).await;
+    assert_eq!(mode(&npc), Some(Asleep), "at {}", team.game_hour());
+    tokio::time::advance(GAME_HOUR / 6).await;
+    until("awake at 4:00", || mode(&npc) == Some(Awake)).await;
+    let woke = journal.events_of("smith").into_iter().any(|e| matches!(
+        &e.kind,
+        EventKind::NpcModeChanged { to: Awake, cause, .. } if cause.starts_with("its scheduled wake")
+    ));
+    assert!(woke, "journaled as the scheduled wake");
+    assert_eq!(npc.record().memory().unwrap().activity_since_wake, 0);
+    replay_matches(&journal, &npc);
+}

@@ -801,6 +801,12 @@ pub enum EventKind {
         /// The phase reached (the next to run, or `done`).
         phase: crate::memory::SleepPhase,
     },
+    /// Record: `memory.scheduled_wake = at` — the agent scheduled its wake within its sleep
+    /// hours (the `wake_at` tool; design 001's `scheduled_wake_time`).
+    WakeScheduled {
+        /// The wake, in memory time (game seconds).
+        at: f64,
+    },
     /// Record: the `ids` were recalled into a model call: `accessed = at` (memory time).
     MemoryRecalled {
         /// The memories recalled.

@@ -271,6 +271,14 @@ pub struct MemoryStore {
     /// The latest night's consolidation, once one began.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consolidation: Option<Consolidation>,
+    /// The wake the agent scheduled in its sleep hours, in memory time (design 001's
+    /// `scheduled_wake_time`; the `wake_at` tool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_wake: Option<f64>,
+    /// Tool calls finished since the agent last woke (design 001's `activity_since_wake`): counted
+    /// from `tool_finished`, back to 0 at each `npc_mode_changed` to `awake`.
+    #[serde(default)]
+    pub activity_since_wake: u64,
 }
 
 /// `subject predicate` compared as the fold compares them: trimmed, lower case.

@@ -601,6 +601,11 @@ impl AgentRecord {
                     store.consolidated(*day, *phase);
                 }
             }
+            EventKind::WakeScheduled { at } => {
+                if let Some(store) = self.memory_mut() {
+                    store.scheduled_wake = Some(*at);
+                }
+            }
             EventKind::MemoryRecalled { ids, at } => {
                 if let Some(store) = self.memory_mut() {
                     store.recalled(ids, *at);
@@ -609,7 +614,6 @@ impl AgentRecord {
             EventKind::TransitionRefused { .. }
             | EventKind::WorkRefused { queued: None, .. }
             | EventKind::ToolStarted { .. }
-            | EventKind::ToolFinished { .. }
             | EventKind::ToolRefused { .. }
             | EventKind::DelegationRequested { .. }
             | EventKind::DelegationRefused { .. }
@@ -626,7 +630,24 @@ impl AgentRecord {
             | EventKind::Crashed { .. }
             | EventKind::Perceived { .. }
             | EventKind::TokenBudgetWaiting { .. }
-            | EventKind::NpcModeChanged { .. } => {}
+            | EventKind::NpcModeChanged {
+                to: crate::npc::NpcMode::Asleep | crate::npc::NpcMode::Idle,
+                ..
+            } => {}
+            // Design 001's `activity_since_wake`, for agents with long-term memory.
+            EventKind::ToolFinished { .. } => {
+                if let Some(store) = self.memory_mut() {
+                    store.activity_since_wake = store.activity_since_wake.saturating_add(1);
+                }
+            }
+            EventKind::NpcModeChanged {
+                to: crate::npc::NpcMode::Awake,
+                ..
+            } => {
+                if let Some(store) = self.memory_mut() {
+                    store.activity_since_wake = 0;
+                }
+            }
         }
     }
 

@@ -131,3 +131,28 @@ pub(crate) async fn consolidate_if_asleep(
     cell.emit_memory(&mut rec, kinds);
     true
 }
+
+impl AgentCell {
+    /// A restored NPC's scheduled wake (journaled `wake_scheduled`, still ahead in memory time)
+    /// handed to the tick arbiter again.
+    pub(crate) fn restore_wake(&self) {
+        let Some(ticking) = self.ticking() else {
+            return;
+        };
+        let after = {
+            let rec = self.lock();
+            let Some(at) = rec.memory().and_then(|s| s.scheduled_wake) else {
+                return;
+            };
+            let now = self.memory_now(&rec);
+            let speed = self.settings.npc.clock.speed;
+            if at <= now || !(speed.is_finite() && speed > 0.0) {
+                return;
+            }
+            (at - now) / speed
+        };
+        if let Err(why) = ticking.schedule_wake(std::time::Duration::from_secs_f64(after)) {
+            tracing::debug!(agent = %self.key, %why, "scheduled wake not restored");
+        }
+    }
+}

@@ -24,6 +24,7 @@ pub(crate) enum Which {
     Remember,
     Recall,
     Forget,
+    WakeAt,
 }
 
 /// One of the three memory tools.
@@ -38,12 +39,19 @@ impl std::fmt::Debug for MemoryTool {
     }
 }
 
-/// The three tools for one agent.
-pub(crate) fn memory_tools(cell_of: CellOf) -> [MemoryTool; 3] {
-    [Which::Remember, Which::Recall, Which::Forget].map(|which| MemoryTool {
-        which,
-        cell_of: cell_of.clone(),
-    })
+/// The memory tools for one agent (`wake_at` only for an NPC that sleeps: `npc.sleep.enabled`).
+pub(crate) fn memory_tools(cell_of: CellOf, sleeps: bool) -> Vec<MemoryTool> {
+    let mut which = vec![Which::Remember, Which::Recall, Which::Forget];
+    if sleeps {
+        which.push(Which::WakeAt);
+    }
+    which
+        .into_iter()
+        .map(|which| MemoryTool {
+            which,
+            cell_of: cell_of.clone(),
+        })
+        .collect()
 }
 
 fn text_arg<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
@@ -93,6 +101,16 @@ impl Tool for MemoryTool {
                 }),
                 category: ToolCategory::Dangerous,
             },
+            Which::WakeAt => ToolSpec {
+                name: "wake_at".into(),
+                description: "While you sleep (your sleep hours), wake at this game hour instead of when your sleep hours end.".into(),
+                parameters: json!({
+                    "type": "object",
+                    "properties": {"hour": {"type": "number", "minimum": 0, "maximum": 24}},
+                    "required": ["hour"]
+                }),
+                category: ToolCategory::SafeChain,
+            },
         }
     }
 
@@ -105,6 +123,7 @@ impl Tool for MemoryTool {
             match which {
                 Which::Remember => remember(&cell, &args),
                 Which::Recall => recall(&cell, &args),
+                Which::WakeAt => wake_at(&cell, &args),
                 Which::Forget => {
                     let id = args.get("id").and_then(Value::as_u64).ok_or_else(|| {
                         ToolError::InvalidArguments("`id` must be a memory number".into())
@@ -181,4 +200,38 @@ fn recall(cell: &AgentCell, args: &Value) -> Result<Value, ToolError> {
         Some(found) => json!({"memories": found.text, "ids": found.ids}),
         None => json!({"memories": "nothing remembered", "ids": []}),
     })
+}
+
+/// `wake_at`: the next time the game clock shows `hour`, within the current sleep hours; the
+/// tick arbiter honours it, and it is journaled (`wake_scheduled`) so a restart keeps it.
+fn wake_at(cell: &AgentCell, args: &Value) -> Result<Value, ToolError> {
+    let hour = args
+        .get("hour")
+        .and_then(Value::as_f64)
+        .filter(|h| (0.0..=24.0).contains(h))
+        .ok_or_else(|| {
+            ToolError::InvalidArguments("`hour` must be a number from 0 to 24".into())
+        })?;
+    let ticking = cell
+        .ticking()
+        .ok_or_else(|| ToolError::Failed("no tick schedule (`npc.tick.enabled = false`)".into()))?;
+    let now = ticking
+        .game_hour()
+        .ok_or_else(|| ToolError::Failed("the tick schedule is gone".into()))?;
+    let hours = (hour - now).rem_euclid(24.0);
+    let speed = cell.settings.npc.clock.speed;
+    let speed = if speed.is_finite() && speed > 0.0 {
+        speed
+    } else {
+        1.0
+    };
+    ticking
+        .schedule_wake(std::time::Duration::from_secs_f64(hours * 3600.0 / speed))
+        .map_err(ToolError::Failed)?;
+    let mut rec = cell.lock();
+    if rec.memory().is_some() {
+        let at = cell.memory_now(&rec) + hours * 3600.0;
+        cell.emit(&mut rec, warden_protocols::EventKind::WakeScheduled { at });
+    }
+    Ok(json!({"wake_at": hour}))
 }

@@ -500,7 +500,9 @@ impl Supervisor {
                     .upgrade()
                     .and_then(|s| s.agents.get(key).map(|e| e.cell.clone()))
             });
-            for tool in crate::memory::tools::memory_tools(cell_of) {
+            let npc_config = npc.as_ref().unwrap_or(&self.shared.npc);
+            let sleeps = npc_config.sleep.enabled && npc_config.tick.enabled;
+            for tool in crate::memory::tools::memory_tools(cell_of, sleeps) {
                 tools.register(Arc::new(tool));
             }
         }
@@ -613,6 +615,7 @@ impl Supervisor {
         if npc.tick.enabled {
             let ticking = self.shared.ticks.register(&cell, npc);
             cell.set_ticking(Some(ticking));
+            cell.restore_wake();
         }
         if let Some(running) = start_halted {
             self.note_fleet_halt(std::slice::from_ref(&cell), &[running]);
