@@ -657,3 +657,160 @@ async fn an_npc_wakes_when_it_scheduled_and_counts_its_activity_since() {
     assert_eq!(npc.record().memory().unwrap().activity_since_wake, 0);
     replay_matches(&journal, &npc);
 }
+
+/// A provider whose embeddings know that blades are swords: `complete` is a scripted "Aye.", and
+/// `embed` puts every text about swords or blades on one axis and everything else on another.
+struct Semantic {
+    inner: ScriptedProvider,
+    /// `false`: no embedding model.
+    on: bool,
+    embeds: Arc<std::sync::atomic::AtomicUsize>,
+    seen: Arc<Mutex<Vec<LlmRequest>>>,
+}
+
+impl warden::Provider for Semantic {
+    fn name(&self) -> &str {
+        "semantic"
+    }
+
+    fn complete(
+        &self,
+        request: LlmRequest,
+    ) -> futures::future::BoxFuture<'static, Result<warden::LlmResponse, warden::ProviderError>>
+    {
+        self.seen.lock().push(request.clone());
+        self.inner.complete(request)
+    }
+
+    fn embed(
+        &self,
+        texts: Vec<String>,
+    ) -> Option<futures::future::BoxFuture<'static, Result<warden::Embedded, warden::ProviderError>>>
+    {
+        if !self.on {
+            return None;
+        }
+        self.embeds
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let vectors = texts
+            .iter()
+            .map(|t| {
+                let t = t.to_lowercase();
+                if t.contains("sword") || t.contains("blade") {
+                    vec![1.0, 0.0]
+                } else {
+                    vec![0.0, 1.0]
+                }
+            })
+            .collect();
+        Some(Box::pin(std::future::ready(Ok(warden::Embedded {
+            vectors,
+            usage: warden::protocols::Usage {
+                prompt_tokens: 10,
+                completion_tokens: 0,
+                estimated: true,
+            },
+        }))))
+    }
+}
+
+/// With an embedding model, recall ranks by cosine similarity: "who sells blades?" recalls the
+/// old "the smith makes fine swords" that shares no word with it and that neither BM25 nor the
+/// newest memories would bring; the embedding calls count against the budgets. Without one, the
+/// same store and question do not recall it.
+#[actix_rt::test]
+async fn with_an_embedding_model_recall_finds_what_shares_no_word_with_the_question() {
+    tokio::time::pause();
+    for embeddings in [true, false] {
+        let (team, journal) = team(config());
+        let embeds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let provider = Arc::new(Semantic {
+            inner: ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("Aye.")),
+            on: embeddings,
+            embeds: embeds.clone(),
+            seen: seen.clone(),
+        });
+        let npc = smith(&team, provider, None);
+        npc.perceive(whisper("p9", "the smith makes fine swords"))
+            .unwrap();
+        turns(&npc, 1).await;
+        // 24 newer memories of other things, a minute apart (within the rate caps).
+        for i in 0..24u64 {
+            tokio::time::advance(Duration::from_secs(61)).await;
+            npc.perceive(whisper(
+                &format!("c{i}"),
+                &format!("the weather on day {i} was grey"),
+            ))
+            .unwrap();
+            turns(&npc, 2 + i).await;
+        }
+        npc.perceive(whisper("p1", "who sells blades?")).unwrap();
+        turns(&npc, 26).await;
+        let system = system_text(&turn_requests(&seen).pop().unwrap());
+        assert_eq!(
+            system.contains("the smith makes fine swords"),
+            embeddings,
+            "embeddings {embeddings}: {system}"
+        );
+        if embeddings {
+            let calls = seen.lock().len();
+            let usage = journal
+                .events_of("smith")
+                .iter()
+                .filter(|e| matches!(e.kind, EventKind::UsageRecorded { .. }))
+                .count();
+            let embeds = embeds.load(std::sync::atomic::Ordering::SeqCst);
+            assert!(embeds >= 26, "{embeds}");
+            assert_eq!(usage, calls + embeds, "every embedding call counted");
+        }
+        replay_matches(&journal, &npc);
+    }
+}
+
+/// Team files: `embedding_model` for the OpenAI-compatible kind, `embedding_dimensions` (the fake
+/// embedding) for the scripted one, with exact errors.
+#[test]
+fn team_files_name_an_embedding_model() {
+    let team = warden::team::TeamFile::from_toml(
+        r#"
+[providers.local]
+kind = "openai_compatible"
+base_url = "http://127.0.0.1:8080/v1"
+model = "llama"
+embedding_model = "bge-small-en-v1.5"
+
+[providers.fake]
+kind = "scripted"
+embedding_dimensions = 64
+
+[providers.plain]
+kind = "scripted"
+
+[[agents]]
+key = "smith"
+provider = "fake"
+"#,
+    )
+    .unwrap();
+    let config = team.providers["local"]
+        .openai_config(Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(config.embedding_model.as_deref(), Some("bge-small-en-v1.5"));
+    let fake = team.provider("fake").unwrap();
+    assert!(fake.embed(vec!["x".into()]).is_some());
+    assert!(team
+        .provider("plain")
+        .unwrap()
+        .embed(vec!["x".into()])
+        .is_none());
+    let err = warden::team::TeamFile::from_toml(
+        "[providers.fake]\nkind = \"scripted\"\nembedding_dimensions = 4\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("invalid value for `providers.fake.embedding_dimensions`: 4 (allowed: 0 (none) or 8 to 4096)"),
+        "{err}"
+    );
+}

@@ -72,9 +72,9 @@ pub use agent::{
 pub use context::{Advisory, ContextStrategy, Trimmed};
 pub use journal::{already_durable, now_ms, Journal, MemoryJournal, NotDurable, NullJournal};
 pub use provider::{
-    provider_limit_stats, CallPermit, Latency, Limited, LlmRequest, LlmResponse, Provider,
-    ProviderError, ProviderLimitStats, ProviderLimiter, ProviderLimits, ScriptStats, ScriptStep,
-    ScriptedProvider,
+    provider_limit_stats, CallPermit, Embedded, Latency, Limited, LlmRequest, LlmResponse,
+    Provider, ProviderError, ProviderLimitStats, ProviderLimiter, ProviderLimits, ScriptStats,
+    ScriptStep, ScriptedProvider,
 };
 #[cfg(feature = "openai")]
 pub use provider::{

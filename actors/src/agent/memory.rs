@@ -286,7 +286,11 @@ pub(crate) async fn side_call(
 /// Whether the budgets let `request` go (a verdict that would stop or lock out the agent refuses
 /// it; the turn's own request then obeys that verdict).
 fn budgets_allow(cell: &AgentCell, request: &LlmRequest) -> bool {
-    let estimate = context::estimate_tokens(&request.messages);
+    budgets_allow_tokens(cell, context::estimate_tokens(&request.messages))
+}
+
+/// Whether the budgets let a call of about `estimate` tokens go (see `budgets_allow`).
+pub(crate) fn budgets_allow_tokens(cell: &AgentCell, estimate: u64) -> bool {
     cell.breakers(|b| b.before_llm_call(estimate))
         .is_none_or(|v| {
             matches!(

@@ -496,7 +496,8 @@ impl React<'_> {
         let go = (self.iteration > 1
             || (crate::memory::sleep::consolidate_if_asleep(cell, token, || self.stale()).await
                 && super::memory::reflect_if_due(cell, token, || self.stale()).await))
-            && super::memory::compact_if_due(cell, token, || self.stale()).await;
+            && super::memory::compact_if_due(cell, token, || self.stale()).await
+            && crate::memory::embed::prepare(cell, token).await;
         if go {
             Next::Go(())
         } else {

@@ -9,6 +9,7 @@
 //! * `team` — [`TeamMemory`], what the team's agents share: the FTS5 index, each agent's write
 //!   rate windows, its memory clock and what it knows of its current turn.
 //! * `index` — the FTS5 index (BM25 relevance), feature `fts`.
+//! * `embed` — relevance by embeddings when the provider has an embedding model.
 //! * `write` — storing an observation, a fact, a note: rate caps, importance, links, eviction.
 //! * `recall` — choosing and quoting what a model call is shown.
 //! * `tools` — the agent's own tools.
@@ -21,6 +22,7 @@
 
 pub use crate::agent::memory::*;
 
+pub mod embed;
 mod handle;
 #[cfg(feature = "fts")]
 mod index;

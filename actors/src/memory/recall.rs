@@ -249,10 +249,18 @@ impl AgentCell {
         k: usize,
     ) -> Option<Recalled> {
         let store = rec.memory()?;
-        let hits = self
+        // Cosine over embeddings when this query was embedded (memory::embed), else BM25.
+        let hits = match self
             .safety
             .memory
-            .search(&self.key, Some(store), query, SEARCH_LIMIT);
+            .nearest(&self.key, store, query, SEARCH_LIMIT)
+        {
+            Some(hits) => hits,
+            None => self
+                .safety
+                .memory
+                .search(&self.key, Some(store), query, SEARCH_LIMIT),
+        };
         let now = self.memory_now(rec);
         choose(
             store,

@@ -44,6 +44,8 @@ struct Live {
     /// The lowest trust of the CONTEXT events perceived since the last turn started (what a
     /// tick's turn sees).
     context_trust: Option<f64>,
+    /// The embedding of the latest query embedded (its text, its vector).
+    query: Option<(String, Vec<f32>)>,
     /// The current turn: who it answers (`None`: a tick or an operator's request) and the trust
     /// of that source.
     turn: Option<(Option<String>, f64)>,
@@ -63,6 +65,8 @@ struct Inner {
     fts: Option<Option<super::index::FtsIndex>>,
     agents: HashMap<AgentKey, Live>,
     next_slot: u32,
+    /// Embeddings of memories, by (slot, id): derived state (embedded again after a restart).
+    vectors: HashMap<(u32, u64), Vec<f32>>,
 }
 
 impl Inner {
@@ -224,6 +228,82 @@ impl TeamMemory {
         }
     }
 
+    /// Up to `limit` memories of `store` (newest first) with no embedding yet: (id, text).
+    pub(crate) fn unembedded(
+        &self,
+        key: &AgentKey,
+        store: &MemoryStore,
+        limit: usize,
+    ) -> Vec<(u64, String)> {
+        let mut inner = self.inner.lock();
+        let slot = inner.live(key).slot;
+        store
+            .memories
+            .values()
+            .rev()
+            .filter(|m| !inner.vectors.contains_key(&(slot, m.id)))
+            .take(limit)
+            .map(|m| (m.id, m.text.clone()))
+            .collect()
+    }
+
+    /// Whether `text` is the query embedded last.
+    pub(crate) fn has_query(&self, key: &AgentKey, text: &str) -> bool {
+        self.inner
+            .lock()
+            .live(key)
+            .query
+            .as_ref()
+            .is_some_and(|(q, _)| q == text)
+    }
+
+    /// Keeps the embeddings of memories and of the query `text`.
+    pub(crate) fn embedded(
+        &self,
+        key: &AgentKey,
+        memories: Vec<(u64, Vec<f32>)>,
+        query: Option<(String, Vec<f32>)>,
+    ) {
+        let mut inner = self.inner.lock();
+        let slot = inner.live(key).slot;
+        for (id, v) in memories {
+            inner.vectors.insert((slot, id), v);
+        }
+        if query.is_some() {
+            inner.live(key).query = query;
+        }
+    }
+
+    /// The `limit` memories of `store` nearest to the query `text` by cosine similarity, best
+    /// first — `None` unless `text` is the query embedded last (then recall uses BM25).
+    pub(crate) fn nearest(
+        &self,
+        key: &AgentKey,
+        store: &MemoryStore,
+        text: &str,
+        limit: usize,
+    ) -> Option<Vec<(u64, f64)>> {
+        let mut inner = self.inner.lock();
+        let live = inner.live(key);
+        let slot = live.slot;
+        let query = match &live.query {
+            Some((q, v)) if q == text => v.clone(),
+            _ => return None,
+        };
+        let mut hits: Vec<(u64, f64)> = store
+            .memories
+            .keys()
+            .filter_map(|id| {
+                let v = inner.vectors.get(&(slot, *id))?;
+                Some((*id, cosine(&query, v)))
+            })
+            .filter(|(_, c)| *c > 0.0)
+            .collect();
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+        hits.truncate(limit);
+        Some(hits)
+    }
+
     /// The record of `key` changed its memories from `before` ids to `store`: the index follows
     /// (the ids removed are deleted, `added` indexed if the store kept it).
     pub(crate) fn changed(
@@ -233,6 +313,13 @@ impl TeamMemory {
         removed: &[u64],
         added: Option<u64>,
     ) {
+        {
+            let mut inner = self.inner.lock();
+            let slot = inner.live(key).slot;
+            for id in removed {
+                inner.vectors.remove(&(slot, *id));
+            }
+        }
         #[cfg(feature = "fts")]
         {
             let mut inner = self.inner.lock();
@@ -260,9 +347,36 @@ impl TeamMemory {
     }
 }
 
+/// Cosine similarity (0 when either vector is zero or they differ in length).
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    if a.len() != b.len() {
+        return 0.0;
+    }
+    let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(*x), f64::from(*y));
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    if na == 0.0 || nb == 0.0 {
+        0.0
+    } else {
+        dot / (na.sqrt() * nb.sqrt())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cosine_is_one_for_the_same_direction_and_zero_for_orthogonal_or_mismatched() {
+        assert!((cosine(&[1.0, 2.0], &[2.0, 4.0]) - 1.0).abs() < 1e-9);
+        assert_eq!(cosine(&[1.0, 0.0], &[0.0, 3.0]), 0.0);
+        assert_eq!(cosine(&[1.0], &[1.0, 0.0]), 0.0);
+        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 0.0]), 0.0);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn the_rate_caps_hold_per_speaker_and_per_agent_over_a_sliding_minute() {

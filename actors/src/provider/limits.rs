@@ -574,6 +574,13 @@ impl Provider for Limited {
         self.inner.name()
     }
 
+    fn embed(
+        &self,
+        texts: Vec<String>,
+    ) -> Option<BoxFuture<'static, Result<super::Embedded, ProviderError>>> {
+        self.inner.embed(texts)
+    }
+
     fn model(&self) -> &str {
         self.inner.model()
     }
