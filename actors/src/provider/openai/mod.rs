@@ -374,7 +374,8 @@ impl Provider for OpenAiCompatible {
     }
 
     /// `POST {base_url}/embeddings` with the embedding model and the texts (one attempt, bounded
-    /// by the request timeout; a failure leaves recall on BM25 for that call).
+    /// by the request timeout, under the provider's shared limits; a failure leaves recall on BM25
+    /// for that call).
     fn embed(
         &self,
         texts: Vec<String>,
@@ -385,6 +386,12 @@ impl Provider for OpenAiCompatible {
             let url = format!("{}/embeddings", inner.config.base_url.trim_end_matches('/'));
             let timeout = inner.config.request_timeout;
             let count = texts.len();
+            // Under the provider's shared limits, as a model call is.
+            let tokens = texts.iter().map(|t| t.len() as u64 / 4 + 1).sum();
+            let mut permit = match &inner.limiter {
+                Some(limiter) => Some(limiter.start(tokens).await),
+                None => None,
+            };
             let mut builder = inner
                 .client
                 .post(&url)
@@ -408,7 +415,11 @@ impl Provider for OpenAiCompatible {
                     body: body.chars().take(2000).collect(),
                 });
             }
-            parse_embeddings(&body, count)
+            let embedded = parse_embeddings(&body, count)?;
+            if let Some(permit) = permit.as_mut() {
+                permit.settle(Some(&embedded.usage));
+            }
+            Ok(embedded)
         }))
     }
 
