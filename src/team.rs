@@ -1744,7 +1744,7 @@ delegate = false
             err.to_string(),
             "invalid config: line 5, column 1: `providers.local`: unknown field `modle`, expected \
              one of `base_url`, `model`, `api_key_env`, `tool_format`, `stream`, `max_tokens`, \
-             `temperature`, `retry_attempts`, `retry_base_ms`, `retry_cap_ms`, \
+             `temperature`, `embedding_model`, `retry_attempts`, `retry_base_ms`, `retry_cap_ms`, \
              `retry_after_cap_ms`, `max_concurrency`, `requests_per_minute`, \
              `tokens_per_minute`\n\
              5 | [providers.local]\n  \

@@ -71,19 +71,16 @@ struct Inner {
 
 impl Inner {
     fn live(&mut self, key: &AgentKey) -> &mut Live {
-        if !self.agents.contains_key(key) {
-            let slot = self.next_slot;
-            self.next_slot = self.next_slot.wrapping_add(1);
-            self.agents.insert(
-                key.clone(),
-                Live {
-                    slot,
-                    indexed: usize::MAX,
-                    ..Live::default()
-                },
-            );
-        }
-        self.agents.get_mut(key).expect("inserted above")
+        let next = &mut self.next_slot;
+        self.agents.entry(key.clone()).or_insert_with(|| {
+            let slot = *next;
+            *next = next.wrapping_add(1);
+            Live {
+                slot,
+                indexed: usize::MAX,
+                ..Live::default()
+            }
+        })
     }
 
     #[cfg(feature = "fts")]
