@@ -12,6 +12,7 @@
 //!   1 µs, p99 ≤ 10 µs).
 //!
 //! The runtime is built before anything is measured. Fewer samples under `CI`.
+//! `WARDEN_BENCH_MEMORY=1` runs it with long-term memory on (docs/memory.md).
 //! `cargo bench --no-default-features --bench host` (the lean build is enough).
 use criterion::Criterion;
 use std::{
@@ -53,6 +54,9 @@ fn start() -> (WardenHandle, Vec<AgentKey>) {
     // run) short; deliveries to a full lane are refused as `Busy` (counted below).
     config.mailbox.ordinary_capacity =
         std::num::NonZeroUsize::new(256).unwrap_or(std::num::NonZeroUsize::MIN);
+    // `WARDEN_BENCH_MEMORY=1`: the NPCs with long-term memory (each TRIGGER also stored as an
+    // observation, within the default rate caps; a recall before each model call).
+    config.memory.long_term = std::env::var_os("WARDEN_BENCH_MEMORY").is_some_and(|v| v == "1");
     let warden =
         Warden::start(config, Arc::new(NullJournal::default()), specs).expect("warden starts");
     (warden, keys)

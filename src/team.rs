@@ -97,6 +97,10 @@ pub enum ProviderSpec {
         /// default applies.
         #[serde(default)]
         temperature: Option<f32>,
+        /// The embedding model for long-term memory's relevance (`{base_url}/embeddings`);
+        /// `None` (the default): recall ranks by BM25 (docs/memory.md).
+        #[serde(default)]
+        embedding_model: Option<String>,
         /// Attempts per call, the first included (1 = no retries), 1 to 20. Default 4.
         #[serde(default = "default_retry_attempts")]
         retry_attempts: u32,
@@ -145,6 +149,11 @@ pub enum ProviderSpec {
         /// that is down, for trying the emergency stop.
         #[serde(default)]
         error: Option<String>,
+        /// A deterministic fake embedding of this many dimensions (8 to 4096) for long-term
+        /// memory's relevance (words hashed into dimensions: for tests, not a model of meaning);
+        /// 0 (the default): none.
+        #[serde(default)]
+        embedding_dimensions: u32,
         // The shared limits again, as in `OpenaiCompatible`: serde's `flatten` would lose
         // `deny_unknown_fields` (an unknown key would pass silently).
         /// Calls in flight at once, shared by every agent of this provider (0: no cap), 0 to
@@ -219,6 +228,14 @@ fn validate_providers(providers: &toml::Value) -> Result<(), TeamError> {
             "0 (no limit) to 1000000000".into(),
         )?;
         if spec.get("kind").and_then(toml::Value::as_str) != Some("openai_compatible") {
+            if spec.get("embedding_dimensions") != Some(&toml::Value::Integer(0)) {
+                check(
+                    "embedding_dimensions",
+                    8,
+                    4096,
+                    "0 (none) or 8 to 4096".into(),
+                )?;
+            }
             continue;
         }
         check("retry_attempts", 1, 20, "1 to 20".into())?;
@@ -257,6 +274,7 @@ pub fn provider_defaults_toml() -> String {
 # stream = {stream}                        # true: server-sent events (an idle timeout instead of a total one)
 # max_tokens = 1024                     # optional; unset: not sent (the server's default)
 # temperature = 0.2                     # optional; unset: not sent (the server's default)
+# embedding_model = "bge-small-en-v1.5" # optional: long-term memory's relevance by {{base_url}}/embeddings; unset: BM25
 # retry_attempts = {attempts}                    # attempts per call, the first included; 1 to 20
 # retry_base_ms = {base}                  # backoff before the 2nd attempt, x2 per attempt, 50-100 % jitter; 0 to 600000
 # retry_cap_ms = {cap}                  # upper bound of that backoff; retry_base_ms to 600000
@@ -313,12 +331,14 @@ impl ProviderSpec {
             retry_base_ms,
             retry_cap_ms,
             retry_after_cap_ms,
+            embedding_model,
             ..
         } = self
         else {
             return None;
         };
         Some(OpenAiConfig {
+            embedding_model: embedding_model.clone(),
             tool_format: *tool_format,
             stream: *stream,
             max_tokens: *max_tokens,
@@ -1349,6 +1369,7 @@ impl TeamFile {
                 latency_ms,
                 jitter_ms,
                 error,
+                embedding_dimensions,
                 ..
             } => {
                 let (latency_ms, jitter_ms, cycle) = (*latency_ms, *jitter_ms, *cycle);
@@ -1358,7 +1379,11 @@ impl TeamFile {
                     None => replies.iter().map(ScriptedReply::step).collect(),
                 };
                 let calls = std::sync::atomic::AtomicU64::new(0);
-                let scripted = Arc::new(ScriptedProvider::new([]).with_fallback(move |_| {
+                let mut scripted = ScriptedProvider::new([]);
+                if *embedding_dimensions > 0 {
+                    scripted = scripted.with_embeddings(*embedding_dimensions as usize);
+                }
+                let scripted = Arc::new(scripted.with_fallback(move |_| {
                     // Call `n` (from 0) answers after latency_ms + a deterministic 0..=jitter_ms.
                     let n = calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let last = script.len() - 1;
@@ -1719,7 +1744,7 @@ delegate = false
             err.to_string(),
             "invalid config: line 5, column 1: `providers.local`: unknown field `modle`, expected \
              one of `base_url`, `model`, `api_key_env`, `tool_format`, `stream`, `max_tokens`, \
-             `temperature`, `retry_attempts`, `retry_base_ms`, `retry_cap_ms`, \
+             `temperature`, `embedding_model`, `retry_attempts`, `retry_base_ms`, `retry_cap_ms`, \
              `retry_after_cap_ms`, `max_concurrency`, `requests_per_minute`, \
              `tokens_per_minute`\n\
              5 | [providers.local]\n  \
@@ -2597,6 +2622,7 @@ replies = [
             "stream",
             "max_tokens",
             "temperature",
+            "embedding_model",
             "retry_attempts",
             "retry_base_ms",
             "retry_cap_ms",

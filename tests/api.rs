@@ -398,6 +398,142 @@ async fn put_goals_sets_them_with_the_admin_token_journaled_by_the_operator() {
     replay_matches(&f.journal, &a);
 }
 
+/// Long-term memory over HTTP: read with the read (or admin) token, forgotten only by the admin
+/// (journaled with who), every other token class refused; a player forgotten across all NPCs.
+#[actix_rt::test]
+async fn memories_are_read_with_the_read_token_and_forgotten_only_by_the_admin() {
+    tokio::time::pause();
+    let mut wc = WardenConfig::default();
+    wc.memory.long_term = true;
+    let f = fixture(wc);
+    let a = f.team.assistant("a", chatty());
+    let b = f.team.assistant("b", chatty());
+    for (npc, who, text) in [
+        (&a, "p1", "p1 hid the key"),
+        (&a, "p2", "p2 likes swords"),
+        (&b, "p1", "p1 owes me gold"),
+    ] {
+        let event = warden::protocols::npc::WorldEvent {
+            speaker: warden::protocols::npc::Speaker {
+                id: who.into(),
+                kind: warden::protocols::npc::SpeakerKind::Player,
+            },
+            kind: warden::protocols::npc::WorldEventKind::Whisper,
+            room: None,
+            text: text.into(),
+            mentions: None,
+            oob: Default::default(),
+        };
+        npc.perceive(event).unwrap();
+    }
+    const HOST: &str = "host-secret";
+    let app = test::init_service(
+        App::new().configure(api::configure(
+            ApiState::new(
+                f.team.clone(),
+                ApiConfig {
+                    host_tokens: vec![HOST.into()],
+                    ..config()
+                },
+            )
+            .with_fates(f.journal.clone()),
+        )),
+    )
+    .await;
+    // Reading: read and admin tokens; a host token, a wrong token and none are refused.
+    for (token, expected) in [
+        (Some(READ), StatusCode::OK),
+        (Some(ADMIN), StatusCode::OK),
+        (Some(HOST), StatusCode::FORBIDDEN),
+        (Some("wrong"), StatusCode::UNAUTHORIZED),
+        (None, StatusCode::UNAUTHORIZED),
+    ] {
+        let (status, body) = call!(app, get("/api/agents/a/memories?about=p1", token));
+        assert_eq!(status, expected, "{token:?}: {body}");
+    }
+    let (_, body) = call!(app, get("/api/agents/a/memories?q=key", Some(READ)));
+    assert_eq!(body["memories"].as_array().unwrap().len(), 1, "{body}");
+    assert_eq!(body["memories"][0]["text"], "p1 hid the key");
+    let (_, body) = call!(app, get("/api/agents/a/memories?about=p1", Some(READ)));
+    assert_eq!(body["profile"]["heard"], 1, "{body}");
+    let id = body["memories"][0]["id"].as_u64().unwrap();
+    let (status, _) = call!(app, get("/api/agents/a/memories?nope=1", Some(READ)));
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    // Forgetting: the admin token only.
+    for (path, _) in [
+        (format!("/api/agents/a/memories/{id}"), ()),
+        ("/api/memories?about=p1".to_owned(), ()),
+    ] {
+        for (token, expected) in [
+            (Some(READ), StatusCode::FORBIDDEN),
+            (Some(HOST), StatusCode::FORBIDDEN),
+            (Some("wrong"), StatusCode::UNAUTHORIZED),
+            (None, StatusCode::UNAUTHORIZED),
+        ] {
+            let (status, _) = call!(app, request("DELETE", &path, token, None));
+            assert_eq!(status, expected, "DELETE {path} {token:?}");
+        }
+    }
+    assert_eq!(
+        a.memories(None, None, 10).len(),
+        2,
+        "nothing was forgotten yet"
+    );
+    let (status, body) = call!(
+        app,
+        request(
+            "DELETE",
+            &format!("/api/agents/a/memories/{id}"),
+            Some(ADMIN),
+            None
+        )
+    );
+    assert_eq!(
+        (status, body),
+        (StatusCode::OK, json!({"forgotten": {"a": [id]}}))
+    );
+    let (status, _) = call!(
+        app,
+        request(
+            "DELETE",
+            &format!("/api/agents/a/memories/{id}"),
+            Some(ADMIN),
+            None
+        )
+    );
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = call!(
+        app,
+        request("DELETE", "/api/agents/a/memories/x", Some(ADMIN), None)
+    );
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    // The right to be forgotten: p1 across every NPC, with its profile.
+    let (status, body) = call!(
+        app,
+        request("DELETE", "/api/memories?about=p1", Some(ADMIN), None)
+    );
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body["forgotten"]["b"].as_array().unwrap().len(),
+        1,
+        "{body}"
+    );
+    assert!(b.memories(None, Some("p1"), 10).is_empty() && b.profile("p1").is_none());
+    assert!(a.profile("p1").is_none());
+    assert_eq!(a.memories(None, None, 10).len(), 1, "p2's memory stays");
+    let (status, _) = call!(
+        app,
+        request("DELETE", "/api/memories?about=", Some(ADMIN), None)
+    );
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(f.journal.events_of("b").iter().any(|e| matches!(
+        &e.kind,
+        EventKind::MemoryForgotten { about: Some(p), by, .. } if p == "p1" && by == api::API_OPERATOR
+    )));
+    replay_matches(&f.journal, &a);
+    replay_matches(&f.journal, &b);
+}
+
 #[actix_rt::test]
 async fn halt_one_and_halt_all_stop_agents_and_refuse_further_events() {
     tokio::time::pause();

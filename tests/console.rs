@@ -59,6 +59,7 @@ replies = [{{ tool = "delegate", args = {{ agent = "helper", task = "look" }} }}
 [[agents]]
 key = "greeter"
 provider = "ok"
+memory = {{ long_term = true }}
 
 [[agents]]
 key = "flaky"
@@ -1263,7 +1264,7 @@ fn the_console_in_a_headless_browser() {
         "POST",
         "/api/agents/greeter/world",
         ADMIN,
-        Some(json!({"speaker": {"id": "p1", "kind": "player"}, "kind": "whisper", "text": "psst"})),
+        Some(json!({"speaker": {"id": "p1", "kind": "player"}, "kind": "whisper", "text": "psst <b>bold</b>"})),
     );
     assert_eq!(status, 200, "{seen}");
     browser.goto(&format!("{}/#agent/greeter", serve.url));
@@ -1275,6 +1276,12 @@ fn the_console_in_a_headless_browser() {
     browser.until(
         "the NPC summary",
         "return document.getElementById('agent-summary').textContent.includes('NPC: last classification')",
+    );
+    // What it remembers (long-term memory): the whisper, as text (never as markup).
+    browser.until(
+        "the NPC's memories",
+        "const m = document.getElementById('agent-memories'); \
+         return !!m && m.textContent.includes('p1 (whisper, trust 0.9): psst <b>bold</b>') && !m.querySelector('b')",
     );
     browser.until(
         "greeter's detail",

@@ -1025,6 +1025,11 @@ provider = "slowly"
 [[agents]]
 key = "down"
 provider = "down"
+
+[[agents]]
+key = "m"
+provider = "scripted"
+memory = { long_term = true }
 "#;
 
 /// One acknowledged request: asserts a `2xx` and returns the body as JSON.
@@ -1082,6 +1087,72 @@ fn every_state_change_acknowledged_over_http_survives_a_sigkill_right_after_its_
         check(
             server.status("a")["goals"] == serde_json::json!(goals),
             "goals lost after the restart",
+        );
+
+        // Long-term memory: two players whisper to `m` (the world route answers once the
+        // observation is on disk); one memory is deleted, the other player forgotten everywhere.
+        let (p, q) = (format!("p{round}"), format!("q{round}"));
+        for who in [&p, &q] {
+            let body = serde_json::json!({
+                "speaker": {"id": who, "kind": "player"}, "kind": "whisper",
+                "text": format!("{who} says the river is high")
+            })
+            .to_string();
+            acknowledged(&server, "POST", "/api/agents/m/world", Some(&body));
+        }
+        let listed = acknowledged(
+            &server,
+            "GET",
+            &format!("/api/agents/m/memories?about={p}"),
+            None,
+        );
+        let id = listed["memories"][0]["id"].as_u64().expect("a memory of p");
+        let about = |db: &Path, who: &str| {
+            record_of(db, "m").memory().map_or(0, |s| {
+                s.about(who).len() + usize::from(s.profiles.contains_key(who))
+            })
+        };
+        covered.insert(("DELETE", "/api/agents/{key}/memories/{id}"));
+        acknowledged(
+            &server,
+            "DELETE",
+            &format!("/api/agents/m/memories/{id}"),
+            None,
+        );
+        server.kill();
+        check(
+            record_of(&db, "m")
+                .memory()
+                .is_some_and(|s| !s.memories.contains_key(&id)),
+            "memory delete lost",
+        );
+        server = Server::start(&dir);
+        let listed = acknowledged(
+            &server,
+            "GET",
+            &format!("/api/agents/m/memories?about={p}"),
+            None,
+        );
+        check(
+            listed["memories"].as_array().is_some_and(|m| m.is_empty()),
+            "memory delete lost after the restart",
+        );
+        covered.insert(("DELETE", "/api/memories"));
+        check(about(&db, &q) > 0, "q's memory was stored");
+        acknowledged(&server, "DELETE", &format!("/api/memories?about={q}"), None);
+        server.kill();
+        check(about(&db, &q) == 0, "forgetting a player lost");
+        server = Server::start(&dir);
+        let listed = acknowledged(
+            &server,
+            "GET",
+            &format!("/api/agents/m/memories?about={q}"),
+            None,
+        );
+        check(
+            listed["memories"].as_array().is_some_and(|m| m.is_empty())
+                && listed["profile"].is_null(),
+            "forgetting a player lost after the restart",
         );
 
         covered.insert(("POST", "/api/agents/{key}/pause"));

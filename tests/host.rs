@@ -445,3 +445,29 @@ fn a_paused_clock_answers_a_slow_model_at_once() {
     }
     warden.shutdown();
 }
+
+/// The host's `recall(npc, about)`: what the NPC remembers of a player, for game logic
+/// (long-term memory, docs/memory.md).
+#[test]
+fn the_host_recalls_what_an_npc_remembers_about_a_player() {
+    let mut config = WardenConfig::default();
+    config.memory.long_term = true;
+    let warden = start(config, &["smith"], Duration::ZERO);
+    assert_eq!(warden.recall("smith", "p1"), None);
+    let whisper = WorldEvent::player(
+        "p1",
+        WorldEventKind::Whisper,
+        "I am Aldric, and I owe you ten gold",
+    )
+    .in_room("forge");
+    warden.try_deliver("smith", whisper).unwrap();
+    drain(&warden, 1);
+    let recalled = warden.recall("smith", "p1").expect("something about p1");
+    assert!(recalled.contains("about p1 (player)"), "{recalled}");
+    assert!(
+        recalled.contains("\"I am Aldric, and I owe you ten gold\""),
+        "{recalled}"
+    );
+    assert_eq!(warden.recall("nobody", "p1"), None);
+    warden.shutdown();
+}

@@ -151,7 +151,8 @@ fn allowed(method: &str, path: &str) -> &'static [Class] {
             | "/api/events"
             | "/api/events/recent"
             | "/api/fleet"
-            | "/api/breakers/recent",
+            | "/api/breakers/recent"
+            | "/api/agents/{key}/memories",
         ) => &[Admin, Read],
         (
             "POST",
@@ -164,7 +165,8 @@ fn allowed(method: &str, path: &str) -> &'static [Class] {
             | "/api/agents/{key}/resume"
             | "/api/interventions/{id}",
         )
-        | ("PUT", "/api/agents/{key}/goals") => &[Admin],
+        | ("PUT", "/api/agents/{key}/goals")
+        | ("DELETE", "/api/agents/{key}/memories/{id}" | "/api/memories") => &[Admin],
         _ => panic!("{method} {path} is not classified: add it to `allowed`"),
     }
 }

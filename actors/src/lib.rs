@@ -52,10 +52,10 @@ pub mod fuzzing {
     pub use crate::provider::fuzzing::*;
 }
 pub mod context;
-pub use agent::memory;
 pub mod host;
 mod journal;
 pub mod mailbox;
+pub mod memory;
 pub mod npc;
 mod provider;
 pub mod safety;
@@ -74,9 +74,9 @@ pub use agent::{
 pub use context::{Advisory, ContextStrategy, Trimmed};
 pub use journal::{already_durable, now_ms, Journal, MemoryJournal, NotDurable, NullJournal};
 pub use provider::{
-    provider_limit_stats, CallPermit, Latency, Limited, LlmRequest, LlmResponse, Provider,
-    ProviderError, ProviderLimitStats, ProviderLimiter, ProviderLimits, ScriptStats, ScriptStep,
-    ScriptedProvider,
+    provider_limit_stats, CallPermit, Embedded, Latency, Limited, LlmRequest, LlmResponse,
+    Provider, ProviderError, ProviderLimitStats, ProviderLimiter, ProviderLimits, ScriptStats,
+    ScriptStep, ScriptedProvider,
 };
 #[cfg(feature = "openai")]
 pub use provider::{

@@ -834,3 +834,60 @@ fn config_defaults_and_serde() {
     assert_eq!(back.api_key, None);
     assert_eq!(back.retry, parsed.retry);
 }
+
+/// Long-term memory's embeddings: `POST {base_url}/embeddings` with the embedding model and the
+/// texts; vectors put back in input order by `index`; usage counted; a wrong count or an error
+/// status is an error (recall then stays on BM25); no embedding model: no call at all.
+#[tokio::test]
+async fn embeddings_are_asked_of_the_embeddings_endpoint() {
+    let server = Server::start(vec![
+        vec![ok_json(json!({
+            "object": "list",
+            "data": [
+                {"object": "embedding", "index": 1, "embedding": [0.0, 1.0]},
+                {"object": "embedding", "index": 0, "embedding": [1.0, 0.0]}
+            ],
+            "model": "small-embedder",
+            "usage": {"prompt_tokens": 7, "total_tokens": 7}
+        }))],
+        vec![ok_json(json!({"data": [{"index": 0, "embedding": [1.0]}]}))],
+        vec![status(503, "busy")],
+    ])
+    .await;
+    let mut with_model = config(&server);
+    with_model.embedding_model = Some("small-embedder".into());
+    let provider = OpenAiCompatible::new(with_model).unwrap();
+    let texts = vec!["my name is Aldric".to_owned(), "who am I?".to_owned()];
+    let embedded = provider
+        .embed(texts.clone())
+        .expect("an embedding model")
+        .await
+        .unwrap();
+    assert_eq!(embedded.vectors, vec![vec![1.0, 0.0], vec![0.0, 1.0]]);
+    assert_eq!(
+        (embedded.usage.prompt_tokens, embedded.usage.estimated),
+        (7, false)
+    );
+    let requests = server.requests();
+    assert!(
+        requests[0].head.starts_with("post /v1/embeddings "),
+        "{}",
+        requests[0].head
+    );
+    assert_eq!(
+        requests[0].body,
+        json!({"model": "small-embedder", "input": ["my name is Aldric", "who am I?"]})
+    );
+    let wrong = provider.embed(texts.clone()).unwrap().await.unwrap_err();
+    assert!(
+        matches!(wrong, ProviderError::Malformed { .. }),
+        "{wrong:?}"
+    );
+    let down = provider.embed(texts.clone()).unwrap().await.unwrap_err();
+    assert!(
+        matches!(down, ProviderError::Http { status: 503, .. }),
+        "{down:?}"
+    );
+    let without = OpenAiCompatible::new(config(&server)).unwrap();
+    assert!(without.embed(texts).is_none());
+}

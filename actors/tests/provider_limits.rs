@@ -483,3 +483,47 @@ async fn calls_queued_through_a_pause_are_spaced_again_after_it() {
         assert!(pair[1] - pair[0] >= Duration::from_secs(1), "{starts:?}");
     }
 }
+
+/// An embedding call (long-term memory) takes a permit of the shared limits like a model call: with
+/// `max_concurrency = 1` and a model call holding the permit, the embedding waits for it.
+#[tokio::test(start_paused = true)]
+async fn an_embedding_call_waits_for_the_shared_limits_like_a_model_call() {
+    let limiter = ProviderLimiter::new(
+        "p",
+        ProviderLimits {
+            max_concurrency: 1,
+            ..ProviderLimits::default()
+        },
+    );
+    let scripted = warden_actors::ScriptedProvider::new([]).with_fallback(|_| {
+        warden_actors::ScriptStep::reply("slow").delayed(Duration::from_secs(10))
+    });
+    let provider = Arc::new(Limited::new(
+        Arc::new(scripted.with_embeddings(16)),
+        limiter.clone(),
+    ));
+    let chat = tokio::spawn({
+        let provider = provider.clone();
+        async move {
+            provider
+                .complete(warden_actors::LlmRequest {
+                    agent: "a".into(),
+                    messages: vec![warden_protocols::ChatMessage::user("hi")],
+                    tools: Vec::new(),
+                })
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(limiter.stats().in_flight, 1);
+    let embed = tokio::spawn({
+        let provider = provider.clone();
+        async move { provider.embed(vec!["x".into()]).unwrap().await }
+    });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!embed.is_finished(), "the embedding waited for the permit");
+    assert_eq!(limiter.stats().waiting, 1);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(chat.await.unwrap().is_ok());
+    assert_eq!(embed.await.unwrap().unwrap().vectors.len(), 1);
+}

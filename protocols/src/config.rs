@@ -73,6 +73,25 @@ pub struct MemoryConfig {
     /// reflection on the recent conversation; the latest 3 are carried in the system message.
     /// 0 = off, up to 10000. Default 0.
     pub reflection_interval: u32,
+    /// Long-term memory (docs/memory.md): perceived TRIGGER and CONTEXT events are stored as
+    /// observations, memories are recalled before each model call, and the agent gets the
+    /// `remember`, `recall` and `forget` tools. Default false.
+    pub long_term: bool,
+    /// The most memories an agent keeps, 10 to 1,000,000; past it the least retained older than
+    /// a game day is evicted. Default 2000.
+    pub max_memories: u32,
+    /// The most bytes of memories an agent keeps, 4096 to 1 GiB. Default 262144 (256 KiB).
+    pub max_bytes: u64,
+    /// The most memories recalled into one model call, 0 to 64 (0: recall off). Default 8.
+    pub recall_k: u8,
+    /// The most tokens the recalled memories take in a model call (~4 characters a token), 50 to
+    /// 100000. Default 400.
+    pub recall_tokens: u32,
+    /// Observations stored per speaker per real minute, 1 to 10000: past it a
+    /// speaker's chatter is not stored (a flood cannot flood memory). Default 6.
+    pub speaker_writes_per_minute: u32,
+    /// Memories written per agent per real minute (all speakers and tools), 1 to 100000. Default 30.
+    pub writes_per_minute: u32,
 }
 
 impl MemoryConfig {
@@ -102,6 +121,48 @@ impl MemoryConfig {
             0,
             10_000,
             "0 (off) to 10000",
+        )?;
+        range_u64(
+            "memory.max_memories",
+            self.max_memories.into(),
+            10,
+            1_000_000,
+            "10 to 1000000",
+        )?;
+        range_u64(
+            "memory.max_bytes",
+            self.max_bytes,
+            4096,
+            1 << 30,
+            "4096 to 1073741824",
+        )?;
+        range_u64(
+            "memory.recall_k",
+            self.recall_k.into(),
+            0,
+            64,
+            "0 (off) to 64",
+        )?;
+        range_u64(
+            "memory.recall_tokens",
+            self.recall_tokens.into(),
+            50,
+            100_000,
+            "50 to 100000",
+        )?;
+        range_u64(
+            "memory.speaker_writes_per_minute",
+            self.speaker_writes_per_minute.into(),
+            1,
+            10_000,
+            "1 to 10000",
+        )?;
+        range_u64(
+            "memory.writes_per_minute",
+            self.writes_per_minute.into(),
+            1,
+            100_000,
+            "1 to 100000",
         )
     }
 }
@@ -119,6 +180,20 @@ pub struct MemoryOverride {
     pub summary_percent: Option<u8>,
     /// Replaces `memory.reflection_interval`.
     pub reflection_interval: Option<u32>,
+    /// Replaces `memory.long_term`.
+    pub long_term: Option<bool>,
+    /// Replaces `memory.max_memories`.
+    pub max_memories: Option<u32>,
+    /// Replaces `memory.max_bytes`.
+    pub max_bytes: Option<u64>,
+    /// Replaces `memory.recall_k`.
+    pub recall_k: Option<u8>,
+    /// Replaces `memory.recall_tokens`.
+    pub recall_tokens: Option<u32>,
+    /// Replaces `memory.speaker_writes_per_minute`.
+    pub speaker_writes_per_minute: Option<u32>,
+    /// Replaces `memory.writes_per_minute`.
+    pub writes_per_minute: Option<u32>,
 }
 
 impl MemoryOverride {
@@ -129,6 +204,15 @@ impl MemoryOverride {
             keep_percent: self.keep_percent.unwrap_or(team.keep_percent),
             summary_percent: self.summary_percent.unwrap_or(team.summary_percent),
             reflection_interval: self.reflection_interval.unwrap_or(team.reflection_interval),
+            long_term: self.long_term.unwrap_or(team.long_term),
+            max_memories: self.max_memories.unwrap_or(team.max_memories),
+            max_bytes: self.max_bytes.unwrap_or(team.max_bytes),
+            recall_k: self.recall_k.unwrap_or(team.recall_k),
+            recall_tokens: self.recall_tokens.unwrap_or(team.recall_tokens),
+            speaker_writes_per_minute: self
+                .speaker_writes_per_minute
+                .unwrap_or(team.speaker_writes_per_minute),
+            writes_per_minute: self.writes_per_minute.unwrap_or(team.writes_per_minute),
         }
     }
 }
@@ -140,6 +224,13 @@ impl Default for MemoryConfig {
             keep_percent: 40,
             summary_percent: 10,
             reflection_interval: 0,
+            long_term: false,
+            max_memories: 2000,
+            max_bytes: 256 * 1024,
+            recall_k: 8,
+            recall_tokens: 400,
+            speaker_writes_per_minute: 6,
+            writes_per_minute: 30,
         }
     }
 }
@@ -929,6 +1020,59 @@ mod tests {
 
     fn err(text: &str) -> String {
         WardenConfig::from_toml(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn long_term_memory_keys_have_defaults_ranges_and_exact_errors() {
+        let m = WardenConfig::default().memory;
+        assert!(!m.long_term);
+        assert_eq!(
+            (
+                m.max_memories,
+                m.max_bytes,
+                m.recall_k,
+                m.recall_tokens,
+                m.speaker_writes_per_minute,
+                m.writes_per_minute
+            ),
+            (2000, 262_144, 8, 400, 6, 30)
+        );
+        let c = WardenConfig::from_toml(
+            "[memory]\nlong_term = true\nmax_memories = 10\nmax_bytes = 4096\nrecall_k = 0\nrecall_tokens = 50\n",
+        )
+        .unwrap();
+        assert!(c.memory.long_term && c.memory.recall_k == 0 && c.memory.max_bytes == 4096);
+        for (text, message) in [
+            (
+                "max_memories = 9",
+                "`memory.max_memories`: 9 (allowed: 10 to 1000000)",
+            ),
+            (
+                "max_bytes = 4095",
+                "`memory.max_bytes`: 4095 (allowed: 4096 to 1073741824)",
+            ),
+            (
+                "recall_k = 65",
+                "`memory.recall_k`: 65 (allowed: 0 (off) to 64)",
+            ),
+            (
+                "recall_tokens = 49",
+                "`memory.recall_tokens`: 49 (allowed: 50 to 100000)",
+            ),
+            (
+                "speaker_writes_per_minute = 0",
+                "`memory.speaker_writes_per_minute`: 0 (allowed: 1 to 10000)",
+            ),
+            (
+                "writes_per_minute = 100001",
+                "`memory.writes_per_minute`: 100001 (allowed: 1 to 100000)",
+            ),
+        ] {
+            assert_eq!(
+                err(&format!("[memory]\n{text}\n")),
+                format!("invalid value for {message}")
+            );
+        }
     }
 
     #[test]

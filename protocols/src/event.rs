@@ -770,6 +770,50 @@ pub enum EventKind {
         /// Why, in words (`sleep hours began at game hour 2.00`, `no player in tavern`, …).
         cause: String,
     },
+    /// Record: `memory` gains `memory` (long-term memory, docs/memory.md) after the `evicted` ids
+    /// are removed; a fact is merged into or resolved against a standing one by
+    /// [`crate::memory::MemoryStore::stored`].
+    MemoryStored {
+        /// The new memory (its links chosen when it was stored). Boxed: every event's size is
+        /// its largest variant's.
+        memory: Box<crate::memory::Memory>,
+        /// The memories evicted to keep the store within `memory.max_memories` and
+        /// `memory.max_bytes` (the lowest retention first).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        evicted: Vec<u64>,
+    },
+    /// Record: the `ids` are removed from `memory`, and the profile of `about` when given.
+    MemoryForgotten {
+        /// The memories removed.
+        ids: Vec<u64>,
+        /// The entity forgotten (`DELETE /api/memories?about=`), when it was one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        about: Option<String>,
+        /// Who: `model` (the `forget` tool) or the operator's name.
+        by: String,
+    },
+    /// Record: `memory.consolidation = {day, phase}` — a night's consolidation reached `phase`
+    /// (design 001's `consolidation_progress`): journaled in one batch with what the phase before
+    /// it did, so a crash mid-phase resumes at the phase it reached.
+    MemoryConsolidated {
+        /// The game day consolidated.
+        day: u64,
+        /// The phase reached (the next to run, or `done`).
+        phase: crate::memory::SleepPhase,
+    },
+    /// Record: `memory.scheduled_wake = at` — the agent scheduled its wake within its sleep
+    /// hours (the `wake_at` tool; design 001's `scheduled_wake_time`).
+    WakeScheduled {
+        /// The wake, in memory time (game seconds).
+        at: f64,
+    },
+    /// Record: the `ids` were recalled into a model call: `accessed = at` (memory time).
+    MemoryRecalled {
+        /// The memories recalled.
+        ids: Vec<u64>,
+        /// Memory time of the recall.
+        at: f64,
+    },
     /// Record: `restarts += 1`. Safety state is kept.
     Restarted {
         /// The restart count after this restart.

@@ -20,6 +20,7 @@ pub mod cluster;
 mod config;
 mod event;
 mod mcp;
+pub mod memory;
 pub mod npc;
 mod permissions;
 mod priority;

@@ -174,7 +174,7 @@ pub struct AgentRecord {
 }
 
 /// The rarely set part of an [`AgentRecord`] ([`AgentRecord::outstanding`]).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Outstanding {
     /// Messages halts cleared that no `MessagesDiscarded` has listed yet (a halt is acknowledged
     /// before its listing is written): `Halted` adds its `discarded`, each listed message takes one
@@ -197,6 +197,11 @@ pub struct Outstanding {
     /// while none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub asking: Option<String>,
+    /// Long-term memory (docs/memory.md): memories and entity profiles, from the first
+    /// `memory_stored` on (read it with [`AgentRecord::memory`]). Here, in the boxed part, because
+    /// most agents have none and an idle agent's record is part of its cell. Omitted while `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Box<crate::memory::MemoryStore>>,
 }
 
 impl Outstanding {
@@ -214,6 +219,7 @@ impl Outstanding {
             && self.discarding.is_empty()
             && self.error_window.is_empty()
             && self.asking.is_none()
+            && self.memory.is_none()
     }
 }
 
@@ -328,6 +334,12 @@ impl AgentRecord {
         }
     }
 
+    fn memory_mut(&mut self) -> Option<&mut crate::memory::MemoryStore> {
+        self.outstanding
+            .as_deref_mut()
+            .and_then(|o| o.memory.as_deref_mut())
+    }
+
     fn outstanding_mut(&mut self) -> &mut Outstanding {
         self.outstanding.get_or_insert_with(Box::default)
     }
@@ -335,6 +347,13 @@ impl AgentRecord {
     /// The tool call a permission ask holds ([`Outstanding::asking`]), if any.
     pub fn asking_call(&self) -> Option<String> {
         self.outstanding.as_deref().and_then(|o| o.asking.clone())
+    }
+
+    /// Long-term memory (docs/memory.md), from the first `memory_stored` on.
+    pub fn memory(&self) -> Option<&crate::memory::MemoryStore> {
+        self.outstanding
+            .as_deref()
+            .and_then(|o| o.memory.as_deref())
     }
 
     fn stop_asking(&mut self) {
@@ -566,10 +585,35 @@ impl AgentRecord {
                 unpriced,
             } => self.usage.add(*usage, *cost, *unpriced),
             EventKind::Restarted { restarts } => self.restarts = *restarts,
+            EventKind::MemoryStored { memory, evicted } => {
+                self.outstanding_mut()
+                    .memory
+                    .get_or_insert_with(Default::default)
+                    .stored(memory, evicted);
+            }
+            EventKind::MemoryForgotten { ids, about, .. } => {
+                if let Some(store) = self.memory_mut() {
+                    store.forgotten(ids, about.as_deref());
+                }
+            }
+            EventKind::MemoryConsolidated { day, phase } => {
+                if let Some(store) = self.memory_mut() {
+                    store.consolidated(*day, *phase);
+                }
+            }
+            EventKind::WakeScheduled { at } => {
+                if let Some(store) = self.memory_mut() {
+                    store.scheduled_wake = Some(*at);
+                }
+            }
+            EventKind::MemoryRecalled { ids, at } => {
+                if let Some(store) = self.memory_mut() {
+                    store.recalled(ids, *at);
+                }
+            }
             EventKind::TransitionRefused { .. }
             | EventKind::WorkRefused { queued: None, .. }
             | EventKind::ToolStarted { .. }
-            | EventKind::ToolFinished { .. }
             | EventKind::ToolRefused { .. }
             | EventKind::DelegationRequested { .. }
             | EventKind::DelegationRefused { .. }
@@ -586,7 +630,24 @@ impl AgentRecord {
             | EventKind::Crashed { .. }
             | EventKind::Perceived { .. }
             | EventKind::TokenBudgetWaiting { .. }
-            | EventKind::NpcModeChanged { .. } => {}
+            | EventKind::NpcModeChanged {
+                to: crate::npc::NpcMode::Asleep | crate::npc::NpcMode::Idle,
+                ..
+            } => {}
+            // Design 001's `activity_since_wake`, for agents with long-term memory.
+            EventKind::ToolFinished { .. } => {
+                if let Some(store) = self.memory_mut() {
+                    store.activity_since_wake = store.activity_since_wake.saturating_add(1);
+                }
+            }
+            EventKind::NpcModeChanged {
+                to: crate::npc::NpcMode::Awake,
+                ..
+            } => {
+                if let Some(store) = self.memory_mut() {
+                    store.activity_since_wake = 0;
+                }
+            }
         }
     }
 

@@ -37,6 +37,67 @@ pub fn is_reflection_request(request: &LlmRequest) -> bool {
     })
 }
 
+/// The system message of a pre-compaction extraction request (design 001's
+/// `pre_compact_extraction`; see [`is_extraction_request`]): with long-term memory on, the facts in
+/// the part of the history about to be summarised are stored before it leaves the window.
+pub const EXTRACTION_PROMPT: &str = "You maintain the long-term memory of an agent. The user message is a transcript of the oldest part of its conversation, about to be removed from its context. List the facts worth remembering as a JSON array of objects {\"subject\", \"predicate\", \"object\", \"said_by\", \"importance\"}: subject, predicate and object short (e.g. \"p1\", \"name\", \"Aldric\"), said_by the id of the speaker who said it as shown in the transcript (\"self\" for the agent), importance 1 to 10. Use a speaker's id as the subject for facts about them. Do not call any tool. Reply with the JSON array only ([] when there is nothing).";
+
+/// The most facts one extraction stores.
+pub const MAX_EXTRACTED: usize = 20;
+
+/// Whether `request` is an extraction request: its first message is the system message
+/// [`EXTRACTION_PROMPT`].
+pub fn is_extraction_request(request: &LlmRequest) -> bool {
+    request.messages.first().is_some_and(|m| {
+        m.role == ChatRole::System && m.content.as_deref() == Some(EXTRACTION_PROMPT)
+    })
+}
+
+/// One fact of an extraction's answer.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct Extracted {
+    /// What it is about.
+    pub subject: String,
+    /// The relation.
+    pub predicate: String,
+    /// The value.
+    pub object: String,
+    /// Who said it (a speaker id of the transcript, `self`).
+    #[serde(default)]
+    pub said_by: Option<String>,
+    /// 1 to 10 (absent: 5).
+    #[serde(default)]
+    pub importance: Option<u8>,
+}
+
+/// The facts of an extraction's answer: the first JSON array in `text` (a model may wrap it in
+/// prose or a code fence); entries that are not facts are skipped, at most [`MAX_EXTRACTED`].
+/// Malformed output gives no facts, never an error that stops the turn.
+pub fn parse_extraction(text: &str) -> Vec<Extracted> {
+    let Some(start) = text.find('[') else {
+        return Vec::new();
+    };
+    let Some(end) = text.rfind(']') else {
+        return Vec::new();
+    };
+    if end < start {
+        return Vec::new();
+    }
+    let Ok(items) = serde_json::from_str::<Vec<serde_json::Value>>(&text[start..=end]) else {
+        return Vec::new();
+    };
+    items
+        .into_iter()
+        .filter_map(|v| serde_json::from_value::<Extracted>(v).ok())
+        .filter(|f| {
+            [&f.subject, &f.predicate, &f.object]
+                .iter()
+                .all(|s| !s.trim().is_empty() && s.chars().count() <= 200)
+        })
+        .take(MAX_EXTRACTED)
+        .collect()
+}
+
 /// How a summary starts in the history: `[memory: summary of N earlier messages]`.
 pub const SUMMARY_HEADER: &str = "[memory: summary of";
 
@@ -191,10 +252,45 @@ fn side_request(cell: &AgentCell, prompt: &str, text: String) -> LlmRequest {
     }
 }
 
+/// A long-term memory call of its own (extraction, dreaming): the system message `prompt`, the
+/// user message `text`, no tools; its tokens count against the budgets, and a budget that would
+/// stop the agent refuses it. `None`: a halt came. `Some(None)`: refused, failed or empty.
+pub(crate) async fn side_call(
+    cell: &AgentCell,
+    token: &CancellationToken,
+    prompt: &str,
+    text: String,
+) -> Option<Option<String>> {
+    let request = side_request(cell, prompt, text);
+    if !budgets_allow(cell, &request) {
+        return Some(None);
+    }
+    match call_provider(cell, token, request).await {
+        None => None,
+        Some(Ok(response)) => {
+            cell.record_usage(response.usage);
+            Some(
+                response
+                    .message
+                    .content
+                    .filter(|t| !t.trim().is_empty() && response.message.tool_calls.is_empty()),
+            )
+        }
+        Some(Err(error)) => {
+            tracing::warn!(agent = %cell.key, %error, "memory call failed; skipped");
+            Some(None)
+        }
+    }
+}
+
 /// Whether the budgets let `request` go (a verdict that would stop or lock out the agent refuses
 /// it; the turn's own request then obeys that verdict).
 fn budgets_allow(cell: &AgentCell, request: &LlmRequest) -> bool {
-    let estimate = context::estimate_tokens(&request.messages);
+    budgets_allow_tokens(cell, context::estimate_tokens(&request.messages))
+}
+
+/// Whether the budgets let a call of about `estimate` tokens go (see `budgets_allow`).
+pub(crate) fn budgets_allow_tokens(cell: &AgentCell, estimate: u64) -> bool {
     cell.breakers(|b| b.before_llm_call(estimate))
         .is_none_or(|v| {
             matches!(
@@ -213,6 +309,9 @@ pub(super) async fn compact_if_due(
     let Some(plan) = cell.compaction_plan() else {
         return true;
     };
+    if cell.settings.memory.long_term && !extract(cell, token, &plan.transcript, &stale).await {
+        return false;
+    }
     let request = side_request(cell, SUMMARY_PROMPT, plan.transcript);
     let allowed = budgets_allow(cell, &request);
     let (summary, fallback) = if allowed {
@@ -257,6 +356,7 @@ pub(super) async fn compact_if_due(
     if rec.history.get(plan.removed - 1) != Some(&plan.boundary) {
         return true;
     }
+    let text = (!fallback).then(|| summary.content.clone()).flatten();
     cell.emit(
         &mut rec,
         EventKind::HistoryCompacted {
@@ -265,6 +365,63 @@ pub(super) async fn compact_if_due(
             fallback,
         },
     );
+    drop(rec);
+    // Long-term memory keeps the summary too (the history keeps only the latest).
+    if let Some(text) = text.filter(|_| cell.settings.memory.long_term) {
+        let text = text.split_once('\n').map_or(text.as_str(), |(_, t)| t);
+        let _ = cell.store_memory(crate::memory::MemoryKind::Summary, text, 6, 1.0);
+    }
+    true
+}
+
+/// Pre-compaction extraction (design 001): the model lists the facts in the transcript about to
+/// be summarised; each is stored (`store_fact`) with the trust of the speaker who said it (its
+/// latest perceived event's; an id never perceived: `npc.trust.say`; `self`: the claim threshold),
+/// so a rumour becomes a claim, never a fact. Its tokens count against the budgets; a budget that
+/// refuses it, a failed call or malformed output skip it. `false`: a halt came.
+async fn extract(
+    cell: &AgentCell,
+    token: &CancellationToken,
+    transcript: &str,
+    stale: &impl Fn() -> bool,
+) -> bool {
+    let Some(text) = side_call(cell, token, EXTRACTION_PROMPT, transcript.to_owned()).await else {
+        return false;
+    };
+    let text = text.unwrap_or_default();
+    if stale() {
+        return false;
+    }
+    let npc = &cell.settings.npc;
+    for fact in parse_extraction(&text) {
+        let by = fact
+            .said_by
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .unwrap_or("self")
+            .to_owned();
+        let trust = if by == "self" {
+            npc.trigger_min_trust
+        } else {
+            cell.safety
+                .memory
+                .trust_of(&cell.key, &by)
+                .unwrap_or(npc.trust.say)
+        };
+        let importance = fact.importance.unwrap_or(5);
+        if let Err(why) = cell.store_fact(
+            &fact.subject,
+            &fact.predicate,
+            &fact.object,
+            trust,
+            &by,
+            Vec::new(),
+            importance,
+        ) {
+            tracing::debug!(agent = %cell.key, %why, "extracted fact not stored");
+        }
+    }
     true
 }
 
@@ -320,7 +477,52 @@ pub(super) async fn reflect_if_due(
     }
     if let Some(text) = text {
         let reflection: String = text.trim().chars().take(REFLECTION_MAX_CHARS).collect();
+        if cell.settings.memory.long_term {
+            let _ = cell.store_memory(crate::memory::MemoryKind::Reflection, &reflection, 7, 1.0);
+        }
         cell.note(EventKind::Reflected { reflection });
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_extraction_is_read_from_prose_or_a_fence_and_malformed_output_gives_nothing() {
+        let facts = parse_extraction(
+            "Sure! ```json\n[{\"subject\": \"p1\", \"predicate\": \"name\", \"object\": \"Aldric\", \"said_by\": \"p1\"},\n {\"subject\": \"\", \"predicate\": \"x\", \"object\": \"y\"},\n {\"note\": \"not a fact\"},\n 42]\n```",
+        );
+        assert_eq!(facts.len(), 1);
+        assert_eq!(
+            (
+                facts[0].subject.as_str(),
+                facts[0].said_by.as_deref(),
+                facts[0].importance
+            ),
+            ("p1", Some("p1"), None)
+        );
+        for bad in [
+            "",
+            "no facts",
+            "[{\"subject\": ",
+            "] [",
+            "{\"subject\": \"a\"}",
+        ] {
+            assert!(parse_extraction(bad).is_empty(), "{bad}");
+        }
+        let many: Vec<String> = (0..50)
+            .map(|i| format!("{{\"subject\":\"s{i}\",\"predicate\":\"p\",\"object\":\"o\"}}"))
+            .collect();
+        assert_eq!(
+            parse_extraction(&format!("[{}]", many.join(","))).len(),
+            MAX_EXTRACTED
+        );
+        let long = "x".repeat(201);
+        assert!(parse_extraction(&format!(
+            "[{{\"subject\":\"{long}\",\"predicate\":\"p\",\"object\":\"o\"}}]"
+        ))
+        .is_empty());
+    }
 }

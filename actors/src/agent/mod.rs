@@ -17,7 +17,7 @@
 
 pub(crate) mod actor;
 pub(crate) mod cell;
-pub mod memory;
+pub(crate) mod memory;
 pub(crate) mod reply;
 pub(crate) mod turn;
 

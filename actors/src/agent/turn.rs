@@ -157,6 +157,7 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
             trace,
         } => {
             cell.begin_task();
+            cell.memory_turn(event.sender.as_deref(), true);
             let message = ChatMessage::user(event_message(&event));
             let mut events = vec![EventKind::EventTaken { id }];
             // What the NPC perceived as context since its last turn comes first (never a turn of
@@ -184,6 +185,7 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
         Work::Tick => {
             cell.tick_left_lane();
             cell.begin_task();
+            cell.memory_turn(None, false);
             let mut events = Vec::with_capacity(2);
             if let Some(context) = cell.take_context() {
                 events.push(EventKind::HistoryAppended { message: context });
@@ -210,6 +212,7 @@ pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
             parent,
         }) => {
             cell.begin_task();
+            cell.memory_turn(None, false);
             cell.append_history(ChatMessage::user(task));
             Taken {
                 lineage,
@@ -491,8 +494,10 @@ impl React<'_> {
     async fn memory(&self) -> Next<()> {
         let (cell, token) = (self.cell, self.token);
         let go = (self.iteration > 1
-            || super::memory::reflect_if_due(cell, token, || self.stale()).await)
-            && super::memory::compact_if_due(cell, token, || self.stale()).await;
+            || (crate::memory::sleep::consolidate_if_asleep(cell, token, || self.stale()).await
+                && super::memory::reflect_if_due(cell, token, || self.stale()).await))
+            && super::memory::compact_if_due(cell, token, || self.stale()).await
+            && crate::memory::embed::prepare(cell, token).await;
         if go {
             Next::Go(())
         } else {
@@ -503,7 +508,9 @@ impl React<'_> {
     /// The request: the history fitted into the context window, checked against the budgets.
     fn request(&self) -> Next<LlmRequest> {
         let cell = self.cell;
-        let messages = cell.conversation();
+        let mut messages = cell.conversation();
+        // Long-term memory: what it remembers, quoted into the system message (memory::recall).
+        cell.with_recall(&mut messages);
         let estimate = context::estimate_tokens(&messages);
         let verdict = cell
             .breakers(|b| b.before_llm_call(estimate))

@@ -558,6 +558,13 @@ impl WardenHandle {
         self.shared.agent(npc).map(|a| a.handle.clone())
     }
 
+    /// What NPC `npc` remembers about speaker `about`, as its model would be shown it before a
+    /// call now (its profile and the memories that matter; docs/memory.md), for game logic.
+    /// `None`: no such NPC, or nothing remembered. Nothing is journaled.
+    pub fn recall(&self, npc: &str, about: &str) -> Option<String> {
+        self.shared.agent(npc)?.handle.recall(about, None)
+    }
+
     /// The handle's counters (relaxed atomics: cheap, each exact, not a consistent snapshot).
     pub fn stats(&self) -> HostStats {
         let c = &self.shared.counters;

@@ -107,6 +107,18 @@ impl Ticking {
         }
     }
 
+    /// Schedules the NPC's wake `after` from now, within its current sleep hours (design 001's
+    /// `scheduled_wake_time`): from then until those sleep hours end it is `awake`. A wake past
+    /// their end is their end.
+    ///
+    /// # Errors
+    ///
+    /// The NPC is not in its sleep hours (in words, for the model), or the arbiter is gone.
+    pub(crate) fn schedule_wake(&self, after: Duration) -> Result<(), String> {
+        let shared = self.arbiter.upgrade().ok_or("the tick schedule is gone")?;
+        shared.schedule_wake(self.id, after)
+    }
+
     /// The team's game hour now (`None` once the arbiter is gone).
     pub(crate) fn game_hour(&self) -> Option<f64> {
         let shared = self.arbiter.upgrade()?;
@@ -207,6 +219,9 @@ struct Slot {
     /// The room of its last world event that named one (`npc.tick.room` comes first).
     heard_in: Option<String>,
     woken_until: Option<Instant>,
+    /// A wake the NPC scheduled in its sleep hours (design 001's `scheduled_wake_time`): awake
+    /// from the first instant until the second (the end of those sleep hours).
+    scheduled_wake: Option<(Instant, Instant)>,
 }
 
 impl Slot {
@@ -245,6 +260,15 @@ impl Slot {
         }
         let hour = clock.hour(now);
         if self.in_sleep_hours(hour) {
+            if self
+                .scheduled_wake
+                .is_some_and(|(at, until)| at <= now && now < until)
+            {
+                return (
+                    NpcMode::Awake,
+                    format!("its scheduled wake (game hour {hour:.2})"),
+                );
+            }
             return (
                 NpcMode::Asleep,
                 format!("sleep hours (game hour {hour:.2})"),
@@ -277,10 +301,8 @@ impl Slot {
             };
             now + clock.until_hour(now, edge)
         });
-        match (woke, sleep) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let scheduled = self.scheduled_wake.map(|(at, _)| at).filter(|at| *at > now);
+        [woke, sleep, scheduled].into_iter().flatten().min()
     }
 
     /// What comes next from `now` in its current mode: a tick, or a check at a boundary.
@@ -409,6 +431,31 @@ impl Shared {
         };
         self.wake.notify_one();
         journal(change);
+    }
+
+    fn schedule_wake(&self, id: u64, after: Duration) -> Result<(), String> {
+        let now = Instant::now();
+        let change = {
+            let mut schedule = self.schedule.lock();
+            let hour = schedule.clock.hour(now);
+            let Some(slot) = schedule.slots.get(&id) else {
+                return Err("not scheduled".into());
+            };
+            if !slot.in_sleep_hours(hour) {
+                return Err(format!("not in its sleep hours (game hour {hour:.2})"));
+            }
+            let sleep = &slot.config.sleep;
+            let end_hour = f64::from(sleep.start_hour) + f64::from(sleep.duration_hours);
+            let end = now + schedule.clock.until_hour(now, end_hour);
+            let at = (now + capped(after.as_secs_f64())).min(end);
+            if let Some(slot) = schedule.slots.get_mut(&id) {
+                slot.scheduled_wake = Some((at, end));
+            }
+            schedule.reevaluate(id, now, true)
+        };
+        self.wake.notify_one();
+        journal(change);
+        Ok(())
     }
 
     fn reconfigure(&self, id: u64, config: Arc<NpcConfig>) {
@@ -607,6 +654,7 @@ impl TickArbiter {
                     due: None,
                     heard_in: None,
                     woken_until: None,
+                    scheduled_wake: None,
                 },
             );
             let change = schedule.reevaluate(id, now, true);

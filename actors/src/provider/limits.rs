@@ -574,6 +574,25 @@ impl Provider for Limited {
         self.inner.name()
     }
 
+    /// An embedding call takes a permit of the shared limits like a model call (its tokens
+    /// estimated at 4 characters each, settled with the usage it reports).
+    fn embed(
+        &self,
+        texts: Vec<String>,
+    ) -> Option<BoxFuture<'static, Result<super::Embedded, ProviderError>>> {
+        let tokens = texts.iter().map(|t| t.len() as u64 / 4 + 1).sum();
+        let call = self.inner.embed(texts)?;
+        let limiter = self.limiter.clone();
+        Some(Box::pin(async move {
+            let mut permit = limiter.start(tokens).await;
+            let result = call.await;
+            if let Ok(embedded) = &result {
+                permit.settle(Some(&embedded.usage));
+            }
+            result
+        }))
+    }
+
     fn model(&self) -> &str {
         self.inner.model()
     }

@@ -130,6 +130,15 @@ impl ProviderError {
     }
 }
 
+/// What an embedding call returns: one vector per text, in order, and the call's tokens.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Embedded {
+    /// One vector per text, in the order given.
+    pub vectors: Vec<Vec<f32>>,
+    /// The tokens of the call (prompt tokens; counted against the budgets like a model call's).
+    pub usage: warden_protocols::Usage,
+}
+
 /// A chat-completions backend.
 pub trait Provider: Send + Sync + 'static {
     /// A short name for logs and status (`scripted`, `openai-compatible:gpt-4o`).
@@ -160,4 +169,15 @@ pub trait Provider: Send + Sync + 'static {
         &self,
         request: LlmRequest,
     ) -> BoxFuture<'static, Result<LlmResponse, ProviderError>>;
+
+    /// Embeddings of `texts`, for long-term memory's relevance (docs/memory.md): `None` (the
+    /// default) when the provider has no embedding model (then recall ranks by BM25). Dropping
+    /// the future abandons the call.
+    fn embed(
+        &self,
+        texts: Vec<String>,
+    ) -> Option<BoxFuture<'static, Result<Embedded, ProviderError>>> {
+        let _ = texts;
+        None
+    }
 }

@@ -114,6 +114,8 @@ impl Latency {
 /// Plays [`ScriptStep`]s in order; when they run out, asks the fallback, or fails with
 /// [`ProviderError::ScriptExhausted`].
 pub struct ScriptedProvider {
+    /// `with_embeddings`: the dimension of its deterministic fake embedding.
+    embeddings: Option<usize>,
     steps: Mutex<VecDeque<ScriptStep>>,
     fallback: Option<Fallback>,
     stats: Arc<ScriptStats>,
@@ -135,6 +137,8 @@ pub struct ScriptStats {
     pub completed: AtomicU64,
     /// A call's future was dropped before its end (a halt aborted it).
     pub dropped_in_flight: AtomicU64,
+    /// `embed` was called (with [`ScriptedProvider::with_embeddings`]).
+    pub embeddings: AtomicU64,
 }
 
 impl ScriptedProvider {
@@ -171,6 +175,7 @@ impl ScriptedProvider {
     /// ```
     pub fn new(steps: impl IntoIterator<Item = ScriptStep>) -> Self {
         ScriptedProvider {
+            embeddings: None,
             steps: Mutex::new(steps.into_iter().collect()),
             fallback: None,
             stats: Arc::default(),
@@ -195,6 +200,37 @@ impl ScriptedProvider {
         let rng = rand::rngs::SmallRng::seed_from_u64(latency.seed);
         self.latency = Some((latency, Mutex::new(rng)));
         self
+    }
+
+    /// Also answers embedding calls ([`Provider::embed`]) with a deterministic fake embedding of
+    /// `dimensions` (at least 8): each word (lower case, letters and digits) hashed (FNV-1a) into
+    /// one dimension, the vector normalised — texts that share words are near, others orthogonal.
+    /// For tests of the embedding path; not a model of meaning.
+    pub fn with_embeddings(mut self, dimensions: usize) -> Self {
+        self.embeddings = Some(dimensions.max(8));
+        self
+    }
+
+    /// The fake embedding of `text` in `dimensions` (see [`ScriptedProvider::with_embeddings`]).
+    pub fn fake_embedding(text: &str, dimensions: usize) -> Vec<f32> {
+        let mut v = vec![0f32; dimensions.max(8)];
+        let n = v.len() as u64;
+        for word in text
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+        {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for b in word.to_lowercase().bytes() {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+            v[(h % n) as usize] += 1.0;
+        }
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if norm > 0.0 {
+            v.iter_mut().for_each(|x| *x /= norm);
+        }
+        v
     }
 
     /// Answers with `fallback` once the script is used up.
@@ -285,6 +321,30 @@ impl Provider for ScriptedProvider {
         "scripted"
     }
 
+    fn embed(
+        &self,
+        texts: Vec<String>,
+    ) -> Option<BoxFuture<'static, Result<super::Embedded, ProviderError>>> {
+        let dimensions = self.embeddings?;
+        self.stats.embeddings.fetch_add(1, Ordering::SeqCst);
+        let words: u64 = texts
+            .iter()
+            .map(|t| t.split_whitespace().count() as u64)
+            .sum();
+        let vectors = texts
+            .iter()
+            .map(|t| Self::fake_embedding(t, dimensions))
+            .collect();
+        Some(Box::pin(std::future::ready(Ok(super::Embedded {
+            vectors,
+            usage: warden_protocols::Usage {
+                prompt_tokens: words,
+                completion_tokens: 0,
+                estimated: true,
+            },
+        }))))
+    }
+
     fn complete(
         &self,
         request: LlmRequest,
@@ -325,5 +385,26 @@ impl Provider for ScriptedProvider {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fake_embedding_is_deterministic_normalised_and_near_for_shared_words() {
+        let a = ScriptedProvider::fake_embedding("My name is Aldric", 64);
+        assert_eq!(
+            a,
+            ScriptedProvider::fake_embedding("my NAME is aldric!", 64)
+        );
+        let norm: f32 = a.iter().map(|x| x * x).sum();
+        assert!((norm - 1.0).abs() < 1e-5);
+        let dot = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f32>();
+        let near = ScriptedProvider::fake_embedding("Aldric is here", 64);
+        let far = ScriptedProvider::fake_embedding("rain", 64);
+        assert!(dot(&a, &near) > dot(&a, &far));
+        assert_eq!(ScriptedProvider::fake_embedding("", 4).len(), 8);
     }
 }

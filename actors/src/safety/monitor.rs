@@ -150,6 +150,8 @@ pub(crate) struct TeamSafety {
     pub conversations: crate::npc::conversation::Conversations,
     /// Closed by an outside layer (the cluster's fail safe): no model call starts meanwhile.
     pub model_gate: super::ModelGate,
+    /// The team's long-term memory runtime (the FTS5 index, rate windows, memory clocks).
+    pub memory: crate::memory::TeamMemory,
 }
 
 impl TeamSafety {

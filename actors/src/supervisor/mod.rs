@@ -234,6 +234,7 @@ impl SupervisorBuilder {
             monitor: Some(monitor),
             checks: self.safety_checks,
             conversations: Default::default(),
+            memory: Default::default(),
             model_gate: Default::default(),
         });
         Supervisor::build(self.config, self.journal, arbiters, safety, self.capacity)
@@ -488,6 +489,23 @@ impl Supervisor {
             };
             tools.register(Arc::new(tool));
         }
+        // Long-term memory: the agent's own `remember`, `recall` and `forget`.
+        if memory
+            .as_ref()
+            .map_or(config.memory.long_term, |m| m.long_term)
+        {
+            let shared = Arc::downgrade(&self.shared);
+            let cell_of: crate::memory::tools::CellOf = Arc::new(move |key| {
+                shared
+                    .upgrade()
+                    .and_then(|s| s.agents.get(key).map(|e| e.cell.clone()))
+            });
+            let npc_config = npc.as_ref().unwrap_or(&self.shared.npc);
+            let sleeps = npc_config.sleep.enabled && npc_config.tick.enabled;
+            for tool in crate::memory::tools::memory_tools(cell_of, sleeps) {
+                tools.register(Arc::new(tool));
+            }
+        }
         if can_delegate {
             let (spec, tool) = self.shared.delegate_tool.get_or_init(|| {
                 let tool = DelegateTool {
@@ -597,6 +615,7 @@ impl Supervisor {
         if npc.tick.enabled {
             let ticking = self.shared.ticks.register(&cell, npc);
             cell.set_ticking(Some(ticking));
+            cell.restore_wake();
         }
         if let Some(running) = start_halted {
             self.note_fleet_halt(std::slice::from_ref(&cell), &[running]);
@@ -627,7 +646,15 @@ impl Supervisor {
                 ContextStrategyConfig::Compact => ContextStrategy::Compact,
             },
             max_tokens_recoveries: config.execution.max_tokens_recoveries,
-            npc: npc.map_or_else(|| self.shared.npc.clone(), Arc::new),
+            // The game clock is the team's whatever an agent's own `[npc]` says (memory time
+            // runs at its speed).
+            npc: npc.map_or_else(
+                || self.shared.npc.clone(),
+                |mut npc| {
+                    npc.clock = self.shared.npc.clock.clone();
+                    Arc::new(npc)
+                },
+            ),
             memory: memory.unwrap_or(config.memory),
             permissions: Arc::new(
                 permissions.unwrap_or_else(|| {

@@ -88,10 +88,20 @@ impl AgentCell {
             return perception;
         }
         drop(slot);
-        self.note(EventKind::Perceived {
+        let perceived = EventKind::Perceived {
             event: event.clone(),
             perception: perception.clone(),
-        });
+        };
+        let mut rec = self.lock();
+        // Long-term memory: a TRIGGER or CONTEXT becomes an observation, journaled with it.
+        match self.observation(&rec, event, &perception) {
+            Some(stored) => {
+                self.emit_memory(&mut rec, vec![perceived, stored]);
+            }
+            None => {
+                self.emit(&mut rec, perceived);
+            }
+        }
         perception
     }
 

@@ -43,6 +43,7 @@ fn cell_on(journal: Arc<dyn Journal>) -> AgentCell {
             monitor: None,
             checks: true,
             conversations: Default::default(),
+            memory: Default::default(),
             model_gate: Default::default(),
         }),
     })

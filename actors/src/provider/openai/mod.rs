@@ -101,6 +101,11 @@ pub struct OpenAiConfig {
     /// `temperature` sent with each request; `None` (the default) sends none: the server's default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
+    /// The embedding model for long-term memory's relevance (`[providers.NAME] embedding_model`):
+    /// `{base_url}/embeddings` is asked with it ([`Provider::embed`]). `None` (the default): no
+    /// embeddings, recall ranks by BM25.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedding_model: Option<String>,
 }
 
 impl Default for OpenAiConfig {
@@ -115,6 +120,7 @@ impl Default for OpenAiConfig {
             retry: RetryPolicy::default(),
             max_tokens: None,
             temperature: None,
+            embedding_model: None,
         }
     }
 }
@@ -365,6 +371,56 @@ impl OpenAiCompatible {
 impl Provider for OpenAiCompatible {
     fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// `POST {base_url}/embeddings` with the embedding model and the texts (one attempt, bounded
+    /// by the request timeout, under the provider's shared limits; a failure leaves recall on BM25
+    /// for that call).
+    fn embed(
+        &self,
+        texts: Vec<String>,
+    ) -> Option<BoxFuture<'static, Result<super::Embedded, ProviderError>>> {
+        let model = self.inner.config.embedding_model.clone()?;
+        let inner = self.inner.clone();
+        Some(Box::pin(async move {
+            let url = format!("{}/embeddings", inner.config.base_url.trim_end_matches('/'));
+            let timeout = inner.config.request_timeout;
+            let count = texts.len();
+            // Under the provider's shared limits, as a model call is.
+            let tokens = texts.iter().map(|t| t.len() as u64 / 4 + 1).sum();
+            let mut permit = match &inner.limiter {
+                Some(limiter) => Some(limiter.start(tokens).await),
+                None => None,
+            };
+            let mut builder = inner
+                .client
+                .post(&url)
+                .timeout(timeout)
+                .json(&serde_json::json!({"model": model, "input": texts}));
+            if let Some(key) = &inner.config.api_key {
+                builder = builder.bearer_auth(key);
+            }
+            let response = builder
+                .send()
+                .await
+                .map_err(|e| from_reqwest(&e, timeout))?;
+            let status = response.status();
+            let body = response
+                .text()
+                .await
+                .map_err(|e| from_reqwest(&e, timeout))?;
+            if !status.is_success() {
+                return Err(ProviderError::Http {
+                    status: status.as_u16(),
+                    body: body.chars().take(2000).collect(),
+                });
+            }
+            let embedded = parse_embeddings(&body, count)?;
+            if let Some(permit) = permit.as_mut() {
+                permit.settle(Some(&embedded.usage));
+            }
+            Ok(embedded)
+        }))
     }
 
     fn model(&self) -> &str {
@@ -735,6 +791,57 @@ pub(crate) mod duration_secs {
     }
 }
 
+/// An `/embeddings` answer: `data[i].embedding` by `data[i].index`, exactly `count` of them, and
+/// `usage.prompt_tokens` (estimated from nothing when absent: 0, marked estimated).
+fn parse_embeddings(body: &str, count: usize) -> Result<super::Embedded, ProviderError> {
+    #[derive(serde::Deserialize)]
+    struct Item {
+        #[serde(default)]
+        index: Option<usize>,
+        embedding: Vec<f32>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Usage {
+        #[serde(default)]
+        prompt_tokens: u64,
+    }
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        data: Vec<Item>,
+        #[serde(default)]
+        usage: Option<Usage>,
+    }
+    let malformed = |message: String| ProviderError::Malformed { message };
+    let answer: Answer = serde_json::from_str(body)
+        .map_err(|e| malformed(format!("not an embeddings answer: {e}")))?;
+    if answer.data.len() != count {
+        return Err(malformed(format!(
+            "{} embeddings for {count} texts",
+            answer.data.len()
+        )));
+    }
+    let mut vectors = vec![Vec::new(); count];
+    for (i, item) in answer.data.into_iter().enumerate() {
+        let at = item.index.unwrap_or(i);
+        match vectors.get_mut(at) {
+            Some(slot) if slot.is_empty() && !item.embedding.is_empty() => *slot = item.embedding,
+            _ => return Err(malformed(format!("embedding index {at} is out of place"))),
+        }
+    }
+    let usage = answer.usage.map_or(
+        warden_protocols::Usage {
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            estimated: true,
+        },
+        |u| warden_protocols::Usage {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: 0,
+            estimated: false,
+        },
+    );
+    Ok(super::Embedded { vectors, usage })
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -840,9 +840,10 @@
 
   async function loadDetail(key) {
     const enc = encodeURIComponent(key);
-    const [s, ev] = await Promise.all([
+    const [s, ev, mem] = await Promise.all([
       api("GET", "/api/agents/" + enc),
       api("GET", "/api/events/recent?limit=1000&agent=" + enc),
+      api("GET", "/api/agents/" + enc + "/memories?limit=20"),
     ]);
     if (current.view !== "agent" || current.key !== key) return;
     if (!s.ok) {
@@ -876,6 +877,19 @@
       field("NPC: last classification", p.verdict + " by rule " + p.rule + ", trust " + p.trust);
     }
     if (s.data.goals && s.data.goals.length) field("Goals", s.data.goals.join("; "));
+    // Long-term memory: what it remembers about whom (texts as text nodes, never markup).
+    const memories = mem.ok && mem.data && mem.data.memories ? mem.data.memories : [];
+    if (memories.length) {
+      const ul = el("ul", { id: "agent-memories", class: "memories" });
+      for (const m of memories) {
+        const k = m.kind || {};
+        let who = k.type;
+        if (k.type === "observation") who = k.speaker + " (" + k.source + ", trust " + m.trust + ")";
+        else if (k.type === "fact") who = (k.claim ? "claim by " : "fact from ") + (k.asserted_by || []).join(", ") + (k.contradicted_by != null ? ", contradicted" : "");
+        ul.append(el("li", null, "#" + m.id + " " + who + ": " + m.text));
+      }
+      field("Memories", ul);
+    }
     const acts = $("agent-actions");
     acts.replaceChildren(actions(a));
     $("chat-send").disabled = !ADMIN || remote(a);

@@ -1,0 +1,406 @@
+//! [`TeamMemory`]: the runtime state of long-term memory that a team's agents share.
+
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use tokio::time::{Duration, Instant};
+use warden_protocols::{memory::MemoryStore, AgentKey};
+
+/// The rate windows' length.
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// The most speakers whose write windows an agent keeps (the quietest go first).
+const MAX_SPEAKERS: usize = 1024;
+
+/// A sliding window of write instants.
+#[derive(Debug, Default)]
+struct Window(VecDeque<Instant>);
+
+impl Window {
+    fn count(&mut self, now: Instant) -> usize {
+        while self
+            .0
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= MINUTE)
+        {
+            self.0.pop_front();
+        }
+        self.0.len()
+    }
+}
+
+/// One agent's live memory state (not journaled: rate windows, the clock's anchor, the index).
+#[derive(Debug, Default)]
+struct Live {
+    /// Its rowid prefix in the index.
+    slot: u32,
+    /// Memories of its record now in the index (`usize::MAX`: not indexed yet).
+    indexed: usize,
+    writes: Window,
+    speakers: HashMap<String, Window>,
+    /// The memory clock's anchor: (real instant, memory time then).
+    anchor: Option<(Instant, f64)>,
+    /// The trust of each speaker's latest perceived TRIGGER or CONTEXT (bounded as `speakers`).
+    trust_of: HashMap<String, f64>,
+    /// The lowest trust of the CONTEXT events perceived since the last turn started (what a
+    /// tick's turn sees).
+    context_trust: Option<f64>,
+    /// The embedding of the latest query embedded (its text, its vector).
+    query: Option<(String, Vec<f32>)>,
+    /// The current turn: who it answers (`None`: a tick or an operator's request) and the trust
+    /// of that source.
+    turn: Option<(Option<String>, f64)>,
+}
+
+/// What the agents of one team share of long-term memory: the FTS5 index (one in-memory SQLite
+/// database, feature `fts`) and each agent's [`Live`] state. One mutex, a leaf.
+#[derive(Debug, Default)]
+pub(crate) struct TeamMemory {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// `None` until first used; `Some(None)` when SQLite could not open one.
+    #[cfg(feature = "fts")]
+    fts: Option<Option<super::index::FtsIndex>>,
+    agents: HashMap<AgentKey, Live>,
+    next_slot: u32,
+    /// Embeddings of memories, by (slot, id): derived state (embedded again after a restart).
+    vectors: HashMap<(u32, u64), Vec<f32>>,
+}
+
+impl Inner {
+    fn live(&mut self, key: &AgentKey) -> &mut Live {
+        let next = &mut self.next_slot;
+        self.agents.entry(key.clone()).or_insert_with(|| {
+            let slot = *next;
+            *next = next.wrapping_add(1);
+            Live {
+                slot,
+                indexed: usize::MAX,
+                ..Live::default()
+            }
+        })
+    }
+
+    #[cfg(feature = "fts")]
+    fn fts(&mut self) -> Option<&super::index::FtsIndex> {
+        self.fts
+            .get_or_insert_with(super::index::FtsIndex::open)
+            .as_ref()
+    }
+
+    /// Brings `key`'s part of the index level with `store` when it is not (a restart, a fresh
+    /// agent under a key used before): everything again.
+    #[cfg(feature = "fts")]
+    fn sync(&mut self, key: &AgentKey, store: Option<&MemoryStore>) -> Option<u32> {
+        let len = store.map_or(0, |s| s.memories.len());
+        let (slot, indexed) = {
+            let live = self.live(key);
+            (live.slot, live.indexed)
+        };
+        if indexed != len {
+            let fts = self.fts()?;
+            fts.clear(slot);
+            for m in store.into_iter().flat_map(|s| s.memories.values()) {
+                fts.insert(slot, m.id, &m.text);
+            }
+            self.live(key).indexed = len;
+        }
+        Some(slot)
+    }
+}
+
+impl TeamMemory {
+    /// Memory time now for `key` (game seconds at `speed` game seconds a real second): on from
+    /// the store's clock (its newest memory) when the agent first uses memory in this process.
+    pub(crate) fn now(&self, key: &AgentKey, store: Option<&MemoryStore>, speed: f64) -> f64 {
+        let speed = if speed.is_finite() && speed > 0.0 {
+            speed
+        } else {
+            1.0
+        };
+        let mut inner = self.inner.lock();
+        let live = inner.live(key);
+        let now = Instant::now();
+        let clock = store.map_or(0.0, |s| s.clock);
+        let (at, base) = *live.anchor.get_or_insert((now, clock));
+        base + now.duration_since(at).as_secs_f64() * speed
+    }
+
+    /// Whether one more write for `key` (from `speaker`, when an observation) fits the rate caps
+    /// per agent (`per_agent`) and per speaker (`per_speaker`) per minute; counted when it does.
+    pub(crate) fn admit(
+        &self,
+        key: &AgentKey,
+        speaker: Option<&str>,
+        per_agent: u32,
+        per_speaker: u32,
+    ) -> bool {
+        let now = Instant::now();
+        let mut inner = self.inner.lock();
+        let live = inner.live(key);
+        if live.writes.count(now) >= per_agent as usize {
+            return false;
+        }
+        if let Some(speaker) = speaker {
+            if live.speakers.len() >= MAX_SPEAKERS && !live.speakers.contains_key(speaker) {
+                live.speakers.retain(|_, w| w.count(now) > 0);
+                if live.speakers.len() >= MAX_SPEAKERS {
+                    return false;
+                }
+            }
+            let window = live.speakers.entry(speaker.to_owned()).or_default();
+            if window.count(now) >= per_speaker as usize {
+                return false;
+            }
+            window.0.push_back(now);
+        }
+        live.writes.0.push_back(now);
+        true
+    }
+
+    /// Notes the trust of `speaker`'s latest perceived event.
+    pub(crate) fn heard(&self, key: &AgentKey, speaker: &str, trust: f64) {
+        let mut inner = self.inner.lock();
+        let live = inner.live(key);
+        if live.trust_of.len() >= MAX_SPEAKERS && !live.trust_of.contains_key(speaker) {
+            live.trust_of.clear();
+        }
+        live.trust_of.insert(speaker.to_owned(), trust);
+    }
+
+    /// A CONTEXT event of `trust` was perceived (for the next turn: see `take_context_trust`).
+    pub(crate) fn context(&self, key: &AgentKey, trust: f64) {
+        let mut inner = self.inner.lock();
+        let live = inner.live(key);
+        live.context_trust = Some(live.context_trust.map_or(trust, |t| t.min(trust)));
+    }
+
+    /// The lowest trust of the CONTEXT events perceived since the last call (a turn starts).
+    pub(crate) fn take_context_trust(&self, key: &AgentKey) -> Option<f64> {
+        self.inner.lock().live(key).context_trust.take()
+    }
+
+    /// The trust of `speaker`'s latest perceived event, if any.
+    pub(crate) fn trust_of(&self, key: &AgentKey, speaker: &str) -> Option<f64> {
+        self.inner.lock().live(key).trust_of.get(speaker).copied()
+    }
+
+    /// A turn starts: it answers `speaker` (`None`: a tick or an operator) whose source has
+    /// `trust`.
+    pub(crate) fn set_turn(&self, key: &AgentKey, speaker: Option<String>, trust: f64) {
+        self.inner.lock().live(key).turn = Some((speaker, trust));
+    }
+
+    /// Who the current turn answers and the trust of that source.
+    pub(crate) fn turn(&self, key: &AgentKey) -> Option<(Option<String>, f64)> {
+        self.inner.lock().live(key).turn.clone()
+    }
+
+    /// The `limit` memories of `key` most relevant to `text` (BM25, best first), with scores;
+    /// empty without the `fts` feature or an index.
+    pub(crate) fn search(
+        &self,
+        key: &AgentKey,
+        store: Option<&MemoryStore>,
+        text: &str,
+        limit: usize,
+    ) -> Vec<(u64, f64)> {
+        #[cfg(feature = "fts")]
+        {
+            let mut inner = self.inner.lock();
+            let Some(slot) = inner.sync(key, store) else {
+                return Vec::new();
+            };
+            inner
+                .fts()
+                .map(|f| f.search(slot, text, limit))
+                .unwrap_or_default()
+        }
+        #[cfg(not(feature = "fts"))]
+        {
+            let _ = (key, store, text, limit);
+            Vec::new()
+        }
+    }
+
+    /// Up to `limit` memories of `store` (newest first) with no embedding yet: (id, text).
+    pub(crate) fn unembedded(
+        &self,
+        key: &AgentKey,
+        store: &MemoryStore,
+        limit: usize,
+    ) -> Vec<(u64, String)> {
+        let mut inner = self.inner.lock();
+        let slot = inner.live(key).slot;
+        store
+            .memories
+            .values()
+            .rev()
+            .filter(|m| !inner.vectors.contains_key(&(slot, m.id)))
+            .take(limit)
+            .map(|m| (m.id, m.text.clone()))
+            .collect()
+    }
+
+    /// Whether `text` is the query embedded last.
+    pub(crate) fn has_query(&self, key: &AgentKey, text: &str) -> bool {
+        self.inner
+            .lock()
+            .live(key)
+            .query
+            .as_ref()
+            .is_some_and(|(q, _)| q == text)
+    }
+
+    /// Keeps the embeddings of memories and of the query `text`.
+    pub(crate) fn embedded(
+        &self,
+        key: &AgentKey,
+        memories: Vec<(u64, Vec<f32>)>,
+        query: Option<(String, Vec<f32>)>,
+    ) {
+        let mut inner = self.inner.lock();
+        let slot = inner.live(key).slot;
+        for (id, v) in memories {
+            inner.vectors.insert((slot, id), v);
+        }
+        if query.is_some() {
+            inner.live(key).query = query;
+        }
+    }
+
+    /// The `limit` memories of `store` nearest to the query `text` by cosine similarity, best
+    /// first — `None` unless `text` is the query embedded last (then recall uses BM25).
+    pub(crate) fn nearest(
+        &self,
+        key: &AgentKey,
+        store: &MemoryStore,
+        text: &str,
+        limit: usize,
+    ) -> Option<Vec<(u64, f64)>> {
+        let mut inner = self.inner.lock();
+        let live = inner.live(key);
+        let slot = live.slot;
+        let query = match &live.query {
+            Some((q, v)) if q == text => v.clone(),
+            _ => return None,
+        };
+        let mut hits: Vec<(u64, f64)> = store
+            .memories
+            .keys()
+            .filter_map(|id| {
+                let v = inner.vectors.get(&(slot, *id))?;
+                Some((*id, cosine(&query, v)))
+            })
+            .filter(|(_, c)| *c > 0.0)
+            .collect();
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+        hits.truncate(limit);
+        Some(hits)
+    }
+
+    /// The record of `key` changed its memories from `before` ids to `store`: the index follows
+    /// (the ids removed are deleted, `added` indexed if the store kept it).
+    pub(crate) fn changed(
+        &self,
+        key: &AgentKey,
+        store: Option<&MemoryStore>,
+        removed: &[u64],
+        added: Option<u64>,
+    ) {
+        {
+            let mut inner = self.inner.lock();
+            let slot = inner.live(key).slot;
+            for id in removed {
+                inner.vectors.remove(&(slot, *id));
+            }
+        }
+        #[cfg(feature = "fts")]
+        {
+            let mut inner = self.inner.lock();
+            let (slot, indexed) = {
+                let live = inner.live(key);
+                (live.slot, live.indexed)
+            };
+            if indexed == usize::MAX {
+                // Not indexed yet: the first search indexes everything.
+                return;
+            }
+            let Some(fts) = inner.fts() else { return };
+            for id in removed {
+                fts.delete(slot, *id);
+            }
+            if let Some(m) = added.and_then(|id| store.and_then(|s| s.memories.get(&id))) {
+                fts.insert(slot, m.id, &m.text);
+            }
+            inner.live(key).indexed = store.map_or(0, |s| s.memories.len());
+        }
+        #[cfg(not(feature = "fts"))]
+        {
+            let _ = (key, store, removed, added);
+        }
+    }
+}
+
+/// Cosine similarity (0 when either vector is zero or they differ in length).
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    if a.len() != b.len() {
+        return 0.0;
+    }
+    let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(*x), f64::from(*y));
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    if na == 0.0 || nb == 0.0 {
+        0.0
+    } else {
+        dot / (na.sqrt() * nb.sqrt())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cosine_is_one_for_the_same_direction_and_zero_for_orthogonal_or_mismatched() {
+        assert!((cosine(&[1.0, 2.0], &[2.0, 4.0]) - 1.0).abs() < 1e-9);
+        assert_eq!(cosine(&[1.0, 0.0], &[0.0, 3.0]), 0.0);
+        assert_eq!(cosine(&[1.0], &[1.0, 0.0]), 0.0);
+        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 0.0]), 0.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_rate_caps_hold_per_speaker_and_per_agent_over_a_sliding_minute() {
+        let team = TeamMemory::default();
+        let npc = AgentKey::new("smith");
+        let admitted = |speaker| {
+            (0..100)
+                .filter(|_| team.admit(&npc, Some(speaker), 5, 2))
+                .count()
+        };
+        assert_eq!(admitted("p1"), 2);
+        assert_eq!(admitted("p2"), 2);
+        assert_eq!(admitted("p3"), 1, "the agent's cap of 5 a minute");
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(admitted("p1"), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn memory_time_runs_at_the_clock_speed_from_the_store_clock() {
+        let team = TeamMemory::default();
+        let npc = AgentKey::new("smith");
+        let store = MemoryStore {
+            clock: 1000.0,
+            ..MemoryStore::default()
+        };
+        assert_eq!(team.now(&npc, Some(&store), 60.0), 1000.0);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(team.now(&npc, Some(&store), 60.0), 1600.0);
+    }
+}

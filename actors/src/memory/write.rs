@@ -1,0 +1,338 @@
+//! Storing memories: an observation of a perceived event, a fact, the agent's own note, a
+//! summary or reflection — each within the rate caps and the store's bounds, linked to the most
+//! related memories (A-MEM), and journaled (`memory_stored`) with the memories it evicted.
+
+use crate::agent::cell::AgentCell;
+use warden_protocols::{
+    memory::{Memory, MemoryKind, StoreFull},
+    npc::{Perception, Rule, Verdict, WorldEvent},
+    AgentRecord, EventKind,
+};
+
+/// How many existing memories a new one is linked to (the most related by relevance).
+pub const LINK_K: usize = 3;
+
+/// The most characters a memory's text keeps (longer ones are cut).
+pub const MAX_TEXT_CHARS: usize = 1000;
+
+/// Why a memory was not stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotStored {
+    /// `memory.long_term` is off for this agent.
+    #[error("long-term memory is off (`memory.long_term = false`)")]
+    Off,
+    /// A rate cap (`memory.writes_per_minute`, `memory.speaker_writes_per_minute`) was reached.
+    #[error("too many memories written in the last minute (`memory.writes_per_minute`)")]
+    RateCapped,
+    /// Only memories younger than a game day are left to evict.
+    #[error("memory is full of memories younger than a game day (`memory.max_memories`, `memory.max_bytes`)")]
+    Full,
+}
+
+impl From<StoreFull> for NotStored {
+    fn from(_: StoreFull) -> Self {
+        NotStored::Full
+    }
+}
+
+/// A cheap importance (1–10) for an observation, by how much the source is trusted and whether
+/// it was addressed to the agent: `2 + 5 × trust`, one more for a TRIGGER. (No model call: an
+/// NPC hears far more than it should pay to score.)
+pub fn importance_rule(verdict: Verdict, trust: f64) -> u8 {
+    let base = 2.0 + 5.0 * unit(trust);
+    let bonus = if verdict == Verdict::Trigger {
+        1.0
+    } else {
+        0.0
+    };
+    (base + bonus).round().clamp(1.0, 10.0) as u8
+}
+
+/// `x` within 0 to 1 (NaN: 0).
+pub(crate) fn unit(x: f64) -> f64 {
+    if x.is_nan() {
+        0.0
+    } else {
+        x.clamp(0.0, 1.0)
+    }
+}
+
+fn cut(text: &str) -> String {
+    text.trim().chars().take(MAX_TEXT_CHARS).collect()
+}
+
+impl AgentCell {
+    /// Memory time now (game seconds; see `TeamMemory::now`).
+    pub(crate) fn memory_now(&self, rec: &AgentRecord) -> f64 {
+        self.safety
+            .memory
+            .now(&self.key, rec.memory(), self.settings.npc.clock.speed)
+    }
+
+    /// The `memory_stored` event for a new memory — linked to the [`LINK_K`] most related, with
+    /// what must be evicted for it — or why it cannot be stored within the bounds.
+    pub(crate) fn new_memory(
+        &self,
+        rec: &AgentRecord,
+        kind: MemoryKind,
+        text: &str,
+        importance: u8,
+        trust: f64,
+    ) -> Result<EventKind, NotStored> {
+        let store = rec.memory();
+        let at = self.memory_now(rec);
+        let text = cut(text);
+        let id = store.map_or(0, |s| s.next_id);
+        let links = self
+            .safety
+            .memory
+            .search(&self.key, store, &text, LINK_K)
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        let memory = Memory {
+            id,
+            kind,
+            text,
+            importance: importance.clamp(1, 10),
+            trust: unit(trust),
+            at,
+            accessed: at,
+            links,
+        };
+        let config = &self.settings.memory;
+        let evicted = match store {
+            Some(s) => s.evictions(
+                memory.bytes(),
+                at,
+                config.max_memories as usize,
+                config.max_bytes,
+            )?,
+            None => Vec::new(),
+        };
+        Ok(EventKind::MemoryStored {
+            memory: Box::new(memory),
+            evicted,
+        })
+    }
+
+    /// A turn starts: what it remembers is asserted by `sender` with the trust its source earned
+    /// (its latest perceived event's; a line relayed with a sender that was never perceived,
+    /// `npc.trust.say`); an operator's request (`event` without a sender) is trusted (1.0); a tick
+    /// or a delegated task is the agent's own (`self`) at `npc.trigger_min_trust` — or at the
+    /// lowest trust of the CONTEXT events it perceived since its last turn, when lower: what the
+    /// model writes down on its own after hearing a rumour is no more trusted than the rumour.
+    pub(crate) fn memory_turn(&self, sender: Option<&str>, event: bool) {
+        if !self.settings.memory.long_term {
+            return;
+        }
+        let npc = &self.settings.npc;
+        let context = self.safety.memory.take_context_trust(&self.key);
+        let (speaker, trust) = match (sender, event) {
+            (Some(s), _) => (
+                Some(s.to_owned()),
+                self.safety
+                    .memory
+                    .trust_of(&self.key, s)
+                    .unwrap_or(npc.trust.say),
+            ),
+            (None, true) => (None, 1.0),
+            (None, false) => (None, npc.trigger_min_trust),
+        };
+        let trust = match (speaker.is_none() && !event, context) {
+            (true, Some(c)) => trust.min(c),
+            _ => trust,
+        };
+        self.safety.memory.set_turn(&self.key, speaker, trust);
+    }
+
+    /// Journals `kinds` (memory events among them) in one batch and keeps the index level.
+    pub(crate) fn emit_memory(&self, rec: &mut AgentRecord, kinds: Vec<EventKind>) -> u64 {
+        let mut changes: Vec<(Vec<u64>, Option<u64>)> = Vec::new();
+        for kind in &kinds {
+            match kind {
+                EventKind::MemoryStored { memory, evicted } => {
+                    changes.push((evicted.clone(), Some(memory.id)));
+                }
+                EventKind::MemoryForgotten { ids, .. } => changes.push((ids.clone(), None)),
+                _ => {}
+            }
+        }
+        let seq = self.emit_all(rec, kinds);
+        for (removed, added) in changes {
+            self.safety
+                .memory
+                .changed(&self.key, rec.memory(), &removed, added);
+        }
+        seq
+    }
+
+    /// Whether one more memory fits the rate caps (counted when it does).
+    fn admit_memory(&self, speaker: Option<&str>) -> Result<(), NotStored> {
+        let config = &self.settings.memory;
+        if !config.long_term {
+            return Err(NotStored::Off);
+        }
+        if self.safety.memory.admit(
+            &self.key,
+            speaker,
+            config.writes_per_minute,
+            config.speaker_writes_per_minute,
+        ) {
+            Ok(())
+        } else {
+            Err(NotStored::RateCapped)
+        }
+    }
+
+    /// The observation of a perceived world event, for `perceive` to journal with its
+    /// `perceived`: TRIGGER and CONTEXT only (not IGNORE, not its own command output or its own
+    /// messages), within the rate caps (`None` otherwise).
+    pub(crate) fn observation(
+        &self,
+        rec: &AgentRecord,
+        event: &WorldEvent,
+        perception: &Perception,
+    ) -> Option<EventKind> {
+        if !self.settings.memory.long_term
+            || !matches!(perception.verdict, Verdict::Trigger | Verdict::Context)
+            || matches!(perception.rule, Rule::SelfMessage)
+            || event.text.trim().is_empty()
+        {
+            return None;
+        }
+        let speaker = event.speaker.id.as_str();
+        self.safety
+            .memory
+            .heard(&self.key, speaker, perception.trust);
+        if perception.verdict == Verdict::Context {
+            self.safety.memory.context(&self.key, perception.trust);
+        }
+        if let Err(why) = self.admit_memory(Some(speaker)) {
+            tracing::debug!(agent = %self.key, %speaker, %why, "observation not stored");
+            return None;
+        }
+        let kind = MemoryKind::Observation {
+            speaker: speaker.to_owned(),
+            speaker_kind: event.speaker.kind,
+            source: event.kind.as_str().to_owned(),
+            room: event.room.clone(),
+        };
+        let importance = importance_rule(perception.verdict, perception.trust);
+        match self.new_memory(rec, kind, &event.text, importance, perception.trust) {
+            Ok(kind) => Some(kind),
+            Err(why) => {
+                tracing::debug!(agent = %self.key, %why, "observation not stored");
+                None
+            }
+        }
+    }
+
+    /// Stores a fact `subject predicate object` asserted by `asserted_by` with `trust`: a claim
+    /// when `trust` is below `npc.trigger_min_trust` (a low-trust source never asserts a fact
+    /// about the world, as it never starts a turn). Journaled before it returns the id.
+    ///
+    /// # Errors
+    ///
+    /// Why it was not stored (memory off, a rate cap, full).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn store_fact(
+        &self,
+        subject: &str,
+        predicate: &str,
+        object: &str,
+        trust: f64,
+        asserted_by: &str,
+        sources: Vec<u64>,
+        importance: u8,
+    ) -> Result<u64, NotStored> {
+        let claim = trust < self.settings.npc.trigger_min_trust;
+        let kind = MemoryKind::Fact {
+            subject: cut(subject),
+            predicate: cut(predicate),
+            object: cut(object),
+            confidence: unit(trust),
+            claim,
+            asserted_by: vec![asserted_by.to_owned()],
+            sources,
+            contradicted_by: None,
+        };
+        let text = format!("{} {} {}", subject.trim(), predicate.trim(), object.trim());
+        self.store_memory(kind, &text, importance, trust)
+    }
+
+    /// Stores a memory of `kind` (a note, a fact, a reflection, a summary) with `importance` and `trust`.
+    /// Journaled before it returns the id.
+    ///
+    /// # Errors
+    ///
+    /// Why it was not stored (memory off, a rate cap, full).
+    pub(crate) fn store_memory(
+        &self,
+        kind: MemoryKind,
+        text: &str,
+        importance: u8,
+        trust: f64,
+    ) -> Result<u64, NotStored> {
+        self.admit_memory(None)?;
+        let mut rec = self.lock();
+        let event = self.new_memory(&rec, kind, text, importance, trust)?;
+        let id = match &event {
+            EventKind::MemoryStored { memory, .. } => memory.id,
+            _ => 0,
+        };
+        self.emit_memory(&mut rec, vec![event]);
+        Ok(id)
+    }
+
+    /// Forgets `ids` (those stored; all of `about`'s when given, with its profile), journaled
+    /// as `memory_forgotten` by `by`. Returns the ids removed and the journal seq (0: nothing to
+    /// forget, nothing journaled).
+    pub(crate) fn forget_memories(
+        &self,
+        ids: &[u64],
+        about: Option<&str>,
+        by: &str,
+    ) -> (Vec<u64>, u64) {
+        let mut rec = self.lock();
+        let Some(store) = rec.memory() else {
+            return (Vec::new(), 0);
+        };
+        let mut gone: Vec<u64> = ids
+            .iter()
+            .copied()
+            .filter(|id| store.memories.contains_key(id))
+            .collect();
+        let profile = about.is_some_and(|a| store.profiles.contains_key(a));
+        if let Some(about) = about {
+            gone.extend(store.about(about));
+        }
+        gone.sort_unstable();
+        gone.dedup();
+        if gone.is_empty() && !profile {
+            return (gone, 0);
+        }
+        let seq = self.emit_memory(
+            &mut rec,
+            vec![EventKind::MemoryForgotten {
+                ids: gone.clone(),
+                about: about.map(str::to_owned),
+                by: by.to_owned(),
+            }],
+        );
+        (gone, seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn importance_follows_trust_and_addressing() {
+        assert_eq!(importance_rule(Verdict::Trigger, 0.9), 8);
+        assert_eq!(importance_rule(Verdict::Context, 0.4), 4);
+        assert_eq!(importance_rule(Verdict::Context, 0.2), 3);
+        assert_eq!(importance_rule(Verdict::Context, f64::NAN), 2);
+    }
+}

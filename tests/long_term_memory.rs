@@ -1,0 +1,816 @@
+//! Long-term memory (issue 33, docs/memory.md): observations of what an NPC perceives, facts and
+//! claims by trust, recall into the model's request, pre-compaction extraction, forgetting, the
+//! bounds — on the scripted provider and paused time, with replay = live and restarts.
+mod common;
+use common::*;
+use parking_lot::Mutex;
+use std::{sync::Arc, time::Duration};
+use warden::{
+    memory::{is_extraction_request, is_summary_request, MemoryKind},
+    protocols::{
+        npc::{NpcConfig, Speaker, SpeakerKind, WorldEvent, WorldEventKind},
+        ChatRole, UserEvent,
+    },
+    AgentHandle, AgentRecord, AgentSpec, EventKind, LlmRequest, MemoryJournal, ScriptStep,
+    ScriptedProvider, Submit, Supervisor, WardenConfig,
+};
+
+/// A game hour of real time at clock speed 60.
+const GAME_HOUR: Duration = Duration::from_secs(60);
+
+fn config() -> WardenConfig {
+    let mut config = WardenConfig::default();
+    config.memory.long_term = true;
+    // A game hour a real minute (the team's clock: an agent's own `[npc]` cannot change it).
+    config.npc.clock.speed = 60.0;
+    config.safety.budget.tokens_per_agent = 0;
+    config
+}
+
+fn npc_config() -> NpcConfig {
+    NpcConfig::default()
+}
+
+fn world(kind: WorldEventKind, who: SpeakerKind, id: &str, text: &str) -> WorldEvent {
+    WorldEvent {
+        speaker: Speaker {
+            id: id.into(),
+            kind: who,
+        },
+        kind,
+        room: Some("forge".into()),
+        text: text.into(),
+        mentions: Some(Vec::new()),
+        oob: Default::default(),
+    }
+}
+
+fn whisper(id: &str, text: &str) -> WorldEvent {
+    world(WorldEventKind::Whisper, SpeakerKind::Player, id, text)
+}
+
+/// The requests of turns (not summaries, extractions or reflections).
+fn turn_requests(seen: &Mutex<Vec<LlmRequest>>) -> Vec<LlmRequest> {
+    seen.lock()
+        .iter()
+        .filter(|r| !is_summary_request(r) && !is_extraction_request(r))
+        .cloned()
+        .collect()
+}
+
+fn system_text(r: &LlmRequest) -> String {
+    r.messages
+        .first()
+        .filter(|m| m.role == ChatRole::System)
+        .and_then(|m| m.content.clone())
+        .unwrap_or_default()
+}
+
+/// The model of these tests: extraction lists the name in a transcript that has it, summaries
+/// are short, a request whose last line asks it to note something calls `remember`, a tool
+/// result is acknowledged, anything else gets "Aye.".
+fn brain() -> ScriptedProvider {
+    ScriptedProvider::new([]).with_fallback(|r| {
+        let all: String = r
+            .messages
+            .iter()
+            .filter_map(|m| m.content.clone())
+            .collect();
+        if is_extraction_request(r) {
+            return ScriptStep::reply(if all.contains("Aldric") {
+                r#"Facts: [{"subject": "p1", "predicate": "name", "object": "Aldric", "said_by": "p1", "importance": 8}]"#
+            } else {
+                "[]"
+            });
+        }
+        if is_summary_request(r) {
+            return ScriptStep::reply("The smith talked with travellers.");
+        }
+        let last = r.messages.last().expect("a message");
+        if last.role == ChatRole::Tool {
+            return ScriptStep::reply("Noted.");
+        }
+        let text = last.content.clone().unwrap_or_default();
+        for (needle, object) in [("vampire", "a vampire"), ("human", "human")] {
+            if text.contains(&format!("the mayor is {needle}")) || text.contains(&format!("the mayor is a {needle}")) {
+                return ScriptStep::call(
+                    "remember",
+                    serde_json::json!({"subject": "mayor", "predicate": "is", "object": object}),
+                );
+            }
+        }
+        ScriptStep::reply("Aye.")
+    })
+}
+
+fn smith(
+    team: &Supervisor,
+    provider: Arc<dyn warden::Provider>,
+    record: Option<AgentRecord>,
+) -> AgentHandle {
+    let mut spec = AgentSpec::assistant("smith", provider)
+        .with_system_prompt("You are the blacksmith.")
+        .with_npc(npc_config());
+    if let Some(record) = record {
+        spec = spec.restored_from(record);
+    }
+    team.spawn(spec).expect("spawn smith")
+}
+
+async fn turns(agent: &AgentHandle, n: u64) {
+    until(&format!("{} finished {n} turns", agent.key()), || {
+        agent.status().turns >= n
+    })
+    .await;
+}
+
+fn observations(record: &AgentRecord) -> usize {
+    record.memory().map_or(0, |s| {
+        s.memories
+            .values()
+            .filter(|m| matches!(m.kind, MemoryKind::Observation { .. }))
+            .count()
+    })
+}
+
+#[actix_rt::test]
+async fn the_blacksmith_remembers_a_name_on_day_three_after_compaction_and_a_restart() {
+    tokio::time::pause();
+    let mut config = config();
+    config.execution.max_context_tokens = 1200;
+    let (team, journal) = team(config.clone());
+    let (provider, seen) = Capture::new(brain());
+    let npc = smith(&team, provider, None);
+
+    // Day 1: p1 says who they are.
+    npc.perceive(whisper(
+        "p1",
+        "Good morning, smith. My name is Aldric, I come from the coast.",
+    ))
+    .unwrap();
+    turns(&npc, 1).await;
+    // The rest of the day: other customers, enough talk to compact the history away.
+    for i in 0..24u64 {
+        tokio::time::advance(GAME_HOUR / 2).await;
+        npc.perceive(whisper(
+            &format!("c{i}"),
+            &format!("Customer {i} here. I need {i} horseshoes and a long story about the weather, the roads and the price of iron in the capital, which keeps rising."),
+        ))
+        .unwrap();
+        turns(&npc, 2 + i).await;
+    }
+    let compacted = journal
+        .events_of("smith")
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::HistoryCompacted { .. }))
+        .count();
+    assert!(compacted > 0, "the history was compacted");
+    assert!(
+        !npc.record().history.iter().any(|m| m
+            .content
+            .as_deref()
+            .unwrap_or_default()
+            .contains("Aldric")),
+        "the name left the history"
+    );
+    // Every model call counted against the budgets, the extractions and summaries included.
+    let usage = journal
+        .events_of("smith")
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::UsageRecorded { .. }))
+        .count();
+    let extractions = seen
+        .lock()
+        .iter()
+        .filter(|r| is_extraction_request(r))
+        .count();
+    assert!(extractions > 0);
+    assert_eq!(
+        usage,
+        seen.lock().len(),
+        "one usage_recorded per model call"
+    );
+    // The extraction stored the name as p1's: the profile has it.
+    assert_eq!(
+        npc.profile("p1").and_then(|p| p.name).as_deref(),
+        Some("Aldric")
+    );
+
+    // Day 3.
+    tokio::time::advance(GAME_HOUR * 36).await;
+    npc.perceive(whisper("p1", "Do you remember me?")).unwrap();
+    turns(&npc, 26).await;
+    let last = turn_requests(&seen).pop().expect("a turn request");
+    let system = system_text(&last);
+    assert!(
+        system.starts_with("You are the blacksmith.\n\nWhat you remember"),
+        "{system}"
+    );
+    assert!(
+        system.contains("about p1 (player); name \"Aldric\""),
+        "{system}"
+    );
+    assert!(system.contains("My name is Aldric"), "{system}");
+    assert!(
+        system.contains("day 3") || system.contains("day 1"),
+        "{system}"
+    );
+    replay_matches(&journal, &npc);
+
+    // A restart (the record from the journal): it still remembers.
+    let record = AgentRecord::replay("smith".into(), &journal.events());
+    let (team2, journal2) = common::team(config);
+    let (provider2, seen2) = Capture::new(brain());
+    let again = smith(&team2, provider2, Some(record));
+    again.perceive(whisper("p1", "Still remember me?")).unwrap();
+    until("a turn after the restart", || {
+        !turn_requests(&seen2).is_empty()
+    })
+    .await;
+    let system = system_text(&turn_requests(&seen2)[0]);
+    assert!(system.contains("name \"Aldric\""), "{system}");
+    let _ = journal2;
+}
+
+#[actix_rt::test]
+async fn a_rumour_is_recalled_as_a_claim_and_a_trusted_whisper_contradicting_it_wins() {
+    tokio::time::pause();
+    let (team, journal) = team(config());
+    let (provider, seen) = Capture::new(brain());
+    let npc = smith(&team, provider, None);
+
+    // p3 says it aloud in the room (a say: trust 0.4, which never starts a turn), and the host
+    // relays the line to the smith as p3's: the smith writes it down — as p3's claim.
+    let relayed = UserEvent {
+        source: "say".into(),
+        sender: Some("p3".into()),
+        content: "psst, the mayor is a vampire".into(),
+    };
+    npc.submit(relayed, Submit::default()).await.unwrap();
+    turns(&npc, 1).await;
+    let store = npc.record().memory().cloned().expect("memories");
+    let claim = store
+        .memories
+        .values()
+        .find(|m| matches!(m.kind, MemoryKind::Fact { .. }))
+        .expect("a fact memory");
+    assert!(
+        matches!(&claim.kind, MemoryKind::Fact { claim: true, asserted_by, .. } if asserted_by == &["p3"])
+    );
+
+    npc.perceive(whisper("p1", "anything new about the mayor?"))
+        .unwrap();
+    turns(&npc, 2).await;
+    let system = system_text(&turn_requests(&seen).pop().unwrap());
+    assert!(
+        system.contains("p3 claims \"mayor is a vampire\" (trust 0.40; unconfirmed, not a fact)"),
+        "{system}"
+    );
+
+    // The guard captain, trusted, whispers the truth: it wins.
+    npc.perceive(world(
+        WorldEventKind::Whisper,
+        SpeakerKind::Npc,
+        "captain",
+        "the mayor is human, I checked",
+    ))
+    .unwrap();
+    turns(&npc, 3).await;
+    npc.perceive(whisper("p1", "so is the mayor a vampire?"))
+        .unwrap();
+    turns(&npc, 4).await;
+    let system = system_text(&turn_requests(&seen).pop().unwrap());
+    assert!(
+        system.contains("fact: \"mayor is human\" (from captain, trust 0.90"),
+        "{system}"
+    );
+    assert!(
+        system.contains("p3 claimed \"mayor is a vampire\" (trust 0.40) — contradicted by \"mayor is human\", not true"),
+        "{system}"
+    );
+    // p3's word counts for less from now on.
+    let p3 = npc.profile("p3").unwrap();
+    assert!(p3.credibility < 0.5 && p3.contradicted == 1, "{p3:?}");
+    replay_matches(&journal, &npc);
+}
+
+#[actix_rt::test]
+async fn forget_and_the_operators_delete_hold_across_a_restart() {
+    tokio::time::pause();
+    let (team, journal) = team(config());
+    // The model forgets memory #0 when asked to.
+    let provider = ScriptedProvider::new([]).with_fallback(|r| {
+        let last = r.messages.last().unwrap();
+        if last.role == ChatRole::Tool {
+            ScriptStep::reply("Forgotten.")
+        } else if last
+            .content
+            .as_deref()
+            .unwrap_or_default()
+            .contains("forget what I said")
+        {
+            ScriptStep::call("forget", serde_json::json!({"id": 0}))
+        } else {
+            ScriptStep::reply("Aye.")
+        }
+    });
+    let npc = smith(&team, Arc::new(provider), None);
+    npc.perceive(whisper("p1", "my secret: I hid gold under the bridge"))
+        .unwrap();
+    turns(&npc, 1).await;
+    npc.perceive(whisper("p2", "I am p2 and I like swords"))
+        .unwrap();
+    turns(&npc, 2).await;
+    npc.perceive(whisper("p1", "please forget what I said"))
+        .unwrap();
+    turns(&npc, 3).await;
+    let texts = |a: &AgentHandle| -> Vec<String> {
+        a.memories(None, None, 100)
+            .into_iter()
+            .map(|m| m.text)
+            .collect()
+    };
+    assert!(
+        !texts(&npc).iter().any(|t| t.contains("gold")),
+        "{:?}",
+        texts(&npc)
+    );
+    // The operator: everything about p2 (the right to be forgotten).
+    let gone = npc.forget_durable(&[], Some("p2"), "op").await.unwrap();
+    assert_eq!(gone.len(), 1);
+    assert!(npc.profile("p2").is_none());
+    assert!(npc.memories(Some("swords"), None, 10).is_empty());
+    assert!(npc.recall("p2", None).is_none_or(|r| !r.contains("swords")));
+    let forgotten: Vec<(Vec<u64>, Option<String>, String)> = journal
+        .events_of("smith")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::MemoryForgotten { ids, about, by } => Some((ids, about, by)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(forgotten.len(), 2);
+    assert_eq!(forgotten[0], (vec![0], None, "model".to_owned()));
+    assert_eq!(forgotten[1].1.as_deref(), Some("p2"));
+    assert_eq!(forgotten[1].2, "op");
+    replay_matches(&journal, &npc);
+    // A restart: still forgotten; what is left is still found.
+    let record = AgentRecord::replay("smith".into(), &journal.events());
+    let (team2, _) = common::team(config());
+    let again = smith(&team2, chatty(), Some(record));
+    let left = texts(&again);
+    assert!(
+        !left
+            .iter()
+            .any(|t| t.contains("gold") || t.contains("swords")),
+        "{left:?}"
+    );
+    assert_eq!(again.memories(Some("forget"), Some("p1"), 10).len(), 1);
+}
+
+#[actix_rt::test]
+async fn a_chatter_flood_stays_within_the_rate_caps_and_the_bounds() {
+    tokio::time::pause();
+    let mut config = config();
+    config.memory.max_memories = 40;
+    config.memory.speaker_writes_per_minute = 3;
+    config.memory.writes_per_minute = 10;
+    let (team, journal) = team(config);
+    let mut npc_config = npc_config();
+    npc_config
+        .channels
+        .insert("ooc".into(), warden::protocols::npc::ChannelMode::Context);
+    let npc = team
+        .spawn(AgentSpec::assistant("smith", chatty()).with_npc(npc_config))
+        .unwrap();
+    // The out-of-character channel is context for the smith: every line of it is an observation.
+    let chatter = |i: u64| {
+        let mut e = world(
+            WorldEventKind::Channel,
+            SpeakerKind::Player,
+            &format!("p{}", i % 7),
+            &format!("chatter line {i} about nothing in particular"),
+        );
+        e.oob.channel = Some("ooc".into());
+        e
+    };
+    // One instant, 500 lines from 7 speakers: 10 stored (the agent's cap), at most 3 a speaker.
+    for i in 0..500 {
+        let seen = npc.perceive(chatter(i)).unwrap();
+        assert_eq!(
+            seen.perception.verdict,
+            warden::protocols::npc::Verdict::Context,
+            "{seen:?}"
+        );
+    }
+    let record = npc.record();
+    assert_eq!(observations(&record), 10);
+    let store = record.memory().unwrap();
+    assert!(
+        store.profiles.values().all(|p| p.heard <= 3),
+        "{:?}",
+        store.profiles
+    );
+    // Three game days of it, a line every 3 real seconds: never more than 40 memories, and none
+    // younger than a game day is evicted.
+    for i in 0..3 * 24 * 20 {
+        tokio::time::advance(Duration::from_secs(3)).await;
+        npc.perceive(chatter(1000 + i)).unwrap();
+        let record = npc.record();
+        let store = record.memory().unwrap();
+        assert!(store.memories.len() <= 40, "{}", store.memories.len());
+        assert!(store.bytes <= 256 * 1024);
+    }
+    let evicted: Vec<u64> = journal
+        .events_of("smith")
+        .into_iter()
+        .flat_map(|e| match e.kind {
+            EventKind::MemoryStored { evicted, .. } => evicted,
+            _ => Vec::new(),
+        })
+        .collect();
+    assert!(!evicted.is_empty(), "old memories were evicted");
+    replay_matches(&journal, &npc);
+    let _: &MemoryJournal = &journal;
+}
+
+/// A team whose NPCs tick rarely while awake and every game hour while asleep (2:00 to 6:00),
+/// its clock starting at `hour` (a game hour a real minute).
+fn sleepy(hour: f64) -> WardenConfig {
+    let mut config = config();
+    config.npc.clock.start_hour = hour;
+    config.npc.tick.enabled = true;
+    config.npc.tick.rate = 3600.0;
+    config.npc.tick.wake_seconds = 1.0;
+    config.npc.sleep.enabled = true;
+    config.npc.sleep.tick_rate = 60.0;
+    config
+}
+
+/// The model at night: a dream gets a reflection (after `delay`), anything else "Aye.".
+fn dreamer(delay: Duration) -> Arc<ScriptedProvider> {
+    Arc::new(ScriptedProvider::new([]).with_fallback(move |r| {
+        if warden::memory::sleep::is_dream_request(r) {
+            ScriptStep::reply("Today I met Aldric, who greeted me twice.").delayed(delay)
+        } else {
+            ScriptStep::reply("Aye.")
+        }
+    }))
+}
+
+fn phases(journal: &MemoryJournal) -> Vec<warden::protocols::memory::SleepPhase> {
+    journal
+        .events_of("smith")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::MemoryConsolidated { phase, .. } => Some(phase),
+            _ => None,
+        })
+        .collect()
+}
+
+fn slept_away(journal: &MemoryJournal) -> Vec<Vec<u64>> {
+    journal
+        .events_of("smith")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::MemoryForgotten { ids, by, .. } if by == "sleep" => Some(ids),
+            _ => None,
+        })
+        .collect()
+}
+
+#[actix_rt::test]
+async fn sleep_compacts_then_dreams_once_a_night_and_a_crash_resumes_the_phase_it_reached() {
+    use warden::protocols::memory::SleepPhase::{Done, Dreaming};
+    tokio::time::pause();
+    let (team, journal) = team(sleepy(1.5));
+    let npc = team
+        .spawn(AgentSpec::assistant("smith", dreamer(Duration::ZERO)))
+        .unwrap();
+    // 1:30: p1 greets the smith twice, word for word.
+    for n in 1..=2 {
+        npc.perceive(whisper("p1", "Hello smith, I am Aldric."))
+            .unwrap();
+        turns(&npc, n).await;
+    }
+    assert_eq!(observations(&npc.record()), 2);
+    // The night: every asleep tick; the work is done once.
+    tokio::time::advance(GAME_HOUR * 3).await;
+    until("the night's work", || phases(&journal).len() == 2).await;
+    tokio::time::advance(GAME_HOUR * 2).await;
+    settle(100).await;
+    assert_eq!(phases(&journal), vec![Dreaming, Done]);
+    assert_eq!(
+        slept_away(&journal),
+        vec![vec![0]],
+        "the older greeting merged away"
+    );
+    let record = npc.record();
+    assert_eq!(observations(&record), 1);
+    assert!(record
+        .memory()
+        .unwrap()
+        .memories
+        .values()
+        .any(|m| { matches!(m.kind, MemoryKind::Reflection) && m.text.contains("Aldric") }));
+    replay_matches(&journal, &npc);
+
+    // A crash right after compacting: the restart dreams, and does not compact again.
+    let cut: Vec<_> = {
+        let events = journal.events();
+        let at = events
+            .iter()
+            .position(|e| {
+                matches!(
+                    e.kind,
+                    EventKind::MemoryConsolidated {
+                        phase: Dreaming,
+                        ..
+                    }
+                )
+            })
+            .unwrap();
+        events[..=at].to_vec()
+    };
+    let record = AgentRecord::replay("smith".into(), &cut);
+    assert_eq!(
+        record.memory().unwrap().consolidation.map(|c| c.phase),
+        Some(Dreaming)
+    );
+    let (team2, journal2) = common::team(sleepy(2.5));
+    // A halt during the dream: nothing is done; after a resume the next asleep tick dreams.
+    let again = team2
+        .spawn(
+            AgentSpec::assistant("smith", dreamer(Duration::from_secs(30))).restored_from(record),
+        )
+        .unwrap();
+    until("dreaming", || {
+        again.status().state == warden::AgentState::Executing
+    })
+    .await;
+    again.halt(op()).await;
+    settle(50).await;
+    assert!(
+        phases(&journal2).is_empty(),
+        "a halted dream finishes nothing"
+    );
+    again.resume("op").await.unwrap();
+    tokio::time::advance(GAME_HOUR * 2).await;
+    until("the dream after the restart", || {
+        phases(&journal2) == vec![Done]
+    })
+    .await;
+    assert!(
+        slept_away(&journal2).is_empty(),
+        "compacting is not done twice"
+    );
+    let events: Vec<_> = cut
+        .iter()
+        .chain(journal2.events().iter())
+        .cloned()
+        .collect();
+    assert_eq!(AgentRecord::replay("smith".into(), &events), again.record());
+}
+
+/// docs/memory.md: every ```toml example is a team file (or a part of one) that parses.
+#[test]
+fn the_examples_in_docs_memory_md_parse() {
+    let doc = include_str!("../docs/memory.md");
+    let (mut examples, mut long_term) = (0, 0);
+    for block in doc.split("```toml\n").skip(1) {
+        let text = block.split("```").next().unwrap();
+        if text.contains("[[agents]]") {
+            let team =
+                warden::team::TeamFile::from_toml(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            if team.config.memory.long_term {
+                assert_eq!(team.config.memory.max_bytes, 256 * 1024);
+                assert_eq!(team.config.npc.clock.speed, 60.0);
+                let own = team.agents[0].memory.expect("smith's own memory keys");
+                assert_eq!(own.apply(&team.config.memory).recall_k, 6);
+                long_term += 1;
+            }
+        } else {
+            warden::team::TeamFile::parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        }
+        examples += 1;
+    }
+    assert!(examples >= 2 && long_term == 1, "{examples} {long_term}");
+}
+
+/// Design 001's `scheduled_wake_time` and `activity_since_wake`: asleep at 2:30, the smith's tick
+/// turn schedules its wake for 4:00 (`wake_at`); the tick loop keeps it asleep until then and wakes
+/// it at 4:00, inside its sleep hours (2:00 to 6:00). Tool calls since the last wake are counted.
+#[actix_rt::test]
+async fn an_npc_wakes_when_it_scheduled_and_counts_its_activity_since() {
+    tokio::time::pause();
+    let (team, journal) = team(sleepy(2.5));
+    let provider = Arc::new(ScriptedProvider::new([]).with_fallback(|r| {
+        if warden::memory::sleep::is_dream_request(r) {
+            return ScriptStep::reply("A quiet night.");
+        }
+        let last = r.messages.last().unwrap();
+        if last.role == ChatRole::Tool {
+            ScriptStep::reply("Back to sleep.")
+        } else if last
+            .content
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("[tick]")
+        {
+            ScriptStep::call("wake_at", serde_json::json!({"hour": 4}))
+        } else {
+            ScriptStep::reply("Aye.")
+        }
+    }));
+    let npc = team.spawn(AgentSpec::assistant("smith", provider)).unwrap();
+    // Something to remember, so the store exists (the wake is kept there).
+    npc.perceive(whisper("p1", "good night, smith")).unwrap();
+    turns(&npc, 1).await;
+    let mode = |npc: &AgentHandle| npc.status().npc.and_then(|n| n.tick).map(|t| t.mode);
+    use warden::protocols::npc::NpcMode::{Asleep, Awake};
+    until("asleep", || mode(&npc) == Some(Asleep)).await;
+    until("the wake scheduled", || {
+        npc.record()
+            .memory()
+            .is_some_and(|s| s.scheduled_wake.is_some())
+    })
+    .await;
+    assert_eq!(
+        npc.record().memory().unwrap().activity_since_wake,
+        1,
+        "the wake_at call"
+    );
+    // Still asleep at 3:55; awake at 4:00.
+    let hour = team.game_hour();
+    assert!(hour < 3.9, "{hour}");
+    tokio::time::advance(GAME_HOUR.mul_f64(3.92 - hour)).await;
+    settle(50).await;
+    assert_eq!(mode(&npc), Some(Asleep), "at {}", team.game_hour());
+    tokio::time::advance(GAME_HOUR / 6).await;
+    until("awake at 4:00", || mode(&npc) == Some(Awake)).await;
+    let woke = journal.events_of("smith").into_iter().any(|e| matches!(
+        &e.kind,
+        EventKind::NpcModeChanged { to: Awake, cause, .. } if cause.starts_with("its scheduled wake")
+    ));
+    assert!(woke, "journaled as the scheduled wake");
+    assert_eq!(npc.record().memory().unwrap().activity_since_wake, 0);
+    replay_matches(&journal, &npc);
+}
+
+/// A provider whose embeddings know that blades are swords: `complete` is a scripted "Aye.", and
+/// `embed` puts every text about swords or blades on one axis and everything else on another.
+struct Semantic {
+    inner: ScriptedProvider,
+    /// `false`: no embedding model.
+    on: bool,
+    embeds: Arc<std::sync::atomic::AtomicUsize>,
+    seen: Arc<Mutex<Vec<LlmRequest>>>,
+}
+
+impl warden::Provider for Semantic {
+    fn name(&self) -> &str {
+        "semantic"
+    }
+
+    fn complete(
+        &self,
+        request: LlmRequest,
+    ) -> futures::future::BoxFuture<'static, Result<warden::LlmResponse, warden::ProviderError>>
+    {
+        self.seen.lock().push(request.clone());
+        self.inner.complete(request)
+    }
+
+    fn embed(
+        &self,
+        texts: Vec<String>,
+    ) -> Option<futures::future::BoxFuture<'static, Result<warden::Embedded, warden::ProviderError>>>
+    {
+        if !self.on {
+            return None;
+        }
+        self.embeds
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let vectors = texts
+            .iter()
+            .map(|t| {
+                let t = t.to_lowercase();
+                if t.contains("sword") || t.contains("blade") {
+                    vec![1.0, 0.0]
+                } else {
+                    vec![0.0, 1.0]
+                }
+            })
+            .collect();
+        Some(Box::pin(std::future::ready(Ok(warden::Embedded {
+            vectors,
+            usage: warden::protocols::Usage {
+                prompt_tokens: 10,
+                completion_tokens: 0,
+                estimated: true,
+            },
+        }))))
+    }
+}
+
+/// With an embedding model, recall ranks by cosine similarity: "who sells blades?" recalls the
+/// old "the smith makes fine swords" that shares no word with it and that neither BM25 nor the
+/// newest memories would bring; the embedding calls count against the budgets. Without one, the
+/// same store and question do not recall it.
+#[actix_rt::test]
+async fn with_an_embedding_model_recall_finds_what_shares_no_word_with_the_question() {
+    tokio::time::pause();
+    for embeddings in [true, false] {
+        let (team, journal) = team(config());
+        let embeds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let provider = Arc::new(Semantic {
+            inner: ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("Aye.")),
+            on: embeddings,
+            embeds: embeds.clone(),
+            seen: seen.clone(),
+        });
+        let npc = smith(&team, provider, None);
+        npc.perceive(whisper("p9", "the smith makes fine swords"))
+            .unwrap();
+        turns(&npc, 1).await;
+        // 24 newer memories of other things, a minute apart (within the rate caps).
+        for i in 0..24u64 {
+            tokio::time::advance(Duration::from_secs(61)).await;
+            npc.perceive(whisper(
+                &format!("c{i}"),
+                &format!("the weather on day {i} was grey"),
+            ))
+            .unwrap();
+            turns(&npc, 2 + i).await;
+        }
+        npc.perceive(whisper("p1", "who sells blades?")).unwrap();
+        turns(&npc, 26).await;
+        let system = system_text(&turn_requests(&seen).pop().unwrap());
+        assert_eq!(
+            system.contains("the smith makes fine swords"),
+            embeddings,
+            "embeddings {embeddings}: {system}"
+        );
+        if embeddings {
+            let calls = seen.lock().len();
+            let usage = journal
+                .events_of("smith")
+                .iter()
+                .filter(|e| matches!(e.kind, EventKind::UsageRecorded { .. }))
+                .count();
+            let embeds = embeds.load(std::sync::atomic::Ordering::SeqCst);
+            assert!(embeds >= 26, "{embeds}");
+            assert_eq!(usage, calls + embeds, "every embedding call counted");
+        }
+        replay_matches(&journal, &npc);
+    }
+}
+
+/// Team files: `embedding_model` for the OpenAI-compatible kind, `embedding_dimensions` (the fake
+/// embedding) for the scripted one, with exact errors.
+#[test]
+fn team_files_name_an_embedding_model() {
+    let team = warden::team::TeamFile::from_toml(
+        r#"
+[providers.local]
+kind = "openai_compatible"
+base_url = "http://127.0.0.1:8080/v1"
+model = "llama"
+embedding_model = "bge-small-en-v1.5"
+
+[providers.fake]
+kind = "scripted"
+embedding_dimensions = 64
+
+[providers.plain]
+kind = "scripted"
+
+[[agents]]
+key = "smith"
+provider = "fake"
+"#,
+    )
+    .unwrap();
+    let config = team.providers["local"]
+        .openai_config(Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(config.embedding_model.as_deref(), Some("bge-small-en-v1.5"));
+    let fake = team.provider("fake").unwrap();
+    assert!(fake.embed(vec!["x".into()]).is_some());
+    assert!(team
+        .provider("plain")
+        .unwrap()
+        .embed(vec!["x".into()])
+        .is_none());
+    let err = warden::team::TeamFile::from_toml(
+        "[providers.fake]\nkind = \"scripted\"\nembedding_dimensions = 4\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("invalid value for `providers.fake.embedding_dimensions`: 4 (allowed: 0 (none) or 8 to 4096)"),
+        "{err}"
+    );
+}
