@@ -35,6 +35,8 @@
 
 #![warn(missing_debug_implementations, missing_docs, unreachable_pub)]
 
+#[cfg(feature = "server")]
+pub mod a2a_client;
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "server")]

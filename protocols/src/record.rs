@@ -197,6 +197,21 @@ pub struct Outstanding {
     /// while none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub asking: Option<String>,
+    /// Tasks on remote A2A agents that a delegation sent (`A2aTaskStarted`) and that are not
+    /// settled yet (`A2aTaskEnded`): what a restart after a crash must settle. Omitted while empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub a2a_tasks: Vec<A2aTaskRef>,
+}
+
+/// A task on a remote A2A agent a delegation is following ([`Outstanding::a2a_tasks`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct A2aTaskRef {
+    /// The remote agent's name (`[a2a_agents.NAME]`).
+    pub to: AgentKey,
+    /// The task's id on the peer.
+    pub task_id: String,
+    /// The model's id of the `delegate` call that waited for it.
+    pub call_id: String,
 }
 
 impl Outstanding {
@@ -214,6 +229,7 @@ impl Outstanding {
             && self.discarding.is_empty()
             && self.error_window.is_empty()
             && self.asking.is_none()
+            && self.a2a_tasks.is_empty()
     }
 }
 
@@ -360,6 +376,11 @@ impl AgentRecord {
             o.error_window.clear();
         }
         self.tidy();
+    }
+
+    /// The remote A2A tasks not settled yet ([`Outstanding::a2a_tasks`]).
+    pub fn a2a_tasks(&self) -> &[A2aTaskRef] {
+        self.outstanding.as_deref().map_or(&[], |o| &o.a2a_tasks)
     }
 
     /// Messages halts cleared and not listed yet ([`Outstanding::unlisted`]).
@@ -535,6 +556,23 @@ impl AgentRecord {
                 self.outstanding_mut().asking = Some(call_id.clone());
             }
             EventKind::PermissionDecided { .. } => self.stop_asking(),
+            EventKind::A2aTaskStarted {
+                to,
+                task_id,
+                call_id,
+                ..
+            } => self.outstanding_mut().a2a_tasks.push(A2aTaskRef {
+                to: to.clone(),
+                task_id: task_id.clone(),
+                call_id: call_id.clone(),
+            }),
+            EventKind::A2aTaskEnded { to, task_id, .. } => {
+                if let Some(o) = self.outstanding.as_deref_mut() {
+                    o.a2a_tasks
+                        .retain(|t| !(t.to == *to && t.task_id == *task_id));
+                }
+                self.tidy();
+            }
             EventKind::GoalsSet { goals, .. } => self.goals = goals.clone(),
             EventKind::Reflected { reflection } => {
                 if self.reflections.len() == Self::REFLECTIONS_KEPT {
@@ -586,7 +624,9 @@ impl AgentRecord {
             | EventKind::Crashed { .. }
             | EventKind::Perceived { .. }
             | EventKind::TokenBudgetWaiting { .. }
-            | EventKind::NpcModeChanged { .. } => {}
+            | EventKind::NpcModeChanged { .. }
+            | EventKind::A2aAsked { .. }
+            | EventKind::A2aAnswered { .. } => {}
         }
     }
 

@@ -1,0 +1,493 @@
+//! Remote A2A agents as delegates (`[a2a_agents.NAME]`, docs/a2a.md "Remote agents as delegates").
+//!
+//! Real processes only: a `warden serve` with the scripted model, whose agents delegate to a peer
+//! built on the official Python `a2a-sdk` server (`tests/a2a/peer_server.py`, under uvicorn, in the
+//! venv `$HOME/.cache/warden-a2a-venv` that `.ci/run` installs; without it the tests are skipped,
+//! and fail under `CI=true`). The peer logs every JSON-RPC call it receives, so each test checks
+//! what arrived there, and the journal file (read while warden writes it) for what warden kept.
+use serde_json::{json, Value};
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+use warden::{protocols::EventKind, JournalReader};
+
+const ADMIN: &str = "admin-secret";
+const PEER_TOKEN: &str = "peer-secret";
+
+/// The team: one delegating agent per behaviour of the peer, and a remote agent nobody runs.
+fn team(peer: u16, dead: u16) -> String {
+    let mut team = format!(
+        r#"
+[safety.timeout]
+chain_seconds = 120
+
+[a2a_agents.peer]
+url = "http://127.0.0.1:{peer}"
+token_env = "PEER_TOKEN"
+poll_interval_ms = 100
+timeout_seconds = 5
+
+[a2a_agents.gone]
+url = "http://127.0.0.1:{dead}"
+timeout_seconds = 2
+"#
+    );
+    for (agent, to, task) in [
+        ("echoer", "peer", "echo hi"),
+        ("asker", "peer", "ask me"),
+        ("sleeper", "peer", "slow please"),
+        ("failer", "peer", "fail now"),
+        ("malformed", "peer", "malformed please"),
+        ("garbage", "peer", "garbage please"),
+        ("huge", "peer", "huge please"),
+        ("down", "gone", "echo anyone?"),
+    ] {
+        team.push_str(&format!(
+            r#"
+[providers.{agent}]
+kind = "scripted"
+cycle = true
+replies = [{{ tool = "delegate", args = {{ agent = "{to}", task = "{task}" }} }}, "done"]
+
+[[agents]]
+key = "{agent}"
+provider = "{agent}"
+"#
+        ));
+    }
+    team
+}
+
+/// The venv's python with the SDK's server and uvicorn importable, if there is one.
+fn peer_python() -> Option<PathBuf> {
+    let venv = std::env::var_os("WARDEN_A2A_VENV")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/warden-a2a-venv"))
+        })?;
+    let python = venv.join("bin/python");
+    let ok = Command::new(&python)
+        .args(["-c", "import a2a.server.routes, uvicorn"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    ok.then_some(python)
+}
+
+struct Peer {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Peer {
+    fn start(python: &Path, dir: &Path, port: u16) -> Peer {
+        let log = dir.join("peer.log");
+        let _ = std::fs::remove_file(&log);
+        let child = Command::new(python)
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/a2a/peer_server.py"
+            ))
+            .arg(port.to_string())
+            .arg(&log)
+            .arg(PEER_TOKEN)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start the a2a-sdk peer");
+        let up = warden_testkit::wait_for(Duration::from_secs(30), || {
+            matches!(
+                warden_testkit::blocking_request(
+                    port,
+                    "GET",
+                    "/.well-known/agent-card.json",
+                    "",
+                    None
+                ),
+                Ok((200, _))
+            )
+        });
+        assert!(up, "the a2a-sdk peer did not come up on {port}");
+        Peer { child, log }
+    }
+
+    /// The calls the peer received, in order.
+    fn calls(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    fn methods(&self) -> Vec<String> {
+        self.calls()
+            .iter()
+            .map(|c| c["method"].as_str().unwrap_or("").to_owned())
+            .collect()
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Served {
+    child: Child,
+    port: u16,
+    db: PathBuf,
+}
+
+impl Served {
+    fn start(dir: &Path) -> Served {
+        let port = warden_testkit::free_port();
+        let db = dir.join("journal.db");
+        let child = Command::new(env!("CARGO_BIN_EXE_warden"))
+            .args(["serve", "--config"])
+            .arg(dir.join("team.toml"))
+            .arg("--db")
+            .arg(&db)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("WARDEN_ADMIN_TOKEN", ADMIN)
+            .env("PEER_TOKEN", PEER_TOKEN)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start warden serve");
+        let up = warden_testkit::wait_for(Duration::from_secs(30), || {
+            matches!(
+                warden_testkit::blocking_request(port, "GET", "/healthz", "", None),
+                Ok((200, _))
+            )
+        });
+        assert!(up, "warden serve did not come up on {port}");
+        Served { child, port, db }
+    }
+
+    fn request(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let body = body.map(|b| b.to_string());
+        let (status, text) =
+            warden_testkit::blocking_request(self.port, method, path, ADMIN, body.as_deref())
+                .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    /// Sends an event to `agent` without waiting; its id.
+    fn send(&self, agent: &str) -> u64 {
+        let (status, body) = self.request(
+            "POST",
+            &format!("/api/agents/{agent}/events"),
+            Some(json!({"content": "go"})),
+        );
+        assert_eq!(status, 202, "{body}");
+        body["id"].as_u64().unwrap_or_else(|| panic!("{body}"))
+    }
+
+    /// Waits until event `id` of `agent` is settled; its body.
+    fn settled(&self, agent: &str, id: u64) -> Value {
+        let mut last = Value::Null;
+        let settled = warden_testkit::wait_for(Duration::from_secs(40), || {
+            last = self
+                .request("GET", &format!("/api/agents/{agent}/events/{id}"), None)
+                .1;
+            !matches!(
+                last["status"].as_str(),
+                Some("queued" | "taken" | "running" | "pending")
+            )
+        });
+        assert!(settled, "event {id} of {agent} never settled: {last}");
+        last
+    }
+
+    fn events(&self, agent: &str) -> Vec<EventKind> {
+        JournalReader::open(&self.db)
+            .unwrap()
+            .events_of(agent)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect()
+    }
+
+    /// The result the `delegate` call got (the tool message after it).
+    fn tool_results(&self, agent: &str) -> Vec<String> {
+        self.events(agent)
+            .into_iter()
+            .filter_map(|k| match k {
+                EventKind::HistoryAppended { message } if message.tool_call_id.is_some() => {
+                    message.content
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A peer and a `warden serve` delegating to it, or `None` (skipped) without the venv.
+fn setup(name: &str) -> Option<(warden_testkit::Scratch, Peer, Served)> {
+    let Some(python) = peer_python() else {
+        warden_testkit::skip(
+            "the Python a2a-sdk server and uvicorn are not installed in \
+             $HOME/.cache/warden-a2a-venv (python3 -m venv …; bin/pip install \
+             'a2a-sdk[http-server]' uvicorn)",
+        );
+        return None;
+    };
+    let dir = warden_testkit::scratch_dir("warden-a2a-client", name);
+    let (peer_port, dead) = (warden_testkit::free_port(), warden_testkit::free_port());
+    std::fs::write(dir.join("team.toml"), team(peer_port, dead)).unwrap();
+    let peer = Peer::start(&python, &dir, peer_port);
+    let served = Served::start(&dir);
+    Some((dir, peer, served))
+}
+
+fn started_task(events: &[EventKind]) -> Option<String> {
+    events.iter().find_map(|k| match k {
+        EventKind::A2aTaskStarted { task_id, .. } => Some(task_id.clone()),
+        _ => None,
+    })
+}
+
+fn ended(events: &[EventKind]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .filter_map(|k| match k {
+            EventKind::A2aTaskEnded { state, detail, .. } => Some((state.clone(), detail.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_delegation_to_a_remote_a2a_agent_completes_with_its_answer() {
+    let Some((_dir, peer, served)) = setup("complete") else {
+        return;
+    };
+    let id = served.send("echoer");
+    let event = served.settled("echoer", id);
+    assert_eq!(event["status"], "answered", "{event}");
+    let results = served.tool_results("echoer");
+    assert!(
+        results.iter().any(|r| r.contains("peer: echo hi")),
+        "the delegate call's result: {results:?}"
+    );
+    let events = served.events("echoer");
+    let task = started_task(&events).expect("a2a_task_started journaled");
+    assert_eq!(ended(&events)[0].0, "completed", "{:?}", ended(&events));
+    assert!(events.iter().any(|k| matches!(
+        k,
+        EventKind::DelegationEnded {
+            outcome: warden::protocols::DelegationOutcome::Completed,
+            ..
+        }
+    )));
+    let calls = peer.calls();
+    assert_eq!(calls[0]["method"], "SendMessage", "{calls:?}");
+    assert_eq!(calls[0]["text"], "echo hi");
+    assert!(
+        calls
+            .iter()
+            .skip(1)
+            .all(|c| c["method"] == "GetTask" && c["task"] == task.as_str()),
+        "{calls:?}"
+    );
+}
+
+#[test]
+fn a_remote_question_is_asked_of_wardens_operator_and_the_answer_goes_back_on_that_task() {
+    let Some((_dir, peer, served)) = setup("ask") else {
+        return;
+    };
+    let id = served.send("asker");
+    let mut asks = Value::Null;
+    warden_testkit::wait_until(
+        "the remote question listed as an intervention",
+        Duration::from_secs(30),
+        || {
+            asks = served.request("GET", "/api/interventions", None).1;
+            asks.as_array().is_some_and(|a| !a.is_empty())
+        },
+    );
+    let ask = &asks[0];
+    assert_eq!(ask["config_key"], "a2a_agents.peer", "{asks}");
+    assert!(
+        ask["question"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Which colour?"),
+        "{asks}"
+    );
+    let status = served.request("GET", "/api/agents/asker", None).1;
+    assert_eq!(status["state"], "WAITING_FOR_TOOL", "{status}");
+    let (code, answered) = served.request(
+        "POST",
+        &format!("/api/interventions/{}", ask["id"]),
+        Some(json!({"answer": "blue", "note": "the dark one"})),
+    );
+    assert_eq!(code, 200, "{answered}");
+    let event = served.settled("asker", id);
+    assert_eq!(event["status"], "answered", "{event}");
+    let results = served.tool_results("asker");
+    assert!(
+        results.iter().any(|r| r.contains("peer got: blue")),
+        "{results:?}"
+    );
+    let events = served.events("asker");
+    let task = started_task(&events).unwrap();
+    assert!(events.iter().any(|k| matches!(k, EventKind::A2aAnswered { answer, by: Some(by), .. } if answer == "blue\n\nthe dark one" && by.operator == "api:admin")), "{events:?}");
+    let calls = peer.calls();
+    let answer: Vec<&Value> = calls
+        .iter()
+        .filter(|c| c["method"] == "SendMessage" && c["task"] == task.as_str())
+        .collect();
+    assert_eq!(answer.len(), 1, "{calls:?}");
+    assert_eq!(answer[0]["text"], "blue\n\nthe dark one");
+}
+
+#[test]
+fn a_halt_of_the_delegator_cancels_the_remote_task_and_no_call_follows_its_ack() {
+    let Some((_dir, peer, served)) = setup("halt") else {
+        return;
+    };
+    served.send("sleeper");
+    // Following: the task is journaled and polled.
+    warden_testkit::wait_until("the remote task polled", Duration::from_secs(30), || {
+        peer.methods().iter().filter(|m| *m == "GetTask").count() >= 2
+            && started_task(&served.events("sleeper")).is_some()
+    });
+    let task = started_task(&served.events("sleeper")).unwrap();
+    let (code, body) = served.request("POST", "/api/agents/sleeper/halt", None);
+    assert_eq!(code, 200, "{body}");
+    let acked = warden_testkit::now_ms() as f64 / 1000.0;
+    warden_testkit::wait_until("CancelTask at the peer", Duration::from_secs(10), || {
+        peer.methods().iter().any(|m| m == "CancelTask")
+    });
+    // Five poll intervals more: nothing but the cancel came after the halt's ack.
+    std::thread::sleep(Duration::from_millis(500));
+    let calls = peer.calls();
+    let after: Vec<&Value> = calls
+        .iter()
+        .filter(|c| c["t"].as_f64().unwrap_or(0.0) > acked)
+        .collect();
+    assert!(
+        after.iter().all(|c| c["method"] == "CancelTask"),
+        "calls after the halt's ack: {after:?}"
+    );
+    let cancels: Vec<&Value> = calls
+        .iter()
+        .filter(|c| c["method"] == "CancelTask")
+        .collect();
+    assert_eq!(cancels.len(), 1, "{calls:?}");
+    assert_eq!(cancels[0]["task"], task.as_str());
+    warden_testkit::wait_until("a2a_task_ended journaled", Duration::from_secs(10), || {
+        ended(&served.events("sleeper"))
+            .iter()
+            .any(|(state, _)| state == "canceled")
+    });
+}
+
+#[test]
+fn a_remote_that_fails_is_down_or_answers_nonsense_is_a_clear_delegation_error() {
+    let Some((_dir, peer, served)) = setup("errors") else {
+        return;
+    };
+    for (agent, says) in [
+        (
+            "failer",
+            "the remote task ended failed: peer failed on purpose",
+        ),
+        ("down", "cannot connect (is it running?)"),
+        ("malformed", "neither a task (with an `id`) nor a message"),
+        ("garbage", "the answer is not JSON-RPC (not JSON"),
+        ("huge", "larger than max_response_bytes (1048576 bytes)"),
+    ] {
+        let id = served.send(agent);
+        let event = served.settled(agent, id);
+        // The model got the error as the delegate call's result, and went on to answer.
+        assert_eq!(event["status"], "answered", "{agent}: {event}");
+        let results = served.tool_results(agent);
+        assert!(
+            results
+                .iter()
+                .any(|r| r.contains("remote A2A agent") && r.contains(says)),
+            "{agent}: {results:?}"
+        );
+        let events = served.events(agent);
+        assert!(
+            events.iter().any(|k| matches!(k, EventKind::DelegationEnded { outcome: warden::protocols::DelegationOutcome::Failed { error }, .. } if error.contains(says))),
+            "{agent}: {events:?}"
+        );
+    }
+    // Failed tool calls count for the breakers as a local delegate's failure does.
+    let status = served.request("GET", "/api/agents/failer", None).1;
+    assert!(status["consecutive_errors"].as_u64().is_some(), "{status}");
+    let _ = peer;
+}
+
+#[test]
+fn a_sigkill_during_a_remote_task_neither_loses_nor_resends_it() {
+    let Some((dir, peer, served)) = setup("sigkill") else {
+        return;
+    };
+    served.send("sleeper");
+    warden_testkit::wait_until("the remote task journaled", Duration::from_secs(30), || {
+        started_task(&served.events("sleeper")).is_some()
+    });
+    let task = started_task(&served.events("sleeper")).unwrap();
+    served.kill();
+    assert!(!peer.methods().iter().any(|m| m == "CancelTask"));
+    let started = Instant::now();
+    let again = Served::start(&dir);
+    warden_testkit::wait_until(
+        "CancelTask from the restarted warden",
+        Duration::from_secs(20),
+        || peer.methods().iter().any(|m| m == "CancelTask"),
+    );
+    let _ = started;
+    warden_testkit::wait_until("a2a_task_ended journaled", Duration::from_secs(10), || {
+        !ended(&again.events("sleeper")).is_empty()
+    });
+    let (state, detail) = ended(&again.events("sleeper"))[0].clone();
+    assert_eq!(state, "canceled", "{detail}");
+    assert!(detail.contains("after a restart"), "{detail}");
+    let calls = peer.calls();
+    let sends = calls
+        .iter()
+        .filter(|c| c["method"] == "SendMessage")
+        .count();
+    assert_eq!(
+        sends, 1,
+        "sent once, never again after the restart: {calls:?}"
+    );
+    let cancel = calls.iter().find(|c| c["method"] == "CancelTask").unwrap();
+    assert_eq!(cancel["task"], task.as_str());
+    // Nothing outstanding: a third start settles nothing more.
+    let records = JournalReader::open(&again.db)
+        .unwrap()
+        .restore_records()
+        .unwrap();
+    let sleeper = records
+        .iter()
+        .find(|r| r.key.as_str() == "sleeper")
+        .unwrap();
+    assert!(sleeper.a2a_tasks().is_empty(), "{:?}", sleeper.a2a_tasks());
+}
