@@ -491,3 +491,71 @@ fn a_sigkill_during_a_remote_task_neither_loses_nor_resends_it() {
         .unwrap();
     assert!(sleeper.a2a_tasks().is_empty(), "{:?}", sleeper.a2a_tasks());
 }
+
+/// Figures, not a check (docs/a2a.md "Figures"): `cargo test --test a2a_client figures --
+/// --ignored --nocapture`. A remote delegation's round trip (an event whose turn delegates once to
+/// the peer's `echo`, answered with `?wait`), and halt → `CancelTask` at the peer (from the halt
+/// request to the peer's log of the cancel, one clock).
+#[test]
+#[ignore = "figures: run by hand"]
+fn figures() {
+    let Some((_dir, peer, served)) = setup("figures") else {
+        return;
+    };
+    let median = |mut xs: Vec<f64>| {
+        xs.sort_by(f64::total_cmp);
+        xs[xs.len() / 2]
+    };
+    let mut trips = Vec::new();
+    for _ in 0..20 {
+        let t0 = Instant::now();
+        let (status, body) = served.request(
+            "POST",
+            "/api/agents/echoer/events?wait=30",
+            Some(json!({"content": "go"})),
+        );
+        trips.push(t0.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["status"], "answered", "{body}");
+    }
+    let mut cancels = Vec::new();
+    for _ in 0..10 {
+        let before = peer.methods().iter().filter(|m| *m == "CancelTask").count();
+        served.send("sleeper");
+        let polled = peer.methods().iter().filter(|m| *m == "GetTask").count();
+        warden_testkit::wait_until("polled", Duration::from_secs(30), || {
+            peer.methods().iter().filter(|m| *m == "GetTask").count() > polled
+        });
+        let t0 = warden_testkit::now_ms() as f64 / 1000.0;
+        let (code, body) = served.request("POST", "/api/agents/sleeper/halt", None);
+        assert_eq!(code, 200, "{body}");
+        warden_testkit::wait_until("cancel", Duration::from_secs(10), || {
+            peer.methods().iter().filter(|m| *m == "CancelTask").count() > before
+        });
+        let at = peer
+            .calls()
+            .iter()
+            .rev()
+            .find(|c| c["method"] == "CancelTask")
+            .and_then(|c| c["t"].as_f64())
+            .unwrap();
+        cancels.push((at - t0) * 1000.0);
+        let (code, body) = served.request("POST", "/api/agents/sleeper/resume", None);
+        assert_eq!(code, 200, "{body}");
+        // The scripted model's next reply is its "done" (the halted turn took the delegation).
+        let id = served.send("sleeper");
+        served.settled("sleeper", id);
+    }
+    println!(
+        "remote delegation round trip (event → answer; polls 20, 40, 80, 100 ms apart), n=20: median {:.1} ms, min {:.1}, max {:.1}",
+        median(trips.clone()),
+        trips.iter().copied().fold(f64::MAX, f64::min),
+        trips.iter().copied().fold(0.0, f64::max)
+    );
+    println!(
+        "halt request → CancelTask at the peer, n=10: median {:.1} ms, min {:.1}, max {:.1}",
+        median(cancels.clone()),
+        cancels.iter().copied().fold(f64::MAX, f64::min),
+        cancels.iter().copied().fold(0.0, f64::max)
+    );
+}

@@ -22,7 +22,8 @@ pub struct A2aAgentConfig {
     /// Seconds one HTTP call (card, send, poll, cancel) may take. Default 30.
     #[serde(default = "default_timeout")]
     pub timeout_seconds: f64,
-    /// Milliseconds between two `GetTask` polls of a working task. Default 500.
+    /// The most milliseconds between two `GetTask` polls of a working task (polls start 20 ms
+    /// apart and double up to it). Default 500.
     #[serde(default = "default_poll")]
     pub poll_interval_ms: u64,
     /// The largest answer read from the peer, in bytes (card or JSON-RPC response); a larger one

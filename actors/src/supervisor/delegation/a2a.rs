@@ -131,7 +131,8 @@ pub trait A2aPeers: Send + Sync + 'static {
         task_id: &str,
     ) -> BoxFuture<'static, Result<PeerTask, PeerError>>;
 
-    /// How long to wait between two `GetTask`s of a working task.
+    /// The longest wait between two `GetTask`s of a working task (polls start 20 ms apart and
+    /// double up to it).
     fn poll_interval(&self, name: &AgentKey) -> Duration;
 }
 
@@ -340,6 +341,10 @@ impl Supervisor {
             )));
         }
         let mut failures = 0;
+        // Polls start 20 ms apart and double up to the peer's `poll_interval_ms`: a quick task is
+        // seen done quickly, a long one is not polled more often than configured.
+        let interval = peers.poll_interval(&to);
+        let mut delay = interval.min(Duration::from_millis(20));
         loop {
             match task.state {
                 PeerState::Completed => {
@@ -362,7 +367,8 @@ impl Supervisor {
                     task = peers.send(&to, answer).await.map_err(Unanswered::Peer)?;
                 }
                 _ => {
-                    tokio::time::sleep(peers.poll_interval(&to)).await;
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(interval);
                     match peers.get(&to, &task.id).await {
                         Ok(now) => {
                             failures = 0;
