@@ -559,3 +559,84 @@ fn figures() {
         cancels.iter().copied().fold(0.0, f64::max)
     );
 }
+
+/// docs/a2a.md's team file of "Remote agents as delegates".
+fn docs_team() -> String {
+    let doc = include_str!("../docs/a2a.md");
+    let section = doc
+        .find("## Remote agents as delegates")
+        .expect("docs/a2a.md has the client section");
+    let start =
+        section + doc[section..].find("```toml\n").expect("a toml block") + "```toml\n".len();
+    let len = doc[start..].find("```").expect("the toml block ends");
+    doc[start..start + len].to_owned()
+}
+
+#[test]
+fn the_docs_team_file_parses_with_its_remote_agent() {
+    let team = warden::team::TeamFile::from_toml(&docs_team()).expect("docs/a2a.md's client team");
+    let research = &team.a2a_agents["research"];
+    assert_eq!(research.url, "http://127.0.0.1:9999");
+    assert_eq!(research.token_env.as_deref(), Some("RESEARCH_TOKEN"));
+    assert_eq!(
+        (research.timeout_seconds, research.poll_interval_ms),
+        (30.0, 500)
+    );
+    assert_eq!(research.max_response_bytes, 1 << 20);
+}
+
+#[test]
+fn bad_a2a_agents_values_are_refused_with_key_value_and_what_is_allowed() {
+    let base = "[providers.p]\nkind = \"scripted\"\nreplies = [\"x\"]\n\n[[agents]]\nkey = \"a\"\nprovider = \"p\"\n";
+    for (entry, says) in [
+        (
+            "[a2a_agents.r]\nurl = \"ftp://x\"\n",
+            "invalid value for `a2a_agents.r.url`: \"ftp://x\" (allowed: an http:// or https:// URL with a host)",
+        ),
+        (
+            "[a2a_agents.a]\nurl = \"http://x\"\n",
+            "invalid value for `a2a_agents.a`: \"a\" (allowed: a name no `[[agents]]` entry has",
+        ),
+        (
+            "[a2a_agents.r]\nurl = \"http://x\"\npoll_interval_ms = 0\n",
+            "invalid value for `a2a_agents.r.poll_interval_ms`: 0 (allowed: 1 to 600000 milliseconds)",
+        ),
+        (
+            "[a2a_agents.r]\nurl = \"http://x\"\ntimeout_seconds = -1\n",
+            "invalid value for `a2a_agents.r.timeout_seconds`: -1 (allowed: a number of seconds above 0)",
+        ),
+        ("[a2a_agents.r]\nurl = \"http://x\"\nbearer = \"t\"\n", "unknown field `bearer`"),
+    ] {
+        let text = format!("{base}\n{entry}");
+        let err = warden::team::TeamFile::from_toml(&text).unwrap_err().to_string();
+        assert!(err.contains(says), "{entry}: {err}");
+    }
+}
+
+#[test]
+fn an_unset_token_variable_stops_the_start_naming_the_key() {
+    let mut agents = std::collections::BTreeMap::new();
+    agents.insert(
+        "r".to_owned(),
+        warden::a2a_client::A2aAgentConfig {
+            url: "http://127.0.0.1:9".into(),
+            token_env: Some("WARDEN_TEST_SURELY_UNSET_A2A_TOKEN".into()),
+            description: None,
+            timeout_seconds: 1.0,
+            poll_interval_ms: 100,
+            max_response_bytes: 4096,
+        },
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let err = rt
+        .block_on(warden::a2a_client::A2aClients::connect(&agents))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("a2a_agents.r.token_env: the environment variable WARDEN_TEST_SURELY_UNSET_A2A_TOKEN is not set"),
+        "{err}"
+    );
+}

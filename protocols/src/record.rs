@@ -1069,6 +1069,43 @@ mod tests {
     }
 
     #[test]
+    fn a_remote_a2a_task_is_outstanding_from_its_start_to_its_end_and_survives_a_snapshot() {
+        let mut rec = AgentRecord::new(AgentKey::from("boss"));
+        let started = |task: &str| EventKind::A2aTaskStarted {
+            to: AgentKey::from("peer"),
+            task_id: task.into(),
+            context_id: "c".into(),
+            message_id: "warden:boss/r/1".into(),
+            call_id: format!("call-{task}"),
+        };
+        rec.apply(&started("t1"));
+        rec.apply(&started("t2"));
+        let snapshot: AgentRecord =
+            serde_json::from_str(&serde_json::to_string(&rec).unwrap()).unwrap();
+        assert_eq!(snapshot, rec, "a snapshot keeps the outstanding tasks");
+        assert_eq!(rec.a2a_tasks().len(), 2);
+        rec.apply(&EventKind::A2aTaskEnded {
+            to: AgentKey::from("peer"),
+            task_id: "t1".into(),
+            state: "completed".into(),
+            detail: "42".into(),
+        });
+        assert_eq!(rec.a2a_tasks()[0].task_id, "t2");
+        assert_eq!(rec.a2a_tasks()[0].call_id, "call-t2");
+        rec.apply(&EventKind::A2aTaskEnded {
+            to: AgentKey::from("peer"),
+            task_id: "t2".into(),
+            state: "canceled".into(),
+            detail: "after a restart".into(),
+        });
+        assert!(
+            rec.outstanding.is_none(),
+            "nothing outstanding: {:?}",
+            rec.outstanding
+        );
+    }
+
+    #[test]
     fn a_call_held_by_a_permission_ask_is_known_until_its_result() {
         let mut record = AgentRecord::new("a".into());
         let asked = EventKind::PermissionAsked {
