@@ -81,7 +81,7 @@ struct Peer {
 }
 
 impl Peer {
-    fn start(python: &Path, dir: &Path, port: u16) -> Peer {
+    fn start(python: &Path, dir: &Path, port: u16, extra: &[&str]) -> Peer {
         let log = dir.join("peer.log");
         let _ = std::fs::remove_file(&log);
         let child = Command::new(python)
@@ -92,6 +92,7 @@ impl Peer {
             .arg(port.to_string())
             .arg(&log)
             .arg(PEER_TOKEN)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
@@ -244,6 +245,11 @@ impl Drop for Served {
 
 /// A peer and a `warden serve` delegating to it, or `None` (skipped) without the venv.
 fn setup(name: &str) -> Option<(warden_testkit::Scratch, Peer, Served)> {
+    setup_with(name, &[])
+}
+
+/// [`setup`] with extra arguments for the peer (`v03`).
+fn setup_with(name: &str, extra: &[&str]) -> Option<(warden_testkit::Scratch, Peer, Served)> {
     let Some(python) = peer_python() else {
         warden_testkit::skip(
             "the Python a2a-sdk server and uvicorn are not installed in \
@@ -255,7 +261,7 @@ fn setup(name: &str) -> Option<(warden_testkit::Scratch, Peer, Served)> {
     let dir = warden_testkit::scratch_dir("warden-a2a-client", name);
     let (peer_port, dead) = (warden_testkit::free_port(), warden_testkit::free_port());
     std::fs::write(dir.join("team.toml"), team(peer_port, dead)).unwrap();
-    let peer = Peer::start(&python, &dir, peer_port);
+    let peer = Peer::start(&python, &dir, peer_port, extra);
     let served = Served::start(&dir);
     Some((dir, peer, served))
 }
@@ -310,6 +316,34 @@ fn a_delegation_to_a_remote_a2a_agent_completes_with_its_answer() {
             .all(|c| c["method"] == "GetTask" && c["task"] == task.as_str()),
         "{calls:?}"
     );
+}
+
+#[test]
+fn a_peer_whose_card_says_0_3_is_called_with_the_0_3_method_names() {
+    let Some((_dir, peer, served)) = setup_with("v03", &["v03"]) else {
+        return;
+    };
+    let id = served.send("echoer");
+    let event = served.settled("echoer", id);
+    assert_eq!(event["status"], "answered", "{event}");
+    let results = served.tool_results("echoer");
+    assert!(
+        results.iter().any(|r| r.contains("peer: echo hi")),
+        "{results:?}"
+    );
+    let methods = peer.methods();
+    assert_eq!(methods[0], "message/send", "{methods:?}");
+    assert!(methods[1..].iter().all(|m| m == "tasks/get"), "{methods:?}");
+    // A halt cancels with the 0.3 name.
+    served.send("sleeper");
+    warden_testkit::wait_until("the 0.3 task polled", Duration::from_secs(30), || {
+        started_task(&served.events("sleeper")).is_some()
+    });
+    let (code, body) = served.request("POST", "/api/halt", None);
+    assert_eq!(code, 200, "{body}");
+    warden_testkit::wait_until("tasks/cancel at the peer", Duration::from_secs(10), || {
+        peer.methods().iter().any(|m| m == "tasks/cancel")
+    });
 }
 
 #[test]

@@ -1,7 +1,11 @@
 """A remote A2A agent built on the official Python `a2a-sdk` (1.x) server, for tests/a2a_client.rs:
 warden's agents delegate to it through `[a2a_agents.NAME]`.
 
-Usage: peer_server.py PORT LOG_FILE TOKEN
+Usage: peer_server.py PORT LOG_FILE TOKEN [v03]
+
+With `v03` it is an A2A 0.3 peer: its card is a 0.3 card (`url`, `protocolVersion` 0.3.0, no
+`supportedInterfaces`) and the SDK's 0.3 compatibility serves `message/send`, `tasks/get`,
+`tasks/cancel`.
 
 Every JSON-RPC call it receives is appended to LOG_FILE as one JSON line
 `{"t": UNIX_SECONDS, "method": …, "task": TASK_ID or null, "text": FIRST_TEXT or null}` before it
@@ -43,6 +47,7 @@ from a2a.types.a2a_pb2 import (
 )
 
 PORT, LOG, TOKEN = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+V03 = sys.argv[4:] == ["v03"]
 
 
 def log(entry):
@@ -105,7 +110,29 @@ card = AgentCard(
     skills=[AgentSkill(id="peer", name="peer", description="everything", tags=["test"])],
 )
 handler = DefaultRequestHandler(agent_executor=Peer(), task_store=InMemoryTaskStore(), agent_card=card)
-app = Starlette(routes=create_agent_card_routes(card) + create_jsonrpc_routes(handler, "/rpc"))
+if V03:
+    from starlette.routing import Route
+
+    async def card_03(request):
+        return JSONResponse(
+            {
+                "name": "peer",
+                "description": "A test peer speaking A2A 0.3.",
+                "url": f"http://127.0.0.1:{PORT}/rpc",
+                "preferredTransport": "JSONRPC",
+                "protocolVersion": "0.3.0",
+                "version": "1.0",
+                "capabilities": {},
+                "defaultInputModes": ["text/plain"],
+                "defaultOutputModes": ["text/plain"],
+                "skills": [],
+            }
+        )
+
+    card_routes = [Route("/.well-known/agent-card.json", card_03)]
+else:
+    card_routes = create_agent_card_routes(card)
+app = Starlette(routes=card_routes + create_jsonrpc_routes(handler, "/rpc", enable_v0_3_compat=V03))
 inner = app
 
 
