@@ -250,6 +250,15 @@ fn setup(name: &str) -> Option<(warden_testkit::Scratch, Peer, Served)> {
 
 /// [`setup`] with extra arguments for the peer (`v03`).
 fn setup_with(name: &str, extra: &[&str]) -> Option<(warden_testkit::Scratch, Peer, Served)> {
+    setup_team(name, extra, "")
+}
+
+/// [`setup_with`] with `prefix` (TOML) before the team.
+fn setup_team(
+    name: &str,
+    extra: &[&str],
+    prefix: &str,
+) -> Option<(warden_testkit::Scratch, Peer, Served)> {
     let Some(python) = peer_python() else {
         warden_testkit::skip(
             "the Python a2a-sdk server and uvicorn are not installed in \
@@ -260,7 +269,11 @@ fn setup_with(name: &str, extra: &[&str]) -> Option<(warden_testkit::Scratch, Pe
     };
     let dir = warden_testkit::scratch_dir("warden-a2a-client", name);
     let (peer_port, dead) = (warden_testkit::free_port(), warden_testkit::free_port());
-    std::fs::write(dir.join("team.toml"), team(peer_port, dead)).unwrap();
+    std::fs::write(
+        dir.join("team.toml"),
+        format!("{prefix}{}", team(peer_port, dead)),
+    )
+    .unwrap();
     let peer = Peer::start(&python, &dir, peer_port, extra);
     let served = Served::start(&dir);
     Some((dir, peer, served))
@@ -398,6 +411,38 @@ fn a_remote_question_is_asked_of_wardens_operator_and_the_answer_goes_back_on_th
 }
 
 #[test]
+fn a_remote_question_nobody_may_answer_cancels_the_task_and_fails_the_delegation_saying_why() {
+    let Some((_dir, peer, served)) = setup_team(
+        "unattended",
+        &[],
+        "[safety.on_limit]\nmode = \"unattended\"\n",
+    ) else {
+        return;
+    };
+    let id = served.send("asker");
+    let event = served.settled("asker", id);
+    assert_eq!(event["status"], "answered", "{event}");
+    let results = served.tool_results("asker");
+    assert!(
+        results
+            .iter()
+            .any(|r| r.contains("asks \\\"Which colour?\\\"")
+                && r.contains(
+                    "no operator is asked with `safety.on_limit.mode = \\\"unattended\\\"`"
+                )),
+        "{results:?}"
+    );
+    let task = started_task(&served.events("asker")).unwrap();
+    warden_testkit::wait_until("CancelTask at the peer", Duration::from_secs(10), || {
+        peer.calls()
+            .iter()
+            .any(|c| c["method"] == "CancelTask" && c["task"] == task.as_str())
+    });
+    let asks = served.request("GET", "/api/interventions", None).1;
+    assert_eq!(asks, json!([]), "nothing was asked");
+}
+
+#[test]
 fn a_halt_of_the_delegator_cancels_the_remote_task_and_no_call_follows_its_ack() {
     let Some((_dir, peer, served)) = setup("halt") else {
         return;
@@ -470,10 +515,13 @@ fn a_remote_that_fails_is_down_or_answers_nonsense_is_a_clear_delegation_error()
             events.iter().any(|k| matches!(k, EventKind::DelegationEnded { outcome: warden::protocols::DelegationOutcome::Failed { error }, .. } if error.contains(says))),
             "{agent}: {events:?}"
         );
+        // The failed delegation counts for the delegator's breakers, as a local delegate's
+        // failure does (then the model's answer resets the count).
+        assert!(
+            events.iter().any(|k| matches!(k, EventKind::ErrorCounted { consecutive_errors: 1, error } if error.contains(says))),
+            "{agent}: no error counted: {events:?}"
+        );
     }
-    // Failed tool calls count for the breakers as a local delegate's failure does.
-    let status = served.request("GET", "/api/agents/failer", None).1;
-    assert!(status["consecutive_errors"].as_u64().is_some(), "{status}");
     let _ = peer;
 }
 
