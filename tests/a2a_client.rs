@@ -145,7 +145,11 @@ struct Served {
 
 impl Served {
     fn start(dir: &Path) -> Served {
-        let port = warden_testkit::free_port();
+        Self::start_on(dir, warden_testkit::free_port(), ADMIN)
+    }
+
+    /// On `port`, with `admin` as its admin token.
+    fn start_on(dir: &Path, port: u16, admin: &str) -> Served {
         let db = dir.join("journal.db");
         let child = Command::new(env!("CARGO_BIN_EXE_warden"))
             .args(["serve", "--config"])
@@ -153,7 +157,7 @@ impl Served {
             .arg("--db")
             .arg(&db)
             .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("WARDEN_ADMIN_TOKEN", ADMIN)
+            .env("WARDEN_ADMIN_TOKEN", admin)
             .env("PEER_TOKEN", PEER_TOKEN)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -357,6 +361,38 @@ fn a_peer_whose_card_says_0_3_is_called_with_the_0_3_method_names() {
     warden_testkit::wait_until("tasks/cancel at the peer", Duration::from_secs(10), || {
         peer.methods().iter().any(|m| m == "tasks/cancel")
     });
+}
+
+#[test]
+fn another_warden_serve_is_a_remote_agent_too() {
+    // warden's own A2A server (docs/a2a.md's team: its first agent `a` answers "hello from a") as
+    // the peer, its admin token the one the delegating warden sends.
+    let remote_dir = warden_testkit::scratch_dir("warden-a2a-client", "remote-warden");
+    let doc = include_str!("../docs/a2a.md");
+    let start = doc.find("```toml\n").unwrap() + "```toml\n".len();
+    let len = doc[start..].find("```").unwrap();
+    std::fs::write(remote_dir.join("team.toml"), &doc[start..start + len]).unwrap();
+    let remote_port = warden_testkit::free_port();
+    let remote = Served::start_on(&remote_dir, remote_port, PEER_TOKEN);
+    let dir = warden_testkit::scratch_dir("warden-a2a-client", "to-warden");
+    std::fs::write(
+        dir.join("team.toml"),
+        team(remote_port, warden_testkit::free_port()),
+    )
+    .unwrap();
+    let served = Served::start(&dir);
+    let id = served.send("echoer");
+    let event = served.settled("echoer", id);
+    assert_eq!(event["status"], "answered", "{event}");
+    let results = served.tool_results("echoer");
+    assert!(
+        results.iter().any(|r| r.contains("hello from a")),
+        "{results:?}"
+    );
+    // The remote warden journaled the task as an A2A event of its agent `a`.
+    let task = started_task(&served.events("echoer")).unwrap();
+    assert!(task.starts_with("a/"), "{task}");
+    let _ = remote;
 }
 
 #[test]
