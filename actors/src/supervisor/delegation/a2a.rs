@@ -199,9 +199,14 @@ impl Drop for Following {
         let Some(task_id) = self.task_id.take() else {
             return;
         };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime (dropped outside one): the task stays outstanding in the record, and
+            // the next start settles it.
+            return;
+        };
         let (peers, from, to) = (self.peers.clone(), self.from.clone(), self.to.clone());
         // The one call after the wait ended; journaled with what the peer said.
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             cancel_remote(
                 &*peers,
                 &from,
