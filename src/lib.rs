@@ -37,6 +37,8 @@
 // The library has no unsafe code; the binary (src/main.rs) has its few libc calls.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "server")]
+pub mod a2a_client;
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "server")]

@@ -569,6 +569,8 @@ pub struct TeamFile {
     pub telemetry: crate::telemetry::TelemetrySection,
     /// `[mcp_servers.NAME]`: MCP servers whose tools agents name in `tools`.
     pub mcp_servers: BTreeMap<String, McpServerConfig>,
+    /// `[a2a_agents.NAME]`: remote A2A agents warden's agents may delegate to (docs/a2a.md).
+    pub a2a_agents: BTreeMap<String, crate::a2a_client::A2aAgentConfig>,
     /// `[cluster]`: scale-out on NATS JetStream for `warden serve` (docs/cluster.md).
     pub cluster: crate::cluster::ClusterSection,
     /// One limiter per provider name, made by the first [`TeamFile::provider`] call for it and
@@ -697,6 +699,8 @@ struct TeamDoc {
     #[serde(default)]
     mcp_servers: BTreeMap<String, McpServerConfig>,
     #[serde(default)]
+    a2a_agents: BTreeMap<String, crate::a2a_client::A2aAgentConfig>,
+    #[serde(default)]
     cluster: crate::cluster::ClusterSection,
     /// `[workload]`: read by `warden loadtest --config` (`crate::loadtest::workload`), ignored by
     /// `warden run` and `warden serve`.
@@ -723,6 +727,7 @@ impl TeamDoc {
             api,
             telemetry,
             mcp_servers,
+            a2a_agents,
             cluster,
             workload: _,
         } = self;
@@ -744,6 +749,7 @@ impl TeamDoc {
             api,
             telemetry,
             mcp_servers,
+            a2a_agents,
             cluster,
             limiters: Arc::default(),
         }
@@ -916,6 +922,38 @@ impl TeamFile {
         let file = Self::parse(text)?;
         file.validate().map_err(|e| place(text, e))?;
         Ok(file)
+    }
+
+    /// Checks `[a2a_agents.*]`: each name usable as a delegate's key and not an agent of the team,
+    /// each value in range.
+    fn validate_a2a_agents(&self) -> Result<(), TeamError> {
+        for (name, agent) in &self.a2a_agents {
+            let invalid = |key: &str, value: String, allowed: &str| TeamError::Invalid {
+                key: format!("a2a_agents.{name}{key}"),
+                agent: None,
+                value,
+                allowed: allowed.into(),
+            };
+            if !warden_protocols::valid_server_name(name) {
+                return Err(invalid(
+                    "",
+                    quoted(name),
+                    "a name of 1 to 32 letters, digits, `-` and `_`, without `__` and not \
+                     starting or ending with `_`",
+                ));
+            }
+            if self.agents.iter().any(|a| a.key == *name) {
+                return Err(invalid(
+                    "",
+                    quoted(name),
+                    "a name no `[[agents]]` entry has (a delegation names one or the other)",
+                ));
+            }
+            if let Err((key, value, allowed)) = agent.check() {
+                return Err(invalid(&format!(".{key}"), value, allowed));
+            }
+        }
+        Ok(())
     }
 
     /// Checks `[mcp_servers.*]`: each name usable in tool names, exactly one of `command` and
@@ -1099,6 +1137,7 @@ impl TeamFile {
     /// ```
     pub fn validate(&self) -> Result<(), TeamError> {
         self.validate_mcp_servers()?;
+        self.validate_a2a_agents()?;
         for (i, agent) in self.agents.iter().enumerate() {
             if let Some(own) = &agent.memory {
                 if let Err(ConfigError::Invalid {
@@ -2088,7 +2127,7 @@ delegate = false
             format!(
                 "invalid config: line {line}, column 2: `mailboxes`: unknown field `mailboxes`, \
                  expected one of `safety`, `execution`, `delegation`, `tools`, `mailbox`, \
-                 `supervisor`, `journal`, `npc`, `memory`, `permissions`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`, \
+                 `supervisor`, `journal`, `npc`, `memory`, `permissions`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`, `a2a_agents`, \
                  `cluster`, `workload`\n\
                  {line} | [mailboxes]\n\
                  {} |  ^^^^^^^^^",

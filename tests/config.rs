@@ -223,7 +223,7 @@ fn an_unknown_section_lists_every_section() {
         format!(
             "error: {}: invalid config: line 1, column 2: `mailboxes`: unknown field `mailboxes`, \
              expected one of `safety`, `execution`, `delegation`, `tools`, `mailbox`, \
-             `supervisor`, `journal`, `npc`, `memory`, `permissions`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`, \
+             `supervisor`, `journal`, `npc`, `memory`, `permissions`, `providers`, `agents`, `api`, `telemetry`, `mcp_servers`, `a2a_agents`, \
              `cluster`, `workload`\n\
              1 | [mailboxes]\n  |  ^^^^^^^^^\n",
             file.path()

@@ -88,8 +88,8 @@ pub use safety::{
     LimitCheckpoint, LimitContext, SliceOf, TeamBudget, Verdict,
 };
 pub use supervisor::{
-    AgentSpec, DelegationError, LiftOutcome, RemoteAgents, SpawnError, Supervisor,
-    SupervisorBuilder, TickConfigError, UnknownAgent,
+    A2aPeers, AgentSpec, DelegationError, LiftOutcome, PeerError, PeerMessage, PeerState, PeerTask,
+    RemoteAgents, SpawnError, Supervisor, SupervisorBuilder, TickConfigError, UnknownAgent,
 };
 pub use tools::{
     Admission, CachePolicy, CacheScope, CircuitConfig, CircuitStep, FnTool, PendingCall, Tool,

@@ -814,6 +814,64 @@ pub enum EventKind {
         /// Memory time of the recall.
         at: f64,
     },
+    /// A delegation to a remote A2A agent (`[a2a_agents.NAME]`) has its task on the peer: sent,
+    /// and the peer answered with the task's id. Record: the task is outstanding
+    /// ([`crate::Outstanding::a2a_tasks`]) until its `A2aTaskEnded`; a restart that finds it
+    /// outstanding settles it (docs/a2a.md, "After a crash").
+    A2aTaskStarted {
+        /// The remote agent's name (`[a2a_agents.NAME]`).
+        to: AgentKey,
+        /// The task's id on the peer.
+        task_id: String,
+        /// The task's context on the peer (empty when the peer gave none).
+        context_id: String,
+        /// The `messageId` warden sent (`warden:AGENT/RUN/CALL`).
+        message_id: String,
+        /// The model's id of the `delegate` call waiting for it.
+        call_id: String,
+    },
+    /// The remote task is `input-required`: its question went to warden's operator as an
+    /// intervention (answered like every ask: `POST /api/interventions/{id}`, `warden ask`, the
+    /// console). No change.
+    A2aAsked {
+        /// The intervention id the operator answers by.
+        id: u64,
+        /// The remote agent.
+        to: AgentKey,
+        /// The task on the peer.
+        task_id: String,
+        /// The peer's question (its status message's text).
+        question: String,
+    },
+    /// The operator answered a remote task's question; the answer is sent to the peer as the next
+    /// message on that task. No change.
+    A2aAnswered {
+        /// The intervention id.
+        id: u64,
+        /// The remote agent.
+        to: AgentKey,
+        /// The task on the peer.
+        task_id: String,
+        /// The text sent (the answer, then the note, if any).
+        answer: String,
+        /// Who answered, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<crate::AnsweredBy>,
+    },
+    /// A remote task warden followed is settled: it ended on the peer, warden canceled it (a halt
+    /// of the delegator, a question nobody answered), or a restart found it outstanding. Record:
+    /// no longer outstanding.
+    A2aTaskEnded {
+        /// The remote agent.
+        to: AgentKey,
+        /// The task on the peer.
+        task_id: String,
+        /// The peer's last state as warden saw it (`completed`, `failed`, `canceled`,
+        /// `rejected`, …), or `unknown` when the peer could not be asked.
+        state: String,
+        /// What happened, in words (the answer, why it failed, `cancel sent: …`).
+        detail: String,
+    },
     /// Record: `restarts += 1`. Safety state is kept.
     Restarted {
         /// The restart count after this restart.

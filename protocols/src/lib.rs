@@ -50,8 +50,8 @@ pub use permissions::{
 };
 pub use priority::Priority;
 pub use record::{
-    check_goals, AgentRecord, KeyedEvent, Lockout, Outstanding, PendingEvent, UsageTotals,
-    MAX_GOALS, MAX_GOAL_CHARS,
+    check_goals, A2aTaskRef, AgentRecord, KeyedEvent, Lockout, Outstanding, PendingEvent,
+    UsageTotals, MAX_GOALS, MAX_GOAL_CHARS,
 };
 pub use refusal::{DelegationRefusal, WorkRefusal};
 pub use safety::{

@@ -202,6 +202,21 @@ pub struct Outstanding {
     /// most agents have none and an idle agent's record is part of its cell. Omitted while `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<Box<crate::memory::MemoryStore>>,
+    /// Tasks on remote A2A agents that a delegation sent (`A2aTaskStarted`) and that are not
+    /// settled yet (`A2aTaskEnded`): what a restart after a crash must settle. Omitted while empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub a2a_tasks: Vec<A2aTaskRef>,
+}
+
+/// A task on a remote A2A agent a delegation is following ([`Outstanding::a2a_tasks`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct A2aTaskRef {
+    /// The remote agent's name (`[a2a_agents.NAME]`).
+    pub to: AgentKey,
+    /// The task's id on the peer.
+    pub task_id: String,
+    /// The model's id of the `delegate` call that waited for it.
+    pub call_id: String,
 }
 
 impl Outstanding {
@@ -220,6 +235,7 @@ impl Outstanding {
             && self.error_window.is_empty()
             && self.asking.is_none()
             && self.memory.is_none()
+            && self.a2a_tasks.is_empty()
     }
 }
 
@@ -379,6 +395,11 @@ impl AgentRecord {
             o.error_window.clear();
         }
         self.tidy();
+    }
+
+    /// The remote A2A tasks not settled yet ([`Outstanding::a2a_tasks`]).
+    pub fn a2a_tasks(&self) -> &[A2aTaskRef] {
+        self.outstanding.as_deref().map_or(&[], |o| &o.a2a_tasks)
     }
 
     /// Messages halts cleared and not listed yet ([`Outstanding::unlisted`]).
@@ -554,6 +575,23 @@ impl AgentRecord {
                 self.outstanding_mut().asking = Some(call_id.clone());
             }
             EventKind::PermissionDecided { .. } => self.stop_asking(),
+            EventKind::A2aTaskStarted {
+                to,
+                task_id,
+                call_id,
+                ..
+            } => self.outstanding_mut().a2a_tasks.push(A2aTaskRef {
+                to: to.clone(),
+                task_id: task_id.clone(),
+                call_id: call_id.clone(),
+            }),
+            EventKind::A2aTaskEnded { to, task_id, .. } => {
+                if let Some(o) = self.outstanding.as_deref_mut() {
+                    o.a2a_tasks
+                        .retain(|t| !(t.to == *to && t.task_id == *task_id));
+                }
+                self.tidy();
+            }
             EventKind::GoalsSet { goals, .. } => self.goals = goals.clone(),
             EventKind::Reflected { reflection } => {
                 if self.reflections.len() == Self::REFLECTIONS_KEPT {
@@ -630,6 +668,8 @@ impl AgentRecord {
             | EventKind::Crashed { .. }
             | EventKind::Perceived { .. }
             | EventKind::TokenBudgetWaiting { .. }
+            | EventKind::A2aAsked { .. }
+            | EventKind::A2aAnswered { .. }
             | EventKind::NpcModeChanged {
                 to: crate::npc::NpcMode::Asleep | crate::npc::NpcMode::Idle,
                 ..
@@ -1087,6 +1127,43 @@ mod tests {
             operator: "op".into(),
         });
         assert_eq!(record.outstanding, None);
+    }
+
+    #[test]
+    fn a_remote_a2a_task_is_outstanding_from_its_start_to_its_end_and_survives_a_snapshot() {
+        let mut rec = AgentRecord::new(AgentKey::from("boss"));
+        let started = |task: &str| EventKind::A2aTaskStarted {
+            to: AgentKey::from("peer"),
+            task_id: task.into(),
+            context_id: "c".into(),
+            message_id: "warden:boss/r/1".into(),
+            call_id: format!("call-{task}"),
+        };
+        rec.apply(&started("t1"));
+        rec.apply(&started("t2"));
+        let snapshot: AgentRecord =
+            serde_json::from_str(&serde_json::to_string(&rec).unwrap()).unwrap();
+        assert_eq!(snapshot, rec, "a snapshot keeps the outstanding tasks");
+        assert_eq!(rec.a2a_tasks().len(), 2);
+        rec.apply(&EventKind::A2aTaskEnded {
+            to: AgentKey::from("peer"),
+            task_id: "t1".into(),
+            state: "completed".into(),
+            detail: "42".into(),
+        });
+        assert_eq!(rec.a2a_tasks()[0].task_id, "t2");
+        assert_eq!(rec.a2a_tasks()[0].call_id, "call-t2");
+        rec.apply(&EventKind::A2aTaskEnded {
+            to: AgentKey::from("peer"),
+            task_id: "t2".into(),
+            state: "canceled".into(),
+            detail: "after a restart".into(),
+        });
+        assert!(
+            rec.outstanding.is_none(),
+            "nothing outstanding: {:?}",
+            rec.outstanding
+        );
     }
 
     #[test]

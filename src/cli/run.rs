@@ -145,6 +145,14 @@ pub async fn run(
     // MCP servers first: a server that cannot start, or a tool an agent names that its server does
     // not offer, stops the run before any agent exists. Dropping `mcp` ends them.
     let mcp = file.start_mcp().await.map_err(io_err)?;
+    // `[a2a_agents]`: before the agents (the `delegate` tool lists them). The journal is in
+    // memory: no remote task outlives the run to be settled.
+    if !file.a2a_agents.is_empty() {
+        let clients = crate::a2a_client::A2aClients::connect(&file.a2a_agents)
+            .await
+            .map_err(io_err)?;
+        team.set_a2a_peers(Arc::new(clients));
+    }
     file.spawn_agents_with_mcp(&team, &[], mcp.as_ref())
         .map_err(io_err)?;
     let target = match &options.agent {

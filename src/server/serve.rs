@@ -202,7 +202,30 @@ pub async fn serve_team(
         .start_mcp_recorded(std::path::Path::new(&groups))
         .await?
         .map(Arc::new);
+    // `[a2a_agents]`: set before the agents are spawned (the `delegate` tool lists them).
+    let a2a = !file.a2a_agents.is_empty();
+    let outstanding: Vec<_> = records
+        .iter()
+        .flat_map(|r| r.a2a_tasks().iter().map(|t| (r.key.clone(), t.clone())))
+        .collect();
+    if a2a {
+        let clients = crate::a2a_client::A2aClients::connect(&file.a2a_agents).await?;
+        supervisor.set_a2a_peers(Arc::new(clients));
+    }
     file.spawn_agents_with_mcp(&supervisor, &records, mcp.as_deref())?;
+    if !outstanding.is_empty() {
+        // Remote tasks a crash left outstanding: settled (canceled, or read if they ended), never
+        // sent again (docs/a2a.md, "After a crash").
+        let supervisor = supervisor.clone();
+        actix_rt::spawn(async move {
+            let settled = supervisor.settle_a2a_tasks(outstanding).await;
+            if settled > 0 {
+                eprintln!(
+                    "warden: settled {settled} remote A2A task(s) a previous run left outstanding"
+                );
+            }
+        });
+    }
     if let Some(cluster) = &cluster {
         // The agents another node owns now: adopted if that node's lease on them goes.
         cluster.keep_for_adoption(&whole, &records, mcp.clone());

@@ -3,6 +3,8 @@
 
 use super::*;
 
+pub(super) mod a2a;
+
 impl Supervisor {
     /// Runs `task` on `to` for `from`, within the budgets. `lineage` is `from`'s current chain;
     /// `call_id` the tool call's id (part of a cross-node delegation's idempotency key).
@@ -24,13 +26,17 @@ impl Supervisor {
             ));
         }
         let Some(delegate) = self.shared.agents.get(to).map(|e| e.cell.clone()) else {
-            // Not here: maybe an agent of another node (the cluster).
             let ask = Ask {
                 to,
                 task,
                 lineage,
                 call_id,
             };
+            // Not here: a remote A2A agent (`[a2a_agents.NAME]`), or maybe an agent of another
+            // node (the cluster).
+            if let Some(peers) = self.shared.a2a.get().filter(|p| p.knows(to)).cloned() {
+                return self.delegate_a2a(from, peers, ask).await;
+            }
             return self.delegate_remote(from, ask).await;
         };
         let hops = self
@@ -345,6 +351,20 @@ struct Ask<'a> {
     task: String,
     lineage: &'a [AgentKey],
     call_id: &'a str,
+}
+
+/// Adds the remote A2A agents (name, what it does) to the `delegate` tool's description: the model
+/// learns of them there, as it learns of local delegates from its instructions.
+pub(super) fn describe_remote(spec: &mut ToolSpec, remote: &[(AgentKey, String)]) {
+    if remote.is_empty() {
+        return;
+    }
+    spec.description
+        .push_str(" Remote agents (A2A) you may also name as `agent`:");
+    for (name, what) in remote {
+        let what: String = what.chars().take(300).collect();
+        spec.description.push_str(&format!("\n- {name}: {what:?}"));
+    }
 }
 
 /// Why `delegate` takes no task now: locked out (`emergency_stop`) or stopped.

@@ -26,6 +26,7 @@ mod goals;
 mod restart;
 mod spec;
 
+pub use delegation::a2a::{A2aPeers, PeerError, PeerMessage, PeerState, PeerTask};
 pub use fleet_halt::LiftOutcome;
 pub use spec::{AgentSpec, DelegationError, SpawnError, TickConfigError, UnknownAgent};
 
@@ -106,6 +107,8 @@ struct SupervisorShared {
     ticks: TickArbiter,
     /// What another node knows about agents not spawned here (set once, by the cluster layer).
     remote: OnceLock<Arc<dyn RemoteAgents>>,
+    /// The remote A2A agents this team may delegate to (set once, before the agents are spawned).
+    a2a: OnceLock<Arc<dyn A2aPeers>>,
     /// The agents the standing fleet halt stopped (`fleet_halt.rs`).
     fleet_halt: Mutex<fleet_halt::FleetHaltNote>,
 }
@@ -341,6 +344,7 @@ impl Supervisor {
             safety,
             replies: Arc::default(),
             remote: OnceLock::new(),
+            a2a: OnceLock::new(),
             fleet_halt: Mutex::new(None),
         });
         let weak = Arc::downgrade(&shared);
@@ -380,6 +384,13 @@ impl Supervisor {
     /// ignored and returns `false`).
     pub fn set_remote_agents(&self, remote: Arc<dyn RemoteAgents>) -> bool {
         self.shared.remote.set(remote).is_ok()
+    }
+
+    /// Sets the remote A2A agents this team may delegate to ([`A2aPeers`], `[a2a_agents.NAME]`);
+    /// once, and before the first agent that may delegate is spawned (the `delegate` tool's
+    /// description lists them). `false` when set already.
+    pub fn set_a2a_peers(&self, peers: Arc<dyn A2aPeers>) -> bool {
+        self.shared.a2a.set(peers).is_ok()
     }
 
     /// Shares `safety.budget.tokens_per_team` and `cost_per_team` (those set) with other nodes:
@@ -511,7 +522,11 @@ impl Supervisor {
                 let tool = DelegateTool {
                     supervisor: Arc::downgrade(&self.shared),
                 };
-                (Arc::new(tool.spec()), Arc::new(tool))
+                let mut spec = tool.spec();
+                if let Some(peers) = self.shared.a2a.get() {
+                    delegation::describe_remote(&mut spec, &peers.describe());
+                }
+                (Arc::new(spec), Arc::new(tool))
             });
             tools.register_with_spec(spec.clone(), tool.clone());
         }

@@ -699,7 +699,10 @@
         li.append(
           title,
           el("span", null, i.question),
-          el("div", { class: "muted" }, i.kind + " reached " + i.current + " of " + i.configured + " (" + i.config_key + ")")
+          el("div", { class: "muted" }, i.kind
+            ? i.kind + " reached " + i.current + " of " + i.configured + " (" + i.config_key + ")"
+            // A remote A2A agent's question (docs/a2a.md): the answer and the note are sent to it.
+            : "a remote agent asks (" + i.config_key + "): yes or no, and the note, are sent to it as the next message")
         );
       }
       const form = el("form", { "data-id": i.id });
