@@ -2377,3 +2377,52 @@ async fn single_action_runs_the_first_of_parallel_calls_and_ends_on_a_parse_erro
     assert!(decisions(&journal, "a").is_empty());
     replay_matches(&journal, &a);
 }
+
+/// `[[agents]] execution = { … }` in a team file: the agent's own keys replace the team's, for
+/// that agent only. Here the team loops (`max_iterations_per_tick = 3`) and one agent runs single
+/// action: on the same script the clerk's turn ends after its one tool call, the scout's goes on to
+/// answer.
+#[actix_rt::test]
+async fn an_agents_own_execution_keys_from_a_team_file_replace_the_teams() {
+    tokio::time::pause();
+    let file = warden::team::TeamFile::parse(
+        r#"
+[execution]
+max_iterations_per_tick = 3
+
+[providers.m]
+kind = "scripted"
+replies = [{ tool = "set_goals", args = { goals = ["tidy the inn"] } }, "done"]
+
+[[agents]]
+key = "clerk"
+provider = "m"
+goals = []
+execution = { multi_action_enabled = false }
+
+[[agents]]
+key = "scout"
+provider = "m"
+goals = []
+"#,
+    )
+    .unwrap();
+    file.validate().unwrap();
+    let (team, journal) = team(file.config.clone());
+    file.spawn_agents(&team).unwrap();
+    for key in ["clerk", "scout"] {
+        let agent = team.get(key).unwrap();
+        agent.try_send_event(UserEvent::new("go")).unwrap();
+        turns(&agent, 1).await;
+    }
+    let clerk = last_outcome(&journal, "clerk");
+    let scout = last_outcome(&journal, "scout");
+    assert_eq!(
+        (clerk.reason, clerk.iterations, clerk.answer),
+        (TerminationReason::SingleAction, 1, None)
+    );
+    assert_eq!(
+        (scout.reason, scout.iterations, scout.answer.as_deref()),
+        (TerminationReason::Answered, 2, Some("done"))
+    );
+}

@@ -371,6 +371,93 @@ impl Default for ExecutionConfig {
     }
 }
 
+impl ExecutionConfig {
+    /// Checks every value's range.
+    ///
+    /// # Errors
+    ///
+    /// The first value out of range, as [`ConfigError::Invalid`] (key under `execution.`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        range_u64(
+            "execution.max_iterations_per_tick",
+            self.max_iterations_per_tick.into(),
+            1,
+            10,
+            "1 to 10",
+        )?;
+        range_u64(
+            "execution.max_tokens_recoveries",
+            self.max_tokens_recoveries.into(),
+            0,
+            10,
+            "0 to 10",
+        )
+    }
+}
+
+/// An agent's own `execution` keys in a team file (`[[agents]] execution = {
+/// multi_action_enabled = false }`): each key set replaces the team's `[execution]` value, the
+/// rest are the team's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExecutionOverride {
+    /// Replaces `execution.multi_action_enabled`.
+    pub multi_action_enabled: Option<bool>,
+    /// Replaces `execution.max_iterations_per_tick` (1 to 10, refused with its line otherwise).
+    #[serde(deserialize_with = "iterations_per_tick")]
+    pub max_iterations_per_tick: Option<u32>,
+    /// Replaces `execution.max_context_tokens`.
+    pub max_context_tokens: Option<u64>,
+    /// Replaces `execution.context_strategy`.
+    pub context_strategy: Option<ContextStrategyConfig>,
+    /// Replaces `execution.max_tokens_recoveries` (0 to 10, refused with its line otherwise).
+    #[serde(deserialize_with = "tokens_recoveries")]
+    pub max_tokens_recoveries: Option<u32>,
+}
+
+/// A whole number from `min` to `max`, refused while parsing (so the error has its line):
+/// `invalid value 11 (allowed: 1 to 10)`.
+fn whole_in<'de, D: serde::Deserializer<'de>>(
+    d: D,
+    min: u32,
+    max: u32,
+) -> Result<Option<u32>, D::Error> {
+    let value = i64::deserialize(d)?;
+    match u32::try_from(value) {
+        Ok(v) if (min..=max).contains(&v) => Ok(Some(v)),
+        _ => Err(serde::de::Error::custom(format!(
+            "invalid value {value} (allowed: {min} to {max})"
+        ))),
+    }
+}
+
+fn iterations_per_tick<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    whole_in(d, 1, 10)
+}
+
+fn tokens_recoveries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    whole_in(d, 0, 10)
+}
+
+impl ExecutionOverride {
+    /// `team` with the keys this override sets replaced.
+    pub fn apply(&self, team: &ExecutionConfig) -> ExecutionConfig {
+        ExecutionConfig {
+            multi_action_enabled: self
+                .multi_action_enabled
+                .unwrap_or(team.multi_action_enabled),
+            max_iterations_per_tick: self
+                .max_iterations_per_tick
+                .unwrap_or(team.max_iterations_per_tick),
+            max_context_tokens: self.max_context_tokens.unwrap_or(team.max_context_tokens),
+            context_strategy: self.context_strategy.unwrap_or(team.context_strategy),
+            max_tokens_recoveries: self
+                .max_tokens_recoveries
+                .unwrap_or(team.max_tokens_recoveries),
+        }
+    }
+}
+
 /// `[delegation]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -672,25 +759,11 @@ impl WardenConfig {
     /// The first value out of range, as [`ConfigError::Invalid`] (key, value, what is allowed).
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.npc.validate()?;
-        let iterations = self.execution.max_iterations_per_tick;
-        if !(1..=10).contains(&iterations) {
-            return Err(ConfigError::Invalid {
-                key: "execution.max_iterations_per_tick".into(),
-                value: iterations.to_string(),
-                allowed: "1 to 10",
-            });
-        }
+        self.execution.validate()?;
         seconds(
             "tools.circuit_cool_down_seconds",
             self.tools.circuit_cool_down_seconds,
         )?;
-        if self.execution.max_tokens_recoveries > 10 {
-            return Err(ConfigError::Invalid {
-                key: "execution.max_tokens_recoveries".into(),
-                value: self.execution.max_tokens_recoveries.to_string(),
-                allowed: "0 to 10",
-            });
-        }
         seconds(
             "safety.timeout.llm_call_seconds",
             self.safety.timeout.llm_call_seconds,

@@ -31,10 +31,10 @@ mod wire;
 
 pub use config::{
     located, parse_toml, precheck, ConfigError, ContextStrategyConfig, DelegationConfig,
-    ExecutionConfig, JournalConfig, MailboxConfig, MemoryConfig, MemoryOverride, ModelPrice,
-    RestartConfig, RestartStrategy, SafetyBreakersConfig, SafetyBudgetConfig, SafetyConfig,
-    SafetyLoopConfig, SafetyOnLimitConfig, SafetyTimeoutConfig, SupervisorConfig, ToolsConfig,
-    WardenConfig,
+    ExecutionConfig, ExecutionOverride, JournalConfig, MailboxConfig, MemoryConfig, MemoryOverride,
+    ModelPrice, RestartConfig, RestartStrategy, SafetyBreakersConfig, SafetyBudgetConfig,
+    SafetyConfig, SafetyLoopConfig, SafetyOnLimitConfig, SafetyTimeoutConfig, SupervisorConfig,
+    ToolsConfig, WardenConfig,
 };
 pub use event::{
     Breaker, DelegationOutcome, DiscardedMessage, Event, EventFate, EventKind, HaltCause,
