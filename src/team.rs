@@ -924,6 +924,21 @@ impl TeamFile {
                     allowed: allowed.into(),
                 });
             }
+            if let Some(retry) = &server.retry {
+                if let Err(ConfigError::Invalid {
+                    key,
+                    value,
+                    allowed,
+                }) = retry.validate(&format!("mcp_servers.{name}.retry"))
+                {
+                    return Err(TeamError::Invalid {
+                        key: key.into_owned(),
+                        agent: None,
+                        value,
+                        allowed: allowed.into(),
+                    });
+                }
+            }
             if let Some(url) = &server.url {
                 if !is_http_url(url) {
                     return Err(TeamError::Invalid {

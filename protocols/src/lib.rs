@@ -34,7 +34,7 @@ pub use config::{
     ExecutionConfig, ExecutionOverride, JournalConfig, MailboxConfig, MemoryConfig, MemoryOverride,
     ModelPrice, RestartConfig, RestartStrategy, SafetyBreakersConfig, SafetyBudgetConfig,
     SafetyConfig, SafetyLoopConfig, SafetyOnLimitConfig, SafetyTimeoutConfig, SupervisorConfig,
-    ToolsConfig, WardenConfig,
+    ToolRetryConfig, ToolsConfig, WardenConfig,
 };
 pub use event::{
     Breaker, DelegationOutcome, DiscardedMessage, Event, EventFate, EventKind, HaltCause,

@@ -570,6 +570,7 @@ impl AgentRecord {
             | EventKind::WorkRefused { queued: None, .. }
             | EventKind::ToolStarted { .. }
             | EventKind::ToolFinished { .. }
+            | EventKind::ToolRetried { .. }
             | EventKind::ToolRefused { .. }
             | EventKind::DelegationRequested { .. }
             | EventKind::DelegationRefused { .. }

@@ -1054,8 +1054,11 @@ async fn execute_in(
         call_id: call.id.clone(),
         lineage: lineage.clone(),
     };
-    let Some(run) = unless_halted(token, pending.execute(ctx, cell.settings.tool_timeout)).await
-    else {
+    let retries = Retries { cell, call, token };
+    let executed = pending.execute_observed(ctx, cell.settings.tool_timeout, &retries);
+    // `None` twice over: halted while the tool ran or waited to be retried, or its retries were
+    // stopped by a halt.
+    let Some(Some(run)) = unless_halted(token, executed).await else {
         return Executed::Halted;
     };
     // A result that raced a halt (done in the poll the halt landed in) is not applied either.
@@ -1085,6 +1088,41 @@ async fn execute_in(
         });
     }
     Executed::Ran(run, None)
+}
+
+/// A call's retries ([`tools::retry`]): each is journaled (`tool_retried`) and logged, and none
+/// starts once a halt is requested (a halt during the wait drops the call's future before that).
+struct Retries<'a> {
+    cell: &'a AgentCell,
+    call: &'a ToolCall,
+    token: &'a CancellationToken,
+}
+
+impl tools::RetryObserver for Retries<'_> {
+    fn retrying(&self, attempt: u32, max_attempts: u32, error: &ToolError, delay: Duration) {
+        let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        tracing::warn!(
+            agent = %self.cell.key,
+            tool = %self.call.function.name,
+            attempt,
+            max_attempts,
+            %error,
+            delay_ms,
+            "tool call failed with a retryable error; trying again"
+        );
+        self.cell.note(EventKind::ToolRetried {
+            call_id: self.call.id.clone(),
+            tool: self.call.function.name.clone(),
+            attempt,
+            max_attempts,
+            error: error.to_string(),
+            delay_ms,
+        });
+    }
+
+    fn may_retry(&self) -> bool {
+        !self.token.is_cancelled() && !self.cell.halt_requested()
+    }
 }
 
 /// The permission gate's ruling for a call of `name`, when it is not a plain `allow`: the ruling

@@ -648,6 +648,7 @@ impl Supervisor {
                 failure_threshold: config.tools.circuit_failure_threshold.get(),
                 cool_down: Duration::from_secs_f64(config.tools.circuit_cool_down_seconds),
             },
+            tool_retry: config.tools.retry,
         }
     }
 
