@@ -56,7 +56,7 @@ pub use safety::{
     AnomalyKind, Answer, AnsweredBy, FleetView, Intervention, LimitDecision, LimitKind,
     LimitReason, LlmOutcome, OnLimitMode, OperatorReply, ToolOutcome,
 };
-pub use state::{AgentState, IllegalTransition, TRANSITIONS};
+pub use state::{AgentState, IllegalTransition, Presence, TRANSITIONS};
 pub use status::{AgentStatus, NpcStatus, QueueDepths, TickStatus};
 pub use wire::{
     AgentKey, AgentRole, ChatMessage, ChatRole, FinishReason, FunctionCall, TerminationReason,

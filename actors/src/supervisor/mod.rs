@@ -361,6 +361,16 @@ impl Supervisor {
         self.shared.replies.take()
     }
 
+    /// Every agent's world-facing notices as one stream, in order: it fell silent (locked out,
+    /// halted, stopped by its budget) or is back (unlocked, resumed) — design 000's "notify the
+    /// character" (`GET /api/replies` shows the same, read from the journal). One taker, as
+    /// [`Supervisor::take_replies`]; nothing is kept until it is taken.
+    pub fn take_notices(
+        &self,
+    ) -> Option<tokio::sync::mpsc::UnboundedReceiver<crate::agent::Notice>> {
+        self.shared.replies.take_notices()
+    }
+
     /// The team's journal (external tools journal their definitions and progress through it).
     pub fn journal(&self) -> &Arc<dyn Journal> {
         &self.shared.journal

@@ -422,7 +422,14 @@ impl AgentCell {
             kinds.push(change);
             self.emit_all(rec, kinds);
         }
+        self.announce(from, to, cause);
         Ok(())
+    }
+
+    /// A host's world hears the agent fall silent or come back (`from → to`, when it is one of
+    /// those; journaled: the state change is). Never blocks.
+    pub(crate) fn announce(&self, from: AgentState, to: AgentState, cause: &str) {
+        self.replies.announce(&self.key, from, to, cause);
     }
 
     /// Whether ordinary work is paused, without taking the record lock.
