@@ -1910,6 +1910,27 @@ delegate = false
             .contains("`agents[0].execution.multi_action_enabled`: invalid type"),);
     }
 
+    #[test]
+    fn an_mcp_servers_retry_settings_are_read_and_range_checked() {
+        let text = "[mcp_servers.files]\ncommand = \"files-server\"\n\
+                    retry = { max_attempts = 2, jitter = false }\nidempotent = true\n\n\
+                    [providers.m]\nkind = \"scripted\"\n\n[[agents]]\nkey = \"a\"\nprovider = \"m\"\n";
+        let team = TeamFile::from_toml(text).unwrap();
+        let files = &team.mcp_servers["files"];
+        let retry = files.retry.unwrap();
+        assert_eq!(
+            (retry.max_attempts, retry.jitter, retry.base_seconds),
+            (2, false, 1.0)
+        );
+        assert_eq!(files.idempotent, Some(true));
+        let bad = text.replace("max_attempts = 2", "max_attempts = 0");
+        assert_eq!(
+            TeamFile::from_toml(&bad).unwrap_err().to_string(),
+            "invalid value for `mcp_servers.files.retry.max_attempts`: 0 (allowed: 1 (no retry) to \
+             10)"
+        );
+    }
+
     /// Each team mistake `warden run` and `warden serve` would reject or misread, named exactly.
     #[test]
     fn an_agent_can_set_its_own_npc_keys_over_the_teams() {

@@ -160,6 +160,26 @@ mod tests {
     }
 
     #[test]
+    fn an_idempotent_hint_is_read_for_retries() {
+        let listed = |annotations: Value| -> ToolDef {
+            let tool: rmcp::model::Tool = serde_json::from_value(serde_json::json!({
+                "name": "put",
+                "inputSchema": {"type": "object"},
+                "annotations": annotations,
+            }))
+            .unwrap();
+            ToolDef::from_listed("s", &McpServerConfig::stdio("x", []), tool).unwrap()
+        };
+        let put = listed(serde_json::json!({"destructiveHint": true, "idempotentHint": true}));
+        assert_eq!(
+            (put.annotated, put.idempotent_hint),
+            (Some(warden_protocols::ToolCategory::Dangerous), true)
+        );
+        let rm = listed(serde_json::json!({"destructiveHint": true}));
+        assert!(!rm.idempotent_hint);
+    }
+
+    #[test]
     fn descriptions_are_cut_at_a_char_boundary() {
         assert_eq!(truncate_chars("héllo", 2), "hé…");
         assert_eq!(truncate_chars("hi", 2), "hi");
