@@ -67,7 +67,7 @@ pub use warden_actors::{
     already_durable, context, host, mailbox, memory, now_ms, npc, safety, tools, AgentHandle,
     AgentSpec, AskError, ChannelInterventionBus, ControlError, ControlOp, DelegationError,
     DurableSendError, Embedded, EventSendError, FnTool, HaltAck, InterventionBus, Journal, Latency,
-    Limited, LlmRequest, LlmResponse, MemoryJournal, NotDurable, NullJournal, PendingReply,
+    Limited, LlmRequest, LlmResponse, MemoryJournal, NotDurable, Notice, NullJournal, PendingReply,
     Perceived, Provider, ProviderError, ProviderLimitStats, ProviderLimiter, ProviderLimits, Reply,
     ScriptStats, ScriptStep, ScriptedProvider, Settled, Settlement, SpawnError, Submit,
     SubmitError, Submitted, Supervisor, SupervisorBuilder, TaskError, TickConfigError, Tool,

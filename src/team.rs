@@ -521,6 +521,10 @@ pub struct AgentFileSpec {
     /// `[permissions]`.
     #[serde(default)]
     pub permissions: Option<warden_protocols::PermissionsOverride>,
+    /// This agent's own `[execution]` keys (`execution = { multi_action_enabled = false }`):
+    /// each key set replaces the team's; `None`: the team's `[execution]`.
+    #[serde(default)]
+    pub execution: Option<warden_protocols::ExecutionOverride>,
 }
 
 impl AgentFileSpec {
@@ -978,6 +982,21 @@ impl TeamFile {
                     allowed: allowed.into(),
                 });
             }
+            if let Some(retry) = &server.retry {
+                if let Err(ConfigError::Invalid {
+                    key,
+                    value,
+                    allowed,
+                }) = retry.validate(&format!("mcp_servers.{name}.retry"))
+                {
+                    return Err(TeamError::Invalid {
+                        key: key.into_owned(),
+                        agent: None,
+                        value,
+                        allowed: allowed.into(),
+                    });
+                }
+            }
             if let Some(url) = &server.url {
                 if !is_http_url(url) {
                     return Err(TeamError::Invalid {
@@ -1139,12 +1158,21 @@ impl TeamFile {
         self.validate_mcp_servers()?;
         self.validate_a2a_agents()?;
         for (i, agent) in self.agents.iter().enumerate() {
-            if let Some(own) = &agent.memory {
+            // An agent's own `memory` and `execution` keys over the team's, named by its path.
+            let own = [
+                agent
+                    .memory
+                    .map(|own| own.apply(&self.config.memory).validate()),
+                agent
+                    .execution
+                    .map(|own| own.apply(&self.config.execution).validate()),
+            ];
+            for checked in own.into_iter().flatten() {
                 if let Err(ConfigError::Invalid {
                     key,
                     value,
                     allowed,
-                }) = own.apply(&self.config.memory).validate()
+                }) = checked
                 {
                     return Err(TeamError::Invalid {
                         key: format!("agents[{i}].{key}"),
@@ -1611,6 +1639,9 @@ impl TeamFile {
         if let Some(own) = &agent.memory {
             spec = spec.with_memory(own.apply(&self.config.memory));
         }
+        if let Some(own) = &agent.execution {
+            spec = spec.with_execution(own.apply(&self.config.execution));
+        }
         if agent.permissions.is_some() {
             let at = self
                 .agents
@@ -1795,7 +1826,7 @@ delegate = false
             err.to_string(),
             "invalid config: line 24, column 1: `agents[1].delegates`: unknown field `delegates`, \
              expected one of `key`, `role`, `parent`, `provider`, `system_prompt`, `delegate`, \
-             `tools`, `npc`, `goals`, `memory`, `permissions`\n\
+             `tools`, `npc`, `goals`, `memory`, `permissions`, `execution`\n\
              24 | delegates = false\n   \
                 | ^^^^^^^^^"
         );
@@ -1889,6 +1920,78 @@ delegate = false
             TeamFile::from_toml(&bad).unwrap_err().to_string(),
             "invalid value for `agents[0].memory.summary_percent` (agent `innkeeper`): 0 (allowed: \
              1 to 30)"
+        );
+    }
+
+    #[test]
+    fn an_agent_can_set_its_own_execution_keys_over_the_teams() {
+        let text =
+            "[execution]\nmax_iterations_per_tick = 3\n\n[providers.m]\nkind = \"scripted\"\n\n\
+                    [[agents]]\nkey = \"clerk\"\nprovider = \"m\"\n\
+                    execution = { multi_action_enabled = false }\n";
+        let team = TeamFile::from_toml(text).unwrap();
+        let own = team.agents[0]
+            .execution
+            .unwrap()
+            .apply(&team.config.execution);
+        assert_eq!(
+            (own.multi_action_enabled, own.max_iterations_per_tick),
+            (false, 3),
+            "the team's other keys stay"
+        );
+        let bad = text.replace(
+            "multi_action_enabled = false",
+            "max_iterations_per_tick = 11",
+        );
+        assert_eq!(
+            TeamFile::from_toml(&bad).unwrap_err().to_string(),
+            "invalid config: line 10, column 41: `agents[0].execution.max_iterations_per_tick`: \
+             invalid value 11 (allowed: 1 to 10)\n\
+             10 | execution = { max_iterations_per_tick = 11 }\n   \
+                |                                         ^^"
+        );
+        let bad = text.replace("multi_action_enabled = false", "max_tokens_recoveries = -1");
+        assert!(TeamFile::from_toml(&bad).unwrap_err().to_string().contains(
+            "`agents[0].execution.max_tokens_recoveries`: invalid value -1 (allowed: 0 to 10)"
+        ),);
+        let bad = text.replace("multi_action_enabled = false", "multi_action = false");
+        assert_eq!(
+            TeamFile::from_toml(&bad).unwrap_err().to_string(),
+            "invalid config: line 10, column 15: `agents[0].execution.multi_action`: unknown \
+             field `multi_action`, expected one of `multi_action_enabled`, \
+             `max_iterations_per_tick`, `max_context_tokens`, `context_strategy`, \
+             `max_tokens_recoveries`\n\
+             10 | execution = { multi_action = false }\n   \
+                |               ^^^^^^^^^^^^"
+        );
+        let bad = text.replace(
+            "multi_action_enabled = false",
+            "multi_action_enabled = \"no\"",
+        );
+        assert!(TeamFile::from_toml(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("`agents[0].execution.multi_action_enabled`: invalid type"),);
+    }
+
+    #[test]
+    fn an_mcp_servers_retry_settings_are_read_and_range_checked() {
+        let text = "[mcp_servers.files]\ncommand = \"files-server\"\n\
+                    retry = { max_attempts = 2, jitter = false }\nidempotent = true\n\n\
+                    [providers.m]\nkind = \"scripted\"\n\n[[agents]]\nkey = \"a\"\nprovider = \"m\"\n";
+        let team = TeamFile::from_toml(text).unwrap();
+        let files = &team.mcp_servers["files"];
+        let retry = files.retry.unwrap();
+        assert_eq!(
+            (retry.max_attempts, retry.jitter, retry.base_seconds),
+            (2, false, 1.0)
+        );
+        assert_eq!(files.idempotent, Some(true));
+        let bad = text.replace("max_attempts = 2", "max_attempts = 0");
+        assert_eq!(
+            TeamFile::from_toml(&bad).unwrap_err().to_string(),
+            "invalid value for `mcp_servers.files.retry.max_attempts`: 0 (allowed: 1 (no retry) to \
+             10)"
         );
     }
 

@@ -230,3 +230,21 @@ fn an_unknown_section_lists_every_section() {
         )
     );
 }
+
+/// docs/configuration.md: every ```toml example is a team file that parses and validates (a
+/// block with `[[agents]]`), or a configuration that does.
+#[test]
+fn the_examples_in_docs_configuration_md_parse() {
+    let doc = include_str!("../docs/configuration.md");
+    let mut examples = 0;
+    for block in doc.split("```toml\n").skip(1) {
+        let text = block.split("```").next().unwrap();
+        if text.contains("[[agents]]") {
+            warden::team::TeamFile::from_toml(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        } else {
+            warden::WardenConfig::from_toml(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        }
+        examples += 1;
+    }
+    assert!(examples >= 1, "{examples}");
+}

@@ -9,7 +9,7 @@ use warden::{
     host::{AddError, DeliverError, NpcReply, StartError, Warden, WardenHandle},
     protocols::{
         npc::{Verdict, WorldEvent, WorldEventKind},
-        AgentKey, HaltCause,
+        AgentKey, HaltCause, Presence,
     },
     AgentSpec, AskError, MemoryJournal, ScriptStep, ScriptedProvider, WardenConfig,
 };
@@ -469,5 +469,71 @@ fn the_host_recalls_what_an_npc_remembers_about_a_player() {
         "{recalled}"
     );
     assert_eq!(warden.recall("nobody", "p1"), None);
+    warden.shutdown();
+}
+
+/// Design 000's "notify the character" through the Rust host handle: an NPC that locks out or is
+/// halted gives a world-facing notice (`drain_notices`), and one that is resumed gives the opposite,
+/// in order. Before: nothing but the refusal of the next delivery.
+#[test]
+fn an_npc_that_locks_out_or_is_halted_gives_a_notice_and_one_that_is_back_another() {
+    let mut config = WardenConfig::default();
+    config.safety.breakers.max_consecutive_errors = std::num::NonZeroU32::MIN;
+    let specs = [
+        AgentSpec::assistant("smith", echo(Duration::ZERO)),
+        AgentSpec::assistant(
+            "guard",
+            Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::fail("model down"))),
+        ),
+    ];
+    let warden =
+        Warden::start(config, Arc::new(MemoryJournal::new()), specs).expect("warden starts");
+    let notices = |n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut got = Vec::new();
+        while got.len() < n {
+            assert!(Instant::now() < deadline, "only {got:?} of {n} notices");
+            warden.drain_notices(&mut got, 64);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        got.into_iter()
+            .map(|n| (n.agent.to_string(), n.presence, n.text))
+            .collect::<Vec<_>>()
+    };
+    // The guard's model fails: one error locks it out.
+    warden
+        .try_deliver("guard", whisper("halt, who goes there?"))
+        .unwrap();
+    assert_eq!(
+        notices(1),
+        [(
+            "guard".to_owned(),
+            Presence::Silent,
+            "guard falls silent.".to_owned()
+        )]
+    );
+    warden.halt_all("shard draining");
+    // The guard is locked out already: only the smith falls silent.
+    assert_eq!(
+        notices(1),
+        [(
+            "smith".to_owned(),
+            Presence::Silent,
+            "smith falls silent.".to_owned()
+        )]
+    );
+    // A resume is sent to both; the locked-out guard stays silent (only an unlock lifts it).
+    assert_eq!(warden.resume_all("ops"), 2);
+    assert_eq!(
+        notices(1),
+        [(
+            "smith".to_owned(),
+            Presence::Back,
+            "smith stirs again.".to_owned()
+        )]
+    );
+    let mut more = Vec::new();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(warden.drain_notices(&mut more, 64), 0, "{more:?}");
     warden.shutdown();
 }

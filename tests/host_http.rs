@@ -638,3 +638,74 @@ async fn a_halt_by_a_host_token_is_journaled_as_the_hosts() {
     assert_eq!(halted_by("by-host"), ["api:host"]);
     assert_eq!(halted_by("by-admin"), ["api:admin"]);
 }
+
+/// Design 000's "notify the character" over HTTP: `GET /api/replies` carries a world-facing notice
+/// (`type: notice`) when an NPC falls silent (locked out, halted) and when it is back (resumed,
+/// unlocked), in journal order, with default words a host may show. Read from the journal's state
+/// changes, so a host resuming with `after` after a restart sees them too. Before: only the
+/// `locked_out` / `unlocked` / `halted` records, and nothing for a resume.
+#[actix_rt::test]
+async fn replies_carry_a_notice_when_an_npc_falls_silent_and_when_it_is_back() {
+    tokio::time::pause();
+    let h = host_team();
+    h.team.assistant("innkeeper", chatty());
+    let guard = h.team.assistant("guard", failing());
+    let app = service!(state(&h));
+    lock_out(&guard).await;
+    for (method, path, token) in [
+        ("POST", "/api/agents/innkeeper/halt", HOST),
+        ("POST", "/api/agents/innkeeper/resume", ADMIN),
+        ("POST", "/api/agents/guard/unlock", ADMIN),
+    ] {
+        let (status, body) = call!(app, request(method, path, Some(token), None));
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+    }
+    let notices = |body: &Value| -> Vec<(String, String, String)> {
+        body["replies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["type"] == "notice")
+            .map(|r| {
+                (
+                    r["agent"].as_str().unwrap().to_owned(),
+                    r["presence"].as_str().unwrap().to_owned(),
+                    r["text"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let (status, body) = call!(
+        app,
+        request("GET", "/api/replies?after=0", Some(HOST), None)
+    );
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let seen = notices(&body);
+    let expected = [
+        ("guard", "silent", "guard falls silent."),
+        ("innkeeper", "silent", "innkeeper falls silent."),
+        ("innkeeper", "back", "innkeeper stirs again."),
+        ("guard", "back", "guard stirs again."),
+    ]
+    .map(|(a, p, t)| (a.to_owned(), p.to_owned(), t.to_owned()));
+    assert_eq!(seen, expected, "{body}");
+    // Each carries its cause and its journal row; resuming after the first one gives the rest.
+    let first = body["replies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["type"] == "notice")
+        .unwrap()
+        .clone();
+    assert!(first["cause"].is_string(), "{first}");
+    let (_, rest) = call!(
+        app,
+        request(
+            "GET",
+            &format!("/api/replies?after={}", first["seq"]),
+            Some(READ),
+            None
+        )
+    );
+    assert_eq!(notices(&rest), expected[1..], "{rest}");
+}

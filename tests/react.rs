@@ -16,8 +16,8 @@ use std::{
     time::Duration,
 };
 use warden::protocols::{
-    ChatRole, ContextStrategyConfig, FinishReason, FunctionCall, ToolCall, ToolSpec, TurnOutcome,
-    Usage,
+    ChatRole, ContextStrategyConfig, FinishReason, FunctionCall, ToolCall, ToolRetryConfig,
+    ToolSpec, TurnOutcome, Usage,
 };
 use warden::*;
 use warden_actors::{
@@ -1341,4 +1341,311 @@ async fn openai_halt_during_a_slow_stream_closes_the_connection_and_runs_no_tool
     assert_eq!(server.bodies()[0]["stream"], json!(true));
     halt_cuts_the_request(&a, &mut server, &args_seen).await;
     assert!(a.record().history.iter().all(|m| m.tool_calls.is_empty()));
+}
+
+// ---- tool retries (design 001: 4 attempts, 1 s, ×2, 10 s cap, jitter; retryable errors only) ----
+
+/// A tool that fails with `error` on its first `failures` calls, then succeeds; counts its calls.
+/// `idempotent` and `own` (its own `max_attempts`) are its retry declarations.
+fn flaky_with(
+    name: &str,
+    category: ToolCategory,
+    error: &'static str,
+    failures: usize,
+    idempotent: bool,
+    own: Option<u32>,
+) -> (Arc<dyn Tool>, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let mut tool = FnTool::new(name, "flaky", category, move |_args, _ctx| {
+        let n = counter.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(if n < failures {
+            Err(ToolError::Failed(error.into()))
+        } else {
+            Ok(json!({"success": true}))
+        })
+    });
+    if idempotent {
+        tool = tool.idempotent();
+    }
+    if let Some(max_attempts) = own {
+        tool = tool.with_retry(ToolRetryConfig {
+            max_attempts,
+            ..ToolRetryConfig::default()
+        });
+    }
+    (Arc::new(tool), calls)
+}
+
+/// [`flaky_with`] with the runner's retries.
+fn flaky(
+    name: &str,
+    category: ToolCategory,
+    error: &'static str,
+    failures: usize,
+) -> (Arc<dyn Tool>, Arc<AtomicUsize>) {
+    flaky_with(name, category, error, failures, false, None)
+}
+
+/// `(attempt, max_attempts, delay_ms)` of every `ToolRetried` of `key`.
+fn retried(journal: &MemoryJournal, key: &str) -> Vec<(u32, u32, u64)> {
+    journal
+        .events_of(key)
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::ToolRetried {
+                attempt,
+                max_attempts,
+                delay_ms,
+                ..
+            } => Some((attempt, max_attempts, delay_ms)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The design's retry settings without jitter (so the waits can be compared), with breakers that
+/// would lock the agent out and open the tool's circuit at the first failure counted.
+fn strict_retry_config() -> WardenConfig {
+    let mut config = WardenConfig::default();
+    config.tools.retry.jitter = false;
+    config.tools.circuit_failure_threshold = std::num::NonZeroU32::new(1).unwrap();
+    config.safety.breakers.max_consecutive_errors = std::num::NonZeroU32::new(1).unwrap();
+    config
+}
+
+/// A call that fails twice with a retryable error ("connection reset") and then succeeds is tried
+/// three times, 1 s then 2 s apart, each retry journaled; the breakers see only its final outcome,
+/// a success: with one failure enough to lock the agent out and open the circuit, neither happens.
+#[actix_rt::test]
+async fn a_retryable_tool_error_is_retried_with_backoff_and_the_breakers_see_only_the_success() {
+    tokio::time::pause();
+    let (team, journal) = team(strict_retry_config());
+    let (tool, calls) = flaky(
+        "fetch",
+        ToolCategory::SafeChain,
+        "connection reset by peer",
+        2,
+    );
+    let model = Arc::new(
+        ScriptedProvider::new([
+            ScriptStep::call("fetch", json!({})),
+            ScriptStep::reply("done"),
+        ])
+        .with_fallback(|_| ScriptStep::reply("must not be asked")),
+    );
+    let a = team
+        .spawn(AgentSpec::assistant("a", model).with_tool_arc(tool))
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    one_turn(&a, "fetch it").await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "waited 1 s + 2 s"
+    );
+    assert_eq!(count(&calls), 3);
+    assert_eq!(retried(&journal, "a"), [(1, 4, 1000), (2, 4, 2000)]);
+    assert!(errors_counted(&journal, "a").is_empty());
+    assert_eq!(
+        count_events(&journal, "a", |k| matches!(
+            k,
+            EventKind::ToolCircuitChanged { .. }
+        )),
+        0
+    );
+    assert_eq!(
+        count_events(&journal, "a", |k| matches!(
+            k,
+            EventKind::ToolFinished { ok: true, .. }
+        )),
+        1
+    );
+    let out = only_outcome(&journal, "a");
+    assert_eq!(
+        (out.reason, out.answer.as_deref()),
+        (TerminationReason::Answered, Some("done"))
+    );
+    assert_eq!(a.state(), AgentState::WaitingForEvent);
+    replay_matches(&journal, &a);
+}
+
+/// A call that keeps failing with a retryable error is made 4 times (waits 1, 2, 4 s) and then
+/// counted once: one error (`consecutive_errors` 1), one circuit failure (opened after 1).
+#[actix_rt::test]
+async fn a_call_that_keeps_failing_is_made_four_times_and_counted_once() {
+    tokio::time::pause();
+    let mut config = strict_retry_config();
+    config.safety.breakers.max_consecutive_errors = std::num::NonZeroU32::new(2).unwrap();
+    let (team, journal) = team(config);
+    let (tool, calls) = flaky(
+        "fetch",
+        ToolCategory::SafeChain,
+        "503: service temporarily unavailable",
+        usize::MAX,
+    );
+    let model = Arc::new(
+        ScriptedProvider::new([
+            ScriptStep::call("fetch", json!({})),
+            ScriptStep::reply("gave up"),
+        ])
+        .with_fallback(|_| ScriptStep::reply("must not be asked")),
+    );
+    let a = team
+        .spawn(AgentSpec::assistant("a", model).with_tool_arc(tool))
+        .unwrap();
+    one_turn(&a, "fetch it").await;
+    assert_eq!(count(&calls), 4);
+    assert_eq!(
+        retried(&journal, "a"),
+        [(1, 4, 1000), (2, 4, 2000), (3, 4, 4000)]
+    );
+    assert_eq!(
+        errors_counted(&journal, "a"),
+        [(
+            1,
+            "tool fetch failed: 503: service temporarily unavailable".to_owned()
+        )]
+    );
+    let circuit: Vec<String> = journal
+        .events_of("a")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::ToolCircuitChanged { transition, .. } => Some(transition),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(circuit, ["opened after 1 failures"]);
+    assert_eq!(
+        count_events(&journal, "a", |k| matches!(
+            k,
+            EventKind::ToolFinished { .. }
+        )),
+        1
+    );
+    assert_eq!(a.state(), AgentState::WaitingForEvent);
+    replay_matches(&journal, &a);
+}
+
+/// Which calls are retried: a DANGEROUS tool only when it declares itself idempotent; an error
+/// that is not retryable never; a tool's own settings over the team's.
+#[actix_rt::test]
+async fn dangerous_tools_are_retried_only_when_idempotent_and_only_retryable_errors_are() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.tools.circuit_failure_threshold = std::num::NonZeroU32::new(100).unwrap();
+    config.safety.breakers.max_consecutive_errors = std::num::NonZeroU32::new(100).unwrap();
+    config.safety.breakers.repeated_failure_threshold = 100;
+    let (team, journal) = team(config);
+    // name, category, error, idempotent, own max_attempts, calls expected
+    type Case = (
+        &'static str,
+        ToolCategory,
+        &'static str,
+        bool,
+        Option<u32>,
+        usize,
+    );
+    let cases: [Case; 5] = [
+        (
+            "rm",
+            ToolCategory::Dangerous,
+            "connection reset",
+            false,
+            None,
+            1,
+        ),
+        (
+            "put",
+            ToolCategory::Dangerous,
+            "connection reset",
+            true,
+            None,
+            4,
+        ),
+        (
+            "read",
+            ToolCategory::SafeChain,
+            "no such file",
+            false,
+            None,
+            1,
+        ),
+        (
+            "say",
+            ToolCategory::Terminal,
+            "rate limit exceeded",
+            false,
+            None,
+            4,
+        ),
+        (
+            "poll",
+            ToolCategory::SafeChain,
+            "try again later",
+            false,
+            Some(2),
+            2,
+        ),
+    ];
+    for (i, (name, category, error, idempotent, own, expected)) in cases.into_iter().enumerate() {
+        let (tool, calls) = flaky_with(name, category, error, usize::MAX, idempotent, own);
+        let key = format!("a{i}");
+        let model = Arc::new(
+            ScriptedProvider::new([ScriptStep::call(name, json!({})), ScriptStep::reply("ok")])
+                .with_fallback(|_| ScriptStep::reply("ok")),
+        );
+        let a = team
+            .spawn(AgentSpec::assistant(key.as_str(), model).with_tool_arc(tool))
+            .unwrap();
+        one_turn(&a, "go").await;
+        assert_eq!(count(&calls), expected, "{name}");
+        assert_eq!(retried(&journal, &key).len(), expected - 1, "{name}");
+    }
+}
+
+/// A halt while a call waits for its next attempt ends the wait at once: the tool is not called
+/// again, however long the clock runs on, and the call has no result.
+#[actix_rt::test]
+async fn a_halt_during_the_backoff_ends_it_at_once_and_the_tool_is_not_called_again() {
+    tokio::time::pause();
+    let (team, journal) = team(strict_retry_config());
+    let (tool, calls) = flaky(
+        "fetch",
+        ToolCategory::SafeChain,
+        "connection refused",
+        usize::MAX,
+    );
+    let model = Arc::new(
+        ScriptedProvider::new([ScriptStep::call("fetch", json!({}))])
+            .with_fallback(|_| ScriptStep::reply("must not be asked")),
+    );
+    let stats = model.stats();
+    let a = team
+        .spawn(AgentSpec::assistant("a", model).with_tool_arc(tool))
+        .unwrap();
+    a.try_send_event(UserEvent::new("fetch it")).unwrap();
+    // The first retry is journaled right before its 1 s wait starts.
+    until("first retry", || !retried(&journal, "a").is_empty()).await;
+    assert_eq!(count(&calls), 1);
+    let ack = a.halt(op());
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let ack = ack.await;
+    assert_eq!(ack.state, AgentState::Stopped);
+    settle(50).await;
+    tokio::time::advance(Duration::from_secs(60)).await;
+    settle(50).await;
+    assert_eq!(count(&calls), 1, "no attempt after the halt");
+    assert_eq!(retried(&journal, "a"), [(1, 4, 1000)]);
+    assert_eq!(
+        count_events(&journal, "a", |k| matches!(
+            k,
+            EventKind::ToolFinished { .. }
+        )),
+        0
+    );
+    assert!(errors_counted(&journal, "a").is_empty());
+    // The halt settled the event (discarded) and journaled no turn's end.
+    assert!(outcomes(&journal, "a").is_empty());
+    assert_eq!(stats.calls.load(Ordering::SeqCst), 1);
+    replay_matches(&journal, &a);
 }

@@ -2245,3 +2245,184 @@ async fn the_checkpoint_keeps_no_counts_of_finished_tasks() {
     );
     replay_matches(&journal, &a);
 }
+
+// ---- single action (execution.multi_action_enabled = false) ------------------------------------
+
+/// `multi_action_enabled = false` is a normal way to run (design 001's `single_action`): each turn
+/// makes one model call and runs at most one tool call, then ends `single_action` — with an
+/// operator's bus wired in `interactive` mode, nobody is asked and no wrap-up call is made. A tick
+/// is the same. Before: the second iteration went through the per-tick cap's checkpoint, so every
+/// tool-using turn waited for an operator.
+#[actix_rt::test]
+async fn single_action_runs_one_tool_per_turn_and_ends_without_an_ask_or_a_wrap_up() {
+    tokio::time::pause();
+    let bus = Arc::new(ChannelInterventionBus::new());
+    let mut config = WardenConfig::default();
+    config.execution.multi_action_enabled = false;
+    config.safety.on_limit.mode = OnLimitMode::Interactive;
+    let (team, journal) = team_with_bus(config, bus.clone());
+    let (model, wrap_ups) = looker(ScriptStep::reply("must not be asked for a wrap-up"));
+    let stats = model.stats();
+    let (look, looks) = counting_tool("look", ToolCategory::SafeChain, false);
+    let a = team
+        .spawn(AgentSpec::assistant("a", model).with_tool(look))
+        .unwrap();
+    a.try_send_event(UserEvent::new("scout")).unwrap();
+    turns(&a, 1).await;
+    a.try_tick().unwrap();
+    turns(&a, 2).await;
+    settle(50).await;
+    assert!(bus.pending().is_empty(), "{:?}", bus.pending());
+    assert_eq!((calls_of(&stats), count(&looks)), (2, 2));
+    assert!(wrap_ups.lock().unwrap().is_empty());
+    assert!(decisions(&journal, "a").is_empty());
+    assert!(denials(&journal, "a").is_empty());
+    let reasons: Vec<(TerminationReason, u32, bool)> = outcomes(&journal, "a")
+        .into_iter()
+        .map(|o| (o.reason, o.iterations, o.limit_stopped))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            (TerminationReason::SingleAction, 1, false),
+            (TerminationReason::SingleAction, 1, false)
+        ]
+    );
+    assert_eq!(
+        serde_json::to_value(TerminationReason::SingleAction).unwrap(),
+        json!("single_action")
+    );
+    // Never waited for input.
+    assert_eq!(
+        count_events(&journal, "a", |k| matches!(
+            k,
+            EventKind::StateChanged {
+                to: AgentState::WaitingForInput,
+                ..
+            }
+        )),
+        0
+    );
+    assert_eq!(a.state(), AgentState::WaitingForEvent);
+    replay_matches(&journal, &a);
+}
+
+/// One action per turn even when the model asks for several calls at once: the first runs, the
+/// others are answered "not run" (so the history stays a valid conversation). An unusable reply is
+/// the turn's action too (`parse_error`, counted, no second call), while the continuation of an
+/// answer cut by the token limit is not an action and is still made.
+#[actix_rt::test]
+async fn single_action_runs_the_first_of_parallel_calls_and_ends_on_a_parse_error() {
+    tokio::time::pause();
+    let bus = Arc::new(ChannelInterventionBus::new());
+    let mut config = WardenConfig::default();
+    config.execution.multi_action_enabled = false;
+    let (team, journal) = team_with_bus(config, bus.clone());
+    let model = Arc::new(
+        ScriptedProvider::new([
+            respond(vec![
+                raw_call("call_a", "look", r#"{"at":1}"#),
+                raw_call("call_b", "look", r#"{"at":2}"#),
+            ]),
+            ScriptStep::Fail(ProviderError::Malformed {
+                message: "not json".into(),
+            }),
+            ScriptStep::Respond(LlmResponse {
+                message: ChatMessage::assistant("half an "),
+                finish_reason: FinishReason::Length,
+                usage: Usage::default(),
+            }),
+            ScriptStep::reply("answer"),
+        ])
+        .with_fallback(|_| ScriptStep::reply("must not be asked")),
+    );
+    let stats = model.stats();
+    let (look, looks) = counting_tool("look", ToolCategory::SafeChain, false);
+    let a = team
+        .spawn(AgentSpec::assistant("a", model).with_tool(look))
+        .unwrap();
+    for (i, text) in ["two at once", "garbled", "long answer"].iter().enumerate() {
+        a.try_send_event(UserEvent::new(*text)).unwrap();
+        turns(&a, i as u64 + 1).await;
+    }
+    assert_eq!(count(&looks), 1, "one action per turn");
+    assert_eq!(
+        calls_of(&stats),
+        4,
+        "1 + 1 + the cut answer and its continuation"
+    );
+    let history = a.record().history;
+    let not_run = history
+        .iter()
+        .find(|m| m.tool_call_id.as_deref() == Some("call_b"))
+        .and_then(|m| m.content.clone())
+        .unwrap_or_default();
+    assert!(
+        not_run.contains("not run: one action per tick"),
+        "{not_run}"
+    );
+    let got: Vec<(TerminationReason, Option<String>)> = outcomes(&journal, "a")
+        .into_iter()
+        .map(|o| (o.reason, o.answer))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (TerminationReason::SingleAction, None),
+            (TerminationReason::ParseError, None),
+            (TerminationReason::Answered, Some("half an answer".into())),
+        ]
+    );
+    assert!(bus.pending().is_empty());
+    assert!(decisions(&journal, "a").is_empty());
+    replay_matches(&journal, &a);
+}
+
+/// `[[agents]] execution = { … }` in a team file: the agent's own keys replace the team's, for
+/// that agent only. Here the team loops (`max_iterations_per_tick = 3`) and one agent runs single
+/// action: on the same script the clerk's turn ends after its one tool call, the scout's goes on to
+/// answer.
+#[actix_rt::test]
+async fn an_agents_own_execution_keys_from_a_team_file_replace_the_teams() {
+    tokio::time::pause();
+    let file = warden::team::TeamFile::parse(
+        r#"
+[execution]
+max_iterations_per_tick = 3
+
+[providers.m]
+kind = "scripted"
+replies = [{ tool = "set_goals", args = { goals = ["tidy the inn"] } }, "done"]
+
+[[agents]]
+key = "clerk"
+provider = "m"
+goals = []
+execution = { multi_action_enabled = false }
+
+[[agents]]
+key = "scout"
+provider = "m"
+goals = []
+"#,
+    )
+    .unwrap();
+    file.validate().unwrap();
+    let (team, journal) = team(file.config.clone());
+    file.spawn_agents(&team).unwrap();
+    for key in ["clerk", "scout"] {
+        let agent = team.get(key).unwrap();
+        agent.try_send_event(UserEvent::new("go")).unwrap();
+        turns(&agent, 1).await;
+    }
+    let clerk = last_outcome(&journal, "clerk");
+    let scout = last_outcome(&journal, "scout");
+    assert_eq!(
+        (clerk.reason, clerk.iterations, clerk.answer),
+        (TerminationReason::SingleAction, 1, None)
+    );
+    assert_eq!(
+        (scout.reason, scout.iterations, scout.answer.as_deref()),
+        (TerminationReason::Answered, 2, Some("done"))
+    );
+}

@@ -68,8 +68,8 @@ pub mod tools;
 
 pub use agent::{
     AgentHandle, AskError, ControlError, ControlOp, DurableSendError, EventSendError, GoalsError,
-    HaltAck, PendingReply, Perceived, Reply, Settled, Settlement, Submit, SubmitError, Submitted,
-    TaskError,
+    HaltAck, Notice, PendingReply, Perceived, Reply, Settled, Settlement, Submit, SubmitError,
+    Submitted, TaskError,
 };
 pub use context::{Advisory, ContextStrategy, Trimmed};
 pub use journal::{already_durable, now_ms, Journal, MemoryJournal, NotDurable, NullJournal};

@@ -185,6 +185,7 @@ pub(crate) fn turn_ended(span: &Span, outcome: &TurnOutcome, lockout: impl FnOnc
         TerminationReason::Answered
         | TerminationReason::TerminalTool
         | TerminationReason::DangerousTool
+        | TerminationReason::SingleAction
         | TerminationReason::CriticalTokens
         | TerminationReason::MaxIterations => false,
     };

@@ -462,6 +462,93 @@ impl Default for ExecutionConfig {
     }
 }
 
+impl ExecutionConfig {
+    /// Checks every value's range.
+    ///
+    /// # Errors
+    ///
+    /// The first value out of range, as [`ConfigError::Invalid`] (key under `execution.`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        range_u64(
+            "execution.max_iterations_per_tick",
+            self.max_iterations_per_tick.into(),
+            1,
+            10,
+            "1 to 10",
+        )?;
+        range_u64(
+            "execution.max_tokens_recoveries",
+            self.max_tokens_recoveries.into(),
+            0,
+            10,
+            "0 to 10",
+        )
+    }
+}
+
+/// An agent's own `execution` keys in a team file (`[[agents]] execution = {
+/// multi_action_enabled = false }`): each key set replaces the team's `[execution]` value, the
+/// rest are the team's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExecutionOverride {
+    /// Replaces `execution.multi_action_enabled`.
+    pub multi_action_enabled: Option<bool>,
+    /// Replaces `execution.max_iterations_per_tick` (1 to 10, refused with its line otherwise).
+    #[serde(deserialize_with = "iterations_per_tick")]
+    pub max_iterations_per_tick: Option<u32>,
+    /// Replaces `execution.max_context_tokens`.
+    pub max_context_tokens: Option<u64>,
+    /// Replaces `execution.context_strategy`.
+    pub context_strategy: Option<ContextStrategyConfig>,
+    /// Replaces `execution.max_tokens_recoveries` (0 to 10, refused with its line otherwise).
+    #[serde(deserialize_with = "tokens_recoveries")]
+    pub max_tokens_recoveries: Option<u32>,
+}
+
+/// A whole number from `min` to `max`, refused while parsing (so the error has its line):
+/// `invalid value 11 (allowed: 1 to 10)`.
+fn whole_in<'de, D: serde::Deserializer<'de>>(
+    d: D,
+    min: u32,
+    max: u32,
+) -> Result<Option<u32>, D::Error> {
+    let value = i64::deserialize(d)?;
+    match u32::try_from(value) {
+        Ok(v) if (min..=max).contains(&v) => Ok(Some(v)),
+        _ => Err(serde::de::Error::custom(format!(
+            "invalid value {value} (allowed: {min} to {max})"
+        ))),
+    }
+}
+
+fn iterations_per_tick<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    whole_in(d, 1, 10)
+}
+
+fn tokens_recoveries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    whole_in(d, 0, 10)
+}
+
+impl ExecutionOverride {
+    /// `team` with the keys this override sets replaced.
+    pub fn apply(&self, team: &ExecutionConfig) -> ExecutionConfig {
+        ExecutionConfig {
+            multi_action_enabled: self
+                .multi_action_enabled
+                .unwrap_or(team.multi_action_enabled),
+            max_iterations_per_tick: self
+                .max_iterations_per_tick
+                .unwrap_or(team.max_iterations_per_tick),
+            max_context_tokens: self.max_context_tokens.unwrap_or(team.max_context_tokens),
+            context_strategy: self.context_strategy.unwrap_or(team.context_strategy),
+            max_tokens_recoveries: self
+                .max_tokens_recoveries
+                .unwrap_or(team.max_tokens_recoveries),
+        }
+    }
+}
+
 /// `[delegation]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -488,6 +575,9 @@ pub struct ToolsConfig {
     pub circuit_failure_threshold: NonZeroU32,
     /// How long an open circuit rejects calls before one probe call is let through. Default 30.
     pub circuit_cool_down_seconds: f64,
+    /// `[tools.retry]`: how a tool call whose error is retryable is tried again (design 001), for
+    /// every tool that does not set its own. Default: 4 attempts, 1 s, ×2, 10 s cap, jitter.
+    pub retry: ToolRetryConfig,
 }
 
 impl Default for ToolsConfig {
@@ -496,7 +586,87 @@ impl Default for ToolsConfig {
             timeout_seconds: 30.0,
             circuit_failure_threshold: NonZeroU32::new(5).unwrap_or(NonZeroU32::MIN),
             circuit_cool_down_seconds: 30.0,
+            retry: ToolRetryConfig::default(),
         }
+    }
+}
+
+/// How a tool call is tried again when its error is retryable (a timeout, a connection or network
+/// error, "temporarily", a rate limit, "try again": design 001's `_TOOL_RETRY_CONFIG`). A
+/// DANGEROUS tool is tried once unless it declares itself idempotent. `[tools.retry]`, or a tool's
+/// own (`[mcp_servers.NAME] retry = { … }`, `Tool::retry`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolRetryConfig {
+    /// Attempts in all, the first included: 1 (never retried) to 10. Default 4.
+    pub max_attempts: u32,
+    /// The delay before the second attempt, in seconds (0 to 3600). Default 1.
+    pub base_seconds: f64,
+    /// The delay's growth per attempt, 1 to 10. Default 2.
+    pub multiplier: f64,
+    /// The longest delay, in seconds (0 to 3600). Default 10.
+    pub max_seconds: f64,
+    /// Draw each delay from 50 % to 100 % of its value, so that many agents do not retry in step.
+    /// Default true.
+    pub jitter: bool,
+}
+
+impl Default for ToolRetryConfig {
+    fn default() -> Self {
+        ToolRetryConfig {
+            max_attempts: 4,
+            base_seconds: 1.0,
+            multiplier: 2.0,
+            max_seconds: 10.0,
+            jitter: true,
+        }
+    }
+}
+
+impl ToolRetryConfig {
+    /// One attempt, never retried.
+    pub fn none() -> Self {
+        ToolRetryConfig {
+            max_attempts: 1,
+            ..Self::default()
+        }
+    }
+
+    /// Checks every value's range; `at` is where the settings are (`tools.retry`,
+    /// `mcp_servers.NAME.retry`), for the key in the error.
+    ///
+    /// # Errors
+    ///
+    /// The first value out of range, as [`ConfigError::Invalid`] (key `AT.KEY`).
+    pub fn validate(&self, at: &str) -> Result<(), ConfigError> {
+        let key = |name: &str| -> Cow<'static, str> { format!("{at}.{name}").into() };
+        if !(1..=10).contains(&self.max_attempts) {
+            return Err(ConfigError::Invalid {
+                key: key("max_attempts"),
+                value: self.max_attempts.to_string(),
+                allowed: "1 (no retry) to 10",
+            });
+        }
+        for (name, value) in [
+            ("base_seconds", self.base_seconds),
+            ("max_seconds", self.max_seconds),
+        ] {
+            if !(0.0..=3600.0).contains(&value) {
+                return Err(ConfigError::Invalid {
+                    key: key(name),
+                    value: value.to_string(),
+                    allowed: "a number of seconds from 0 to 3600",
+                });
+            }
+        }
+        if !(1.0..=10.0).contains(&self.multiplier) {
+            return Err(ConfigError::Invalid {
+                key: key("multiplier"),
+                value: self.multiplier.to_string(),
+                allowed: "a number from 1 to 10",
+            });
+        }
+        Ok(())
     }
 }
 
@@ -763,25 +933,12 @@ impl WardenConfig {
     /// The first value out of range, as [`ConfigError::Invalid`] (key, value, what is allowed).
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.npc.validate()?;
-        let iterations = self.execution.max_iterations_per_tick;
-        if !(1..=10).contains(&iterations) {
-            return Err(ConfigError::Invalid {
-                key: "execution.max_iterations_per_tick".into(),
-                value: iterations.to_string(),
-                allowed: "1 to 10",
-            });
-        }
+        self.execution.validate()?;
         seconds(
             "tools.circuit_cool_down_seconds",
             self.tools.circuit_cool_down_seconds,
         )?;
-        if self.execution.max_tokens_recoveries > 10 {
-            return Err(ConfigError::Invalid {
-                key: "execution.max_tokens_recoveries".into(),
-                value: self.execution.max_tokens_recoveries.to_string(),
-                allowed: "0 to 10",
-            });
-        }
+        self.tools.retry.validate("tools.retry")?;
         seconds(
             "safety.timeout.llm_call_seconds",
             self.safety.timeout.llm_call_seconds,
@@ -1073,6 +1230,37 @@ mod tests {
                 format!("invalid value for {message}")
             );
         }
+    }
+
+    #[test]
+    fn tool_retries_default_to_the_designs_and_are_range_checked() {
+        let retry = WardenConfig::default().tools.retry;
+        assert_eq!(
+            (
+                retry.max_attempts,
+                retry.base_seconds,
+                retry.multiplier,
+                retry.max_seconds,
+                retry.jitter
+            ),
+            (4, 1.0, 2.0, 10.0, true)
+        );
+        let c = WardenConfig::from_toml("[tools.retry]\nmax_attempts = 1\n").unwrap();
+        assert_eq!(c.tools.retry, ToolRetryConfig::none());
+        assert_eq!(
+            err("[tools.retry]\nmax_attempts = 0\n"),
+            "invalid value for `tools.retry.max_attempts`: 0 (allowed: 1 (no retry) to 10)"
+        );
+        assert_eq!(
+            err("[tools.retry]\nmultiplier = 0.5\n"),
+            "invalid value for `tools.retry.multiplier`: 0.5 (allowed: a number from 1 to 10)"
+        );
+        assert_eq!(
+            err("[tools.retry]\nmax_seconds = -1\n"),
+            "invalid value for `tools.retry.max_seconds`: -1 (allowed: a number of seconds from 0 \
+             to 3600)"
+        );
+        assert!(err("[tools.retry]\nattempts = 3\n").contains("unknown field `attempts`"));
     }
 
     #[test]

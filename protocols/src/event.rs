@@ -582,6 +582,23 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// A tool call's attempt failed with a retryable error and the call is tried again after
+    /// `delay_ms` (`[tools.retry]`, design 001). Only the call's final outcome is a
+    /// `tool_finished` and counts for the breakers. No change.
+    ToolRetried {
+        /// The model's tool-call id.
+        call_id: String,
+        /// The tool's name.
+        tool: String,
+        /// The attempt that failed, from 1.
+        attempt: u32,
+        /// Attempts the call may make in all.
+        max_attempts: u32,
+        /// Why it failed.
+        error: String,
+        /// The wait before the next attempt, in milliseconds.
+        delay_ms: u64,
+    },
     /// A tool call refused because a halt was requested. No change.
     ToolRefused {
         /// The model's tool-call id.

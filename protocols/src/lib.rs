@@ -33,10 +33,10 @@ mod wire;
 
 pub use config::{
     located, parse_toml, precheck, ConfigError, ContextStrategyConfig, DelegationConfig,
-    ExecutionConfig, JournalConfig, MailboxConfig, MemoryConfig, MemoryOverride, ModelPrice,
-    RestartConfig, RestartStrategy, SafetyBreakersConfig, SafetyBudgetConfig, SafetyConfig,
-    SafetyLoopConfig, SafetyOnLimitConfig, SafetyTimeoutConfig, SupervisorConfig, ToolsConfig,
-    WardenConfig,
+    ExecutionConfig, ExecutionOverride, JournalConfig, MailboxConfig, MemoryConfig, MemoryOverride,
+    ModelPrice, RestartConfig, RestartStrategy, SafetyBreakersConfig, SafetyBudgetConfig,
+    SafetyConfig, SafetyLoopConfig, SafetyOnLimitConfig, SafetyTimeoutConfig, SupervisorConfig,
+    ToolRetryConfig, ToolsConfig, WardenConfig,
 };
 pub use event::{
     Breaker, DelegationOutcome, DiscardedMessage, Event, EventFate, EventKind, HaltCause,
@@ -58,7 +58,7 @@ pub use safety::{
     AnomalyKind, Answer, AnsweredBy, FleetView, Intervention, LimitDecision, LimitKind,
     LimitReason, LlmOutcome, OnLimitMode, OperatorReply, ToolOutcome,
 };
-pub use state::{AgentState, IllegalTransition, TRANSITIONS};
+pub use state::{AgentState, IllegalTransition, Presence, TRANSITIONS};
 pub use status::{AgentStatus, NpcStatus, QueueDepths, TickStatus};
 pub use wire::{
     AgentKey, AgentRole, ChatMessage, ChatRole, FinishReason, FunctionCall, TerminationReason,

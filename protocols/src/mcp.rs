@@ -68,6 +68,14 @@ pub struct McpServerConfig {
     /// `readOnlyHint: true` → `SAFE_CHAIN` — and a tool with neither is `SAFE_CHAIN`.
     #[serde(default)]
     pub category: Option<ToolCategory>,
+    /// How this server's tools retry a call whose error is retryable (a timeout, "connection",
+    /// "temporarily unavailable", a rate limit…: docs/mcp.md). Unset: `[tools.retry]`.
+    #[serde(default)]
+    pub retry: Option<crate::ToolRetryConfig>,
+    /// Whether this server's tools may be called twice for once (a DANGEROUS tool is retried only
+    /// then). Unset: each tool's `idempotentHint` annotation.
+    #[serde(default)]
+    pub idempotent: Option<bool>,
 }
 
 fn default_startup_timeout() -> f64 {
@@ -121,6 +129,8 @@ impl McpServerConfig {
             max_description_chars: default_max_description_chars(),
             max_schema_bytes: default_max_schema_bytes(),
             category: None,
+            retry: None,
+            idempotent: None,
         }
     }
 

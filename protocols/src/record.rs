@@ -652,6 +652,7 @@ impl AgentRecord {
             EventKind::TransitionRefused { .. }
             | EventKind::WorkRefused { queued: None, .. }
             | EventKind::ToolStarted { .. }
+            | EventKind::ToolRetried { .. }
             | EventKind::ToolRefused { .. }
             | EventKind::DelegationRequested { .. }
             | EventKind::DelegationRefused { .. }

@@ -66,6 +66,17 @@ impl AgentState {
         }
     }
 
+    /// What `self → to` means to the world a host shows (design 000's "notify the character"):
+    /// into `SAFETY_LOCKOUT` or `STOPPED` the agent falls silent, out of them it is back; `None`
+    /// for every other change.
+    pub fn presence_change(self, to: AgentState) -> Option<Presence> {
+        match (self.refuses_work(), to.refuses_work()) {
+            (false, true) => Some(Presence::Silent),
+            (true, false) => Some(Presence::Back),
+            _ => None,
+        }
+    }
+
     /// `true` for the states that refuse all work (`SAFETY_LOCKOUT`, `STOPPED`).
     pub fn refuses_work(self) -> bool {
         matches!(self, AgentState::SafetyLockout | AgentState::Stopped)
@@ -161,6 +172,36 @@ mod tests {
         for s in AgentState::ALL {
             let json = serde_json::to_string(&s).unwrap();
             assert_eq!(json, format!("\"{}\"", s.as_str()));
+        }
+    }
+}
+
+/// An agent falling silent or coming back, as a host's world shows it ([`AgentState::presence_change`]):
+/// a world-facing notice on the host's reply stream (`GET /api/replies`, the Rust host handle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Presence {
+    /// Locked out or halted (`SAFETY_LOCKOUT`, `STOPPED`): it answers nothing until it is back.
+    Silent,
+    /// Unlocked or resumed: it takes work again.
+    Back,
+}
+
+impl Presence {
+    /// The notice's default words for `agent` (`innkeeper falls silent.`, `innkeeper stirs
+    /// again.`); a host with its own words goes by the [`Presence`] itself.
+    pub fn notice(self, agent: &str) -> String {
+        match self {
+            Presence::Silent => format!("{agent} falls silent."),
+            Presence::Back => format!("{agent} stirs again."),
+        }
+    }
+
+    /// `silent` or `back`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Presence::Silent => "silent",
+            Presence::Back => "back",
         }
     }
 }

@@ -300,6 +300,9 @@ pub enum TerminationReason {
     TerminalTool,
     /// A DANGEROUS tool ran (one per tick).
     DangerousTool,
+    /// `execution.multi_action_enabled = false`: the turn's one action ran (design 001's
+    /// `single_action` pattern); the next tick or event goes on from its result.
+    SingleAction,
     /// The context is at or above the critical threshold.
     CriticalTokens,
     /// `execution.max_iterations_per_tick` reached.
@@ -328,6 +331,7 @@ impl TerminationReason {
             TerminationReason::Answered => "answered",
             TerminationReason::TerminalTool => "terminal_tool",
             TerminationReason::DangerousTool => "dangerous_tool",
+            TerminationReason::SingleAction => "single_action",
             TerminationReason::CriticalTokens => "critical_tokens",
             TerminationReason::MaxIterations => "max_iterations",
             TerminationReason::LlmError => "llm_error",

@@ -187,7 +187,7 @@ pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport
                 .unwrap_or_default()
                 .to_owned();
             if url.contains("broken") {
-                Err(ToolError::Failed(format!("{url}: connection reset")))
+                Err(ToolError::Failed(format!("{url}: 404 not found")))
             } else {
                 Ok(json!({"url": url, "body": "Opening hours: 9–17"}))
             }

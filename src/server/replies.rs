@@ -1,5 +1,5 @@
 //! `GET /api/replies?after=SEQ&wait=S`: the NPCs' replies, and the notices a game server shows
-//! (a lockout, an unlock, a halt), since a journal sequence number — one request per tick, or one
+//! (a lockout, an unlock, a halt; an NPC falling silent or coming back), since a journal sequence number — one request per tick, or one
 //! long-poll, instead of a poll per event.
 //!
 //! Guarantees:
@@ -154,6 +154,20 @@ fn host_items(
             "type": "halted",
             "cause": cause,
         })),
+        // The world-facing notice (design 000's "notify the character"): the NPC fell silent or
+        // is back, read from the state change the journal holds.
+        EventKind::StateChanged { from, to, cause } => {
+            if let Some(presence) = from.presence_change(*to) {
+                out.push(serde_json::json!({
+                    "seq": event.seq,
+                    "agent": agent,
+                    "type": "notice",
+                    "presence": presence,
+                    "text": presence.notice(agent),
+                    "cause": cause,
+                }));
+            }
+        }
         _ => {}
     }
 }
@@ -231,13 +245,20 @@ fn wakes(item: &crate::server::events::FeedItem) -> bool {
                 | EventKind::Halted { stopped: true, .. },
             ..
         })
+    ) || matches!(
+        item,
+        FeedItem::Journal(Event {
+            kind: EventKind::StateChanged { from, to, .. },
+            ..
+        }) if from.presence_change(*to).is_some()
     )
 }
 
 /// `GET /api/replies?after=SEQ&wait=S&max=N`: `200 {"replies": [...], "next": SEQ}`, oldest first.
 /// A reply: `{"type": "reply", "seq", "agent", "event_id", "status", …}` with the event's fate
 /// (`answered` and its `answer`, `refused` and its `refusal`, `discarded`, `failed`); a notice:
-/// `{"type": "locked_out" | "unlocked" | "halted", "seq", "agent", …}`. Call again with
+/// `{"type": "locked_out" | "unlocked" | "halted", "seq", "agent", …}`, or a world-facing notice
+/// `{"type": "notice", "seq", "agent", "presence": "silent" | "back", "text", "cause"}`. Call again with
 /// `after=next`. With `wait`, an answer with no reply comes only when the wait is over. Admin,
 /// read and host tokens. `503` without a durable journal.
 pub(crate) async fn get_replies(

@@ -26,7 +26,7 @@ use crate::{
     mailbox::{Prioritized, TrySendError},
 };
 use cell::AgentCell;
-pub use reply::{AskError, PendingReply, Reply, Settled, Settlement};
+pub use reply::{AskError, Notice, PendingReply, Reply, Settled, Settlement};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use warden_protocols::EventKind;

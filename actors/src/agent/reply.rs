@@ -164,15 +164,60 @@ pub struct Settlement {
     pub result: Settled,
 }
 
-/// The team's stream of settlements, for a host that takes it ([`crate::Supervisor::take_replies`]).
+/// A world-facing notice of the team's stream ([`crate::Supervisor::take_notices`]): an agent fell
+/// silent (locked out, halted) or is back (unlocked, resumed) — design 000's "notify the
+/// character", for a host to show ("the innkeeper falls silent").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// The agent.
+    pub agent: AgentKey,
+    /// Silent or back.
+    pub presence: warden_protocols::Presence,
+    /// The default words ([`warden_protocols::Presence::notice`]).
+    pub text: String,
+    /// Why: the cause of the state change (`safety lockout: …`, the halt, the resume).
+    pub cause: String,
+}
+
+/// The team's stream of settlements, for a host that takes it ([`crate::Supervisor::take_replies`]),
+/// and its stream of notices ([`crate::Supervisor::take_notices`]).
 #[derive(Default)]
-pub(crate) struct ReplyHub(OnceLock<mpsc::UnboundedSender<Settlement>>);
+pub(crate) struct ReplyHub(
+    OnceLock<mpsc::UnboundedSender<Settlement>>,
+    OnceLock<mpsc::UnboundedSender<Notice>>,
+);
 
 impl ReplyHub {
     /// The receiving end, the first time; `None` after.
     pub(crate) fn take(&self) -> Option<mpsc::UnboundedReceiver<Settlement>> {
         let (tx, rx) = mpsc::unbounded_channel();
         self.0.set(tx).ok().map(|()| rx)
+    }
+
+    /// The receiving end of the notices, the first time; `None` after.
+    pub(crate) fn take_notices(&self) -> Option<mpsc::UnboundedReceiver<Notice>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.1.set(tx).ok().map(|()| rx)
+    }
+
+    /// Sends `agent`'s notice for the state change `from → to`, if it is one and a host took the
+    /// stream. Never blocks (a leaf: called under the agent's record lock).
+    pub(crate) fn announce(
+        &self,
+        agent: &AgentKey,
+        from: warden_protocols::AgentState,
+        to: warden_protocols::AgentState,
+        cause: &str,
+    ) {
+        let (Some(tx), Some(presence)) = (self.1.get(), from.presence_change(to)) else {
+            return;
+        };
+        let _ = tx.send(Notice {
+            agent: agent.clone(),
+            presence,
+            text: presence.notice(agent.as_str()),
+            cause: cause.to_owned(),
+        });
     }
 
     fn taken(&self) -> bool {

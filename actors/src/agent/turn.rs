@@ -3,7 +3,8 @@
 //! ```text
 //! per iteration (react's steps, each going on, starting the next iteration or ending the turn):
 //!   unless_halted        halt requested?
-//!   iterations_per_tick  past execution.max_iterations_per_tick → checkpoint (more, or wrap up)
+//!   iterations_per_tick  past execution.max_iterations_per_tick → checkpoint (more, or wrap up);
+//!                        with multi_action_enabled = false one action ends the turn instead
 //!   loop_limits          on_loop_start: loop caps, wall clock → checkpoint; other verdicts obeyed
 //!   hourly_budget        last hour's tokens at safety.budget.tokens_per_hour → wait (halt ends it)
 //!   memory               reflection due → reflection call; history at ≥ 80 % of the window →
@@ -54,6 +55,10 @@ pub(crate) const CONTINUE_PROMPT: &str =
 /// The result given to a tool call that was not run (after a DANGEROUS tool or a trip in the same
 /// response).
 const NOT_RUN_RESULT: &str = r#"{"success":false,"error":"not run: only one DANGEROUS tool per tick, or the turn was stopped by a safety limit; call it again if still needed"}"#;
+
+/// The result given to the calls after the first of one response when
+/// `execution.multi_action_enabled = false` (one action per tick).
+const NOT_RUN_SINGLE_RESULT: &str = r#"{"success":false,"error":"not run: one action per tick (execution.multi_action_enabled = false); call it again next tick if still needed"}"#;
 
 /// The result given to a tool call a halt, a pause or a crash interrupted: it may have been sent
 /// (an MCP server may have received it and acted) before the turn stopped, so the model must not
@@ -278,11 +283,7 @@ async fn react(
         token,
         epoch,
         lineage,
-        max_iterations: if cell.settings.multi_action {
-            cell.settings.max_iterations_per_tick.max(1)
-        } else {
-            1
-        },
+        max_iterations: cell.settings.max_iterations_per_tick.max(1),
         recoveries: 0,
         partial: String::new(),
         last_was_parse_error: false,
@@ -377,6 +378,16 @@ impl React<'_> {
     /// Past `max_iterations`: ask the limit checkpoint for more, or wrap up.
     async fn iterations_per_tick(&mut self) -> Next<()> {
         let cell = self.cell;
+        if !cell.settings.multi_action {
+            // One action per tick (design 001's `single_action`): the turn ends after its one
+            // action (`conclude`) or its one unusable reply (`call_model`), never at a cap, so
+            // nothing here asks an operator or calls for a wrap-up. Only the continuations of an
+            // answer cut by the token limit come back this way.
+            if self.iteration <= 1 + self.recoveries {
+                return Next::Go(());
+            }
+            return self.end(TerminationReason::SingleAction, self.iteration - 1);
+        }
         if self.iteration <= self.max_iterations {
             return Next::Go(());
         }
@@ -548,6 +559,12 @@ impl React<'_> {
                 if let Some(done) = stopped(cell.fail(&error, verdict), iteration) {
                     return Next::End(done);
                 }
+                if !cell.settings.multi_action {
+                    // One action per tick: an unusable reply is this tick's action.
+                    let mut out = outcome(TerminationReason::ParseError, iteration, None);
+                    out.error = Some(error);
+                    return Next::End(out);
+                }
                 cell.append_history(
                     ChatMessage::user(format!(
                         "Your last reply could not be parsed ({message}). Reply with plain text, or call one of the tools with a JSON object of arguments."
@@ -630,7 +647,9 @@ impl React<'_> {
         let (token, lineage) = (self.token, &self.lineage);
         // In parallel only when no call waits for the permission gate (one ask at a time, each
         // in WAITING_FOR_INPUT).
+        let single = !cell.settings.multi_action;
         let parallel = calls.len() > 1
+            && !single
             && calls.iter().all(|c| {
                 cell.tools
                     .get(&c.function.name)
@@ -664,10 +683,16 @@ impl React<'_> {
                 }
             };
             steps.push(step);
-            if stop {
-                // One DANGEROUS tool per tick; nothing after a trip.
+            if stop || single {
+                // One DANGEROUS tool per tick; nothing after a trip; one action per tick when
+                // multi-action is off.
+                let result = if stop {
+                    NOT_RUN_RESULT
+                } else {
+                    NOT_RUN_SINGLE_RESULT
+                };
                 for skipped in &calls[i + 1..] {
-                    cell.append_history(ChatMessage::tool_result(&skipped.id, NOT_RUN_RESULT));
+                    cell.append_history(ChatMessage::tool_result(&skipped.id, result));
                 }
                 break;
             }
@@ -716,6 +741,9 @@ impl React<'_> {
         }
         if critical {
             return self.end(TerminationReason::CriticalTokens, iteration);
+        }
+        if !self.cell.settings.multi_action {
+            return self.end(TerminationReason::SingleAction, iteration);
         }
         Next::Go(())
     }
@@ -1033,8 +1061,11 @@ async fn execute_in(
         call_id: call.id.clone(),
         lineage: lineage.clone(),
     };
-    let Some(run) = unless_halted(token, pending.execute(ctx, cell.settings.tool_timeout)).await
-    else {
+    let retries = Retries { cell, call, token };
+    let executed = pending.execute_observed(ctx, cell.settings.tool_timeout, &retries);
+    // `None` twice over: halted while the tool ran or waited to be retried, or its retries were
+    // stopped by a halt.
+    let Some(Some(run)) = unless_halted(token, executed).await else {
         return Executed::Halted;
     };
     // A result that raced a halt (done in the poll the halt landed in) is not applied either.
@@ -1064,6 +1095,41 @@ async fn execute_in(
         });
     }
     Executed::Ran(run, None)
+}
+
+/// A call's retries ([`tools::retry`]): each is journaled (`tool_retried`) and logged, and none
+/// starts once a halt is requested (a halt during the wait drops the call's future before that).
+struct Retries<'a> {
+    cell: &'a AgentCell,
+    call: &'a ToolCall,
+    token: &'a CancellationToken,
+}
+
+impl tools::RetryObserver for Retries<'_> {
+    fn retrying(&self, attempt: u32, max_attempts: u32, error: &ToolError, delay: Duration) {
+        let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        tracing::warn!(
+            agent = %self.cell.key,
+            tool = %self.call.function.name,
+            attempt,
+            max_attempts,
+            %error,
+            delay_ms,
+            "tool call failed with a retryable error; trying again"
+        );
+        self.cell.note(EventKind::ToolRetried {
+            call_id: self.call.id.clone(),
+            tool: self.call.function.name.clone(),
+            attempt,
+            max_attempts,
+            error: error.to_string(),
+            delay_ms,
+        });
+    }
+
+    fn may_retry(&self) -> bool {
+        !self.token.is_cancelled() && !self.cell.halt_requested()
+    }
 }
 
 /// The permission gate's ruling for a call of `name`, when it is not a plain `allow`: the ruling

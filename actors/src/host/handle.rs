@@ -141,6 +141,9 @@ pub(super) struct Shared {
     agents: RwLock<HashMap<AgentKey, Arc<HostAgent>>>,
     /// The team's reply stream (a leaf lock; never held across an `.await`).
     replies: Mutex<UnboundedReceiver<Settlement>>,
+    /// The team's notices ([`crate::Notice`]; a leaf lock, taken at start: `None` if another
+    /// taker had them).
+    notices: Mutex<Option<UnboundedReceiver<crate::agent::Notice>>>,
     pub(super) pump: Pump,
     /// Spawns for warden's thread ([`WardenHandle::spawn`]).
     spawns: tokio::sync::mpsc::UnboundedSender<SpawnJob>,
@@ -157,10 +160,12 @@ impl Shared {
         spawns: tokio::sync::mpsc::UnboundedSender<SpawnJob>,
         stop: CancellationToken,
     ) -> Self {
+        let notices = team.take_notices();
         Shared {
             team,
             agents: RwLock::new(agents),
             replies: Mutex::new(replies),
+            notices: Mutex::new(notices),
             pump: Pump::default(),
             spawns,
             stop,
@@ -417,6 +422,26 @@ impl WardenHandle {
                 break;
             };
             out.push(self.shared.tag(settled));
+            n += 1;
+        }
+        n
+    }
+
+    /// Moves up to `max` world-facing notices into `out` (appending), oldest first; returns how
+    /// many. Never waits. A notice says an NPC fell silent (locked out, halted) or is back
+    /// (unlocked, resumed), with default words a host may show as they are ("innkeeper falls
+    /// silent.") or replace by its own from [`crate::Notice::presence`].
+    pub fn drain_notices(&self, out: &mut Vec<crate::agent::Notice>, max: usize) -> usize {
+        let mut notices = self.shared.notices.lock();
+        let Some(notices) = notices.as_mut() else {
+            return 0;
+        };
+        let mut n = 0;
+        while n < max {
+            let Ok(notice) = notices.try_recv() else {
+                break;
+            };
+            out.push(notice);
             n += 1;
         }
         n

@@ -541,6 +541,13 @@ impl Tool for DelegateTool {
         false
     }
 
+    fn retry(&self) -> Option<warden_protocols::ToolRetryConfig> {
+        // Never retried by the runner: a delegation that timed out is still running its task
+        // (a retry would run it twice), and its waits and refusals go through the chain-wait
+        // checkpoint and the supervisor's rules.
+        Some(warden_protocols::ToolRetryConfig::none())
+    }
+
     fn timeout(&self) -> Option<Duration> {
         // The delegation enforces `safety.timeout.chain_seconds` itself, through the limit checkpoint
         // (which may extend the wait); a tool timeout must never cut it short.

@@ -240,6 +240,7 @@ pub(super) fn lock_out_at_start(cell: &AgentCell, lockout: Lockout) {
         reason: lockout.reason,
         consecutive_errors: rec.consecutive_errors,
     };
+    cell.announce(from, AgentState::SafetyLockout, &cause);
     let change = EventKind::StateChanged {
         from,
         to: AgentState::SafetyLockout,

@@ -96,7 +96,8 @@ struct SupervisorShared {
     safety: Arc<TeamSafety>,
     /// The `delegate` tool and its spec, built once and shared by every agent that may delegate.
     delegate_tool: OnceLock<(Arc<ToolSpec>, Arc<DelegateTool>)>,
-    /// The settings of an agent spawned without its own `npc` or `memory` (most of them), built at
+    /// The settings of an agent spawned without its own `npc`, `memory`, `permissions` or
+    /// `execution` (most of them), built at
     /// the first such spawn and shared (an `Arc` per agent instead of a copy).
     default_settings: OnceLock<Arc<AgentSettings>>,
     /// Every agent's settled events, for the host that takes the stream.
@@ -365,6 +366,16 @@ impl Supervisor {
         self.shared.replies.take()
     }
 
+    /// Every agent's world-facing notices as one stream, in order: it fell silent (locked out,
+    /// halted, stopped by its budget) or is back (unlocked, resumed) — design 000's "notify the
+    /// character" (`GET /api/replies` shows the same, read from the journal). One taker, as
+    /// [`Supervisor::take_replies`]; nothing is kept until it is taken.
+    pub fn take_notices(
+        &self,
+    ) -> Option<tokio::sync::mpsc::UnboundedReceiver<crate::agent::Notice>> {
+        self.shared.replies.take_notices()
+    }
+
     /// The team's journal (external tools journal their definitions and progress through it).
     pub fn journal(&self) -> &Arc<dyn Journal> {
         &self.shared.journal
@@ -484,11 +495,15 @@ impl Supervisor {
             goals,
             memory,
             permissions,
+            execution,
             start_lockout,
             start_halted,
         } = spec;
         if let Some(memory) = &memory {
             memory.validate().map_err(SpawnError::InvalidMemory)?;
+        }
+        if let Some(execution) = &execution {
+            execution.validate().map_err(SpawnError::InvalidExecution)?;
         }
         if self.shared.agents.contains_key(&key) {
             return Err(SpawnError::DuplicateKey(key));
@@ -543,13 +558,15 @@ impl Supervisor {
         };
         // One allocation for the registry's entries, not the doubling growth's spare room.
         tools.shrink_to_fit();
-        let settings = match (npc, memory, permissions) {
-            (None, None, None) => self
+        let settings = match (npc, memory, permissions, execution) {
+            (None, None, None, None) => self
                 .shared
                 .default_settings
-                .get_or_init(|| Arc::new(self.settings(None, None, None)))
+                .get_or_init(|| Arc::new(self.settings(None, None, None, None)))
                 .clone(),
-            (npc, memory, permissions) => Arc::new(self.settings(npc, memory, permissions)),
+            (npc, memory, permissions, execution) => {
+                Arc::new(self.settings(npc, memory, permissions, execution))
+            }
         };
         let npc = settings.npc.clone();
         let cell = Arc::new(AgentCell::new(CellParts {
@@ -642,25 +659,28 @@ impl Supervisor {
         Ok(AgentHandle { cell })
     }
 
-    /// The per-agent settings taken from the config (`npc` and `memory`: the spec's own, if any).
+    /// The per-agent settings taken from the config (`npc`, `memory`, `permissions` and
+    /// `execution`: the spec's own, if any).
     fn settings(
         &self,
         npc: Option<warden_protocols::npc::NpcConfig>,
         memory: Option<warden_protocols::MemoryConfig>,
         permissions: Option<warden_protocols::PermissionPolicy>,
+        execution: Option<warden_protocols::ExecutionConfig>,
     ) -> AgentSettings {
         let config = &self.shared.config;
+        let execution = execution.as_ref().unwrap_or(&config.execution);
         AgentSettings {
-            max_iterations_per_tick: config.execution.max_iterations_per_tick,
-            multi_action: config.execution.multi_action_enabled,
+            max_iterations_per_tick: execution.max_iterations_per_tick,
+            multi_action: execution.multi_action_enabled,
             tool_timeout: Duration::from_secs_f64(config.tools.timeout_seconds),
             sub_agent_budget: config.delegation.sub_agent_budget,
-            max_context_tokens: config.execution.max_context_tokens,
-            context_strategy: match config.execution.context_strategy {
+            max_context_tokens: execution.max_context_tokens,
+            context_strategy: match execution.context_strategy {
                 ContextStrategyConfig::SlidingWindow => ContextStrategy::SlidingWindow,
                 ContextStrategyConfig::Compact => ContextStrategy::Compact,
             },
-            max_tokens_recoveries: config.execution.max_tokens_recoveries,
+            max_tokens_recoveries: execution.max_tokens_recoveries,
             // The game clock is the team's whatever an agent's own `[npc]` says (memory time
             // runs at its speed).
             npc: npc.map_or_else(
@@ -680,6 +700,7 @@ impl Supervisor {
                 failure_threshold: config.tools.circuit_failure_threshold.get(),
                 cool_down: Duration::from_secs_f64(config.tools.circuit_cool_down_seconds),
             },
+            tool_retry: config.tools.retry,
         }
     }
 

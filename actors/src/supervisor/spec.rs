@@ -54,6 +54,8 @@ pub struct AgentSpec {
     pub(super) memory: Option<warden_protocols::MemoryConfig>,
     /// The permission gate's policy for this agent; `None`: the team's `[permissions]`.
     pub(super) permissions: Option<warden_protocols::PermissionPolicy>,
+    /// `[execution]` for this agent; `None`: the team's.
+    pub(super) execution: Option<warden_protocols::ExecutionConfig>,
     /// A lockout it must come up in (journaled at the spawn): it was locked out elsewhere.
     pub(super) start_lockout: Option<warden_protocols::Lockout>,
     /// It comes up halted: as part of the standing fleet halt, or by a cause of its own.
@@ -96,6 +98,7 @@ impl AgentSpec {
             goals: None,
             memory: None,
             permissions: None,
+            execution: None,
             start_lockout: None,
             start_halted: None,
         }
@@ -150,6 +153,14 @@ impl AgentSpec {
     /// team's. Out-of-range values fail the spawn ([`SpawnError::InvalidMemory`]).
     pub fn with_memory(mut self, memory: warden_protocols::MemoryConfig) -> Self {
         self.memory = Some(memory);
+        self
+    }
+
+    /// Gives this agent its own `[execution]` settings (single action or a ReAct loop, the
+    /// per-tick cap, the context window, max-tokens recoveries) instead of the team's.
+    /// Out-of-range values fail the spawn ([`SpawnError::InvalidExecution`]).
+    pub fn with_execution(mut self, execution: warden_protocols::ExecutionConfig) -> Self {
+        self.execution = Some(execution);
         self
     }
 
@@ -209,6 +220,9 @@ pub enum SpawnError {
     /// The settings given to [`AgentSpec::with_memory`] are out of range.
     #[error("{0}")]
     InvalidMemory(warden_protocols::ConfigError),
+    /// The settings given to [`AgentSpec::with_execution`] are out of range.
+    #[error("{0}")]
+    InvalidExecution(warden_protocols::ConfigError),
     /// The goals given to [`AgentSpec::with_goals`] are invalid.
     #[error("invalid goals: {0}")]
     InvalidGoals(String),

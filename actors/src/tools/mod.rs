@@ -20,8 +20,10 @@
 //! 4. **cache lookup** (cacheable tools only) — a hit returns the stored value, `cached: true`, without
 //!    running the tool and without recording anything on the circuit;
 //! 5. **execution** with a timeout (`Tool::timeout()` or the caller's default), catching a panic both in
-//!    the synchronous `Tool::call` and inside its future ([`ToolError::Panicked`]);
-//! 6. **circuit record** — success closes/keeps closed; [`ToolError::Failed`], [`ToolError::Timeout`] and
+//!    the synchronous `Tool::call` and inside its future ([`ToolError::Panicked`]); an attempt that
+//!    failed with a retryable error is tried again after a backoff ([`retry`]: `Tool::retry()` or
+//!    the runner's, never for a DANGEROUS tool that is not idempotent);
+//! 6. **circuit record** of the call's final outcome, once — success closes/keeps closed; [`ToolError::Failed`], [`ToolError::Timeout`] and
 //!    [`ToolError::Panicked`] count as failures; an [`ToolError::InvalidArguments`] or
 //!    [`ToolError::Unknown`] returned *by the tool* is the model's mistake and records nothing;
 //! 7. **cache store** of a successful result (cacheable tools only).
@@ -35,6 +37,7 @@ pub mod circuit;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 mod registry;
+pub mod retry;
 mod runner;
 pub mod schema;
 mod tool;
@@ -44,6 +47,7 @@ pub use circuit::{
     CircuitConfig, CircuitPermit, CircuitRejection, CircuitState, CircuitTransition, ToolCircuits,
 };
 pub use registry::ToolRegistry;
+pub use retry::{is_retryable, RetryObserver, Unobserved};
 pub(crate) use runner::panic_message;
 pub use runner::{
     parse_arguments, Admission, CircuitStep, PendingCall, ToolPolicy, ToolRun, ToolRunner,

@@ -176,14 +176,33 @@ impl PendingCall<'_> {
         self.permit.as_ref().is_some_and(CircuitPermit::is_probe)
     }
 
-    /// Runs the tool (timeout: `Tool::timeout()` or `default_timeout`), records the outcome on the
-    /// circuit and stores a successful result in the cache.
+    /// Runs the tool (timeout: `Tool::timeout()` or `default_timeout`, per attempt), retrying an
+    /// attempt that failed with a retryable error ([`super::retry`]), records the final outcome
+    /// on the circuit and stores a successful result in the cache.
     ///
     /// # Cancel safety
-    /// Dropping the future (a halt) drops the tool's future, wherever it is; its outcome is not
-    /// recorded and a half-open probe frees its slot, so the circuit is never left stuck. Side
-    /// effects the tool already had stay done.
+    /// Dropping the future (a halt) drops the tool's future or the wait between attempts,
+    /// wherever it is; its outcome is not recorded and a half-open probe frees its slot, so the
+    /// circuit is never left stuck. Side effects the tool already had stay done.
     pub async fn execute(self, ctx: ToolContext, default_timeout: Duration) -> ToolRun {
+        // `Unobserved` never stops the retries: there is always a run.
+        self.execute_observed(ctx, default_timeout, &super::Unobserved)
+            .await
+            .unwrap_or_else(unreachable_run)
+    }
+
+    /// [`PendingCall::execute`], telling `observer` of each retry and asking it before each:
+    /// `None` when it stopped them (a halt); the call's outcome is then not recorded, as when
+    /// the future is dropped.
+    ///
+    /// # Cancel safety
+    /// As [`PendingCall::execute`].
+    pub async fn execute_observed(
+        self,
+        ctx: ToolContext,
+        default_timeout: Duration,
+        observer: &dyn super::RetryObserver,
+    ) -> Option<ToolRun> {
         let PendingCall {
             runner,
             name,
@@ -196,17 +215,21 @@ impl PendingCall<'_> {
         let probe = permit.as_ref().map(CircuitPermit::is_probe);
         let cache_args = policy.cache.cacheable.then(|| args.clone());
         let timeout = tool.timeout().unwrap_or(default_timeout);
-        let started = std::panic::catch_unwind(AssertUnwindSafe(|| tool.call(args, ctx)));
-        let result = match started {
-            Err(payload) => Err(ToolError::Panicked(panic_message(payload))),
-            Ok(future) => {
-                match tokio::time::timeout(timeout, AssertUnwindSafe(future).catch_unwind()).await {
-                    Err(_elapsed) => Err(ToolError::Timeout {
-                        after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-                    }),
-                    Ok(Err(payload)) => Err(ToolError::Panicked(panic_message(payload))),
-                    Ok(Ok(result)) => result,
+        let retry = runner.retry_of(&*tool, category);
+        let mut attempt = 1;
+        let result = loop {
+            let result = attempt_once(&*tool, args.clone(), ctx.clone(), timeout).await;
+            match &result {
+                Err(error) if attempt < retry.max_attempts && super::is_retryable(error) => {
+                    let delay = super::retry::delay_after(&retry, attempt);
+                    observer.retrying(attempt, retry.max_attempts, error, delay);
+                    tokio::time::sleep(delay).await;
+                    if !observer.may_retry() {
+                        return None;
+                    }
+                    attempt += 1;
                 }
+                _ => break result,
             }
         };
         let transition = match (permit, &result) {
@@ -221,7 +244,7 @@ impl PendingCall<'_> {
         if let Some(args) = cache_args {
             runner.cache.store(&name, &args, &result, &policy.cache);
         }
-        ToolRun {
+        Some(ToolRun {
             result,
             cached: false,
             executed: true,
@@ -230,7 +253,41 @@ impl PendingCall<'_> {
                 Some(probe) => CircuitStep::Admitted { probe, transition },
             },
             category: Some(category),
+        })
+    }
+}
+
+/// One attempt of a call: the tool's future under `timeout`, its panics caught.
+async fn attempt_once(
+    tool: &dyn Tool,
+    args: Value,
+    ctx: ToolContext,
+    timeout: Duration,
+) -> Result<Value, ToolError> {
+    let started = std::panic::catch_unwind(AssertUnwindSafe(|| tool.call(args, ctx)));
+    match started {
+        Err(payload) => Err(ToolError::Panicked(panic_message(payload))),
+        Ok(future) => {
+            match tokio::time::timeout(timeout, AssertUnwindSafe(future).catch_unwind()).await {
+                Err(_elapsed) => Err(ToolError::Timeout {
+                    after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                }),
+                Ok(Err(payload)) => Err(ToolError::Panicked(panic_message(payload))),
+                Ok(Ok(result)) => result,
+            }
         }
+    }
+}
+
+/// The run [`PendingCall::execute`] would give if its retries were stopped, which `Unobserved`
+/// never does: a failed call, so that nothing here can panic.
+fn unreachable_run() -> ToolRun {
+    ToolRun {
+        result: Err(ToolError::Failed("the call's retries were stopped".into())),
+        cached: false,
+        executed: true,
+        circuit: CircuitStep::NotChecked,
+        category: None,
     }
 }
 
@@ -241,6 +298,8 @@ pub struct ToolRunner {
     cache: ToolResultCache,
     policies: HashMap<String, ToolPolicy>,
     default_policy: ToolPolicy,
+    /// The retries of a tool without its own ([`Tool::retry`]); `None`: one attempt.
+    retry: Option<warden_protocols::ToolRetryConfig>,
 }
 
 impl ToolRunner {
@@ -262,6 +321,28 @@ impl ToolRunner {
     pub fn with_default_policy(mut self, policy: ToolPolicy) -> Self {
         self.default_policy = policy;
         self
+    }
+
+    /// Retries a failed call of a tool without its own settings ([`Tool::retry`]) this way when
+    /// its error is retryable (an agent's runner: `[tools.retry]`). Without it such a tool is
+    /// tried once.
+    pub fn with_retry(mut self, retry: warden_protocols::ToolRetryConfig) -> Self {
+        self.retry = Some(retry);
+        self
+    }
+
+    /// The retries a call of `tool` gets: its own, else the runner's; one attempt for a
+    /// DANGEROUS tool that is not idempotent.
+    pub fn retry_of(
+        &self,
+        tool: &dyn Tool,
+        category: ToolCategory,
+    ) -> warden_protocols::ToolRetryConfig {
+        let once = warden_protocols::ToolRetryConfig::none();
+        if category == ToolCategory::Dangerous && !tool.idempotent() {
+            return once;
+        }
+        tool.retry().or(self.retry).unwrap_or(once)
     }
 
     /// Replaces the (empty) cache, e.g. to change its capacity.

@@ -73,6 +73,18 @@ pub trait Tool: Send + Sync + 'static {
     fn circuit_breaker(&self) -> bool {
         true
     }
+
+    /// Its own retry settings for a call that failed with a retryable error
+    /// ([`super::retry`]); `None` (the default): the runner's (`[tools.retry]` for an agent's).
+    fn retry(&self) -> Option<warden_protocols::ToolRetryConfig> {
+        None
+    }
+
+    /// Whether calling it twice with the same arguments has the effect of calling it once. A
+    /// DANGEROUS tool is retried only when it says so. Default false.
+    fn idempotent(&self) -> bool {
+        false
+    }
 }
 
 impl<T: Tool + ?Sized> Tool for Arc<T> {
@@ -91,12 +103,20 @@ impl<T: Tool + ?Sized> Tool for Arc<T> {
     fn circuit_breaker(&self) -> bool {
         (**self).circuit_breaker()
     }
+    fn retry(&self) -> Option<warden_protocols::ToolRetryConfig> {
+        (**self).retry()
+    }
+    fn idempotent(&self) -> bool {
+        (**self).idempotent()
+    }
 }
 
 /// A tool made from a closure (for embedding code, tests and the demo).
 pub struct FnTool<F> {
     spec: ToolSpec,
     f: F,
+    retry: Option<warden_protocols::ToolRetryConfig>,
+    idempotent: bool,
 }
 
 impl<F> std::fmt::Debug for FnTool<F> {
@@ -154,12 +174,26 @@ where
                 category,
             },
             f,
+            retry: None,
+            idempotent: false,
         }
     }
 
     /// Sets the JSON schema of the arguments.
     pub fn with_parameters(mut self, schema: Value) -> Self {
         self.spec.parameters = schema;
+        self
+    }
+
+    /// Its own retry settings ([`Tool::retry`]) instead of the runner's.
+    pub fn with_retry(mut self, retry: warden_protocols::ToolRetryConfig) -> Self {
+        self.retry = Some(retry);
+        self
+    }
+
+    /// Declares it idempotent ([`Tool::idempotent`]): a DANGEROUS one is then retried too.
+    pub fn idempotent(mut self) -> Self {
+        self.idempotent = true;
         self
     }
 }
@@ -175,5 +209,13 @@ where
 
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> {
         Box::pin((self.f)(args, ctx))
+    }
+
+    fn retry(&self) -> Option<warden_protocols::ToolRetryConfig> {
+        self.retry
+    }
+
+    fn idempotent(&self) -> bool {
+        self.idempotent
     }
 }

@@ -88,6 +88,8 @@ pub(crate) struct AgentSettings {
     pub memory: warden_protocols::MemoryConfig,
     /// `[tools]`: when a tool's circuit opens and for how long.
     pub circuit: crate::tools::CircuitConfig,
+    /// `[tools.retry]`: how a tool call with a retryable error is tried again.
+    pub tool_retry: warden_protocols::ToolRetryConfig,
     /// `[permissions]` (with the agent's own keys over it): the gate before each tool call.
     pub permissions: Arc<warden_protocols::PermissionPolicy>,
 }
@@ -189,9 +191,9 @@ pub(crate) struct Busy {
 }
 
 impl Busy {
-    fn new(circuit: crate::tools::CircuitConfig) -> Self {
+    fn new(circuit: crate::tools::CircuitConfig, retry: warden_protocols::ToolRetryConfig) -> Self {
         Busy {
-            runner: ToolRunner::new(circuit),
+            runner: ToolRunner::new(circuit).with_retry(retry),
             task: Mutex::new(TaskProgress {
                 run_id: String::new(),
                 iterations: 0,
@@ -282,7 +284,7 @@ impl AgentCell {
     /// Its [`Busy`] part, allocated at the first call.
     pub(crate) fn busy(&self) -> &Busy {
         self.busy
-            .get_or_init(|| Box::new(Busy::new(self.settings.circuit)))
+            .get_or_init(|| Box::new(Busy::new(self.settings.circuit, self.settings.tool_retry)))
     }
 
     /// Its [`Busy`] part if it has one (for readers that must not allocate it).
@@ -420,7 +422,14 @@ impl AgentCell {
             kinds.push(change);
             self.emit_all(rec, kinds);
         }
+        self.announce(from, to, cause);
         Ok(())
+    }
+
+    /// A host's world hears the agent fall silent or come back (`from → to`, when it is one of
+    /// those; journaled: the state change is). Never blocks.
+    pub(crate) fn announce(&self, from: AgentState, to: AgentState, cause: &str) {
+        self.replies.announce(&self.key, from, to, cause);
     }
 
     /// Whether ordinary work is paused, without taking the record lock.

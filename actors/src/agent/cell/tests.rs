@@ -27,6 +27,7 @@ fn cell_on(journal: Arc<dyn Journal>) -> AgentCell {
             max_tokens_recoveries: 2,
             npc: Arc::default(),
             circuit: Default::default(),
+            tool_retry: Default::default(),
             permissions: Arc::default(),
         }),
         journal,

@@ -20,7 +20,6 @@
 
 use super::duration_secs;
 use crate::provider::ProviderError;
-use rand::Rng;
 use serde::{Deserialize, Serialize};
 use std::{
     fmt,
@@ -80,24 +79,7 @@ impl RetryPolicy {
         if let Some(wait) = retry_after {
             return wait.min(self.retry_after_cap);
         }
-        let multiplier = if self.multiplier.is_finite() && self.multiplier >= 1.0 {
-            self.multiplier
-        } else {
-            1.0
-        };
-        let exponent = i32::try_from(attempt.saturating_sub(1)).unwrap_or(i32::MAX);
-        let raw = self.base.as_secs_f64() * multiplier.powi(exponent);
-        let capped = if raw.is_finite() {
-            raw.min(self.max.as_secs_f64())
-        } else {
-            self.max.as_secs_f64()
-        };
-        let secs = if self.jitter {
-            capped * rand::thread_rng().gen_range(0.5..=1.0)
-        } else {
-            capped
-        };
-        Duration::try_from_secs_f64(secs).unwrap_or(self.max)
+        crate::tools::retry::backoff(self.base, self.max, self.multiplier, self.jitter, attempt)
     }
 }
 

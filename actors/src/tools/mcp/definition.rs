@@ -23,6 +23,9 @@ pub(crate) struct ToolDef {
     pub(crate) schema_sha256: String,
     /// The server marks it read-only or idempotent (a hint; caching also needs `cache = true`).
     pub(crate) cache_hint: bool,
+    /// The server marks it idempotent (`idempotentHint: true`): a DANGEROUS one may be retried,
+    /// unless the team file's `idempotent` says otherwise.
+    pub(crate) idempotent_hint: bool,
     /// The tier its annotations give: `destructiveHint: true` → DANGEROUS, `readOnlyHint: true` →
     /// SAFE_CHAIN; `None` without either (the server's `category`, else SAFE_CHAIN, decides).
     pub(crate) annotated: Option<warden_protocols::ToolCategory>,
@@ -100,6 +103,10 @@ impl ToolDef {
             .annotations
             .as_ref()
             .is_some_and(|a| a.read_only_hint == Some(true) || a.idempotent_hint == Some(true));
+        let idempotent_hint = tool
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.idempotent_hint == Some(true));
         let annotated = tool.annotations.as_ref().and_then(|a| {
             if a.destructive_hint == Some(true) && a.read_only_hint != Some(true) {
                 Some(warden_protocols::ToolCategory::Dangerous)
@@ -118,6 +125,7 @@ impl ToolDef {
             description,
             schema,
             cache_hint,
+            idempotent_hint,
             disabled: None,
         })
     }
@@ -149,6 +157,26 @@ mod tests {
         );
         assert_eq!(model_tool_name("fs", &"x".repeat(61)), None);
         assert_eq!(model_tool_name("fs", ""), None);
+    }
+
+    #[test]
+    fn an_idempotent_hint_is_read_for_retries() {
+        let listed = |annotations: Value| -> ToolDef {
+            let tool: rmcp::model::Tool = serde_json::from_value(serde_json::json!({
+                "name": "put",
+                "inputSchema": {"type": "object"},
+                "annotations": annotations,
+            }))
+            .unwrap();
+            ToolDef::from_listed("s", &McpServerConfig::stdio("x", []), tool).unwrap()
+        };
+        let put = listed(serde_json::json!({"destructiveHint": true, "idempotentHint": true}));
+        assert_eq!(
+            (put.annotated, put.idempotent_hint),
+            (Some(warden_protocols::ToolCategory::Dangerous), true)
+        );
+        let rm = listed(serde_json::json!({"destructiveHint": true}));
+        assert!(!rm.idempotent_hint);
     }
 
     #[test]

@@ -286,6 +286,7 @@ impl McpHub {
                         category: shared.config.category.or(def.annotated).unwrap_or_default(),
                     },
                     cacheable: shared.config.cache && def.cache_hint,
+                    idempotent: shared.config.idempotent.unwrap_or(def.idempotent_hint),
                     agent: agent.clone(),
                 };
                 journal.append(

@@ -26,6 +26,8 @@ pub struct McpTool {
     pub(crate) remote: String,
     pub(crate) spec: ToolSpec,
     pub(crate) cacheable: bool,
+    /// The team file's `idempotent`, else the tool's `idempotentHint`.
+    pub(crate) idempotent: bool,
     pub(crate) agent: AgentKey,
 }
 
@@ -120,6 +122,14 @@ impl Tool for McpTool {
             .config
             .timeout_seconds
             .map(Duration::from_secs_f64)
+    }
+
+    fn retry(&self) -> Option<warden_protocols::ToolRetryConfig> {
+        self.shared.config.retry
+    }
+
+    fn idempotent(&self) -> bool {
+        self.idempotent
     }
 
     fn cache_policy(&self) -> CachePolicy {
