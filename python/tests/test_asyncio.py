@@ -62,6 +62,11 @@ def test_ask_async_raises_the_typed_exceptions(start) -> None:
         with pytest.raises(warden.AskTimeout):
             await w.ask_async("innkeeper", "hi", timeout=0.05)
         w.halt_all("stop")
+        # Right after the halt: refused, or queued and then discarded — never answered.
+        with pytest.raises((warden.Halted, warden.Discarded)):
+            await w.ask_async("innkeeper", "are you there?")
+        while w.status("innkeeper")["state"] != "STOPPED":
+            await asyncio.sleep(0.01)
         with pytest.raises(warden.Halted) as raised:
             await w.ask_async("innkeeper", "still there?")
         assert raised.value.event == "still there?"

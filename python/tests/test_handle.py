@@ -198,3 +198,19 @@ def test_ask_answers_and_a_timeout_raises_ask_timeout(start) -> None:
     assert isinstance(raised.value, TimeoutError) and raised.value.event == "another?"
     with pytest.raises(warden.Unknown):
         w.ask("nobody", "hi")
+
+
+def test_a_full_lane_raises_busy_with_the_event_handed_back(start) -> None:
+    w = start(team(latency_ms=5000, extra="[mailbox]\nordinary_capacity = 2\n"))
+    refused = None
+    for i in range(10):
+        event = whisper(f"hello {i}")
+        try:
+            w.deliver("innkeeper", event)
+        except warden.Busy as busy:
+            refused = (busy, event)
+            break
+    assert refused is not None, "the lane never filled"
+    busy, event = refused
+    assert busy.event is event and busy.npc == "innkeeper"
+    assert w.stats()["refused"] == 1

@@ -23,24 +23,28 @@ import weakref
 from typing import AsyncIterator, Optional, Union
 
 from . import errors
-# `_noop`: a PyO3 call that does nothing, the floor `deliver` is measured against.
-from ._native import Delivered, Reply, _noop  # noqa: F401
+
+# `X as X`: an explicit re-export, as type checkers read it. `_noop`: a PyO3 call that does
+# nothing, the floor `deliver` is measured against.
+from ._native import Delivered as Delivered
+from ._native import Reply as Reply
+from ._native import _noop as _noop
 from ._native import Warden as _NativeWarden
 from .errors import (
-    AskTimeout,
-    Busy,
-    ConfigError,
-    DeliveryRefused,
-    Discarded,
-    Halted,
-    InvalidEvent,
-    JournalUnavailable,
-    LockedOut,
-    Shutdown,
-    StartFailed,
-    TurnFailed,
-    Unknown,
-    WardenError,
+    AskTimeout as AskTimeout,
+    Busy as Busy,
+    ConfigError as ConfigError,
+    DeliveryRefused as DeliveryRefused,
+    Discarded as Discarded,
+    Halted as Halted,
+    InvalidEvent as InvalidEvent,
+    JournalUnavailable as JournalUnavailable,
+    LockedOut as LockedOut,
+    Shutdown as Shutdown,
+    StartFailed as StartFailed,
+    TurnFailed as TurnFailed,
+    Unknown as Unknown,
+    WardenError as WardenError,
 )
 
 __all__ = ["Warden", "Delivered", "Reply", "errors"]
