@@ -330,6 +330,8 @@ struct BatchItem {
 enum Source {
     File(PathBuf),
     Toml(String),
+    /// A dict, written out as TOML (errors then name the key, not a line of a file).
+    Dict(String),
 }
 
 /// Reads, parses and validates the team file, opens the journal and starts warden (blocking:
@@ -346,6 +348,7 @@ fn start(source: Source, journal: Option<PathBuf>) -> Result<WardenHandle, (&'st
             }
         },
         Source::Toml(text) => (text, "team_toml".to_owned()),
+        Source::Dict(text) => (text, "team".to_owned()),
     };
     let file =
         TeamFile::from_toml(&text).map_err(|err| ("ConfigError", format!("{name}: {err}")))?;
@@ -401,23 +404,48 @@ impl PyWarden {
 
 #[pymethods]
 impl PyWarden {
-    /// Starts warden on a thread of its own with the team of `team_file` (a path) or `team_toml`
-    /// (the file's text), on the journal at `journal` (a SQLite file, created if missing; the
+    /// Starts warden on a thread of its own with the team of `team_file` (a path), `team_toml`
+    /// (the file's text) or `team` (a dict of its tables), on the journal at `journal` (a SQLite file, created if missing; the
     /// team's agents are restored from it) or in memory (`None`).
     #[new]
-    #[pyo3(signature = (*, team_file=None, team_toml=None, journal=None))]
+    #[pyo3(signature = (*, team_file=None, team_toml=None, team=None, journal=None))]
     fn new(
         py: Python<'_>,
         team_file: Option<PathBuf>,
         team_toml: Option<String>,
+        team: Option<&Bound<'_, PyAny>>,
         journal: Option<PathBuf>,
     ) -> PyResult<Self> {
-        let source = match (team_file, team_toml) {
-            (Some(path), None) => Source::File(path),
-            (None, Some(text)) => Source::Toml(text),
+        let source = match (team_file, team_toml, team) {
+            (Some(path), None, None) => Source::File(path),
+            (None, Some(text), None) => Source::Toml(text),
+            (None, None, Some(dict)) => {
+                let value: toml::Value = pythonize::depythonize(dict).map_err(|err| {
+                    error(
+                        py,
+                        "ConfigError",
+                        format!("team: not a team file's tables: {err}"),
+                        None,
+                        None,
+                        None,
+                    )
+                })?;
+                let text = toml::to_string(&value).map_err(|err| {
+                    error(
+                        py,
+                        "ConfigError",
+                        format!("team: cannot be written as TOML: {err}"),
+                        None,
+                        None,
+                        None,
+                    )
+                })?;
+                Source::Dict(text)
+            }
             _ => {
                 return Err(PyValueError::new_err(
-                    "give exactly one of team_file= (a path) or team_toml= (the file's text)",
+                    "give exactly one of team_file= (a path), team_toml= (the file's text) or \
+                     team= (a dict of its tables)",
                 ))
             }
         };

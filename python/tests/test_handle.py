@@ -214,3 +214,16 @@ def test_a_full_lane_raises_busy_with_the_event_handed_back(start) -> None:
     busy, event = refused
     assert busy.event is event and busy.npc == "innkeeper"
     assert w.stats()["refused"] == 1
+
+
+def test_a_team_can_be_a_dict_of_the_files_tables(start) -> None:
+    tables = {
+        "providers": {"canned": {"kind": "scripted", "replies": ["Aye."]}},
+        "agents": [{"key": "smith", "provider": "canned"}],
+    }
+    with warden.Warden.start(team=tables) as w:
+        assert w.ask("smith", "a sword?", timeout=10) == "Aye."
+    with pytest.raises(warden.ConfigError, match="agents"):
+        warden.Warden.start(team={"providers": tables["providers"]})
+    with pytest.raises(ValueError, match="exactly one"):
+        warden.Warden.start(team_toml=team(), team=tables)

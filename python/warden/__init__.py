@@ -20,7 +20,7 @@ from __future__ import annotations
 import atexit
 import os
 import weakref
-from typing import AsyncIterator, Optional, Union
+from typing import Any, AsyncIterator, Mapping, Optional, Union
 
 from . import errors
 
@@ -67,9 +67,11 @@ class Warden(_NativeWarden):
         team_file: Union[str, "os.PathLike[str]", None] = None,
         *,
         team_toml: Optional[str] = None,
+        team: Optional[Mapping[str, Any]] = None,
         journal: Union[str, "os.PathLike[str]", None] = None,
     ) -> "Warden":
-        """Starts warden with the team of ``team_file`` (a path) or ``team_toml`` (its text).
+        """Starts warden with the team of ``team_file`` (a path), ``team_toml`` (its text) or
+        ``team`` (a dict of its tables: ``{"providers": {...}, "agents": [...]}``).
 
         ``journal``: a SQLite file (created if missing; the team's agents come back from it as
         they were) or ``None`` for a journal in memory. Blocks (with the GIL released) until
@@ -80,7 +82,7 @@ class Warden(_NativeWarden):
                 what is allowed), or an agent cannot be spawned.
             JournalUnavailable: the journal cannot be opened.
         """
-        warden = cls(team_file=team_file, team_toml=team_toml, journal=journal)
+        warden = cls(team_file=team_file, team_toml=team_toml, team=team, journal=journal)
         _running.add(warden)
         return warden
 

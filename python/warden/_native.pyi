@@ -77,6 +77,7 @@ class Warden:
         *,
         team_file: Union[str, "os.PathLike[str]", None] = None,
         team_toml: Optional[str] = None,
+        team: Optional[Mapping[str, Any]] = None,
         journal: Union[str, "os.PathLike[str]", None] = None,
     ) -> None: ...
     def deliver(self, npc: str, event: WorldEvent) -> Delivered:
