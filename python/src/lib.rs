@@ -665,10 +665,20 @@ impl PyWarden {
         let limit = timeout_of(timeout)?;
         let question = text.clone();
         let key = agent.to_owned();
-        let outcome = py.detach(move || {
-            pyo3_async_runtimes::tokio::get_runtime()
-                .block_on(ask_future(handle, key, question, limit))
-        });
+        let mut asked = Box::pin(ask_future(handle, key, question, limit));
+        // Waited for in slices, the GIL released for each, so that Ctrl-C (a signal handled by
+        // Python's main thread) interrupts a long ask: `check_signals` raises KeyboardInterrupt,
+        // and dropping the future leaves the question queued (cancel safe), as a timeout does.
+        let outcome = loop {
+            let slice = py.detach(|| {
+                pyo3_async_runtimes::tokio::get_runtime()
+                    .block_on(async { tokio::time::timeout(SIGNAL_SLICE, &mut asked).await })
+            });
+            match slice {
+                Ok(outcome) => break outcome,
+                Err(_) => py.check_signals()?,
+            }
+        };
         outcome_to_py(py, agent, outcome, text)
     }
 
@@ -716,6 +726,9 @@ impl PyWarden {
         self.handle.read().is_none()
     }
 }
+
+/// How often a blocking `ask` looks for a signal (Ctrl-C) while it waits.
+const SIGNAL_SLICE: Duration = Duration::from_millis(100);
 
 /// What an ask came to, before it is turned into Python objects.
 enum AskOutcome {

@@ -3,6 +3,7 @@ warden's thread joined at interpreter exit."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
@@ -98,3 +99,36 @@ def test_interpreter_exit_shuts_warden_down_and_joins_its_thread(tmp_path) -> No
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["running: True", "after exit: False"], done.stdout
+
+
+def test_ctrl_c_interrupts_an_ask_that_waits_for_a_slow_model(tmp_path) -> None:
+    script = tmp_path / "ask.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import time, warden
+            w = warden.Warden.start(team_toml={team(latency_ms=60_000)!r})
+            print("asking", flush=True)
+            started = time.monotonic()
+            try:
+                w.ask("innkeeper", "a room?")          # no timeout: the model takes a minute
+            except KeyboardInterrupt:
+                print(f"interrupted after {{time.monotonic() - started:.1f}} s", flush=True)
+            w.shutdown()
+            """
+        )
+    )
+    child = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "asking\n"
+        time.sleep(0.5)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert child.returncode == 0, err
+    assert out.startswith("interrupted after "), out
+    assert float(out.split()[2]) < 5, out
