@@ -36,7 +36,7 @@ use warden_protocols::{
 /// The running warden: a [`WardenHandle`] until `shutdown`.
 #[pyclass(frozen, subclass, module = "warden._native", name = "Warden")]
 struct PyWarden {
-    /// `None` once shut down. Read-locked for each call (a few instructions); `shutdown` takes it.
+    /// `None` once shut down. Each call clones the handle under the read lock; `shutdown` takes it.
     handle: RwLock<Option<WardenHandle>>,
 }
 
@@ -390,15 +390,22 @@ fn start(source: Source, journal: Option<PathBuf>) -> Result<WardenHandle, (&'st
 
 impl PyWarden {
     /// Runs `f` on the handle, or raises `Shutdown` once warden is shut down.
+    ///
+    /// The lock is held only to clone the handle (two reference counts): never across a Python
+    /// call, which may let another thread take the GIL and wait for this lock.
     fn with<T>(&self, py: Python<'_>, f: impl FnOnce(&WardenHandle) -> PyResult<T>) -> PyResult<T> {
-        match self.handle.read().as_ref() {
-            Some(handle) => f(handle),
+        match self.current() {
+            Some(handle) => f(&handle),
             None => Err(shut_down(py, None, None)),
         }
     }
 
+    fn current(&self) -> Option<WardenHandle> {
+        self.handle.read().clone()
+    }
+
     fn handle(&self, py: Python<'_>) -> PyResult<WardenHandle> {
-        self.with(py, |handle| Ok(handle.clone()))
+        self.current().ok_or_else(|| shut_down(py, None, None))
     }
 }
 
@@ -465,16 +472,12 @@ impl PyWarden {
         event: &Bound<'_, PyAny>,
     ) -> PyResult<PyDelivered> {
         let world = world_event(py, event)?;
-        let guard = self.handle.read();
-        let Some(handle) = guard.as_ref() else {
+        let Some(handle) = self.current() else {
             return Err(shut_down(py, Some(npc), Some(event.clone().unbind())));
         };
         match handle.try_deliver(npc, world) {
             Ok(done) => Ok(done.into()),
-            Err(err) => {
-                drop(guard);
-                Err(refused(py, npc, &err, event.clone().unbind()))
-            }
+            Err(err) => Err(refused(py, npc, &err, event.clone().unbind())),
         }
     }
 
@@ -526,18 +529,15 @@ impl PyWarden {
         }
         let keys: Vec<AgentKey> = batch.iter().map(|(key, _)| key.clone()).collect();
         let mut results = Vec::with_capacity(batch.len());
-        {
-            let guard = self.handle.read();
-            match guard.as_ref() {
-                Some(handle) => {
-                    handle.deliver_batch(&mut batch, &mut results);
-                }
-                None => results.extend(
-                    batch
-                        .drain(..)
-                        .map(|(_, event)| Err(DeliverError::Shutdown(event))),
-                ),
+        match self.current() {
+            Some(handle) => {
+                handle.deliver_batch(&mut batch, &mut results);
             }
+            None => results.extend(
+                batch
+                    .drain(..)
+                    .map(|(_, event)| Err(DeliverError::Shutdown(event))),
+            ),
         }
         let out = PyList::empty(py);
         for ((result, key), original) in results.into_iter().zip(keys).zip(originals) {
@@ -714,7 +714,9 @@ impl PyWarden {
     /// Stops warden: the team is shut down and warden's thread joined (with the GIL released).
     /// Calling it again does nothing.
     fn shutdown(&self, py: Python<'_>) {
-        let handle = self.handle.write().take();
+        // The write lock is waited for with the GIL released: a reader holding the read lock may
+        // be inside a Python call (an exception being built) that needs the GIL.
+        let handle = py.detach(|| self.handle.write().take());
         if let Some(handle) = handle {
             py.detach(move || handle.shutdown());
         }
