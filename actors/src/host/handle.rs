@@ -590,6 +590,23 @@ impl WardenHandle {
         self.shared.agent(npc)?.handle.recall(about, None)
     }
 
+    /// The host reports that `players` players are in `room` now ([`Supervisor::set_presence`]:
+    /// an NPC whose room is reported empty goes idle). Never waits.
+    pub fn set_presence(&self, room: &str, players: usize) {
+        self.shared.team.set_presence(room, players);
+    }
+
+    /// Sets the team's game clock to `hour` (0 to 24) now ([`Supervisor::set_game_hour`]).
+    /// Never waits.
+    pub fn set_game_hour(&self, hour: f64) {
+        self.shared.team.set_game_hour(hour);
+    }
+
+    /// The team's game hour now (0 to 24).
+    pub fn game_hour(&self) -> f64 {
+        self.shared.team.game_hour()
+    }
+
     /// The handle's counters (relaxed atomics: cheap, each exact, not a consistent snapshot).
     pub fn stats(&self) -> HostStats {
         let c = &self.shared.counters;
