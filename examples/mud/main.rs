@@ -52,6 +52,9 @@ pub fn start_warden(
     // A bounded history: at 80 % of 4,096 tokens the older turns are compacted into a summary
     // (the default, 0, never compacts: a long-lived NPC's history would grow without end).
     config.execution.max_context_tokens = HISTORY_TOKENS;
+    // `WARDEN_MUD_MEMORY=1`: every NPC keeps long-term memory (docs/memory.md), to measure its
+    // cost on the tick and per NPC against the same run without it.
+    config.memory.long_term = std::env::var_os("WARDEN_MUD_MEMORY").is_some_and(|v| v == "1");
     // The journal: none. The benchmark measures the host and the NPCs, not a journal's growth (a
     // real server passes a `SqliteJournal`; `MemoryJournal` keeps every event in memory).
     Warden::start_with(config, Arc::new(NullJournal::default()), move |team| {
