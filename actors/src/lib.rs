@@ -81,7 +81,8 @@ pub use provider::{
 #[cfg(feature = "openai")]
 pub use provider::{
     retry_class, retry_counts, AttemptObserver, FailedAttempt, OpenAiCompatible, OpenAiConfig,
-    OpenAiSetupError, RetryPolicy, StreamEvent, ToolFormat, RETRY_CLASSES,
+    OpenAiSetupError, RetryPolicy, StreamEvent, ToolFormat, DEFAULT_MAX_RESPONSE_BYTES,
+    RETRY_CLASSES,
 };
 pub use safety::{
     AgentBreakers, AgentFence, BudgetSlices, ChannelInterventionBus, Fingerprint, InterventionBus,
