@@ -33,6 +33,7 @@
 //! # }
 //! ```
 
+#![deny(clippy::unwrap_used)]
 #![warn(missing_debug_implementations, missing_docs, unreachable_pub)]
 // The library has no unsafe code; the binary (src/main.rs) has its few libc calls.
 #![forbid(unsafe_code)]

@@ -1,4 +1,5 @@
 //! The `warden` command: a thin clap layer over the library.
+#![deny(clippy::unwrap_used)]
 use clap::{Parser, Subcommand};
 use std::{io::IsTerminal, path::PathBuf, process::ExitCode};
 

@@ -40,6 +40,7 @@
 //! }
 //! ```
 
+#![deny(clippy::unwrap_used)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 // One module may use unsafe: tools::mcp::group (process groups for MCP servers: pre_exec, killpg).
 #![deny(unsafe_code)]

@@ -12,6 +12,7 @@
 //! * [`ChatMessage`], [`ToolCall`], [`ToolSpec`] — Chat Completions wire types.
 //! * [`WardenConfig`] — the configuration file, with defaults and validation.
 
+#![deny(clippy::unwrap_used)]
 #![warn(missing_debug_implementations, missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 

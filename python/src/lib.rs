@@ -13,6 +13,7 @@
 
 // A refused delivery hands its world event back by value, as the host handle does.
 #![allow(clippy::result_large_err)]
+#![deny(clippy::unwrap_used)]
 
 use parking_lot::RwLock;
 use pyo3::{
