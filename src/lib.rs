@@ -34,6 +34,7 @@
 //! ```
 
 #![deny(clippy::unwrap_used)]
+#![deny(rustdoc::broken_intra_doc_links, rustdoc::private_intra_doc_links)]
 #![warn(missing_debug_implementations, missing_docs, unreachable_pub)]
 // The library has no unsafe code; the binary (src/main.rs) has its few libc calls.
 #![forbid(unsafe_code)]

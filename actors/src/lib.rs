@@ -41,6 +41,7 @@
 //! ```
 
 #![deny(clippy::unwrap_used)]
+#![deny(rustdoc::broken_intra_doc_links, rustdoc::private_intra_doc_links)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 // One module may use unsafe: tools::mcp::group (process groups for MCP servers: pre_exec, killpg).
 #![deny(unsafe_code)]
