@@ -119,8 +119,13 @@ impl Supervisor {
                 kept: kept.into(),
             });
         }
-        let results =
-            futures::future::join_all(resuming.iter().map(|(_, h)| h.resume(operator))).await;
+        // In order, a bounded number at once (`join_all` is quadratic over a large fleet: see
+        // `Supervisor::shutdown`).
+        let results: Vec<_> = futures::StreamExt::collect(futures::StreamExt::buffered(
+            futures::stream::iter(resuming.iter().map(|(_, h)| h.resume(operator))),
+            super::IN_FLIGHT,
+        ))
+        .await;
         for ((slot, _), result) in resuming.iter().zip(results) {
             let Some(outcome) = outcomes.get_mut(*slot) else {
                 continue;
