@@ -6,8 +6,8 @@
 //! heartbeats, the fleet listing), `halt.rs` (the halt as state, and its lift), `adopt.rs` (moving
 //! a dead node's agents), `failsafe.rs` (no model call while cut off), `delegate.rs` (delegation to
 //! another node's agent), `remote.rs` (one agent of another node: where it runs, its halt),
-//! `budget.rs` (the team token and cost budgets in slices), `http.rs` (the routes a cluster node
-//! answers differently). Wire types are in
+//! `budget.rs` (the team token and cost budgets in slices), `node.rs` (what the server asks of a
+//! cluster: [`crate::server::cluster::ClusterNode`]; the routes are the server's). Wire types are in
 //! [`warden_protocols::cluster`].
 //!
 //! # Invariants
@@ -52,17 +52,17 @@ mod delegate;
 mod error;
 mod failsafe;
 mod halt;
-pub(crate) mod http;
 mod lease;
 mod lockout;
+mod node;
 mod remote;
 
 pub use budget::BUDGET_BUCKET;
 pub use config::{shown_url, ClusterConfig, ClusterSection, NatsSecurity, DEFAULT_NAMESPACE};
 pub use error::ClusterError;
-pub(crate) use halt::halt_body;
-pub use halt::{ClusterLift, LiftError};
-pub use remote::RemoteHaltError;
+// The types of its answers to the server (`crate::server::cluster`, where they are defined: the
+// server compiles without this module).
+pub use crate::server::cluster::{halt_body, ClusterHalt, ClusterLift, LiftError, RemoteHaltError};
 
 use async_nats::jetstream::kv;
 use parking_lot::Mutex;

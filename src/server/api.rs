@@ -23,6 +23,7 @@
 
 use crate::{
     journal::{EventFates, SqliteJournal},
+    server::cluster::{lift_lockout, Lifting},
     server::events::EventHub,
     server::metrics::{self, ApiMetrics},
 };
@@ -384,9 +385,10 @@ pub struct ApiState {
     pub console: Arc<crate::server::console::Sessions>,
     /// Wrong tokens by client address (`api.auth_failures_per_minute`).
     pub auth_failures: Arc<super::auth_limit::AuthFailures>,
-    /// This node's cluster (`warden serve --cluster`): its routes shadow `POST /api/halt` and
-    /// `GET /api/agents` (see [`crate::cluster`]).
-    pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// This node's cluster (`warden serve` with `[cluster]`): the routes that answer differently on
+    /// a cluster node ask it (`POST /api/halt` halts every node, `GET /api/agents` lists the
+    /// fleet, …: [`crate::server::cluster`]).
+    pub cluster: Option<Arc<dyn crate::server::cluster::ClusterNode>>,
     /// A2A push-notification configs and their webhook deliveries ([`crate::server::a2a`]).
     pub a2a_push: Arc<crate::server::a2a::push::Pushes>,
 }
@@ -454,7 +456,7 @@ impl ApiState {
     }
 
     /// The cluster this node belongs to.
-    pub fn with_cluster(mut self, cluster: Arc<crate::cluster::Cluster>) -> Self {
+    pub fn with_cluster(mut self, cluster: Arc<dyn crate::server::cluster::ClusterNode>) -> Self {
         self.cluster = Some(cluster);
         self
     }
@@ -900,6 +902,7 @@ routes! {
     GET "/api/events" => events,
     GET "/api/events/recent" => recent_events,
     GET "/api/fleet" => fleet,
+    GET "/api/cluster" => cluster_status,
     GET "/api/breakers/recent" => recent_trips,
 }
 
@@ -910,7 +913,6 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg: &mut web::ServiceConfig| {
         let limit = state.config.limit();
-        let cluster = state.cluster.is_some();
         cfg.app_data(web::Data::new(state))
             .app_data(
                 web::JsonConfig::default()
@@ -919,9 +921,8 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
             )
             .app_data(web::QueryConfig::default().error_handler(query_error))
             .app_data(web::PathConfig::default().error_handler(path_error));
-        if cluster {
-            crate::cluster::http::configure(cfg); // first: they shadow their single-node routes
-        }
+        // The one registration of the API's routes: a route that answers differently on a cluster
+        // node asks the cluster in its handler (`crate::server::cluster`).
         register(cfg);
         // `/mcp` is a protocol endpoint, not a REST route: it answers JSON-RPC, serves the read
         // token too on POST, and takes three methods; it is not in `ROUTES` nor `openapi.json`.
@@ -983,7 +984,7 @@ async fn metrics_text(_: Reader, state: web::Data<ApiState>) -> HttpResponse {
     };
     let mut body = metrics::render(&snapshot);
     if let Some(cluster) = &state.cluster {
-        body.push_str(&crate::cluster::http::metrics(cluster));
+        body.push_str(&cluster.metrics());
     }
     HttpResponse::Ok()
         .content_type(metrics::CONTENT_TYPE)
@@ -1158,15 +1159,35 @@ async fn recent_trips(_: Reader, state: web::Data<ApiState>) -> Handled {
     })))
 }
 
+/// `GET /api/cluster`: this node's view of its cluster; `404` on a server that is not a cluster
+/// node.
+async fn cluster_status(_: Reader, state: web::Data<ApiState>) -> Handled {
+    let cluster = state.cluster.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "this server is not a cluster node (no [cluster] in its team file, no --cluster)",
+        )
+    })?;
+    Ok(HttpResponse::Ok().json(cluster.status().await))
+}
+
+/// `GET /api/agents`: every agent's status (on a cluster node, the whole fleet's, each with its
+/// node).
 async fn list_agents(_: Reader, state: web::Data<ApiState>) -> Handled {
+    if let Some(cluster) = &state.cluster {
+        return Ok(crate::server::cluster::agents(&state, cluster.as_ref()).await);
+    }
     Ok(HttpResponse::Ok().json(state.supervisor.statuses()))
 }
 
-pub(crate) async fn get_agent(
-    _: Reader,
-    state: web::Data<ApiState>,
-    key: web::Path<String>,
-) -> Handled {
+/// `GET /api/agents/{key}`: its status (on a cluster node with `"node"`; another node's agent
+/// as its last lease renewal wrote it).
+async fn get_agent(_: Reader, state: web::Data<ApiState>, key: web::Path<String>) -> Handled {
+    if let Some(cluster) = &state.cluster {
+        if let Some(answer) = crate::server::cluster::agent(&state, cluster.as_ref(), &key).await {
+            return Ok(answer);
+        }
+    }
     let agent = state.agent(&key)?;
     Ok(HttpResponse::Ok().json(agent.status()))
 }
@@ -1655,7 +1676,11 @@ fn acks(acks: Vec<HaltAck>) -> HttpResponse {
     }
 }
 
-async fn halt_all(_: Host, state: web::Data<ApiState>) -> Handled {
+/// `POST /api/halt`: every agent (on a cluster node, every node's: [`crate::server::cluster`]).
+async fn halt_all(who: Host, state: web::Data<ApiState>) -> Handled {
+    if let Some(cluster) = state.cluster.clone() {
+        return Ok(crate::server::cluster::halt(&who, &state, cluster).await);
+    }
     let started = tokio::time::Instant::now();
     let result = state.supervisor.halt_all().await;
     state.metrics.halt_all.observe(started.elapsed());
@@ -1725,6 +1750,10 @@ pub(crate) fn lift_lists(
 /// when no fleet halt stands.
 async fn lift_halt(_: Admin, state: web::Data<ApiState>, body: web::Bytes) -> Handled {
     let body = LiftBody::read(&body)?;
+    if let Some(cluster) = state.cluster.clone() {
+        let reason = body.reason.as_deref().map(str::trim).unwrap_or_default();
+        return Ok(crate::server::cluster::lift(cluster, reason).await);
+    }
     let operator = body.operator("lift of the fleet halt");
     let Some(outcomes) = state.supervisor.resume_fleet_halt(&operator).await else {
         return Err(ApiError::new(
@@ -1736,20 +1765,34 @@ async fn lift_halt(_: Admin, state: web::Data<ApiState>, body: web::Bytes) -> Ha
     Ok(HttpResponse::Ok().json(serde_json::json!({ "resumed": resumed, "kept": kept })))
 }
 
-pub(crate) async fn halt_agent(
-    who: Host,
-    state: web::Data<ApiState>,
-    key: web::Path<String>,
-) -> Handled {
+/// `POST /api/agents/{key}/halt`. On a cluster node, an agent of another node is halted there
+/// ([`crate::server::cluster::halt_elsewhere`]); one of this node has its lease rewritten at once
+/// (an adopter keeps it halted if this node dies).
+async fn halt_agent(who: Host, state: web::Data<ApiState>, key: web::Path<String>) -> Handled {
+    let Some(cluster) = state.cluster.clone() else {
+        return halt_here(&who, &state, &key).await;
+    };
+    if let Some(answer) =
+        crate::server::cluster::halt_elsewhere(&who, &state, cluster.as_ref(), &key).await
+    {
+        return Ok(answer);
+    }
+    let halted = halt_here(&who, &state, &key).await;
+    cluster.write_lease_now(&key).await;
+    halted
+}
+
+/// Halts this node's agent `key`.
+async fn halt_here(who: &Host, state: &ApiState, key: &str) -> Handled {
     let cause = HaltCause::Operator {
         operator: who.operator().into(),
     };
     let started = tokio::time::Instant::now();
     let result = state
         .supervisor
-        .halt(&key, cause)
+        .halt(key, cause)
         .await
-        .map_err(|_| state.unknown_agent(&key))?;
+        .map_err(|_| state.unknown_agent(key))?;
     state.metrics.halt_agent.observe(started.elapsed());
     Ok(acks(result))
 }
@@ -1799,6 +1842,10 @@ async fn unlock(
     key: web::Path<String>,
     body: web::Bytes,
 ) -> Handled {
+    if let Some(cluster) = &state.cluster {
+        let note = UnlockBody::note(&body)?;
+        return Ok(lift_lockout(&state, cluster.as_ref(), &key, Lifting::Unlock(note)).await);
+    }
     if state.supervisor.get(&key).is_none() {
         return Err(state.unknown_agent(&key));
     }
@@ -1809,31 +1856,54 @@ async fn unlock(
     .await
 }
 
-pub(crate) async fn pause(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> Handled {
-    control(&state, &key, |a| async move { a.pause(API_OPERATOR).await }).await
+/// `POST /api/agents/{key}/pause`; on a cluster node the lease is rewritten at once (an adopter
+/// brings the agent up paused if this node dies).
+async fn pause(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> Handled {
+    let paused = control(&state, &key, |a| async move { a.pause(API_OPERATOR).await }).await;
+    if let Some(cluster) = state.cluster.clone() {
+        cluster.write_lease_now(&key).await;
+    }
+    paused
 }
 
-pub(crate) async fn resume(
-    _: Admin,
-    state: web::Data<ApiState>,
-    key: web::Path<String>,
-) -> Handled {
-    control(
+/// `POST /api/agents/{key}/resume`; on a cluster node refused (`409`) for an agent this node gave
+/// up, and the lease is rewritten at once (an adopter brings it up running if this node dies).
+async fn resume(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> Handled {
+    if let Some(cluster) = &state.cluster {
+        if let Some(refused) = crate::server::cluster::refuse_resume(&state, cluster.as_ref(), &key)
+        {
+            return Ok(refused);
+        }
+    }
+    let resumed = control(
         &state,
         &key,
         |a| async move { a.resume(API_OPERATOR).await },
     )
-    .await
+    .await;
+    if let Some(cluster) = state.cluster.clone() {
+        cluster.write_lease_now(&key).await;
+    }
+    resumed
 }
 
+/// `POST /api/agents/{key}/emergency/clear` (on a cluster node, an unlock through the cluster).
 async fn clear(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> Handled {
+    if let Some(cluster) = &state.cluster {
+        return Ok(lift_lockout(&state, cluster.as_ref(), &key, Lifting::Clear).await);
+    }
     control(&state, &key, |a| async move {
         a.clear_emergency(API_OPERATOR).await
     })
     .await
 }
 
+/// `POST /api/agents/{key}/history/reset` (on a cluster node, of a locked-out agent, an unlock
+/// through the cluster).
 async fn reset_history(_: Admin, state: web::Data<ApiState>, key: web::Path<String>) -> Handled {
+    if let Some(cluster) = &state.cluster {
+        return Ok(lift_lockout(&state, cluster.as_ref(), &key, Lifting::ResetHistory).await);
+    }
     control(&state, &key, |a| async move {
         a.reset_history(API_OPERATOR).await
     })

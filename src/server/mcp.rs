@@ -123,7 +123,7 @@ pub struct WardenMcp {
     operator: &'static str,
     /// On a cluster node (`warden serve --cluster`): `halt_all` halts the cluster, and `halt` of
     /// another node's agent is sent to that node, as the API's routes do.
-    cluster: Option<Arc<crate::cluster::Cluster>>,
+    cluster: Option<Arc<dyn crate::server::cluster::ClusterNode>>,
     /// The intervention bus the team's limit and permission asks wait on (`list_asks`,
     /// `answer_ask`); `None`: nobody can be asked, so nothing is pending.
     bus: Option<Arc<ChannelInterventionBus>>,
@@ -169,8 +169,11 @@ impl WardenMcp {
         self
     }
 
-    /// The same, on a cluster node: its halts are the cluster's (see [`crate::cluster`]).
-    pub fn on_cluster(mut self, cluster: Option<Arc<crate::cluster::Cluster>>) -> Self {
+    /// The same, on a cluster node: its halts are the cluster's (see [`crate::server::cluster`]).
+    pub fn on_cluster(
+        mut self,
+        cluster: Option<Arc<dyn crate::server::cluster::ClusterNode>>,
+    ) -> Self {
         self.cluster = cluster;
         self
     }
@@ -528,7 +531,7 @@ impl WardenMcp {
         }
         match self.supervisor.halt(agent, cause).await {
             Ok(acks) => {
-                if let Some(cluster) = &self.cluster {
+                if let Some(cluster) = self.cluster.clone() {
                     // Its lease shows it halted now (see the API's halt).
                     cluster.write_lease_now(agent).await;
                 }
@@ -542,8 +545,12 @@ impl WardenMcp {
         tracing::info!(operator = self.operator, "halt_all asked over MCP");
         match &self.cluster {
             Some(cluster) => {
-                let halt = cluster.halt("halt_all asked over MCP", self.operator).await;
-                structured(crate::cluster::halt_body(cluster.node(), &halt), false)
+                let node = cluster.node().to_owned();
+                let halt = cluster
+                    .clone()
+                    .halt("halt_all asked over MCP", self.operator)
+                    .await;
+                structured(crate::server::cluster::halt_body(&node, &halt), false)
             }
             None => halted(self.supervisor.halt_all().await),
         }

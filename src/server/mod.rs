@@ -5,6 +5,7 @@
 pub mod a2a;
 pub mod api;
 pub mod auth_limit;
+pub mod cluster;
 pub mod console;
 pub mod events;
 pub mod mcp;

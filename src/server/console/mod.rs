@@ -491,6 +491,7 @@ async fn halt_form(
     let acks = match &state.cluster {
         Some(cluster) => {
             let halt = cluster
+                .clone()
                 .halt("HALT ALL from the console form", CONSOLE_OPERATOR)
                 .await;
             let remote: usize = halt.remote.values().map(|n| n.halted.len()).sum();
