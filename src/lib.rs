@@ -48,6 +48,8 @@ pub mod journal;
 #[cfg(feature = "cli")]
 pub mod loadtest;
 #[cfg(feature = "server")]
+pub mod serve;
+#[cfg(feature = "server")]
 pub mod server;
 
 /// Entry points to private parsers for `fuzz/` only (feature `fuzzing`). Not a public API.
@@ -66,12 +68,12 @@ pub use journal::{JournalReader, SqliteJournal};
 pub use warden_actors::{
     already_durable, context, host, mailbox, memory, now_ms, npc, safety, tools, AgentHandle,
     AgentSpec, AskError, ChannelInterventionBus, ControlError, ControlOp, DelegationError,
-    DurableSendError, Embedded, EventSendError, FnTool, HaltAck, InterventionBus, Journal, Latency,
-    Limited, LlmRequest, LlmResponse, MemoryJournal, NotDurable, Notice, NullJournal, PendingReply,
-    Perceived, Provider, ProviderError, ProviderLimitStats, ProviderLimiter, ProviderLimits, Reply,
-    ScriptStats, ScriptStep, ScriptedProvider, Settled, Settlement, SpawnError, Submit,
-    SubmitError, Submitted, Supervisor, SupervisorBuilder, TaskError, TickConfigError, Tool,
-    ToolContext, ToolError, ToolRegistry, UnknownAgent,
+    DurableSendError, Embedded, EventSendError, FnTool, GoalsError, HaltAck, InterventionBus,
+    Journal, Latency, Limited, LlmRequest, LlmResponse, MemoryJournal, NotDurable, Notice,
+    NullJournal, PendingReply, Perceived, Provider, ProviderError, ProviderLimitStats,
+    ProviderLimiter, ProviderLimits, Reply, ScriptStats, ScriptStep, ScriptedProvider, Settled,
+    Settlement, SpawnError, Submit, SubmitError, Submitted, Supervisor, SupervisorBuilder,
+    TaskError, TickConfigError, Tool, ToolContext, ToolError, ToolRegistry, UnknownAgent,
 };
 #[cfg(feature = "openai")]
 pub use warden_actors::{OpenAiCompatible, OpenAiConfig, RetryPolicy, ToolFormat};

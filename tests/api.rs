@@ -1054,7 +1054,7 @@ async fn serve_refuses_a_public_address_without_an_admin_token() {
 #[actix_rt::test]
 async fn the_default_team_delegates_to_both_sub_agents_and_answers() {
     tokio::time::pause();
-    let file = warden::team::TeamFile::from_toml(warden::server::DEFAULT_TEAM).unwrap();
+    let file = warden::team::TeamFile::from_toml(warden::serve::DEFAULT_TEAM).unwrap();
     let (team, journal) = common::team(file.config.clone());
     file.spawn_agents(&team).unwrap();
     let keys: Vec<String> = team.statuses().iter().map(|s| s.key.to_string()).collect();

@@ -21,6 +21,10 @@
 //! [`ROUTES`] is the one list of what is served: [`configure`] registers exactly it, and the
 //! OpenAPI document ([`OPENAPI`], `GET /api/openapi.json`) is tested against it.
 
+use crate::team::api::token_problem;
+pub use crate::team::api::{
+    ApiSection, ApiSectionError, DEFAULT_BODY_LIMIT, DEFAULT_LISTEN, DEFAULT_MAX_BATCH_EVENTS,
+};
 use crate::{
     journal::{EventFates, SqliteJournal},
     server::cluster::{lift_lockout, Lifting},
@@ -42,15 +46,6 @@ use warden_actors::{
 use warden_protocols::{
     AgentKey, Answer, EventFate, HaltCause, OperatorReply, UserEvent, WorkRefusal,
 };
-
-/// Default request body limit (bytes).
-pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
-
-/// Default most events in one `POST /api/world/batch` (`api.max_batch_events`).
-pub const DEFAULT_MAX_BATCH_EVENTS: usize = 256;
-
-/// Where `warden serve` listens unless `--listen` or `api.listen` says otherwise.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 
 /// The operator name journaled for calls made with the admin token.
 pub const API_OPERATOR: &str = "api:admin";
@@ -197,168 +192,29 @@ impl ApiConfig {
     /// Wrong tokens allowed per address and minute (0: no limit).
     pub(crate) fn auth_failure_limit(&self) -> u32 {
         self.auth_failures_per_minute
-            .unwrap_or(super::auth_limit::DEFAULT_AUTH_FAILURES_PER_MINUTE)
+            .unwrap_or(crate::team::api::DEFAULT_AUTH_FAILURES_PER_MINUTE)
     }
 
     /// How long a console session lasts.
     pub(crate) fn session_ttl(&self) -> std::time::Duration {
         std::time::Duration::from_secs(match self.session_ttl_seconds {
-            0 => crate::server::console::DEFAULT_SESSION_TTL_SECONDS,
+            0 => crate::team::api::DEFAULT_SESSION_TTL_SECONDS,
             n => n,
         })
     }
 }
 
-/// The `[api]` section of a team file. Tokens from the environment win over these.
-#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ApiSection {
-    /// Full access; `WARDEN_ADMIN_TOKEN` wins over it.
-    #[serde(default)]
-    pub admin_token: Option<String>,
-    /// Read-only access; `WARDEN_READ_TOKEN` wins over it.
-    #[serde(default)]
-    pub read_token: Option<String>,
-    /// Host tokens: each may deliver world events (single and batch), read replies, report
-    /// presence and the clock, and halt — never unlock, clear, resume, change goals or answer
-    /// asks. For a game server, which should not hold the admin token.
-    #[serde(default)]
-    pub host_tokens: Vec<String>,
-    /// Most events in one `POST /api/world/batch` (default [`DEFAULT_MAX_BATCH_EVENTS`]).
-    #[serde(default)]
-    pub max_batch_events: Option<usize>,
-    /// Where `warden serve` listens unless `--listen` is given.
-    #[serde(default)]
-    pub listen: Option<SocketAddr>,
-    /// Largest accepted JSON body in bytes (default [`DEFAULT_BODY_LIMIT`]).
-    #[serde(default)]
-    pub max_body_bytes: Option<usize>,
-    /// How long a browser console session lasts after its login, in seconds (default
-    /// [`crate::server::console::DEFAULT_SESSION_TTL_SECONDS`], 8 hours).
-    #[serde(default)]
-    pub session_ttl_seconds: Option<u64>,
-    /// Wrong tokens allowed per client address and minute (10× that from all addresses) before
-    /// further wrong tokens are refused `429` for the rest of the minute; a right token never is
-    /// (default 10; 0 = no limit).
-    #[serde(default)]
-    pub auth_failures_per_minute: Option<u32>,
-    /// Browser origins besides the server's own that may call `/mcp` (`["http://localhost:6274"]`);
-    /// a request with any other `Origin` header is refused `403`.
-    #[serde(default)]
-    pub allowed_origins: Vec<String>,
-}
-
-impl std::fmt::Debug for ApiSection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiSection")
-            .field("admin_token", &self.admin_token.as_ref().map(|_| "***"))
-            .field("read_token", &self.read_token.as_ref().map(|_| "***"))
-            .field("host_tokens", &self.host_tokens.len())
-            .field("max_batch_events", &self.max_batch_events)
-            .field("listen", &self.listen)
-            .field("max_body_bytes", &self.max_body_bytes)
-            .field("session_ttl_seconds", &self.session_ttl_seconds)
-            .field("auth_failures_per_minute", &self.auth_failures_per_minute)
-            .field("allowed_origins", &self.allowed_origins)
-            .finish()
-    }
-}
-
-/// A value of `[api]` that is refused: `key: problem`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{key}: {problem}")]
-pub struct ApiSectionError {
-    /// The key refused, `api.admin_token` style, or the environment variable it came from
-    /// (`WARDEN_ADMIN_TOKEN`).
-    pub key: &'static str,
-    /// What is wrong with it, such as `must not be empty`.
-    pub problem: &'static str,
-}
-
-impl ApiSection {
-    /// Refuses empty tokens, tokens with surrounding whitespace (a bearer token is trimmed, so they
-    /// could never match), a read token equal to the admin token, and a zero body limit.
+impl crate::team::TeamFile {
+    /// The API settings `warden serve` uses: `[api]`, with `WARDEN_ADMIN_TOKEN` and
+    /// `WARDEN_READ_TOKEN` (when set and not empty) winning over the file's tokens.
+    /// The environment's tokens are validated like the file's ([`ApiConfig::try_resolve`]).
     ///
     /// # Errors
     ///
-    /// [`ApiSectionError`] for the first such value, keyed `api.admin_token`, `api.read_token` or
-    /// `api.max_body_bytes`, `api.session_ttl_seconds` or `api.allowed_origins`.
-    pub fn validate(&self) -> Result<(), ApiSectionError> {
-        let tokens = [
-            ("api.admin_token", &self.admin_token),
-            ("api.read_token", &self.read_token),
-        ];
-        for (key, token) in tokens {
-            let Some(problem) = token.as_deref().and_then(token_problem) else {
-                continue;
-            };
-            return Err(ApiSectionError { key, problem });
-        }
-        if self.admin_token.is_some() && self.admin_token == self.read_token {
-            return Err(ApiSectionError {
-                key: "api.read_token",
-                problem: "must differ from api.admin_token",
-            });
-        }
-        for (i, host) in self.host_tokens.iter().enumerate() {
-            let problem = if let Some(problem) = token_problem(host) {
-                problem
-            } else if self.admin_token.as_ref() == Some(host) {
-                "each must differ from api.admin_token"
-            } else if self.read_token.as_ref() == Some(host) {
-                "each must differ from api.read_token"
-            } else if self.host_tokens[..i].contains(host) {
-                "each must be listed once"
-            } else {
-                continue;
-            };
-            return Err(ApiSectionError {
-                key: "api.host_tokens",
-                problem,
-            });
-        }
-        if self.max_batch_events == Some(0) {
-            return Err(ApiSectionError {
-                key: "api.max_batch_events",
-                problem: "must be at least 1",
-            });
-        }
-        if self.max_body_bytes == Some(0) {
-            return Err(ApiSectionError {
-                key: "api.max_body_bytes",
-                problem: "must be at least 1",
-            });
-        }
-        if self.session_ttl_seconds == Some(0) {
-            return Err(ApiSectionError {
-                key: "api.session_ttl_seconds",
-                problem: "must be at least 1",
-            });
-        }
-        let origin_ok = |o: &String| {
-            o.strip_prefix("http://")
-                .or_else(|| o.strip_prefix("https://"))
-                .is_some_and(|host| !host.is_empty() && !host.contains('/'))
-        };
-        if !self.allowed_origins.iter().all(origin_ok) {
-            return Err(ApiSectionError {
-                key: "api.allowed_origins",
-                problem: "each must be a browser origin: http:// or https://, a host and an \
-                          optional port, no path (such as \"http://localhost:6274\")",
-            });
-        }
-        Ok(())
-    }
-}
-
-/// Why a token can never match a bearer token (which is trimmed), if it cannot.
-fn token_problem(token: &str) -> Option<&'static str> {
-    if token.trim().is_empty() {
-        Some("must not be empty")
-    } else if token.trim() != token {
-        Some("must not start or end with whitespace")
-    } else {
-        None
+    /// [`ApiSectionError`] when a token from the environment is unusable (blank, with
+    /// surrounding whitespace, or a read token equal to the admin token).
+    pub fn api_config(&self) -> Result<ApiConfig, ApiSectionError> {
+        ApiConfig::try_resolve(&self.api, |name| std::env::var(name).ok())
     }
 }
 
@@ -2253,7 +2109,7 @@ pub async fn serve(state: ApiState, addr: SocketAddr) -> Result<(), ServeError> 
 
 #[cfg(test)]
 mod tests {
-    use super::{bearer_token, token_matches};
+    use super::{bearer_token, token_matches, ApiConfig, ApiSection, DEFAULT_BODY_LIMIT};
 
     #[test]
     fn tokens_match_whole_values_only() {
@@ -2272,5 +2128,106 @@ mod tests {
         for header in ["Basic t0k", "Bearer", "Bearer   ", "Bearert0k", "t0k"] {
             assert_eq!(bearer_token(header), None, "{header:?}");
         }
+    }
+
+    #[test]
+    fn environment_tokens_win_over_the_file() {
+        let section = ApiSection {
+            admin_token: Some("file-admin".into()),
+            read_token: Some("file-read".into()),
+            host_tokens: vec!["file-host".into()],
+            max_batch_events: None,
+            listen: None,
+            max_body_bytes: Some(100),
+            session_ttl_seconds: None,
+            auth_failures_per_minute: None,
+            allowed_origins: Vec::new(),
+        };
+        let env = |admin: Option<&'static str>| {
+            move |name: &str| match name {
+                "WARDEN_ADMIN_TOKEN" => admin.map(str::to_owned),
+                _ => None,
+            }
+        };
+        let config = ApiConfig::resolve(&section, env(Some("env-admin")));
+        assert_eq!(config.admin_token.as_deref(), Some("env-admin"));
+        assert_eq!(config.read_token.as_deref(), Some("file-read"));
+        assert_eq!(config.body_limit, 100);
+        // An empty variable counts as unset.
+        let config = ApiConfig::resolve(&section, env(Some("")));
+        assert_eq!(config.admin_token.as_deref(), Some("file-admin"));
+        let config = ApiConfig::resolve(&ApiSection::default(), env(None));
+        assert_eq!(config.admin_token, None);
+        assert_eq!(config.body_limit, DEFAULT_BODY_LIMIT);
+    }
+
+    #[test]
+    fn environment_tokens_are_validated_like_the_files() {
+        let section = |admin: Option<&str>, read: Option<&str>| ApiSection {
+            admin_token: admin.map(str::to_owned),
+            read_token: read.map(str::to_owned),
+            ..ApiSection::default()
+        };
+        let env = |admin: Option<&'static str>, read: Option<&'static str>| {
+            move |name: &str| match name {
+                "WARDEN_ADMIN_TOKEN" => admin.map(str::to_owned),
+                "WARDEN_READ_TOKEN" => read.map(str::to_owned),
+                _ => None,
+            }
+        };
+        let cases = [
+            (
+                section(None, None),
+                env(Some(" adm"), None),
+                "WARDEN_ADMIN_TOKEN: must not start or end with whitespace",
+            ),
+            (
+                section(None, None),
+                env(Some("adm"), Some("rd\n")),
+                "WARDEN_READ_TOKEN: must not start or end with whitespace",
+            ),
+            (
+                section(None, None),
+                env(Some("   "), None),
+                "WARDEN_ADMIN_TOKEN: must not be empty",
+            ),
+            (
+                section(None, None),
+                env(Some("x"), Some("x")),
+                "WARDEN_READ_TOKEN: must differ from WARDEN_ADMIN_TOKEN",
+            ),
+            (
+                section(None, Some("x")),
+                env(Some("x"), None),
+                "api.read_token: must differ from WARDEN_ADMIN_TOKEN",
+            ),
+            (
+                section(Some("x"), None),
+                env(None, Some("x")),
+                "WARDEN_READ_TOKEN: must differ from api.admin_token",
+            ),
+            (
+                ApiSection {
+                    host_tokens: vec!["h".into()],
+                    ..ApiSection::default()
+                },
+                env(Some("h"), None),
+                "api.host_tokens: each must differ from WARDEN_ADMIN_TOKEN",
+            ),
+            (
+                ApiSection {
+                    host_tokens: vec!["h".into()],
+                    ..ApiSection::default()
+                },
+                env(Some("a"), Some("h")),
+                "api.host_tokens: each must differ from WARDEN_READ_TOKEN",
+            ),
+        ];
+        for (section, env, expected) in cases {
+            let err = ApiConfig::try_resolve(&section, env).unwrap_err();
+            assert_eq!(err.to_string(), expected);
+        }
+        let config = ApiConfig::try_resolve(&section(Some("f"), Some("r")), env(Some("e"), None));
+        assert_eq!(config.unwrap().admin_token.as_deref(), Some("e"));
     }
 }

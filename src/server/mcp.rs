@@ -4,7 +4,7 @@
 //!
 //! One handler, [`WardenMcp`] (an `rmcp` [`ServerHandler`]), serves both transports:
 //!
-//! * **stdio** — `warden mcp --config team.toml` ([`serve_stdio`]): rmcp's service over standard
+//! * **stdio** — `warden mcp --config team.toml` ([`crate::serve::serve_stdio`]): rmcp's service over standard
 //!   input and output. Standard output carries the protocol only; every log line goes to standard
 //!   error. The process owner runs the team, so the session has admin access (`--read-only` drops
 //!   it).
@@ -32,7 +32,7 @@
 //! for protocol faults (a body that is not JSON, not a JSON-RPC message, an unknown method or tool).
 
 use crate::{
-    journal::{EventFates, SqliteJournal},
+    journal::EventFates,
     server::api::{self, access_of, Access, ApiError, ApiState, IDEMPOTENCY_KEY, MAX_WAIT_SECONDS},
 };
 use actix_web::{
@@ -862,60 +862,17 @@ pub enum McpServeError {
     Service(String),
 }
 
-/// `warden mcp`: opens the journal at `db` (as `warden serve` does: its lock, its integrity check,
-/// every agent recorded there restored), spawns the team and serves it as an MCP server over
-/// standard input and output until the client closes standard input; then the agents are shut
-/// down and the journal closed. Nothing but the protocol is written to standard output.
-///
-/// Must run inside an actix `System`.
-///
-/// # Errors
-///
-/// A [`JournalError`](crate::journal::JournalError) when the journal cannot be opened or
-/// recovered, a [`TeamError`](crate::team::TeamError) when the team cannot be spawned, an
-/// [`McpServeError`] when the handshake or the service fails. Boxed: downcast to tell them apart.
-pub async fn serve_stdio(
-    file: crate::team::TeamFile,
-    db: &std::path::Path,
-    access: McpAccess,
-) -> Result<(), Box<dyn std::error::Error>> {
-    // The team is loaded as `serve_team` loads it (journal, recovery, restored agents), without the
-    // HTTP pieces: keep the two in step when either learns a new start-up step.
-    let journal = Arc::new(SqliteJournal::open_with(
-        db,
-        crate::journal::JournalOptions::from(&file.config.journal),
-    )?);
-    let records = journal.recover_records()?;
-    let supervisor = Supervisor::builder(file.config.clone(), journal.clone()).build();
-    let mcp = file.start_mcp().await?;
-    file.spawn_agents_with_mcp(&supervisor, &records, mcp.as_ref())?;
-    eprintln!(
-        "warden: serving {} agents over MCP on standard input/output (journal {}, {} restored{})",
-        supervisor.len(),
-        db.display(),
-        records.len(),
-        if access == McpAccess::Read {
-            ", read-only"
-        } else {
-            ""
-        }
-    );
-    let fates: Arc<dyn EventFates> = journal.clone();
-    let handler = WardenMcp::new(supervisor.clone(), Some(fates), access, MCP_STDIO_OPERATOR);
-    let result = match handler.serve(rmcp::transport::stdio()).await {
+/// Serves `handler` over standard input and output until the client closes standard input
+/// ([`crate::serve::serve_stdio`] starts the team it serves).
+pub(crate) async fn serve_on_stdio(handler: WardenMcp) -> Result<(), McpServeError> {
+    match handler.serve(rmcp::transport::stdio()).await {
         Ok(service) => service
             .waiting()
             .await
             .map(|_| ())
             .map_err(|e| McpServeError::Service(e.to_string())),
         Err(err) => Err(McpServeError::Handshake(err.to_string())),
-    };
-    supervisor.shutdown().await;
-    if let Some(mcp) = mcp {
-        mcp.shutdown().await;
     }
-    journal.close();
-    result.map_err(Into::into)
 }
 
 // ---- streamable HTTP ----

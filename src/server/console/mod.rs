@@ -33,8 +33,7 @@ use actix_web::{
     web, HttpRequest, HttpResponse, ResponseError,
 };
 
-/// How long a console session lasts by default (`api.session_ttl_seconds`): 8 hours, a shift.
-pub const DEFAULT_SESSION_TTL_SECONDS: u64 = 8 * 60 * 60;
+pub use crate::team::api::DEFAULT_SESSION_TTL_SECONDS;
 
 /// The session cookie (HttpOnly) over plain http.
 pub const SESSION_COOKIE: &str = "warden_session";

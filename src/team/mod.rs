@@ -52,10 +52,14 @@
 //! # enabled = true                    # default: on when an endpoint is set
 //! ```
 
-use crate::{
-    server::api::{ApiConfig, ApiSection, ApiSectionError},
-    AgentSpec, Provider, ScriptStep, ScriptedProvider, Supervisor, WardenConfig,
-};
+pub mod api;
+pub(crate) mod cluster;
+pub(crate) mod cluster_error;
+
+pub use api::{ApiSection, ApiSectionError};
+pub use cluster::ClusterSection;
+
+use crate::{AgentSpec, Provider, ScriptStep, ScriptedProvider, Supervisor, WardenConfig};
 use serde::Deserialize;
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use warden_actors::tools::mcp::{ListedTool, McpError, McpHub};
@@ -576,7 +580,7 @@ pub struct TeamFile {
     /// `[a2a_agents.NAME]`: remote A2A agents warden's agents may delegate to (docs/a2a.md).
     pub a2a_agents: BTreeMap<String, crate::a2a_client::A2aAgentConfig>,
     /// `[cluster]`: scale-out on NATS JetStream for `warden serve` (docs/cluster.md).
-    pub cluster: crate::cluster::ClusterSection,
+    pub cluster: ClusterSection,
     /// One limiter per provider name, made by the first [`TeamFile::provider`] call for it and
     /// shared by every later one (and by clones of this file: one team).
     limiters: Arc<parking_lot::Mutex<BTreeMap<String, Arc<ProviderLimiter>>>>,
@@ -705,7 +709,7 @@ struct TeamDoc {
     #[serde(default)]
     a2a_agents: BTreeMap<String, crate::a2a_client::A2aAgentConfig>,
     #[serde(default)]
-    cluster: crate::cluster::ClusterSection,
+    cluster: ClusterSection,
     /// `[workload]`: read by `warden loadtest --config` (`crate::loadtest::workload`), ignored by
     /// `warden run` and `warden serve`.
     #[serde(default)]
@@ -861,11 +865,11 @@ pub fn defaults_toml() -> String {
          \n\
          # A team file for warden run and warden serve adds [providers.NAME] and [[agents]].\n",
         WardenConfig::defaults_toml().trim_end(),
-        crate::server::api::DEFAULT_LISTEN,
-        crate::server::api::DEFAULT_BODY_LIMIT,
-        crate::server::api::DEFAULT_MAX_BATCH_EVENTS,
-        crate::server::console::DEFAULT_SESSION_TTL_SECONDS,
-        crate::server::auth_limit::DEFAULT_AUTH_FAILURES_PER_MINUTE,
+        api::DEFAULT_LISTEN,
+        api::DEFAULT_BODY_LIMIT,
+        api::DEFAULT_MAX_BATCH_EVENTS,
+        api::DEFAULT_SESSION_TTL_SECONDS,
+        api::DEFAULT_AUTH_FAILURES_PER_MINUTE,
     )
 }
 
@@ -1370,18 +1374,6 @@ impl TeamFile {
             }
         }
         Ok(())
-    }
-
-    /// The API settings `warden serve` uses: `[api]`, with `WARDEN_ADMIN_TOKEN` and
-    /// `WARDEN_READ_TOKEN` (when set and not empty) winning over the file's tokens.
-    /// The environment's tokens are validated like the file's ([`ApiConfig::try_resolve`]).
-    ///
-    /// # Errors
-    ///
-    /// [`ApiSectionError`] when a token from the environment is unusable (blank, with
-    /// surrounding whitespace, or a read token equal to the admin token).
-    pub fn api_config(&self) -> Result<ApiConfig, ApiSectionError> {
-        ApiConfig::try_resolve(&self.api, |name| std::env::var(name).ok())
     }
 
     /// Builds the provider `[providers.NAME]` describes. An OpenAI-compatible one bounds each
@@ -2209,13 +2201,12 @@ delegate = false
         assert_eq!(check(&text).unwrap(), Checked::ConfigOnly);
         let file = TeamFile::parse(&text).unwrap();
         assert_eq!(file.config, WardenConfig::default());
-        let api = ApiConfig::resolve(&file.api, |_: &str| None);
-        let default = ApiConfig::resolve(&ApiSection::default(), |_: &str| None);
-        assert_eq!(api.body_limit, default.body_limit);
-        assert_eq!(api.admin_token, None);
+        // The generated values are the defaults (the server's resolution of them: api.rs's tests).
+        assert_eq!(file.api.max_body_bytes, Some(api::DEFAULT_BODY_LIMIT));
+        assert_eq!(file.api.admin_token, None);
         assert_eq!(
             file.api.listen.map(|a| a.to_string()).as_deref(),
-            Some(crate::server::api::DEFAULT_LISTEN)
+            Some(api::DEFAULT_LISTEN)
         );
     }
 
@@ -2469,107 +2460,6 @@ replies = [
         );
         let err = with("listen = \"nowhere\"").unwrap_err().to_string();
         assert!(err.contains(": `api.listen`: "), "{err}");
-    }
-
-    #[test]
-    fn environment_tokens_win_over_the_file() {
-        let section = ApiSection {
-            admin_token: Some("file-admin".into()),
-            read_token: Some("file-read".into()),
-            host_tokens: vec!["file-host".into()],
-            max_batch_events: None,
-            listen: None,
-            max_body_bytes: Some(100),
-            session_ttl_seconds: None,
-            auth_failures_per_minute: None,
-            allowed_origins: Vec::new(),
-        };
-        let env = |admin: Option<&'static str>| {
-            move |name: &str| match name {
-                "WARDEN_ADMIN_TOKEN" => admin.map(str::to_owned),
-                _ => None,
-            }
-        };
-        let config = ApiConfig::resolve(&section, env(Some("env-admin")));
-        assert_eq!(config.admin_token.as_deref(), Some("env-admin"));
-        assert_eq!(config.read_token.as_deref(), Some("file-read"));
-        assert_eq!(config.body_limit, 100);
-        // An empty variable counts as unset.
-        let config = ApiConfig::resolve(&section, env(Some("")));
-        assert_eq!(config.admin_token.as_deref(), Some("file-admin"));
-        let config = ApiConfig::resolve(&ApiSection::default(), env(None));
-        assert_eq!(config.admin_token, None);
-        assert_eq!(config.body_limit, crate::server::api::DEFAULT_BODY_LIMIT);
-    }
-
-    #[test]
-    fn environment_tokens_are_validated_like_the_files() {
-        let section = |admin: Option<&str>, read: Option<&str>| ApiSection {
-            admin_token: admin.map(str::to_owned),
-            read_token: read.map(str::to_owned),
-            ..ApiSection::default()
-        };
-        let env = |admin: Option<&'static str>, read: Option<&'static str>| {
-            move |name: &str| match name {
-                "WARDEN_ADMIN_TOKEN" => admin.map(str::to_owned),
-                "WARDEN_READ_TOKEN" => read.map(str::to_owned),
-                _ => None,
-            }
-        };
-        let cases = [
-            (
-                section(None, None),
-                env(Some(" adm"), None),
-                "WARDEN_ADMIN_TOKEN: must not start or end with whitespace",
-            ),
-            (
-                section(None, None),
-                env(Some("adm"), Some("rd\n")),
-                "WARDEN_READ_TOKEN: must not start or end with whitespace",
-            ),
-            (
-                section(None, None),
-                env(Some("   "), None),
-                "WARDEN_ADMIN_TOKEN: must not be empty",
-            ),
-            (
-                section(None, None),
-                env(Some("x"), Some("x")),
-                "WARDEN_READ_TOKEN: must differ from WARDEN_ADMIN_TOKEN",
-            ),
-            (
-                section(None, Some("x")),
-                env(Some("x"), None),
-                "api.read_token: must differ from WARDEN_ADMIN_TOKEN",
-            ),
-            (
-                section(Some("x"), None),
-                env(None, Some("x")),
-                "WARDEN_READ_TOKEN: must differ from api.admin_token",
-            ),
-            (
-                ApiSection {
-                    host_tokens: vec!["h".into()],
-                    ..ApiSection::default()
-                },
-                env(Some("h"), None),
-                "api.host_tokens: each must differ from WARDEN_ADMIN_TOKEN",
-            ),
-            (
-                ApiSection {
-                    host_tokens: vec!["h".into()],
-                    ..ApiSection::default()
-                },
-                env(Some("a"), Some("h")),
-                "api.host_tokens: each must differ from WARDEN_READ_TOKEN",
-            ),
-        ];
-        for (section, env, expected) in cases {
-            let err = ApiConfig::try_resolve(&section, env).unwrap_err();
-            assert_eq!(err.to_string(), expected);
-        }
-        let config = ApiConfig::try_resolve(&section(Some("f"), Some("r")), env(Some("e"), None));
-        assert_eq!(config.unwrap().admin_token.as_deref(), Some("e"));
     }
 
     /// The provider's settings as the team file gave them (the API key aside).

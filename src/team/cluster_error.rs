@@ -38,7 +38,7 @@ pub enum ClusterError {
 }
 
 impl ClusterError {
-    pub(super) fn js(context: &str, err: impl std::fmt::Display) -> Self {
+    pub(crate) fn js(context: &str, err: impl std::fmt::Display) -> Self {
         ClusterError::JetStream(format!("{context}: {err}"))
     }
 }

@@ -1,11 +1,13 @@
-//! `warden serve`: a team file, the SQLite journal and the API put together — [`serve_team`] — and
-//! the team it runs by default ([`DEFAULT_TEAM`]).
+//! `warden serve`: a team file, the SQLite journal, the cluster when the file has one and the API
+//! put together — [`serve_team`] — and the team it runs by default ([`DEFAULT_TEAM`]). The one
+//! place that knows all of them (the server itself does not know the cluster's implementation:
+//! [`crate::server::cluster::ClusterNode`]).
 
-use super::{
+use crate::journal::SqliteJournal;
+use crate::server::{
     api::{check_listen, listen_on, ApiConfig, ApiState},
     events::EventHub,
 };
-use crate::journal::SqliteJournal;
 use std::{net::SocketAddr, sync::Arc};
 use warden_actors::{ChannelInterventionBus, Supervisor};
 
@@ -49,6 +51,35 @@ provider = "scribe"
 delegate = false
 "#;
 
+/// Why `warden serve` ([`serve_team`]) or `warden mcp` ([`serve_stdio`]) did not start, or stopped
+/// with an error. Each variant is the error of one start-up step, shown as that error (its
+/// `source()` chain is the step's own).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The API's address: refused without an admin token, not bindable, or the HTTP server could
+    /// not start or failed while it ran.
+    #[error(transparent)]
+    Listen(#[from] crate::server::api::ServeError),
+    /// The journal could not be opened (in use by another server, damaged, a newer schema, …) or
+    /// recovered.
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
+    /// A provider could not be built (an unset API key variable), an MCP server of the team file
+    /// could not start, or an agent could not be spawned.
+    #[error(transparent)]
+    Team(#[from] crate::team::TeamError),
+    /// The team file's `[cluster]` could not be joined.
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
+    /// The team file's `[a2a_agents]` could not be reached.
+    #[error(transparent)]
+    A2a(#[from] crate::a2a_client::A2aClientError),
+    /// `warden mcp`: the MCP handshake or service on standard input/output failed.
+    #[error(transparent)]
+    Mcp(crate::server::mcp::McpServeError),
+}
+
 /// `warden serve`: opens the journal at `db` (taking its lock and checking its integrity: see
 /// [`SqliteJournal::open`]), recovers every agent recorded there
 /// ([`crate::journal::SqliteJournal::recover_records`]), spawns the team (restored agents keep their
@@ -63,18 +94,22 @@ delegate = false
 ///
 /// # Errors
 ///
-/// Before anything is served:
-/// * [`ServeError::NoTokenOnPublicAddress`](super::api::ServeError::NoTokenOnPublicAddress) —
-///   `addr` is not loopback and `config` has no admin token (nothing is bound or opened);
-/// * [`ServeError::Bind`](super::api::ServeError::Bind) — `addr` cannot be bound;
-/// * a [`JournalError`](crate::journal::JournalError) — the journal cannot be opened (in use
-///   by another server, damaged, a newer schema, …) or recovered;
-/// * a [`TeamError`](crate::team::TeamError) — a provider cannot be built (an unset API key
-///   variable) or an agent cannot be spawned;
-/// * [`ServeError::Io`](super::api::ServeError::Io) — the HTTP server cannot start.
+/// Before anything is served, [`ServeError`]:
+/// * [`ServeError::Listen`] with
+///   [`NoTokenOnPublicAddress`](crate::server::api::ServeError::NoTokenOnPublicAddress) —
+///   `addr` is not loopback and `config` has no admin token (nothing is bound or opened), or
+///   [`Bind`](crate::server::api::ServeError::Bind) — `addr` cannot be bound;
+/// * [`ServeError::Journal`] — the journal cannot be opened (in use by another server, damaged,
+///   a newer schema, …) or recovered;
+/// * [`ServeError::Team`] — a provider cannot be built (an unset API key variable), an MCP server
+///   cannot start, or an agent cannot be spawned;
+/// * [`ServeError::Cluster`], [`ServeError::A2a`] — `[cluster]` cannot be joined, `[a2a_agents]`
+///   cannot be reached;
+/// * [`ServeError::Listen`] with [`Io`](crate::server::api::ServeError::Io) — the HTTP server
+///   cannot start.
 ///
-/// Later, [`ServeError::Io`](super::api::ServeError::Io) if the HTTP server fails while it runs.
-/// The error is boxed: downcast it to tell them apart.
+/// Later, [`ServeError::Listen`] with [`Io`](crate::server::api::ServeError::Io) if the HTTP
+/// server fails while it runs.
 ///
 /// # Cancel safety
 ///
@@ -93,7 +128,7 @@ delegate = false
 ///
 /// ```
 /// use std::{io::{Read, Write}, time::Duration};
-/// use warden::{server::api::ApiConfig, server::{serve_team, DEFAULT_TEAM}, team::TeamFile};
+/// use warden::{server::api::ApiConfig, serve::{serve_team, DEFAULT_TEAM}, team::TeamFile};
 ///
 /// let db = std::env::temp_dir().join(format!("warden-doc-serve-{}.db", std::process::id()));
 /// # let clean = |db: &std::path::Path| {
@@ -139,7 +174,8 @@ delegate = false
 /// Refused before anything is touched:
 ///
 /// ```
-/// use warden::server::{api::{ApiConfig, ServeError}, serve_team, DEFAULT_TEAM};
+/// use warden::serve::{serve_team, ServeError, DEFAULT_TEAM};
+/// use warden::server::api::{self, ApiConfig};
 ///
 /// let file = warden::team::TeamFile::from_toml(DEFAULT_TEAM)?;
 /// let public = "0.0.0.0:7878".parse()?;
@@ -147,7 +183,10 @@ delegate = false
 /// let err = actix_rt::System::new()
 ///     .block_on(serve_team(file, db, public, ApiConfig::default()))
 ///     .unwrap_err();
-/// assert!(matches!(err.downcast_ref(), Some(ServeError::NoTokenOnPublicAddress(_))));
+/// assert!(matches!(
+///     err,
+///     ServeError::Listen(api::ServeError::NoTokenOnPublicAddress(_))
+/// ));
 /// assert!(!db.exists());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -156,11 +195,11 @@ pub async fn serve_team(
     db: &std::path::Path,
     addr: SocketAddr,
     config: ApiConfig,
-) -> Result<(), Box<dyn std::error::Error>> {
+) -> Result<(), ServeError> {
     check_listen(addr, &config)?;
     // The socket first: a port in use fails before the journal is opened (or created).
-    let listener =
-        std::net::TcpListener::bind(addr).map_err(|e| super::api::ServeError::Bind(addr, e))?;
+    let listener = std::net::TcpListener::bind(addr)
+        .map_err(|e| crate::server::api::ServeError::Bind(addr, e))?;
     let empty = std::fs::metadata(db).is_ok_and(|m| m.len() == 0);
     // Takes the journal's lock (a second server is refused before it touches the file) and checks
     // the file's integrity.
@@ -258,7 +297,7 @@ pub async fn serve_team(
     if let Some(notice) = notice {
         eprintln!("{notice}");
     }
-    server.await?;
+    server.await.map_err(crate::server::api::ServeError::Io)?;
     // A clean stop: the agents first (each actor told to stop: nothing is a crash, a turn in
     // flight counts no error and its event stays pending for the next start), then the cluster
     // leases released (no other node adopts an agent still running here).
@@ -340,4 +379,58 @@ async fn stop_on_signal(hub: EventHub, server: actix_web::dev::ServerHandle) {
         hub.close();
         server.stop(true).await;
     }
+}
+
+/// `warden mcp`: opens the journal at `db` (as `warden serve` does: its lock, its integrity check,
+/// every agent recorded there restored), spawns the team and serves it as an MCP server over
+/// standard input and output until the client closes standard input; then the agents are shut
+/// down and the journal closed. Nothing but the protocol is written to standard output.
+///
+/// Must run inside an actix `System`.
+///
+/// # Errors
+///
+/// [`ServeError::Journal`] when the journal cannot be opened or recovered, [`ServeError::Team`]
+/// when the team cannot be spawned, [`ServeError::Mcp`] when the handshake or the service fails.
+pub async fn serve_stdio(
+    file: crate::team::TeamFile,
+    db: &std::path::Path,
+    access: crate::server::mcp::McpAccess,
+) -> Result<(), ServeError> {
+    // The team is loaded as `serve_team` loads it (journal, recovery, restored agents), without the
+    // HTTP pieces: keep the two in step when either learns a new start-up step (issue 35: one
+    // start-up shared by both is left to do).
+    let journal = Arc::new(SqliteJournal::open_with(
+        db,
+        crate::journal::JournalOptions::from(&file.config.journal),
+    )?);
+    let records = journal.recover_records()?;
+    let supervisor = Supervisor::builder(file.config.clone(), journal.clone()).build();
+    let mcp = file.start_mcp().await?;
+    file.spawn_agents_with_mcp(&supervisor, &records, mcp.as_ref())?;
+    eprintln!(
+        "warden: serving {} agents over MCP on standard input/output (journal {}, {} restored{})",
+        supervisor.len(),
+        db.display(),
+        records.len(),
+        if access == crate::server::mcp::McpAccess::Read {
+            ", read-only"
+        } else {
+            ""
+        }
+    );
+    let fates: Arc<dyn crate::journal::EventFates> = journal.clone();
+    let handler = crate::server::mcp::WardenMcp::new(
+        supervisor.clone(),
+        Some(fates),
+        access,
+        crate::server::mcp::MCP_STDIO_OPERATOR,
+    );
+    let result = crate::server::mcp::serve_on_stdio(handler).await;
+    supervisor.shutdown().await;
+    if let Some(mcp) = mcp {
+        mcp.shutdown().await;
+    }
+    journal.close();
+    result.map_err(ServeError::Mcp)
 }
