@@ -17,8 +17,9 @@
 //!
 //! Features: without the defaults this is the runtime alone (supervisor, agents, safety, the
 //! scripted provider, `MemoryJournal`); `openai`, `sqlite`, `server` and `cli` (the default) add
-//! the OpenAI-compatible provider, `SqliteJournal`, the HTTP server and the binary's pieces; `otel`
-//! (brought by `server`) adds the OpenTelemetry export ([`telemetry`], docs/telemetry.md).
+//! the OpenAI-compatible provider, `SqliteJournal`, the HTTP server and the binary's pieces;
+//! `mcp-server` the MCP server (`/mcp`, `warden mcp`), `cluster` the NATS cluster ([`cluster`]);
+//! `otel` (brought by `server`) adds the OpenTelemetry export ([`telemetry`], docs/telemetry.md).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -39,13 +40,18 @@
 
 #[cfg(feature = "server")]
 pub mod a2a_client;
+// The binary's internals (its commands, client and load tester), public only because `main.rs`
+// is another crate: not part of the library's semver surface, hence hidden from its docs.
 #[cfg(feature = "cli")]
+#[doc(hidden)]
 pub mod cli;
-#[cfg(feature = "server")]
+#[cfg(feature = "cluster")]
 pub mod cluster;
 #[cfg(feature = "sqlite")]
 pub mod journal;
+// The binary's `warden loadtest` (see `cli` above): hidden, not semver surface.
 #[cfg(feature = "cli")]
+#[doc(hidden)]
 pub mod loadtest;
 #[cfg(feature = "server")]
 pub mod serve;

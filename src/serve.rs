@@ -71,11 +71,12 @@ pub enum ServeError {
     Team(#[from] crate::team::TeamError),
     /// The team file's `[cluster]` could not be joined.
     #[error(transparent)]
-    Cluster(#[from] crate::cluster::ClusterError),
+    Cluster(#[from] crate::team::ClusterError),
     /// The team file's `[a2a_agents]` could not be reached.
     #[error(transparent)]
     A2a(#[from] crate::a2a_client::A2aClientError),
     /// `warden mcp`: the MCP handshake or service on standard input/output failed.
+    #[cfg(feature = "mcp-server")]
     #[error(transparent)]
     Mcp(crate::server::mcp::McpServeError),
 }
@@ -229,11 +230,17 @@ pub async fn serve_team(
         Supervisor::builder(file.config.clone(), Arc::new(hub.journal(journal.clone())))
             .intervention_bus(Arc::new(hub.intervention_bus(bus.clone())))
             .build();
-    let mut file = file;
-    let whole = file.clone();
     // `[cluster]`: only the agents whose lease this node holds are started; a halted cluster
     // halts them before anything is served (docs/cluster.md).
-    let cluster = crate::cluster::join_for(&mut file, &supervisor).await?;
+    #[cfg(feature = "cluster")]
+    let (file, whole, cluster) = {
+        let mut file = file;
+        let whole = file.clone();
+        let cluster = crate::cluster::join_for(&mut file, &supervisor).await?;
+        (file, whole, cluster)
+    };
+    #[cfg(not(feature = "cluster"))]
+    refuse_cluster(&file)?;
     // The stdio MCP servers' process groups, next to the journal: a killed warden's are ended here.
     let mut groups = db.as_os_str().to_owned();
     groups.push(".mcp-groups");
@@ -265,6 +272,7 @@ pub async fn serve_team(
             }
         });
     }
+    #[cfg(feature = "cluster")]
     if let Some(cluster) = &cluster {
         // The agents another node owns now: adopted if that node's lease on them goes.
         cluster.keep_for_adoption(&whole, &records, mcp.clone());
@@ -275,6 +283,7 @@ pub async fn serve_team(
         .with_bus(bus)
         .with_events(hub.clone())
         .with_journal(journal.clone());
+    #[cfg(feature = "cluster")]
     let state = match cluster.clone() {
         Some(cluster) => state.with_cluster(cluster),
         None => state,
@@ -302,6 +311,7 @@ pub async fn serve_team(
     // flight counts no error and its event stays pending for the next start), then the cluster
     // leases released (no other node adopts an agent still running here).
     supervisor.shutdown().await;
+    #[cfg(feature = "cluster")]
     if let Some(cluster) = cluster {
         cluster.leave().await;
     }
@@ -392,6 +402,7 @@ async fn stop_on_signal(hub: EventHub, server: actix_web::dev::ServerHandle) {
 ///
 /// [`ServeError::Journal`] when the journal cannot be opened or recovered, [`ServeError::Team`]
 /// when the team cannot be spawned, [`ServeError::Mcp`] when the handshake or the service fails.
+#[cfg(feature = "mcp-server")]
 pub async fn serve_stdio(
     file: crate::team::TeamFile,
     db: &std::path::Path,
@@ -433,4 +444,18 @@ pub async fn serve_stdio(
     }
     journal.close();
     result.map_err(ServeError::Mcp)
+}
+
+/// Without the `cluster` feature: a team file whose `[cluster]` is set (a URL and a node name) is
+/// refused, not served as a single node.
+#[cfg(not(feature = "cluster"))]
+fn refuse_cluster(file: &crate::team::TeamFile) -> Result<(), crate::team::ClusterError> {
+    match file.cluster.resolve()? {
+        None => Ok(()),
+        Some(config) => Err(crate::team::ClusterError::Invalid {
+            key: "cluster",
+            value: format!("node {} at {}", config.node, config.shown_url()),
+            allowed: "no [cluster] section: this warden was built without the `cluster` feature",
+        }),
+    }
 }

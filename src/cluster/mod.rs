@@ -535,6 +535,13 @@ pub(crate) fn kv_key(prefix: &str, name: &str) -> String {
     key
 }
 
+impl ClusterError {
+    /// JetStream's errors, with what was being done.
+    fn js(context: &str, err: impl std::fmt::Display) -> Self {
+        ClusterError::JetStream(format!("{context}: {err}"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

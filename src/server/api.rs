@@ -235,7 +235,8 @@ pub struct ApiState {
     pub fates: Option<Arc<dyn EventFates>>,
     /// What the API measures itself (halt latency).
     pub metrics: Arc<ApiMetrics>,
-    /// The open sessions of `/mcp` (the MCP server, [`crate::server::mcp`]).
+    /// The open sessions of `/mcp` (the MCP server, [`crate::server::mcp`]; feature `mcp-server`).
+    #[cfg(feature = "mcp-server")]
     pub mcp: Arc<crate::server::mcp::McpSessions>,
     /// The browser console's logged-in sessions ([`crate::server::console`]).
     pub console: Arc<crate::server::console::Sessions>,
@@ -270,6 +271,7 @@ impl ApiState {
             journal: None,
             fates: None,
             metrics: Arc::default(),
+            #[cfg(feature = "mcp-server")]
             mcp: Arc::default(),
             console: Arc::new(crate::server::console::Sessions::new(config.session_ttl())),
             auth_failures: Arc::new(super::auth_limit::AuthFailures::new(
@@ -782,6 +784,7 @@ pub fn configure(state: ApiState) -> impl FnOnce(&mut web::ServiceConfig) {
         register(cfg);
         // `/mcp` is a protocol endpoint, not a REST route: it answers JSON-RPC, serves the read
         // token too on POST, and takes three methods; it is not in `ROUTES` nor `openapi.json`.
+        #[cfg(feature = "mcp-server")]
         crate::server::mcp::configure(cfg);
         // A2A (`/.well-known/agent-card.json`, `/a2a`): a protocol endpoint too, like `/mcp`.
         crate::server::a2a::configure(cfg);

@@ -10,6 +10,7 @@ pub mod auth_limit;
 pub mod cluster;
 pub mod console;
 pub mod events;
+#[cfg(feature = "mcp-server")]
 pub mod mcp;
 pub mod metrics;
 pub mod replies;

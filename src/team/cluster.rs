@@ -183,12 +183,14 @@ impl ClusterConfig {
     /// The credentials the URL carries (`nats://USER:PASSWORD@HOST:PORT`, or `nats://TOKEN@…`),
     /// from its first server that has any: `(user or token, password)`. async-nats 0.51 does not
     /// take them from the URL itself.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) fn credentials(&self) -> Option<(String, Option<String>)> {
         credentials(&self.url)
     }
 }
 
 /// See [`ClusterConfig::credentials`].
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
 fn credentials(url: &str) -> Option<(String, Option<String>)> {
     url.split(',').find_map(|one| {
         let rest = strip_scheme(one.trim())?.1;

@@ -53,11 +53,12 @@
 //! ```
 
 pub mod api;
-pub(crate) mod cluster;
-pub(crate) mod cluster_error;
+pub mod cluster;
+pub mod cluster_error;
 
 pub use api::{ApiSection, ApiSectionError};
 pub use cluster::ClusterSection;
+pub use cluster_error::ClusterError;
 
 use crate::{AgentSpec, Provider, ScriptStep, ScriptedProvider, Supervisor, WardenConfig};
 use serde::Deserialize;
