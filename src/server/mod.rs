@@ -13,5 +13,7 @@ pub mod events;
 #[cfg(feature = "mcp-server")]
 pub mod mcp;
 pub mod metrics;
-pub mod replies;
+pub(crate) mod routes;
 mod sse;
+
+pub use routes::replies;
