@@ -19,7 +19,7 @@
 //! scripted provider, `MemoryJournal`); `openai`, `sqlite`, `server` and `cli` (the default) add
 //! the OpenAI-compatible provider, `SqliteJournal`, the HTTP server and the binary's pieces;
 //! `mcp-server` the MCP server (`/mcp`, `warden mcp`), `cluster` the NATS cluster ([`cluster`]);
-//! `otel` (brought by `server`) adds the OpenTelemetry export ([`telemetry`], docs/telemetry.md).
+//! `otel` adds the OpenTelemetry export ([`telemetry`], docs/telemetry.md).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -66,7 +66,9 @@ pub mod fuzzing {
 }
 #[cfg(feature = "server")]
 pub mod team;
-#[cfg(feature = "otel")]
+// The `[telemetry]` settings, the export counters and the request spans are read by the server
+// with or without `otel`; the exporter itself is behind `otel`.
+#[cfg(any(feature = "otel", feature = "server"))]
 pub mod telemetry;
 
 #[cfg(feature = "sqlite")]
