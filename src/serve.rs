@@ -201,29 +201,7 @@ pub async fn serve_team(
     // The socket first: a port in use fails before the journal is opened (or created).
     let listener = std::net::TcpListener::bind(addr)
         .map_err(|e| crate::server::api::ServeError::Bind(addr, e))?;
-    let empty = std::fs::metadata(db).is_ok_and(|m| m.len() == 0);
-    // Takes the journal's lock (a second server is refused before it touches the file) and checks
-    // the file's integrity.
-    let journal = Arc::new(SqliteJournal::open_with(
-        db,
-        crate::journal::JournalOptions::from(&file.config.journal),
-    )?);
-    if empty {
-        eprintln!(
-            "warden: journal {} was an empty file (0 bytes): starting a fresh journal",
-            db.display()
-        );
-    }
-    let records = journal.recover_records()?;
-    let unknown = agents_not_in_team(&file, &records);
-    if !unknown.is_empty() {
-        eprintln!(
-            "warden: warning: journal {} holds agents the team file does not define: {} (they are \
-             not started; their events stay in the journal)",
-            db.display(),
-            unknown.join(", ")
-        );
-    }
+    let (journal, records) = open_journal(&file, db)?;
     let hub = EventHub::default().with_log(journal.clone());
     let bus = Arc::new(ChannelInterventionBus::new());
     let supervisor =
@@ -241,37 +219,7 @@ pub async fn serve_team(
     };
     #[cfg(not(feature = "cluster"))]
     refuse_cluster(&file)?;
-    // The stdio MCP servers' process groups, next to the journal: a killed warden's are ended here.
-    let mut groups = db.as_os_str().to_owned();
-    groups.push(".mcp-groups");
-    let mcp = file
-        .start_mcp_recorded(std::path::Path::new(&groups))
-        .await?
-        .map(Arc::new);
-    // `[a2a_agents]`: set before the agents are spawned (the `delegate` tool lists them).
-    let a2a = !file.a2a_agents.is_empty();
-    let outstanding: Vec<_> = records
-        .iter()
-        .flat_map(|r| r.a2a_tasks().iter().map(|t| (r.key.clone(), t.clone())))
-        .collect();
-    if a2a {
-        let clients = crate::a2a_client::A2aClients::connect(&file.a2a_agents).await?;
-        supervisor.set_a2a_peers(Arc::new(clients));
-    }
-    file.spawn_agents_with_mcp(&supervisor, &records, mcp.as_deref())?;
-    if !outstanding.is_empty() {
-        // Remote tasks a crash left outstanding: settled (canceled, or read if they ended), never
-        // sent again (docs/a2a.md, "After a crash").
-        let supervisor = supervisor.clone();
-        actix_rt::spawn(async move {
-            let settled = supervisor.settle_a2a_tasks(outstanding).await;
-            if settled > 0 {
-                eprintln!(
-                    "warden: settled {settled} remote A2A task(s) a previous run left outstanding"
-                );
-            }
-        });
-    }
+    let mcp = spawn_team(&file, db, &supervisor, &records).await?;
     #[cfg(feature = "cluster")]
     if let Some(cluster) = &cluster {
         // The agents another node owns now: adopted if that node's lease on them goes.
@@ -346,6 +294,78 @@ pub(super) fn token_notice(config: &ApiConfig) -> Option<&'static str> {
     }
 }
 
+/// The journal `warden serve` and `warden mcp` open: its lock taken (a second server is refused
+/// before it touches the file) and its integrity checked, then every agent recorded there
+/// recovered. Says so on standard error when the file was empty, and warns of recorded agents the
+/// team file does not define.
+fn open_journal(
+    file: &crate::team::TeamFile,
+    db: &std::path::Path,
+) -> Result<(Arc<SqliteJournal>, Vec<warden_protocols::AgentRecord>), ServeError> {
+    let empty = std::fs::metadata(db).is_ok_and(|m| m.len() == 0);
+    let journal = Arc::new(SqliteJournal::open_with(
+        db,
+        crate::journal::JournalOptions::from(&file.config.journal),
+    )?);
+    if empty {
+        eprintln!(
+            "warden: journal {} was an empty file (0 bytes): starting a fresh journal",
+            db.display()
+        );
+    }
+    let records = journal.recover_records()?;
+    let unknown = agents_not_in_team(file, &records);
+    if !unknown.is_empty() {
+        eprintln!(
+            "warden: warning: journal {} holds agents the team file does not define: {} (they are \
+             not started; their events stay in the journal)",
+            db.display(),
+            unknown.join(", ")
+        );
+    }
+    Ok((journal, records))
+}
+
+/// The team's start on `supervisor`, shared by `warden serve` and `warden mcp`: the MCP servers
+/// (their process groups recorded next to the journal: a killed warden's are ended here), the
+/// `[a2a_agents]` (set before the agents are spawned: the `delegate` tool lists them), the agents
+/// (restored from `records`), then the remote A2A tasks a crash left outstanding settled in the
+/// background (canceled, or read if they ended; never sent again: docs/a2a.md, "After a crash").
+async fn spawn_team(
+    file: &crate::team::TeamFile,
+    db: &std::path::Path,
+    supervisor: &Supervisor,
+    records: &[warden_protocols::AgentRecord],
+) -> Result<Option<Arc<warden_actors::tools::mcp::McpHub>>, ServeError> {
+    let mut groups = db.as_os_str().to_owned();
+    groups.push(".mcp-groups");
+    let mcp = file
+        .start_mcp_recorded(std::path::Path::new(&groups))
+        .await?
+        .map(Arc::new);
+    let outstanding: Vec<_> = records
+        .iter()
+        .flat_map(|r| r.a2a_tasks().iter().map(|t| (r.key.clone(), t.clone())))
+        .collect();
+    if !file.a2a_agents.is_empty() {
+        let clients = crate::a2a_client::A2aClients::connect(&file.a2a_agents).await?;
+        supervisor.set_a2a_peers(Arc::new(clients));
+    }
+    file.spawn_agents_with_mcp(supervisor, records, mcp.as_deref())?;
+    if !outstanding.is_empty() {
+        let supervisor = supervisor.clone();
+        actix_rt::spawn(async move {
+            let settled = supervisor.settle_a2a_tasks(outstanding).await;
+            if settled > 0 {
+                eprintln!(
+                    "warden: settled {settled} remote A2A task(s) a previous run left outstanding"
+                );
+            }
+        });
+    }
+    Ok(mcp)
+}
+
 /// The keys of agents recorded in the journal that the team file does not define, sorted.
 fn agents_not_in_team(
     file: &crate::team::TeamFile,
@@ -400,25 +420,30 @@ async fn stop_on_signal(hub: EventHub, server: actix_web::dev::ServerHandle) {
 ///
 /// # Errors
 ///
+/// [`ServeError::Cluster`] for a team file with `[cluster]` (`warden mcp` joins no cluster),
 /// [`ServeError::Journal`] when the journal cannot be opened or recovered, [`ServeError::Team`]
-/// when the team cannot be spawned, [`ServeError::Mcp`] when the handshake or the service fails.
+/// when the team cannot be spawned, [`ServeError::A2a`] when `[a2a_agents]` cannot be reached,
+/// [`ServeError::Mcp`] when the handshake or the service fails.
 #[cfg(feature = "mcp-server")]
 pub async fn serve_stdio(
     file: crate::team::TeamFile,
     db: &std::path::Path,
     access: crate::server::mcp::McpAccess,
 ) -> Result<(), ServeError> {
-    // The team is loaded as `serve_team` loads it (journal, recovery, restored agents), without the
-    // HTTP pieces: keep the two in step when either learns a new start-up step (issue 35: one
-    // start-up shared by both is left to do).
-    let journal = Arc::new(SqliteJournal::open_with(
-        db,
-        crate::journal::JournalOptions::from(&file.config.journal),
-    )?);
-    let records = journal.recover_records()?;
+    // The team is started as `serve_team` starts it (the same two steps), without the HTTP pieces:
+    // no event stream, no intervention bus (an ask is refused on its own), and no cluster — an
+    // agent runs on the node that holds its lease, and `warden mcp` holds none.
+    if let Some(config) = file.cluster.resolve()? {
+        return Err(ServeError::Cluster(crate::team::ClusterError::Invalid {
+            key: "cluster",
+            value: format!("node {} at {}", config.node, config.shown_url()),
+            allowed: "no [cluster] section for warden mcp (it joins no cluster): serve the team \
+                      with warden serve and use its /mcp",
+        }));
+    }
+    let (journal, records) = open_journal(&file, db)?;
     let supervisor = Supervisor::builder(file.config.clone(), journal.clone()).build();
-    let mcp = file.start_mcp().await?;
-    file.spawn_agents_with_mcp(&supervisor, &records, mcp.as_ref())?;
+    let mcp = spawn_team(&file, db, &supervisor, &records).await?;
     eprintln!(
         "warden: serving {} agents over MCP on standard input/output (journal {}, {} restored{})",
         supervisor.len(),
