@@ -3039,8 +3039,18 @@ async fn on_a_cluster_node_the_routes_ask_the_cluster_and_only_the_admin_lifts()
         assert_eq!(got.as_u16(), status, "{token:?}");
     }
     assert_eq!(cluster.asked(), Vec::<String>::new());
+    let doc: Value = serde_json::from_str(api::OPENAPI).unwrap();
+    let documented = |path: &str, method: &str, status: StatusCode, body: &Value| {
+        let op = &doc["paths"][path][method]["responses"][status.as_str()];
+        assert!(op.is_object(), "{method} {path} {status} is not documented");
+        let schema = &op["content"]["application/json"]["schema"];
+        if let Err(err) = conforms(&doc, schema, body, "body") {
+            panic!("{method} {path} {status} on a cluster node: {err}\n{body}");
+        }
+    };
     let (status, body) = call!(app, post("/api/halt", Some(HOST), None));
     assert_eq!((status, &body["epoch"]), (StatusCode::OK, &json!(7)));
+    documented("/api/halt", "post", status, &body);
     assert_eq!(cluster.asked(), ["halt by api:host"]);
     let (status, _) = call!(app, post("/api/halt", Some(ADMIN), None));
     assert_eq!(status, StatusCode::OK);
@@ -3054,6 +3064,7 @@ async fn on_a_cluster_node_the_routes_ask_the_cluster_and_only_the_admin_lifts()
     let body = json!({"reason": "fixed"});
     let (status, got) = call!(app, post("/api/resume", Some(ADMIN), Some(body)));
     assert_eq!((status, &got["epoch"]), (StatusCode::OK, &json!(8)));
+    documented("/api/resume", "post", status, &got);
     assert_eq!(cluster.asked(), ["lift by api:admin: fixed"]);
     // A lockout is lifted through the cluster, by the admin token only.
     for route in ["unlock", "emergency/clear", "history/reset"] {
@@ -3073,6 +3084,7 @@ async fn on_a_cluster_node_the_routes_ask_the_cluster_and_only_the_admin_lifts()
     // Another node's agent is halted there; this node's has its lease rewritten.
     let (status, body) = call!(app, post("/api/agents/far/halt", Some(HOST), None));
     assert_eq!((status, &body["node"]), (StatusCode::OK, &json!("n2")));
+    documented("/api/agents/{key}/halt", "post", status, &body);
     assert_eq!(cluster.asked(), ["halt far on n2 by api:host"]);
     let (status, _) = call!(app, post("/api/agents/locked/halt", Some(ADMIN), None));
     assert_eq!(status, StatusCode::OK);
@@ -3080,9 +3092,13 @@ async fn on_a_cluster_node_the_routes_ask_the_cluster_and_only_the_admin_lifts()
     // A resume of another node's agent is refused here.
     let (status, body) = call!(app, post("/api/agents/far/resume", Some(ADMIN), None));
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    documented("/api/agents/{key}/resume", "post", status, &body);
+    let (status, body) = call!(app, get("/api/agents", Some(READ)));
+    assert_eq!(body[0]["node"], "n1");
+    documented("/api/agents", "get", status, &body);
     // The cluster's own route and its metrics.
     let (status, body) = call!(app, get("/api/cluster", Some(READ)));
-    assert_eq!((status, body), (StatusCode::OK, json!({"node": "n1"})));
+    assert_eq!((status, &body), (StatusCode::OK, &json!({"node": "n1"})));
     let resp = test::call_service(&app, get("/metrics", Some(READ)).to_request()).await;
     let text = String::from_utf8(test::read_body(resp).await.to_vec()).unwrap();
     assert!(text.contains("warden_cluster_fake 1"), "{text}");
