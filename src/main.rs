@@ -839,7 +839,7 @@ fn command(cli: Cli) -> ExitCode {
                         return ExitCode::FAILURE;
                     }
                 },
-                None => warden::server::DEFAULT_TEAM.to_owned(),
+                None => warden::serve::DEFAULT_TEAM.to_owned(),
             };
             // Validated as `warden config check` validates it: nothing is spawned from a bad file.
             let mut file = match warden::team::TeamFile::from_toml(&text) {
@@ -870,7 +870,7 @@ fn command(cli: Cli) -> ExitCode {
                 .or(file.api.listen)
                 .unwrap_or(std::net::SocketAddr::from(([127, 0, 0, 1], 7878)));
             let result = actix_rt::System::new()
-                .block_on(async move { warden::server::serve_team(file, &db, listen, api).await });
+                .block_on(async move { warden::serve::serve_team(file, &db, listen, api).await });
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {
@@ -894,7 +894,7 @@ fn command(cli: Cli) -> ExitCode {
                 warden::server::mcp::McpAccess::Admin
             };
             let result = actix_rt::System::new()
-                .block_on(async move { warden::server::mcp::serve_stdio(file, &db, access).await });
+                .block_on(async move { warden::serve::serve_stdio(file, &db, access).await });
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {

@@ -121,8 +121,11 @@ impl Supervisor {
         }
         // In order, a bounded number at once (`join_all` is quadratic over a large fleet: see
         // `Supervisor::shutdown`).
+        // (The futures are collected first: a stream over a borrowing closure would make this
+        // future's type too general for the callers that box it.)
+        let resumes: Vec<_> = resuming.iter().map(|(_, h)| h.resume(operator)).collect();
         let results: Vec<_> = futures::StreamExt::collect(futures::StreamExt::buffered(
-            futures::stream::iter(resuming.iter().map(|(_, h)| h.resume(operator))),
+            futures::stream::iter(resumes),
             super::IN_FLIGHT,
         ))
         .await;
