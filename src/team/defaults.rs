@@ -65,6 +65,7 @@ pub fn provider_defaults_toml() -> String {
 # retry_base_ms = {base}                  # backoff before the 2nd attempt, x2 per attempt, 50-100 % jitter; 0 to 600000
 # retry_cap_ms = {cap}                  # upper bound of that backoff; retry_base_ms to 600000
 # retry_after_cap_ms = {after_cap}            # upper bound of a server's Retry-After (seconds or HTTP date); 0 to 3600000
+# max_response_bytes = 16777216         # an answer's body (completion, stream, embeddings) past this fails as malformed; 1024 to 1073741824
 # max_concurrency = 0                   # shared: calls in flight at once, streaming included; 0 (no cap) to 10000
 # requests_per_minute = 0               # shared: requests started a minute, retries included; 0 (no limit) to 1000000
 # tokens_per_minute = 0                 # shared: prompt estimate + max_tokens, corrected by usage; 0 (no limit) to 1000000000

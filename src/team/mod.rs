@@ -15,6 +15,7 @@
 //! retry_base_ms = 1000                # backoff before the 2nd attempt, doubling (0 to 600000)
 //! retry_cap_ms = 10000                # the backoff's upper bound (retry_base_ms to 600000)
 //! retry_after_cap_ms = 60000          # upper bound of a server's Retry-After (0 to 3600000)
+//! max_response_bytes = 16777216       # an answer's body past this fails as malformed (1024 to 1073741824)
 //! max_concurrency = 8                 # calls in flight at once, shared by the provider's agents
 //! requests_per_minute = 500           # shared (0 or unset: unlimited; so for tokens_per_minute)
 //! tokens_per_minute = 200000          # shared; estimated before a call, corrected by its usage
@@ -129,6 +130,11 @@ pub enum ProviderSpec {
         /// date), 0 to 3600000. Default 60000.
         #[serde(default = "default_retry_after_cap_ms")]
         retry_after_cap_ms: u64,
+        /// The ceiling in bytes of an answer's body (a completion, a stream's whole body,
+        /// embeddings): past it the call fails as malformed and nothing more is read; 1024 to
+        /// 1073741824. Default 16777216 (16 MiB).
+        #[serde(default = "default_max_response_bytes")]
+        max_response_bytes: u64,
         /// Calls in flight at once, shared by every agent of this provider (0: no cap), 0 to
         /// 10000. Default 0.
         #[serde(default)]
@@ -205,6 +211,10 @@ fn default_retry_after_cap_ms() -> u64 {
     millis(RetryPolicy::default().retry_after_cap)
 }
 
+fn default_max_response_bytes() -> u64 {
+    warden_actors::DEFAULT_MAX_RESPONSE_BYTES as u64
+}
+
 impl ProviderSpec {
     /// The limits shared by every agent of this provider (`max_concurrency`,
     /// `requests_per_minute`, `tokens_per_minute`; 0: unlimited).
@@ -244,6 +254,7 @@ impl ProviderSpec {
             retry_cap_ms,
             retry_after_cap_ms,
             embedding_model,
+            max_response_bytes,
             ..
         } = self
         else {
@@ -251,6 +262,7 @@ impl ProviderSpec {
         };
         Some(OpenAiConfig {
             embedding_model: embedding_model.clone(),
+            max_response_bytes: usize::try_from(*max_response_bytes).unwrap_or(usize::MAX),
             tool_format: *tool_format,
             stream: *stream,
             max_tokens: *max_tokens,
@@ -679,7 +691,7 @@ delegate = false
             "invalid config: line 5, column 1: `providers.local`: unknown field `modle`, expected \
              one of `base_url`, `model`, `api_key_env`, `tool_format`, `stream`, `max_tokens`, \
              `temperature`, `embedding_model`, `retry_attempts`, `retry_base_ms`, `retry_cap_ms`, \
-             `retry_after_cap_ms`, `max_concurrency`, `requests_per_minute`, \
+             `retry_after_cap_ms`, `max_response_bytes`, `max_concurrency`, `requests_per_minute`, \
              `tokens_per_minute`\n\
              5 | [providers.local]\n  \
                | ^^^^^^^^^^^^^^^^^"
@@ -1347,7 +1359,7 @@ replies = [
             "tool_format = \"json_fallback\"",
             "tool_format = \"json_fallback\"\nretry_attempts = 2\nretry_base_ms = 250\n\
              retry_cap_ms = 4000\nretry_after_cap_ms = 5000\nstream = true\nmax_tokens = 512\n\
-             temperature = 0.5",
+             temperature = 0.5\nmax_response_bytes = 65536",
         );
         let team = TeamFile::from_toml(&text).unwrap();
         let config = openai_config(&team, "local");
@@ -1366,9 +1378,14 @@ replies = [
             (config.max_tokens, config.temperature),
             (Some(512), Some(0.5))
         );
+        assert_eq!(config.max_response_bytes, 65536);
         // Nothing given: the provider's own defaults.
         let team = TeamFile::from_toml(FILE).unwrap();
         assert_eq!(openai_config(&team, "local").retry, RetryPolicy::default());
+        assert_eq!(
+            openai_config(&team, "local").max_response_bytes,
+            warden_actors::DEFAULT_MAX_RESPONSE_BYTES
+        );
     }
 
     #[test]
@@ -1420,6 +1437,14 @@ replies = [
             (
                 "retry_after_cap_ms = 3600001",
                 "invalid value for `providers.local.retry_after_cap_ms`: 3600001 (allowed: 0 to 3600000)",
+            ),
+            (
+                "max_response_bytes = 1023",
+                "invalid value for `providers.local.max_response_bytes`: 1023 (allowed: 1024 to 1073741824)",
+            ),
+            (
+                "max_response_bytes = \"16MiB\"",
+                "invalid value for `providers.local.max_response_bytes`: \"16MiB\" (allowed: 1024 to 1073741824)",
             ),
             (
                 "max_concurrency = 10001",
@@ -1531,6 +1556,7 @@ replies = [
             "retry_base_ms",
             "retry_cap_ms",
             "retry_after_cap_ms",
+            "max_response_bytes",
             "max_concurrency",
             "requests_per_minute",
             "tokens_per_minute",

@@ -451,6 +451,12 @@ pub(super) fn validate_providers(providers: &toml::Value) -> Result<(), TeamErro
             format!("the value of providers.{name}.retry_base_ms ({base}) to 600000"),
         )?;
         check("retry_after_cap_ms", 0, 3_600_000, "0 to 3600000".into())?;
+        check(
+            "max_response_bytes",
+            1024,
+            1 << 30,
+            "1024 to 1073741824".into(),
+        )?;
     }
     Ok(())
 }
