@@ -1,6 +1,6 @@
 //! The server's side of a cluster (`warden serve` with `[cluster]`, docs/cluster.md): what the
 //! API, the console and `/mcp` need from this node's cluster ([`ClusterNode`], a trait object in
-//! [`ApiState::cluster`]: the server compiles without NATS; `crate::cluster::Cluster` implements it),
+//! [`ApiState::cluster`](super::api::ApiState::cluster): the server compiles without NATS; `crate::cluster::Cluster` implements it),
 //! the types its halts and lifts answer with, and how the routes answer on a cluster node.
 //!
 //! No route is registered here: each route of the API's one route table ([`super::api::ROUTES`])
