@@ -12,6 +12,7 @@ use super::{
     SentAck, Signal, TaskError, TaskReply, Work,
 };
 use crate::mailbox::{Envelope, Wake};
+use crate::supervisor::Activator;
 use actix::{
     Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, SpawnHandle,
     WrapFuture,
@@ -36,8 +37,14 @@ pub(crate) struct AgentActor {
     /// A look at queued work is scheduled (the journal was degraded).
     recheck: bool,
     generation: u64,
-    /// Set only by a deliberate [`Shutdown`]; any other end of the actor is a crash.
+    /// Set only by a deliberate [`Shutdown`] or by passivation; any other end of the actor is a
+    /// crash.
     clean_stop: bool,
+    /// With `supervisor.passivate_after_seconds`: what takes this actor's place in the mailbox when
+    /// it has been idle that long (see [`AgentActor::check_idle`]).
+    passivation: Option<Activator>,
+    /// It read or ran something since the last idle check.
+    worked: bool,
 }
 
 /// The mailbox wakes its agent through the actor's address, which the mailbox holds (the one copy:
@@ -56,17 +63,51 @@ impl Message for Shutdown {
 }
 
 impl AgentActor {
-    pub(crate) fn new(cell: Arc<AgentCell>, generation: u64) -> Self {
+    pub(crate) fn new(
+        cell: Arc<AgentCell>,
+        generation: u64,
+        passivation: Option<Activator>,
+    ) -> Self {
         AgentActor {
             cell,
             turn: None,
             recheck: false,
             generation,
             clean_stop: false,
+            passivation,
+            worked: true,
         }
     }
 
+    /// Every `passivate_after`: an actor that did nothing since the last look, runs no turn and
+    /// waits for no timer, with no delegation running and an empty mailbox, stops and leaves the
+    /// mailbox its [`Activator`] (the agent is *passive*; its cell stays in the registry, and the
+    /// next message starts a new actor on the same arbiter). The mailbox decides the last part
+    /// under its waker lock ([`crate::mailbox::PriorityMailbox::passivate`]), so a message sent
+    /// meanwhile either keeps this actor or starts the next. An agent passivates between one and
+    /// two periods after its last work.
+    fn check_idle(&mut self, ctx: &mut Context<Self>) {
+        let Some(activator) = &self.passivation else {
+            return;
+        };
+        let idle = !self.worked
+            && self.turn.is_none()
+            && !self.recheck
+            && self.cell.active_delegations() == 0;
+        if idle && self.cell.mailbox.passivate(activator.clone()) {
+            #[cfg(feature = "test-hooks")]
+            crate::test_hooks::passivated(&self.cell.key);
+            self.clean_stop = true;
+            ctx.stop();
+            return;
+        }
+        self.worked = false;
+        let after = activator.after();
+        ctx.run_later(after, |act, ctx| act.check_idle(ctx));
+    }
+
     fn pump(&mut self, ctx: &mut Context<Self>) {
+        self.worked = true;
         // Fail closed while the journal cannot write: no turn starts (a restart would not know of
         // it, and could not stop it); ordinary work waits, and is looked at again while it does.
         let degraded = self.cell.journal().degraded().is_some();
@@ -211,76 +252,7 @@ impl AgentActor {
         if let Some(turn) = self.turn.take() {
             ctx.cancel_future(turn);
         }
-        self.cell.reset_tools_in_flight();
-        let (discarded, ack) = {
-            let mut rec = self.cell.lock();
-            // Cleared under the record lock: a sender queues (mailbox push and `EventQueued`) under
-            // it too, so each user event is either cleared here and settled by `Halted`, or queued
-            // after it.
-            let discarded = self.cell.mailbox.take_ordinary();
-            let already_stopped = rec.state == AgentState::Stopped;
-            // A locked-out agent is not moved (its halt is journaled): it already refuses all work,
-            // and only an unlock may take it out of `SAFETY_LOCKOUT` (a `STOPPED` one could be
-            // resumed past its lockout).
-            let stops = !already_stopped && rec.state != AgentState::SafetyLockout;
-            if stops {
-                let _ = self
-                    .cell
-                    .transition(&mut rec, AgentState::Stopped, "system halt");
-            }
-            // A second halt of a stopped agent (e.g. the supervisor and the parent both propagating
-            // down a tree) is acknowledged but journaled only if it cleared something.
-            if !already_stopped || !discarded.is_empty() {
-                // `Halted` settles the pending events (they are the ones in `discarded`) and moves
-                // them, in O(1), to the record's `discarding` until the listing after the ack names
-                // them (and frees them, chunk by chunk): a crash before that leaves them in the
-                // record, and the restart lists them.
-                self.cell.emit(
-                    &mut rec,
-                    EventKind::Halted {
-                        cause: request.cause.clone(),
-                        discarded: discarded.len() as u64,
-                        stopped: stops,
-                    },
-                );
-            }
-            let ack = HaltAck {
-                agent: self.cell.key.clone(),
-                state: rec.state,
-                discarded: discarded.len() as u64,
-                not_durable: None,
-            };
-            (discarded, ack)
-        };
-        if let Some(reply) = request.ack {
-            // The ack says whether the halt is on disk. It goes out now, with the wait for that
-            // (off every lock) when the answer is not already there (an in-memory journal, a fast
-            // disk): its receiver awaits it, not a task on this arbiter, which a flooded agent
-            // may keep busy (see `SentAck`).
-            let mut durable = self.cell.durable_so_far();
-            let mut ack = ack;
-            let sent = match (&mut durable).now_or_never() {
-                Some(result) => {
-                    ack.not_durable = result.err();
-                    SentAck::settled(ack)
-                }
-                None => SentAck {
-                    ack,
-                    durable: Some(durable),
-                },
-            };
-            reply.send(sent);
-        }
-        // Whoever waits on the stopped turn's event or on a cleared one is answered at once.
-        if let Some((id, accepted)) = self.cell.take_answering() {
-            self.cell.settle(id, Some(accepted), EventFate::Discarded);
-        }
-        for id in discarded.iter().filter_map(|e| match &e.msg {
-            AgentMsg::Work(w) => w.queued(),
-            _ => None,
-        }) {
-            self.cell.settle(id, None, EventFate::Discarded);
-        }
+        let discarded = apply_halt(&self.cell, request);
         // Listing and dropping the backlog is O(N): it runs as its own task after the ack, so the halt
         // is acknowledged in O(1) whatever the backlog.
         if !discarded.is_empty() {
@@ -376,6 +348,83 @@ impl AgentActor {
             }
         }
     }
+}
+
+/// A halt applied to the cell: the ordinary lane cleared, `STOPPED` (a locked-out agent stays
+/// `SAFETY_LOCKOUT`), `Halted` journaled, the acknowledgement sent, the answered and cleared events
+/// settled. Returns the cleared messages, to be listed and freed by the caller. Any running turn
+/// was cancelled by the caller (the actor), or there is none (a passive agent's halt, applied by
+/// whoever halts it: [`super::queue_halt`]).
+pub(crate) fn apply_halt(cell: &AgentCell, request: HaltRequest) -> VecDeque<Envelope<AgentMsg>> {
+    cell.reset_tools_in_flight();
+    let (discarded, ack) = {
+        let mut rec = cell.lock();
+        // Cleared under the record lock: a sender queues (mailbox push and `EventQueued`) under
+        // it too, so each user event is either cleared here and settled by `Halted`, or queued
+        // after it.
+        let discarded = cell.mailbox.take_ordinary();
+        let already_stopped = rec.state == AgentState::Stopped;
+        // A locked-out agent is not moved (its halt is journaled): it already refuses all work,
+        // and only an unlock may take it out of `SAFETY_LOCKOUT` (a `STOPPED` one could be
+        // resumed past its lockout).
+        let stops = !already_stopped && rec.state != AgentState::SafetyLockout;
+        if stops {
+            let _ = cell.transition(&mut rec, AgentState::Stopped, "system halt");
+        }
+        // A second halt of a stopped agent (e.g. the supervisor and the parent both propagating
+        // down a tree) is acknowledged but journaled only if it cleared something.
+        if !already_stopped || !discarded.is_empty() {
+            // `Halted` settles the pending events (they are the ones in `discarded`) and moves
+            // them, in O(1), to the record's `discarding` until the listing after the ack names
+            // them (and frees them, chunk by chunk): a crash before that leaves them in the
+            // record, and the restart lists them.
+            cell.emit(
+                &mut rec,
+                EventKind::Halted {
+                    cause: request.cause.clone(),
+                    discarded: discarded.len() as u64,
+                    stopped: stops,
+                },
+            );
+        }
+        let ack = HaltAck {
+            agent: cell.key.clone(),
+            state: rec.state,
+            discarded: discarded.len() as u64,
+            not_durable: None,
+        };
+        (discarded, ack)
+    };
+    if let Some(reply) = request.ack {
+        // The ack says whether the halt is on disk. It goes out now, with the wait for that
+        // (off every lock) when the answer is not already there (an in-memory journal, a fast
+        // disk): its receiver awaits it, not a task on this arbiter, which a flooded agent
+        // may keep busy (see `SentAck`).
+        let mut durable = cell.durable_so_far();
+        let mut ack = ack;
+        let sent = match (&mut durable).now_or_never() {
+            Some(result) => {
+                ack.not_durable = result.err();
+                SentAck::settled(ack)
+            }
+            None => SentAck {
+                ack,
+                durable: Some(durable),
+            },
+        };
+        reply.send(sent);
+    }
+    // Whoever waits on the stopped turn's event or on a cleared one is answered at once.
+    if let Some((id, accepted)) = cell.take_answering() {
+        cell.settle(id, Some(accepted), EventFate::Discarded);
+    }
+    for id in discarded.iter().filter_map(|e| match &e.msg {
+        AgentMsg::Work(w) => w.queued(),
+        _ => None,
+    }) {
+        cell.settle(id, None, EventFate::Discarded);
+    }
+    discarded
 }
 
 /// Lifts a lockout: `Unlocked` and `SAFETY_LOCKOUT → WAITING_FOR_EVENT` in one batch, a past halt
@@ -492,9 +541,12 @@ const CHUNK: usize = 1024;
 impl Actor for AgentActor {
     type Context = Context<Self>;
 
-    fn started(&mut self, _: &mut Context<Self>) {
+    fn started(&mut self, ctx: &mut Context<Self>) {
         // The supervisor attached this actor's address as the mailbox's waker when it started it.
         self.cell.mailbox.reader_started();
+        if let Some(activator) = &self.passivation {
+            ctx.run_later(activator.after(), |act, ctx| act.check_idle(ctx));
+        }
     }
 }
 
