@@ -274,8 +274,68 @@ async fn an_activation_racing_a_passive_agents_halt_runs_nothing() {
     team.shutdown().await;
 }
 
-/// A crash restart of a team with passive agents (`one_for_all`): the passive ones are restarted
-/// as today (journaled) and stay passive; the crashed one comes back and its queued work runs.
+/// A halt read by the actor ends the running turn through its token, however the actor was
+/// started. Here the turn's model call has returned while the team's model gate is closed (the
+/// cluster's fail safe: the reply is held until the gate opens) when the halt comes: the turn,
+/// ending as halted, drops the reply unapplied but records its tokens (`usage_recorded`) — the
+/// work a turn does on its way out, which a turn dropped without being polled again never does.
+///
+/// An actor started by its first message (passivation on) has its idle check's timer in its
+/// context ahead of the turn; actix removes a cancelled future once an earlier one was polled, so
+/// the halt's cancellation of the turn dropped it unpolled (tests/otel.rs and
+/// tests/cluster_netns.rs under `warden serve`). Run with passivation on and off.
+#[actix_rt::test]
+async fn a_halted_turn_ends_through_its_token_whether_its_actor_was_activated_or_not() {
+    tokio::time::pause();
+    for passivate in [false, true] {
+        let mut config = config();
+        if !passivate {
+            config.supervisor.passivate_after_seconds = 0.0;
+        }
+        let (team, journal) = team(config);
+        let model = model([ScriptStep::reply("too late").delayed(Duration::from_secs(5))]);
+        let stats = model.stats();
+        let lead = team.assistant("lead", model);
+        assert_eq!(lead.passive(), passivate);
+        let pending = lead.try_ask(UserEvent::new("go")).unwrap();
+        until("the model call started", || {
+            stats.calls.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        team.model_gate().close("cut off");
+        until("the model call returned", || {
+            stats.completed.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        settle(10).await;
+        let usage = || {
+            journal
+                .events_of("lead")
+                .iter()
+                .filter(|e| matches!(e.kind, EventKind::UsageRecorded { .. }))
+                .count()
+        };
+        assert_eq!(usage(), 0, "the reply is held at the closed gate");
+        assert_eq!(lead.state(), AgentState::Executing);
+        let ack = lead.halt(op()).await;
+        assert_eq!(ack.state, AgentState::Stopped);
+        settle(10).await;
+        assert_eq!(
+            usage(),
+            1,
+            "the held reply's tokens were never recorded: the turn was dropped before it saw its \
+             token (passivation {passivate})"
+        );
+        assert!(matches!(pending.await, Err(AskError::Discarded { .. })));
+        assert_eq!(lead.status().history_len, 1, "the held reply was applied");
+        replay_matches(&journal, &lead);
+        team.model_gate().open();
+    }
+}
+
+/// Shutdown of a team with passive agents: a waiter on a running turn is answered (the agent is
+/// gone), a later send is refused as closed, and a halt of a passive agent is acknowledged with
+/// its state as it is.
 #[actix_rt::test]
 async fn shutdown_with_passive_agents_answers_waiters_and_refuses_later_sends() {
     tokio::time::pause();

@@ -4,8 +4,9 @@
 //! [`AgentCell`], so a restarted actor picks up exactly where the crashed one was (queue included).
 //!
 //! Reading order on every [`Wake`]: the most urgent lane first, one message at a time. While a turn runs
-//! (or the agent is paused) only lanes 0–2 are read; ordinary work waits. The turn is spawned with
-//! `ctx.spawn` and its [`SpawnHandle`] kept, so a halt can cancel it; nothing here ever `ctx.wait`s.
+//! (or the agent is paused) only lanes 0–2 are read; ordinary work waits. The turn's future is kept
+//! in the actor ([`RunningTurn`]) and polled by an item `ctx.spawn`ed for it, so a halt can end it
+//! deterministically (see [`AgentActor::on_halt`]); nothing here ever `ctx.wait`s.
 
 use super::{
     cell::AgentCell, turn, AgentMsg, ControlError, ControlOp, ControlRequest, HaltAck, HaltRequest,
@@ -19,7 +20,10 @@ use actix::{
 };
 use futures::FutureExt;
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use warden_protocols::{
     AgentRecord, AgentState, DiscardedMessage, EventFate, EventKind, Priority, TerminationReason,
     TurnOutcome,
@@ -33,7 +37,9 @@ const DEGRADED_RECHECK: std::time::Duration = std::time::Duration::from_millis(2
 
 pub(crate) struct AgentActor {
     cell: Arc<AgentCell>,
-    turn: Option<SpawnHandle>,
+    turn: Option<RunningTurn>,
+    /// Turns started by this actor (the id of the next one).
+    turns: u64,
     /// A look at queued work is scheduled (the journal was degraded).
     recheck: bool,
     generation: u64,
@@ -45,6 +51,47 @@ pub(crate) struct AgentActor {
     passivation: Option<Activator>,
     /// It read or ran something since the last idle check.
     worked: bool,
+}
+
+/// A turn's future: what [`turn::run`] returns, boxed (the actor owns it, not its context).
+type TurnFuture = Pin<Box<dyn Future<Output = (TurnOutcome, Option<TaskReply>)>>>;
+
+/// The running turn. Its future lives here, in the actor, and a [`TurnDriver`] spawned on the
+/// actor's context polls it: a halt takes it out and polls it one last time itself, so the turn
+/// ends through its (already cancelled) token whatever else the context holds — see
+/// [`AgentActor::on_halt`].
+struct RunningTurn {
+    id: u64,
+    future: TurnFuture,
+    /// The driver's handle, to cancel it when the turn is taken out.
+    driver: SpawnHandle,
+}
+
+/// The context item that polls the running turn `0` (by id: a driver whose turn was taken out
+/// never polls the next one) and, when it ends, finishes it and reads on.
+struct TurnDriver(u64);
+
+impl actix::ActorFuture<AgentActor> for TurnDriver {
+    type Output = ();
+
+    fn poll(
+        self: Pin<&mut Self>,
+        act: &mut AgentActor,
+        ctx: &mut Context<AgentActor>,
+        task: &mut std::task::Context<'_>,
+    ) -> Poll<()> {
+        let id = self.0;
+        let Some(turn) = act.turn.as_mut().filter(|t| t.id == id) else {
+            return Poll::Ready(());
+        };
+        let Poll::Ready((outcome, reply)) = turn.future.as_mut().poll(task) else {
+            return Poll::Pending;
+        };
+        act.turn = None;
+        act.finish_turn(outcome, reply);
+        act.pump(ctx);
+        Poll::Ready(())
+    }
 }
 
 /// The mailbox wakes its agent through the actor's address, which the mailbox holds (the one copy:
@@ -71,6 +118,7 @@ impl AgentActor {
         AgentActor {
             cell,
             turn: None,
+            turns: 0,
             recheck: false,
             generation,
             clean_stop: false,
@@ -201,12 +249,14 @@ impl AgentActor {
             tokio::task::consume_budget().await;
             turn::run(cell, taken).await
         };
-        let future = turn.into_actor(self).map(|(outcome, reply), act, ctx| {
-            act.turn = None;
-            act.finish_turn(outcome, reply);
-            act.pump(ctx);
+        self.turns += 1;
+        let id = self.turns;
+        let driver = ctx.spawn(TurnDriver(id));
+        self.turn = Some(RunningTurn {
+            id,
+            future: Box::pin(turn),
+            driver,
         });
-        self.turn = Some(ctx.spawn(future));
     }
 
     fn finish_turn(&mut self, outcome: TurnOutcome, reply: Option<TaskReply>) {
@@ -248,9 +298,28 @@ impl AgentActor {
 
     /// The halt message (lane 0). Its delegates were already halted by whoever sent it
     /// ([`super::send_halt_to`]), when the halt was raised.
+    ///
+    /// A running turn ends here, before the halt is applied: its token was cancelled when the halt
+    /// was raised, and it is polled one last time, now, so that it ends through the token — its
+    /// ending done (the `invoke_agent` span's halt, the tokens of a reply it held back recorded, a
+    /// shown budget wait cleared) and nothing else run: every await of a turn races its token,
+    /// which wins (`unless_halted` is biased). What it did not finish in that poll is dropped.
+    /// Not left to the context: actix drops a cancelled item unpolled once an earlier item in its
+    /// list was polled (an actor started by its first message has its idle check's timer there),
+    /// and which came first decided whether a halted turn ended as halted or vanished.
     fn on_halt(&mut self, request: HaltRequest, ctx: &mut Context<Self>) {
         if let Some(turn) = self.turn.take() {
-            ctx.cancel_future(turn);
+            ctx.cancel_future(turn.driver);
+            // Unconstrained: a task out of cooperative budget would make the turn's first await
+            // (`consume_budget`) pending. The turn's result is the halt's to settle: its outcome is
+            // `Halted` or it raced the halt (`finish_turn` would drop it either way), and a
+            // delegated task's reply, dropped, tells the delegator its task was abandoned.
+            if tokio::task::unconstrained(turn.future)
+                .now_or_never()
+                .is_none()
+            {
+                tracing::debug!(agent = %self.cell.key, "a halted turn did not end in its last poll");
+            }
         }
         let discarded = apply_halt(&self.cell, request);
         // Listing and dropping the backlog is O(N): it runs as its own task after the ack, so the halt
