@@ -17,8 +17,9 @@
 //!
 //! Features: without the defaults this is the runtime alone (supervisor, agents, safety, the
 //! scripted provider, `MemoryJournal`); `openai`, `sqlite`, `server` and `cli` (the default) add
-//! the OpenAI-compatible provider, `SqliteJournal`, the HTTP server and the binary's pieces; `otel`
-//! (brought by `server`) adds the OpenTelemetry export ([`telemetry`], docs/telemetry.md).
+//! the OpenAI-compatible provider, `SqliteJournal`, the HTTP server and the binary's pieces;
+//! `mcp-server` the MCP server (`/mcp`, `warden mcp`), `cluster` the NATS cluster ([`cluster`]);
+//! `otel` adds the OpenTelemetry export ([`telemetry`], docs/telemetry.md).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -33,20 +34,29 @@
 //! # }
 //! ```
 
+#![deny(clippy::unwrap_used)]
+#![deny(rustdoc::broken_intra_doc_links, rustdoc::private_intra_doc_links)]
 #![warn(missing_debug_implementations, missing_docs, unreachable_pub)]
 // The library has no unsafe code; the binary (src/main.rs) has its few libc calls.
 #![forbid(unsafe_code)]
 
 #[cfg(feature = "server")]
 pub mod a2a_client;
+// The binary's internals (its commands, client and load tester), public only because `main.rs`
+// is another crate: not part of the library's semver surface, hence hidden from its docs.
 #[cfg(feature = "cli")]
+#[doc(hidden)]
 pub mod cli;
-#[cfg(feature = "server")]
+#[cfg(feature = "cluster")]
 pub mod cluster;
 #[cfg(feature = "sqlite")]
 pub mod journal;
+// The binary's `warden loadtest` (see `cli` above): hidden, not semver surface.
 #[cfg(feature = "cli")]
+#[doc(hidden)]
 pub mod loadtest;
+#[cfg(feature = "server")]
+pub mod serve;
 #[cfg(feature = "server")]
 pub mod server;
 
@@ -58,7 +68,9 @@ pub mod fuzzing {
 }
 #[cfg(feature = "server")]
 pub mod team;
-#[cfg(feature = "otel")]
+// The `[telemetry]` settings, the export counters and the request spans are read by the server
+// with or without `otel`; the exporter itself is behind `otel`.
+#[cfg(any(feature = "otel", feature = "server"))]
 pub mod telemetry;
 
 #[cfg(feature = "sqlite")]
@@ -66,12 +78,12 @@ pub use journal::{JournalReader, SqliteJournal};
 pub use warden_actors::{
     already_durable, context, host, mailbox, memory, now_ms, npc, safety, tools, AgentHandle,
     AgentSpec, AskError, ChannelInterventionBus, ControlError, ControlOp, DelegationError,
-    DurableSendError, Embedded, EventSendError, FnTool, HaltAck, InterventionBus, Journal, Latency,
-    Limited, LlmRequest, LlmResponse, MemoryJournal, NotDurable, Notice, NullJournal, PendingReply,
-    Perceived, Provider, ProviderError, ProviderLimitStats, ProviderLimiter, ProviderLimits, Reply,
-    ScriptStats, ScriptStep, ScriptedProvider, Settled, Settlement, SpawnError, Submit,
-    SubmitError, Submitted, Supervisor, SupervisorBuilder, TaskError, TickConfigError, Tool,
-    ToolContext, ToolError, ToolRegistry, UnknownAgent,
+    DurableSendError, Embedded, EventSendError, FnTool, GoalsError, HaltAck, InterventionBus,
+    Journal, Latency, Limited, LlmRequest, LlmResponse, MemoryJournal, NotDurable, Notice,
+    NullJournal, PendingReply, Perceived, Provider, ProviderError, ProviderLimitStats,
+    ProviderLimiter, ProviderLimits, Reply, ScriptStats, ScriptStep, ScriptedProvider, Settled,
+    Settlement, SpawnError, Submit, SubmitError, Submitted, Supervisor, SupervisorBuilder,
+    TaskError, TickConfigError, Tool, ToolContext, ToolError, ToolRegistry, UnknownAgent,
 };
 #[cfg(feature = "openai")]
 pub use warden_actors::{OpenAiCompatible, OpenAiConfig, RetryPolicy, ToolFormat};

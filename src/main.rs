@@ -1,4 +1,5 @@
 //! The `warden` command: a thin clap layer over the library.
+#![deny(clippy::unwrap_used)]
 use clap::{Parser, Subcommand};
 use std::{io::IsTerminal, path::PathBuf, process::ExitCode};
 
@@ -283,6 +284,16 @@ struct LoadtestArgs {
     /// Halt probes to run (0 = none).
     #[arg(long, default_value_t = 11, allow_negative_numbers = true)]
     halt_probes: usize,
+    /// Spread the fleet's agents over this many arbiter threads (the driver stays on its own);
+    /// 0 = every agent on one thread with the driver, so each figure is one core's. Not with
+    /// --config or --cluster.
+    #[arg(
+        long,
+        default_value_t = 0,
+        allow_negative_numbers = true,
+        conflicts_with = "cluster"
+    )]
+    threads: usize,
     /// Turn the SafetyMonitor's checks off, for overhead comparisons: budgets, loop caps,
     /// repetition and error-cascade breakers. The consecutive-error breaker and halts stay on.
     #[arg(long)]
@@ -303,7 +314,7 @@ struct LoadtestArgs {
     /// and fault flags cannot be given with it.
     #[arg(long, conflicts_with_all = [
         "scenario", "agents", "fanout", "depth", "tasks_per_agent", "fail_rate", "panic_rate",
-        "llm_latency_ms",
+        "llm_latency_ms", "threads",
     ])]
     config: Option<PathBuf>,
     /// With --config: open loop at this many events per second (replaces the file's rate or
@@ -399,7 +410,7 @@ impl LoadtestArgs {
         // The flags that were given or defaulted; a team file's run takes no fleet flags.
         let synthetic = self.config.is_none();
         let fleet = |value: String| synthetic.then_some(value);
-        let flags: [(&str, Option<String>); 20] = [
+        let flags: [(&str, Option<String>); 21] = [
             ("--scenario", fleet(self.scenario.as_str().to_owned())),
             ("--agents", fleet(self.agents.to_string())),
             ("--fanout", fleet(self.fanout.to_string())),
@@ -411,6 +422,7 @@ impl LoadtestArgs {
             ("--seed", Some(self.seed.to_string())),
             ("--backlog", Some(self.backlog.to_string())),
             ("--halt-probes", Some(self.halt_probes.to_string())),
+            ("--threads", fleet(self.threads.to_string())),
             ("--timeout-s", Some(self.timeout_s.to_string())),
             (
                 "--passivate-after-s",
@@ -462,6 +474,7 @@ impl LoadtestArgs {
             "seed": self.seed,
             "backlog": self.backlog,
             "halt_probes": self.halt_probes,
+            "threads": self.threads,
             "timeout_s": self.timeout_s,
             "repeat": self.repeat,
         });
@@ -835,7 +848,7 @@ fn command(cli: Cli) -> ExitCode {
                         return ExitCode::FAILURE;
                     }
                 },
-                None => warden::server::DEFAULT_TEAM.to_owned(),
+                None => warden::serve::DEFAULT_TEAM.to_owned(),
             };
             // Validated as `warden config check` validates it: nothing is spawned from a bad file.
             let mut file = match warden::team::TeamFile::from_toml(&text) {
@@ -866,7 +879,7 @@ fn command(cli: Cli) -> ExitCode {
                 .or(file.api.listen)
                 .unwrap_or(std::net::SocketAddr::from(([127, 0, 0, 1], 7878)));
             let result = actix_rt::System::new()
-                .block_on(async move { warden::server::serve_team(file, &db, listen, api).await });
+                .block_on(async move { warden::serve::serve_team(file, &db, listen, api).await });
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {
@@ -890,7 +903,7 @@ fn command(cli: Cli) -> ExitCode {
                 warden::server::mcp::McpAccess::Admin
             };
             let result = actix_rt::System::new()
-                .block_on(async move { warden::server::mcp::serve_stdio(file, &db, access).await });
+                .block_on(async move { warden::serve::serve_stdio(file, &db, access).await });
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {
@@ -1144,6 +1157,7 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
         seed: args.seed,
         backlog: args.backlog,
         halt_probes: args.halt_probes,
+        threads: args.threads,
         safety: !args.no_safety,
         passivate_after_s: args.passivate_after_s,
         timeout: std::time::Duration::from_secs_f64(args.timeout_s),

@@ -13,11 +13,14 @@
 //!   ([`warden_actors::telemetry::TARGET`]) and this module's request spans.
 //! * [`request_span`] continues a caller's trace from its `traceparent` header.
 
+#[cfg(feature = "otel")]
 use opentelemetry::{
     propagation::TextMapPropagator,
     trace::{TraceContextExt, TracerProvider as _},
 };
+#[cfg(feature = "otel")]
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+#[cfg(feature = "otel")]
 use opentelemetry_sdk::{
     error::OTelSdkResult,
     propagation::TraceContextPropagator,
@@ -25,15 +28,18 @@ use opentelemetry_sdk::{
     Resource,
 };
 use serde::Deserialize;
+#[cfg(feature = "otel")]
+use std::collections::HashMap;
 use std::{
-    collections::HashMap,
     sync::{
         atomic::{AtomicU64, Ordering},
         OnceLock,
     },
     time::Duration,
 };
+#[cfg(feature = "otel")]
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+#[cfg(feature = "otel")]
 use tracing_subscriber::{filter::Targets, Layer};
 
 /// The OTLP/HTTP endpoint used when telemetry is enabled but no endpoint is given (the standard
@@ -261,6 +267,7 @@ pub struct ExportStats {
 #[derive(Debug, Default)]
 struct Counters {
     /// Spans handed to the batch processor and not yet taken by an export.
+    #[cfg_attr(not(feature = "otel"), allow(dead_code))] // only the exporter counts them
     queued: AtomicU64,
     exported: AtomicU64,
     dropped_queue_full: AtomicU64,
@@ -282,6 +289,7 @@ pub fn stats() -> ExportStats {
     }
 }
 
+#[cfg(feature = "otel")]
 /// The SDK's batch processor behind a counter of queued spans: a span that would not fit in the
 /// queue is dropped here and counted (the SDK drops it too, but only logs the count at shutdown).
 /// The counter goes down when the exporter is done with a batch ([`CountingExporter`]), so the
@@ -292,6 +300,7 @@ struct BoundedProcessor {
     queue: u64,
 }
 
+#[cfg(feature = "otel")]
 impl SpanProcessor for BoundedProcessor {
     fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &opentelemetry::Context) {
         self.inner.on_start(span, cx);
@@ -320,12 +329,14 @@ impl SpanProcessor for BoundedProcessor {
     }
 }
 
+#[cfg(feature = "otel")]
 /// The OTLP exporter, counting what it exports and what it loses.
 #[derive(Debug)]
 struct CountingExporter {
     inner: opentelemetry_otlp::SpanExporter,
 }
 
+#[cfg(feature = "otel")]
 impl opentelemetry_sdk::trace::SpanExporter for CountingExporter {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         let n = batch.len() as u64;
@@ -358,13 +369,17 @@ impl opentelemetry_sdk::trace::SpanExporter for CountingExporter {
     }
 }
 
+#[cfg(feature = "otel")]
 /// Retries of one export after its first attempt (connection errors, timeouts, 429, 502, 503,
 /// 504), waiting [`RETRY_FIRST_WAIT`] doubling to [`RETRY_MAX_WAIT`]: the OTLP exporter's own
 /// policy, made here so that an exit does not wait for them ([`Telemetry::shutdown`]).
 const RETRIES: u32 = 3;
+#[cfg(feature = "otel")]
 const RETRY_FIRST_WAIT: Duration = Duration::from_millis(100);
+#[cfg(feature = "otel")]
 const RETRY_MAX_WAIT: Duration = Duration::from_millis(1600);
 
+#[cfg(feature = "otel")]
 /// The HTTP client of the exporter: the workspace's reqwest, blocking (the batch processor exports
 /// on its own thread, outside any async runtime), bounded by the export timeout. It retries a
 /// failed export itself ([`RETRIES`]) — except once `stopping` is set: at exit each export is
@@ -376,6 +391,7 @@ struct BlockingClient {
     stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
+#[cfg(feature = "otel")]
 impl BlockingClient {
     fn send_once(
         &self,
@@ -398,6 +414,7 @@ impl BlockingClient {
     }
 }
 
+#[cfg(feature = "otel")]
 #[async_trait::async_trait]
 impl opentelemetry_http::HttpClient for BlockingClient {
     async fn send_bytes(
@@ -430,6 +447,7 @@ impl opentelemetry_http::HttpClient for BlockingClient {
     }
 }
 
+#[cfg(feature = "otel")]
 /// Running telemetry: the tracer provider and its exporter thread. Keep it for the life of the
 /// process and call [`Telemetry::shutdown`] at the end (dropping it shuts down too).
 #[derive(Debug)]
@@ -440,6 +458,7 @@ pub struct Telemetry {
     stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
+#[cfg(feature = "otel")]
 impl Telemetry {
     /// Builds the exporter and its batch processor, and applies the content setting. Call it outside
     /// an async runtime (the blocking HTTP client refuses to be built inside one).
@@ -530,6 +549,7 @@ impl Telemetry {
     }
 }
 
+#[cfg(feature = "otel")]
 /// Lets a user event carry the OpenTelemetry context of the span it is sent under to the turn that
 /// takes it ([`warden_actors::telemetry::ContextHooks`]). [`Telemetry::start`] calls it; call it
 /// yourself when you install your own `tracing-opentelemetry` layer. Idempotent.
@@ -584,6 +604,9 @@ pub fn request_span(
     if span.is_disabled() {
         return span;
     }
+    #[cfg(not(feature = "otel"))]
+    let _ = (traceparent, tracestate); // no exporter: no trace to continue
+    #[cfg(feature = "otel")]
     if let Some(traceparent) = traceparent {
         let mut carrier = HashMap::with_capacity(2);
         carrier.insert("traceparent".to_owned(), traceparent.to_owned());
@@ -612,6 +635,7 @@ pub fn request_ended(span: &tracing::Span, status: u16, refusal: Option<&str>) {
     }
 }
 
+#[cfg(feature = "otel")]
 /// The trace id of `span` as 32 hex digits, when it is exported (for logs and tests).
 pub fn trace_id(span: &tracing::Span) -> Option<String> {
     let cx = span.context();
@@ -619,7 +643,7 @@ pub fn trace_id(span: &tracing::Span) -> Option<String> {
     (id != opentelemetry::trace::TraceId::INVALID).then(|| id.to_string())
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "otel"))]
 mod tests {
     use super::*;
 

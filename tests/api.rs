@@ -1054,7 +1054,7 @@ async fn serve_refuses_a_public_address_without_an_admin_token() {
 #[actix_rt::test]
 async fn the_default_team_delegates_to_both_sub_agents_and_answers() {
     tokio::time::pause();
-    let file = warden::team::TeamFile::from_toml(warden::server::DEFAULT_TEAM).unwrap();
+    let file = warden::team::TeamFile::from_toml(warden::serve::DEFAULT_TEAM).unwrap();
     let (team, journal) = common::team(file.config.clone());
     file.spawn_agents(&team).unwrap();
     let keys: Vec<String> = team.statuses().iter().map(|s| s.key.to_string()).collect();
@@ -2833,4 +2833,284 @@ async fn an_agent_spawned_locked_out_or_halted_is_so_before_it_reads_anything_an
     assert_eq!(body["resumed"], json!([{"agent": "halted"}]), "{body}");
     assert_eq!(halted.state(), AgentState::WaitingForEvent);
     assert_eq!(locked.state(), AgentState::SafetyLockout);
+}
+
+/// The API's routes are registered in one place, the route table (`api::ROUTES`, which
+/// `api::configure` registers and nothing else): no module registers an API path of its own. Before
+/// the route table was the only registration, `src/cluster/http.rs` registered eleven `/api` routes
+/// ahead of the table's, silently shadowing ten of them on a cluster node (`POST /api/halt`,
+/// `…/unlock`, …) and serving `GET /api/cluster`, which `openapi.json` did not list.
+#[actix_rt::test]
+async fn every_api_route_is_registered_once_by_the_route_table_and_documented() {
+    // The table: one handler per (method, path), and one method per path.
+    let mut seen = BTreeSet::new();
+    for (method, path) in api::ROUTES {
+        assert!(
+            seen.insert((method, path)),
+            "{method} {path} is listed twice in ROUTES"
+        );
+    }
+    let paths: BTreeSet<&str> = api::ROUTES.iter().map(|r| r.1).collect();
+    assert_eq!(paths.len(), api::ROUTES.len(), "one method per path");
+    // Documented: exactly the table.
+    let doc: Value = serde_json::from_str(api::OPENAPI).unwrap();
+    let documented: BTreeSet<(String, String)> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, item)| {
+            let path = path.clone();
+            item.as_object()
+                .unwrap()
+                .keys()
+                .map(move |m| (m.to_uppercase(), path.clone()))
+        })
+        .collect();
+    let served: BTreeSet<(String, String)> = api::ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(documented, served, "openapi.json and ROUTES differ");
+    // No other registration of an API path anywhere in the crate's source: `.route("/api…")`,
+    // `web::resource("/api…")` or `web::scope("/api…")` outside the table (whose entries are
+    // `METHOD "/path" => handler`, not `.route(` calls).
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![src];
+    let mut elsewhere = Vec::new();
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for call in [".route(", "resource(", "scope("] {
+            for (at, _) in text.match_indices(call) {
+                let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+                if text[line_start..at].contains("//") {
+                    continue; // a comment
+                }
+                // The first argument, on this line or the next (rustfmt breaks long calls).
+                let arg = text[at + call.len()..].trim_start();
+                let api_path = ["\"/api", "\"/metrics", "\"/healthz"]
+                    .iter()
+                    .any(|p| arg.starts_with(p));
+                if api_path {
+                    let line = text[..at].matches('\n').count() + 1;
+                    let shown = arg.lines().next().unwrap_or_default();
+                    elsewhere.push(format!("{}:{line}: {call}{shown}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        elsewhere.is_empty(),
+        "API paths registered outside the route table (they would shadow or bypass it):\n{}",
+        elsewhere.join("\n")
+    );
+}
+
+/// A cluster as the server sees it, recording what it is asked.
+#[derive(Debug, Default)]
+struct FakeCluster {
+    asked: parking_lot::Mutex<Vec<String>>,
+}
+
+impl FakeCluster {
+    fn asked(&self) -> Vec<String> {
+        std::mem::take(&mut *self.asked.lock())
+    }
+    fn ask(&self, what: String) {
+        self.asked.lock().push(what);
+    }
+}
+
+mod fake_cluster {
+    use super::FakeCluster;
+    use futures::future::{BoxFuture, FutureExt};
+    use std::{sync::Arc, time::Duration};
+    use warden::server::cluster::{
+        ClusterHalt, ClusterLift, ClusterNode, LiftError, RemoteHaltError,
+    };
+    use warden::{protocols::cluster::AgentHaltAck, protocols::cluster::AgentLease, *};
+
+    impl ClusterNode for FakeCluster {
+        fn node(&self) -> &str {
+            "n1"
+        }
+        fn owns(&self, agent: &str) -> bool {
+            agent != "far"
+        }
+        fn runs_on(&self, agent: &str) -> Option<String> {
+            (agent == "far").then(|| "n2".to_owned())
+        }
+        fn fail_safe(&self) -> Option<String> {
+            None
+        }
+        fn halt_ack_timeout(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+        fn owner<'a>(&'a self, agent: &'a str) -> BoxFuture<'a, Option<String>> {
+            std::future::ready(self.runs_on(agent)).boxed()
+        }
+        fn remote_status<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Option<(AgentStatus, String)>> {
+            std::future::ready(None).boxed()
+        }
+        fn write_lease_now<'a>(self: Arc<Self>, agent: &'a str) -> BoxFuture<'a, ()> {
+            self.ask(format!("lease {agent}"));
+            std::future::ready(()).boxed()
+        }
+        fn halt<'a>(self: Arc<Self>, _: &'a str, by: &'a str) -> BoxFuture<'a, ClusterHalt> {
+            self.ask(format!("halt by {by}"));
+            std::future::ready(ClusterHalt {
+                epoch: 7,
+                local: Vec::new(),
+                remote: Default::default(),
+                unanswered: Vec::new(),
+            })
+            .boxed()
+        }
+        fn halt_remote<'a>(
+            &'a self,
+            node: &'a str,
+            agent: &'a AgentKey,
+            by: &'a str,
+        ) -> BoxFuture<'a, Result<Vec<AgentHaltAck>, RemoteHaltError>> {
+            self.ask(format!("halt {agent} on {node} by {by}"));
+            std::future::ready(Ok(Vec::new())).boxed()
+        }
+        fn lift<'a>(
+            self: Arc<Self>,
+            reason: &'a str,
+            by: &'a str,
+        ) -> BoxFuture<'a, Result<ClusterLift, LiftError>> {
+            self.ask(format!("lift by {by}: {reason}"));
+            std::future::ready(Ok(ClusterLift {
+                epoch: 8,
+                local: Vec::new(),
+            }))
+            .boxed()
+        }
+        fn unlock<'a>(
+            &'a self,
+            agent: &'a AgentHandle,
+            by: &'a str,
+            _: Duration,
+            local: BoxFuture<'a, Result<(), ControlError>>,
+        ) -> BoxFuture<'a, Result<(), Option<ControlError>>> {
+            self.ask(format!("unlock {} by {by}", agent.key()));
+            async move { local.await.map_err(Some) }.boxed()
+        }
+        fn leases(&self) -> BoxFuture<'_, Result<Vec<AgentLease>, String>> {
+            std::future::ready(Ok(Vec::new())).boxed()
+        }
+        fn status(&self) -> BoxFuture<'_, serde_json::Value> {
+            std::future::ready(serde_json::json!({ "node": "n1" })).boxed()
+        }
+        fn metrics(&self) -> String {
+            "warden_cluster_fake 1\n".to_owned()
+        }
+    }
+}
+
+/// On a cluster node every route is its table's one handler, which asks the cluster: the halt is
+/// the cluster's (a host token's journaled as the host's), only the admin token lifts it or a
+/// lockout, another node's agent is halted there, and `GET /api/cluster` answers.
+#[actix_rt::test]
+async fn on_a_cluster_node_the_routes_ask_the_cluster_and_only_the_admin_lifts() {
+    const HOST: &str = "host-secret";
+    tokio::time::pause();
+    let f = fixture(WardenConfig::default());
+    let locked = f.team.assistant("locked", failing());
+    lock_out(&locked).await;
+    let cluster = Arc::new(FakeCluster::default());
+    let config = ApiConfig {
+        host_tokens: vec![HOST.into()],
+        ..config()
+    };
+    let state = ApiState::new(f.team.clone(), config).with_cluster(cluster.clone());
+    let app = test::init_service(App::new().configure(api::configure(state))).await;
+
+    // The halt: the cluster's, for the admin and the host token only.
+    for (token, status) in [(None, 401), (Some("wrong"), 401), (Some(READ), 403)] {
+        let (got, _) = call!(app, post("/api/halt", token, None));
+        assert_eq!(got.as_u16(), status, "{token:?}");
+    }
+    assert_eq!(cluster.asked(), Vec::<String>::new());
+    let doc: Value = serde_json::from_str(api::OPENAPI).unwrap();
+    let documented = |path: &str, method: &str, status: StatusCode, body: &Value| {
+        let op = &doc["paths"][path][method]["responses"][status.as_str()];
+        assert!(op.is_object(), "{method} {path} {status} is not documented");
+        let schema = &op["content"]["application/json"]["schema"];
+        if let Err(err) = conforms(&doc, schema, body, "body") {
+            panic!("{method} {path} {status} on a cluster node: {err}\n{body}");
+        }
+    };
+    let (status, body) = call!(app, post("/api/halt", Some(HOST), None));
+    assert_eq!((status, &body["epoch"]), (StatusCode::OK, &json!(7)));
+    documented("/api/halt", "post", status, &body);
+    assert_eq!(cluster.asked(), ["halt by api:host"]);
+    let (status, _) = call!(app, post("/api/halt", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(cluster.asked(), ["halt by api:admin"]);
+    // The lift: the admin token only.
+    for token in [None, Some(READ), Some(HOST)] {
+        let (status, _) = call!(app, post("/api/resume", token, None));
+        assert!(status == 401 || status == 403, "{token:?}: {status}");
+    }
+    assert_eq!(cluster.asked(), Vec::<String>::new());
+    let body = json!({"reason": "fixed"});
+    let (status, got) = call!(app, post("/api/resume", Some(ADMIN), Some(body)));
+    assert_eq!((status, &got["epoch"]), (StatusCode::OK, &json!(8)));
+    documented("/api/resume", "post", status, &got);
+    assert_eq!(cluster.asked(), ["lift by api:admin: fixed"]);
+    // A lockout is lifted through the cluster, by the admin token only.
+    for route in ["unlock", "emergency/clear", "history/reset"] {
+        let path = format!("/api/agents/locked/{route}");
+        for token in [None, Some(READ), Some(HOST)] {
+            let (status, _) = call!(app, post(&path, token, None));
+            assert!(
+                status == 401 || status == 403,
+                "{route} {token:?}: {status}"
+            );
+        }
+        assert_eq!(cluster.asked(), Vec::<String>::new(), "{route}");
+    }
+    let (status, body) = call!(app, post("/api/agents/locked/unlock", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(cluster.asked(), ["unlock locked by api:admin"]);
+    // Another node's agent is halted there; this node's has its lease rewritten.
+    let (status, body) = call!(app, post("/api/agents/far/halt", Some(HOST), None));
+    assert_eq!((status, &body["node"]), (StatusCode::OK, &json!("n2")));
+    documented("/api/agents/{key}/halt", "post", status, &body);
+    assert_eq!(cluster.asked(), ["halt far on n2 by api:host"]);
+    let (status, _) = call!(app, post("/api/agents/locked/halt", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(cluster.asked(), ["lease locked"]);
+    // A resume of another node's agent is refused here.
+    let (status, body) = call!(app, post("/api/agents/far/resume", Some(ADMIN), None));
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    documented("/api/agents/{key}/resume", "post", status, &body);
+    let (status, body) = call!(app, get("/api/agents", Some(READ)));
+    assert_eq!(body[0]["node"], "n1");
+    documented("/api/agents", "get", status, &body);
+    // The cluster's own route and its metrics.
+    let (status, body) = call!(app, get("/api/cluster", Some(READ)));
+    assert_eq!((status, &body), (StatusCode::OK, &json!({"node": "n1"})));
+    let resp = test::call_service(&app, get("/metrics", Some(READ)).to_request()).await;
+    let text = String::from_utf8(test::read_body(resp).await.to_vec()).unwrap();
+    assert!(text.contains("warden_cluster_fake 1"), "{text}");
+    // Without a cluster, `GET /api/cluster` is a 404 of the route, not "no route".
+    let plain = app!(f);
+    let (status, body) = call!(plain, get("/api/cluster", Some(READ)));
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a cluster node"),
+        "{body}"
+    );
 }

@@ -151,6 +151,7 @@ fn allowed(method: &str, path: &str) -> &'static [Class] {
             | "/api/events"
             | "/api/events/recent"
             | "/api/fleet"
+            | "/api/cluster"
             | "/api/breakers/recent"
             | "/api/agents/{key}/memories",
         ) => &[Admin, Read],

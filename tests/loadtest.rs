@@ -200,6 +200,7 @@ fn json_report_has_exactly_the_contract_keys() {
         sorted(&[
             "scenario",
             "seed",
+            "threads",
             "agents",
             "duration_s",
             "spawn_ns_per_agent",
@@ -2151,4 +2152,24 @@ fn the_soak_verdict_is_judged_on_the_allocators_committed_memory() {
     let json = team_json(&path, &["--halt-probes", "0"]);
     let sample = &json["series"][0];
     assert!(u(&sample["committed_bytes"]) > 0, "{json}");
+}
+
+/// `--threads 2`: the fleet on two arbiter threads of its own keeps every invariant, and the
+/// counts of a run without latency or faults are those of the one-thread run.
+#[test]
+fn a_fleet_over_two_arbiter_threads_keeps_the_invariants_and_the_counts() {
+    for scenario in [Scenario::Steady, Scenario::Cascade, Scenario::HaltStorm] {
+        let one = run_loadtest(small(scenario));
+        let two = run_loadtest(LoadtestOptions {
+            threads: 2,
+            ..small(scenario)
+        });
+        check_invariants(&two);
+        assert_eq!((one.threads, two.threads), (0, 2));
+        assert_eq!(two.halt_all.agents, two.agents, "{two:#?}");
+        if scenario == Scenario::Steady {
+            assert_eq!(one.delegations, two.delegations);
+            assert_eq!(one.steps, two.steps);
+        }
+    }
 }

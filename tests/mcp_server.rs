@@ -1054,3 +1054,25 @@ async fn wait_for_turns(client: &Client, agent: &str, n: u64) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// `warden mcp` joins no cluster: a team file with `[cluster]` is refused before anything starts
+/// (serving it would run agents whose lease another node may hold), naming the key and what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warden_mcp_refuses_a_cluster_team_file() {
+    let team = format!("{TEAM}\n[cluster]\nurl = \"nats://127.0.0.1:4222\"\nnode = \"a\"\n");
+    let dir = temp_dir_with("stdio-cluster", &team);
+    let out = stdio_client_command(&dir, false)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("invalid value for `cluster`")
+            && stderr.contains("no [cluster] section for warden mcp"),
+        "{stderr}"
+    );
+    assert!(!dir.join("warden.db").exists(), "the journal was opened");
+    let _ = std::fs::remove_dir_all(&dir);
+}

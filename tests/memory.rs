@@ -11,7 +11,7 @@ use std::{sync::Arc, time::Duration};
 use warden::{
     memory::{is_summary_request, SUMMARY_HEADER},
     protocols::{ChatRole, TerminationReason},
-    AgentHandle, AgentSpec, ChatMessage, EventKind, HaltCause, LlmRequest, LlmResponse,
+    AgentHandle, AgentSpec, ChatMessage, EventKind, GoalsError, HaltCause, LlmRequest, LlmResponse,
     MemoryJournal, ScriptStep, ScriptedProvider, UserEvent, WardenConfig,
 };
 
@@ -458,11 +458,13 @@ async fn goals_come_from_the_spawn_the_model_and_the_operator_and_the_system_mes
     .unwrap();
     assert_eq!(
         a.set_goals(vec![String::new()], "op"),
-        Err("goal 1 is blank".into())
+        Err(GoalsError::Invalid("goal 1 is blank".into()))
     );
     assert_eq!(
         a.set_goals(vec!["g".into(); 17], "op"),
-        Err("17 goals; at most 16 are allowed".into())
+        Err(GoalsError::Invalid(
+            "17 goals; at most 16 are allowed".into()
+        ))
     );
     turn("closing time?").await;
     assert_eq!(

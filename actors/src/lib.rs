@@ -40,6 +40,8 @@
 //! }
 //! ```
 
+#![deny(clippy::unwrap_used)]
+#![deny(rustdoc::broken_intra_doc_links, rustdoc::private_intra_doc_links)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 // One module may use unsafe: tools::mcp::group (process groups for MCP servers: pre_exec, killpg).
 #![deny(unsafe_code)]
@@ -81,7 +83,8 @@ pub use provider::{
 #[cfg(feature = "openai")]
 pub use provider::{
     retry_class, retry_counts, AttemptObserver, FailedAttempt, OpenAiCompatible, OpenAiConfig,
-    OpenAiSetupError, RetryPolicy, StreamEvent, ToolFormat, RETRY_CLASSES,
+    OpenAiSetupError, RetryPolicy, StreamEvent, ToolFormat, DEFAULT_MAX_RESPONSE_BYTES,
+    RETRY_CLASSES,
 };
 pub use safety::{
     AgentBreakers, AgentFence, BudgetSlices, ChannelInterventionBus, Fingerprint, InterventionBus,

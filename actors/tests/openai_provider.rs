@@ -891,3 +891,68 @@ async fn embeddings_are_asked_of_the_embeddings_endpoint() {
     let without = OpenAiCompatible::new(config(&server)).unwrap();
     assert!(without.embed(texts).is_none());
 }
+
+/// An answer longer than `max_response_bytes` is refused as malformed once the ceiling is reached,
+/// without reading it whole, and not retried (the same server would answer the same way).
+#[tokio::test]
+async fn a_body_over_max_response_bytes_is_refused_and_not_retried() {
+    let long = "x".repeat(64 * 1024);
+    let server = Server::start(vec![
+        vec![ok_json(text_reply(&long))],
+        vec![ok_json(text_reply("must not be reached"))],
+    ])
+    .await;
+    let provider = OpenAiCompatible::new(OpenAiConfig {
+        max_response_bytes: 4096,
+        ..config(&server)
+    })
+    .unwrap();
+    let error = provider.complete(simple_request()).await.unwrap_err();
+    assert!(
+        matches!(&error, ProviderError::Malformed { message } if message.contains("max_response_bytes")),
+        "{error:?}"
+    );
+    assert_eq!(server.requests().len(), 1);
+    // The same answer under the default ceiling is read.
+    let server = Server::start(vec![vec![ok_json(text_reply(&long))]]).await;
+    let answer = OpenAiCompatible::new(config(&server))
+        .unwrap()
+        .complete(simple_request())
+        .await
+        .unwrap();
+    assert_eq!(answer.message.content.as_deref(), Some(long.as_str()));
+}
+
+/// A stream that never ends (deltas forever, each small) is finished as malformed at the ceiling,
+/// once, and its connection is closed: a hostile server cannot grow the draft without bound.
+#[tokio::test]
+async fn an_endless_stream_is_finished_at_max_response_bytes_and_closed() {
+    let mut script = vec![Step::SseHead];
+    for _ in 0..40 {
+        script.push(sse(text_delta(&"y".repeat(400))));
+    }
+    script.push(Step::AwaitClose);
+    let mut server = Server::start(vec![script]).await;
+    let provider = OpenAiCompatible::new(OpenAiConfig {
+        max_response_bytes: 4096,
+        stream: true,
+        ..config(&server)
+    })
+    .unwrap();
+    let events = tokio::time::timeout(PATIENCE, collect(&provider, simple_request()))
+        .await
+        .expect("the stream finished");
+    let outcome = single_finish(&events);
+    assert!(
+        matches!(&outcome, Err(ProviderError::Malformed { message }) if message.contains("max_response_bytes")),
+        "{outcome:?}"
+    );
+    let deltas = events
+        .iter()
+        .filter(|e| matches!(e, StreamEvent::Delta(_)))
+        .count();
+    assert!(deltas < 12, "read past the ceiling: {deltas} deltas");
+    tokio::time::timeout(PATIENCE, server.client_closed())
+        .await
+        .expect("the connection was closed");
+}

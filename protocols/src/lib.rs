@@ -12,6 +12,8 @@
 //! * [`ChatMessage`], [`ToolCall`], [`ToolSpec`] — Chat Completions wire types.
 //! * [`WardenConfig`] — the configuration file, with defaults and validation.
 
+#![deny(clippy::unwrap_used)]
+#![deny(rustdoc::broken_intra_doc_links, rustdoc::private_intra_doc_links)]
 #![warn(missing_debug_implementations, missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 

@@ -1,7 +1,7 @@
 //! `warden._native`: the host handle ([`warden_actors::host`]) and team files ([`warden::team`])
 //! for Python, through PyO3 (abi3, CPython ≥ 3.9).
 //!
-//! The public package is `warden` (python/warden/): it subclasses [`PyWarden`] to add the context
+//! The public package is `warden` (python/warden/): it subclasses `PyWarden` to add the context
 //! manager, the asyncio forms and the shutdown at interpreter exit, and it defines the exception
 //! classes (python/warden/errors.py) this module raises. Everything here maps one call of the
 //! handle; the docs a Python user reads are in the stubs (python/warden/*.pyi) and docs/python.md.
@@ -13,6 +13,8 @@
 
 // A refused delivery hands its world event back by value, as the host handle does.
 #![allow(clippy::result_large_err)]
+#![deny(clippy::unwrap_used)]
+#![deny(rustdoc::broken_intra_doc_links, rustdoc::private_intra_doc_links)]
 
 use parking_lot::RwLock;
 use pyo3::{

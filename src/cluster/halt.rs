@@ -41,36 +41,13 @@
 //! agent's own halt epoch on, and a model result that comes back under an earlier one is dropped
 //! (the turn's staleness check).
 
-use super::{Cluster, HALT_KEY};
+use super::{Cluster, ClusterHalt, ClusterLift, LiftError, HALT_KEY};
+use crate::server::cluster::agent_acks;
 use async_nats::jetstream::kv::{self, Operation};
 use futures::{FutureExt, StreamExt};
 use std::{collections::BTreeMap, sync::atomic::Ordering, sync::Arc, time::Duration};
-use warden_actors::{now_ms, HaltAck, LiftOutcome};
-use warden_protocols::cluster::{AgentHaltAck, HaltState, NodeHaltAck};
-
-/// What a cluster halt gathered: this node's acks, each other node's, and the nodes that did not
-/// answer in time.
-#[derive(Debug)]
-pub struct ClusterHalt {
-    /// The epoch written.
-    pub epoch: u64,
-    /// This node's agents.
-    pub local: Vec<HaltAck>,
-    /// The other nodes' answers, by node.
-    pub remote: BTreeMap<String, NodeHaltAck>,
-    /// Nodes with a live heartbeat that did not answer within the timeout.
-    pub unanswered: Vec<String>,
-}
-
-pub(super) fn agent_acks(acks: &[HaltAck]) -> Vec<AgentHaltAck> {
-    acks.iter()
-        .map(|a| AgentHaltAck {
-            agent: a.agent.clone(),
-            state: a.state,
-            discarded: a.discarded,
-        })
-        .collect()
-}
+use warden_actors::{now_ms, LiftOutcome};
+use warden_protocols::cluster::{HaltState, NodeHaltAck};
 
 impl Cluster {
     /// The halt epoch this node has applied.
@@ -322,51 +299,6 @@ impl Cluster {
     }
 }
 
-/// What a lift of the cluster halt did on this node (the other nodes apply it from the broadcast
-/// or the key).
-#[derive(Debug)]
-pub struct ClusterLift {
-    /// The epoch written (`halted: false`).
-    pub epoch: u64,
-    /// This node's agents the halt had stopped, and what the lift did with each.
-    pub local: Vec<LiftOutcome>,
-}
-
-/// Why a lift of the cluster halt was refused (the cluster stays as it was).
-#[derive(Debug, thiserror::Error)]
-pub enum LiftError {
-    /// The halt key says the cluster is not halted.
-    #[error("the cluster is not halted (halt epoch {epoch}): nothing to lift")]
-    NotHalted {
-        /// The key's epoch.
-        epoch: u64,
-    },
-    /// A halt came that the lift had not seen: the key moved since it was read, or this node
-    /// applied a halt whose write has not landed yet.
-    #[error(
-        "lift refused: a halt came since the halt key was read (epoch {read}, now {now}): a lift \
-         never overrides a halt it has not seen; the cluster stays halted (lift again if still meant)"
-    )]
-    Moved {
-        /// The epoch the lift read.
-        read: u64,
-        /// The epoch there is now.
-        now: u64,
-    },
-    /// JetStream did not confirm the read or the write within the bound.
-    #[error(
-        "lift refused: it needs a write to the cluster's halt key confirmed by JetStream, and none \
-         came within {ms} ms (this node may be cut off: {cause}); the cluster stays halted unless \
-         the write landed unconfirmed, in which case every node applies it from the key"
-    )]
-    CutOff {
-        /// The bound (`cluster.halt_ack_timeout_ms`).
-        ms: u128,
-        /// What failed.
-        cause: String,
-    },
-}
-
 /// Test hook (not a setting): `WARDEN_TEST_LIFT_PAUSE_MS` makes a lift wait this long between
 /// its read of the halt key and its write, so that a test can put a halt in between.
 fn test_pause() -> Option<Duration> {
@@ -510,34 +442,4 @@ impl Cluster {
         }
         Some(outcomes)
     }
-}
-
-/// The acks of a cluster halt as JSON: `halted` lists every agent's ack with its node (this node's
-/// first), `nodes` each node's answer, `unanswered` the nodes that did not answer in time.
-pub(crate) fn halt_body(node: &str, halt: &ClusterHalt) -> serde_json::Value {
-    let mut halted = Vec::new();
-    let mut nodes = Vec::new();
-    let mut add = |node: &str, acks: &[AgentHaltAck], stale: bool| {
-        for a in acks {
-            halted.push(serde_json::json!({
-                "agent": a.agent, "state": a.state, "discarded": a.discarded, "node": node,
-            }));
-        }
-        nodes.push(serde_json::json!({
-            "node": node, "answered": true, "stale": stale, "agents": acks.len(),
-        }));
-    };
-    add(node, &agent_acks(&halt.local), false);
-    for (name, ack) in &halt.remote {
-        add(name, &ack.halted, ack.stale);
-    }
-    for name in &halt.unanswered {
-        nodes.push(serde_json::json!({ "node": name, "answered": false }));
-    }
-    serde_json::json!({
-        "epoch": halt.epoch,
-        "halted": halted,
-        "nodes": nodes,
-        "unanswered": halt.unanswered,
-    })
 }

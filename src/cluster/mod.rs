@@ -2,12 +2,13 @@
 //! (docs/cluster.md). No home-made consensus or membership: every shared fact is a JetStream
 //! key-value entry, every fast path a core-NATS subject.
 //!
-//! Files: `config.rs` (`[cluster]`, the flags), `error.rs`, `lease.rs` (agent leases, node
+//! Files (the `[cluster]` section, the flags and the join error are the team file's:
+//! `src/team/cluster.rs`, `src/team/cluster_error.rs`): `lease.rs` (agent leases, node
 //! heartbeats, the fleet listing), `halt.rs` (the halt as state, and its lift), `adopt.rs` (moving
 //! a dead node's agents), `failsafe.rs` (no model call while cut off), `delegate.rs` (delegation to
 //! another node's agent), `remote.rs` (one agent of another node: where it runs, its halt),
-//! `budget.rs` (the team token and cost budgets in slices), `http.rs` (the routes a cluster node
-//! answers differently). Wire types are in
+//! `budget.rs` (the team token and cost budgets in slices), `node.rs` (what the server asks of a
+//! cluster: [`crate::server::cluster::ClusterNode`]; the routes are the server's). Wire types are in
 //! [`warden_protocols::cluster`].
 //!
 //! # Invariants
@@ -47,22 +48,24 @@
 
 mod adopt;
 mod budget;
-mod config;
 mod delegate;
-mod error;
 mod failsafe;
 mod halt;
-pub(crate) mod http;
 mod lease;
 mod lockout;
+mod node;
 mod remote;
 
 pub use budget::BUDGET_BUCKET;
-pub use config::{shown_url, ClusterConfig, ClusterSection, NatsSecurity, DEFAULT_NAMESPACE};
-pub use error::ClusterError;
-pub(crate) use halt::halt_body;
-pub use halt::{ClusterLift, LiftError};
-pub use remote::RemoteHaltError;
+// The `[cluster]` section, what it resolves to and the join error live with the team file
+// (`crate::team`), which this module builds on.
+pub use crate::team::cluster::{
+    shown_url, ClusterConfig, ClusterSection, NatsSecurity, DEFAULT_NAMESPACE,
+};
+pub use crate::team::cluster_error::ClusterError;
+// The types of its answers to the server (`crate::server::cluster`, where they are defined: the
+// server compiles without this module).
+pub use crate::server::cluster::{halt_body, ClusterHalt, ClusterLift, LiftError, RemoteHaltError};
 
 use async_nats::jetstream::kv;
 use parking_lot::Mutex;
@@ -415,7 +418,7 @@ async fn connect(config: &ClusterConfig) -> Result<async_nats::Client, ClusterEr
 /// wrong one is said with its key rather than as the client's connect error.
 fn secure(
     mut options: async_nats::ConnectOptions,
-    security: &config::NatsSecurity,
+    security: &NatsSecurity,
 ) -> Result<async_nats::ConnectOptions, ClusterError> {
     let readable = |key: &'static str, path: &std::path::Path| {
         std::fs::read(path).map_err(|e| ClusterError::File {
@@ -530,6 +533,13 @@ pub(crate) fn kv_key(prefix: &str, name: &str) -> String {
         }
     }
     key
+}
+
+impl ClusterError {
+    /// JetStream's errors, with what was being done.
+    fn js(context: &str, err: impl std::fmt::Display) -> Self {
+        ClusterError::JetStream(format!("{context}: {err}"))
+    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@
 //! * **The owner is asked by name.** The request goes to the node whose lease this node last saw;
 //!   a node that does not run the agent (the lease moved) answers `found: false` and halts nothing.
 
-use super::{kv_key, Cluster};
+use super::{kv_key, Cluster, RemoteHaltError};
 use futures::StreamExt;
 use std::{sync::Arc, time::Duration};
 use warden_protocols::{
@@ -28,46 +28,6 @@ use warden_protocols::{
 /// How long the owner of an agent is looked up in JetStream when this node's team file does not
 /// say.
 const OWNER_LOOKUP: Duration = Duration::from_secs(1);
-
-/// Why a halt of another node's agent did not come back acknowledged.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RemoteHaltError {
-    /// The node asked does not run it (its lease moved since it was read).
-    #[error("node {node} does not run agent {agent} (its lease moved): ask again")]
-    Moved {
-        /// The agent.
-        agent: AgentKey,
-        /// The node asked.
-        node: String,
-    },
-    /// Nothing listens for the owner's halts on NATS (it is down, or not connected): not applied.
-    #[error(
-        "node {node} is not reachable on NATS (no subscriber: it may be down); the halt of {agent} \
-         was not applied there. If it is down its agents do nothing; POST /api/halt halts the \
-         whole cluster, and is state every node applies when it is back"
-    )]
-    NoResponder {
-        /// The agent.
-        agent: AgentKey,
-        /// Its owner, as its lease says.
-        node: String,
-    },
-    /// No answer within the bound: the halt may not have been applied.
-    #[error(
-        "node {node} did not acknowledge the halt of {agent} within {} ms: it may not have been \
-         applied (the node may be cut off); POST /api/halt halts the whole cluster, and is state \
-         every node applies when it is back",
-        waited.as_millis()
-    )]
-    Unanswered {
-        /// The agent.
-        agent: AgentKey,
-        /// Its owner.
-        node: String,
-        /// How long this node waited.
-        waited: Duration,
-    },
-}
 
 /// The subject `node` receives halts of single agents on.
 fn subject(cluster: &Cluster, node: &str) -> String {
@@ -207,7 +167,7 @@ impl Cluster {
             reply.not_durable = acks
                 .iter()
                 .find_map(|a| a.not_durable.as_ref().map(|c| c.to_string()));
-            reply.halted = super::halt::agent_acks(&acks);
+            reply.halted = crate::server::cluster::agent_acks(&acks);
         }
         reply
     }

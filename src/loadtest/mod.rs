@@ -200,6 +200,10 @@ pub struct LoadtestOptions {
     pub progress: bool,
     /// Raised to stop the run early (the CLI raises it on SIGINT and SIGTERM).
     pub interrupt: Arc<Interrupt>,
+    /// Arbiter threads the fleet's agents are spread over (`supervisor.arbiters`), the driver
+    /// staying on the calling thread; `0` (the default): every agent on the calling thread, so a
+    /// figure is one core's.
+    pub threads: usize,
 }
 
 impl LoadtestOptions {
@@ -224,6 +228,7 @@ impl LoadtestOptions {
             timeout: Duration::from_secs(300),
             progress: false,
             interrupt: Arc::default(),
+            threads: 0,
         }
     }
 }
@@ -320,6 +325,10 @@ pub struct LoadReport {
     pub scenario: String,
     /// [`LoadtestOptions::seed`].
     pub seed: u64,
+    /// [`LoadtestOptions::threads`]: arbiter threads of the fleet, 0 for the calling thread. Absent
+    /// from reports written before it existed (read as 0).
+    #[serde(default)]
+    pub threads: u64,
     /// Agents spawned.
     pub agents: u64,
     /// Wall time of the drive phase (first task sent → every task ended or halted).
@@ -1034,6 +1043,7 @@ fn fleet_config(options: &LoadtestOptions) -> WardenConfig {
     config.mailbox.ordinary_capacity =
         NonZeroUsize::new(fleet_tasks(options).max(1024)).unwrap_or(NonZeroUsize::MIN);
     config.supervisor.passivate_after_seconds = options.passivate_after_s;
+    config.supervisor.arbiters = options.threads;
     config
 }
 
@@ -1120,7 +1130,8 @@ impl FleetModels {
 }
 
 /// Runs a load test in its own actix `System` (blocks the calling thread). Every agent runs on
-/// the calling thread; only the halt probe uses an arbiter thread of its own. Nothing is written
+/// the calling thread unless [`LoadtestOptions::threads`] asks for arbiters of their own; the
+/// halt probe uses an arbiter thread of its own. Nothing is written
 /// to disk and nothing goes over the network: the journal is the harness's own counter and the
 /// model is scripted.
 ///
@@ -1212,7 +1223,8 @@ impl Drop for Progress {
     }
 }
 
-/// [`run_loadtest`] inside a running actix `System` (every agent on the current arbiter).
+/// [`run_loadtest`] inside a running actix `System` (every agent on the current arbiter, unless
+/// [`LoadtestOptions::threads`] is above 0).
 ///
 /// # Cancel safety
 ///
@@ -1223,8 +1235,13 @@ pub async fn run_loadtest_async(options: LoadtestOptions) -> LoadReport {
     let scenario = options.scenario;
     let config = fleet_config(&options);
     let journal = Arc::new(HarnessJournal::default());
-    let team = Supervisor::builder(config, journal.clone())
-        .current_arbiter()
+    let builder = Supervisor::builder(config, journal.clone());
+    let builder = if options.threads == 0 {
+        builder.current_arbiter()
+    } else {
+        builder
+    };
+    let team = builder
         .safety_checks(options.safety)
         .capacity(options.agents)
         .build();
@@ -1780,6 +1797,7 @@ async fn finish_fleet(
     outcomes.finish();
     LoadReport {
         seed: options.seed,
+        threads: options.threads as u64,
         agents,
         duration_s,
         steps,

@@ -37,8 +37,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// The default of `api.auth_failures_per_minute`.
-pub const DEFAULT_AUTH_FAILURES_PER_MINUTE: u32 = 10;
+pub use crate::team::api::DEFAULT_AUTH_FAILURES_PER_MINUTE;
 /// All addresses together may send this many times the per-address limit of wrong tokens a
 /// minute before every further wrong token is answered `429`.
 pub const GLOBAL_FACTOR: u32 = 10;

@@ -74,8 +74,7 @@ impl Published {
 
     /// The SSE message (`id:`/`event:`/`data:`), rendered on first use.
     pub fn sse(&self) -> &actix_web::web::Bytes {
-        self.sse
-            .get_or_init(|| crate::server::sse::render(&self.item))
+        self.sse.get_or_init(|| render(&self.item))
     }
 }
 
@@ -582,5 +581,33 @@ impl InterventionBus for BroadcastBus {
             }
             result
         })
+    }
+}
+
+/// One SSE message. `data` is one line of JSON.
+pub(crate) fn message(id: Option<u64>, event: &str, data: &str) -> actix_web::web::Bytes {
+    let mut text = String::with_capacity(data.len() + event.len() + 32);
+    if let Some(id) = id {
+        text.push_str(&format!("id: {id}\n"));
+    }
+    text.push_str(&format!("event: {event}\ndata: {data}\n\n"));
+    actix_web::web::Bytes::from(text)
+}
+
+pub(crate) fn journal_message(event: &Event) -> actix_web::web::Bytes {
+    let value = serde_json::to_value(event).unwrap_or_default();
+    let kind = crate::journal::kind_name(&value["kind"]);
+    message(Some(event.seq), &kind, &value.to_string())
+}
+
+pub(crate) fn notice_message(notice: &Notice) -> actix_web::web::Bytes {
+    message(None, notice.kind.as_str(), &notice.data.to_string())
+}
+
+/// The SSE message of a feed item (see [`Published::sse`], which renders each item once).
+pub(crate) fn render(item: &FeedItem) -> actix_web::web::Bytes {
+    match item {
+        FeedItem::Journal(event) => journal_message(event),
+        FeedItem::Notice(notice) => notice_message(notice),
     }
 }

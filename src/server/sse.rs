@@ -36,7 +36,8 @@
 //! * Asks already pending when the stream opens are sent first, as `intervention_asked`, once each.
 
 use crate::server::events::{
-    EventHub, EventLog, FeedItem, Notice, NoticeKind, Published, Subscription,
+    journal_message, message, notice_message, EventHub, EventLog, FeedItem, Notice, NoticeKind,
+    Published, Subscription,
 };
 use actix_web::web::{self, Bytes};
 use std::{
@@ -48,7 +49,7 @@ use tokio::{
     sync::broadcast::error::{RecvError, TryRecvError},
     time::Instant,
 };
-use warden_protocols::{AgentKey, Event, Intervention};
+use warden_protocols::{AgentKey, Intervention};
 
 /// Events read from the log per query while replaying.
 pub(super) const REPLAY_PAGE: usize = 500;
@@ -195,34 +196,6 @@ impl Reorder {
         let next = self.next?;
         let (&first, _) = self.held.first_key_value()?;
         Some((next, first))
-    }
-}
-
-/// One SSE message. `data` is one line of JSON.
-fn message(id: Option<u64>, event: &str, data: &str) -> Bytes {
-    let mut text = String::with_capacity(data.len() + event.len() + 32);
-    if let Some(id) = id {
-        text.push_str(&format!("id: {id}\n"));
-    }
-    text.push_str(&format!("event: {event}\ndata: {data}\n\n"));
-    Bytes::from(text)
-}
-
-fn journal_message(event: &Event) -> Bytes {
-    let value = serde_json::to_value(event).unwrap_or_default();
-    let kind = crate::journal::kind_name(&value["kind"]);
-    message(Some(event.seq), &kind, &value.to_string())
-}
-
-fn notice_message(notice: &Notice) -> Bytes {
-    message(None, notice.kind.as_str(), &notice.data.to_string())
-}
-
-/// The SSE message of a feed item (see [`Published::sse`], which renders each item once).
-pub(crate) fn render(item: &FeedItem) -> Bytes {
-    match item {
-        FeedItem::Journal(event) => journal_message(event),
-        FeedItem::Notice(notice) => notice_message(notice),
     }
 }
 
@@ -498,7 +471,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use warden_protocols::EventKind;
+    use warden_protocols::{Event, EventKind};
 
     fn item(seq: u64) -> Arc<Published> {
         Arc::new(Published::new(FeedItem::Journal(Event {

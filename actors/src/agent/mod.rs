@@ -488,9 +488,11 @@ impl AgentHandle {
     /// journaled as `goals_set` by `operator`. Any agent may be given goals this way, in any state.
     ///
     /// # Errors
-    /// The goals are invalid ([`warden_protocols::check_goals`]): what is wrong, in words.
-    pub fn set_goals(&self, goals: Vec<String>, operator: &str) -> Result<(), String> {
-        warden_protocols::check_goals(&goals)?;
+    /// [`GoalsError::Invalid`] when the goals are invalid ([`warden_protocols::check_goals`]):
+    /// what is wrong, in words (never [`GoalsError::NotDurable`]: this does not wait for the
+    /// journal; [`AgentHandle::set_goals_durable`] does).
+    pub fn set_goals(&self, goals: Vec<String>, operator: &str) -> Result<(), GoalsError> {
+        warden_protocols::check_goals(&goals).map_err(GoalsError::Invalid)?;
         self.cell.note(EventKind::GoalsSet {
             goals,
             by: operator.to_owned(),

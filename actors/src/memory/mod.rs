@@ -6,7 +6,7 @@
 //! journal by `warden_protocols::memory`), so a restart restores them and a replay equals the live
 //! agent. This module is the runtime around them, one small concept a file:
 //!
-//! * `team` — [`TeamMemory`], what the team's agents share: the FTS5 index, each agent's write
+//! * `team` — `TeamMemory`, what the team's agents share: the FTS5 index, each agent's write
 //!   rate windows, its memory clock and what it knows of its current turn.
 //! * `index` — the FTS5 index (BM25 relevance), feature `fts`.
 //! * `embed` — relevance by embeddings when the provider has an embedding model.

@@ -17,7 +17,8 @@ pub use limits::{
 #[cfg(feature = "openai")]
 pub use openai::{
     retry_class, retry_counts, AttemptObserver, FailedAttempt, OpenAiCompatible, OpenAiConfig,
-    OpenAiSetupError, RetryPolicy, StreamEvent, ToolFormat, RETRY_CLASSES,
+    OpenAiSetupError, RetryPolicy, StreamEvent, ToolFormat, DEFAULT_MAX_RESPONSE_BYTES,
+    RETRY_CLASSES,
 };
 pub use scripted::{Latency, ScriptStats, ScriptStep, ScriptedProvider};
 

@@ -119,8 +119,16 @@ impl Supervisor {
                 kept: kept.into(),
             });
         }
-        let results =
-            futures::future::join_all(resuming.iter().map(|(_, h)| h.resume(operator))).await;
+        // In order, a bounded number at once (`join_all` is quadratic over a large fleet: see
+        // `Supervisor::shutdown`).
+        // (The futures are collected first: a stream over a borrowing closure would make this
+        // future's type too general for the callers that box it.)
+        let resumes: Vec<_> = resuming.iter().map(|(_, h)| h.resume(operator)).collect();
+        let results: Vec<_> = futures::StreamExt::collect(futures::StreamExt::buffered(
+            futures::stream::iter(resumes),
+            super::IN_FLIGHT,
+        ))
+        .await;
         for ((slot, _), result) in resuming.iter().zip(results) {
             let Some(outcome) = outcomes.get_mut(*slot) else {
                 continue;

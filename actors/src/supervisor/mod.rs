@@ -57,7 +57,8 @@ use crate::{
 };
 use actix::{Actor, Addr, Arbiter, ArbiterHandle};
 use dashmap::DashMap;
-use futures::future::{join_all, BoxFuture};
+use futures::future::BoxFuture;
+use futures::StreamExt;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::{
@@ -992,7 +993,11 @@ impl Supervisor {
             .iter()
             .filter_map(|e| e.cell.mailbox.waker::<Addr<AgentActor>>())
             .collect();
-        join_all(addrs.iter().map(|a| a.send(Shutdown))).await;
+        // A bounded number in flight (see `IN_FLIGHT`).
+        futures::stream::iter(addrs.iter().map(|a| a.send(Shutdown)))
+            .buffer_unordered(IN_FLIGHT)
+            .for_each(|_| async {})
+            .await;
         for e in self.shared.agents.iter() {
             e.cell.mailbox.close();
         }
@@ -1004,15 +1009,23 @@ impl Supervisor {
     }
 }
 
+/// Requests to the fleet's actors in flight at once (a shutdown, a fleet lift, the acks of a
+/// halt): `join_all` over a million futures is quadratic (once tokio's cooperative budget is
+/// spent, each poll of the set wakes every pending future again; 200,000 idle agents took 19 s to
+/// shut down, a million minutes).
+const IN_FLIGHT: usize = 1024;
+
 /// Waits for every ack; an agent whose actor is gone reports its record's state.
 async fn collect_acks(
     receivers: Vec<(Arc<AgentCell>, oneshot::Receiver<SentAck>)>,
 ) -> Vec<HaltAck> {
-    join_all(receivers.into_iter().map(|(cell, rx)| async move {
+    futures::stream::iter(receivers.into_iter().map(|(cell, rx)| async move {
         match rx.await {
             Ok(sent) => sent.settle().await,
             Err(_) => cell.halt_ack_now(),
         }
     }))
+    .buffered(IN_FLIGHT)
+    .collect()
     .await
 }

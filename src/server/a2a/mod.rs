@@ -7,7 +7,7 @@
 //!   token gets, lists and subscribes), and the errors.
 //! * [`tasks`]: a task is a warden user event (`AGENT/EVENT_ID`): its state is read from the
 //!   event's fate in the journal, so tasks outlive a restart as events do; cancel is a halt.
-//! * [`stream`]: `SendStreamingMessage` and `SubscribeToTask` over Server-Sent Events.
+//! * `stream`: `SendStreamingMessage` and `SubscribeToTask` over Server-Sent Events.
 //! * [`push`]: push-notification configs, and their webhook POSTs (retried, never blocking).
 //!
 //! Not in `api::ROUTES` nor `openapi.json`: a protocol endpoint, like `/mcp`.

@@ -33,8 +33,7 @@ use actix_web::{
     web, HttpRequest, HttpResponse, ResponseError,
 };
 
-/// How long a console session lasts by default (`api.session_ttl_seconds`): 8 hours, a shift.
-pub const DEFAULT_SESSION_TTL_SECONDS: u64 = 8 * 60 * 60;
+pub use crate::team::api::DEFAULT_SESSION_TTL_SECONDS;
 
 /// The session cookie (HttpOnly) over plain http.
 pub const SESSION_COOKIE: &str = "warden_session";
@@ -491,6 +490,7 @@ async fn halt_form(
     let acks = match &state.cluster {
         Some(cluster) => {
             let halt = cluster
+                .clone()
                 .halt("HALT ALL from the console form", CONSOLE_OPERATOR)
                 .await;
             let remote: usize = halt.remote.values().map(|n| n.halted.len()).sum();

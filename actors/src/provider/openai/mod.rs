@@ -36,12 +36,14 @@
 //!   or exhausted `x-ratelimit-remaining-*` pauses every holder of the limiter.
 //! - The API key is sent as a bearer token and is never logged, serialized or shown by `Debug`.
 
+mod body;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod fuzzing;
 mod retry;
 mod sse;
 mod wire;
 
+pub use body::DEFAULT_MAX_RESPONSE_BYTES;
 pub use retry::{
     retry_class, retry_counts, AttemptObserver, FailedAttempt, RetryPolicy, RETRY_CLASSES,
 };
@@ -50,6 +52,7 @@ use crate::provider::{
     limits::parse_reset, CallPermit, LlmRequest, LlmResponse, Provider, ProviderError,
     ProviderLimiter,
 };
+use body::{read_capped, read_error_text, too_large, ReadError};
 use futures::{future::BoxFuture, stream::BoxStream, FutureExt, StreamExt};
 use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE, RETRY_AFTER};
 use retry::{parse_retry_after, run_with_retries, AttemptError};
@@ -106,6 +109,10 @@ pub struct OpenAiConfig {
     /// embeddings, recall ranks by BM25.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub embedding_model: Option<String>,
+    /// The ceiling of an answer's body (a completion, a stream's whole body, embeddings): past it
+    /// the call fails as malformed and nothing more is read. Default
+    /// [`DEFAULT_MAX_RESPONSE_BYTES`] (16 MiB).
+    pub max_response_bytes: usize,
 }
 
 impl Default for OpenAiConfig {
@@ -121,6 +128,7 @@ impl Default for OpenAiConfig {
             max_tokens: None,
             temperature: None,
             embedding_model: None,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }
@@ -137,6 +145,8 @@ impl fmt::Debug for OpenAiConfig {
             .field("retry", &self.retry)
             .field("max_tokens", &self.max_tokens)
             .field("temperature", &self.temperature)
+            .field("embedding_model", &self.embedding_model)
+            .field("max_response_bytes", &self.max_response_bytes)
             .finish()
     }
 }
@@ -348,12 +358,15 @@ impl OpenAiCompatible {
                 let permit = permit.as_ref();
                 async move {
                     retry_admitted(permit, number).await;
+                    let cap = inner.config.max_response_bytes;
                     let bytes = tokio::time::timeout(timeout, async {
                         let response = send(inner, body, false).await?;
-                        response
-                            .bytes()
-                            .await
-                            .map_err(|e| AttemptError::from(from_reqwest(&e, timeout)))
+                        read_capped(response, cap).await.map_err(|e| match e {
+                            ReadError::Transport(e) => {
+                                AttemptError::from(from_reqwest(&e, timeout))
+                            }
+                            ReadError::TooLarge => AttemptError::from(too_large(cap)),
+                        })
                     })
                     .await
                     .map_err(|_| timeout_error(timeout))??;
@@ -405,17 +418,22 @@ impl Provider for OpenAiCompatible {
                 .await
                 .map_err(|e| from_reqwest(&e, timeout))?;
             let status = response.status();
-            let body = response
-                .text()
-                .await
-                .map_err(|e| from_reqwest(&e, timeout))?;
             if !status.is_success() {
+                let body = read_error_text(response).await;
                 return Err(ProviderError::Http {
                     status: status.as_u16(),
-                    body: body.chars().take(2000).collect(),
+                    body: wire::truncate_body(&body),
                 });
             }
-            let embedded = parse_embeddings(&body, count)?;
+            let cap = inner.config.max_response_bytes;
+            let body = read_capped(response, cap).await.map_err(|e| match e {
+                ReadError::Transport(e) => from_reqwest(&e, timeout),
+                ReadError::TooLarge => too_large(cap),
+            })?;
+            let body = std::str::from_utf8(&body).map_err(|_| ProviderError::Malformed {
+                message: "the embeddings answer is not UTF-8".into(),
+            })?;
+            let embedded = parse_embeddings(body, count)?;
             if let Some(permit) = permit.as_mut() {
                 permit.settle(Some(&embedded.usage));
             }
@@ -581,7 +599,7 @@ async fn send(
     }
     let retry_after = retry_after(response.headers());
     // The error body is informative only: a failure to read it must not hide the status.
-    let text = response.text().await.unwrap_or_default();
+    let text = read_error_text(response).await;
     Err(AttemptError {
         error: ProviderError::Http {
             status: status.as_u16(),
@@ -610,6 +628,8 @@ struct Body {
     draft: Draft,
     attempts: u32,
     prompt_chars: usize,
+    /// Bytes of the body read so far, against `max_response_bytes`.
+    received: usize,
 }
 
 struct StreamState {
@@ -673,9 +693,11 @@ impl StreamState {
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if !is_sse {
             // Some servers ignore `stream: true` and answer with one JSON body.
-            let outcome = match tokio::time::timeout(timeout, response.bytes()).await {
+            let cap = inner.config.max_response_bytes;
+            let outcome = match tokio::time::timeout(timeout, read_capped(response, cap)).await {
                 Err(_) => Err(timeout_error(timeout).error),
-                Ok(Err(e)) => Err(from_reqwest(&e, timeout)),
+                Ok(Err(ReadError::Transport(e))) => Err(from_reqwest(&e, timeout)),
+                Ok(Err(ReadError::TooLarge)) => Err(too_large(cap)),
                 Ok(Ok(bytes)) => wire::parse_completion(&bytes)
                     .and_then(|draft| draft.finish(inner.config.tool_format, prompt_chars)),
             };
@@ -692,6 +714,7 @@ impl StreamState {
             draft: Draft::default(),
             attempts,
             prompt_chars,
+            received: 0,
         }));
     }
 
@@ -729,6 +752,17 @@ impl StreamState {
                 self.finish(outcome, attempts);
             }
             Ok(Some(Ok(bytes))) => {
+                body.received = body.received.saturating_add(bytes.len());
+                let cap = self.inner.config.max_response_bytes;
+                if body.received > cap {
+                    tracing::warn!(
+                        model = %self.inner.config.model,
+                        cap,
+                        "llm stream longer than max_response_bytes; finishing it as malformed"
+                    );
+                    self.finish(Err(too_large(cap)), attempts);
+                    return;
+                }
                 for event in body.events.push(&bytes) {
                     if self.handle_event(
                         &event.data,

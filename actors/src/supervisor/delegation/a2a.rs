@@ -100,7 +100,7 @@ pub struct PeerMessage {
 pub struct PeerError(pub String);
 
 /// The remote A2A agents a team may delegate to, and how to reach them (set once, before the
-/// agents are spawned: [`SupervisorBuilder::a2a_peers`]).
+/// agents are spawned: [`Supervisor::set_a2a_peers`](crate::Supervisor::set_a2a_peers)).
 pub trait A2aPeers: Send + Sync + 'static {
     /// Whether `name` is a remote agent here.
     fn knows(&self, name: &AgentKey) -> bool;

@@ -54,7 +54,7 @@ pub(crate) struct RepliesQuery {
 }
 
 impl RepliesQuery {
-    fn wait(&self) -> Result<Duration, ApiError> {
+    pub(crate) fn wait(&self) -> Result<Duration, ApiError> {
         let Some(text) = self.wait.as_deref() else {
             return Ok(Duration::ZERO);
         };

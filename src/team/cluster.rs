@@ -183,12 +183,14 @@ impl ClusterConfig {
     /// The credentials the URL carries (`nats://USER:PASSWORD@HOST:PORT`, or `nats://TOKEN@…`),
     /// from its first server that has any: `(user or token, password)`. async-nats 0.51 does not
     /// take them from the URL itself.
-    pub(super) fn credentials(&self) -> Option<(String, Option<String>)> {
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) fn credentials(&self) -> Option<(String, Option<String>)> {
         credentials(&self.url)
     }
 }
 
 /// See [`ClusterConfig::credentials`].
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
 fn credentials(url: &str) -> Option<(String, Option<String>)> {
     url.split(',').find_map(|one| {
         let rest = strip_scheme(one.trim())?.1;
@@ -240,12 +242,12 @@ impl ClusterSection {
         mut self,
         url: Option<String>,
         node: Option<String>,
-    ) -> Result<Self, super::ClusterError> {
+    ) -> Result<Self, crate::team::cluster_error::ClusterError> {
         let flag = |key: &'static str, value: Option<String>, check: Check| match value {
             None => Ok(None),
             Some(value) => match check(&value) {
                 Ok(()) => Ok(Some(value)),
-                Err(allowed) => Err(super::ClusterError::Invalid {
+                Err(allowed) => Err(crate::team::cluster_error::ClusterError::Invalid {
                     key,
                     value,
                     allowed,
@@ -264,20 +266,22 @@ impl ClusterSection {
     /// The cluster to join: `None` when neither `url` nor `node` is set (a single node).
     ///
     /// # Errors
-    /// [`super::ClusterError::Invalid`] when only one of them is set.
-    pub fn resolve(&self) -> Result<Option<ClusterConfig>, super::ClusterError> {
+    /// [`crate::team::cluster_error::ClusterError::Invalid`] when only one of them is set.
+    pub fn resolve(
+        &self,
+    ) -> Result<Option<ClusterConfig>, crate::team::cluster_error::ClusterError> {
         let (url, node) = match (&self.url, &self.node) {
             (None, None) => return Ok(None),
             (Some(url), Some(node)) => (url.clone(), node.clone()),
             (Some(_), None) => {
-                return Err(super::ClusterError::Invalid {
+                return Err(crate::team::cluster_error::ClusterError::Invalid {
                     key: "cluster.node",
                     value: "(unset)".into(),
                     allowed: "a node name (`--node NAME`) whenever a cluster URL is set",
                 })
             }
             (None, Some(_)) => {
-                return Err(super::ClusterError::Invalid {
+                return Err(crate::team::cluster_error::ClusterError::Invalid {
                     key: "cluster.url",
                     value: "(unset)".into(),
                     allowed: "a NATS URL (`--cluster nats://HOST:PORT`) whenever a node is set",
@@ -304,11 +308,16 @@ impl ClusterSection {
 
 impl ClusterSection {
     /// The authentication and TLS keys, checked against each other and `url`.
-    fn security(&self, url: &str) -> Result<NatsSecurity, super::ClusterError> {
-        let unset = |key: &'static str, allowed: &'static str| super::ClusterError::Invalid {
-            key,
-            value: "(unset)".into(),
-            allowed,
+    fn security(
+        &self,
+        url: &str,
+    ) -> Result<NatsSecurity, crate::team::cluster_error::ClusterError> {
+        let unset = |key: &'static str, allowed: &'static str| {
+            crate::team::cluster_error::ClusterError::Invalid {
+                key,
+                value: "(unset)".into(),
+                allowed,
+            }
         };
         let tls_client = match (&self.tls_cert_file, &self.tls_key_file) {
             (None, None) => None,
@@ -335,7 +344,7 @@ impl ClusterSection {
             let Some(file) = file else { continue };
             let other = ways.iter().skip(i + 1).any(|(_, f)| f.is_some());
             if other || credentials(url).is_some() {
-                return Err(super::ClusterError::Invalid {
+                return Err(crate::team::cluster_error::ClusterError::Invalid {
                     key,
                     value: file.display().to_string(),
                     allowed: "one of cluster.nkey_seed_file, cluster.credentials_file and a user \
@@ -514,12 +523,12 @@ mod tests {
         assert_eq!(config.fail_safe, Duration::from_secs(3));
         assert_eq!(config.beat(), Duration::from_secs(1));
         // `warden serve`'s names are those of the docs and of the constants.
-        assert_eq!(config.bucket("halt"), crate::cluster::HALT_BUCKET);
-        assert_eq!(config.bucket("leases"), crate::cluster::LEASE_BUCKET);
-        assert_eq!(config.bucket("lockouts"), crate::cluster::LOCKOUT_BUCKET);
-        assert_eq!(config.bucket("budget"), crate::cluster::BUDGET_BUCKET);
-        assert_eq!(config.bucket("tasks"), crate::cluster::TASK_BUCKET);
-        assert_eq!(config.subject("halt"), crate::cluster::HALT_SUBJECT);
+        assert_eq!(config.bucket("halt"), "warden_halt");
+        assert_eq!(config.bucket("leases"), "warden_leases");
+        assert_eq!(config.bucket("lockouts"), "warden_lockouts");
+        assert_eq!(config.bucket("budget"), "warden_budget");
+        assert_eq!(config.bucket("tasks"), "warden_tasks");
+        assert_eq!(config.subject("halt"), "warden.cluster.halt");
     }
 
     #[test]

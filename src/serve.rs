@@ -1,11 +1,13 @@
-//! `warden serve`: a team file, the SQLite journal and the API put together — [`serve_team`] — and
-//! the team it runs by default ([`DEFAULT_TEAM`]).
+//! `warden serve`: a team file, the SQLite journal, the cluster when the file has one and the API
+//! put together — [`serve_team`] — and the team it runs by default ([`DEFAULT_TEAM`]). The one
+//! place that knows all of them (the server itself does not know the cluster's implementation:
+//! [`crate::server::cluster::ClusterNode`]).
 
-use super::{
+use crate::journal::SqliteJournal;
+use crate::server::{
     api::{check_listen, listen_on, ApiConfig, ApiState},
     events::EventHub,
 };
-use crate::journal::SqliteJournal;
 use std::{net::SocketAddr, sync::Arc};
 use warden_actors::{ChannelInterventionBus, Supervisor};
 
@@ -49,6 +51,36 @@ provider = "scribe"
 delegate = false
 "#;
 
+/// Why `warden serve` ([`serve_team`]) or `warden mcp` ([`serve_stdio`]) did not start, or stopped
+/// with an error. Each variant is the error of one start-up step, shown as that error (its
+/// `source()` chain is the step's own).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The API's address: refused without an admin token, not bindable, or the HTTP server could
+    /// not start or failed while it ran.
+    #[error(transparent)]
+    Listen(#[from] crate::server::api::ServeError),
+    /// The journal could not be opened (in use by another server, damaged, a newer schema, …) or
+    /// recovered.
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
+    /// A provider could not be built (an unset API key variable), an MCP server of the team file
+    /// could not start, or an agent could not be spawned.
+    #[error(transparent)]
+    Team(#[from] crate::team::TeamError),
+    /// The team file's `[cluster]` could not be joined.
+    #[error(transparent)]
+    Cluster(#[from] crate::team::ClusterError),
+    /// The team file's `[a2a_agents]` could not be reached.
+    #[error(transparent)]
+    A2a(#[from] crate::a2a_client::A2aClientError),
+    /// `warden mcp`: the MCP handshake or service on standard input/output failed.
+    #[cfg(feature = "mcp-server")]
+    #[error(transparent)]
+    Mcp(crate::server::mcp::McpServeError),
+}
+
 /// `warden serve`: opens the journal at `db` (taking its lock and checking its integrity: see
 /// [`SqliteJournal::open`]), recovers every agent recorded there
 /// ([`crate::journal::SqliteJournal::recover_records`]), spawns the team (restored agents keep their
@@ -63,18 +95,22 @@ delegate = false
 ///
 /// # Errors
 ///
-/// Before anything is served:
-/// * [`ServeError::NoTokenOnPublicAddress`](super::api::ServeError::NoTokenOnPublicAddress) —
-///   `addr` is not loopback and `config` has no admin token (nothing is bound or opened);
-/// * [`ServeError::Bind`](super::api::ServeError::Bind) — `addr` cannot be bound;
-/// * a [`JournalError`](crate::journal::JournalError) — the journal cannot be opened (in use
-///   by another server, damaged, a newer schema, …) or recovered;
-/// * a [`TeamError`](crate::team::TeamError) — a provider cannot be built (an unset API key
-///   variable) or an agent cannot be spawned;
-/// * [`ServeError::Io`](super::api::ServeError::Io) — the HTTP server cannot start.
+/// Before anything is served, [`ServeError`]:
+/// * [`ServeError::Listen`] with
+///   [`NoTokenOnPublicAddress`](crate::server::api::ServeError::NoTokenOnPublicAddress) —
+///   `addr` is not loopback and `config` has no admin token (nothing is bound or opened), or
+///   [`Bind`](crate::server::api::ServeError::Bind) — `addr` cannot be bound;
+/// * [`ServeError::Journal`] — the journal cannot be opened (in use by another server, damaged,
+///   a newer schema, …) or recovered;
+/// * [`ServeError::Team`] — a provider cannot be built (an unset API key variable), an MCP server
+///   cannot start, or an agent cannot be spawned;
+/// * [`ServeError::Cluster`], [`ServeError::A2a`] — `[cluster]` cannot be joined, `[a2a_agents]`
+///   cannot be reached;
+/// * [`ServeError::Listen`] with [`Io`](crate::server::api::ServeError::Io) — the HTTP server
+///   cannot start.
 ///
-/// Later, [`ServeError::Io`](super::api::ServeError::Io) if the HTTP server fails while it runs.
-/// The error is boxed: downcast it to tell them apart.
+/// Later, [`ServeError::Listen`] with [`Io`](crate::server::api::ServeError::Io) if the HTTP
+/// server fails while it runs.
 ///
 /// # Cancel safety
 ///
@@ -93,7 +129,7 @@ delegate = false
 ///
 /// ```
 /// use std::{io::{Read, Write}, time::Duration};
-/// use warden::{server::api::ApiConfig, server::{serve_team, DEFAULT_TEAM}, team::TeamFile};
+/// use warden::{server::api::ApiConfig, serve::{serve_team, DEFAULT_TEAM}, team::TeamFile};
 ///
 /// let db = std::env::temp_dir().join(format!("warden-doc-serve-{}.db", std::process::id()));
 /// # let clean = |db: &std::path::Path| {
@@ -139,7 +175,8 @@ delegate = false
 /// Refused before anything is touched:
 ///
 /// ```
-/// use warden::server::{api::{ApiConfig, ServeError}, serve_team, DEFAULT_TEAM};
+/// use warden::serve::{serve_team, ServeError, DEFAULT_TEAM};
+/// use warden::server::api::{self, ApiConfig};
 ///
 /// let file = warden::team::TeamFile::from_toml(DEFAULT_TEAM)?;
 /// let public = "0.0.0.0:7878".parse()?;
@@ -147,7 +184,10 @@ delegate = false
 /// let err = actix_rt::System::new()
 ///     .block_on(serve_team(file, db, public, ApiConfig::default()))
 ///     .unwrap_err();
-/// assert!(matches!(err.downcast_ref(), Some(ServeError::NoTokenOnPublicAddress(_))));
+/// assert!(matches!(
+///     err,
+///     ServeError::Listen(api::ServeError::NoTokenOnPublicAddress(_))
+/// ));
 /// assert!(!db.exists());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -156,76 +196,31 @@ pub async fn serve_team(
     db: &std::path::Path,
     addr: SocketAddr,
     config: ApiConfig,
-) -> Result<(), Box<dyn std::error::Error>> {
+) -> Result<(), ServeError> {
     check_listen(addr, &config)?;
     // The socket first: a port in use fails before the journal is opened (or created).
-    let listener =
-        std::net::TcpListener::bind(addr).map_err(|e| super::api::ServeError::Bind(addr, e))?;
-    let empty = std::fs::metadata(db).is_ok_and(|m| m.len() == 0);
-    // Takes the journal's lock (a second server is refused before it touches the file) and checks
-    // the file's integrity.
-    let journal = Arc::new(SqliteJournal::open_with(
-        db,
-        crate::journal::JournalOptions::from(&file.config.journal),
-    )?);
-    if empty {
-        eprintln!(
-            "warden: journal {} was an empty file (0 bytes): starting a fresh journal",
-            db.display()
-        );
-    }
-    let records = journal.recover_records()?;
-    let unknown = agents_not_in_team(&file, &records);
-    if !unknown.is_empty() {
-        eprintln!(
-            "warden: warning: journal {} holds agents the team file does not define: {} (they are \
-             not started; their events stay in the journal)",
-            db.display(),
-            unknown.join(", ")
-        );
-    }
+    let listener = std::net::TcpListener::bind(addr)
+        .map_err(|e| crate::server::api::ServeError::Bind(addr, e))?;
+    let (journal, records) = open_journal(&file, db)?;
     let hub = EventHub::default().with_log(journal.clone());
     let bus = Arc::new(ChannelInterventionBus::new());
     let supervisor =
         Supervisor::builder(file.config.clone(), Arc::new(hub.journal(journal.clone())))
             .intervention_bus(Arc::new(hub.intervention_bus(bus.clone())))
             .build();
-    let mut file = file;
-    let whole = file.clone();
     // `[cluster]`: only the agents whose lease this node holds are started; a halted cluster
     // halts them before anything is served (docs/cluster.md).
-    let cluster = crate::cluster::join_for(&mut file, &supervisor).await?;
-    // The stdio MCP servers' process groups, next to the journal: a killed warden's are ended here.
-    let mut groups = db.as_os_str().to_owned();
-    groups.push(".mcp-groups");
-    let mcp = file
-        .start_mcp_recorded(std::path::Path::new(&groups))
-        .await?
-        .map(Arc::new);
-    // `[a2a_agents]`: set before the agents are spawned (the `delegate` tool lists them).
-    let a2a = !file.a2a_agents.is_empty();
-    let outstanding: Vec<_> = records
-        .iter()
-        .flat_map(|r| r.a2a_tasks().iter().map(|t| (r.key.clone(), t.clone())))
-        .collect();
-    if a2a {
-        let clients = crate::a2a_client::A2aClients::connect(&file.a2a_agents).await?;
-        supervisor.set_a2a_peers(Arc::new(clients));
-    }
-    file.spawn_agents_with_mcp(&supervisor, &records, mcp.as_deref())?;
-    if !outstanding.is_empty() {
-        // Remote tasks a crash left outstanding: settled (canceled, or read if they ended), never
-        // sent again (docs/a2a.md, "After a crash").
-        let supervisor = supervisor.clone();
-        actix_rt::spawn(async move {
-            let settled = supervisor.settle_a2a_tasks(outstanding).await;
-            if settled > 0 {
-                eprintln!(
-                    "warden: settled {settled} remote A2A task(s) a previous run left outstanding"
-                );
-            }
-        });
-    }
+    #[cfg(feature = "cluster")]
+    let (file, whole, cluster) = {
+        let mut file = file;
+        let whole = file.clone();
+        let cluster = crate::cluster::join_for(&mut file, &supervisor).await?;
+        (file, whole, cluster)
+    };
+    #[cfg(not(feature = "cluster"))]
+    refuse_cluster(&file)?;
+    let mcp = spawn_team(&file, db, &supervisor, &records).await?;
+    #[cfg(feature = "cluster")]
     if let Some(cluster) = &cluster {
         // The agents another node owns now: adopted if that node's lease on them goes.
         cluster.keep_for_adoption(&whole, &records, mcp.clone());
@@ -236,6 +231,7 @@ pub async fn serve_team(
         .with_bus(bus)
         .with_events(hub.clone())
         .with_journal(journal.clone());
+    #[cfg(feature = "cluster")]
     let state = match cluster.clone() {
         Some(cluster) => state.with_cluster(cluster),
         None => state,
@@ -258,11 +254,12 @@ pub async fn serve_team(
     if let Some(notice) = notice {
         eprintln!("{notice}");
     }
-    server.await?;
+    server.await.map_err(crate::server::api::ServeError::Io)?;
     // A clean stop: the agents first (each actor told to stop: nothing is a crash, a turn in
     // flight counts no error and its event stays pending for the next start), then the cluster
     // leases released (no other node adopts an agent still running here).
     supervisor.shutdown().await;
+    #[cfg(feature = "cluster")]
     if let Some(cluster) = cluster {
         cluster.leave().await;
     }
@@ -295,6 +292,78 @@ pub(super) fn token_notice(config: &ApiConfig) -> Option<&'static str> {
         ),
         _ => None,
     }
+}
+
+/// The journal `warden serve` and `warden mcp` open: its lock taken (a second server is refused
+/// before it touches the file) and its integrity checked, then every agent recorded there
+/// recovered. Says so on standard error when the file was empty, and warns of recorded agents the
+/// team file does not define.
+fn open_journal(
+    file: &crate::team::TeamFile,
+    db: &std::path::Path,
+) -> Result<(Arc<SqliteJournal>, Vec<warden_protocols::AgentRecord>), ServeError> {
+    let empty = std::fs::metadata(db).is_ok_and(|m| m.len() == 0);
+    let journal = Arc::new(SqliteJournal::open_with(
+        db,
+        crate::journal::JournalOptions::from(&file.config.journal),
+    )?);
+    if empty {
+        eprintln!(
+            "warden: journal {} was an empty file (0 bytes): starting a fresh journal",
+            db.display()
+        );
+    }
+    let records = journal.recover_records()?;
+    let unknown = agents_not_in_team(file, &records);
+    if !unknown.is_empty() {
+        eprintln!(
+            "warden: warning: journal {} holds agents the team file does not define: {} (they are \
+             not started; their events stay in the journal)",
+            db.display(),
+            unknown.join(", ")
+        );
+    }
+    Ok((journal, records))
+}
+
+/// The team's start on `supervisor`, shared by `warden serve` and `warden mcp`: the MCP servers
+/// (their process groups recorded next to the journal: a killed warden's are ended here), the
+/// `[a2a_agents]` (set before the agents are spawned: the `delegate` tool lists them), the agents
+/// (restored from `records`), then the remote A2A tasks a crash left outstanding settled in the
+/// background (canceled, or read if they ended; never sent again: docs/a2a.md, "After a crash").
+async fn spawn_team(
+    file: &crate::team::TeamFile,
+    db: &std::path::Path,
+    supervisor: &Supervisor,
+    records: &[warden_protocols::AgentRecord],
+) -> Result<Option<Arc<warden_actors::tools::mcp::McpHub>>, ServeError> {
+    let mut groups = db.as_os_str().to_owned();
+    groups.push(".mcp-groups");
+    let mcp = file
+        .start_mcp_recorded(std::path::Path::new(&groups))
+        .await?
+        .map(Arc::new);
+    let outstanding: Vec<_> = records
+        .iter()
+        .flat_map(|r| r.a2a_tasks().iter().map(|t| (r.key.clone(), t.clone())))
+        .collect();
+    if !file.a2a_agents.is_empty() {
+        let clients = crate::a2a_client::A2aClients::connect(&file.a2a_agents).await?;
+        supervisor.set_a2a_peers(Arc::new(clients));
+    }
+    file.spawn_agents_with_mcp(supervisor, records, mcp.as_deref())?;
+    if !outstanding.is_empty() {
+        let supervisor = supervisor.clone();
+        actix_rt::spawn(async move {
+            let settled = supervisor.settle_a2a_tasks(outstanding).await;
+            if settled > 0 {
+                eprintln!(
+                    "warden: settled {settled} remote A2A task(s) a previous run left outstanding"
+                );
+            }
+        });
+    }
+    Ok(mcp)
 }
 
 /// The keys of agents recorded in the journal that the team file does not define, sorted.
@@ -339,5 +408,79 @@ async fn stop_on_signal(hub: EventHub, server: actix_web::dev::ServerHandle) {
         }
         hub.close();
         server.stop(true).await;
+    }
+}
+
+/// `warden mcp`: opens the journal at `db` (as `warden serve` does: its lock, its integrity check,
+/// every agent recorded there restored), spawns the team and serves it as an MCP server over
+/// standard input and output until the client closes standard input; then the agents are shut
+/// down and the journal closed. Nothing but the protocol is written to standard output.
+///
+/// Must run inside an actix `System`.
+///
+/// # Errors
+///
+/// [`ServeError::Cluster`] for a team file with `[cluster]` (`warden mcp` joins no cluster),
+/// [`ServeError::Journal`] when the journal cannot be opened or recovered, [`ServeError::Team`]
+/// when the team cannot be spawned, [`ServeError::A2a`] when `[a2a_agents]` cannot be reached,
+/// [`ServeError::Mcp`] when the handshake or the service fails.
+#[cfg(feature = "mcp-server")]
+pub async fn serve_stdio(
+    file: crate::team::TeamFile,
+    db: &std::path::Path,
+    access: crate::server::mcp::McpAccess,
+) -> Result<(), ServeError> {
+    // The team is started as `serve_team` starts it (the same two steps), without the HTTP pieces:
+    // no event stream, no intervention bus (an ask is refused on its own), and no cluster — an
+    // agent runs on the node that holds its lease, and `warden mcp` holds none.
+    if let Some(config) = file.cluster.resolve()? {
+        return Err(ServeError::Cluster(crate::team::ClusterError::Invalid {
+            key: "cluster",
+            value: format!("node {} at {}", config.node, config.shown_url()),
+            allowed: "no [cluster] section for warden mcp (it joins no cluster): serve the team \
+                      with warden serve and use its /mcp",
+        }));
+    }
+    let (journal, records) = open_journal(&file, db)?;
+    let supervisor = Supervisor::builder(file.config.clone(), journal.clone()).build();
+    let mcp = spawn_team(&file, db, &supervisor, &records).await?;
+    eprintln!(
+        "warden: serving {} agents over MCP on standard input/output (journal {}, {} restored{})",
+        supervisor.len(),
+        db.display(),
+        records.len(),
+        if access == crate::server::mcp::McpAccess::Read {
+            ", read-only"
+        } else {
+            ""
+        }
+    );
+    let fates: Arc<dyn crate::journal::EventFates> = journal.clone();
+    let handler = crate::server::mcp::WardenMcp::new(
+        supervisor.clone(),
+        Some(fates),
+        access,
+        crate::server::mcp::MCP_STDIO_OPERATOR,
+    );
+    let result = crate::server::mcp::serve_on_stdio(handler).await;
+    supervisor.shutdown().await;
+    if let Some(mcp) = mcp {
+        mcp.shutdown().await;
+    }
+    journal.close();
+    result.map_err(ServeError::Mcp)
+}
+
+/// Without the `cluster` feature: a team file whose `[cluster]` is set (a URL and a node name) is
+/// refused, not served as a single node.
+#[cfg(not(feature = "cluster"))]
+fn refuse_cluster(file: &crate::team::TeamFile) -> Result<(), crate::team::ClusterError> {
+    match file.cluster.resolve()? {
+        None => Ok(()),
+        Some(config) => Err(crate::team::ClusterError::Invalid {
+            key: "cluster",
+            value: format!("node {} at {}", config.node, config.shown_url()),
+            allowed: "no [cluster] section: this warden was built without the `cluster` feature",
+        }),
     }
 }

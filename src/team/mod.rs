@@ -15,6 +15,7 @@
 //! retry_base_ms = 1000                # backoff before the 2nd attempt, doubling (0 to 600000)
 //! retry_cap_ms = 10000                # the backoff's upper bound (retry_base_ms to 600000)
 //! retry_after_cap_ms = 60000          # upper bound of a server's Retry-After (0 to 3600000)
+//! max_response_bytes = 16777216       # an answer's body past this fails as malformed (1024 to 1073741824)
 //! max_concurrency = 8                 # calls in flight at once, shared by the provider's agents
 //! requests_per_minute = 500           # shared (0 or unset: unlimited; so for tokens_per_minute)
 //! tokens_per_minute = 200000          # shared; estimated before a call, corrected by its usage
@@ -52,10 +53,24 @@
 //! # enabled = true                    # default: on when an endpoint is set
 //! ```
 
-use crate::{
-    server::api::{ApiConfig, ApiSection, ApiSectionError},
-    AgentSpec, Provider, ScriptStep, ScriptedProvider, Supervisor, WardenConfig,
-};
+pub mod api;
+mod build;
+pub mod cluster;
+pub mod cluster_error;
+mod defaults;
+mod parse;
+mod validate;
+
+pub use defaults::{defaults_toml, provider_defaults_toml};
+pub use parse::check;
+#[allow(unused_imports)] // for the sibling files (`use super::*`) and the tests
+use {build::jitter, parse::place, validate::is_http_url, validate::validate_providers};
+
+pub use api::{ApiSection, ApiSectionError};
+pub use cluster::ClusterSection;
+pub use cluster_error::ClusterError;
+
+use crate::{AgentSpec, Provider, ScriptStep, ScriptedProvider, Supervisor, WardenConfig};
 use serde::Deserialize;
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use warden_actors::tools::mcp::{ListedTool, McpError, McpHub};
@@ -115,6 +130,11 @@ pub enum ProviderSpec {
         /// date), 0 to 3600000. Default 60000.
         #[serde(default = "default_retry_after_cap_ms")]
         retry_after_cap_ms: u64,
+        /// The ceiling in bytes of an answer's body (a completion, a stream's whole body,
+        /// embeddings): past it the call fails as malformed and nothing more is read; 1024 to
+        /// 1073741824. Default 16777216 (16 MiB).
+        #[serde(default = "default_max_response_bytes")]
+        max_response_bytes: u64,
         /// Calls in flight at once, shared by every agent of this provider (0: no cap), 0 to
         /// 10000. Default 0.
         #[serde(default)]
@@ -191,106 +211,8 @@ fn default_retry_after_cap_ms() -> u64 {
     millis(RetryPolicy::default().retry_after_cap)
 }
 
-/// Checks the values of `[providers.*]` that have a range, before typed parsing (whose errors
-/// inside the tagged provider table would not name the key): each error names
-/// `providers.NAME.key`, the value as written and what is allowed.
-fn validate_providers(providers: &toml::Value) -> Result<(), TeamError> {
-    let Some(providers) = providers.as_table() else {
-        return Ok(()); // the typed parse reports it
-    };
-    for (name, spec) in providers {
-        let Some(spec) = spec.as_table() else {
-            continue;
-        };
-        let check = |key: &str, lo: i64, hi: i64, allowed: String| -> Result<(), TeamError> {
-            match spec.get(key) {
-                None => Ok(()),
-                Some(toml::Value::Integer(v)) if (lo..=hi).contains(v) => Ok(()),
-                Some(value) => Err(TeamError::ProviderValue {
-                    key: format!("providers.{name}.{key}"),
-                    value: value.to_string(),
-                    allowed,
-                }),
-            }
-        };
-        // The shared limits, of every kind (0: unlimited).
-        check("max_concurrency", 0, 10_000, "0 (no cap) to 10000".into())?;
-        check(
-            "requests_per_minute",
-            0,
-            1_000_000,
-            "0 (no limit) to 1000000".into(),
-        )?;
-        check(
-            "tokens_per_minute",
-            0,
-            1_000_000_000,
-            "0 (no limit) to 1000000000".into(),
-        )?;
-        if spec.get("kind").and_then(toml::Value::as_str) != Some("openai_compatible") {
-            if spec.get("embedding_dimensions") != Some(&toml::Value::Integer(0)) {
-                check(
-                    "embedding_dimensions",
-                    8,
-                    4096,
-                    "0 (none) or 8 to 4096".into(),
-                )?;
-            }
-            continue;
-        }
-        check("retry_attempts", 1, 20, "1 to 20".into())?;
-        check("retry_base_ms", 0, 600_000, "0 to 600000".into())?;
-        let base = spec
-            .get("retry_base_ms")
-            .and_then(toml::Value::as_integer)
-            .unwrap_or_else(|| i64::try_from(default_retry_base_ms()).unwrap_or(0));
-        check(
-            "retry_cap_ms",
-            base,
-            600_000,
-            format!("the value of providers.{name}.retry_base_ms ({base}) to 600000"),
-        )?;
-        check("retry_after_cap_ms", 0, 3_600_000, "0 to 3600000".into())?;
-    }
-    Ok(())
-}
-
-/// The `[providers.NAME]` keys of the OpenAI-compatible kind with their defaults, as commented TOML
-/// (for `warden config defaults`: providers belong to team files, not to the plain configuration).
-pub fn provider_defaults_toml() -> String {
-    let d = OpenAiConfig::default();
-    format!(
-        r#"
-# Team files (`warden run`, `warden serve`) add one [providers.NAME] per model endpoint and the
-# [[agents]] that use them. The OpenAI-compatible kind, with its defaults. All the agents of one
-# provider share its limits (the last three keys, of either kind), and a server's Retry-After or
-# exhausted x-ratelimit-remaining-* pauses all of them at once:
-# [providers.NAME]
-# kind = "openai_compatible"            # or "scripted" (replies = ["…"], no network)
-# base_url = "{base_url}"  # required: the API root; requests go to {{base_url}}/chat/completions
-# model = "{model}"                     # required: sent as `model`, and the price table's key
-# api_key_env = "OPENAI_API_KEY"        # optional: the variable holding the key (never the key itself)
-# tool_format = "native"                # or "json_fallback" (tools described in a system message)
-# stream = {stream}                        # true: server-sent events (an idle timeout instead of a total one)
-# max_tokens = 1024                     # optional; unset: not sent (the server's default)
-# temperature = 0.2                     # optional; unset: not sent (the server's default)
-# embedding_model = "bge-small-en-v1.5" # optional: long-term memory's relevance by {{base_url}}/embeddings; unset: BM25
-# retry_attempts = {attempts}                    # attempts per call, the first included; 1 to 20
-# retry_base_ms = {base}                  # backoff before the 2nd attempt, x2 per attempt, 50-100 % jitter; 0 to 600000
-# retry_cap_ms = {cap}                  # upper bound of that backoff; retry_base_ms to 600000
-# retry_after_cap_ms = {after_cap}            # upper bound of a server's Retry-After (seconds or HTTP date); 0 to 3600000
-# max_concurrency = 0                   # shared: calls in flight at once, streaming included; 0 (no cap) to 10000
-# requests_per_minute = 0               # shared: requests started a minute, retries included; 0 (no limit) to 1000000
-# tokens_per_minute = 0                 # shared: prompt estimate + max_tokens, corrected by usage; 0 (no limit) to 1000000000
-"#,
-        base_url = d.base_url,
-        model = d.model,
-        stream = d.stream,
-        attempts = d.retry.max_attempts,
-        base = millis(d.retry.base),
-        cap = millis(d.retry.max),
-        after_cap = millis(d.retry.retry_after_cap),
-    )
+fn default_max_response_bytes() -> u64 {
+    warden_actors::DEFAULT_MAX_RESPONSE_BYTES as u64
 }
 
 impl ProviderSpec {
@@ -332,6 +254,7 @@ impl ProviderSpec {
             retry_cap_ms,
             retry_after_cap_ms,
             embedding_model,
+            max_response_bytes,
             ..
         } = self
         else {
@@ -339,6 +262,7 @@ impl ProviderSpec {
         };
         Some(OpenAiConfig {
             embedding_model: embedding_model.clone(),
+            max_response_bytes: usize::try_from(*max_response_bytes).unwrap_or(usize::MAX),
             tool_format: *tool_format,
             stream: *stream,
             max_tokens: *max_tokens,
@@ -576,7 +500,7 @@ pub struct TeamFile {
     /// `[a2a_agents.NAME]`: remote A2A agents warden's agents may delegate to (docs/a2a.md).
     pub a2a_agents: BTreeMap<String, crate::a2a_client::A2aAgentConfig>,
     /// `[cluster]`: scale-out on NATS JetStream for `warden serve` (docs/cluster.md).
-    pub cluster: crate::cluster::ClusterSection,
+    pub cluster: ClusterSection,
     /// One limiter per provider name, made by the first [`TeamFile::provider`] call for it and
     /// shared by every later one (and by clones of this file: one team).
     limiters: Arc<parking_lot::Mutex<BTreeMap<String, Arc<ProviderLimiter>>>>,
@@ -665,101 +589,6 @@ fn for_agent(agent: &Option<String>) -> String {
     }
 }
 
-/// A whole team file, deserialized in one pass over its text so that every error carries its place
-/// in the file. The configuration's sections are listed here one by one (not flattened: flattening
-/// loses both the places and `deny_unknown_fields`); [`TeamDoc::split`] builds a [`WardenConfig`]
-/// from them without a `..`, so that a section added there cannot be forgotten here.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TeamDoc {
-    #[serde(default)]
-    safety: warden_protocols::SafetyConfig,
-    #[serde(default)]
-    execution: warden_protocols::ExecutionConfig,
-    #[serde(default)]
-    delegation: warden_protocols::DelegationConfig,
-    #[serde(default)]
-    tools: warden_protocols::ToolsConfig,
-    #[serde(default)]
-    mailbox: warden_protocols::MailboxConfig,
-    #[serde(default)]
-    supervisor: warden_protocols::SupervisorConfig,
-    #[serde(default)]
-    journal: warden_protocols::JournalConfig,
-    #[serde(default)]
-    npc: warden_protocols::npc::NpcConfig,
-    #[serde(default)]
-    memory: warden_protocols::MemoryConfig,
-    #[serde(default)]
-    permissions: warden_protocols::PermissionsConfig,
-    #[serde(default)]
-    providers: BTreeMap<String, ProviderSpec>,
-    #[serde(default)]
-    agents: Vec<AgentFileSpec>,
-    #[serde(default)]
-    api: ApiSection,
-    #[serde(default)]
-    telemetry: crate::telemetry::TelemetrySection,
-    #[serde(default)]
-    mcp_servers: BTreeMap<String, McpServerConfig>,
-    #[serde(default)]
-    a2a_agents: BTreeMap<String, crate::a2a_client::A2aAgentConfig>,
-    #[serde(default)]
-    cluster: crate::cluster::ClusterSection,
-    /// `[workload]`: read by `warden loadtest --config` (`crate::loadtest::workload`), ignored by
-    /// `warden run` and `warden serve`.
-    #[serde(default)]
-    #[allow(dead_code)]
-    workload: Option<serde::de::IgnoredAny>,
-}
-
-impl TeamDoc {
-    fn split(self) -> TeamFile {
-        let TeamDoc {
-            safety,
-            execution,
-            delegation,
-            tools,
-            mailbox,
-            supervisor,
-            journal,
-            npc,
-            memory,
-            permissions,
-            providers,
-            agents,
-            api,
-            telemetry,
-            mcp_servers,
-            a2a_agents,
-            cluster,
-            workload: _,
-        } = self;
-        TeamFile {
-            config: WardenConfig {
-                safety,
-                execution,
-                delegation,
-                tools,
-                mailbox,
-                supervisor,
-                journal,
-                npc,
-                memory,
-                permissions,
-            },
-            providers,
-            agents,
-            api,
-            telemetry,
-            mcp_servers,
-            a2a_agents,
-            cluster,
-            limiters: Arc::default(),
-        }
-    }
-}
-
 /// What [`TeamFile::check_mcp`] found: per MCP server its tools or why it did not start, then
 /// whether every agent's `tools` names a usable tool (checked only when all servers started).
 #[derive(Debug)]
@@ -784,91 +613,6 @@ pub enum Checked {
     ConfigOnly,
 }
 
-/// Checks a configuration or team file as `warden config check` does: a file with `[providers.*]`
-/// or `[[agents]]` is a team file and is checked as `warden run` and `warden serve` check it
-/// ([`TeamFile::validate`]); a file with neither is checked as configuration only.
-///
-/// # Errors
-///
-/// The first problem found, as [`TeamFile::from_toml`] reports it: [`TeamError::Config`] for
-/// syntax, unknown keys, types and configuration ranges, [`TeamError::ProviderValue`] for a
-/// provider's retry keys, [`TeamError::Api`] for `[api]`, and (team files only)
-/// [`TeamError::Invalid`] for the team itself.
-///
-/// # Examples
-///
-/// ```
-/// use warden::team::{check, Checked};
-///
-/// assert_eq!(check("[execution]\nmax_iterations_per_tick = 3\n")?, Checked::ConfigOnly);
-///
-/// let team = r#"
-/// [providers.canned]
-/// kind = "scripted"
-/// replies = ["hello"]
-///
-/// [[agents]]
-/// key = "innkeeper"
-/// provider = "canned"
-/// "#;
-/// assert_eq!(check(team)?, Checked::Team { agents: 1 });
-///
-/// // A team file without agents is refused, naming the key.
-/// let err = check("[providers.canned]\nkind = \"scripted\"\n").unwrap_err();
-/// assert!(err.to_string().starts_with("invalid value for `agents`"));
-/// # Ok::<(), warden::team::TeamError>(())
-/// ```
-pub fn check(text: &str) -> Result<Checked, TeamError> {
-    let file = TeamFile::parse(text)?;
-    if file.providers.is_empty() && file.agents.is_empty() {
-        file.validate_mcp_servers()?;
-        return Ok(Checked::ConfigOnly);
-    }
-    file.validate().map_err(|e| place(text, e))?;
-    Ok(Checked::Team {
-        agents: file.agents.len(),
-    })
-}
-
-/// The whole default configuration as TOML, `[api]` included (its tokens have no default and are
-/// shown commented out), as `warden config defaults` prints it.
-pub fn defaults_toml() -> String {
-    format!(
-        "{}\n\n\
-         # warden serve only. WARDEN_ADMIN_TOKEN / WARDEN_READ_TOKEN (set, not empty) win over the\n\
-         # tokens, --listen over listen. The tokens have no default.\n\
-         [api]\n\
-         # admin_token = \"…\"\n\
-         # read_token = \"…\"\n\
-         listen = \"{}\"\n\
-         max_body_bytes = {}\n\
-         # a game server's tokens: world events, replies, presence, clock and halts only\n\
-         # host_tokens = [\"…\"]\n\
-         # most events in one POST /api/world/batch\n\
-         max_batch_events = {}\n\
-         # how long a login to the browser console lasts (docs/console.md)\n\
-         session_ttl_seconds = {}\n\
-         # wrong tokens per client address and minute before its wrong ones get 429 (0: no limit)\n\
-         auth_failures_per_minute = {}\n\
-         \n\
-         # OpenTelemetry export (docs/telemetry.md); off unless an endpoint is set here or in\n\
-         # OTEL_EXPORTER_OTLP_ENDPOINT. Each OTEL_* variable wins over its key.\n\
-         [telemetry]\n\
-         # enabled = true\n\
-         # endpoint = \"http://127.0.0.1:4318\"\n\
-         # service_name = \"warden\"\n\
-         # capture_content = false\n\
-         \n\
-         # A team file for warden run and warden serve adds [providers.NAME] and [[agents]].\n",
-        WardenConfig::defaults_toml().trim_end(),
-        crate::server::api::DEFAULT_LISTEN,
-        crate::server::api::DEFAULT_BODY_LIMIT,
-        crate::server::api::DEFAULT_MAX_BATCH_EVENTS,
-        crate::server::console::DEFAULT_SESSION_TTL_SECONDS,
-        crate::server::auth_limit::DEFAULT_AUTH_FAILURES_PER_MINUTE,
-    )
-}
-
 /// A value as the file spells it (`"a"`), for error messages.
 fn quoted(value: &str) -> String {
     format!("{value:?}")
@@ -882,874 +626,6 @@ fn listed<'a>(keys: impl Iterator<Item = &'a str>) -> String {
     } else {
         keys.join(", ")
     }
-}
-
-impl TeamFile {
-    /// Parses and validates a team file: `[providers.*]`, `[[agents]]`, `[api]` and the
-    /// configuration sections ([`TeamFile::parse`]), then the team itself ([`TeamFile::validate`]).
-    /// `warden run` and `warden serve` start only files that pass, and `warden config check` checks
-    /// team files with the same validation.
-    ///
-    /// Building the providers (and reading their API keys) is left to [`TeamFile::provider`] and
-    /// [`TeamFile::spawn_agents`].
-    ///
-    /// # Errors
-    ///
-    /// Those of [`TeamFile::parse`], then those of [`TeamFile::validate`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use warden::team::TeamFile;
-    ///
-    /// let team = TeamFile::from_toml(
-    ///     r#"
-    /// [execution]
-    /// max_iterations_per_tick = 3
-    ///
-    /// [providers.canned]
-    /// kind = "scripted"
-    /// replies = ["Welcome!"]
-    ///
-    /// [[agents]]
-    /// key = "innkeeper"
-    /// provider = "canned"
-    /// system_prompt = "You run the inn."
-    /// "#,
-    /// )?;
-    /// assert_eq!(team.config.execution.max_iterations_per_tick, 3);
-    /// assert_eq!(team.agents[0].key, "innkeeper");
-    /// assert!(team.agents[0].delegate); // the default
-    /// # Ok::<(), warden::team::TeamError>(())
-    /// ```
-    pub fn from_toml(text: &str) -> Result<Self, TeamError> {
-        let file = Self::parse(text)?;
-        file.validate().map_err(|e| place(text, e))?;
-        Ok(file)
-    }
-
-    /// Checks `[a2a_agents.*]`: each name usable as a delegate's key and not an agent of the team,
-    /// each value in range.
-    fn validate_a2a_agents(&self) -> Result<(), TeamError> {
-        for (name, agent) in &self.a2a_agents {
-            let invalid = |key: &str, value: String, allowed: &str| TeamError::Invalid {
-                key: format!("a2a_agents.{name}{key}"),
-                agent: None,
-                value,
-                allowed: allowed.into(),
-            };
-            if !warden_protocols::valid_server_name(name) {
-                return Err(invalid(
-                    "",
-                    quoted(name),
-                    "a name of 1 to 32 letters, digits, `-` and `_`, without `__` and not \
-                     starting or ending with `_`",
-                ));
-            }
-            if self.agents.iter().any(|a| a.key == *name) {
-                return Err(invalid(
-                    "",
-                    quoted(name),
-                    "a name no `[[agents]]` entry has (a delegation names one or the other)",
-                ));
-            }
-            if let Err((key, value, allowed)) = agent.check() {
-                return Err(invalid(&format!(".{key}"), value, allowed));
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks `[mcp_servers.*]`: each name usable in tool names, exactly one of `command` and
-    /// `url`, a `url` that is http(s), positive timeouts and caps.
-    fn validate_mcp_servers(&self) -> Result<(), TeamError> {
-        for (name, server) in &self.mcp_servers {
-            if !warden_protocols::valid_server_name(name) {
-                return Err(TeamError::Invalid {
-                    key: format!("mcp_servers.{name}"),
-                    agent: None,
-                    value: quoted(name),
-                    allowed: "a name of 1 to 32 letters, digits, `-` and `_`, without `__` and \
-                              not starting or ending with `_`"
-                        .into(),
-                });
-            }
-            if let Err((key, value, allowed)) = server.check() {
-                return Err(TeamError::Invalid {
-                    key: format!("mcp_servers.{name}.{key}"),
-                    agent: None,
-                    value,
-                    allowed: allowed.into(),
-                });
-            }
-            if let Some(retry) = &server.retry {
-                if let Err(ConfigError::Invalid {
-                    key,
-                    value,
-                    allowed,
-                }) = retry.validate(&format!("mcp_servers.{name}.retry"))
-                {
-                    return Err(TeamError::Invalid {
-                        key: key.into_owned(),
-                        agent: None,
-                        value,
-                        allowed: allowed.into(),
-                    });
-                }
-            }
-            if let Some(url) = &server.url {
-                if !is_http_url(url) {
-                    return Err(TeamError::Invalid {
-                        key: format!("mcp_servers.{name}.url"),
-                        agent: None,
-                        value: quoted(url),
-                        allowed: "an http:// or https:// URL with a host".into(),
-                    });
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Starts the `[mcp_servers]` (none: `None`) and lists their tools, so that
-    /// [`TeamFile::spawn_agents_with_mcp`] can give agents the tools they name. Needs a tokio
-    /// runtime with I/O and time (an actix `System` is one).
-    pub async fn start_mcp(&self) -> Result<Option<McpHub>, TeamError> {
-        if self.mcp_servers.is_empty() {
-            return Ok(None);
-        }
-        let env = Arc::new(|name: &str| std::env::var(name).ok());
-        Ok(Some(McpHub::start(&self.mcp_servers, env).await?))
-    }
-
-    /// [`TeamFile::start_mcp`] for `warden serve`: the stdio servers' process groups are recorded
-    /// in the file `record` (next to the journal), and those a previous run left there still
-    /// running (a `SIGKILL`ed warden) are ended first, even when the team has no MCP server now.
-    pub async fn start_mcp_recorded(
-        &self,
-        record: &std::path::Path,
-    ) -> Result<Option<McpHub>, TeamError> {
-        if self.mcp_servers.is_empty() {
-            warden_actors::tools::mcp::end_recorded(record);
-            return Ok(None);
-        }
-        let env = Arc::new(|name: &str| std::env::var(name).ok());
-        Ok(Some(
-            McpHub::start_recorded(&self.mcp_servers, env, record).await?,
-        ))
-    }
-
-    /// `warden config check` of the `[mcp_servers]`: starts each server once, lists its tools, checks
-    /// every agent's `tools` against them (when all servers started) and ends them. Per server its
-    /// tools or exactly why not; then the first agent entry naming no usable tool, if any.
-    pub async fn check_mcp(&self) -> McpCheck {
-        let env: warden_actors::tools::mcp::EnvLookup =
-            Arc::new(|name: &str| std::env::var(name).ok());
-        let (hub, servers) = warden_actors::tools::mcp::start_each(&self.mcp_servers, env).await;
-        let mut tools = Ok(BTreeMap::new());
-        if servers.iter().all(|(_, listed)| listed.is_ok()) {
-            let journal: Arc<dyn crate::Journal> = Arc::new(crate::MemoryJournal::new());
-            for agent in self.agents.iter().filter(|a| !a.tools.is_empty()) {
-                match hub.tools_for(&agent.key.as_str().into(), &agent.tools, &journal) {
-                    Ok(given) => {
-                        let tiers = given
-                            .iter()
-                            .map(|t| {
-                                let spec = warden_actors::Tool::spec(t.as_ref());
-                                (spec.name, spec.category)
-                            })
-                            .collect();
-                        if let Ok(table) = &mut tools {
-                            table.insert(agent.key.clone(), tiers);
-                        }
-                    }
-                    Err(e) => {
-                        tools = Err(TeamError::from(e));
-                        break;
-                    }
-                }
-            }
-        }
-        hub.shutdown().await;
-        McpCheck { servers, tools }
-    }
-
-    /// Parses a team file without checking the team ([`TeamFile::validate`]): syntax, types, unknown
-    /// keys (each error with its line, column and the offending line), value ranges and `[api]`.
-    ///
-    /// # Errors
-    ///
-    /// * [`TeamError::Config`] — not TOML, an unknown key, a wrong type, or a configuration value
-    ///   out of range (`ConfigError::Parse` with the place, or `ConfigError::Invalid`).
-    /// * [`TeamError::ProviderValue`] — an OpenAI-compatible provider's `retry_*` key out of
-    ///   range.
-    /// * [`TeamError::Api`] — an invalid `[api]` section.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use warden::team::{TeamError, TeamFile};
-    ///
-    /// // Parsed, though `warden run` would refuse it: no agents.
-    /// let file = TeamFile::parse("[providers.canned]\nkind = \"scripted\"\n")?;
-    /// assert!(file.agents.is_empty());
-    /// assert!(file.validate().is_err());
-    ///
-    /// // A typo is placed in the file.
-    /// let err = TeamFile::parse("[[agents]]\nkey = \"a\"\nprovidr = \"m\"\n").unwrap_err();
-    /// assert!(matches!(err, TeamError::Config(_)));
-    /// assert!(err.to_string().contains("line 3, column 1"));
-    /// # Ok::<(), TeamError>(())
-    /// ```
-    pub fn parse(text: &str) -> Result<Self, TeamError> {
-        warden_protocols::precheck(text)?;
-        // The retry keys of OpenAI-compatible providers are range-checked on the raw values first,
-        // so a negative or fractional one gets the usual message (a syntax error is left to the
-        // located parse below).
-        if let Ok(table) = toml::from_str::<toml::Table>(text) {
-            if let Some(providers) = table.get("providers") {
-                validate_providers(providers)?;
-            }
-        }
-        let file = warden_protocols::parse_toml::<TeamDoc>(text)?.split();
-        file.config.validate()?;
-        file.api.validate()?;
-        file.telemetry.validate()?;
-        Ok(file)
-    }
-
-    /// Checks what `warden run` and `warden serve` would otherwise reject or misread, naming the
-    /// agent, the key, the value and what is allowed: a `base_url` that is not an http(s) URL; no
-    /// agents; an empty or duplicate key; a provider not in `[providers]`; a sub-agent without a
-    /// parent, an assistant with one, a parent that is no other agent, a cycle of parents.
-    ///
-    /// # Errors
-    ///
-    /// [`TeamError::Invalid`] for the first such problem, with the key's path
-    /// (`providers.NAME.base_url`, `agents`, `agents[i].key`, `agents[i].provider`,
-    /// `agents[i].parent`).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use warden::team::{TeamError, TeamFile};
-    ///
-    /// let file = TeamFile::parse(
-    ///     r#"
-    /// [providers.canned]
-    /// kind = "scripted"
-    ///
-    /// [[agents]]
-    /// key = "innkeeper"
-    /// provider = "canned"
-    ///
-    /// [[agents]]
-    /// key = "cook"
-    /// role = "sub_agent"
-    /// provider = "canned"
-    /// "#,
-    /// )?;
-    /// let err = file.validate().unwrap_err();
-    /// let TeamError::Invalid { key, .. } = &err else { panic!("{err}") };
-    /// assert_eq!(key, "agents[1].parent");
-    /// # Ok::<(), TeamError>(())
-    /// ```
-    pub fn validate(&self) -> Result<(), TeamError> {
-        self.validate_mcp_servers()?;
-        self.validate_a2a_agents()?;
-        for (i, agent) in self.agents.iter().enumerate() {
-            // An agent's own `memory` and `execution` keys over the team's, named by its path.
-            let own = [
-                agent
-                    .memory
-                    .map(|own| own.apply(&self.config.memory).validate()),
-                agent
-                    .execution
-                    .map(|own| own.apply(&self.config.execution).validate()),
-            ];
-            for checked in own.into_iter().flatten() {
-                if let Err(ConfigError::Invalid {
-                    key,
-                    value,
-                    allowed,
-                }) = checked
-                {
-                    return Err(TeamError::Invalid {
-                        key: format!("agents[{i}].{key}"),
-                        agent: Some(agent.key.clone()),
-                        value,
-                        allowed: allowed.into(),
-                    });
-                }
-            }
-            if agent.permissions.is_some() {
-                let policy = agent.permission_policy(&self.config.permissions, i);
-                if let Err((key, value, allowed)) = policy.config().check() {
-                    return Err(TeamError::Invalid {
-                        key: format!("agents[{i}].permissions.{key}"),
-                        agent: Some(agent.key.clone()),
-                        value,
-                        allowed: allowed.into(),
-                    });
-                }
-            }
-            if let Some(goals) = &agent.goals {
-                if let Err(why) = warden_protocols::check_goals(goals) {
-                    return Err(TeamError::Invalid {
-                        key: format!("agents[{i}].goals"),
-                        agent: Some(agent.key.clone()),
-                        value: why,
-                        allowed: format!(
-                            "at most {} goals, each not blank and at most {} characters",
-                            warden_protocols::MAX_GOALS,
-                            warden_protocols::MAX_GOAL_CHARS
-                        ),
-                    });
-                }
-            }
-            let Some(npc) = agent.npc_config(&self.config.npc) else {
-                continue;
-            };
-            if let Err(ConfigError::Invalid {
-                key,
-                value,
-                allowed,
-            }) = npc.validate()
-            {
-                return Err(TeamError::Invalid {
-                    key: format!("agents[{i}].{key}"),
-                    agent: Some(agent.key.clone()),
-                    value,
-                    allowed: allowed.into(),
-                });
-            }
-        }
-        for (name, spec) in &self.providers {
-            if let ProviderSpec::OpenaiCompatible { base_url, .. } = spec {
-                if !is_http_url(base_url) {
-                    return Err(TeamError::Invalid {
-                        key: format!("providers.{name}.base_url"),
-                        agent: None,
-                        value: quoted(base_url),
-                        allowed: "an http:// or https:// URL with a host, such as \
-                                  \"http://127.0.0.1:8080/v1\""
-                            .into(),
-                    });
-                }
-            }
-        }
-        if self.agents.is_empty() {
-            return Err(TeamError::Invalid {
-                key: "agents".into(),
-                agent: None,
-                value: "none".into(),
-                allowed: "one or more [[agents]] entries, each with a `key` and a `provider`"
-                    .into(),
-            });
-        }
-        let invalid = |at: usize, field: &str, value: String, allowed: String| TeamError::Invalid {
-            key: format!("agents[{at}].{field}"),
-            agent: Some(self.agents[at].key.clone()),
-            value,
-            allowed,
-        };
-        let mut index: BTreeMap<&str, usize> = BTreeMap::new();
-        for (at, agent) in self.agents.iter().enumerate() {
-            let key = agent.key.as_str();
-            if key.trim().is_empty() || key.trim() != key {
-                return Err(TeamError::Invalid {
-                    key: format!("agents[{at}].key"),
-                    agent: None,
-                    value: quoted(key),
-                    allowed: "a key that is not empty and does not start or end with whitespace"
-                        .into(),
-                });
-            }
-            if let Some(first) = index.insert(key, at) {
-                return Err(invalid(
-                    at,
-                    "key",
-                    quoted(key),
-                    format!(
-                        "a key no other agent has; agents[{first}] is {} too",
-                        quoted(key)
-                    ),
-                ));
-            }
-            for (i, entry) in agent.tools.iter().enumerate() {
-                let known = McpToolSelector::parse(entry)
-                    .is_some_and(|s| self.mcp_servers.contains_key(&s.server));
-                if !known {
-                    return Err(invalid(
-                        at,
-                        &format!("tools[{i}]"),
-                        quoted(entry),
-                        format!(
-                            "\"SERVER.TOOL\" or \"SERVER.*\" with SERVER a key of [mcp_servers]: {}",
-                            listed(self.mcp_servers.keys().map(String::as_str))
-                        ),
-                    ));
-                }
-            }
-            if !self.providers.contains_key(&agent.provider) {
-                return Err(invalid(
-                    at,
-                    "provider",
-                    quoted(&agent.provider),
-                    format!(
-                        "a provider of [providers]: {}",
-                        listed(self.providers.keys().map(String::as_str))
-                    ),
-                ));
-            }
-        }
-        let others = |me: &str| listed(index.keys().copied().filter(|k| *k != me));
-        for (at, agent) in self.agents.iter().enumerate() {
-            let key = agent.key.as_str();
-            match (agent.role, &agent.parent) {
-                (AgentRole::SubAgent, None) => {
-                    return Err(invalid(
-                        at,
-                        "parent",
-                        "none".into(),
-                        format!(
-                            "the key of another agent, as role = \"sub_agent\" needs a parent: {}",
-                            others(key)
-                        ),
-                    ))
-                }
-                (AgentRole::Assistant, Some(parent)) => {
-                    return Err(invalid(
-                        at,
-                        "parent",
-                        quoted(parent),
-                        format!(
-                            "none for an assistant; add role = \"sub_agent\" to make `{key}` a \
-                             sub-agent of `{parent}`"
-                        ),
-                    ))
-                }
-                (AgentRole::SubAgent, Some(parent))
-                    if parent == key || !index.contains_key(parent.as_str()) =>
-                {
-                    return Err(invalid(
-                        at,
-                        "parent",
-                        quoted(parent),
-                        format!("the key of another agent: {}", others(key)),
-                    ))
-                }
-                _ => {}
-            }
-        }
-        // Every parent is now another agent: follow each chain; it ends at an assistant or loops.
-        for (at, agent) in self.agents.iter().enumerate() {
-            let mut chain = vec![agent.key.as_str()];
-            let mut next = agent.parent.as_deref();
-            while let Some(parent) = next {
-                if parent == agent.key {
-                    chain.push(parent);
-                    return Err(invalid(
-                        at,
-                        "parent",
-                        quoted(agent.parent.as_deref().unwrap_or_default()),
-                        format!(
-                            "a parent whose chain of parents ends at an assistant; this one \
-                             loops: {}",
-                            chain.join(" -> ")
-                        ),
-                    ));
-                }
-                if chain.contains(&parent) {
-                    break; // a loop further up: reported for an agent on it
-                }
-                chain.push(parent);
-                next = index
-                    .get(parent)
-                    .and_then(|&i| self.agents[i].parent.as_deref());
-            }
-        }
-        Ok(())
-    }
-
-    /// The API settings `warden serve` uses: `[api]`, with `WARDEN_ADMIN_TOKEN` and
-    /// `WARDEN_READ_TOKEN` (when set and not empty) winning over the file's tokens.
-    /// The environment's tokens are validated like the file's ([`ApiConfig::try_resolve`]).
-    ///
-    /// # Errors
-    ///
-    /// [`ApiSectionError`] when a token from the environment is unusable (blank, with
-    /// surrounding whitespace, or a read token equal to the admin token).
-    pub fn api_config(&self) -> Result<ApiConfig, ApiSectionError> {
-        ApiConfig::try_resolve(&self.api, |name| std::env::var(name).ok())
-    }
-
-    /// Builds the provider `[providers.NAME]` describes. An OpenAI-compatible one bounds each
-    /// attempt by `safety.timeout.llm_call_seconds` and reads its key from `api_key_env` now;
-    /// a scripted one needs no network. Each call builds a new provider (a scripted one starts
-    /// its replies over), but every provider built for one name shares that name's
-    /// [`ProviderLimiter`] (`max_concurrency`, `requests_per_minute`, `tokens_per_minute`, and the
-    /// pause a server's `Retry-After` or `x-ratelimit-*` headers ask for): it is made on the first
-    /// call for the name and kept by this file (see [`TeamFile::limiter`]).
-    ///
-    /// # Errors
-    ///
-    /// * [`TeamError::UnknownProvider`] — no provider has that name (with `agent` empty).
-    /// * [`TeamError::Provider`] — the `api_key_env` variable is unset or empty, or the HTTP
-    ///   client could not be built.
-    pub fn provider(&self, name: &str) -> Result<Arc<dyn Provider>, TeamError> {
-        let spec = self
-            .providers
-            .get(name)
-            .ok_or_else(|| TeamError::UnknownProvider {
-                agent: String::new(),
-                provider: name.to_owned(),
-                have: self
-                    .providers
-                    .keys()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })?;
-        Ok(match spec {
-            ProviderSpec::OpenaiCompatible { api_key_env, .. } => {
-                let timeout = Duration::from_secs_f64(self.config.safety.timeout.llm_call_seconds);
-                let config = spec
-                    .openai_config(timeout)
-                    .ok_or_else(|| TeamError::Provider {
-                        provider: name.to_owned(),
-                        message: "not an OpenAI-compatible provider".into(),
-                    })?;
-                let provider = match api_key_env {
-                    Some(var) => OpenAiCompatible::from_env(config, var),
-                    None => OpenAiCompatible::new(config),
-                }
-                .map_err(|e| TeamError::Provider {
-                    provider: name.to_owned(),
-                    message: e.to_string(),
-                })?;
-                Arc::new(provider.with_limiter(self.limiter_for(name, spec)))
-            }
-            ProviderSpec::Scripted {
-                replies,
-                cycle,
-                latency_ms,
-                jitter_ms,
-                error,
-                embedding_dimensions,
-                ..
-            } => {
-                let (latency_ms, jitter_ms, cycle) = (*latency_ms, *jitter_ms, *cycle);
-                let script: Vec<ScriptStep> = match error {
-                    Some(message) => vec![ScriptStep::fail(message.clone())],
-                    None if replies.is_empty() => vec![ScriptStep::reply("(no reply scripted)")],
-                    None => replies.iter().map(ScriptedReply::step).collect(),
-                };
-                let calls = std::sync::atomic::AtomicU64::new(0);
-                let mut scripted = ScriptedProvider::new([]);
-                if *embedding_dimensions > 0 {
-                    scripted = scripted.with_embeddings(*embedding_dimensions as usize);
-                }
-                let scripted = Arc::new(scripted.with_fallback(move |_| {
-                    // Call `n` (from 0) answers after latency_ms + a deterministic 0..=jitter_ms.
-                    let n = calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let last = script.len() - 1;
-                    let at = if cycle {
-                        (n % script.len() as u64) as usize
-                    } else {
-                        usize::try_from(n).map_or(last, |n| n.min(last))
-                    };
-                    let step = script[at].clone();
-                    let ms = latency_ms.saturating_add(jitter(n, jitter_ms));
-                    if ms == 0 {
-                        step
-                    } else {
-                        step.delayed(Duration::from_millis(ms))
-                    }
-                }));
-                // The turn's llm_call_seconds bounds the scripted call itself, not the wait for
-                // the shared limits (as for the OpenAI-compatible kind).
-                let timeout =
-                    Duration::try_from_secs_f64(self.config.safety.timeout.llm_call_seconds)
-                        .unwrap_or_default();
-                Arc::new(
-                    Limited::new(scripted, self.limiter_for(name, spec)).with_call_timeout(timeout),
-                )
-            }
-        })
-    }
-
-    /// The limiter shared by every agent of provider `name`, once [`TeamFile::provider`] has built
-    /// one for it; `None` before, or for a name not in `[providers]`.
-    pub fn limiter(&self, name: &str) -> Option<Arc<ProviderLimiter>> {
-        self.limiters.lock().get(name).cloned()
-    }
-
-    fn limiter_for(&self, name: &str, spec: &ProviderSpec) -> Arc<ProviderLimiter> {
-        self.limiters
-            .lock()
-            .entry(name.to_owned())
-            .or_insert_with(|| ProviderLimiter::new(name, spec.limits()))
-            .clone()
-    }
-
-    /// Spawns every agent on `team` (a file from [`TeamFile::from_toml`], so the team is valid),
-    /// in file order, each with its provider, system prompt and (unless `delegate = false`) the
-    /// `delegate` tool. Agents spawned before an error stay spawned.
-    ///
-    /// # Errors
-    ///
-    /// * [`TeamError::Provider`] / [`TeamError::UnknownProvider`] — a provider could not be built
-    ///   (see [`TeamFile::provider`]).
-    /// * [`TeamError::Spawn`] — the supervisor already has an agent with one of the keys.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use warden::{team::TeamFile, MemoryJournal, Supervisor};
-    ///
-    /// let file = TeamFile::from_toml(
-    ///     r#"
-    /// [providers.canned]
-    /// kind = "scripted"
-    /// replies = ["Welcome!"]
-    ///
-    /// [[agents]]
-    /// key = "innkeeper"
-    /// provider = "canned"
-    ///
-    /// [[agents]]
-    /// key = "cook"
-    /// role = "sub_agent"
-    /// parent = "innkeeper"
-    /// provider = "canned"
-    /// "#,
-    /// )?;
-    /// actix_rt::System::new().block_on(async {
-    ///     let journal = Arc::new(MemoryJournal::new());
-    ///     let team = Supervisor::on_current_arbiter(file.config.clone(), journal);
-    ///     file.spawn_agents(&team)?;
-    ///     assert!(team.get("cook").is_some());
-    ///     // The keys are taken now: a second spawn is refused.
-    ///     assert!(file.spawn_agents(&team).is_err());
-    ///     Ok::<(), warden::team::TeamError>(())
-    /// })?;
-    /// # Ok::<(), warden::team::TeamError>(())
-    /// ```
-    pub fn spawn_agents(&self, team: &Supervisor) -> Result<(), TeamError> {
-        self.spawn_agents_restored(team, &[])
-    }
-
-    /// Spawns every agent on `team`, each from its record in `records` when there is one (a restart
-    /// on a journal: state, lockout, counters and history come back as they were). Records of
-    /// keys the file no longer has are ignored. A team whose agents name MCP tools needs
-    /// [`TeamFile::spawn_agents_with_mcp`].
-    ///
-    /// # Errors
-    ///
-    /// As [`TeamFile::spawn_agents`].
-    pub fn spawn_agents_restored(
-        &self,
-        team: &Supervisor,
-        records: &[warden_protocols::AgentRecord],
-    ) -> Result<(), TeamError> {
-        self.spawn_agents_with_mcp(team, records, None)
-    }
-
-    /// [`TeamFile::spawn_agents_restored`], giving each agent the MCP tools its `tools` names from
-    /// `mcp` (from [`TeamFile::start_mcp`]). An entry naming a tool the server does not offer is an
-    /// error naming the agent, the entry and the server's tools; nothing is spawned then.
-    pub fn spawn_agents_with_mcp(
-        &self,
-        team: &Supervisor,
-        records: &[warden_protocols::AgentRecord],
-        mcp: Option<&McpHub>,
-    ) -> Result<(), TeamError> {
-        self.spawn_agents_wrapped(team, records, mcp, &|provider| provider)
-    }
-
-    /// [`TeamFile::spawn_agents_with_mcp`], each agent's provider passed through `wrap` first
-    /// (`warden loadtest --config` counts the model calls this way).
-    ///
-    /// # Errors
-    ///
-    /// As [`TeamFile::spawn_agents_with_mcp`].
-    pub fn spawn_agents_wrapped(
-        &self,
-        team: &Supervisor,
-        records: &[warden_protocols::AgentRecord],
-        mcp: Option<&McpHub>,
-        wrap: &dyn Fn(Arc<dyn Provider>) -> Arc<dyn Provider>,
-    ) -> Result<(), TeamError> {
-        let mut tools = Vec::with_capacity(self.agents.len());
-        for agent in &self.agents {
-            let key = warden_protocols::AgentKey::from(agent.key.as_str());
-            tools.push(match mcp {
-                _ if agent.tools.is_empty() => Vec::new(),
-                Some(hub) => hub.tools_for(&key, &agent.tools, team.journal())?,
-                None => {
-                    return Err(TeamError::Invalid {
-                        key: "tools".into(),
-                        agent: Some(agent.key.clone()),
-                        value: agent.tools.join(", "),
-                        allowed: "tools of MCP servers started with TeamFile::start_mcp".into(),
-                    })
-                }
-            });
-        }
-        for (agent, tools) in self.agents.iter().zip(tools) {
-            team.spawn(self.agent_spec(agent, tools, records, wrap)?)?;
-        }
-        Ok(())
-    }
-
-    /// The spec `agent` is spawned from: its provider (passed through `wrap`), prompt, delegation,
-    /// `[npc]`, goals, `[memory]`, `tools`, and its record in `records` when there is one.
-    ///
-    /// # Errors
-    ///
-    /// [`TeamError`] when its provider cannot be made.
-    pub(crate) fn agent_spec(
-        &self,
-        agent: &AgentFileSpec,
-        tools: Vec<Arc<dyn warden_actors::Tool>>,
-        records: &[warden_protocols::AgentRecord],
-        wrap: &dyn Fn(Arc<dyn Provider>) -> Arc<dyn Provider>,
-    ) -> Result<AgentSpec, TeamError> {
-        let provider = wrap(self.provider(&agent.provider)?);
-        let mut spec = match (agent.role, &agent.parent) {
-            (AgentRole::SubAgent, Some(parent)) => {
-                AgentSpec::sub_agent(agent.key.as_str(), parent.as_str(), provider)
-            }
-            _ => AgentSpec::assistant(agent.key.as_str(), provider),
-        };
-        if let Some(prompt) = &agent.system_prompt {
-            spec = spec.with_system_prompt(prompt.clone());
-        }
-        if !agent.delegate {
-            spec = spec.without_delegation();
-        }
-        if let Some(npc) = agent.npc_config(&self.config.npc) {
-            spec = spec.with_npc(npc);
-        }
-        if let Some(goals) = &agent.goals {
-            spec = spec.with_goals(goals.clone());
-        }
-        if let Some(own) = &agent.memory {
-            spec = spec.with_memory(own.apply(&self.config.memory));
-        }
-        if let Some(own) = &agent.execution {
-            spec = spec.with_execution(own.apply(&self.config.execution));
-        }
-        if agent.permissions.is_some() {
-            let at = self
-                .agents
-                .iter()
-                .position(|a| a.key == agent.key)
-                .unwrap_or_default();
-            spec = spec.with_permissions(agent.permission_policy(&self.config.permissions, at));
-        }
-        for tool in tools {
-            spec = spec.with_tool_arc(tool);
-        }
-        if let Some(record) = records.iter().find(|r| r.key.as_str() == agent.key) {
-            spec = spec.restored_from(record.clone());
-        }
-        Ok(spec)
-    }
-}
-
-impl TeamFile {
-    /// The permission gate's effective rule for every tool of every agent, as `warden config
-    /// check` prints it: one line per tool, `  AGENT  TOOL (TIER): RULING`, the rulings in the
-    /// order tried (see [`warden_protocols::PermissionPolicy::describe`]). `mcp` gives each
-    /// agent's MCP tools (name as the model sees it, tier), when the servers were started.
-    pub fn permission_table(
-        &self,
-        mcp: &BTreeMap<String, Vec<(String, warden_protocols::ToolCategory)>>,
-    ) -> String {
-        use warden_protocols::ToolCategory;
-        let mut out =
-            String::from("permissions (the effective rule for each tool, first match first):\n");
-        for (at, agent) in self.agents.iter().enumerate() {
-            let policy = agent.permission_policy(&self.config.permissions, at);
-            let mut tools: Vec<(String, ToolCategory)> = Vec::new();
-            if agent.delegate {
-                tools.push(("delegate".into(), ToolCategory::SafeChain));
-            }
-            if agent.goals.is_some() {
-                tools.push(("set_goals".into(), ToolCategory::SafeChain));
-            }
-            tools.extend(mcp.get(&agent.key).cloned().unwrap_or_default());
-            tools.sort_by(|a, b| a.0.cmp(&b.0));
-            if tools.is_empty() {
-                out.push_str(&format!("  {}: no tools\n", agent.key));
-            }
-            for (tool, category) in tools {
-                let tier = match category {
-                    ToolCategory::SafeChain => "SAFE_CHAIN",
-                    ToolCategory::Terminal => "TERMINAL",
-                    ToolCategory::Dangerous => "DANGEROUS",
-                };
-                out.push_str(&format!(
-                    "  {}  {tool} ({tier}): {}\n",
-                    agent.key,
-                    policy.describe(&tool, category)
-                ));
-            }
-        }
-        out
-    }
-}
-
-/// `error` with the line of the file it is about, where that can be told: an agent's `tools`
-/// entry (the line of the quoted entry inside that agent's `[[agents]]` table).
-fn place(text: &str, error: TeamError) -> TeamError {
-    let TeamError::Invalid { key, value, .. } = &error else {
-        return error;
-    };
-    let Some(at) = key
-        .strip_prefix("agents[")
-        .and_then(|k| k.split_once("].tools["))
-        .and_then(|(at, _)| at.parse::<usize>().ok())
-    else {
-        return error;
-    };
-    // The at-th `[[agents]]` header, then the entry as written after it.
-    let mut offset = 0;
-    for (n, (start, _)) in text.match_indices("[[agents]]").enumerate() {
-        offset = start;
-        if n == at {
-            break;
-        }
-    }
-    let Some(found) = text[offset..].find(value.as_str()) else {
-        return error;
-    };
-    let line = text[..offset + found].matches('\n').count() + 1;
-    TeamError::Located {
-        line,
-        error: Box::new(error),
-    }
-}
-
-/// Whether `url` is an absolute http(s) URL with a host (what the provider can post to).
-fn is_http_url(url: &str) -> bool {
-    reqwest::Url::parse(url).is_ok_and(|u| {
-        matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty())
-    })
-}
-
-/// A deterministic 0..=`max` for call `n` (splitmix64), for the scripted model's jitter.
-fn jitter(n: u64, max: u64) -> u64 {
-    if max == 0 {
-        return 0;
-    }
-    let mut z = n.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (z ^ (z >> 31)) % (max + 1)
 }
 
 #[cfg(test)]
@@ -1815,7 +691,7 @@ delegate = false
             "invalid config: line 5, column 1: `providers.local`: unknown field `modle`, expected \
              one of `base_url`, `model`, `api_key_env`, `tool_format`, `stream`, `max_tokens`, \
              `temperature`, `embedding_model`, `retry_attempts`, `retry_base_ms`, `retry_cap_ms`, \
-             `retry_after_cap_ms`, `max_concurrency`, `requests_per_minute`, \
+             `retry_after_cap_ms`, `max_response_bytes`, `max_concurrency`, `requests_per_minute`, \
              `tokens_per_minute`\n\
              5 | [providers.local]\n  \
                | ^^^^^^^^^^^^^^^^^"
@@ -2209,13 +1085,12 @@ delegate = false
         assert_eq!(check(&text).unwrap(), Checked::ConfigOnly);
         let file = TeamFile::parse(&text).unwrap();
         assert_eq!(file.config, WardenConfig::default());
-        let api = ApiConfig::resolve(&file.api, |_: &str| None);
-        let default = ApiConfig::resolve(&ApiSection::default(), |_: &str| None);
-        assert_eq!(api.body_limit, default.body_limit);
-        assert_eq!(api.admin_token, None);
+        // The generated values are the defaults (the server's resolution of them: api.rs's tests).
+        assert_eq!(file.api.max_body_bytes, Some(api::DEFAULT_BODY_LIMIT));
+        assert_eq!(file.api.admin_token, None);
         assert_eq!(
             file.api.listen.map(|a| a.to_string()).as_deref(),
-            Some(crate::server::api::DEFAULT_LISTEN)
+            Some(api::DEFAULT_LISTEN)
         );
     }
 
@@ -2471,107 +1346,6 @@ replies = [
         assert!(err.contains(": `api.listen`: "), "{err}");
     }
 
-    #[test]
-    fn environment_tokens_win_over_the_file() {
-        let section = ApiSection {
-            admin_token: Some("file-admin".into()),
-            read_token: Some("file-read".into()),
-            host_tokens: vec!["file-host".into()],
-            max_batch_events: None,
-            listen: None,
-            max_body_bytes: Some(100),
-            session_ttl_seconds: None,
-            auth_failures_per_minute: None,
-            allowed_origins: Vec::new(),
-        };
-        let env = |admin: Option<&'static str>| {
-            move |name: &str| match name {
-                "WARDEN_ADMIN_TOKEN" => admin.map(str::to_owned),
-                _ => None,
-            }
-        };
-        let config = ApiConfig::resolve(&section, env(Some("env-admin")));
-        assert_eq!(config.admin_token.as_deref(), Some("env-admin"));
-        assert_eq!(config.read_token.as_deref(), Some("file-read"));
-        assert_eq!(config.body_limit, 100);
-        // An empty variable counts as unset.
-        let config = ApiConfig::resolve(&section, env(Some("")));
-        assert_eq!(config.admin_token.as_deref(), Some("file-admin"));
-        let config = ApiConfig::resolve(&ApiSection::default(), env(None));
-        assert_eq!(config.admin_token, None);
-        assert_eq!(config.body_limit, crate::server::api::DEFAULT_BODY_LIMIT);
-    }
-
-    #[test]
-    fn environment_tokens_are_validated_like_the_files() {
-        let section = |admin: Option<&str>, read: Option<&str>| ApiSection {
-            admin_token: admin.map(str::to_owned),
-            read_token: read.map(str::to_owned),
-            ..ApiSection::default()
-        };
-        let env = |admin: Option<&'static str>, read: Option<&'static str>| {
-            move |name: &str| match name {
-                "WARDEN_ADMIN_TOKEN" => admin.map(str::to_owned),
-                "WARDEN_READ_TOKEN" => read.map(str::to_owned),
-                _ => None,
-            }
-        };
-        let cases = [
-            (
-                section(None, None),
-                env(Some(" adm"), None),
-                "WARDEN_ADMIN_TOKEN: must not start or end with whitespace",
-            ),
-            (
-                section(None, None),
-                env(Some("adm"), Some("rd\n")),
-                "WARDEN_READ_TOKEN: must not start or end with whitespace",
-            ),
-            (
-                section(None, None),
-                env(Some("   "), None),
-                "WARDEN_ADMIN_TOKEN: must not be empty",
-            ),
-            (
-                section(None, None),
-                env(Some("x"), Some("x")),
-                "WARDEN_READ_TOKEN: must differ from WARDEN_ADMIN_TOKEN",
-            ),
-            (
-                section(None, Some("x")),
-                env(Some("x"), None),
-                "api.read_token: must differ from WARDEN_ADMIN_TOKEN",
-            ),
-            (
-                section(Some("x"), None),
-                env(None, Some("x")),
-                "WARDEN_READ_TOKEN: must differ from api.admin_token",
-            ),
-            (
-                ApiSection {
-                    host_tokens: vec!["h".into()],
-                    ..ApiSection::default()
-                },
-                env(Some("h"), None),
-                "api.host_tokens: each must differ from WARDEN_ADMIN_TOKEN",
-            ),
-            (
-                ApiSection {
-                    host_tokens: vec!["h".into()],
-                    ..ApiSection::default()
-                },
-                env(Some("a"), Some("h")),
-                "api.host_tokens: each must differ from WARDEN_READ_TOKEN",
-            ),
-        ];
-        for (section, env, expected) in cases {
-            let err = ApiConfig::try_resolve(&section, env).unwrap_err();
-            assert_eq!(err.to_string(), expected);
-        }
-        let config = ApiConfig::try_resolve(&section(Some("f"), Some("r")), env(Some("e"), None));
-        assert_eq!(config.unwrap().admin_token.as_deref(), Some("e"));
-    }
-
     /// The provider's settings as the team file gave them (the API key aside).
     fn openai_config(team: &TeamFile, name: &str) -> OpenAiConfig {
         team.providers[name]
@@ -2585,7 +1359,7 @@ replies = [
             "tool_format = \"json_fallback\"",
             "tool_format = \"json_fallback\"\nretry_attempts = 2\nretry_base_ms = 250\n\
              retry_cap_ms = 4000\nretry_after_cap_ms = 5000\nstream = true\nmax_tokens = 512\n\
-             temperature = 0.5",
+             temperature = 0.5\nmax_response_bytes = 65536",
         );
         let team = TeamFile::from_toml(&text).unwrap();
         let config = openai_config(&team, "local");
@@ -2604,9 +1378,14 @@ replies = [
             (config.max_tokens, config.temperature),
             (Some(512), Some(0.5))
         );
+        assert_eq!(config.max_response_bytes, 65536);
         // Nothing given: the provider's own defaults.
         let team = TeamFile::from_toml(FILE).unwrap();
         assert_eq!(openai_config(&team, "local").retry, RetryPolicy::default());
+        assert_eq!(
+            openai_config(&team, "local").max_response_bytes,
+            warden_actors::DEFAULT_MAX_RESPONSE_BYTES
+        );
     }
 
     #[test]
@@ -2658,6 +1437,14 @@ replies = [
             (
                 "retry_after_cap_ms = 3600001",
                 "invalid value for `providers.local.retry_after_cap_ms`: 3600001 (allowed: 0 to 3600000)",
+            ),
+            (
+                "max_response_bytes = 1023",
+                "invalid value for `providers.local.max_response_bytes`: 1023 (allowed: 1024 to 1073741824)",
+            ),
+            (
+                "max_response_bytes = \"16MiB\"",
+                "invalid value for `providers.local.max_response_bytes`: \"16MiB\" (allowed: 1024 to 1073741824)",
             ),
             (
                 "max_concurrency = 10001",
@@ -2769,6 +1556,7 @@ replies = [
             "retry_base_ms",
             "retry_cap_ms",
             "retry_after_cap_ms",
+            "max_response_bytes",
             "max_concurrency",
             "requests_per_minute",
             "tokens_per_minute",

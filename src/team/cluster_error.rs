@@ -36,9 +36,3 @@ pub enum ClusterError {
     #[error("cluster: JetStream: {0}")]
     JetStream(String),
 }
-
-impl ClusterError {
-    pub(super) fn js(context: &str, err: impl std::fmt::Display) -> Self {
-        ClusterError::JetStream(format!("{context}: {err}"))
-    }
-}
