@@ -20,6 +20,11 @@
 //!
 //! The count includes starting the process and the actix system (the same for both commits); with
 //! `none` as the phase, only that is counted — subtract it.
+//!
+//! `spawn` and `halt_all` take two optional arguments: `passive` (the default: agents spawned
+//! passive, `supervisor.passivate_after_seconds` at its default) or `active` (passivation off: an
+//! actor per agent, as before issue 36), and the number of agents (default 2,000):
+//! `workload spawn active 20000`.
 
 use actix::Actor;
 use std::sync::Arc;
@@ -52,12 +57,16 @@ async fn mailbox() {
     let _ = rx.await;
 }
 
-async fn fleet() -> Supervisor {
-    let team = Supervisor::builder(WardenConfig::default(), Arc::new(NullJournal::default()))
+async fn fleet(active: bool, agents: usize) -> Supervisor {
+    let mut config = WardenConfig::default();
+    if active {
+        config.supervisor.passivate_after_seconds = 0.0;
+    }
+    let team = Supervisor::builder(config, Arc::new(NullJournal::default()))
         .current_arbiter()
         .build();
     let model = Arc::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("ok")));
-    for i in 0..AGENTS {
+    for i in 0..agents {
         team.spawn(AgentSpec::assistant(format!("a{i}"), model.clone()))
             .expect("spawn");
     }
@@ -81,16 +90,32 @@ async fn cascade() {
 
 fn main() {
     let phase = std::env::args().nth(1).unwrap_or_default();
+    let active = match std::env::args().nth(2).as_deref() {
+        None | Some("passive") => false,
+        Some("active") => true,
+        Some(other) => {
+            eprintln!("unknown mode {other:?}: passive or active");
+            std::process::exit(2);
+        }
+    };
+    let agents = match std::env::args().nth(3).map(|n| n.parse::<usize>()) {
+        None => AGENTS,
+        Some(Ok(n)) => n,
+        Some(Err(err)) => {
+            eprintln!("the number of agents: {err}");
+            std::process::exit(2);
+        }
+    };
     let sys = actix_rt::System::new();
     sys.block_on(async move {
         match phase.as_str() {
             "none" => {}
             "mailbox" => mailbox().await,
             "spawn" => {
-                fleet().await;
+                fleet(active, agents).await;
             }
             "halt_all" => {
-                let team = fleet().await;
+                let team = fleet(active, agents).await;
                 team.halt_all().await;
             }
             "cascade" => cascade().await,

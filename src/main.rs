@@ -298,6 +298,10 @@ struct LoadtestArgs {
     /// repetition and error-cascade breakers. The consecutive-error breaker and halts stay on.
     #[arg(long)]
     no_safety: bool,
+    /// The fleet's `supervisor.passivate_after_seconds`: agents idle this long stop their actor
+    /// (and are spawned without one); 0 = an actor per agent from its spawn on, for comparisons.
+    #[arg(long, default_value_t = 120.0, allow_negative_numbers = true, value_parser = non_negative)]
+    passivate_after_s: f64,
     /// Stop waiting for the fleet after this many seconds (> 0); a run cut short is reported as
     /// timed out (exit 12).
     #[arg(long, default_value_t = 300.0, allow_negative_numbers = true, value_parser = positive_seconds)]
@@ -406,7 +410,7 @@ impl LoadtestArgs {
         // The flags that were given or defaulted; a team file's run takes no fleet flags.
         let synthetic = self.config.is_none();
         let fleet = |value: String| synthetic.then_some(value);
-        let flags: [(&str, Option<String>); 20] = [
+        let flags: [(&str, Option<String>); 21] = [
             ("--scenario", fleet(self.scenario.as_str().to_owned())),
             ("--agents", fleet(self.agents.to_string())),
             ("--fanout", fleet(self.fanout.to_string())),
@@ -420,6 +424,10 @@ impl LoadtestArgs {
             ("--halt-probes", Some(self.halt_probes.to_string())),
             ("--threads", fleet(self.threads.to_string())),
             ("--timeout-s", Some(self.timeout_s.to_string())),
+            (
+                "--passivate-after-s",
+                fleet(self.passivate_after_s.to_string()),
+            ),
             (
                 "--config",
                 self.config.as_ref().map(|p| p.display().to_string()),
@@ -488,6 +496,7 @@ impl LoadtestArgs {
                 "panic_rate": self.panic_rate,
                 "llm_latency_ms": self.llm_latency_ms,
                 "safety": !self.no_safety,
+                "passivate_after_s": self.passivate_after_s,
                 "cluster": self.cluster,
                 "nodes": self.cluster_options().map(|c| c.nodes),
             }),
@@ -1150,6 +1159,7 @@ fn loadtest(args: LoadtestArgs) -> ExitCode {
         halt_probes: args.halt_probes,
         threads: args.threads,
         safety: !args.no_safety,
+        passivate_after_s: args.passivate_after_s,
         timeout: std::time::Duration::from_secs_f64(args.timeout_s),
         progress: std::io::stderr().is_terminal(),
     };

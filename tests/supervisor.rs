@@ -1831,7 +1831,11 @@ async fn a_delegation_that_the_halt_could_not_see_is_refused_before_its_task_is_
 /// them as "not stopped", and they stopped a moment later with nothing left to resume them.
 #[actix_rt::test]
 async fn a_lift_right_behind_its_fleet_halt_resumes_the_agents_that_had_not_applied_it_yet() {
-    let (team, journal) = team(WardenConfig::default());
+    // Agents with running actors, which apply a halt when they read it: a passive agent's halt is
+    // applied when it is called (tests/passivation.rs), so there is no gap to lift into.
+    let mut config = WardenConfig::default();
+    config.supervisor.passivate_after_seconds = 0.0;
+    let (team, journal) = team(config);
     let agents: Vec<AgentHandle> = (0..4)
         .map(|i| team.assistant(&format!("a{i}"), model([])))
         .collect();

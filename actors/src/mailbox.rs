@@ -31,6 +31,16 @@ use warden_protocols::{Priority, QueueDepths};
 pub trait WakeSink: std::any::Any + Send + Sync + 'static {
     /// Tells the reader its lanes may have work. Must not block or take the mailbox's locks.
     fn wake(&self);
+
+    /// For a sink that stands for a reader that does not run (a *passive* one, attached with
+    /// [`PriorityMailbox::attach_passive`] or left by [`PriorityMailbox::passivate`]): starts the
+    /// reader and returns its sink, which takes this one's place and is woken at once. `None`: no
+    /// reader could be started (its owner is gone); the sink stays. Called under the mailbox's
+    /// waker lock, by the sender whose message needs the reader: must not block or take the
+    /// mailbox's locks. Readers that always run keep the default (never called for them).
+    fn activate(&self) -> Option<Box<dyn WakeSink>> {
+        None
+    }
 }
 
 impl WakeSink for Recipient<Wake> {
@@ -155,8 +165,11 @@ pub struct PriorityMailbox<M> {
     waiting_senders: AtomicUsize,
     space: Notify,
     wake_scheduled: AtomicBool,
-    /// Set once by the reader when it first runs.
+    /// Set once by the reader when it first runs (or when a passive one is attached).
     reading: AtomicBool,
+    /// The sink in `waker` stands for a reader that does not run ([`WakeSink::activate`]). Changed
+    /// only under the `waker` lock; read without it by [`PriorityMailbox::is_passive`].
+    passive: AtomicBool,
     waker: Mutex<Option<Box<dyn WakeSink>>>,
 }
 
@@ -182,6 +195,7 @@ impl<M: Prioritized> PriorityMailbox<M> {
             space: Notify::new(),
             wake_scheduled: AtomicBool::new(false),
             reading: AtomicBool::new(false),
+            passive: AtomicBool::new(false),
             waker: Mutex::new(None),
         }
     }
@@ -297,11 +311,36 @@ impl<M: Prioritized> PriorityMailbox<M> {
         if DEFERRED.with(std::cell::Cell::get) {
             return; // the host handle's batch: its pump calls this again, on warden's thread
         }
-        if !self.wake_scheduled.swap(true, Ordering::AcqRel) {
-            if let Some(waker) = self.waker.lock().as_ref() {
-                waker.wake();
-                POSTED.with(|n| n.set(n.get() + 1));
+        if !self.wake_scheduled.swap(true, Ordering::AcqRel)
+            && self.wake_locked(&mut self.waker.lock())
+        {
+            POSTED.with(|n| n.set(n.get() + 1));
+        }
+    }
+
+    /// Wakes the attached reader, first starting it if it is passive (the started reader's sink
+    /// takes the passive one's place). `false`: nothing attached, or a passive reader that could
+    /// not be started (the wake stays flagged: whoever attaches a reader next is woken).
+    fn wake_locked(&self, slot: &mut Option<Box<dyn WakeSink>>) -> bool {
+        let Some(sink) = slot.as_ref() else {
+            return false;
+        };
+        if self.passive.load(Ordering::SeqCst) {
+            // Cleared before the reader is started (SeqCst: paired with a halt's flag, see
+            // `is_passive`), so the started reader runs after it.
+            self.passive.store(false, Ordering::SeqCst);
+            let Some(started) = sink.activate() else {
+                self.passive.store(true, Ordering::SeqCst);
+                return false;
+            };
+            *slot = Some(started);
+        }
+        match slot.as_ref() {
+            Some(sink) => {
+                sink.wake();
+                true
             }
+            None => false,
         }
     }
 
@@ -311,13 +350,58 @@ impl<M: Prioritized> PriorityMailbox<M> {
     /// Race-free without a wake for an empty mailbox: the check runs under the waker lock, and a
     /// sender that flips `wake_scheduled` afterwards takes that lock and finds the new waker.
     pub fn attach(&self, waker: impl WakeSink) {
+        self.attach_as(Box::new(waker), false);
+    }
+
+    /// Attaches a *passive* reader: `sink` stands for a reader that does not run yet, and
+    /// [`WakeSink::activate`] starts it when the first message needs it (at once, if something is
+    /// queued already). [`PriorityMailbox::has_reader`] is `true` from now on: a passive reader
+    /// counts as ready.
+    pub fn attach_passive(&self, sink: impl WakeSink) {
+        self.reading.store(true, Ordering::Release);
+        self.attach_as(Box::new(sink), true);
+    }
+
+    fn attach_as(&self, sink: Box<dyn WakeSink>, passive: bool) {
         let mut slot = self.waker.lock();
-        let waker = slot.insert(Box::new(waker));
+        *slot = Some(sink);
+        self.passive.store(passive, Ordering::SeqCst);
         let queued = self.depth.iter().any(|d| d.load(Ordering::Acquire) > 0);
         if queued || self.wake_scheduled.load(Ordering::Acquire) {
             self.wake_scheduled.store(true, Ordering::Release);
-            waker.wake();
+            self.wake_locked(&mut slot);
         }
+    }
+
+    /// The reader, idle, gives up running: if every lane is empty and no wake is pending, `sink`
+    /// (a passive one: see [`WakeSink::activate`]) takes the reader's place and `true` is returned
+    /// — the reader may stop, and the next message starts a new one. Otherwise nothing changes
+    /// (`false`): a message came, or is on its way.
+    ///
+    /// Race-free against senders: the check and the swap run under the waker lock. A sender that
+    /// pushed before the check is seen (its message in a lane, or its flipped wake flag); one whose
+    /// flag flip comes after it takes the waker lock after this and finds the passive sink, which
+    /// starts a reader (`actors/tests/loom_mailbox.rs` checks every interleaving).
+    pub fn passivate(&self, sink: impl WakeSink) -> bool {
+        let mut slot = self.waker.lock();
+        let queued = self.depth.iter().any(|d| d.load(Ordering::Acquire) > 0);
+        if queued || self.wake_scheduled.load(Ordering::Acquire) {
+            return false;
+        }
+        let reader = slot.replace(Box::new(sink));
+        self.passive.store(true, Ordering::SeqCst);
+        drop(slot);
+        drop(reader);
+        true
+    }
+
+    /// Whether the reader is passive (no reader runs; the next message starts one).
+    ///
+    /// SeqCst, as the store that ends passivity: a halt raises its agent's flag (SeqCst) and then
+    /// reads this; an activation clears this and the reader it starts then reads the flag. In any
+    /// interleaving either the halt sees the reader active, or the started reader sees the flag.
+    pub fn is_passive(&self) -> bool {
+        self.passive.load(Ordering::SeqCst)
     }
 
     /// A copy of the attached waker, if it is a `W` (e.g. the reader's address, to stop it).
@@ -333,7 +417,7 @@ impl<M: Prioritized> PriorityMailbox<M> {
         self.reading.store(true, Ordering::Release);
     }
 
-    /// Whether a reader has started (its actor started at least once).
+    /// Whether a reader has started (its actor started at least once), or a passive one is attached.
     pub fn has_reader(&self) -> bool {
         self.reading.load(Ordering::Acquire)
     }

@@ -14,6 +14,16 @@ pub type Hook = Arc<dyn Fn(&AgentKey) + Send + Sync>;
 
 static HALT_GAP: RwLock<Option<Hook>> = RwLock::new(None);
 static DELEGATION_GAP: RwLock<Option<Hook>> = RwLock::new(None);
+static PASSIVE_HALT_GAP: RwLock<Option<Hook>> = RwLock::new(None);
+static PASSIVATED: RwLock<Option<Hook>> = RwLock::new(None);
+
+/// Runs the hook installed in `slot`, if any (outside the slot's lock: a hook may install hooks).
+fn run(slot: &RwLock<Option<Hook>>, agent: &AgentKey) {
+    let hook = slot.read().clone();
+    if let Some(hook) = hook {
+        hook(agent);
+    }
+}
 
 /// Installs (or with `None` removes) the hook run between raising a halt on an agent (its flag up,
 /// its turn cancelled) and queueing the halt message: the gap in which the agent's own thread can
@@ -23,10 +33,7 @@ pub fn set_halt_gap(hook: Option<Hook>) {
 }
 
 pub(crate) fn halt_gap(agent: &AgentKey) {
-    let hook = HALT_GAP.read().clone();
-    if let Some(hook) = hook {
-        hook(agent);
-    }
+    run(&HALT_GAP, agent);
 }
 
 /// Installs (or with `None` removes) the hook run, on the delegator's thread, after a delegation
@@ -37,8 +44,26 @@ pub fn set_delegation_gap(hook: Option<Hook>) {
 }
 
 pub(crate) fn delegation_gap(agent: &AgentKey) {
-    let hook = DELEGATION_GAP.read().clone();
-    if let Some(hook) = hook {
-        hook(agent);
-    }
+    run(&DELEGATION_GAP, agent);
+}
+
+/// Installs (or with `None` removes) the hook run when a halt has found its agent passive and
+/// before it applies the halt to the cell itself: a message sent there starts the agent's actor
+/// while the halt is being applied (called on the halting thread, with the agent's key).
+pub fn set_passive_halt_gap(hook: Option<Hook>) {
+    *PASSIVE_HALT_GAP.write() = hook;
+}
+
+pub(crate) fn passive_halt_gap(agent: &AgentKey) {
+    run(&PASSIVE_HALT_GAP, agent);
+}
+
+/// Installs (or with `None` removes) the hook run on an agent's arbiter right after its idle actor
+/// handed the mailbox back (the agent is passive from here on) and before the actor stops.
+pub fn set_passivated(hook: Option<Hook>) {
+    *PASSIVATED.write() = hook;
+}
+
+pub(crate) fn passivated(agent: &AgentKey) {
+    run(&PASSIVATED, agent);
 }

@@ -155,3 +155,71 @@ fn the_halt_lane_is_read_before_ordinary_work() {
         assert_eq!(got, [M(Priority::SystemHalt, 2), M(Priority::Ordinary, 1)]);
     });
 }
+
+/// A passive reader's sink: starting the reader wakes `next` (the new reader).
+#[derive(Clone)]
+struct Starter {
+    next: Probe,
+    started: Arc<AtomicUsize>,
+}
+
+impl WakeSink for Starter {
+    fn wake(&self) {
+        panic!("a passive sink is activated, never woken");
+    }
+
+    fn activate(&self) -> Option<Box<dyn WakeSink>> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        Some(Box::new(self.next.clone()))
+    }
+}
+
+/// A send racing passivation (issue 36): the idle reader gives up its place
+/// (`PriorityMailbox::passivate`) while a sender pushes. Either the passivation is refused and the
+/// running reader has a wake for the message, or it succeeds with no wake left for the stopping
+/// reader (which is never woken again) and the message starts exactly one new reader, which reads
+/// it. In no interleaving is the message left queued with nobody to read it.
+#[test]
+fn a_send_racing_passivation_is_read_by_the_reader_or_starts_a_new_one() {
+    loom::model(|| {
+        let mailbox = Arc::new(PriorityMailbox::new(4));
+        let first = probe();
+        mailbox.attach(first.clone());
+        let starter = Starter {
+            next: probe(),
+            started: Arc::new(AtomicUsize::new(0)),
+        };
+        let sender = {
+            let mailbox = mailbox.clone();
+            thread::spawn(move || mailbox.try_send(M(Priority::Ordinary, 1)).expect("room"))
+        };
+        let mut got = Vec::new();
+        drain_if_woken(&mailbox, &first, &mut got);
+        let passive = mailbox.passivate(starter.clone());
+        let posted_to_first = first.posted.load(Ordering::SeqCst);
+        if passive {
+            assert_eq!(
+                first.outstanding.load(Ordering::SeqCst),
+                0,
+                "passivated with a wake still on its way to the stopping reader"
+            );
+        }
+        sender.join().expect("sender");
+        if passive {
+            assert_eq!(
+                first.posted.load(Ordering::SeqCst),
+                posted_to_first,
+                "the stopped reader was woken"
+            );
+            settle(&mailbox, &starter.next, &mut got);
+            let started = starter.started.load(Ordering::SeqCst);
+            assert!(started <= 1, "one message started {started} readers");
+            assert_eq!(mailbox.is_passive(), started == 0);
+        } else {
+            assert_eq!(starter.started.load(Ordering::SeqCst), 0);
+            settle(&mailbox, &first, &mut got);
+        }
+        assert_eq!(got, [M(Priority::Ordinary, 1)]);
+        assert!(mailbox.pop().is_none());
+    });
+}

@@ -688,13 +688,28 @@ impl Default for MailboxConfig {
 }
 
 /// `[supervisor]`.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SupervisorConfig {
     /// Actix arbiters (threads) agents are spread over. 0 = one per core. Default 0.
     pub arbiters: usize,
     /// `[supervisor.restart]`: how often a crashed agent is restarted before the supervisor gives up.
     pub restart: RestartConfig,
+    /// An agent idle this long (empty mailbox, no turn, no delegation, no timer) is *passive*: its
+    /// actor stops, its cell (record, mailbox, settings) stays, and the next message starts a new
+    /// actor. Agents are spawned passive. 0 = never passive (every agent keeps a running actor from
+    /// its spawn on). Default 120.
+    pub passivate_after_seconds: f64,
+}
+
+impl Default for SupervisorConfig {
+    fn default() -> Self {
+        SupervisorConfig {
+            arbiters: 0,
+            restart: RestartConfig::default(),
+            passivate_after_seconds: 120.0,
+        }
+    }
 }
 
 /// OTP restart strategies.
@@ -1033,6 +1048,10 @@ impl WardenConfig {
             "supervisor.restart.within_seconds",
             self.supervisor.restart.within_seconds,
         )?;
+        seconds(
+            "supervisor.passivate_after_seconds",
+            self.supervisor.passivate_after_seconds,
+        )?;
         self.memory.validate()?;
         if let Err((key, value, allowed)) = self.permissions.check() {
             return Err(ConfigError::Invalid {
@@ -1069,6 +1088,7 @@ mod tests {
         assert_eq!(c.mailbox.ordinary_capacity.get(), 65_536);
         assert_eq!(c.supervisor.restart.strategy, RestartStrategy::OneForOne);
         assert_eq!(c.supervisor.restart.max_restarts, 3);
+        assert_eq!(c.supervisor.passivate_after_seconds, 120.0);
         assert_eq!(c.journal.snapshot_every, 1000);
     }
 
@@ -1358,6 +1378,10 @@ completion_per_1k = 0.0006
         assert_eq!(
             err("[safety.on_limit]\nask_timeout_seconds = -5.0\n"),
             "invalid value for `safety.on_limit.ask_timeout_seconds`: -5 (allowed: a number of seconds from 0 to 31536000)"
+        );
+        assert_eq!(
+            err("[supervisor]\npassivate_after_seconds = -1.0\n"),
+            "invalid value for `supervisor.passivate_after_seconds`: -1 (allowed: a number of seconds from 0 to 31536000)"
         );
         assert_eq!(
             err("[safety.timeout]\ntask_seconds = nan\n"),

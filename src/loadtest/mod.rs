@@ -191,6 +191,9 @@ pub struct LoadtestOptions {
     pub halt_probes: usize,
     /// `false` turns the SafetyMonitor's checks off (`--no-safety`).
     pub safety: bool,
+    /// The fleet's `supervisor.passivate_after_seconds` (`--passivate-after-s`; 0: an actor per
+    /// agent from its spawn on). Default: the configuration's default.
+    pub passivate_after_s: f64,
     /// Give up waiting for the fleet after this long (what is still open is reported as lost).
     pub timeout: Duration,
     /// Draw a progress bar on stderr (the CLI sets it when stderr is a terminal).
@@ -221,6 +224,7 @@ impl LoadtestOptions {
             backlog: 1_000,
             halt_probes: 11,
             safety: true,
+            passivate_after_s: WardenConfig::default().supervisor.passivate_after_seconds,
             timeout: Duration::from_secs(300),
             progress: false,
             interrupt: Arc::default(),
@@ -1038,6 +1042,7 @@ fn fleet_config(options: &LoadtestOptions) -> WardenConfig {
     config.safety.loop_.max_iterations_per_task = 1_000_000;
     config.mailbox.ordinary_capacity =
         NonZeroUsize::new(fleet_tasks(options).max(1024)).unwrap_or(NonZeroUsize::MIN);
+    config.supervisor.passivate_after_seconds = options.passivate_after_s;
     config.supervisor.arbiters = options.threads;
     config
 }

@@ -4,21 +4,26 @@
 //! [`AgentCell`], so a restarted actor picks up exactly where the crashed one was (queue included).
 //!
 //! Reading order on every [`Wake`]: the most urgent lane first, one message at a time. While a turn runs
-//! (or the agent is paused) only lanes 0–2 are read; ordinary work waits. The turn is spawned with
-//! `ctx.spawn` and its [`SpawnHandle`] kept, so a halt can cancel it; nothing here ever `ctx.wait`s.
+//! (or the agent is paused) only lanes 0–2 are read; ordinary work waits. The turn's future is kept
+//! in the actor ([`RunningTurn`]) and polled by an item `ctx.spawn`ed for it, so a halt can end it
+//! deterministically (see [`AgentActor::on_halt`]); nothing here ever `ctx.wait`s.
 
 use super::{
     cell::AgentCell, turn, AgentMsg, ControlError, ControlOp, ControlRequest, HaltAck, HaltRequest,
     SentAck, Signal, TaskError, TaskReply, Work,
 };
 use crate::mailbox::{Envelope, Wake};
+use crate::supervisor::Activator;
 use actix::{
     Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, SpawnHandle,
     WrapFuture,
 };
 use futures::FutureExt;
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use warden_protocols::{
     AgentRecord, AgentState, DiscardedMessage, EventFate, EventKind, Priority, TerminationReason,
     TurnOutcome,
@@ -32,12 +37,61 @@ const DEGRADED_RECHECK: std::time::Duration = std::time::Duration::from_millis(2
 
 pub(crate) struct AgentActor {
     cell: Arc<AgentCell>,
-    turn: Option<SpawnHandle>,
+    turn: Option<RunningTurn>,
+    /// Turns started by this actor (the id of the next one).
+    turns: u64,
     /// A look at queued work is scheduled (the journal was degraded).
     recheck: bool,
     generation: u64,
-    /// Set only by a deliberate [`Shutdown`]; any other end of the actor is a crash.
+    /// Set only by a deliberate [`Shutdown`] or by passivation; any other end of the actor is a
+    /// crash.
     clean_stop: bool,
+    /// With `supervisor.passivate_after_seconds`: what takes this actor's place in the mailbox when
+    /// it has been idle that long (see [`AgentActor::check_idle`]).
+    passivation: Option<Activator>,
+    /// It read or ran something since the last idle check.
+    worked: bool,
+}
+
+/// A turn's future: what [`turn::run`] returns, boxed (the actor owns it, not its context).
+type TurnFuture = Pin<Box<dyn Future<Output = (TurnOutcome, Option<TaskReply>)>>>;
+
+/// The running turn. Its future lives here, in the actor, and a [`TurnDriver`] spawned on the
+/// actor's context polls it: a halt takes it out and polls it one last time itself, so the turn
+/// ends through its (already cancelled) token whatever else the context holds — see
+/// [`AgentActor::on_halt`].
+struct RunningTurn {
+    id: u64,
+    future: TurnFuture,
+    /// The driver's handle, to cancel it when the turn is taken out.
+    driver: SpawnHandle,
+}
+
+/// The context item that polls the running turn `0` (by id: a driver whose turn was taken out
+/// never polls the next one) and, when it ends, finishes it and reads on.
+struct TurnDriver(u64);
+
+impl actix::ActorFuture<AgentActor> for TurnDriver {
+    type Output = ();
+
+    fn poll(
+        self: Pin<&mut Self>,
+        act: &mut AgentActor,
+        ctx: &mut Context<AgentActor>,
+        task: &mut std::task::Context<'_>,
+    ) -> Poll<()> {
+        let id = self.0;
+        let Some(turn) = act.turn.as_mut().filter(|t| t.id == id) else {
+            return Poll::Ready(());
+        };
+        let Poll::Ready((outcome, reply)) = turn.future.as_mut().poll(task) else {
+            return Poll::Pending;
+        };
+        act.turn = None;
+        act.finish_turn(outcome, reply);
+        act.pump(ctx);
+        Poll::Ready(())
+    }
 }
 
 /// The mailbox wakes its agent through the actor's address, which the mailbox holds (the one copy:
@@ -56,17 +110,52 @@ impl Message for Shutdown {
 }
 
 impl AgentActor {
-    pub(crate) fn new(cell: Arc<AgentCell>, generation: u64) -> Self {
+    pub(crate) fn new(
+        cell: Arc<AgentCell>,
+        generation: u64,
+        passivation: Option<Activator>,
+    ) -> Self {
         AgentActor {
             cell,
             turn: None,
+            turns: 0,
             recheck: false,
             generation,
             clean_stop: false,
+            passivation,
+            worked: true,
         }
     }
 
+    /// Every `passivate_after`: an actor that did nothing since the last look, runs no turn and
+    /// waits for no timer, with no delegation running and an empty mailbox, stops and leaves the
+    /// mailbox its [`Activator`] (the agent is *passive*; its cell stays in the registry, and the
+    /// next message starts a new actor on the same arbiter). The mailbox decides the last part
+    /// under its waker lock ([`crate::mailbox::PriorityMailbox::passivate`]), so a message sent
+    /// meanwhile either keeps this actor or starts the next. An agent passivates between one and
+    /// two periods after its last work.
+    fn check_idle(&mut self, ctx: &mut Context<Self>) {
+        let Some(activator) = &self.passivation else {
+            return;
+        };
+        let idle = !self.worked
+            && self.turn.is_none()
+            && !self.recheck
+            && self.cell.active_delegations() == 0;
+        if idle && self.cell.mailbox.passivate(activator.clone()) {
+            #[cfg(feature = "test-hooks")]
+            crate::test_hooks::passivated(&self.cell.key);
+            self.clean_stop = true;
+            ctx.stop();
+            return;
+        }
+        self.worked = false;
+        let after = activator.after();
+        ctx.run_later(after, |act, ctx| act.check_idle(ctx));
+    }
+
     fn pump(&mut self, ctx: &mut Context<Self>) {
+        self.worked = true;
         // Fail closed while the journal cannot write: no turn starts (a restart would not know of
         // it, and could not stop it); ordinary work waits, and is looked at again while it does.
         let degraded = self.cell.journal().degraded().is_some();
@@ -160,12 +249,14 @@ impl AgentActor {
             tokio::task::consume_budget().await;
             turn::run(cell, taken).await
         };
-        let future = turn.into_actor(self).map(|(outcome, reply), act, ctx| {
-            act.turn = None;
-            act.finish_turn(outcome, reply);
-            act.pump(ctx);
+        self.turns += 1;
+        let id = self.turns;
+        let driver = ctx.spawn(TurnDriver(id));
+        self.turn = Some(RunningTurn {
+            id,
+            future: Box::pin(turn),
+            driver,
         });
-        self.turn = Some(ctx.spawn(future));
     }
 
     fn finish_turn(&mut self, outcome: TurnOutcome, reply: Option<TaskReply>) {
@@ -207,80 +298,30 @@ impl AgentActor {
 
     /// The halt message (lane 0). Its delegates were already halted by whoever sent it
     /// ([`super::send_halt_to`]), when the halt was raised.
+    ///
+    /// A running turn ends here, before the halt is applied: its token was cancelled when the halt
+    /// was raised, and it is polled one last time, now, so that it ends through the token — its
+    /// ending done (the `invoke_agent` span's halt, the tokens of a reply it held back recorded, a
+    /// shown budget wait cleared) and nothing else run: every await of a turn races its token,
+    /// which wins (`unless_halted` is biased). What it did not finish in that poll is dropped.
+    /// Not left to the context: actix drops a cancelled item unpolled once an earlier item in its
+    /// list was polled (an actor started by its first message has its idle check's timer there),
+    /// and which came first decided whether a halted turn ended as halted or vanished.
     fn on_halt(&mut self, request: HaltRequest, ctx: &mut Context<Self>) {
         if let Some(turn) = self.turn.take() {
-            ctx.cancel_future(turn);
-        }
-        self.cell.reset_tools_in_flight();
-        let (discarded, ack) = {
-            let mut rec = self.cell.lock();
-            // Cleared under the record lock: a sender queues (mailbox push and `EventQueued`) under
-            // it too, so each user event is either cleared here and settled by `Halted`, or queued
-            // after it.
-            let discarded = self.cell.mailbox.take_ordinary();
-            let already_stopped = rec.state == AgentState::Stopped;
-            // A locked-out agent is not moved (its halt is journaled): it already refuses all work,
-            // and only an unlock may take it out of `SAFETY_LOCKOUT` (a `STOPPED` one could be
-            // resumed past its lockout).
-            let stops = !already_stopped && rec.state != AgentState::SafetyLockout;
-            if stops {
-                let _ = self
-                    .cell
-                    .transition(&mut rec, AgentState::Stopped, "system halt");
+            ctx.cancel_future(turn.driver);
+            // Unconstrained: a task out of cooperative budget would make the turn's first await
+            // (`consume_budget`) pending. The turn's result is the halt's to settle: its outcome is
+            // `Halted` or it raced the halt (`finish_turn` would drop it either way), and a
+            // delegated task's reply, dropped, tells the delegator its task was abandoned.
+            if tokio::task::unconstrained(turn.future)
+                .now_or_never()
+                .is_none()
+            {
+                tracing::debug!(agent = %self.cell.key, "a halted turn did not end in its last poll");
             }
-            // A second halt of a stopped agent (e.g. the supervisor and the parent both propagating
-            // down a tree) is acknowledged but journaled only if it cleared something.
-            if !already_stopped || !discarded.is_empty() {
-                // `Halted` settles the pending events (they are the ones in `discarded`) and moves
-                // them, in O(1), to the record's `discarding` until the listing after the ack names
-                // them (and frees them, chunk by chunk): a crash before that leaves them in the
-                // record, and the restart lists them.
-                self.cell.emit(
-                    &mut rec,
-                    EventKind::Halted {
-                        cause: request.cause.clone(),
-                        discarded: discarded.len() as u64,
-                        stopped: stops,
-                    },
-                );
-            }
-            let ack = HaltAck {
-                agent: self.cell.key.clone(),
-                state: rec.state,
-                discarded: discarded.len() as u64,
-                not_durable: None,
-            };
-            (discarded, ack)
-        };
-        if let Some(reply) = request.ack {
-            // The ack says whether the halt is on disk. It goes out now, with the wait for that
-            // (off every lock) when the answer is not already there (an in-memory journal, a fast
-            // disk): its receiver awaits it, not a task on this arbiter, which a flooded agent
-            // may keep busy (see `SentAck`).
-            let mut durable = self.cell.durable_so_far();
-            let mut ack = ack;
-            let sent = match (&mut durable).now_or_never() {
-                Some(result) => {
-                    ack.not_durable = result.err();
-                    SentAck::settled(ack)
-                }
-                None => SentAck {
-                    ack,
-                    durable: Some(durable),
-                },
-            };
-            reply.send(sent);
         }
-        // Whoever waits on the stopped turn's event or on a cleared one is answered at once.
-        if let Some((id, accepted)) = self.cell.take_answering() {
-            self.cell.settle(id, Some(accepted), EventFate::Discarded);
-        }
-        for id in discarded.iter().filter_map(|e| match &e.msg {
-            AgentMsg::Work(w) => w.queued(),
-            _ => None,
-        }) {
-            self.cell.settle(id, None, EventFate::Discarded);
-        }
+        let discarded = apply_halt(&self.cell, request);
         // Listing and dropping the backlog is O(N): it runs as its own task after the ack, so the halt
         // is acknowledged in O(1) whatever the backlog.
         if !discarded.is_empty() {
@@ -376,6 +417,83 @@ impl AgentActor {
             }
         }
     }
+}
+
+/// A halt applied to the cell: the ordinary lane cleared, `STOPPED` (a locked-out agent stays
+/// `SAFETY_LOCKOUT`), `Halted` journaled, the acknowledgement sent, the answered and cleared events
+/// settled. Returns the cleared messages, to be listed and freed by the caller. Any running turn
+/// was cancelled by the caller (the actor), or there is none (a passive agent's halt, applied by
+/// whoever halts it: [`super::queue_halt`]).
+pub(crate) fn apply_halt(cell: &AgentCell, request: HaltRequest) -> VecDeque<Envelope<AgentMsg>> {
+    cell.reset_tools_in_flight();
+    let (discarded, ack) = {
+        let mut rec = cell.lock();
+        // Cleared under the record lock: a sender queues (mailbox push and `EventQueued`) under
+        // it too, so each user event is either cleared here and settled by `Halted`, or queued
+        // after it.
+        let discarded = cell.mailbox.take_ordinary();
+        let already_stopped = rec.state == AgentState::Stopped;
+        // A locked-out agent is not moved (its halt is journaled): it already refuses all work,
+        // and only an unlock may take it out of `SAFETY_LOCKOUT` (a `STOPPED` one could be
+        // resumed past its lockout).
+        let stops = !already_stopped && rec.state != AgentState::SafetyLockout;
+        if stops {
+            let _ = cell.transition(&mut rec, AgentState::Stopped, "system halt");
+        }
+        // A second halt of a stopped agent (e.g. the supervisor and the parent both propagating
+        // down a tree) is acknowledged but journaled only if it cleared something.
+        if !already_stopped || !discarded.is_empty() {
+            // `Halted` settles the pending events (they are the ones in `discarded`) and moves
+            // them, in O(1), to the record's `discarding` until the listing after the ack names
+            // them (and frees them, chunk by chunk): a crash before that leaves them in the
+            // record, and the restart lists them.
+            cell.emit(
+                &mut rec,
+                EventKind::Halted {
+                    cause: request.cause.clone(),
+                    discarded: discarded.len() as u64,
+                    stopped: stops,
+                },
+            );
+        }
+        let ack = HaltAck {
+            agent: cell.key.clone(),
+            state: rec.state,
+            discarded: discarded.len() as u64,
+            not_durable: None,
+        };
+        (discarded, ack)
+    };
+    if let Some(reply) = request.ack {
+        // The ack says whether the halt is on disk. It goes out now, with the wait for that
+        // (off every lock) when the answer is not already there (an in-memory journal, a fast
+        // disk): its receiver awaits it, not a task on this arbiter, which a flooded agent
+        // may keep busy (see `SentAck`).
+        let mut durable = cell.durable_so_far();
+        let mut ack = ack;
+        let sent = match (&mut durable).now_or_never() {
+            Some(result) => {
+                ack.not_durable = result.err();
+                SentAck::settled(ack)
+            }
+            None => SentAck {
+                ack,
+                durable: Some(durable),
+            },
+        };
+        reply.send(sent);
+    }
+    // Whoever waits on the stopped turn's event or on a cleared one is answered at once.
+    if let Some((id, accepted)) = cell.take_answering() {
+        cell.settle(id, Some(accepted), EventFate::Discarded);
+    }
+    for id in discarded.iter().filter_map(|e| match &e.msg {
+        AgentMsg::Work(w) => w.queued(),
+        _ => None,
+    }) {
+        cell.settle(id, None, EventFate::Discarded);
+    }
+    discarded
 }
 
 /// Lifts a lockout: `Unlocked` and `SAFETY_LOCKOUT → WAITING_FOR_EVENT` in one batch, a past halt
@@ -492,9 +610,12 @@ const CHUNK: usize = 1024;
 impl Actor for AgentActor {
     type Context = Context<Self>;
 
-    fn started(&mut self, _: &mut Context<Self>) {
+    fn started(&mut self, ctx: &mut Context<Self>) {
         // The supervisor attached this actor's address as the mailbox's waker when it started it.
         self.cell.mailbox.reader_started();
+        if let Some(activator) = &self.passivation {
+            ctx.run_later(activator.after(), |act, ctx| act.check_idle(ctx));
+        }
     }
 }
 

@@ -472,6 +472,13 @@ impl AgentHandle {
         self.cell.state()
     }
 
+    /// Whether the agent is *passive*: no actor runs for it (it was idle for
+    /// `supervisor.passivate_after_seconds`, or has had no work since it was spawned); the next
+    /// message starts one. Nothing else an agent does or shows depends on it.
+    pub fn passive(&self) -> bool {
+        self.cell.mailbox.is_passive()
+    }
+
     /// A copy of the durable record (state, counters, history).
     pub fn record(&self) -> AgentRecord {
         self.cell.record()
@@ -1135,6 +1142,19 @@ pub(crate) fn queue_halt(cell: &AgentCell, cause: HaltCause, reply: Option<HaltR
     #[cfg(feature = "test-hooks")]
     crate::test_hooks::halt_gap(&cell.key);
     let request = HaltRequest { cause, ack: reply };
+    // A passive agent (no actor runs: docs/architecture.md) is halted here and now: the halt is a
+    // change of its record, acknowledged at once, with no actor started for it. A message sent
+    // meanwhile may start one: it finds the halt flag up (raised before this, SeqCst, and read by
+    // the started actor after `is_passive` turned false: see there), so it reads no ordinary work,
+    // and whatever reached the ordinary lane is cleared below, under the record lock, as a halt
+    // read by the actor clears it.
+    if cell.mailbox.is_passive() && !cell.mailbox.is_closed() {
+        #[cfg(feature = "test-hooks")]
+        crate::test_hooks::passive_halt_gap(&cell.key);
+        let discarded = actor::apply_halt(cell, request);
+        actor::discard_backlog(cell, discarded);
+        return;
+    }
     if let Err(err) = cell.mailbox.try_send(AgentMsg::Halt(request)) {
         // The mailbox is closed (the team is shutting down): acknowledge with the state as it is.
         if let AgentMsg::Halt(HaltRequest {

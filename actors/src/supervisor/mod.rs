@@ -32,6 +32,7 @@ pub use spec::{AgentSpec, DelegationError, SpawnError, TickConfigError, UnknownA
 
 use delegation::DelegateTool;
 use restart::start_actor;
+pub(crate) use restart::Activator;
 
 use crate::{
     agent::{
@@ -90,6 +91,9 @@ struct SupervisorShared {
     /// Spawn order (for `rest_for_one` and stable listings).
     order: Mutex<Vec<Arc<AgentEntry>>>,
     arbiters: Vec<ArbiterHandle>,
+    /// The arbiter the supervisor was built on: where a passive agent's actor starts when the
+    /// agents run on the current arbiter (`arbiters` empty).
+    home: Option<ArbiterHandle>,
     next_arbiter: AtomicUsize,
     next_delegation: AtomicU64,
     crash_tx: tokio::sync::mpsc::UnboundedSender<(AgentKey, u64)>,
@@ -339,6 +343,7 @@ impl Supervisor {
             default_settings: OnceLock::new(),
             order: Mutex::new(Vec::with_capacity(capacity)),
             arbiters,
+            home: actix_rt::Arbiter::try_current(),
             next_arbiter: AtomicUsize::new(0),
             next_delegation: AtomicU64::new(1),
             crash_tx,
@@ -625,10 +630,14 @@ impl Supervisor {
                 }
             }
         });
-        let arbiter = (!self.shared.arbiters.is_empty()).then(|| {
+        let arbiter = if self.shared.arbiters.is_empty() {
+            // A passive agent's actor is started from any thread: on this one, by its handle.
+            self.passivate_after()
+                .and_then(|_| self.shared.home.clone())
+        } else {
             let i = self.shared.next_arbiter.fetch_add(1, Ordering::Relaxed);
-            self.shared.arbiters[i % self.shared.arbiters.len()].clone()
-        });
+            Some(self.shared.arbiters[i % self.shared.arbiters.len()].clone())
+        };
         let entry = Arc::new(AgentEntry {
             cell: cell.clone(),
             arbiter,
@@ -656,8 +665,16 @@ impl Supervisor {
         if restored_fleet_halted && cell.lock().lockout.is_none() {
             self.note_fleet_halt(std::slice::from_ref(&cell), &[true]);
         }
-        start_actor(&entry);
+        start_actor(&entry, self.passivate_after());
         Ok(AgentHandle { cell })
+    }
+
+    /// `supervisor.passivate_after_seconds`, if agents are passivated (see [`Activator`]).
+    fn passivate_after(&self) -> Option<Duration> {
+        let seconds = self.shared.config.supervisor.passivate_after_seconds;
+        (seconds > 0.0)
+            .then(|| Duration::try_from_secs_f64(seconds).ok())
+            .flatten()
     }
 
     /// The per-agent settings taken from the config (`npc`, `memory`, `permissions` and

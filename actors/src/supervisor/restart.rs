@@ -68,23 +68,72 @@ impl Supervisor {
                 }
             }
             recover(&v.cell, crashed);
-            start_actor(&v);
+            start_actor(&v, self.passivate_after());
         }
     }
 }
 
-pub(super) fn start_actor(entry: &Arc<AgentEntry>) {
+/// Starts the agent's reader: passive ([`Activator`]: the actor starts with the first message;
+/// at once if something is queued) when `supervisor.passivate_after_seconds` is set, else its actor.
+pub(super) fn start_actor(entry: &Arc<AgentEntry>, passivate_after: Option<Duration>) {
+    if let (Some(after), Some(_)) = (passivate_after, &entry.arbiter) {
+        // A new generation, as for an actor started now: a crash report of the actor this
+        // replaces (a restart) is recognised as stale.
+        entry.cell.next_generation();
+        let activator = Activator {
+            entry: Arc::downgrade(entry),
+            after,
+        };
+        entry.cell.mailbox.attach_passive(activator);
+        return;
+    }
     let cell = entry.cell.clone();
     let generation = cell.next_generation();
     let addr = match &entry.arbiter {
         Some(arbiter) => {
-            AgentActor::start_in_arbiter(arbiter, move |_| AgentActor::new(cell, generation))
+            AgentActor::start_in_arbiter(arbiter, move |_| AgentActor::new(cell, generation, None))
         }
-        None => AgentActor::new(cell, generation).start(),
+        None => AgentActor::new(cell, generation, None).start(),
     };
     // The mailbox keeps the address (its waker): the actor wakes on its first message, and the
     // supervisor finds it there to stop it.
     entry.cell.mailbox.attach(addr);
+}
+
+/// What a passive agent's mailbox holds in place of its actor's address: the agent's entry (its
+/// cell and arbiter), from which the first message that needs the agent starts its actor
+/// ([`crate::mailbox::WakeSink::activate`]), on the agent's arbiter. An idle actor leaves one
+/// behind when it stops (`AgentActor::check_idle`). A weak reference: the registry owns the
+/// entry, the entry the cell, the cell this.
+#[derive(Clone)]
+pub(crate) struct Activator {
+    entry: Weak<AgentEntry>,
+    after: Duration,
+}
+
+impl Activator {
+    /// `supervisor.passivate_after_seconds`.
+    pub(crate) fn after(&self) -> Duration {
+        self.after
+    }
+}
+
+impl crate::mailbox::WakeSink for Activator {
+    fn wake(&self) {
+        // Never called: the mailbox activates a passive sink instead of waking it.
+    }
+
+    fn activate(&self) -> Option<Box<dyn crate::mailbox::WakeSink>> {
+        let entry = self.entry.upgrade()?;
+        let arbiter = entry.arbiter.as_ref()?;
+        let cell = entry.cell.clone();
+        let generation = cell.next_generation();
+        let me = self.clone();
+        let addr = AgentActor::start_in_arbiter(arbiter, move |_| {
+            AgentActor::new(cell, generation, Some(me))
+        });
+        Some(Box::new(addr))
+    }
 }
 
 /// Brings a record whose actor died mid-turn back to a consistent state. A crash counts as a failed

@@ -106,6 +106,9 @@ impl AgentCell {
         if limit == 0 {
             return true;
         }
+        // However the wait ends — the budget freed, the halt's token, or the turn dropped with it
+        // (a halt read by the actor before the turn was polled again) — the status stops showing it.
+        let _shown = ClearWait(self);
         loop {
             let (wake, tokens, announce) = {
                 let mut w = self.busy().hourly.lock();
@@ -138,6 +141,17 @@ impl AgentCell {
                 }
                 _ = tokio::time::sleep_until(wake) => {}
             }
+        }
+    }
+}
+
+/// Clears the shown wait (`budget_wait_until_ms`) when dropped.
+struct ClearWait<'a>(&'a AgentCell);
+
+impl Drop for ClearWait<'_> {
+    fn drop(&mut self) {
+        if let Some(busy) = self.0.busy_now() {
+            busy.hourly.lock().waiting_until_ms = None;
         }
     }
 }
