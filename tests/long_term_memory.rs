@@ -403,7 +403,7 @@ async fn a_chatter_flood_stays_within_the_rate_caps_and_the_bounds() {
             "{seen:?}"
         );
     }
-    let record = npc.record();
+    let record = written(&npc);
     assert_eq!(observations(&record), 10);
     let store = record.memory().unwrap();
     assert!(
@@ -416,7 +416,7 @@ async fn a_chatter_flood_stays_within_the_rate_caps_and_the_bounds() {
     for i in 0..3 * 24 * 20 {
         tokio::time::advance(Duration::from_secs(3)).await;
         npc.perceive(chatter(1000 + i)).unwrap();
-        let record = npc.record();
+        let record = written(&npc);
         let store = record.memory().unwrap();
         assert!(store.memories.len() <= 40, "{}", store.memories.len());
         assert!(store.bytes <= 256 * 1024);
@@ -813,4 +813,202 @@ provider = "fake"
         err.contains("invalid value for `providers.fake.embedding_dimensions`: 4 (allowed: 0 (none) or 8 to 4096)"),
         "{err}"
     );
+}
+
+/// The agents whose `Remember` signal is withheld (`test_hooks`: process-wide, so one hook for
+/// every test of this file, deciding by key).
+static WITHHELD: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Withholds (or not) `key`'s `Remember` signal: its admitted observations are then written only
+/// by a turn's start or a memory reader.
+fn withhold(key: &str, on: bool) {
+    warden_actors::test_hooks::set_remember_withheld(Some(Arc::new(|agent: &warden::AgentKey| {
+        WITHHELD.lock().iter().any(|k| k == agent.as_str())
+    })));
+    let mut keys = WITHHELD.lock();
+    keys.retain(|k| k != key);
+    if on {
+        keys.push(key.to_owned());
+    }
+}
+
+/// The record once every admitted observation is written (a memory reader writes them first).
+fn written(npc: &AgentHandle) -> AgentRecord {
+    let _ = npc.memories(None, None, 0);
+    let record = npc.record();
+    assert_eq!(unwritten(&record), 0);
+    record
+}
+
+fn unwritten(record: &AgentRecord) -> usize {
+    record.memory().map_or(0, |s| s.unwritten.len())
+}
+
+fn npc_named(team: &Supervisor, key: &str, provider: Arc<dyn warden::Provider>) -> AgentHandle {
+    team.spawn(
+        AgentSpec::assistant(key, provider)
+            .with_system_prompt("You are the blacksmith.")
+            .with_npc(npc_config()),
+    )
+    .expect("spawn")
+}
+
+#[actix_rt::test]
+async fn a_delivery_only_admits_the_observation_and_the_trigger_is_remembered_by_its_own_turn() {
+    tokio::time::pause();
+    let (team, journal) = team(config());
+    let (provider, seen) =
+        Capture::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("Aye.")));
+    // No `Remember` signal for this one: only the turn's own start writes what was delivered.
+    withhold("orderly", true);
+    let npc = npc_named(&team, "orderly", provider);
+    let seen_now = npc
+        .perceive(whisper("p1", "My name is Brannoc, keep my axe safe."))
+        .unwrap();
+    assert!(seen_now.queued.is_some());
+    // The delivery returned with the observation admitted (journaled with its perception) and
+    // not written: no index work, no links, no eviction on the caller's thread.
+    let record = npc.record();
+    assert_eq!(unwritten(&record), 1);
+    assert_eq!(observations(&record), 0);
+    assert!(matches!(
+        journal
+            .events_of("orderly")
+            .iter()
+            .rev()
+            .find(|e| matches!(e.kind, EventKind::Perceived { .. }))
+            .map(|e| &e.kind),
+        Some(EventKind::Perceived {
+            observe: Some(_),
+            ..
+        })
+    ));
+    turns(&npc, 1).await;
+    withhold("orderly", false);
+    // The TRIGGER's own turn recalled it: written before the recall, at the turn's start.
+    let system = system_text(&turn_requests(&seen)[0]);
+    assert!(system.contains("My name is Brannoc"), "{system}");
+    let events = journal.events_of("orderly");
+    let stored = events
+        .iter()
+        .position(|e| {
+            matches!(
+                e.kind,
+                EventKind::MemoryStored {
+                    observed: Some(0),
+                    ..
+                }
+            )
+        })
+        .expect("the observation is stored as admitted observation 0");
+    let recalled = events
+        .iter()
+        .position(|e| matches!(&e.kind, EventKind::MemoryRecalled { ids, .. } if ids.contains(&0)))
+        .expect("recalled");
+    let taken = events
+        .iter()
+        .position(|e| matches!(e.kind, EventKind::EventTaken { .. }))
+        .expect("taken");
+    assert!(
+        stored < taken && taken < recalled,
+        "{stored} {taken} {recalled}"
+    );
+    assert_eq!(unwritten(&npc.record()), 0);
+    replay_matches(&journal, &npc);
+
+    // Without a turn: a CONTEXT line is written by the NPC's actor (its `Remember` signal), and a
+    // halted NPC still writes what it perceived — with no model call.
+    let (listener_model, listener_seen) = Capture::new(ScriptedProvider::new([]));
+    let listener = npc_named(&team, "listener", listener_model);
+    listener.halt(op()).await;
+    let said = world(
+        WorldEventKind::Say,
+        SpeakerKind::Npc,
+        "guard",
+        "the east gate is left open at night",
+    );
+    let heard = listener.perceive(said).unwrap();
+    assert_eq!(
+        heard.perception.verdict,
+        warden::protocols::npc::Verdict::Context
+    );
+    assert_eq!(unwritten(&listener.record()), 1);
+    until("the listener's actor wrote the observation", || {
+        let record = listener.record();
+        unwritten(&record) == 0 && observations(&record) == 1
+    })
+    .await;
+    assert!(listener_seen.lock().is_empty(), "no model call");
+    assert_eq!(listener.status().turns, 0);
+    replay_matches(&journal, &listener);
+}
+
+#[actix_rt::test]
+async fn observations_admitted_before_a_crash_are_written_after_the_restart() {
+    tokio::time::pause();
+    let (team, journal) = team(config());
+    withhold("crashy", true);
+    let npc = npc_named(&team, "crashy", chatty());
+    let said = world(
+        WorldEventKind::Say,
+        SpeakerKind::Npc,
+        "guard",
+        "the east gate is left open at night",
+    );
+    assert_eq!(
+        npc.perceive(said).unwrap().perception.verdict,
+        warden::protocols::npc::Verdict::Context
+    );
+    // kill -9 right after the delivery returned: the journal as it is now.
+    let crash_a = journal.events();
+    npc.perceive(whisper("p1", "I left my horse Ember at the east gate"))
+        .unwrap();
+    let crash_b = journal.events();
+    withhold("crashy", false);
+
+    // Restart from the first crash: no turn to take, and the actor writes the observation.
+    let record = AgentRecord::replay("crashy".into(), &crash_a);
+    assert_eq!(unwritten(&record), 1);
+    let (team2, journal2) = common::team(config());
+    let (model2, seen2) = Capture::new(ScriptedProvider::new([]));
+    let again = team2
+        .spawn(
+            AgentSpec::assistant("crashy", model2)
+                .with_npc(npc_config())
+                .restored_from(record),
+        )
+        .unwrap();
+    until("the restarted actor wrote the observation", || {
+        let record = again.record();
+        unwritten(&record) == 0 && observations(&record) == 1
+    })
+    .await;
+    assert!(seen2.lock().is_empty(), "no model call");
+    assert!(journal2.events_of("crashy").iter().any(|e| matches!(
+        e.kind,
+        EventKind::MemoryStored {
+            observed: Some(0),
+            ..
+        }
+    )));
+
+    // Restart from the second crash: the whisper's turn is queued again, and it recalls both.
+    let record = AgentRecord::replay("crashy".into(), &crash_b);
+    assert_eq!(unwritten(&record), 2);
+    assert_eq!(record.pending.len(), 1);
+    let (team3, _journal3) = common::team(config());
+    let (model3, seen3) =
+        Capture::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("Aye.")));
+    let third = team3
+        .spawn(
+            AgentSpec::assistant("crashy", model3)
+                .with_system_prompt("You are the blacksmith.")
+                .with_npc(npc_config())
+                .restored_from(record),
+        )
+        .unwrap();
+    turns(&third, 1).await;
+    let system = system_text(&turn_requests(&seen3)[0]);
+    assert!(system.contains("my horse Ember"), "{system}");
+    assert!(system.contains("east gate is left open"), "{system}");
 }

@@ -374,6 +374,10 @@ impl AgentActor {
                 self.cell
                     .note(EventKind::DelegateLockedOut { delegate, reason });
             }
+            Signal::Remember => {
+                let mut rec = self.cell.lock();
+                self.cell.write_observations(&mut rec);
+            }
         }
     }
 }

@@ -131,6 +131,10 @@ pub(crate) struct ControlRequest {
 pub(crate) enum Signal {
     /// A delegate this agent is waiting on tripped a breaker.
     DelegateLockedOut { delegate: AgentKey, reason: String },
+    /// Observations were admitted at delivery (`memory.unwritten`): write them (long-term
+    /// memory's write runs on the agent's actor, never on the delivering thread). Sent when the
+    /// first one waits, and at spawn when a restart finds some.
+    Remember,
 }
 
 /// Ordinary work.
@@ -300,6 +304,10 @@ pub struct Perceived {
     pub perception: warden_protocols::npc::Perception,
     /// For a TRIGGER: the id of the user event it was queued as.
     pub queued: Option<u64>,
+    /// Long-term memory admitted it as an observation (within the rate caps), journaled in its
+    /// `perceived`: the agent's own actor writes it, before its next recall. An acknowledgement
+    /// that promises it waits for that row to be durable ([`AgentHandle::durable_so_far`]).
+    pub observed: bool,
 }
 
 /// Why [`AgentHandle::try_send_event_durable`] cannot acknowledge an event.
@@ -783,7 +791,7 @@ impl AgentHandle {
         &self,
         event: std::borrow::Cow<'_, warden_protocols::npc::WorldEvent>,
     ) -> Result<Perceived, Rejected> {
-        let perception = self.cell.perceive(&event);
+        let (perception, observed) = self.cell.perceive(&event);
         let ticking = self.cell.ticking();
         if perception.verdict != warden_protocols::npc::Verdict::Trigger {
             if let Some(ticking) = ticking {
@@ -792,6 +800,7 @@ impl AgentHandle {
             return Ok(Perceived {
                 perception,
                 queued: None,
+                observed,
             });
         }
         let source = event.kind.as_str().to_owned();
@@ -812,6 +821,7 @@ impl AgentHandle {
         Ok(Perceived {
             perception,
             queued: Some(id),
+            observed,
         })
     }
 

@@ -289,7 +289,7 @@ impl AgentCell {
             .unwrap_or_default();
         let about = self.safety.memory.turn(&self.key).and_then(|t| t.0);
         let recalled = {
-            let mut rec = self.lock();
+            let mut rec = self.memory_lock();
             let Some(recalled) =
                 self.recall_for(&rec, &query, about.as_deref(), usize::from(config.recall_k))
             else {

@@ -46,7 +46,7 @@ fn due(cell: &AgentCell) -> Option<(u64, SleepPhase)> {
     if !asleep {
         return None;
     }
-    let rec = cell.lock();
+    let rec = cell.memory_lock();
     let store = rec.memory()?;
     let day = (cell.memory_now(&rec) / DAY_SECS).max(0.0) as u64;
     let phase = match store.consolidation {
@@ -67,7 +67,7 @@ pub(crate) async fn consolidate_if_asleep(
         return true;
     };
     if phase == SleepPhase::Compacting {
-        let mut rec = cell.lock();
+        let mut rec = cell.memory_lock();
         let now = cell.memory_now(&rec);
         let gone = rec.memory().map(|s| s.compactable(now)).unwrap_or_default();
         let mut kinds = Vec::with_capacity(2);
@@ -84,7 +84,7 @@ pub(crate) async fn consolidate_if_asleep(
     }
     // Dreaming: a reflection over the day's most important memories.
     let text = {
-        let rec = cell.lock();
+        let rec = cell.memory_lock();
         let now = cell.memory_now(&rec);
         let Some(store) = rec.memory() else {
             return true;
@@ -115,7 +115,7 @@ pub(crate) async fn consolidate_if_asleep(
     if stale() {
         return false;
     }
-    let mut rec = cell.lock();
+    let mut rec = cell.memory_lock();
     let mut kinds = Vec::with_capacity(2);
     if let Some(reflection) = reflection {
         let reflection: String = reflection.trim().chars().take(DREAM_MAX_CHARS).collect();

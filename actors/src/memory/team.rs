@@ -28,13 +28,10 @@ impl Window {
     }
 }
 
-/// One agent's live memory state (not journaled: rate windows, the clock's anchor, the index).
+/// One agent's live memory state (not journaled): rate windows, the clock's anchor, what it
+/// knows of its turn. Touched by a host's delivery, so never held across index work.
 #[derive(Debug, Default)]
 struct Live {
-    /// Its rowid prefix in the index.
-    slot: u32,
-    /// Memories of its record now in the index (`usize::MAX`: not indexed yet).
-    indexed: usize,
     writes: Window,
     speakers: HashMap<String, Window>,
     /// The memory clock's anchor: (real instant, memory time then).
@@ -44,41 +41,94 @@ struct Live {
     /// The lowest trust of the CONTEXT events perceived since the last turn started (what a
     /// tick's turn sees).
     context_trust: Option<f64>,
-    /// The embedding of the latest query embedded (its text, its vector).
-    query: Option<(String, Vec<f32>)>,
     /// The current turn: who it answers (`None`: a tick or an operator's request) and the trust
     /// of that source.
     turn: Option<(Option<String>, f64)>,
 }
 
-/// What the agents of one team share of long-term memory: the FTS5 index (one in-memory SQLite
-/// database, feature `fts`) and each agent's [`Live`] state. One mutex, a leaf.
+impl Live {
+    /// See [`TeamMemory::now`].
+    fn now(&mut self, clock: f64, speed: f64) -> f64 {
+        let speed = if speed.is_finite() && speed > 0.0 {
+            speed
+        } else {
+            1.0
+        };
+        let now = Instant::now();
+        let (at, base) = *self.anchor.get_or_insert((now, clock));
+        base + now.duration_since(at).as_secs_f64() * speed
+    }
+
+    /// See [`TeamMemory::admit`].
+    fn admit(&mut self, speaker: Option<&str>, per_agent: u32, per_speaker: u32) -> bool {
+        let now = Instant::now();
+        if self.writes.count(now) >= per_agent as usize {
+            return false;
+        }
+        if let Some(speaker) = speaker {
+            if self.speakers.len() >= MAX_SPEAKERS && !self.speakers.contains_key(speaker) {
+                self.speakers.retain(|_, w| w.count(now) > 0);
+                if self.speakers.len() >= MAX_SPEAKERS {
+                    return false;
+                }
+            }
+            let window = match self.speakers.get_mut(speaker) {
+                Some(w) => w,
+                None => self.speakers.entry(speaker.to_owned()).or_default(),
+            };
+            if window.count(now) >= per_speaker as usize {
+                return false;
+            }
+            window.0.push_back(now);
+        }
+        self.writes.0.push_back(now);
+        true
+    }
+}
+
+/// One agent's part of the index (derived state).
+#[derive(Debug)]
+struct Indexed {
+    /// Its rowid prefix in the index.
+    slot: u32,
+    /// Memories of its record now in the index (`usize::MAX`: not indexed yet).
+    indexed: usize,
+    /// The embedding of the latest query embedded (its text, its vector).
+    query: Option<(String, Vec<f32>)>,
+}
+
+/// What the agents of one team share of long-term memory: each agent's [`Live`] state, and the
+/// FTS5 index (one in-memory SQLite database, feature `fts`) with the embeddings. Two mutexes,
+/// both leaves: `live` is held for a few instructions (a host's delivery takes it: rate caps,
+/// trust, the clock), `index` for index work (a write's links, a recall's search), which no
+/// delivery ever waits on.
 #[derive(Debug, Default)]
 pub(crate) struct TeamMemory {
-    inner: Mutex<Inner>,
+    live: Mutex<HashMap<AgentKey, Live>>,
+    index: Mutex<Index>,
 }
 
 #[derive(Debug, Default)]
-struct Inner {
+struct Index {
     /// `None` until first used; `Some(None)` when SQLite could not open one.
     #[cfg(feature = "fts")]
     fts: Option<Option<super::index::FtsIndex>>,
-    agents: HashMap<AgentKey, Live>,
+    agents: HashMap<AgentKey, Indexed>,
     next_slot: u32,
     /// Embeddings of memories, by (slot, id): derived state (embedded again after a restart).
     vectors: HashMap<(u32, u64), Vec<f32>>,
 }
 
-impl Inner {
-    fn live(&mut self, key: &AgentKey) -> &mut Live {
+impl Index {
+    fn agent(&mut self, key: &AgentKey) -> &mut Indexed {
         let next = &mut self.next_slot;
         self.agents.entry(key.clone()).or_insert_with(|| {
             let slot = *next;
             *next = next.wrapping_add(1);
-            Live {
+            Indexed {
                 slot,
                 indexed: usize::MAX,
-                ..Live::default()
+                query: None,
             }
         })
     }
@@ -96,8 +146,8 @@ impl Inner {
     fn sync(&mut self, key: &AgentKey, store: Option<&MemoryStore>) -> Option<u32> {
         let len = store.map_or(0, |s| s.memories.len());
         let (slot, indexed) = {
-            let live = self.live(key);
-            (live.slot, live.indexed)
+            let agent = self.agent(key);
+            (agent.slot, agent.indexed)
         };
         if indexed != len {
             let fts = self.fts()?;
@@ -105,7 +155,7 @@ impl Inner {
             for m in store.into_iter().flat_map(|s| s.memories.values()) {
                 fts.insert(slot, m.id, &m.text);
             }
-            self.live(key).indexed = len;
+            self.agent(key).indexed = len;
         }
         Some(slot)
     }
@@ -115,17 +165,12 @@ impl TeamMemory {
     /// Memory time now for `key` (game seconds at `speed` game seconds a real second): on from
     /// the store's clock (its newest memory) when the agent first uses memory in this process.
     pub(crate) fn now(&self, key: &AgentKey, store: Option<&MemoryStore>, speed: f64) -> f64 {
-        let speed = if speed.is_finite() && speed > 0.0 {
-            speed
-        } else {
-            1.0
-        };
-        let mut inner = self.inner.lock();
-        let live = inner.live(key);
-        let now = Instant::now();
         let clock = store.map_or(0.0, |s| s.clock);
-        let (at, base) = *live.anchor.get_or_insert((now, clock));
-        base + now.duration_since(at).as_secs_f64() * speed
+        self.live
+            .lock()
+            .entry(key.clone())
+            .or_default()
+            .now(clock, speed)
     }
 
     /// Whether one more write for `key` (from `speaker`, when an observation) fits the rate caps
@@ -137,65 +182,71 @@ impl TeamMemory {
         per_agent: u32,
         per_speaker: u32,
     ) -> bool {
-        let now = Instant::now();
-        let mut inner = self.inner.lock();
-        let live = inner.live(key);
-        if live.writes.count(now) >= per_agent as usize {
-            return false;
-        }
-        if let Some(speaker) = speaker {
-            if live.speakers.len() >= MAX_SPEAKERS && !live.speakers.contains_key(speaker) {
-                live.speakers.retain(|_, w| w.count(now) > 0);
-                if live.speakers.len() >= MAX_SPEAKERS {
-                    return false;
-                }
-            }
-            let window = live.speakers.entry(speaker.to_owned()).or_default();
-            if window.count(now) >= per_speaker as usize {
-                return false;
-            }
-            window.0.push_back(now);
-        }
-        live.writes.0.push_back(now);
-        true
+        self.live
+            .lock()
+            .entry(key.clone())
+            .or_default()
+            .admit(speaker, per_agent, per_speaker)
     }
 
-    /// Notes the trust of `speaker`'s latest perceived event.
-    pub(crate) fn heard(&self, key: &AgentKey, speaker: &str, trust: f64) {
-        let mut inner = self.inner.lock();
-        let live = inner.live(key);
+    /// `key` perceived a TRIGGER or CONTEXT (`context`) event of `speaker` at `trust`: noted as
+    /// the speaker's latest trust (and the lowest CONTEXT trust of the next turn), then the rate
+    /// caps decide whether it is admitted as an observation — at the memory time returned. One
+    /// short hold of the `live` lock: this runs on a host's delivery.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn perceived(
+        &self,
+        key: &AgentKey,
+        speaker: &str,
+        trust: f64,
+        context: bool,
+        (per_agent, per_speaker): (u32, u32),
+        clock: f64,
+        speed: f64,
+    ) -> Option<f64> {
+        let mut lives = self.live.lock();
+        let live = lives.entry(key.clone()).or_default();
         if live.trust_of.len() >= MAX_SPEAKERS && !live.trust_of.contains_key(speaker) {
             live.trust_of.clear();
         }
-        live.trust_of.insert(speaker.to_owned(), trust);
-    }
-
-    /// A CONTEXT event of `trust` was perceived (for the next turn: see `take_context_trust`).
-    pub(crate) fn context(&self, key: &AgentKey, trust: f64) {
-        let mut inner = self.inner.lock();
-        let live = inner.live(key);
-        live.context_trust = Some(live.context_trust.map_or(trust, |t| t.min(trust)));
+        match live.trust_of.get_mut(speaker) {
+            Some(t) => *t = trust,
+            None => {
+                live.trust_of.insert(speaker.to_owned(), trust);
+            }
+        }
+        if context {
+            live.context_trust = Some(live.context_trust.map_or(trust, |t| t.min(trust)));
+        }
+        live.admit(Some(speaker), per_agent, per_speaker)
+            .then(|| live.now(clock, speed))
     }
 
     /// The lowest trust of the CONTEXT events perceived since the last call (a turn starts).
     pub(crate) fn take_context_trust(&self, key: &AgentKey) -> Option<f64> {
-        self.inner.lock().live(key).context_trust.take()
+        self.live
+            .lock()
+            .get_mut(key)
+            .and_then(|l| l.context_trust.take())
     }
 
     /// The trust of `speaker`'s latest perceived event, if any.
     pub(crate) fn trust_of(&self, key: &AgentKey, speaker: &str) -> Option<f64> {
-        self.inner.lock().live(key).trust_of.get(speaker).copied()
+        self.live
+            .lock()
+            .get(key)
+            .and_then(|l| l.trust_of.get(speaker).copied())
     }
 
     /// A turn starts: it answers `speaker` (`None`: a tick or an operator) whose source has
     /// `trust`.
     pub(crate) fn set_turn(&self, key: &AgentKey, speaker: Option<String>, trust: f64) {
-        self.inner.lock().live(key).turn = Some((speaker, trust));
+        self.live.lock().entry(key.clone()).or_default().turn = Some((speaker, trust));
     }
 
     /// Who the current turn answers and the trust of that source.
     pub(crate) fn turn(&self, key: &AgentKey) -> Option<(Option<String>, f64)> {
-        self.inner.lock().live(key).turn.clone()
+        self.live.lock().get(key).and_then(|l| l.turn.clone())
     }
 
     /// The `limit` memories of `key` most relevant to `text` (BM25, best first), with scores;
@@ -209,7 +260,7 @@ impl TeamMemory {
     ) -> Vec<(u64, f64)> {
         #[cfg(feature = "fts")]
         {
-            let mut inner = self.inner.lock();
+            let mut inner = self.index.lock();
             let Some(slot) = inner.sync(key, store) else {
                 return Vec::new();
             };
@@ -232,8 +283,8 @@ impl TeamMemory {
         store: &MemoryStore,
         limit: usize,
     ) -> Vec<(u64, String)> {
-        let mut inner = self.inner.lock();
-        let slot = inner.live(key).slot;
+        let mut inner = self.index.lock();
+        let slot = inner.agent(key).slot;
         store
             .memories
             .values()
@@ -246,9 +297,9 @@ impl TeamMemory {
 
     /// Whether `text` is the query embedded last.
     pub(crate) fn has_query(&self, key: &AgentKey, text: &str) -> bool {
-        self.inner
+        self.index
             .lock()
-            .live(key)
+            .agent(key)
             .query
             .as_ref()
             .is_some_and(|(q, _)| q == text)
@@ -261,13 +312,13 @@ impl TeamMemory {
         memories: Vec<(u64, Vec<f32>)>,
         query: Option<(String, Vec<f32>)>,
     ) {
-        let mut inner = self.inner.lock();
-        let slot = inner.live(key).slot;
+        let mut inner = self.index.lock();
+        let slot = inner.agent(key).slot;
         for (id, v) in memories {
             inner.vectors.insert((slot, id), v);
         }
         if query.is_some() {
-            inner.live(key).query = query;
+            inner.agent(key).query = query;
         }
     }
 
@@ -280,10 +331,10 @@ impl TeamMemory {
         text: &str,
         limit: usize,
     ) -> Option<Vec<(u64, f64)>> {
-        let mut inner = self.inner.lock();
-        let live = inner.live(key);
-        let slot = live.slot;
-        let query = match &live.query {
+        let mut inner = self.index.lock();
+        let agent = inner.agent(key);
+        let slot = agent.slot;
+        let query = match &agent.query {
             Some((q, v)) if q == text => v.clone(),
             _ => return None,
         };
@@ -310,20 +361,14 @@ impl TeamMemory {
         removed: &[u64],
         added: Option<u64>,
     ) {
-        {
-            let mut inner = self.inner.lock();
-            let slot = inner.live(key).slot;
-            for id in removed {
-                inner.vectors.remove(&(slot, *id));
-            }
+        let mut inner = self.index.lock();
+        let slot = inner.agent(key).slot;
+        for id in removed {
+            inner.vectors.remove(&(slot, *id));
         }
         #[cfg(feature = "fts")]
         {
-            let mut inner = self.inner.lock();
-            let (slot, indexed) = {
-                let live = inner.live(key);
-                (live.slot, live.indexed)
-            };
+            let indexed = inner.agent(key).indexed;
             if indexed == usize::MAX {
                 // Not indexed yet: the first search indexes everything.
                 return;
@@ -335,11 +380,11 @@ impl TeamMemory {
             if let Some(m) = added.and_then(|id| store.and_then(|s| s.memories.get(&id))) {
                 fts.insert(slot, m.id, &m.text);
             }
-            inner.live(key).indexed = store.map_or(0, |s| s.memories.len());
+            inner.agent(key).indexed = store.map_or(0, |s| s.memories.len());
         }
         #[cfg(not(feature = "fts"))]
         {
-            let _ = (key, store, removed, added);
+            let _ = (store, added);
         }
     }
 }
