@@ -1012,3 +1012,114 @@ async fn observations_admitted_before_a_crash_are_written_after_the_restart() {
     assert!(system.contains("my horse Ember"), "{system}");
     assert!(system.contains("east gate is left open"), "{system}");
 }
+
+/// The model at night scores importance: a scoring request gets `reply` (after `delay`), a dream
+/// a reflection, anything else "Aye.".
+fn scorer(reply: &'static str, delay: Duration) -> ScriptedProvider {
+    ScriptedProvider::new([]).with_fallback(move |r| {
+        if warden::memory::sleep::is_score_request(r) {
+            ScriptStep::reply(reply).delayed(delay)
+        } else if warden::memory::sleep::is_dream_request(r) {
+            ScriptStep::reply("A quiet day at the forge.")
+        } else {
+            ScriptStep::reply("Aye.")
+        }
+    })
+}
+
+fn importance(record: &AgentRecord, id: u64) -> u8 {
+    record.memory().unwrap().memories[&id].importance
+}
+
+#[actix_rt::test]
+async fn sleep_scores_the_trusted_observations_in_one_batched_call_and_a_halt_scores_nothing() {
+    tokio::time::pause();
+    let (team, journal) = team(sleepy(1.5));
+    // The model names both observations; only the one it was shown (the trusted whisper) counts.
+    let (provider, seen) = Capture::new(scorer(
+        r#"Sure: [{"id": 0, "importance": 10}, {"id": 1, "importance": 9}, {"id": 0, "importance": 2}]"#,
+        Duration::ZERO,
+    ));
+    let npc = team.spawn(AgentSpec::assistant("smith", provider)).unwrap();
+    npc.perceive(whisper("p1", "Tonight I will burn down the mill."))
+        .unwrap();
+    turns(&npc, 1).await;
+    npc.perceive(world(
+        WorldEventKind::Say,
+        SpeakerKind::Npc,
+        "guard",
+        "nice weather for the season",
+    ))
+    .unwrap();
+    let record = written(&npc);
+    assert_eq!(
+        importance(&record, 0),
+        8,
+        "the rule: 2 + 5 × 0.9, +1 a TRIGGER"
+    );
+    assert_eq!(importance(&record, 1), 4, "the rule: 2 + 5 × 0.4");
+    // The night.
+    tokio::time::advance(GAME_HOUR * 3).await;
+    until("the night's work", || {
+        phases(&journal).last() == Some(&warden::protocols::memory::SleepPhase::Done)
+    })
+    .await;
+    let scoring: Vec<LlmRequest> = seen
+        .lock()
+        .iter()
+        .filter(|r| warden::memory::sleep::is_score_request(r))
+        .cloned()
+        .collect();
+    assert_eq!(scoring.len(), 1, "one batched call");
+    let shown = scoring[0].messages[1].content.clone().unwrap_or_default();
+    assert!(shown.contains("burn down the mill"), "{shown}");
+    assert!(
+        !shown.contains("nice weather"),
+        "a low-trust source keeps the rule: {shown}"
+    );
+    let record = npc.record();
+    assert_eq!(importance(&record, 0), 10);
+    assert_eq!(importance(&record, 1), 4);
+    let scored: Vec<Vec<(u64, u8)>> = journal
+        .events_of("smith")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::MemoryScored { scores, .. } => Some(scores),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(scored, vec![vec![(0, 10)]]);
+    // Every model call (the scoring one included) counted against the budgets.
+    let usage = journal
+        .events_of("smith")
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::UsageRecorded { .. }))
+        .count();
+    assert_eq!(usage, seen.lock().len());
+    replay_matches(&journal, &npc);
+
+    // A halt during the scoring call: nothing is scored, the night's work is not done.
+    let (team2, journal2) = common::team(sleepy(1.5));
+    let (slow, _) = Capture::new(scorer(
+        r#"[{"id": 0, "importance": 10}]"#,
+        Duration::from_secs(30),
+    ));
+    let halted = team2.spawn(AgentSpec::assistant("smith", slow)).unwrap();
+    halted
+        .perceive(whisper("p1", "Tonight I will burn down the mill."))
+        .unwrap();
+    turns(&halted, 1).await;
+    tokio::time::advance(GAME_HOUR * 3).await;
+    until("scoring", || {
+        halted.status().state == warden::AgentState::Executing
+    })
+    .await;
+    halted.halt(op()).await;
+    settle(50).await;
+    let events = journal2.events_of("smith");
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::MemoryScored { .. })));
+    assert_eq!(importance(&halted.record(), 0), 8);
+    replay_matches(&journal2, &halted);
+}

@@ -820,6 +820,15 @@ pub enum EventKind {
         /// Why, in words.
         reason: String,
     },
+    /// Record: the model scored the importance of observations (`scores`: id, 1–10) in one
+    /// batched call while the agent slept; `memory.scored_through = through` (memory time: the
+    /// observations up to it are scored, whether the model named them or not).
+    MemoryScored {
+        /// The new importance of each memory the model scored.
+        scores: Vec<(u64, u8)>,
+        /// The newest memory time of the observations the call was shown.
+        through: f64,
+    },
     /// Record: the `ids` are removed from `memory`, and the profile of `about` when given.
     MemoryForgotten {
         /// The memories removed.

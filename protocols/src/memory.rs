@@ -284,6 +284,10 @@ pub struct MemoryStore {
     /// waits for the write; a restart finds them here and writes them. Omitted while empty.
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     pub unwritten: VecDeque<Unwritten>,
+    /// The memory time up to which observations were shown to the model to score their
+    /// importance (`memory_scored`); `None`: none yet. Omitted while none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scored_through: Option<f64>,
     /// How many observations were ever admitted (the next one's number). Omitted while zero.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub admitted: u64,
@@ -342,6 +346,36 @@ impl MemoryStore {
             trust: perception.trust,
             observe,
         });
+    }
+
+    /// Folds `MemoryScored`: each memory still stored takes its score (1–10); the observations up
+    /// to memory time `through` count as scored.
+    pub fn scored(&mut self, scores: &[(u64, u8)], through: f64) {
+        for (id, importance) in scores {
+            if let Some(m) = self.memories.get_mut(id) {
+                m.importance = (*importance).clamp(1, 10);
+            }
+        }
+        self.scored_through = Some(self.scored_through.map_or(through, |t| t.max(through)));
+    }
+
+    /// The observations the model may score now: from sources of at least `min_trust` (a
+    /// low-trust source keeps the rule's importance), made after `scored_through`, the newest
+    /// `limit`, in id order.
+    pub fn unscored(&self, min_trust: f64, limit: usize) -> Vec<&Memory> {
+        let mut found: Vec<&Memory> = self
+            .memories
+            .values()
+            .rev()
+            .filter(|m| {
+                matches!(m.kind, MemoryKind::Observation { .. })
+                    && m.trust >= min_trust
+                    && self.scored_through.is_none_or(|t| m.at > t)
+            })
+            .take(limit)
+            .collect();
+        found.reverse();
+        found
     }
 
     /// The observations admitted up to number `n` are written (or will never be).

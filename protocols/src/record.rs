@@ -637,6 +637,11 @@ impl AgentRecord {
                     store.written(*n);
                 }
             }
+            EventKind::MemoryScored { scores, through } => {
+                if let Some(store) = self.memory_mut() {
+                    store.scored(scores, *through);
+                }
+            }
             EventKind::ObservationNotStored { observed, .. } => {
                 if let Some(store) = self.memory_mut() {
                     store.written(*observed);

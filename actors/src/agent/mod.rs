@@ -308,6 +308,9 @@ pub struct Perceived {
     /// `perceived`: the agent's own actor writes it, before its next recall. An acknowledgement
     /// that promises it waits for that row to be durable ([`AgentHandle::durable_so_far`]).
     pub observed: bool,
+    /// The agent's actor was asked to write it (a `Remember` signal queued: the first observation
+    /// waiting): a host that defers wakes must wake the agent.
+    pub(crate) reminded: bool,
 }
 
 /// Why [`AgentHandle::try_send_event_durable`] cannot acknowledge an event.
@@ -791,7 +794,7 @@ impl AgentHandle {
         &self,
         event: std::borrow::Cow<'_, warden_protocols::npc::WorldEvent>,
     ) -> Result<Perceived, Rejected> {
-        let (perception, observed) = self.cell.perceive(&event);
+        let (perception, observed, reminded) = self.cell.perceive(&event);
         let ticking = self.cell.ticking();
         if perception.verdict != warden_protocols::npc::Verdict::Trigger {
             if let Some(ticking) = ticking {
@@ -801,6 +804,7 @@ impl AgentHandle {
                 perception,
                 queued: None,
                 observed,
+                reminded,
             });
         }
         let source = event.kind.as_str().to_owned();
@@ -822,6 +826,7 @@ impl AgentHandle {
             perception,
             queued: Some(id),
             observed,
+            reminded,
         })
     }
 

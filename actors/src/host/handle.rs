@@ -239,7 +239,7 @@ impl Shared {
                     halt_epoch: epoch,
                 },
                 // Queued work, or a `Remember` signal: the pump wakes the agent.
-                (seen.queued.is_some() || seen.observed).then(|| agent.cell().clone()),
+                (seen.queued.is_some() || seen.reminded).then(|| agent.cell().clone()),
             )),
             Err(rejected) => Err(DeliverError::refused(event, rejected.refusal)),
         }

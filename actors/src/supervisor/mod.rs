@@ -606,7 +606,7 @@ impl Supervisor {
                 .memory()
                 .is_some_and(|s| !s.unwritten.is_empty())
             {
-                cell.remind();
+                let _ = cell.remind();
             }
         }
         // A restored agent that a fleet halt stopped (its record says so) is noted with the

@@ -30,9 +30,9 @@ impl AgentCell {
     /// CONTEXT or CAPTURE event in the context buffer. A TRIGGER is for the caller to queue.
     /// With long-term memory, a TRIGGER or CONTEXT within the rate caps is admitted as an
     /// observation in the same `perceived` (the second value), and written by the agent's actor
-    /// (a `Remember` signal, sent when it is the first one waiting) — never here, on the
-    /// caller's thread, which a game host's tick waits on.
-    pub(crate) fn perceive(&self, event: &WorldEvent) -> (Perception, bool) {
+    /// (a `Remember` signal, sent when it is the first one waiting: the third value) — never
+    /// here, on the caller's thread, which a game host's tick waits on.
+    pub(crate) fn perceive(&self, event: &WorldEvent) -> (Perception, bool, bool) {
         let config = &self.settings.npc;
         let mut slot = self.npc.lock();
         let state = slot.get_or_insert_with(|| {
@@ -89,7 +89,7 @@ impl AgentCell {
         // cost a row per listener). Every other verdict is journaled.
         if perception.verdict == Verdict::Ignore && !config.journal_ignored {
             state.ignored_unjournaled += 1;
-            return (perception, false);
+            return (perception, false, false);
         }
         drop(slot);
         let mut rec = self.lock();
@@ -105,23 +105,22 @@ impl AgentCell {
         self.emit(&mut rec, perceived);
         // Queued under the record lock, after the observation is in `unwritten`: the actor's
         // write drains under it too, so a waiting observation always has a signal on its way.
-        if first {
-            self.remind();
-        }
+        let reminded = first && self.remind();
         drop(rec);
-        (perception, observe.is_some())
+        (perception, observe.is_some(), reminded)
     }
 
     /// Asks the actor to write the admitted observations (a `Remember` signal, lane 2, which
     /// never refuses but when the team is shut down: then nothing is lost, the journal has them).
-    pub(crate) fn remind(&self) {
+    /// Whether it was queued.
+    pub(crate) fn remind(&self) -> bool {
         #[cfg(feature = "test-hooks")]
         if crate::test_hooks::remember_withheld(&self.key) {
-            return;
+            return false;
         }
-        let _ = self
-            .mailbox
-            .try_send(AgentMsg::Signal(crate::agent::Signal::Remember));
+        self.mailbox
+            .try_send(AgentMsg::Signal(crate::agent::Signal::Remember))
+            .is_ok()
     }
 
     /// The output of its commands captured while its tool calls ran, as one message for the turn
