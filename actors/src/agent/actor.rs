@@ -374,10 +374,7 @@ impl AgentActor {
                 self.cell
                     .note(EventKind::DelegateLockedOut { delegate, reason });
             }
-            Signal::Remember => {
-                let mut rec = self.cell.lock();
-                self.cell.write_observations(&mut rec);
-            }
+            Signal::Remember => self.cell.write_observations_ahead(),
         }
     }
 }

@@ -276,6 +276,63 @@ impl TeamMemory {
         }
     }
 
+    /// [`TeamMemory::search`] ahead of taking the agent's record lock (a search takes up to
+    /// hundreds of microseconds, and a host's delivery to the agent waits for that lock): `None`
+    /// when `key`'s part of the index was never built (then search under the lock). The hits may
+    /// miss a memory written meanwhile or name one removed meanwhile: the caller checks, under
+    /// the record lock, that the index is level with the record ([`TeamMemory::level`]) and drops
+    /// ids the store no longer has.
+    pub(crate) fn search_ahead(
+        &self,
+        key: &AgentKey,
+        text: &str,
+        limit: usize,
+    ) -> Option<Vec<(u64, f64)>> {
+        #[cfg(feature = "fts")]
+        {
+            let mut inner = self.index.lock();
+            let agent = inner.agents.get(key)?;
+            if agent.indexed == usize::MAX {
+                return None;
+            }
+            let slot = agent.slot;
+            inner.fts().map(|f| f.search(slot, text, limit))
+        }
+        #[cfg(not(feature = "fts"))]
+        {
+            let _ = (key, text, limit);
+            None
+        }
+    }
+
+    /// Whether `key`'s part of the index holds `len` memories (its record's count).
+    pub(crate) fn level(&self, key: &AgentKey, len: usize) -> bool {
+        self.index
+            .lock()
+            .agents
+            .get(key)
+            .is_some_and(|a| a.indexed == len)
+    }
+
+    /// The hits of a [`TeamMemory::search_ahead`] if they stand for `store` (the index level
+    /// with it; ids it no longer has dropped), else a search under the caller's record lock.
+    pub(crate) fn hits(
+        &self,
+        key: &AgentKey,
+        store: &MemoryStore,
+        text: &str,
+        limit: usize,
+        ahead: Option<Vec<(u64, f64)>>,
+    ) -> Vec<(u64, f64)> {
+        match ahead {
+            Some(mut hits) if self.level(key, store.memories.len()) => {
+                hits.retain(|(id, _)| store.memories.contains_key(id));
+                hits
+            }
+            _ => self.search(key, Some(store), text, limit),
+        }
+    }
+
     /// Up to `limit` memories of `store` (newest first) with no embedding yet: (id, text).
     pub(crate) fn unembedded(
         &self,

@@ -81,11 +81,12 @@ impl AgentCell {
         trust: f64,
     ) -> Result<EventKind, NotStored> {
         let at = self.memory_now(rec);
-        self.new_memory_at(rec, kind, text, (importance, trust, at), None)
+        self.new_memory_at(rec, kind, text, (importance, trust, at), None, None)
     }
 
     /// [`AgentCell::new_memory`] for a memory of `(importance, trust)` made at memory time `at`;
-    /// `observed`: it writes that admitted observation.
+    /// `observed`: it writes that admitted observation; `ahead`: its links searched before the
+    /// record lock was taken ([`super::TeamMemory::search_ahead`]).
     fn new_memory_at(
         &self,
         rec: &AgentRecord,
@@ -93,17 +94,19 @@ impl AgentCell {
         text: &str,
         (importance, trust, at): (u8, f64, f64),
         observed: Option<u64>,
+        ahead: Option<Vec<(u64, f64)>>,
     ) -> Result<EventKind, NotStored> {
         let store = rec.memory();
         let text = cut(text);
         let id = store.map_or(0, |s| s.next_id);
-        let links = self
-            .safety
-            .memory
-            .search(&self.key, store, &text, LINK_K)
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect();
+        let hits = match store {
+            Some(store) => self
+                .safety
+                .memory
+                .hits(&self.key, store, &text, LINK_K, ahead),
+            None => Vec::new(),
+        };
+        let links = hits.into_iter().map(|(id, _)| id).collect();
         let memory = Memory {
             id,
             kind,
@@ -256,13 +259,45 @@ impl AgentCell {
     /// actor (a `Remember` signal, the start of each turn) and by every memory reader.
     pub(crate) fn write_observations(&self, rec: &mut AgentRecord) {
         while let Some(next) = rec.memory().and_then(|s| s.unwritten.front().cloned()) {
-            let event = self.written_observation(rec, next);
+            let event = self.written_observation(rec, next, None);
             self.emit_memory(rec, vec![event]);
         }
     }
 
-    /// The event that settles admitted observation `u`.
-    fn written_observation(&self, rec: &AgentRecord, u: Unwritten) -> EventKind {
+    /// [`AgentCell::write_observations`] by the agent's actor (its `Remember` signal), each
+    /// observation's links searched before the record lock is taken, so a host's delivery to
+    /// this agent never waits for a search.
+    pub(crate) fn write_observations_ahead(&self) {
+        loop {
+            let (n, text) = {
+                let rec = self.lock();
+                match rec.memory().and_then(|s| s.unwritten.front()) {
+                    Some(u) => (u.n, cut(&u.event.text)),
+                    None => return,
+                }
+            };
+            let ahead = self.safety.memory.search_ahead(&self.key, &text, LINK_K);
+            let mut rec = self.lock();
+            let Some(next) = rec
+                .memory()
+                .and_then(|s| s.unwritten.front())
+                .filter(|u| u.n == n)
+                .cloned()
+            else {
+                continue; // written by someone else meanwhile
+            };
+            let event = self.written_observation(&rec, next, ahead);
+            self.emit_memory(&mut rec, vec![event]);
+        }
+    }
+
+    /// The event that settles admitted observation `u` (`ahead`: its links searched already).
+    fn written_observation(
+        &self,
+        rec: &AgentRecord,
+        u: Unwritten,
+        ahead: Option<Vec<(u64, f64)>>,
+    ) -> EventKind {
         let not_stored = |reason: NotStored| EventKind::ObservationNotStored {
             observed: u.n,
             reason: reason.to_string(),
@@ -283,6 +318,7 @@ impl AgentCell {
             &event.text,
             (u.observe.importance, u.trust, u.observe.at),
             Some(u.n),
+            ahead,
         );
         match made {
             Ok(stored) => stored,
