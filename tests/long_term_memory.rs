@@ -375,13 +375,14 @@ async fn a_chatter_flood_stays_within_the_rate_caps_and_the_bounds() {
     config.memory.max_memories = 40;
     config.memory.speaker_writes_per_minute = 3;
     config.memory.writes_per_minute = 10;
+    let team_config = config.clone();
     let (team, journal) = team(config);
     let mut npc_config = npc_config();
     npc_config
         .channels
         .insert("ooc".into(), warden::protocols::npc::ChannelMode::Context);
     let npc = team
-        .spawn(AgentSpec::assistant("smith", chatty()).with_npc(npc_config))
+        .spawn(AgentSpec::assistant("smith", chatty()).with_npc(npc_config.clone()))
         .unwrap();
     // The out-of-character channel is context for the smith: every line of it is an observation.
     let chatter = |i: u64| {
@@ -411,6 +412,27 @@ async fn a_chatter_flood_stays_within_the_rate_caps_and_the_bounds() {
         "{:?}",
         store.profiles
     );
+    // A restart in the same minute does not hand the caps out again: the windows start from
+    // the record's memories of the last minute.
+    {
+        let record = AgentRecord::replay("smith".into(), &journal.events());
+        let (team2, _journal2) = common::team(team_config.clone());
+        let again = team2
+            .spawn(
+                AgentSpec::assistant("smith", chatty())
+                    .with_npc(npc_config.clone())
+                    .restored_from(record),
+            )
+            .unwrap();
+        for i in 500..550 {
+            again.perceive(chatter(i)).unwrap();
+        }
+        assert_eq!(
+            observations(&written(&again)),
+            10,
+            "still 10 after a restart"
+        );
+    }
     // Three game days of it, a line every 3 real seconds: never more than 40 memories, and none
     // younger than a game day is evicted.
     for i in 0..3 * 24 * 20 {

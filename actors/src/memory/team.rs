@@ -32,6 +32,8 @@ impl Window {
 /// knows of its turn. Touched by a host's delivery, so never held across index work.
 #[derive(Debug, Default)]
 struct Live {
+    /// The windows were seeded from the record ([`Live::seed`]).
+    seeded: bool,
     writes: Window,
     speakers: HashMap<String, Window>,
     /// The memory clock's anchor: (real instant, memory time then).
@@ -57,6 +59,60 @@ impl Live {
         let now = Instant::now();
         let (at, base) = *self.anchor.get_or_insert((now, clock));
         base + now.duration_since(at).as_secs_f64() * speed
+    }
+
+    /// A restart (or the first delivery in this process): the rate windows start from the
+    /// memories of the last minute of memory time (and the observations admitted, not written),
+    /// so a restart does not hand every speaker its quota again. Memory time does not count the
+    /// downtime, so this errs on the strict side.
+    fn seed(&mut self, store: &MemoryStore, speed: f64) {
+        self.seeded = true;
+        let speed = if speed.is_finite() && speed > 0.0 {
+            speed
+        } else {
+            1.0
+        };
+        let now = Instant::now();
+        let since = store.clock - MINUTE.as_secs_f64() * speed;
+        let mut recent: Vec<(f64, Option<&str>)> = store
+            .memories
+            .values()
+            .rev()
+            .take_while(|m| m.at > since)
+            .map(|m| {
+                let speaker = match &m.kind {
+                    warden_protocols::memory::MemoryKind::Observation { speaker, .. } => {
+                        Some(speaker.as_str())
+                    }
+                    _ => None,
+                };
+                (m.at, speaker)
+            })
+            .collect();
+        recent.extend(
+            store
+                .unwritten
+                .iter()
+                .filter(|u| u.observe.at > since)
+                .map(|u| (u.observe.at, Some(u.event.speaker.id.as_str()))),
+        );
+        recent.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for (at, speaker) in recent {
+            let age = ((store.clock - at) / speed).max(0.0);
+            let Some(instant) = now.checked_sub(Duration::from_secs_f64(age)) else {
+                continue;
+            };
+            self.writes.0.push_back(instant);
+            if let Some(speaker) = speaker {
+                if self.speakers.len() < MAX_SPEAKERS || self.speakers.contains_key(speaker) {
+                    self.speakers
+                        .entry(speaker.to_owned())
+                        .or_default()
+                        .0
+                        .push_back(instant);
+                }
+            }
+        }
     }
 
     /// See [`TeamMemory::admit`].
@@ -201,11 +257,18 @@ impl TeamMemory {
         trust: f64,
         context: bool,
         (per_agent, per_speaker): (u32, u32),
-        clock: f64,
+        store: Option<&MemoryStore>,
         speed: f64,
     ) -> Option<f64> {
         let mut lives = self.live.lock();
         let live = lives.entry(key.clone()).or_default();
+        if !live.seeded {
+            match store {
+                Some(store) => live.seed(store, speed),
+                None => live.seeded = true,
+            }
+        }
+        let clock = store.map_or(0.0, |s| s.clock);
         if live.trust_of.len() >= MAX_SPEAKERS && !live.trust_of.contains_key(speaker) {
             live.trust_of.clear();
         }

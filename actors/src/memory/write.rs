@@ -231,7 +231,7 @@ impl AgentCell {
             perception.trust,
             perception.verdict == Verdict::Context,
             (config.writes_per_minute, config.speaker_writes_per_minute),
-            rec.memory().map_or(0.0, |s| s.clock),
+            rec.memory(),
             self.settings.npc.clock.speed,
         ) else {
             tracing::debug!(agent = %self.key, %speaker, "observation not stored: rate cap");
