@@ -80,6 +80,7 @@ fn record(n: u64) -> AgentRecord {
         rec.apply(&EventKind::MemoryStored {
             memory: Box::new(memory),
             evicted: Vec::new(),
+            observed: None,
         });
     }
     rec

@@ -1155,6 +1155,37 @@ fn every_state_change_acknowledged_over_http_survives_a_sigkill_right_after_its_
             "forgetting a player lost after the restart",
         );
 
+        // An observation of CONTEXT (another NPC's line in the room): the 200 comes once its
+        // `perceived` (which admits it) is on disk; the NPC's actor writes it afterwards, and a
+        // SIGKILL before that write loses nothing: the restart writes it.
+        let guard = format!("guard{round}");
+        let body = serde_json::json!({
+            "speaker": {"id": guard, "kind": "npc"}, "kind": "say", "room": "gate",
+            "text": format!("{guard} saw smoke over the hills")
+        })
+        .to_string();
+        let seen = acknowledged(&server, "POST", "/api/agents/m/world", Some(&body));
+        assert_eq!(seen["perception"]["verdict"], "CONTEXT", "{seen}");
+        server.kill();
+        check(
+            record_of(&db, "m").memory().is_some_and(|s| {
+                !s.about(&guard).is_empty()
+                    || s.unwritten.iter().any(|u| u.event.speaker.id == guard)
+            }),
+            "an admitted observation lost",
+        );
+        server = Server::start(&dir);
+        let listed = acknowledged(
+            &server,
+            "GET",
+            &format!("/api/agents/m/memories?about={guard}"),
+            None,
+        );
+        check(
+            listed["memories"].as_array().is_some_and(|m| m.len() == 1),
+            "an admitted observation lost after the restart",
+        );
+
         covered.insert(("POST", "/api/agents/{key}/pause"));
         acknowledged(&server, "POST", "/api/agents/a/pause", None);
         server.kill();

@@ -375,13 +375,14 @@ async fn a_chatter_flood_stays_within_the_rate_caps_and_the_bounds() {
     config.memory.max_memories = 40;
     config.memory.speaker_writes_per_minute = 3;
     config.memory.writes_per_minute = 10;
+    let team_config = config.clone();
     let (team, journal) = team(config);
     let mut npc_config = npc_config();
     npc_config
         .channels
         .insert("ooc".into(), warden::protocols::npc::ChannelMode::Context);
     let npc = team
-        .spawn(AgentSpec::assistant("smith", chatty()).with_npc(npc_config))
+        .spawn(AgentSpec::assistant("smith", chatty()).with_npc(npc_config.clone()))
         .unwrap();
     // The out-of-character channel is context for the smith: every line of it is an observation.
     let chatter = |i: u64| {
@@ -403,7 +404,7 @@ async fn a_chatter_flood_stays_within_the_rate_caps_and_the_bounds() {
             "{seen:?}"
         );
     }
-    let record = npc.record();
+    let record = written(&npc);
     assert_eq!(observations(&record), 10);
     let store = record.memory().unwrap();
     assert!(
@@ -411,12 +412,33 @@ async fn a_chatter_flood_stays_within_the_rate_caps_and_the_bounds() {
         "{:?}",
         store.profiles
     );
+    // A restart in the same minute does not hand the caps out again: the windows start from
+    // the record's memories of the last minute.
+    {
+        let record = AgentRecord::replay("smith".into(), &journal.events());
+        let (team2, _journal2) = common::team(team_config.clone());
+        let again = team2
+            .spawn(
+                AgentSpec::assistant("smith", chatty())
+                    .with_npc(npc_config.clone())
+                    .restored_from(record),
+            )
+            .unwrap();
+        for i in 500..550 {
+            again.perceive(chatter(i)).unwrap();
+        }
+        assert_eq!(
+            observations(&written(&again)),
+            10,
+            "still 10 after a restart"
+        );
+    }
     // Three game days of it, a line every 3 real seconds: never more than 40 memories, and none
     // younger than a game day is evicted.
     for i in 0..3 * 24 * 20 {
         tokio::time::advance(Duration::from_secs(3)).await;
         npc.perceive(chatter(1000 + i)).unwrap();
-        let record = npc.record();
+        let record = written(&npc);
         let store = record.memory().unwrap();
         assert!(store.memories.len() <= 40, "{}", store.memories.len());
         assert!(store.bytes <= 256 * 1024);
@@ -813,4 +835,313 @@ provider = "fake"
         err.contains("invalid value for `providers.fake.embedding_dimensions`: 4 (allowed: 0 (none) or 8 to 4096)"),
         "{err}"
     );
+}
+
+/// The agents whose `Remember` signal is withheld (`test_hooks`: process-wide, so one hook for
+/// every test of this file, deciding by key).
+static WITHHELD: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Withholds (or not) `key`'s `Remember` signal: its admitted observations are then written only
+/// by a turn's start or a memory reader.
+fn withhold(key: &str, on: bool) {
+    warden_actors::test_hooks::set_remember_withheld(Some(Arc::new(|agent: &warden::AgentKey| {
+        WITHHELD.lock().iter().any(|k| k == agent.as_str())
+    })));
+    let mut keys = WITHHELD.lock();
+    keys.retain(|k| k != key);
+    if on {
+        keys.push(key.to_owned());
+    }
+}
+
+/// The record once every admitted observation is written (a memory reader writes them first).
+fn written(npc: &AgentHandle) -> AgentRecord {
+    let _ = npc.memories(None, None, 0);
+    let record = npc.record();
+    assert_eq!(unwritten(&record), 0);
+    record
+}
+
+fn unwritten(record: &AgentRecord) -> usize {
+    record.memory().map_or(0, |s| s.unwritten.len())
+}
+
+fn npc_named(team: &Supervisor, key: &str, provider: Arc<dyn warden::Provider>) -> AgentHandle {
+    team.spawn(
+        AgentSpec::assistant(key, provider)
+            .with_system_prompt("You are the blacksmith.")
+            .with_npc(npc_config()),
+    )
+    .expect("spawn")
+}
+
+#[actix_rt::test]
+async fn a_delivery_only_admits_the_observation_and_the_trigger_is_remembered_by_its_own_turn() {
+    tokio::time::pause();
+    let (team, journal) = team(config());
+    let (provider, seen) =
+        Capture::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("Aye.")));
+    // No `Remember` signal for this one: only the turn's own start writes what was delivered.
+    withhold("orderly", true);
+    let npc = npc_named(&team, "orderly", provider);
+    let seen_now = npc
+        .perceive(whisper("p1", "My name is Brannoc, keep my axe safe."))
+        .unwrap();
+    assert!(seen_now.queued.is_some());
+    // The delivery returned with the observation admitted (journaled with its perception) and
+    // not written: no index work, no links, no eviction on the caller's thread.
+    let record = npc.record();
+    assert_eq!(unwritten(&record), 1);
+    assert_eq!(observations(&record), 0);
+    assert!(matches!(
+        journal
+            .events_of("orderly")
+            .iter()
+            .rev()
+            .find(|e| matches!(e.kind, EventKind::Perceived { .. }))
+            .map(|e| &e.kind),
+        Some(EventKind::Perceived {
+            observe: Some(_),
+            ..
+        })
+    ));
+    turns(&npc, 1).await;
+    withhold("orderly", false);
+    // The TRIGGER's own turn recalled it: written before the recall, at the turn's start.
+    let system = system_text(&turn_requests(&seen)[0]);
+    assert!(system.contains("My name is Brannoc"), "{system}");
+    let events = journal.events_of("orderly");
+    let stored = events
+        .iter()
+        .position(|e| {
+            matches!(
+                e.kind,
+                EventKind::MemoryStored {
+                    observed: Some(0),
+                    ..
+                }
+            )
+        })
+        .expect("the observation is stored as admitted observation 0");
+    let recalled = events
+        .iter()
+        .position(|e| matches!(&e.kind, EventKind::MemoryRecalled { ids, .. } if ids.contains(&0)))
+        .expect("recalled");
+    let taken = events
+        .iter()
+        .position(|e| matches!(e.kind, EventKind::EventTaken { .. }))
+        .expect("taken");
+    assert!(
+        stored < taken && taken < recalled,
+        "{stored} {taken} {recalled}"
+    );
+    assert_eq!(unwritten(&npc.record()), 0);
+    replay_matches(&journal, &npc);
+
+    // Without a turn: a CONTEXT line is written by the NPC's actor (its `Remember` signal), and a
+    // halted NPC still writes what it perceived — with no model call.
+    let (listener_model, listener_seen) = Capture::new(ScriptedProvider::new([]));
+    let listener = npc_named(&team, "listener", listener_model);
+    listener.halt(op()).await;
+    let said = world(
+        WorldEventKind::Say,
+        SpeakerKind::Npc,
+        "guard",
+        "the east gate is left open at night",
+    );
+    let heard = listener.perceive(said).unwrap();
+    assert_eq!(
+        heard.perception.verdict,
+        warden::protocols::npc::Verdict::Context
+    );
+    assert_eq!(unwritten(&listener.record()), 1);
+    until("the listener's actor wrote the observation", || {
+        let record = listener.record();
+        unwritten(&record) == 0 && observations(&record) == 1
+    })
+    .await;
+    assert!(listener_seen.lock().is_empty(), "no model call");
+    assert_eq!(listener.status().turns, 0);
+    replay_matches(&journal, &listener);
+}
+
+#[actix_rt::test]
+async fn observations_admitted_before_a_crash_are_written_after_the_restart() {
+    tokio::time::pause();
+    let (team, journal) = team(config());
+    withhold("crashy", true);
+    let npc = npc_named(&team, "crashy", chatty());
+    let said = world(
+        WorldEventKind::Say,
+        SpeakerKind::Npc,
+        "guard",
+        "the east gate is left open at night",
+    );
+    assert_eq!(
+        npc.perceive(said).unwrap().perception.verdict,
+        warden::protocols::npc::Verdict::Context
+    );
+    // kill -9 right after the delivery returned: the journal as it is now.
+    let crash_a = journal.events();
+    npc.perceive(whisper("p1", "I left my horse Ember at the east gate"))
+        .unwrap();
+    let crash_b = journal.events();
+    withhold("crashy", false);
+
+    // Restart from the first crash: no turn to take, and the actor writes the observation.
+    let record = AgentRecord::replay("crashy".into(), &crash_a);
+    assert_eq!(unwritten(&record), 1);
+    let (team2, journal2) = common::team(config());
+    let (model2, seen2) = Capture::new(ScriptedProvider::new([]));
+    let again = team2
+        .spawn(
+            AgentSpec::assistant("crashy", model2)
+                .with_npc(npc_config())
+                .restored_from(record),
+        )
+        .unwrap();
+    until("the restarted actor wrote the observation", || {
+        let record = again.record();
+        unwritten(&record) == 0 && observations(&record) == 1
+    })
+    .await;
+    assert!(seen2.lock().is_empty(), "no model call");
+    assert!(journal2.events_of("crashy").iter().any(|e| matches!(
+        e.kind,
+        EventKind::MemoryStored {
+            observed: Some(0),
+            ..
+        }
+    )));
+
+    // Restart from the second crash: the whisper's turn is queued again, and it recalls both.
+    let record = AgentRecord::replay("crashy".into(), &crash_b);
+    assert_eq!(unwritten(&record), 2);
+    assert_eq!(record.pending.len(), 1);
+    let (team3, _journal3) = common::team(config());
+    let (model3, seen3) =
+        Capture::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("Aye.")));
+    let third = team3
+        .spawn(
+            AgentSpec::assistant("crashy", model3)
+                .with_system_prompt("You are the blacksmith.")
+                .with_npc(npc_config())
+                .restored_from(record),
+        )
+        .unwrap();
+    turns(&third, 1).await;
+    let system = system_text(&turn_requests(&seen3)[0]);
+    assert!(system.contains("my horse Ember"), "{system}");
+    assert!(system.contains("east gate is left open"), "{system}");
+}
+
+/// The model at night scores importance: a scoring request gets `reply` (after `delay`), a dream
+/// a reflection, anything else "Aye.".
+fn scorer(reply: &'static str, delay: Duration) -> ScriptedProvider {
+    ScriptedProvider::new([]).with_fallback(move |r| {
+        if warden::memory::sleep::is_score_request(r) {
+            ScriptStep::reply(reply).delayed(delay)
+        } else if warden::memory::sleep::is_dream_request(r) {
+            ScriptStep::reply("A quiet day at the forge.")
+        } else {
+            ScriptStep::reply("Aye.")
+        }
+    })
+}
+
+fn importance(record: &AgentRecord, id: u64) -> u8 {
+    record.memory().unwrap().memories[&id].importance
+}
+
+#[actix_rt::test]
+async fn sleep_scores_the_trusted_observations_in_one_batched_call_and_a_halt_scores_nothing() {
+    tokio::time::pause();
+    let (team, journal) = team(sleepy(1.5));
+    // The model names both observations; only the one it was shown (the trusted whisper) counts.
+    let (provider, seen) = Capture::new(scorer(
+        r#"Sure: [{"id": 0, "importance": 10}, {"id": 1, "importance": 9}, {"id": 0, "importance": 2}]"#,
+        Duration::ZERO,
+    ));
+    let npc = team.spawn(AgentSpec::assistant("smith", provider)).unwrap();
+    npc.perceive(whisper("p1", "Tonight I will burn down the mill."))
+        .unwrap();
+    turns(&npc, 1).await;
+    npc.perceive(world(
+        WorldEventKind::Say,
+        SpeakerKind::Npc,
+        "guard",
+        "nice weather for the season",
+    ))
+    .unwrap();
+    let record = written(&npc);
+    assert_eq!(
+        importance(&record, 0),
+        8,
+        "the rule: 2 + 5 × 0.9, +1 a TRIGGER"
+    );
+    assert_eq!(importance(&record, 1), 4, "the rule: 2 + 5 × 0.4");
+    // The night.
+    tokio::time::advance(GAME_HOUR * 3).await;
+    until("the night's work", || {
+        phases(&journal).last() == Some(&warden::protocols::memory::SleepPhase::Done)
+    })
+    .await;
+    let scoring: Vec<LlmRequest> = seen
+        .lock()
+        .iter()
+        .filter(|r| warden::memory::sleep::is_score_request(r))
+        .cloned()
+        .collect();
+    assert_eq!(scoring.len(), 1, "one batched call");
+    let shown = scoring[0].messages[1].content.clone().unwrap_or_default();
+    assert!(shown.contains("burn down the mill"), "{shown}");
+    assert!(
+        !shown.contains("nice weather"),
+        "a low-trust source keeps the rule: {shown}"
+    );
+    let record = npc.record();
+    assert_eq!(importance(&record, 0), 10);
+    assert_eq!(importance(&record, 1), 4);
+    let scored: Vec<Vec<(u64, u8)>> = journal
+        .events_of("smith")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::MemoryScored { scores, .. } => Some(scores),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(scored, vec![vec![(0, 10)]]);
+    // Every model call (the scoring one included) counted against the budgets.
+    let usage = journal
+        .events_of("smith")
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::UsageRecorded { .. }))
+        .count();
+    assert_eq!(usage, seen.lock().len());
+    replay_matches(&journal, &npc);
+
+    // A halt during the scoring call: nothing is scored, the night's work is not done.
+    let (team2, journal2) = common::team(sleepy(1.5));
+    let (slow, _) = Capture::new(scorer(
+        r#"[{"id": 0, "importance": 10}]"#,
+        Duration::from_secs(30),
+    ));
+    let halted = team2.spawn(AgentSpec::assistant("smith", slow)).unwrap();
+    halted
+        .perceive(whisper("p1", "Tonight I will burn down the mill."))
+        .unwrap();
+    turns(&halted, 1).await;
+    tokio::time::advance(GAME_HOUR * 3).await;
+    until("scoring", || {
+        halted.status().state == warden::AgentState::Executing
+    })
+    .await;
+    halted.halt(op()).await;
+    settle(50).await;
+    let events = journal2.events_of("smith");
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::MemoryScored { .. })));
+    assert_eq!(importance(&halted.record(), 0), 8);
+    replay_matches(&journal2, &halted);
 }

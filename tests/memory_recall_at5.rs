@@ -141,6 +141,7 @@ fn record(texts: &[String]) -> AgentRecord {
         rec.apply(&EventKind::MemoryStored {
             memory: Box::new(memory),
             evicted: Vec::new(),
+            observed: None,
         });
     }
     rec

@@ -67,3 +67,21 @@ pub fn set_passivated(hook: Option<Hook>) {
 pub(crate) fn passivated(agent: &AgentKey) {
     run(&PASSIVATED, agent);
 }
+
+/// Decides, for an agent, whether the `Remember` signal (write the observations admitted at
+/// delivery) is withheld: `true` keeps it from being queued, so only a turn's start or a memory
+/// reader writes them (the ordering a turn relies on, tested without the signal's help).
+pub type Withhold = Arc<dyn Fn(&AgentKey) -> bool + Send + Sync>;
+
+static REMEMBER_WITHHELD: RwLock<Option<Withhold>> = RwLock::new(None);
+
+/// Installs (or with `None` removes) the decision whether an agent's `Remember` signal is
+/// withheld.
+pub fn set_remember_withheld(hook: Option<Withhold>) {
+    *REMEMBER_WITHHELD.write() = hook;
+}
+
+pub(crate) fn remember_withheld(agent: &AgentKey) -> bool {
+    let hook = REMEMBER_WITHHELD.read().clone();
+    hook.is_some_and(|hook| hook(agent))
+}

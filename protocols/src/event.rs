@@ -769,12 +769,20 @@ pub enum EventKind {
         state: AgentState,
     },
     /// An NPC perceived a world event and classified it (the rule that fired, the trust). A TRIGGER
-    /// is queued next as a user event (its own `event_queued`). No change.
+    /// is queued next as a user event (its own `event_queued`). Record: nothing, unless `observe`
+    /// is set — then the event is an observation admitted for long-term memory and not written
+    /// yet: `memory.unwritten` gains it, until the agent's own actor writes it (`memory_stored`
+    /// with `observed`) or cannot (`observation_not_stored`).
     Perceived {
         /// The world event, as the server sent it.
         event: crate::npc::WorldEvent,
         /// What the agent made of it.
         perception: crate::npc::Perception,
+        /// Long-term memory admitted it as an observation (within the rate caps), to be written by
+        /// the agent's actor: when and how important. Absent in journals from before it (their
+        /// observation is in the same batch's `memory_stored`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        observe: Option<crate::memory::Observe>,
     },
     /// An NPC's tick mode changed (awake, asleep, idle): its sleep hours began or ended, the
     /// presence of players in its room changed, a TRIGGER woke it. Journaled on a change only,
@@ -798,6 +806,28 @@ pub enum EventKind {
         /// `memory.max_bytes` (the lowest retention first).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         evicted: Vec<u64>,
+        /// It is the observation admitted as number `observed` (see `Perceived::observe`): that
+        /// one and any before it leave `memory.unwritten`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        observed: Option<u64>,
+    },
+    /// Record: the observation admitted as number `observed` (and any before it) leaves
+    /// `memory.unwritten` without being stored: `reason` says why (memory full of memories younger
+    /// than a game day, long-term memory turned off since).
+    ObservationNotStored {
+        /// The number the observation was admitted as.
+        observed: u64,
+        /// Why, in words.
+        reason: String,
+    },
+    /// Record: the model scored the importance of observations (`scores`: id, 1–10) in one
+    /// batched call while the agent slept; `memory.scored_through = through` (memory time: the
+    /// observations up to it are scored, whether the model named them or not).
+    MemoryScored {
+        /// The new importance of each memory the model scored.
+        scores: Vec<(u64, u8)>,
+        /// The newest memory time of the observations the call was shown.
+        through: f64,
     },
     /// Record: the `ids` are removed from `memory`, and the profile of `about` when given.
     MemoryForgotten {

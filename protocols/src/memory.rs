@@ -15,7 +15,7 @@
 
 use crate::npc::SpeakerKind;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Game seconds in a game day.
 pub const DAY_SECS: f64 = 86_400.0;
@@ -279,6 +279,45 @@ pub struct MemoryStore {
     /// from `tool_finished`, back to 0 at each `npc_mode_changed` to `awake`.
     #[serde(default)]
     pub activity_since_wake: u64,
+    /// Observations admitted at delivery (`perceived` with `observe`) and not written yet, oldest
+    /// first: the agent's actor writes them before its next recall, so a host's delivery never
+    /// waits for the write; a restart finds them here and writes them. Omitted while empty.
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub unwritten: VecDeque<Unwritten>,
+    /// The memory time up to which observations were shown to the model to score their
+    /// importance (`memory_scored`); `None`: none yet. Omitted while none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scored_through: Option<f64>,
+    /// How many observations were ever admitted (the next one's number). Omitted while zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub admitted: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What a delivery decided about an observation it admitted (journaled in its `perceived`): the
+/// rest — the speaker, the source, the room, the text, the trust — is the perceived event's.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Observe {
+    /// Memory time when it was perceived.
+    pub at: f64,
+    /// Its importance, 1–10.
+    pub importance: u8,
+}
+
+/// An observation admitted and not written yet ([`MemoryStore::unwritten`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Unwritten {
+    /// Its number (`observed` of the `memory_stored` that writes it).
+    pub n: u64,
+    /// The world event perceived.
+    pub event: crate::npc::WorldEvent,
+    /// The trust its perception gave the source.
+    pub trust: f64,
+    /// When and how important.
+    pub observe: Observe,
 }
 
 /// `subject predicate` compared as the fold compares them: trimmed, lower case.
@@ -291,6 +330,61 @@ fn norm(s: &str) -> String {
 pub struct StoreFull;
 
 impl MemoryStore {
+    /// Folds a `perceived` whose observation was admitted: it waits in `unwritten`.
+    pub fn admitted(
+        &mut self,
+        event: &crate::npc::WorldEvent,
+        perception: &crate::npc::Perception,
+        observe: Observe,
+    ) {
+        let n = self.admitted;
+        self.admitted = n.saturating_add(1);
+        self.clock = self.clock.max(observe.at);
+        self.unwritten.push_back(Unwritten {
+            n,
+            event: event.clone(),
+            trust: perception.trust,
+            observe,
+        });
+    }
+
+    /// Folds `MemoryScored`: each memory still stored takes its score (1–10); the observations up
+    /// to memory time `through` count as scored.
+    pub fn scored(&mut self, scores: &[(u64, u8)], through: f64) {
+        for (id, importance) in scores {
+            if let Some(m) = self.memories.get_mut(id) {
+                m.importance = (*importance).clamp(1, 10);
+            }
+        }
+        self.scored_through = Some(self.scored_through.map_or(through, |t| t.max(through)));
+    }
+
+    /// The observations the model may score now: from sources of at least `min_trust` (a
+    /// low-trust source keeps the rule's importance), made after `scored_through`, the newest
+    /// `limit`, in id order.
+    pub fn unscored(&self, min_trust: f64, limit: usize) -> Vec<&Memory> {
+        let mut found: Vec<&Memory> = self
+            .memories
+            .values()
+            .rev()
+            .filter(|m| {
+                matches!(m.kind, MemoryKind::Observation { .. })
+                    && m.trust >= min_trust
+                    && self.scored_through.is_none_or(|t| m.at > t)
+            })
+            .take(limit)
+            .collect();
+        found.reverse();
+        found
+    }
+
+    /// The observations admitted up to number `n` are written (or will never be).
+    pub fn written(&mut self, n: u64) {
+        while self.unwritten.front().is_some_and(|u| u.n <= n) {
+            self.unwritten.pop_front();
+        }
+    }
+
     /// The memory ids about `entity` (see [`Memory::is_about`]), ascending.
     pub fn about(&self, entity: &str) -> Vec<u64> {
         self.memories
@@ -624,6 +718,8 @@ impl MemoryStore {
         self.remove(ids);
         if let Some(about) = about {
             self.profiles.remove(about);
+            // What they said and was not written yet is forgotten too.
+            self.unwritten.retain(|u| u.event.speaker.id != about);
         }
     }
 
@@ -804,5 +900,78 @@ mod tests {
         }
         s.stored(&g, &[]);
         assert_eq!(s.profiles["p1"].name.as_deref(), Some("Aldric"));
+    }
+
+    /// An observation admitted at delivery waits in `unwritten` (through a journal round trip,
+    /// as JSON, the SQLite journal's format) until the `memory_stored` that writes it or an
+    /// `observation_not_stored`; rows from before `observe`/`observed` existed still decode.
+    #[test]
+    fn an_admitted_observation_waits_until_written_and_survives_the_journal_format() {
+        use crate::{
+            npc::{Perception, Rule, Verdict, WorldEvent, WorldEventKind},
+            AgentRecord, EventKind,
+        };
+        let perceived = |text: &str, at: f64| EventKind::Perceived {
+            event: WorldEvent::player("p1", WorldEventKind::Whisper, text),
+            perception: Perception {
+                verdict: Verdict::Trigger,
+                rule: Rule::DirectMessage,
+                trust: 0.9,
+                heuristic: false,
+                downgraded: false,
+                limited: None,
+            },
+            observe: Some(Observe { at, importance: 8 }),
+        };
+        let stored = |id: u64, observed: u64| EventKind::MemoryStored {
+            memory: Box::new(observation(id, "p1", 10.0, 8)),
+            evicted: Vec::new(),
+            observed: Some(observed),
+        };
+        let round_trip = |kind: &EventKind| -> EventKind {
+            serde_json::from_str(&serde_json::to_string(kind).unwrap()).unwrap()
+        };
+        let mut rec = AgentRecord::new("smith".into());
+        for kind in [
+            perceived("one", 10.0),
+            perceived("two", 20.0),
+            perceived("three", 30.0),
+        ] {
+            rec.apply(&round_trip(&kind));
+        }
+        let store = rec.memory().unwrap();
+        assert_eq!(store.unwritten.len(), 3);
+        assert_eq!(store.admitted, 3);
+        assert_eq!(
+            store.clock, 30.0,
+            "memory time goes on from the newest admitted"
+        );
+        assert_eq!(store.unwritten[1].event.text, "two");
+        rec.apply(&round_trip(&stored(0, 0)));
+        assert_eq!(rec.memory().unwrap().unwritten.len(), 2);
+        rec.apply(&round_trip(&EventKind::ObservationNotStored {
+            observed: 1,
+            reason: "full".into(),
+        }));
+        assert_eq!(rec.memory().unwrap().unwritten.len(), 1);
+        // The right to be forgotten reaches what was not written yet.
+        rec.apply(&EventKind::MemoryForgotten {
+            ids: Vec::new(),
+            about: Some("p1".into()),
+            by: "op".into(),
+        });
+        assert!(rec.memory().unwrap().unwritten.is_empty());
+        // A snapshot of the record keeps them.
+        let mut again = AgentRecord::new("smith".into());
+        again.apply(&perceived("four", 40.0));
+        let snapshot: AgentRecord =
+            serde_json::from_str(&serde_json::to_string(&again).unwrap()).unwrap();
+        assert_eq!(snapshot, again);
+        // Rows from before: no `observe`, no `observed`.
+        let old: EventKind = serde_json::from_str(
+            r#"{"type":"perceived","event":{"speaker":{"id":"p1","kind":"player"},"kind":"whisper","text":"hi"},"perception":{"verdict":"TRIGGER","rule":"direct_message","trust":0.9}}"#,
+        )
+        .unwrap();
+        assert!(matches!(old, EventKind::Perceived { observe: None, .. }));
     }
 }

@@ -623,11 +623,39 @@ impl AgentRecord {
                 unpriced,
             } => self.usage.add(*usage, *cost, *unpriced),
             EventKind::Restarted { restarts } => self.restarts = *restarts,
-            EventKind::MemoryStored { memory, evicted } => {
+            EventKind::MemoryStored {
+                memory,
+                evicted,
+                observed,
+            } => {
+                let store = self
+                    .outstanding_mut()
+                    .memory
+                    .get_or_insert_with(Default::default);
+                store.stored(memory, evicted);
+                if let Some(n) = observed {
+                    store.written(*n);
+                }
+            }
+            EventKind::MemoryScored { scores, through } => {
+                if let Some(store) = self.memory_mut() {
+                    store.scored(scores, *through);
+                }
+            }
+            EventKind::ObservationNotStored { observed, .. } => {
+                if let Some(store) = self.memory_mut() {
+                    store.written(*observed);
+                }
+            }
+            EventKind::Perceived {
+                event,
+                perception,
+                observe: Some(observe),
+            } => {
                 self.outstanding_mut()
                     .memory
                     .get_or_insert_with(Default::default)
-                    .stored(memory, evicted);
+                    .admitted(event, perception, *observe);
             }
             EventKind::MemoryForgotten { ids, about, .. } => {
                 if let Some(store) = self.memory_mut() {
@@ -667,7 +695,7 @@ impl AgentRecord {
             | EventKind::ToolDefined { .. }
             | EventKind::ToolDefinitionChanged { .. }
             | EventKind::Crashed { .. }
-            | EventKind::Perceived { .. }
+            | EventKind::Perceived { observe: None, .. }
             | EventKind::TokenBudgetWaiting { .. }
             | EventKind::A2aAsked { .. }
             | EventKind::A2aAnswered { .. }

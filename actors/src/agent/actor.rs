@@ -415,6 +415,7 @@ impl AgentActor {
                 self.cell
                     .note(EventKind::DelegateLockedOut { delegate, reason });
             }
+            Signal::Remember => self.cell.write_observations_ahead(),
         }
     }
 }

@@ -74,19 +74,7 @@ pub struct Extracted {
 /// prose or a code fence); entries that are not facts are skipped, at most [`MAX_EXTRACTED`].
 /// Malformed output gives no facts, never an error that stops the turn.
 pub fn parse_extraction(text: &str) -> Vec<Extracted> {
-    let Some(start) = text.find('[') else {
-        return Vec::new();
-    };
-    let Some(end) = text.rfind(']') else {
-        return Vec::new();
-    };
-    if end < start {
-        return Vec::new();
-    }
-    let Ok(items) = serde_json::from_str::<Vec<serde_json::Value>>(&text[start..=end]) else {
-        return Vec::new();
-    };
-    items
+    json_array(text)
         .into_iter()
         .filter_map(|v| serde_json::from_value::<Extracted>(v).ok())
         .filter(|f| {
@@ -96,6 +84,18 @@ pub fn parse_extraction(text: &str) -> Vec<Extracted> {
         })
         .take(MAX_EXTRACTED)
         .collect()
+}
+
+/// The JSON array in a model's reply (from its first `[` to its last `]`: prose or a code fence
+/// around it is ignored); empty when there is none or it does not parse.
+pub(crate) fn json_array(text: &str) -> Vec<serde_json::Value> {
+    let (Some(start), Some(end)) = (text.find('['), text.rfind(']')) else {
+        return Vec::new();
+    };
+    if end < start {
+        return Vec::new();
+    }
+    serde_json::from_str(&text[start..=end]).unwrap_or_default()
 }
 
 /// How a summary starts in the history: `[memory: summary of N earlier messages]`.

@@ -131,6 +131,10 @@ pub(crate) struct ControlRequest {
 pub(crate) enum Signal {
     /// A delegate this agent is waiting on tripped a breaker.
     DelegateLockedOut { delegate: AgentKey, reason: String },
+    /// Observations were admitted at delivery (`memory.unwritten`): write them (long-term
+    /// memory's write runs on the agent's actor, never on the delivering thread). Sent when the
+    /// first one waits, and at spawn when a restart finds some.
+    Remember,
 }
 
 /// Ordinary work.
@@ -300,6 +304,13 @@ pub struct Perceived {
     pub perception: warden_protocols::npc::Perception,
     /// For a TRIGGER: the id of the user event it was queued as.
     pub queued: Option<u64>,
+    /// Long-term memory admitted it as an observation (within the rate caps), journaled in its
+    /// `perceived`: the agent's own actor writes it, before its next recall. An acknowledgement
+    /// that promises it waits for that row to be durable ([`AgentHandle::durable_so_far`]).
+    pub observed: bool,
+    /// The agent's actor was asked to write it (a `Remember` signal queued: the first observation
+    /// waiting): a host that defers wakes must wake the agent.
+    pub(crate) reminded: bool,
 }
 
 /// Why [`AgentHandle::try_send_event_durable`] cannot acknowledge an event.
@@ -792,7 +803,7 @@ impl AgentHandle {
         &self,
         event: std::borrow::Cow<'_, warden_protocols::npc::WorldEvent>,
     ) -> Result<Perceived, Rejected> {
-        let perception = self.cell.perceive(&event);
+        let (perception, observed, reminded) = self.cell.perceive(&event);
         let ticking = self.cell.ticking();
         if perception.verdict != warden_protocols::npc::Verdict::Trigger {
             if let Some(ticking) = ticking {
@@ -801,6 +812,8 @@ impl AgentHandle {
             return Ok(Perceived {
                 perception,
                 queued: None,
+                observed,
+                reminded,
             });
         }
         let source = event.kind.as_str().to_owned();
@@ -821,6 +834,8 @@ impl AgentHandle {
         Ok(Perceived {
             perception,
             queued: Some(id),
+            observed,
+            reminded,
         })
     }
 

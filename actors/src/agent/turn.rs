@@ -152,6 +152,9 @@ pub(crate) struct Taken {
 /// pending (and queued again) or in the history, never both and never neither.
 pub(crate) fn take(cell: &AgentCell, work: Work) -> Taken {
     answer_dangling_calls(cell);
+    // Long-term memory: the observations delivered before this work (a TRIGGER's own among
+    // them) are written before the turn recalls anything.
+    cell.write_observations_ahead();
     let _ = cell.take_turn_usage();
     let own = || Arc::from(vec![cell.key.clone()]);
     match work {

@@ -195,7 +195,7 @@ impl Shared {
     }
 
     /// Classifies `event` for `key` and queues it if it is a TRIGGER; the agent's cell, when it
-    /// queued.
+    /// queued (the event, or the signal to write an observation).
     fn deliver(
         &self,
         key: &str,
@@ -238,7 +238,8 @@ impl Shared {
                     event_id: seen.queued,
                     halt_epoch: epoch,
                 },
-                seen.queued.map(|_| agent.cell().clone()),
+                // Queued work, or a `Remember` signal: the pump wakes the agent.
+                (seen.queued.is_some() || seen.reminded).then(|| agent.cell().clone()),
             )),
             Err(rejected) => Err(DeliverError::refused(event, rejected.refusal)),
         }

@@ -22,7 +22,7 @@ pub(crate) async fn prepare(cell: &AgentCell, token: &CancellationToken) -> bool
         return true;
     }
     let (query, missing) = {
-        let rec = cell.lock();
+        let rec = cell.memory_lock();
         let Some(store) = rec.memory() else {
             return true;
         };

@@ -15,7 +15,7 @@ impl AgentHandle {
     pub fn memories(&self, query: Option<&str>, about: Option<&str>, limit: usize) -> Vec<Memory> {
         let limit = limit.min(MAX_LISTED);
         let cell = &self.cell;
-        let rec = cell.lock();
+        let rec = cell.memory_lock();
         let Some(store) = rec.memory() else {
             return Vec::new();
         };
@@ -45,7 +45,7 @@ impl AgentHandle {
     /// What the agent knows of speaker `about` (its entity profile), if anything.
     pub fn profile(&self, about: &str) -> Option<EntityProfile> {
         self.cell
-            .lock()
+            .memory_lock()
             .memory()
             .and_then(|s| s.profiles.get(about).cloned())
     }
@@ -56,7 +56,7 @@ impl AgentHandle {
     pub fn recall(&self, about: &str, query: Option<&str>) -> Option<String> {
         let cell = &self.cell;
         let k = usize::from(cell.settings.memory.recall_k.max(1));
-        let rec = cell.lock();
+        let rec = cell.memory_lock();
         cell.recall_for(&rec, query.unwrap_or(about), Some(about), k)
             .map(|r| r.text)
     }

@@ -248,6 +248,19 @@ impl AgentCell {
         about: Option<&str>,
         k: usize,
     ) -> Option<Recalled> {
+        self.recall_ahead(rec, query, about, k, None)
+    }
+
+    /// [`AgentCell::recall_for`] with the BM25 hits searched before the record lock was taken
+    /// (`ahead`, used when they stand: see [`crate::memory::TeamMemory::hits`]).
+    fn recall_ahead(
+        &self,
+        rec: &AgentRecord,
+        query: &str,
+        about: Option<&str>,
+        k: usize,
+        ahead: Option<Vec<(u64, f64)>>,
+    ) -> Option<Recalled> {
         let store = rec.memory()?;
         // Cosine over embeddings when this query was embedded (memory::embed), else BM25.
         let hits = match self
@@ -259,7 +272,7 @@ impl AgentCell {
             None => self
                 .safety
                 .memory
-                .search(&self.key, Some(store), query, SEARCH_LIMIT),
+                .hits(&self.key, store, query, SEARCH_LIMIT, ahead),
         };
         let now = self.memory_now(rec);
         choose(
@@ -288,11 +301,22 @@ impl AgentCell {
             .and_then(|m| m.content.clone())
             .unwrap_or_default();
         let about = self.safety.memory.turn(&self.key).and_then(|t| t.0);
+        // What was delivered is written first; then the search runs without the record lock
+        // (a host's delivery to this agent waits for that lock, never for a search).
+        self.write_observations_ahead();
+        let ahead = self
+            .safety
+            .memory
+            .search_ahead(&self.key, &query, SEARCH_LIMIT);
         let recalled = {
-            let mut rec = self.lock();
-            let Some(recalled) =
-                self.recall_for(&rec, &query, about.as_deref(), usize::from(config.recall_k))
-            else {
+            let mut rec = self.memory_lock();
+            let Some(recalled) = self.recall_ahead(
+                &rec,
+                &query,
+                about.as_deref(),
+                usize::from(config.recall_k),
+                ahead,
+            ) else {
                 return;
             };
             if !recalled.ids.is_empty() {

@@ -28,13 +28,12 @@ impl Window {
     }
 }
 
-/// One agent's live memory state (not journaled: rate windows, the clock's anchor, the index).
+/// One agent's live memory state (not journaled): rate windows, the clock's anchor, what it
+/// knows of its turn. Touched by a host's delivery, so never held across index work.
 #[derive(Debug, Default)]
 struct Live {
-    /// Its rowid prefix in the index.
-    slot: u32,
-    /// Memories of its record now in the index (`usize::MAX`: not indexed yet).
-    indexed: usize,
+    /// The windows were seeded from the record ([`Live::seed`]).
+    seeded: bool,
     writes: Window,
     speakers: HashMap<String, Window>,
     /// The memory clock's anchor: (real instant, memory time then).
@@ -44,41 +43,148 @@ struct Live {
     /// The lowest trust of the CONTEXT events perceived since the last turn started (what a
     /// tick's turn sees).
     context_trust: Option<f64>,
-    /// The embedding of the latest query embedded (its text, its vector).
-    query: Option<(String, Vec<f32>)>,
     /// The current turn: who it answers (`None`: a tick or an operator's request) and the trust
     /// of that source.
     turn: Option<(Option<String>, f64)>,
 }
 
-/// What the agents of one team share of long-term memory: the FTS5 index (one in-memory SQLite
-/// database, feature `fts`) and each agent's [`Live`] state. One mutex, a leaf.
+impl Live {
+    /// See [`TeamMemory::now`].
+    fn now(&mut self, clock: f64, speed: f64) -> f64 {
+        let speed = if speed.is_finite() && speed > 0.0 {
+            speed
+        } else {
+            1.0
+        };
+        let now = Instant::now();
+        let (at, base) = *self.anchor.get_or_insert((now, clock));
+        base + now.duration_since(at).as_secs_f64() * speed
+    }
+
+    /// A restart (or the first delivery in this process): the rate windows start from the
+    /// memories of the last minute of memory time (and the observations admitted, not written),
+    /// so a restart does not hand every speaker its quota again. Memory time does not count the
+    /// downtime, so this errs on the strict side.
+    fn seed(&mut self, store: &MemoryStore, speed: f64) {
+        self.seeded = true;
+        let speed = if speed.is_finite() && speed > 0.0 {
+            speed
+        } else {
+            1.0
+        };
+        let now = Instant::now();
+        let since = store.clock - MINUTE.as_secs_f64() * speed;
+        let mut recent: Vec<(f64, Option<&str>)> = store
+            .memories
+            .values()
+            .rev()
+            .take_while(|m| m.at > since)
+            .map(|m| {
+                let speaker = match &m.kind {
+                    warden_protocols::memory::MemoryKind::Observation { speaker, .. } => {
+                        Some(speaker.as_str())
+                    }
+                    _ => None,
+                };
+                (m.at, speaker)
+            })
+            .collect();
+        recent.extend(
+            store
+                .unwritten
+                .iter()
+                .filter(|u| u.observe.at > since)
+                .map(|u| (u.observe.at, Some(u.event.speaker.id.as_str()))),
+        );
+        recent.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for (at, speaker) in recent {
+            let age = ((store.clock - at) / speed).max(0.0);
+            let Some(instant) = now.checked_sub(Duration::from_secs_f64(age)) else {
+                continue;
+            };
+            self.writes.0.push_back(instant);
+            if let Some(speaker) = speaker {
+                if self.speakers.len() < MAX_SPEAKERS || self.speakers.contains_key(speaker) {
+                    self.speakers
+                        .entry(speaker.to_owned())
+                        .or_default()
+                        .0
+                        .push_back(instant);
+                }
+            }
+        }
+    }
+
+    /// See [`TeamMemory::admit`].
+    fn admit(&mut self, speaker: Option<&str>, per_agent: u32, per_speaker: u32) -> bool {
+        let now = Instant::now();
+        if self.writes.count(now) >= per_agent as usize {
+            return false;
+        }
+        if let Some(speaker) = speaker {
+            if self.speakers.len() >= MAX_SPEAKERS && !self.speakers.contains_key(speaker) {
+                self.speakers.retain(|_, w| w.count(now) > 0);
+                if self.speakers.len() >= MAX_SPEAKERS {
+                    return false;
+                }
+            }
+            let window = match self.speakers.get_mut(speaker) {
+                Some(w) => w,
+                None => self.speakers.entry(speaker.to_owned()).or_default(),
+            };
+            if window.count(now) >= per_speaker as usize {
+                return false;
+            }
+            window.0.push_back(now);
+        }
+        self.writes.0.push_back(now);
+        true
+    }
+}
+
+/// One agent's part of the index (derived state).
+#[derive(Debug)]
+struct Indexed {
+    /// Its rowid prefix in the index.
+    slot: u32,
+    /// Memories of its record now in the index (`usize::MAX`: not indexed yet).
+    indexed: usize,
+    /// The embedding of the latest query embedded (its text, its vector).
+    query: Option<(String, Vec<f32>)>,
+}
+
+/// What the agents of one team share of long-term memory: each agent's [`Live`] state, and the
+/// FTS5 index (one in-memory SQLite database, feature `fts`) with the embeddings. Two mutexes,
+/// both leaves: `live` is held for a few instructions (a host's delivery takes it: rate caps,
+/// trust, the clock), `index` for index work (a write's links, a recall's search), which no
+/// delivery ever waits on.
 #[derive(Debug, Default)]
 pub(crate) struct TeamMemory {
-    inner: Mutex<Inner>,
+    live: Mutex<HashMap<AgentKey, Live>>,
+    index: Mutex<Index>,
 }
 
 #[derive(Debug, Default)]
-struct Inner {
+struct Index {
     /// `None` until first used; `Some(None)` when SQLite could not open one.
     #[cfg(feature = "fts")]
     fts: Option<Option<super::index::FtsIndex>>,
-    agents: HashMap<AgentKey, Live>,
+    agents: HashMap<AgentKey, Indexed>,
     next_slot: u32,
     /// Embeddings of memories, by (slot, id): derived state (embedded again after a restart).
     vectors: HashMap<(u32, u64), Vec<f32>>,
 }
 
-impl Inner {
-    fn live(&mut self, key: &AgentKey) -> &mut Live {
+impl Index {
+    fn agent(&mut self, key: &AgentKey) -> &mut Indexed {
         let next = &mut self.next_slot;
         self.agents.entry(key.clone()).or_insert_with(|| {
             let slot = *next;
             *next = next.wrapping_add(1);
-            Live {
+            Indexed {
                 slot,
                 indexed: usize::MAX,
-                ..Live::default()
+                query: None,
             }
         })
     }
@@ -96,8 +202,8 @@ impl Inner {
     fn sync(&mut self, key: &AgentKey, store: Option<&MemoryStore>) -> Option<u32> {
         let len = store.map_or(0, |s| s.memories.len());
         let (slot, indexed) = {
-            let live = self.live(key);
-            (live.slot, live.indexed)
+            let agent = self.agent(key);
+            (agent.slot, agent.indexed)
         };
         if indexed != len {
             let fts = self.fts()?;
@@ -105,7 +211,7 @@ impl Inner {
             for m in store.into_iter().flat_map(|s| s.memories.values()) {
                 fts.insert(slot, m.id, &m.text);
             }
-            self.live(key).indexed = len;
+            self.agent(key).indexed = len;
         }
         Some(slot)
     }
@@ -115,17 +221,12 @@ impl TeamMemory {
     /// Memory time now for `key` (game seconds at `speed` game seconds a real second): on from
     /// the store's clock (its newest memory) when the agent first uses memory in this process.
     pub(crate) fn now(&self, key: &AgentKey, store: Option<&MemoryStore>, speed: f64) -> f64 {
-        let speed = if speed.is_finite() && speed > 0.0 {
-            speed
-        } else {
-            1.0
-        };
-        let mut inner = self.inner.lock();
-        let live = inner.live(key);
-        let now = Instant::now();
         let clock = store.map_or(0.0, |s| s.clock);
-        let (at, base) = *live.anchor.get_or_insert((now, clock));
-        base + now.duration_since(at).as_secs_f64() * speed
+        self.live
+            .lock()
+            .entry(key.clone())
+            .or_default()
+            .now(clock, speed)
     }
 
     /// Whether one more write for `key` (from `speaker`, when an observation) fits the rate caps
@@ -137,65 +238,78 @@ impl TeamMemory {
         per_agent: u32,
         per_speaker: u32,
     ) -> bool {
-        let now = Instant::now();
-        let mut inner = self.inner.lock();
-        let live = inner.live(key);
-        if live.writes.count(now) >= per_agent as usize {
-            return false;
-        }
-        if let Some(speaker) = speaker {
-            if live.speakers.len() >= MAX_SPEAKERS && !live.speakers.contains_key(speaker) {
-                live.speakers.retain(|_, w| w.count(now) > 0);
-                if live.speakers.len() >= MAX_SPEAKERS {
-                    return false;
-                }
-            }
-            let window = live.speakers.entry(speaker.to_owned()).or_default();
-            if window.count(now) >= per_speaker as usize {
-                return false;
-            }
-            window.0.push_back(now);
-        }
-        live.writes.0.push_back(now);
-        true
+        self.live
+            .lock()
+            .entry(key.clone())
+            .or_default()
+            .admit(speaker, per_agent, per_speaker)
     }
 
-    /// Notes the trust of `speaker`'s latest perceived event.
-    pub(crate) fn heard(&self, key: &AgentKey, speaker: &str, trust: f64) {
-        let mut inner = self.inner.lock();
-        let live = inner.live(key);
+    /// `key` perceived a TRIGGER or CONTEXT (`context`) event of `speaker` at `trust`: noted as
+    /// the speaker's latest trust (and the lowest CONTEXT trust of the next turn), then the rate
+    /// caps decide whether it is admitted as an observation — at the memory time returned. One
+    /// short hold of the `live` lock: this runs on a host's delivery.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn perceived(
+        &self,
+        key: &AgentKey,
+        speaker: &str,
+        trust: f64,
+        context: bool,
+        (per_agent, per_speaker): (u32, u32),
+        store: Option<&MemoryStore>,
+        speed: f64,
+    ) -> Option<f64> {
+        let mut lives = self.live.lock();
+        let live = lives.entry(key.clone()).or_default();
+        if !live.seeded {
+            match store {
+                Some(store) => live.seed(store, speed),
+                None => live.seeded = true,
+            }
+        }
+        let clock = store.map_or(0.0, |s| s.clock);
         if live.trust_of.len() >= MAX_SPEAKERS && !live.trust_of.contains_key(speaker) {
             live.trust_of.clear();
         }
-        live.trust_of.insert(speaker.to_owned(), trust);
-    }
-
-    /// A CONTEXT event of `trust` was perceived (for the next turn: see `take_context_trust`).
-    pub(crate) fn context(&self, key: &AgentKey, trust: f64) {
-        let mut inner = self.inner.lock();
-        let live = inner.live(key);
-        live.context_trust = Some(live.context_trust.map_or(trust, |t| t.min(trust)));
+        match live.trust_of.get_mut(speaker) {
+            Some(t) => *t = trust,
+            None => {
+                live.trust_of.insert(speaker.to_owned(), trust);
+            }
+        }
+        if context {
+            live.context_trust = Some(live.context_trust.map_or(trust, |t| t.min(trust)));
+        }
+        live.admit(Some(speaker), per_agent, per_speaker)
+            .then(|| live.now(clock, speed))
     }
 
     /// The lowest trust of the CONTEXT events perceived since the last call (a turn starts).
     pub(crate) fn take_context_trust(&self, key: &AgentKey) -> Option<f64> {
-        self.inner.lock().live(key).context_trust.take()
+        self.live
+            .lock()
+            .get_mut(key)
+            .and_then(|l| l.context_trust.take())
     }
 
     /// The trust of `speaker`'s latest perceived event, if any.
     pub(crate) fn trust_of(&self, key: &AgentKey, speaker: &str) -> Option<f64> {
-        self.inner.lock().live(key).trust_of.get(speaker).copied()
+        self.live
+            .lock()
+            .get(key)
+            .and_then(|l| l.trust_of.get(speaker).copied())
     }
 
     /// A turn starts: it answers `speaker` (`None`: a tick or an operator) whose source has
     /// `trust`.
     pub(crate) fn set_turn(&self, key: &AgentKey, speaker: Option<String>, trust: f64) {
-        self.inner.lock().live(key).turn = Some((speaker, trust));
+        self.live.lock().entry(key.clone()).or_default().turn = Some((speaker, trust));
     }
 
     /// Who the current turn answers and the trust of that source.
     pub(crate) fn turn(&self, key: &AgentKey) -> Option<(Option<String>, f64)> {
-        self.inner.lock().live(key).turn.clone()
+        self.live.lock().get(key).and_then(|l| l.turn.clone())
     }
 
     /// The `limit` memories of `key` most relevant to `text` (BM25, best first), with scores;
@@ -209,7 +323,7 @@ impl TeamMemory {
     ) -> Vec<(u64, f64)> {
         #[cfg(feature = "fts")]
         {
-            let mut inner = self.inner.lock();
+            let mut inner = self.index.lock();
             let Some(slot) = inner.sync(key, store) else {
                 return Vec::new();
             };
@@ -225,6 +339,63 @@ impl TeamMemory {
         }
     }
 
+    /// [`TeamMemory::search`] ahead of taking the agent's record lock (a search takes up to
+    /// hundreds of microseconds, and a host's delivery to the agent waits for that lock): `None`
+    /// when `key`'s part of the index was never built (then search under the lock). The hits may
+    /// miss a memory written meanwhile or name one removed meanwhile: the caller checks, under
+    /// the record lock, that the index is level with the record ([`TeamMemory::level`]) and drops
+    /// ids the store no longer has.
+    pub(crate) fn search_ahead(
+        &self,
+        key: &AgentKey,
+        text: &str,
+        limit: usize,
+    ) -> Option<Vec<(u64, f64)>> {
+        #[cfg(feature = "fts")]
+        {
+            let mut inner = self.index.lock();
+            let agent = inner.agents.get(key)?;
+            if agent.indexed == usize::MAX {
+                return None;
+            }
+            let slot = agent.slot;
+            inner.fts().map(|f| f.search(slot, text, limit))
+        }
+        #[cfg(not(feature = "fts"))]
+        {
+            let _ = (key, text, limit);
+            None
+        }
+    }
+
+    /// Whether `key`'s part of the index holds `len` memories (its record's count).
+    pub(crate) fn level(&self, key: &AgentKey, len: usize) -> bool {
+        self.index
+            .lock()
+            .agents
+            .get(key)
+            .is_some_and(|a| a.indexed == len)
+    }
+
+    /// The hits of a [`TeamMemory::search_ahead`] if they stand for `store` (the index level
+    /// with it; ids it no longer has dropped), else a search under the caller's record lock.
+    pub(crate) fn hits(
+        &self,
+        key: &AgentKey,
+        store: &MemoryStore,
+        text: &str,
+        limit: usize,
+        ahead: Option<Vec<(u64, f64)>>,
+    ) -> Vec<(u64, f64)> {
+        match ahead {
+            Some(mut hits) if self.level(key, store.memories.len()) => {
+                hits.retain(|(id, _)| store.memories.contains_key(id));
+                hits
+            }
+            _ => self.search(key, Some(store), text, limit),
+        }
+    }
+
     /// Up to `limit` memories of `store` (newest first) with no embedding yet: (id, text).
     pub(crate) fn unembedded(
         &self,
@@ -232,8 +403,8 @@ impl TeamMemory {
         store: &MemoryStore,
         limit: usize,
     ) -> Vec<(u64, String)> {
-        let mut inner = self.inner.lock();
-        let slot = inner.live(key).slot;
+        let mut inner = self.index.lock();
+        let slot = inner.agent(key).slot;
         store
             .memories
             .values()
@@ -246,9 +417,9 @@ impl TeamMemory {
 
     /// Whether `text` is the query embedded last.
     pub(crate) fn has_query(&self, key: &AgentKey, text: &str) -> bool {
-        self.inner
+        self.index
             .lock()
-            .live(key)
+            .agent(key)
             .query
             .as_ref()
             .is_some_and(|(q, _)| q == text)
@@ -261,13 +432,13 @@ impl TeamMemory {
         memories: Vec<(u64, Vec<f32>)>,
         query: Option<(String, Vec<f32>)>,
     ) {
-        let mut inner = self.inner.lock();
-        let slot = inner.live(key).slot;
+        let mut inner = self.index.lock();
+        let slot = inner.agent(key).slot;
         for (id, v) in memories {
             inner.vectors.insert((slot, id), v);
         }
         if query.is_some() {
-            inner.live(key).query = query;
+            inner.agent(key).query = query;
         }
     }
 
@@ -280,10 +451,10 @@ impl TeamMemory {
         text: &str,
         limit: usize,
     ) -> Option<Vec<(u64, f64)>> {
-        let mut inner = self.inner.lock();
-        let live = inner.live(key);
-        let slot = live.slot;
-        let query = match &live.query {
+        let mut inner = self.index.lock();
+        let agent = inner.agent(key);
+        let slot = agent.slot;
+        let query = match &agent.query {
             Some((q, v)) if q == text => v.clone(),
             _ => return None,
         };
@@ -310,20 +481,14 @@ impl TeamMemory {
         removed: &[u64],
         added: Option<u64>,
     ) {
-        {
-            let mut inner = self.inner.lock();
-            let slot = inner.live(key).slot;
-            for id in removed {
-                inner.vectors.remove(&(slot, *id));
-            }
+        let mut inner = self.index.lock();
+        let slot = inner.agent(key).slot;
+        for id in removed {
+            inner.vectors.remove(&(slot, *id));
         }
         #[cfg(feature = "fts")]
         {
-            let mut inner = self.inner.lock();
-            let (slot, indexed) = {
-                let live = inner.live(key);
-                (live.slot, live.indexed)
-            };
+            let indexed = inner.agent(key).indexed;
             if indexed == usize::MAX {
                 // Not indexed yet: the first search indexes everything.
                 return;
@@ -335,11 +500,11 @@ impl TeamMemory {
             if let Some(m) = added.and_then(|id| store.and_then(|s| s.memories.get(&id))) {
                 fts.insert(slot, m.id, &m.text);
             }
-            inner.live(key).indexed = store.map_or(0, |s| s.memories.len());
+            inner.agent(key).indexed = store.map_or(0, |s| s.memories.len());
         }
         #[cfg(not(feature = "fts"))]
         {
-            let _ = (key, store, removed, added);
+            let _ = (store, added);
         }
     }
 }

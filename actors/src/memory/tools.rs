@@ -195,7 +195,7 @@ fn recall(cell: &AgentCell, args: &Value) -> Result<Value, ToolError> {
         ));
     }
     let k = usize::from(cell.settings.memory.recall_k.max(1));
-    let rec = cell.lock();
+    let rec = cell.memory_lock();
     Ok(match cell.recall_for(&rec, query, about, k) {
         Some(found) => json!({"memories": found.text, "ids": found.ids}),
         None => json!({"memories": "nothing remembered", "ids": []}),

@@ -3,8 +3,9 @@
 //! related memories (A-MEM), and journaled (`memory_stored`) with the memories it evicted.
 
 use crate::agent::cell::AgentCell;
+use parking_lot::MutexGuard;
 use warden_protocols::{
-    memory::{Memory, MemoryKind, StoreFull},
+    memory::{Memory, MemoryKind, Observe, StoreFull, Unwritten},
     npc::{Perception, Rule, Verdict, WorldEvent},
     AgentRecord, EventKind,
 };
@@ -69,8 +70,8 @@ impl AgentCell {
             .now(&self.key, rec.memory(), self.settings.npc.clock.speed)
     }
 
-    /// The `memory_stored` event for a new memory — linked to the [`LINK_K`] most related, with
-    /// what must be evicted for it — or why it cannot be stored within the bounds.
+    /// The `memory_stored` event for a new memory made now — linked to the [`LINK_K`] most
+    /// related, with what must be evicted for it — or why it cannot be stored within the bounds.
     pub(crate) fn new_memory(
         &self,
         rec: &AgentRecord,
@@ -79,17 +80,33 @@ impl AgentCell {
         importance: u8,
         trust: f64,
     ) -> Result<EventKind, NotStored> {
-        let store = rec.memory();
         let at = self.memory_now(rec);
+        self.new_memory_at(rec, kind, text, (importance, trust, at), None, None)
+    }
+
+    /// [`AgentCell::new_memory`] for a memory of `(importance, trust)` made at memory time `at`;
+    /// `observed`: it writes that admitted observation; `ahead`: its links searched before the
+    /// record lock was taken ([`super::TeamMemory::search_ahead`]).
+    fn new_memory_at(
+        &self,
+        rec: &AgentRecord,
+        kind: MemoryKind,
+        text: &str,
+        (importance, trust, at): (u8, f64, f64),
+        observed: Option<u64>,
+        ahead: Option<Vec<(u64, f64)>>,
+    ) -> Result<EventKind, NotStored> {
+        let store = rec.memory();
         let text = cut(text);
         let id = store.map_or(0, |s| s.next_id);
-        let links = self
-            .safety
-            .memory
-            .search(&self.key, store, &text, LINK_K)
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect();
+        let hits = match store {
+            Some(store) => self
+                .safety
+                .memory
+                .hits(&self.key, store, &text, LINK_K, ahead),
+            None => Vec::new(),
+        };
+        let links = hits.into_iter().map(|(id, _)| id).collect();
         let memory = Memory {
             id,
             kind,
@@ -113,6 +130,7 @@ impl AgentCell {
         Ok(EventKind::MemoryStored {
             memory: Box::new(memory),
             evicted,
+            observed,
         })
     }
 
@@ -151,7 +169,9 @@ impl AgentCell {
         let mut changes: Vec<(Vec<u64>, Option<u64>)> = Vec::new();
         for kind in &kinds {
             match kind {
-                EventKind::MemoryStored { memory, evicted } => {
+                EventKind::MemoryStored {
+                    memory, evicted, ..
+                } => {
                     changes.push((evicted.clone(), Some(memory.id)));
                 }
                 EventKind::MemoryForgotten { ids, .. } => changes.push((ids.clone(), None)),
@@ -185,15 +205,17 @@ impl AgentCell {
         }
     }
 
-    /// The observation of a perceived world event, for `perceive` to journal with its
-    /// `perceived`: TRIGGER and CONTEXT only (not IGNORE, not its own command output or its own
-    /// messages), within the rate caps (`None` otherwise).
-    pub(crate) fn observation(
+    /// Whether a perceived world event becomes an observation — TRIGGER and CONTEXT only (not
+    /// IGNORE, not its own command output or its own messages), within the rate caps — and if so
+    /// when and how important, for `perceive` to journal in its `perceived`. Only this cheap
+    /// decision runs on the caller's thread (a host's delivery): the write itself (links,
+    /// evictions, the index) is the agent's own actor's ([`AgentCell::write_observations`]).
+    pub(crate) fn observe(
         &self,
         rec: &AgentRecord,
         event: &WorldEvent,
         perception: &Perception,
-    ) -> Option<EventKind> {
+    ) -> Option<Observe> {
         if !self.settings.memory.long_term
             || !matches!(perception.verdict, Verdict::Trigger | Verdict::Context)
             || matches!(perception.rule, Rule::SelfMessage)
@@ -202,28 +224,107 @@ impl AgentCell {
             return None;
         }
         let speaker = event.speaker.id.as_str();
-        self.safety
-            .memory
-            .heard(&self.key, speaker, perception.trust);
-        if perception.verdict == Verdict::Context {
-            self.safety.memory.context(&self.key, perception.trust);
-        }
-        if let Err(why) = self.admit_memory(Some(speaker)) {
-            tracing::debug!(agent = %self.key, %speaker, %why, "observation not stored");
+        let config = &self.settings.memory;
+        let Some(at) = self.safety.memory.perceived(
+            &self.key,
+            speaker,
+            perception.trust,
+            perception.verdict == Verdict::Context,
+            (config.writes_per_minute, config.speaker_writes_per_minute),
+            rec.memory(),
+            self.settings.npc.clock.speed,
+        ) else {
+            tracing::debug!(agent = %self.key, %speaker, "observation not stored: rate cap");
             return None;
+        };
+        Some(Observe {
+            at,
+            importance: importance_rule(perception.verdict, perception.trust),
+        })
+    }
+
+    /// Locks the record with every admitted observation written first (see
+    /// [`AgentCell::write_observations`]): what every reader and writer of long-term memory
+    /// locks, so none sees the store without what was delivered before.
+    pub(crate) fn memory_lock(&self) -> MutexGuard<'_, warden_protocols::AgentRecord> {
+        let mut rec = self.lock();
+        self.write_observations(&mut rec);
+        rec
+    }
+
+    /// Writes the observations admitted at delivery and not written yet (`memory.unwritten`),
+    /// oldest first, each linked, with its evictions, journaled as `memory_stored` with its
+    /// number (`observed`) — or as `observation_not_stored` when the store is full of memories
+    /// younger than a game day (or long-term memory was turned off since). Run by the agent's
+    /// actor (a `Remember` signal, the start of each turn) and by every memory reader.
+    pub(crate) fn write_observations(&self, rec: &mut AgentRecord) {
+        while let Some(next) = rec.memory().and_then(|s| s.unwritten.front().cloned()) {
+            let event = self.written_observation(rec, next, None);
+            self.emit_memory(rec, vec![event]);
         }
+    }
+
+    /// [`AgentCell::write_observations`] by the agent's actor (its `Remember` signal), each
+    /// observation's links searched before the record lock is taken, so a host's delivery to
+    /// this agent never waits for a search.
+    pub(crate) fn write_observations_ahead(&self) {
+        loop {
+            let (n, text) = {
+                let rec = self.lock();
+                match rec.memory().and_then(|s| s.unwritten.front()) {
+                    Some(u) => (u.n, cut(&u.event.text)),
+                    None => return,
+                }
+            };
+            let ahead = self.safety.memory.search_ahead(&self.key, &text, LINK_K);
+            let mut rec = self.lock();
+            let Some(next) = rec
+                .memory()
+                .and_then(|s| s.unwritten.front())
+                .filter(|u| u.n == n)
+                .cloned()
+            else {
+                continue; // written by someone else meanwhile
+            };
+            let event = self.written_observation(&rec, next, ahead);
+            self.emit_memory(&mut rec, vec![event]);
+        }
+    }
+
+    /// The event that settles admitted observation `u` (`ahead`: its links searched already).
+    fn written_observation(
+        &self,
+        rec: &AgentRecord,
+        u: Unwritten,
+        ahead: Option<Vec<(u64, f64)>>,
+    ) -> EventKind {
+        let not_stored = |reason: NotStored| EventKind::ObservationNotStored {
+            observed: u.n,
+            reason: reason.to_string(),
+        };
+        if !self.settings.memory.long_term {
+            return not_stored(NotStored::Off);
+        }
+        let event = u.event;
         let kind = MemoryKind::Observation {
-            speaker: speaker.to_owned(),
+            speaker: event.speaker.id,
             speaker_kind: event.speaker.kind,
             source: event.kind.as_str().to_owned(),
-            room: event.room.clone(),
+            room: event.room,
         };
-        let importance = importance_rule(perception.verdict, perception.trust);
-        match self.new_memory(rec, kind, &event.text, importance, perception.trust) {
-            Ok(kind) => Some(kind),
+        let made = self.new_memory_at(
+            rec,
+            kind,
+            &event.text,
+            (u.observe.importance, u.trust, u.observe.at),
+            Some(u.n),
+            ahead,
+        );
+        match made {
+            Ok(stored) => stored,
             Err(why) => {
                 tracing::debug!(agent = %self.key, %why, "observation not stored");
-                None
+                not_stored(why)
             }
         }
     }
@@ -275,7 +376,7 @@ impl AgentCell {
         trust: f64,
     ) -> Result<u64, NotStored> {
         self.admit_memory(None)?;
-        let mut rec = self.lock();
+        let mut rec = self.memory_lock();
         let event = self.new_memory(&rec, kind, text, importance, trust)?;
         let id = match &event {
             EventKind::MemoryStored { memory, .. } => memory.id,
@@ -294,7 +395,7 @@ impl AgentCell {
         about: Option<&str>,
         by: &str,
     ) -> (Vec<u64>, u64) {
-        let mut rec = self.lock();
+        let mut rec = self.memory_lock();
         let Some(store) = rec.memory() else {
             return (Vec::new(), 0);
         };

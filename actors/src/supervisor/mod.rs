@@ -605,6 +605,15 @@ impl Supervisor {
             if requeued > 0 {
                 tracing::info!(agent = %cell.key, requeued, "pending events queued again");
             }
+            // Observations a previous process admitted (journaled with their perception) and
+            // had not written: the actor writes them first.
+            if cell
+                .lock()
+                .memory()
+                .is_some_and(|s| !s.unwritten.is_empty())
+            {
+                let _ = cell.remind();
+            }
         }
         // A restored agent that a fleet halt stopped (its record says so) is noted with the
         // standing fleet halt again: a lift resumes it, as it would have before the restart.

@@ -7,7 +7,8 @@ use serde::Deserialize;
 
 /// `POST /api/agents/{key}/world`: an NPC perceives a world event (`AgentHandle::perceive`): 200
 /// with the perception (verdict, rule, trust) and, for a TRIGGER, the id of the user event it was
-/// queued as; a TRIGGER the agent refuses is answered like a refused event.
+/// queued as; a TRIGGER the agent refuses is answered like a refused event. The 200 comes once the
+/// queued TRIGGER, or an observation admitted for long-term memory, is on disk.
 pub(crate) async fn post_world(
     _: Host,
     state: web::Data<ApiState>,
@@ -22,6 +23,14 @@ pub(crate) async fn post_world(
             if let Some(id) = seen.queued {
                 if let Err(cause) = agent.durable_so_far().await {
                     return Ok(not_durable_event(&key, id, "queued", &cause));
+                }
+            } else if seen.observed {
+                // An observation admitted for long-term memory is acknowledged once on disk too.
+                if let Err(cause) = agent.durable_so_far().await {
+                    let error = format!("the observation was admitted but is not durable: {cause}");
+                    tracing::error!(agent = %key.as_str(), "{error}");
+                    return Ok(HttpResponse::InternalServerError()
+                        .json(serde_json::json!({ "error": error })));
                 }
             }
             Ok(HttpResponse::Ok().json(serde_json::json!({
@@ -54,7 +63,8 @@ pub(crate) struct BatchBody {
 /// tick. The whole batch is checked first (at most [`ApiConfig::max_batch_events`] events, `413`
 /// beyond; every NPC known here, `404`/`409` naming the first that is not): a refused batch
 /// delivers nothing. Then each event is perceived in order, as `POST /api/agents/{key}/world`
-/// perceives one, and the answer waits for one durable commit covering every queued TRIGGER.
+/// perceives one, and the answer waits for one durable commit covering every queued TRIGGER and
+/// every observation admitted for long-term memory.
 /// `200 {"results": [...]}`, one per event in order: `{"npc", "perception", "id"}` (the id of the
 /// user event a TRIGGER was queued as, else null) or `{"npc", "error", "refusal"}` for a TRIGGER
 /// the agent refused (locked out, stopped, mailbox full, …). `500` with the results when the
@@ -85,16 +95,17 @@ pub(crate) async fn post_world_batch(
         agents.push(agent);
     }
     let mut results = Vec::with_capacity(events.len());
-    // One agent per key whose TRIGGER was queued: their events are acknowledged once on disk.
-    let mut queued: Vec<(String, u64, warden_actors::AgentHandle)> = Vec::new();
+    // One agent per key whose TRIGGER was queued or whose observation was admitted: they are
+    // acknowledged once on disk.
+    let mut queued: Vec<(String, Option<u64>, warden_actors::AgentHandle)> = Vec::new();
     for (item, agent) in events.into_iter().zip(agents) {
         let npc = item.npc;
         match agent.perceive(item.event) {
             Ok(seen) => {
-                if let Some(id) = seen.queued {
-                    if !queued.iter().any(|(key, _, _)| *key == npc) {
-                        queued.push((npc.clone(), id, agent));
-                    }
+                if (seen.queued.is_some() || seen.observed)
+                    && !queued.iter().any(|(key, _, _)| *key == npc)
+                {
+                    queued.push((npc.clone(), seen.queued, agent));
                 }
                 results.push(serde_json::json!({
                     "npc": npc,
@@ -114,7 +125,7 @@ pub(crate) async fn post_world_batch(
     for (key, id, agent) in &queued {
         if let Err(cause) = agent.durable_so_far().await {
             let error = format!("events of the batch were queued but are not durable: {cause}");
-            tracing::error!(agent = %key, id, "{error}");
+            tracing::error!(agent = %key, ?id, "{error}");
             return Ok(HttpResponse::InternalServerError()
                 .json(serde_json::json!({ "error": error, "results": results })));
         }

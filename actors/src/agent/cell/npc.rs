@@ -28,7 +28,11 @@ pub(crate) struct NpcState {
 impl AgentCell {
     /// Classifies `event` (`[npc]` of this agent), journals the decision (`Perceived`) and keeps a
     /// CONTEXT or CAPTURE event in the context buffer. A TRIGGER is for the caller to queue.
-    pub(crate) fn perceive(&self, event: &WorldEvent) -> Perception {
+    /// With long-term memory, a TRIGGER or CONTEXT within the rate caps is admitted as an
+    /// observation in the same `perceived` (the second value), and written by the agent's actor
+    /// (a `Remember` signal, sent when it is the first one waiting: the third value) — never
+    /// here, on the caller's thread, which a game host's tick waits on.
+    pub(crate) fn perceive(&self, event: &WorldEvent) -> (Perception, bool, bool) {
         let config = &self.settings.npc;
         let mut slot = self.npc.lock();
         let state = slot.get_or_insert_with(|| {
@@ -85,24 +89,38 @@ impl AgentCell {
         // cost a row per listener). Every other verdict is journaled.
         if perception.verdict == Verdict::Ignore && !config.journal_ignored {
             state.ignored_unjournaled += 1;
-            return perception;
+            return (perception, false, false);
         }
         drop(slot);
+        let mut rec = self.lock();
+        // Long-term memory: a TRIGGER or CONTEXT may be admitted as an observation, journaled
+        // with its perception (so a crash before the write loses nothing acknowledged).
+        let observe = self.observe(&rec, event, &perception);
+        let first = observe.is_some() && rec.memory().is_none_or(|s| s.unwritten.is_empty());
         let perceived = EventKind::Perceived {
             event: event.clone(),
             perception: perception.clone(),
+            observe,
         };
-        let mut rec = self.lock();
-        // Long-term memory: a TRIGGER or CONTEXT becomes an observation, journaled with it.
-        match self.observation(&rec, event, &perception) {
-            Some(stored) => {
-                self.emit_memory(&mut rec, vec![perceived, stored]);
-            }
-            None => {
-                self.emit(&mut rec, perceived);
-            }
+        self.emit(&mut rec, perceived);
+        // Queued under the record lock, after the observation is in `unwritten`: the actor's
+        // write drains under it too, so a waiting observation always has a signal on its way.
+        let reminded = first && self.remind();
+        drop(rec);
+        (perception, observe.is_some(), reminded)
+    }
+
+    /// Asks the actor to write the admitted observations (a `Remember` signal, lane 2, which
+    /// never refuses but when the team is shut down: then nothing is lost, the journal has them).
+    /// Whether it was queued.
+    pub(crate) fn remind(&self) -> bool {
+        #[cfg(feature = "test-hooks")]
+        if crate::test_hooks::remember_withheld(&self.key) {
+            return false;
         }
-        perception
+        self.mailbox
+            .try_send(AgentMsg::Signal(crate::agent::Signal::Remember))
+            .is_ok()
     }
 
     /// The output of its commands captured while its tool calls ran, as one message for the turn
