@@ -332,7 +332,7 @@ impl Served {
             let _ = pipe.read_to_string(&mut stderr);
         }
         let _ = std::fs::remove_file(&self.config);
-        for suffix in ["", "-wal", "-shm"] {
+        for suffix in ["", "-wal", "-shm", ".lock", ".mcp-groups"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", self.db.display()));
         }
         (took, stderr)
