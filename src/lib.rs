@@ -34,7 +34,7 @@
 //! ```
 
 #![warn(missing_debug_implementations, missing_docs, unreachable_pub)]
-// The library has no unsafe code; the binary (src/main.rs) has its few libc calls.
+// The library has no unsafe code; the binary (src/cmd/loadtest.rs) has its few libc calls.
 #![forbid(unsafe_code)]
 
 #[cfg(feature = "server")]
