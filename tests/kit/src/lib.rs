@@ -7,6 +7,8 @@
 //!   connection, for the cluster tests.
 //! * [`netns`] — network namespaces joined to the host by veth pairs, for partitions that are
 //!   real (a link set down in the kernel), for the cluster tests run as root.
+//! * [`Serve`] — a real `warden serve` process: started on a free port, ready at `/healthz`, its
+//!   tokens, stopped by its pid, its log kept when the test fails.
 //! * [`free_port`] — a loopback port nobody listens on (for processes started on a port).
 //! * [`wait_for`], [`wait_until`] — poll a condition with a deadline (tests of processes, which
 //!   have no paused clock).
@@ -20,6 +22,9 @@
 pub mod http;
 pub mod nats;
 pub mod netns;
+pub mod serve;
+
+pub use serve::Serve;
 
 /// A scratch directory, removed when the test passes (kept for a look when it fails). Declared
 /// first in a test, it is dropped last: after the processes and servers it holds are stopped.
