@@ -66,6 +66,13 @@ impl ServeCommand {
         self
     }
 
+    /// An environment variable removed from the child's environment.
+    #[must_use]
+    pub fn env_remove(mut self, name: impl Into<OsString>) -> Self {
+        self.env.push((name.into(), None));
+        self
+    }
+
     /// `WARDEN_ADMIN_TOKEN` (default: none set, which the binary refuses unless the team file has
     /// one).
     #[must_use]
@@ -116,17 +123,18 @@ impl ServeCommand {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file);
-        if let Some(admin) = &self.admin {
-            command.env("WARDEN_ADMIN_TOKEN", admin);
-        }
-        if let Some(read) = &self.read {
-            command.env("WARDEN_READ_TOKEN", read);
-        }
         for (name, value) in &self.env {
             match value {
                 Some(value) => command.env(name, value),
                 None => command.env_remove(name),
             };
+        }
+        // The tokens last: an `env_remove` of every `WARDEN_*` variable does not remove them.
+        if let Some(admin) = &self.admin {
+            command.env("WARDEN_ADMIN_TOKEN", admin);
+        }
+        if let Some(read) = &self.read {
+            command.env("WARDEN_READ_TOKEN", read);
         }
         let child = command.spawn().expect("start warden serve");
         let mut serve = Serve {
