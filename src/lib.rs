@@ -37,6 +37,12 @@
 // The library has no unsafe code; the binary (src/cmd/loadtest.rs) has its few libc calls.
 #![forbid(unsafe_code)]
 
+/// The README's Rust example, compiled and run by `cargo test --doc` (its other blocks are `sh`,
+/// `text`, `toml` and `python`, which rustdoc leaves alone).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 #[cfg(feature = "server")]
 pub mod a2a_client;
 #[cfg(feature = "cli")]
