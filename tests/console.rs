@@ -1330,6 +1330,14 @@ fn the_console_in_a_headless_browser() {
         recent.to_string().contains("one more look is fine"),
         "the note is journaled with the decision: {recent}"
     );
+    // The asker's delegation on its timeline, with the task (it read "delegates to helper:" with
+    // nothing after the colon).
+    browser.goto(&format!("{}/#agent/asker", serve.url));
+    browser.until(
+        "the delegation's task on the timeline",
+        "const li = document.querySelector('#timeline li[data-type=delegation_requested]'); \
+         return !!li && li.textContent.includes('delegates to helper: look (delegation ')",
+    );
 
     // The breakers: the trip with its message.
     browser.goto(&format!("{}/#breakers", serve.url));
