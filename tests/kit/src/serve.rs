@@ -28,9 +28,17 @@ pub struct ServeCommand {
     admin: Option<String>,
     read: Option<String>,
     log: Option<PathBuf>,
+    patience: Duration,
 }
 
 impl ServeCommand {
+    /// How long the server gets to answer `GET /healthz` (default 30 s).
+    #[must_use]
+    pub fn patience(mut self, limit: Duration) -> Self {
+        self.patience = limit;
+        self
+    }
+
     /// `--config PATH`.
     #[must_use]
     pub fn config(mut self, path: impl Into<PathBuf>) -> Self {
@@ -99,8 +107,8 @@ impl ServeCommand {
     /// Starts the server and waits until `GET /healthz` answers 200.
     ///
     /// # Panics
-    /// When it cannot be started, exits, or does not answer within 30 s: the message holds its
-    /// log.
+    /// When it cannot be started, exits, or does not answer within its patience: the message
+    /// holds its log.
     pub fn start(self) -> Serve {
         let port = self.port.unwrap_or_else(free_port);
         let log = self.log.clone().unwrap_or_else(|| {
@@ -156,9 +164,9 @@ impl ServeCommand {
                 );
             }
             assert!(
-                started.elapsed() < START_PATIENCE,
-                "warden serve did not answer /healthz on port {port} within {START_PATIENCE:?}; \
-                 its log:\n{}",
+                started.elapsed() < self.patience,
+                "warden serve did not answer /healthz on port {port} within {:?}; its log:\n{}",
+                self.patience,
                 serve.log_text()
             );
             std::thread::sleep(Duration::from_millis(20));
@@ -190,6 +198,7 @@ impl Serve {
             admin: None,
             read: None,
             log: None,
+            patience: START_PATIENCE,
         }
     }
 
