@@ -2286,7 +2286,19 @@ fn an_agent_adopted_while_the_cluster_is_halted_comes_up_halted_and_adopt_false_
     peers(&a, &["b", "c"]);
     halt_cluster(&a, &[(&a, "x"), (&b, "b1"), (&c, "c1")]);
     a.kill();
-    wait_until("b adopts x", Duration::from_secs(10), || runs(&b, "x"));
+    // Waited for the adoption's end (its log line), not for the lease: b's API can name b as
+    // x's node before the adoption is done. It came up halted, not halted afterwards.
+    wait_until("b adopts x", Duration::from_secs(15), || {
+        b.stderr()
+            .contains("node a's lease on agent x is gone: adopted here")
+    });
+    assert!(
+        b.stderr()
+            .contains("node a's lease on agent x is gone: adopted here, halted ("),
+        "{}",
+        b.stderr()
+    );
+    assert!(runs(&b, "x"));
     assert_eq!(b.state_of("x"), "STOPPED", "the cluster is halted");
     assert!(!answered(&b, "x"));
     // c has adoption off: z is started nowhere.
