@@ -37,8 +37,14 @@
 #![deny(clippy::unwrap_used)]
 #![deny(rustdoc::broken_intra_doc_links, rustdoc::private_intra_doc_links)]
 #![warn(missing_debug_implementations, missing_docs, unreachable_pub)]
-// The library has no unsafe code; the binary (src/main.rs) has its few libc calls.
+// The library has no unsafe code; the binary (src/cmd/loadtest.rs) has its few libc calls.
 #![forbid(unsafe_code)]
+
+/// The README's Rust example, compiled and run by `cargo test --doc` (its other blocks are `sh`,
+/// `text`, `toml` and `python`, which rustdoc leaves alone).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 #[cfg(feature = "server")]
 pub mod a2a_client;

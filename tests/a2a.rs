@@ -556,34 +556,25 @@ fn the_docs_team_file_parses() {
     let _ = team;
 }
 
+/// `warden serve` of `DIR/team.toml` on `DIR/journal.db` ([`warden_testkit::Serve`]).
 struct Served {
-    child: std::process::Child,
+    /// The process, killed when this is dropped.
+    _process: warden_testkit::Serve,
     port: u16,
 }
 
 impl Served {
     fn start(dir: &std::path::Path) -> Served {
-        let port = warden_testkit::free_port();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
-            .args(["serve", "--config"])
-            .arg(dir.join("team.toml"))
-            .arg("--db")
-            .arg(dir.join("journal.db"))
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("WARDEN_ADMIN_TOKEN", ADMIN)
-            .env("WARDEN_READ_TOKEN", READ)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("start warden serve");
-        let up = warden_testkit::wait_for(std::time::Duration::from_secs(30), || {
-            matches!(
-                warden_testkit::blocking_request(port, "GET", "/healthz", "", None),
-                Ok((200, _))
-            )
-        });
-        assert!(up, "warden serve did not come up on {port}");
-        Served { child, port }
+        let serve = warden_testkit::Serve::command(env!("CARGO_BIN_EXE_warden"))
+            .config(dir.join("team.toml"))
+            .db(dir.join("journal.db"))
+            .admin_token(ADMIN)
+            .read_token(READ)
+            .start();
+        Served {
+            port: serve.port(),
+            _process: serve,
+        }
     }
 
     fn rpc(&self, method: &str, params: Value) -> Value {
@@ -599,13 +590,6 @@ fn rpc_on(port: u16, method: &str, params: Value) -> Value {
             .expect("POST /a2a");
     assert_eq!(status, 200, "{text}");
     serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"))
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn scratch(name: &str) -> warden_testkit::Scratch {

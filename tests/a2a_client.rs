@@ -137,8 +137,9 @@ impl Drop for Peer {
     }
 }
 
+/// `warden serve` of `DIR/team.toml` on `DIR/journal.db` ([`warden_testkit::Serve`]).
 struct Served {
-    child: Child,
+    serve: warden_testkit::Serve,
     port: u16,
     db: PathBuf,
 }
@@ -151,26 +152,14 @@ impl Served {
     /// On `port`, with `admin` as its admin token.
     fn start_on(dir: &Path, port: u16, admin: &str) -> Served {
         let db = dir.join("journal.db");
-        let child = Command::new(env!("CARGO_BIN_EXE_warden"))
-            .args(["serve", "--config"])
-            .arg(dir.join("team.toml"))
-            .arg("--db")
-            .arg(&db)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("WARDEN_ADMIN_TOKEN", admin)
+        let serve = warden_testkit::Serve::command(env!("CARGO_BIN_EXE_warden"))
+            .config(dir.join("team.toml"))
+            .db(&db)
+            .port(port)
+            .admin_token(admin)
             .env("PEER_TOKEN", PEER_TOKEN)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start warden serve");
-        let up = warden_testkit::wait_for(Duration::from_secs(30), || {
-            matches!(
-                warden_testkit::blocking_request(port, "GET", "/healthz", "", None),
-                Ok((200, _))
-            )
-        });
-        assert!(up, "warden serve did not come up on {port}");
-        Served { child, port, db }
+            .start();
+        Served { serve, port, db }
     }
 
     fn request(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
@@ -235,15 +224,7 @@ impl Served {
     }
 
     fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.serve.kill();
     }
 }
 

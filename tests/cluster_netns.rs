@@ -18,27 +18,22 @@
 //!   out; a delegation from a is still refused `emergency_stop`; healed, the unlock goes through.
 //! * A node killed while partitioned: its leases expire on a within the TTL; restarted (still in
 //!   its namespace, healed) it takes its agent back.
-use serde_json::Value;
+mod cluster_node;
+
+use cluster_node::{peers, team, Node, CLUSTER};
 use std::{
-    net::{IpAddr, Ipv4Addr, SocketAddr},
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    net::IpAddr,
+    path::Path,
     time::{Duration, Instant},
 };
-use warden_testkit::{
-    free_port, nats::NatsServer, netns::Netns, now_ms, scratch_dir, wait_for, wait_until, Scratch,
-};
+use warden_testkit::{nats::NatsServer, netns::Netns, now_ms, scratch_dir, wait_until, Scratch};
 
-const TOKEN: &str = "cluster-netns-test-token";
 /// `cluster.fail_safe_seconds` of every team here.
 const FAIL_SAFE: Duration = Duration::from_secs(2);
 /// One beat: `lease_ttl_seconds` (3) / 3.
 const BEAT: Duration = Duration::from_secs(1);
 /// `cluster.lease_ttl_seconds` of every team here.
 const LEASE_TTL: Duration = Duration::from_secs(3);
-
-const CLUSTER: &str =
-    "[cluster]\nfail_safe_seconds = 2\nlease_ttl_seconds = 3\nhalt_ack_timeout_ms = 1500\n";
 
 fn temp_dir(name: &str) -> Scratch {
     scratch_dir("netns", name)
@@ -50,171 +45,6 @@ fn netns_and_nats(dir: &Path) -> Option<(Netns, NatsServer)> {
     let netns = Netns::create_or_skip()?;
     let nats = NatsServer::start_on(dir, IpAddr::V4(netns.nats_host))?;
     Some((netns, nats))
-}
-
-/// A team of `agents` on a scripted model answering after `latency_ms`.
-fn team(agents: &[&str], latency_ms: u64) -> String {
-    let mut text = format!(
-        "[providers.m]\nkind = \"scripted\"\nreplies = [\"done\"]\ncycle = true\nlatency_ms = \
-         {latency_ms}\n\n{CLUSTER}"
-    );
-    for agent in agents {
-        text.push_str(&format!(
-            "\n[[agents]]\nkey = \"{agent}\"\nprovider = \"m\"\n"
-        ));
-    }
-    text
-}
-
-/// One `warden serve --cluster URL --node NAME` child, on the host or inside `netns` (then it
-/// listens on the namespace's admin address).
-struct Node<'n> {
-    child: Option<Child>,
-    name: String,
-    addr: SocketAddr,
-    dir: PathBuf,
-    url: String,
-    netns: Option<&'n Netns>,
-}
-
-impl<'n> Node<'n> {
-    fn start(dir: &Path, name: &str, url: &str, team: &str, netns: Option<&'n Netns>) -> Node<'n> {
-        let dir = dir.join(name);
-        std::fs::create_dir_all(&dir).expect("the node's directory");
-        std::fs::write(dir.join("team.toml"), team).expect("the node's team file");
-        let ip = netns.map_or(Ipv4Addr::LOCALHOST, |ns| ns.admin_peer);
-        let mut node = Node {
-            child: None,
-            name: name.into(),
-            addr: SocketAddr::from((ip, free_port())),
-            dir,
-            url: url.into(),
-            netns,
-        };
-        node.spawn();
-        node
-    }
-
-    fn spawn(&mut self) {
-        let binary = env!("CARGO_BIN_EXE_warden");
-        let mut command = match self.netns {
-            Some(ns) => ns.command(binary),
-            None => Command::new(binary),
-        };
-        let stderr = std::fs::File::create(self.dir.join("stderr.log")).expect("stderr.log");
-        let child = command
-            .args(["serve", "--config"])
-            .arg(self.dir.join("team.toml"))
-            .arg("--db")
-            .arg(self.dir.join("journal.db"))
-            .args(["--listen", &self.addr.to_string()])
-            .args(["--cluster", &self.url, "--node", &self.name])
-            .env("WARDEN_ADMIN_TOKEN", TOKEN)
-            .env_remove("WARDEN_READ_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("start warden serve");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.request("GET", "/healthz", None).0 != 200 {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!("node {} exited with {status}: {}", self.name, self.stderr());
-            }
-            assert!(Instant::now() < deadline, "node {} never served", self.name);
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default()
-    }
-
-    /// SIGKILL (`ip netns exec` execs warden: the child is warden itself).
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// One request on a fresh connection: (status, body); (0, "") when nothing answers.
-    fn request(&self, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-        warden_testkit::blocking_request_to(self.addr, method, path, TOKEN, body)
-            .unwrap_or_default()
-    }
-
-    fn get(&self, path: &str) -> Value {
-        let (status, body) = self.request("GET", path, None);
-        assert_eq!(status, 200, "GET {path} on {}: {body}", self.name);
-        serde_json::from_str(&body).unwrap_or(Value::String(body))
-    }
-
-    fn post(&self, path: &str, body: Option<&str>) -> (u16, Value) {
-        let (status, body) = self.request("POST", path, body);
-        (
-            status,
-            serde_json::from_str(&body).unwrap_or(Value::String(body)),
-        )
-    }
-
-    /// Each agent of the fleet listing: (key, node).
-    fn fleet(&self) -> Vec<(String, String)> {
-        let listed = self.get("/api/agents");
-        let mut fleet: Vec<_> = listed
-            .as_array()
-            .expect("the fleet is a list")
-            .iter()
-            .map(|a| {
-                let s = |k: &str| a[k].as_str().unwrap_or_default().to_owned();
-                (s("key"), s("node"))
-            })
-            .collect();
-        fleet.sort();
-        fleet
-    }
-
-    fn state_of(&self, agent: &str) -> String {
-        self.get(&format!("/api/agents/{agent}"))["state"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned()
-    }
-
-    /// The journal as `warden journal tail` prints it.
-    fn journal(&self) -> String {
-        let out = Command::new(env!("CARGO_BIN_EXE_warden"))
-            .args(["journal", "tail", "-n", "1000", "--db"])
-            .arg(self.dir.join("journal.db"))
-            .output()
-            .expect("warden journal tail");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for Node<'_> {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Waits until `node` knows exactly `others` as its peers (the nodes a halt waits for).
-fn peers(node: &Node, others: &[&str]) {
-    let mut last = Value::Null;
-    let known = wait_for(Duration::from_secs(10), || {
-        last = node.get("/api/cluster");
-        last["peers"] == serde_json::json!(others)
-    });
-    assert!(
-        known,
-        "{} never knew {others:?} as its peers: {last}",
-        node.name
-    );
 }
 
 /// The model calls `agent` on `node` made that returned: its `usage_recorded` journal entries
@@ -242,14 +72,14 @@ fn a_node_cut_off_in_its_namespace_fails_safe_and_applies_the_missed_halt_before
     let Some((netns, nats)) = netns_and_nats(&dir) else {
         return;
     };
-    let a = Node::start(&dir, "a", &nats.url(), &team(&["a1"], 0), None);
+    let a = Node::start_in(&dir, "a", &nats.url(), &team(&["a1"], 0), None);
     // On b, b1's model answers after 3 s, b2's at once.
     let b_team = format!(
         "{}\n[providers.fast]\nkind = \"scripted\"\nreplies = [\"fast\"]\ncycle = true\n\n\
          [[agents]]\nkey = \"b2\"\nprovider = \"fast\"\n",
         team(&["b1"], 3000)
     );
-    let b = Node::start(&dir, "b", &nats.url(), &b_team, Some(&netns));
+    let b = Node::start_in(&dir, "b", &nats.url(), &b_team, Some(&netns));
     peers(&a, &["b"]);
     peers(&b, &["a"]);
     // b answers while connected.
@@ -440,8 +270,8 @@ fn a_lockout_on_a_cut_off_node_cannot_be_unlocked_and_still_refuses_delegation()
     let Some((netns, nats)) = netns_and_nats(&dir) else {
         return;
     };
-    let a = Node::start(&dir, "a", &nats.url(), &boss_team(), None);
-    let b = Node::start(&dir, "b", &nats.url(), &failing_worker(), Some(&netns));
+    let a = Node::start_in(&dir, "a", &nats.url(), &boss_team(), None);
+    let b = Node::start_in(&dir, "b", &nats.url(), &failing_worker(), Some(&netns));
     // The worker trips its breaker on b; a learns it from the lockout bucket.
     let (status, body) = b.post("/api/agents/worker/events", Some(r#"{"content":"go"}"#));
     assert_eq!(status, 202, "{body}");
@@ -477,7 +307,7 @@ fn a_lockout_on_a_cut_off_node_cannot_be_unlocked_and_still_refuses_delegation()
     // Delegation from a to the worker, once b's lease has expired on a: still refused
     // emergency_stop (a's cache of the lockout bucket, no network to b).
     wait_until("b's lease expires on a", LEASE_TTL + BEAT * 2, || {
-        a.fleet().iter().all(|(_, node)| node != "b")
+        a.fleet().iter().all(|(_, node, _)| node != "b")
     });
     let before = refusals(&a);
     let (status, body) = a.post(
@@ -509,17 +339,17 @@ fn a_node_killed_while_cut_off_loses_its_leases_and_takes_them_back_on_restart()
     let Some((netns, nats)) = netns_and_nats(&dir) else {
         return;
     };
-    let a = Node::start(&dir, "a", &nats.url(), &team(&["a1"], 0), None);
-    let mut b = Node::start(&dir, "b", &nats.url(), &team(&["b1"], 0), Some(&netns));
+    let a = Node::start_in(&dir, "a", &nats.url(), &team(&["a1"], 0), None);
+    let mut b = Node::start_in(&dir, "b", &nats.url(), &team(&["b1"], 0), Some(&netns));
     wait_until("a lists b's agent", Duration::from_secs(10), || {
-        a.fleet().contains(&("b1".into(), "b".into()))
+        a.fleet().iter().any(|(k, n, _)| k == "b1" && n == "b")
     });
     netns.partition();
     let cut = Instant::now();
     // Killed while cut off: nothing it sends on the way out (a FIN) reaches NATS.
     b.kill();
     let gone = wait_until("b's agent leaves a's fleet", LEASE_TTL + BEAT * 5, || {
-        a.fleet().iter().all(|(_, node)| node != "b")
+        a.fleet().iter().all(|(_, node, _)| node != "b")
     });
     let after_cut = cut.elapsed();
     eprintln!(
@@ -538,6 +368,6 @@ fn a_node_killed_while_cut_off_loses_its_leases_and_takes_them_back_on_restart()
     b.spawn();
     assert_eq!(b.state_of("b1"), "WAITING_FOR_EVENT");
     wait_until("a lists b's agent again", Duration::from_secs(10), || {
-        a.fleet().contains(&("b1".into(), "b".into()))
+        a.fleet().iter().any(|(k, n, _)| k == "b1" && n == "b")
     });
 }

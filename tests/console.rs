@@ -88,55 +88,32 @@ session_ttl_seconds = {ttl_seconds}
     team
 }
 
-/// A `warden serve` child process on a free loopback port, killed on drop.
+/// A `warden serve` child process on a free loopback port ([`warden_testkit::Serve`]), killed on
+/// drop; its directory (team file, journal, log) removed when the test passes.
 struct Serve {
-    child: Child,
+    /// The process, killed when this is dropped.
+    _process: warden_testkit::Serve,
     url: String,
-    dir: PathBuf,
+    dir: warden_testkit::Scratch,
 }
 
 impl Serve {
     fn start(name: &str, team_toml: &str) -> Serve {
-        let dir =
-            std::env::temp_dir().join(format!("warden-console-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = warden_testkit::scratch_dir("console", name);
         std::fs::write(dir.join("team.toml"), team_toml).unwrap();
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_warden"))
-            .args(["serve", "--config"])
-            .arg(dir.join("team.toml"))
-            .arg("--db")
-            .arg(dir.join("journal.db"))
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("WARDEN_ADMIN_TOKEN", ADMIN)
-            .env("WARDEN_READ_TOKEN", READ)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start warden serve");
-        let mut serve = Serve {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
+        let serve = warden_testkit::Serve::command(env!("CARGO_BIN_EXE_warden"))
+            .config(dir.join("team.toml"))
+            .db(dir.join("journal.db"))
+            .admin_token(ADMIN)
+            .read_token(READ)
+            .log(dir.join("serve.log"))
+            .patience(Duration::from_secs(60))
+            .start();
+        Serve {
+            url: serve.url(),
+            _process: serve,
             dir,
-        };
-        let client = http();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if client
-                .get(format!("{}/healthz", serve.url))
-                .send()
-                .is_ok_and(|r| r.status().is_success())
-            {
-                return serve;
-            }
-            if let Ok(Some(status)) = serve.child.try_wait() {
-                panic!("warden serve exited: {status}");
-            }
-            std::thread::sleep(Duration::from_millis(25));
         }
-        panic!("warden serve did not come up at {}", serve.url);
     }
 
     /// A bearer-token call; the status and the JSON body (`Null` when there is none).
@@ -178,14 +155,6 @@ impl Serve {
             let (_, asks) = self.bearer("GET", "/api/interventions", READ, None);
             asks.as_array().is_some_and(|a| !a.is_empty())
         });
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -1329,6 +1298,14 @@ fn the_console_in_a_headless_browser() {
     assert!(
         recent.to_string().contains("one more look is fine"),
         "the note is journaled with the decision: {recent}"
+    );
+    // The asker's delegation on its timeline, with the task (it read "delegates to helper:" with
+    // nothing after the colon).
+    browser.goto(&format!("{}/#agent/asker", serve.url));
+    browser.until(
+        "the delegation's task on the timeline",
+        "const li = document.querySelector('#timeline li[data-type=delegation_requested]'); \
+         return !!li && li.textContent.includes('delegates to helper: look (delegation ')",
     );
 
     // The breakers: the trip with its message.

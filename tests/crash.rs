@@ -18,14 +18,13 @@
 //! Waits poll with a deadline; nothing asserts a duration.
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 use warden::{
     journal::{JournalReader, RECOVERY_CAUSE},
     AgentRecord, AgentState, Event, EventKind, HaltCause,
 };
-use warden_testkit::free_port;
+use warden_testkit::Serve;
 
 const TOKEN: &str = "crash-test-token";
 
@@ -65,34 +64,24 @@ fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> std::io::Res
     warden_testkit::blocking_request(port, method, path, TOKEN, body)
 }
 
+/// `warden serve` of `DIR/team.toml` on `DIR/warden.db` ([`warden_testkit::Serve`]).
 struct Server {
-    child: Child,
+    serve: Serve,
     port: u16,
 }
 
 impl Server {
     fn start(dir: &Path) -> Server {
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_warden"))
-            .args(["serve", "--config"])
-            .arg(dir.join("team.toml"))
-            .arg("--db")
-            .arg(dir.join("warden.db"))
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("WARDEN_ADMIN_TOKEN", TOKEN)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start warden serve");
-        let server = Server { child, port };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if matches!(http(port, "GET", "/healthz", None), Ok((200, _))) {
-                return server;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let serve = Serve::command(env!("CARGO_BIN_EXE_warden"))
+            .config(dir.join("team.toml"))
+            .db(dir.join("warden.db"))
+            .admin_token(TOKEN)
+            .log(dir.join("serve.log"))
+            .start();
+        Server {
+            port: serve.port(),
+            serve,
         }
-        panic!("warden serve did not come up on port {port}");
     }
 
     fn status(&self, agent: &str) -> serde_json::Value {
@@ -132,15 +121,7 @@ impl Server {
 
     /// SIGKILL: no shutdown, no flush.
     fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.serve.kill();
     }
 }
 

@@ -79,12 +79,13 @@ fn the_readme_transcript_is_the_demos_real_output() {
     let section = &section[..section[4..].find("\n##").map_or(section.len(), |i| i + 4)];
     let mut blocks = 0;
     for block in section.split("```").skip(1).step_by(2) {
-        if block.starts_with("sh") {
-            continue; // the commands, not the output
+        let (info, body) = block.split_once('\n').unwrap_or((block, ""));
+        if info != "text" {
+            continue; // the commands (`sh`), not the output
         }
         blocks += 1;
         let mut lines = output.lines();
-        for expected in block.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
+        for expected in body.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
             if expected == "…" {
                 continue;
             }

@@ -136,7 +136,13 @@ fn replies_from_before_a_halt_carry_the_old_epoch() {
             delivered.event_id.expect("queued")
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(50)); // the first turn has started
+    // The first turn has started (its model call is in flight): waited for, not slept on.
+    let smith = warden.agent("smith").expect("smith");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while smith.state() != warden::AgentState::Executing {
+        assert!(Instant::now() < deadline, "smith never started its turn");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     warden.halt_all("test");
     assert_eq!(
         warden.halt_epoch("smith"),
@@ -160,7 +166,6 @@ fn replies_from_before_a_halt_carry_the_old_epoch() {
     assert_eq!(warden.drain_replies(&mut late, 64), 0, "{late:?}");
 
     // Resumed, the NPC answers again, under the new epoch.
-    let smith = warden.agent("smith").expect("smith");
     futures::executor::block_on(smith.resume("ops")).expect("resumed");
     let after = warden
         .try_deliver("smith", whisper("after"))

@@ -584,13 +584,38 @@ fn a_team_files_lockouts_and_refusals_are_counted_by_tree_depth() {
     assert_eq!(counts(&again), counts(&r));
 }
 
+/// A file (a team file, a report) in a scratch directory of its own (`warden_testkit::Scratch`:
+/// removed when the test passes, kept for a look when it fails); derefs to the file's path.
+struct TeamPath {
+    path: std::path::PathBuf,
+    _dir: warden_testkit::Scratch,
+}
+
+impl AsRef<std::ffi::OsStr> for TeamPath {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}
+
+impl AsRef<std::path::Path> for TeamPath {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl std::ops::Deref for TeamPath {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
 /// Writes `text` to a fresh team file in a temporary directory of its own.
-fn team_file(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("warden-loadtest-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+fn team_file(name: &str, text: &str) -> TeamPath {
+    let dir = warden_testkit::scratch_dir("loadtest", name);
     let path = dir.join("team.toml");
     std::fs::write(&path, text).unwrap();
-    path
+    TeamPath { path, _dir: dir }
 }
 
 /// `warden loadtest --config PATH ARGS --json`, which must succeed: its report.
@@ -809,7 +834,7 @@ fn repeat_reports_median_and_range_and_compare_reads_them() {
         assert!(f["median"].as_f64() <= f["max"].as_f64(), "{f}");
         stdout
     };
-    let dir = team_file("compare", "").with_file_name("");
+    let dir = warden_testkit::scratch_dir("loadtest", "compare");
     let a = dir.join("a.json");
     let b = dir.join("b.json");
     std::fs::write(&a, run("1")).unwrap();
@@ -869,8 +894,12 @@ fn check_well_formed(html: &str) -> Vec<String> {
 }
 
 /// `warden loadtest ARGS --report FILE`, which must succeed: the file and its text.
-fn html_report(name: &str, args: &[&str]) -> (std::path::PathBuf, String) {
-    let path = team_file(name, "").with_file_name("report.html");
+fn html_report(name: &str, args: &[&str]) -> (TeamPath, String) {
+    let dir = warden_testkit::scratch_dir("loadtest", name);
+    let path = TeamPath {
+        path: dir.join("report.html"),
+        _dir: dir,
+    };
     let mut all = args.to_vec();
     all.extend(["--report", path.to_str().unwrap()]);
     let (code, _, stderr) = loadtest_cli(&all);
@@ -1339,7 +1368,7 @@ fn cluster_flags_are_checked_and_an_unreachable_nats_is_named() {
 
 /// A desk that delegates every event to a cook who answers in `cook_ms`, at `rate` events/s for
 /// an hour: a run that is only ever ended by a signal.
-fn endless_team(name: &str, cook_ms: u64) -> std::path::PathBuf {
+fn endless_team(name: &str, cook_ms: u64) -> TeamPath {
     let text = DESK_AND_COOK.replace(
         "replies = [\"cooked\"]",
         &format!("replies = [\"cooked\"]\nlatency_ms = {cook_ms}"),
@@ -1858,7 +1887,7 @@ fn compare_cli(
     b: &serde_json::Value,
     args: &[&str],
 ) -> (i32, String, String) {
-    let dir = team_file(name, "").with_file_name("");
+    let dir = warden_testkit::scratch_dir("loadtest", name);
     let (pa, pb) = (dir.join("a.json"), dir.join("b.json"));
     std::fs::write(&pa, a.to_string()).unwrap();
     std::fs::write(&pb, b.to_string()).unwrap();

@@ -907,31 +907,15 @@ fn busy_pids(path: &std::path::Path) -> Vec<(String, u32)> {
         .collect()
 }
 
-/// `warden serve` with the busy hostile server on a free port; ready once `/healthz` answers.
-fn serve_busy(team: &std::path::Path, db: &std::path::Path) -> (std::process::Child, u16) {
-    let port = warden_testkit::free_port();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--config",
-        ])
-        .arg(team)
-        .arg("--db")
-        .arg(db)
-        .env("WARDEN_ADMIN_TOKEN", "admin-token-for-mcp-tests")
+/// `warden serve` with the busy hostile server on a free port ([`warden_testkit::Serve`]);
+/// ready once `/healthz` answers.
+fn serve_busy(team: &std::path::Path, db: &std::path::Path) -> warden_testkit::Serve {
+    warden_testkit::Serve::command(env!("CARGO_BIN_EXE_warden"))
+        .config(team)
+        .db(db)
+        .admin_token("admin-token-for-mcp-tests")
         .env_remove("RUST_LOG")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("warden serve starts");
-    warden_testkit::wait_until("warden serve answers", Duration::from_secs(30), || {
-        warden_testkit::blocking_request(port, "GET", "/healthz", "", None)
-            .is_ok_and(|(status, _)| status == 200)
-    });
-    (child, port)
+        .start()
 }
 
 /// A busy stdio server (it does not exit when its stdin closes, and has started a helper process)
@@ -970,7 +954,7 @@ tools = ["h.ok"]
         ),
     )
     .unwrap();
-    let (mut first, _) = serve_busy(&team, &db);
+    let mut first = serve_busy(&team, &db);
     let started = busy_pids(&pids);
     let (server, helper) = match started.as_slice() {
         [(s, server), (h, helper)] if s == "server" && h == "helper" => (*server, *helper),
@@ -979,20 +963,17 @@ tools = ["h.ok"]
     assert!(running(server) && running(helper));
 
     // SIGKILL: warden cannot end anything itself.
-    first.kill().expect("SIGKILL warden");
-    first.wait().expect("reaped");
+    first.kill();
     let server_gone = warden_testkit::wait_for(Duration::from_secs(10), || !running(server));
     // Its helper is in the server's group, orphaned; the next start ends it.
-    let (mut second, _) = serve_busy(&team, &db);
+    let mut second = serve_busy(&team, &db);
     let helper_gone = warden_testkit::wait_for(Duration::from_secs(10), || !running(helper));
     let restarted = busy_pids(&pids);
     assert_eq!(restarted.len(), 4, "{restarted:?}");
     let (server2, helper2) = (restarted[2].1, restarted[3].1);
 
     // A clean stop (SIGTERM) ends the new server and its helper.
-    // SAFETY: a plain signal to our own child.
-    unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
-    second.wait().expect("warden exits");
+    second.stop(Duration::from_secs(30));
     let stopped_clean = warden_testkit::wait_for(Duration::from_secs(10), || {
         !running(server2) && !running(helper2)
     });

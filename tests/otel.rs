@@ -16,7 +16,7 @@ use std::{
     collections::HashMap,
     io::{BufRead, BufReader, Read, Write},
     net::{TcpListener, TcpStream},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -245,49 +245,41 @@ fn warden() -> Command {
     command
 }
 
-/// `warden serve` on a free port; ready once `/healthz` answers.
+/// `warden serve` ([`warden_testkit::Serve`]) of `team` in a scratch directory, with no
+/// `OTEL_*`, `WARDEN_*` or `RUST_LOG` from the test's environment (as [`warden`]).
 struct Served {
-    child: Child,
+    serve: warden_testkit::Serve,
     url: String,
-    db: std::path::PathBuf,
-    config: std::path::PathBuf,
+    _dir: warden_testkit::Scratch,
 }
 
 impl Served {
     fn start(team: &str, env: &[(&str, &str)]) -> Self {
-        let port = warden_testkit::free_port();
-        let config = temp("team.toml");
-        std::fs::write(&config, team).unwrap();
-        let db = temp("journal.db");
-        let child = warden()
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--config",
-            ])
-            .arg(&config)
-            .arg("--db")
-            .arg(&db)
-            .env("WARDEN_ADMIN_TOKEN", ADMIN)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start warden serve");
-        let served = Served {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            db,
-            config,
-        };
-        let start = Instant::now();
-        while reqwest::blocking::get(format!("{}/healthz", served.url)).is_err() {
-            assert!(start.elapsed() < PATIENCE, "warden serve did not start");
-            std::thread::sleep(Duration::from_millis(20));
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = warden_testkit::scratch_dir("otel", &format!("served-{n}"));
+        std::fs::write(dir.join("team.toml"), team).unwrap();
+        let mut command = warden_testkit::Serve::command(env!("CARGO_BIN_EXE_warden"))
+            .config(dir.join("team.toml"))
+            .db(dir.join("journal.db"))
+            .log(dir.join("serve.log"));
+        for (name, _) in std::env::vars() {
+            if name.starts_with("OTEL_") || name.starts_with("WARDEN_") || name == "RUST_LOG" {
+                command = command.env_remove(name);
+            }
         }
-        served
+        command = command
+            .env("OTEL_BSP_SCHEDULE_DELAY", "50")
+            .admin_token(ADMIN);
+        for (name, value) in env {
+            command = command.env(name, value);
+        }
+        let serve = command.start();
+        Served {
+            url: serve.url(),
+            serve,
+            _dir: dir,
+        }
     }
 
     /// `POST /api/agents/{agent}/events?wait=20` with extra headers: status and body.
@@ -317,25 +309,8 @@ impl Served {
     /// SIGTERM, then the exit (bounded): how long it took, and standard error.
     fn stop(mut self) -> (Duration, String) {
         let start = Instant::now();
-        // SAFETY: a plain signal to our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        loop {
-            if self.child.try_wait().unwrap().is_some() {
-                break;
-            }
-            assert!(start.elapsed() < PATIENCE, "warden serve did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let took = start.elapsed();
-        let mut stderr = String::new();
-        if let Some(mut pipe) = self.child.stderr.take() {
-            let _ = pipe.read_to_string(&mut stderr);
-        }
-        let _ = std::fs::remove_file(&self.config);
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", self.db.display()));
-        }
-        (took, stderr)
+        self.serve.stop(PATIENCE);
+        (start.elapsed(), self.serve.log_text())
     }
 }
 

@@ -716,37 +716,21 @@ tools = ["everything.echo"]
     )
 }
 
-struct Serve {
-    child: std::process::Child,
-    port: u16,
-}
+/// `warden serve` of a team file on a journal ([`warden_testkit::Serve`]).
+struct Serve(warden_testkit::Serve);
 
 impl Serve {
     fn start(team: &std::path::Path, db: &std::path::Path) -> Serve {
-        let port = warden_testkit::free_port();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
-            .args(["serve", "--config"])
-            .arg(team)
-            .arg("--db")
-            .arg(db)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("WARDEN_ADMIN_TOKEN", ADMIN)
-            .env_remove("WARDEN_READ_TOKEN")
-            .env_remove("RUST_LOG")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start warden serve");
-        let mut serve = Serve { child, port };
-        let up = warden_testkit::wait_for(Duration::from_secs(30), || {
-            if let Ok(Some(status)) = serve.child.try_wait() {
-                panic!("warden serve exited: {status}");
-            }
-            matches!(serve.request("GET", "/healthz", None), Ok((200, _)))
-        });
-        assert!(up, "warden serve did not come up");
-        serve
+        let log = db.with_extension("serve.log");
+        Serve(
+            warden_testkit::Serve::command(env!("CARGO_BIN_EXE_warden"))
+                .config(team)
+                .db(db)
+                .admin_token(ADMIN)
+                .env_remove("RUST_LOG")
+                .log(log)
+                .start(),
+        )
     }
 
     fn request(
@@ -755,7 +739,7 @@ impl Serve {
         path: &str,
         body: Option<&str>,
     ) -> std::io::Result<(u16, String)> {
-        warden_testkit::blocking_request(self.port, method, path, ADMIN, body)
+        self.0.request(method, path, body)
     }
 
     fn json(&self, method: &str, path: &str, body: Option<&str>) -> (u16, serde_json::Value) {
@@ -799,13 +783,6 @@ impl Serve {
             self.json("GET", "/api/agents/a", None).1["turns"].as_u64() >= Some(n)
         });
         assert!(done, "turn {n} never finished");
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -902,7 +879,7 @@ fn over_http_a_dangerous_mcp_tool_waits_for_yes_or_no_and_a_kill_never_runs_it()
     let cli = |args: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
             .args(args)
-            .env("WARDEN_URL", format!("http://127.0.0.1:{}", serve.port))
+            .env("WARDEN_URL", serve.0.url())
             .env("WARDEN_ADMIN_TOKEN", ADMIN)
             .env_remove("WARDEN_READ_TOKEN")
             .output()

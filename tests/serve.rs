@@ -19,11 +19,11 @@ use std::{
     io::{BufRead, BufReader, Read, Write},
     net::TcpStream,
     path::{Path, PathBuf},
-    process::{Child, Command, ExitStatus, Output, Stdio},
+    process::{Command, Output, Stdio},
     time::{Duration, Instant},
 };
 use warden::{journal::SqliteJournal, AgentKey, EventKind, Journal};
-use warden_testkit::free_port;
+use warden_testkit::{free_port, Serve};
 
 const TOKEN: &str = "serve-test-token";
 
@@ -69,53 +69,20 @@ fn healthy(port: u16) -> bool {
     )
 }
 
-struct Server {
-    child: Child,
-    port: u16,
+/// `warden serve` of `DIR/team.toml` on `db` ([`warden_testkit::Serve`]).
+fn start(dir: &Path, db: &Path) -> Serve {
+    start_on(dir, db, free_port())
 }
 
-impl Server {
-    fn start(dir: &Path, db: &Path) -> Server {
-        Server::start_on(dir, db, free_port())
-    }
-
-    fn start_on(dir: &Path, db: &Path, port: u16) -> Server {
-        let child = serve_command(dir, db, port)
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start warden serve");
-        let mut server = Server { child, port };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if healthy(port) {
-                return server;
-            }
-            if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("warden serve exited: {status}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("warden serve did not come up on port {port}");
-    }
-
-    /// Waits for the process to end, at most `limit` (a hang guard); `None` if it did not.
-    fn wait_for_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// [`start`] on `port`.
+fn start_on(dir: &Path, db: &Path, port: u16) -> Serve {
+    Serve::command(env!("CARGO_BIN_EXE_warden"))
+        .config(dir.join("team.toml"))
+        .db(db)
+        .port(port)
+        .admin_token(TOKEN)
+        .log(dir.join(format!("serve-{port}.log")))
+        .start()
 }
 
 /// Runs `command` to its end, killing it after `limit` (a hang guard).
@@ -163,7 +130,7 @@ fn last_seq(db: &Path) -> u64 {
 fn a_second_server_on_the_same_journal_is_refused_and_the_journal_stays_readable() {
     let dir = temp_dir("two");
     let db = dir.join("warden.db");
-    let first = Server::start(&dir, &db);
+    let first = start(&dir, &db);
     // The first server's `spawned` event reaches the file within the writer's linger (2 ms).
     let deadline = Instant::now() + Duration::from_secs(10);
     while event_count(&db) == 0 {
@@ -174,7 +141,7 @@ fn a_second_server_on_the_same_journal_is_refused_and_the_journal_stays_readable
         std::thread::sleep(Duration::from_millis(5));
     }
     let before = event_count(&db);
-    let pid = first.child.id();
+    let pid = first.pid();
 
     let output = run_bounded(
         serve_command(&dir, &db, free_port()),
@@ -202,11 +169,11 @@ fn a_second_server_on_the_same_journal_is_refused_and_the_journal_stays_readable
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    assert!(healthy(first.port), "the first server still serves");
+    assert!(healthy(first.port()), "the first server still serves");
     drop(first);
 
     // Once the first is gone, the lock is free again (a SIGKILL releases it too).
-    let again = Server::start(&dir, &db);
+    let again = start(&dir, &db);
     drop(again);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -289,8 +256,8 @@ fn a_zero_length_journal_starts_fresh_and_says_so() {
 fn sigterm_ends_the_server_while_an_event_stream_is_open() {
     let dir = temp_dir("sigterm");
     let db = dir.join("warden.db");
-    let mut server = Server::start(&dir, &db);
-    let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let mut server = start(&dir, &db);
+    let mut stream = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
@@ -306,11 +273,7 @@ fn sigterm_ends_the_server_while_an_event_stream_is_open() {
         assert!(n > 0, "the stream closed early");
         seen.extend_from_slice(&buf[..n]);
     }
-    let killed = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    server.signal("TERM");
     // A hang guard, not a timing claim: before the fix it took the 30 s shutdown timeout.
     let status = server.wait_for_exit(Duration::from_secs(10));
     assert!(status.is_some(), "warden serve still runs after SIGTERM");
@@ -356,18 +319,8 @@ fn a_sigterm_during_a_turn_is_a_clean_stop_not_a_crash() {
     .unwrap();
     let db = dir.join("warden.db");
     for round in 1..=3 {
-        let port = free_port();
-        let log = dir.join(format!("stderr-{round}.log"));
-        let child = serve_command(&dir, &db, port)
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start warden serve");
-        let mut server = Server { child, port };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !healthy(port) {
-            assert!(Instant::now() < deadline, "warden serve never served");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut server = start(&dir, &db);
+        let port = server.port();
         let (status, body) = warden_testkit::blocking_request(
             port,
             "POST",
@@ -388,13 +341,9 @@ fn a_sigterm_during_a_turn_is_a_clean_stop_not_a_crash() {
             assert!(Instant::now() < deadline, "no turn in flight: {body}");
             std::thread::sleep(Duration::from_millis(20));
         }
-        let killed = Command::new("kill")
-            .args(["-TERM", &server.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(killed.success());
+        server.signal("TERM");
         let status = server.wait_for_exit(Duration::from_secs(20));
-        let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+        let stderr = server.log_text();
         assert!(
             status.is_some_and(|s| s.success()),
             "round {round}: {status:?}: {stderr}"
@@ -488,7 +437,7 @@ fn warden_events_follows_the_stream_across_a_server_kill() {
     let dir = temp_dir("events-follow");
     let db = dir.join("warden.db");
     let port = free_port();
-    let mut server = Server::start_on(&dir, &db, port);
+    let mut server = start_on(&dir, &db, port);
     send(port, "before");
 
     let mut follower = Command::new(env!("CARGO_BIN_EXE_warden"))
@@ -537,9 +486,8 @@ fn warden_events_follows_the_stream_across_a_server_kill() {
     let last_before = last_seq(&db);
     read_through(&mut seqs, last_before);
 
-    server.child.kill().unwrap();
-    server.child.wait().unwrap();
-    let restarted = Server::start_on(&dir, &db, port);
+    server.kill();
+    let restarted = start_on(&dir, &db, port);
     send(port, "after");
     let last_after = last_seq(&db);
     assert!(last_after > last_before);
@@ -759,8 +707,8 @@ fn a_resume_is_answered_while_the_agent_it_resumed_works_through_a_flood() {
     std::fs::write(dir.join("team.toml"), BUSY_TEAM).unwrap();
     let db = dir.join("warden.db");
     paused_with_backlog(&db);
-    let server = Server::start(&dir, &db);
-    let port = server.port;
+    let server = start(&dir, &db);
+    let port = server.port();
     assert!(agent_status(port, "a").paused);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -803,8 +751,8 @@ fn a_halt_of_another_agent_on_the_flooded_agents_thread_is_answered_during_the_f
     std::fs::write(dir.join("team.toml"), BUSY_TEAM).unwrap();
     let db = dir.join("warden.db");
     paused_with_backlog(&db);
-    let server = Server::start(&dir, &db);
-    let port = server.port;
+    let server = start(&dir, &db);
+    let port = server.port();
 
     let stop = Arc::new(AtomicBool::new(false));
     let flooders = flood(port, 8, &stop);

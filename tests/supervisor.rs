@@ -42,7 +42,7 @@ fn requested(journal: &MemoryJournal, agent: &str) -> Vec<(u64, AgentKey, u32)> 
         .events_of(agent)
         .into_iter()
         .filter_map(|e| match e.kind {
-            EventKind::DelegationRequested { id, to, hops } => Some((id, to, hops)),
+            EventKind::DelegationRequested { id, to, hops, .. } => Some((id, to, hops)),
             _ => None,
         })
         .collect()
@@ -508,6 +508,46 @@ async fn one_delegation(
     let b = team.sub_agent("b", "a", model(b_steps));
     turn(&a, "go").await;
     (team, journal, a, b)
+}
+
+/// The delegator's `delegation_requested` names the task (the console's timeline shows it): the
+/// whole of a short one, the first 200 characters and `…` of a long one.
+#[actix_rt::test]
+async fn the_delegation_requested_entry_carries_the_task_cut_at_200_characters() {
+    tokio::time::pause();
+    let long = "é".repeat(250);
+    let (team, journal) = team(WardenConfig::default());
+    let a = team.assistant(
+        "a",
+        model([
+            delegate("b", "When does the library open?"),
+            ScriptStep::reply("at 9"),
+            delegate("b", &long),
+            ScriptStep::reply("done"),
+        ]),
+    );
+    let _b = team.sub_agent(
+        "b",
+        "a",
+        model([ScriptStep::reply("9"), ScriptStep::reply("ok")]),
+    );
+    turn(&a, "go").await;
+    turn(&a, "again").await;
+    let tasks: Vec<String> = journal
+        .events_of("a")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::DelegationRequested { task, .. } => Some(task),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        tasks,
+        vec![
+            "When does the library open?".to_owned(),
+            format!("{}…", "é".repeat(200))
+        ]
+    );
 }
 
 #[actix_rt::test]

@@ -616,6 +616,11 @@ pub enum EventKind {
         to: AgentKey,
         /// The length of the delegation chain the task carries (checked against `safety.loop.max_agent_hops`).
         hops: u32,
+        /// The task, its first 200 characters (`…` appended when it was longer; the delegate's
+        /// own event carries all of it): what the console's timeline shows. Empty in journals
+        /// written before it was recorded.
+        #[serde(default)]
+        task: String,
     },
     /// The supervisor refused a delegation before the task was sent. No change.
     DelegationRefused {
@@ -946,6 +951,16 @@ mod tests {
         for r in [AgentRole::Assistant, AgentRole::SubAgent] {
             assert_eq!(serde_json::to_value(r).unwrap(), r.to_string());
         }
+    }
+
+    #[test]
+    fn a_delegation_requested_from_before_the_task_was_recorded_reads_with_an_empty_task() {
+        let old: EventKind =
+            serde_json::from_str(r#"{"type":"delegation_requested","id":3,"to":"b","hops":1}"#)
+                .unwrap();
+        assert!(
+            matches!(old, EventKind::DelegationRequested { id: 3, ref task, .. } if task.is_empty())
+        );
     }
 
     #[test]

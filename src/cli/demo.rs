@@ -25,7 +25,7 @@ use std::{
 use warden_protocols::EventKind;
 
 /// What the demo showed (checked by the test suite).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct DemoReport {
     /// Act 1: the concierge's answer after delegating; `None` if its turn ended without one.
     pub act1_answer: Option<String>,
@@ -97,6 +97,17 @@ async fn ask(agent: &AgentHandle, text: &str) -> io::Result<Option<String>> {
     }
 }
 
+/// The demo's team: the concierge and its two sub-agents, with what the acts look at.
+struct Stage {
+    team: Supervisor,
+    journal: Arc<MemoryJournal>,
+    bus: Arc<ChannelInterventionBus>,
+    concierge: AgentHandle,
+    researcher: AgentHandle,
+    scribe: AgentHandle,
+    scribe_stats: Arc<crate::ScriptStats>,
+}
+
 /// Runs the demo, narrating to `out`. Must run inside an actix `System` (it starts two arbiter
 /// threads). Takes a few seconds; no network.
 ///
@@ -111,6 +122,23 @@ async fn ask(agent: &AgentHandle, text: &str) -> io::Result<Option<String>> {
 /// Not cancel safe: dropping the future leaves the demo's team running on its arbiters, and
 /// loses the report.
 pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport> {
+    let stage = stage()?;
+    let mut report = DemoReport::default();
+    act1_delegation(&stage, out, &mut report).await?;
+    act2_lockout(&stage, out, &mut report).await?;
+    act3_unlock(&stage, out, &mut report).await?;
+    act4_halt_behind_a_backlog(&stage, out, &mut report).await?;
+    act5_token_budget(&stage, out, &mut report).await?;
+    act6_loop_cap(&stage, out, asker, &mut report).await?;
+    report.statuses = stage.team.statuses();
+    writeln!(out, "\n== Final status")?;
+    crate::cli::table::write_status_table(out, &report.statuses)?;
+    stage.team.shutdown().await;
+    Ok(report)
+}
+
+/// The team of the first four acts on the scripted model: each agent's script, its tools.
+fn stage() -> io::Result<Stage> {
     let mut config = WardenConfig::default();
     config.supervisor.arbiters = 2;
     config.mailbox.ordinary_capacity = NonZeroUsize::new(20_000).unwrap_or(NonZeroUsize::MIN);
@@ -215,14 +243,48 @@ pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport
         .spawn(AgentSpec::sub_agent("scribe", "concierge", scribe_model).with_tool(write_note))
         .map_err(io::Error::other)?;
 
+    Ok(Stage {
+        team,
+        journal,
+        bus,
+        concierge,
+        researcher,
+        scribe,
+        scribe_stats,
+    })
+}
+
+/// Act 1: the concierge delegates to the researcher and the scribe, and answers.
+async fn act1_delegation(
+    stage: &Stage,
+    out: &mut dyn Write,
+    report: &mut DemoReport,
+) -> io::Result<()> {
+    let Stage { concierge, .. } = stage;
     writeln!(out, "== Act 1: the concierge delegates to two sub-agents")?;
-    let act1_answer = ask(&concierge, "When does the library open? Please note it.").await?;
+    let act1_answer = ask(concierge, "When does the library open? Please note it.").await?;
     writeln!(
         out,
         "   concierge: {}",
         act1_answer.as_deref().unwrap_or("(no answer)")
     )?;
+    report.act1_answer = act1_answer;
+    Ok(())
+}
 
+/// Act 2: the researcher repeats a failing call until the breaker locks it out; the concierge's
+/// next delegation to it is refused.
+async fn act2_lockout(
+    stage: &Stage,
+    out: &mut dyn Write,
+    report: &mut DemoReport,
+) -> io::Result<()> {
+    let Stage {
+        concierge,
+        researcher,
+        journal,
+        ..
+    } = stage;
     writeln!(
         out,
         "\n== Act 2: the researcher keeps repeating a failing call"
@@ -254,7 +316,7 @@ pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport
         status.state,
         lockout_reason.as_deref().unwrap_or("")
     )?;
-    let act2_answer = ask(&concierge, "And when does the museum open?").await?;
+    let act2_answer = ask(concierge, "And when does the museum open?").await?;
     let refusal = journal
         .events_of("concierge")
         .into_iter()
@@ -268,17 +330,47 @@ pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport
         refusal.as_deref().unwrap_or("(none!)")
     )?;
     writeln!(out, "   concierge: {}", act2_answer.unwrap_or_default())?;
+    report.lockout_reason = lockout_reason;
+    report.alert_injected = alert_injected;
+    report.refusal = refusal;
+    Ok(())
+}
 
+/// Act 3: an operator unlocks the researcher; the concierge's delegation works again.
+async fn act3_unlock(
+    stage: &Stage,
+    out: &mut dyn Write,
+    report: &mut DemoReport,
+) -> io::Result<()> {
+    let Stage {
+        concierge,
+        researcher,
+        ..
+    } = stage;
     writeln!(out, "\n== Act 3: an operator unlocks the researcher")?;
     researcher
         .unlock("demo-operator")
         .await
         .map_err(io::Error::other)?;
     writeln!(out, "   researcher: {}", researcher.state())?;
-    let act3 = ask(&concierge, "Try the museum again?").await?;
+    let act3 = ask(concierge, "Try the museum again?").await?;
     writeln!(out, "   concierge: {}", act3.as_deref().unwrap_or_default())?;
     let unlocked_and_answered = act3.as_deref() == Some("The museum opens at 10.");
+    report.unlocked_and_answered = unlocked_and_answered;
+    Ok(())
+}
 
+/// Act 4: a SystemHalt reaches the scribe, mid-call, behind a backlog of 10,000 events.
+async fn act4_halt_behind_a_backlog(
+    stage: &Stage,
+    out: &mut dyn Write,
+    report: &mut DemoReport,
+) -> io::Result<()> {
+    let Stage {
+        scribe,
+        scribe_stats,
+        ..
+    } = stage;
     writeln!(out, "\n== Act 4: SystemHalt behind a backlog")?;
     let backlog = 10_000u64;
     scribe
@@ -314,7 +406,20 @@ pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport
         "   halt acknowledged: {} — {} queued messages discarded, {} processed after the halt, {} in-flight LLM call dropped",
         ack.state, ack.discarded, processed_after_halt, dropped
     )?;
+    report.halt_backlog = backlog;
+    report.halt_discarded = ack.discarded;
+    report.processed_after_halt = processed_after_halt;
+    report.llm_calls_dropped_by_halt = dropped;
+    Ok(())
+}
 
+/// Act 5: a verbose poet runs into its token budget.
+async fn act5_token_budget(
+    stage: &Stage,
+    out: &mut dyn Write,
+    report: &mut DemoReport,
+) -> io::Result<()> {
+    let team = &stage.team;
     writeln!(
         out,
         "\n== Act 5: a token budget (safety.budget.tokens_per_agent = 5000)"
@@ -348,7 +453,21 @@ pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport
         poet_status.tokens_used,
         budget_stop.as_deref().unwrap_or("(not stopped!)")
     )?;
+    report.budget_stop = budget_stop;
+    report.budget_calls_made = budget_calls_made;
+    Ok(())
+}
 
+/// Act 6: a surveyor reaches its loop cap; the operator is asked (`asker`) whether it goes on.
+async fn act6_loop_cap(
+    stage: &Stage,
+    out: &mut dyn Write,
+    asker: Asker<'_>,
+    report: &mut DemoReport,
+) -> io::Result<()> {
+    let Stage {
+        team, journal, bus, ..
+    } = stage;
     writeln!(
         out,
         "\n== Act 6: a loop cap (safety.loop.max_iterations_per_task = 6), interactive mode"
@@ -464,26 +583,8 @@ pub async fn run(out: &mut dyn Write, asker: Asker<'_>) -> io::Result<DemoReport
         },
         None => {}
     }
-
-    let statuses = team.statuses();
-    writeln!(out, "\n== Final status")?;
-    crate::cli::table::write_status_table(out, &statuses)?;
-    team.shutdown().await;
-    Ok(DemoReport {
-        act1_answer,
-        lockout_reason,
-        refusal,
-        unlocked_and_answered,
-        halt_backlog: backlog,
-        halt_discarded: ack.discarded,
-        processed_after_halt,
-        llm_calls_dropped_by_halt: dropped,
-        alert_injected,
-        budget_stop,
-        budget_calls_made,
-        ask_question,
-        ask_answer,
-        wrap_up,
-        statuses,
-    })
+    report.ask_question = ask_question;
+    report.ask_answer = ask_answer;
+    report.wrap_up = wrap_up;
+    Ok(())
 }

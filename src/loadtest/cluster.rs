@@ -812,6 +812,7 @@ mod tests {
                 id: 1,
                 to: child.clone(),
                 hops: 1,
+                task: String::new(),
             },
         );
         t.count(

@@ -55,7 +55,7 @@ impl Supervisor {
         let (slot, admitted) = Slot::new(from.clone(), delegate.clone(), id);
         // A halt raised before the delegation was listed did not see it: refuse it here, before
         // the task is sent (the halt gate's ordering, `agent/cell/gate.rs`).
-        let (mut slot, chain) = slot.start(admitted, hops, lineage)?;
+        let (mut slot, chain) = slot.start(admitted, hops, lineage, &task)?;
         let rx = match send_task(&delegate, task, chain) {
             Ok(rx) => rx,
             Err(refusal) => {
@@ -130,7 +130,7 @@ impl Supervisor {
         let id = self.shared.next_delegation.fetch_add(1, Ordering::Relaxed);
         let key = format!("{}/{}/{}", from.key, from.current_run_id(), call_id);
         let slot = Slot::remote(from.clone(), to.clone(), id);
-        let (mut slot, chain) = slot.start(!from.halt_requested(), hops, lineage)?;
+        let (mut slot, chain) = slot.start(!from.halt_requested(), hops, lineage, &task)?;
         let request = remote.delegate(
             &node,
             RemoteTask {
@@ -346,6 +346,18 @@ impl Supervisor {
 }
 
 /// What a delegator asks of a delegate on another node.
+/// How much of a task the delegator's `delegation_requested` entry keeps, in characters.
+const TASK_EXCERPT_CHARS: usize = 200;
+
+/// The first [`TASK_EXCERPT_CHARS`] characters of `task`, `…` appended when it was longer: the
+/// delegate's own event carries the whole task, so a long one is not journaled twice.
+fn excerpt(task: &str) -> String {
+    match task.char_indices().nth(TASK_EXCERPT_CHARS) {
+        Some((at, _)) => format!("{}…", &task[..at]),
+        None => task.to_owned(),
+    }
+}
+
 struct Ask<'a> {
     to: &'a AgentKey,
     task: String,
@@ -472,6 +484,7 @@ impl Slot {
         admitted: bool,
         hops: u32,
         lineage: &[AgentKey],
+        task: &str,
     ) -> Result<(Self, Vec<AgentKey>), DelegationError> {
         let (from, to) = (self.from.clone(), self.to_key.clone());
         if !admitted {
@@ -487,6 +500,7 @@ impl Slot {
             id: self.id,
             to: to.clone(),
             hops,
+            task: excerpt(task),
         });
         let mut chain = lineage.to_vec();
         chain.push(to);

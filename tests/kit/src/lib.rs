@@ -7,6 +7,8 @@
 //!   connection, for the cluster tests.
 //! * [`netns`] — network namespaces joined to the host by veth pairs, for partitions that are
 //!   real (a link set down in the kernel), for the cluster tests run as root.
+//! * [`Serve`] — a real `warden serve` process: started on a free port, ready at `/healthz`, its
+//!   tokens, stopped by its pid, its log kept when the test fails.
 //! * [`free_port`] — a loopback port nobody listens on (for processes started on a port).
 //! * [`wait_for`], [`wait_until`] — poll a condition with a deadline (tests of processes, which
 //!   have no paused clock).
@@ -20,6 +22,9 @@
 pub mod http;
 pub mod nats;
 pub mod netns;
+pub mod serve;
+
+pub use serve::Serve;
 
 /// A scratch directory, removed when the test passes (kept for a look when it fails). Declared
 /// first in a test, it is dropped last: after the processes and servers it holds are stopped.
@@ -35,7 +40,10 @@ impl std::ops::Deref for Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
+        if std::thread::panicking() {
+            // Shown with the failed test's output (the harness captures stderr of passing ones).
+            eprintln!("kept for a look: {}", self.0.display());
+        } else {
             let _ = std::fs::remove_dir_all(&self.0);
         }
     }
@@ -156,7 +164,8 @@ pub fn free_port() -> u16 {
 }
 
 /// Skips a test whose tool (a browser, node, `nats-server`, root for namespaces…) is missing:
-/// prints `SKIPPED: WHY` on standard error and returns, so the caller returns and the test passes.
+/// prints `SKIPPED: WHY` on standard error (shown in `cargo test`'s output even though the test
+/// passes) and returns, so the caller returns and the test passes.
 /// Under `CI=true` (what `.ci/run` runs with) a missing tool is a failure, never a silent pass: this
 /// panics with the same text instead.
 ///
@@ -166,10 +175,52 @@ pub fn skip(why: &str) {
     if in_ci() {
         panic!("{why} (required under CI=true: .ci/run installs it)");
     }
-    eprintln!("SKIPPED: {why}");
+    // Written to the process's standard error itself, not through `eprintln!`, which the test
+    // harness captures and hides for a passing test: a skip shows in `cargo test`'s output.
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED: {why}");
 }
 
 /// Whether the tests run under CI (`CI` set, and not to `false` or `0`).
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+#[cfg(test)]
+mod tests {
+    /// Runs this test binary's `skip_probe` alone, with `CI` as given: its exit status and output.
+    fn probe(ci: Option<&str>) -> std::process::Output {
+        let mut command = std::process::Command::new(std::env::current_exe().expect("this binary"));
+        command
+            .args(["tests::skip_probe", "--exact", "--test-threads=1"])
+            .env("WARDEN_SKIP_PROBE", "1")
+            .env_remove("CI");
+        if let Some(ci) = ci {
+            command.env("CI", ci);
+        }
+        command.output().expect("run the probe")
+    }
+
+    /// Calls [`crate::skip`] when run by [`a_skip_is_shown_outside_ci_and_fails_under_ci`].
+    #[test]
+    fn skip_probe() {
+        if std::env::var_os("WARDEN_SKIP_PROBE").is_some() {
+            crate::skip("probe tool missing");
+        }
+    }
+
+    #[test]
+    fn a_skip_is_shown_outside_ci_and_fails_under_ci() {
+        let outside = probe(None);
+        let shown = String::from_utf8_lossy(&outside.stdout).into_owned()
+            + &String::from_utf8_lossy(&outside.stderr);
+        assert!(outside.status.success(), "{shown}");
+        assert!(
+            shown.contains("SKIPPED: probe tool missing"),
+            "a passing skip is visible in the test output: {shown}"
+        );
+        let under_ci = probe(Some("true"));
+        assert!(!under_ci.status.success(), "a skip under CI=true fails");
+        assert!(probe(Some("false")).status.success());
+    }
 }

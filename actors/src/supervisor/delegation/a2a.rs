@@ -281,7 +281,7 @@ impl Supervisor {
             .map_err(|r| refused(from, to, r))?;
         let id = self.shared.next_delegation.fetch_add(1, Ordering::Relaxed);
         let slot = Slot::remote(from.clone(), to.clone(), id);
-        let (mut slot, _chain) = slot.start(!from.halt_requested(), hops, lineage)?;
+        let (mut slot, _chain) = slot.start(!from.halt_requested(), hops, lineage, &task)?;
         let message = PeerMessage {
             message_id: format!("warden:{}/{}/{}", from.key, from.current_run_id(), call_id),
             text: task,

@@ -829,8 +829,10 @@
       case "limit_denied":
         return ["limit " + k.kind + " refused at " + k.current + " of " + k.configured, "fail"];
       case "delegation_requested":
-        // The task text is the delegate's own event; this row names the delegation and its hop.
-        return ["delegates to " + k.to + " (delegation " + k.id + ", hop " + k.hops + ")", ""];
+        // The task as journaled (its first 200 characters); journals from before it was recorded
+        // have none: the row then names the delegation and its hop only.
+        return ["delegates to " + k.to + (k.task ? ": " + short(k.task, 200) : "") +
+          " (delegation " + k.id + ", hop " + k.hops + ")", ""];
       case "crashed":
         return ["crashed in " + k.state, "fail"];
       default: {
