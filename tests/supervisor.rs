@@ -1860,6 +1860,11 @@ async fn a_delegation_that_the_halt_could_not_see_is_refused_before_its_task_is_
         refusals(&journal, "gap-lead").as_slice(),
         [(_, DelegationRefusal::DelegatorNotRunning { .. })]
     ));
+    // Refused before it started: no delegation was requested, so none ends (it used to journal a
+    // `delegation_ended` with no `delegation_requested`, which `warden loadtest` counted as a
+    // leaked slot).
+    assert!(requested(&journal, "gap-lead").is_empty());
+    assert!(endings(&journal, "gap-lead").is_empty());
     assert_eq!(lead.status().active_sub_agents, 0);
     replay_matches(&journal, &lead);
     replay_matches(&journal, &sub);
@@ -1908,4 +1913,116 @@ async fn a_lift_right_behind_its_fleet_halt_resumes_the_agents_that_had_not_appl
         );
         replay_matches(&journal, a);
     }
+}
+
+/// The owning node's side of a cross-node delegation (`Supervisor::run_remote_task`, what a NATS
+/// cluster node runs for another node's delegator) answers only once the delegate's turn is on
+/// disk: a node SIGKILLed right after it replied still knows on restart that the task ran, so a
+/// copy of the request is answered from the record instead of being run twice. (tests/cluster.rs
+/// checks this over real processes, but its kill comes long after the journal's linger; here the
+/// journal's durability is held by the test, so the check cannot pass by timing.)
+#[actix_rt::test]
+async fn a_remote_task_is_answered_only_once_the_delegates_turn_is_durable() {
+    tokio::time::pause();
+    let gated = Arc::new(Gated::new());
+    let team = Supervisor::on_current_arbiter(one_step_config(), gated.clone());
+    let worker = team.assistant("worker", chatty());
+    let task = protocols::cluster::RemoteTask {
+        key: "i1/boss/1/call-1".into(),
+        from: key("boss"),
+        to: key("worker"),
+        task: "x".into(),
+        lineage: vec![key("boss"), key("worker")],
+    };
+    let call = team.run_remote_task(task);
+    futures::pin_mut!(call);
+    // Each wait runs the team until the runtime is idle (the paused clock then jumps a minute).
+    let idle = || tokio::time::sleep(Duration::from_secs(60));
+    tokio::select! {
+        biased;
+        reply = call.as_mut() => panic!("answered before anything was durable: {reply:?}"),
+        () = idle() => {}
+    }
+    let finished = gated.last("turn_finished", |k| {
+        matches!(k, EventKind::TurnFinished { .. })
+    });
+    assert_eq!(worker.status().turns, 1, "the task ran");
+    gated.durable_up_to.send_replace(finished - 1);
+    tokio::select! {
+        biased;
+        reply = call.as_mut() => panic!("answered before the turn's end was durable: {reply:?}"),
+        () = idle() => {}
+    }
+    gated.durable_up_to.send_replace(finished);
+    assert_eq!(
+        call.await,
+        protocols::cluster::RemoteReply::Answer {
+            answer: "hello".into()
+        }
+    );
+}
+
+/// A delegate halted after the delegation's early checks but before its task is queued (a halt
+/// applied on another arbiter meanwhile; here: the delegate is passive, so its halt is applied to
+/// its record at once, inside the gap) gets no task: the push checks the delegate's state under
+/// its record lock, as a user event's does. The task used to be queued on the stopped agent —
+/// `warden loadtest --threads 2` counted it lost — and it ran for a dead delegator once the
+/// delegate was resumed.
+#[actix_rt::test]
+async fn a_delegate_halted_after_the_early_checks_is_sent_no_task() {
+    tokio::time::pause();
+    let (team, journal) = team(WardenConfig::default());
+    let lead = team.assistant(
+        "late-lead",
+        model([delegate("late-sub", "work"), ScriptStep::reply("ok")]),
+    );
+    let (tool, calls) = counting_tool("work", ToolCategory::SafeChain, false);
+    let sub = team
+        .spawn(
+            AgentSpec::sub_agent(
+                "late-sub",
+                "late-lead",
+                model([
+                    ScriptStep::call("work", json!({})),
+                    ScriptStep::reply("done"),
+                ]),
+            )
+            .with_tool_arc(tool),
+        )
+        .unwrap();
+    let (delegator, halting) = (lead.key().clone(), sub.clone());
+    warden_actors::test_hooks::set_delegation_gap(Some(Arc::new(move |agent: &AgentKey| {
+        if *agent == delegator {
+            drop(halting.halt(op()));
+        }
+    })));
+    lead.try_send_event(UserEvent::new("start")).unwrap();
+    until("the lead's turn ended", || {
+        !outcomes(&journal, "late-lead").is_empty()
+    })
+    .await;
+    warden_actors::test_hooks::set_delegation_gap(None);
+    assert_eq!(sub.state(), AgentState::Stopped, "halted in the gap");
+    assert_eq!(
+        refusals(&journal, "late-lead"),
+        vec![(
+            key("late-sub"),
+            DelegationRefusal::DelegateRefused {
+                delegate: key("late-sub"),
+                refusal: protocols::WorkRefusal::Stopped,
+            }
+        )]
+    );
+    assert_eq!(lead.status().active_sub_agents, 0);
+    // Resumed, the delegate has nothing of the dead delegation to run.
+    sub.resume("operator").await.unwrap();
+    settle(200).await;
+    assert_eq!(
+        count(&calls),
+        0,
+        "the task was queued on the stopped delegate"
+    );
+    assert_eq!(sub.status().turns, 0);
+    replay_matches(&journal, &lead);
+    replay_matches(&journal, &sub);
 }

@@ -1695,11 +1695,14 @@ async fn finish_fleet(
     driven.sampler.sample(Instant::now(), journal, llm_calls);
     let agents: u64 = teams.iter().map(|t| t.len() as u64).sum();
     let (stopped, stopped_agents) = {
+        // The statuses first, then the tally: an agent journals (tally lock) under its record lock,
+        // so holding the tally while reading records deadlocks a fleet on other arbiter threads.
+        let statuses: Vec<_> = teams.iter().flat_map(|team| team.statuses()).collect();
         let t = journal.tally.lock();
         let mut stopped = 0;
         let mut listed = Vec::new();
-        for team in &teams {
-            for status in team.statuses() {
+        {
+            for status in statuses {
                 if status.state != AgentState::Stopped {
                     continue;
                 }

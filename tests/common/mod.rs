@@ -307,3 +307,93 @@ impl Provider for Capture {
         self.inner.complete(request)
     }
 }
+
+/// A journal in memory that calls its events durable only up to where the test says
+/// (`durable_up_to`), and records each call it gets as the list of the kinds' tags (one entry per
+/// `append` or `append_all`): an acknowledgement that must wait for the disk is held by the test.
+pub struct Gated {
+    pub inner: MemoryJournal,
+    pub durable_up_to: tokio::sync::watch::Sender<u64>,
+    calls: parking_lot::Mutex<Vec<Vec<String>>>,
+}
+
+impl Default for Gated {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Gated {
+    pub fn new() -> Self {
+        Gated {
+            inner: MemoryJournal::new(),
+            durable_up_to: tokio::sync::watch::channel(0).0,
+            calls: Default::default(),
+        }
+    }
+
+    fn record(&self, kinds: &[EventKind]) {
+        let tags = kinds
+            .iter()
+            .map(|k| {
+                serde_json::to_value(k).unwrap()["type"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        self.calls.lock().push(tags);
+    }
+
+    /// The seq of the last event journaled whose kind `is`.
+    pub fn last(&self, what: &str, is: impl Fn(&EventKind) -> bool) -> u64 {
+        self.inner.inspect(|events| {
+            events
+                .iter()
+                .rev()
+                .find(|e| is(&e.kind))
+                .map(|e| e.seq)
+                .unwrap_or_else(|| panic!("no {what} journaled"))
+        })
+    }
+
+    /// The seq of the last `event_queued` journaled.
+    pub fn last_queued(&self) -> u64 {
+        self.last("event_queued", |k| {
+            matches!(k, EventKind::EventQueued { .. })
+        })
+    }
+
+    /// How many calls brought exactly `event_taken` then `history_appended`.
+    pub fn takes_in_one_call(&self) -> usize {
+        let take = ["event_taken", "history_appended"];
+        self.calls.lock().iter().filter(|c| *c == &take).count()
+    }
+}
+
+impl warden::Journal for Gated {
+    fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
+        self.record(std::slice::from_ref(&kind));
+        self.inner.append(agent, kind)
+    }
+
+    fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
+        self.record(&kinds);
+        self.inner.append_all(agent, kinds)
+    }
+
+    fn durable(
+        &self,
+        seq: u64,
+    ) -> futures::future::BoxFuture<'static, Result<(), warden::NotDurable>> {
+        let mut up_to = self.durable_up_to.subscribe();
+        Box::pin(async move {
+            let _ = up_to.wait_for(|&d| d >= seq).await;
+            Ok(())
+        })
+    }
+
+    fn degraded(&self) -> Option<String> {
+        None
+    }
+}

@@ -398,6 +398,11 @@ fn unwilling(delegate: &AgentCell, to: &AgentKey) -> Option<DelegationRefusal> {
 
 /// Queues `task` on `delegate` as a delegated task (`chain`: the lineage, ending with the
 /// delegate); the receiver gets its answer.
+///
+/// Refused when the delegate is stopped or locked out *now*: the check and the push are made under
+/// the delegate's record lock, as a user event's are, so a halt applied on another arbiter between
+/// the early check ([`unwilling`]) and here cannot leave a task queued on a stopped agent (its
+/// clear takes the task whole, or the task sees the halt).
 fn send_task(
     delegate: &AgentCell,
     task: String,
@@ -410,7 +415,13 @@ fn send_task(
         reply,
         parent: tracing::Span::current(),
     }));
-    match delegate.mailbox.try_send(task) {
+    let rec = delegate.lock();
+    if let Some(refusal) = crate::agent::refusal_for(&rec) {
+        return Err(refusal);
+    }
+    let sent = delegate.mailbox.try_send(task);
+    drop(rec);
+    match sent {
         Ok(_) => Ok(rx),
         Err(crate::mailbox::TrySendError::Full(_)) => {
             Err(warden_protocols::WorkRefusal::MailboxFull {
@@ -438,6 +449,10 @@ struct Slot {
     to: Option<Arc<AgentCell>>,
     to_key: AgentKey,
     id: u64,
+    /// `DelegationRequested` is journaled ([`Slot::start`] admitted it): only then does its end
+    /// journal a `DelegationEnded`. A slot refused before (a halt raised meanwhile) is refused as
+    /// `delegator_not_running` and ends unjournaled: no delegation ends that never started.
+    requested: bool,
     outcome: Option<DelegationOutcome>,
     /// A cross-node delegation's owner: told when the slot ends without an outcome (node, key).
     cancel: Option<(Arc<dyn RemoteAgents>, String, String)>,
@@ -455,6 +470,7 @@ impl Slot {
             to_key: to.key.clone(),
             to: Some(to),
             id,
+            requested: false,
             outcome: None,
             cancel: None,
         };
@@ -469,6 +485,7 @@ impl Slot {
             to: None,
             to_key: to,
             id,
+            requested: false,
             outcome: None,
             cancel: None,
         }
@@ -480,7 +497,7 @@ impl Slot {
     /// and returns the delegate's chain. Otherwise refused (`delegator_not_running`; dropping the
     /// slot unlists it).
     fn start(
-        self,
+        mut self,
         admitted: bool,
         hops: u32,
         lineage: &[AgentKey],
@@ -502,6 +519,7 @@ impl Slot {
             hops,
             task: excerpt(task),
         });
+        self.requested = true;
         let mut chain = lineage.to_vec();
         chain.push(to);
         Ok((self, chain))
@@ -515,6 +533,9 @@ impl Drop for Slot {
             to.remove_delegator(self.id);
         }
         self.from.release_slot();
+        if !self.requested {
+            return;
+        }
         if self.outcome.is_none() {
             if let Some((remote, node, key)) = self.cancel.take() {
                 remote.cancel(&node, &key, &self.from.key);
