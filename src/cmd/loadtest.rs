@@ -334,6 +334,8 @@ fn positive_seconds(text: &str) -> Result<f64, String> {
     )
 }
 
+/// `warden loadtest`: prepare (checks before an hour's run), run (repeats in child processes, the
+/// last here), judge the thresholds, print, and exit with the code of the worst finding.
 pub(crate) fn loadtest(args: LoadtestArgs) -> ExitCode {
     if let Some(LoadtestCommand::Compare {
         a,
@@ -345,6 +347,44 @@ pub(crate) fn loadtest(args: LoadtestArgs) -> ExitCode {
     {
         return loadtest_compare(a, b, *json, *fail_on_regression, *allow_different);
     }
+    let outcome = prepare(&args).and_then(|prepared| {
+        let mut reports = run_all(&args, &prepared)?;
+        judge_thresholds(&args, prepared.team.as_ref(), &mut reports)?;
+        print_report(&args, &reports, prepared.html_out)?;
+        Ok(reports)
+    });
+    match outcome {
+        Ok(reports) => exit_code(&args, &reports),
+        Err(Failed(Some(message))) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+        Err(Failed(None)) => ExitCode::FAILURE,
+    }
+}
+
+/// A run that cannot go on: its message (`None`: already printed).
+struct Failed(Option<String>);
+
+impl From<String> for Failed {
+    fn from(message: String) -> Self {
+        Failed(Some(message))
+    }
+}
+
+/// What a run needs, checked and set up before it starts.
+struct Prepared {
+    options: warden::loadtest::LoadtestOptions,
+    signals: LoadtestSignals,
+    /// `--report`'s file, created before the run rather than found unwritable after it.
+    html_out: Option<std::fs::File>,
+    /// `--config`'s team file and its workload.
+    team: Option<(warden::team::TeamFile, warden::loadtest::workload::Workload)>,
+}
+
+/// The checks and set-up before a run: the panic hook, the report's file, stdout, the memory
+/// probe, the signals, the options and (with `--config`) the team file and its model servers.
+fn prepare(args: &LoadtestArgs) -> Result<Prepared, Failed> {
     // The flags' ranges are checked by their value parsers (a usage error, exit 2).
     // Injected panics are expected: keep them off stderr, report any other.
     let default_hook = std::panic::take_hook();
@@ -360,28 +400,21 @@ pub(crate) fn loadtest(args: LoadtestArgs) -> ExitCode {
     // Where the report goes, checked before an hour's run rather than after it.
     let html_out = match &args.report {
         None => None,
-        Some(path) => match std::fs::File::create(path) {
-            Ok(file) => Some(file),
-            Err(err) => {
-                eprintln!("error: cannot write {}: {err}", path.display());
-                return ExitCode::FAILURE;
-            }
-        },
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .map_err(|err| format!("cannot write {}: {err}", path.display()))?,
+        ),
     };
     if !stdout_is_open() {
-        eprintln!("error: stdout is closed: the report would be lost");
-        return ExitCode::FAILURE;
+        return Err("stdout is closed: the report would be lost"
+            .to_owned()
+            .into());
     }
     // Every sample reads mimalloc's committed memory beside RSS (the soak is judged on it).
     warden::loadtest::set_committed_probe(mimalloc_committed);
     // SIGINT / SIGTERM: stop, drain, report (exit 14); a second one exits at once.
-    let signals = match LoadtestSignals::install() {
-        Ok(signals) => signals,
-        Err(err) => {
-            eprintln!("error: cannot catch SIGINT/SIGTERM: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let signals =
+        LoadtestSignals::install().map_err(|err| format!("cannot catch SIGINT/SIGTERM: {err}"))?;
     let options = warden::loadtest::LoadtestOptions {
         interrupt: signals.interrupt.clone(),
         scenario: args.scenario,
@@ -402,64 +435,75 @@ pub(crate) fn loadtest(args: LoadtestArgs) -> ExitCode {
         progress: std::io::stderr().is_terminal(),
     };
     // A team file: read, parse and check it (the workload too) and reach its model servers before
-    // anything is spawned.
+    // anything is spawned (its errors are printed there).
     let team = match &args.config {
         None => None,
-        Some(path) => match load_workload(path, &args) {
-            Ok(team) => Some(team),
-            Err(code) => return code,
-        },
+        Some(path) => Some(load_workload(path, args).map_err(|_| Failed(None))?),
     };
+    Ok(Prepared {
+        options,
+        signals,
+        html_out,
+        team,
+    })
+}
+
+/// Runs the load test `--repeat` times: each repeat in a fresh process, as a user's run is (peak
+/// RSS and memory per agent are process-wide; a second run in the same process would reuse the
+/// first one's memory): the first N-1 in children, the last in this process, which has run
+/// nothing else. Interrupted during a repeat: the reports of what was done, no further run.
+fn run_all(
+    args: &LoadtestArgs,
+    prepared: &Prepared,
+) -> Result<Vec<warden::loadtest::LoadReport>, Failed> {
     let mut reports = Vec::with_capacity(args.repeat);
-    // Each repeat in a fresh process, as a user's run is (peak RSS and memory per agent are
-    // process-wide; a second run in the same process would reuse the first one's memory): the
-    // first N-1 in children, the last in this process, which has run nothing else.
+    let interrupt = &prepared.signals.interrupt;
     for _ in 1..args.repeat {
-        match args.run_child(&signals) {
-            Ok(report) => reports.push(report),
-            Err(err) => {
-                eprintln!("error: a repeat of the run failed: {err}");
-                return ExitCode::FAILURE;
-            }
-        }
-        if signals.interrupt.raised().is_some() {
+        let report = args
+            .run_child(&prepared.signals)
+            .map_err(|err| format!("a repeat of the run failed: {err}"))?;
+        reports.push(report);
+        if interrupt.raised().is_some() {
             break;
         }
     }
-    // Interrupted during a repeat: report what was done, without starting another run.
-    if signals.interrupt.raised().is_none() || reports.is_empty() {
-        let report = match &team {
-            None => match args.cluster_options() {
-                None => warden::loadtest::run_loadtest(options.clone()),
-                Some(cluster) => {
-                    match warden::loadtest::cluster::run_cluster(options.clone(), &cluster) {
-                        Ok(report) => report,
-                        Err(err) => {
-                            eprintln!("error: {err}");
-                            return ExitCode::FAILURE;
-                        }
-                    }
-                }
-            },
-            Some((file, workload)) => {
-                let config = args
-                    .config
-                    .as_deref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default();
-                match warden::loadtest::workload::run_team(file, workload, &config, &options) {
-                    Ok(report) => report,
-                    Err(err) => {
-                        // Named by its file, as every other error of a team file.
-                        eprintln!("error: {config}: {err}");
-                        return ExitCode::FAILURE;
-                    }
-                }
-            }
-        };
-        reports.push(report);
+    if interrupt.raised().is_none() || reports.is_empty() {
+        reports.push(run_once(args, prepared)?);
     }
-    // Thresholds: the team file's, then the flags'; judged on the report printed (the last).
+    Ok(reports)
+}
+
+/// One run in this process: the synthetic fleet, a cluster of them, or the team file's workload.
+fn run_once(
+    args: &LoadtestArgs,
+    prepared: &Prepared,
+) -> Result<warden::loadtest::LoadReport, Failed> {
+    let options = &prepared.options;
+    match &prepared.team {
+        None => match args.cluster_options() {
+            None => Ok(warden::loadtest::run_loadtest(options.clone())),
+            Some(cluster) => warden::loadtest::cluster::run_cluster(options.clone(), &cluster)
+                .map_err(|err| err.to_string().into()),
+        },
+        Some((file, workload)) => {
+            let config = args
+                .config
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            warden::loadtest::workload::run_team(file, workload, &config, options)
+                // Named by its file, as every other error of a team file.
+                .map_err(|err| format!("{config}: {err}").into())
+        }
+    }
+}
+
+/// The thresholds, the team file's then the flags', judged on the report printed (the last).
+fn judge_thresholds(
+    args: &LoadtestArgs,
+    team: Option<&(warden::team::TeamFile, warden::loadtest::workload::Workload)>,
+    reports: &mut [warden::loadtest::LoadReport],
+) -> Result<(), Failed> {
     let thresholds: Vec<warden::loadtest::thresholds::Threshold> = team
         .iter()
         .flat_map(|(_, workload)| workload.thresholds.iter().cloned())
@@ -471,27 +515,24 @@ pub(crate) fn loadtest(args: LoadtestArgs) -> ExitCode {
         .collect();
     if let Some(last) = reports.last_mut() {
         if !thresholds.is_empty() {
-            match serde_json::to_value(&*last) {
-                Ok(value) => {
-                    last.thresholds = warden::loadtest::thresholds::evaluate(&thresholds, &value)
-                }
-                Err(err) => {
-                    eprintln!("error: {err}");
-                    return ExitCode::FAILURE;
-                }
-            }
+            let value = serde_json::to_value(&*last).map_err(|err| err.to_string())?;
+            last.thresholds = warden::loadtest::thresholds::evaluate(&thresholds, &value);
         }
     }
+    Ok(())
+}
+
+/// Prints the last report (JSON or text, with the repeats' summary) and writes `--report`'s HTML.
+fn print_report(
+    args: &LoadtestArgs,
+    reports: &[warden::loadtest::LoadReport],
+    html_out: Option<std::fs::File>,
+) -> Result<(), Failed> {
+    use std::io::Write;
     let Some(report) = reports.last() else {
-        return ExitCode::SUCCESS;
+        return Ok(());
     };
-    let mut value = match serde_json::to_value(report) {
-        Ok(value) => value,
-        Err(err) => {
-            eprintln!("error: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let mut value = serde_json::to_value(report).map_err(|err| err.to_string())?;
     if args.repeat > 1 {
         let all: Vec<serde_json::Value> = reports
             .iter()
@@ -500,7 +541,6 @@ pub(crate) fn loadtest(args: LoadtestArgs) -> ExitCode {
         value["repeat"] = warden::loadtest::compare::summarize(&all);
     }
     let printed = if args.json {
-        use std::io::Write;
         writeln!(std::io::stdout(), "{value}")
     } else {
         warden::loadtest::write_report(&mut std::io::stdout(), report).and_then(|()| {
@@ -511,24 +551,24 @@ pub(crate) fn loadtest(args: LoadtestArgs) -> ExitCode {
         })
     };
     match printed {
-        Err(err) if !is_broken_pipe(&err) => {
-            eprintln!("error: {err}");
-            return ExitCode::FAILURE;
-        }
+        Err(err) if !is_broken_pipe(&err) => return Err(err.to_string().into()),
         _ => {}
     }
     if let (Some(path), Some(file)) = (&args.report, html_out) {
-        let written = (|| {
-            let mut out = std::io::BufWriter::new(file);
-            warden::loadtest::html::write_html(&mut out, report, &args.configuration())?;
-            use std::io::Write;
-            out.flush()
-        })();
-        if let Err(err) = written {
-            eprintln!("error: cannot write {}: {err}", path.display());
-            return ExitCode::FAILURE;
-        }
+        let mut out = std::io::BufWriter::new(file);
+        warden::loadtest::html::write_html(&mut out, report, &args.configuration())
+            .and_then(|()| out.flush())
+            .map_err(|err| format!("cannot write {}: {err}", path.display()))?;
     }
+    Ok(())
+}
+
+/// The exit code of a finished run, worst finding first: an invariant violated (11), an
+/// interrupt (14), a failed threshold (15), a timeout (12), else success.
+fn exit_code(args: &LoadtestArgs, reports: &[warden::loadtest::LoadReport]) -> ExitCode {
+    let Some(report) = reports.last() else {
+        return ExitCode::SUCCESS;
+    };
     let timed_out = reports.iter().find(|r| r.timed_out);
     if let Some(r) = timed_out {
         eprintln!(

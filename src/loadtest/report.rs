@@ -126,13 +126,22 @@ fn describe_stopped(r: &LoadReport) -> String {
 ///
 /// The first error of writing to `out`.
 pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
-    let d = &r.delegations;
     writeln!(
         out,
         "warden loadtest — scenario {} (seed {})",
         r.scenario, r.seed
     )?;
-    let mut rows: Vec<(&str, String)> = Vec::new();
+    let mut rows = verdict_rows(r);
+    rows.extend(run_rows(r));
+    rows.extend(cluster_rows(r));
+    rows.extend(recovery_rows(r));
+    write_rows(out, r, rows)?;
+    write_nodes(out, r)
+}
+
+/// The thresholds' verdicts (what a CI log shows first) and the team file's workload.
+fn verdict_rows(r: &LoadReport) -> Vec<(&'static str, String)> {
+    let mut rows: Vec<(&'static str, String)> = Vec::new();
     // The verdicts first: what a CI log shows.
     for v in &r.thresholds {
         rows.push((
@@ -165,6 +174,13 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
             ),
         ));
     }
+    rows
+}
+
+/// The run's own figures, one row each.
+fn run_rows(r: &LoadReport) -> Vec<(&'static str, String)> {
+    let d = &r.delegations;
+    let mut rows: Vec<(&'static str, String)> = Vec::new();
     rows.extend([
         ("agents", r.agents.to_string()),
         ("spawn", format!("{} ns/agent", r.spawn_ns_per_agent)),
@@ -273,6 +289,12 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
             },
         ),
     ]);
+    rows
+}
+
+/// A cluster run's rows (none for one node).
+fn cluster_rows(r: &LoadReport) -> Vec<(&'static str, String)> {
+    let mut rows: Vec<(&'static str, String)> = Vec::new();
     if let Some(c) = &r.cluster {
         let ms =
             |v: Option<f64>| v.map_or_else(|| "not reached".to_owned(), |ms| format!("{ms:.3} ms"));
@@ -309,6 +331,12 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
             ),
         ]);
     }
+    rows
+}
+
+/// The recoveries of locked-out agents, and the interrupt that cut the run.
+fn recovery_rows(r: &LoadReport) -> Vec<(&'static str, String)> {
+    let mut rows: Vec<(&'static str, String)> = Vec::new();
     for rec in &r.recoveries {
         let at = |v: Option<f64>| v.map_or_else(|| "never".to_owned(), |s| format!("{s:.3} s"));
         let recover = match rec.recovered_s {
@@ -333,6 +361,15 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
             format!("yes, by {signal}: the figures cover what was done before it"),
         ));
     }
+    rows
+}
+
+/// Writes `rows`, the events row followed by the reasons' samples and the turns.
+fn write_rows(
+    out: &mut dyn Write,
+    r: &LoadReport,
+    rows: Vec<(&'static str, String)>,
+) -> io::Result<()> {
     let reasons = r.outcomes.reasons.iter().take(SHOWN_REASONS);
     let turns = describe_turns(r);
     for (name, value) in rows {
@@ -350,6 +387,11 @@ pub fn write_report(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// A cluster run's table, one line per node.
+fn write_nodes(out: &mut dyn Write, r: &LoadReport) -> io::Result<()> {
     if !r.nodes.is_empty() {
         writeln!(
             out,
