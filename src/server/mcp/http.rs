@@ -235,43 +235,67 @@ pub(super) async fn read_body(
 }
 
 /// `POST /mcp`: one JSON-RPC message. `initialize` opens a session (`Mcp-Session-Id` in the
-/// response); every other message names it.
+/// response); every other message names it. Each step answers the request itself when it refuses
+/// it (the `Err` of each helper is the response).
 pub(super) async fn post(
     state: web::Data<ApiState>,
     req: HttpRequest,
     payload: web::Payload,
 ) -> HttpResponse {
-    if let Some(refused) = check_origin(&state, &req) {
-        return refused;
+    match post_message(&state, &req, payload).await {
+        Ok(response) | Err(response) => response,
     }
-    let access = match access_of(&req) {
-        Ok(Access::Host) => return api::host_refused().error_response(),
+}
+
+// The `Err` is the refusal's whole response, built once on the cold path of one request.
+#[allow(clippy::result_large_err)]
+async fn post_message(
+    state: &ApiState,
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, HttpResponse> {
+    if let Some(refused) = check_origin(state, req) {
+        return Err(refused);
+    }
+    let access = match access_of(req) {
+        Ok(Access::Host) => return Err(api::host_refused().error_response()),
         Ok(access) => McpAccess::from(access),
-        Err(err) => return err.error_response(),
+        Err(err) => return Err(err.error_response()),
     };
-    let body = match read_body(payload, state.config.limit()).await {
-        Ok(body) => body,
-        Err(response) => return response,
-    };
-    let value: Value = match serde_json::from_slice(&body) {
-        Ok(value) => value,
-        Err(err) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                None,
-                ErrorData::parse_error(format!("the body is not JSON: {err}"), None),
-            )
-        }
-    };
+    let body = read_body(payload, state.config.limit()).await?;
+    let parsed = parse_message(req, &body)?;
+    let (session_id, session) = session_for(state, req, access, &parsed)?;
+    exchange(state, session_id, session, parsed).await
+}
+
+/// One POSTed message, checked: its id as given (for errors), whether it is `initialize`.
+struct Parsed {
+    message: ClientJsonRpcMessage,
+    given_id: Option<RequestId>,
+    initialize: bool,
+}
+
+/// Parses and checks one POSTed JSON-RPC message: JSON, not a batch, an MCP message, a supported
+/// protocol version header, valid params.
+// The `Err` is the refusal's whole response, built once on the cold path of one request.
+#[allow(clippy::result_large_err)]
+fn parse_message(req: &HttpRequest, body: &[u8]) -> Result<Parsed, HttpResponse> {
+    let value: Value = serde_json::from_slice(body).map_err(|err| {
+        rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            ErrorData::parse_error(format!("the body is not JSON: {err}"), None),
+        )
+    })?;
     if value.is_array() {
-        return rpc_error(
+        return Err(rpc_error(
             StatusCode::BAD_REQUEST,
             None,
             ErrorData::invalid_request(
                 "JSON-RPC batches are not supported: send one message per POST",
                 None,
             ),
-        );
+        ));
     }
     let given_id: Option<RequestId> = value
         .get("id")
@@ -289,26 +313,26 @@ pub(super) async fn post(
                 .is_some_and(|m| METHODS_WITH_PARAMS.contains(&m)) =>
         {
             let method = method.unwrap_or_default();
-            return rpc_error(
+            return Err(rpc_error(
                 StatusCode::BAD_REQUEST,
                 given_id.as_ref(),
                 ErrorData::invalid_params(
                     format!("invalid params for {method}: params must be an object"),
                     None,
                 ),
-            );
+            ));
         }
         Err(err) => {
-            return rpc_error(
+            return Err(rpc_error(
                 StatusCode::BAD_REQUEST,
                 given_id.as_ref(),
                 ErrorData::invalid_request(format!("not an MCP JSON-RPC message: {err}"), None),
-            )
+            ))
         }
     };
-    if let Some(version) = header_str(&req, PROTOCOL_VERSION_HEADER) {
+    if let Some(version) = header_str(req, PROTOCOL_VERSION_HEADER) {
         if !versions().iter().any(|v| v.as_str() == version.trim()) {
-            return rpc_error(
+            return Err(rpc_error(
                 StatusCode::BAD_REQUEST,
                 given_id.as_ref(),
                 ErrorData::invalid_request(
@@ -322,36 +346,55 @@ pub(super) async fn post(
                     ),
                     None,
                 ),
-            );
+            ));
         }
     }
     if let Some(refusal) = invalid_params(&message) {
-        return rpc_error(StatusCode::BAD_REQUEST, given_id.as_ref(), refusal);
+        return Err(rpc_error(
+            StatusCode::BAD_REQUEST,
+            given_id.as_ref(),
+            refusal,
+        ));
     }
     let initialize = matches!(
         &message,
         JsonRpcMessage::Request(r) if matches!(r.request, ClientRequest::InitializeRequest(_))
     );
-    if initialize {
+    Ok(Parsed {
+        message,
+        given_id,
+        initialize,
+    })
+}
+
+/// The message's session: a new one for `initialize` (refused on an open session, or when the
+/// read token has too many), else the one its `Mcp-Session-Id` names, opened with the same token.
+// The `Err` is the refusal's whole response, built once on the cold path of one request.
+#[allow(clippy::result_large_err)]
+fn session_for(
+    state: &ApiState,
+    req: &HttpRequest,
+    access: McpAccess,
+    parsed: &Parsed,
+) -> Result<(String, Arc<Session>), HttpResponse> {
+    let given_id = parsed.given_id.as_ref();
+    let named = header_str(req, SESSION_HEADER).map(str::trim);
+    if parsed.initialize {
         // A second `initialize` on an open session: refused, the session goes on as it was.
-        if let Some(open) = header_str(&req, SESSION_HEADER).map(str::trim) {
-            if state.mcp.get(open).is_some() {
-                return rpc_error(
-                    StatusCode::BAD_REQUEST,
-                    given_id.as_ref(),
-                    ErrorData::invalid_request(
-                        format!(
-                            "this MCP session is already initialized: initialize opens a new \
-                             session, so send it without {SESSION_HEADER} (or end this one \
-                             with DELETE /mcp first)"
-                        ),
-                        None,
+        if named.is_some_and(|open| state.mcp.get(open).is_some()) {
+            return Err(rpc_error(
+                StatusCode::BAD_REQUEST,
+                given_id,
+                ErrorData::invalid_request(
+                    format!(
+                        "this MCP session is already initialized: initialize opens a new \
+                         session, so send it without {SESSION_HEADER} (or end this one \
+                         with DELETE /mcp first)"
                     ),
-                );
-            }
+                    None,
+                ),
+            ));
         }
-    }
-    let (session_id, session) = if initialize {
         let operator = match access {
             McpAccess::Admin => MCP_HTTP_OPERATOR,
             McpAccess::Read => "mcp:read",
@@ -364,52 +407,66 @@ pub(super) async fn post(
         )
         .on_cluster(state.cluster.clone())
         .with_bus(state.bus.clone());
-        match state.mcp.open(handler) {
-            Some(opened) => opened,
-            None => {
-                return rpc_error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    given_id.as_ref(),
-                    ErrorData::internal_error(
-                        format!(
-                            "too many MCP sessions of the read token open ({MAX_SESSIONS}): end \
-                             one with DELETE /mcp (the admin token may end any)"
-                        ),
-                        None,
+        return state.mcp.open(handler).ok_or_else(|| {
+            rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                given_id,
+                ErrorData::internal_error(
+                    format!(
+                        "too many MCP sessions of the read token open ({MAX_SESSIONS}): end \
+                         one with DELETE /mcp (the admin token may end any)"
                     ),
-                )
-            }
-        }
-    } else {
-        let Some(id) = header_str(&req, SESSION_HEADER).map(str::trim) else {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                given_id.as_ref(),
-                ErrorData::invalid_request(
-                    format!("missing {SESSION_HEADER} header: send initialize first"),
                     None,
                 ),
-            );
-        };
-        let Some(session) = state.mcp.get(id) else {
-            return rpc_error(
-                StatusCode::NOT_FOUND,
-                given_id.as_ref(),
-                ErrorData::invalid_request(
-                    "unknown or expired MCP session: send initialize again",
-                    None,
-                ),
-            );
-        };
-        if session.access != access {
-            return ApiError::new(
-                StatusCode::FORBIDDEN,
-                "this MCP session was opened with another token",
             )
-            .error_response();
-        }
-        (id.to_owned(), session)
+        });
+    }
+    let Some(id) = named else {
+        return Err(rpc_error(
+            StatusCode::BAD_REQUEST,
+            given_id,
+            ErrorData::invalid_request(
+                format!("missing {SESSION_HEADER} header: send initialize first"),
+                None,
+            ),
+        ));
     };
+    let Some(session) = state.mcp.get(id) else {
+        return Err(rpc_error(
+            StatusCode::NOT_FOUND,
+            given_id,
+            ErrorData::invalid_request(
+                "unknown or expired MCP session: send initialize again",
+                None,
+            ),
+        ));
+    };
+    if session.access != access {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "this MCP session was opened with another token",
+        )
+        .error_response());
+    }
+    Ok((id.to_owned(), session))
+}
+
+/// Hands the message to its session and, for a request, waits for the answer (a notification or
+/// a client's response: `202`, nothing comes back). A handshake refused by the server (an
+/// unsupported version) leaves no session behind.
+// The `Err` is the refusal's whole response, built once on the cold path of one request.
+#[allow(clippy::result_large_err)]
+async fn exchange(
+    state: &ApiState,
+    session_id: String,
+    session: Arc<Session>,
+    parsed: Parsed,
+) -> Result<HttpResponse, HttpResponse> {
+    let Parsed {
+        message,
+        initialize,
+        ..
+    } = parsed;
     session.in_flight.fetch_add(1, Ordering::AcqRel);
     let mut guard = InFlight {
         session: session.clone(),
@@ -419,54 +476,55 @@ pub(super) async fn post(
         // Notifications and the client's responses: handed over, nothing comes back.
         if session.inbox.send(message).await.is_err() {
             state.mcp.close(&session_id);
-            return ApiError::new(StatusCode::NOT_FOUND, "the MCP session has ended")
-                .error_response();
+            return Err(
+                ApiError::new(StatusCode::NOT_FOUND, "the MCP session has ended").error_response(),
+            );
         }
-        return HttpResponse::Accepted().finish();
+        return Ok(HttpResponse::Accepted().finish());
     };
     let id = request.id.clone();
     let (tx, rx) = oneshot::channel();
     {
         let mut waiters = session.waiters.lock();
         if waiters.contains_key(&id) {
-            return rpc_error(
+            return Err(rpc_error(
                 StatusCode::BAD_REQUEST,
                 Some(&id),
                 ErrorData::invalid_request("a request with this id is already in flight", None),
-            );
+            ));
         }
         waiters.insert(id.clone(), tx);
     }
     guard.waiting = Some(id.clone());
     if session.inbox.send(message).await.is_err() {
         state.mcp.close(&session_id);
-        return rpc_error(
+        return Err(rpc_error(
             StatusCode::NOT_FOUND,
             Some(&id),
             ErrorData::invalid_request("the MCP session has ended: send initialize again", None),
-        );
+        ));
     }
     let answer = rx.await;
     guard.waiting = None;
     drop(guard);
     let Ok(answer) = answer else {
         state.mcp.close(&session_id);
-        return rpc_error(
+        return Err(rpc_error(
             StatusCode::INTERNAL_SERVER_ERROR,
             Some(&id),
             ErrorData::internal_error("the MCP session ended without an answer", None),
-        );
+        ));
     };
     if initialize && matches!(answer, JsonRpcMessage::Error(_)) {
         // A refused handshake (an unsupported version) leaves no session behind.
         state.mcp.close(&session_id);
-        return HttpResponse::Ok().json(answer);
+        return Ok(HttpResponse::Ok().json(answer));
     }
     let mut response = HttpResponse::Ok();
     if initialize {
         response.insert_header((SESSION_HEADER, session_id));
     }
-    response.json(answer)
+    Ok(response.json(answer))
 }
 
 /// `GET /mcp`: this server starts no stream of its own (every answer comes with its POST).
