@@ -283,6 +283,53 @@ pub fn write_html(
     configuration: &serde_json::Value,
 ) -> io::Result<()> {
     let r = report;
+    let checks = invariant_checks(r);
+    let pass = checks.iter().all(|(_, ok, _)| *ok);
+    let table = checks_table(&checks);
+    let over_time = over_time_charts(r);
+    let spread = spread_charts(r);
+    let events_banner = events_banner(r);
+    let figures = figures(r);
+    let soak = r.soak.as_ref().map_or_else(
+        || "soak: run under 90 s, no RSS slope".to_owned(),
+        |s| format!("soak: {}", super::soak::describe(s)),
+    );
+    let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
+    let title = format!(
+        "warden loadtest — {} (seed {}, {} agents)",
+        r.scenario, r.seed, r.agents
+    );
+    write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/>\
+         <title>{title}</title><style>\
+         body{{font-family:sans-serif;margin:2em;max-width:1400px}}\
+         .banner{{padding:.6em 1em;color:#fff;font-weight:bold}}\
+         .ok{{background:#2ca02c}}.bad{{background:#d62728}}.warn{{background:#e07b00}}\
+         td.pass{{color:#2ca02c}}td.fail{{color:#d62728;font-weight:bold}}\
+         td{{padding:2px 10px}}pre{{background:#f4f4f4;padding:1em;overflow:auto}}\
+         .t{{font-size:13px;font-weight:bold}}.l{{font-size:11px}}\
+         .axis{{stroke:#888}}.grid{{stroke:#eee}}svg{{margin:.5em;border:1px solid #ddd}}\
+         </style></head><body>\n\
+         <h1>{title}</h1>\n\
+         <div class=\"banner {}\">invariants: {}</div>\n{events_banner}\
+         <table>{table}</table>\n<p>{}</p>\n\
+         <h2>Over time</h2>\n<div>{over_time}</div>\n\
+         <h2>Distribution and spread</h2>\n<div>{spread}</div>\n\
+         <h2>Figures</h2>\n<pre>{}</pre>\n\
+         <h2>Configuration</h2>\n<pre>{}</pre>\n\
+         </body></html>\n",
+        if pass { "ok" } else { "bad" },
+        if pass { "pass" } else { "FAIL" },
+        esc(&soak),
+        esc(&pretty(&figures)),
+        esc(&pretty(configuration)),
+        title = esc(&title),
+    )
+}
+
+/// The run's invariants: (name, held, the value shown).
+fn invariant_checks(r: &LoadReport) -> Vec<(&'static str, bool, String)> {
     let mut checks = vec![
         ("lost events", r.lost_events == 0, r.lost_events.to_string()),
         (
@@ -305,7 +352,27 @@ pub fn write_html(
         let wrong = c.violations();
         checks.push(("cluster", wrong.is_empty(), wrong.join("; ")));
     }
-    let pass = checks.iter().all(|(_, ok, _)| *ok);
+    checks
+}
+
+/// The invariants as table rows.
+fn checks_table(checks: &[(&'static str, bool, String)]) -> String {
+    let mut table = String::new();
+    for (name, ok, value) in checks {
+        let _ = write!(
+            table,
+            "<tr><td>{}</td><td class=\"{}\">{}</td><td>{}</td></tr>",
+            esc(name),
+            if *ok { "pass" } else { "fail" },
+            if *ok { "pass" } else { "FAIL" },
+            esc(value)
+        );
+    }
+    table
+}
+
+/// The per-second charts: throughput, latency, events not answered, agents by state, RSS.
+fn over_time_charts(r: &LoadReport) -> String {
     let x: Vec<f64> = r.series.iter().map(|s| s.t_s).collect();
     let per_s = |f: fn(&super::Sample) -> u64| -> Vec<f64> {
         let mut before = 0.0;
@@ -387,6 +454,11 @@ pub fn write_html(
         })
         .collect();
     let agents = line_chart("Agents by state", "agents", &x, &by_state);
+    [throughput, latency, errors, agents, rss].concat()
+}
+
+/// The distributions: the latency histogram, lockouts and refusals by depth.
+fn spread_charts(r: &LoadReport) -> String {
     let hist = bar_chart(
         "Event latency histogram (log scale: bucket start, ms)",
         &histogram(&r.event_latencies_us),
@@ -396,17 +468,12 @@ pub fn write_html(
         "Delegation refusals by the delegate's depth",
         &depth_bars(&r.refusals_by_depth),
     );
-    let mut table = String::new();
-    for (name, ok, value) in &checks {
-        let _ = write!(
-            table,
-            "<tr><td>{}</td><td class=\"{}\">{}</td><td>{}</td></tr>",
-            esc(name),
-            if *ok { "pass" } else { "fail" },
-            if *ok { "pass" } else { "FAIL" },
-            esc(value)
-        );
-    }
+    [hist, lockouts, refusals].concat()
+}
+
+/// The thresholds' verdicts, the interrupt, and the events' fates (a run where nothing was
+/// answered is not a green page) with the reasons' table.
+fn events_banner(r: &LoadReport) -> String {
     // The events' fates: a run where nothing was answered is not a green page.
     let o = &r.outcomes;
     let events_class = match (o.total(), o.answered) {
@@ -462,11 +529,15 @@ pub fn write_html(
             }
         )
     };
-    let events_banner = format!(
+    format!(
         "{thresholds_banner}{interrupted}<div class=\"banner {events_class}\">events: {}</div>\n{reasons}\n",
         esc(&super::report::describe_outcomes(o))
-    );
-    let figures = serde_json::json!({
+    )
+}
+
+/// The figures shown as JSON.
+fn figures(r: &LoadReport) -> serde_json::Value {
+    serde_json::json!({
         "duration_s": r.duration_s,
         "steps": r.steps,
         "steps_per_sec": r.steps_per_sec,
@@ -484,41 +555,5 @@ pub fn write_html(
         "soak": r.soak,
         "nodes": r.nodes,
         "cluster": r.cluster,
-    });
-    let soak = r.soak.as_ref().map_or_else(
-        || "soak: run under 90 s, no RSS slope".to_owned(),
-        |s| format!("soak: {}", super::soak::describe(s)),
-    );
-    let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
-    let title = format!(
-        "warden loadtest — {} (seed {}, {} agents)",
-        r.scenario, r.seed, r.agents
-    );
-    write!(
-        out,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/>\
-         <title>{title}</title><style>\
-         body{{font-family:sans-serif;margin:2em;max-width:1400px}}\
-         .banner{{padding:.6em 1em;color:#fff;font-weight:bold}}\
-         .ok{{background:#2ca02c}}.bad{{background:#d62728}}.warn{{background:#e07b00}}\
-         td.pass{{color:#2ca02c}}td.fail{{color:#d62728;font-weight:bold}}\
-         td{{padding:2px 10px}}pre{{background:#f4f4f4;padding:1em;overflow:auto}}\
-         .t{{font-size:13px;font-weight:bold}}.l{{font-size:11px}}\
-         .axis{{stroke:#888}}.grid{{stroke:#eee}}svg{{margin:.5em;border:1px solid #ddd}}\
-         </style></head><body>\n\
-         <h1>{title}</h1>\n\
-         <div class=\"banner {}\">invariants: {}</div>\n{events_banner}\
-         <table>{table}</table>\n<p>{}</p>\n\
-         <h2>Over time</h2>\n<div>{throughput}{latency}{errors}{agents}{rss}</div>\n\
-         <h2>Distribution and spread</h2>\n<div>{hist}{lockouts}{refusals}</div>\n\
-         <h2>Figures</h2>\n<pre>{}</pre>\n\
-         <h2>Configuration</h2>\n<pre>{}</pre>\n\
-         </body></html>\n",
-        if pass { "ok" } else { "bad" },
-        if pass { "pass" } else { "FAIL" },
-        esc(&soak),
-        esc(&pretty(&figures)),
-        esc(&pretty(configuration)),
-        title = esc(&title),
-    )
+    })
 }
