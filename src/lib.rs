@@ -46,6 +46,22 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// The Rust examples of docs/embedding.md, compiled (and run, but for the frame loop) by
+/// `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/embedding.md")]
+pub struct EmbeddingDoctests;
+
+/// The Rust example of docs/models.md (a provider limiter shared by two providers).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/models.md")]
+pub struct ModelsDoctests;
+
+/// The Rust example of docs/telemetry.md (the OpenTelemetry layer in a host's subscriber).
+#[cfg(all(doctest, feature = "otel"))]
+#[doc = include_str!("../docs/telemetry.md")]
+pub struct TelemetryDoctests;
+
 #[cfg(feature = "server")]
 pub mod a2a_client;
 // The binary's internals (its commands, client and load tester), public only because `main.rs`

@@ -231,6 +231,49 @@ fn an_unknown_section_lists_every_section() {
     );
 }
 
+/// Every page of docs/ with a ```rust example is compiled by `cargo test --doc`: src/lib.rs
+/// includes it as a doctest item (and no Rust block is left untagged: rustdoc would take an
+/// untagged block for Rust, so every fence names its language).
+#[test]
+fn every_rust_example_in_the_docs_is_a_doctest() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    let mut pages = 0;
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("md") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let name = path.file_name().unwrap().to_str().unwrap();
+        if text.contains("```rust") {
+            pages += 1;
+            assert!(
+                lib.contains(&format!("include_str!(\"../docs/{name}\")")),
+                "docs/{name} has a Rust example that src/lib.rs does not compile as a doctest"
+            );
+            // Inside a doctested page, an opening fence with no language is compiled as Rust.
+            let mut open = false;
+            for (n, line) in text.lines().enumerate() {
+                if let Some(lang) = line.trim_start().strip_prefix("```") {
+                    if !open {
+                        assert!(
+                            !lang.trim().is_empty(),
+                            "docs/{name}:{}: a fence with no language",
+                            n + 1
+                        );
+                    }
+                    open = !open;
+                }
+            }
+        }
+    }
+    assert!(
+        pages >= 3,
+        "the docs' Rust examples were not found ({pages} pages)"
+    );
+}
+
 /// docs/configuration.md: every ```toml example is a team file that parses and validates (a
 /// block with `[[agents]]`), or a configuration that does.
 #[test]
