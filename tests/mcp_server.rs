@@ -27,10 +27,9 @@ use rmcp::{
 use serde_json::{json, Value};
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
-use warden_testkit::free_port;
 
 const ADMIN: &str = "mcp-admin-token";
 const READ: &str = "mcp-read-token";
@@ -80,9 +79,10 @@ fn healthy(port: u16) -> bool {
     )
 }
 
-/// `warden serve` on a free port, killed on drop.
+/// `warden serve` on a free port (`warden_testkit::Serve`: killed on drop, its log kept and named
+/// when the test fails), and its folder, removed on drop.
 struct Server {
-    child: Child,
+    serve: warden_testkit::Serve,
     port: u16,
     dir: PathBuf,
 }
@@ -93,44 +93,30 @@ impl Server {
     }
 
     fn start_in(dir: PathBuf) -> Server {
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_warden"))
-            .args(["serve", "--config"])
-            .arg(dir.join("team.toml"))
-            .arg("--db")
-            .arg(dir.join("warden.db"))
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("WARDEN_ADMIN_TOKEN", ADMIN)
-            .env("WARDEN_READ_TOKEN", READ)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut server = Server { child, port, dir };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !healthy(port) {
-            if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("warden serve exited early: {status}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "warden serve never became healthy"
-            );
-            std::thread::sleep(Duration::from_millis(50));
+        let serve = warden_testkit::Serve::command(env!("CARGO_BIN_EXE_warden"))
+            .config(dir.join("team.toml"))
+            .db(dir.join("warden.db"))
+            .admin_token(ADMIN)
+            .read_token(READ)
+            .log(dir.join("serve.log"))
+            .start();
+        Server {
+            port: serve.port(),
+            serve,
+            dir,
         }
-        server
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
+        format!("{}/mcp", self.serve.url())
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
