@@ -88,8 +88,53 @@ async fn cascade() {
     team.shutdown().await;
 }
 
+/// `deliver`: `n` world events (a player's whisper: a TRIGGER; with long-term memory on it is also
+/// admitted as an observation) delivered through the host handle to 16 NPCs on warden's own
+/// thread, replies drained every 32. Count only the delivering calls with callgrind's
+/// `--toggle-collect='*WardenHandle*try_deliver*'`: `workload deliver memory|plain N`.
+fn deliver(memory: bool, n: usize) {
+    use warden::host::{DeliverError, Warden};
+    use warden::protocols::npc::{WorldEvent, WorldEventKind};
+    let mut config = WardenConfig::default();
+    config.safety.budget.tokens_per_agent = 0;
+    config.memory.long_term = memory;
+    let keys: Vec<String> = (0..16).map(|i| format!("npc{i}")).collect();
+    let specs = keys.iter().map(|key| {
+        let model = ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("Aye."));
+        AgentSpec::assistant(key.as_str(), Arc::new(model))
+    });
+    let warden =
+        Warden::start(config, Arc::new(NullJournal::default()), specs).expect("warden starts");
+    let mut replies = Vec::new();
+    let mut delivered = 0;
+    while delivered < n {
+        let key = &keys[delivered % keys.len()];
+        let event =
+            WorldEvent::player("p1", WorldEventKind::Whisper, "what news?").in_room("tavern");
+        match warden.try_deliver(key, event) {
+            Ok(_) => delivered += 1,
+            Err(DeliverError::Busy(_)) => std::thread::yield_now(),
+            Err(err) => panic!("delivery refused: {err}"),
+        }
+        if delivered % 32 == 0 {
+            warden.drain_replies(&mut replies, 1024);
+            replies.clear();
+        }
+    }
+    warden.shutdown();
+}
+
 fn main() {
     let phase = std::env::args().nth(1).unwrap_or_default();
+    if phase == "deliver" {
+        let memory = std::env::args().nth(2).as_deref() == Some("memory");
+        let n = std::env::args()
+            .nth(3)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(20_000);
+        deliver(memory, n);
+        return;
+    }
     let active = match std::env::args().nth(2).as_deref() {
         None | Some("passive") => false,
         Some("active") => true,

@@ -1,5 +1,6 @@
 //! [`TeamMemory`]: the runtime state of long-term memory that a team's agents share.
 
+use foldhash::HashMap as FastMap;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use tokio::time::{Duration, Instant};
@@ -11,20 +12,23 @@ const MINUTE: Duration = Duration::from_secs(60);
 /// The most speakers whose write windows an agent keeps (the quietest go first).
 const MAX_SPEAKERS: usize = 1024;
 
-/// A sliding window of write instants.
+/// A sliding window of writes, each kept as the instant it leaves the window (its write + a
+/// minute): counting compares instants, which costs a delivery less than a duration per write.
 #[derive(Debug, Default)]
 struct Window(VecDeque<Instant>);
 
 impl Window {
+    /// The writes of the last minute before `now`.
     fn count(&mut self, now: Instant) -> usize {
-        while self
-            .0
-            .front()
-            .is_some_and(|t| now.duration_since(*t) >= MINUTE)
-        {
+        while self.0.front().is_some_and(|expires| *expires <= now) {
             self.0.pop_front();
         }
         self.0.len()
+    }
+
+    /// A write at `at`.
+    fn push(&mut self, at: Instant) {
+        self.0.push_back(at + MINUTE);
     }
 }
 
@@ -35,11 +39,11 @@ struct Live {
     /// The windows were seeded from the record ([`Live::seed`]).
     seeded: bool,
     writes: Window,
-    speakers: HashMap<String, Window>,
+    speakers: FastMap<String, Window>,
     /// The memory clock's anchor: (real instant, memory time then).
     anchor: Option<(Instant, f64)>,
     /// The trust of each speaker's latest perceived TRIGGER or CONTEXT (bounded as `speakers`).
-    trust_of: HashMap<String, f64>,
+    trust_of: FastMap<String, f64>,
     /// The lowest trust of the CONTEXT events perceived since the last turn started (what a
     /// tick's turn sees).
     context_trust: Option<f64>,
@@ -51,12 +55,16 @@ struct Live {
 impl Live {
     /// See [`TeamMemory::now`].
     fn now(&mut self, clock: f64, speed: f64) -> f64 {
+        self.now_at(Instant::now(), clock, speed)
+    }
+
+    /// The memory time at `now`.
+    fn now_at(&mut self, now: Instant, clock: f64, speed: f64) -> f64 {
         let speed = if speed.is_finite() && speed > 0.0 {
             speed
         } else {
             1.0
         };
-        let now = Instant::now();
         let (at, base) = *self.anchor.get_or_insert((now, clock));
         base + now.duration_since(at).as_secs_f64() * speed
     }
@@ -102,14 +110,13 @@ impl Live {
             let Some(instant) = now.checked_sub(Duration::from_secs_f64(age)) else {
                 continue;
             };
-            self.writes.0.push_back(instant);
+            self.writes.push(instant);
             if let Some(speaker) = speaker {
                 if self.speakers.len() < MAX_SPEAKERS || self.speakers.contains_key(speaker) {
                     self.speakers
                         .entry(speaker.to_owned())
                         .or_default()
-                        .0
-                        .push_back(instant);
+                        .push(instant);
                 }
             }
         }
@@ -117,7 +124,17 @@ impl Live {
 
     /// See [`TeamMemory::admit`].
     fn admit(&mut self, speaker: Option<&str>, per_agent: u32, per_speaker: u32) -> bool {
-        let now = Instant::now();
+        self.admit_at(Instant::now(), speaker, per_agent, per_speaker)
+    }
+
+    /// [`Live::admit`] at `now`.
+    fn admit_at(
+        &mut self,
+        now: Instant,
+        speaker: Option<&str>,
+        per_agent: u32,
+        per_speaker: u32,
+    ) -> bool {
         if self.writes.count(now) >= per_agent as usize {
             return false;
         }
@@ -135,9 +152,9 @@ impl Live {
             if window.count(now) >= per_speaker as usize {
                 return false;
             }
-            window.0.push_back(now);
+            window.push(now);
         }
-        self.writes.0.push_back(now);
+        self.writes.push(now);
         true
     }
 }
@@ -160,7 +177,7 @@ struct Indexed {
 /// delivery ever waits on.
 #[derive(Debug, Default)]
 pub(crate) struct TeamMemory {
-    live: Mutex<HashMap<AgentKey, Live>>,
+    live: Mutex<FastMap<AgentKey, Live>>,
     index: Mutex<Index>,
 }
 
@@ -281,8 +298,10 @@ impl TeamMemory {
         if context {
             live.context_trust = Some(live.context_trust.map_or(trust, |t| t.min(trust)));
         }
-        live.admit(Some(speaker), per_agent, per_speaker)
-            .then(|| live.now(clock, speed))
+        // One reading of the clock for the caps and the memory time.
+        let now = Instant::now();
+        live.admit_at(now, Some(speaker), per_agent, per_speaker)
+            .then(|| live.now_at(now, clock, speed))
     }
 
     /// The lowest trust of the CONTEXT events perceived since the last call (a turn starts).
