@@ -18,7 +18,7 @@
 //! # Lock order
 //! Each lane lock is a leaf: it is never held while taking another lock or posting a wake.
 
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, OnceBox, Ordering};
 use actix::{Message, Recipient};
 use std::collections::VecDeque;
 use tokio::sync::Notify;
@@ -157,7 +157,7 @@ pub struct SendError<M>(pub M);
 /// ```
 pub struct PriorityMailbox<M> {
     /// The lanes, allocated by the first message (see [`Lanes`]).
-    lanes: once_cell::race::OnceBox<Lanes<M>>,
+    lanes: OnceBox<Lanes<M>>,
     capacity: usize,
     closed: AtomicBool,
     wake_scheduled: AtomicBool,
@@ -185,8 +185,8 @@ struct Lanes<M> {
     space: Notify,
 }
 
-impl<M> Lanes<M> {
-    fn new() -> Self {
+impl<M> Default for Lanes<M> {
+    fn default() -> Self {
         Lanes {
             lanes: std::array::from_fn(|_| Mutex::new(VecDeque::new())),
             depth: std::array::from_fn(|_| AtomicUsize::new(0)),
@@ -195,7 +195,9 @@ impl<M> Lanes<M> {
             space: Notify::new(),
         }
     }
+}
 
+impl<M> Lanes<M> {
     /// Whether any lane holds a message.
     fn queued(&self) -> bool {
         self.depth.iter().any(|d| d.load(Ordering::Acquire) > 0)
@@ -215,7 +217,7 @@ impl<M: Prioritized> PriorityMailbox<M> {
     /// A mailbox whose ordinary lane holds at most `capacity` messages.
     pub fn new(capacity: usize) -> Self {
         PriorityMailbox {
-            lanes: once_cell::race::OnceBox::new(),
+            lanes: OnceBox::new(),
             capacity: capacity.max(1),
             closed: AtomicBool::new(false),
             wake_scheduled: AtomicBool::new(false),
@@ -227,7 +229,7 @@ impl<M: Prioritized> PriorityMailbox<M> {
 
     /// The lanes, allocated now if no message came yet.
     fn lanes(&self) -> &Lanes<M> {
-        self.lanes.get_or_init(|| Box::new(Lanes::new()))
+        self.lanes.get_or_init(Box::default)
     }
 
     /// The lanes, if a message ever came (`None`: every lane is empty).

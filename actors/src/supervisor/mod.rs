@@ -598,16 +598,7 @@ impl Supervisor {
             }
         };
         let npc = settings.npc.clone();
-        let profile = self.profile(Profile::new(
-            provider,
-            tools,
-            system_prompt,
-            settings,
-            self.shared.safety.clone(),
-            self.shared.journal.clone(),
-            Some(self.shared.crash_tx.clone()),
-            self.shared.replies.clone(),
-        ));
+        let profile = self.profile(provider, tools, system_prompt, settings);
         let arbiter = if self.shared.arbiters.is_empty() {
             // A passive agent's actor is started from any thread: on this one, by its handle.
             self.passivate_after()
@@ -702,17 +693,33 @@ impl Supervisor {
         Ok(AgentHandle { cell })
     }
 
-    /// `profile`, or an equal one built before (shared: see [`Profile`]). The last
-    /// [`PROFILES_KEPT`] built are kept: agents spawned from one spec, in a row or interleaved
-    /// with a few others, share one.
-    fn profile(&self, profile: Profile) -> Arc<Profile> {
+    /// The profile of an agent with this model, tools, prompt and settings: one built before
+    /// that fits (shared: see [`Profile`]), or a new one. The last [`PROFILES_KEPT`] built are
+    /// kept: agents spawned from one spec, in a row or interleaved with a few others, share one.
+    fn profile(
+        &self,
+        provider: Arc<dyn Provider>,
+        tools: ToolRegistry,
+        system_prompt: Option<String>,
+        settings: Arc<AgentSettings>,
+    ) -> Arc<Profile> {
         let mut kept = self.shared.profiles.lock();
-        if let Some(i) = kept.iter().position(|p| p.same_as(&profile)) {
+        let fits = |p: &Arc<Profile>| p.fits(&provider, &tools, &system_prompt, &settings);
+        if let Some(i) = kept.iter().rposition(fits) {
             let found = kept.remove(i);
             kept.push(found.clone());
             return found;
         }
-        let profile = Arc::new(profile);
+        let profile = Arc::new(Profile::new(
+            provider,
+            tools,
+            system_prompt,
+            settings,
+            self.shared.safety.clone(),
+            self.shared.journal.clone(),
+            Some(self.shared.crash_tx.clone()),
+            self.shared.replies.clone(),
+        ));
         if kept.len() == PROFILES_KEPT {
             kept.remove(0);
         }

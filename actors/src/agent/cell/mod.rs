@@ -160,17 +160,19 @@ impl Profile {
         }
     }
 
-    /// Whether an agent of `self` behaves as one of `other` (the same model, tool list, system
-    /// prompt and settings; the team's parts are the same within a supervisor): `other` can be
-    /// shared instead.
-    pub(crate) fn same_as(&self, other: &Profile) -> bool {
-        std::ptr::addr_eq(Arc::as_ptr(&self.provider), Arc::as_ptr(&other.provider))
-            && Arc::ptr_eq(&self.settings, &other.settings)
-            && Arc::ptr_eq(&self.safety, &other.safety)
-            && std::ptr::addr_eq(Arc::as_ptr(&self.journal), Arc::as_ptr(&other.journal))
-            && Arc::ptr_eq(&self.replies, &other.replies)
-            && self.tools.same_as(&other.tools)
-            && self.system_prompt == other.system_prompt
+    /// Whether an agent with this model, tool list, system prompt and settings behaves as one of
+    /// `self` (the team's parts are the same within a supervisor): `self` can be shared.
+    pub(crate) fn fits(
+        &self,
+        provider: &Arc<dyn Provider>,
+        tools: &ToolRegistry,
+        system_prompt: &Option<String>,
+        settings: &Arc<AgentSettings>,
+    ) -> bool {
+        std::ptr::addr_eq(Arc::as_ptr(&self.provider), Arc::as_ptr(provider))
+            && Arc::ptr_eq(&self.settings, settings)
+            && self.tools.same_as(tools)
+            && self.system_prompt == *system_prompt
     }
 }
 
