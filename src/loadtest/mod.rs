@@ -1695,22 +1695,24 @@ async fn finish_fleet(
     driven.sampler.sample(Instant::now(), journal, llm_calls);
     let agents: u64 = teams.iter().map(|t| t.len() as u64).sum();
     let (stopped, stopped_agents) = {
+        // The statuses first, then the tally's lock: a status takes each agent's record lock,
+        // and an agent journals (takes the tally's lock) under its record lock — with the fleet
+        // on other threads (`--threads`), the other order deadlocked.
+        let statuses: Vec<_> = teams.iter().flat_map(Supervisor::statuses).collect();
         let t = journal.tally.lock();
         let mut stopped = 0;
         let mut listed = Vec::new();
-        for team in &teams {
-            for status in team.statuses() {
-                if status.state != AgentState::Stopped {
-                    continue;
-                }
-                stopped += 1;
-                if listed.len() < MAX_STOPPED_LISTED {
-                    listed.push(outcomes::StoppedAgent {
-                        agent: status.key.as_str().to_owned(),
-                        depth: t.depth(&status.key),
-                        cause: stop_cause(&status),
-                    });
-                }
+        for status in statuses {
+            if status.state != AgentState::Stopped {
+                continue;
+            }
+            stopped += 1;
+            if listed.len() < MAX_STOPPED_LISTED {
+                listed.push(outcomes::StoppedAgent {
+                    agent: status.key.as_str().to_owned(),
+                    depth: t.depth(&status.key),
+                    cause: stop_cause(&status),
+                });
             }
         }
         (stopped, listed)

@@ -123,6 +123,9 @@ struct SupervisorShared {
     fleet_halt: Mutex<fleet_halt::FleetHaltNote>,
     /// The profiles built last, the most recently used last (see [`Supervisor::profile`]).
     profiles: Mutex<Vec<Arc<Profile>>>,
+    /// `supervisor.passivate_after_seconds` as a duration, if agents are passivated (converted
+    /// once: each spawn asks).
+    passivate_after: Option<Duration>,
 }
 
 /// A tool with its spec, built once and registered with every agent that has it.
@@ -345,6 +348,10 @@ impl Supervisor {
         let (crash_tx, mut crash_rx) = tokio::sync::mpsc::unbounded_channel();
         let npc = Arc::new(config.npc.clone());
         let ticks = TickArbiter::start(&config.npc.clock);
+        let seconds = config.supervisor.passivate_after_seconds;
+        let passivate_after = (seconds > 0.0)
+            .then(|| Duration::try_from_secs_f64(seconds).ok())
+            .flatten();
         let shared = Arc::new(SupervisorShared {
             npc,
             ticks,
@@ -368,6 +375,7 @@ impl Supervisor {
             a2a: OnceLock::new(),
             fleet_halt: Mutex::new(None),
             profiles: Mutex::new(Vec::with_capacity(PROFILES_KEPT)),
+            passivate_after,
         });
         let weak = Arc::downgrade(&shared);
         actix_rt::spawn(async move {
@@ -544,7 +552,7 @@ impl Supervisor {
             .as_ref()
             .map_or(config.memory.long_term, |m| m.long_term)
         {
-            let npc_config = npc.as_ref().unwrap_or(&self.shared.npc);
+            let npc_config = npc.as_deref().unwrap_or(&*self.shared.npc);
             let sleeps = npc_config.sleep.enabled && npc_config.tick.enabled;
             let built = self.shared.memory_tools[usize::from(sleeps)].get_or_init(|| {
                 let shared = Arc::downgrade(&self.shared);
@@ -585,8 +593,6 @@ impl Supervisor {
                 found: record.key.clone(),
             });
         }
-        // One allocation for the registry's entries, not the doubling growth's spare room.
-        tools.shrink_to_fit();
         let settings = match (npc, memory, permissions, execution) {
             (None, None, None, None) => self
                 .shared
@@ -594,7 +600,7 @@ impl Supervisor {
                 .get_or_init(|| Arc::new(self.settings(None, None, None, None)))
                 .clone(),
             (npc, memory, permissions, execution) => {
-                Arc::new(self.settings(npc, memory, permissions, execution))
+                Arc::new(self.settings(npc.map(|n| *n), memory, permissions.map(|p| *p), execution))
             }
         };
         let npc = settings.npc.clone();
@@ -699,7 +705,7 @@ impl Supervisor {
     fn profile(
         &self,
         provider: Arc<dyn Provider>,
-        tools: ToolRegistry,
+        mut tools: ToolRegistry,
         system_prompt: Option<String>,
         settings: Arc<AgentSettings>,
     ) -> Arc<Profile> {
@@ -710,6 +716,9 @@ impl Supervisor {
             kept.push(found.clone());
             return found;
         }
+        // Kept for as long as its agents: one allocation for the registry's entries, not the
+        // doubling growth's spare room.
+        tools.shrink_to_fit();
         let profile = Arc::new(Profile::new(
             provider,
             tools,
@@ -729,10 +738,7 @@ impl Supervisor {
 
     /// `supervisor.passivate_after_seconds`, if agents are passivated (see [`Activator`]).
     fn passivate_after(&self) -> Option<Duration> {
-        let seconds = self.shared.config.supervisor.passivate_after_seconds;
-        (seconds > 0.0)
-            .then(|| Duration::try_from_secs_f64(seconds).ok())
-            .flatten()
+        self.shared.passivate_after
     }
 
     /// The per-agent settings taken from the config (`npc`, `memory`, `permissions` and

@@ -182,7 +182,7 @@ pub(crate) struct CellParts {
     pub arbiter: Option<actix::ArbiterHandle>,
     pub key: AgentKey,
     /// A restored record (its key is `key`); `None`: a fresh agent (see [`RecordSlot`]).
-    pub record: Option<AgentRecord>,
+    pub record: Option<Box<AgentRecord>>,
     pub mailbox: PriorityMailbox<AgentMsg>,
     pub profile: Arc<Profile>,
 }
@@ -280,18 +280,13 @@ enum RecordSlot {
 }
 
 impl RecordSlot {
-    /// The slot of an agent that has journaled nothing yet (`AgentRecord::new`'s values).
-    fn fresh(key: &AgentKey) -> Self {
-        let AgentRecord {
-            role,
-            parent,
-            max_consecutive_errors,
-            ..
-        } = AgentRecord::new(key.clone());
+    /// The slot of an agent that has journaled nothing yet: [`AgentRecord::new`]'s values (a
+    /// test holds the two equal), without building a record to read them from.
+    fn fresh() -> Self {
         RecordSlot::Fresh {
-            role,
-            parent,
-            max_consecutive_errors,
+            role: AgentRole::Assistant,
+            parent: None,
+            max_consecutive_errors: 5,
         }
     }
 
@@ -365,7 +360,7 @@ impl AgentCell {
         let mut breakers = AgentBreakers::shared(key.clone(), profile.breakers.clone());
         let (slot, state, paused, halted, spent) = match record {
             None => (
-                RecordSlot::fresh(&key),
+                RecordSlot::fresh(),
                 AgentState::WaitingForEvent,
                 false,
                 false,
@@ -392,13 +387,7 @@ impl AgentCell {
                 let spent = record.usage.tokens() > 0;
                 let (state, paused) = (record.state, record.paused);
                 let halted = state == AgentState::Stopped;
-                (
-                    RecordSlot::Full(Box::new(record)),
-                    state,
-                    paused,
-                    halted,
-                    spent,
-                )
+                (RecordSlot::Full(record), state, paused, halted, spent)
             }
         };
         let cell = AgentCell {

@@ -204,6 +204,23 @@ fn an_idle_cell_fits_in_384_bytes() {
 /// A fresh agent's record is not built by its spawn nor by a reader that only looks; the first
 /// lock builds it as a replay of its journal would.
 #[test]
+fn a_fresh_slot_stands_for_a_new_record() {
+    let RecordSlot::Fresh {
+        role,
+        parent,
+        max_consecutive_errors,
+    } = RecordSlot::fresh()
+    else {
+        panic!("not fresh");
+    };
+    let key: AgentKey = "a".into();
+    assert_eq!(
+        RecordSlot::build(&key, role, parent, max_consecutive_errors),
+        AgentRecord::new(key)
+    );
+}
+
+#[test]
 fn a_fresh_record_is_built_at_the_first_lock_as_a_replay_builds_it() {
     let journal = Arc::new(MemoryJournal::new());
     let cell = cell(journal.clone());
