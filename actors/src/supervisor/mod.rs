@@ -1094,3 +1094,41 @@ async fn collect_acks(
     .collect()
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{journal::NullJournal, provider::ScriptedProvider};
+
+    /// Agents of one spec share one profile (the memory of an idle fleet depends on it); another
+    /// prompt, model or tool list gets its own, and a profile is found again among the last few.
+    #[test]
+    fn agents_of_one_spec_share_a_profile_and_others_do_not() {
+        actix_rt::System::new().block_on(async {
+            let team = Supervisor::on_current_arbiter(
+                WardenConfig::default(),
+                Arc::new(NullJournal::default()),
+            );
+            let model: Arc<dyn Provider> = Arc::new(ScriptedProvider::new([]));
+            let other: Arc<dyn Provider> = Arc::new(ScriptedProvider::new([]));
+            let spawn = |spec: AgentSpec| team.spawn(spec).expect("spawn").cell.profile().clone();
+            let a = spawn(AgentSpec::assistant("a", model.clone()));
+            let b = spawn(AgentSpec::assistant("b", model.clone()));
+            let prompted =
+                spawn(AgentSpec::assistant("c", model.clone()).with_system_prompt("You are c."));
+            let same_prompt =
+                spawn(AgentSpec::assistant("d", model.clone()).with_system_prompt("You are c."));
+            let other_model = spawn(AgentSpec::assistant("e", other));
+            let no_delegate = spawn(AgentSpec::assistant("f", model.clone()).without_delegation());
+            let again = spawn(AgentSpec::assistant("g", model.clone()));
+            assert!(Arc::ptr_eq(&a, &b) && Arc::ptr_eq(&a, &again));
+            assert!(Arc::ptr_eq(&prompted, &same_prompt));
+            for distinct in [&prompted, &other_model, &no_delegate] {
+                assert!(!Arc::ptr_eq(&a, distinct));
+            }
+            assert!(!Arc::ptr_eq(&prompted, &other_model));
+            assert_eq!(no_delegate.tools.len(), 0);
+            assert_eq!(a.tools.names().collect::<Vec<_>>(), ["delegate"]);
+        });
+    }
+}

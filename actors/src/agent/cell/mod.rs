@@ -421,6 +421,12 @@ impl AgentCell {
             .get_or_init(|| Box::new(Busy::new(self.settings.circuit, self.settings.tool_retry)))
     }
 
+    /// What it shares with the agents of its spec.
+    #[cfg(test)]
+    pub(crate) fn profile(&self) -> &Arc<Profile> {
+        &self.profile
+    }
+
     /// Where its actor runs (`None`: on the current arbiter).
     pub(crate) fn arbiter(&self) -> Option<&actix::ArbiterHandle> {
         self.arbiter.as_ref()
