@@ -18,7 +18,7 @@
 //! # Lock order
 //! Each lane lock is a leaf: it is never held while taking another lock or posting a wake.
 
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, OnceBox, Ordering};
 use actix::{Message, Recipient};
 use std::collections::VecDeque;
 use tokio::sync::Notify;
@@ -156,14 +156,10 @@ pub struct SendError<M>(pub M);
 /// assert!(mailbox.pop().is_none());
 /// ```
 pub struct PriorityMailbox<M> {
-    lanes: [Mutex<VecDeque<Envelope<M>>>; Priority::COUNT],
-    depth: [AtomicUsize; Priority::COUNT],
+    /// The lanes, allocated by the first message (see [`Lanes`]).
+    lanes: OnceBox<Lanes<M>>,
     capacity: usize,
-    next_id: AtomicU64,
     closed: AtomicBool,
-    /// Senders parked in [`PriorityMailbox::send`] waiting for ordinary space.
-    waiting_senders: AtomicUsize,
-    space: Notify,
     wake_scheduled: AtomicBool,
     /// Set once by the reader when it first runs (or when a passive one is attached).
     reading: AtomicBool,
@@ -171,6 +167,41 @@ pub struct PriorityMailbox<M> {
     /// only under the `waker` lock; read without it by [`PriorityMailbox::is_passive`].
     passive: AtomicBool,
     waker: Mutex<Option<Box<dyn WakeSink>>>,
+}
+
+/// The four lanes with their depths and the id counter: allocated by the first message a mailbox
+/// takes and kept, so that the mailbox of an agent nobody sent anything (most of a large idle
+/// fleet) is ~100 bytes instead of ~280 (`docs/performance.md`, "Passive agents"). Until then
+/// every lane reads as empty. Allocated before the first push and reached by the readers through
+/// the same flags and locks that make the push visible (the wake flag's swaps, the waker lock), so
+/// whoever sees a message sees its lanes.
+struct Lanes<M> {
+    lanes: [Mutex<VecDeque<Envelope<M>>>; Priority::COUNT],
+    depth: [AtomicUsize; Priority::COUNT],
+    next_id: AtomicU64,
+    /// Senders parked in [`PriorityMailbox::send`] waiting for ordinary space (only a mailbox
+    /// that took messages can be full).
+    waiting_senders: AtomicUsize,
+    space: Notify,
+}
+
+impl<M> Default for Lanes<M> {
+    fn default() -> Self {
+        Lanes {
+            lanes: std::array::from_fn(|_| Mutex::new(VecDeque::new())),
+            depth: std::array::from_fn(|_| AtomicUsize::new(0)),
+            next_id: AtomicU64::new(1),
+            waiting_senders: AtomicUsize::new(0),
+            space: Notify::new(),
+        }
+    }
+}
+
+impl<M> Lanes<M> {
+    /// Whether any lane holds a message.
+    fn queued(&self) -> bool {
+        self.depth.iter().any(|d| d.load(Ordering::Acquire) > 0)
+    }
 }
 
 impl<M> std::fmt::Debug for PriorityMailbox<M> {
@@ -186,18 +217,30 @@ impl<M: Prioritized> PriorityMailbox<M> {
     /// A mailbox whose ordinary lane holds at most `capacity` messages.
     pub fn new(capacity: usize) -> Self {
         PriorityMailbox {
-            lanes: std::array::from_fn(|_| Mutex::new(VecDeque::new())),
-            depth: std::array::from_fn(|_| AtomicUsize::new(0)),
+            lanes: OnceBox::new(),
             capacity: capacity.max(1),
-            next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
-            waiting_senders: AtomicUsize::new(0),
-            space: Notify::new(),
             wake_scheduled: AtomicBool::new(false),
             reading: AtomicBool::new(false),
             passive: AtomicBool::new(false),
             waker: Mutex::new(None),
         }
+    }
+
+    /// The lanes, allocated now if no message came yet.
+    fn lanes(&self) -> &Lanes<M> {
+        self.lanes.get_or_init(Box::default)
+    }
+
+    /// The lanes, if a message ever came (`None`: every lane is empty).
+    fn lanes_now(&self) -> Option<&Lanes<M>> {
+        self.lanes.get()
+    }
+
+    /// The depth of `lane` (0 before the first message).
+    fn depth(&self, lane: usize) -> usize {
+        self.lanes_now()
+            .map_or(0, |l| l.depth[lane].load(Ordering::Acquire))
     }
 
     /// Ordinary-lane capacity.
@@ -217,12 +260,13 @@ impl<M: Prioritized> PriorityMailbox<M> {
             return Err(TrySendError::Closed(msg));
         }
         let lane = msg.priority().index();
+        let lanes = self.lanes();
         let id = {
-            let mut q = self.lanes[lane].lock();
+            let mut q = lanes.lanes[lane].lock();
             if lane == Priority::Ordinary.index() && q.len() >= self.capacity {
                 return Err(TrySendError::Full(msg));
             }
-            self.push_locked(&mut q, lane, msg)
+            Self::push_locked(lanes, &mut q, lane, msg)
         };
         self.schedule_wake();
         Ok(id)
@@ -255,23 +299,29 @@ impl<M: Prioritized> PriorityMailbox<M> {
     /// it is a `try_send` wrapped by the caller (e.g. under a lock of its own). [`Self::send`] is this
     /// with a bare `try_send`.
     ///
-    /// No wake-up is missed: the waiter is registered before each attempt.
+    /// No wake-up is missed: the waiter is registered before each attempt. The lanes (where the
+    /// waiter registers) are allocated first, and the waker lock is taken and released between
+    /// registering and the attempt; [`Self::close`] takes it between raising its flag and looking
+    /// for the lanes. So either the close finds the lanes and wakes this waiter, or the attempt
+    /// sees the close.
     ///
     /// # Cancel safety
     /// Cancel safe as long as `attempt` is: dropping the future between attempts leaves nothing
     /// registered and nothing sent.
     pub async fn retry_while_full<T>(&self, mut attempt: impl FnMut() -> Option<T>) -> T {
+        let lanes = self.lanes();
         loop {
-            let notified = self.space.notified();
+            let notified = lanes.space.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            self.waiting_senders.fetch_add(1, Ordering::SeqCst);
+            lanes.waiting_senders.fetch_add(1, Ordering::SeqCst);
+            drop(self.waker.lock());
             if let Some(done) = attempt() {
-                self.waiting_senders.fetch_sub(1, Ordering::SeqCst);
+                lanes.waiting_senders.fetch_sub(1, Ordering::SeqCst);
                 return done;
             }
             notified.await;
-            self.waiting_senders.fetch_sub(1, Ordering::SeqCst);
+            lanes.waiting_senders.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -287,16 +337,17 @@ impl<M: Prioritized> PriorityMailbox<M> {
             return Err(msg);
         }
         let lane = msg.priority().index();
-        let id = self.push_locked(&mut self.lanes[lane].lock(), lane, msg);
+        let lanes = self.lanes();
+        let id = Self::push_locked(lanes, &mut lanes.lanes[lane].lock(), lane, msg);
         self.schedule_wake();
         Ok(id)
     }
 
     /// Appends to `lane` (whose lock the caller holds as `q`) under a fresh id.
-    fn push_locked(&self, q: &mut VecDeque<Envelope<M>>, lane: usize, msg: M) -> u64 {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+    fn push_locked(lanes: &Lanes<M>, q: &mut VecDeque<Envelope<M>>, lane: usize, msg: M) -> u64 {
+        let id = lanes.next_id.fetch_add(1, Ordering::Relaxed);
         q.push_back(Envelope { id, msg });
-        self.depth[lane].fetch_add(1, Ordering::Release);
+        lanes.depth[lane].fetch_add(1, Ordering::Release);
         id
     }
 
@@ -366,7 +417,7 @@ impl<M: Prioritized> PriorityMailbox<M> {
         let mut slot = self.waker.lock();
         *slot = Some(sink);
         self.passive.store(passive, Ordering::SeqCst);
-        let queued = self.depth.iter().any(|d| d.load(Ordering::Acquire) > 0);
+        let queued = self.lanes_now().is_some_and(Lanes::queued);
         if queued || self.wake_scheduled.load(Ordering::Acquire) {
             self.wake_scheduled.store(true, Ordering::Release);
             self.wake_locked(&mut slot);
@@ -384,7 +435,7 @@ impl<M: Prioritized> PriorityMailbox<M> {
     /// starts a reader (`actors/tests/loom_mailbox.rs` checks every interleaving).
     pub fn passivate(&self, sink: impl WakeSink) -> bool {
         let mut slot = self.waker.lock();
-        let queued = self.depth.iter().any(|d| d.load(Ordering::Acquire) > 0);
+        let queued = self.lanes_now().is_some_and(Lanes::queued);
         if queued || self.wake_scheduled.load(Ordering::Acquire) {
             return false;
         }
@@ -435,17 +486,18 @@ impl<M: Prioritized> PriorityMailbox<M> {
     }
 
     fn pop_lane(&self, lane: usize) -> Option<Envelope<M>> {
-        if self.depth[lane].load(Ordering::Acquire) == 0 {
+        let lanes = self.lanes_now()?;
+        if lanes.depth[lane].load(Ordering::Acquire) == 0 {
             return None;
         }
         let env = {
-            let mut q = self.lanes[lane].lock();
+            let mut q = lanes.lanes[lane].lock();
             let env = q.pop_front()?;
-            self.depth[lane].fetch_sub(1, Ordering::Release);
+            lanes.depth[lane].fetch_sub(1, Ordering::Release);
             env
         };
-        if lane == Priority::Ordinary.index() && self.waiting_senders.load(Ordering::SeqCst) > 0 {
-            self.space.notify_waiters();
+        if lane == Priority::Ordinary.index() && lanes.waiting_senders.load(Ordering::SeqCst) > 0 {
+            lanes.space.notify_waiters();
         }
         Some(env)
     }
@@ -463,26 +515,29 @@ impl<M: Prioritized> PriorityMailbox<M> {
     /// Takes the whole ordinary lane at once (O(1)); used by a halt.
     pub fn take_ordinary(&self) -> VecDeque<Envelope<M>> {
         let lane = Priority::Ordinary.index();
+        let Some(lanes) = self.lanes_now() else {
+            return VecDeque::new();
+        };
         let taken = {
-            let mut q = self.lanes[lane].lock();
+            let mut q = lanes.lanes[lane].lock();
             let taken = std::mem::take(&mut *q);
-            self.depth[lane].fetch_sub(taken.len(), Ordering::Release);
+            lanes.depth[lane].fetch_sub(taken.len(), Ordering::Release);
             taken
         };
-        if self.waiting_senders.load(Ordering::SeqCst) > 0 {
-            self.space.notify_waiters();
+        if lanes.waiting_senders.load(Ordering::SeqCst) > 0 {
+            lanes.space.notify_waiters();
         }
         taken
     }
 
     /// Whether a lane more urgent than `Ordinary` has a message.
     pub fn has_urgent(&self) -> bool {
-        (0..Priority::Ordinary.index()).any(|lane| self.depth[lane].load(Ordering::Acquire) > 0)
+        (0..Priority::Ordinary.index()).any(|lane| self.depth(lane) > 0)
     }
 
     /// Messages queued per lane.
     pub fn depths(&self) -> QueueDepths {
-        let d = |p: Priority| self.depth[p.index()].load(Ordering::Acquire);
+        let d = |p: Priority| self.depth(p.index());
         QueueDepths {
             system_halt: d(Priority::SystemHalt),
             control: d(Priority::Control),
@@ -494,7 +549,15 @@ impl<M: Prioritized> PriorityMailbox<M> {
     /// Refuses all further sends (queued messages stay readable). Wakes parked senders.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
-        self.space.notify_waiters();
+        // The waker lock orders this against a parked sender's registration (see
+        // `retry_while_full`): a sender that registered before it is found here and woken.
+        let lanes = {
+            let _order = self.waker.lock();
+            self.lanes_now()
+        };
+        if let Some(lanes) = lanes {
+            lanes.space.notify_waiters();
+        }
     }
 
     /// Whether [`PriorityMailbox::close`] was called.

@@ -1695,25 +1695,24 @@ async fn finish_fleet(
     driven.sampler.sample(Instant::now(), journal, llm_calls);
     let agents: u64 = teams.iter().map(|t| t.len() as u64).sum();
     let (stopped, stopped_agents) = {
-        // The statuses first, then the tally: an agent journals (tally lock) under its record lock,
-        // so holding the tally while reading records deadlocks a fleet on other arbiter threads.
-        let statuses: Vec<_> = teams.iter().flat_map(|team| team.statuses()).collect();
+        // The statuses first, then the tally's lock: a status takes each agent's record lock,
+        // and an agent journals (takes the tally's lock) under its record lock — with the fleet
+        // on other threads (`--threads`), the other order deadlocked.
+        let statuses: Vec<_> = teams.iter().flat_map(Supervisor::statuses).collect();
         let t = journal.tally.lock();
         let mut stopped = 0;
         let mut listed = Vec::new();
-        {
-            for status in statuses {
-                if status.state != AgentState::Stopped {
-                    continue;
-                }
-                stopped += 1;
-                if listed.len() < MAX_STOPPED_LISTED {
-                    listed.push(outcomes::StoppedAgent {
-                        agent: status.key.as_str().to_owned(),
-                        depth: t.depth(&status.key),
-                        cause: stop_cause(&status),
-                    });
-                }
+        for status in statuses {
+            if status.state != AgentState::Stopped {
+                continue;
+            }
+            stopped += 1;
+            if listed.len() < MAX_STOPPED_LISTED {
+                listed.push(outcomes::StoppedAgent {
+                    agent: status.key.as_str().to_owned(),
+                    depth: t.depth(&status.key),
+                    cause: stop_cause(&status),
+                });
             }
         }
         (stopped, listed)

@@ -150,7 +150,7 @@ impl AgentActor {
             return;
         }
         self.worked = false;
-        let after = activator.after();
+        let after = self.cell.settings.passivate_after;
         ctx.run_later(after, |act, ctx| act.check_idle(ctx));
     }
 
@@ -614,8 +614,9 @@ impl Actor for AgentActor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         // The supervisor attached this actor's address as the mailbox's waker when it started it.
         self.cell.mailbox.reader_started();
-        if let Some(activator) = &self.passivation {
-            ctx.run_later(activator.after(), |act, ctx| act.check_idle(ctx));
+        if self.passivation.is_some() {
+            let after = self.cell.settings.passivate_after;
+            ctx.run_later(after, |act, ctx| act.check_idle(ctx));
         }
     }
 }

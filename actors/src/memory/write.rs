@@ -3,7 +3,7 @@
 //! related memories (A-MEM), and journaled (`memory_stored`) with the memories it evicted.
 
 use crate::agent::cell::AgentCell;
-use parking_lot::MutexGuard;
+use parking_lot::MappedMutexGuard;
 use warden_protocols::{
     memory::{Memory, MemoryKind, Observe, StoreFull, Unwritten},
     npc::{Perception, Rule, Verdict, WorldEvent},
@@ -246,7 +246,7 @@ impl AgentCell {
     /// Locks the record with every admitted observation written first (see
     /// [`AgentCell::write_observations`]): what every reader and writer of long-term memory
     /// locks, so none sees the store without what was delivered before.
-    pub(crate) fn memory_lock(&self) -> MutexGuard<'_, warden_protocols::AgentRecord> {
+    pub(crate) fn memory_lock(&self) -> MappedMutexGuard<'_, warden_protocols::AgentRecord> {
         let mut rec = self.lock();
         self.write_observations(&mut rec);
         rec

@@ -90,9 +90,9 @@ impl Verdict {
 #[derive(Debug)]
 pub struct AgentBreakers {
     key: AgentKey,
-    model: String,
-    config: Arc<SafetyConfig>,
-    team: Option<Arc<TeamBudget>>,
+    /// The model, the config and the team: the same for every agent of a profile (one `Arc`, not
+    /// a copy of the model's name and three handles per agent of an idle fleet).
+    shared: Arc<BreakersShared>,
     totals: UsageTotals,
     budget_warned: bool,
     consecutive_errors: u32,
@@ -100,6 +100,29 @@ pub struct AgentBreakers {
     /// What the behaviour breakers remember, from the first operation on: boxed, because an agent
     /// that never worked (most of a large idle fleet) should not carry it (~190 bytes).
     patterns: Option<Box<Patterns>>,
+}
+
+/// What the breakers of agents calling one model in one team share ([`AgentBreakers::shared`]).
+#[derive(Debug)]
+pub(crate) struct BreakersShared {
+    model: String,
+    config: Arc<SafetyConfig>,
+    team: Option<Arc<TeamBudget>>,
+}
+
+impl BreakersShared {
+    /// For agents calling `model`, charging `team` too when given.
+    pub(crate) fn new(
+        config: Arc<SafetyConfig>,
+        model: impl Into<String>,
+        team: Option<Arc<TeamBudget>>,
+    ) -> Self {
+        BreakersShared {
+            model: model.into(),
+            config,
+            team,
+        }
+    }
 }
 
 /// The behaviour breakers' memory of recent operations (see [`AgentBreakers::patterns`]).
@@ -137,14 +160,17 @@ impl AgentBreakers {
         model: impl Into<String>,
         team: Option<Arc<TeamBudget>>,
     ) -> Self {
-        if let Some(team) = &team {
+        Self::shared(key, Arc::new(BreakersShared::new(config, model, team)))
+    }
+
+    /// [`AgentBreakers::new`] with the model, config and team of other agents' breakers.
+    pub(crate) fn shared(key: AgentKey, shared: Arc<BreakersShared>) -> Self {
+        if let Some(team) = &shared.team {
             team.register(&key);
         }
         AgentBreakers {
             key,
-            model: model.into(),
-            config,
-            team,
+            shared,
             totals: UsageTotals::default(),
             budget_warned: false,
             consecutive_errors: 0,
@@ -158,7 +184,7 @@ impl AgentBreakers {
         Fingerprint::of(
             &call.function.name,
             &call.function.arguments,
-            self.config.breakers.fingerprint_value_chars as usize,
+            self.shared.config.breakers.fingerprint_value_chars as usize,
         )
     }
 
@@ -180,14 +206,14 @@ impl AgentBreakers {
         } = &verdict
         {
             let first = if team_stop {
-                self.team.as_ref().is_some_and(|t| t.claim_warning())
+                self.shared.team.as_ref().is_some_and(|t| t.claim_warning())
             } else {
                 !std::mem::replace(&mut self.budget_warned, true)
             };
             if first {
-                let b = &self.config.budget;
+                let b = &self.shared.config.budget;
                 let t = &self.totals;
-                pat(&mut self.patterns).owed_warning = Some(match (team_stop, &self.team) {
+                pat(&mut self.patterns).owed_warning = Some(match (team_stop, &self.shared.team) {
                     (true, Some(team)) => format!(
                         "team budget nearly exhausted: {} of {} tokens, {:.4} of {} cost",
                         team.tokens(),
@@ -218,9 +244,10 @@ impl AgentBreakers {
     /// What a call of about `prompt_tokens` costs at this agent's model's price, as the budget
     /// check estimates it (0 without a price).
     pub(crate) fn estimated_cost(&self, prompt_tokens: u64) -> f64 {
-        self.config
+        self.shared
+            .config
             .budget
-            .price(&self.model)
+            .price(&self.shared.model)
             .map_or(0.0, |p| p.cost(prompt_tokens, 0))
     }
 
@@ -229,7 +256,7 @@ impl AgentBreakers {
         if let Some(v) = self.locked_verdict() {
             return v;
         }
-        let b = &self.config.budget;
+        let b = &self.shared.config.budget;
         let est = estimated_prompt_tokens;
         let used = self.totals.tokens();
         let after = used.saturating_add(est);
@@ -256,7 +283,7 @@ impl AgentBreakers {
                 ),
             };
         }
-        let team_warning = match self.team.as_ref().map(|t| t.check(est, est_cost)) {
+        let team_warning = match self.shared.team.as_ref().map(|t| t.check(est, est_cost)) {
             Some(TeamCheck::Exceeded(reason)) => {
                 *team_stop = true;
                 return Verdict::Stop {
@@ -293,7 +320,7 @@ impl AgentBreakers {
     /// agent and the team. A model with no price (and no `"*"` price) adds to `unpriced_tokens`.
     /// Returns what the call was charged: `(cost, unpriced)`, for the journal (`UsageRecorded`).
     pub fn record_usage(&mut self, usage: Usage, model: &str) -> (f64, bool) {
-        let price = self.config.budget.price(model);
+        let price = self.shared.config.budget.price(model);
         let cost = price
             .map_or(0.0, |p| {
                 p.cost(usage.prompt_tokens, usage.completion_tokens)
@@ -303,7 +330,7 @@ impl AgentBreakers {
         let cost = if cost.is_finite() { cost } else { 0.0 };
         let unpriced = price.is_none();
         self.totals.add(usage, cost, unpriced);
-        if let Some(team) = &self.team {
+        if let Some(team) = &self.shared.team {
             team.record(&self.key, usage.total(), cost);
         }
         (cost, unpriced)
@@ -314,7 +341,7 @@ impl AgentBreakers {
     /// per-agent and team budgets. Call once, on fresh breakers.
     pub fn restore_usage(&mut self, totals: UsageTotals) {
         self.totals = totals;
-        if let Some(team) = &self.team {
+        if let Some(team) = &self.shared.team {
             team.record(&self.key, totals.tokens(), totals.cost);
         }
     }
@@ -376,7 +403,7 @@ impl AgentBreakers {
                     _ => 1,
                 };
                 *succeeding = Some((fingerprint, n));
-                let max = self.config.breakers.max_repeated_tool_steps;
+                let max = self.shared.config.breakers.max_repeated_tool_steps;
                 if n >= max {
                     return Verdict::Stop {
                         breaker: Breaker::Stuck,
@@ -404,7 +431,7 @@ impl AgentBreakers {
     }
 
     fn push_window(&mut self, bad: bool) {
-        let size = self.config.breakers.error_window.max(1) as usize;
+        let size = self.shared.config.breakers.error_window.max(1) as usize;
         let p = pat(&mut self.patterns);
         // A window of good operations only is not journaled (nothing to restore from it).
         p.window_moved |= bad || p.window.contains(&true);
@@ -439,7 +466,7 @@ impl AgentBreakers {
         if marks.is_empty() {
             return;
         }
-        let size = self.config.breakers.error_window.max(1) as usize;
+        let size = self.shared.config.breakers.error_window.max(1) as usize;
         let window = &mut pat(&mut self.patterns).window;
         window.clear();
         window.extend(marks.chars().map(|c| c == 'x'));
@@ -452,7 +479,7 @@ impl AgentBreakers {
     fn count_failure(&mut self, fingerprint: Option<Fingerprint>) -> Verdict {
         self.consecutive_errors = self.consecutive_errors.saturating_add(1);
         self.push_window(true);
-        let cfg = &self.config.breakers;
+        let cfg = &self.shared.config.breakers;
 
         let mut alert = None;
         if let Some(fp) = fingerprint {
@@ -509,7 +536,7 @@ impl AgentBreakers {
     fn settle(&mut self, verdict: Verdict) -> Verdict {
         if let Verdict::Lockout { breaker, reason } = &verdict {
             pat(&mut self.patterns).locked = Some((*breaker, reason.clone()));
-            if let Some(team) = &self.team {
+            if let Some(team) = &self.shared.team {
                 team.set_locked_out(&self.key, true);
             }
         }
@@ -558,7 +585,7 @@ impl AgentBreakers {
             // The journal clears its copy with the unlock, reset or resume itself.
             p.window_moved = false;
         }
-        if let Some(team) = &self.team {
+        if let Some(team) = &self.shared.team {
             team.set_locked_out(&self.key, false);
         }
     }
@@ -594,9 +621,11 @@ impl AgentBreakers {
     /// here (only iterations per task, steps and task wall clock are).
     pub fn effective_limit(&self, kind: LimitKind) -> Option<f64> {
         let base = match kind {
-            LimitKind::IterationsPerTask => f64::from(self.config.loop_.max_iterations_per_task),
-            LimitKind::Steps => self.config.loop_.max_steps as f64,
-            LimitKind::TaskWallClock => self.config.timeout.task_seconds,
+            LimitKind::IterationsPerTask => {
+                f64::from(self.shared.config.loop_.max_iterations_per_task)
+            }
+            LimitKind::Steps => self.shared.config.loop_.max_steps as f64,
+            LimitKind::TaskWallClock => self.shared.config.timeout.task_seconds,
             _ => return None,
         };
         if base <= 0.0 {

@@ -29,6 +29,7 @@ mod limits;
 mod monitor;
 mod permission;
 
+pub(crate) use breakers::BreakersShared;
 pub use breakers::{AgentBreakers, Verdict, REPETITION_ALERT};
 pub use budget::{BudgetSlices, SliceOf, TeamBudget, UsageTotals};
 pub(crate) use fingerprint::canonical_json_cut;

@@ -37,7 +37,7 @@ pub(crate) use restart::Activator;
 use crate::{
     agent::{
         actor::{AgentActor, Shutdown},
-        cell::{AgentCell, AgentSettings, CellParts},
+        cell::{AgentCell, AgentSettings, CellParts, Profile},
         queue_halt,
         reply::{ReplyHub, Settlement},
         send_halt, AgentHandle, AgentMsg, DelegatedTask, HaltAck, HaltReply, SentAck, TaskError,
@@ -62,7 +62,6 @@ use futures::StreamExt;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::{
-    collections::VecDeque,
     sync::{
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
         Arc, OnceLock, Weak,
@@ -77,19 +76,19 @@ use warden_protocols::{
     RestartStrategy, TerminationReason, ToolCategory, ToolSpec, WardenConfig,
 };
 
+/// An agent in the registry: its cell (which knows its arbiter; the restart times are in its
+/// `Busy` part). No allocation of its own: every agent of a fleet has one.
+#[derive(Clone)]
 struct AgentEntry {
     cell: Arc<AgentCell>,
-    arbiter: Option<ArbiterHandle>,
-    /// Restart times inside the intensity window.
-    restarts: Mutex<VecDeque<Instant>>,
 }
 
 struct SupervisorShared {
     config: WardenConfig,
     journal: Arc<dyn Journal>,
-    agents: DashMap<AgentKey, Arc<AgentEntry>>,
+    agents: DashMap<AgentKey, AgentEntry>,
     /// Spawn order (for `rest_for_one` and stable listings).
-    order: Mutex<Vec<Arc<AgentEntry>>>,
+    order: Mutex<Vec<AgentEntry>>,
     arbiters: Vec<ArbiterHandle>,
     /// The arbiter the supervisor was built on: where a passive agent's actor starts when the
     /// agents run on the current arbiter (`arbiters` empty).
@@ -101,6 +100,11 @@ struct SupervisorShared {
     safety: Arc<TeamSafety>,
     /// The `delegate` tool and its spec, built once and shared by every agent that may delegate.
     delegate_tool: OnceLock<(Arc<ToolSpec>, Arc<DelegateTool>)>,
+    /// The `set_goals` tool, and the long-term memory tools without and with `wake_at`: built
+    /// once and shared like `delegate_tool` (agents share a [`Profile`] only when they have the
+    /// very same tools).
+    goals_tool: OnceLock<(Arc<ToolSpec>, Arc<goals::GoalsTool>)>,
+    memory_tools: [OnceLock<Vec<SharedTool>>; 2],
     /// The settings of an agent spawned without its own `npc`, `memory`, `permissions` or
     /// `execution` (most of them), built at
     /// the first such spawn and shared (an `Arc` per agent instead of a copy).
@@ -117,7 +121,18 @@ struct SupervisorShared {
     a2a: OnceLock<Arc<dyn A2aPeers>>,
     /// The agents the standing fleet halt stopped (`fleet_halt.rs`).
     fleet_halt: Mutex<fleet_halt::FleetHaltNote>,
+    /// The profiles built last, the most recently used last (see [`Supervisor::profile`]).
+    profiles: Mutex<Vec<Arc<Profile>>>,
+    /// `supervisor.passivate_after_seconds` as a duration, if agents are passivated (converted
+    /// once: each spawn asks).
+    passivate_after: Option<Duration>,
 }
+
+/// A tool with its spec, built once and registered with every agent that has it.
+type SharedTool = (Arc<ToolSpec>, Arc<dyn Tool>);
+
+/// How many profiles a supervisor keeps for agents spawned after to share.
+const PROFILES_KEPT: usize = 8;
 
 /// Agents that run elsewhere (on another node of a cluster): asked by a delegation whose delegate
 /// is not in this team, before it is refused as unknown. Synchronous: answer from what is known
@@ -333,6 +348,10 @@ impl Supervisor {
         let (crash_tx, mut crash_rx) = tokio::sync::mpsc::unbounded_channel();
         let npc = Arc::new(config.npc.clone());
         let ticks = TickArbiter::start(&config.npc.clock);
+        let seconds = config.supervisor.passivate_after_seconds;
+        let passivate_after = (seconds > 0.0)
+            .then(|| Duration::try_from_secs_f64(seconds).ok())
+            .flatten();
         let shared = Arc::new(SupervisorShared {
             npc,
             ticks,
@@ -340,6 +359,8 @@ impl Supervisor {
             journal,
             agents: DashMap::with_capacity(capacity),
             delegate_tool: OnceLock::new(),
+            goals_tool: OnceLock::new(),
+            memory_tools: Default::default(),
             default_settings: OnceLock::new(),
             order: Mutex::new(Vec::with_capacity(capacity)),
             arbiters,
@@ -353,6 +374,8 @@ impl Supervisor {
             remote: OnceLock::new(),
             a2a: OnceLock::new(),
             fleet_halt: Mutex::new(None),
+            profiles: Mutex::new(Vec::with_capacity(PROFILES_KEPT)),
+            passivate_after,
         });
         let weak = Arc::downgrade(&shared);
         actix_rt::spawn(async move {
@@ -516,26 +539,38 @@ impl Supervisor {
         }
         if let Some(goals) = &goals {
             warden_protocols::check_goals(goals).map_err(SpawnError::InvalidGoals)?;
-            let tool = goals::GoalsTool {
-                supervisor: Arc::downgrade(&self.shared),
-            };
-            tools.register(Arc::new(tool));
+            let (spec, tool) = self.shared.goals_tool.get_or_init(|| {
+                let tool = goals::GoalsTool {
+                    supervisor: Arc::downgrade(&self.shared),
+                };
+                (Arc::new(tool.spec()), Arc::new(tool))
+            });
+            tools.register_with_spec(spec.clone(), tool.clone());
         }
         // Long-term memory: the agent's own `remember`, `recall` and `forget`.
         if memory
             .as_ref()
             .map_or(config.memory.long_term, |m| m.long_term)
         {
-            let shared = Arc::downgrade(&self.shared);
-            let cell_of: crate::memory::tools::CellOf = Arc::new(move |key| {
-                shared
-                    .upgrade()
-                    .and_then(|s| s.agents.get(key).map(|e| e.cell.clone()))
-            });
-            let npc_config = npc.as_ref().unwrap_or(&self.shared.npc);
+            let npc_config = npc.as_deref().unwrap_or(&*self.shared.npc);
             let sleeps = npc_config.sleep.enabled && npc_config.tick.enabled;
-            for tool in crate::memory::tools::memory_tools(cell_of, sleeps) {
-                tools.register(Arc::new(tool));
+            let built = self.shared.memory_tools[usize::from(sleeps)].get_or_init(|| {
+                let shared = Arc::downgrade(&self.shared);
+                let cell_of: crate::memory::tools::CellOf = Arc::new(move |key| {
+                    shared
+                        .upgrade()
+                        .and_then(|s| s.agents.get(key).map(|e| e.cell.clone()))
+                });
+                crate::memory::tools::memory_tools(cell_of, sleeps)
+                    .into_iter()
+                    .map(|tool| {
+                        let tool: Arc<dyn Tool> = Arc::new(tool);
+                        (Arc::new(tool.spec()), tool)
+                    })
+                    .collect()
+            });
+            for (spec, tool) in built {
+                tools.register_with_spec(spec.clone(), tool.clone());
             }
         }
         if can_delegate {
@@ -552,18 +587,12 @@ impl Supervisor {
             tools.register_with_spec(spec.clone(), tool.clone());
         }
         let fresh = restored.is_none();
-        let record = match restored {
-            Some(record) if record.key != key => {
-                return Err(SpawnError::RecordMismatch {
-                    expected: key,
-                    found: record.key,
-                })
-            }
-            Some(record) => record,
-            None => AgentRecord::new(key.clone()),
-        };
-        // One allocation for the registry's entries, not the doubling growth's spare room.
-        tools.shrink_to_fit();
+        if let Some(record) = restored.as_ref().filter(|r| r.key != key) {
+            return Err(SpawnError::RecordMismatch {
+                expected: key,
+                found: record.key.clone(),
+            });
+        }
         let settings = match (npc, memory, permissions, execution) {
             (None, None, None, None) => self
                 .shared
@@ -571,21 +600,25 @@ impl Supervisor {
                 .get_or_init(|| Arc::new(self.settings(None, None, None, None)))
                 .clone(),
             (npc, memory, permissions, execution) => {
-                Arc::new(self.settings(npc, memory, permissions, execution))
+                Arc::new(self.settings(npc.map(|n| *n), memory, permissions.map(|p| *p), execution))
             }
         };
         let npc = settings.npc.clone();
+        let profile = self.profile(provider, tools, system_prompt, settings);
+        let arbiter = if self.shared.arbiters.is_empty() {
+            // A passive agent's actor is started from any thread: on this one, by its handle.
+            self.passivate_after()
+                .and_then(|_| self.shared.home.clone())
+        } else {
+            let i = self.shared.next_arbiter.fetch_add(1, Ordering::Relaxed);
+            Some(self.shared.arbiters[i % self.shared.arbiters.len()].clone())
+        };
         let cell = Arc::new(AgentCell::new(CellParts {
-            record,
+            arbiter,
+            key: key.clone(),
+            record: restored,
             mailbox: PriorityMailbox::new(config.mailbox.ordinary_capacity.get()),
-            provider,
-            tools,
-            system_prompt,
-            settings,
-            journal: self.shared.journal.clone(),
-            crash_tx: Some(self.shared.crash_tx.clone()),
-            safety: self.shared.safety.clone(),
-            replies: self.shared.replies.clone(),
+            profile,
         }));
         if fresh {
             cell.note(EventKind::Spawned {
@@ -639,19 +672,7 @@ impl Supervisor {
                 }
             }
         });
-        let arbiter = if self.shared.arbiters.is_empty() {
-            // A passive agent's actor is started from any thread: on this one, by its handle.
-            self.passivate_after()
-                .and_then(|_| self.shared.home.clone())
-        } else {
-            let i = self.shared.next_arbiter.fetch_add(1, Ordering::Relaxed);
-            Some(self.shared.arbiters[i % self.shared.arbiters.len()].clone())
-        };
-        let entry = Arc::new(AgentEntry {
-            cell: cell.clone(),
-            arbiter,
-            restarts: Mutex::new(VecDeque::new()),
-        });
+        let entry = AgentEntry { cell: cell.clone() };
         match self.shared.agents.entry(key.clone()) {
             dashmap::mapref::entry::Entry::Occupied(_) => {
                 // Another spawn of this key won between the check above and here.
@@ -678,12 +699,46 @@ impl Supervisor {
         Ok(AgentHandle { cell })
     }
 
+    /// The profile of an agent with this model, tools, prompt and settings: one built before
+    /// that fits (shared: see [`Profile`]), or a new one. The last [`PROFILES_KEPT`] built are
+    /// kept: agents spawned from one spec, in a row or interleaved with a few others, share one.
+    fn profile(
+        &self,
+        provider: Arc<dyn Provider>,
+        mut tools: ToolRegistry,
+        system_prompt: Option<String>,
+        settings: Arc<AgentSettings>,
+    ) -> Arc<Profile> {
+        let mut kept = self.shared.profiles.lock();
+        let fits = |p: &Arc<Profile>| p.fits(&provider, &tools, &system_prompt, &settings);
+        if let Some(i) = kept.iter().rposition(fits) {
+            let found = kept.remove(i);
+            kept.push(found.clone());
+            return found;
+        }
+        // Kept for as long as its agents: one allocation for the registry's entries, not the
+        // doubling growth's spare room.
+        tools.shrink_to_fit();
+        let profile = Arc::new(Profile::new(
+            provider,
+            tools,
+            system_prompt,
+            settings,
+            self.shared.safety.clone(),
+            self.shared.journal.clone(),
+            Some(self.shared.crash_tx.clone()),
+            self.shared.replies.clone(),
+        ));
+        if kept.len() == PROFILES_KEPT {
+            kept.remove(0);
+        }
+        kept.push(profile.clone());
+        profile
+    }
+
     /// `supervisor.passivate_after_seconds`, if agents are passivated (see [`Activator`]).
     fn passivate_after(&self) -> Option<Duration> {
-        let seconds = self.shared.config.supervisor.passivate_after_seconds;
-        (seconds > 0.0)
-            .then(|| Duration::try_from_secs_f64(seconds).ok())
-            .flatten()
+        self.shared.passivate_after
     }
 
     /// The per-agent settings taken from the config (`npc`, `memory`, `permissions` and
@@ -728,6 +783,7 @@ impl Supervisor {
                 cool_down: Duration::from_secs_f64(config.tools.circuit_cool_down_seconds),
             },
             tool_retry: config.tools.retry,
+            passivate_after: self.passivate_after().unwrap_or_default(),
         }
     }
 
@@ -1037,4 +1093,42 @@ async fn collect_acks(
     .buffered(IN_FLIGHT)
     .collect()
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{journal::NullJournal, provider::ScriptedProvider};
+
+    /// Agents of one spec share one profile (the memory of an idle fleet depends on it); another
+    /// prompt, model or tool list gets its own, and a profile is found again among the last few.
+    #[test]
+    fn agents_of_one_spec_share_a_profile_and_others_do_not() {
+        actix_rt::System::new().block_on(async {
+            let team = Supervisor::on_current_arbiter(
+                WardenConfig::default(),
+                Arc::new(NullJournal::default()),
+            );
+            let model: Arc<dyn Provider> = Arc::new(ScriptedProvider::new([]));
+            let other: Arc<dyn Provider> = Arc::new(ScriptedProvider::new([]));
+            let spawn = |spec: AgentSpec| team.spawn(spec).expect("spawn").cell.profile().clone();
+            let a = spawn(AgentSpec::assistant("a", model.clone()));
+            let b = spawn(AgentSpec::assistant("b", model.clone()));
+            let prompted =
+                spawn(AgentSpec::assistant("c", model.clone()).with_system_prompt("You are c."));
+            let same_prompt =
+                spawn(AgentSpec::assistant("d", model.clone()).with_system_prompt("You are c."));
+            let other_model = spawn(AgentSpec::assistant("e", other));
+            let no_delegate = spawn(AgentSpec::assistant("f", model.clone()).without_delegation());
+            let again = spawn(AgentSpec::assistant("g", model.clone()));
+            assert!(Arc::ptr_eq(&a, &b) && Arc::ptr_eq(&a, &again));
+            assert!(Arc::ptr_eq(&prompted, &same_prompt));
+            for distinct in [&prompted, &other_model, &no_delegate] {
+                assert!(!Arc::ptr_eq(&a, distinct));
+            }
+            assert!(!Arc::ptr_eq(&prompted, &other_model));
+            assert_eq!(no_delegate.tools.len(), 0);
+            assert_eq!(a.tools.names().collect::<Vec<_>>(), ["delegate"]);
+        });
+    }
 }

@@ -22,7 +22,7 @@ impl Supervisor {
         let window = Duration::from_secs_f64(policy.within_seconds);
         let now = Instant::now();
         let gave_up = {
-            let mut times = entry.restarts.lock();
+            let mut times = entry.cell.busy().restarts.lock();
             while times
                 .front()
                 .is_some_and(|t| now.duration_since(*t) > window)
@@ -75,21 +75,20 @@ impl Supervisor {
 
 /// Starts the agent's reader: passive ([`Activator`]: the actor starts with the first message;
 /// at once if something is queued) when `supervisor.passivate_after_seconds` is set, else its actor.
-pub(super) fn start_actor(entry: &Arc<AgentEntry>, passivate_after: Option<Duration>) {
-    if let (Some(after), Some(_)) = (passivate_after, &entry.arbiter) {
+pub(super) fn start_actor(entry: &AgentEntry, passivate_after: Option<Duration>) {
+    if let (Some(_), Some(_)) = (passivate_after, entry.cell.arbiter()) {
         // A new generation, as for an actor started now: a crash report of the actor this
         // replaces (a restart) is recognised as stale.
         entry.cell.next_generation();
         let activator = Activator {
-            entry: Arc::downgrade(entry),
-            after,
+            cell: Arc::downgrade(&entry.cell),
         };
         entry.cell.mailbox.attach_passive(activator);
         return;
     }
     let cell = entry.cell.clone();
     let generation = cell.next_generation();
-    let addr = match &entry.arbiter {
+    let addr = match entry.cell.arbiter() {
         Some(arbiter) => {
             AgentActor::start_in_arbiter(arbiter, move |_| AgentActor::new(cell, generation, None))
         }
@@ -100,22 +99,15 @@ pub(super) fn start_actor(entry: &Arc<AgentEntry>, passivate_after: Option<Durat
     entry.cell.mailbox.attach(addr);
 }
 
-/// What a passive agent's mailbox holds in place of its actor's address: the agent's entry (its
-/// cell and arbiter), from which the first message that needs the agent starts its actor
+/// What a passive agent's mailbox holds in place of its actor's address: the agent's cell, from
+/// which the first message that needs the agent starts its actor
 /// ([`crate::mailbox::WakeSink::activate`]), on the agent's arbiter. An idle actor leaves one
 /// behind when it stops (`AgentActor::check_idle`). A weak reference: the registry owns the
-/// entry, the entry the cell, the cell this.
+/// cell, the cell this. Only that (8 bytes, every passive agent holds one): the idle time is in
+/// the agent's settings ([`AgentSettings::passivate_after`]).
 #[derive(Clone)]
 pub(crate) struct Activator {
-    entry: Weak<AgentEntry>,
-    after: Duration,
-}
-
-impl Activator {
-    /// `supervisor.passivate_after_seconds`.
-    pub(crate) fn after(&self) -> Duration {
-        self.after
-    }
+    cell: Weak<AgentCell>,
 }
 
 impl crate::mailbox::WakeSink for Activator {
@@ -124,12 +116,11 @@ impl crate::mailbox::WakeSink for Activator {
     }
 
     fn activate(&self) -> Option<Box<dyn crate::mailbox::WakeSink>> {
-        let entry = self.entry.upgrade()?;
-        let arbiter = entry.arbiter.as_ref()?;
-        let cell = entry.cell.clone();
+        let cell = self.cell.upgrade()?;
+        let arbiter = cell.arbiter()?.clone();
         let generation = cell.next_generation();
         let me = self.clone();
-        let addr = AgentActor::start_in_arbiter(arbiter, move |_| {
+        let addr = AgentActor::start_in_arbiter(&arbiter, move |_| {
             AgentActor::new(cell, generation, Some(me))
         });
         Some(Box::new(addr))

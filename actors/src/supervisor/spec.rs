@@ -44,16 +44,18 @@ pub struct AgentSpec {
     pub(super) provider: Arc<dyn Provider>,
     pub(super) tools: ToolRegistry,
     pub(super) can_delegate: bool,
-    pub(super) restored: Option<AgentRecord>,
+    /// (The large, rarely given parts are boxed: a spec is moved a few times per spawn, and most
+    /// specs have none of them.)
+    pub(super) restored: Option<Box<AgentRecord>>,
     /// `[npc]` for this agent; `None`: the team's.
-    pub(super) npc: Option<warden_protocols::npc::NpcConfig>,
+    pub(super) npc: Option<Box<warden_protocols::npc::NpcConfig>>,
     /// Goals: the first ones (journaled at a fresh spawn) and the `set_goals` tool; `None`: no
     /// goals tool.
     pub(super) goals: Option<Vec<String>>,
     /// `[memory]` for this agent; `None`: the team's.
     pub(super) memory: Option<warden_protocols::MemoryConfig>,
     /// The permission gate's policy for this agent; `None`: the team's `[permissions]`.
-    pub(super) permissions: Option<warden_protocols::PermissionPolicy>,
+    pub(super) permissions: Option<Box<warden_protocols::PermissionPolicy>>,
     /// `[execution]` for this agent; `None`: the team's.
     pub(super) execution: Option<warden_protocols::ExecutionConfig>,
     /// A lockout it must come up in (journaled at the spawn): it was locked out elsewhere.
@@ -145,7 +147,7 @@ impl AgentSpec {
     /// buffer's bounds, its ticks and sleep schedule: `npc.tick`, `npc.sleep`) instead of the
     /// team's. The game clock (`npc.clock`) is the team's whatever this says.
     pub fn with_npc(mut self, npc: warden_protocols::npc::NpcConfig) -> Self {
-        self.npc = Some(npc);
+        self.npc = Some(Box::new(npc));
         self
     }
 
@@ -168,7 +170,7 @@ impl AgentSpec {
     /// team's `[permissions]`, [`warden_protocols::PermissionPolicy::agent`]) instead of the
     /// team's.
     pub fn with_permissions(mut self, policy: warden_protocols::PermissionPolicy) -> Self {
-        self.permissions = Some(policy);
+        self.permissions = Some(Box::new(policy));
         self
     }
 
@@ -209,7 +211,7 @@ impl AgentSpec {
     /// history are kept as they were; its pending events are queued again, in id order, before any
     /// new work, keeping their ids).
     pub fn restored_from(mut self, record: AgentRecord) -> Self {
-        self.restored = Some(record);
+        self.restored = Some(Box::new(record));
         self
     }
 }

@@ -40,6 +40,19 @@ impl ToolRegistry {
         }
     }
 
+    /// Whether both hold the very same tools (the same specs and tools, by address): an agent
+    /// with one can share the other's.
+    pub(crate) fn same_as(&self, other: &ToolRegistry) -> bool {
+        self.tools.len() == other.tools.len()
+            && self
+                .tools
+                .iter()
+                .zip(&other.tools)
+                .all(|((s, t), (os, ot))| {
+                    Arc::ptr_eq(s, os) && std::ptr::addr_eq(Arc::as_ptr(t), Arc::as_ptr(ot))
+                })
+    }
+
     /// Drops the spare room growth left (a registry is built once and then only read).
     pub(crate) fn shrink_to_fit(&mut self) {
         self.tools.shrink_to_fit();

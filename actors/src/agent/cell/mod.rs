@@ -22,8 +22,10 @@
 //!
 //! * What only a working agent needs (tool circuits, task progress, the running turn's usage and
 //!   event, its delegators, the rolling hour) is its [`Busy`] part, allocated by the first call
-//!   that changes it and never freed; readers that only look see `None` as "nothing yet". An idle
-//!   cell is one allocation of at most 1 KiB (a test holds it there).
+//!   that changes it and never freed; readers that only look see `None` as "nothing yet". A fresh
+//!   agent's record (spawned, nothing since) is built at its first lock ([`RecordSlot`]); what
+//!   agents of one spec share is one [`Profile`]. An idle cell is one allocation of at most 384
+//!   bytes (a test holds it there).
 //!
 //! # Lock order
 //! `record` → journal's internal lock; `record` → a mailbox lane (a leaf); `record` → `waiters`,
@@ -50,25 +52,25 @@ use crate::{
     journal::{now_ms, Journal},
     mailbox::PriorityMailbox,
     provider::Provider,
-    safety::{AgentBreakers, TeamSafety, TripNotice, Verdict},
+    safety::{AgentBreakers, BreakersShared, TeamSafety, TripNotice, Verdict},
     tools::ToolRegistry,
     tools::ToolRunner,
 };
 use gate::HaltGate;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
 use std::{
     collections::HashMap,
     sync::{
         atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering},
-        Arc, OnceLock, Weak,
+        Arc, Weak,
     },
     time::Duration,
 };
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 use warden_protocols::{
-    AgentKey, AgentRecord, AgentState, AgentStatus, Breaker, ChatMessage, EventFate, EventKind,
-    IllegalTransition, Usage,
+    AgentKey, AgentRecord, AgentRole, AgentState, AgentStatus, Breaker, ChatMessage, EventFate,
+    EventKind, IllegalTransition, Usage,
 };
 
 /// Per-agent settings taken from the config at spawn.
@@ -92,6 +94,9 @@ pub(crate) struct AgentSettings {
     pub tool_retry: warden_protocols::ToolRetryConfig,
     /// `[permissions]` (with the agent's own keys over it): the gate before each tool call.
     pub permissions: Arc<warden_protocols::PermissionPolicy>,
+    /// `supervisor.passivate_after_seconds`: how long an actor idles before it stops (its agent
+    /// passive); unused when passivation is off.
+    pub passivate_after: Duration,
 }
 
 /// The task (event or delegated task) the agent is working on: loop caps and the wall clock count
@@ -104,18 +109,82 @@ pub(crate) struct TaskProgress {
     seq: u64,
 }
 
-/// Everything a cell is made of.
-pub(crate) struct CellParts {
-    pub record: AgentRecord,
-    pub mailbox: PriorityMailbox<AgentMsg>,
+/// What an agent shares with the other agents of its team spawned with the same model, tools,
+/// system prompt and settings (most of a large fleet): one `Arc` per agent instead of ~110 bytes
+/// of handles and a copy of its prompt and tool list each. The supervisor keeps the last few it
+/// built and hands an equal one out again ([`Profile::same_as`]). The cell derefs to it, so
+/// `cell.provider`, `cell.tools`, `cell.settings` and `cell.safety` read as the agent's own.
+pub(crate) struct Profile {
     pub provider: Arc<dyn Provider>,
     pub tools: ToolRegistry,
     pub system_prompt: Option<String>,
+    /// Shared by every agent spawned with the same settings.
     pub settings: Arc<AgentSettings>,
+    pub safety: Arc<TeamSafety>,
     pub journal: Arc<dyn Journal>,
     pub crash_tx: Option<UnboundedSender<(AgentKey, u64)>>,
-    pub safety: Arc<TeamSafety>,
+    /// The team's reply stream.
     pub replies: Arc<ReplyHub>,
+    /// What the agents' breakers share: the model (its price), the safety config, the team.
+    breakers: Arc<BreakersShared>,
+}
+
+impl Profile {
+    /// A profile (`crash_tx`: where the agent's actor reports a crash).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        provider: Arc<dyn Provider>,
+        tools: ToolRegistry,
+        system_prompt: Option<String>,
+        settings: Arc<AgentSettings>,
+        safety: Arc<TeamSafety>,
+        journal: Arc<dyn Journal>,
+        crash_tx: Option<UnboundedSender<(AgentKey, u64)>>,
+        replies: Arc<ReplyHub>,
+    ) -> Self {
+        let breakers = Arc::new(BreakersShared::new(
+            safety.config.clone(),
+            provider.model(),
+            Some(safety.team.clone()),
+        ));
+        Profile {
+            provider,
+            tools,
+            system_prompt,
+            settings,
+            safety,
+            journal,
+            crash_tx,
+            replies,
+            breakers,
+        }
+    }
+
+    /// Whether an agent with this model, tool list, system prompt and settings behaves as one of
+    /// `self` (the team's parts are the same within a supervisor): `self` can be shared.
+    pub(crate) fn fits(
+        &self,
+        provider: &Arc<dyn Provider>,
+        tools: &ToolRegistry,
+        system_prompt: &Option<String>,
+        settings: &Arc<AgentSettings>,
+    ) -> bool {
+        std::ptr::addr_eq(Arc::as_ptr(&self.provider), Arc::as_ptr(provider))
+            && Arc::ptr_eq(&self.settings, settings)
+            && self.tools.same_as(tools)
+            && self.system_prompt == *system_prompt
+    }
+}
+
+/// Everything a cell is made of.
+pub(crate) struct CellParts {
+    /// Where its actor runs (`None`: on the current arbiter, started there at once).
+    pub arbiter: Option<actix::ArbiterHandle>,
+    pub key: AgentKey,
+    /// A restored record (its key is `key`); `None`: a fresh agent (see [`RecordSlot`]).
+    pub record: Option<Box<AgentRecord>>,
+    pub mailbox: PriorityMailbox<AgentMsg>,
+    pub profile: Arc<Profile>,
 }
 
 /// What a hook's verdict did to the agent.
@@ -132,21 +201,18 @@ pub(crate) enum Counted {
 pub(crate) struct AgentCell {
     pub key: AgentKey,
     pub mailbox: PriorityMailbox<AgentMsg>,
-    pub provider: Arc<dyn Provider>,
-    pub tools: ToolRegistry,
-    pub system_prompt: Option<String>,
-    /// Shared by every agent spawned with the same settings.
-    pub settings: Arc<AgentSettings>,
-    pub safety: Arc<TeamSafety>,
+    /// What it shares with the agents of the same spec (read through the cell: `Deref`).
+    profile: Arc<Profile>,
+    /// Where its actor runs (`None`: on the current arbiter, started there at once).
+    arbiter: Option<actix::ArbiterHandle>,
     /// The synchronous breakers (lock order: `record` → `breakers`; never held across an await).
     breakers: Mutex<AgentBreakers>,
     /// What it needs once it works, allocated then (see [`Busy`]).
-    busy: OnceLock<Box<Busy>>,
-    record: Mutex<AgentRecord>,
+    busy: once_cell::race::OnceBox<Busy>,
+    record: Mutex<RecordSlot>,
     state_mirror: AtomicU8,
     /// Mirrors `record.paused` (read by the mailbox pump without the record lock).
     paused_mirror: AtomicBool,
-    journal: Arc<dyn Journal>,
     /// The halt flag, the running turn's token and the delegations this agent runs now (id → the
     /// delegate's cell).
     halt: HaltGate<Arc<AgentCell>>,
@@ -159,7 +225,6 @@ pub(crate) struct AgentCell {
     /// Tool calls running now (several when a response's calls run in parallel). Changed under the
     /// record lock.
     tools_in_flight: AtomicU32,
-    crash_tx: Option<UnboundedSender<(AgentKey, u64)>>,
     /// Incremented for each actor started on this cell; crash reports carry it, so a report from an
     /// actor that was already replaced is recognised as stale.
     generation: AtomicU64,
@@ -167,13 +232,20 @@ pub(crate) struct AgentCell {
     last_seq: AtomicU64,
     /// Who waits for the reply to which event.
     pub(crate) waiters: Waiters,
-    /// The team's reply stream.
-    replies: Arc<ReplyHub>,
+}
+
+impl std::ops::Deref for AgentCell {
+    type Target = Profile;
+
+    fn deref(&self) -> &Profile {
+        &self.profile
+    }
 }
 
 /// What an agent needs once it works — its first task, model call, tool call or delegation — and
-/// not before. Allocated then, once, and kept: an idle agent (most of a large fleet, an NPC nobody
-/// talks to) never pays for it, which is ~40 % of an idle agent's memory (`docs/performance.md`).
+/// not before. Allocated then and kept (a `OnceBox`: two threads that race to allocate it may
+/// both build one, and one is dropped unused — building it has no side effect): an idle agent
+/// (most of a large fleet, an NPC nobody talks to) never pays for it (`docs/performance.md`).
 /// Readers that only look ([`AgentCell::busy_now`]) see `None` and answer as for a fresh agent.
 pub(crate) struct Busy {
     /// Circuits and the result cache of its tools.
@@ -188,6 +260,68 @@ pub(crate) struct Busy {
     answering: Mutex<Option<(u64, tokio::time::Instant)>>,
     /// The calls of the last hour, for `safety.budget.tokens_per_hour` (a leaf lock).
     hourly: Mutex<hourly::HourlyWindow>,
+    /// Its actor's crashes inside the restart intensity window (the supervisor's; a leaf lock).
+    pub restarts: Mutex<std::collections::VecDeque<tokio::time::Instant>>,
+}
+
+/// The record as the cell keeps it. A fresh agent's — spawned, nothing since — is
+/// [`AgentRecord::new`] with its `Spawned` applied, so the cell keeps only what that event set
+/// (`Fresh`, 24 bytes instead of the record's ~300: most agents of a large idle fleet never
+/// change theirs). The record is built the first time it is locked ([`AgentCell::lock`]) and kept;
+/// readers that only look ([`AgentCell::read`]) never build it. A replay of the same journal
+/// builds the same record (its only event is `Spawned`, applied the same way).
+enum RecordSlot {
+    Fresh {
+        role: AgentRole,
+        parent: Option<AgentKey>,
+        max_consecutive_errors: u32,
+    },
+    Full(Box<AgentRecord>),
+}
+
+impl RecordSlot {
+    /// The slot of an agent that has journaled nothing yet: [`AgentRecord::new`]'s values (a
+    /// test holds the two equal), without building a record to read them from.
+    fn fresh() -> Self {
+        RecordSlot::Fresh {
+            role: AgentRole::Assistant,
+            parent: None,
+            max_consecutive_errors: 5,
+        }
+    }
+
+    /// The record a fresh slot stands for.
+    fn build(
+        key: &AgentKey,
+        role: AgentRole,
+        parent: Option<AgentKey>,
+        max_consecutive_errors: u32,
+    ) -> AgentRecord {
+        let mut rec = AgentRecord::new(key.clone());
+        rec.apply(&EventKind::Spawned {
+            role,
+            parent,
+            max_consecutive_errors,
+        });
+        rec
+    }
+
+    /// The record, built now if the slot is fresh.
+    fn full(&mut self, key: &AgentKey) -> &mut AgentRecord {
+        if let RecordSlot::Fresh {
+            role,
+            parent,
+            max_consecutive_errors,
+        } = self
+        {
+            let rec = Self::build(key, *role, parent.take(), *max_consecutive_errors);
+            *self = RecordSlot::Full(Box::new(rec));
+        }
+        match self {
+            RecordSlot::Full(rec) => rec,
+            RecordSlot::Fresh { .. } => unreachable!("built above"),
+        }
+    }
 }
 
 impl Busy {
@@ -204,6 +338,7 @@ impl Busy {
             turn_usage: Mutex::new(Usage::default()),
             answering: Mutex::new(None),
             hourly: Mutex::new(hourly::HourlyWindow::default()),
+            restarts: Mutex::new(std::collections::VecDeque::new()),
         }
     }
 }
@@ -215,65 +350,64 @@ fn state_index(s: AgentState) -> u8 {
 impl AgentCell {
     pub(crate) fn new(parts: CellParts) -> Self {
         let CellParts {
+            arbiter,
+            key,
             record,
             mailbox,
-            provider,
-            tools,
-            system_prompt,
-            settings,
-            journal,
-            crash_tx,
-            safety,
-            replies,
+            profile,
         } = parts;
-        let mut record = record;
-        // The running estimate of the history, counted once here (a record built by hand, not
-        // folded from events, may lack it); every change after goes through `apply`.
-        record.history_tokens = record
-            .history
-            .iter()
-            .map(ChatMessage::estimated_tokens)
-            .sum();
-        let halted = record.state == AgentState::Stopped;
-        let mut breakers = AgentBreakers::new(
-            record.key.clone(),
-            safety.config.clone(),
-            provider.model().to_owned(),
-            Some(safety.team.clone()),
-        );
-        breakers.restore_consecutive_errors(record.consecutive_errors);
-        breakers.restore_error_window(record.error_window());
-        // Budgets spent before a restart stay spent (a fresh record has spent nothing).
-        breakers.restore_usage(record.usage);
-        if record.emergency_stop() {
-            safety.team.set_locked_out(&record.key, true);
-        }
-        // A record that has spent tokens was restored: its rolling budget starts from the journal.
-        let spent = record.usage.tokens() > 0;
+        let safety = &profile.safety;
+        let mut breakers = AgentBreakers::shared(key.clone(), profile.breakers.clone());
+        let (slot, state, paused, halted, spent) = match record {
+            None => (
+                RecordSlot::fresh(),
+                AgentState::WaitingForEvent,
+                false,
+                false,
+                false,
+            ),
+            Some(mut record) => {
+                // The running estimate of the history, counted once here (a record built by
+                // hand, not folded from events, may lack it); every change after goes through
+                // `apply`.
+                record.history_tokens = record
+                    .history
+                    .iter()
+                    .map(ChatMessage::estimated_tokens)
+                    .sum();
+                breakers.restore_consecutive_errors(record.consecutive_errors);
+                breakers.restore_error_window(record.error_window());
+                // Budgets spent before a restart stay spent (a fresh record has spent nothing).
+                breakers.restore_usage(record.usage);
+                if record.emergency_stop() {
+                    safety.team.set_locked_out(&record.key, true);
+                }
+                // A record that has spent tokens was restored: its rolling budget starts from
+                // the journal.
+                let spent = record.usage.tokens() > 0;
+                let (state, paused) = (record.state, record.paused);
+                let halted = state == AgentState::Stopped;
+                (RecordSlot::Full(record), state, paused, halted, spent)
+            }
+        };
         let cell = AgentCell {
-            key: record.key.clone(),
-            state_mirror: AtomicU8::new(state_index(record.state)),
-            paused_mirror: AtomicBool::new(record.paused),
-            record: Mutex::new(record),
+            key,
+            state_mirror: AtomicU8::new(state_index(state)),
+            paused_mirror: AtomicBool::new(paused),
+            record: Mutex::new(slot),
             mailbox,
-            provider,
-            tools,
-            system_prompt,
-            settings,
-            safety,
             breakers: Mutex::new(breakers),
-            busy: OnceLock::new(),
+            busy: once_cell::race::OnceBox::new(),
             halt: HaltGate::new(halted),
             npc: Mutex::new(None),
             ticking: Mutex::new(None),
-            journal,
             active_delegations: AtomicU32::new(0),
             tools_in_flight: AtomicU32::new(0),
-            crash_tx,
             generation: AtomicU64::new(0),
             last_seq: AtomicU64::new(0),
             waiters: Waiters::default(),
-            replies,
+            profile,
+            arbiter,
         };
         if spent {
             cell.hourly_restore();
@@ -287,9 +421,20 @@ impl AgentCell {
             .get_or_init(|| Box::new(Busy::new(self.settings.circuit, self.settings.tool_retry)))
     }
 
+    /// What it shares with the agents of its spec.
+    #[cfg(test)]
+    pub(crate) fn profile(&self) -> &Arc<Profile> {
+        &self.profile
+    }
+
+    /// Where its actor runs (`None`: on the current arbiter).
+    pub(crate) fn arbiter(&self) -> Option<&actix::ArbiterHandle> {
+        self.arbiter.as_ref()
+    }
+
     /// Its [`Busy`] part if it has one (for readers that must not allocate it).
     pub(crate) fn busy_now(&self) -> Option<&Busy> {
-        self.busy.get().map(|b| &**b)
+        self.busy.get()
     }
 
     /// The circuits and result cache of its tools.
@@ -297,9 +442,28 @@ impl AgentCell {
         &self.busy().runner
     }
 
-    /// Locks the record for a sequence of changes.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, AgentRecord> {
-        self.record.lock()
+    /// Locks the record for a sequence of changes (building a fresh agent's: see [`RecordSlot`]).
+    pub(crate) fn lock(&self) -> MappedMutexGuard<'_, AgentRecord> {
+        MutexGuard::map(self.record.lock(), |slot| slot.full(&self.key))
+    }
+
+    /// Runs `f` on the record under its lock without building a fresh agent's (a reader that
+    /// only looks: a fresh record is built on the stack for it, with no heap allocation).
+    pub(crate) fn read<R>(&self, f: impl FnOnce(&AgentRecord) -> R) -> R {
+        let slot = self.record.lock();
+        match &*slot {
+            RecordSlot::Full(rec) => f(rec),
+            RecordSlot::Fresh {
+                role,
+                parent,
+                max_consecutive_errors,
+            } => f(&RecordSlot::build(
+                &self.key,
+                *role,
+                parent.clone(),
+                *max_consecutive_errors,
+            )),
+        }
     }
 
     /// Applies `kind` to the record and journals it. Returns its journal seq.
@@ -370,10 +534,30 @@ impl AgentCell {
         requeued
     }
 
-    /// Journals an event that changes nothing in the record.
+    /// Journals an event that changes nothing in the record (or a fresh agent's `Spawned`,
+    /// which the fresh slot keeps without building the record: see [`RecordSlot`]).
     pub(crate) fn note(&self, kind: EventKind) {
-        let mut rec = self.lock();
-        self.emit(&mut rec, kind);
+        let mut slot = self.record.lock();
+        if let (
+            RecordSlot::Fresh {
+                role,
+                parent,
+                max_consecutive_errors,
+            },
+            EventKind::Spawned {
+                role: r,
+                parent: p,
+                max_consecutive_errors: m,
+            },
+        ) = (&mut *slot, &kind)
+        {
+            (*role, *parent, *max_consecutive_errors) = (*r, p.clone(), *m);
+            let seq = self.journal.append(&self.key, kind);
+            self.last_seq.store(seq, Ordering::Release);
+            return;
+        }
+        let rec = slot.full(&self.key);
+        self.emit(rec, kind);
     }
 
     /// Moves to `to` if the table allows it; otherwise journals the refusal and returns the error.
@@ -465,8 +649,7 @@ impl AgentCell {
             let breakers = self.breakers.lock();
             (breakers.tokens_used(), breakers.cost_used())
         };
-        let rec = self.lock();
-        AgentStatus {
+        self.read(|rec| AgentStatus {
             key: rec.key.clone(),
             role: rec.role,
             state: rec.state,
@@ -493,12 +676,12 @@ impl AgentCell {
             cost_used,
             npc: self.npc_status(),
             node: None,
-        }
+        })
     }
 
     /// A copy of the record.
     pub(crate) fn record(&self) -> AgentRecord {
-        self.lock().clone()
+        self.read(AgentRecord::clone)
     }
 }
 

@@ -11,42 +11,47 @@ fn cell_on(journal: Arc<dyn Journal>) -> AgentCell {
     let config = warden_protocols::WardenConfig::default();
     let team = Arc::new(crate::safety::TeamBudget::new(&config.safety.budget));
     AgentCell::new(CellParts {
-        record: AgentRecord::new("a".into()),
+        arbiter: None,
+        key: "a".into(),
+        record: None,
         mailbox: PriorityMailbox::new(8),
-        provider: Arc::new(ScriptedProvider::new([])),
-        tools: ToolRegistry::new(),
-        system_prompt: None,
-        settings: Arc::new(AgentSettings {
-            max_iterations_per_tick: 5,
-            multi_action: true,
-            tool_timeout: Duration::from_secs(30),
-            sub_agent_budget: 3,
-            max_context_tokens: 0,
-            memory: Default::default(),
-            context_strategy: ContextStrategy::SlidingWindow,
-            max_tokens_recoveries: 2,
-            npc: Arc::default(),
-            circuit: Default::default(),
-            tool_retry: Default::default(),
-            permissions: Arc::default(),
-        }),
-        journal,
-        crash_tx: None,
-        replies: Arc::default(),
-        safety: Arc::new(TeamSafety {
-            config: Arc::new(config.safety.clone()),
-            checkpoint: Arc::new(crate::safety::LimitCheckpoint::new(
-                config.safety.on_limit.clone(),
-                None,
-            )),
-            permissions: Arc::new(crate::safety::PermissionGate::new(None, Arc::default())),
-            team,
-            monitor: None,
-            checks: true,
-            conversations: Default::default(),
-            memory: Default::default(),
-            model_gate: Default::default(),
-        }),
+        profile: Arc::new(Profile::new(
+            Arc::new(ScriptedProvider::new([])),
+            ToolRegistry::new(),
+            None,
+            Arc::new(AgentSettings {
+                max_iterations_per_tick: 5,
+                multi_action: true,
+                tool_timeout: Duration::from_secs(30),
+                sub_agent_budget: 3,
+                max_context_tokens: 0,
+                memory: Default::default(),
+                context_strategy: ContextStrategy::SlidingWindow,
+                max_tokens_recoveries: 2,
+                npc: Arc::default(),
+                circuit: Default::default(),
+                tool_retry: Default::default(),
+                permissions: Arc::default(),
+                passivate_after: Duration::ZERO,
+            }),
+            Arc::new(TeamSafety {
+                config: Arc::new(config.safety.clone()),
+                checkpoint: Arc::new(crate::safety::LimitCheckpoint::new(
+                    config.safety.on_limit.clone(),
+                    None,
+                )),
+                permissions: Arc::new(crate::safety::PermissionGate::new(None, Arc::default())),
+                team,
+                monitor: None,
+                checks: true,
+                conversations: Default::default(),
+                memory: Default::default(),
+                model_gate: Default::default(),
+            }),
+            journal,
+            None,
+            Arc::default(),
+        )),
     })
 }
 
@@ -183,14 +188,60 @@ async fn the_tick_arbiter_never_queues_a_second_tick_until_the_first_leaves_the_
     assert!(!ticking.status().queued);
 }
 
-/// An idle agent's memory is mostly its cell (one allocation): it stays within 1 KiB with the
-/// `Arc`'s two counts, mimalloc's 1,024-byte size class (`docs/performance.md`: bytes per idle
-/// agent). A field that pushes it over costs every agent of a fleet 256 bytes: box what is cold
-/// (see `Busy`), or raise this knowingly.
+/// An idle agent's memory is mostly its cell (one allocation): it stays within mimalloc's
+/// 384-byte size class with the `Arc`'s two counts (`docs/performance.md`, "Passive agents": bytes
+/// per idle agent, goal ≤ 512 all in). A field that pushes it over costs every agent of a fleet 64
+/// bytes: box what is cold (see `Busy`, `RecordSlot`), share what agents of a spec have in common
+/// (see `Profile`), or raise this knowingly.
 #[cfg(target_pointer_width = "64")]
 #[test]
-fn an_idle_cell_fits_in_one_kibibyte() {
+fn an_idle_cell_fits_in_384_bytes() {
     let arc_counts = 2 * std::mem::size_of::<usize>();
     let size = std::mem::size_of::<AgentCell>() + arc_counts;
-    assert!(size <= 1024, "AgentCell + Arc counts = {size} bytes");
+    assert!(size <= 384, "AgentCell + Arc counts = {size} bytes");
+}
+
+/// A fresh agent's record is not built by its spawn nor by a reader that only looks; the first
+/// lock builds it as a replay of its journal would.
+#[test]
+fn a_fresh_slot_stands_for_a_new_record() {
+    let RecordSlot::Fresh {
+        role,
+        parent,
+        max_consecutive_errors,
+    } = RecordSlot::fresh()
+    else {
+        panic!("not fresh");
+    };
+    let key: AgentKey = "a".into();
+    assert_eq!(
+        RecordSlot::build(&key, role, parent, max_consecutive_errors),
+        AgentRecord::new(key)
+    );
+}
+
+#[test]
+fn a_fresh_record_is_built_at_the_first_lock_as_a_replay_builds_it() {
+    let journal = Arc::new(MemoryJournal::new());
+    let cell = cell(journal.clone());
+    cell.note(EventKind::Spawned {
+        role: warden_protocols::AgentRole::SubAgent,
+        parent: Some("boss".into()),
+        max_consecutive_errors: 3,
+    });
+    let fresh = |cell: &AgentCell| matches!(&*cell.record.lock(), RecordSlot::Fresh { .. });
+    assert!(fresh(&cell), "the spawn built the record");
+    let status = cell.status();
+    let copy = cell.record();
+    assert!(fresh(&cell), "a reader built the record");
+    assert_eq!(
+        (status.role, status.parent.as_ref().map(AgentKey::as_str)),
+        (warden_protocols::AgentRole::SubAgent, Some("boss"))
+    );
+    let replayed = AgentRecord::replay(cell.key.clone(), &journal.events());
+    assert_eq!(copy, replayed);
+    let locked = cell.lock().clone();
+    assert!(!fresh(&cell));
+    assert_eq!(locked, replayed);
+    assert_eq!(cell.status(), status);
 }
