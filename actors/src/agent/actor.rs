@@ -426,6 +426,22 @@ impl AgentActor {
 /// was cancelled by the caller (the actor), or there is none (a passive agent's halt, applied by
 /// whoever halts it: [`super::queue_halt`]).
 pub(crate) fn apply_halt(cell: &AgentCell, request: HaltRequest) -> VecDeque<Envelope<AgentMsg>> {
+    let HaltRequest { cause, ack: reply } = request;
+    let (discarded, sent) = halt_cell(cell, &cause, reply.is_some());
+    if let (Some(reply), Some(sent)) = (reply, sent) {
+        reply.send(sent);
+    }
+    settle_halted(cell, &discarded);
+    discarded
+}
+
+/// [`apply_halt`] up to the acknowledgement, which it returns (when `ack`) rather than sends:
+/// the cleared messages (their events not yet settled: [`settle_halted`]), and the ack.
+pub(crate) fn halt_cell(
+    cell: &AgentCell,
+    cause: &warden_protocols::HaltCause,
+    ack_wanted: bool,
+) -> (VecDeque<Envelope<AgentMsg>>, Option<SentAck>) {
     cell.reset_tools_in_flight();
     let (discarded, ack) = {
         let mut rec = cell.lock();
@@ -451,7 +467,7 @@ pub(crate) fn apply_halt(cell: &AgentCell, request: HaltRequest) -> VecDeque<Env
             cell.emit(
                 &mut rec,
                 EventKind::Halted {
-                    cause: request.cause.clone(),
+                    cause: cause.clone(),
                     discarded: discarded.len() as u64,
                     stopped: stops,
                 },
@@ -465,26 +481,31 @@ pub(crate) fn apply_halt(cell: &AgentCell, request: HaltRequest) -> VecDeque<Env
         };
         (discarded, ack)
     };
-    if let Some(reply) = request.ack {
-        // The ack says whether the halt is on disk. It goes out now, with the wait for that
-        // (off every lock) when the answer is not already there (an in-memory journal, a fast
-        // disk): its receiver awaits it, not a task on this arbiter, which a flooded agent
-        // may keep busy (see `SentAck`).
-        let mut durable = cell.durable_so_far();
-        let mut ack = ack;
-        let sent = match (&mut durable).now_or_never() {
-            Some(result) => {
-                ack.not_durable = result.err();
-                SentAck::settled(ack)
-            }
-            None => SentAck {
-                ack,
-                durable: Some(durable),
-            },
-        };
-        reply.send(sent);
+    if !ack_wanted {
+        return (discarded, None);
     }
-    // Whoever waits on the stopped turn's event or on a cleared one is answered at once.
+    // The ack says whether the halt is on disk. It goes out now, with the wait for that (off
+    // every lock) when the answer is not already there (an in-memory journal, a fast disk): its
+    // receiver awaits it, not a task on this arbiter, which a flooded agent may keep busy (see
+    // `SentAck`).
+    let mut durable = cell.durable_so_far();
+    let mut ack = ack;
+    let sent = match (&mut durable).now_or_never() {
+        Some(result) => {
+            ack.not_durable = result.err();
+            SentAck::settled(ack)
+        }
+        None => SentAck {
+            ack,
+            durable: Some(durable),
+        },
+    };
+    (discarded, Some(sent))
+}
+
+/// The rest of [`apply_halt`], after the ack: whoever waits on the stopped turn's event or on a
+/// cleared one is answered.
+pub(crate) fn settle_halted(cell: &AgentCell, discarded: &VecDeque<Envelope<AgentMsg>>) {
     if let Some((id, accepted)) = cell.take_answering() {
         cell.settle(id, Some(accepted), EventFate::Discarded);
     }
@@ -494,7 +515,6 @@ pub(crate) fn apply_halt(cell: &AgentCell, request: HaltRequest) -> VecDeque<Env
     }) {
         cell.settle(id, None, EventFate::Discarded);
     }
-    discarded
 }
 
 /// Lifts a lockout: `Unlocked` and `SAFETY_LOCKOUT → WAITING_FOR_EVENT` in one batch, a past halt

@@ -1156,20 +1156,76 @@ pub(crate) fn send_halt_to(cell: &AgentCell, cause: HaltCause, reply: Option<Hal
 pub(crate) fn queue_halt(cell: &AgentCell, cause: HaltCause, reply: Option<HaltReply>) {
     #[cfg(feature = "test-hooks")]
     crate::test_hooks::halt_gap(&cell.key);
-    let request = HaltRequest { cause, ack: reply };
-    // A passive agent (no actor runs: docs/architecture.md) is halted here and now: the halt is a
-    // change of its record, acknowledged at once, with no actor started for it. A message sent
-    // meanwhile may start one: it finds the halt flag up (raised before this, SeqCst, and read by
-    // the started actor after `is_passive` turned false: see there), so it reads no ordinary work,
-    // and whatever reached the ordinary lane is cleared below, under the record lock, as a halt
-    // read by the actor clears it.
-    if cell.mailbox.is_passive() && !cell.mailbox.is_closed() {
-        #[cfg(feature = "test-hooks")]
-        crate::test_hooks::passive_halt_gap(&cell.key);
-        let discarded = actor::apply_halt(cell, request);
-        actor::discard_backlog(cell, discarded);
-        return;
+    if let Some(request) = halt_if_passive(cell, cause, reply) {
+        send_queued_halt(cell, request);
     }
+}
+
+/// [`queue_halt`] for a halt of many agents gathered by one caller (`halt_all`): a passive agent's
+/// acknowledgement is returned here and now (no message, no channel: a fleet of a million passive
+/// agents is halted by its caller's thread); an active agent's is sent to `slot` of `to` once its
+/// actor has applied the halt (`None` returned).
+pub(crate) fn queue_halt_gathered(
+    cell: &AgentCell,
+    cause: &HaltCause,
+    slot: usize,
+    to: &mpsc::UnboundedSender<(usize, SentAck)>,
+) -> Option<SentAck> {
+    #[cfg(feature = "test-hooks")]
+    crate::test_hooks::halt_gap(&cell.key);
+    if passive(cell) {
+        return halt_passive(cell, cause, true);
+    }
+    let reply = HaltReply::Gathered {
+        slot,
+        to: to.clone(),
+    };
+    // Passive meanwhile (its actor stopped between the check and now): halted here all the same.
+    if let Some(request) = halt_if_passive(cell, cause.clone(), Some(reply)) {
+        send_queued_halt(cell, request);
+    }
+    None
+}
+
+/// Whether `cell` is passive (no actor runs: docs/architecture.md) and open.
+fn passive(cell: &AgentCell) -> bool {
+    cell.mailbox.is_passive() && !cell.mailbox.is_closed()
+}
+
+/// Applies the halt to a passive agent's cell (see [`halt_if_passive`]), returning its ack when
+/// `ack` is asked for.
+fn halt_passive(cell: &AgentCell, cause: &HaltCause, ack: bool) -> Option<SentAck> {
+    #[cfg(feature = "test-hooks")]
+    crate::test_hooks::passive_halt_gap(&cell.key);
+    let (discarded, sent) = actor::halt_cell(cell, cause, ack);
+    actor::settle_halted(cell, &discarded);
+    actor::discard_backlog(cell, discarded);
+    sent
+}
+
+/// A passive agent (no actor runs: docs/architecture.md) is halted here and now: the halt is a
+/// change of its record, acknowledged at once, with no actor started for it. A message sent
+/// meanwhile may start one: it finds the halt flag up (raised before this, SeqCst, and read by the
+/// started actor after `is_passive` turned false: see there), so it reads no ordinary work, and
+/// whatever reached the ordinary lane is cleared, under the record lock, as a halt read by the
+/// actor clears it. Returns the request when the agent is not passive (to be queued).
+fn halt_if_passive(
+    cell: &AgentCell,
+    cause: HaltCause,
+    reply: Option<HaltReply>,
+) -> Option<HaltRequest> {
+    if !passive(cell) {
+        return Some(HaltRequest { cause, ack: reply });
+    }
+    let sent = halt_passive(cell, &cause, reply.is_some());
+    if let (Some(reply), Some(sent)) = (reply, sent) {
+        reply.send(sent);
+    }
+    None
+}
+
+/// Queues a halt request in lane 0 (acknowledged with the state as it is if the mailbox is closed).
+fn send_queued_halt(cell: &AgentCell, request: HaltRequest) {
     if let Err(err) = cell.mailbox.try_send(AgentMsg::Halt(request)) {
         // The mailbox is closed (the team is shutting down): acknowledge with the state as it is.
         if let AgentMsg::Halt(HaltRequest {

@@ -62,12 +62,18 @@ impl Supervisor {
     /// Notes `cells` as stopped by a fleet halt; `running[i]`: whether `cells[i]` was neither
     /// `STOPPED` nor locked out before it (see the module docs).
     pub(super) fn note_fleet_halt(&self, cells: &[Arc<AgentCell>], running: &[bool]) {
+        let stopped = cells
+            .iter()
+            .zip(running)
+            .filter(|(_, running)| **running)
+            .map(|(cell, _)| (cell.key.clone(), cell.halt_epoch()));
         let mut note = self.shared.fleet_halt.lock();
-        let agents = note.get_or_insert_with(BTreeMap::new);
-        for (cell, running) in cells.iter().zip(running) {
-            if *running {
-                agents.insert(cell.key.clone(), cell.halt_epoch());
-            }
+        match note.as_mut() {
+            Some(agents) => agents.extend(stopped),
+            // The first fleet halt (the usual case, and the whole fleet at once): built in one go
+            // (`FromIterator` sorts, then builds the tree bottom-up), not inserted one by one — a
+            // million inserts, each a descent comparing keys, were a third of `halt_all`'s time.
+            None => *note = Some(stopped.collect()),
         }
     }
 

@@ -38,10 +38,9 @@ use crate::{
     agent::{
         actor::{AgentActor, Shutdown},
         cell::{AgentCell, AgentSettings, CellParts, Profile},
-        queue_halt,
+        queue_halt, queue_halt_gathered,
         reply::{ReplyHub, Settlement},
-        send_halt, AgentHandle, AgentMsg, DelegatedTask, HaltAck, HaltReply, SentAck, TaskError,
-        Work,
+        send_halt, AgentHandle, AgentMsg, DelegatedTask, HaltAck, SentAck, TaskError, Work,
     },
     context::ContextStrategy,
     journal::Journal,
@@ -999,29 +998,29 @@ impl Supervisor {
         }
         self.note_fleet_halt(&cells, &running);
         let (to, mut acks_rx) = tokio::sync::mpsc::unbounded_channel();
-        for (slot, cell) in cells.iter().enumerate() {
-            let reply = HaltReply::Gathered {
-                slot,
-                to: to.clone(),
-            };
-            queue_halt(cell, cause.clone(), Some(reply));
-        }
-        drop(to);
         let mut acks: Vec<Option<HaltAck>> = Vec::new();
         acks.resize_with(cells.len(), || None);
         // Halts applied whose durability is still to be awaited (here, not on the agents'
         // arbiters: see `SentAck`).
         let mut unsettled = Vec::new();
+        let mut take = |slot: usize, sent: SentAck| match sent.durable {
+            None => {
+                if let Some(place) = acks.get_mut(slot) {
+                    *place = Some(sent.ack);
+                }
+            }
+            Some(_) => unsettled.push((slot, sent)),
+        };
+        // A passive agent is halted here, its ack taken at once; an active one's comes on `to`.
+        for (slot, cell) in cells.iter().enumerate() {
+            if let Some(sent) = queue_halt_gathered(cell, &cause, slot, &to) {
+                take(slot, sent);
+            }
+        }
+        drop(to);
         // Ends when every request was answered or dropped (an actor that died with it queued).
         while let Some((slot, sent)) = acks_rx.recv().await {
-            match sent.durable {
-                None => {
-                    if let Some(place) = acks.get_mut(slot) {
-                        *place = Some(sent.ack);
-                    }
-                }
-                Some(_) => unsettled.push((slot, sent)),
-            }
+            take(slot, sent);
         }
         // One after the other: they wait for the same commits, so after the first most are ready.
         for (slot, sent) in unsettled {
