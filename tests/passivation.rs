@@ -362,50 +362,21 @@ async fn shutdown_with_passive_agents_answers_waiters_and_refuses_later_sends() 
     assert_eq!(ack.state, AgentState::WaitingForEvent);
 }
 
-/// A journal whose events are durable only up to what the test says (`up_to`).
-struct HeldDurable {
-    inner: MemoryJournal,
-    up_to: tokio::sync::watch::Sender<u64>,
-}
-
-impl Journal for HeldDurable {
-    fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
-        self.inner.append(agent, kind)
-    }
-
-    fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
-        self.inner.append_all(agent, kinds)
-    }
-
-    fn durable(&self, seq: u64) -> futures::future::BoxFuture<'static, Result<(), NotDurable>> {
-        let mut up_to = self.up_to.subscribe();
-        Box::pin(async move {
-            let _ = up_to.wait_for(|&d| d >= seq).await;
-            Ok(())
-        })
-    }
-
-    fn degraded(&self) -> Option<String> {
-        None
-    }
-}
-
 /// `halt_all` acknowledges a passive agent's halt on the halting thread (no message to it): it
 /// still returns only once every halt is durable — not before the last `Halted` is.
 #[actix_rt::test]
 async fn halt_all_of_passive_agents_returns_only_once_every_halt_is_durable() {
     tokio::time::pause();
-    let journal = Arc::new(HeldDurable {
-        inner: MemoryJournal::new(),
-        up_to: tokio::sync::watch::channel(u64::MAX).0,
-    });
+    // Durable up to what the test says (`durable_up_to`): everything, to begin with.
+    let journal = Arc::new(Gated::new());
+    journal.durable_up_to.send_replace(u64::MAX);
     let team = Supervisor::on_current_arbiter(config(), journal.clone());
     let agents: Vec<AgentHandle> = (0..20)
         .map(|i| team.assistant(&format!("a{i}"), model([ScriptStep::reply("ok")])))
         .collect();
     assert!(agents.iter().all(|a| a.passive()));
     let before = journal.inner.len() as u64;
-    journal.up_to.send_replace(before);
+    journal.durable_up_to.send_replace(before);
     let mut halt = Box::pin(team.halt_all());
     tokio::select! {
         biased;
@@ -415,13 +386,13 @@ async fn halt_all_of_passive_agents_returns_only_once_every_halt_is_durable() {
     // Every agent is stopped in memory already (fail safe), and journaled.
     assert!(agents.iter().all(|a| a.state() == AgentState::Stopped));
     let last = journal.inner.len() as u64;
-    journal.up_to.send_replace(last - 1);
+    journal.durable_up_to.send_replace(last - 1);
     tokio::select! {
         biased;
         _ = &mut halt => panic!("halt_all returned before the last halt was durable"),
         () = tokio::time::sleep(Duration::from_secs(60)) => {}
     }
-    journal.up_to.send_replace(last);
+    journal.durable_up_to.send_replace(last);
     let acks = halt.await;
     assert_eq!(acks.len(), 20);
     assert!(acks
