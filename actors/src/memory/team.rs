@@ -11,6 +11,11 @@ const MINUTE: Duration = Duration::from_secs(60);
 /// The most speakers whose write windows an agent keeps (the quietest go first).
 const MAX_SPEAKERS: usize = 1024;
 
+/// The maps a host's delivery looks up (by agent, by speaker): foldhash, seeded per process,
+/// instead of SipHash — a third of the instructions of a delivery's memory work went to hashing
+/// (docs/memory.md, "Cost"). Bounded (`MAX_SPEAKERS`), so a crafted set of names costs little.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// A sliding window of write instants.
 #[derive(Debug, Default)]
 struct Window(VecDeque<Instant>);
@@ -35,11 +40,11 @@ struct Live {
     /// The windows were seeded from the record ([`Live::seed`]).
     seeded: bool,
     writes: Window,
-    speakers: HashMap<String, Window>,
+    speakers: FastMap<String, Window>,
     /// The memory clock's anchor: (real instant, memory time then).
     anchor: Option<(Instant, f64)>,
     /// The trust of each speaker's latest perceived TRIGGER or CONTEXT (bounded as `speakers`).
-    trust_of: HashMap<String, f64>,
+    trust_of: FastMap<String, f64>,
     /// The lowest trust of the CONTEXT events perceived since the last turn started (what a
     /// tick's turn sees).
     context_trust: Option<f64>,
@@ -49,14 +54,13 @@ struct Live {
 }
 
 impl Live {
-    /// See [`TeamMemory::now`].
-    fn now(&mut self, clock: f64, speed: f64) -> f64 {
+    /// See [`TeamMemory::now`] (`now`: the real instant).
+    fn now(&mut self, now: Instant, clock: f64, speed: f64) -> f64 {
         let speed = if speed.is_finite() && speed > 0.0 {
             speed
         } else {
             1.0
         };
-        let now = Instant::now();
         let (at, base) = *self.anchor.get_or_insert((now, clock));
         base + now.duration_since(at).as_secs_f64() * speed
     }
@@ -116,8 +120,13 @@ impl Live {
     }
 
     /// See [`TeamMemory::admit`].
-    fn admit(&mut self, speaker: Option<&str>, per_agent: u32, per_speaker: u32) -> bool {
-        let now = Instant::now();
+    fn admit(
+        &mut self,
+        now: Instant,
+        speaker: Option<&str>,
+        per_agent: u32,
+        per_speaker: u32,
+    ) -> bool {
         if self.writes.count(now) >= per_agent as usize {
             return false;
         }
@@ -160,7 +169,7 @@ struct Indexed {
 /// delivery ever waits on.
 #[derive(Debug, Default)]
 pub(crate) struct TeamMemory {
-    live: Mutex<HashMap<AgentKey, Live>>,
+    live: Mutex<FastMap<AgentKey, Live>>,
     index: Mutex<Index>,
 }
 
@@ -226,7 +235,7 @@ impl TeamMemory {
             .lock()
             .entry(key.clone())
             .or_default()
-            .now(clock, speed)
+            .now(Instant::now(), clock, speed)
     }
 
     /// Whether one more write for `key` (from `speaker`, when an observation) fits the rate caps
@@ -238,11 +247,12 @@ impl TeamMemory {
         per_agent: u32,
         per_speaker: u32,
     ) -> bool {
-        self.live
-            .lock()
-            .entry(key.clone())
-            .or_default()
-            .admit(speaker, per_agent, per_speaker)
+        self.live.lock().entry(key.clone()).or_default().admit(
+            Instant::now(),
+            speaker,
+            per_agent,
+            per_speaker,
+        )
     }
 
     /// `key` perceived a TRIGGER or CONTEXT (`context`) event of `speaker` at `trust`: noted as
@@ -260,8 +270,12 @@ impl TeamMemory {
         store: Option<&MemoryStore>,
         speed: f64,
     ) -> Option<f64> {
+        let now = Instant::now();
         let mut lives = self.live.lock();
-        let live = lives.entry(key.clone()).or_default();
+        let live = match lives.get_mut(key) {
+            Some(live) => live,
+            None => lives.entry(key.clone()).or_default(),
+        };
         if !live.seeded {
             match store {
                 Some(store) => live.seed(store, speed),
@@ -281,8 +295,8 @@ impl TeamMemory {
         if context {
             live.context_trust = Some(live.context_trust.map_or(trust, |t| t.min(trust)));
         }
-        live.admit(Some(speaker), per_agent, per_speaker)
-            .then(|| live.now(clock, speed))
+        live.admit(now, Some(speaker), per_agent, per_speaker)
+            .then(|| live.now(now, clock, speed))
     }
 
     /// The lowest trust of the CONTEXT events perceived since the last call (a turn starts).
