@@ -1,6 +1,5 @@
 //! [`TeamMemory`]: the runtime state of long-term memory that a team's agents share.
 
-use foldhash::HashMap as FastMap;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use tokio::time::{Duration, Instant};
@@ -11,6 +10,11 @@ const MINUTE: Duration = Duration::from_secs(60);
 
 /// The most speakers whose write windows an agent keeps (the quietest go first).
 const MAX_SPEAKERS: usize = 1024;
+
+/// The maps a host's delivery looks up (by agent, by speaker): foldhash, seeded per process,
+/// instead of SipHash — hashing was most of a delivery's memory work (docs/memory.md, "Cost").
+/// Bounded (`MAX_SPEAKERS`), so a crafted set of colliding names costs a bounded scan.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// A sliding window of writes, each kept as the instant it leaves the window (its write + a
 /// minute): counting compares instants, which costs a delivery less than a duration per write.
