@@ -695,22 +695,17 @@ provider = "slow"
         .send()
         .unwrap();
     assert_eq!(response.status().as_u16(), 202);
-    // Halt once the turn is in its model call.
+    // Halt once the turn is in its model call: the call holds its provider's permit (EXECUTING
+    // alone comes a moment before the call starts, and a halt then drops no model call).
     let start = Instant::now();
     loop {
-        let status: serde_json::Value = client
-            .get(format!("{}/api/agents/lead", served.url))
-            .bearer_auth(ADMIN)
-            .send()
-            .unwrap()
-            .json()
-            .unwrap();
-        if status["state"] == "EXECUTING" {
+        let metrics = served.metrics();
+        if metrics.contains("warden_provider_calls_in_flight{provider=\"slow\"} 1") {
             break;
         }
         assert!(
             start.elapsed() < PATIENCE,
-            "the turn never started: {status}"
+            "the model call never started: {metrics}"
         );
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -720,8 +715,11 @@ provider = "slow"
         .send()
         .unwrap();
     assert!(halted.status().is_success());
-    let spans = receiver.wait_for("the halted turn", |spans| {
+    // The turn's span and its dropped model call's span end in the same halt, but may reach the
+    // collector in different export batches: wait for both.
+    let spans = receiver.wait_for("the halted turn and its dropped model call", |spans| {
         spans.iter().any(|s| s.name == "invoke_agent lead")
+            && spans.iter().any(|s| s.name == "chat scripted")
     });
     let turn = one(&spans, "halted turn", |s| s.name == "invoke_agent lead");
     assert_eq!(turn.status, 2, "{turn:#?}");
