@@ -118,8 +118,8 @@ async fn an_agent_is_not_passivated_while_its_turn_waits() {
 }
 
 /// A halt of a passive agent is applied to its cell: acknowledged `STOPPED` at once (no actor
-/// started for it, none needed), journaled as a halt read by the actor is; a resume then starts
-/// the actor, and work runs again.
+/// started for it, none needed), journaled as a halt read by the actor is; so is its resume (the
+/// agent stays passive); the next event starts the actor, and work runs again.
 #[actix_rt::test]
 async fn a_passive_agents_halt_is_a_change_of_its_record() {
     tokio::time::pause();
@@ -154,13 +154,15 @@ async fn a_passive_agents_halt_is_a_change_of_its_record() {
 
     guard.resume("op").await.unwrap();
     assert_eq!(guard.state(), AgentState::WaitingForEvent);
+    assert!(guard.passive(), "the resume started an actor");
     let reply = guard.ask(UserEvent::new("report")).await.unwrap();
     assert_eq!(reply.answer, "back on watch");
     replay_matches(&journal, &guard);
 }
 
 /// `halt_all` over passive and active agents: one ack per agent in spawn order, every one
-/// `STOPPED`; the passive ones stay passive.
+/// `STOPPED`; the passive ones stay passive, through the lift too (a lift of a million passive
+/// agents starts no actor).
 #[actix_rt::test]
 async fn halt_all_stops_passive_and_active_agents_alike() {
     tokio::time::pause();
@@ -189,6 +191,76 @@ async fn halt_all_stops_passive_and_active_agents_alike() {
     assert!(agents
         .iter()
         .all(|a| a.state() == AgentState::WaitingForEvent));
+    assert_eq!(
+        agents.iter().filter(|a| !a.passive()).count(),
+        active,
+        "the lift started the passive agents' actors"
+    );
+    for agent in &agents {
+        replay_matches(&journal, agent);
+    }
+}
+
+/// A control racing an activation: an unpause finds the agent passive (paused, nothing queued)
+/// and, before it applies the unpause to the cell, an event starts the agent's actor on its own
+/// thread, which finds the agent paused, leaves the event queued and waits. The unpause must
+/// wake it: the event is answered. (Without the wake the actor waits for a message that never
+/// comes, and the event is never read.)
+#[actix_rt::test]
+async fn an_unpause_racing_an_activation_lets_the_queued_event_run() {
+    let journal = Arc::new(MemoryJournal::new());
+    let mut config = config();
+    config.supervisor.arbiters = 1;
+    let team = Supervisor::new(config, journal.clone());
+    let agent = team
+        .spawn(AgentSpec::assistant(
+            "unpaused",
+            model([ScriptStep::reply("ran")]),
+        ))
+        .unwrap();
+    agent.pause("op").await.unwrap();
+    assert!(agent.passive(), "a passive agent's pause started its actor");
+    let asked = Arc::new(parking_lot::Mutex::new(None));
+    let parked = Arc::new(AtomicUsize::new(0));
+    let hook_parked = parked.clone();
+    let parked_key = agent.key().clone();
+    warden_actors::test_hooks::set_pump_parked(Some(Arc::new(move |key: &AgentKey| {
+        if *key == parked_key {
+            hook_parked.fetch_add(1, Ordering::SeqCst);
+        }
+    })));
+    let (hook_agent, hook_asked, gap_parked) = (agent.clone(), asked.clone(), parked.clone());
+    warden_actors::test_hooks::set_passive_control_gap(Some(Arc::new(move |key: &AgentKey| {
+        if key != hook_agent.key() || hook_asked.lock().is_some() {
+            return;
+        }
+        *hook_asked.lock() = Some(hook_agent.try_ask(UserEvent::new("go")).unwrap());
+        assert!(!hook_agent.passive(), "the event started the actor");
+        // The started actor (on its own thread) reads the event's lane only once unpaused: wait
+        // until it has looked, found the agent paused and gone back to waiting.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while gap_parked.load(Ordering::SeqCst) == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the actor never looked"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(hook_agent.status().queued.ordinary, 1);
+    })));
+    agent.resume("op").await.unwrap();
+    warden_actors::test_hooks::set_passive_control_gap(None);
+    warden_actors::test_hooks::set_pump_parked(None);
+    assert!(parked.load(Ordering::SeqCst) > 0);
+    let pending = asked.lock().take().expect("the hook sent the event");
+    let reply = tokio::time::timeout(Duration::from_secs(10), pending)
+        .await
+        .expect("the unpause left the queued event unread")
+        .unwrap();
+    assert_eq!(reply.answer, "ran");
+    assert!(!agent.status().paused);
+    replay_matches(&journal, &agent);
+    team.shutdown().await;
 }
 
 /// A send racing passivation, made to happen in the losing order: the idle actor has handed the

@@ -15,7 +15,9 @@ pub type Hook = Arc<dyn Fn(&AgentKey) + Send + Sync>;
 static HALT_GAP: RwLock<Option<Hook>> = RwLock::new(None);
 static DELEGATION_GAP: RwLock<Option<Hook>> = RwLock::new(None);
 static PASSIVE_HALT_GAP: RwLock<Option<Hook>> = RwLock::new(None);
+static PASSIVE_CONTROL_GAP: RwLock<Option<Hook>> = RwLock::new(None);
 static PASSIVATED: RwLock<Option<Hook>> = RwLock::new(None);
+static PUMP_PARKED: RwLock<Option<Hook>> = RwLock::new(None);
 
 /// Runs the hook installed in `slot`, if any (outside the slot's lock: a hook may install hooks).
 fn run(slot: &RwLock<Option<Hook>>, agent: &AgentKey) {
@@ -56,6 +58,28 @@ pub fn set_passive_halt_gap(hook: Option<Hook>) {
 
 pub(crate) fn passive_halt_gap(agent: &AgentKey) {
     run(&PASSIVE_HALT_GAP, agent);
+}
+
+/// Installs (or with `None` removes) the hook run when a control (resume, unlock, pause, reset)
+/// has found its agent passive and before it applies the control to the cell itself: a message
+/// sent there starts the agent's actor while the control is being applied (called on the
+/// controlling thread, with the agent's key).
+pub fn set_passive_control_gap(hook: Option<Hook>) {
+    *PASSIVE_CONTROL_GAP.write() = hook;
+}
+
+pub(crate) fn passive_control_gap(agent: &AgentKey) {
+    run(&PASSIVE_CONTROL_GAP, agent);
+}
+
+/// Installs (or with `None` removes) the hook run on an agent's arbiter when its actor found
+/// nothing it may read now and waits for the next wake (a paused agent's queued work included).
+pub fn set_pump_parked(hook: Option<Hook>) {
+    *PUMP_PARKED.write() = hook;
+}
+
+pub(crate) fn pump_parked(agent: &AgentKey) {
+    run(&PUMP_PARKED, agent);
 }
 
 /// Installs (or with `None` removes) the hook run on an agent's arbiter right after its idle actor

@@ -85,6 +85,10 @@ pub struct Args {
     pub seed: u64,
     pub scenario: Scenario,
     pub json: bool,
+    /// `supervisor.passivate_after_seconds` for the NPCs (`None`: warden's default).
+    pub passivate_after_s: Option<f64>,
+    /// Players join and move in the first `zone_rooms` rooms only.
+    pub zone_rooms: usize,
 }
 
 /// Share of commands that address an NPC.
@@ -109,11 +113,12 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     out.insert(
         "params".into(),
         json!({"players": args.players, "npcs": args.npcs, "seconds": args.seconds, "seed": args.seed,
-            "line_rate": args.line_rate,
+            "line_rate": args.line_rate, "zone_rooms": args.zone_rooms,
+            "passivate_after_s": args.passivate_after_s,
             "flooders": if args.scenario == Scenario::Flood { args.flooders } else { 0 }}),
     );
     // First, in a process that has not allocated much yet: what an NPC costs with a full history.
-    let memory = memory_phase(args.npcs)?;
+    let memory = memory_phase(args.npcs, args.passivate_after_s)?;
     if args.scenario == Scenario::Compare {
         let (report, clients) = phase(&args, None, HaltPlan::default(), 0)?;
         out.insert("baseline".into(), ticks_json(&report));
@@ -127,7 +132,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             on: AtomicBool::new(false),
         });
         let model = crate::model::npc_model(args.npcs, args.seed, fault, meter.clone());
-        let warden = crate::start_warden(args.npcs, model, None)?;
+        let warden = crate::start_warden(args.npcs, model, None, args.passivate_after_s)?;
         let (report, clients) =
             phase(&args, Some((warden.clone(), meter)), HaltPlan::default(), 0)?;
         warden.shutdown();
@@ -156,7 +161,8 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let meter = Meter::new();
     let model = crate::model::npc_model(args.npcs, args.seed, fault.clone(), meter.clone());
-    let warden = crate::start_warden(args.npcs, model, None)?;
+    let rss_before = rss_bytes();
+    let warden = crate::start_warden(args.npcs, model, None, args.passivate_after_s)?;
     let switch = {
         let fault = fault.clone();
         let kind = args.scenario.fault();
@@ -177,6 +183,13 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let (report, clients) = phase(&args, Some((warden.clone(), meter.clone())), halt, flooders)?;
     let _ = switch.join();
     let stats = warden.stats();
+    // What the NPCs hold at the end of the run (most never addressed: passive unless
+    // `--passivate-after-s 0`), and the resident memory the phase's warden added, per NPC.
+    let passive = (0..args.npcs)
+        .filter_map(|i| warden.agent(&crate::world::npc_key(i)))
+        .filter(|a| a.passive())
+        .count();
+    let rss_per_npc = rss_bytes().saturating_sub(rss_before) / args.npcs.max(1) as u64;
     let mut agents = ticks_json(&report);
     let extra = json!({
         "npc_replies": report.npc_replies,
@@ -200,6 +213,8 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         "npc_to_npc_triggers": report.npc_triggers,
         "handle_wakes": stats.wakes,
         "handle_batches": stats.batches,
+        "npcs_passive_at_end": passive,
+        "rss_growth_per_npc": rss_per_npc,
     });
     merge(&mut agents, extra);
     merge(&mut agents, host_json(&report));
@@ -240,7 +255,10 @@ const FILL_TURNS: usize = 48;
 /// The resident memory an NPC costs: warden started with `npcs` NPCs on a model that answers at
 /// once, every NPC taken through [`FILL_TURNS`] turns (its history compacted at its bound, the
 /// context buffer full), the growth of the process's RSS divided by `npcs`.
-fn memory_phase(npcs: usize) -> Result<Value, Box<dyn std::error::Error>> {
+fn memory_phase(
+    npcs: usize,
+    passivate_after_s: Option<f64>,
+) -> Result<Value, Box<dyn std::error::Error>> {
     use warden::{host::NpcReply, protocols::npc::WorldEventKind, ScriptStep, ScriptedProvider};
     let before = rss_bytes();
     let model = ScriptedProvider::new([]).with_fallback(|_| {
@@ -248,7 +266,7 @@ fn memory_phase(npcs: usize) -> Result<Value, Box<dyn std::error::Error>> {
             "Aye, I have heard of it. Ask the smith, he knows more, and mind the wolves.",
         )
     });
-    let warden = crate::start_warden(npcs, Arc::new(model), None)?;
+    let warden = crate::start_warden(npcs, Arc::new(model), None, passivate_after_s)?;
     let spawned = rss_bytes();
     let question =
         "Tell me about the road north, the wolves, the smith and the old fountain. ".repeat(5);
@@ -309,7 +327,7 @@ fn phase(
     halt: HaltPlan,
     flooders: usize,
 ) -> Result<(Report, Value), Box<dyn std::error::Error>> {
-    let server = Server::start(0, args.npcs, agents, halt, args.line_rate)?;
+    let server = Server::start(0, args.npcs, args.zone_rooms, agents, halt, args.line_rate)?;
     let stats = Arc::new(ClientStats::default());
     let addr = server.addr;
     let (players, seconds, seed) = (args.players, args.seconds, args.seed);
@@ -627,6 +645,9 @@ fn print_table(out: &Value) {
         "halt.quiet_ms",
         "halt.npc_lines_during_halt",
         "memory.bytes_per_npc",
+        "memory.bytes_per_npc_spawned",
+        "agents.npcs_passive_at_end",
+        "agents.rss_growth_per_npc",
     ] {
         println!("{key:<34} {}", g(key));
     }

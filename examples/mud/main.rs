@@ -7,11 +7,14 @@
 //! cargo run --release --example mud -- serve --port 4000 --npcs 100 --admin-port 8080 [--line-rate 10]
 //! cargo run --release --example mud -- bench --players 200 --npcs 100 --seconds 30 --seed 7 \
 //!     [--scenario compare|stall|storm|pingpong|halt|malformed|flood] [--flooders N] \
-//!     [--line-rate 10] [--json]
+//!     [--line-rate 10] [--passivate-after-s 120] [--zone-rooms 50] [--json]
 //! ```
 //!
 //! `--line-rate`: lines a second each connection is read at (a burst of twice that; 0: no
-//! limit), see `net.rs`.
+//! limit), see `net.rs`. `--passivate-after-s`: `supervisor.passivate_after_seconds` for the
+//! NPCs (default: warden's, 120; 0: an actor each for the whole run — docs/performance.md
+//! compares the two with 1,000 mostly idle NPCs). `--zone-rooms K`: the bench's players join and
+//! move in the first K rooms only (a town among the wilds), so the NPCs elsewhere stay idle.
 //!
 //! Threads: `world` (the tick: owns the world, calls the handle), `warden` (every NPC, their
 //! model calls), the network's runtime (one worker), and in `bench` the clients' runtime.
@@ -40,13 +43,18 @@ pub const HISTORY_TOKENS: u64 = 4_096;
 const SYSTEM_PROMPT: &str = "You are a townsperson in a small fantasy village. Answer players in \
 one or two short sentences, in character.";
 
-/// Starts warden with `npcs` NPCs on `model` (and the admin API on `admin`, if given).
+/// Starts warden with `npcs` NPCs on `model` (and the admin API on `admin`, if given); with
+/// `passivate_after_s`, that `supervisor.passivate_after_seconds` (else warden's default).
 pub fn start_warden(
     npcs: usize,
     model: Arc<dyn Provider>,
     admin: Option<SocketAddr>,
+    passivate_after_s: Option<f64>,
 ) -> Result<WardenHandle, StartError> {
     let mut config = WardenConfig::default();
+    if let Some(seconds) = passivate_after_s {
+        config.supervisor.passivate_after_seconds = seconds;
+    }
     // Each NPC answers one player at a time; a few more wait in its lane, the rest are `Busy`.
     config.mailbox.ordinary_capacity = std::num::NonZeroUsize::new(8).expect("not zero");
     // A bounded history: at 80 % of 4,096 tokens the older turns are compacted into a summary
@@ -89,10 +97,11 @@ pub struct Server {
 impl Server {
     /// Listens on 127.0.0.1:`port` (0: any free port) and starts the world thread; with
     /// `agents`, the NPCs are warden's. Each connection is read at most `line_rate` lines a second
-    /// (0: no limit).
+    /// (0: no limit); players are kept to the first `zone` rooms.
     pub fn start(
         port: u16,
         npcs: usize,
+        zone: usize,
         agents: Option<(WardenHandle, Arc<model::Meter>)>,
         halt: tick::HaltPlan,
         line_rate: u32,
@@ -129,6 +138,7 @@ impl Server {
             stop: stop.clone(),
             halt,
             npcs,
+            zone,
         };
         let world = std::thread::Builder::new()
             .name("world".into())
@@ -170,6 +180,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let line_rate = u32::try_from(num("--line-rate", u64::from(net::LINE_RATE))?)
         .map_err(|_| "--line-rate: too large")?;
+    let passivate_after_s = flag("--passivate-after-s")
+        .map(|v| match v.parse::<f64>() {
+            Ok(s) if s.is_finite() && s >= 0.0 => Ok(s),
+            _ => Err(format!(
+                "--passivate-after-s: {v}: expected seconds, 0 or more (0: never passivate)"
+            )),
+        })
+        .transpose()?;
     match args.first().map(String::as_str) {
         Some("bench") => {
             let scenario = flag("--scenario").map_or("compare", String::as_str);
@@ -184,16 +202,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 scenario: bench::Scenario::parse(scenario)
                     .ok_or_else(|| format!("unknown scenario {scenario}"))?,
                 json: args.iter().any(|a| a == "--json"),
+                passivate_after_s,
+                zone_rooms: match num("--zone-rooms", world::ROOMS as u64)? {
+                    k @ 1.. if k <= world::ROOMS as u64 => k as usize,
+                    k => {
+                        return Err(
+                            format!("--zone-rooms: {k}: expected 1 to {}", world::ROOMS).into()
+                        )
+                    }
+                },
             };
             bench::run(args)
         }
-        None | Some("serve") | Some("--port" | "--npcs" | "--admin-port" | "--line-rate") => serve(
-            num("--port", 4000)? as u16,
-            num("--npcs", 100)?.max(1) as usize,
-            flag("--admin-port").map(|p| p.parse::<u16>()).transpose()?,
-            num("--seed", 1)?,
-            line_rate,
-        ),
+        None
+        | Some("serve")
+        | Some("--port" | "--npcs" | "--admin-port" | "--line-rate" | "--passivate-after-s") => {
+            serve(
+                num("--port", 4000)? as u16,
+                num("--npcs", 100)?.max(1) as usize,
+                flag("--admin-port").map(|p| p.parse::<u16>()).transpose()?,
+                num("--seed", 1)?,
+                line_rate,
+                passivate_after_s,
+            )
+        }
         Some(other) => Err(format!("unknown command {other} (serve or bench)").into()),
     }
 }
@@ -205,6 +237,7 @@ fn serve(
     admin_port: Option<u16>,
     seed: u64,
     line_rate: u32,
+    passivate_after_s: Option<f64>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let meter = model::Meter::new();
     let fault = Arc::new(model::Fault {
@@ -213,10 +246,11 @@ fn serve(
     });
     let model = model::npc_model(npcs, seed, fault, meter.clone());
     let admin = admin_port.map(|p| SocketAddr::from(([127, 0, 0, 1], p)));
-    let warden = start_warden(npcs, model, admin)?;
+    let warden = start_warden(npcs, model, admin, passivate_after_s)?;
     let server = Server::start(
         port,
         npcs,
+        world::ROOMS,
         Some((warden.clone(), meter)),
         tick::HaltPlan::default(),
         line_rate,

@@ -57,6 +57,8 @@ pub struct Setup {
     pub stop: Arc<AtomicBool>,
     pub halt: HaltPlan,
     pub npcs: usize,
+    /// Players are kept to the first `zone` rooms (see [`World::new`]).
+    pub zone: usize,
 }
 
 /// The halt's figures.
@@ -171,8 +173,9 @@ pub fn run(setup: Setup) -> Report {
         stop,
         halt: plan,
         npcs,
+        zone,
     } = setup;
-    let mut world = World::new(npcs);
+    let mut world = World::new(npcs, zone);
     let mut report = Report::new();
     let mut events: Vec<(AgentKey, WorldEvent)> = Vec::new();
     let mut keys: Vec<(AgentKey, bool)> = Vec::new();

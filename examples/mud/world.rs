@@ -27,17 +27,19 @@ pub fn room_name(room: usize) -> String {
     format!("room-{room:02}")
 }
 
-/// The room `dir` leads to from `room`, if there is an exit that way.
-pub fn exit(room: usize, dir: Dir) -> Option<usize> {
+/// The room `dir` leads to from `room`, if there is an exit that way into the first `zone` rooms
+/// (the ones players may enter).
+pub fn exit(room: usize, dir: Dir, zone: usize) -> Option<usize> {
     let (x, y) = (room % WIDTH, room / WIDTH);
     let rows = ROOMS / WIDTH;
-    match dir {
-        Dir::North if y > 0 => Some(room - WIDTH),
-        Dir::South if y + 1 < rows => Some(room + WIDTH),
-        Dir::West if x > 0 => Some(room - 1),
-        Dir::East if x + 1 < WIDTH => Some(room + 1),
-        _ => None,
-    }
+    let to = match dir {
+        Dir::North if y > 0 => room - WIDTH,
+        Dir::South if y + 1 < rows => room + WIDTH,
+        Dir::West if x > 0 => room - 1,
+        Dir::East if x + 1 < WIDTH => room + 1,
+        _ => return None,
+    };
+    (to < zone).then_some(to)
 }
 
 pub type PlayerId = u64;
@@ -67,12 +69,15 @@ pub struct World {
     rooms: Vec<Room>,
     players: HashMap<PlayerId, Player>,
     npc_rooms: HashMap<AgentKey, usize>,
+    /// Players join and move in rooms `0..zone` only; the NPCs elsewhere hear nothing.
+    zone: usize,
     pub counts: WorldCounts,
 }
 
 impl World {
-    /// The world with `npcs` NPCs placed.
-    pub fn new(npcs: usize) -> Self {
+    /// The world with `npcs` NPCs placed, players kept to the first `zone` rooms (1 to
+    /// [`ROOMS`]).
+    pub fn new(npcs: usize, zone: usize) -> Self {
         let mut rooms: Vec<Room> = (0..ROOMS).map(|_| Room::default()).collect();
         let mut npc_rooms = HashMap::new();
         for i in 0..npcs {
@@ -84,12 +89,13 @@ impl World {
             rooms,
             players: HashMap::new(),
             npc_rooms,
+            zone: zone.clamp(1, ROOMS),
             counts: WorldCounts::default(),
         }
     }
 
     pub fn join(&mut self, id: PlayerId, out: Sender<String>) {
-        let room = (id as usize) % ROOMS;
+        let room = (id as usize) % self.zone;
         let name = format!("p{id}");
         self.tell_player(&out, format!("Welcome, {name}. {HELP}"));
         self.players.insert(id, Player { name, room, out });
@@ -154,7 +160,7 @@ impl World {
                 let event = player_event(&name, WorldEventKind::Whisper, room, text, None);
                 events.push((AgentKey::from(npc), event));
             }
-            Command::Go(dir) => match exit(room, dir) {
+            Command::Go(dir) => match exit(room, dir, self.zone) {
                 Some(to) => {
                     self.show_room(room, Some(id), &format!("{name} leaves {}.", dir.name()));
                     self.rooms[room].players.retain(|p| *p != id);
@@ -230,7 +236,7 @@ impl World {
         let room = &self.rooms[player.room];
         let exits: Vec<&str> = Dir::ALL
             .iter()
-            .filter(|d| exit(player.room, **d).is_some())
+            .filter(|d| exit(player.room, **d, self.zone).is_some())
             .map(|d| d.name())
             .collect();
         let npcs: Vec<&str> = room.npcs.iter().map(AgentKey::as_str).collect();

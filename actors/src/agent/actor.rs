@@ -177,6 +177,8 @@ impl AgentActor {
                 self.cell.mailbox.pop()
             };
             let Some(envelope) = next else {
+                #[cfg(feature = "test-hooks")]
+                crate::test_hooks::pump_parked(&self.cell.key);
                 return;
             };
             match envelope.msg {
@@ -334,75 +336,7 @@ impl AgentActor {
 
     fn on_control(&mut self, request: ControlRequest) {
         let ControlRequest { op, reply } = request;
-        let result = {
-            let mut rec = self.cell.lock();
-            let cell = &self.cell;
-            match op {
-                ControlOp::Unlock { operator, note } => {
-                    lift_lockout(cell, &mut rec, &operator, note)
-                }
-                ControlOp::ClearEmergency { operator } => {
-                    lift_lockout(cell, &mut rec, &operator, None)
-                }
-                ControlOp::ResetHistory { operator } => {
-                    cell.emit(
-                        &mut rec,
-                        EventKind::HistoryReset {
-                            operator: operator.clone(),
-                        },
-                    );
-                    if rec.emergency_stop() {
-                        let cause = format!("history reset by {operator}");
-                        unlock(cell, &mut rec, &operator, None, &cause);
-                    } else if rec.consecutive_errors > 0 {
-                        cell.emit(&mut rec, EventKind::ErrorsReset);
-                    }
-                    cell.breakers_cleared();
-                    Ok(())
-                }
-                ControlOp::Pause { operator } => {
-                    if !rec.paused {
-                        cell.emit(&mut rec, EventKind::Paused { operator });
-                    }
-                    Ok(())
-                }
-                // Checked before anything changes: a refused resume leaves the pause as it is.
-                ControlOp::Resume { .. } if rec.emergency_stop() => Err(ControlError::LockedOut),
-                ControlOp::Resume { operator } => {
-                    let mut did = false;
-                    if rec.paused {
-                        cell.emit(
-                            &mut rec,
-                            EventKind::Unpaused {
-                                operator: operator.clone(),
-                            },
-                        );
-                        did = true;
-                    }
-                    if rec.state == AgentState::Stopped {
-                        cell.clear_halt();
-                        let cause = format!("resumed by {operator}");
-                        let _ = cell.transition(&mut rec, AgentState::WaitingForEvent, &cause);
-                        cell.breakers_cleared();
-                        // The breakers start clean: so does the journal's copy of their window.
-                        if !rec.error_window().is_empty() {
-                            cell.emit(
-                                &mut rec,
-                                EventKind::ErrorWindow {
-                                    window: String::new(),
-                                },
-                            );
-                        }
-                        did = true;
-                    }
-                    if did {
-                        Ok(())
-                    } else {
-                        Err(ControlError::NotStopped)
-                    }
-                }
-            }
-        };
+        let result = apply_control(&self.cell, op);
         // Acknowledged once what it changed is on disk: the caller waits for that (off every lock,
         // and off this arbiter, which a flooded agent may keep busy: see `SentAck`).
         let _ = reply.send(result.map(|()| self.cell.durable_so_far()));
@@ -416,6 +350,74 @@ impl AgentActor {
                     .note(EventKind::DelegateLockedOut { delegate, reason });
             }
             Signal::Remember => self.cell.write_observations_ahead(),
+        }
+    }
+}
+
+/// An operator's control (unlock, resume, pause, reset) applied to the agent's record, under its
+/// lock: by its actor, in the order of its control lane, or — for a passive agent — by the caller,
+/// with no actor started ([`super::AgentHandle`]'s `control`). Touches nothing but the cell.
+pub(crate) fn apply_control(cell: &AgentCell, op: ControlOp) -> Result<(), ControlError> {
+    let mut rec = cell.lock();
+    match op {
+        ControlOp::Unlock { operator, note } => lift_lockout(cell, &mut rec, &operator, note),
+        ControlOp::ClearEmergency { operator } => lift_lockout(cell, &mut rec, &operator, None),
+        ControlOp::ResetHistory { operator } => {
+            cell.emit(
+                &mut rec,
+                EventKind::HistoryReset {
+                    operator: operator.clone(),
+                },
+            );
+            if rec.emergency_stop() {
+                let cause = format!("history reset by {operator}");
+                unlock(cell, &mut rec, &operator, None, &cause);
+            } else if rec.consecutive_errors > 0 {
+                cell.emit(&mut rec, EventKind::ErrorsReset);
+            }
+            cell.breakers_cleared();
+            Ok(())
+        }
+        ControlOp::Pause { operator } => {
+            if !rec.paused {
+                cell.emit(&mut rec, EventKind::Paused { operator });
+            }
+            Ok(())
+        }
+        // Checked before anything changes: a refused resume leaves the pause as it is.
+        ControlOp::Resume { .. } if rec.emergency_stop() => Err(ControlError::LockedOut),
+        ControlOp::Resume { operator } => {
+            let mut did = false;
+            if rec.paused {
+                cell.emit(
+                    &mut rec,
+                    EventKind::Unpaused {
+                        operator: operator.clone(),
+                    },
+                );
+                did = true;
+            }
+            if rec.state == AgentState::Stopped {
+                cell.clear_halt();
+                let cause = format!("resumed by {operator}");
+                let _ = cell.transition(&mut rec, AgentState::WaitingForEvent, &cause);
+                cell.breakers_cleared();
+                // The breakers start clean: so does the journal's copy of their window.
+                if !rec.error_window().is_empty() {
+                    cell.emit(
+                        &mut rec,
+                        EventKind::ErrorWindow {
+                            window: String::new(),
+                        },
+                    );
+                }
+                did = true;
+            }
+            if did {
+                Ok(())
+            } else {
+                Err(ControlError::NotStopped)
+            }
         }
     }
 }

@@ -1013,7 +1013,28 @@ impl AgentHandle {
 
     /// Sends `op` through the control lane; once the actor has applied it, waits here (on the
     /// caller's task) until it is durable.
+    ///
+    /// A passive agent's control is applied here, to its record, with no actor started (as a
+    /// passive agent's halt is: a lift of a fleet halt resumes a million passive agents without
+    /// starting a million actors). A message sent meanwhile may start the actor: the control and
+    /// the actor's own steps are ordered by the record lock, and the actor is woken afterwards, so
+    /// work that an unpause (or a resume) lets through is read.
     async fn control(&self, op: ControlOp) -> Result<(), ControlError> {
+        let cell = &self.cell;
+        if passive(cell) {
+            #[cfg(feature = "test-hooks")]
+            crate::test_hooks::passive_control_gap(&cell.key);
+            let applied = actor::apply_control(cell, op);
+            if !cell.mailbox.is_passive() {
+                // Started meanwhile: its pump may have looked while the agent was still paused.
+                cell.mailbox.schedule_wake();
+            }
+            applied?;
+            return cell
+                .durable_so_far()
+                .await
+                .map_err(ControlError::NotDurable);
+        }
         let (reply, rx) = oneshot::channel();
         self.cell
             .mailbox
