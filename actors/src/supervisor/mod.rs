@@ -85,7 +85,11 @@ struct AgentEntry {
 struct SupervisorShared {
     config: WardenConfig,
     journal: Arc<dyn Journal>,
-    agents: DashMap<AgentKey, AgentEntry>,
+    /// Hashed with foldhash, seeded per process, not std's SipHash: a spawn hashes its key twice
+    /// (the early duplicate check and the insert), and SipHash of a short key was ~235 of a
+    /// passive spawn's ~4,200 instructions (callgrind, docs/performance.md). Keys come from the
+    /// team file and the admin's API; the seed keeps them from being crafted to collide.
+    agents: DashMap<AgentKey, AgentEntry, foldhash::fast::RandomState>,
     /// Spawn order (for `rest_for_one` and stable listings).
     order: Mutex<Vec<AgentEntry>>,
     arbiters: Vec<ArbiterHandle>,
@@ -356,7 +360,10 @@ impl Supervisor {
             ticks,
             config,
             journal,
-            agents: DashMap::with_capacity(capacity),
+            agents: DashMap::with_capacity_and_hasher(
+                capacity,
+                foldhash::fast::RandomState::default(),
+            ),
             delegate_tool: OnceLock::new(),
             goals_tool: OnceLock::new(),
             memory_tools: Default::default(),
