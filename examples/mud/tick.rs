@@ -290,7 +290,12 @@ pub fn run(setup: Setup) -> Report {
                         e.speaker.kind == warden::protocols::npc::SpeakerKind::Npc,
                     )
                 }));
-                let faults = minor_faults();
+                // Page faults only for the batch log (a system call each).
+                let faults = if batch_log.is_some() {
+                    minor_faults()
+                } else {
+                    0
+                };
                 let switched = switches();
                 let cpu = thread_cpu_ns();
                 let t = Instant::now();
