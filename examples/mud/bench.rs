@@ -118,7 +118,11 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             "flooders": if args.scenario == Scenario::Flood { args.flooders } else { 0 }}),
     );
     // First, in a process that has not allocated much yet: what an NPC costs with a full history.
-    let memory = memory_phase(args.npcs, args.passivate_after_s)?;
+    let memory = if std::env::var_os("WARDEN_MUD_SKIP_MEMORY_PHASE").is_some() {
+        json!({})
+    } else {
+        memory_phase(args.npcs, args.passivate_after_s)?
+    };
     if args.scenario == Scenario::Compare {
         let (report, clients) = phase(&args, None, HaltPlan::default(), 0)?;
         out.insert("baseline".into(), ticks_json(&report));
@@ -315,6 +319,11 @@ fn host_json(report: &Report) -> Value {
         "host_call_us": us(&report.host_call_ns),
         "deliver_batch_us": us(&report.deliver_ns),
         "deliver_per_event_us": us(&report.deliver_per_event_ns),
+        "deliver_cpu_per_event_us": us(&report.deliver_cpu_per_event_ns),
+        "deliver_unswitched_per_event_us": us(&report.deliver_unswitched_per_event_ns),
+        "deliver_batches_switched": {
+            "voluntary": report.deliver_switched[0], "preempted": report.deliver_switched[1],
+        },
         "drain_replies_us": us(&report.drain_ns),
     })
 }
@@ -596,6 +605,14 @@ fn print_table(out: &Value) {
     for (label, key) in [
         ("host call p50 / p99 / max (µs)", "agents.host_call_us"),
         ("  delivery, per event (µs)", "agents.deliver_per_event_us"),
+        (
+            "  its CPU time, per event (µs)",
+            "agents.deliver_cpu_per_event_us",
+        ),
+        (
+            "  unswitched batches, per event",
+            "agents.deliver_unswitched_per_event_us",
+        ),
         ("  drain_replies (µs)", "agents.drain_replies_us"),
         ("reply p50 / p99 (ms)", "agents.reply_ms"),
     ] {
@@ -630,6 +647,7 @@ fn print_table(out: &Value) {
         }
     }
     for key in [
+        "agents.deliver_batches_switched",
         "agents.npc_replies",
         "agents.llm_calls",
         "agents.llm_calls_dropped",

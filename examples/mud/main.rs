@@ -16,6 +16,12 @@
 //! compares the two with 1,000 mostly idle NPCs). `--zone-rooms K`: the bench's players join and
 //! move in the first K rooms only (a town among the wilds), so the NPCs elsewhere stay idle.
 //!
+//! Measuring aids (environment): `WARDEN_MUD_MEMORY=1` (every NPC with long-term memory),
+//! `WARDEN_MUD_PIN=1` (the world thread alone on CPU 0, the rest of the process on CPU 1),
+//! `WARDEN_MUD_BATCH_LOG=FILE` (a line per `deliver_batch`: events, TRIGGER/CONTEXT events, wall
+//! ns, the world thread's CPU ns, its minor page faults), `WARDEN_MUD_SKIP_MEMORY_PHASE=1`,
+//! `WARDEN_MUD_RECALL_K`, `WARDEN_MUD_WRITES` (see `start_warden`).
+//!
 //! Threads: `world` (the tick: owns the world, calls the handle), `warden` (every NPC, their
 //! model calls), the network's runtime (one worker), and in `bench` the clients' runtime.
 //! See docs/embedding.md for the measured figures.
@@ -63,6 +69,20 @@ pub fn start_warden(
     // `WARDEN_MUD_MEMORY=1`: every NPC keeps long-term memory (docs/memory.md), to measure its
     // cost on the tick and per NPC against the same run without it.
     config.memory.long_term = std::env::var_os("WARDEN_MUD_MEMORY").is_some_and(|v| v == "1");
+    // To take memory's work apart (docs/memory.md, "Cost"): `WARDEN_MUD_RECALL_K=0` (no recall),
+    // `WARDEN_MUD_WRITES=0` (the rate cap admits nothing).
+    if let Some(k) = std::env::var("WARDEN_MUD_RECALL_K")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        config.memory.recall_k = k;
+    }
+    if let Some(w) = std::env::var("WARDEN_MUD_WRITES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        config.memory.writes_per_minute = w;
+    }
     // The journal: none. The benchmark measures the host and the NPCs, not a journal's growth (a
     // real server passes a `SqliteJournal`; `MemoryJournal` keeps every event in memory).
     Warden::start_with(config, Arc::new(NullJournal::default()), move |team| {
@@ -167,6 +187,9 @@ impl Server {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Every thread started from here (warden's, the network's, the clients') inherits CPU 1; the
+    // world thread moves itself to CPU 0.
+    tick::pin_to(1);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str| {
         args.iter()

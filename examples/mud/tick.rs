@@ -97,6 +97,14 @@ pub struct Report {
     /// `deliver_batch` alone (ns), and divided by the batch's events.
     pub deliver_ns: Histogram<u64>,
     pub deliver_per_event_ns: Histogram<u64>,
+    /// The world thread's CPU time in `deliver_batch` (`CLOCK_THREAD_CPUTIME_ID`), per event:
+    /// what it ran, without the time it was off its core.
+    pub deliver_cpu_per_event_ns: Histogram<u64>,
+    /// Per event, the batches during which the world thread was never switched out.
+    pub deliver_unswitched_per_event_ns: Histogram<u64>,
+    /// Batches during which the world thread gave up its core (it waited: a parked lock) and
+    /// was preempted (another thread took the core), by `getrusage(RUSAGE_THREAD)`.
+    pub deliver_switched: [u64; 2],
     /// `drain_replies` alone (ns).
     pub drain_ns: Histogram<u64>,
     /// From delivery to the drained reply, in ms (answered events only).
@@ -130,6 +138,9 @@ impl Report {
             host_call_ns: hist(60_000_000_000),
             deliver_ns: hist(60_000_000_000),
             deliver_per_event_ns: hist(60_000_000_000),
+            deliver_cpu_per_event_ns: hist(60_000_000_000),
+            deliver_unswitched_per_event_ns: hist(60_000_000_000),
+            deliver_switched: [0; 2],
             drain_ns: hist(60_000_000_000),
             reply_ms: hist(3_600_000),
             npc_replies: 0,
@@ -163,8 +174,54 @@ struct HaltState {
     over: bool,
 }
 
+/// This thread's CPU time (ns).
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant Linux knows.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// This thread's context switches so far: (voluntary, involuntary).
+fn minor_faults() -> i64 {
+    // SAFETY: as in `switches`.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    usage.ru_minflt
+}
+
+fn switches() -> (i64, i64) {
+    // SAFETY: an all-zero `rusage` is valid (plain integers); getrusage only writes into it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    (usage.ru_nvcsw, usage.ru_nivcsw)
+}
+
+/// `WARDEN_MUD_PIN=1`: the world thread on CPU 0 (the rest of the process is on CPU 1, see
+/// `main`), so the NPCs' work never shares the host thread's core.
+pub fn pin_to(cpu: usize) {
+    if std::env::var_os("WARDEN_MUD_PIN").is_none_or(|v| v != "1") {
+        return;
+    }
+    // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET writes within it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is below CPU_SETSIZE (0 or 1 here).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; 0 is the calling thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        eprintln!("WARDEN_MUD_PIN: sched_setaffinity(cpu {cpu}) failed");
+    }
+}
+
 /// Runs the world until `stop`; returns what it measured.
 pub fn run(setup: Setup) -> Report {
+    pin_to(0);
     let Setup {
         warden,
         meter,
@@ -177,6 +234,11 @@ pub fn run(setup: Setup) -> Report {
     } = setup;
     let mut world = World::new(npcs, zone);
     let mut report = Report::new();
+    let mut batch_log = std::env::var("WARDEN_MUD_BATCH_LOG")
+        .ok()
+        .filter(|_| warden.is_some())
+        .and_then(|p| std::fs::File::create(p).ok())
+        .map(std::io::BufWriter::new);
     let mut events: Vec<(AgentKey, WorldEvent)> = Vec::new();
     let mut keys: Vec<(AgentKey, bool)> = Vec::new();
     let mut results = Vec::new();
@@ -231,12 +293,50 @@ pub fn run(setup: Setup) -> Report {
                         e.speaker.kind == warden::protocols::npc::SpeakerKind::Npc,
                     )
                 }));
+                // Page faults only for the batch log (a system call each).
+                let faults = if batch_log.is_some() {
+                    minor_faults()
+                } else {
+                    0
+                };
+                let switched = switches();
+                let cpu = thread_cpu_ns();
                 let t = Instant::now();
                 warden.deliver_batch(&mut events, &mut results);
                 let took = t.elapsed().as_nanos();
+                let cpu = thread_cpu_ns().saturating_sub(cpu);
+                let (voluntary, preempted) = {
+                    let after = switches();
+                    (after.0 > switched.0, after.1 > switched.1)
+                };
+                let n = keys.len() as u128;
                 record(&mut report.host_call_ns, took);
                 record(&mut report.deliver_ns, took);
-                record(&mut report.deliver_per_event_ns, took / keys.len() as u128);
+                record(&mut report.deliver_per_event_ns, took / n);
+                record(&mut report.deliver_cpu_per_event_ns, u128::from(cpu) / n);
+                report.deliver_switched[0] += u64::from(voluntary);
+                report.deliver_switched[1] += u64::from(preempted);
+                if !voluntary && !preempted {
+                    record(&mut report.deliver_unswitched_per_event_ns, took / n);
+                }
+                if let Some(log) = batch_log.as_mut() {
+                    use std::io::Write;
+                    let admitted = results
+                        .iter()
+                        .filter(|r| {
+                            matches!(r, Ok(d) if matches!(d.verdict, Verdict::Trigger | Verdict::Context))
+                        })
+                        .count();
+                    let _ = writeln!(
+                        log,
+                        "{} {} {} {} {}",
+                        keys.len(),
+                        admitted,
+                        took,
+                        cpu,
+                        minor_faults() - faults
+                    );
+                }
                 let now = Instant::now();
                 for ((key, from_npc), result) in keys.drain(..).zip(results.drain(..)) {
                     count_delivery(&mut report, &mut asked, key, from_npc, result, now);

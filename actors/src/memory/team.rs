@@ -36,6 +36,17 @@ impl Window {
     }
 }
 
+/// What an agent keeps of one speaker: its write window and the trust of its latest perceived
+/// TRIGGER or CONTEXT. One map entry for both, so a delivery looks the speaker up once (and a new
+/// speaker costs one key): in the MUD benchmark nearly every admitted observation is the first
+/// from its speaker to that NPC, and its cold lookups and allocations were most of a delivery's
+/// memory work (docs/memory.md, "Cost").
+#[derive(Debug, Default)]
+struct Speaker {
+    window: Window,
+    trust: Option<f64>,
+}
+
 /// One agent's live memory state (not journaled): rate windows, the clock's anchor, what it
 /// knows of its turn. Touched by a host's delivery, so never held across index work.
 #[derive(Debug, Default)]
@@ -43,11 +54,10 @@ struct Live {
     /// The windows were seeded from the record ([`Live::seed`]).
     seeded: bool,
     writes: Window,
-    speakers: FastMap<String, Window>,
+    /// At most [`MAX_SPEAKERS`]; when full, the speakers with no write in the last minute go.
+    speakers: FastMap<String, Speaker>,
     /// The memory clock's anchor: (real instant, memory time then).
     anchor: Option<(Instant, f64)>,
-    /// The trust of each speaker's latest perceived TRIGGER or CONTEXT (bounded as `speakers`).
-    trust_of: FastMap<String, f64>,
     /// The lowest trust of the CONTEXT events perceived since the last turn started (what a
     /// tick's turn sees).
     context_trust: Option<f64>,
@@ -120,6 +130,7 @@ impl Live {
                     self.speakers
                         .entry(speaker.to_owned())
                         .or_default()
+                        .window
                         .push(instant);
                 }
             }
@@ -139,24 +150,58 @@ impl Live {
         per_agent: u32,
         per_speaker: u32,
     ) -> bool {
-        if self.writes.count(now) >= per_agent as usize {
-            return false;
-        }
-        if let Some(speaker) = speaker {
-            if self.speakers.len() >= MAX_SPEAKERS && !self.speakers.contains_key(speaker) {
-                self.speakers.retain(|_, w| w.count(now) > 0);
-                if self.speakers.len() >= MAX_SPEAKERS {
-                    return false;
-                }
+        match speaker {
+            Some(speaker) => self.admit_speaker(now, speaker, None, (per_agent, per_speaker)),
+            None if self.writes.count(now) >= per_agent as usize => false,
+            None => {
+                self.writes.push(now);
+                true
             }
-            let window = match self.speakers.get_mut(speaker) {
-                Some(w) => w,
-                None => self.speakers.entry(speaker.to_owned()).or_default(),
-            };
-            if window.count(now) >= per_speaker as usize {
+        }
+    }
+
+    /// `f` on `speaker`'s entry, made when new — `None` (and `f` not run) when it is new and
+    /// [`MAX_SPEAKERS`] spoke in the last minute.
+    fn with_speaker<R>(
+        &mut self,
+        now: Instant,
+        speaker: &str,
+        f: impl FnOnce(&mut Speaker) -> R,
+    ) -> Option<R> {
+        if let Some(entry) = self.speakers.get_mut(speaker) {
+            return Some(f(entry));
+        }
+        if self.speakers.len() >= MAX_SPEAKERS {
+            self.speakers.retain(|_, s| s.window.count(now) > 0);
+            if self.speakers.len() >= MAX_SPEAKERS {
+                return None;
+            }
+        }
+        Some(f(self.speakers.entry(speaker.to_owned()).or_default()))
+    }
+
+    /// One lookup of `speaker`: its `trust` noted (when given), then whether a write from it fits
+    /// the caps (counted when it does).
+    fn admit_speaker(
+        &mut self,
+        now: Instant,
+        speaker: &str,
+        trust: Option<f64>,
+        (per_agent, per_speaker): (u32, u32),
+    ) -> bool {
+        let agent_full = self.writes.count(now) >= per_agent as usize;
+        let admitted = self.with_speaker(now, speaker, |entry| {
+            if trust.is_some() {
+                entry.trust = trust;
+            }
+            if agent_full || entry.window.count(now) >= per_speaker as usize {
                 return false;
             }
-            window.push(now);
+            entry.window.push(now);
+            true
+        });
+        if admitted != Some(true) {
+            return false;
         }
         self.writes.push(now);
         true
@@ -282,7 +327,11 @@ impl TeamMemory {
         speed: f64,
     ) -> Option<f64> {
         let mut lives = self.live.lock();
-        let live = lives.entry(key.clone()).or_default();
+        // No key clone (an `Arc` count both threads touch) unless the agent is new.
+        let live = match lives.get_mut(key) {
+            Some(live) => live,
+            None => lives.entry(key.clone()).or_default(),
+        };
         if !live.seeded {
             match store {
                 Some(store) => live.seed(store, speed),
@@ -290,21 +339,12 @@ impl TeamMemory {
             }
         }
         let clock = store.map_or(0.0, |s| s.clock);
-        if live.trust_of.len() >= MAX_SPEAKERS && !live.trust_of.contains_key(speaker) {
-            live.trust_of.clear();
-        }
-        match live.trust_of.get_mut(speaker) {
-            Some(t) => *t = trust,
-            None => {
-                live.trust_of.insert(speaker.to_owned(), trust);
-            }
-        }
         if context {
             live.context_trust = Some(live.context_trust.map_or(trust, |t| t.min(trust)));
         }
         // One reading of the clock for the caps and the memory time.
         let now = Instant::now();
-        live.admit_at(now, Some(speaker), per_agent, per_speaker)
+        live.admit_speaker(now, speaker, Some(trust), (per_agent, per_speaker))
             .then(|| live.now_at(now, clock, speed))
     }
 
@@ -321,7 +361,7 @@ impl TeamMemory {
         self.live
             .lock()
             .get(key)
-            .and_then(|l| l.trust_of.get(speaker).copied())
+            .and_then(|l| l.speakers.get(speaker).and_then(|s| s.trust))
     }
 
     /// A turn starts: it answers `speaker` (`None`: a tick or an operator) whose source has
@@ -577,6 +617,35 @@ mod tests {
         assert_eq!(admitted("p3"), 1, "the agent's cap of 5 a minute");
         tokio::time::advance(Duration::from_secs(61)).await;
         assert_eq!(admitted("p1"), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_speakers_trust_and_window_are_kept_within_the_bound_of_recent_speakers() {
+        let team = TeamMemory::default();
+        let npc = AgentKey::new("smith");
+        let perceive = |speaker: &str, trust| {
+            team.perceived(&npc, speaker, trust, false, (u32::MAX, 1), None, 1.0)
+                .is_some()
+        };
+        assert!(perceive("p0", 0.9));
+        assert!(!perceive("p0", 0.4), "one a minute from p0");
+        assert_eq!(
+            team.trust_of(&npc, "p0"),
+            Some(0.4),
+            "noted even when capped"
+        );
+        for i in 1..MAX_SPEAKERS {
+            assert!(perceive(&format!("p{i}"), 0.5));
+        }
+        // Every speaker kept wrote in the last minute: a new one is neither admitted nor kept.
+        assert!(!perceive("late", 0.7));
+        assert_eq!(team.trust_of(&npc, "late"), None);
+        assert_eq!(team.trust_of(&npc, "p1"), Some(0.5));
+        tokio::time::advance(Duration::from_secs(61)).await;
+        // A minute later the quiet ones make room.
+        assert!(perceive("late", 0.7));
+        assert_eq!(team.trust_of(&npc, "late"), Some(0.7));
+        assert_eq!(team.trust_of(&npc, "p0"), None);
     }
 
     #[tokio::test(start_paused = true)]
