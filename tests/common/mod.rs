@@ -382,6 +382,12 @@ impl warden::Journal for Gated {
         self.inner.append_all(agent, kinds)
     }
 
+    fn append_rows(&self, rows: Vec<(AgentKey, EventKind)>, at_ms: u64) -> u64 {
+        let kinds: Vec<_> = rows.iter().map(|(_, kind)| kind.clone()).collect();
+        self.record(&kinds);
+        self.inner.append_rows(rows, at_ms)
+    }
+
     fn durable(
         &self,
         seq: u64,

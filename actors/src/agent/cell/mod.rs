@@ -447,6 +447,24 @@ impl AgentCell {
         MutexGuard::map(self.record.lock(), |slot| slot.full(&self.key))
     }
 
+    /// [`AgentCell::lock`] if the record lock is free now (`None`: someone holds it).
+    pub(crate) fn try_lock(&self) -> Option<MappedMutexGuard<'_, AgentRecord>> {
+        let slot = self.record.try_lock()?;
+        Some(MutexGuard::map(slot, |slot| slot.full(&self.key)))
+    }
+
+    /// Whether someone holds the record lock now (tests).
+    #[cfg(test)]
+    pub(crate) fn record_locked(&self) -> bool {
+        self.record.is_locked()
+    }
+
+    /// The record lock, waited for at most `d` (tests: a holder that must not wait forever).
+    #[cfg(test)]
+    pub(crate) fn hold_record_for(&self, d: Duration) -> Option<impl Sized + '_> {
+        self.record.try_lock_for(d)
+    }
+
     /// Runs `f` on the record under its lock without building a fresh agent's (a reader that
     /// only looks: a fresh record is built on the stack for it, with no heap allocation).
     pub(crate) fn read<R>(&self, f: impl FnOnce(&AgentRecord) -> R) -> R {
@@ -582,23 +600,11 @@ impl AgentCell {
         cause: &str,
     ) -> Result<(), IllegalTransition> {
         let from = rec.state;
-        if let Err(err) = from.check_transition(to) {
-            tracing::warn!(agent = %self.key, %from, %to, cause, "illegal transition refused");
-            self.emit(
-                rec,
-                EventKind::TransitionRefused {
-                    from,
-                    to,
-                    cause: cause.to_owned(),
-                },
-            );
+        let (change, allowed) = self.checked_change(from, to, cause);
+        if let Err(err) = allowed {
+            self.emit(rec, change);
             return Err(err);
         }
-        let change = EventKind::StateChanged {
-            from,
-            to,
-            cause: cause.to_owned(),
-        };
         if with.is_empty() {
             self.emit(rec, change);
         } else {
@@ -608,6 +614,58 @@ impl AgentCell {
         }
         self.announce(from, to, cause);
         Ok(())
+    }
+
+    /// The event a move from `from` to `to` journals: the `StateChanged` if the table allows it,
+    /// otherwise the `TransitionRefused` (logged) with the error.
+    fn checked_change(
+        &self,
+        from: AgentState,
+        to: AgentState,
+        cause: &str,
+    ) -> (EventKind, Result<(), IllegalTransition>) {
+        let cause = cause.to_owned();
+        match from.check_transition(to) {
+            Ok(()) => (EventKind::StateChanged { from, to, cause }, Ok(())),
+            Err(err) => {
+                tracing::warn!(agent = %self.key, %from, %to, cause, "illegal transition refused");
+                (EventKind::TransitionRefused { from, to, cause }, Err(err))
+            }
+        }
+    }
+
+    /// Applies `kind` to the record and hands it to `out` instead of the journal: the caller
+    /// journals what `out` gathered (see [`AgentCell::journaled`]) before it releases the record
+    /// lock, so the journal order is still the order of changes.
+    pub(crate) fn stage(&self, rec: &mut AgentRecord, kind: EventKind, out: &mut Vec<EventKind>) {
+        self.apply(rec, &kind);
+        out.push(kind);
+    }
+
+    /// [`AgentCell::transition`] staged ([`AgentCell::stage`]): the `StateChanged` (or the
+    /// `TransitionRefused`) applied and handed to `out`. The caller announces the change
+    /// ([`AgentCell::announce`]) once it is journaled.
+    pub(crate) fn stage_transition(
+        &self,
+        rec: &mut AgentRecord,
+        to: AgentState,
+        cause: &str,
+        out: &mut Vec<EventKind>,
+    ) -> Result<(), IllegalTransition> {
+        let (change, allowed) = self.checked_change(rec.state, to, cause);
+        self.stage(rec, change, out);
+        allowed
+    }
+
+    /// Notes `seq` as the journal seq of the last event this agent journaled (staged events the
+    /// caller journaled itself, under the record lock `_rec` still held).
+    pub(crate) fn journaled(&self, _rec: &mut AgentRecord, seq: u64) {
+        self.last_seq.store(seq, Ordering::Release);
+    }
+
+    /// The journal seq of the last event this agent journaled.
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.last_seq.load(Ordering::Acquire)
     }
 
     /// A host's world hears the agent fall silent or come back (`from → to`, when it is one of

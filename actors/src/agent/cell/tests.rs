@@ -94,6 +94,11 @@ impl Journal for Batches {
         batches.push(kinds);
         batches.len() as u64
     }
+    fn append_rows(&self, rows: Vec<(AgentKey, EventKind)>, _: u64) -> u64 {
+        let mut batches = self.0.lock();
+        batches.push(rows.into_iter().map(|(_, kind)| kind).collect());
+        batches.len() as u64
+    }
     fn durable(
         &self,
         _: u64,
