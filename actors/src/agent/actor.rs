@@ -446,11 +446,15 @@ pub(crate) fn halt_cell(
     let (discarded, ack) = {
         let mut rec = cell.lock();
         let mut staged = Vec::new();
-        let (discarded, ack, stopped) = halt_record(cell, &mut rec, cause, &mut staged);
+        // Cleared under the record lock: a sender queues (mailbox push and `EventQueued`) under
+        // it too, so each user event is either cleared here and settled by `Halted`, or queued
+        // after it.
+        let discarded = cell.mailbox.take_ordinary();
+        let (discarded, ack, stopped) = halt_record(cell, &mut rec, cause, discarded, &mut staged);
         // One batch: the state change and `Halted` are durable together.
         if !staged.is_empty() {
             let seq = cell.journal.append_all(&cell.key, staged);
-            cell.journaled(&mut rec, seq);
+            cell.journaled(seq);
         }
         if let Some(from) = stopped {
             cell.announce(from, AgentState::Stopped, HALT);
@@ -482,21 +486,19 @@ pub(crate) fn halt_cell(
 /// The cause of a halt's state change.
 pub(crate) const HALT: &str = "system halt";
 
-/// What a halt does to the record, under its lock: the ordinary lane cleared, `STOPPED` (a
-/// locked-out agent stays `SAFETY_LOCKOUT`), `Halted`; the events applied and staged on `staged`
-/// ([`AgentCell::stage`]) for the caller to journal before it releases the lock. Returns the
-/// cleared messages, the acknowledgement (durability not yet known) and, when the agent moved to
-/// `STOPPED`, the state it left (the caller announces the move once it is journaled).
+/// What a halt does to the record, under its lock, `discarded` the ordinary lane the caller
+/// cleared under it: `STOPPED` (a locked-out agent stays `SAFETY_LOCKOUT`), `Halted`; the events
+/// applied and staged on `staged` ([`AgentCell::stage`]) for the caller to journal before it
+/// releases the lock. Returns the cleared messages, the acknowledgement (durability not yet known)
+/// and, when the agent moved to `STOPPED`, the state it left (the caller announces the move once
+/// it is journaled).
 pub(crate) fn halt_record(
     cell: &AgentCell,
     rec: &mut AgentRecord,
     cause: &warden_protocols::HaltCause,
+    discarded: VecDeque<Envelope<AgentMsg>>,
     staged: &mut Vec<EventKind>,
 ) -> (VecDeque<Envelope<AgentMsg>>, HaltAck, Option<AgentState>) {
-    // Cleared under the record lock: a sender queues (mailbox push and `EventQueued`) under
-    // it too, so each user event is either cleared here and settled by `Halted`, or queued
-    // after it.
-    let discarded = cell.mailbox.take_ordinary();
     let from = rec.state;
     let already_stopped = from == AgentState::Stopped;
     // A locked-out agent is not moved (its halt is journaled): it already refuses all work,

@@ -26,14 +26,13 @@
 
 use super::{
     actor::{discard_backlog, halt_record, settle_halted, HALT},
-    cell::AgentCell,
+    cell::{AgentCell, RecordGuard},
     AgentMsg, Durability, HaltAck,
 };
 use crate::{journal::now_ms, mailbox::Envelope, Journal};
 use futures::FutureExt;
-use parking_lot::MappedMutexGuard;
 use std::{collections::VecDeque, sync::Arc};
-use warden_protocols::{AgentKey, AgentRecord, AgentState, EventKind, HaltCause};
+use warden_protocols::{AgentKey, AgentState, EventKind, HaltCause};
 
 /// Agents halted in one batch at most: the time the first one's record lock is held waiting for
 /// the batch (~1 µs per agent) against the per-batch cost (an append, a durability future).
@@ -42,7 +41,7 @@ const BATCH: usize = 1024;
 /// One agent halted in the batch, its record lock held until the batch is journaled.
 struct Held<'a> {
     cell: &'a AgentCell,
-    rec: MappedMutexGuard<'a, AgentRecord>,
+    rec: RecordGuard<'a>,
     slot: usize,
     /// How many of the batch's rows are this agent's.
     rows: usize,
@@ -98,15 +97,34 @@ impl<'a> HaltBatch<'a> {
         }
         self.journal = Some(cell.journal());
         cell.reset_tools_in_flight();
-        let mut rec = match cell.try_lock() {
+        let mut rec = match cell.try_lock_slot() {
             Some(rec) => rec,
             None => {
                 // Never wait for a lock while holding others.
                 self.flush(acks);
-                cell.lock()
+                cell.lock_slot()
             }
         };
-        let (discarded, ack, stopped) = halt_record(cell, &mut rec, self.cause, &mut self.staged);
+        // Cleared under the record lock, as by any halt (see `halt_cell`).
+        let discarded = cell.mailbox.take_ordinary();
+        // A fresh agent with nothing cleared (most of an idle fleet) is halted in its fresh slot:
+        // no record built.
+        let fresh = match discarded.is_empty() {
+            true => cell.halt_fresh(&mut rec, self.cause, &mut self.staged),
+            false => None,
+        };
+        let (discarded, ack, stopped) = match fresh {
+            Some((state, stopped)) => {
+                let ack = HaltAck {
+                    agent: cell.key.clone(),
+                    state,
+                    discarded: 0,
+                    not_durable: None,
+                };
+                (discarded, ack, stopped)
+            }
+            None => halt_record(cell, rec.record(), self.cause, discarded, &mut self.staged),
+        };
         let rows = self.staged.len();
         self.rows
             .extend(self.staged.drain(..).map(|kind| (cell.key.clone(), kind)));
@@ -147,7 +165,7 @@ impl<'a> HaltBatch<'a> {
             let mut seq = (last + 1).saturating_sub(n);
             for held in self.held.iter_mut().filter(|h| h.rows > 0) {
                 seq += held.rows as u64;
-                held.cell.journaled(&mut held.rec, seq - 1);
+                held.cell.journaled(seq - 1);
             }
         }
         let mut upto = 0;

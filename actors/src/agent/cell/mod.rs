@@ -270,13 +270,33 @@ pub(crate) struct Busy {
 /// change theirs). The record is built the first time it is locked ([`AgentCell::lock`]) and kept;
 /// readers that only look ([`AgentCell::read`]) never build it. A replay of the same journal
 /// builds the same record (its only event is `Spawned`, applied the same way).
+///
+/// A fresh agent stopped by a fleet halt with nothing to clear (`fleet_halted`: the halt's
+/// `StateChanged` to `STOPPED` and `Halted` applied, [`RecordSlot::fleet_halt`]) stays fresh too:
+/// a halted idle fleet is as small as an idle one, and its halt builds no record.
 enum RecordSlot {
     Fresh {
         role: AgentRole,
         parent: Option<AgentKey>,
         max_consecutive_errors: u32,
+        fleet_halted: bool,
     },
     Full(Box<AgentRecord>),
+}
+
+/// The record lock held, a fresh record not built yet ([`AgentCell::lock_slot`]): a fleet halt
+/// may halt a fresh agent in its slot ([`AgentCell::halt_fresh`]); [`RecordGuard::record`] builds
+/// the record.
+pub(crate) struct RecordGuard<'a> {
+    slot: MutexGuard<'a, RecordSlot>,
+    key: &'a AgentKey,
+}
+
+impl RecordGuard<'_> {
+    /// The record, built now if the slot is fresh.
+    pub(crate) fn record(&mut self) -> &mut AgentRecord {
+        self.slot.full(self.key)
+    }
 }
 
 impl RecordSlot {
@@ -287,7 +307,26 @@ impl RecordSlot {
             role: AgentRole::Assistant,
             parent: None,
             max_consecutive_errors: 5,
+            fleet_halted: false,
         }
+    }
+
+    /// The events of a fleet halt (`cause`) of a fresh agent with nothing to clear, as
+    /// [`crate::agent::actor::halt_record`] journals them: `WAITING_FOR_EVENT → STOPPED`, then
+    /// `Halted`. A record keeps no more of the cause than that it is a fleet's.
+    fn fleet_halt(cause: &warden_protocols::HaltCause) -> [EventKind; 2] {
+        [
+            EventKind::StateChanged {
+                from: AgentState::WaitingForEvent,
+                to: AgentState::Stopped,
+                cause: crate::agent::actor::HALT.to_owned(),
+            },
+            EventKind::Halted {
+                cause: cause.clone(),
+                discarded: 0,
+                stopped: true,
+            },
+        ]
     }
 
     /// The record a fresh slot stands for.
@@ -296,6 +335,7 @@ impl RecordSlot {
         role: AgentRole,
         parent: Option<AgentKey>,
         max_consecutive_errors: u32,
+        fleet_halted: bool,
     ) -> AgentRecord {
         let mut rec = AgentRecord::new(key.clone());
         rec.apply(&EventKind::Spawned {
@@ -303,6 +343,11 @@ impl RecordSlot {
             parent,
             max_consecutive_errors,
         });
+        if fleet_halted {
+            for kind in Self::fleet_halt(&warden_protocols::HaltCause::HaltAll) {
+                rec.apply(&kind);
+            }
+        }
         rec
     }
 
@@ -312,9 +357,16 @@ impl RecordSlot {
             role,
             parent,
             max_consecutive_errors,
+            fleet_halted,
         } = self
         {
-            let rec = Self::build(key, *role, parent.take(), *max_consecutive_errors);
+            let rec = Self::build(
+                key,
+                *role,
+                parent.take(),
+                *max_consecutive_errors,
+                *fleet_halted,
+            );
             *self = RecordSlot::Full(Box::new(rec));
         }
         match self {
@@ -348,6 +400,9 @@ fn state_index(s: AgentState) -> u8 {
 }
 
 impl AgentCell {
+    /// `#[inline]`: one caller (`Supervisor::spawn`), and rustc stopped inlining it there, which
+    /// costs a spawn a call and the cell's copy (`docs/performance.md`, "The idle agent itself").
+    #[inline]
     pub(crate) fn new(parts: CellParts) -> Self {
         let CellParts {
             arbiter,
@@ -447,10 +502,50 @@ impl AgentCell {
         MutexGuard::map(self.record.lock(), |slot| slot.full(&self.key))
     }
 
-    /// [`AgentCell::lock`] if the record lock is free now (`None`: someone holds it).
-    pub(crate) fn try_lock(&self) -> Option<MappedMutexGuard<'_, AgentRecord>> {
-        let slot = self.record.try_lock()?;
-        Some(MutexGuard::map(slot, |slot| slot.full(&self.key)))
+    /// The record lock, the record not built yet ([`RecordGuard`]).
+    pub(crate) fn lock_slot(&self) -> RecordGuard<'_> {
+        RecordGuard {
+            slot: self.record.lock(),
+            key: &self.key,
+        }
+    }
+
+    /// [`AgentCell::lock_slot`] if the record lock is free now (`None`: someone holds it).
+    pub(crate) fn try_lock_slot(&self) -> Option<RecordGuard<'_>> {
+        Some(RecordGuard {
+            slot: self.record.try_lock()?,
+            key: &self.key,
+        })
+    }
+
+    /// A fleet halt (`cause`) of a fresh agent with nothing to clear, kept in its fresh slot (no
+    /// record built, see [`RecordSlot`]): the halt's events staged on `staged` (as
+    /// [`AgentCell::stage`]), the state mirror `STOPPED`. Returns the state to acknowledge and,
+    /// when it moved now, the state it left (already halted so: nothing staged). `None`: not a
+    /// fleet halt, or the record is built — the caller halts the record.
+    pub(crate) fn halt_fresh(
+        &self,
+        guard: &mut RecordGuard<'_>,
+        cause: &warden_protocols::HaltCause,
+        staged: &mut Vec<EventKind>,
+    ) -> Option<(AgentState, Option<AgentState>)> {
+        let RecordSlot::Fresh { fleet_halted, .. } = &mut *guard.slot else {
+            return None;
+        };
+        if !cause.is_fleet() {
+            return None;
+        }
+        if *fleet_halted {
+            return Some((AgentState::Stopped, None));
+        }
+        AgentState::WaitingForEvent
+            .check_transition(AgentState::Stopped)
+            .ok()?;
+        *fleet_halted = true;
+        self.state_mirror
+            .store(state_index(AgentState::Stopped), Ordering::Release);
+        staged.extend(RecordSlot::fleet_halt(cause));
+        Some((AgentState::Stopped, Some(AgentState::WaitingForEvent)))
     }
 
     /// Whether someone holds the record lock now (tests).
@@ -475,11 +570,13 @@ impl AgentCell {
                 role,
                 parent,
                 max_consecutive_errors,
+                fleet_halted,
             } => f(&RecordSlot::build(
                 &self.key,
                 *role,
                 parent.clone(),
                 *max_consecutive_errors,
+                *fleet_halted,
             )),
         }
     }
@@ -561,6 +658,7 @@ impl AgentCell {
                 role,
                 parent,
                 max_consecutive_errors,
+                fleet_halted: false,
             },
             EventKind::Spawned {
                 role: r,
@@ -658,8 +756,8 @@ impl AgentCell {
     }
 
     /// Notes `seq` as the journal seq of the last event this agent journaled (staged events the
-    /// caller journaled itself, under the record lock `_rec` still held).
-    pub(crate) fn journaled(&self, _rec: &mut AgentRecord, seq: u64) {
+    /// caller journaled itself, under the record lock it still holds).
+    pub(crate) fn journaled(&self, seq: u64) {
         self.last_seq.store(seq, Ordering::Release);
     }
 
