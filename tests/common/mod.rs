@@ -310,7 +310,7 @@ impl Provider for Capture {
 
 /// A journal in memory that calls its events durable only up to where the test says
 /// (`durable_up_to`), and records each call it gets as the list of the kinds' tags (one entry per
-/// `append` or `append_all`): an acknowledgement that must wait for the disk is held by the test.
+/// `append`, `append_all` or `append_rows`): an acknowledgement that must wait for the disk is held by the test.
 pub struct Gated {
     pub inner: MemoryJournal,
     pub durable_up_to: tokio::sync::watch::Sender<u64>,
@@ -362,6 +362,11 @@ impl Gated {
         self.last("event_queued", |k| {
             matches!(k, EventKind::EventQueued { .. })
         })
+    }
+
+    /// Every call so far, in order: the tags of the kinds each brought.
+    pub fn calls(&self) -> Vec<Vec<String>> {
+        self.calls.lock().clone()
     }
 
     /// How many calls brought exactly `event_taken` then `history_appended`.

@@ -497,7 +497,7 @@ pub(crate) fn halt_record(
     rec: &mut AgentRecord,
     cause: &warden_protocols::HaltCause,
     discarded: VecDeque<Envelope<AgentMsg>>,
-    staged: &mut Vec<EventKind>,
+    staged: &mut impl super::cell::Staged,
 ) -> (VecDeque<Envelope<AgentMsg>>, HaltAck, Option<AgentState>) {
     let from = rec.state;
     let already_stopped = from == AgentState::Stopped;

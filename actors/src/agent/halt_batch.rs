@@ -26,7 +26,7 @@
 
 use super::{
     actor::{discard_backlog, halt_record, settle_halted, HALT},
-    cell::{AgentCell, RecordGuard},
+    cell::{AgentCell, RecordGuard, StagedRows},
     AgentMsg, Durability, HaltAck,
 };
 use crate::{journal::now_ms, mailbox::Envelope, Journal};
@@ -63,19 +63,18 @@ pub(crate) struct HaltBatch<'a> {
     journal: Option<&'a Arc<dyn Journal>>,
     held: Vec<Held<'a>>,
     rows: Vec<(AgentKey, EventKind)>,
-    staged: Vec<EventKind>,
     /// Batches journaled whose durability was not known when they were.
     unsettled: Vec<Unsettled>,
 }
 
 impl<'a> HaltBatch<'a> {
-    pub(crate) fn new(cause: &'a HaltCause) -> Self {
+    /// A batch for halting up to `agents` agents with `cause` (the size of its buffers).
+    pub(crate) fn new(cause: &'a HaltCause, agents: usize) -> Self {
         HaltBatch {
             cause,
             journal: None,
-            held: Vec::new(),
+            held: Vec::with_capacity(agents.min(BATCH)),
             rows: Vec::new(),
-            staged: Vec::new(),
             unsettled: Vec::new(),
         }
     }
@@ -109,8 +108,17 @@ impl<'a> HaltBatch<'a> {
         let discarded = cell.mailbox.take_ordinary();
         // A fresh agent with nothing cleared (most of an idle fleet) is halted in its fresh slot:
         // no record built.
+        let before = self.rows.len();
+        if self.rows.capacity() == 0 {
+            // Two rows an agent (the state change, `Halted`): no growth, no copy.
+            self.rows.reserve(2 * self.held.capacity());
+        }
+        let mut staged = StagedRows {
+            key: &cell.key,
+            rows: &mut self.rows,
+        };
         let fresh = match discarded.is_empty() {
-            true => cell.halt_fresh(&mut rec, self.cause, &mut self.staged),
+            true => cell.halt_fresh(&mut rec, self.cause, &mut staged),
             false => None,
         };
         let (discarded, ack, stopped) = match fresh {
@@ -123,11 +131,9 @@ impl<'a> HaltBatch<'a> {
                 };
                 (discarded, ack, stopped)
             }
-            None => halt_record(cell, rec.record(), self.cause, discarded, &mut self.staged),
+            None => halt_record(cell, rec.record(), self.cause, discarded, &mut staged),
         };
-        let rows = self.staged.len();
-        self.rows
-            .extend(self.staged.drain(..).map(|kind| (cell.key.clone(), kind)));
+        let rows = self.rows.len() - before;
         self.held.push(Held {
             cell,
             rec,

@@ -1079,7 +1079,7 @@ fn queue_halts(
     to: &tokio::sync::mpsc::UnboundedSender<(usize, SentAck)>,
     acks: &mut [Option<HaltAck>],
 ) -> Vec<Unsettled> {
-    let mut batch = HaltBatch::new(cause);
+    let mut batch = HaltBatch::new(cause, cells.len());
     for (slot, cell) in cells.iter().enumerate() {
         queue_halt_gathered(cell, cause, slot, to, &mut batch, acks);
     }

@@ -176,6 +176,31 @@ impl Profile {
     }
 }
 
+/// Where [`AgentCell::stage`] puts the events it applied, for its caller to journal (before it
+/// releases the record lock): one agent's list, or a fleet halt's rows ([`StagedRows`]).
+pub(crate) trait Staged {
+    fn stage(&mut self, kind: EventKind);
+}
+
+impl Staged for Vec<EventKind> {
+    fn stage(&mut self, kind: EventKind) {
+        self.push(kind);
+    }
+}
+
+/// Events staged straight into a batch of several agents' rows, as `key`'s (no list of its own
+/// moved over after).
+pub(crate) struct StagedRows<'r> {
+    pub key: &'r AgentKey,
+    pub rows: &'r mut Vec<(AgentKey, EventKind)>,
+}
+
+impl Staged for StagedRows<'_> {
+    fn stage(&mut self, kind: EventKind) {
+        self.rows.push((self.key.clone(), kind));
+    }
+}
+
 /// Everything a cell is made of.
 pub(crate) struct CellParts {
     /// Where its actor runs (`None`: on the current arbiter, started there at once).
@@ -527,7 +552,7 @@ impl AgentCell {
         &self,
         guard: &mut RecordGuard<'_>,
         cause: &warden_protocols::HaltCause,
-        staged: &mut Vec<EventKind>,
+        staged: &mut impl Staged,
     ) -> Option<(AgentState, Option<AgentState>)> {
         let RecordSlot::Fresh { fleet_halted, .. } = &mut *guard.slot else {
             return None;
@@ -544,7 +569,9 @@ impl AgentCell {
         *fleet_halted = true;
         self.state_mirror
             .store(state_index(AgentState::Stopped), Ordering::Release);
-        staged.extend(RecordSlot::fleet_halt(cause));
+        for kind in RecordSlot::fleet_halt(cause) {
+            staged.stage(kind);
+        }
         Some((AgentState::Stopped, Some(AgentState::WaitingForEvent)))
     }
 
@@ -735,9 +762,9 @@ impl AgentCell {
     /// Applies `kind` to the record and hands it to `out` instead of the journal: the caller
     /// journals what `out` gathered (see [`AgentCell::journaled`]) before it releases the record
     /// lock, so the journal order is still the order of changes.
-    pub(crate) fn stage(&self, rec: &mut AgentRecord, kind: EventKind, out: &mut Vec<EventKind>) {
+    pub(crate) fn stage(&self, rec: &mut AgentRecord, kind: EventKind, out: &mut impl Staged) {
         self.apply(rec, &kind);
-        out.push(kind);
+        out.stage(kind);
     }
 
     /// [`AgentCell::transition`] staged ([`AgentCell::stage`]): the `StateChanged` (or the
@@ -748,7 +775,7 @@ impl AgentCell {
         rec: &mut AgentRecord,
         to: AgentState,
         cause: &str,
-        out: &mut Vec<EventKind>,
+        out: &mut impl Staged,
     ) -> Result<(), IllegalTransition> {
         let (change, allowed) = self.checked_change(rec.state, to, cause);
         self.stage(rec, change, out);

@@ -268,7 +268,7 @@ fn a_fleet_halt_keeps_a_fresh_record_fresh_as_a_replay_builds_it() {
     let fresh = |cell: &AgentCell| matches!(&*cell.record.lock(), RecordSlot::Fresh { .. });
     let halt = |cell: &AgentCell, cause: &HaltCause| {
         let mut acks = vec![None];
-        let mut batch = HaltBatch::new(cause);
+        let mut batch = HaltBatch::new(cause, 1);
         batch.halt(cell, 0, &mut acks);
         assert!(batch.finish(&mut acks).is_empty(), "durable at once");
         acks[0].take().expect("acknowledged")
