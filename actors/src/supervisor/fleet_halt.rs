@@ -62,17 +62,24 @@ impl Supervisor {
     /// Notes `cells` as stopped by a fleet halt; `running[i]`: whether `cells[i]` was neither
     /// `STOPPED` nor locked out before it (see the module docs).
     pub(super) fn note_fleet_halt(&self, cells: &[Arc<AgentCell>], running: &[bool]) {
-        let stopped = cells
+        let mut stopped: Vec<(u64, AgentKey, u64)> = cells
             .iter()
             .zip(running)
             .filter(|(_, running)| **running)
-            .map(|(cell, _)| (cell.key.clone(), cell.halt_epoch()));
+            .map(|(cell, _)| (key_prefix(&cell.key), cell.key.clone(), cell.halt_epoch()))
+            .collect();
+        // Sorted here, off the note's lock, by the keys' first 8 bytes held in the vector, the
+        // whole keys compared only on a tie: most comparisons never read the keys' scattered
+        // allocations (sorting a million keys by `str` comparison was ~40 % of `halt_all` at 1M).
+        stopped.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        let stopped = stopped.into_iter().map(|(_, key, epoch)| (key, epoch));
         let mut note = self.shared.fleet_halt.lock();
         match note.as_mut() {
             Some(agents) => agents.extend(stopped),
             // The first fleet halt (the usual case, and the whole fleet at once): built in one go
-            // (`FromIterator` sorts, then builds the tree bottom-up), not inserted one by one — a
-            // million inserts, each a descent comparing keys, were a third of `halt_all`'s time.
+            // (`FromIterator` finds them sorted, then builds the tree bottom-up), not inserted one
+            // by one — a million inserts, each a descent comparing keys, were a third of
+            // `halt_all`'s time.
             None => *note = Some(stopped.collect()),
         }
     }
@@ -213,6 +220,17 @@ impl Supervisor {
     }
 }
 
+/// The first 8 bytes of `key` (zeros after a shorter one) as a big-endian number: ordered as the
+/// keys are wherever two differ (a shorter key that is a prefix of a longer one is not larger;
+/// keys that differ only after 8 bytes tie, and are then compared whole).
+fn key_prefix(key: &AgentKey) -> u64 {
+    let bytes = key.as_str().as_bytes();
+    let mut prefix = [0u8; 8];
+    let n = bytes.len().min(8);
+    prefix[..n].copy_from_slice(&bytes[..n]);
+    u64::from_be_bytes(prefix)
+}
+
 /// Why `handle`, halted with its halt epoch then at `epoch`, is left as it is rather than resumed
 /// (`""`: it may be resumed): it moved since (`moved` says how), or it is locked out, stopped by a
 /// breaker, paused, or not stopped.
@@ -261,4 +279,50 @@ pub(super) fn lock_out_at_start(cell: &AgentCell, lockout: Lockout) {
         cause,
     };
     cell.emit_all(&mut rec, vec![locked, change]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_prefix;
+    use warden_protocols::AgentKey;
+
+    /// Sorting by the keys' prefixes, whole keys on a tie, is sorting by the keys: short keys,
+    /// prefixes of others, NUL bytes, keys differing only after 8 bytes, non-ASCII.
+    #[test]
+    fn keys_sorted_by_their_prefix_then_whole_are_sorted_by_key() {
+        let mut keys: Vec<AgentKey> = [
+            "",
+            "a",
+            "a\0",
+            "a\0b",
+            "ab",
+            "a0",
+            "a1",
+            "a10",
+            "a100000",
+            "a1000000",
+            "a999999",
+            "abcdefgh",
+            "abcdefgh1",
+            "abcdefgh0",
+            "abcdefgi",
+            "abcdefg",
+            "zz",
+            "é",
+            "ée",
+            "~",
+            "\u{10FFFF}",
+            "A",
+            "Z",
+        ]
+        .into_iter()
+        .map(AgentKey::from)
+        .chain((0..2000).map(|i| AgentKey::new(format!("npc-{}-{}", i % 37, i * 7919 % 1000))))
+        .collect();
+        keys.dedup();
+        let mut by_prefix = keys.clone();
+        by_prefix.sort_unstable_by(|a, b| key_prefix(a).cmp(&key_prefix(b)).then_with(|| a.cmp(b)));
+        keys.sort();
+        assert_eq!(by_prefix, keys);
+    }
 }
