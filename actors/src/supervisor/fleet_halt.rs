@@ -62,12 +62,23 @@ impl Supervisor {
     /// Notes `cells` as stopped by a fleet halt; `running[i]`: whether `cells[i]` was neither
     /// `STOPPED` nor locked out before it (see the module docs).
     pub(super) fn note_fleet_halt(&self, cells: &[Arc<AgentCell>], running: &[bool]) {
-        let mut stopped: Vec<(u64, AgentKey, u64)> = cells
+        let stopped = cells
             .iter()
             .zip(running)
             .filter(|(_, running)| **running)
-            .map(|(cell, _)| (key_prefix(&cell.key), cell.key.clone(), cell.halt_epoch()))
+            .map(|(cell, _)| Self::noted(cell))
             .collect();
+        self.note_stopped(stopped);
+    }
+
+    /// What the note keeps of `cell` (its key and its halt epoch after the halt), with the key's
+    /// first bytes to sort by ([`key_prefix`]).
+    pub(super) fn noted(cell: &AgentCell) -> (u64, AgentKey, u64) {
+        (key_prefix(&cell.key), cell.key.clone(), cell.halt_epoch())
+    }
+
+    /// Notes `stopped` ([`Supervisor::noted`] of each agent) as stopped by a fleet halt.
+    pub(super) fn note_stopped(&self, mut stopped: Vec<(u64, AgentKey, u64)>) {
         // Sorted here, off the note's lock, by the keys' first 8 bytes held in the vector, the
         // whole keys compared only on a tie: most comparisons never read the keys' scattered
         // allocations (sorting a million keys by `str` comparison was ~40 % of `halt_all` at 1M).

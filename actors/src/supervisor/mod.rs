@@ -990,14 +990,19 @@ impl Supervisor {
     /// As [`Supervisor::halt_all`].
     pub async fn halt_all_with(&self, cause: HaltCause) -> Vec<HaltAck> {
         let cells = self.cells();
-        // Which agents this halt stops (the others were stopped already): a lift resumes those.
-        let running: Vec<bool> = cells.iter().map(|c| Self::runs(c.state())).collect();
-        // Every flag first: each agent is halted with this cause, its delegates included (they are
-        // agents of the team), so nothing needs passing down a tree.
+        // Every flag first, in one pass (each pass over a million scattered cells is tens of
+        // milliseconds of cache misses): each agent is halted with this cause, its delegates
+        // included (they are agents of the team), so nothing needs passing down a tree; and which
+        // agents this halt stops (the others were stopped already: a lift resumes those).
+        let mut stopped = Vec::with_capacity(cells.len());
         for cell in &cells {
+            let running = Self::runs(cell.state());
             let _ = cell.request_halt();
+            if running {
+                stopped.push(Self::noted(cell));
+            }
         }
-        self.note_fleet_halt(&cells, &running);
+        self.note_stopped(stopped);
         let (to, mut acks_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut acks: Vec<Option<HaltAck>> = Vec::new();
         acks.resize_with(cells.len(), || None);
@@ -1026,7 +1031,7 @@ impl Supervisor {
             }
         }
         acks.into_iter()
-            .zip(&cells)
+            .zip(cells)
             .map(|(ack, cell)| ack.unwrap_or_else(|| cell.halt_ack_now()))
             .collect()
     }
