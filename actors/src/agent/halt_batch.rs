@@ -13,7 +13,7 @@
 //!   journaled under its lock ([`AgentCell::emit`]), and this batch keeps each agent's lock from
 //!   the change until its rows are journaled — no other event of that agent can come between.
 //! * No deadlock: the batch holds several record locks at once, but never *waits* for one while it
-//!   holds any — a lock that is taken is tried ([`AgentCell::try_lock`]); if that fails the batch is
+//!   holds any — a lock is tried ([`AgentCell::try_lock_slot`]); if someone holds it the batch is
 //!   journaled and released first, then the lock is waited for with nothing held. With the
 //!   `test-hooks` feature, a pause point with a hook installed also releases the batch first (the
 //!   hook may make another thread take one of those locks and wait for it).
@@ -45,7 +45,7 @@ struct Held<'a> {
     slot: usize,
     /// How many of the batch's rows are this agent's.
     rows: usize,
-    discarded: VecDeque<crate::mailbox::Envelope<AgentMsg>>,
+    discarded: VecDeque<Envelope<AgentMsg>>,
     ack: HaltAck,
     /// The state it left for `STOPPED` (announced once journaled).
     stopped: Option<AgentState>,
@@ -106,8 +106,6 @@ impl<'a> HaltBatch<'a> {
         };
         // Cleared under the record lock, as by any halt (see `halt_cell`).
         let discarded = cell.mailbox.take_ordinary();
-        // A fresh agent with nothing cleared (most of an idle fleet) is halted in its fresh slot:
-        // no record built.
         let before = self.rows.len();
         if self.rows.capacity() == 0 {
             // Two rows an agent (the state change, `Halted`): no growth, no copy.
@@ -117,6 +115,8 @@ impl<'a> HaltBatch<'a> {
             key: &cell.key,
             rows: &mut self.rows,
         };
+        // A fresh agent with nothing cleared (most of an idle fleet) is halted in its fresh slot:
+        // no record built.
         let fresh = match discarded.is_empty() {
             true => cell.halt_fresh(&mut rec, self.cause, &mut staged),
             false => None,
