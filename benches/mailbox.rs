@@ -48,6 +48,13 @@ impl Journal for DiscardCounter {
         0
     }
 
+    fn append_rows(&self, rows: Vec<(AgentKey, EventKind)>, _: u64) -> u64 {
+        for (agent, kind) in rows {
+            self.append(&agent, kind);
+        }
+        0
+    }
+
     fn durable(
         &self,
         _: u64,

@@ -1472,6 +1472,10 @@ impl Journal for Numbered {
         unreachable!("the test appends one event at a time")
     }
 
+    fn append_rows(&self, _: Vec<(AgentKey, EventKind)>, _: u64) -> u64 {
+        unreachable!("the test appends one event at a time")
+    }
+
     fn durable(&self, _: u64) -> futures::future::BoxFuture<'static, Result<(), NotDurable>> {
         warden::already_durable()
     }

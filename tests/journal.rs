@@ -82,6 +82,56 @@ fn events_round_trip_in_order_with_their_kinds() {
     assert!(records[1].emergency_stop());
 }
 
+/// `append_rows` (a fleet halt's batch): several agents' rows in one call, numbered
+/// consecutively in the order given, at the given time, committed in one transaction, and
+/// durable once the last is; reopened, each agent replays to what the rows say.
+#[actix_rt::test]
+async fn rows_of_several_agents_are_appended_consecutively_in_one_commit() {
+    let db = TempDb::new("rows");
+    let journal = SqliteJournal::open(&db.0).unwrap();
+    let first = journal.append(&key("z"), alert(0));
+    journal.flush();
+    let stop = |from| EventKind::StateChanged {
+        from,
+        to: AgentState::Stopped,
+        cause: "system halt".into(),
+    };
+    let rows: Vec<(AgentKey, EventKind)> = ["a", "b", "c"]
+        .into_iter()
+        .flat_map(|a| {
+            [
+                (key(a), stop(AgentState::WaitingForEvent)),
+                (key(a), halted()),
+            ]
+        })
+        .collect();
+    let commits = journal.stats().commits;
+    let last = journal.append_rows(rows.clone(), 1_234);
+    assert_eq!(last, first + 6);
+    journal.durable(last).await.unwrap();
+    assert_eq!(journal.stats().commits, commits + 1, "one transaction");
+    drop(journal);
+    let journal = SqliteJournal::open(&db.0).unwrap();
+    let events: Vec<Event> = journal.events().unwrap().into_iter().skip(1).collect();
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (first + 1..=last).collect::<Vec<_>>()
+    );
+    assert!(events.iter().all(|e| e.at_ms == 1_234));
+    assert_eq!(
+        events
+            .into_iter()
+            .map(|e| (e.agent, e.kind))
+            .collect::<Vec<_>>(),
+        rows
+    );
+    for record in journal.restore_records().unwrap() {
+        if record.key.as_str() != "z" {
+            assert_eq!((record.state, record.halts), (AgentState::Stopped, 1));
+        }
+    }
+}
+
 #[test]
 fn the_kind_column_holds_the_event_tag_and_body_is_json() {
     let db = TempDb::new("columns");

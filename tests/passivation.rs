@@ -472,3 +472,61 @@ async fn halt_all_of_passive_agents_returns_only_once_every_halt_is_durable() {
         .all(|a| a.state == AgentState::Stopped && a.not_durable.is_none()));
     assert!(agents.iter().all(|a| a.passive()));
 }
+
+/// A fleet halt of more passive agents than one batch (`halt_all` journals them a batch at a
+/// time, each batch's rows durable together), then a crash that keeps only the first batch:
+/// every agent restored from what was kept is halted by the fleet halt (both its rows kept) or as
+/// it was before it — never half halted — and a lift on the restored team resumes exactly the
+/// first batch's agents. The live team's replay is its record.
+#[actix_rt::test]
+async fn a_crash_between_the_batches_of_a_fleet_halt_restores_each_agent_whole() {
+    tokio::time::pause();
+    let journal = Arc::new(Gated::new());
+    journal.durable_up_to.send_replace(u64::MAX);
+    let team = Supervisor::on_current_arbiter(config(), journal.clone());
+    let model = model([]);
+    let agents: Vec<AgentHandle> = (0..2500)
+        .map(|i| team.assistant(&format!("a{i}"), model.clone()))
+        .collect();
+    let acks = team.halt_all().await;
+    assert!(acks
+        .iter()
+        .all(|a| a.state == AgentState::Stopped && a.not_durable.is_none()));
+    let calls = journal.calls();
+    let batches: Vec<usize> = (0..calls.len()).filter(|&i| calls[i].len() > 2).collect();
+    assert!(
+        (2..10).contains(&batches.len()),
+        "2,500 halts in {} journal calls",
+        batches.len()
+    );
+    // The crash: what the first batch's call and every call before it brought is kept.
+    let kept: usize = calls[..=batches[0]].iter().map(Vec::len).sum();
+    let mut by_agent: std::collections::HashMap<AgentKey, Vec<Event>> = Default::default();
+    for e in journal.inner.events().into_iter().take(kept) {
+        by_agent.entry(e.agent.clone()).or_default().push(e);
+    }
+    let restored = Supervisor::on_current_arbiter(config(), Arc::new(MemoryJournal::new()));
+    let mut halted = 0;
+    for a in &agents {
+        let events = by_agent.remove(a.key()).unwrap_or_default();
+        let record = AgentRecord::replay(a.key().clone(), &events);
+        match record.state {
+            AgentState::Stopped => {
+                assert!(record.fleet_halted && record.halts == 1, "{record:?}");
+                halted += 1;
+            }
+            AgentState::WaitingForEvent => assert_eq!(record.halts, 0, "{record:?}"),
+            other => panic!("{} restored {other:?}", a.key()),
+        }
+        restored
+            .spawn(AgentSpec::assistant(a.key().as_str(), model.clone()).restored_from(record))
+            .unwrap();
+    }
+    assert_eq!(2 * halted, calls[batches[0]].len(), "an agent half halted");
+    let lifted = restored.resume_fleet_halt("ops").await.expect("noted");
+    assert_eq!(lifted.len(), halted);
+    assert!(lifted.iter().all(|o| o.resumed), "{lifted:?}");
+    for a in agents.iter().step_by(101) {
+        replay_matches(&journal.inner, a);
+    }
+}

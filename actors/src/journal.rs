@@ -28,6 +28,19 @@ pub trait Journal: Send + Sync + 'static {
     /// numbers are consecutive; returns the last (for an empty `kinds`, the last number handed out).
     fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64;
 
+    /// Appends the events of several agents at once — `rows` in the order given, each agent's own
+    /// in the order of its changes — so that they become durable together, as
+    /// [`Journal::append_all`] does for one agent; `at_ms` is their time (milliseconds since the
+    /// epoch; a journal that keeps no time ignores it). Their sequence numbers are consecutive in
+    /// the order given (row `i` of `n` gets `last + 1 - n + i`); returns the last (for empty `rows`,
+    /// the last number handed out). A fleet halt journals its passive agents' halts this way: one
+    /// call and one durability wait per batch, not per agent (`Supervisor::halt_all`).
+    ///
+    /// Required (no default): one `append_all` per agent would neither number the rows
+    /// consecutively nor make them durable together, and a journal that wraps another must forward
+    /// it (and publish the rows, for a tee).
+    fn append_rows(&self, rows: Vec<(AgentKey, EventKind)>, at_ms: u64) -> u64;
+
     /// [`Journal::append_all`] with the events' time given by the caller (`at_ms`, milliseconds
     /// since the epoch) instead of read from the clock, so a tee that also publishes the events (the
     /// API's event stream) shows the very `at_ms` the journal keeps. A journal that keeps no time may
@@ -202,6 +215,23 @@ impl Journal for MemoryJournal {
         first + n - 1
     }
 
+    fn append_rows(&self, rows: Vec<(AgentKey, EventKind)>, at_ms: u64) -> u64 {
+        let mut events = self.events.lock();
+        let n = rows.len() as u64;
+        let first = self.seq.fetch_add(n, Ordering::Relaxed) + 1;
+        events.extend(
+            rows.into_iter()
+                .zip(first..)
+                .map(|((agent, kind), seq)| Event {
+                    seq,
+                    at_ms,
+                    agent,
+                    kind,
+                }),
+        );
+        first + n - 1
+    }
+
     fn durable(&self, _seq: u64) -> BoxFuture<'static, Result<(), NotDurable>> {
         already_durable()
     }
@@ -236,6 +266,11 @@ impl Journal for NullJournal {
 
     fn append_all(&self, _agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
         let n = kinds.len() as u64;
+        self.seq.fetch_add(n, Ordering::Relaxed) + n
+    }
+
+    fn append_rows(&self, rows: Vec<(AgentKey, EventKind)>, _at_ms: u64) -> u64 {
+        let n = rows.len() as u64;
         self.seq.fetch_add(n, Ordering::Relaxed) + n
     }
 

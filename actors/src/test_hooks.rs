@@ -38,6 +38,11 @@ pub(crate) fn halt_gap(agent: &AgentKey) {
     run(&HALT_GAP, agent);
 }
 
+/// Whether a halt-gap hook is installed (a fleet halt releases the record locks it holds first).
+pub(crate) fn halt_gap_set() -> bool {
+    HALT_GAP.read().is_some()
+}
+
 /// Installs (or with `None` removes) the hook run, on the delegator's thread, after a delegation
 /// passed its checks and before it is listed on the delegator: a halt raised there does not see it
 /// (called with the delegator's key).
@@ -80,6 +85,12 @@ pub fn set_pump_parked(hook: Option<Hook>) {
 
 pub(crate) fn pump_parked(agent: &AgentKey) {
     run(&PUMP_PARKED, agent);
+}
+
+/// Whether a passive-halt-gap hook is installed (a fleet halt releases the record locks it holds
+/// first).
+pub(crate) fn passive_halt_gap_set() -> bool {
+    PASSIVE_HALT_GAP.read().is_some()
 }
 
 /// Installs (or with `None` removes) the hook run on an agent's arbiter right after its idle actor

@@ -582,14 +582,9 @@ impl SqliteJournal {
     /// Queues `kinds` under one lock of the queue, so the writer takes them in one batch (one
     /// transaction). Never waits for the disk: whoever must know an event is durable before acting
     /// or acknowledging awaits [`Journal::durable`] (outside any lock). Returns the last seq.
-    fn push(
-        &self,
-        agent: &AgentKey,
-        kinds: impl IntoIterator<Item = EventKind>,
-        at_ms: u64,
-    ) -> u64 {
+    fn push(&self, rows: impl IntoIterator<Item = (AgentKey, EventKind)>, at_ms: u64) -> u64 {
         let mut queue = self.shared.queue.lock();
-        for kind in kinds {
+        for (agent, kind) in rows {
             queue.assigned += 1;
             if queue.closed {
                 tracing::error!(agent = %agent, "journal is closed; event dropped: {kind:?}");
@@ -602,7 +597,7 @@ impl SqliteJournal {
             queue.pending.push(Event {
                 seq,
                 at_ms,
-                agent: agent.clone(),
+                agent,
                 kind,
             });
         }
@@ -618,17 +613,22 @@ impl SqliteJournal {
 
 impl Journal for SqliteJournal {
     fn append(&self, agent: &AgentKey, kind: EventKind) -> u64 {
-        self.push(agent, [kind], now_ms())
+        self.push([(agent.clone(), kind)], now_ms())
     }
 
     /// One batch, one transaction: all of `kinds` are committed, or none.
     fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
-        self.push(agent, kinds, now_ms())
+        self.append_all_at(agent, kinds, now_ms())
     }
 
     /// [`Journal::append_all`], the events stamped `at_ms`.
     fn append_all_at(&self, agent: &AgentKey, kinds: Vec<EventKind>, at_ms: u64) -> u64 {
-        self.push(agent, kinds, at_ms)
+        self.push(kinds.into_iter().map(|kind| (agent.clone(), kind)), at_ms)
+    }
+
+    /// Under one lock of the queue, as [`Journal::append_all`]: one transaction.
+    fn append_rows(&self, rows: Vec<(AgentKey, EventKind)>, at_ms: u64) -> u64 {
+        self.push(rows, at_ms)
     }
 
     /// Resolves when the writer has committed `seq`; with [`NotDurable::WriteFailed`] as soon as the

@@ -385,6 +385,10 @@ impl Journal for NodeJournal {
         self.harness.append_from(self.node, agent, kinds)
     }
 
+    fn append_rows(&self, rows: Vec<(AgentKey, EventKind)>, _at_ms: u64) -> u64 {
+        self.harness.rows_from(self.node, rows.into_iter())
+    }
+
     fn durable(&self, _seq: u64) -> BoxFuture<'static, Result<(), crate::NotDurable>> {
         crate::already_durable()
     }

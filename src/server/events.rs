@@ -501,6 +501,21 @@ impl Journal for BroadcastJournal {
         last
     }
 
+    /// The inner journal's `append_rows` (durable together), then each row published with its own
+    /// sequence number (consecutive, ending at the returned one).
+    fn append_rows(&self, rows: Vec<(AgentKey, EventKind)>, at_ms: u64) -> u64 {
+        if self.listeners.load(Ordering::Relaxed) == 0 {
+            return self.inner.append_rows(rows, at_ms);
+        }
+        let published = rows.clone();
+        let last = self.inner.append_rows(rows, at_ms);
+        let first = (last + 1).saturating_sub(published.len() as u64);
+        for ((agent, kind), seq) in published.into_iter().zip(first..) {
+            self.publish(&agent, seq, at_ms, kind);
+        }
+        last
+    }
+
     /// The inner journal's: the tee adds nothing to wait for.
     fn durable(&self, seq: u64) -> BoxFuture<'static, Result<(), NotDurable>> {
         self.inner.durable(seq)

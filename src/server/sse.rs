@@ -683,6 +683,13 @@ mod tests {
             events.len() as u64
         }
 
+        fn append_rows(&self, rows: Vec<(AgentKey, EventKind)>, _: u64) -> u64 {
+            for (agent, kind) in rows {
+                self.append(&agent, kind);
+            }
+            self.events.lock().len() as u64
+        }
+
         fn durable(
             &self,
             _seq: u64,

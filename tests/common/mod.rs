@@ -310,7 +310,7 @@ impl Provider for Capture {
 
 /// A journal in memory that calls its events durable only up to where the test says
 /// (`durable_up_to`), and records each call it gets as the list of the kinds' tags (one entry per
-/// `append` or `append_all`): an acknowledgement that must wait for the disk is held by the test.
+/// `append`, `append_all` or `append_rows`): an acknowledgement that must wait for the disk is held by the test.
 pub struct Gated {
     pub inner: MemoryJournal,
     pub durable_up_to: tokio::sync::watch::Sender<u64>,
@@ -364,6 +364,11 @@ impl Gated {
         })
     }
 
+    /// Every call so far, in order: the tags of the kinds each brought.
+    pub fn calls(&self) -> Vec<Vec<String>> {
+        self.calls.lock().clone()
+    }
+
     /// How many calls brought exactly `event_taken` then `history_appended`.
     pub fn takes_in_one_call(&self) -> usize {
         let take = ["event_taken", "history_appended"];
@@ -380,6 +385,12 @@ impl warden::Journal for Gated {
     fn append_all(&self, agent: &AgentKey, kinds: Vec<EventKind>) -> u64 {
         self.record(&kinds);
         self.inner.append_all(agent, kinds)
+    }
+
+    fn append_rows(&self, rows: Vec<(AgentKey, EventKind)>, at_ms: u64) -> u64 {
+        let kinds: Vec<_> = rows.iter().map(|(_, kind)| kind.clone()).collect();
+        self.record(&kinds);
+        self.inner.append_rows(rows, at_ms)
     }
 
     fn durable(

@@ -447,40 +447,20 @@ pub(crate) fn halt_cell(
     cell.reset_tools_in_flight();
     let (discarded, ack) = {
         let mut rec = cell.lock();
+        let mut staged = Vec::new();
         // Cleared under the record lock: a sender queues (mailbox push and `EventQueued`) under
         // it too, so each user event is either cleared here and settled by `Halted`, or queued
         // after it.
         let discarded = cell.mailbox.take_ordinary();
-        let already_stopped = rec.state == AgentState::Stopped;
-        // A locked-out agent is not moved (its halt is journaled): it already refuses all work,
-        // and only an unlock may take it out of `SAFETY_LOCKOUT` (a `STOPPED` one could be
-        // resumed past its lockout).
-        let stops = !already_stopped && rec.state != AgentState::SafetyLockout;
-        if stops {
-            let _ = cell.transition(&mut rec, AgentState::Stopped, "system halt");
+        let (discarded, ack, stopped) = halt_record(cell, &mut rec, cause, discarded, &mut staged);
+        // One batch: the state change and `Halted` are durable together.
+        if !staged.is_empty() {
+            let seq = cell.journal.append_all(&cell.key, staged);
+            cell.journaled(seq);
         }
-        // A second halt of a stopped agent (e.g. the supervisor and the parent both propagating
-        // down a tree) is acknowledged but journaled only if it cleared something.
-        if !already_stopped || !discarded.is_empty() {
-            // `Halted` settles the pending events (they are the ones in `discarded`) and moves
-            // them, in O(1), to the record's `discarding` until the listing after the ack names
-            // them (and frees them, chunk by chunk): a crash before that leaves them in the
-            // record, and the restart lists them.
-            cell.emit(
-                &mut rec,
-                EventKind::Halted {
-                    cause: cause.clone(),
-                    discarded: discarded.len() as u64,
-                    stopped: stops,
-                },
-            );
+        if let Some(from) = stopped {
+            cell.announce(from, AgentState::Stopped, HALT);
         }
-        let ack = HaltAck {
-            agent: cell.key.clone(),
-            state: rec.state,
-            discarded: discarded.len() as u64,
-            not_durable: None,
-        };
         (discarded, ack)
     };
     if !ack_wanted {
@@ -503,6 +483,59 @@ pub(crate) fn halt_cell(
         },
     };
     (discarded, Some(sent))
+}
+
+/// The cause of a halt's state change.
+pub(crate) const HALT: &str = "system halt";
+
+/// What a halt does to the record, under its lock, `discarded` the ordinary lane the caller
+/// cleared under it: `STOPPED` (a locked-out agent stays `SAFETY_LOCKOUT`), `Halted`; the events
+/// applied and staged on `staged` ([`AgentCell::stage`]) for the caller to journal before it
+/// releases the lock. Returns the cleared messages, the acknowledgement (durability not yet known)
+/// and, when the agent moved to `STOPPED`, the state it left (the caller announces the move once
+/// it is journaled).
+pub(crate) fn halt_record(
+    cell: &AgentCell,
+    rec: &mut AgentRecord,
+    cause: &warden_protocols::HaltCause,
+    discarded: VecDeque<Envelope<AgentMsg>>,
+    staged: &mut impl super::cell::Staged,
+) -> (VecDeque<Envelope<AgentMsg>>, HaltAck, Option<AgentState>) {
+    let from = rec.state;
+    let already_stopped = from == AgentState::Stopped;
+    // A locked-out agent is not moved (its halt is journaled): it already refuses all work,
+    // and only an unlock may take it out of `SAFETY_LOCKOUT` (a `STOPPED` one could be
+    // resumed past its lockout).
+    let stops = !already_stopped && from != AgentState::SafetyLockout;
+    let stopped = (stops
+        && cell
+            .stage_transition(rec, AgentState::Stopped, HALT, staged)
+            .is_ok())
+    .then_some(from);
+    // A second halt of a stopped agent (e.g. the supervisor and the parent both propagating
+    // down a tree) is acknowledged but journaled only if it cleared something.
+    if !already_stopped || !discarded.is_empty() {
+        // `Halted` settles the pending events (they are the ones in `discarded`) and moves
+        // them, in O(1), to the record's `discarding` until the listing after the ack names
+        // them (and frees them, chunk by chunk): a crash before that leaves them in the
+        // record, and the restart lists them.
+        cell.stage(
+            rec,
+            EventKind::Halted {
+                cause: cause.clone(),
+                discarded: discarded.len() as u64,
+                stopped: stops,
+            },
+            staged,
+        );
+    }
+    let ack = HaltAck {
+        agent: cell.key.clone(),
+        state: rec.state,
+        discarded: discarded.len() as u64,
+        not_durable: None,
+    };
+    (discarded, ack, stopped)
 }
 
 /// The rest of [`apply_halt`], after the ack: whoever waits on the stopped turn's event or on a

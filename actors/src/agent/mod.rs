@@ -17,6 +17,7 @@
 
 pub(crate) mod actor;
 pub(crate) mod cell;
+pub(crate) mod halt_batch;
 pub(crate) mod memory;
 pub(crate) mod reply;
 pub(crate) mod turn;
@@ -1182,30 +1183,43 @@ pub(crate) fn queue_halt(cell: &AgentCell, cause: HaltCause, reply: Option<HaltR
     }
 }
 
-/// [`queue_halt`] for a halt of many agents gathered by one caller (`halt_all`): a passive agent's
-/// acknowledgement is returned here and now (no message, no channel: a fleet of a million passive
-/// agents is halted by its caller's thread); an active agent's is sent to `slot` of `to` once its
-/// actor has applied the halt (`None` returned).
-pub(crate) fn queue_halt_gathered(
-    cell: &AgentCell,
+/// [`queue_halt`] for a halt of many agents gathered by one caller (`halt_all`): a passive agent is
+/// halted here and now, in `batch` (no message, no channel: a fleet of a million passive agents is
+/// halted by its caller's thread, its rows journaled a batch at a time), its acknowledgement put
+/// in `acks[slot]` when the batch is journaled; an active agent's is sent to `slot` of `to` once
+/// its actor has applied the halt.
+pub(crate) fn queue_halt_gathered<'a>(
+    cell: &'a AgentCell,
     cause: &HaltCause,
     slot: usize,
     to: &mpsc::UnboundedSender<(usize, SentAck)>,
-) -> Option<SentAck> {
+    batch: &mut halt_batch::HaltBatch<'a>,
+    acks: &mut [Option<HaltAck>],
+) {
     #[cfg(feature = "test-hooks")]
-    crate::test_hooks::halt_gap(&cell.key);
-    if passive(cell) {
-        return halt_passive(cell, cause, true);
+    {
+        if crate::test_hooks::halt_gap_set() {
+            batch.flush(acks);
+        }
+        crate::test_hooks::halt_gap(&cell.key);
     }
-    let reply = HaltReply::Gathered {
+    if passive(cell) {
+        batch.halt(cell, slot, acks);
+        return;
+    }
+    // (Passive meanwhile — its actor stopped since the check — the message starts a new one, as
+    // any message to a passive agent does, and it reads the halt.)
+    let ack = Some(HaltReply::Gathered {
         slot,
         to: to.clone(),
-    };
-    // Passive meanwhile (its actor stopped between the check and now): halted here all the same.
-    if let Some(request) = halt_if_passive(cell, cause.clone(), Some(reply)) {
-        send_queued_halt(cell, request);
-    }
-    None
+    });
+    send_queued_halt(
+        cell,
+        HaltRequest {
+            cause: cause.clone(),
+            ack,
+        },
+    );
 }
 
 /// Whether `cell` is passive (no actor runs: docs/architecture.md) and open.

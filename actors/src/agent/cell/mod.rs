@@ -176,6 +176,31 @@ impl Profile {
     }
 }
 
+/// Where [`AgentCell::stage`] puts the events it applied, for its caller to journal (before it
+/// releases the record lock): one agent's list, or a fleet halt's rows ([`StagedRows`]).
+pub(crate) trait Staged {
+    fn stage(&mut self, kind: EventKind);
+}
+
+impl Staged for Vec<EventKind> {
+    fn stage(&mut self, kind: EventKind) {
+        self.push(kind);
+    }
+}
+
+/// Events staged straight into a batch of several agents' rows, as `key`'s (no list of its own
+/// moved over after).
+pub(crate) struct StagedRows<'r> {
+    pub key: &'r AgentKey,
+    pub rows: &'r mut Vec<(AgentKey, EventKind)>,
+}
+
+impl Staged for StagedRows<'_> {
+    fn stage(&mut self, kind: EventKind) {
+        self.rows.push((self.key.clone(), kind));
+    }
+}
+
 /// Everything a cell is made of.
 pub(crate) struct CellParts {
     /// Where its actor runs (`None`: on the current arbiter, started there at once).
@@ -270,13 +295,33 @@ pub(crate) struct Busy {
 /// change theirs). The record is built the first time it is locked ([`AgentCell::lock`]) and kept;
 /// readers that only look ([`AgentCell::read`]) never build it. A replay of the same journal
 /// builds the same record (its only event is `Spawned`, applied the same way).
+///
+/// A fresh agent stopped by a fleet halt with nothing to clear (`fleet_halted`: the halt's
+/// `StateChanged` to `STOPPED` and `Halted` applied, [`RecordSlot::fleet_halt`]) stays fresh too:
+/// a halted idle fleet is as small as an idle one, and its halt builds no record.
 enum RecordSlot {
     Fresh {
         role: AgentRole,
         parent: Option<AgentKey>,
         max_consecutive_errors: u32,
+        fleet_halted: bool,
     },
     Full(Box<AgentRecord>),
+}
+
+/// The record lock held, a fresh record not built yet ([`AgentCell::lock_slot`]): a fleet halt
+/// may halt a fresh agent in its slot ([`AgentCell::halt_fresh`]); [`RecordGuard::record`] builds
+/// the record.
+pub(crate) struct RecordGuard<'a> {
+    slot: MutexGuard<'a, RecordSlot>,
+    key: &'a AgentKey,
+}
+
+impl RecordGuard<'_> {
+    /// The record, built now if the slot is fresh.
+    pub(crate) fn record(&mut self) -> &mut AgentRecord {
+        self.slot.full(self.key)
+    }
 }
 
 impl RecordSlot {
@@ -287,7 +332,26 @@ impl RecordSlot {
             role: AgentRole::Assistant,
             parent: None,
             max_consecutive_errors: 5,
+            fleet_halted: false,
         }
+    }
+
+    /// The events of a fleet halt (`cause`) of a fresh agent with nothing to clear, as
+    /// [`crate::agent::actor::halt_record`] journals them: `WAITING_FOR_EVENT → STOPPED`, then
+    /// `Halted`. A record keeps no more of the cause than that it is a fleet's.
+    fn fleet_halt(cause: &warden_protocols::HaltCause) -> [EventKind; 2] {
+        [
+            EventKind::StateChanged {
+                from: AgentState::WaitingForEvent,
+                to: AgentState::Stopped,
+                cause: crate::agent::actor::HALT.to_owned(),
+            },
+            EventKind::Halted {
+                cause: cause.clone(),
+                discarded: 0,
+                stopped: true,
+            },
+        ]
     }
 
     /// The record a fresh slot stands for.
@@ -296,6 +360,7 @@ impl RecordSlot {
         role: AgentRole,
         parent: Option<AgentKey>,
         max_consecutive_errors: u32,
+        fleet_halted: bool,
     ) -> AgentRecord {
         let mut rec = AgentRecord::new(key.clone());
         rec.apply(&EventKind::Spawned {
@@ -303,6 +368,11 @@ impl RecordSlot {
             parent,
             max_consecutive_errors,
         });
+        if fleet_halted {
+            for kind in Self::fleet_halt(&warden_protocols::HaltCause::HaltAll) {
+                rec.apply(&kind);
+            }
+        }
         rec
     }
 
@@ -312,9 +382,16 @@ impl RecordSlot {
             role,
             parent,
             max_consecutive_errors,
+            fleet_halted,
         } = self
         {
-            let rec = Self::build(key, *role, parent.take(), *max_consecutive_errors);
+            let rec = Self::build(
+                key,
+                *role,
+                parent.take(),
+                *max_consecutive_errors,
+                *fleet_halted,
+            );
             *self = RecordSlot::Full(Box::new(rec));
         }
         match self {
@@ -348,6 +425,9 @@ fn state_index(s: AgentState) -> u8 {
 }
 
 impl AgentCell {
+    /// `#[inline]`: one caller (`Supervisor::spawn`), and rustc stopped inlining it there, which
+    /// costs a spawn a call and the cell's copy (`docs/performance.md`, "The idle agent itself").
+    #[inline]
     pub(crate) fn new(parts: CellParts) -> Self {
         let CellParts {
             arbiter,
@@ -447,6 +527,66 @@ impl AgentCell {
         MutexGuard::map(self.record.lock(), |slot| slot.full(&self.key))
     }
 
+    /// The record lock, the record not built yet ([`RecordGuard`]).
+    pub(crate) fn lock_slot(&self) -> RecordGuard<'_> {
+        RecordGuard {
+            slot: self.record.lock(),
+            key: &self.key,
+        }
+    }
+
+    /// [`AgentCell::lock_slot`] if the record lock is free now (`None`: someone holds it).
+    pub(crate) fn try_lock_slot(&self) -> Option<RecordGuard<'_>> {
+        Some(RecordGuard {
+            slot: self.record.try_lock()?,
+            key: &self.key,
+        })
+    }
+
+    /// A fleet halt (`cause`) of a fresh agent with nothing to clear, kept in its fresh slot (no
+    /// record built, see [`RecordSlot`]): the halt's events staged on `staged` (as
+    /// [`AgentCell::stage`]), the state mirror `STOPPED`. Returns the state to acknowledge and,
+    /// when it moved now, the state it left (already halted so: nothing staged). `None`: not a
+    /// fleet halt, or the record is built — the caller halts the record.
+    pub(crate) fn halt_fresh(
+        &self,
+        guard: &mut RecordGuard<'_>,
+        cause: &warden_protocols::HaltCause,
+        staged: &mut impl Staged,
+    ) -> Option<(AgentState, Option<AgentState>)> {
+        let RecordSlot::Fresh { fleet_halted, .. } = &mut *guard.slot else {
+            return None;
+        };
+        if !cause.is_fleet() {
+            return None;
+        }
+        if *fleet_halted {
+            return Some((AgentState::Stopped, None));
+        }
+        AgentState::WaitingForEvent
+            .check_transition(AgentState::Stopped)
+            .ok()?;
+        *fleet_halted = true;
+        self.state_mirror
+            .store(state_index(AgentState::Stopped), Ordering::Release);
+        for kind in RecordSlot::fleet_halt(cause) {
+            staged.stage(kind);
+        }
+        Some((AgentState::Stopped, Some(AgentState::WaitingForEvent)))
+    }
+
+    /// Whether someone holds the record lock now (tests).
+    #[cfg(test)]
+    pub(crate) fn record_locked(&self) -> bool {
+        self.record.is_locked()
+    }
+
+    /// The record lock, waited for at most `d` (tests: a holder that must not wait forever).
+    #[cfg(test)]
+    pub(crate) fn hold_record_for(&self, d: Duration) -> Option<impl Sized + '_> {
+        self.record.try_lock_for(d)
+    }
+
     /// Runs `f` on the record under its lock without building a fresh agent's (a reader that
     /// only looks: a fresh record is built on the stack for it, with no heap allocation).
     pub(crate) fn read<R>(&self, f: impl FnOnce(&AgentRecord) -> R) -> R {
@@ -457,11 +597,13 @@ impl AgentCell {
                 role,
                 parent,
                 max_consecutive_errors,
+                fleet_halted,
             } => f(&RecordSlot::build(
                 &self.key,
                 *role,
                 parent.clone(),
                 *max_consecutive_errors,
+                *fleet_halted,
             )),
         }
     }
@@ -543,6 +685,7 @@ impl AgentCell {
                 role,
                 parent,
                 max_consecutive_errors,
+                fleet_halted: false,
             },
             EventKind::Spawned {
                 role: r,
@@ -582,23 +725,11 @@ impl AgentCell {
         cause: &str,
     ) -> Result<(), IllegalTransition> {
         let from = rec.state;
-        if let Err(err) = from.check_transition(to) {
-            tracing::warn!(agent = %self.key, %from, %to, cause, "illegal transition refused");
-            self.emit(
-                rec,
-                EventKind::TransitionRefused {
-                    from,
-                    to,
-                    cause: cause.to_owned(),
-                },
-            );
+        let (change, allowed) = self.checked_change(from, to, cause);
+        if let Err(err) = allowed {
+            self.emit(rec, change);
             return Err(err);
         }
-        let change = EventKind::StateChanged {
-            from,
-            to,
-            cause: cause.to_owned(),
-        };
         if with.is_empty() {
             self.emit(rec, change);
         } else {
@@ -608,6 +739,58 @@ impl AgentCell {
         }
         self.announce(from, to, cause);
         Ok(())
+    }
+
+    /// The event a move from `from` to `to` journals: the `StateChanged` if the table allows it,
+    /// otherwise the `TransitionRefused` (logged) with the error.
+    fn checked_change(
+        &self,
+        from: AgentState,
+        to: AgentState,
+        cause: &str,
+    ) -> (EventKind, Result<(), IllegalTransition>) {
+        let cause = cause.to_owned();
+        match from.check_transition(to) {
+            Ok(()) => (EventKind::StateChanged { from, to, cause }, Ok(())),
+            Err(err) => {
+                tracing::warn!(agent = %self.key, %from, %to, cause, "illegal transition refused");
+                (EventKind::TransitionRefused { from, to, cause }, Err(err))
+            }
+        }
+    }
+
+    /// Applies `kind` to the record and hands it to `out` instead of the journal: the caller
+    /// journals what `out` gathered (see [`AgentCell::journaled`]) before it releases the record
+    /// lock, so the journal order is still the order of changes.
+    pub(crate) fn stage(&self, rec: &mut AgentRecord, kind: EventKind, out: &mut impl Staged) {
+        self.apply(rec, &kind);
+        out.stage(kind);
+    }
+
+    /// [`AgentCell::transition`] staged ([`AgentCell::stage`]): the `StateChanged` (or the
+    /// `TransitionRefused`) applied and handed to `out`. The caller announces the change
+    /// ([`AgentCell::announce`]) once it is journaled.
+    pub(crate) fn stage_transition(
+        &self,
+        rec: &mut AgentRecord,
+        to: AgentState,
+        cause: &str,
+        out: &mut impl Staged,
+    ) -> Result<(), IllegalTransition> {
+        let (change, allowed) = self.checked_change(rec.state, to, cause);
+        self.stage(rec, change, out);
+        allowed
+    }
+
+    /// Notes `seq` as the journal seq of the last event this agent journaled (staged events the
+    /// caller journaled itself, under the record lock it still holds).
+    pub(crate) fn journaled(&self, seq: u64) {
+        self.last_seq.store(seq, Ordering::Release);
+    }
+
+    /// The journal seq of the last event this agent journaled.
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.last_seq.load(Ordering::Acquire)
     }
 
     /// A host's world hears the agent fall silent or come back (`from → to`, when it is one of

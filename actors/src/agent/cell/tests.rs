@@ -94,6 +94,11 @@ impl Journal for Batches {
         batches.push(kinds);
         batches.len() as u64
     }
+    fn append_rows(&self, rows: Vec<(AgentKey, EventKind)>, _: u64) -> u64 {
+        let mut batches = self.0.lock();
+        batches.push(rows.into_iter().map(|(_, kind)| kind).collect());
+        batches.len() as u64
+    }
     fn durable(
         &self,
         _: u64,
@@ -209,26 +214,32 @@ fn a_fresh_slot_stands_for_a_new_record() {
         role,
         parent,
         max_consecutive_errors,
+        fleet_halted,
     } = RecordSlot::fresh()
     else {
         panic!("not fresh");
     };
     let key: AgentKey = "a".into();
     assert_eq!(
-        RecordSlot::build(&key, role, parent, max_consecutive_errors),
+        RecordSlot::build(&key, role, parent, max_consecutive_errors, fleet_halted),
         AgentRecord::new(key)
     );
+}
+
+/// Journals `cell`'s spawn as a sub-agent of `boss` (its fresh slot keeps the values).
+fn spawned_sub_agent(cell: &AgentCell) {
+    cell.note(EventKind::Spawned {
+        role: warden_protocols::AgentRole::SubAgent,
+        parent: Some("boss".into()),
+        max_consecutive_errors: 3,
+    });
 }
 
 #[test]
 fn a_fresh_record_is_built_at_the_first_lock_as_a_replay_builds_it() {
     let journal = Arc::new(MemoryJournal::new());
     let cell = cell(journal.clone());
-    cell.note(EventKind::Spawned {
-        role: warden_protocols::AgentRole::SubAgent,
-        parent: Some("boss".into()),
-        max_consecutive_errors: 3,
-    });
+    spawned_sub_agent(&cell);
     let fresh = |cell: &AgentCell| matches!(&*cell.record.lock(), RecordSlot::Fresh { .. });
     assert!(fresh(&cell), "the spawn built the record");
     let status = cell.status();
@@ -244,4 +255,58 @@ fn a_fresh_record_is_built_at_the_first_lock_as_a_replay_builds_it() {
     assert!(!fresh(&cell));
     assert_eq!(locked, replayed);
     assert_eq!(cell.status(), status);
+}
+
+/// A fleet halt (the supervisor's or a host's) of a fresh agent with nothing to clear keeps its
+/// slot fresh — no record built, a halted idle fleet as small as an idle one — and what readers
+/// see, what the first lock builds and a replay of the journal are one record. A second fleet halt
+/// journals nothing; another halt (an operator's) builds the record as before.
+#[test]
+fn a_fleet_halt_keeps_a_fresh_record_fresh_as_a_replay_builds_it() {
+    use crate::agent::halt_batch::HaltBatch;
+    use warden_protocols::HaltCause;
+    let fresh = |cell: &AgentCell| matches!(&*cell.record.lock(), RecordSlot::Fresh { .. });
+    let halt = |cell: &AgentCell, cause: &HaltCause| {
+        let mut acks = vec![None];
+        let mut batch = HaltBatch::new(cause, 1);
+        batch.halt(cell, 0, &mut acks);
+        assert!(batch.finish(&mut acks).is_empty(), "durable at once");
+        acks[0].take().expect("acknowledged")
+    };
+    let host = HaltCause::Host {
+        reason: "admin halt".into(),
+    };
+    for cause in [HaltCause::HaltAll, host] {
+        let journal = Arc::new(MemoryJournal::new());
+        let cell = cell(journal.clone());
+        spawned_sub_agent(&cell);
+        let ack = halt(&cell, &cause);
+        assert_eq!((ack.state, ack.discarded), (AgentState::Stopped, 0));
+        assert!(fresh(&cell), "the fleet halt built the record ({cause:?})");
+        assert_eq!(cell.state(), AgentState::Stopped);
+        let status = cell.status();
+        assert_eq!((status.state, status.halts), (AgentState::Stopped, 1));
+        let replayed = AgentRecord::replay(cell.key.clone(), &journal.events());
+        assert!(replayed.fleet_halted);
+        assert_eq!(cell.record(), replayed);
+        let journaled = journal.len();
+        assert_eq!(halt(&cell, &cause).state, AgentState::Stopped);
+        assert_eq!(journal.len(), journaled, "a second fleet halt journaled");
+        assert!(fresh(&cell), "a reader or a second halt built the record");
+        let locked = cell.lock().clone();
+        assert_eq!(locked, replayed);
+        assert_eq!(cell.status(), status);
+    }
+    let journal = Arc::new(MemoryJournal::new());
+    let cell = cell(journal.clone());
+    let ack = halt(
+        &cell,
+        &HaltCause::Operator {
+            operator: "ops".into(),
+        },
+    );
+    assert_eq!(ack.state, AgentState::Stopped);
+    assert!(!fresh(&cell), "an operator's halt is not a fleet's");
+    let replayed = AgentRecord::replay(cell.key.clone(), &journal.events());
+    assert_eq!(*cell.lock(), replayed);
 }
