@@ -410,6 +410,18 @@ pub async fn next(
         let task = match reply.as_mut().and_then(PendingReply::try_recv) {
             Some(settled) => {
                 *reply = None;
+                // The end leaves once its turn is on disk (as the REST `?wait=` and MCP do): a
+                // crash right after must not find the task unfinished and fail it.
+                let durable = match state.supervisor.get(agent) {
+                    Some(handle) => handle.durable_so_far().await,
+                    None => Ok(()),
+                };
+                if let Err(cause) = durable {
+                    return Err(A2aError::internal(format!(
+                        "task {} ended but is not durable: {cause}",
+                        task_id(agent, id)
+                    )));
+                }
                 task_of(state, agent, id, &api::settled_fate(settled))
             }
             None if reply.is_some() => {
