@@ -621,6 +621,93 @@ fn a_task_is_read_back_after_the_server_is_killed_and_started_again() {
     );
 }
 
+/// The fates of a journal whose durability the test holds (tests/common `Gated`).
+impl warden::journal::EventFates for Gated {
+    fn fate(
+        &self,
+        agent: &str,
+        id: u64,
+    ) -> Result<Option<protocols::EventFate>, warden::journal::JournalError> {
+        warden::journal::EventFates::fate(&self.inner, agent, id)
+    }
+}
+
+/// A blocking `SendMessage` answers the task's end only once its turn is on disk, as the REST
+/// `?wait=` and MCP do: a peer told `completed` by a node SIGKILLed right after must find the task
+/// completed on restart, not failed as unfinished. (`a_task_is_read_back_after_the_server_is_…`
+/// checks this with a real process and a real kill, but caught it 1 run in 6 to 15; here the
+/// journal's durability is held by the test, so the check cannot pass by timing.)
+#[actix_rt::test]
+async fn a_blocking_send_answers_the_tasks_end_only_once_its_turn_is_durable() {
+    tokio::time::pause();
+    let gated = Arc::new(Gated::new());
+    let bus = Arc::new(ChannelInterventionBus::new());
+    let team = Supervisor::builder(WardenConfig::default(), gated.clone())
+        .intervention_bus(bus.clone())
+        .current_arbiter()
+        .build();
+    team.assistant("a", answering(std::time::Duration::ZERO));
+    let app = test::init_service(
+        App::new().configure(api::configure(
+            ApiState::new(team.clone(), config())
+                .with_bus(bus)
+                .with_fates(gated.clone()),
+        )),
+    )
+    .await;
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "SendMessage",
+        "params": send_params("durable", "a")});
+    let req = test::TestRequest::post()
+        .uri("/a2a")
+        .insert_header(("Content-Type", "application/json"))
+        .insert_header(("Authorization", format!("Bearer {ADMIN}")))
+        .set_payload(body.to_string())
+        .to_request();
+    let call = test::call_service(&app, req);
+    futures::pin_mut!(call);
+    // Each wait runs the team until the runtime is idle (the paused clock then jumps a minute).
+    let idle = || tokio::time::sleep(std::time::Duration::from_secs(60));
+    let last_seq = || gated.last("any event", |_| true);
+    // Durable up to whatever is journaled, step by step, until the turn has finished.
+    let finished = loop {
+        tokio::select! {
+            biased;
+            resp = call.as_mut() => {
+                let (_, body) = json_of(resp).await;
+                panic!("answered before the turn's end was journaled: {body}");
+            }
+            () = idle() => {}
+        }
+        let finished = gated.inner.inspect(|events| {
+            events
+                .iter()
+                .rev()
+                .find(|e| matches!(e.kind, EventKind::TurnFinished { .. }))
+                .map(|e| e.seq)
+        });
+        if let Some(finished) = finished {
+            break finished;
+        }
+        gated.durable_up_to.send_replace(last_seq());
+    };
+    gated.durable_up_to.send_replace(finished - 1);
+    tokio::select! {
+        biased;
+        resp = call.as_mut() => {
+            let (_, body) = json_of(resp).await;
+            panic!("answered before the turn's end was durable: {body}");
+        }
+        () = idle() => {}
+    }
+    gated.durable_up_to.send_replace(last_seq());
+    let (status, body) = json_of(call.await).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{body}"
+    );
+}
+
 /// The venv's python with `a2a` importable, if there is one.
 fn a2a_python() -> Option<std::path::PathBuf> {
     let venv = std::env::var_os("WARDEN_A2A_VENV")
