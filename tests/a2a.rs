@@ -668,16 +668,22 @@ async fn a_blocking_send_answers_the_tasks_end_only_once_its_turn_is_durable() {
     // Each wait runs the team until the runtime is idle (the paused clock then jumps a minute).
     let idle = || tokio::time::sleep(std::time::Duration::from_secs(60));
     let last_seq = || gated.last("any event", |_| true);
+    // Runs the team until idle; the call must still be waiting.
+    macro_rules! still_waiting {
+        ($why:literal) => {
+            tokio::select! {
+                biased;
+                resp = call.as_mut() => {
+                    let (_, body) = json_of(resp).await;
+                    panic!(concat!("answered before ", $why, ": {}"), body);
+                }
+                () = idle() => {}
+            }
+        };
+    }
     // Durable up to whatever is journaled, step by step, until the turn has finished.
     let finished = loop {
-        tokio::select! {
-            biased;
-            resp = call.as_mut() => {
-                let (_, body) = json_of(resp).await;
-                panic!("answered before the turn's end was journaled: {body}");
-            }
-            () = idle() => {}
-        }
+        still_waiting!("the turn's end was journaled");
         let finished = gated.inner.inspect(|events| {
             events
                 .iter()
@@ -691,14 +697,7 @@ async fn a_blocking_send_answers_the_tasks_end_only_once_its_turn_is_durable() {
         gated.durable_up_to.send_replace(last_seq());
     };
     gated.durable_up_to.send_replace(finished - 1);
-    tokio::select! {
-        biased;
-        resp = call.as_mut() => {
-            let (_, body) = json_of(resp).await;
-            panic!("answered before the turn's end was durable: {body}");
-        }
-        () = idle() => {}
-    }
+    still_waiting!("the turn's end was durable");
     gated.durable_up_to.send_replace(last_seq());
     let (status, body) = json_of(call.await).await;
     assert_eq!(status, StatusCode::OK, "{body}");
