@@ -12,6 +12,23 @@ mod cmd;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Lets mimalloc back its segments with 2 MiB pages (transparent huge pages, asked for with
+/// `madvise`), unless `MIMALLOC_ALLOW_LARGE_OS_PAGES` (or its older name `MIMALLOC_LARGE_OS_PAGES`)
+/// says otherwise. A fleet of agents is hundreds of megabytes of small cells that a fleet halt or a
+/// tick visits in no order: on 4 KiB pages most of those visits miss the TLB. Measured with
+/// `warden loadtest --scenario idle --agents 1000000`: `halt_all` 423–450 → 236–253 ms and the
+/// whole run's CPU time 2.5 → 1.6 s, at the same resident bytes (docs/performance.md). A small
+/// team's resident memory does not change (`warden demo`: 41 MB either way).
+fn allow_huge_pages() {
+    let set = |name| std::env::var_os(name).is_some();
+    if !set("MIMALLOC_ALLOW_LARGE_OS_PAGES") && !set("MIMALLOC_LARGE_OS_PAGES") {
+        // SAFETY: sets one of mimalloc's options, read when it next asks the OS for memory.
+        unsafe {
+            libmimalloc_sys::mi_option_set_enabled(libmimalloc_sys::mi_option_large_os_pages, true)
+        };
+    }
+}
+
 #[derive(Parser)]
 #[command(
     name = "warden",
@@ -282,6 +299,7 @@ enum ConfigAction {
 }
 
 fn main() -> ExitCode {
+    allow_huge_pages();
     let cli = Cli::parse();
     let telemetry = init_tracing(&cli.command);
     let code = command(cli);
