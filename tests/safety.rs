@@ -1893,6 +1893,30 @@ async fn an_unattended_chain_wait_is_refused_at_chain_seconds() {
     replay_matches(&journal, &b);
 }
 
+/// An agent that never worked is counted in the team budget's fleet view from its spawn (its
+/// breakers are made only at its first use), and counted once when it then works.
+#[actix_rt::test]
+async fn idle_agents_are_counted_in_the_fleet_view_once_from_their_spawn() {
+    tokio::time::pause();
+    let mut config = WardenConfig::default();
+    config.safety.budget.tokens_per_team = 1_000_000;
+    let (team, _journal) = team(config);
+    let idle = team.assistant("idle", model([]));
+    let worker = team.assistant("worker", model([ScriptStep::reply("done")]));
+    assert_eq!(team.fleet_view().agents_total, 2);
+    assert_eq!(
+        (idle.status().tokens_used, idle.status().cost_used),
+        (0, 0.0)
+    );
+    worker.ask(UserEvent::new("go")).await.expect("answered");
+    assert_eq!(
+        team.fleet_view().agents_total,
+        2,
+        "counted once, not again at its first use"
+    );
+    assert!(worker.status().tokens_used > 0);
+}
+
 // ---- 8. the SafetyMonitor -------------------------------------------------------------------------
 
 /// The monitor counts trips by breaker, lists recent trips, and shows the locked-out share going up on

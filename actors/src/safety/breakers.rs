@@ -123,6 +123,14 @@ impl BreakersShared {
             team,
         }
     }
+
+    /// Counts agent `key` in the team budget's fleet view (once an agent: [`AgentBreakers::shared`]
+    /// does it when it makes the breakers, a spawn that defers them does it itself).
+    pub(crate) fn register(&self, key: &AgentKey) {
+        if let Some(team) = &self.team {
+            team.register(key);
+        }
+    }
 }
 
 /// The behaviour breakers' memory of recent operations (see [`AgentBreakers::patterns`]).
@@ -165,9 +173,13 @@ impl AgentBreakers {
 
     /// [`AgentBreakers::new`] with the model, config and team of other agents' breakers.
     pub(crate) fn shared(key: AgentKey, shared: Arc<BreakersShared>) -> Self {
-        if let Some(team) = &shared.team {
-            team.register(&key);
-        }
+        shared.register(&key);
+        Self::registered(key, shared)
+    }
+
+    /// [`AgentBreakers::shared`] for an agent counted in the team's budget already
+    /// ([`BreakersShared::register`]: an agent's breakers made at its first use, not its spawn).
+    pub(crate) fn registered(key: AgentKey, shared: Arc<BreakersShared>) -> Self {
         AgentBreakers {
             key,
             shared,

@@ -230,8 +230,10 @@ pub(crate) struct AgentCell {
     profile: Arc<Profile>,
     /// Where its actor runs (`None`: on the current arbiter, started there at once).
     arbiter: Option<actix::ArbiterHandle>,
-    /// The synchronous breakers (lock order: `record` → `breakers`; never held across an await).
-    breakers: Mutex<AgentBreakers>,
+    /// The synchronous breakers, made at their first use ([`AgentCell::breakers_lock`]; boxed: an
+    /// idle agent's are empty, 80 bytes it need not carry — it is counted in the team budget at
+    /// its spawn all the same). Lock order: `record` → `breakers`; never held across an await.
+    breakers: Mutex<Option<Box<AgentBreakers>>>,
     /// What it needs once it works, allocated then (see [`Busy`]).
     busy: once_cell::race::OnceBox<Busy>,
     record: Mutex<RecordSlot>,
@@ -437,16 +439,23 @@ impl AgentCell {
             profile,
         } = parts;
         let safety = &profile.safety;
-        let mut breakers = AgentBreakers::shared(key.clone(), profile.breakers.clone());
+        let mut breakers = None;
         let (slot, state, paused, halted, spent) = match record {
-            None => (
-                RecordSlot::fresh(),
-                AgentState::WaitingForEvent,
-                false,
-                false,
-                false,
-            ),
+            None => {
+                profile.breakers.register(&key);
+                (
+                    RecordSlot::fresh(),
+                    AgentState::WaitingForEvent,
+                    false,
+                    false,
+                    false,
+                )
+            }
             Some(mut record) => {
+                let breakers = breakers.insert(Box::new(AgentBreakers::shared(
+                    key.clone(),
+                    profile.breakers.clone(),
+                )));
                 // The running estimate of the history, counted once here (a record built by
                 // hand, not folded from events, may lack it); every change after goes through
                 // `apply`.
@@ -523,6 +532,18 @@ impl AgentCell {
     }
 
     /// Locks the record for a sequence of changes (building a fresh agent's: see [`RecordSlot`]).
+    /// The breakers, made at the first call (an idle agent has none: see the `breakers` field).
+    pub(crate) fn breakers_lock(&self) -> MappedMutexGuard<'_, AgentBreakers> {
+        MutexGuard::map(self.breakers.lock(), |b| {
+            &mut **b.get_or_insert_with(|| {
+                Box::new(AgentBreakers::registered(
+                    self.key.clone(),
+                    self.profile.breakers.clone(),
+                ))
+            })
+        })
+    }
+
     pub(crate) fn lock(&self) -> MappedMutexGuard<'_, AgentRecord> {
         MutexGuard::map(self.record.lock(), |slot| slot.full(&self.key))
     }
@@ -830,7 +851,9 @@ impl AgentCell {
     pub(crate) fn status(&self) -> AgentStatus {
         let (tokens_used, cost_used) = {
             let breakers = self.breakers.lock();
-            (breakers.tokens_used(), breakers.cost_used())
+            breakers
+                .as_ref()
+                .map_or((0, 0.0), |b| (b.tokens_used(), b.cost_used()))
         };
         self.read(|rec| AgentStatus {
             key: rec.key.clone(),

@@ -52,7 +52,7 @@ impl AgentCell {
         let moved = self
             .safety
             .checks
-            .then(|| self.breakers.lock().take_window_change())
+            .then(|| self.breakers_lock().take_window_change())
             .flatten();
         if matches!(verdict, Verdict::Continue) && moved.is_none() {
             return Counted::Below;
@@ -70,7 +70,7 @@ impl AgentCell {
         if !self.safety.checks {
             return;
         }
-        let moved = self.breakers.lock().take_window_change();
+        let moved = self.breakers_lock().take_window_change();
         if let Some(window) = moved {
             self.journal_window(rec, window);
         }
@@ -110,7 +110,7 @@ impl AgentCell {
                 reason,
             } => {
                 // The near-budget warning before any budget stop, if this stop came first.
-                let owed = self.breakers.lock().take_budget_warning();
+                let owed = self.breakers_lock().take_budget_warning();
                 if let Some(message) = owed {
                     tracing::warn!(agent = %self.key, %message, "near budget");
                     self.emit(rec, EventKind::BudgetWarning { message });
@@ -187,7 +187,7 @@ impl AgentCell {
 
     /// Runs `f` on the breakers (only when the team's safety checks are on).
     pub(crate) fn breakers<R>(&self, f: impl FnOnce(&mut AgentBreakers) -> R) -> Option<R> {
-        self.safety.checks.then(|| f(&mut self.breakers.lock()))
+        self.safety.checks.then(|| f(&mut self.breakers_lock()))
     }
 
     /// Usage is always accounted (status, team totals), even with the checks off, and journaled
@@ -198,8 +198,7 @@ impl AgentCell {
         self.hourly_spent(usage.total());
         let mut rec = self.lock();
         let (cost, unpriced) = self
-            .breakers
-            .lock()
+            .breakers_lock()
             .record_usage(usage, self.provider.model());
         if usage.is_zero() && cost == 0.0 {
             return; // nothing spent, nothing to journal
@@ -216,7 +215,7 @@ impl AgentCell {
 
     /// After an unlock / history reset / resume: the breakers start clean.
     pub(crate) fn breakers_cleared(&self) {
-        let mut b = self.breakers.lock();
+        let mut b = self.breakers_lock();
         b.on_unlock();
         b.restore_consecutive_errors(0);
         drop(b);
@@ -225,8 +224,7 @@ impl AgentCell {
 
     /// After a restart: the breakers' count follows the record's.
     pub(crate) fn breakers_restore(&self, consecutive_errors: u32) {
-        self.breakers
-            .lock()
+        self.breakers_lock()
             .restore_consecutive_errors(consecutive_errors);
     }
 

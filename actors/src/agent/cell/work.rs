@@ -18,7 +18,7 @@ impl AgentCell {
         task.run_id = format!("{}#{}", self.key, task.seq);
         task.iterations = 0;
         task.started = tokio::time::Instant::now();
-        self.breakers.lock().begin_task();
+        self.breakers_lock().begin_task();
         task.run_id.clone()
     }
 
