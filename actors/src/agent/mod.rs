@@ -603,7 +603,8 @@ impl AgentHandle {
             if *earlier.event != *event {
                 return Err(KeyedRejection::KeyReused { id, event });
             }
-            let reply = (watch && self.cell.unsettled(&rec, id)).then(|| self.cell.waiters.add(id));
+            let reply =
+                (watch && self.cell.unsettled(&rec, id)).then(|| self.cell.busy().waiters.add(id));
             return Ok(Queued::Duplicate { id, reply });
         }
         if let Some(refusal) = refusal_for(&rec) {
@@ -635,7 +636,7 @@ impl AgentHandle {
             return Err(KeyedRejection::Refused(Rejected { event, refusal }));
         }
         // Before the event is journaled and the lock released: nothing can settle it yet.
-        let reply = watch.then(|| self.cell.waiters.add(id));
+        let reply = watch.then(|| self.cell.busy().waiters.add(id));
         let queued = EventKind::EventQueued { id, event };
         let seq = match key {
             None => self.cell.emit(&mut rec, queued),

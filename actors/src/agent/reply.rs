@@ -237,7 +237,7 @@ impl ReplyHub {
 /// (if taken). `accepted` is when the event was queued (for the latency), if known. Does nothing for
 /// an unsettled fate.
 pub(crate) fn settle(
-    waiters: &Waiters,
+    waiters: Option<&Waiters>,
     hub: &ReplyHub,
     agent: &AgentKey,
     id: u64,
@@ -247,7 +247,7 @@ pub(crate) fn settle(
     if !fate.is_settled() {
         return;
     }
-    let waiter = waiters.take(id);
+    let waiter = waiters.and_then(|w| w.take(id));
     if waiter.is_none() && !hub.taken() {
         return;
     }

@@ -1057,7 +1057,9 @@ impl Supervisor {
         self.shared.ticks.close();
         // Whoever waits for a reply is told the agent is gone (the events stay pending).
         for e in self.shared.agents.iter() {
-            e.cell.waiters.clear();
+            if let Some(waiters) = e.cell.waiters_now() {
+                waiters.clear();
+            }
         }
         let addrs: Vec<_> = self
             .shared

@@ -2,12 +2,12 @@
 //! its running delegations — the three things a halt and a starting turn or delegation race on.
 //!
 //! Invariants (each holds in every interleaving; `gate::loom` below checks them with loom):
-//! * **A turn cannot miss a halt.** [`HaltGate::request`] raises the flag *before* it takes the token
-//!   lock; [`HaltGate::token`] reads the flag *under* that lock. So either the turn's token is
+//! * **A turn cannot miss a halt.** [`HaltGate::request`] raises the flag *before* it takes the
+//!   gate's lock; [`HaltGate::token`] reads the flag *under* that lock. So either the turn's token is
 //!   cancelled by the halt, or it is created already cancelled.
 //! * **A halt reaches every running delegation.** [`HaltGate::request`] raises the flag, *then* lists
 //!   the running delegations; [`HaltGate::enter`] lists a delegation, *then* reads the flag (the
-//!   `running` lock orders the two). So either the halt's list has the delegation, or the delegation
+//!   gate's lock orders the two). So either the halt's list has the delegation, or the delegation
 //!   sees the flag and is refused before its task is sent.
 //! * **One halt, one list.** Of concurrent requests only the first gets the list (the others get
 //!   `None`: the first's caller halts those delegates).
@@ -16,7 +16,8 @@
 //!   comes back under a later one is stale — dropped before any side effect, even when a resume
 //!   cleared the flag meanwhile.
 //!
-//! Lock order: `token` and `running` are never held together; neither is held across a call out.
+//! The token and the list share one lock (a leaf: never held across a call out); one lock, not
+//! two, because every idle agent carries the gate (8 bytes less a cell).
 //! The primitives come from `crate::sync` (loom's under `--cfg warden_loom`).
 
 use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering};
@@ -28,13 +29,19 @@ pub(crate) struct HaltGate<D> {
     requested: AtomicBool,
     /// Halts so far (each request that raised the flag).
     epoch: AtomicU64,
+    /// The running turn's token and the running delegations.
+    inner: Mutex<Inner<D>>,
+}
+
+#[derive(Debug)]
+struct Inner<D> {
     /// The running turn's token; created on first use, so an agent that never runs a turn never
     /// allocates one.
-    token: Mutex<Option<CancellationToken>>,
+    token: Option<CancellationToken>,
     /// Running delegations by id.
     /// A short list (an agent runs a handful of delegations at most: `delegation.sub_agent_budget`);
     /// a hash map would cost an idle agent 24 bytes more.
-    running: Mutex<Vec<(u64, D)>>,
+    running: Vec<(u64, D)>,
 }
 
 impl<D: Clone> HaltGate<D> {
@@ -43,8 +50,10 @@ impl<D: Clone> HaltGate<D> {
         HaltGate {
             requested: AtomicBool::new(halted),
             epoch: AtomicU64::new(0),
-            token: Mutex::new(None),
-            running: Mutex::new(Vec::new()),
+            inner: Mutex::new(Inner {
+                token: None,
+                running: Vec::new(),
+            }),
         }
     }
 
@@ -56,8 +65,9 @@ impl<D: Clone> HaltGate<D> {
         if !already {
             self.epoch.fetch_add(1, Ordering::SeqCst);
         }
-        let delegates = (!already).then(|| self.running());
-        if let Some(token) = self.token.lock().as_ref() {
+        let inner = self.inner.lock();
+        let delegates = (!already).then(|| inner.running.iter().map(|(_, d)| d.clone()).collect());
+        if let Some(token) = inner.token.as_ref() {
             token.cancel();
         }
         delegates
@@ -75,8 +85,8 @@ impl<D: Clone> HaltGate<D> {
 
     /// The running turn's token: cancelled when a halt is requested, already cancelled if one is.
     pub(crate) fn token(&self) -> CancellationToken {
-        let mut slot = self.token.lock();
-        let token = slot.get_or_insert_with(CancellationToken::new);
+        let mut inner = self.inner.lock();
+        let token = inner.token.get_or_insert_with(CancellationToken::new);
         if self.requested.load(Ordering::SeqCst) {
             token.cancel();
         }
@@ -85,34 +95,39 @@ impl<D: Clone> HaltGate<D> {
 
     /// Clears a past halt request (on resume); the next turn gets a fresh token.
     pub(crate) fn clear(&self) {
-        let mut slot = self.token.lock();
-        *slot = None;
+        let mut inner = self.inner.lock();
+        inner.token = None;
         self.requested.store(false, Ordering::SeqCst);
     }
 
     /// Lists delegation `id` as running, then checks the flag: `false` means a halt is requested
     /// and may not have seen it — the caller must refuse the delegation (and [`HaltGate::leave`]).
     pub(crate) fn enter(&self, id: u64, delegate: D) -> bool {
-        let mut running = self.running.lock();
-        match running.iter_mut().find(|(i, _)| *i == id) {
+        let mut inner = self.inner.lock();
+        match inner.running.iter_mut().find(|(i, _)| *i == id) {
             Some(entry) => entry.1 = delegate,
-            None => running.push((id, delegate)),
+            None => inner.running.push((id, delegate)),
         }
-        drop(running);
+        drop(inner);
         !self.requested()
     }
 
     /// Removes delegation `id` from the running list.
     pub(crate) fn leave(&self, id: u64) {
-        let mut running = self.running.lock();
-        if let Some(i) = running.iter().position(|(i, _)| *i == id) {
-            running.swap_remove(i);
+        let mut inner = self.inner.lock();
+        if let Some(i) = inner.running.iter().position(|(i, _)| *i == id) {
+            inner.running.swap_remove(i);
         }
     }
 
     /// The running delegations.
     pub(crate) fn running(&self) -> Vec<D> {
-        self.running.lock().iter().map(|(_, d)| d.clone()).collect()
+        self.inner
+            .lock()
+            .running
+            .iter()
+            .map(|(_, d)| d.clone())
+            .collect()
     }
 }
 

@@ -243,22 +243,18 @@ pub(crate) struct AgentCell {
     /// The halt flag, the running turn's token and the delegations this agent runs now (id → the
     /// delegate's cell).
     halt: HaltGate<Arc<AgentCell>>,
-    /// Its perception of world events, from the first one on (boxed: most agents never perceive
-    /// one, and an idle agent's size counts). A leaf lock.
-    npc: Mutex<Option<Box<npc::NpcState>>>,
-    /// Its side of the team's tick arbiter, while it is scheduled (`npc.tick.enabled`). A leaf lock.
-    ticking: Mutex<Option<Arc<crate::npc::tick::Ticking>>>,
+    /// Its perception of world events and its side of the tick arbiter ([`npc::NpcSlot`]). A leaf
+    /// lock.
+    npc: Mutex<npc::NpcSlot>,
     active_delegations: AtomicU32,
     /// Tool calls running now (several when a response's calls run in parallel). Changed under the
     /// record lock.
     tools_in_flight: AtomicU32,
     /// Incremented for each actor started on this cell; crash reports carry it, so a report from an
     /// actor that was already replaced is recognised as stale.
-    generation: AtomicU64,
+    generation: AtomicU32,
     /// The journal seq of the last event this agent journaled.
     last_seq: AtomicU64,
-    /// Who waits for the reply to which event.
-    pub(crate) waiters: Waiters,
 }
 
 impl std::ops::Deref for AgentCell {
@@ -289,6 +285,9 @@ pub(crate) struct Busy {
     hourly: Mutex<hourly::HourlyWindow>,
     /// Its actor's crashes inside the restart intensity window (the supervisor's; a leaf lock).
     pub restarts: Mutex<std::collections::VecDeque<tokio::time::Instant>>,
+    /// Who waits for the reply to which event (an ask makes the agent work: it is here, not in
+    /// every idle cell).
+    pub(crate) waiters: Waiters,
 }
 
 /// The record as the cell keeps it. A fresh agent's — spawned, nothing since — is
@@ -418,6 +417,7 @@ impl Busy {
             answering: Mutex::new(None),
             hourly: Mutex::new(hourly::HourlyWindow::default()),
             restarts: Mutex::new(std::collections::VecDeque::new()),
+            waiters: Waiters::default(),
         }
     }
 }
@@ -488,13 +488,11 @@ impl AgentCell {
             breakers: Mutex::new(breakers),
             busy: once_cell::race::OnceBox::new(),
             halt: HaltGate::new(halted),
-            npc: Mutex::new(None),
-            ticking: Mutex::new(None),
+            npc: Mutex::new(npc::NpcSlot::default()),
             active_delegations: AtomicU32::new(0),
             tools_in_flight: AtomicU32::new(0),
-            generation: AtomicU64::new(0),
+            generation: AtomicU32::new(0),
             last_seq: AtomicU64::new(0),
-            waiters: Waiters::default(),
             profile,
             arbiter,
         };
@@ -519,6 +517,11 @@ impl AgentCell {
     /// Where its actor runs (`None`: on the current arbiter).
     pub(crate) fn arbiter(&self) -> Option<&actix::ArbiterHandle> {
         self.arbiter.as_ref()
+    }
+
+    /// Its waiters, if anyone ever asked it anything ([`Busy::waiters`]).
+    pub(crate) fn waiters_now(&self) -> Option<&Waiters> {
+        self.busy_now().map(|b| &b.waiters)
     }
 
     /// Its [`Busy`] part if it has one (for readers that must not allocate it).
@@ -833,12 +836,16 @@ impl AgentCell {
     // ---- crash ------------------------------------------------------------------------------------
     /// The generation of the next actor to start on this cell.
     pub(crate) fn next_generation(&self) -> u64 {
-        self.generation.fetch_add(1, Ordering::AcqRel) + 1
+        u64::from(
+            self.generation
+                .fetch_add(1, Ordering::AcqRel)
+                .wrapping_add(1),
+        )
     }
 
     /// The generation of the actor started last.
     pub(crate) fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
+        u64::from(self.generation.load(Ordering::Acquire))
     }
 
     pub(crate) fn report_crash(&self, generation: u64) {

@@ -25,6 +25,15 @@ pub(crate) struct NpcState {
     pair_loop: Option<String>,
 }
 
+/// An agent's side of the world: its perception state from its first world event on (boxed: most
+/// agents never perceive one, and an idle agent's size counts), and its side of the team's tick
+/// arbiter while it is scheduled (`npc.tick.enabled`). One lock for both (a leaf).
+#[derive(Default)]
+pub(crate) struct NpcSlot {
+    state: Option<Box<NpcState>>,
+    ticking: Option<Arc<Ticking>>,
+}
+
 impl AgentCell {
     /// Classifies `event` (`[npc]` of this agent), journals the decision (`Perceived`) and keeps a
     /// CONTEXT or CAPTURE event in the context buffer. A TRIGGER is for the caller to queue.
@@ -35,7 +44,7 @@ impl AgentCell {
     pub(crate) fn perceive(&self, event: &WorldEvent) -> (Perception, bool, bool) {
         let config = &self.settings.npc;
         let mut slot = self.npc.lock();
-        let state = slot.get_or_insert_with(|| {
+        let state = slot.state.get_or_insert_with(|| {
             Box::new(NpcState {
                 buffer: ContextBuffer::new(config.context_max_events, config.context_max_tokens),
                 captured: ContextBuffer::new(config.context_max_events, config.context_max_tokens),
@@ -126,35 +135,35 @@ impl AgentCell {
     /// The output of its commands captured while its tool calls ran, as one message for the turn
     /// (`None`: nothing captured).
     pub(crate) fn take_captured(&self) -> Option<ChatMessage> {
-        self.npc.lock().as_mut()?.captured.take_output()
+        self.npc.lock().state.as_mut()?.captured.take_output()
     }
 
     /// The reason of a pair-loop trip perceived since the last turn took it (see
     /// `npc::conversation`).
     pub(crate) fn take_pair_loop(&self) -> Option<String> {
-        self.npc.lock().as_mut()?.pair_loop.take()
+        self.npc.lock().state.as_mut()?.pair_loop.take()
     }
 
     /// A tool call of this agent finished: if it is an NPC, its conversations made progress.
     pub(crate) fn npc_tool_finished(&self) {
-        if self.npc.lock().is_some() {
+        if self.npc.lock().state.is_some() {
             self.safety.conversations.tool_finished(self.key.as_str());
         }
     }
 
     /// The context buffer's events as one message for the turn that starts now (`None`: empty).
     pub(crate) fn take_context(&self) -> Option<ChatMessage> {
-        self.npc.lock().as_mut()?.buffer.take_message()
+        self.npc.lock().state.as_mut()?.buffer.take_message()
     }
 
     /// Its side of the team's tick arbiter, while it ticks.
     pub(crate) fn ticking(&self) -> Option<Arc<Ticking>> {
-        self.ticking.lock().clone()
+        self.npc.lock().ticking.clone()
     }
 
     /// Scheduled by the tick arbiter from now on (`None`: no longer).
     pub(crate) fn set_ticking(&self, ticking: Option<Arc<Ticking>>) -> Option<Arc<Ticking>> {
-        std::mem::replace(&mut *self.ticking.lock(), ticking)
+        std::mem::replace(&mut self.npc.lock().ticking, ticking)
     }
 
     /// The arbiter's tick left the ordinary lane: taken by a turn, refused, or discarded.
@@ -167,7 +176,7 @@ impl AgentCell {
     pub(super) fn npc_status(&self) -> Option<NpcStatus> {
         let tick = self.ticking().map(|t| t.status());
         let slot = self.npc.lock();
-        let state = slot.as_deref();
+        let state = slot.state.as_deref();
         if state.is_none() && tick.is_none() {
             return None;
         }

@@ -5,7 +5,14 @@ use super::*;
 impl AgentCell {
     /// Settles event `id` (see [`super::reply`]): its waiter and the team's reply stream hear of it.
     pub(crate) fn settle(&self, id: u64, accepted: Option<tokio::time::Instant>, fate: EventFate) {
-        crate::agent::reply::settle(&self.waiters, &self.replies, &self.key, id, accepted, fate);
+        crate::agent::reply::settle(
+            self.waiters_now(),
+            &self.replies,
+            &self.key,
+            id,
+            accepted,
+            fate,
+        );
     }
 
     /// The running turn answers event `id` (called under the record lock, as it is taken).

@@ -194,16 +194,16 @@ async fn the_tick_arbiter_never_queues_a_second_tick_until_the_first_leaves_the_
 }
 
 /// An idle agent's memory is mostly its cell (one allocation): it stays within mimalloc's
-/// 320-byte size class with the `Arc`'s two counts (`docs/performance.md`, "Passive agents": bytes
+/// 256-byte size class with the `Arc`'s two counts (`docs/performance.md`, "Passive agents": bytes
 /// per idle agent, goal ≤ 512 all in). A field that pushes it over costs every agent of a fleet 64
 /// bytes: box what is cold (see `Busy`, `RecordSlot`), share what agents of a spec have in common
 /// (see `Profile`), or raise this knowingly.
 #[cfg(target_pointer_width = "64")]
 #[test]
-fn an_idle_cell_fits_in_320_bytes() {
+fn an_idle_cell_fits_in_256_bytes() {
     let arc_counts = 2 * std::mem::size_of::<usize>();
     let size = std::mem::size_of::<AgentCell>() + arc_counts;
-    assert!(size <= 320, "AgentCell + Arc counts = {size} bytes");
+    assert!(size <= 256, "AgentCell + Arc counts = {size} bytes");
 }
 
 /// A fresh agent's record is not built by its spawn nor by a reader that only looks; the first
