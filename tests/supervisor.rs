@@ -2026,3 +2026,34 @@ async fn a_delegate_halted_after_the_early_checks_is_sent_no_task() {
     replay_matches(&journal, &lead);
     replay_matches(&journal, &sub);
 }
+
+/// Of two spawns of one key, the one that loses the key journals nothing: the key is claimed
+/// before the agent's `Spawned` is journaled (the loser's, a sub-agent's, would be replayed onto
+/// the winner, an assistant). The other spawn is made in the gap between the loser building its
+/// cell and claiming the key.
+#[actix_rt::test]
+async fn a_spawn_that_loses_its_key_to_another_journals_nothing() {
+    let (team, journal) = team(WardenConfig::default());
+    team.assistant("boss", model([]));
+    let (winner, once) = (
+        team.clone(),
+        Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    );
+    warden_actors::test_hooks::set_spawn_gap(Some(Arc::new(move |agent: &AgentKey| {
+        if agent.as_str() == "contested" && !once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            winner
+                .spawn(AgentSpec::assistant("contested", model([])))
+                .expect("the spawn in the gap wins the key");
+        }
+    })));
+    let lost = team.spawn(AgentSpec::sub_agent("contested", "boss", model([])));
+    warden_actors::test_hooks::set_spawn_gap(None);
+    assert!(matches!(lost, Err(SpawnError::DuplicateKey(_))), "{lost:?}");
+    let spawned = count_events(&journal, "contested", |k| {
+        matches!(k, EventKind::Spawned { .. })
+    });
+    assert_eq!(spawned, 1, "the losing spawn journaled a Spawned");
+    let contested = team.get("contested").expect("the winner");
+    assert_eq!(contested.record().role, AgentRole::Assistant);
+    replay_matches(&journal, &contested);
+}

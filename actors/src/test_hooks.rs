@@ -18,6 +18,7 @@ static PASSIVE_HALT_GAP: RwLock<Option<Hook>> = RwLock::new(None);
 static PASSIVE_CONTROL_GAP: RwLock<Option<Hook>> = RwLock::new(None);
 static PASSIVATED: RwLock<Option<Hook>> = RwLock::new(None);
 static PUMP_PARKED: RwLock<Option<Hook>> = RwLock::new(None);
+static SPAWN_GAP: RwLock<Option<Hook>> = RwLock::new(None);
 
 /// Runs the hook installed in `slot`, if any (outside the slot's lock: a hook may install hooks).
 fn run(slot: &RwLock<Option<Hook>>, agent: &AgentKey) {
@@ -25,6 +26,17 @@ fn run(slot: &RwLock<Option<Hook>>, agent: &AgentKey) {
     if let Some(hook) = hook {
         hook(agent);
     }
+}
+
+/// Installs (or with `None` removes) the hook run when a spawn has built its agent's cell and
+/// before it claims the key in the registry: another spawn of the same key made there wins the key
+/// (called on the spawning thread, holding no lock, with the key).
+pub fn set_spawn_gap(hook: Option<Hook>) {
+    *SPAWN_GAP.write() = hook;
+}
+
+pub(crate) fn spawn_gap(agent: &AgentKey) {
+    run(&SPAWN_GAP, agent);
 }
 
 /// Installs (or with `None` removes) the hook run between raising a halt on an agent (its flag up,

@@ -541,9 +541,6 @@ impl Supervisor {
         if let Some(execution) = &execution {
             execution.validate().map_err(SpawnError::InvalidExecution)?;
         }
-        if self.shared.agents.contains_key(&key) {
-            return Err(SpawnError::DuplicateKey(key));
-        }
         if let Some(goals) = &goals {
             warden_protocols::check_goals(goals).map_err(SpawnError::InvalidGoals)?;
             let (spec, tool) = self.shared.goals_tool.get_or_init(|| {
@@ -627,6 +624,20 @@ impl Supervisor {
             mailbox: PriorityMailbox::new(config.mailbox.ordinary_capacity.get()),
             profile,
         }));
+        let entry = AgentEntry { cell: cell.clone() };
+        #[cfg(feature = "test-hooks")]
+        crate::test_hooks::spawn_gap(&key);
+        // The key is claimed before anything is journaled: of two spawns of one key, the loser
+        // journals nothing (its `Spawned` would be replayed onto the winner's agent). The set-up
+        // below runs holding the claim (the registry shard's lock: nothing in it looks an agent
+        // up), and the agent is found by others only once it is set up.
+        let claim = match self.shared.agents.entry(key.clone()) {
+            dashmap::mapref::entry::Entry::Occupied(_) => {
+                self.shared.safety.team.register_undone();
+                return Err(SpawnError::DuplicateKey(key));
+            }
+            dashmap::mapref::entry::Entry::Vacant(claim) => claim,
+        };
         if fresh {
             cell.note(EventKind::Spawned {
                 role,
@@ -679,17 +690,7 @@ impl Supervisor {
                 }
             }
         });
-        let entry = AgentEntry { cell: cell.clone() };
-        match self.shared.agents.entry(key.clone()) {
-            dashmap::mapref::entry::Entry::Occupied(_) => {
-                // Another spawn of this key won between the check above and here.
-                self.shared.safety.team.register_undone();
-                return Err(SpawnError::DuplicateKey(key));
-            }
-            dashmap::mapref::entry::Entry::Vacant(v) => {
-                v.insert(entry.clone());
-            }
-        }
+        claim.insert(entry.clone());
         self.shared.order.lock().push(entry.clone());
         if npc.tick.enabled {
             let ticking = self.shared.ticks.register(&cell, npc);
