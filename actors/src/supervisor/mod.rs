@@ -135,6 +135,26 @@ struct SupervisorShared {
 /// A tool with its spec, built once and registered with every agent that has it.
 type SharedTool = (Arc<ToolSpec>, Arc<dyn Tool>);
 
+/// Which of the team's own tools a spawned agent gets besides its spec's (see
+/// `Supervisor::add_built_ins`).
+#[derive(Debug, Clone, Copy)]
+struct BuiltIns {
+    goals: bool,
+    /// Long-term memory's tools: `Some(sleeps)`, with the sleep tools when it sleeps.
+    memory_sleeps: Option<bool>,
+    delegate: bool,
+}
+
+impl BuiltIns {
+    /// As one number, for a profile to say which it was made with.
+    fn bits(self) -> u8 {
+        u8::from(self.goals)
+            | u8::from(self.memory_sleeps.is_some()) << 1
+            | u8::from(self.memory_sleeps == Some(true)) << 2
+            | u8::from(self.delegate) << 3
+    }
+}
+
 /// How many profiles a supervisor keeps for agents spawned after to share.
 const PROFILES_KEPT: usize = 8;
 
@@ -524,7 +544,7 @@ impl Supervisor {
             parent,
             system_prompt,
             provider,
-            mut tools,
+            tools,
             can_delegate,
             restored,
             npc,
@@ -543,53 +563,21 @@ impl Supervisor {
         }
         if let Some(goals) = &goals {
             warden_protocols::check_goals(goals).map_err(SpawnError::InvalidGoals)?;
-            let (spec, tool) = self.shared.goals_tool.get_or_init(|| {
-                let tool = goals::GoalsTool {
-                    supervisor: Arc::downgrade(&self.shared),
-                };
-                (Arc::new(tool.spec()), Arc::new(tool))
-            });
-            tools.register_with_spec(spec.clone(), tool.clone());
         }
-        // Long-term memory: the agent's own `remember`, `recall` and `forget`.
-        if memory
+        // The team's own tools this agent gets (registered by `profile`, only when no profile
+        // made before fits).
+        let memory_sleeps = memory
             .as_ref()
             .map_or(config.memory.long_term, |m| m.long_term)
-        {
-            let npc_config = npc.as_deref().unwrap_or(&*self.shared.npc);
-            let sleeps = npc_config.sleep.enabled && npc_config.tick.enabled;
-            let built = self.shared.memory_tools[usize::from(sleeps)].get_or_init(|| {
-                let shared = Arc::downgrade(&self.shared);
-                let cell_of: crate::memory::tools::CellOf = Arc::new(move |key| {
-                    shared
-                        .upgrade()
-                        .and_then(|s| s.agents.get(key).map(|e| e.cell.clone()))
-                });
-                crate::memory::tools::memory_tools(cell_of, sleeps)
-                    .into_iter()
-                    .map(|tool| {
-                        let tool: Arc<dyn Tool> = Arc::new(tool);
-                        (Arc::new(tool.spec()), tool)
-                    })
-                    .collect()
+            .then(|| {
+                let npc_config = npc.as_deref().unwrap_or(&*self.shared.npc);
+                npc_config.sleep.enabled && npc_config.tick.enabled
             });
-            for (spec, tool) in built {
-                tools.register_with_spec(spec.clone(), tool.clone());
-            }
-        }
-        if can_delegate {
-            let (spec, tool) = self.shared.delegate_tool.get_or_init(|| {
-                let tool = DelegateTool {
-                    supervisor: Arc::downgrade(&self.shared),
-                };
-                let mut spec = tool.spec();
-                if let Some(peers) = self.shared.a2a.get() {
-                    delegation::describe_remote(&mut spec, &peers.describe());
-                }
-                (Arc::new(spec), Arc::new(tool))
-            });
-            tools.register_with_spec(spec.clone(), tool.clone());
-        }
+        let built_ins = BuiltIns {
+            goals: goals.is_some(),
+            memory_sleeps,
+            delegate: can_delegate,
+        };
         let fresh = restored.is_none();
         if let Some(record) = restored.as_ref().filter(|r| r.key != key) {
             return Err(SpawnError::RecordMismatch {
@@ -608,7 +596,7 @@ impl Supervisor {
             }
         };
         let npc = settings.npc.clone();
-        let profile = self.profile(provider, tools, system_prompt, settings);
+        let profile = self.profile(provider, tools, built_ins, system_prompt, settings);
         let arbiter = if self.shared.arbiters.is_empty() {
             // A passive agent's actor is started from any thread: on this one, by its handle.
             self.passivate_after()
@@ -714,20 +702,38 @@ impl Supervisor {
         &self,
         provider: Arc<dyn Provider>,
         mut tools: ToolRegistry,
+        built_ins: BuiltIns,
         system_prompt: Option<String>,
         settings: Arc<AgentSettings>,
     ) -> Arc<Profile> {
         let mut kept = self.shared.profiles.lock();
-        let fits = |p: &Arc<Profile>| p.fits(&provider, &tools, &system_prompt, &settings);
-        if let Some(i) = kept.iter().rposition(fits) {
-            let found = kept.remove(i);
-            kept.push(found.clone());
-            return found;
+        // A spec with no tools of its own (most of a large fleet): found by which built-in tools
+        // it gets, with no registry built to compare (an allocation and a free a spawn).
+        let own = !tools.is_empty();
+        let found = if own {
+            self.add_built_ins(&mut tools, built_ins);
+            kept.iter()
+                .rposition(|p| p.fits(&provider, &tools, &system_prompt, &settings))
+        } else {
+            kept.iter().rposition(|p| {
+                p.fits_built_ins(&provider, built_ins.bits(), &system_prompt, &settings)
+            })
+        };
+        if let Some(i) = found {
+            // The most recently used last (the one dropped when the list is full is the first).
+            if i + 1 != kept.len() {
+                let found = kept.remove(i);
+                kept.push(found);
+            }
+            return kept[kept.len() - 1].clone();
+        }
+        if !own {
+            self.add_built_ins(&mut tools, built_ins);
         }
         // Kept for as long as its agents: one allocation for the registry's entries, not the
         // doubling growth's spare room.
         tools.shrink_to_fit();
-        let profile = Arc::new(Profile::new(
+        let mut profile = Profile::new(
             provider,
             tools,
             system_prompt,
@@ -736,12 +742,61 @@ impl Supervisor {
             self.shared.journal.clone(),
             Some(self.shared.crash_tx.clone()),
             self.shared.replies.clone(),
-        ));
+        );
+        profile.built_ins = (!own).then(|| built_ins.bits());
+        let profile = Arc::new(profile);
         if kept.len() == PROFILES_KEPT {
             kept.remove(0);
         }
         kept.push(profile.clone());
         profile
+    }
+
+    /// Registers the team's built-in tools `built_ins` in `tools`: the goals tool, long-term
+    /// memory's `remember`, `recall` and `forget` (and the sleep tools), `delegate`.
+    fn add_built_ins(&self, tools: &mut ToolRegistry, built_ins: BuiltIns) {
+        if built_ins.goals {
+            let (spec, tool) = self.shared.goals_tool.get_or_init(|| {
+                let tool = goals::GoalsTool {
+                    supervisor: Arc::downgrade(&self.shared),
+                };
+                (Arc::new(tool.spec()), Arc::new(tool))
+            });
+            tools.register_with_spec(spec.clone(), tool.clone());
+        }
+        if let Some(sleeps) = built_ins.memory_sleeps {
+            let built = self.shared.memory_tools[usize::from(sleeps)].get_or_init(|| {
+                let shared = Arc::downgrade(&self.shared);
+                let cell_of: crate::memory::tools::CellOf = Arc::new(move |key| {
+                    shared
+                        .upgrade()
+                        .and_then(|s| s.agents.get(key).map(|e| e.cell.clone()))
+                });
+                crate::memory::tools::memory_tools(cell_of, sleeps)
+                    .into_iter()
+                    .map(|tool| {
+                        let tool: Arc<dyn Tool> = Arc::new(tool);
+                        (Arc::new(tool.spec()), tool)
+                    })
+                    .collect()
+            });
+            for (spec, tool) in built {
+                tools.register_with_spec(spec.clone(), tool.clone());
+            }
+        }
+        if built_ins.delegate {
+            let (spec, tool) = self.shared.delegate_tool.get_or_init(|| {
+                let tool = DelegateTool {
+                    supervisor: Arc::downgrade(&self.shared),
+                };
+                let mut spec = tool.spec();
+                if let Some(peers) = self.shared.a2a.get() {
+                    delegation::describe_remote(&mut spec, &peers.describe());
+                }
+                (Arc::new(spec), Arc::new(tool))
+            });
+            tools.register_with_spec(spec.clone(), tool.clone());
+        }
     }
 
     /// `supervisor.passivate_after_seconds`, if agents are passivated (see [`Activator`]).
@@ -1148,6 +1203,19 @@ mod tests {
             let other_model = spawn(AgentSpec::assistant("e", other));
             let no_delegate = spawn(AgentSpec::assistant("f", model.clone()).without_delegation());
             let again = spawn(AgentSpec::assistant("g", model.clone()));
+            let goals =
+                |k: &str| AgentSpec::assistant(k, model.clone()).with_goals(vec!["x".into()]);
+            let (with_goals, also_goals) = (spawn(goals("h")), spawn(goals("i")));
+            assert!(Arc::ptr_eq(&with_goals, &also_goals) && !Arc::ptr_eq(&a, &with_goals));
+            assert_eq!(
+                with_goals.tools.names().collect::<Vec<_>>(),
+                ["delegate", "set_goals"]
+            );
+            // The most recently used stays found after another was used.
+            assert!(Arc::ptr_eq(
+                &a,
+                &spawn(AgentSpec::assistant("j", model.clone()))
+            ));
             assert!(Arc::ptr_eq(&a, &b) && Arc::ptr_eq(&a, &again));
             assert!(Arc::ptr_eq(&prompted, &same_prompt));
             for distinct in [&prompted, &other_model, &no_delegate] {

@@ -127,6 +127,10 @@ pub(crate) struct Profile {
     pub replies: Arc<ReplyHub>,
     /// What the agents' breakers share: the model (its price), the safety config, the team.
     breakers: Arc<BreakersShared>,
+    /// `Some(b)`: `tools` is the team's built-in tools `b` alone (a spec with no tools of its
+    /// own): a spawn of such a spec finds this profile without building a registry to compare
+    /// (see `Supervisor::profile`).
+    pub built_ins: Option<u8>,
 }
 
 impl Profile {
@@ -148,6 +152,7 @@ impl Profile {
             Some(safety.team.clone()),
         ));
         Profile {
+            built_ins: None,
             provider,
             tools,
             system_prompt,
@@ -162,6 +167,21 @@ impl Profile {
 
     /// Whether an agent with this model, tool list, system prompt and settings behaves as one of
     /// `self` (the team's parts are the same within a supervisor): `self` can be shared.
+    /// [`Profile::fits`] for a spec with no tools of its own, to which the team adds its built-in
+    /// tools `built_ins`.
+    pub(crate) fn fits_built_ins(
+        &self,
+        provider: &Arc<dyn Provider>,
+        built_ins: u8,
+        system_prompt: &Option<String>,
+        settings: &Arc<AgentSettings>,
+    ) -> bool {
+        self.built_ins == Some(built_ins)
+            && std::ptr::addr_eq(Arc::as_ptr(&self.provider), Arc::as_ptr(provider))
+            && Arc::ptr_eq(&self.settings, settings)
+            && self.system_prompt == *system_prompt
+    }
+
     pub(crate) fn fits(
         &self,
         provider: &Arc<dyn Provider>,
