@@ -902,25 +902,31 @@ mod tests {
         assert_eq!(s.profiles["p1"].name.as_deref(), Some("Aldric"));
     }
 
+    /// A player's whisper as perceived: a TRIGGER at trust 0.9.
+    fn whispered() -> crate::npc::Perception {
+        use crate::npc::{Perception, Rule, Verdict};
+        Perception {
+            verdict: Verdict::Trigger,
+            rule: Rule::DirectMessage,
+            trust: 0.9,
+            heuristic: false,
+            downgraded: false,
+            limited: None,
+        }
+    }
+
     /// An observation admitted at delivery waits in `unwritten` (through a journal round trip,
     /// as JSON, the SQLite journal's format) until the `memory_stored` that writes it or an
     /// `observation_not_stored`; rows from before `observe`/`observed` existed still decode.
     #[test]
     fn an_admitted_observation_waits_until_written_and_survives_the_journal_format() {
         use crate::{
-            npc::{Perception, Rule, Verdict, WorldEvent, WorldEventKind},
+            npc::{WorldEvent, WorldEventKind},
             AgentRecord, EventKind,
         };
         let perceived = |text: &str, at: f64| EventKind::Perceived {
             event: WorldEvent::player("p1", WorldEventKind::Whisper, text).into(),
-            perception: Perception {
-                verdict: Verdict::Trigger,
-                rule: Rule::DirectMessage,
-                trust: 0.9,
-                heuristic: false,
-                downgraded: false,
-                limited: None,
-            },
+            perception: whispered(),
             observe: Some(Observe { at, importance: 8 }),
         };
         let stored = |id: u64, observed: u64| EventKind::MemoryStored {
@@ -982,7 +988,7 @@ mod tests {
     #[test]
     fn a_perceived_row_shares_its_event_with_unwritten_and_keeps_its_format() {
         use crate::{
-            npc::{Perception, Rule, Verdict, WorldEvent, WorldEventKind},
+            npc::{WorldEvent, WorldEventKind},
             AgentRecord, EventKind,
         };
         use std::sync::Arc;
@@ -998,14 +1004,7 @@ mod tests {
             Arc::new(WorldEvent::player("p1", WorldEventKind::Whisper, "hi").in_room("forge"));
         let kind = EventKind::Perceived {
             event: event.clone(),
-            perception: Perception {
-                verdict: Verdict::Trigger,
-                rule: Rule::DirectMessage,
-                trust: 0.9,
-                heuristic: false,
-                downgraded: false,
-                limited: None,
-            },
+            perception: whispered(),
             observe: Some(Observe {
                 at: 10.0,
                 importance: 8,
