@@ -106,6 +106,10 @@ impl<'a> HaltBatch<'a> {
         };
         // Cleared under the record lock, as by any halt (see `halt_cell`).
         let discarded = cell.mailbox.take_ordinary();
+        if !discarded.is_empty() {
+            // (Only then: a fresh slot's record is not built for nothing.)
+            cell.remind_after_clearing(rec.record(), discarded.len());
+        }
         let before = self.rows.len();
         if self.rows.capacity() == 0 {
             // Two rows an agent (the state change, `Halted`): no growth, no copy.

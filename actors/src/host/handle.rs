@@ -195,23 +195,23 @@ impl Shared {
     }
 
     /// Classifies `event` for `key` and queues it if it is a TRIGGER; the agent's cell, when it
-    /// queued (the event, or the signal to write an observation).
+    /// queued (the event, or the signal to write an observation — also for a refused TRIGGER).
     fn deliver(
         &self,
         key: &str,
         event: WorldEvent,
-    ) -> Result<(Delivered, Option<Arc<AgentCell>>), DeliverError> {
+    ) -> (Result<Delivered, DeliverError>, Option<Arc<AgentCell>>) {
         if self.closed.load(Ordering::Acquire) {
-            return Err(DeliverError::Shutdown(event));
+            return (Err(DeliverError::Shutdown(event)), None);
         }
         let Some(agent) = self.agent(key) else {
-            return Err(DeliverError::Unknown(event));
+            return (Err(DeliverError::Unknown(event)), None);
         };
         let cell = agent.cell();
         // The epoch before the flag: a halt after this read makes the event stale (or refused).
         let epoch = cell.halt_epoch();
         if cell.halt_requested() {
-            return Err(DeliverError::Halted(event));
+            return (Err(DeliverError::Halted(event)), None);
         }
         let perceived = if agent.marked.load(Ordering::Acquire) == epoch {
             agent.handle.perceive_cow(Cow::Borrowed(&event))
@@ -232,16 +232,19 @@ impl Shared {
             perceived
         };
         match perceived {
-            Ok(seen) => Ok((
-                Delivered {
+            Ok(seen) => (
+                Ok(Delivered {
                     verdict: seen.perception.verdict,
                     event_id: seen.queued,
                     halt_epoch: epoch,
-                },
+                }),
                 // Queued work, or a `Remember` signal: the pump wakes the agent.
                 (seen.queued.is_some() || seen.reminded).then(|| agent.cell().clone()),
-            )),
-            Err(rejected) => Err(DeliverError::refused(event, rejected.refusal)),
+            ),
+            Err(rejected) => (
+                Err(DeliverError::refused(event, rejected.refusal)),
+                rejected.reminded.then(|| agent.cell().clone()),
+            ),
         }
     }
 
@@ -345,10 +348,9 @@ impl WardenHandle {
         let before = wakes_posted_here();
         let mut woken = None;
         let result = defer_wakes(|| {
-            self.shared.deliver(npc, event).map(|(done, cell)| {
-                woken = cell;
-                done
-            })
+            let (done, cell) = self.shared.deliver(npc, event);
+            woken = cell;
+            done
         });
         let posted = wakes_posted_here().wrapping_sub(before);
         let pumped = woken.map_or(0, |cell| u64::from(self.shared.pump.hand_over_one(cell)));
@@ -391,14 +393,9 @@ impl WardenHandle {
         defer_wakes(|| {
             results.reserve(batch.len());
             for (key, event) in batch.drain(..) {
-                let result = match self.shared.deliver(key.as_str(), event) {
-                    Ok((done, cell)) => {
-                        delivered += 1;
-                        woken.extend(cell);
-                        Ok(done)
-                    }
-                    Err(err) => Err(err),
-                };
+                let (result, cell) = self.shared.deliver(key.as_str(), event);
+                woken.extend(cell);
+                delivered += usize::from(result.is_ok());
                 self.shared.count(&result);
                 results.push(result);
             }
