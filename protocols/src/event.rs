@@ -779,10 +779,8 @@ pub enum EventKind {
     /// yet: `memory.unwritten` gains it, until the agent's own actor writes it (`memory_stored`
     /// with `observed`) or cannot (`observation_not_stored`).
     Perceived {
-        /// The world event, as the server sent it. Shared (an `Arc`, serialized as the event
-        /// itself: the row's format is the same) with `memory.unwritten`, which an admitted
-        /// observation would otherwise copy on the host's delivery (docs/memory.md, "Cost").
-        event: std::sync::Arc<crate::npc::WorldEvent>,
+        /// The world event, as the server sent it.
+        event: crate::npc::WorldEvent,
         /// What the agent made of it.
         perception: crate::npc::Perception,
         /// Long-term memory admitted it as an observation (within the rate caps), to be written by

@@ -312,8 +312,8 @@ pub struct Observe {
 pub struct Unwritten {
     /// Its number (`observed` of the `memory_stored` that writes it).
     pub n: u64,
-    /// The world event perceived: the `perceived` row's own (shared, not copied).
-    pub event: std::sync::Arc<crate::npc::WorldEvent>,
+    /// The world event perceived.
+    pub event: crate::npc::WorldEvent,
     /// The trust its perception gave the source.
     pub trust: f64,
     /// When and how important.
@@ -333,7 +333,7 @@ impl MemoryStore {
     /// Folds a `perceived` whose observation was admitted: it waits in `unwritten`.
     pub fn admitted(
         &mut self,
-        event: &std::sync::Arc<crate::npc::WorldEvent>,
+        event: &crate::npc::WorldEvent,
         perception: &crate::npc::Perception,
         observe: Observe,
     ) {
@@ -342,7 +342,7 @@ impl MemoryStore {
         self.clock = self.clock.max(observe.at);
         self.unwritten.push_back(Unwritten {
             n,
-            event: std::sync::Arc::clone(event),
+            event: event.clone(),
             trust: perception.trust,
             observe,
         });
@@ -902,31 +902,25 @@ mod tests {
         assert_eq!(s.profiles["p1"].name.as_deref(), Some("Aldric"));
     }
 
-    /// A player's whisper as perceived: a TRIGGER at trust 0.9.
-    fn whispered() -> crate::npc::Perception {
-        use crate::npc::{Perception, Rule, Verdict};
-        Perception {
-            verdict: Verdict::Trigger,
-            rule: Rule::DirectMessage,
-            trust: 0.9,
-            heuristic: false,
-            downgraded: false,
-            limited: None,
-        }
-    }
-
     /// An observation admitted at delivery waits in `unwritten` (through a journal round trip,
     /// as JSON, the SQLite journal's format) until the `memory_stored` that writes it or an
     /// `observation_not_stored`; rows from before `observe`/`observed` existed still decode.
     #[test]
     fn an_admitted_observation_waits_until_written_and_survives_the_journal_format() {
         use crate::{
-            npc::{WorldEvent, WorldEventKind},
+            npc::{Perception, Rule, Verdict, WorldEvent, WorldEventKind},
             AgentRecord, EventKind,
         };
         let perceived = |text: &str, at: f64| EventKind::Perceived {
-            event: WorldEvent::player("p1", WorldEventKind::Whisper, text).into(),
-            perception: whispered(),
+            event: WorldEvent::player("p1", WorldEventKind::Whisper, text),
+            perception: Perception {
+                verdict: Verdict::Trigger,
+                rule: Rule::DirectMessage,
+                trust: 0.9,
+                heuristic: false,
+                downgraded: false,
+                limited: None,
+            },
             observe: Some(Observe { at, importance: 8 }),
         };
         let stored = |id: u64, observed: u64| EventKind::MemoryStored {
@@ -979,50 +973,5 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(old, EventKind::Perceived { observe: None, .. }));
-    }
-
-    /// The `perceived` row's event is shared with `memory.unwritten` (an `Arc`), and its journal
-    /// row is byte for byte what it was when the event was the row's own: a row written before
-    /// decodes and encodes back to the same bytes, and the record's snapshot keeps the event as
-    /// plain JSON too.
-    #[test]
-    fn a_perceived_row_shares_its_event_with_unwritten_and_keeps_its_format() {
-        use crate::{
-            npc::{WorldEvent, WorldEventKind},
-            AgentRecord, EventKind,
-        };
-        use std::sync::Arc;
-        // As the journal wrote it when the row owned its event.
-        const ROW: &str = concat!(
-            r#"{"type":"perceived","event":{"speaker":{"id":"p1","kind":"player"},"kind":"#,
-            r#""whisper","room":"forge","text":"hi","oob":{"channel":null,"#,
-            r#""assistant_message":false,"command_output":false}},"perception":{"verdict":"#,
-            r#""TRIGGER","rule":"direct_message","trust":0.9},"observe":{"at":10.0,"#,
-            r#""importance":8}}"#
-        );
-        let event =
-            Arc::new(WorldEvent::player("p1", WorldEventKind::Whisper, "hi").in_room("forge"));
-        let kind = EventKind::Perceived {
-            event: event.clone(),
-            perception: whispered(),
-            observe: Some(Observe {
-                at: 10.0,
-                importance: 8,
-            }),
-        };
-        assert_eq!(serde_json::to_string(&kind).unwrap(), ROW);
-        let old: EventKind = serde_json::from_str(ROW).unwrap();
-        assert_eq!(old, kind);
-        assert_eq!(serde_json::to_string(&old).unwrap(), ROW);
-        // Folded: `unwritten` holds the row's event, not a copy of it.
-        let mut rec = AgentRecord::new("smith".into());
-        rec.apply(&kind);
-        let waiting = &rec.memory().unwrap().unwritten[0];
-        assert!(Arc::ptr_eq(&waiting.event, &event));
-        let snapshot = serde_json::to_value(&rec).unwrap();
-        assert_eq!(
-            snapshot["outstanding"]["memory"]["unwritten"][0]["event"],
-            serde_json::to_value(&*event).unwrap()
-        );
     }
 }

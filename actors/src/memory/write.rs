@@ -305,7 +305,7 @@ impl AgentCell {
         if !self.settings.memory.long_term {
             return not_stored(NotStored::Off);
         }
-        let event = std::sync::Arc::unwrap_or_clone(u.event);
+        let event = u.event;
         let kind = MemoryKind::Observation {
             speaker: event.speaker.id,
             speaker_kind: event.speaker.kind,

@@ -103,8 +103,7 @@ impl AgentCell {
         let observe = self.observe(&rec, event, &perception);
         let first = observe.is_some() && rec.memory().is_none_or(|s| s.unwritten.is_empty());
         let perceived = EventKind::Perceived {
-            // One copy of the event, shared by the row and (admitted) `memory.unwritten`.
-            event: Arc::new(event.clone()),
+            event: event.clone(),
             perception: perception.clone(),
             observe,
         };
