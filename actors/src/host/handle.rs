@@ -194,24 +194,27 @@ impl Shared {
         Some(agent.clone())
     }
 
-    /// Classifies `event` for `key` and queues it if it is a TRIGGER; the agent's cell, when it
-    /// queued (the event, or the signal to write an observation — also for a refused TRIGGER).
+    /// Classifies `event` for `key` and queues it if it is a TRIGGER; `woken` gets the agent's
+    /// cell when it queued (the event, or the signal to write an observation — also for a refused
+    /// TRIGGER). An out-parameter, not a tuple with the result: the result holds the world event,
+    /// and a bigger return value costs every delivery one more copy of it.
     fn deliver(
         &self,
         key: &str,
         event: WorldEvent,
-    ) -> (Result<Delivered, DeliverError>, Option<Arc<AgentCell>>) {
+        woken: &mut Option<Arc<AgentCell>>,
+    ) -> Result<Delivered, DeliverError> {
         if self.closed.load(Ordering::Acquire) {
-            return (Err(DeliverError::Shutdown(event)), None);
+            return Err(DeliverError::Shutdown(event));
         }
         let Some(agent) = self.agent(key) else {
-            return (Err(DeliverError::Unknown(event)), None);
+            return Err(DeliverError::Unknown(event));
         };
         let cell = agent.cell();
         // The epoch before the flag: a halt after this read makes the event stale (or refused).
         let epoch = cell.halt_epoch();
         if cell.halt_requested() {
-            return (Err(DeliverError::Halted(event)), None);
+            return Err(DeliverError::Halted(event));
         }
         let perceived = if agent.marked.load(Ordering::Acquire) == epoch {
             agent.handle.perceive_cow(Cow::Borrowed(&event))
@@ -232,19 +235,23 @@ impl Shared {
             perceived
         };
         match perceived {
-            Ok(seen) => (
+            Ok(seen) => {
+                // Queued work, or a `Remember` signal: the pump wakes the agent.
+                if seen.queued.is_some() || seen.reminded {
+                    *woken = Some(agent.cell().clone());
+                }
                 Ok(Delivered {
                     verdict: seen.perception.verdict,
                     event_id: seen.queued,
                     halt_epoch: epoch,
-                }),
-                // Queued work, or a `Remember` signal: the pump wakes the agent.
-                (seen.queued.is_some() || seen.reminded).then(|| agent.cell().clone()),
-            ),
-            Err(rejected) => (
-                Err(DeliverError::refused(event, rejected.refusal)),
-                rejected.reminded.then(|| agent.cell().clone()),
-            ),
+                })
+            }
+            Err(rejected) => {
+                if rejected.reminded {
+                    *woken = Some(agent.cell().clone());
+                }
+                Err(DeliverError::refused(event, rejected.refusal))
+            }
         }
     }
 
@@ -347,11 +354,7 @@ impl WardenHandle {
     pub fn try_deliver(&self, npc: &str, event: WorldEvent) -> Result<Delivered, DeliverError> {
         let before = wakes_posted_here();
         let mut woken = None;
-        let result = defer_wakes(|| {
-            let (done, cell) = self.shared.deliver(npc, event);
-            woken = cell;
-            done
-        });
+        let result = defer_wakes(|| self.shared.deliver(npc, event, &mut woken));
         let posted = wakes_posted_here().wrapping_sub(before);
         let pumped = woken.map_or(0, |cell| u64::from(self.shared.pump.hand_over_one(cell)));
         self.shared.count(&result);
@@ -393,7 +396,8 @@ impl WardenHandle {
         defer_wakes(|| {
             results.reserve(batch.len());
             for (key, event) in batch.drain(..) {
-                let (result, cell) = self.shared.deliver(key.as_str(), event);
+                let mut cell = None;
+                let result = self.shared.deliver(key.as_str(), event, &mut cell);
                 woken.extend(cell);
                 delivered += usize::from(result.is_ok());
                 self.shared.count(&result);
