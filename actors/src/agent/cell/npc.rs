@@ -130,7 +130,7 @@ impl AgentCell {
             .is_ok()
     }
 
-    /// A halt (or a give-up) cleared the ordinary lane (`cleared` messages) under the record
+    /// A halt cleared the ordinary lane (`cleared` messages) under the record
     /// lock `rec`: a TRIGGER among them was the writer of observations its delivery admitted
     /// (it sent no `Remember`), so the actor is asked to write what waits. Whether it was asked.
     pub(crate) fn remind_after_clearing(&self, rec: &AgentRecord, cleared: usize) -> bool {
