@@ -477,6 +477,49 @@ fn the_host_recalls_what_an_npc_remembers_about_a_player() {
     warden.shutdown();
 }
 
+/// A TRIGGER the NPC's full lane refuses had its observation admitted (long-term memory) by the
+/// same delivery, and no turn of its own will write it: the NPC's actor is asked to, and the
+/// host's pump wakes it (a host call defers wakes), though the delivery failed. Here the NPC is
+/// paused, so no turn writes anything: only that wake does (both observations).
+#[test]
+fn a_refused_triggers_observation_is_written_though_the_delivery_failed() {
+    let mut config = WardenConfig::default();
+    config.memory.long_term = true;
+    config.mailbox.ordinary_capacity = std::num::NonZeroUsize::MIN;
+    let warden = start(config, &["smith"], Duration::ZERO);
+    let smith = warden.agent("smith").expect("smith");
+    futures::executor::block_on(smith.pause("ops")).expect("paused");
+    let from = |player: &str, text: &str| {
+        WorldEvent::player(player, WorldEventKind::Whisper, text).in_room("forge")
+    };
+    // The first fills the lane (paused: it stays there); its turn is to write its observation.
+    warden
+        .try_deliver("smith", from("p1", "I am Aldric and I need a blade."))
+        .expect("queued");
+    // Let the NPC's actor run what the pump woke it for, and park.
+    std::thread::sleep(Duration::from_millis(100));
+    // The next is refused: no turn of its own, and no other delivery wakes the actor for it.
+    let refused = warden.try_deliver("smith", from("p2", "I am Brida; my axe is chipped."));
+    assert!(matches!(refused, Err(DeliverError::Busy(_))), "{refused:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let record = smith.record();
+        let store = record.memory().expect("memory");
+        if store.unwritten.is_empty() && store.memories.len() == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not written: {} waiting, {} stored",
+            store.unwritten.len(),
+            store.memories.len()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(smith.status().turns, 0, "paused: no turn wrote them");
+    warden.shutdown();
+}
+
 /// Design 000's "notify the character" through the Rust host handle: an NPC that locks out or is
 /// halted gives a world-facing notice (`drain_notices`), and one that is resumed gives the opposite,
 /// in order. Before: nothing but the refusal of the next delivery.

@@ -862,6 +862,19 @@ fn written(npc: &AgentHandle) -> AgentRecord {
     record
 }
 
+/// Waits until `npc`'s actor wrote every admitted observation, `n` stored in all (no memory
+/// reader is called: `record()` writes nothing).
+async fn written_by_its_actor(npc: &AgentHandle, n: usize) {
+    until(
+        &format!("{}'s actor wrote {n} observations", npc.key()),
+        || {
+            let record = npc.record();
+            unwritten(&record) == 0 && observations(&record) == n
+        },
+    )
+    .await;
+}
+
 fn unwritten(record: &AgentRecord) -> usize {
     record.memory().map_or(0, |s| s.unwritten.len())
 }
@@ -963,6 +976,90 @@ async fn a_delivery_only_admits_the_observation_and_the_trigger_is_remembered_by
     assert!(listener_seen.lock().is_empty(), "no model call");
     assert_eq!(listener.status().turns, 0);
     replay_matches(&journal, &listener);
+}
+
+/// A TRIGGER's delivery sends no `Remember` signal: its own turn writes the observation first.
+/// A halt that clears the TRIGGER from the lane before that turn leaves no observation waiting
+/// with no writer: the actor writes it, with no model call, and the next turn recalls it.
+#[actix_rt::test]
+async fn a_trigger_sends_no_remember_and_a_halt_that_discards_it_still_gets_it_written() {
+    tokio::time::pause();
+    let (team, journal) = team(config());
+    let (provider, seen) =
+        Capture::new(ScriptedProvider::new([]).with_fallback(|_| ScriptStep::reply("Aye.")));
+    let npc = npc_named(&team, "keeper", provider);
+    npc.pause("ops").await.unwrap();
+    let heard = npc
+        .perceive(whisper("p1", "My mare is called Ember, keep her well."))
+        .unwrap();
+    assert!(heard.queued.is_some() && heard.observed, "{heard:?}");
+    // Paused: the TRIGGER waits in the lane. A paused actor still reads signals, so a
+    // `Remember` would have written the observation by now: none was sent.
+    settle(256).await;
+    assert_eq!(unwritten(&npc.record()), 1);
+    // The halt clears the TRIGGER: the actor writes what its turn was to write.
+    npc.halt(op()).await;
+    written_by_its_actor(&npc, 1).await;
+    assert!(seen.lock().is_empty(), "no model call");
+    replay_matches(&journal, &npc);
+    // Recalled by the next turn.
+    npc.resume("ops").await.unwrap();
+    npc.perceive(whisper("p1", "How is my mare?")).unwrap();
+    turns(&npc, 1).await;
+    let system = system_text(&turn_requests(&seen)[0]);
+    assert!(system.contains("Ember"), "{system}");
+    replay_matches(&journal, &npc);
+}
+
+/// A TRIGGER that cannot be queued (here: the NPC is stopped) had its observation admitted by
+/// the same delivery: with no turn to come, the caller asks the actor to write it.
+#[actix_rt::test]
+async fn a_trigger_refused_at_delivery_still_gets_its_observation_written() {
+    tokio::time::pause();
+    let (team, journal) = team(config());
+    let (provider, seen) = Capture::new(ScriptedProvider::new([]));
+    let npc = npc_named(&team, "gatekeeper", provider);
+    npc.halt(op()).await;
+    let refused = npc
+        .perceive(whisper("p1", "The bridge toll is two silver now."))
+        .unwrap_err();
+    assert_eq!(refused.refusal, warden::WorkRefusal::Stopped);
+    written_by_its_actor(&npc, 1).await;
+    assert!(seen.lock().is_empty(), "no model call");
+    replay_matches(&journal, &npc);
+}
+
+/// A TRIGGER queued behind a turn that locks the NPC out is refused when the actor takes it:
+/// its observation (no `Remember` was sent for it) is written then.
+#[actix_rt::test]
+async fn a_trigger_refused_when_taken_still_gets_its_observation_written() {
+    tokio::time::pause();
+    let mut config = config();
+    config.safety.breakers.max_consecutive_errors = std::num::NonZeroU32::MIN;
+    let (team, journal) = team(config);
+    let model = ScriptedProvider::new([])
+        .with_fallback(|_| ScriptStep::fail("model down").delayed(Duration::from_secs(5)));
+    let npc = npc_named(&team, "porter", Arc::new(model));
+    npc.perceive(whisper("p1", "Is anyone at the gate?"))
+        .unwrap();
+    until("the first turn runs", || {
+        npc.state() == warden::AgentState::Executing
+    })
+    .await;
+    let queued = npc
+        .perceive(whisper("p2", "I left my lantern at the gate."))
+        .unwrap();
+    assert!(queued.queued.is_some() && queued.observed, "{queued:?}");
+    until("locked out", || {
+        npc.state() == warden::AgentState::SafetyLockout
+    })
+    .await;
+    written_by_its_actor(&npc, 2).await;
+    assert!(journal
+        .events_of("porter")
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::WorkRefused { .. })));
+    replay_matches(&journal, &npc);
 }
 
 #[actix_rt::test]

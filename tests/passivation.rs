@@ -346,6 +346,63 @@ async fn an_activation_racing_a_passive_agents_halt_runs_nothing() {
     team.shutdown().await;
 }
 
+/// A fleet halt (`halt_all`) that finds an NPC passive and clears a TRIGGER queued meanwhile (the
+/// delivery activated the actor, a pause keeps the TRIGGER in the lane) also clears the writer
+/// of the observation that delivery admitted (long-term memory: a TRIGGER sends no `Remember`,
+/// its turn writes first). The batch reminds the actor once its record locks are released: the
+/// observation is written, with no model call.
+#[actix_rt::test]
+async fn a_fleet_halt_that_clears_a_trigger_leaves_its_observation_written() {
+    let journal = Arc::new(MemoryJournal::new());
+    let mut config = config();
+    config.supervisor.arbiters = 1;
+    config.memory.long_term = true;
+    let team = Supervisor::new(config, journal.clone());
+    let model = model([ScriptStep::reply("should not run")]);
+    let stats = model.stats();
+    let npc = team
+        .spawn(AgentSpec::assistant("sentry", model).with_npc(protocols::npc::NpcConfig::default()))
+        .unwrap();
+    assert!(npc.passive());
+    let hook_npc = npc.clone();
+    warden_actors::test_hooks::set_passive_halt_gap(Some(Arc::new(move |key: &AgentKey| {
+        if key != hook_npc.key() || hook_npc.status().queued.ordinary > 0 {
+            return;
+        }
+        let whisper = protocols::npc::WorldEvent::player(
+            "p1",
+            protocols::npc::WorldEventKind::Whisper,
+            "The north tower's key is under the third stone.",
+        )
+        .in_room("gate");
+        let seen = hook_npc.perceive(whisper).unwrap();
+        assert!(seen.queued.is_some() && seen.observed, "{seen:?}");
+        futures::executor::block_on(hook_npc.pause("op")).unwrap();
+    })));
+    let acks = team.halt_all().await;
+    warden_actors::test_hooks::set_passive_halt_gap(None);
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].discarded, 1, "the halt cleared the TRIGGER");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let record = npc.record();
+        let store = record.memory().expect("memory");
+        if store.unwritten.is_empty() && store.memories.len() == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not written: {} waiting, {} stored",
+            store.unwritten.len(),
+            store.memories.len()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(stats.calls.load(Ordering::SeqCst), 0, "no model call");
+    replay_matches(&journal, &npc);
+    team.shutdown().await;
+}
+
 /// A halt read by the actor ends the running turn through its token, however the actor was
 /// started. Here the turn's model call has returned while the team's model gate is closed (the
 /// cluster's fail safe: the reply is held until the gate opens) when the halt comes: the turn,

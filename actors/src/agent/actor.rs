@@ -218,6 +218,8 @@ impl AgentActor {
                     },
                 );
                 drop(rec);
+                // A refused TRIGGER's turn was the writer of its delivery's observation.
+                self.cell.write_observations_ahead();
                 match work {
                     Work::Delegated(task) => {
                         let _ = task.reply.send(Err(TaskError::Refused(refusal)));
@@ -237,6 +239,8 @@ impl AgentActor {
                 .transition(&mut rec, AgentState::Executing, &cause)
                 .is_err()
             {
+                drop(rec);
+                self.cell.write_observations_ahead();
                 return;
             }
         }
@@ -452,6 +456,7 @@ pub(crate) fn halt_cell(
         // it too, so each user event is either cleared here and settled by `Halted`, or queued
         // after it.
         let discarded = cell.mailbox.take_ordinary();
+        cell.remind_after_clearing(&rec, discarded.len());
         let (discarded, ack, stopped) = halt_record(cell, &mut rec, cause, discarded, &mut staged);
         // One batch: the state change and `Halted` are durable together.
         if !staged.is_empty() {

@@ -49,6 +49,8 @@ struct Held<'a> {
     ack: HaltAck,
     /// The state it left for `STOPPED` (announced once journaled).
     stopped: Option<AgentState>,
+    /// Observations wait and the cleared lane had their writer: remind once the lock is gone.
+    remind: bool,
 }
 
 /// Acknowledgements of a batch whose durability is not known yet: the wait, and whose acks.
@@ -106,6 +108,15 @@ impl<'a> HaltBatch<'a> {
         };
         // Cleared under the record lock, as by any halt (see `halt_cell`).
         let discarded = cell.mailbox.take_ordinary();
+        // A cleared TRIGGER was the writer of observations its delivery admitted: the actor is
+        // asked to write them once the batch's record locks are released (a passive agent's
+        // reminder starts its actor). Only looked at when something was cleared: a fresh slot's
+        // record is not built for nothing.
+        let remind = !discarded.is_empty()
+            && rec
+                .record()
+                .memory()
+                .is_some_and(|s| !s.unwritten.is_empty());
         let before = self.rows.len();
         if self.rows.capacity() == 0 {
             // Two rows an agent (the state change, `Halted`): no growth, no copy.
@@ -142,6 +153,7 @@ impl<'a> HaltBatch<'a> {
             discarded,
             ack,
             stopped,
+            remind,
         });
     }
 
@@ -176,7 +188,7 @@ impl<'a> HaltBatch<'a> {
         }
         let mut upto = 0;
         let mut slots = Vec::with_capacity(self.held.len());
-        let mut settle: Vec<(&AgentCell, VecDeque<Envelope<AgentMsg>>)> =
+        let mut settle: Vec<(&AgentCell, VecDeque<Envelope<AgentMsg>>, bool)> =
             Vec::with_capacity(self.held.len());
         for held in self.held.drain(..) {
             let Held {
@@ -186,6 +198,7 @@ impl<'a> HaltBatch<'a> {
                 discarded,
                 ack,
                 stopped,
+                remind,
                 ..
             } = held;
             upto = upto.max(cell.last_seq());
@@ -197,12 +210,15 @@ impl<'a> HaltBatch<'a> {
                 *place = Some(ack);
             }
             slots.push(slot);
-            settle.push((cell, discarded));
+            settle.push((cell, discarded, remind));
         }
         // Off every lock, as for one halt: whoever waited on a cleared event is answered.
-        for (cell, discarded) in settle {
+        for (cell, discarded, remind) in settle {
             settle_halted(cell, &discarded);
             discard_backlog(cell, discarded);
+            if remind {
+                let _ = cell.remind();
+            }
         }
         let mut durable = journal.durable(upto);
         match (&mut durable).now_or_never() {

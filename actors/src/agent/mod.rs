@@ -309,8 +309,9 @@ pub struct Perceived {
     /// `perceived`: the agent's own actor writes it, before its next recall. An acknowledgement
     /// that promises it waits for that row to be durable ([`AgentHandle::durable_so_far`]).
     pub observed: bool,
-    /// The agent's actor was asked to write it (a `Remember` signal queued: the first observation
-    /// waiting): a host that defers wakes must wake the agent.
+    /// The agent's actor was asked to write it (a `Remember` signal queued: a CONTEXT, the first
+    /// observation waiting; a TRIGGER's own turn writes its observation, no signal): a host that
+    /// defers wakes must wake the agent.
     pub(crate) reminded: bool,
 }
 
@@ -410,6 +411,9 @@ pub enum SubmitError {
 pub(crate) struct Rejected {
     event: Arc<UserEvent>,
     pub(crate) refusal: WorkRefusal,
+    /// A TRIGGER not queued whose observation was admitted: the agent's actor was asked to write
+    /// it (a `Remember` signal) — a host that defers wakes must wake the agent.
+    pub(crate) reminded: bool,
 }
 
 impl Rejected {
@@ -595,6 +599,7 @@ impl AgentHandle {
             return Err(KeyedRejection::Refused(Rejected {
                 event,
                 refusal: WorkRefusal::JournalUnavailable { cause },
+                reminded: false,
             }));
         }
         let mut rec = self.cell.lock();
@@ -616,7 +621,11 @@ impl AgentHandle {
                     queued: None,
                 },
             );
-            return Err(KeyedRejection::Refused(Rejected { event, refusal }));
+            return Err(KeyedRejection::Refused(Rejected {
+                event,
+                refusal,
+                reminded: false,
+            }));
         }
         let id = rec.next_event_id();
         let work = Work::Event {
@@ -633,7 +642,11 @@ impl AgentHandle {
                 TrySendError::Closed(_) => WorkRefusal::Closed,
             };
             drop(err);
-            return Err(KeyedRejection::Refused(Rejected { event, refusal }));
+            return Err(KeyedRejection::Refused(Rejected {
+                event,
+                refusal,
+                reminded: false,
+            }));
         }
         // Before the event is journaled and the lock released: nothing can settle it yet.
         let reply = watch.then(|| self.cell.busy().waiters.add(id));
@@ -828,7 +841,17 @@ impl AgentHandle {
             sender: Some(sender),
             content,
         };
-        let id = self.queue(Arc::new(user), false)?.id;
+        let id = match self.queue(Arc::new(user), false) {
+            Ok(accepted) => accepted.id,
+            // Its turn was to write the observation its delivery admitted (no `Remember` was
+            // sent for it): the actor writes it instead.
+            Err(rejected) => {
+                return Err(Rejected {
+                    reminded: observed && self.cell.remind(),
+                    ..rejected
+                })
+            }
+        };
         // A queued TRIGGER wakes a sleeping (or idle) NPC: see `npc.tick.wake_seconds`.
         if let Some(ticking) = ticking {
             ticking.perceived(room.as_deref(), true);
@@ -937,6 +960,7 @@ impl AgentHandle {
                 Err(Rejected {
                     event: back,
                     refusal: WorkRefusal::MailboxFull { .. },
+                    ..
                 }) => {
                     event = Some(back);
                     None

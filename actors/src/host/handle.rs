@@ -194,13 +194,16 @@ impl Shared {
         Some(agent.clone())
     }
 
-    /// Classifies `event` for `key` and queues it if it is a TRIGGER; the agent's cell, when it
-    /// queued (the event, or the signal to write an observation).
+    /// Classifies `event` for `key` and queues it if it is a TRIGGER; `woken` gets the agent's
+    /// cell when it queued (the event, or the signal to write an observation — also for a refused
+    /// TRIGGER). An out-parameter, not a tuple with the result: the result holds the world event,
+    /// and a bigger return value costs every delivery one more copy of it.
     fn deliver(
         &self,
         key: &str,
         event: WorldEvent,
-    ) -> Result<(Delivered, Option<Arc<AgentCell>>), DeliverError> {
+        woken: &mut Option<Arc<AgentCell>>,
+    ) -> Result<Delivered, DeliverError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(DeliverError::Shutdown(event));
         }
@@ -232,16 +235,23 @@ impl Shared {
             perceived
         };
         match perceived {
-            Ok(seen) => Ok((
-                Delivered {
+            Ok(seen) => {
+                // Queued work, or a `Remember` signal: the pump wakes the agent.
+                if seen.queued.is_some() || seen.reminded {
+                    *woken = Some(agent.cell().clone());
+                }
+                Ok(Delivered {
                     verdict: seen.perception.verdict,
                     event_id: seen.queued,
                     halt_epoch: epoch,
-                },
-                // Queued work, or a `Remember` signal: the pump wakes the agent.
-                (seen.queued.is_some() || seen.reminded).then(|| agent.cell().clone()),
-            )),
-            Err(rejected) => Err(DeliverError::refused(event, rejected.refusal)),
+                })
+            }
+            Err(rejected) => {
+                if rejected.reminded {
+                    *woken = Some(agent.cell().clone());
+                }
+                Err(DeliverError::refused(event, rejected.refusal))
+            }
         }
     }
 
@@ -344,12 +354,7 @@ impl WardenHandle {
     pub fn try_deliver(&self, npc: &str, event: WorldEvent) -> Result<Delivered, DeliverError> {
         let before = wakes_posted_here();
         let mut woken = None;
-        let result = defer_wakes(|| {
-            self.shared.deliver(npc, event).map(|(done, cell)| {
-                woken = cell;
-                done
-            })
-        });
+        let result = defer_wakes(|| self.shared.deliver(npc, event, &mut woken));
         let posted = wakes_posted_here().wrapping_sub(before);
         let pumped = woken.map_or(0, |cell| u64::from(self.shared.pump.hand_over_one(cell)));
         self.shared.count(&result);
@@ -391,14 +396,10 @@ impl WardenHandle {
         defer_wakes(|| {
             results.reserve(batch.len());
             for (key, event) in batch.drain(..) {
-                let result = match self.shared.deliver(key.as_str(), event) {
-                    Ok((done, cell)) => {
-                        delivered += 1;
-                        woken.extend(cell);
-                        Ok(done)
-                    }
-                    Err(err) => Err(err),
-                };
+                let mut cell = None;
+                let result = self.shared.deliver(key.as_str(), event, &mut cell);
+                woken.extend(cell);
+                delivered += usize::from(result.is_ok());
                 self.shared.count(&result);
                 results.push(result);
             }

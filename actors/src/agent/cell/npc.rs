@@ -39,8 +39,13 @@ impl AgentCell {
     /// CONTEXT or CAPTURE event in the context buffer. A TRIGGER is for the caller to queue.
     /// With long-term memory, a TRIGGER or CONTEXT within the rate caps is admitted as an
     /// observation in the same `perceived` (the second value), and written by the agent's actor
-    /// (a `Remember` signal, sent when it is the first one waiting: the third value) — never
-    /// here, on the caller's thread, which a game host's tick waits on.
+    /// — never here, on the caller's thread, which a game host's tick waits on. Every waiting
+    /// observation has a writer on its way: a CONTEXT that is the first one waiting sends a
+    /// `Remember` signal (the third value); a TRIGGER sends none, its own turn writes first
+    /// (`turn::take`), and whatever keeps that turn from starting writes or reminds instead —
+    /// the caller when it cannot queue the TRIGGER ([`super::super::AgentHandle`]'s
+    /// `perceive_cow`), a halt that clears it ([`AgentCell::remind_after_clearing`]), a refusal
+    /// when the actor takes it (`on_work`). docs/design-decisions.md, "Who writes an observation".
     pub(crate) fn perceive(&self, event: &WorldEvent) -> (Perception, bool, bool) {
         let config = &self.settings.npc;
         let mut slot = self.npc.lock();
@@ -113,8 +118,10 @@ impl AgentCell {
         };
         self.emit(&mut rec, perceived);
         // Queued under the record lock, after the observation is in `unwritten`: the actor's
-        // write drains under it too, so a waiting observation always has a signal on its way.
-        let reminded = first && self.remind();
+        // write drains under it too, so a waiting observation always has a writer on its way.
+        // A TRIGGER's writer is its own turn (see above): a second wake of the actor for the
+        // same delivery would cost the host's thread a mailbox push and buy nothing.
+        let reminded = first && perception.verdict != Verdict::Trigger && self.remind();
         drop(rec);
         (perception, observe.is_some(), reminded)
     }
@@ -130,6 +137,13 @@ impl AgentCell {
         self.mailbox
             .try_send(AgentMsg::Signal(crate::agent::Signal::Remember))
             .is_ok()
+    }
+
+    /// A halt cleared the ordinary lane (`cleared` messages) under the record
+    /// lock `rec`: a TRIGGER among them was the writer of observations its delivery admitted
+    /// (it sent no `Remember`), so the actor is asked to write what waits. Whether it was asked.
+    pub(crate) fn remind_after_clearing(&self, rec: &AgentRecord, cleared: usize) -> bool {
+        cleared > 0 && rec.memory().is_some_and(|s| !s.unwritten.is_empty()) && self.remind()
     }
 
     /// The output of its commands captured while its tool calls ran, as one message for the turn
