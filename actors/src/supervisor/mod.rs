@@ -17,7 +17,8 @@
 //!   until resumed, as with any queued work).
 //!
 //! # Lock order
-//! Registry shard (dashmap) → agent record. Never a record while holding another agent's record, except
+//! Registry shard (dashmap; a spawn holds its key's shard while it sets the new agent up) → agent
+//! record. Never a record while holding another agent's record, except
 //! the breaker's leaf notification (delegate record → delegator's mailbox lane).
 
 mod delegation;

@@ -21,16 +21,16 @@
 //!   ordinary lane (see the `agent` module docs).
 //!
 //! * What only a working agent needs (tool circuits, task progress, the running turn's usage and
-//!   event, its delegators, the rolling hour) is its [`Busy`] part, allocated by the first call
+//!   event, its delegators, the rolling hour, who waits for its replies) is its [`Busy`] part, allocated by the first call
 //!   that changes it and never freed; readers that only look see `None` as "nothing yet". A fresh
 //!   agent's record (spawned, nothing since) is built at its first lock ([`RecordSlot`]); what
-//!   agents of one spec share is one [`Profile`]. An idle cell is one allocation of at most 384
-//!   bytes (a test holds it there).
+//!   agents of one spec share is one [`Profile`]; its breakers are made at their first use. An
+//!   idle cell is one allocation of at most 256 bytes (a test holds it there).
 //!
 //! # Lock order
 //! `record` → journal's internal lock; `record` → a mailbox lane (a leaf); `record` → `waiters`,
-//! `record` → `answering`, `record` → `hourly` (leaves). The halt gate's two locks are leaves (see
-//! `gate.rs`), and so are `npc` and `ticking`.
+//! `record` → `answering`, `record` → `hourly` (leaves). The halt gate's lock is a leaf (see
+//! `gate.rs`), and so is `npc` (the perception and the tick handle).
 //! No lock is held across an await.
 
 mod delegations;
