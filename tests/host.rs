@@ -486,24 +486,44 @@ fn a_refused_triggers_observation_is_written_though_the_delivery_failed() {
     let mut config = WardenConfig::default();
     config.memory.long_term = true;
     config.mailbox.ordinary_capacity = std::num::NonZeroUsize::MIN;
-    let warden = start(config, &["smith"], Duration::ZERO);
-    let smith = warden.agent("smith").expect("smith");
-    futures::executor::block_on(smith.pause("ops")).expect("paused");
+    let warden = start(config, &["farrier"], Duration::ZERO);
+    let farrier = warden.agent("farrier").expect("farrier");
+    futures::executor::block_on(farrier.pause("ops")).expect("paused");
+    // Passive (no actor yet): the first delivery starts its actor, so the actor's first park
+    // comes after it looked at what that delivery queued.
+    assert!(
+        farrier.passive(),
+        "spawned passive, paused without an actor"
+    );
+    let parked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let hook_parked = parked.clone();
+    warden_actors::test_hooks::set_pump_parked(Some(Arc::new(move |key: &AgentKey| {
+        if key.as_str() == "farrier" {
+            hook_parked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    })));
     let from = |player: &str, text: &str| {
         WorldEvent::player(player, WorldEventKind::Whisper, text).in_room("forge")
     };
     // The first fills the lane (paused: it stays there); its turn is to write its observation.
     warden
-        .try_deliver("smith", from("p1", "I am Aldric and I need a blade."))
+        .try_deliver("farrier", from("p1", "I am Aldric and I need a blade."))
         .expect("queued");
-    // Let the NPC's actor run what the pump woke it for, and park.
-    std::thread::sleep(Duration::from_millis(100));
+    // The first delivery's one wake (the pump's hand-over) started the actor; it looked, found
+    // nothing it may read while paused, and parked: no wake is left to read the next one's
+    // signal but the hand-over this test is about.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while parked.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the NPC's actor never parked");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    warden_actors::test_hooks::set_pump_parked(None);
     // The next is refused: no turn of its own, and no other delivery wakes the actor for it.
-    let refused = warden.try_deliver("smith", from("p2", "I am Brida; my axe is chipped."));
+    let refused = warden.try_deliver("farrier", from("p2", "I am Brida; my axe is chipped."));
     assert!(matches!(refused, Err(DeliverError::Busy(_))), "{refused:?}");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let record = smith.record();
+        let record = farrier.record();
         let store = record.memory().expect("memory");
         if store.unwritten.is_empty() && store.memories.len() == 2 {
             break;
@@ -516,7 +536,7 @@ fn a_refused_triggers_observation_is_written_though_the_delivery_failed() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert_eq!(smith.status().turns, 0, "paused: no turn wrote them");
+    assert_eq!(farrier.status().turns, 0, "paused: no turn wrote them");
     warden.shutdown();
 }
 
