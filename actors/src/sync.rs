@@ -9,10 +9,10 @@
 #[cfg(not(warden_loom))]
 pub(crate) use parking_lot::Mutex;
 #[cfg(not(warden_loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 #[cfg(warden_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// A part allocated at its first use (the mailbox's lanes): `once_cell`'s `race::OnceBox`.
 #[cfg(not(warden_loom))]

@@ -15,6 +15,7 @@ pub type Hook = Arc<dyn Fn(&AgentKey) + Send + Sync>;
 static HALT_GAP: RwLock<Option<Hook>> = RwLock::new(None);
 static DELEGATION_GAP: RwLock<Option<Hook>> = RwLock::new(None);
 static PASSIVE_HALT_GAP: RwLock<Option<Hook>> = RwLock::new(None);
+static IDLE_HALT_GAP: RwLock<Option<Hook>> = RwLock::new(None);
 static PASSIVE_CONTROL_GAP: RwLock<Option<Hook>> = RwLock::new(None);
 static PASSIVATED: RwLock<Option<Hook>> = RwLock::new(None);
 static PUMP_PARKED: RwLock<Option<Hook>> = RwLock::new(None);
@@ -77,6 +78,18 @@ pub(crate) fn passive_halt_gap(agent: &AgentKey) {
     run(&PASSIVE_HALT_GAP, agent);
 }
 
+/// Installs (or with `None` removes) the hook run when a halt has claimed its agent's idle actor
+/// and before it applies the halt to the cell itself: a message sent there wakes an actor that
+/// must read nothing until the halt is applied (called on the halting thread, with the agent's
+/// key).
+pub fn set_idle_halt_gap(hook: Option<Hook>) {
+    *IDLE_HALT_GAP.write() = hook;
+}
+
+pub(crate) fn idle_halt_gap(agent: &AgentKey) {
+    run(&IDLE_HALT_GAP, agent);
+}
+
 /// Installs (or with `None` removes) the hook run when a control (resume, unlock, pause, reset)
 /// has found its agent passive and before it applies the control to the cell itself: a message
 /// sent there starts the agent's actor while the control is being applied (called on the
@@ -90,7 +103,8 @@ pub(crate) fn passive_control_gap(agent: &AgentKey) {
 }
 
 /// Installs (or with `None` removes) the hook run on an agent's arbiter when its actor found
-/// nothing it may read now and waits for the next wake (a paused agent's queued work included).
+/// nothing it may read now and waits for the next wake (a paused agent's queued work included,
+/// and a wake that came while a halt held a claim on the idle actor).
 pub fn set_pump_parked(hook: Option<Hook>) {
     *PUMP_PARKED.write() = hook;
 }

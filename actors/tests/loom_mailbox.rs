@@ -10,7 +10,7 @@
 
 use loom::{
     sync::{
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
         Arc,
     },
     thread,
@@ -221,5 +221,88 @@ fn a_send_racing_passivation_is_read_by_the_reader_or_starts_a_new_one() {
         }
         assert_eq!(got, [M(Priority::Ordinary, 1)]);
         assert!(mailbox.pop().is_none());
+    });
+}
+
+/// [`drain_if_woken`] as the agent's actor drains: entering as the reader first, and reading
+/// nothing when another thread holds a claim on it (the claim's end wakes it again).
+fn drain_as_reader(
+    mailbox: &PriorityMailbox<M>,
+    probe: &Probe,
+    got: &mut Vec<M>,
+    reading: &AtomicBool,
+    claimed: &AtomicBool,
+) {
+    if probe.outstanding.load(Ordering::SeqCst) == 0 {
+        return;
+    }
+    probe.outstanding.fetch_sub(1, Ordering::SeqCst);
+    mailbox.begin_drain();
+    if !mailbox.enter_reader() {
+        return;
+    }
+    reading.store(true, Ordering::SeqCst);
+    assert!(
+        !claimed.load(Ordering::SeqCst),
+        "the reader read while another thread held a claim on it"
+    );
+    while let Some(envelope) = mailbox.pop() {
+        got.push(envelope.msg);
+    }
+    reading.store(false, Ordering::SeqCst);
+    mailbox.leave_reader();
+}
+
+/// An operator's halt applied on the halting thread (issue 36, item 3) claims the idle reader
+/// while a sender wakes it: the reader and the claimer are never inside together, and a reader
+/// that came during the claim (and read nothing) is woken when it ends — the message is read, no
+/// wake is lost, and wakes stay coalesced.
+#[test]
+fn a_claim_on_the_idle_reader_excludes_it_and_wakes_it_after() {
+    loom::model(|| {
+        let mailbox = Arc::new(PriorityMailbox::new(4));
+        let probe = probe();
+        mailbox.attach(probe.clone());
+        let reading = Arc::new(AtomicBool::new(false));
+        let claimed = Arc::new(AtomicBool::new(false));
+        let claimer = {
+            let (mailbox, reading, claimed) = (mailbox.clone(), reading.clone(), claimed.clone());
+            thread::spawn(move || {
+                let Some(claim) = mailbox.claim_idle_reader() else {
+                    return false;
+                };
+                claimed.store(true, Ordering::SeqCst);
+                assert!(
+                    !reading.load(Ordering::SeqCst),
+                    "a claim was taken while the reader read"
+                );
+                claimed.store(false, Ordering::SeqCst);
+                drop(claim);
+                true
+            })
+        };
+        let sender = {
+            let mailbox = mailbox.clone();
+            thread::spawn(move || mailbox.try_send(M(Priority::Control, 1)).expect("room"))
+        };
+        let mut got = Vec::new();
+        drain_as_reader(&mailbox, &probe, &mut got, &reading, &claimed);
+        claimer.join().expect("claimer");
+        sender.join().expect("sender");
+        let queued = mailbox.depths();
+        if queued.control > 0 {
+            assert!(
+                probe.outstanding.load(Ordering::SeqCst) > 0,
+                "a message is queued and no wake is outstanding: the reader was left behind"
+            );
+        }
+        while probe.outstanding.load(Ordering::SeqCst) > 0 {
+            drain_as_reader(&mailbox, &probe, &mut got, &reading, &claimed);
+        }
+        assert_eq!(got, [M(Priority::Control, 1)]);
+        assert!(
+            mailbox.claim_idle_reader().is_some(),
+            "the reader stayed claimed"
+        );
     });
 }

@@ -156,6 +156,13 @@ impl AgentActor {
 
     fn pump(&mut self, ctx: &mut Context<Self>) {
         self.worked = true;
+        // Another thread acts for this idle actor right now (an operator's halt applied on the
+        // halting thread: `super::halt_if_idle`): read nothing; the end of its claim wakes us.
+        if !self.cell.mailbox.enter_reader() {
+            #[cfg(feature = "test-hooks")]
+            crate::test_hooks::pump_parked(&self.cell.key);
+            return;
+        }
         // Fail closed while the journal cannot write: no turn starts (a restart would not know of
         // it, and could not stop it); ordinary work waits, and is looked at again while it does.
         let degraded = self.cell.journal().degraded().is_some();
@@ -177,6 +184,11 @@ impl AgentActor {
                 self.cell.mailbox.pop()
             };
             let Some(envelope) = next else {
+                if self.turn.is_none() {
+                    // Idle until the next wake: a halt may now be applied for us, on its caller's
+                    // thread. (A running turn is ours to end: a halt meanwhile is queued.)
+                    self.cell.mailbox.leave_reader();
+                }
                 #[cfg(feature = "test-hooks")]
                 crate::test_hooks::pump_parked(&self.cell.key);
                 return;
@@ -328,8 +340,12 @@ impl AgentActor {
             }
         }
         let discarded = apply_halt(&self.cell, request);
-        // Listing and dropping the backlog is O(N): it runs as its own task after the ack, so the halt
-        // is acknowledged in O(1) whatever the backlog.
+        self.discard_later(discarded);
+    }
+
+    /// Listing and dropping a halt's cleared backlog is O(N): it runs as its own task after the
+    /// ack, so the halt is acknowledged in O(1) whatever the backlog.
+    fn discard_later(&self, discarded: VecDeque<Envelope<AgentMsg>>) {
         if !discarded.is_empty() {
             let cell = self.cell.clone();
             actix_rt::spawn(async move {
@@ -354,6 +370,10 @@ impl AgentActor {
                     .note(EventKind::DelegateLockedOut { delegate, reason });
             }
             Signal::Remember => self.cell.write_observations_ahead(),
+            Signal::Cleared(discarded) => {
+                settle_cleared(&self.cell, &discarded);
+                self.discard_later(discarded);
+            }
         }
     }
 }
@@ -546,9 +566,21 @@ pub(crate) fn halt_record(
 /// The rest of [`apply_halt`], after the ack: whoever waits on the stopped turn's event or on a
 /// cleared one is answered.
 pub(crate) fn settle_halted(cell: &AgentCell, discarded: &VecDeque<Envelope<AgentMsg>>) {
+    settle_answering(cell);
+    settle_cleared(cell, discarded);
+}
+
+/// Whoever waits on the event of the turn a halt stopped is answered ([`settle_halted`]'s first
+/// half).
+pub(crate) fn settle_answering(cell: &AgentCell) {
     if let Some((id, accepted)) = cell.take_answering() {
         cell.settle(id, Some(accepted), EventFate::Discarded);
     }
+}
+
+/// Whoever waits on an event a halt cleared from the ordinary lane is answered ([`settle_halted`]'s
+/// second half: O(N) in the cleared messages).
+pub(crate) fn settle_cleared(cell: &AgentCell, discarded: &VecDeque<Envelope<AgentMsg>>) {
     for id in discarded.iter().filter_map(|e| match &e.msg {
         AgentMsg::Work(w) => w.queued(),
         _ => None,

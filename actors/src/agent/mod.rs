@@ -24,10 +24,11 @@ pub(crate) mod turn;
 
 use crate::{
     journal::NotDurable,
-    mailbox::{Prioritized, TrySendError},
+    mailbox::{Envelope, Prioritized, TrySendError},
 };
 use cell::AgentCell;
 pub use reply::{AskError, Notice, PendingReply, Reply, Settled, Settlement};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use warden_protocols::EventKind;
@@ -136,6 +137,10 @@ pub(crate) enum Signal {
     /// memory's write runs on the agent's actor, never on the delivering thread). Sent when the
     /// first one waits, and at spawn when a restart finds some.
     Remember,
+    /// A halt applied for this agent's idle actor on the halting thread
+    /// (`halt_if_idle`) cleared these from the ordinary lane: settle their events, then list
+    /// and free them, as the actor does after a halt it read.
+    Cleared(VecDeque<Envelope<AgentMsg>>),
 }
 
 /// Ordinary work.
@@ -1000,6 +1005,12 @@ impl AgentHandle {
     /// before the actor reads the halt message. Halting an agent also halts the delegates of the
     /// delegations it is running.
     ///
+    /// An agent that runs no turn right now — passive, or active with its actor idle between two
+    /// messages (a paused agent behind any backlog included) — is halted by this call itself, on
+    /// the calling thread: the acknowledgement is there at the first poll (the durability wait
+    /// aside), whatever the agent's thread is doing. Only a running turn, which the actor must
+    /// end, makes the halt a message its actor reads.
+    ///
     /// On halt the ordinary lane is cleared (each discarded user event is journaled and its waiter
     /// told [`AskError::Discarded`]); the agent stays `STOPPED` until [`AgentHandle::resume`]. A
     /// locked-out agent stays `SAFETY_LOCKOUT`. If the team was shut down the acknowledgement
@@ -1177,7 +1188,7 @@ pub(crate) fn refusal_for(rec: &AgentRecord) -> Option<WorkRefusal> {
 }
 
 /// Marks the halt visible and queues it in lane 0. The receiver resolves on the acknowledgement.
-pub(crate) fn send_halt(cell: &AgentCell, cause: HaltCause) -> oneshot::Receiver<SentAck> {
+pub(crate) fn send_halt(cell: &Arc<AgentCell>, cause: HaltCause) -> oneshot::Receiver<SentAck> {
     let (ack, rx) = oneshot::channel();
     send_halt_to(cell, cause, Some(HaltReply::One(ack)));
     rx
@@ -1188,7 +1199,7 @@ pub(crate) fn send_halt(cell: &AgentCell, cause: HaltCause) -> oneshot::Receiver
 /// The halt reaches the delegates of every delegation running when it is raised, transitively, here
 /// and now (see [`AgentCell::request_halt`] for why they are listed before the turn is cancelled):
 /// not in the actor's halt handler, by which time a cancelled turn may have ended them.
-pub(crate) fn send_halt_to(cell: &AgentCell, cause: HaltCause, reply: Option<HaltReply>) {
+pub(crate) fn send_halt_to(cell: &Arc<AgentCell>, cause: HaltCause, reply: Option<HaltReply>) {
     let delegates = cell.request_halt();
     queue_halt(cell, cause, reply);
     for delegate in delegates {
@@ -1200,12 +1211,47 @@ pub(crate) fn send_halt_to(cell: &AgentCell, cause: HaltCause, reply: Option<Hal
 }
 
 /// Queues the halt message of a halt already raised ([`AgentCell::request_halt`]) in lane 0.
-pub(crate) fn queue_halt(cell: &AgentCell, cause: HaltCause, reply: Option<HaltReply>) {
+pub(crate) fn queue_halt(cell: &Arc<AgentCell>, cause: HaltCause, reply: Option<HaltReply>) {
     #[cfg(feature = "test-hooks")]
     crate::test_hooks::halt_gap(&cell.key);
-    if let Some(request) = halt_if_passive(cell, cause, reply) {
+    let Some(request) = halt_if_passive(cell, cause, reply) else {
+        return;
+    };
+    if let Some(request) = halt_if_idle(cell, request) {
         send_queued_halt(cell, request);
     }
+}
+
+/// An active agent whose actor is idle — between two messages, no turn running (a paused agent
+/// behind any backlog, an agent waiting for its next event) — is halted here and now, on the
+/// halting thread, as a passive one is: the actor is claimed ([`PriorityMailbox::claim_idle_reader`]:
+/// it reads nothing until the halt is applied, and is woken afterwards if it came meanwhile), the
+/// halt is applied to the cell as the actor would apply it, and the acknowledgement goes out at
+/// once — no wake-up of another thread before it, so the halt is as fast as the halting thread,
+/// and a busy arbiter (another agent's long step on the same thread) cannot delay it.
+///
+/// The cleared backlog's events are settled, listed and freed after the acknowledgement, by the
+/// actor (a [`Signal::Cleared`], see [`hand_over`]), as after a halt it read. Returns the request when the actor
+/// is not idle (to be queued: a running turn is the actor's to end).
+///
+/// [`PriorityMailbox::claim_idle_reader`]: crate::mailbox::PriorityMailbox::claim_idle_reader
+fn halt_if_idle(cell: &Arc<AgentCell>, request: HaltRequest) -> Option<HaltRequest> {
+    let Some(claim) = cell.mailbox.claim_idle_reader() else {
+        return Some(request);
+    };
+    #[cfg(feature = "test-hooks")]
+    crate::test_hooks::idle_halt_gap(&cell.key);
+    let HaltRequest { cause, ack: reply } = request;
+    let (discarded, sent) = actor::halt_cell(cell, &cause, reply.is_some());
+    drop(claim);
+    if let (Some(reply), Some(sent)) = (reply, sent) {
+        reply.send(sent);
+    }
+    actor::settle_answering(cell);
+    if !discarded.is_empty() {
+        hand_over(cell, discarded);
+    }
+    None
 }
 
 /// [`queue_halt`] for a halt of many agents gathered by one caller (`halt_all`): a passive agent is
@@ -1245,6 +1291,46 @@ pub(crate) fn queue_halt_gathered<'a>(
             ack,
         },
     );
+}
+
+/// Hands a halt's cleared backlog to the agent's actor ([`Signal::Cleared`]), after the halt's
+/// acknowledgement: from a task on the halting thread's runtime when there is one (so the wake-up
+/// of the agent's thread — microseconds of a system call and an inter-processor interrupt — is
+/// not paid before the halting caller has its ack), or at once.
+fn hand_over(cell: &Arc<AgentCell>, cleared: VecDeque<Envelope<AgentMsg>>) {
+    let handover = Handover {
+        cell: cell.clone(),
+        cleared,
+    };
+    match tokio::runtime::Handle::try_current() {
+        // Dropped by the task, or with it if the runtime ends before it runs: handed over either
+        // way.
+        Ok(runtime) => drop(runtime.spawn(async move { drop(handover) })),
+        Err(_) => drop(handover),
+    }
+}
+
+/// A halt's cleared backlog on its way to the agent's actor: handed over when dropped.
+struct Handover {
+    cell: Arc<AgentCell>,
+    cleared: VecDeque<Envelope<AgentMsg>>,
+}
+
+impl Drop for Handover {
+    fn drop(&mut self) {
+        let cleared = std::mem::take(&mut self.cleared);
+        let sent = self
+            .cell
+            .mailbox
+            .try_send(AgentMsg::Signal(Signal::Cleared(cleared)));
+        if let Err(refused) = sent {
+            // Closed (the team shuts down): settle and list them here.
+            if let AgentMsg::Signal(Signal::Cleared(cleared)) = refused.into_inner() {
+                actor::settle_cleared(&self.cell, &cleared);
+                actor::discard_backlog(&self.cell, cleared);
+            }
+        }
+    }
 }
 
 /// Whether `cell` is passive (no actor runs: docs/architecture.md) and open.

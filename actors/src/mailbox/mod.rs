@@ -15,8 +15,14 @@
 //! * `depth[i]` is incremented after a push and decremented after a pop, both under lane `i`'s lock, so it
 //!   is exact whenever no lock is held and never undercounts a visible message.
 //!
+//! * Between two messages the reader may be *claimed* by another thread, which then acts on the
+//!   agent for it ([`PriorityMailbox::claim_idle_reader`], see [`reader`]): never both at once, and
+//!   a reader that came meanwhile is woken when the claim ends.
+//!
 //! # Lock order
 //! Each lane lock is a leaf: it is never held while taking another lock or posting a wake.
+
+mod reader;
 
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, OnceBox, Ordering};
 use actix::{Message, Recipient};
@@ -166,6 +172,8 @@ pub struct PriorityMailbox<M> {
     /// The sink in `waker` stands for a reader that does not run ([`WakeSink::activate`]). Changed
     /// only under the `waker` lock; read without it by [`PriorityMailbox::is_passive`].
     passive: AtomicBool,
+    /// Whether the reader is inside, or another thread acts for it ([`reader`]).
+    reader: reader::ReaderSlot,
     waker: Mutex<Option<Box<dyn WakeSink>>>,
 }
 
@@ -223,6 +231,7 @@ impl<M: Prioritized> PriorityMailbox<M> {
             wake_scheduled: AtomicBool::new(false),
             reading: AtomicBool::new(false),
             passive: AtomicBool::new(false),
+            reader: reader::ReaderSlot::default(),
             waker: Mutex::new(None),
         }
     }
@@ -362,6 +371,11 @@ impl<M: Prioritized> PriorityMailbox<M> {
         if DEFERRED.with(std::cell::Cell::get) {
             return; // the host handle's batch: its pump calls this again, on warden's thread
         }
+        self.schedule_wake_now();
+    }
+
+    /// [`PriorityMailbox::schedule_wake`], deferred or not (see `DEFERRED`).
+    fn schedule_wake_now(&self) {
         if !self.wake_scheduled.swap(true, Ordering::AcqRel)
             && self.wake_locked(&mut self.waker.lock())
         {
@@ -473,6 +487,34 @@ impl<M: Prioritized> PriorityMailbox<M> {
         self.reading.load(Ordering::Acquire)
     }
 
+    /// The reader is about to read (after [`PriorityMailbox::begin_drain`]). `false`: another
+    /// thread holds a claim on it ([`PriorityMailbox::claim_idle_reader`]) — read nothing and
+    /// wait: the claim's end posts a wake. `true` also when the reader is inside already (it holds
+    /// work across drains, as a running turn).
+    pub fn enter_reader(&self) -> bool {
+        self.reader.enter()
+    }
+
+    /// The reader is idle: it holds nothing between messages (no work it has not finished) until
+    /// it enters again. A claim may be taken from now on.
+    pub fn leave_reader(&self) {
+        self.reader.leave();
+    }
+
+    /// Claims the reader while it is idle (not inside, nobody else claiming, the mailbox open):
+    /// until the returned claim is dropped the reader reads nothing, and the caller may act on
+    /// the agent as its reader would between two messages. `None`: the reader is inside (or
+    /// another claim is held, or the mailbox is closed) — send it a message instead.
+    ///
+    /// A claim is short (a record change): a reader that comes meanwhile backs off, and the
+    /// claim's drop posts it a wake.
+    pub fn claim_idle_reader(&self) -> Option<ReaderClaim<'_, M>> {
+        if self.is_closed() || !self.reader.claim() {
+            return None;
+        }
+        Some(ReaderClaim { mailbox: self })
+    }
+
     /// Called by the reader before it reads, on every `Wake`.
     pub fn begin_drain(&self) {
         // A swap, not a store: see `schedule_wake` (it synchronises with the last sender's swap, so
@@ -563,6 +605,28 @@ impl<M: Prioritized> PriorityMailbox<M> {
     /// Whether [`PriorityMailbox::close`] was called.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+}
+
+/// A claim on an idle reader ([`PriorityMailbox::claim_idle_reader`]); dropping it gives the reader
+/// back, and wakes it if it came meanwhile.
+#[must_use = "the reader is claimed until this is dropped"]
+pub struct ReaderClaim<'a, M: Prioritized> {
+    mailbox: &'a PriorityMailbox<M>,
+}
+
+impl<M: Prioritized> std::fmt::Debug for ReaderClaim<'_, M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReaderClaim").finish_non_exhaustive()
+    }
+}
+
+impl<M: Prioritized> Drop for ReaderClaim<'_, M> {
+    fn drop(&mut self) {
+        if self.mailbox.reader.release() {
+            // Not deferred by a host batch: nobody else knows this mailbox needs its wake.
+            self.mailbox.schedule_wake_now();
+        }
     }
 }
 
