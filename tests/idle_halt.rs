@@ -163,18 +163,18 @@ async fn a_held_arbiter_does_not_delay_an_idle_agents_halt() {
     team.shutdown().await;
 }
 
-/// The losing interleaving: while the halt holds its claim on the idle actor (before it applies
+/// The losing interleaving: while the halt holds its borrow on the idle actor (before it applies
 /// the halt), a pause comes over the control lane and wakes the actor on its own thread, which
 /// must read nothing. Once the halt is applied the actor is woken again and reads the pause: the
-/// pause is answered, after the halt. (Without the wake at the claim's end the pause is never
+/// pause is answered, after the halt. (Without the wake at the borrow's end the pause is never
 /// read.)
 #[actix_rt::test]
-async fn a_message_that_wakes_the_actor_during_the_claim_is_read_after_the_halt() {
+async fn a_message_that_wakes_the_actor_during_the_borrow_is_read_after_the_halt() {
     let journal = Arc::new(MemoryJournal::new());
     let mut config = config();
     config.supervisor.arbiters = 1;
     let team = Supervisor::new(config, journal.clone());
-    let agent = team.assistant("claimed", model([ScriptStep::reply("up")]));
+    let agent = team.assistant("borrowed", model([ScriptStep::reply("up")]));
     let parked = Arc::new(AtomicUsize::new(0));
     let idle_after_turn = Arc::new(AtomicUsize::new(0));
     let (hook_parked, hook_idle, parked_agent) =
@@ -190,7 +190,7 @@ async fn a_message_that_wakes_the_actor_during_the_claim_is_read_after_the_halt(
     })));
     agent.ask(UserEvent::new("start")).await.unwrap();
     // The reply goes out just before the actor looks for more and parks: wait for that park, so
-    // that the halt finds the actor idle (and claims it).
+    // that the halt finds the actor idle (and borrows it).
     until("the actor parked after its turn", || {
         idle_after_turn.load(Ordering::SeqCst) > 0
     })
@@ -227,13 +227,13 @@ async fn a_message_that_wakes_the_actor_during_the_claim_is_read_after_the_halt(
     assert_eq!(ack.state, AgentState::Stopped);
     paused
         .recv_timeout(Duration::from_secs(10))
-        .expect("the pause sent during the claim was never read")
+        .expect("the pause sent during the borrow was never read")
         .unwrap();
     let status = agent.status();
     assert!(status.paused);
     assert_eq!(status.state, AgentState::Stopped);
     let kinds: Vec<_> = journal
-        .events_of("claimed")
+        .events_of("borrowed")
         .into_iter()
         .filter_map(|e| match e.kind {
             EventKind::Halted { .. } => Some("halted"),

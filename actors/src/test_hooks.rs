@@ -78,7 +78,7 @@ pub(crate) fn passive_halt_gap(agent: &AgentKey) {
     run(&PASSIVE_HALT_GAP, agent);
 }
 
-/// Installs (or with `None` removes) the hook run when a halt has claimed its agent's idle actor
+/// Installs (or with `None` removes) the hook run when a halt has borrowed its agent's idle actor
 /// and before it applies the halt to the cell itself: a message sent there wakes an actor that
 /// must read nothing until the halt is applied (called on the halting thread, with the agent's
 /// key).
@@ -104,7 +104,7 @@ pub(crate) fn passive_control_gap(agent: &AgentKey) {
 
 /// Installs (or with `None` removes) the hook run on an agent's arbiter when its actor found
 /// nothing it may read now and waits for the next wake (a paused agent's queued work included,
-/// and a wake that came while a halt held a claim on the idle actor).
+/// and a wake that came while a halt had borrowed the idle actor).
 pub fn set_pump_parked(hook: Option<Hook>) {
     *PUMP_PARKED.write() = hook;
 }

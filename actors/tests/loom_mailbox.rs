@@ -225,13 +225,13 @@ fn a_send_racing_passivation_is_read_by_the_reader_or_starts_a_new_one() {
 }
 
 /// [`drain_if_woken`] as the agent's actor drains: entering as the reader first, and reading
-/// nothing when another thread holds a claim on it (the claim's end wakes it again).
+/// nothing when another thread has borrowed it (the borrow's end wakes it again).
 fn drain_as_reader(
     mailbox: &PriorityMailbox<M>,
     probe: &Probe,
     got: &mut Vec<M>,
     reading: &AtomicBool,
-    claimed: &AtomicBool,
+    borrowed: &AtomicBool,
 ) {
     if probe.outstanding.load(Ordering::SeqCst) == 0 {
         return;
@@ -243,8 +243,8 @@ fn drain_as_reader(
     }
     reading.store(true, Ordering::SeqCst);
     assert!(
-        !claimed.load(Ordering::SeqCst),
-        "the reader read while another thread held a claim on it"
+        !borrowed.load(Ordering::SeqCst),
+        "the reader read while another thread had borrowed it"
     );
     while let Some(envelope) = mailbox.pop() {
         got.push(envelope.msg);
@@ -253,31 +253,31 @@ fn drain_as_reader(
     mailbox.leave_reader();
 }
 
-/// An operator's halt applied on the halting thread (issue 36, item 3) claims the idle reader
-/// while a sender wakes it: the reader and the claimer are never inside together, and a reader
-/// that came during the claim (and read nothing) is woken when it ends — the message is read, no
+/// An operator's halt applied on the halting thread (issue 36, item 3) borrows the idle reader
+/// while a sender wakes it: the reader and the borrower are never inside together, and a reader
+/// that came during the borrow (and read nothing) is woken when it ends — the message is read, no
 /// wake is lost, and wakes stay coalesced.
 #[test]
-fn a_claim_on_the_idle_reader_excludes_it_and_wakes_it_after() {
+fn a_borrowed_idle_reader_is_excluded_and_woken_after() {
     loom::model(|| {
         let mailbox = Arc::new(PriorityMailbox::new(4));
         let probe = probe();
         mailbox.attach(probe.clone());
         let reading = Arc::new(AtomicBool::new(false));
-        let claimed = Arc::new(AtomicBool::new(false));
-        let claimer = {
-            let (mailbox, reading, claimed) = (mailbox.clone(), reading.clone(), claimed.clone());
+        let borrowed = Arc::new(AtomicBool::new(false));
+        let borrower = {
+            let (mailbox, reading, borrowed) = (mailbox.clone(), reading.clone(), borrowed.clone());
             thread::spawn(move || {
-                let Some(claim) = mailbox.claim_idle_reader() else {
+                let Some(borrow) = mailbox.borrow_idle_reader() else {
                     return false;
                 };
-                claimed.store(true, Ordering::SeqCst);
+                borrowed.store(true, Ordering::SeqCst);
                 assert!(
                     !reading.load(Ordering::SeqCst),
-                    "a claim was taken while the reader read"
+                    "a borrow was taken while the reader read"
                 );
-                claimed.store(false, Ordering::SeqCst);
-                drop(claim);
+                borrowed.store(false, Ordering::SeqCst);
+                drop(borrow);
                 true
             })
         };
@@ -286,8 +286,8 @@ fn a_claim_on_the_idle_reader_excludes_it_and_wakes_it_after() {
             thread::spawn(move || mailbox.try_send(M(Priority::Control, 1)).expect("room"))
         };
         let mut got = Vec::new();
-        drain_as_reader(&mailbox, &probe, &mut got, &reading, &claimed);
-        claimer.join().expect("claimer");
+        drain_as_reader(&mailbox, &probe, &mut got, &reading, &borrowed);
+        borrower.join().expect("borrower");
         sender.join().expect("sender");
         let queued = mailbox.depths();
         if queued.control > 0 {
@@ -297,12 +297,12 @@ fn a_claim_on_the_idle_reader_excludes_it_and_wakes_it_after() {
             );
         }
         while probe.outstanding.load(Ordering::SeqCst) > 0 {
-            drain_as_reader(&mailbox, &probe, &mut got, &reading, &claimed);
+            drain_as_reader(&mailbox, &probe, &mut got, &reading, &borrowed);
         }
         assert_eq!(got, [M(Priority::Control, 1)]);
         assert!(
-            mailbox.claim_idle_reader().is_some(),
-            "the reader stayed claimed"
+            mailbox.borrow_idle_reader().is_some(),
+            "the reader stayed borrowed"
         );
     });
 }

@@ -157,7 +157,7 @@ impl AgentActor {
     fn pump(&mut self, ctx: &mut Context<Self>) {
         self.worked = true;
         // Another thread acts for this idle actor right now (an operator's halt applied on the
-        // halting thread: `super::halt_if_idle`): read nothing; the end of its claim wakes us.
+        // halting thread: `super::halt_if_idle`): read nothing; the end of its borrow wakes us.
         if !self.cell.mailbox.enter_reader() {
             #[cfg(feature = "test-hooks")]
             crate::test_hooks::pump_parked(&self.cell.key);

@@ -1224,7 +1224,7 @@ pub(crate) fn queue_halt(cell: &Arc<AgentCell>, cause: HaltCause, reply: Option<
 
 /// An active agent whose actor is idle — between two messages, no turn running (a paused agent
 /// behind any backlog, an agent waiting for its next event) — is halted here and now, on the
-/// halting thread, as a passive one is: the actor is claimed ([`PriorityMailbox::claim_idle_reader`]:
+/// halting thread, as a passive one is: the actor is borrowed ([`PriorityMailbox::borrow_idle_reader`]:
 /// it reads nothing until the halt is applied, and is woken afterwards if it came meanwhile), the
 /// halt is applied to the cell as the actor would apply it, and the acknowledgement goes out at
 /// once — no wake-up of another thread before it, so the halt is as fast as the halting thread,
@@ -1234,16 +1234,16 @@ pub(crate) fn queue_halt(cell: &Arc<AgentCell>, cause: HaltCause, reply: Option<
 /// actor (a [`Signal::Cleared`], see [`hand_over`]), as after a halt it read. Returns the request when the actor
 /// is not idle (to be queued: a running turn is the actor's to end).
 ///
-/// [`PriorityMailbox::claim_idle_reader`]: crate::mailbox::PriorityMailbox::claim_idle_reader
+/// [`PriorityMailbox::borrow_idle_reader`]: crate::mailbox::PriorityMailbox::borrow_idle_reader
 fn halt_if_idle(cell: &Arc<AgentCell>, request: HaltRequest) -> Option<HaltRequest> {
-    let Some(claim) = cell.mailbox.claim_idle_reader() else {
+    let Some(borrow) = cell.mailbox.borrow_idle_reader() else {
         return Some(request);
     };
     #[cfg(feature = "test-hooks")]
     crate::test_hooks::idle_halt_gap(&cell.key);
     let HaltRequest { cause, ack: reply } = request;
     let (discarded, sent) = actor::halt_cell(cell, &cause, reply.is_some());
-    drop(claim);
+    drop(borrow);
     if let (Some(reply), Some(sent)) = (reply, sent) {
         reply.send(sent);
     }

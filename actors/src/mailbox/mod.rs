@@ -15,9 +15,9 @@
 //! * `depth[i]` is incremented after a push and decremented after a pop, both under lane `i`'s lock, so it
 //!   is exact whenever no lock is held and never undercounts a visible message.
 //!
-//! * Between two messages the reader may be *claimed* by another thread, which then acts on the
-//!   agent for it ([`PriorityMailbox::claim_idle_reader`], see [`reader`]): never both at once, and
-//!   a reader that came meanwhile is woken when the claim ends.
+//! * Between two messages the reader may be *borrowed* by another thread, which then acts on the
+//!   agent for it ([`PriorityMailbox::borrow_idle_reader`], see `mailbox/reader.rs`): never both at once, and
+//!   a reader that came meanwhile is woken when the borrow ends.
 //!
 //! # Lock order
 //! Each lane lock is a leaf: it is never held while taking another lock or posting a wake.
@@ -488,31 +488,31 @@ impl<M: Prioritized> PriorityMailbox<M> {
     }
 
     /// The reader is about to read (after [`PriorityMailbox::begin_drain`]). `false`: another
-    /// thread holds a claim on it ([`PriorityMailbox::claim_idle_reader`]) — read nothing and
-    /// wait: the claim's end posts a wake. `true` also when the reader is inside already (it holds
+    /// thread has borrowed it ([`PriorityMailbox::borrow_idle_reader`]) — read nothing and
+    /// wait: the borrow's end posts a wake. `true` also when the reader is inside already (it holds
     /// work across drains, as a running turn).
     pub fn enter_reader(&self) -> bool {
         self.reader.enter()
     }
 
     /// The reader is idle: it holds nothing between messages (no work it has not finished) until
-    /// it enters again. A claim may be taken from now on.
+    /// it enters again. A borrow may be taken from now on.
     pub fn leave_reader(&self) {
         self.reader.leave();
     }
 
-    /// Claims the reader while it is idle (not inside, nobody else claiming, the mailbox open):
-    /// until the returned claim is dropped the reader reads nothing, and the caller may act on
+    /// Borrows the reader while it is idle (not inside, nobody else borrowing, the mailbox open):
+    /// until the returned borrow is dropped the reader reads nothing, and the caller may act on
     /// the agent as its reader would between two messages. `None`: the reader is inside (or
-    /// another claim is held, or the mailbox is closed) — send it a message instead.
+    /// another borrow is held, or the mailbox is closed) — send it a message instead.
     ///
-    /// A claim is short (a record change): a reader that comes meanwhile backs off, and the
-    /// claim's drop posts it a wake.
-    pub fn claim_idle_reader(&self) -> Option<ReaderClaim<'_, M>> {
-        if self.is_closed() || !self.reader.claim() {
+    /// A borrow is short (a record change): a reader that comes meanwhile backs off, and the
+    /// borrow's drop posts it a wake.
+    pub fn borrow_idle_reader(&self) -> Option<BorrowedReader<'_, M>> {
+        if self.is_closed() || !self.reader.lend() {
             return None;
         }
-        Some(ReaderClaim { mailbox: self })
+        Some(BorrowedReader { mailbox: self })
     }
 
     /// Called by the reader before it reads, on every `Wake`.
@@ -608,20 +608,20 @@ impl<M: Prioritized> PriorityMailbox<M> {
     }
 }
 
-/// A claim on an idle reader ([`PriorityMailbox::claim_idle_reader`]); dropping it gives the reader
+/// A borrowed idle reader ([`PriorityMailbox::borrow_idle_reader`]); dropping it gives the reader
 /// back, and wakes it if it came meanwhile.
-#[must_use = "the reader is claimed until this is dropped"]
-pub struct ReaderClaim<'a, M: Prioritized> {
+#[must_use = "the reader is borrowed until this is dropped"]
+pub struct BorrowedReader<'a, M: Prioritized> {
     mailbox: &'a PriorityMailbox<M>,
 }
 
-impl<M: Prioritized> std::fmt::Debug for ReaderClaim<'_, M> {
+impl<M: Prioritized> std::fmt::Debug for BorrowedReader<'_, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReaderClaim").finish_non_exhaustive()
+        f.debug_struct("BorrowedReader").finish_non_exhaustive()
     }
 }
 
-impl<M: Prioritized> Drop for ReaderClaim<'_, M> {
+impl<M: Prioritized> Drop for BorrowedReader<'_, M> {
     fn drop(&mut self) {
         if self.mailbox.reader.release() {
             // Not deferred by a host batch: nobody else knows this mailbox needs its wake.
