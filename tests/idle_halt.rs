@@ -245,3 +245,52 @@ async fn a_message_that_wakes_the_actor_during_the_borrow_is_read_after_the_halt
     replay_matches(&journal, &agent);
     team.shutdown().await;
 }
+
+/// `halt_all` over active agents whose actors are idle (passivation off): each is halted by the
+/// halting call itself, batched as passive agents are — the first poll has every ack, none sent
+/// through a message — and a paused one's backlog is cleared and answered as by any halt.
+#[actix_rt::test]
+async fn halt_all_halts_idle_active_agents_on_the_halting_thread() {
+    tokio::time::pause();
+    let (team, journal) = team(config());
+    let agents: Vec<AgentHandle> = (0..20)
+        .map(|i| team.assistant(&format!("npc{i:02}"), chatty()))
+        .collect();
+    for agent in &agents {
+        agent.ask(UserEvent::new("hi")).await.unwrap();
+        assert!(!agent.passive());
+    }
+    agents[3].pause("op").await.unwrap();
+    let pending: Vec<_> = (0..5)
+        .map(|i| {
+            agents[3]
+                .try_ask(UserEvent::new(format!("queued {i}")))
+                .unwrap()
+        })
+        .collect();
+    settle(8).await;
+
+    let acks = {
+        let halting = team.halt_all();
+        futures::pin_mut!(halting);
+        match futures::poll!(halting.as_mut()) {
+            std::task::Poll::Ready(acks) => acks,
+            std::task::Poll::Pending => panic!("halt_all waited for idle agents' actors"),
+        }
+    };
+    assert_eq!(acks.len(), 20);
+    assert!(acks.iter().all(|a| a.state == AgentState::Stopped));
+    assert_eq!(acks.iter().map(|a| a.discarded).sum::<u64>(), 5);
+    for reply in pending {
+        assert!(matches!(reply.await, Err(AskError::Discarded { .. })));
+    }
+    let lifted = team.resume_fleet_halt("op").await.unwrap();
+    assert_eq!(lifted.len(), 20);
+    for agent in &agents {
+        replay_matches(&journal, agent);
+    }
+    assert_eq!(
+        agents[0].ask(UserEvent::new("again")).await.unwrap().answer,
+        "hello"
+    );
+}

@@ -1876,15 +1876,27 @@ async fn a_delegation_that_the_halt_could_not_see_is_refused_before_its_task_is_
 /// them as "not stopped", and they stopped a moment later with nothing left to resume them.
 #[actix_rt::test]
 async fn a_lift_right_behind_its_fleet_halt_resumes_the_agents_that_had_not_applied_it_yet() {
-    // Agents with running actors, which apply a halt when they read it: a passive agent's halt is
-    // applied when it is called (tests/passivation.rs), so there is no gap to lift into.
+    // Agents whose turns run, whose actors apply a halt when they read it: a passive agent's halt,
+    // and an idle actor's, are applied when called (tests/passivation.rs, tests/idle_halt.rs), so
+    // there is no gap to lift into.
+    tokio::time::pause();
     let mut config = WardenConfig::default();
     config.supervisor.passivate_after_seconds = 0.0;
     let (team, journal) = team(config);
     let agents: Vec<AgentHandle> = (0..4)
-        .map(|i| team.assistant(&format!("a{i}"), model([])))
+        .map(|i| {
+            let model = model([ScriptStep::reply("late").delayed(Duration::from_secs(60))]);
+            team.assistant(&format!("a{i}"), model)
+        })
         .collect();
-    team.started().await;
+    let asked: Vec<_> = agents
+        .iter()
+        .map(|a| a.try_ask(UserEvent::new("work")).unwrap())
+        .collect();
+    until("every turn runs", || {
+        agents.iter().all(|a| a.state() == AgentState::Executing)
+    })
+    .await;
     {
         // Polled once: every halt raised and queued (cancel safe), none applied yet.
         let halting = team.halt_all();
@@ -1892,9 +1904,7 @@ async fn a_lift_right_behind_its_fleet_halt_resumes_the_agents_that_had_not_appl
         assert!(futures::poll!(halting.as_mut()).is_pending());
     }
     assert!(
-        agents
-            .iter()
-            .all(|a| a.state() == AgentState::WaitingForEvent),
+        agents.iter().all(|a| a.state() == AgentState::Executing),
         "the actors have not run since"
     );
     let outcomes = team
@@ -1903,6 +1913,9 @@ async fn a_lift_right_behind_its_fleet_halt_resumes_the_agents_that_had_not_appl
         .expect("a fleet halt stands");
     assert_eq!(outcomes.len(), 4);
     assert!(outcomes.iter().all(|o| o.resumed), "{outcomes:?}");
+    for reply in asked {
+        assert!(matches!(reply.await, Err(AskError::Discarded { .. })));
+    }
     for a in &agents {
         let s = a.status();
         assert_eq!(

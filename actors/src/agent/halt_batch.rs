@@ -1,5 +1,7 @@
 //! Many passive agents' halts applied together ([`crate::Supervisor::halt_all`]): one journal
-//! append and one durability wait for a batch of agents, not one each.
+//! append and one durability wait for a batch of agents, not one each. An active agent whose
+//! actor is idle is halted the same way, its reader borrowed while its record changes
+//! (`mailbox/reader.rs`).
 //!
 //! A passive agent's halt is a change of its record, made on the halting thread
 //! ([`super::actor::halt_record`]). Made one by one, a fleet of a million pays a million journal
@@ -81,8 +83,9 @@ impl<'a> HaltBatch<'a> {
         }
     }
 
-    /// Applies the halt to `cell`, a passive agent (`slot`: its place in the caller's list); its
-    /// acknowledgement goes to `acks[slot]` when the batch is journaled.
+    /// Applies the halt to `cell`, a passive agent or one whose idle reader the caller borrowed
+    /// (`slot`: its place in the caller's list); its acknowledgement goes to `acks[slot]` when
+    /// the batch is journaled.
     pub(crate) fn halt(&mut self, cell: &'a AgentCell, slot: usize, acks: &mut [Option<HaltAck>]) {
         #[cfg(feature = "test-hooks")]
         if crate::test_hooks::passive_halt_gap_set() {

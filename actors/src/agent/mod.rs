@@ -1254,11 +1254,12 @@ fn halt_if_idle(cell: &Arc<AgentCell>, request: HaltRequest) -> Option<HaltReque
     None
 }
 
-/// [`queue_halt`] for a halt of many agents gathered by one caller (`halt_all`): a passive agent is
-/// halted here and now, in `batch` (no message, no channel: a fleet of a million passive agents is
-/// halted by its caller's thread, its rows journaled a batch at a time), its acknowledgement put
-/// in `acks[slot]` when the batch is journaled; an active agent's is sent to `slot` of `to` once
-/// its actor has applied the halt.
+/// [`queue_halt`] for a halt of many agents gathered by one caller (`halt_all`): a passive agent,
+/// or an active one whose actor is idle, is halted here and now, in `batch` (no message, no
+/// channel: a fleet of a million idle agents is halted by its caller's thread, its rows journaled
+/// a batch at a time), its acknowledgement put in `acks[slot]` when the batch is journaled; an
+/// agent whose turn runs gets a message, and its ack is sent to `slot` of `to` once its actor has
+/// applied the halt.
 pub(crate) fn queue_halt_gathered<'a>(
     cell: &'a AgentCell,
     cause: &HaltCause,
@@ -1276,6 +1277,15 @@ pub(crate) fn queue_halt_gathered<'a>(
     }
     if passive(cell) {
         batch.halt(cell, slot, acks);
+        return;
+    }
+    // An active agent whose actor is idle is halted here too, as in `halt_if_idle`: its reader
+    // borrowed while its record changes. The batch keeps the record lock until its rows are
+    // journaled; an actor woken after the borrow's end waits for that at its first lock, and finds
+    // the agent stopped.
+    if let Some(borrow) = cell.mailbox.borrow_idle_reader() {
+        batch.halt(cell, slot, acks);
+        drop(borrow);
         return;
     }
     // (Passive meanwhile — its actor stopped since the check — the message starts a new one, as
