@@ -404,10 +404,7 @@ async fn extract(
         let trust = if by == "self" {
             npc.trigger_min_trust
         } else {
-            cell.safety
-                .memory
-                .trust_of(&cell.key, &by)
-                .unwrap_or(npc.trust.say)
+            cell.live().trust_of(&by).unwrap_or(npc.trust.say)
         };
         let importance = fact.importance.unwrap_or(5);
         if let Err(why) = cell.store_fact(

@@ -6,8 +6,9 @@
 //! journal by `warden_protocols::memory`), so a restart restores them and a replay equals the live
 //! agent. This module is the runtime around them, one small concept a file:
 //!
-//! * `team` — `TeamMemory`, what the team's agents share: the FTS5 index, each agent's write
-//!   rate windows, its memory clock and what it knows of its current turn.
+//! * `team` — `TeamMemory`, what the team's agents share: the FTS5 index and the embeddings.
+//! * `live` — `Live`, one agent's own live state, in its cell: its write rate windows, the trust
+//!   of the speakers it heard, its memory clock and what it knows of its current turn.
 //! * `index` — the FTS5 index (BM25 relevance), feature `fts`.
 //! * `embed` — relevance by embeddings when the provider has an embedding model.
 //! * `write` — storing an observation, a fact, a note: rate caps, importance, links, eviction.
@@ -15,7 +16,7 @@
 //! * `tools` — the agent's own tools.
 //! * `sleep` — consolidation while the NPC sleeps (compacting, then dreaming).
 //!
-//! Lock order: an agent's record → the team memory's mutex (a leaf).
+//! Lock order: an agent's record → its `live` mutex or the team memory's mutex (each a leaf).
 //!
 //! The bounded history (emergency compaction, reflection: `agent/memory.rs`) is re-exported here
 //! as it always was (`warden_actors::memory::SUMMARY_PROMPT`, …).
@@ -26,6 +27,7 @@ pub mod embed;
 mod handle;
 #[cfg(feature = "fts")]
 mod index;
+pub(crate) mod live;
 pub mod recall;
 pub mod sleep;
 mod team;

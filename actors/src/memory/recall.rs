@@ -300,7 +300,7 @@ impl AgentCell {
             .find(|m| m.role == ChatRole::User)
             .and_then(|m| m.content.clone())
             .unwrap_or_default();
-        let about = self.safety.memory.turn(&self.key).and_then(|t| t.0);
+        let about = self.live().turn().and_then(|t| t.0);
         // What was delivered is written first; then the search runs without the record lock
         // (a host's delivery to this agent waits for that lock, never for a search).
         self.write_observations_ahead();

@@ -145,11 +145,8 @@ fn remember(cell: &AgentCell, args: &Value) -> Result<Value, ToolError> {
         .and_then(Value::as_u64)
         .map_or(5, |i| i.clamp(1, 10) as u8);
     // The source the turn answers: its speaker and trust (an operator's request: trusted).
-    let (speaker, trust) = cell
-        .safety
-        .memory
-        .turn(&cell.key)
-        .unwrap_or((None, cell.settings.npc.trigger_min_trust));
+    let turn = cell.live().turn();
+    let (speaker, trust) = turn.unwrap_or((None, cell.settings.npc.trigger_min_trust));
     let by = speaker.unwrap_or_else(|| "self".to_owned());
     let fact = (
         text_arg(args, "subject"),

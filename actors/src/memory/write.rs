@@ -63,11 +63,10 @@ fn cut(text: &str) -> String {
 }
 
 impl AgentCell {
-    /// Memory time now (game seconds; see `TeamMemory::now`).
+    /// Memory time now (game seconds; see [`crate::memory::live::Live::now`]).
     pub(crate) fn memory_now(&self, rec: &AgentRecord) -> f64 {
-        self.safety
-            .memory
-            .now(&self.key, rec.memory(), self.settings.npc.clock.speed)
+        let clock = rec.memory().map_or(0.0, |s| s.clock);
+        self.live().now(clock, self.settings.npc.clock.speed)
     }
 
     /// The `memory_stored` event for a new memory made now — linked to the [`LINK_K`] most
@@ -145,14 +144,12 @@ impl AgentCell {
             return;
         }
         let npc = &self.settings.npc;
-        let context = self.safety.memory.take_context_trust(&self.key);
+        let mut live = self.live();
+        let context = live.take_context_trust();
         let (speaker, trust) = match (sender, event) {
             (Some(s), _) => (
                 Some(s.to_owned()),
-                self.safety
-                    .memory
-                    .trust_of(&self.key, s)
-                    .unwrap_or(npc.trust.say),
+                live.trust_of(s).unwrap_or(npc.trust.say),
             ),
             (None, true) => (None, 1.0),
             (None, false) => (None, npc.trigger_min_trust),
@@ -161,7 +158,7 @@ impl AgentCell {
             (true, Some(c)) => trust.min(c),
             _ => trust,
         };
-        self.safety.memory.set_turn(&self.key, speaker, trust);
+        live.set_turn(speaker, trust);
     }
 
     /// Journals `kinds` (memory events among them) in one batch and keeps the index level.
@@ -193,8 +190,7 @@ impl AgentCell {
         if !config.long_term {
             return Err(NotStored::Off);
         }
-        if self.safety.memory.admit(
-            &self.key,
+        if self.live().admit(
             speaker,
             config.writes_per_minute,
             config.speaker_writes_per_minute,
@@ -225,8 +221,7 @@ impl AgentCell {
         }
         let speaker = event.speaker.id.as_str();
         let config = &self.settings.memory;
-        let Some(at) = self.safety.memory.perceived(
-            &self.key,
+        let Some(at) = self.live().perceived(
             speaker,
             perception.trust,
             perception.verdict == Verdict::Context,

@@ -285,8 +285,8 @@ impl std::ops::Deref for AgentCell {
     }
 }
 
-/// What an agent needs once it works — its first task, model call, tool call or delegation — and
-/// not before. Allocated then and kept (a `OnceBox`: two threads that race to allocate it may
+/// What an agent needs once it works — its first task, model call, tool call or delegation, or
+/// with long-term memory on its first perception — and not before. Allocated then and kept (a `OnceBox`: two threads that race to allocate it may
 /// both build one, and one is dropped unused — building it has no side effect): an idle agent
 /// (most of a large fleet, an NPC nobody talks to) never pays for it (`docs/performance.md`).
 /// Readers that only look ([`AgentCell::busy_now`]) see `None` and answer as for a fresh agent.
@@ -308,6 +308,10 @@ pub(crate) struct Busy {
     /// Who waits for the reply to which event (an ask makes the agent work: it is here, not in
     /// every idle cell).
     pub(crate) waiters: Waiters,
+    /// Its long-term memory's live state: rate windows, the trust of the speakers it heard, the
+    /// memory clock, its turn's source — its own, not the team's, so a host's delivery takes no
+    /// lock another agent's delivery or turn takes. A leaf lock, taken under the record lock.
+    live: Mutex<crate::memory::live::Live>,
 }
 
 /// The record as the cell keeps it. A fresh agent's — spawned, nothing since — is
@@ -438,6 +442,7 @@ impl Busy {
             hourly: Mutex::new(hourly::HourlyWindow::default()),
             restarts: Mutex::new(std::collections::VecDeque::new()),
             waiters: Waiters::default(),
+            live: Mutex::default(),
         }
     }
 }
@@ -545,6 +550,11 @@ impl AgentCell {
     }
 
     /// Its [`Busy`] part if it has one (for readers that must not allocate it).
+    /// Its long-term memory's live state (in [`Busy`]: a listening NPC with memory on works).
+    pub(crate) fn live(&self) -> MutexGuard<'_, crate::memory::live::Live> {
+        self.busy().live.lock()
+    }
+
     pub(crate) fn busy_now(&self) -> Option<&Busy> {
         self.busy.get()
     }
