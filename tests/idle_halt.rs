@@ -294,3 +294,65 @@ async fn halt_all_halts_idle_active_agents_on_the_halting_thread() {
         "hello"
     );
 }
+
+/// A halt from a thread with no runtime (a game's own thread, `futures::executor::block_on`) while
+/// another agent's step holds the shared arbiter: acknowledged on the halting thread all the same;
+/// the cleared backlog is handed to the agent's actor at once (no runtime to post it from), and
+/// once the arbiter is free every cleared ask is answered and listed as after any halt.
+#[actix_rt::test]
+async fn a_halt_from_a_thread_without_a_runtime_still_settles_the_cleared_backlog() {
+    let journal = Arc::new(MemoryJournal::new());
+    let mut config = config();
+    config.supervisor.arbiters = 1;
+    let team = Supervisor::new(config, journal.clone());
+    let agent = team.assistant("plain", model([ScriptStep::reply("up")]));
+    agent.ask(UserEvent::new("start")).await.unwrap();
+    agent.pause("op").await.unwrap();
+    let pending: Vec<_> = (0..10)
+        .map(|i| {
+            agent
+                .try_ask(UserEvent::new(format!("queued {i}")))
+                .unwrap()
+        })
+        .collect();
+
+    let (entered_tx, entered) = mpsc::channel::<()>();
+    let (release, release_rx) = mpsc::channel::<()>();
+    let entered_tx = parking_lot::Mutex::new(entered_tx);
+    let release_rx = parking_lot::Mutex::new(release_rx);
+    let hog_model = Arc::new(ScriptedProvider::new([]).with_fallback(move |_| {
+        let _ = entered_tx.lock().send(());
+        let _ = release_rx.lock().recv_timeout(Duration::from_secs(30));
+        ScriptStep::reply("done")
+    }));
+    let hog = team.assistant("hog2", hog_model);
+    let hogged = hog.try_ask(UserEvent::new("block")).unwrap();
+    entered
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the hog's model call began");
+
+    let (acked_tx, acked) = mpsc::channel();
+    let halting = agent.clone();
+    std::thread::spawn(move || {
+        let _ = acked_tx.send(futures::executor::block_on(halting.halt(op())));
+    });
+    let ack = acked.recv_timeout(Duration::from_secs(10));
+    release.send(()).unwrap();
+    let ack = ack.expect("the halt from a plain thread waited for the held arbiter");
+    assert_eq!(ack.state, AgentState::Stopped);
+    assert_eq!(ack.discarded, 10);
+    assert_eq!(hogged.await.unwrap().answer, "done");
+    for reply in pending {
+        let settled = tokio::time::timeout(Duration::from_secs(10), reply)
+            .await
+            .expect("a cleared ask was never answered");
+        assert!(matches!(settled, Err(AskError::Discarded { .. })));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while discarded_listed(&journal, "plain") < 10 {
+        assert!(std::time::Instant::now() < deadline, "never listed");
+        actix_rt::time::sleep(Duration::from_millis(5)).await;
+    }
+    replay_matches(&journal, &agent);
+    team.shutdown().await;
+}

@@ -1224,15 +1224,16 @@ pub(crate) fn queue_halt(cell: &Arc<AgentCell>, cause: HaltCause, reply: Option<
 
 /// An active agent whose actor is idle — between two messages, no turn running (a paused agent
 /// behind any backlog, an agent waiting for its next event) — is halted here and now, on the
-/// halting thread, as a passive one is: the actor is borrowed ([`PriorityMailbox::borrow_idle_reader`]:
-/// it reads nothing until the halt is applied, and is woken afterwards if it came meanwhile), the
+/// halting thread, as a passive one is: its reader is borrowed
+/// ([`PriorityMailbox::borrow_idle_reader`]: it reads nothing until the halt is applied, and is
+/// woken afterwards if it came meanwhile), the
 /// halt is applied to the cell as the actor would apply it, and the acknowledgement goes out at
 /// once — no wake-up of another thread before it, so the halt is as fast as the halting thread,
 /// and a busy arbiter (another agent's long step on the same thread) cannot delay it.
 ///
 /// The cleared backlog's events are settled, listed and freed after the acknowledgement, by the
-/// actor (a [`Signal::Cleared`], see [`hand_over`]), as after a halt it read. Returns the request when the actor
-/// is not idle (to be queued: a running turn is the actor's to end).
+/// actor (a [`Signal::Cleared`], see [`hand_over`]), as after a halt it read. Returns the request
+/// when the actor is not idle (to be queued: a running turn is the actor's to end).
 ///
 /// [`PriorityMailbox::borrow_idle_reader`]: crate::mailbox::PriorityMailbox::borrow_idle_reader
 fn halt_if_idle(cell: &Arc<AgentCell>, request: HaltRequest) -> Option<HaltRequest> {
