@@ -35,6 +35,28 @@ fn discarded_listed(journal: &MemoryJournal, agent: &str) -> usize {
         .sum()
 }
 
+/// Spawns agent `key` and has it hold its arbiter's thread: its model call blocks the thread
+/// until the returned sender is used (or 30 s pass). Returns once the call has begun, with the
+/// pending ask.
+fn hold_the_arbiter(team: &Supervisor, key: &str) -> (PendingReply, mpsc::Sender<()>) {
+    let (entered_tx, entered) = mpsc::channel::<()>();
+    let (release, release_rx) = mpsc::channel::<()>();
+    let entered_tx = parking_lot::Mutex::new(entered_tx);
+    let release_rx = parking_lot::Mutex::new(release_rx);
+    let hog_model = Arc::new(ScriptedProvider::new([]).with_fallback(move |_| {
+        // Called on the arbiter's thread: block it until the test lets go.
+        let _ = entered_tx.lock().send(());
+        let _ = release_rx.lock().recv_timeout(Duration::from_secs(30));
+        ScriptStep::reply("done")
+    }));
+    let hog = team.assistant(key, hog_model);
+    let hogged = hog.try_ask(UserEvent::new("block")).unwrap();
+    entered
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the hog's model call began");
+    (hogged, release)
+}
+
 /// A paused agent behind a backlog (the halt probe's case): its actor is started and idle. The
 /// halt is applied by the caller: the first poll of `halt` has the ack, `STOPPED`, with the whole
 /// backlog cleared; the cleared events are then settled (`Discarded`) and listed by the actor;
@@ -128,21 +150,7 @@ async fn a_held_arbiter_does_not_delay_an_idle_agents_halt() {
         "ready"
     );
 
-    let (entered_tx, entered) = mpsc::channel::<()>();
-    let (release, release_rx) = mpsc::channel::<()>();
-    let entered_tx = parking_lot::Mutex::new(entered_tx);
-    let release_rx = parking_lot::Mutex::new(release_rx);
-    let hog_model = Arc::new(ScriptedProvider::new([]).with_fallback(move |_| {
-        // Called on the arbiter's thread: block it until the test lets go.
-        let _ = entered_tx.lock().send(());
-        let _ = release_rx.lock().recv_timeout(Duration::from_secs(30));
-        ScriptStep::reply("done")
-    }));
-    let hog = team.assistant("hog", hog_model);
-    let hogged = hog.try_ask(UserEvent::new("block")).unwrap();
-    entered
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the hog's model call began");
+    let (hogged, release) = hold_the_arbiter(&team, "hog");
 
     let ack = {
         let halting = idle.halt(op());
@@ -316,20 +324,7 @@ async fn a_halt_from_a_thread_without_a_runtime_still_settles_the_cleared_backlo
         })
         .collect();
 
-    let (entered_tx, entered) = mpsc::channel::<()>();
-    let (release, release_rx) = mpsc::channel::<()>();
-    let entered_tx = parking_lot::Mutex::new(entered_tx);
-    let release_rx = parking_lot::Mutex::new(release_rx);
-    let hog_model = Arc::new(ScriptedProvider::new([]).with_fallback(move |_| {
-        let _ = entered_tx.lock().send(());
-        let _ = release_rx.lock().recv_timeout(Duration::from_secs(30));
-        ScriptStep::reply("done")
-    }));
-    let hog = team.assistant("hog2", hog_model);
-    let hogged = hog.try_ask(UserEvent::new("block")).unwrap();
-    entered
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the hog's model call began");
+    let (hogged, release) = hold_the_arbiter(&team, "hog2");
 
     let (acked_tx, acked) = mpsc::channel();
     let halting = agent.clone();
