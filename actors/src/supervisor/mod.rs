@@ -1140,9 +1140,10 @@ impl Supervisor {
     }
 }
 
-/// Halts every agent of `cells` with `cause`: a passive one here, a batch at a time ([`HaltBatch`]:
-/// one journal append and one durability wait per batch), its ack put in `acks` (the waits for
-/// the batches' durability returned); an active one by a message, its ack to come on `to`.
+/// Halts every agent of `cells` with `cause`: a passive one, or an active one whose actor is idle
+/// (its reader borrowed), here, a batch at a time ([`HaltBatch`]: one journal append and one
+/// durability wait per batch), its ack put in `acks` (the waits for the batches' durability
+/// returned); one whose turn runs by a message, its ack to come on `to`.
 /// Synchronous, so that no record lock a batch holds is ever held across an await.
 fn queue_halts(
     cells: &[Arc<AgentCell>],
