@@ -35,6 +35,15 @@ fn discarded_listed(journal: &MemoryJournal, agent: &str) -> usize {
         .sum()
 }
 
+/// What `fut` gives at its first poll (`None`: it was pending — it waited for another thread).
+async fn first_poll<F: std::future::Future>(fut: F) -> Option<F::Output> {
+    futures::pin_mut!(fut);
+    match futures::poll!(fut.as_mut()) {
+        std::task::Poll::Ready(out) => Some(out),
+        std::task::Poll::Pending => None,
+    }
+}
+
 /// Spawns agent `key` and has it hold its arbiter's thread: its model call blocks the thread
 /// until the returned sender is used (or 30 s pass). Returns once the call has begun, with the
 /// pending ask.
@@ -81,14 +90,9 @@ async fn an_idle_agents_halt_is_acknowledged_on_the_halting_thread() {
     settle(8).await; // the actor looks, finds the agent paused, waits
     assert_eq!(clerk.status().queued.ordinary, 100);
 
-    let ack = {
-        let halting = clerk.halt(op());
-        futures::pin_mut!(halting);
-        match futures::poll!(halting.as_mut()) {
-            std::task::Poll::Ready(ack) => ack,
-            std::task::Poll::Pending => panic!("an idle agent's halt waited for its actor"),
-        }
-    };
+    let ack = first_poll(clerk.halt(op()))
+        .await
+        .expect("an idle agent's halt waited for its actor");
     assert_eq!(ack.state, AgentState::Stopped);
     assert_eq!(ack.discarded, 100);
     assert!(ack.not_durable.is_none());
@@ -152,17 +156,11 @@ async fn a_held_arbiter_does_not_delay_an_idle_agents_halt() {
 
     let (hogged, release) = hold_the_arbiter(&team, "hog");
 
-    let ack = {
-        let halting = idle.halt(op());
-        futures::pin_mut!(halting);
-        match futures::poll!(halting.as_mut()) {
-            std::task::Poll::Ready(ack) => ack,
-            std::task::Poll::Pending => {
-                release.send(()).unwrap();
-                panic!("the idle agent's halt waited for the held arbiter")
-            }
-        }
-    };
+    let ack = first_poll(idle.halt(op())).await;
+    if ack.is_none() {
+        release.send(()).unwrap();
+    }
+    let ack = ack.expect("the idle agent's halt waited for the held arbiter");
     assert_eq!(ack.state, AgentState::Stopped);
     assert_eq!(idle.state(), AgentState::Stopped);
     release.send(()).unwrap();
@@ -278,14 +276,9 @@ async fn halt_all_halts_idle_active_agents_on_the_halting_thread() {
         .collect();
     settle(8).await;
 
-    let acks = {
-        let halting = team.halt_all();
-        futures::pin_mut!(halting);
-        match futures::poll!(halting.as_mut()) {
-            std::task::Poll::Ready(acks) => acks,
-            std::task::Poll::Pending => panic!("halt_all waited for idle agents' actors"),
-        }
-    };
+    let acks = first_poll(team.halt_all())
+        .await
+        .expect("halt_all waited for idle agents' actors");
     assert_eq!(acks.len(), 20);
     assert!(acks.iter().all(|a| a.state == AgentState::Stopped));
     assert_eq!(acks.iter().map(|a| a.discarded).sum::<u64>(), 5);
