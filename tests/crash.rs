@@ -1137,7 +1137,7 @@ fn every_state_change_acknowledged_over_http_survives_a_sigkill_right_after_its_
         );
 
         // An observation of CONTEXT (another NPC's line in the room): the 200 comes once its
-        // `perceived` (which admits it) is on disk; the NPC's actor writes it afterwards, and a
+        // `perceived` (which keeps it for memory) is on disk; the NPC's actor writes it afterwards, and a
         // SIGKILL before that write loses nothing: the restart writes it.
         let guard = format!("guard{round}");
         let body = serde_json::json!({
@@ -1153,7 +1153,7 @@ fn every_state_change_acknowledged_over_http_survives_a_sigkill_right_after_its_
                 !s.about(&guard).is_empty()
                     || s.unwritten.iter().any(|u| u.event.speaker.id == guard)
             }),
-            "an admitted observation lost",
+            "a kept observation lost",
         );
         server = Server::start(&dir);
         let listed = acknowledged(
@@ -1164,7 +1164,7 @@ fn every_state_change_acknowledged_over_http_survives_a_sigkill_right_after_its_
         );
         check(
             listed["memories"].as_array().is_some_and(|m| m.len() == 1),
-            "an admitted observation lost after the restart",
+            "a kept observation lost after the restart",
         );
 
         covered.insert(("POST", "/api/agents/{key}/pause"));

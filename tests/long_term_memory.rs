@@ -889,7 +889,7 @@ fn npc_named(team: &Supervisor, key: &str, provider: Arc<dyn warden::Provider>) 
 }
 
 #[actix_rt::test]
-async fn a_delivery_only_admits_the_observation_and_the_trigger_is_remembered_by_its_own_turn() {
+async fn a_delivery_only_keeps_the_perception_and_the_trigger_is_remembered_by_its_own_turn() {
     tokio::time::pause();
     let (team, journal) = team(config());
     let (provider, seen) =
@@ -1063,7 +1063,7 @@ async fn a_trigger_refused_when_taken_still_gets_its_observation_written() {
 }
 
 #[actix_rt::test]
-async fn observations_admitted_before_a_crash_are_written_after_the_restart() {
+async fn observations_kept_before_a_crash_are_written_after_the_restart() {
     tokio::time::pause();
     let (team, journal) = team(config());
     withhold("crashy", true);
@@ -1130,6 +1130,108 @@ async fn observations_admitted_before_a_crash_are_written_after_the_restart() {
     let system = system_text(&turn_requests(&seen3)[0]);
     assert!(system.contains("my horse Ember"), "{system}");
     assert!(system.contains("east gate is left open"), "{system}");
+}
+
+/// The memory rows that settle kept perceptions, in journal order: (`observed`, stored?, reason).
+fn settlements(journal: &MemoryJournal, key: &str) -> Vec<(u64, bool, String)> {
+    journal
+        .events_of(key)
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::MemoryStored {
+                observed: Some(n), ..
+            } => Some((n, true, String::new())),
+            EventKind::ObservationNotStored { observed, reason } => Some((observed, false, reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A delivery decides nothing about memory but that a line is kept: every TRIGGER and CONTEXT
+/// line waits, and the NPC's actor applies the rate caps in the order they were heard — the
+/// refused ones before a stored one settled by its row, the last run by one
+/// `observation_not_stored`. A restart settles what was kept against rate windows started from
+/// the store: a speaker who used up the cap before the crash has it used up after.
+#[actix_rt::test]
+async fn a_delivery_keeps_every_line_and_the_actor_applies_the_rate_caps_across_a_restart() {
+    tokio::time::pause();
+    let mut config = config();
+    config.memory.speaker_writes_per_minute = 3;
+    let (team, journal) = team(config.clone());
+    withhold("gossip", true);
+    let npc = npc_named(&team, "gossip", chatty());
+    let said = |i: u64| {
+        world(
+            WorldEventKind::Say,
+            SpeakerKind::Npc,
+            "guard",
+            &format!("the guard tells rumour number {i} about the mill"),
+        )
+    };
+    for i in 0..5 {
+        let seen = npc.perceive(said(i)).unwrap();
+        assert!(seen.observed, "kept: {seen:?}");
+    }
+    // All five kept, none decided: the rate caps are the actor's, not the delivery's.
+    let record = npc.record();
+    assert_eq!(unwritten(&record), 5);
+    assert_eq!(observations(&record), 0);
+    let kept: Vec<_> = journal
+        .events_of("gossip")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Perceived { observe, .. } => Some(observe),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kept.len(), 5);
+    assert!(
+        kept.iter().all(|o| o.is_some_and(|o| o.at.is_none())),
+        "{kept:?}"
+    );
+    // Settled in order: three stored (the speaker's cap), the last two refused by one row.
+    let record = written(&npc);
+    assert_eq!(observations(&record), 3);
+    let settled = settlements(&journal, "gossip");
+    assert_eq!(
+        settled
+            .iter()
+            .map(|(n, stored, _)| (*n, *stored))
+            .collect::<Vec<_>>(),
+        vec![(0, true), (1, true), (2, true), (4, false)],
+        "{settled:?}"
+    );
+    assert!(settled[3].2.contains("last minute"), "{settled:?}");
+    replay_matches(&journal, &npc);
+
+    // Two more lines in the same minute, then kill -9 before the actor settles them.
+    for i in 5..7 {
+        npc.perceive(said(i)).unwrap();
+    }
+    let crash = journal.events();
+    withhold("gossip", false);
+    let record = AgentRecord::replay("gossip".into(), &crash);
+    assert_eq!(unwritten(&record), 2);
+    let (team2, journal2) = common::team(config);
+    let again = team2
+        .spawn(
+            AgentSpec::assistant("gossip", chatty())
+                .with_npc(npc_config())
+                .restored_from(record),
+        )
+        .unwrap();
+    until("the restarted actor settled what was kept", || {
+        unwritten(&again.record()) == 0
+    })
+    .await;
+    assert_eq!(
+        observations(&again.record()),
+        3,
+        "the cap holds across the restart"
+    );
+    let settled = settlements(&journal2, "gossip");
+    assert_eq!(settled.len(), 1, "{settled:?}");
+    assert_eq!((settled[0].0, settled[0].1), (6, false), "{settled:?}");
 }
 
 /// The model at night scores importance: a scoring request gets `reply` (after `delay`), a dream

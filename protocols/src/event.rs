@@ -775,17 +775,17 @@ pub enum EventKind {
     },
     /// An NPC perceived a world event and classified it (the rule that fired, the trust). A TRIGGER
     /// is queued next as a user event (its own `event_queued`). Record: nothing, unless `observe`
-    /// is set — then the event is an observation admitted for long-term memory and not written
-    /// yet: `memory.unwritten` gains it, until the agent's own actor writes it (`memory_stored`
-    /// with `observed`) or cannot (`observation_not_stored`).
+    /// is set — then the event was kept for long-term memory and is not settled yet:
+    /// `memory.unwritten` gains it, until the agent's own actor writes it (`memory_stored` with
+    /// `observed`) or does not (`observation_not_stored`: a rate cap, a full store).
     Perceived {
         /// The world event, as the server sent it.
         event: crate::npc::WorldEvent,
         /// What the agent made of it.
         perception: crate::npc::Perception,
-        /// Long-term memory admitted it as an observation (within the rate caps), to be written by
-        /// the agent's actor: when and how important. Absent in journals from before it (their
-        /// observation is in the same batch's `memory_stored`).
+        /// Kept for long-term memory (a TRIGGER or CONTEXT with text, not the agent's own), for
+        /// the agent's actor to admit within the rate caps and write: its importance. Absent in
+        /// journals from before it (their observation is in the same batch's `memory_stored`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         observe: Option<crate::memory::Observe>,
     },
@@ -811,16 +811,17 @@ pub enum EventKind {
         /// `memory.max_bytes` (the lowest retention first).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         evicted: Vec<u64>,
-        /// It is the observation admitted as number `observed` (see `Perceived::observe`): that
-        /// one and any before it leave `memory.unwritten`.
+        /// It is the perception kept as number `observed` (see `Perceived::observe`): that one
+        /// and any before it leave `memory.unwritten`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         observed: Option<u64>,
     },
-    /// Record: the observation admitted as number `observed` (and any before it) leaves
-    /// `memory.unwritten` without being stored: `reason` says why (memory full of memories younger
-    /// than a game day, long-term memory turned off since).
+    /// Record: the perception kept as number `observed` (and any before it) leaves
+    /// `memory.unwritten` without being stored: `reason` says why (a rate cap, memory full of
+    /// memories younger than a game day, long-term memory turned off since). One row settles a
+    /// run of them: the actor journals it for the last of the run.
     ObservationNotStored {
-        /// The number the observation was admitted as.
+        /// The number the perception was kept as.
         observed: u64,
         /// Why, in words.
         reason: String,

@@ -279,45 +279,60 @@ pub struct MemoryStore {
     /// from `tool_finished`, back to 0 at each `npc_mode_changed` to `awake`.
     #[serde(default)]
     pub activity_since_wake: u64,
-    /// Observations admitted at delivery (`perceived` with `observe`) and not written yet, oldest
-    /// first: the agent's actor writes them before its next recall, so a host's delivery never
-    /// waits for the write; a restart finds them here and writes them. Omitted while empty.
+    /// Perceptions kept for memory at delivery (`perceived` with `observe`) and not settled yet,
+    /// oldest first: the agent's actor admits them within the rate caps and writes them before
+    /// its next recall, so a host's delivery never waits for either; a restart finds them here
+    /// and settles them. Omitted while empty.
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     pub unwritten: VecDeque<Unwritten>,
     /// The memory time up to which observations were shown to the model to score their
     /// importance (`memory_scored`); `None`: none yet. Omitted while none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scored_through: Option<f64>,
-    /// How many observations were ever admitted (the next one's number). Omitted while zero.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub admitted: u64,
+    /// How many perceptions were ever kept for memory (the next one's number). Omitted while
+    /// zero. (Named `admitted` in records of versions whose delivery admitted them.)
+    #[serde(default, skip_serializing_if = "is_zero", alias = "admitted")]
+    pub kept: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// What a delivery decided about an observation it admitted (journaled in its `perceived`): the
+/// What a delivery kept of a perception for long-term memory (journaled in its `perceived`): the
 /// rest — the speaker, the source, the room, the text, the trust — is the perceived event's.
+/// Whether it becomes a memory (the rate caps) and its memory time are decided by the agent's
+/// actor when it writes it ([`MemoryStore::unwritten`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Observe {
-    /// Memory time when it was perceived.
-    pub at: f64,
+    /// Memory time when it was admitted — set only in rows of warden versions whose delivery
+    /// admitted it within the rate caps itself (such an observation is written as admitted, at
+    /// this time); `None`: the actor decides both when it writes. Omitted while `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<f64>,
     /// Its importance, 1–10.
     pub importance: u8,
 }
 
-/// An observation admitted and not written yet ([`MemoryStore::unwritten`]).
+/// A perception kept for long-term memory and not settled yet ([`MemoryStore::unwritten`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Unwritten {
-    /// Its number (`observed` of the `memory_stored` that writes it).
+    /// Its number (`observed` of the `memory_stored` or `observation_not_stored` that settles it).
     pub n: u64,
     /// The world event perceived.
     pub event: crate::npc::WorldEvent,
     /// The trust its perception gave the source.
     pub trust: f64,
-    /// When and how important.
+    /// Its perception was a CONTEXT (not a TRIGGER): the lowest CONTEXT trust heard before a
+    /// tick's turn bounds what that turn may assert. Omitted while false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub context: bool,
+    /// Its importance (and, from older rows, its memory time).
     pub observe: Observe,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// `subject predicate` compared as the fold compares them: trimmed, lower case.
@@ -330,20 +345,23 @@ fn norm(s: &str) -> String {
 pub struct StoreFull;
 
 impl MemoryStore {
-    /// Folds a `perceived` whose observation was admitted: it waits in `unwritten`.
-    pub fn admitted(
+    /// Folds a `perceived` kept for memory: it waits in `unwritten`.
+    pub fn kept(
         &mut self,
         event: &crate::npc::WorldEvent,
         perception: &crate::npc::Perception,
         observe: Observe,
     ) {
-        let n = self.admitted;
-        self.admitted = n.saturating_add(1);
-        self.clock = self.clock.max(observe.at);
+        let n = self.kept;
+        self.kept = n.saturating_add(1);
+        if let Some(at) = observe.at {
+            self.clock = self.clock.max(at);
+        }
         self.unwritten.push_back(Unwritten {
             n,
             event: event.clone(),
             trust: perception.trust,
+            context: perception.verdict == crate::npc::Verdict::Context,
             observe,
         });
     }
@@ -378,7 +396,7 @@ impl MemoryStore {
         found
     }
 
-    /// The observations admitted up to number `n` are written (or will never be).
+    /// The perceptions kept up to number `n` are settled: written, or never to be.
     pub fn written(&mut self, n: u64) {
         while self.unwritten.front().is_some_and(|u| u.n <= n) {
             self.unwritten.pop_front();
@@ -902,16 +920,17 @@ mod tests {
         assert_eq!(s.profiles["p1"].name.as_deref(), Some("Aldric"));
     }
 
-    /// An observation admitted at delivery waits in `unwritten` (through a journal round trip,
-    /// as JSON, the SQLite journal's format) until the `memory_stored` that writes it or an
-    /// `observation_not_stored`; rows from before `observe`/`observed` existed still decode.
+    /// A perception kept at delivery waits in `unwritten` (through a journal round trip, as
+    /// JSON, the SQLite journal's format) until the `memory_stored` that writes it or an
+    /// `observation_not_stored`; rows from before `observe`/`observed` existed still decode, and
+    /// so do rows and records of versions whose delivery admitted the observation itself.
     #[test]
-    fn an_admitted_observation_waits_until_written_and_survives_the_journal_format() {
+    fn a_kept_perception_waits_until_settled_and_survives_the_journal_format() {
         use crate::{
             npc::{Perception, Rule, Verdict, WorldEvent, WorldEventKind},
             AgentRecord, EventKind,
         };
-        let perceived = |text: &str, at: f64| EventKind::Perceived {
+        let perceived = |text: &str, at: Option<f64>| EventKind::Perceived {
             event: WorldEvent::player("p1", WorldEventKind::Whisper, text),
             perception: Perception {
                 verdict: Verdict::Trigger,
@@ -933,19 +952,20 @@ mod tests {
         };
         let mut rec = AgentRecord::new("smith".into());
         for kind in [
-            perceived("one", 10.0),
-            perceived("two", 20.0),
-            perceived("three", 30.0),
+            perceived("one", Some(10.0)),
+            perceived("two", Some(20.0)),
+            perceived("three", None),
         ] {
             rec.apply(&round_trip(&kind));
         }
         let store = rec.memory().unwrap();
         assert_eq!(store.unwritten.len(), 3);
-        assert_eq!(store.admitted, 3);
+        assert_eq!(store.kept, 3);
         assert_eq!(
-            store.clock, 30.0,
-            "memory time goes on from the newest admitted"
+            store.clock, 20.0,
+            "memory time goes on from the newest admitted at delivery"
         );
+        assert_eq!(store.unwritten[2].observe.at, None);
         assert_eq!(store.unwritten[1].event.text, "two");
         rec.apply(&round_trip(&stored(0, 0)));
         assert_eq!(rec.memory().unwrap().unwritten.len(), 2);
@@ -963,10 +983,29 @@ mod tests {
         assert!(rec.memory().unwrap().unwritten.is_empty());
         // A snapshot of the record keeps them.
         let mut again = AgentRecord::new("smith".into());
-        again.apply(&perceived("four", 40.0));
-        let snapshot: AgentRecord =
-            serde_json::from_str(&serde_json::to_string(&again).unwrap()).unwrap();
+        again.apply(&perceived("four", None));
+        let json = serde_json::to_string(&again).unwrap();
+        let snapshot: AgentRecord = serde_json::from_str(&json).unwrap();
         assert_eq!(snapshot, again);
+        // A record of a version that counted `admitted` observations reads as `kept`.
+        let older: AgentRecord =
+            serde_json::from_str(&json.replace("\"kept\"", "\"admitted\"")).unwrap();
+        assert_eq!(older, again);
+        // A row of such a version: admitted at memory time 5.
+        let decided: EventKind = serde_json::from_str(
+            r#"{"type":"perceived","event":{"speaker":{"id":"p1","kind":"player"},"kind":"whisper","text":"hi"},"perception":{"verdict":"TRIGGER","rule":"direct_message","trust":0.9},"observe":{"at":5.0,"importance":8}}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            decided,
+            EventKind::Perceived {
+                observe: Some(Observe {
+                    at: Some(5.0),
+                    importance: 8
+                }),
+                ..
+            }
+        ));
         // Rows from before: no `observe`, no `observed`.
         let old: EventKind = serde_json::from_str(
             r#"{"type":"perceived","event":{"speaker":{"id":"p1","kind":"player"},"kind":"whisper","text":"hi"},"perception":{"verdict":"TRIGGER","rule":"direct_message","trust":0.9}}"#,

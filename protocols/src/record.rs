@@ -655,7 +655,7 @@ impl AgentRecord {
                 self.outstanding_mut()
                     .memory
                     .get_or_insert_with(Default::default)
-                    .admitted(event, perception, *observe);
+                    .kept(event, perception, *observe);
             }
             EventKind::MemoryForgotten { ids, about, .. } => {
                 if let Some(store) = self.memory_mut() {

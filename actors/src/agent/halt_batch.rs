@@ -111,7 +111,7 @@ impl<'a> HaltBatch<'a> {
         };
         // Cleared under the record lock, as by any halt (see `halt_cell`).
         let discarded = cell.mailbox.take_ordinary();
-        // A cleared TRIGGER was the writer of observations its delivery admitted: the actor is
+        // A cleared TRIGGER was the writer of the perceptions kept for memory: the actor is
         // asked to write them once the batch's record locks are released (a passive agent's
         // reminder starts its actor). Only looked at when something was cleared: a fresh slot's
         // record is not built for nothing.

@@ -133,9 +133,10 @@ pub(crate) struct ControlRequest {
 pub(crate) enum Signal {
     /// A delegate this agent is waiting on tripped a breaker.
     DelegateLockedOut { delegate: AgentKey, reason: String },
-    /// Observations were admitted at delivery (`memory.unwritten`): write them (long-term
-    /// memory's write runs on the agent's actor, never on the delivering thread). Sent when the
-    /// first one waits, and at spawn when a restart finds some.
+    /// Perceptions were kept for memory at delivery (`memory.unwritten`): admit and write them
+    /// (long-term memory's rate caps and write run on the agent's actor, never on the delivering
+    /// thread). Sent when the first CONTEXT waits (and every `REMIND_EVERY`th), and at spawn
+    /// when a restart finds some.
     Remember,
     /// A halt applied for this agent's idle actor on the halting thread
     /// (`halt_if_idle`) cleared these from the ordinary lane: settle their events, then list
@@ -310,12 +311,13 @@ pub struct Perceived {
     pub perception: warden_protocols::npc::Perception,
     /// For a TRIGGER: the id of the user event it was queued as.
     pub queued: Option<u64>,
-    /// Long-term memory admitted it as an observation (within the rate caps), journaled in its
-    /// `perceived`: the agent's own actor writes it, before its next recall. An acknowledgement
-    /// that promises it waits for that row to be durable ([`AgentHandle::durable_so_far`]).
+    /// Kept for long-term memory (a TRIGGER or CONTEXT with text, not the agent's own), journaled
+    /// in its `perceived`: the agent's own actor admits it within the rate caps and writes it,
+    /// before its next recall. An acknowledgement that promises it waits for that row to be
+    /// durable ([`AgentHandle::durable_so_far`]).
     pub observed: bool,
     /// The agent's actor was asked to write it (a `Remember` signal queued: a CONTEXT, the first
-    /// observation waiting; a TRIGGER's own turn writes its observation, no signal): a host that
+    /// perception waiting; a TRIGGER's own turn writes its observation, no signal): a host that
     /// defers wakes must wake the agent.
     pub(crate) reminded: bool,
 }
@@ -416,7 +418,7 @@ pub enum SubmitError {
 pub(crate) struct Rejected {
     event: Arc<UserEvent>,
     pub(crate) refusal: WorkRefusal,
-    /// A TRIGGER not queued whose observation was admitted: the agent's actor was asked to write
+    /// A TRIGGER not queued that was kept for memory: the agent's actor was asked to write
     /// it (a `Remember` signal) — a host that defers wakes must wake the agent.
     pub(crate) reminded: bool,
 }
@@ -848,7 +850,7 @@ impl AgentHandle {
         };
         let id = match self.queue(Arc::new(user), false) {
             Ok(accepted) => accepted.id,
-            // Its turn was to write the observation its delivery admitted (no `Remember` was
+            // Its turn was to write the perception its delivery kept (no `Remember` was
             // sent for it): the actor writes it instead.
             Err(rejected) => {
                 return Err(Rejected {

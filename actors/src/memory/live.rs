@@ -38,7 +38,7 @@ impl Window {
 
 /// What an agent keeps of one speaker: its write window and the trust of its latest perceived
 /// TRIGGER or CONTEXT. One map entry for both, so a delivery looks the speaker up once (and a new
-/// speaker costs one key): in the MUD benchmark nearly every admitted observation is the first
+/// speaker costs one key): in the MUD benchmark nearly every observation is the first
 /// from its speaker to that NPC, and its cold lookups and allocations were most of a delivery's
 /// memory work (docs/memory.md, "Cost").
 #[derive(Debug, Default)]
@@ -86,8 +86,9 @@ impl Live {
         base + now.duration_since(at).as_secs_f64() * speed
     }
 
-    /// A restart (or the first delivery in this process): the rate windows start from the
-    /// memories of the last minute of memory time (and the observations admitted, not written),
+    /// A restart (or the first admission in this process): the rate windows start from the
+    /// memories of the last minute of memory time (and the observations admitted at delivery by
+    /// an older version, not written yet),
     /// so a restart does not hand every speaker its quota again. Memory time does not count the
     /// downtime, so this errs on the strict side.
     fn seed(&mut self, store: &MemoryStore, speed: f64) {
@@ -118,8 +119,8 @@ impl Live {
             store
                 .unwritten
                 .iter()
-                .filter(|u| u.observe.at > since)
-                .map(|u| (u.observe.at, Some(u.event.speaker.id.as_str()))),
+                .filter_map(|u| Some((u.observe.at.filter(|at| *at > since)?, u)))
+                .map(|(at, u)| (at, Some(u.event.speaker.id.as_str()))),
         );
         recent.sort_by(|a, b| a.0.total_cmp(&b.0));
         for (at, speaker) in recent {
@@ -215,10 +216,26 @@ impl Live {
         self.writes.push(now);
         true
     }
-    /// The agent perceived a TRIGGER or CONTEXT (`context`) event of `speaker` at `trust`: noted
-    /// as the speaker's latest trust (and the lowest CONTEXT trust of the next turn), then the
-    /// rate caps decide whether it is admitted as an observation — at the memory time returned.
-    /// This runs on a host's delivery.
+    /// Whether an observation of `speaker` would be admitted now (nothing counted, nothing noted).
+    pub(crate) fn would_admit(
+        &mut self,
+        speaker: &str,
+        (per_agent, per_speaker): (u32, u32),
+    ) -> bool {
+        let now = Instant::now();
+        if self.writes.count(now) >= per_agent as usize {
+            return false;
+        }
+        match self.speakers.get_mut(speaker) {
+            Some(entry) => entry.window.count(now) < per_speaker as usize,
+            None => per_speaker > 0,
+        }
+    }
+
+    /// A perception of a TRIGGER or CONTEXT (`context`) event of `speaker` at `trust`, kept for
+    /// memory, is settled by the agent's actor, in the order perceived: noted as the speaker's
+    /// latest trust (and the lowest CONTEXT trust of the next turn), then the rate caps decide
+    /// whether it is admitted as an observation — at the memory time returned.
     pub(crate) fn perceived(
         &mut self,
         speaker: &str,

@@ -13,6 +13,9 @@ use warden_protocols::{
 /// How many existing memories a new one is linked to (the most related by relevance).
 pub const LINK_K: usize = 3;
 
+/// Memory ids with their relevance, most related first (a search's hits).
+type Hits = Vec<(u64, f64)>;
+
 /// The most characters a memory's text keeps (longer ones are cut).
 pub const MAX_TEXT_CHARS: usize = 1000;
 
@@ -201,17 +204,13 @@ impl AgentCell {
         }
     }
 
-    /// Whether a perceived world event becomes an observation — TRIGGER and CONTEXT only (not
-    /// IGNORE, not its own command output or its own messages), within the rate caps — and if so
-    /// when and how important, for `perceive` to journal in its `perceived`. Only this cheap
-    /// decision runs on the caller's thread (a host's delivery): the write itself (links,
-    /// evictions, the index) is the agent's own actor's ([`AgentCell::write_observations`]).
-    pub(crate) fn observe(
-        &self,
-        rec: &AgentRecord,
-        event: &WorldEvent,
-        perception: &Perception,
-    ) -> Option<Observe> {
+    /// Whether a perceived world event is kept for long-term memory — TRIGGER and CONTEXT only
+    /// (not IGNORE, not its own command output or its own messages, not an empty line) — and if
+    /// so with what importance, for `perceive` to journal in its `perceived`. Only this runs on
+    /// the caller's thread (a host's delivery): no lock, no clock, no map. The rate caps, the
+    /// speaker's trust, the memory time and the write (links, evictions, the index) are the
+    /// agent's own actor's ([`AgentCell::write_observations`]).
+    pub(crate) fn observe(&self, event: &WorldEvent, perception: &Perception) -> Option<Observe> {
         if !self.settings.memory.long_term
             || !matches!(perception.verdict, Verdict::Trigger | Verdict::Context)
             || matches!(perception.rule, Rule::SelfMessage)
@@ -219,26 +218,13 @@ impl AgentCell {
         {
             return None;
         }
-        let speaker = event.speaker.id.as_str();
-        let config = &self.settings.memory;
-        let Some(at) = self.live().perceived(
-            speaker,
-            perception.trust,
-            perception.verdict == Verdict::Context,
-            (config.writes_per_minute, config.speaker_writes_per_minute),
-            rec.memory(),
-            self.settings.npc.clock.speed,
-        ) else {
-            tracing::debug!(agent = %self.key, %speaker, "observation not stored: rate cap");
-            return None;
-        };
         Some(Observe {
-            at,
+            at: None,
             importance: importance_rule(perception.verdict, perception.trust),
         })
     }
 
-    /// Locks the record with every admitted observation written first (see
+    /// Locks the record with every perception kept for memory settled first (see
     /// [`AgentCell::write_observations`]): what every reader and writer of long-term memory
     /// locks, so none sees the store without what was delivered before.
     pub(crate) fn memory_lock(&self) -> MappedMutexGuard<'_, warden_protocols::AgentRecord> {
@@ -247,21 +233,19 @@ impl AgentCell {
         rec
     }
 
-    /// Writes the observations admitted at delivery and not written yet (`memory.unwritten`),
-    /// oldest first, each linked, with its evictions, journaled as `memory_stored` with its
-    /// number (`observed`) — or as `observation_not_stored` when the store is full of memories
-    /// younger than a game day (or long-term memory was turned off since). Run by the agent's
-    /// actor (a `Remember` signal, the start of each turn) and by every memory reader.
+    /// Settles every perception kept at delivery and not settled yet (`memory.unwritten`), oldest
+    /// first: admitted within the rate caps, linked, with its evictions, journaled as
+    /// `memory_stored` with its number (`observed`) — or settled as `observation_not_stored` (a
+    /// rate cap; the store full of memories younger than a game day; long-term memory turned off
+    /// since). Run by the agent's actor (a `Remember` signal, the start of each turn) and by
+    /// every memory reader.
     pub(crate) fn write_observations(&self, rec: &mut AgentRecord) {
-        while let Some(next) = rec.memory().and_then(|s| s.unwritten.front().cloned()) {
-            let event = self.written_observation(rec, next, None);
-            self.emit_memory(rec, vec![event]);
-        }
+        while self.settle_kept(rec, None) {}
     }
 
-    /// [`AgentCell::write_observations`] by the agent's actor (its `Remember` signal), each
-    /// observation's links searched before the record lock is taken, so a host's delivery to
-    /// this agent never waits for a search.
+    /// [`AgentCell::write_observations`] by the agent's actor (its `Remember` signal, a turn's
+    /// start), each observation's links searched before the record lock is taken, so a host's
+    /// delivery to this agent never waits for a search.
     pub(crate) fn write_observations_ahead(&self) {
         loop {
             let (n, text) = {
@@ -273,33 +257,97 @@ impl AgentCell {
             };
             let ahead = self.safety.memory.search_ahead(&self.key, &text, LINK_K);
             let mut rec = self.lock();
-            let Some(next) = rec
-                .memory()
-                .and_then(|s| s.unwritten.front())
-                .filter(|u| u.n == n)
-                .cloned()
-            else {
-                continue; // written by someone else meanwhile
-            };
-            let event = self.written_observation(&rec, next, ahead);
-            self.emit_memory(&mut rec, vec![event]);
+            if !self.settle_kept(&mut rec, Some((n, ahead))) {
+                return;
+            }
         }
     }
 
-    /// The event that settles admitted observation `u` (`ahead`: its links searched already).
+    /// Settles kept perceptions from the front of `memory.unwritten`, in order, under the record
+    /// lock: those the rate caps refuse, then the first one they admit, written. `searched`: the
+    /// number whose links were searched ahead (and the hits) — another admitted one is left for
+    /// the next round (its links to be searched ahead too), so this never searches under the
+    /// lock; `None`: search under it. Journals one row: the `memory_stored` of the one written
+    /// (its `observed` settles the refused ones before it), or an `observation_not_stored` for
+    /// the last refused. Whether kept perceptions remain.
+    fn settle_kept(
+        &self,
+        rec: &mut AgentRecord,
+        mut searched: Option<(u64, Option<Hits>)>,
+    ) -> bool {
+        let config = &self.settings.memory;
+        let caps = (config.writes_per_minute, config.speaker_writes_per_minute);
+        let speed = self.settings.npc.clock.speed;
+        let mut refused: Option<(u64, NotStored)> = None;
+        let mut written = None;
+        let mut rest = false;
+        {
+            let Some(store) = rec.memory() else {
+                return false;
+            };
+            let mut live = self.live();
+            for u in &store.unwritten {
+                if !config.long_term {
+                    refused = Some((u.n, NotStored::Off));
+                    continue;
+                }
+                let speaker = u.event.speaker.id.as_str();
+                let ours = match &searched {
+                    None => true,
+                    Some((n, _)) => *n == u.n,
+                };
+                // Admitted at delivery by an older version: written as decided then.
+                if let Some(at) = u.observe.at {
+                    if !ours {
+                        rest = true;
+                        break;
+                    }
+                    written = Some((u.clone(), at));
+                    break;
+                }
+                if !ours && live.would_admit(speaker, caps) {
+                    rest = true;
+                    break;
+                }
+                match live.perceived(speaker, u.trust, u.context, caps, Some(store), speed) {
+                    Some(at) => {
+                        written = Some((u.clone(), at));
+                        break;
+                    }
+                    None => {
+                        tracing::debug!(agent = %self.key, %speaker, "observation not stored: rate cap");
+                        refused = Some((u.n, NotStored::RateCapped));
+                    }
+                }
+            }
+        }
+        let event = match written {
+            Some((u, at)) => {
+                let ahead = searched.take().and_then(|(_, hits)| hits);
+                self.written_observation(rec, u, at, ahead)
+            }
+            None => match refused {
+                Some((observed, why)) => EventKind::ObservationNotStored {
+                    observed,
+                    reason: why.to_string(),
+                },
+                None => return rest,
+            },
+        };
+        self.emit_memory(rec, vec![event]);
+        rec.memory().is_some_and(|s| !s.unwritten.is_empty())
+    }
+
+    /// The event that settles kept perception `u`, admitted at memory time `at` (`ahead`: its
+    /// links searched already).
     fn written_observation(
         &self,
         rec: &AgentRecord,
         u: Unwritten,
+        at: f64,
         ahead: Option<Vec<(u64, f64)>>,
     ) -> EventKind {
-        let not_stored = |reason: NotStored| EventKind::ObservationNotStored {
-            observed: u.n,
-            reason: reason.to_string(),
-        };
-        if !self.settings.memory.long_term {
-            return not_stored(NotStored::Off);
-        }
+        let n = u.n;
         let event = u.event;
         let kind = MemoryKind::Observation {
             speaker: event.speaker.id,
@@ -311,15 +359,18 @@ impl AgentCell {
             rec,
             kind,
             &event.text,
-            (u.observe.importance, u.trust, u.observe.at),
-            Some(u.n),
+            (u.observe.importance, u.trust, at),
+            Some(n),
             ahead,
         );
         match made {
             Ok(stored) => stored,
             Err(why) => {
                 tracing::debug!(agent = %self.key, %why, "observation not stored");
-                not_stored(why)
+                EventKind::ObservationNotStored {
+                    observed: n,
+                    reason: why.to_string(),
+                }
             }
         }
     }

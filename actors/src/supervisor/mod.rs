@@ -645,8 +645,8 @@ impl Supervisor {
             if requeued > 0 {
                 tracing::info!(agent = %cell.key, requeued, "pending events queued again");
             }
-            // Observations a previous process admitted (journaled with their perception) and
-            // had not written: the actor writes them first.
+            // Perceptions a previous process kept for memory (journaled in their `perceived`)
+            // and had not settled: the actor settles them first.
             if cell
                 .lock()
                 .memory()

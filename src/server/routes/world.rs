@@ -25,9 +25,10 @@ pub(crate) async fn post_world(
                     return Ok(not_durable_event(&key, id, "queued", &cause));
                 }
             } else if seen.observed {
-                // An observation admitted for long-term memory is acknowledged once on disk too.
+                // A perception kept for long-term memory is acknowledged once on disk too.
                 if let Err(cause) = agent.durable_so_far().await {
-                    let error = format!("the observation was admitted but is not durable: {cause}");
+                    let error =
+                        format!("the perception was kept for memory but is not durable: {cause}");
                     tracing::error!(agent = %key.as_str(), "{error}");
                     return Ok(HttpResponse::InternalServerError()
                         .json(serde_json::json!({ "error": error })));
@@ -95,7 +96,7 @@ pub(crate) async fn post_world_batch(
         agents.push(agent);
     }
     let mut results = Vec::with_capacity(events.len());
-    // One agent per key whose TRIGGER was queued or whose observation was admitted: they are
+    // One agent per key whose TRIGGER was queued or whose perception was kept for memory: they are
     // acknowledged once on disk.
     let mut queued: Vec<(String, Option<u64>, warden_actors::AgentHandle)> = Vec::new();
     for (item, agent) in events.into_iter().zip(agents) {

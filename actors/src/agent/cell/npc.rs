@@ -25,6 +25,11 @@ pub(crate) struct NpcState {
     pair_loop: Option<String>,
 }
 
+/// A CONTEXT kept for memory sends a `Remember` signal when it is the first waiting, and again
+/// each time this many wait: a flood heard while a TRIGGER's turn waits to start (no signal
+/// then) is settled as it comes, not held until that turn.
+pub(crate) const REMIND_EVERY: usize = 64;
+
 /// An agent's side of the world: its perception state from its first world event on (boxed: most
 /// agents never perceive one, and an idle agent's size counts), and its side of the team's tick
 /// arbiter while it is scheduled (`npc.tick.enabled`). One lock for both (a leaf).
@@ -37,11 +42,11 @@ pub(crate) struct NpcSlot {
 impl AgentCell {
     /// Classifies `event` (`[npc]` of this agent), journals the decision (`Perceived`) and keeps a
     /// CONTEXT or CAPTURE event in the context buffer. A TRIGGER is for the caller to queue.
-    /// With long-term memory, a TRIGGER or CONTEXT within the rate caps is admitted as an
-    /// observation in the same `perceived` (the second value), and written by the agent's actor
-    /// — never here, on the caller's thread, which a game host's tick waits on. Every waiting
-    /// observation has a writer on its way: a CONTEXT that is the first one waiting sends a
-    /// `Remember` signal (the third value); a TRIGGER sends none, its own turn writes first
+    /// With long-term memory, a TRIGGER or CONTEXT is kept for memory in the same `perceived`
+    /// (the second value), and admitted within the rate caps and written by the agent's actor —
+    /// never here, on the caller's thread, which a game host's tick waits on. Every waiting
+    /// perception has a writer on its way: a CONTEXT that is the first one waiting (or every
+    /// [`REMIND_EVERY`]th) sends a `Remember` signal (the third value); a TRIGGER sends none, its own turn writes first
     /// (`turn::take`), and whatever keeps that turn from starting writes or reminds instead —
     /// the caller when it cannot queue the TRIGGER ([`super::super::AgentHandle`]'s
     /// `perceive_cow`), a halt that clears it ([`AgentCell::remind_after_clearing`]), a refusal
@@ -106,27 +111,35 @@ impl AgentCell {
             return (perception, false, false);
         }
         drop(slot);
+        // Long-term memory: a TRIGGER or CONTEXT is kept for memory in its `perceived` row (so a
+        // crash before the write loses nothing acknowledged); the agent's actor decides the rest.
+        let observe = self.observe(event, &perception);
         let mut rec = self.lock();
-        // Long-term memory: a TRIGGER or CONTEXT may be admitted as an observation, journaled
-        // with its perception (so a crash before the write loses nothing acknowledged).
-        let observe = self.observe(&rec, event, &perception);
-        let first = observe.is_some() && rec.memory().is_none_or(|s| s.unwritten.is_empty());
+        let waiting = match observe {
+            Some(_) => rec.memory().map_or(0, |s| s.unwritten.len()),
+            None => 0,
+        };
         let perceived = EventKind::Perceived {
             event: event.clone(),
             perception: perception.clone(),
             observe,
         };
         self.emit(&mut rec, perceived);
-        // Queued under the record lock, after the observation is in `unwritten`: the actor's
-        // write drains under it too, so a waiting observation always has a writer on its way.
+        // Queued under the record lock, after the perception is in `unwritten`: the actor's
+        // write drains under it too, so a waiting perception always has a writer on its way.
         // A TRIGGER's writer is its own turn (see above): a second wake of the actor for the
-        // same delivery would cost the host's thread a mailbox push and buy nothing.
-        let reminded = first && perception.verdict != Verdict::Trigger && self.remind();
+        // same delivery would cost the host's thread a mailbox push and buy nothing. A CONTEXT
+        // asks when it is the first waiting, and again at every `REMIND_EVERY` waiting (a flood
+        // heard behind a TRIGGER whose turn has not started is settled as it comes).
+        let reminded = observe.is_some()
+            && perception.verdict != Verdict::Trigger
+            && waiting % REMIND_EVERY == 0
+            && self.remind();
         drop(rec);
         (perception, observe.is_some(), reminded)
     }
 
-    /// Asks the actor to write the admitted observations (a `Remember` signal, lane 2, which
+    /// Asks the actor to settle the perceptions kept for memory (a `Remember` signal, lane 2, which
     /// never refuses but when the team is shut down: then nothing is lost, the journal has them).
     /// Whether it was queued.
     pub(crate) fn remind(&self) -> bool {
@@ -140,7 +153,7 @@ impl AgentCell {
     }
 
     /// A halt cleared the ordinary lane (`cleared` messages) under the record
-    /// lock `rec`: a TRIGGER among them was the writer of observations its delivery admitted
+    /// lock `rec`: a TRIGGER among them was the writer of the perceptions kept for memory
     /// (it sent no `Remember`), so the actor is asked to write what waits. Whether it was asked.
     pub(crate) fn remind_after_clearing(&self, rec: &AgentRecord, cleared: usize) -> bool {
         cleared > 0 && rec.memory().is_some_and(|s| !s.unwritten.is_empty()) && self.remind()
