@@ -404,6 +404,9 @@ async fn a_chatter_flood_stays_within_the_rate_caps_and_the_bounds() {
             "{seen:?}"
         );
     }
+    // The actor has not run: no more than two minutes' admissions wait in the record (2 × 10);
+    // the lines past that were heard, not kept.
+    assert_eq!(unwritten(&npc.record()), 20);
     let record = written(&npc);
     assert_eq!(observations(&record), 10);
     let store = record.memory().unwrap();

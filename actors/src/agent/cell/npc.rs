@@ -28,7 +28,12 @@ pub(crate) struct NpcState {
 /// A CONTEXT kept for memory sends a `Remember` signal when it is the first waiting, and again
 /// each time this many wait: a flood heard while a TRIGGER's turn waits to start (no signal
 /// then) is settled as it comes, not held until that turn.
-pub(crate) const REMIND_EVERY: usize = 64;
+pub(crate) const REMIND_EVERY: usize = 16;
+
+/// How many perceptions may wait for the actor, per write `memory.writes_per_minute` allows (see
+/// `AgentCell::perceive`): two minutes' admissions, so that the lines a speaker's cap refuses do
+/// not crowd out the others while the actor catches up.
+pub(crate) const MAX_WAITING_PER_WRITE: usize = 2;
 
 /// An agent's side of the world: its perception state from its first world event on (boxed: most
 /// agents never perceive one, and an idle agent's size counts), and its side of the team's tick
@@ -113,12 +118,21 @@ impl AgentCell {
         drop(slot);
         // Long-term memory: a TRIGGER or CONTEXT is kept for memory in its `perceived` row (so a
         // crash before the write loses nothing acknowledged); the agent's actor decides the rest.
-        let observe = self.observe(event, &perception);
+        let mut observe = self.observe(event, &perception);
         let mut rec = self.lock();
         let waiting = match observe {
             Some(_) => rec.memory().map_or(0, |s| s.unwritten.len()),
             None => 0,
         };
+        // An actor that lags behind a flood: past `MAX_WAITING_PER_WRITE ×
+        // memory.writes_per_minute` waiting (more than a minute's admissions), a line is heard,
+        // not kept — as a line past a rate cap — so the record and the host's thread pay
+        // nothing more for it.
+        let most =
+            (self.settings.memory.writes_per_minute as usize).saturating_mul(MAX_WAITING_PER_WRITE);
+        if waiting >= most.max(REMIND_EVERY) {
+            observe = None;
+        }
         let perceived = EventKind::Perceived {
             event: event.clone(),
             perception: perception.clone(),
