@@ -954,8 +954,8 @@ async fn a_delivery_only_keeps_the_perception_and_the_trigger_is_remembered_by_i
     assert_eq!(unwritten(&npc.record()), 0);
     replay_matches(&journal, &npc);
 
-    // Without a turn: a CONTEXT line is written by the NPC's actor (its `Remember` signal), and a
-    // halted NPC still writes what it perceived — with no model call.
+    // Without a turn: a CONTEXT line waits, kept, and any memory reader writes it — a halted NPC
+    // too, with no model call.
     let (listener_model, listener_seen) = Capture::new(ScriptedProvider::new([]));
     let listener = npc_named(&team, "listener", listener_model);
     listener.halt(op()).await;
@@ -970,12 +970,9 @@ async fn a_delivery_only_keeps_the_perception_and_the_trigger_is_remembered_by_i
         heard.perception.verdict,
         warden::protocols::npc::Verdict::Context
     );
-    assert_eq!(unwritten(&listener.record()), 1);
-    until("the listener's actor wrote the observation", || {
-        let record = listener.record();
-        unwritten(&record) == 0 && observations(&record) == 1
-    })
-    .await;
+    settle(256).await;
+    assert_eq!(unwritten(&listener.record()), 1, "no reminder for one line");
+    assert_eq!(observations(&written(&listener)), 1);
     assert!(listener_seen.lock().is_empty(), "no model call");
     assert_eq!(listener.status().turns, 0);
     replay_matches(&journal, &listener);
@@ -1133,6 +1130,70 @@ async fn observations_kept_before_a_crash_are_written_after_the_restart() {
     let system = system_text(&turn_requests(&seen3)[0]);
     assert!(system.contains("my horse Ember"), "{system}");
     assert!(system.contains("east gate is left open"), "{system}");
+}
+
+/// A room's CONTEXT lines do not wake the NPC's actor one by one: they wait, kept, until a turn,
+/// a memory reader or the `REMIND_EVERY`th line — and are settled as of when they were heard: the
+/// rate caps count them in the minute they were heard, and their memory time is theirs.
+#[actix_rt::test]
+async fn context_lines_wait_for_a_reader_and_are_settled_as_of_when_they_were_heard() {
+    tokio::time::pause();
+    let mut config = config();
+    config.memory.speaker_writes_per_minute = 3;
+    let speed = config.npc.clock.speed;
+    let (team, journal) = team(config);
+    let (model, seen) = Capture::new(ScriptedProvider::new([]));
+    let npc = npc_named(&team, "watcher", model);
+    let said = |i: u64| {
+        world(
+            WorldEventKind::Say,
+            SpeakerKind::Npc,
+            "guard",
+            &format!("the guard counts {i} carts on the north road"),
+        )
+    };
+    for i in 0..3 {
+        npc.perceive(said(i)).unwrap();
+    }
+    settle(256).await;
+    assert_eq!(
+        unwritten(&npc.record()),
+        3,
+        "no reminder before the 16th line"
+    );
+    tokio::time::advance(Duration::from_secs(61)).await;
+    npc.perceive(said(3)).unwrap();
+    tokio::time::advance(Duration::from_secs(600)).await;
+    // Settled ten minutes later: the fourth line was heard in a minute of its own.
+    let record = written(&npc);
+    assert_eq!(
+        observations(&record),
+        4,
+        "the caps as of when each was heard"
+    );
+    let ats: Vec<f64> = record
+        .memory()
+        .unwrap()
+        .memories
+        .values()
+        .filter(|m| matches!(m.kind, MemoryKind::Observation { .. }))
+        .map(|m| m.at)
+        .collect();
+    assert_eq!(ats.len(), 4);
+    assert!(
+        (ats[3] - ats[0] - 61.0 * speed).abs() < 1e-6,
+        "memory time as heard, not as settled: {ats:?}"
+    );
+    assert!(seen.lock().is_empty(), "no model call");
+    // Sixteen lines wake the actor (no reader called).
+    for i in 4..20 {
+        npc.perceive(said(i)).unwrap();
+    }
+    until("the actor settled the sixteen", || {
+        unwritten(&npc.record()) == 0
+    })
+    .await;
+    replay_matches(&journal, &npc);
 }
 
 /// The memory rows that settle kept perceptions, in journal order: (`observed`, stored?, reason).

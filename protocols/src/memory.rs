@@ -329,6 +329,22 @@ pub struct Unwritten {
     pub context: bool,
     /// Its importance (and, from older rows, its memory time).
     pub observe: Observe,
+    /// When this process heard it, for the actor to apply the rate caps and the memory time as
+    /// of then, however late it settles it. Not journaled: a replay, a snapshot and a restart
+    /// have none, and the actor settles it at its own time.
+    #[serde(skip)]
+    pub heard: Heard,
+}
+
+/// The instant a kept perception was heard in this process ([`Unwritten::heard`]). Equal to any
+/// other: a record's equality is what the journal holds (replay = live).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Heard(pub Option<std::time::Instant>);
+
+impl PartialEq for Heard {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -363,6 +379,7 @@ impl MemoryStore {
             trust: perception.trust,
             context: perception.verdict == crate::npc::Verdict::Context,
             observe,
+            heard: Heard::default(),
         });
     }
 

@@ -350,6 +350,14 @@ impl AgentRecord {
         }
     }
 
+    /// The perception kept last ([`crate::memory::MemoryStore::unwritten`]'s newest) was heard
+    /// at `at` in this process (not journaled; see [`crate::memory::Unwritten::heard`]).
+    pub fn heard(&mut self, at: std::time::Instant) {
+        if let Some(u) = self.memory_mut().and_then(|s| s.unwritten.back_mut()) {
+            u.heard = crate::memory::Heard(Some(at));
+        }
+    }
+
     fn memory_mut(&mut self) -> Option<&mut crate::memory::MemoryStore> {
         self.outstanding
             .as_deref_mut()

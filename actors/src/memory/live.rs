@@ -216,13 +216,16 @@ impl Live {
         self.writes.push(now);
         true
     }
-    /// Whether an observation of `speaker` would be admitted now (nothing counted, nothing noted).
+
+    /// Whether an observation of `speaker` heard at `heard` (`None`: now) would be admitted
+    /// (nothing counted, nothing noted).
     pub(crate) fn would_admit(
         &mut self,
         speaker: &str,
+        heard: Option<Instant>,
         (per_agent, per_speaker): (u32, u32),
     ) -> bool {
-        let now = Instant::now();
+        let now = heard.unwrap_or_else(Instant::now);
         if self.writes.count(now) >= per_agent as usize {
             return false;
         }
@@ -235,12 +238,15 @@ impl Live {
     /// A perception of a TRIGGER or CONTEXT (`context`) event of `speaker` at `trust`, kept for
     /// memory, is settled by the agent's actor, in the order perceived: noted as the speaker's
     /// latest trust (and the lowest CONTEXT trust of the next turn), then the rate caps decide
-    /// whether it is admitted as an observation — at the memory time returned.
+    /// whether it is admitted as an observation — at the memory time returned. Both as of
+    /// `heard`, when it was heard in this process (`None`: now).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn perceived(
         &mut self,
         speaker: &str,
         trust: f64,
         context: bool,
+        heard: Option<Instant>,
         (per_agent, per_speaker): (u32, u32),
         store: Option<&MemoryStore>,
         speed: f64,
@@ -255,8 +261,8 @@ impl Live {
         if context {
             self.context_trust = Some(self.context_trust.map_or(trust, |t| t.min(trust)));
         }
-        // One reading of the clock for the caps and the memory time.
-        let now = Instant::now();
+        // One instant for the caps and the memory time.
+        let now = heard.unwrap_or_else(Instant::now);
         self.admit_speaker(now, speaker, Some(trust), (per_agent, per_speaker))
             .then(|| self.now_at(now, clock, speed))
     }
@@ -302,7 +308,7 @@ mod tests {
     async fn a_speakers_trust_and_window_are_kept_within_the_bound_of_recent_speakers() {
         let mut live = Live::default();
         let perceive = |live: &mut Live, speaker: &str, trust| {
-            live.perceived(speaker, trust, false, (u32::MAX, 1), None, 1.0)
+            live.perceived(speaker, trust, false, None, (u32::MAX, 1), None, 1.0)
                 .is_some()
         };
         assert!(perceive(&mut live, "p0", 0.9));

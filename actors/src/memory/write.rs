@@ -305,11 +305,13 @@ impl AgentCell {
                     written = Some((u.clone(), at));
                     break;
                 }
-                if !ours && live.would_admit(speaker, caps) {
+                // The caps and the memory time as of when it was heard (in this process).
+                let heard = u.heard.0.map(tokio::time::Instant::from_std);
+                if !ours && live.would_admit(speaker, heard, caps) {
                     rest = true;
                     break;
                 }
-                match live.perceived(speaker, u.trust, u.context, caps, Some(store), speed) {
+                match live.perceived(speaker, u.trust, u.context, heard, caps, Some(store), speed) {
                     Some(at) => {
                         written = Some((u.clone(), at));
                         break;

@@ -139,15 +139,21 @@ impl AgentCell {
             observe,
         };
         self.emit(&mut rec, perceived);
+        if observe.is_some() {
+            // When it was heard: the actor applies the caps and the memory time as of then,
+            // however late it settles it (one clock reading, no lock but the record's).
+            rec.heard(tokio::time::Instant::now().into_std());
+        }
         // Queued under the record lock, after the perception is in `unwritten`: the actor's
         // write drains under it too, so a waiting perception always has a writer on its way.
         // A TRIGGER's writer is its own turn (see above): a second wake of the actor for the
         // same delivery would cost the host's thread a mailbox push and buy nothing. A CONTEXT
-        // asks when it is the first waiting, and again at every `REMIND_EVERY` waiting (a flood
-        // heard behind a TRIGGER whose turn has not started is settled as it comes).
+        // asks only when it makes `REMIND_EVERY` waiting (and every multiple): until then its
+        // lines wait for the next turn, memory reader or reminder — settled as of when they
+        // were heard — so a room's chatter does not wake the NPC's actor line by line.
         let reminded = observe.is_some()
             && perception.verdict != Verdict::Trigger
-            && waiting % REMIND_EVERY == 0
+            && (waiting + 1) % REMIND_EVERY == 0
             && self.remind();
         drop(rec);
         (perception, observe.is_some(), reminded)
