@@ -135,7 +135,7 @@ pub(crate) enum Signal {
     DelegateLockedOut { delegate: AgentKey, reason: String },
     /// Perceptions were kept for memory at delivery (`memory.unwritten`): admit and write them
     /// (long-term memory's rate caps and write run on the agent's actor, never on the delivering
-    /// thread). Sent when the first CONTEXT waits (and every `REMIND_EVERY`th), and at spawn
+    /// thread). Sent when a CONTEXT makes `REMIND_EVERY` waiting (and every multiple), and at spawn
     /// when a restart finds some.
     Remember,
     /// A halt applied for this agent's idle actor on the halting thread
@@ -316,8 +316,8 @@ pub struct Perceived {
     /// before its next recall. An acknowledgement that promises it waits for that row to be
     /// durable ([`AgentHandle::durable_so_far`]).
     pub observed: bool,
-    /// The agent's actor was asked to write it (a `Remember` signal queued: a CONTEXT, the first
-    /// perception waiting; a TRIGGER's own turn writes its observation, no signal): a host that
+    /// The agent's actor was asked to write what waits (a `Remember` signal queued: a CONTEXT
+    /// that made `REMIND_EVERY` waiting; a TRIGGER's own turn writes its observation, no signal): a host that
     /// defers wakes must wake the agent.
     pub(crate) reminded: bool,
 }

@@ -25,9 +25,8 @@ pub(crate) struct NpcState {
     pair_loop: Option<String>,
 }
 
-/// A CONTEXT kept for memory sends a `Remember` signal when it is the first waiting, and again
-/// each time this many wait: a flood heard while a TRIGGER's turn waits to start (no signal
-/// then) is settled as it comes, not held until that turn.
+/// A CONTEXT kept for memory sends a `Remember` signal when it makes this many waiting (and every
+/// multiple): fewer wait for the next turn or memory reader, settled as of when they were heard.
 pub(crate) const REMIND_EVERY: usize = 16;
 
 /// How many perceptions may wait for the actor, per write `memory.writes_per_minute` allows (see
@@ -49,9 +48,10 @@ impl AgentCell {
     /// CONTEXT or CAPTURE event in the context buffer. A TRIGGER is for the caller to queue.
     /// With long-term memory, a TRIGGER or CONTEXT is kept for memory in the same `perceived`
     /// (the second value), and admitted within the rate caps and written by the agent's actor —
-    /// never here, on the caller's thread, which a game host's tick waits on. Every waiting
-    /// perception has a writer on its way: a CONTEXT that is the first one waiting (or every
-    /// [`REMIND_EVERY`]th) sends a `Remember` signal (the third value); a TRIGGER sends none, its own turn writes first
+    /// never here, on the caller's thread, which a game host's tick waits on — as of when it was
+    /// heard (the instant noted in the record). A CONTEXT waits for the next turn, a memory
+    /// reader, or the line that makes [`REMIND_EVERY`] waiting, which sends a `Remember` signal
+    /// (the third value). A TRIGGER sends none, its own turn writes first
     /// (`turn::take`), and whatever keeps that turn from starting writes or reminds instead —
     /// the caller when it cannot queue the TRIGGER ([`super::super::AgentHandle`]'s
     /// `perceive_cow`), a halt that clears it ([`AgentCell::remind_after_clearing`]), a refusal
@@ -125,7 +125,7 @@ impl AgentCell {
             None => 0,
         };
         // An actor that lags behind a flood: past `MAX_WAITING_PER_WRITE ×
-        // memory.writes_per_minute` waiting (more than a minute's admissions), a line is heard,
+        // memory.writes_per_minute` waiting (two minutes' admissions), a line is heard,
         // not kept — as a line past a rate cap — so the record and the host's thread pay
         // nothing more for it.
         let most =
