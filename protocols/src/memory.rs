@@ -289,6 +289,11 @@ pub struct MemoryStore {
     /// importance (`memory_scored`); `None`: none yet. Omitted while none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scored_through: Option<f64>,
+    /// The events of lines settled lately, their buffers reused by the next kept lines (at most
+    /// [`SPARE`]): the copy a host's delivery keeps is then made on the thread that allocated
+    /// it, seldom allocating. Not journaled, not compared, not cloned.
+    #[serde(skip)]
+    pub spare: Spare,
     /// How many perceptions were ever kept for memory (the next one's number). Omitted while
     /// zero. (Named `admitted` in records of versions whose delivery admitted them.)
     #[serde(default, skip_serializing_if = "is_zero", alias = "admitted")]
@@ -336,6 +341,26 @@ pub struct Unwritten {
     pub heard: Heard,
 }
 
+/// How many settled lines' events a store keeps for reuse ([`MemoryStore::spare`]).
+pub const SPARE: usize = 4;
+
+/// Settled lines' events kept for their buffers ([`MemoryStore::spare`]). Equal to any other and
+/// cloned empty: not part of what the record is.
+#[derive(Debug, Default)]
+pub struct Spare(Vec<crate::npc::WorldEvent>);
+
+impl PartialEq for Spare {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Clone for Spare {
+    fn clone(&self) -> Self {
+        Spare::default()
+    }
+}
+
 /// The instant a kept perception was heard in this process ([`Unwritten::heard`]). Equal to any
 /// other: a record's equality is what the journal holds (replay = live).
 #[derive(Debug, Clone, Copy, Default)]
@@ -373,9 +398,16 @@ impl MemoryStore {
         if let Some(at) = observe.at {
             self.clock = self.clock.max(at);
         }
+        let event = match self.spare.0.pop() {
+            Some(mut spare) => {
+                spare.clone_from(event);
+                spare
+            }
+            None => event.clone(),
+        };
         self.unwritten.push_back(Unwritten {
             n,
-            event: event.clone(),
+            event,
             trust: perception.trust,
             context: perception.verdict == crate::npc::Verdict::Context,
             observe,
@@ -416,7 +448,11 @@ impl MemoryStore {
     /// The perceptions kept up to number `n` are settled: written, or never to be.
     pub fn written(&mut self, n: u64) {
         while self.unwritten.front().is_some_and(|u| u.n <= n) {
-            self.unwritten.pop_front();
+            if let Some(u) = self.unwritten.pop_front() {
+                if self.spare.0.len() < SPARE {
+                    self.spare.0.push(u.event);
+                }
+            }
         }
     }
 
@@ -935,6 +971,64 @@ mod tests {
         }
         s.stored(&g, &[]);
         assert_eq!(s.profiles["p1"].name.as_deref(), Some("Aldric"));
+    }
+
+    /// A settled line's event is reused for the next kept one (its buffers: no allocation on the
+    /// delivering thread), and a record is equal, cloned and serialized without its spares.
+    #[test]
+    fn settled_lines_lend_their_buffers_to_the_next_kept_ones() {
+        use crate::{
+            npc::{Perception, Rule, Verdict, WorldEvent, WorldEventKind},
+            AgentRecord, EventKind,
+        };
+        let perceived = |text: &str| EventKind::Perceived {
+            event: WorldEvent::player("p1", WorldEventKind::Say, text).in_room("forge"),
+            perception: Perception {
+                verdict: Verdict::Context,
+                rule: Rule::Default,
+                trust: 0.5,
+                heuristic: false,
+                downgraded: false,
+                limited: None,
+            },
+            observe: Some(Observe {
+                at: None,
+                importance: 4,
+            }),
+        };
+        let mut rec = AgentRecord::new("smith".into());
+        rec.apply(&perceived("one line"));
+        let buffer = rec.memory().unwrap().unwritten[0].event.text.as_ptr();
+        rec.apply(&EventKind::ObservationNotStored {
+            observed: 0,
+            reason: "rate cap".into(),
+        });
+        assert!(rec.memory().unwrap().unwritten.is_empty());
+        rec.apply(&perceived("two line"));
+        let kept = &rec.memory().unwrap().unwritten[0].event;
+        assert_eq!(kept.text, "two line");
+        assert_eq!(kept.room.as_deref(), Some("forge"));
+        assert_eq!(
+            kept.text.as_ptr(),
+            buffer,
+            "the settled line's buffer, reused"
+        );
+        // Not part of what the record is.
+        let mut fresh = AgentRecord::new("smith".into());
+        for kind in [
+            perceived("one line"),
+            EventKind::ObservationNotStored {
+                observed: 0,
+                reason: "rate cap".into(),
+            },
+            perceived("two line"),
+        ] {
+            fresh.apply(&kind);
+        }
+        assert_eq!(rec, fresh);
+        assert_eq!(rec.clone(), fresh);
+        let json = serde_json::to_string(&rec).unwrap();
+        assert!(!json.contains("spare"), "{json}");
     }
 
     /// A perception kept at delivery waits in `unwritten` (through a journal round trip, as

@@ -81,7 +81,7 @@ pub struct Oob {
 }
 
 /// One thing that happened in the game world that an NPC may perceive.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorldEvent {
     /// Who said or did it.
@@ -100,6 +100,34 @@ pub struct WorldEvent {
     /// Out-of-band metadata.
     #[serde(default)]
     pub oob: Oob,
+}
+
+/// By hand for `clone_from`, which reuses the strings' buffers: long-term memory keeps a copy of
+/// each line it is to settle in a buffer recycled from the lines settled before
+/// (`MemoryStore::kept`), so a host's delivery seldom allocates for it.
+impl Clone for WorldEvent {
+    fn clone(&self) -> Self {
+        WorldEvent {
+            speaker: self.speaker.clone(),
+            kind: self.kind,
+            room: self.room.clone(),
+            text: self.text.clone(),
+            mentions: self.mentions.clone(),
+            oob: self.oob.clone(),
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        self.speaker.id.clone_from(&source.speaker.id);
+        self.speaker.kind = source.speaker.kind;
+        self.kind = source.kind;
+        self.room.clone_from(&source.room);
+        self.text.clone_from(&source.text);
+        self.mentions.clone_from(&source.mentions);
+        self.oob.channel.clone_from(&source.oob.channel);
+        self.oob.assistant_message = source.oob.assistant_message;
+        self.oob.command_output = source.oob.command_output;
+    }
 }
 
 impl WorldEvent {
