@@ -125,11 +125,17 @@ async fn turns(agent: &AgentHandle, n: u64) {
 }
 
 fn observations(record: &AgentRecord) -> usize {
-    record.memory().map_or(0, |s| {
+    observation_times(record).len()
+}
+
+/// The memory times of the stored observations, in id order.
+fn observation_times(record: &AgentRecord) -> Vec<f64> {
+    record.memory().map_or(Vec::new(), |s| {
         s.memories
             .values()
             .filter(|m| matches!(m.kind, MemoryKind::Observation { .. }))
-            .count()
+            .map(|m| m.at)
+            .collect()
     })
 }
 
@@ -1171,14 +1177,7 @@ async fn context_lines_wait_for_a_reader_and_are_settled_as_of_when_they_were_he
         4,
         "the caps as of when each was heard"
     );
-    let ats: Vec<f64> = record
-        .memory()
-        .unwrap()
-        .memories
-        .values()
-        .filter(|m| matches!(m.kind, MemoryKind::Observation { .. }))
-        .map(|m| m.at)
-        .collect();
+    let ats = observation_times(&record);
     assert_eq!(ats.len(), 4);
     assert!(
         (ats[3] - ats[0] - 61.0 * speed).abs() < 1e-6,
